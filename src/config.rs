@@ -1,0 +1,583 @@
+//! `ysched.toml`: parsing and validating the configuration into typed structs.
+//!
+//! Every error names the file, the line and the key, so that a bad reload can
+//! be refused with a message an administrator can act on.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Deserializer};
+use thiserror::Error;
+use toml::Spanned;
+
+use crate::units;
+
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/ysched/ysched.toml";
+pub const DEFAULT_SPOOL_DIR: &str = "/var/spool/ysched";
+/// The account every user may use when the config lists none.
+pub const DEFAULT_ACCOUNT: &str = "default";
+
+#[derive(Debug, Error)]
+pub struct ConfigError {
+    pub path: PathBuf,
+    pub line: Option<usize>,
+    pub key: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.path.display())?;
+        if let Some(line) = self.line {
+            write!(f, ": line {line}")?;
+        }
+        if let Some(key) = &self.key {
+            write!(f, ": key '{key}'")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+/// One GPU type declared in the config: `count` devices of one model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuDecl {
+    pub gpu_type: String,
+    pub count: u32,
+    pub memory_mb: u64,
+    /// One device file per GPU, when given.
+    pub devices: Vec<PathBuf>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Account {
+    pub name: String,
+    /// User names; `*` admits everyone.
+    pub users: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Qos {
+    pub name: String,
+    /// Higher runs first.
+    pub priority: i64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// The file this was read from (for messages).
+    pub path: PathBuf,
+    pub spool_dir: PathBuf,
+    pub node_name: String,
+    pub admins: Vec<String>,
+    pub allow_root_jobs: bool,
+    /// Seconds between SIGTERM and SIGKILL when a job is stopped.
+    pub kill_wait: u64,
+    pub default_time: Option<u64>,
+    pub max_time: Option<u64>,
+    pub default_qos: String,
+    /// CPUs and memory (MiB) the scheduler hands out; `None`: what the host has.
+    pub cpus: Option<u32>,
+    pub memory_mb: Option<u64>,
+    pub max_spool_file: u64,
+    pub log_file: Option<PathBuf>,
+    pub gpus: Vec<GpuDecl>,
+    pub accounts: Vec<Account>,
+    pub qos: Vec<Qos>,
+}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            path: path.to_path_buf(),
+            line: None,
+            key: None,
+            message: format!("cannot read: {e}"),
+        })?;
+        Config::parse(&text, path)
+    }
+
+    /// Parses config text; `path` is used in messages only.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| {
+            let line = e.span().map(|s| line_of(text, s.start));
+            ConfigError {
+                path: path.to_path_buf(),
+                line,
+                key: e.span().and_then(|s| key_at(text, s.start)),
+                message: e.message().trim().to_string(),
+            }
+        })?;
+        raw.validate(text, path)
+    }
+
+    /// The built-in config used when no file exists (personal mode, tests).
+    pub fn builtin(path: &Path) -> Config {
+        Config::parse("", path).expect("the empty config is valid")
+    }
+
+    /// Accounts `user` may charge, in config order; the first is the default.
+    pub fn accounts_for(&self, user: &str) -> Vec<&str> {
+        if self.accounts.is_empty() {
+            return vec![DEFAULT_ACCOUNT];
+        }
+        self.accounts
+            .iter()
+            .filter(|a| a.users.iter().any(|u| u == user || u == "*"))
+            .map(|a| a.name.as_str())
+            .collect()
+    }
+
+    pub fn qos_named(&self, name: &str) -> Option<&Qos> {
+        self.qos.iter().find(|q| q.name == name)
+    }
+
+    /// Root, and the users named in `admins`, may act on every job.
+    pub fn is_admin(&self, uid: u32, user: &str) -> bool {
+        uid == 0 || self.admins.iter().any(|a| a == user)
+    }
+
+    pub fn database_path(&self) -> PathBuf {
+        self.spool_dir.join("ysched.db")
+    }
+}
+
+/// Finds the config file as every command does: `$YS_CONF`, else
+/// `/etc/ysched/ysched.toml`, else the user's `~/.config/ysched/ysched.toml`
+/// (personal mode). Returns the path and whether it exists.
+pub fn locate() -> (PathBuf, bool) {
+    if let Some(path) = std::env::var_os("YS_CONF").filter(|p| !p.is_empty()) {
+        let path = PathBuf::from(path);
+        let exists = path.exists();
+        return (path, exists);
+    }
+    let system = PathBuf::from(DEFAULT_CONFIG_PATH);
+    if system.exists() {
+        return (system, true);
+    }
+    let user_dir = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")));
+    if let Some(dir) = user_dir {
+        let personal = dir.join("ysched").join("ysched.toml");
+        if personal.exists() {
+            return (personal, true);
+        }
+    }
+    (system, false)
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1
+}
+
+/// The key on the line holding `offset` (`count` in `count = "x"`), if any.
+fn key_at(text: &str, offset: usize) -> Option<String> {
+    let offset = offset.min(text.len());
+    let start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let line = text[start..].lines().next().unwrap_or("");
+    let (key, _) = line.split_once('=')?;
+    let key = key.trim().trim_matches('"');
+    (!key.is_empty() && !key.starts_with('[')).then(|| key.to_string())
+}
+
+// ---------------------------------------------------------------- raw form
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    spool_dir: Option<PathBuf>,
+    node_name: Option<String>,
+    #[serde(default)]
+    admins: Vec<String>,
+    #[serde(default)]
+    allow_root_jobs: bool,
+    kill_wait: Option<u64>,
+    #[serde(default, deserialize_with = "de_time_limit")]
+    default_time: Option<Option<u64>>,
+    #[serde(default, deserialize_with = "de_time_limit")]
+    max_time: Option<Option<u64>>,
+    default_qos: Option<Spanned<String>>,
+    cpus: Option<u32>,
+    #[serde(default, deserialize_with = "de_memory")]
+    memory: Option<u64>,
+    #[serde(default, deserialize_with = "de_memory")]
+    max_spool_file: Option<u64>,
+    log_file: Option<PathBuf>,
+    #[serde(default)]
+    gpus: Vec<Spanned<RawGpu>>,
+    #[serde(default)]
+    accounts: Vec<RawAccount>,
+    #[serde(default)]
+    qos: Vec<RawQos>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGpu {
+    #[serde(rename = "type")]
+    gpu_type: Spanned<String>,
+    count: Option<u32>,
+    #[serde(deserialize_with = "de_memory_required")]
+    memory: u64,
+    devices: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAccount {
+    name: Spanned<String>,
+    #[serde(default)]
+    users: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawQos {
+    name: Spanned<String>,
+    priority: i64,
+}
+
+fn de_time_limit<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
+    let text = String::deserialize(d)?;
+    units::parse_time_limit(&text).map(Some).map_err(serde::de::Error::custom)
+}
+
+fn de_memory<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    de_memory_required(d).map(Some)
+}
+
+fn de_memory_required<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let text = String::deserialize(d)?;
+    units::parse_memory_mb(&text).map_err(serde::de::Error::custom)
+}
+
+/// Names of GPU types, accounts and QoS: short, and safe in every output format.
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+}
+
+impl RawConfig {
+    fn validate(self, text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let fail = |span: Option<std::ops::Range<usize>>, key: &str, message: String| ConfigError {
+            path: path.to_path_buf(),
+            line: span.map(|s| line_of(text, s.start)),
+            key: Some(key.to_string()),
+            message,
+        };
+
+        let mut gpus = Vec::new();
+        let mut seen_types = HashSet::new();
+        for spanned in &self.gpus {
+            let span = spanned.span();
+            let raw = spanned.get_ref();
+            let gpu_type = raw.gpu_type.get_ref().clone();
+            if !valid_name(&gpu_type) {
+                return Err(fail(
+                    Some(raw.gpu_type.span()),
+                    "type",
+                    format!("invalid GPU type '{gpu_type}' (letters, digits, '-', '_', '.')"),
+                ));
+            }
+            if !seen_types.insert(gpu_type.clone()) {
+                return Err(fail(
+                    Some(raw.gpu_type.span()),
+                    "type",
+                    format!("GPU type '{gpu_type}' is declared twice; give one [[gpus]] table per type"),
+                ));
+            }
+            let devices = match &raw.devices {
+                Some(pattern) => expand_device_pattern(pattern.get_ref())
+                    .map_err(|m| fail(Some(pattern.span()), "devices", m))?,
+                None => Vec::new(),
+            };
+            let count = match (raw.count, devices.len()) {
+                (Some(0), _) => return Err(fail(Some(span), "count", "count must be at least 1".into())),
+                (Some(c), 0) => c,
+                (Some(c), n) if c as usize == n => c,
+                (Some(c), n) => {
+                    return Err(fail(
+                        Some(span),
+                        "count",
+                        format!("count = {c} but devices names {n} device files"),
+                    ))
+                }
+                (None, 0) => return Err(fail(Some(span), "count", "missing count (or devices)".into())),
+                (None, n) => n as u32,
+            };
+            if count > 1024 {
+                return Err(fail(Some(span), "count", format!("count = {count} is not a plausible number of GPUs")));
+            }
+            gpus.push(GpuDecl {
+                gpu_type,
+                count,
+                memory_mb: raw.memory,
+                devices,
+            });
+        }
+
+        let mut accounts = Vec::new();
+        let mut seen = HashSet::new();
+        for raw in self.accounts {
+            let name = raw.name.get_ref().clone();
+            if !valid_name(&name) {
+                return Err(fail(
+                    Some(raw.name.span()),
+                    "name",
+                    format!("invalid account name '{name}' (letters, digits, '-', '_', '.')"),
+                ));
+            }
+            if !seen.insert(name.clone()) {
+                return Err(fail(Some(raw.name.span()), "name", format!("account '{name}' is declared twice")));
+            }
+            accounts.push(Account { name, users: raw.users });
+        }
+
+        let mut qos = Vec::new();
+        let mut seen = HashSet::new();
+        for raw in self.qos {
+            let name = raw.name.get_ref().clone();
+            if !valid_name(&name) {
+                return Err(fail(
+                    Some(raw.name.span()),
+                    "name",
+                    format!("invalid QoS name '{name}' (letters, digits, '-', '_', '.')"),
+                ));
+            }
+            if !seen.insert(name.clone()) {
+                return Err(fail(Some(raw.name.span()), "name", format!("QoS '{name}' is declared twice")));
+            }
+            qos.push(Qos {
+                name,
+                priority: raw.priority,
+            });
+        }
+        if qos.is_empty() {
+            qos = default_qos_levels();
+        }
+
+        let default_qos = match self.default_qos {
+            Some(spanned) => {
+                let name = spanned.get_ref().clone();
+                if !qos.iter().any(|q| q.name == name) {
+                    let known: Vec<&str> = qos.iter().map(|q| q.name.as_str()).collect();
+                    return Err(fail(
+                        Some(spanned.span()),
+                        "default_qos",
+                        format!("unknown QoS '{name}' (known: {})", known.join(", ")),
+                    ));
+                }
+                name
+            }
+            None if qos.iter().any(|q| q.name == "medium") => "medium".to_string(),
+            None => qos[0].name.clone(),
+        };
+
+        let default_time = self.default_time.flatten();
+        let max_time = self.max_time.flatten();
+        if let (Some(d), Some(m)) = (default_time, max_time) {
+            if d > m {
+                return Err(fail(
+                    None,
+                    "default_time",
+                    format!(
+                        "default_time ({}) exceeds max_time ({})",
+                        units::format_duration(d),
+                        units::format_duration(m)
+                    ),
+                ));
+            }
+        }
+        if self.cpus == Some(0) {
+            return Err(fail(None, "cpus", "cpus must be at least 1".into()));
+        }
+        let node_name = match self.node_name {
+            Some(n) if !valid_name(&n) => {
+                return Err(fail(None, "node_name", format!("invalid node name '{n}'")));
+            }
+            Some(n) => n,
+            None => nix::unistd::gethostname()
+                .ok()
+                .and_then(|h| h.into_string().ok())
+                .map(|h| h.split('.').next().unwrap_or("localhost").to_string())
+                .filter(|h| valid_name(h))
+                .unwrap_or_else(|| "localhost".to_string()),
+        };
+        let spool_dir = self.spool_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_SPOOL_DIR));
+        if !spool_dir.is_absolute() {
+            return Err(fail(
+                None,
+                "spool_dir",
+                format!("spool_dir must be an absolute path, not '{}'", spool_dir.display()),
+            ));
+        }
+        Ok(Config {
+            path: path.to_path_buf(),
+            spool_dir,
+            node_name,
+            admins: self.admins,
+            allow_root_jobs: self.allow_root_jobs,
+            kill_wait: self.kill_wait.unwrap_or(30),
+            default_time,
+            max_time,
+            default_qos,
+            cpus: self.cpus,
+            memory_mb: self.memory,
+            max_spool_file: self.max_spool_file.map_or(4 << 20, |mb| mb << 20),
+            log_file: self.log_file,
+            gpus,
+            accounts,
+            qos,
+        })
+    }
+}
+
+/// The QoS levels used when the config lists none.
+pub fn default_qos_levels() -> Vec<Qos> {
+    [("critical", 300), ("high", 200), ("medium", 100), ("low", 0)]
+        .into_iter()
+        .map(|(name, priority)| Qos {
+            name: name.to_string(),
+            priority,
+        })
+        .collect()
+}
+
+/// Expands `/dev/nvidia[0-3]` or `/dev/nvidia[0,2-3]` into one path per device.
+pub fn expand_device_pattern(pattern: &str) -> Result<Vec<PathBuf>, String> {
+    let bad = |why: &str| format!("invalid device pattern '{pattern}': {why} (e.g. /dev/nvidia[0-3])");
+    let Some(open) = pattern.find('[') else {
+        if pattern.contains(']') {
+            return Err(bad("unmatched ']'"));
+        }
+        return Ok(vec![PathBuf::from(pattern)]);
+    };
+    let close = pattern[open..].find(']').map(|i| i + open).ok_or_else(|| bad("missing ']'"))?;
+    let (prefix, ranges, suffix) = (&pattern[..open], &pattern[open + 1..close], &pattern[close + 1..]);
+    if suffix.contains('[') || suffix.contains(']') {
+        return Err(bad("only one [...] range is supported"));
+    }
+    let mut out = Vec::new();
+    for part in ranges.split(',') {
+        let (lo, hi) = match part.split_once('-') {
+            Some((lo, hi)) => (lo, hi),
+            None => (part, part),
+        };
+        let lo: u32 = lo.trim().parse().map_err(|_| bad("range bounds must be numbers"))?;
+        let hi: u32 = hi.trim().parse().map_err(|_| bad("range bounds must be numbers"))?;
+        if lo > hi || hi - lo > 1024 {
+            return Err(bad("range is empty or too large"));
+        }
+        for n in lo..=hi {
+            out.push(PathBuf::from(format!("{prefix}{n}{suffix}")));
+        }
+    }
+    let unique: HashSet<&PathBuf> = out.iter().collect();
+    if unique.len() != out.len() {
+        return Err(bad("a device is listed twice"));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("/etc/ysched/ysched.toml"))
+    }
+
+    #[test]
+    fn empty_config_has_defaults() {
+        let c = parse("").unwrap();
+        assert_eq!(c.spool_dir, PathBuf::from(DEFAULT_SPOOL_DIR));
+        assert_eq!(c.default_qos, "medium");
+        assert_eq!(c.qos.len(), 4);
+        assert_eq!(c.kill_wait, 30);
+        assert_eq!(c.accounts_for("anyone"), vec!["default"]);
+        assert!(c.gpus.is_empty());
+    }
+
+    #[test]
+    fn gpus_accounts_and_qos() {
+        let c = parse(
+            r#"
+spool_dir = "/tmp/spool"
+admins = ["carol"]
+[[gpus]]
+type = "a100"
+memory = "80GiB"
+devices = "/dev/nvidia[0-3]"
+[[gpus]]
+type = "rtx3090"
+count = 2
+memory = "24G"
+[[accounts]]
+name = "vision"
+users = ["alice", "bob"]
+[[accounts]]
+name = "nlp"
+users = ["bob"]
+[[qos]]
+name = "urgent"
+priority = 10
+[[qos]]
+name = "normal"
+priority = 1
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.gpus[0].count, 4);
+        assert_eq!(c.gpus[0].memory_mb, 80 * 1024);
+        assert_eq!(c.gpus[0].devices[3], PathBuf::from("/dev/nvidia3"));
+        assert_eq!(c.gpus[1].count, 2);
+        assert_eq!(c.accounts_for("bob"), vec!["vision", "nlp"]);
+        assert!(c.accounts_for("eve").is_empty());
+        assert_eq!(c.default_qos, "urgent");
+        assert!(c.is_admin(1234, "carol"));
+        assert!(c.is_admin(0, "root"));
+        assert!(!c.is_admin(1000, "alice"));
+    }
+
+    #[test]
+    fn errors_name_line_and_key() {
+        let e = parse("spool_dir = \"/x\"\n[[gpus]]\ntype = \"a100\"\ncount = \"four\"\nmemory = \"8G\"\n").unwrap_err();
+        assert_eq!(e.line, Some(4), "{e}");
+        assert_eq!(e.key.as_deref(), Some("count"), "{e}");
+
+        let e = parse("[[gpus]]\ntype = \"a100\"\ncount = 2\nmemory = \"lots\"\n").unwrap_err();
+        assert_eq!(e.line, Some(4));
+        assert!(e.to_string().contains("invalid memory size 'lots'"), "{e}");
+
+        let e = parse("spool_dir = \"/x\"\nspoll = 3\n").unwrap_err();
+        assert_eq!(e.line, Some(2));
+        assert!(e.to_string().contains("unknown field `spoll`"), "{e}");
+
+        let e = parse("default_qos = \"urgent\"\n").unwrap_err();
+        assert!(e.to_string().contains("unknown QoS 'urgent' (known: critical, high, medium, low)"), "{e}");
+
+        let e = parse("[[gpus]]\ntype = \"a100\"\ncount = 3\nmemory = \"8G\"\ndevices = \"/dev/nvidia[0-3]\"\n").unwrap_err();
+        assert!(e.to_string().contains("count = 3 but devices names 4"), "{e}");
+
+        let e = parse("default_time = \"forever\"\n").unwrap_err();
+        assert_eq!(e.line, Some(1));
+
+        let e = parse("spool_dir = \"relative/spool\"\n").unwrap_err();
+        assert!(e.to_string().contains("absolute"), "{e}");
+    }
+
+    #[test]
+    fn device_patterns() {
+        assert_eq!(expand_device_pattern("/dev/nvidia[0,2-3]").unwrap().len(), 3);
+        assert_eq!(expand_device_pattern("/dev/nvidia0").unwrap(), vec![PathBuf::from("/dev/nvidia0")]);
+        assert!(expand_device_pattern("/dev/nvidia[0-").is_err());
+        assert!(expand_device_pattern("/dev/nvidia[3-1]").is_err());
+        assert!(expand_device_pattern("/dev/nvidia[0,0]").is_err());
+    }
+}

@@ -1,0 +1,74 @@
+//! The schema, as numbered migrations. `PRAGMA user_version` is the number of
+//! migrations applied. A released migration is never edited: a change is a
+//! new migration at the end.
+
+pub const MIGRATIONS: &[&str] = &[
+    // 1: jobs, their scripts, their state history, and the request log.
+    r#"
+CREATE TABLE jobs (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    uid             INTEGER NOT NULL,
+    gid             INTEGER NOT NULL,
+    user            TEXT    NOT NULL,
+    account         TEXT    NOT NULL,
+    qos             TEXT    NOT NULL,
+    name            TEXT    NOT NULL,
+    state           TEXT    NOT NULL,
+    hold            TEXT,
+    gpu_count       INTEGER NOT NULL,
+    gpu_type        TEXT,
+    cpus            INTEGER NOT NULL,
+    mem_mb          INTEGER,
+    time_limit      INTEGER,
+    submit_time     INTEGER NOT NULL,
+    begin_time      INTEGER,
+    start_time      INTEGER,
+    end_time        INTEGER,
+    gpus_alloc      TEXT    NOT NULL DEFAULT '',
+    node            TEXT,
+    exit_code       INTEGER,
+    exit_signal     INTEGER,
+    restart_count   INTEGER NOT NULL DEFAULT 0,
+    reason          TEXT,
+    kill_reason     TEXT,
+    work_dir        TEXT    NOT NULL,
+    submit_dir      TEXT    NOT NULL,
+    std_out         TEXT    NOT NULL,
+    std_err         TEXT,
+    open_append     INTEGER NOT NULL DEFAULT 0,
+    comment         TEXT
+);
+CREATE INDEX jobs_active ON jobs(state) WHERE state IN ('PENDING', 'RUNNING', 'COMPLETING');
+CREATE INDEX jobs_by_user ON jobs(user, submit_time);
+CREATE INDEX jobs_by_end ON jobs(end_time);
+
+-- What the job runs; private to the daemon.
+CREATE TABLE job_payloads (
+    job_id          INTEGER PRIMARY KEY REFERENCES jobs(id) ON DELETE CASCADE,
+    script          TEXT    NOT NULL,
+    args            TEXT    NOT NULL,
+    environment     TEXT    NOT NULL
+);
+
+-- Every state change, for ysacct's history and the audit trail.
+CREATE TABLE job_events (
+    id              INTEGER PRIMARY KEY,
+    job_id          INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+    time            INTEGER NOT NULL,
+    state           TEXT    NOT NULL,
+    detail          TEXT
+);
+CREATE INDEX job_events_by_job ON job_events(job_id);
+
+-- Every state-changing request taken from the spool, keyed by its unique
+-- file name: a file found again after a crash between commit and unlink is
+-- answered from here instead of being applied twice.
+CREATE TABLE requests (
+    spool_name      TEXT    PRIMARY KEY,
+    uid             INTEGER NOT NULL,
+    received        INTEGER NOT NULL,
+    kind            TEXT    NOT NULL,
+    reply           TEXT    NOT NULL
+) WITHOUT ROWID;
+"#,
+];

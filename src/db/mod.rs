@@ -1,0 +1,478 @@
+//! The SQLite accounting database: schema, migrations and every query.
+//! Policy never lives here; this module stores and finds.
+
+mod migrations;
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
+use thiserror::Error;
+
+use crate::job::{ExitStatus, GpuRequest, Hold, Job, JobId, JobState};
+use crate::proto::{JobFilter, Reply};
+
+pub use migrations::MIGRATIONS;
+
+#[derive(Debug, Error)]
+pub enum DbError {
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("job {0} does not exist")]
+    NotFound(JobId),
+    #[error(
+        "database {path} has schema version {found}, newer than this ysched knows ({known}); \
+         run the ysched release that wrote it, or restore a backup"
+    )]
+    TooNew { path: PathBuf, found: i64, known: i64 },
+    #[error(
+        "database {path} cannot be used: {message}; stop ysctld, move the file aside and restore \
+         a backup (ysched will not start afresh over it)"
+    )]
+    Corrupt { path: PathBuf, message: String },
+    #[error("stored value is invalid: {0}")]
+    Invalid(String),
+}
+
+/// What a job runs, kept apart from the record every view may read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Payload {
+    pub script: String,
+    pub args: Vec<String>,
+    pub environment: Vec<(String, String)>,
+}
+
+/// Opens (creating if needed) and migrates the daemon's database: WAL so the
+/// daemon's query thread reads while the main loop writes, `synchronous=FULL`
+/// because a reply to `ysbatch` promises the job survives power loss.
+pub fn open(path: &Path) -> Result<Connection, DbError> {
+    let conn = Connection::open(path)?;
+    let corrupt = |e: rusqlite::Error| DbError::Corrupt {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0)).map_err(corrupt)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(DbError::Corrupt {
+            path: path.to_path_buf(),
+            message: format!("cannot switch to WAL mode (got {mode})"),
+        });
+    }
+    conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")?;
+    let check: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0)).map_err(corrupt)?;
+    if check != "ok" {
+        return Err(DbError::Corrupt {
+            path: path.to_path_buf(),
+            message: check,
+        });
+    }
+    migrate(&conn, path)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+    }
+    Ok(conn)
+}
+
+/// A read-only connection for views: never writes, never migrates.
+pub fn open_readonly(path: &Path) -> Result<Connection, DbError> {
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let known = MIGRATIONS.len() as i64;
+    if version > known {
+        return Err(DbError::TooNew {
+            path: path.to_path_buf(),
+            found: version,
+            known,
+        });
+    }
+    Ok(conn)
+}
+
+fn migrate(conn: &Connection, path: &Path) -> Result<(), DbError> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let known = MIGRATIONS.len() as i64;
+    if version > known {
+        return Err(DbError::TooNew {
+            path: path.to_path_buf(),
+            found: version,
+            known,
+        });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        let tx = conn.unchecked_transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+        tx.commit()?;
+        tracing::info!(target: "ysched::db", "database schema migrated to version {}", i + 1);
+    }
+    Ok(())
+}
+
+pub fn schema_version(conn: &Connection) -> Result<i64, DbError> {
+    Ok(conn.query_row("PRAGMA user_version", [], |r| r.get(0))?)
+}
+
+const JOB_COLUMNS: &str = "id, uid, gid, user, account, qos, name, state, hold, gpu_count, gpu_type, cpus, \
+     mem_mb, time_limit, submit_time, begin_time, start_time, end_time, gpus_alloc, node, exit_code, \
+     exit_signal, restart_count, reason, kill_reason, work_dir, submit_dir, std_out, std_err, \
+     open_append, comment";
+
+fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
+    let invalid = |i: usize, what: String| {
+        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, Box::new(DbError::Invalid(what)))
+    };
+    let state: String = row.get(7)?;
+    let state = JobState::parse(&state).ok_or_else(|| invalid(7, format!("job state '{state}'")))?;
+    let hold: Option<String> = row.get(8)?;
+    let hold = match hold {
+        Some(h) => Some(Hold::parse(&h).ok_or_else(|| invalid(8, format!("hold '{h}'")))?),
+        None => None,
+    };
+    let gpus_alloc: String = row.get(18)?;
+    let gpus_alloc = parse_index_list(&gpus_alloc).map_err(|e| invalid(18, e))?;
+    let exit = match (row.get::<_, Option<i32>>(20)?, row.get::<_, Option<i32>>(21)?) {
+        (Some(code), signal) => Some(ExitStatus {
+            code,
+            signal: signal.unwrap_or(0),
+        }),
+        (None, _) => None,
+    };
+    let kill_reason: Option<String> = row.get(24)?;
+    let kill_reason = match kill_reason {
+        Some(k) => Some(JobState::parse(&k).ok_or_else(|| invalid(24, format!("kill reason '{k}'")))?),
+        None => None,
+    };
+    Ok(Job {
+        id: row.get::<_, i64>(0)? as JobId,
+        uid: row.get(1)?,
+        gid: row.get(2)?,
+        user: row.get(3)?,
+        account: row.get(4)?,
+        qos: row.get(5)?,
+        name: row.get(6)?,
+        state,
+        hold,
+        gpus: GpuRequest {
+            count: row.get(9)?,
+            gpu_type: row.get(10)?,
+        },
+        cpus: row.get(11)?,
+        mem_mb: row.get::<_, Option<i64>>(12)?.map(|m| m as u64),
+        time_limit: row.get::<_, Option<i64>>(13)?.map(|t| t as u64),
+        submit_time: row.get(14)?,
+        begin_time: row.get(15)?,
+        start_time: row.get(16)?,
+        end_time: row.get(17)?,
+        gpus_alloc,
+        node: row.get(19)?,
+        exit,
+        restart_count: row.get(22)?,
+        reason: row.get(23)?,
+        kill_reason,
+        work_dir: PathBuf::from(row.get::<_, String>(25)?),
+        submit_dir: PathBuf::from(row.get::<_, String>(26)?),
+        std_out: row.get(27)?,
+        std_err: row.get(28)?,
+        open_append: row.get(29)?,
+        comment: row.get(30)?,
+    })
+}
+
+pub fn format_index_list(indices: &[u32]) -> String {
+    indices.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")
+}
+
+fn parse_index_list(text: &str) -> Result<Vec<u32>, String> {
+    if text.is_empty() {
+        return Ok(Vec::new());
+    }
+    text.split(',')
+        .map(|s| s.parse().map_err(|_| format!("GPU list '{text}'")))
+        .collect()
+}
+
+/// Inserts a new job with its payload; returns the id SQLite gave it.
+pub fn insert_job(conn: &Connection, job: &Job, payload: &Payload) -> Result<JobId, DbError> {
+    conn.prepare_cached(
+        "INSERT INTO jobs (uid, gid, user, account, qos, name, state, hold, gpu_count, gpu_type, cpus, mem_mb, \
+         time_limit, submit_time, begin_time, work_dir, submit_dir, std_out, std_err, open_append, comment) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
+    )?
+    .execute(params![
+        job.uid,
+        job.gid,
+        job.user,
+        job.account,
+        job.qos,
+        job.name,
+        job.state.name(),
+        job.hold.map(Hold::name),
+        job.gpus.count,
+        job.gpus.gpu_type,
+        job.cpus,
+        job.mem_mb.map(|m| m as i64),
+        job.time_limit.map(|t| t as i64),
+        job.submit_time,
+        job.begin_time,
+        job.work_dir.to_string_lossy(),
+        job.submit_dir.to_string_lossy(),
+        job.std_out,
+        job.std_err,
+        job.open_append,
+        job.comment,
+    ])?;
+    let id = conn.last_insert_rowid() as JobId;
+    let args = serde_json::to_string(&payload.args).map_err(|e| DbError::Invalid(e.to_string()))?;
+    let env = serde_json::to_string(&payload.environment).map_err(|e| DbError::Invalid(e.to_string()))?;
+    conn.prepare_cached("INSERT INTO job_payloads (job_id, script, args, environment) VALUES (?1, ?2, ?3, ?4)")?
+        .execute(params![id as i64, payload.script, args, env])?;
+    add_event(conn, id, job.submit_time, job.state, None)?;
+    Ok(id)
+}
+
+/// Writes every field that changes over a job's life.
+pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE jobs SET state = ?2, hold = ?3, start_time = ?4, end_time = ?5, gpus_alloc = ?6, node = ?7, \
+             exit_code = ?8, exit_signal = ?9, restart_count = ?10, reason = ?11, kill_reason = ?12, \
+             begin_time = ?13 WHERE id = ?1",
+        )?
+        .execute(params![
+            job.id as i64,
+            job.state.name(),
+            job.hold.map(Hold::name),
+            job.start_time,
+            job.end_time,
+            format_index_list(&job.gpus_alloc),
+            job.node,
+            job.exit.map(|e| e.code),
+            job.exit.map(|e| e.signal),
+            job.restart_count,
+            job.reason,
+            job.kill_reason.map(JobState::name),
+            job.begin_time,
+        ])?;
+    if changed == 0 {
+        return Err(DbError::NotFound(job.id));
+    }
+    Ok(())
+}
+
+pub fn add_event(conn: &Connection, id: JobId, time: i64, state: JobState, detail: Option<&str>) -> Result<(), DbError> {
+    conn.prepare_cached("INSERT INTO job_events (job_id, time, state, detail) VALUES (?1, ?2, ?3, ?4)")?
+        .execute(params![id as i64, time, state.name(), detail])?;
+    Ok(())
+}
+
+/// A job's state history: (time, state, detail), oldest first.
+pub fn job_events(conn: &Connection, id: JobId) -> Result<Vec<(i64, String, Option<String>)>, DbError> {
+    let mut stmt = conn.prepare_cached("SELECT time, state, detail FROM job_events WHERE job_id = ?1 ORDER BY id")?;
+    let rows = stmt.query_map([id as i64], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+pub fn payload(conn: &Connection, id: JobId) -> Result<Payload, DbError> {
+    let row: Option<(String, String, String)> = conn
+        .prepare_cached("SELECT script, args, environment FROM job_payloads WHERE job_id = ?1")?
+        .query_row([id as i64], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    let (script, args, env) = row.ok_or(DbError::NotFound(id))?;
+    Ok(Payload {
+        script,
+        args: serde_json::from_str(&args).map_err(|e| DbError::Invalid(format!("job {id} args: {e}")))?,
+        environment: serde_json::from_str(&env).map_err(|e| DbError::Invalid(format!("job {id} environment: {e}")))?,
+    })
+}
+
+pub fn job(conn: &Connection, id: JobId) -> Result<Job, DbError> {
+    conn.prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1"))?
+        .query_row([id as i64], job_from_row)
+        .optional()?
+        .ok_or(DbError::NotFound(id))
+}
+
+/// Pending, running and completing jobs: what the daemon loads at start.
+pub fn active_jobs(conn: &Connection) -> Result<Vec<Job>, DbError> {
+    let mut stmt = conn.prepare(&format!(
+        "SELECT {JOB_COLUMNS} FROM jobs WHERE state IN ('PENDING', 'RUNNING', 'COMPLETING') ORDER BY id"
+    ))?;
+    let rows = stmt.query_map([], job_from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Jobs for `ysacct`: those matching the filter that were active at some
+/// point in [start, end] (submitted before `end`, not ended before `start`).
+pub fn find_jobs(conn: &Connection, filter: &JobFilter, limit: usize) -> Result<Vec<Job>, DbError> {
+    let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE 1 = 1");
+    let mut values: Vec<rusqlite::types::Value> = Vec::new();
+    let mut push_in = |sql: &mut String, column: &str, items: Vec<rusqlite::types::Value>| {
+        if items.is_empty() {
+            return;
+        }
+        let marks = vec!["?"; items.len()].join(", ");
+        sql.push_str(&format!(" AND {column} IN ({marks})"));
+        values.extend(items);
+    };
+    push_in(&mut sql, "id", filter.job_ids.iter().map(|&i| (i as i64).into()).collect());
+    push_in(&mut sql, "user", filter.users.iter().map(|u| u.clone().into()).collect());
+    push_in(&mut sql, "account", filter.accounts.iter().map(|a| a.clone().into()).collect());
+    push_in(&mut sql, "name", filter.names.iter().map(|n| n.clone().into()).collect());
+    push_in(&mut sql, "state", filter.states.iter().map(|s| s.name().to_string().into()).collect());
+    if let Some(start) = filter.start {
+        sql.push_str(" AND (end_time IS NULL OR end_time >= ?)");
+        values.push(start.into());
+    }
+    if let Some(end) = filter.end {
+        sql.push_str(" AND submit_time <= ?");
+        values.push(end.into());
+    }
+    sql.push_str(&format!(" ORDER BY id LIMIT {limit}"));
+    let mut stmt = conn.prepare(&sql)?;
+    let rows = stmt.query_map(rusqlite::params_from_iter(values), job_from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Records a state-changing request and the reply it got.
+pub fn record_request(conn: &Connection, name: &str, uid: u32, now: i64, kind: &str, reply: &Reply) -> Result<(), DbError> {
+    let reply = serde_json::to_string(reply).map_err(|e| DbError::Invalid(e.to_string()))?;
+    conn.prepare_cached("INSERT INTO requests (spool_name, uid, received, kind, reply) VALUES (?1, ?2, ?3, ?4, ?5)")?
+        .execute(params![name, uid, now, kind, reply])?;
+    Ok(())
+}
+
+/// The uid and reply of a request already taken, if it was.
+pub fn find_request(conn: &Connection, name: &str) -> Result<Option<(u32, Reply)>, DbError> {
+    let row: Option<(u32, String)> = conn
+        .prepare_cached("SELECT uid, reply FROM requests WHERE spool_name = ?1")?
+        .query_row([name], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    match row {
+        Some((uid, reply)) => {
+            let reply = serde_json::from_str(&reply).map_err(|e| DbError::Invalid(format!("stored reply: {e}")))?;
+            Ok(Some((uid, reply)))
+        }
+        None => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn sample_job() -> Job {
+        Job {
+            id: 0,
+            uid: 1000,
+            gid: 1000,
+            user: "alice".into(),
+            account: "vision".into(),
+            qos: "medium".into(),
+            name: "train".into(),
+            state: JobState::Pending,
+            hold: None,
+            gpus: GpuRequest {
+                count: 2,
+                gpu_type: Some("a100".into()),
+            },
+            cpus: 4,
+            mem_mb: Some(8192),
+            time_limit: Some(3600),
+            submit_time: 1_000,
+            begin_time: None,
+            start_time: None,
+            end_time: None,
+            gpus_alloc: vec![],
+            node: None,
+            exit: None,
+            restart_count: 0,
+            reason: None,
+            kill_reason: None,
+            work_dir: "/home/alice".into(),
+            submit_dir: "/home/alice".into(),
+            std_out: "ys-%j.out".into(),
+            std_err: None,
+            open_append: false,
+            comment: Some("first".into()),
+        }
+    }
+
+    fn payload() -> Payload {
+        Payload {
+            script: "#!/bin/sh\ntrue\n".into(),
+            args: vec!["a b".into()],
+            environment: vec![("PATH".into(), "/bin".into())],
+        }
+    }
+
+    #[test]
+    fn jobs_round_trip_through_the_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open(&dir.path().join("t.db")).unwrap();
+        let id = insert_job(&conn, &sample_job(), &payload()).unwrap();
+        assert_eq!(id, 1);
+        let mut job = job(&conn, id).unwrap();
+        assert_eq!(job, Job { id, ..sample_job() });
+        job.state = JobState::Running;
+        job.start_time = Some(1_010);
+        job.gpus_alloc = vec![2, 3];
+        job.node = Some("gpu01".into());
+        update_job(&conn, &job).unwrap();
+        assert_eq!(active_jobs(&conn).unwrap(), vec![job.clone()]);
+        job.state = JobState::Failed;
+        job.exit = Some(ExitStatus { code: 3, signal: 0 });
+        job.end_time = Some(1_020);
+        update_job(&conn, &job).unwrap();
+        assert!(active_jobs(&conn).unwrap().is_empty());
+        assert_eq!(super::job(&conn, id).unwrap(), job);
+        assert_eq!(super::payload(&conn, id).unwrap(), payload());
+        assert!(matches!(super::job(&conn, 99), Err(DbError::NotFound(99))));
+        let filter = JobFilter {
+            states: vec![JobState::Failed],
+            start: Some(1_015),
+            ..JobFilter::default()
+        };
+        assert_eq!(find_jobs(&conn, &filter, 100).unwrap().len(), 1);
+        let filter = JobFilter {
+            start: Some(1_021),
+            ..JobFilter::default()
+        };
+        assert!(find_jobs(&conn, &filter, 100).unwrap().is_empty());
+    }
+
+    #[test]
+    fn requests_are_remembered() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open(&dir.path().join("t.db")).unwrap();
+        let reply = Reply::Submitted { job_id: 4 };
+        record_request(&conn, "job-1-2-3", 1000, 5, "job", &reply).unwrap();
+        assert_eq!(find_request(&conn, "job-1-2-3").unwrap(), Some((1000, reply)));
+        assert_eq!(find_request(&conn, "job-9").unwrap(), None);
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.pragma_update(None, "user_version", 99).unwrap();
+        }
+        let err = open(&path).unwrap_err();
+        assert!(matches!(err, DbError::TooNew { found: 99, .. }), "{err}");
+        assert!(err.to_string().contains("newer than this ysched knows"));
+    }
+
+    #[test]
+    fn a_corrupt_file_is_refused_not_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        std::fs::write(&path, vec![0x42u8; 8192]).unwrap();
+        let err = open(&path).unwrap_err();
+        assert!(err.to_string().contains("restore"), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), vec![0x42u8; 8192], "the file must be left alone");
+    }
+}

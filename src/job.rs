@@ -1,0 +1,305 @@
+//! The job: what a user asked for (`JobRequest`), the record the daemon keeps
+//! (`Job`), and the states a job moves through.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+pub type JobId = u64;
+
+/// Job states, with Slurm's names and compact codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum JobState {
+    Pending,
+    Running,
+    /// Signalled (cancel or time limit) and waiting for its processes to end;
+    /// it still holds its GPUs.
+    Completing,
+    Completed,
+    Failed,
+    Cancelled,
+    Timeout,
+    /// The job's supervisor was lost (killed, or the machine failed) after the
+    /// script had started; what the script did is unknown.
+    NodeFail,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 8] = [
+        JobState::Pending,
+        JobState::Running,
+        JobState::Completing,
+        JobState::Completed,
+        JobState::Failed,
+        JobState::Cancelled,
+        JobState::Timeout,
+        JobState::NodeFail,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            JobState::Pending => "PENDING",
+            JobState::Running => "RUNNING",
+            JobState::Completing => "COMPLETING",
+            JobState::Completed => "COMPLETED",
+            JobState::Failed => "FAILED",
+            JobState::Cancelled => "CANCELLED",
+            JobState::Timeout => "TIMEOUT",
+            JobState::NodeFail => "NODE_FAIL",
+        }
+    }
+
+    pub fn compact(self) -> &'static str {
+        match self {
+            JobState::Pending => "PD",
+            JobState::Running => "R",
+            JobState::Completing => "CG",
+            JobState::Completed => "CD",
+            JobState::Failed => "F",
+            JobState::Cancelled => "CA",
+            JobState::Timeout => "TO",
+            JobState::NodeFail => "NF",
+        }
+    }
+
+    /// Accepts a state's name or compact code, in any case (`-t R`, `-t running`).
+    pub fn parse(text: &str) -> Option<JobState> {
+        let t = text.trim().to_ascii_uppercase();
+        JobState::ALL
+            .into_iter()
+            .find(|s| s.name() == t || s.compact() == t)
+            .or(match t.as_str() {
+                "CANCELED" => Some(JobState::Cancelled),
+                _ => None,
+            })
+    }
+
+    /// Still in the queue: pending, running, or finishing.
+    pub fn is_active(self) -> bool {
+        matches!(self, JobState::Pending | JobState::Running | JobState::Completing)
+    }
+
+    pub fn holds_gpus(self) -> bool {
+        matches!(self, JobState::Running | JobState::Completing)
+    }
+
+    pub fn can_cancel(self) -> bool {
+        matches!(self, JobState::Pending | JobState::Running)
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Who put a hold on a pending job; a user may release only their own hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Hold {
+    User,
+    Admin,
+}
+
+impl Hold {
+    pub fn name(self) -> &'static str {
+        match self {
+            Hold::User => "user",
+            Hold::Admin => "admin",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Hold> {
+        match text {
+            "user" => Some(Hold::User),
+            "admin" => Some(Hold::Admin),
+            _ => None,
+        }
+    }
+}
+
+/// GPUs a job asks for: a count, and optionally one type.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuRequest {
+    pub count: u32,
+    pub gpu_type: Option<String>,
+}
+
+impl fmt::Display for GpuRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.gpu_type {
+            Some(t) => write!(f, "gpu:{t}:{}", self.count),
+            None => write!(f, "gpu:{}", self.count),
+        }
+    }
+}
+
+/// Everything a submission carries, resolved by `ysbatch` from the script's
+/// directives and its command line. Identity is not in here: the daemon takes
+/// it from the spool file's owner.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobRequest {
+    pub name: String,
+    pub account: Option<String>,
+    pub qos: Option<String>,
+    pub gpus: GpuRequest,
+    pub cpus: u32,
+    /// Memory in MiB; `None` when not asked for.
+    pub mem_mb: Option<u64>,
+    /// Seconds. Outer `None`: not given (the config's default applies);
+    /// `Some(None)`: UNLIMITED asked for explicitly.
+    pub time_limit: Option<Option<u64>>,
+    /// Output file pattern (`%j` etc.), relative to `work_dir` unless absolute.
+    pub output: Option<String>,
+    pub error: Option<String>,
+    pub open_append: bool,
+    pub work_dir: PathBuf,
+    pub submit_dir: PathBuf,
+    pub environment: Vec<(String, String)>,
+    pub hold: bool,
+    pub begin_time: Option<i64>,
+    pub comment: Option<String>,
+    pub script: String,
+    pub args: Vec<String>,
+}
+
+/// How a job's process ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitStatus {
+    pub code: i32,
+    pub signal: i32,
+}
+
+impl fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.code, self.signal)
+    }
+}
+
+/// The record the daemon keeps of a job, one row of the `jobs` table.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    pub id: JobId,
+    pub uid: u32,
+    pub gid: u32,
+    pub user: String,
+    pub account: String,
+    pub qos: String,
+    pub name: String,
+    pub state: JobState,
+    pub hold: Option<Hold>,
+    pub gpus: GpuRequest,
+    pub cpus: u32,
+    pub mem_mb: Option<u64>,
+    pub time_limit: Option<u64>,
+    pub submit_time: i64,
+    pub begin_time: Option<i64>,
+    pub start_time: Option<i64>,
+    pub end_time: Option<i64>,
+    /// Global GPU indices while or after it ran.
+    pub gpus_alloc: Vec<u32>,
+    pub node: Option<String>,
+    pub exit: Option<ExitStatus>,
+    pub restart_count: u32,
+    /// Why a finished job failed where the exit code does not say (a launch
+    /// error, a lost supervisor), or what ended a completing one.
+    pub reason: Option<String>,
+    /// While COMPLETING: the state it will end in (CANCELLED or TIMEOUT).
+    pub kill_reason: Option<JobState>,
+    pub work_dir: PathBuf,
+    pub submit_dir: PathBuf,
+    pub std_out: String,
+    pub std_err: Option<String>,
+    pub open_append: bool,
+    pub comment: Option<String>,
+}
+
+impl Job {
+    /// Seconds the job has run (to `now` while it runs).
+    pub fn elapsed(&self, now: i64) -> u64 {
+        match self.start_time {
+            Some(start) => (self.end_time.unwrap_or(now) - start).max(0) as u64,
+            None => 0,
+        }
+    }
+
+    /// The output file path with its `%` patterns expanded.
+    pub fn stdout_path(&self) -> PathBuf {
+        self.expand_path(&self.std_out)
+    }
+
+    /// The error file path; `None` when stderr goes with stdout.
+    pub fn stderr_path(&self) -> Option<PathBuf> {
+        self.std_err.as_deref().map(|p| self.expand_path(p))
+    }
+
+    fn expand_path(&self, pattern: &str) -> PathBuf {
+        let expanded = expand_filename_pattern(pattern, self.id, &self.name, &self.user, self.node.as_deref());
+        let path = PathBuf::from(expanded);
+        if path.is_absolute() {
+            path
+        } else {
+            self.work_dir.join(path)
+        }
+    }
+}
+
+/// Expands sbatch's filename patterns: `%j` `%A` job id, `%x` name, `%u` user,
+/// `%a` array index (0: ysched has no arrays yet), `%N` node, `%%` a percent
+/// sign. An optional width between `%` and the letter zero-pads numbers
+/// (`%5j` → `00042`), as in Slurm.
+pub fn expand_filename_pattern(pattern: &str, id: JobId, name: &str, user: &str, node: Option<&str>) -> String {
+    let mut out = String::with_capacity(pattern.len() + 8);
+    let mut chars = pattern.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        let mut width = String::new();
+        while let Some(d) = chars.peek().filter(|d| d.is_ascii_digit()) {
+            width.push(*d);
+            chars.next();
+        }
+        let width: usize = width.parse().unwrap_or(0).min(10);
+        match chars.next() {
+            Some('%') => out.push('%'),
+            Some('j') | Some('A') => out.push_str(&format!("{id:0width$}")),
+            Some('a') => out.push_str(&format!("{:0width$}", 0)),
+            Some('x') => out.push_str(name),
+            Some('u') => out.push_str(user),
+            Some('N') => out.push_str(node.unwrap_or("")),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_parse_by_name_and_code() {
+        assert_eq!(JobState::parse("R"), Some(JobState::Running));
+        assert_eq!(JobState::parse("pending"), Some(JobState::Pending));
+        assert_eq!(JobState::parse("CA"), Some(JobState::Cancelled));
+        assert_eq!(JobState::parse("canceled"), Some(JobState::Cancelled));
+        assert_eq!(JobState::parse("BOGUS"), None);
+    }
+
+    #[test]
+    fn filename_patterns() {
+        let out = expand_filename_pattern("logs/%x-%j-%u.%a.out", 42, "yolo", "alice", Some("gpu01"));
+        assert_eq!(out, "logs/yolo-42-alice.0.out");
+        assert_eq!(expand_filename_pattern("%5j_%%_%N", 42, "n", "u", Some("gpu01")), "00042_%_gpu01");
+        assert_eq!(expand_filename_pattern("x%q%", 1, "n", "u", None), "x%q%");
+    }
+}

@@ -1,0 +1,13 @@
+//! ysched: a Slurm-style GPU batch scheduler for teams that share GPU
+//! servers. See DESIGN.md in the repository for the architecture; each
+//! module below owns one concern.
+
+pub mod config;
+pub mod db;
+pub mod gpu;
+pub mod job;
+pub mod proto;
+pub mod sched;
+pub mod script;
+pub mod spool;
+pub mod units;

@@ -1,0 +1,151 @@
+//! The messages that travel through the spool: one request type for
+//! submissions, control requests and queries, and one reply type. Adding a
+//! command means adding a variant here, and the compiler lists every place
+//! that must handle it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::job::{Job, JobId, JobRequest, JobState};
+
+/// Bumped when a message changes incompatibly; a daemon refuses other versions
+/// with a message instead of misreading them.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Envelope {
+    pub version: u32,
+    pub request: Request,
+}
+
+impl Envelope {
+    pub fn new(request: Request) -> Envelope {
+        Envelope {
+            version: PROTOCOL_VERSION,
+            request,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "body", rename_all = "snake_case")]
+pub enum Request {
+    Submit(Box<JobRequest>),
+    Control(Control),
+    Query(Query),
+}
+
+impl Request {
+    /// Requests that change state are made durable by the client (fsync)
+    /// and recorded by the daemon; queries are neither.
+    pub fn changes_state(&self) -> bool {
+        !matches!(self, Request::Query(_))
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Request::Submit(_) => "job",
+            Request::Control(_) => "ctl",
+            Request::Query(_) => "qry",
+        }
+    }
+}
+
+/// Which jobs a control request acts on. Ids, when given, name the jobs;
+/// the other fields narrow them down (or, without ids, select them).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobSelector {
+    pub job_ids: Vec<JobId>,
+    pub user: Option<String>,
+    pub account: Option<String>,
+    pub name: Option<String>,
+    pub states: Vec<JobState>,
+}
+
+impl JobSelector {
+    pub fn is_empty(&self) -> bool {
+        self.job_ids.is_empty() && self.user.is_none() && self.account.is_none() && self.name.is_none() && self.states.is_empty()
+    }
+
+    pub fn matches(&self, job: &Job) -> bool {
+        (self.job_ids.is_empty() || self.job_ids.contains(&job.id))
+            && self.user.as_ref().is_none_or(|u| *u == job.user)
+            && self.account.as_ref().is_none_or(|a| *a == job.account)
+            && self.name.as_ref().is_none_or(|n| *n == job.name)
+            && (self.states.is_empty() || self.states.contains(&job.state))
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Control {
+    /// Cancel the jobs, or with `signal`, send them that signal and let them run.
+    Cancel { selector: JobSelector, signal: Option<i32> },
+    Hold { job_ids: Vec<JobId> },
+    Release { job_ids: Vec<JobId> },
+    /// Re-read the config file (admins only).
+    Reload,
+}
+
+/// Filters for the read-only views.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobFilter {
+    pub job_ids: Vec<JobId>,
+    pub users: Vec<String>,
+    pub accounts: Vec<String>,
+    pub names: Vec<String>,
+    pub states: Vec<JobState>,
+    /// Accounting window (Unix seconds): jobs active at some point in it.
+    pub start: Option<i64>,
+    pub end: Option<i64>,
+}
+
+impl JobFilter {
+    pub fn matches(&self, job: &Job) -> bool {
+        (self.job_ids.is_empty() || self.job_ids.contains(&job.id))
+            && (self.users.is_empty() || self.users.contains(&job.user))
+            && (self.accounts.is_empty() || self.accounts.contains(&job.account))
+            && (self.names.is_empty() || self.names.contains(&job.name))
+            && (self.states.is_empty() || self.states.contains(&job.state))
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Query {
+    /// Pending and running jobs (ysqueue).
+    Queue(JobFilter),
+    /// Jobs from the accounting database, finished or not (ysacct).
+    Accounting(JobFilter),
+    /// One job in full (yscontrol show job).
+    Job(JobId),
+}
+
+/// A job as a command sees it. Another user's job comes `redacted`: its
+/// paths, environment-derived fields and comment are blanked.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobView {
+    #[serde(flatten)]
+    pub job: Job,
+    /// Why a pending job waits (Slurm's reason codes).
+    pub pending_reason: Option<String>,
+    pub priority: i64,
+    pub redacted: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobOutcome {
+    pub job_id: JobId,
+    /// `None` when the action succeeded for this job.
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Reply {
+    Submitted { job_id: JobId },
+    /// The request as a whole was refused.
+    Rejected { error: String },
+    /// Per-job results of a control request.
+    Control { outcomes: Vec<JobOutcome>, message: Option<String> },
+    Jobs { jobs: Vec<JobView>, now: i64 },
+}

@@ -1,0 +1,306 @@
+//! Whether a submission is acceptable at all: the user's account and QoS,
+//! and a request the server could ever satisfy. A job that could never run
+//! is refused at submit with the reason, instead of waiting forever.
+
+use thiserror::Error;
+
+use crate::config::Config;
+use crate::gpu::Inventory;
+use crate::job::JobRequest;
+use crate::units;
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum AdmissionError {
+    #[error("jobs may not run as root; set allow_root_jobs = true in {config} to allow it")]
+    RootJob { config: String },
+    #[error("user {user} may not use account '{account}' (allowed: {allowed})")]
+    Account { user: String, account: String, allowed: String },
+    #[error("user {user} belongs to no account; an administrator must add them to an [[accounts]] table in {config}")]
+    NoAccount { user: String, config: String },
+    #[error("unknown QoS '{qos}' (known: {known})")]
+    Qos { qos: String, known: String },
+    #[error("no GPU of type '{gpu_type}' on this server (it has: {available})")]
+    GpuType { gpu_type: String, available: String },
+    #[error("{requested} GPUs requested{of_type} but this server has at most {available} (GPUs: {inventory})")]
+    GpuCount {
+        requested: u32,
+        of_type: String,
+        available: u32,
+        inventory: String,
+    },
+    #[error("{requested} CPUs requested but this server offers {available}")]
+    Cpus { requested: u32, available: u32 },
+    #[error("{requested} of memory requested but this server offers {available}")]
+    Memory { requested: String, available: String },
+    #[error("time limit {requested} exceeds the maximum of {max} (max_time in the config)")]
+    TimeLimit { requested: String, max: String },
+}
+
+/// What the server can hand out, as the daemon measured or the config says.
+#[derive(Clone, Debug)]
+pub struct Capacity<'a> {
+    pub inventory: &'a Inventory,
+    pub cpus: u32,
+    pub mem_mb: u64,
+}
+
+/// The choices the daemon fills in for an accepted job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Admitted {
+    pub account: String,
+    pub qos: String,
+    pub time_limit: Option<u64>,
+}
+
+pub fn admit(request: &JobRequest, uid: u32, user: &str, config: &Config, capacity: &Capacity) -> Result<Admitted, AdmissionError> {
+    let config_name = config.path.display().to_string();
+    if uid == 0 && !config.allow_root_jobs {
+        return Err(AdmissionError::RootJob { config: config_name });
+    }
+    let allowed = config.accounts_for(user);
+    let account = match &request.account {
+        Some(a) if allowed.contains(&a.as_str()) => a.clone(),
+        Some(a) => {
+            return Err(AdmissionError::Account {
+                user: user.to_string(),
+                account: a.clone(),
+                allowed: if allowed.is_empty() {
+                    "none".to_string()
+                } else {
+                    allowed.join(", ")
+                },
+            })
+        }
+        None => match allowed.first() {
+            Some(a) => a.to_string(),
+            None => {
+                return Err(AdmissionError::NoAccount {
+                    user: user.to_string(),
+                    config: config_name,
+                })
+            }
+        },
+    };
+    let qos = match &request.qos {
+        Some(q) if config.qos_named(q).is_some() => q.clone(),
+        Some(q) => {
+            return Err(AdmissionError::Qos {
+                qos: q.clone(),
+                known: config.qos.iter().map(|q| q.name.as_str()).collect::<Vec<_>>().join(", "),
+            })
+        }
+        None => config.default_qos.clone(),
+    };
+    check_gpus(request, capacity.inventory)?;
+    if request.cpus > capacity.cpus {
+        return Err(AdmissionError::Cpus {
+            requested: request.cpus,
+            available: capacity.cpus,
+        });
+    }
+    if let Some(mem) = request.mem_mb {
+        if mem > capacity.mem_mb {
+            return Err(AdmissionError::Memory {
+                requested: units::format_memory_mb(mem),
+                available: units::format_memory_mb(capacity.mem_mb),
+            });
+        }
+    }
+    let time_limit = match request.time_limit {
+        Some(limit) => limit,
+        None => config.default_time.or(config.max_time),
+    };
+    if let Some(max) = config.max_time {
+        if time_limit.is_none_or(|t| t > max) {
+            return Err(AdmissionError::TimeLimit {
+                requested: units::format_time_limit(time_limit),
+                max: units::format_duration(max),
+            });
+        }
+    }
+    Ok(Admitted {
+        account,
+        qos,
+        time_limit,
+    })
+}
+
+fn check_gpus(request: &JobRequest, inventory: &Inventory) -> Result<(), AdmissionError> {
+    let wanted = &request.gpus;
+    if wanted.count == 0 {
+        return Ok(());
+    }
+    let counts = inventory.type_counts();
+    let describe = || inventory.describe();
+    match &wanted.gpu_type {
+        Some(t) => {
+            let Some((_, n)) = counts.iter().find(|(name, _)| name == t) else {
+                return Err(AdmissionError::GpuType {
+                    gpu_type: t.clone(),
+                    available: describe(),
+                });
+            };
+            if wanted.count > *n {
+                return Err(AdmissionError::GpuCount {
+                    requested: wanted.count,
+                    of_type: format!(" of type {t}"),
+                    available: *n,
+                    inventory: describe(),
+                });
+            }
+        }
+        None => {
+            // One job's GPUs are of one type, so the largest pool bounds it.
+            let largest = counts.iter().map(|(_, n)| *n).max().unwrap_or(0);
+            if wanted.count > largest {
+                return Err(AdmissionError::GpuCount {
+                    requested: wanted.count,
+                    of_type: String::new(),
+                    available: largest,
+                    inventory: describe(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::GpuRequest;
+    use std::path::Path;
+
+    fn config(extra: &str) -> Config {
+        // `extra` comes first: top-level keys must precede the tables.
+        let text = format!(
+            "{extra}\n[[gpus]]\ntype = \"a100\"\ncount = 4\nmemory = \"80G\"\n[[gpus]]\ntype = \"t4\"\ncount = 2\nmemory = \"16G\"\n"
+        );
+        Config::parse(&text, Path::new("/etc/ysched/ysched.toml")).unwrap()
+    }
+
+    fn request() -> JobRequest {
+        JobRequest {
+            name: "t".into(),
+            account: None,
+            qos: None,
+            gpus: GpuRequest {
+                count: 1,
+                gpu_type: None,
+            },
+            cpus: 1,
+            mem_mb: None,
+            time_limit: None,
+            output: None,
+            error: None,
+            open_append: false,
+            work_dir: "/".into(),
+            submit_dir: "/".into(),
+            environment: vec![],
+            hold: false,
+            begin_time: None,
+            comment: None,
+            script: "#!/bin/sh\n".into(),
+            args: vec![],
+        }
+    }
+
+    fn check(req: &JobRequest, cfg: &Config) -> Result<Admitted, AdmissionError> {
+        let inv = Inventory::declared(cfg);
+        admit(
+            req,
+            1000,
+            "alice",
+            cfg,
+            &Capacity {
+                inventory: &inv,
+                cpus: 8,
+                mem_mb: 64 * 1024,
+            },
+        )
+    }
+
+    #[test]
+    fn defaults_are_filled_in() {
+        let a = check(&request(), &config("default_time = \"1:00:00\"")).unwrap();
+        assert_eq!(
+            a,
+            Admitted {
+                account: "default".into(),
+                qos: "medium".into(),
+                time_limit: Some(3_600)
+            }
+        );
+    }
+
+    #[test]
+    fn impossible_requests_are_refused_with_the_numbers() {
+        let cfg = config("");
+        let mut r = request();
+        r.gpus = GpuRequest {
+            count: 5,
+            gpu_type: None,
+        };
+        assert_eq!(
+            check(&r, &cfg).unwrap_err().to_string(),
+            "5 GPUs requested but this server has at most 4 (GPUs: a100 x4, t4 x2)"
+        );
+        r.gpus = GpuRequest {
+            count: 3,
+            gpu_type: Some("t4".into()),
+        };
+        assert!(check(&r, &cfg).unwrap_err().to_string().contains("3 GPUs requested of type t4 but this server has at most 2"));
+        r.gpus.gpu_type = Some("v100".into());
+        assert_eq!(
+            check(&r, &cfg).unwrap_err().to_string(),
+            "no GPU of type 'v100' on this server (it has: a100 x4, t4 x2)"
+        );
+        let mut r = request();
+        r.cpus = 9;
+        assert!(matches!(check(&r, &cfg), Err(AdmissionError::Cpus { .. })));
+        let mut r = request();
+        r.mem_mb = Some(100 * 1024);
+        assert!(check(&r, &cfg).unwrap_err().to_string().contains("100G of memory requested"));
+    }
+
+    #[test]
+    fn accounts_and_qos_are_checked() {
+        let cfg = config("[[accounts]]\nname = \"vision\"\nusers = [\"alice\"]\n[[accounts]]\nname = \"nlp\"\nusers = [\"bob\"]\n");
+        assert_eq!(check(&request(), &cfg).unwrap().account, "vision");
+        let mut r = request();
+        r.account = Some("nlp".into());
+        assert_eq!(
+            check(&r, &cfg).unwrap_err().to_string(),
+            "user alice may not use account 'nlp' (allowed: vision)"
+        );
+        let mut r = request();
+        r.qos = Some("urgent".into());
+        assert_eq!(
+            check(&r, &cfg).unwrap_err().to_string(),
+            "unknown QoS 'urgent' (known: critical, high, medium, low)"
+        );
+        let cfg = config("[[accounts]]\nname = \"nlp\"\nusers = [\"bob\"]\n");
+        assert!(matches!(check(&request(), &cfg), Err(AdmissionError::NoAccount { .. })));
+    }
+
+    #[test]
+    fn root_and_time_limits() {
+        let cfg = config("max_time = \"2:00:00\"");
+        let inv = Inventory::declared(&cfg);
+        let cap = Capacity {
+            inventory: &inv,
+            cpus: 8,
+            mem_mb: 1024,
+        };
+        assert!(matches!(admit(&request(), 0, "root", &cfg, &cap), Err(AdmissionError::RootJob { .. })));
+        assert_eq!(check(&request(), &cfg).unwrap().time_limit, Some(7_200), "max_time is the default");
+        let mut r = request();
+        r.time_limit = Some(Some(3 * 3_600));
+        assert_eq!(
+            check(&r, &cfg).unwrap_err().to_string(),
+            "time limit 3:00:00 exceeds the maximum of 2:00:00 (max_time in the config)"
+        );
+        r.time_limit = Some(None);
+        assert!(check(&r, &cfg).is_err(), "UNLIMITED exceeds any max_time");
+    }
+}

@@ -1,0 +1,395 @@
+//! Scheduling policy as pure functions of (state, time): no clock, files,
+//! SQL or processes in here, so it is tested with made-up time and can be
+//! replayed by a simulator.
+
+pub mod admission;
+pub mod placement;
+pub mod priority;
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+
+use crate::gpu::Gpu;
+use crate::job::{Hold, Job, JobId};
+
+/// Why a pending job waits, with Slurm's names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// Not looked at yet (just submitted).
+    None,
+    /// It would fit, but the resources are kept for a higher-priority job.
+    Priority,
+    /// Not enough free GPUs, CPUs or memory.
+    Resources,
+    BeginTime,
+    JobHeldUser,
+    JobHeldAdmin,
+}
+
+impl Reason {
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::None => "None",
+            Reason::Priority => "Priority",
+            Reason::Resources => "Resources",
+            Reason::BeginTime => "BeginTime",
+            Reason::JobHeldUser => "JobHeldUser",
+            Reason::JobHeldAdmin => "JobHeldAdmin",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The consumable resources of the node.
+#[derive(Clone, Debug)]
+pub struct Node<'a> {
+    pub gpus: &'a [Gpu],
+    pub cpus: u32,
+    pub mem_mb: u64,
+}
+
+/// The outcome of one scheduling pass.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    /// Jobs to start now, with their GPUs, in priority order.
+    pub starts: Vec<(JobId, Vec<u32>)>,
+    /// Why each pending job that does not start waits.
+    pub reasons: HashMap<JobId, Reason>,
+    /// Pending job ids in scheduling order (for `ysqueue`).
+    pub order: Vec<JobId>,
+    /// The earliest future time at which a pass could start something that
+    /// nothing else will wake the daemon for (a `--begin` time).
+    pub wake_at: Option<i64>,
+}
+
+#[derive(Clone, Debug)]
+struct Free {
+    gpus: BTreeSet<u32>,
+    cpus: u32,
+    mem_mb: u64,
+}
+
+impl Free {
+    fn fits(&self, job: &Job) -> bool {
+        job.cpus <= self.cpus && job.mem_mb.unwrap_or(0) <= self.mem_mb
+    }
+
+    fn take(&mut self, job: &Job, gpus: &[u32]) {
+        for g in gpus {
+            self.gpus.remove(g);
+        }
+        self.cpus -= job.cpus;
+        self.mem_mb -= job.mem_mb.unwrap_or(0);
+    }
+
+    fn give(&mut self, job: &Job) {
+        self.gpus.extend(job.gpus_alloc.iter().copied());
+        self.cpus += job.cpus;
+        self.mem_mb += job.mem_mb.unwrap_or(0);
+    }
+}
+
+/// Where and when the highest-priority blocked job will run, and what is
+/// left over then for jobs that would still run at that time.
+struct Reservation {
+    /// `None`: no running job with a time limit frees enough, so its start
+    /// cannot be predicted (running jobs without limits).
+    at: Option<i64>,
+    gpus: BTreeSet<u32>,
+    /// Resources free at `at` beyond what the reserved job takes.
+    spare: Free,
+}
+
+/// One scheduling pass (EASY backfill): jobs in priority order start where
+/// they fit; the first that does not fit gets a reservation at the earliest
+/// time running jobs' limits free enough for it; later jobs start only if
+/// they end before that time or use nothing it needs.
+///
+/// `pending` and `running` come with each job's priority (`running`'s is
+/// unused). A running job without a time limit never ends in this model;
+/// one that is completing ends now.
+pub fn plan(pending: &[(&Job, i64)], running: &[&Job], node: &Node, now: i64) -> Plan {
+    let mut free = Free {
+        gpus: node.gpus.iter().map(|g| g.index).collect(),
+        cpus: node.cpus,
+        mem_mb: node.mem_mb,
+    };
+    for job in running {
+        for g in &job.gpus_alloc {
+            free.gpus.remove(g);
+        }
+        free.cpus = free.cpus.saturating_sub(job.cpus);
+        free.mem_mb = free.mem_mb.saturating_sub(job.mem_mb.unwrap_or(0));
+    }
+    // When each running job is expected to release its resources.
+    let mut ends: Vec<(i64, &Job)> = running
+        .iter()
+        .filter_map(|j| expected_end(j, now).map(|t| (t, *j)))
+        .collect();
+    ends.sort_by_key(|(t, j)| (*t, j.id));
+
+    let mut ordered: Vec<(&Job, i64)> = pending.to_vec();
+    ordered.sort_by(|a, b| priority::order(*a, *b));
+
+    let mut plan = Plan {
+        order: ordered.iter().map(|(j, _)| j.id).collect(),
+        ..Plan::default()
+    };
+    let mut reservation: Option<Reservation> = None;
+    // Jobs started in this pass, with their ends, for the reservation's model.
+    let mut started: Vec<(Option<i64>, Job)> = Vec::new();
+
+    for (job, _) in ordered {
+        match job.hold {
+            Some(Hold::User) => {
+                plan.reasons.insert(job.id, Reason::JobHeldUser);
+                continue;
+            }
+            Some(Hold::Admin) => {
+                plan.reasons.insert(job.id, Reason::JobHeldAdmin);
+                continue;
+            }
+            None => {}
+        }
+        if let Some(begin) = job.begin_time.filter(|&b| b > now) {
+            plan.reasons.insert(job.id, Reason::BeginTime);
+            plan.wake_at = Some(plan.wake_at.map_or(begin, |w| w.min(begin)));
+            continue;
+        }
+        let end = job.time_limit.map(|l| now + l as i64);
+        let placed = if free.fits(job) {
+            placement::place(&job.gpus, &free.gpus, node.gpus)
+        } else {
+            None
+        };
+        let Some(gpus) = placed else {
+            if reservation.is_none() {
+                reservation = reserve(job, &free, &ends, &started, node);
+            }
+            plan.reasons.insert(job.id, Reason::Resources);
+            continue;
+        };
+        let gpus = match &mut reservation {
+            None => gpus,
+            Some(res) => {
+                let ends_in_time = matches!((end, res.at), (Some(e), Some(at)) if e <= at);
+                if ends_in_time || res.at.is_none() {
+                    gpus
+                } else {
+                    // Runs past the reserved start: only spare resources.
+                    let mut usable = free.gpus.clone();
+                    usable.retain(|g| !res.gpus.contains(g) && res.spare.gpus.contains(g));
+                    match placement::place(&job.gpus, &usable, node.gpus).filter(|_| res.spare.fits(job)) {
+                        Some(g) => {
+                            res.spare.take(job, &g);
+                            g
+                        }
+                        None => {
+                            plan.reasons.insert(job.id, Reason::Priority);
+                            continue;
+                        }
+                    }
+                }
+            }
+        };
+        free.take(job, &gpus);
+        let mut as_started = (*job).clone();
+        as_started.gpus_alloc = gpus.clone();
+        started.push((end, as_started));
+        plan.starts.push((job.id, gpus));
+    }
+    plan
+}
+
+fn expected_end(job: &Job, now: i64) -> Option<i64> {
+    if job.state == crate::job::JobState::Completing {
+        return Some(now);
+    }
+    let start = job.start_time.unwrap_or(now);
+    job.time_limit.map(|l| (start + l as i64).max(now))
+}
+
+/// Finds the earliest time at which `job` fits, releasing running jobs (and
+/// jobs started earlier in this pass) in order of their expected ends.
+fn reserve(job: &Job, free: &Free, ends: &[(i64, &Job)], started: &[(Option<i64>, Job)], node: &Node) -> Option<Reservation> {
+    let mut timeline: Vec<(i64, &Job)> = ends.to_vec();
+    timeline.extend(started.iter().filter_map(|(e, j)| e.map(|e| (e, j))));
+    timeline.sort_by_key(|(t, j)| (*t, j.id));
+    let mut at_time = free.clone();
+    for (t, ending) in timeline {
+        at_time.give(ending);
+        if !at_time.fits(job) {
+            continue;
+        }
+        if let Some(gpus) = placement::place(&job.gpus, &at_time.gpus, node.gpus) {
+            let mut spare = at_time.clone();
+            spare.take(job, &gpus);
+            return Some(Reservation {
+                at: Some(t),
+                gpus: gpus.into_iter().collect(),
+                spare,
+            });
+        }
+    }
+    Some(Reservation {
+        at: None,
+        gpus: BTreeSet::new(),
+        spare: free.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::{GpuRequest, JobState};
+
+    fn gpus(n: u32) -> Vec<Gpu> {
+        (0..n)
+            .map(|i| Gpu {
+                index: i,
+                gpu_type: "a100".into(),
+                memory_mb: 1,
+                device: None,
+            })
+            .collect()
+    }
+
+    fn job(id: JobId, count: u32, limit: Option<u64>) -> Job {
+        Job {
+            id,
+            uid: 1000,
+            gid: 1000,
+            user: "alice".into(),
+            account: "default".into(),
+            qos: "medium".into(),
+            name: format!("j{id}"),
+            state: JobState::Pending,
+            hold: None,
+            gpus: GpuRequest {
+                count,
+                gpu_type: None,
+            },
+            cpus: 1,
+            mem_mb: None,
+            time_limit: limit,
+            submit_time: id as i64,
+            begin_time: None,
+            start_time: None,
+            end_time: None,
+            gpus_alloc: vec![],
+            node: None,
+            exit: None,
+            restart_count: 0,
+            reason: None,
+            kill_reason: None,
+            work_dir: "/".into(),
+            submit_dir: "/".into(),
+            std_out: "o".into(),
+            std_err: None,
+            open_append: false,
+            comment: None,
+        }
+    }
+
+    fn running(id: JobId, alloc: &[u32], start: i64, limit: Option<u64>) -> Job {
+        let mut j = job(id, alloc.len() as u32, limit);
+        j.state = JobState::Running;
+        j.gpus_alloc = alloc.to_vec();
+        j.start_time = Some(start);
+        j
+    }
+
+    fn node(g: &[Gpu]) -> Node<'_> {
+        Node {
+            gpus: g,
+            cpus: 64,
+            mem_mb: 1 << 20,
+        }
+    }
+
+    #[test]
+    fn jobs_start_in_priority_order_on_distinct_gpus() {
+        let g = gpus(4);
+        let (a, b, c) = (job(1, 2, None), job(2, 1, None), job(3, 2, None));
+        let p = plan(&[(&c, 0), (&a, 0), (&b, 10)], &[], &node(&g), 100);
+        assert_eq!(p.starts, vec![(2, vec![0]), (1, vec![1, 2])]);
+        assert_eq!(p.reasons[&3], Reason::Resources);
+        assert_eq!(p.order, vec![2, 1, 3]);
+    }
+
+    #[test]
+    fn a_freed_gpu_goes_to_the_next_job() {
+        let g = gpus(2);
+        let r = running(1, &[1], 0, None);
+        let next = job(2, 1, None);
+        let p = plan(&[(&next, 0)], &[&r], &node(&g), 10);
+        assert_eq!(p.starts, vec![(2, vec![0])]);
+    }
+
+    #[test]
+    fn holds_and_begin_times_wait_with_reasons() {
+        let g = gpus(4);
+        let mut held = job(1, 1, None);
+        held.hold = Some(Hold::User);
+        let mut admin = job(2, 1, None);
+        admin.hold = Some(Hold::Admin);
+        let mut later = job(3, 1, None);
+        later.begin_time = Some(500);
+        let p = plan(&[(&held, 0), (&admin, 0), (&later, 0)], &[], &node(&g), 100);
+        assert!(p.starts.is_empty());
+        assert_eq!(p.reasons[&1], Reason::JobHeldUser);
+        assert_eq!(p.reasons[&2], Reason::JobHeldAdmin);
+        assert_eq!(p.reasons[&3], Reason::BeginTime);
+        assert_eq!(p.wake_at, Some(500));
+        let p = plan(&[(&later, 0)], &[], &node(&g), 500);
+        assert_eq!(p.starts.len(), 1, "starts once its time has come");
+    }
+
+    #[test]
+    fn backfill_never_delays_the_reserved_job() {
+        let g = gpus(4);
+        // 3 GPUs busy until t=100 and t=200; a 4-GPU job waits for t=200.
+        let r1 = running(1, &[0], 0, Some(100));
+        let r2 = running(2, &[1, 2], 0, Some(200));
+        let big = job(3, 4, Some(1000));
+        let long = job(4, 1, Some(500)); // would hold GPU 3 past 200: may not
+        let short = job(5, 1, Some(150)); // ends at 160 < 200: may run
+        let now = 10;
+        let p = plan(&[(&big, 10), (&long, 0), (&short, 0)], &[&r1, &r2], &node(&g), now);
+        assert_eq!(p.starts, vec![(5, vec![3])]);
+        assert_eq!(p.reasons[&3], Reason::Resources);
+        assert_eq!(p.reasons[&4], Reason::Priority);
+    }
+
+    #[test]
+    fn backfill_may_use_gpus_the_reserved_job_does_not_need() {
+        let g = gpus(4);
+        let r1 = running(1, &[0, 1], 0, Some(100));
+        let r2 = running(2, &[2], 0, None);
+        let two = job(3, 2, Some(50)); // only GPU 3 is free: blocked until t=100, on 0,1
+        let one = job(4, 1, None); // no limit, but GPU 3 is spare at t=100
+        let p = plan(&[(&two, 10), (&one, 0)], &[&r1, &r2], &node(&g), 10);
+        assert_eq!(p.reasons[&3], Reason::Resources);
+        assert_eq!(p.starts, vec![(4, vec![3])], "GPU 3 is not needed by the reservation on 0,1");
+    }
+
+    #[test]
+    fn cpus_and_memory_are_consumed_too() {
+        let g = gpus(4);
+        let mut a = job(1, 1, None);
+        a.cpus = 40;
+        let mut b = job(2, 1, None);
+        b.cpus = 40;
+        let mut c = job(3, 0, None);
+        c.mem_mb = Some(2 << 20);
+        let p = plan(&[(&a, 0), (&b, 0), (&c, 0)], &[], &node(&g), 0);
+        assert_eq!(p.starts, vec![(1, vec![0])]);
+        assert_eq!(p.reasons[&2], Reason::Resources);
+        assert_eq!(p.reasons[&3], Reason::Resources);
+    }
+}

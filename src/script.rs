@@ -1,0 +1,651 @@
+//! Job scripts: the submit options (shared by `ysbatch`'s command line and the
+//! script's `#YS` / `#SBATCH` directives), directive parsing with line
+//! numbers, and resolution into a [`JobRequest`].
+
+use std::path::{Path, PathBuf};
+
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{Args, Parser, ValueEnum};
+use thiserror::Error;
+
+use crate::job::{GpuRequest, JobRequest};
+use crate::units;
+
+/// The most GPUs one job may ask for; anything above is a typo.
+pub const MAX_GPUS_PER_JOB: u32 = 1024;
+pub const MAX_CPUS_PER_JOB: u32 = 65_536;
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ScriptError {
+    /// A problem on one line of the script (1-based).
+    #[error("{source_name}: line {line}: {message}")]
+    Line {
+        source_name: String,
+        line: usize,
+        message: String,
+    },
+    /// A problem with a command-line option.
+    #[error("{0}")]
+    Option(String),
+    #[error("{0}")]
+    Script(String),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OpenMode {
+    Append,
+    Truncate,
+}
+
+/// Options a job can be given on the command line or in directives.
+#[derive(Args, Clone, Debug, Default)]
+pub struct SubmitOptions {
+    /// Name of the job (default: the script's file name)
+    #[arg(short = 'J', long = "job-name", value_name = "NAME")]
+    pub job_name: Option<String>,
+    /// Account to charge (default: your first account)
+    #[arg(short = 'A', long, value_name = "ACCOUNT")]
+    pub account: Option<String>,
+    /// Quality of service: critical, high, medium, low (default: the config's)
+    #[arg(short = 'q', long, value_name = "QOS")]
+    pub qos: Option<String>,
+    /// GPUs for the job: a count, or TYPE:COUNT (e.g. a100:2)
+    #[arg(short = 'G', long, value_name = "[TYPE:]N")]
+    pub gpus: Option<String>,
+    /// Generic resources, Slurm style: gpu[:TYPE][:N]
+    #[arg(long, value_name = "gpu[:TYPE]:N")]
+    pub gres: Option<String>,
+    /// GPUs per node (the same as --gpus on a single server)
+    #[arg(long = "gpus-per-node", value_name = "[TYPE:]N")]
+    pub gpus_per_node: Option<String>,
+    /// Time limit: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, or UNLIMITED
+    #[arg(short = 't', long, value_name = "TIME")]
+    pub time: Option<String>,
+    /// CPUs for the job
+    #[arg(short = 'c', long = "cpus-per-task", value_name = "N")]
+    pub cpus_per_task: Option<String>,
+    /// Memory for the job: a size with unit K, M, G, T (default unit M)
+    #[arg(long, value_name = "SIZE")]
+    pub mem: Option<String>,
+    /// Output file (patterns %j %x %u %A %a %N; default ys-%j.out)
+    #[arg(short = 'o', long, value_name = "PATTERN")]
+    pub output: Option<String>,
+    /// Error file (default: with the output)
+    #[arg(short = 'e', long, value_name = "PATTERN")]
+    pub error: Option<String>,
+    /// Append to or truncate the output files
+    #[arg(long = "open-mode", value_name = "MODE")]
+    pub open_mode: Option<OpenMode>,
+    /// Working directory of the job (default: where ysbatch runs)
+    #[arg(short = 'D', long, value_name = "DIR")]
+    pub chdir: Option<String>,
+    /// Environment to pass: ALL (default), NONE, or [ALL,]VAR[=VALUE],...
+    #[arg(long, value_name = "VARS")]
+    pub export: Option<String>,
+    /// Submit the job held; release it with `yscontrol release`
+    #[arg(short = 'H', long)]
+    pub hold: bool,
+    /// Start no earlier than: now+N[units], HH:MM[:SS], YYYY-MM-DD[THH:MM[:SS]]
+    #[arg(long, value_name = "TIME")]
+    pub begin: Option<String>,
+    /// A comment kept with the job
+    #[arg(long, value_name = "TEXT")]
+    pub comment: Option<String>,
+    /// Print only the job id
+    #[arg(long)]
+    pub parsable: bool,
+    /// Accepted for Slurm scripts; ysched has one partition (ignored)
+    #[arg(short = 'p', long, value_name = "NAME", hide_short_help = true)]
+    pub partition: Option<String>,
+    /// Accepted for Slurm scripts; must be 1
+    #[arg(short = 'N', long, value_name = "N", hide_short_help = true)]
+    pub nodes: Option<String>,
+    /// Accepted for Slurm scripts; the batch script is one task (ignored)
+    #[arg(short = 'n', long, value_name = "N", hide_short_help = true)]
+    pub ntasks: Option<String>,
+    /// Accepted for Slurm scripts (ignored)
+    #[arg(long = "ntasks-per-node", value_name = "N", hide_short_help = true)]
+    pub ntasks_per_node: Option<String>,
+    /// Accepted for Slurm scripts (ignored; mail comes in a later release)
+    #[arg(long = "mail-type", value_name = "TYPE", hide_short_help = true)]
+    pub mail_type: Option<String>,
+    /// Accepted for Slurm scripts (ignored)
+    #[arg(long = "mail-user", value_name = "ADDRESS", hide_short_help = true)]
+    pub mail_user: Option<String>,
+}
+
+/// One directive line, parsed with the same options as the command line.
+#[derive(Parser, Debug)]
+#[command(name = "directive", no_binary_name = true, disable_help_flag = true, disable_version_flag = true)]
+struct DirectiveLine {
+    #[command(flatten)]
+    options: SubmitOptions,
+}
+
+/// Options after their values were checked; `None` means "not given here".
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Partial {
+    pub name: Option<String>,
+    pub account: Option<String>,
+    pub qos: Option<String>,
+    pub gpus: Option<GpuRequest>,
+    pub time_limit: Option<Option<u64>>,
+    pub cpus: Option<u32>,
+    pub mem_mb: Option<u64>,
+    pub output: Option<String>,
+    pub error: Option<String>,
+    pub open_mode: Option<OpenMode>,
+    pub chdir: Option<String>,
+    pub export: Option<String>,
+    pub hold: bool,
+    pub begin: Option<String>,
+    pub comment: Option<String>,
+    pub parsable: bool,
+    /// Messages about options accepted but ignored.
+    pub warnings: Vec<String>,
+}
+
+impl Partial {
+    /// Checks the values of one set of options (a directive line or the
+    /// command line). Errors are plain messages; the caller adds the line.
+    pub fn from_options(o: SubmitOptions) -> Result<Partial, String> {
+        let mut warnings = Vec::new();
+        let gpu_specs: Vec<(&str, GpuRequest)> = [
+            ("--gpus", o.gpus.as_deref().map(parse_gpus).transpose()?),
+            ("--gpus-per-node", o.gpus_per_node.as_deref().map(parse_gpus).transpose()?),
+            ("--gres", o.gres.as_deref().map(parse_gres).transpose()?),
+        ]
+        .into_iter()
+        .filter_map(|(flag, req)| req.map(|r| (flag, r)))
+        .collect();
+        if let [(flag_a, a), rest @ ..] = gpu_specs.as_slice() {
+            if let Some((flag_b, b)) = rest.iter().find(|(_, b)| b != a) {
+                return Err(format!("conflicting GPU requests: {flag_a} asks for {a} but {flag_b} for {b}"));
+            }
+        }
+        let time_limit = o
+            .time
+            .as_deref()
+            .map(units::parse_time_limit)
+            .transpose()
+            .map_err(|e| format!("--time: {e}"))?;
+        let cpus = o
+            .cpus_per_task
+            .as_deref()
+            .map(|c| parse_count(c, "--cpus-per-task", 1, MAX_CPUS_PER_JOB))
+            .transpose()?;
+        let mem_mb = o
+            .mem
+            .as_deref()
+            .map(units::parse_memory_mb)
+            .transpose()
+            .map_err(|e| format!("--mem: {e}"))?;
+        if let Some(name) = &o.job_name {
+            check_text(name, "--job-name", 200)?;
+        }
+        if let Some(comment) = &o.comment {
+            check_text(comment, "--comment", 1000)?;
+        }
+        for (flag, value) in [("--output", &o.output), ("--error", &o.error), ("--chdir", &o.chdir)] {
+            if let Some(v) = value {
+                if v.is_empty() || v.contains('\0') || v.contains('\n') {
+                    return Err(format!("{flag}: invalid path '{}'", v.escape_debug()));
+                }
+            }
+        }
+        if let Some(nodes) = &o.nodes {
+            if !matches!(nodes.trim(), "1" | "1-1") {
+                return Err(format!(
+                    "--nodes={nodes}: ysched runs a job on one server; ask for --nodes=1 or leave it out"
+                ));
+            }
+        }
+        if let Some(p) = &o.partition {
+            warnings.push(format!("--partition={p} ignored: ysched has a single partition"));
+        }
+        if let Some(n) = &o.ntasks {
+            if n.trim() != "1" {
+                warnings.push(format!("--ntasks={n} ignored: the batch script runs as one task"));
+            }
+        }
+        if o.ntasks_per_node.is_some() {
+            warnings.push("--ntasks-per-node ignored: the batch script runs as one task".into());
+        }
+        if o.mail_type.is_some() || o.mail_user.is_some() {
+            warnings.push("--mail-type/--mail-user ignored: mail is not supported yet".into());
+        }
+        Ok(Partial {
+            name: o.job_name,
+            account: o.account,
+            qos: o.qos,
+            gpus: gpu_specs.into_iter().next().map(|(_, r)| r),
+            time_limit,
+            cpus,
+            mem_mb,
+            output: o.output,
+            error: o.error,
+            open_mode: o.open_mode,
+            chdir: o.chdir,
+            export: o.export,
+            hold: o.hold,
+            begin: o.begin,
+            comment: o.comment,
+            parsable: o.parsable,
+            warnings,
+        })
+    }
+
+    /// `later` wins where it gives a value (later directives, then the
+    /// command line over all directives).
+    pub fn overridden_by(self, later: Partial) -> Partial {
+        let mut warnings = self.warnings;
+        warnings.extend(later.warnings);
+        Partial {
+            name: later.name.or(self.name),
+            account: later.account.or(self.account),
+            qos: later.qos.or(self.qos),
+            gpus: later.gpus.or(self.gpus),
+            time_limit: later.time_limit.or(self.time_limit),
+            cpus: later.cpus.or(self.cpus),
+            mem_mb: later.mem_mb.or(self.mem_mb),
+            output: later.output.or(self.output),
+            error: later.error.or(self.error),
+            open_mode: later.open_mode.or(self.open_mode),
+            chdir: later.chdir.or(self.chdir),
+            export: later.export.or(self.export),
+            hold: later.hold || self.hold,
+            begin: later.begin.or(self.begin),
+            comment: later.comment.or(self.comment),
+            parsable: later.parsable || self.parsable,
+            warnings,
+        }
+    }
+}
+
+fn check_text(text: &str, flag: &str, max: usize) -> Result<(), String> {
+    if text.is_empty() {
+        return Err(format!("{flag}: must not be empty"));
+    }
+    if text.chars().count() > max {
+        return Err(format!("{flag}: longer than {max} characters"));
+    }
+    if text.chars().any(char::is_control) {
+        return Err(format!("{flag}: control characters are not allowed"));
+    }
+    Ok(())
+}
+
+fn parse_count(text: &str, what: &str, min: u32, max: u32) -> Result<u32, String> {
+    let t = text.trim();
+    match t.parse::<i64>() {
+        Ok(n) if n >= min as i64 && n <= max as i64 => Ok(n as u32),
+        Ok(n) => Err(format!("{what}: {n} is out of range ({min} to {max})")),
+        Err(_) => Err(format!("{what}: '{t}' is not a number")),
+    }
+}
+
+fn check_gpu_type(t: &str, spec: &str) -> Result<String, String> {
+    if t.is_empty()
+        || t.len() > 64
+        || !t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+    {
+        return Err(format!("invalid GPU type in '{spec}'"));
+    }
+    Ok(t.to_string())
+}
+
+/// `--gpus` / `-G`: `N` or `TYPE:N`.
+pub fn parse_gpus(spec: &str) -> Result<GpuRequest, String> {
+    let spec = spec.trim();
+    match spec.rsplit_once(':') {
+        Some((t, n)) => Ok(GpuRequest {
+            count: parse_count(n, "--gpus", 0, MAX_GPUS_PER_JOB)?,
+            gpu_type: Some(check_gpu_type(t, spec)?),
+        }),
+        None => Ok(GpuRequest {
+            count: parse_count(spec, "--gpus", 0, MAX_GPUS_PER_JOB)?,
+            gpu_type: None,
+        }),
+    }
+}
+
+/// `--gres`: `gpu`, `gpu:N`, `gpu:TYPE`, `gpu:TYPE:N`.
+pub fn parse_gres(spec: &str) -> Result<GpuRequest, String> {
+    let spec = spec.trim();
+    let parts: Vec<&str> = spec.split(':').collect();
+    if parts[0] != "gpu" {
+        return Err(format!(
+            "--gres={spec}: only the 'gpu' resource is known (e.g. --gres=gpu:2 or --gres=gpu:a100:2)"
+        ));
+    }
+    let is_number = |s: &str| s.trim_start_matches('-').bytes().all(|b| b.is_ascii_digit()) && !s.is_empty();
+    match parts.as_slice() {
+        [_] => Ok(GpuRequest {
+            count: 1,
+            gpu_type: None,
+        }),
+        [_, n] if is_number(n) => Ok(GpuRequest {
+            count: parse_count(n, "--gres", 0, MAX_GPUS_PER_JOB)?,
+            gpu_type: None,
+        }),
+        [_, t] => Ok(GpuRequest {
+            count: 1,
+            gpu_type: Some(check_gpu_type(t, spec)?),
+        }),
+        [_, t, n] => Ok(GpuRequest {
+            count: parse_count(n, "--gres", 0, MAX_GPUS_PER_JOB)?,
+            gpu_type: Some(check_gpu_type(t, spec)?),
+        }),
+        _ => Err(format!("--gres={spec}: expected gpu[:TYPE][:N]")),
+    }
+}
+
+/// The directives of a script: every `#YS` or `#SBATCH` line before the first
+/// command, parsed in order. `source_name` is used in messages.
+pub fn parse_directives(script: &str, source_name: &str) -> Result<Partial, ScriptError> {
+    let mut merged = Partial::default();
+    for (index, line) in script.lines().enumerate() {
+        let number = index + 1;
+        let trimmed = line.trim();
+        if number == 1 && trimmed.starts_with("#!") {
+            continue;
+        }
+        if trimmed.is_empty() {
+            continue;
+        }
+        if !trimmed.starts_with('#') {
+            break; // directives end at the first command, as in Slurm
+        }
+        let rest = match directive_body(trimmed) {
+            Some(rest) => rest,
+            None => continue,
+        };
+        let line_error = |message: String| ScriptError::Line {
+            source_name: source_name.to_string(),
+            line: number,
+            message,
+        };
+        let mut words = shlex::split(rest).ok_or_else(|| line_error("unbalanced quotes".to_string()))?;
+        if let Some(comment) = words.iter().position(|w| w.starts_with('#')) {
+            words.truncate(comment);
+        }
+        let parsed = DirectiveLine::try_parse_from(&words).map_err(|e| line_error(describe_clap_error(&e)))?;
+        let partial = Partial::from_options(parsed.options).map_err(line_error)?;
+        merged = merged.overridden_by(partial);
+    }
+    Ok(merged)
+}
+
+/// `#YS -G 2` → `Some("-G 2")`; `#SBATCHX` or `# SBATCH` → `None` (a comment).
+fn directive_body(line: &str) -> Option<&str> {
+    for prefix in ["#YS", "#SBATCH"] {
+        if let Some(rest) = line.strip_prefix(prefix) {
+            if rest.is_empty() || rest.starts_with(char::is_whitespace) {
+                return Some(rest);
+            }
+        }
+    }
+    None
+}
+
+/// Turns clap's multi-line error into one line: `unknown directive --gpu (did
+/// you mean --gpus?)`.
+pub fn describe_clap_error(e: &clap::Error) -> String {
+    let context = |kind: ContextKind| -> Option<String> {
+        match e.get(kind)? {
+            ContextValue::String(s) => Some(s.clone()),
+            ContextValue::Strings(v) => v.first().cloned(),
+            _ => None,
+        }
+    };
+    match e.kind() {
+        ErrorKind::UnknownArgument => {
+            let arg = context(ContextKind::InvalidArg).unwrap_or_default();
+            match context(ContextKind::SuggestedArg) {
+                Some(s) => format!("unknown option {arg} (did you mean {s}?)"),
+                None => format!("unknown option {arg}"),
+            }
+        }
+        _ => {
+            let rendered = e.to_string();
+            let first = rendered.lines().next().unwrap_or("invalid option");
+            first.trim_start_matches("error: ").to_string()
+        }
+    }
+}
+
+/// What resolution needs from the submitter's side.
+pub struct SubmitContext<'a> {
+    pub cwd: &'a Path,
+    pub environment: Vec<(String, String)>,
+    pub now: jiff::Zoned,
+    /// The script's file name, for the default job name.
+    pub default_name: String,
+}
+
+/// Completes a request: defaults, the working directory, the environment to
+/// pass (`--export`), `--begin` resolved against the submit time.
+pub fn resolve(partial: Partial, script: String, args: Vec<String>, ctx: SubmitContext) -> Result<JobRequest, ScriptError> {
+    let opt_err = ScriptError::Option;
+    let work_dir = match &partial.chdir {
+        Some(d) => ctx.cwd.join(d),
+        None => ctx.cwd.to_path_buf(),
+    };
+    let begin_time = partial
+        .begin
+        .as_deref()
+        .map(|b| units::parse_begin_time(b, ctx.now.clone()))
+        .transpose()
+        .map_err(|e| opt_err(format!("--begin: {e}")))?;
+    let environment = export_environment(partial.export.as_deref(), ctx.environment).map_err(opt_err)?;
+    Ok(JobRequest {
+        name: partial.name.unwrap_or(ctx.default_name),
+        account: partial.account,
+        qos: partial.qos,
+        gpus: partial.gpus.unwrap_or_default(),
+        cpus: partial.cpus.unwrap_or(1),
+        mem_mb: partial.mem_mb,
+        time_limit: partial.time_limit,
+        output: partial.output,
+        error: partial.error,
+        open_append: partial.open_mode == Some(OpenMode::Append),
+        work_dir,
+        submit_dir: ctx.cwd.to_path_buf(),
+        environment,
+        hold: partial.hold,
+        begin_time,
+        comment: partial.comment,
+        script,
+        args,
+    })
+}
+
+/// Slurm's `--export`: `ALL` (default), `NONE`, or a list of `VAR` (from the
+/// submitter's environment) and `VAR=VALUE`, optionally starting with `ALL`.
+pub fn export_environment(spec: Option<&str>, env: Vec<(String, String)>) -> Result<Vec<(String, String)>, String> {
+    let spec = spec.unwrap_or("ALL").trim();
+    if spec.eq_ignore_ascii_case("ALL") {
+        return Ok(env);
+    }
+    if spec.eq_ignore_ascii_case("NONE") {
+        return Ok(Vec::new());
+    }
+    let mut out: Vec<(String, String)> = Vec::new();
+    let set = |k: String, v: String, out: &mut Vec<(String, String)>| {
+        out.retain(|(name, _)| *name != k);
+        out.push((k, v));
+    };
+    for (i, item) in spec.split(',').enumerate() {
+        let item = item.trim();
+        if i == 0 && item.eq_ignore_ascii_case("ALL") {
+            out = env.clone();
+            continue;
+        }
+        if item.eq_ignore_ascii_case("NONE") || item.eq_ignore_ascii_case("ALL") {
+            return Err(format!("--export={spec}: {item} may only come first"));
+        }
+        let (name, value) = match item.split_once('=') {
+            Some((n, v)) => (n, Some(v.to_string())),
+            None => (item, None),
+        };
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') || name.as_bytes()[0].is_ascii_digit() {
+            return Err(format!("--export={spec}: '{name}' is not a variable name"));
+        }
+        let value = match value {
+            Some(v) => v,
+            None => match env.iter().find(|(k, _)| k == name) {
+                Some((_, v)) => v.clone(),
+                None => continue, // Slurm passes nothing for an unset variable
+            },
+        };
+        set(name.to_string(), value, &mut out);
+    }
+    Ok(out)
+}
+
+/// Slurm insists on an interpreter line, since the script is executed
+/// directly; so does ysched.
+pub fn check_interpreter_line(script: &str, source_name: &str) -> Result<(), ScriptError> {
+    if script.starts_with("#!") {
+        return Ok(());
+    }
+    Err(ScriptError::Line {
+        source_name: source_name.to_string(),
+        line: 1,
+        message: "the first line must start with #! followed by the path to an interpreter (e.g. #!/bin/bash)".into(),
+    })
+}
+
+/// The script `--wrap CMD` submits.
+pub fn wrap_command(command: &str) -> String {
+    format!("#!/bin/sh\n# This script was created by ysbatch --wrap.\n\n{command}\n")
+}
+
+/// The job name a script path gives: its file name.
+pub fn name_from_path(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "ysbatch".to_string())
+}
+
+pub fn absolute(path: &Path, cwd: &Path) -> PathBuf {
+    if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        cwd.join(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn directives(script: &str) -> Result<Partial, ScriptError> {
+        parse_directives(script, "train.sh")
+    }
+
+    #[test]
+    fn ys_and_sbatch_directives_before_the_first_command() {
+        let p = directives(
+            "#!/bin/bash\n#SBATCH -J yolo --gres=gpu:a100:2\n# plain comment\n#YS -t 1:00:00\n\n#SBATCH --mem=8G # eight gigs\npython train.py\n#YS -t 5\n",
+        )
+        .unwrap();
+        assert_eq!(p.name.as_deref(), Some("yolo"));
+        assert_eq!(
+            p.gpus,
+            Some(GpuRequest {
+                count: 2,
+                gpu_type: Some("a100".into())
+            })
+        );
+        assert_eq!(p.time_limit, Some(Some(3_600)), "directive after the first command must be ignored");
+        assert_eq!(p.mem_mb, Some(8_192));
+    }
+
+    #[test]
+    fn disabled_directives_are_comments() {
+        let p = directives("#!/bin/sh\n# SBATCH -t 5\n##SBATCH -t 6\n#SBATCHX -t 7\ntrue\n").unwrap();
+        assert_eq!(p.time_limit, None);
+    }
+
+    #[test]
+    fn later_directives_and_the_command_line_win() {
+        let p = directives("#!/bin/sh\n#YS -t 10\n#YS -t 20 -G 1\n").unwrap();
+        assert_eq!(p.time_limit, Some(Some(1_200)));
+        let cli = Partial {
+            gpus: Some(GpuRequest {
+                count: 3,
+                gpu_type: None,
+            }),
+            ..Partial::default()
+        };
+        let merged = p.overridden_by(cli);
+        assert_eq!(merged.gpus.unwrap().count, 3);
+        assert_eq!(merged.time_limit, Some(Some(1_200)));
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let e = directives("#!/bin/sh\n#SBATCH -J ok\n\n#SBATCH --gpu 2\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "train.sh: line 4: unknown option --gpu (did you mean --gpus?)"
+        );
+        let e = directives("#!/bin/sh\n#YS -t soon\n").unwrap_err();
+        assert!(e.to_string().starts_with("train.sh: line 2: --time: invalid time limit 'soon'"), "{e}");
+        let e = directives("#!/bin/sh\n#YS -G -3\n").unwrap_err();
+        assert!(e.to_string().contains("line 2"), "{e}");
+        let e = directives("#!/bin/sh\n#YS -G 100000\n").unwrap_err();
+        assert_eq!(e.to_string(), "train.sh: line 2: --gpus: 100000 is out of range (0 to 1024)");
+        let e = directives("#!/bin/sh\n#YS -J 'unterminated\n").unwrap_err();
+        assert_eq!(e.to_string(), "train.sh: line 2: unbalanced quotes");
+        let e = directives("#!/bin/sh\n#YS -G 2 --gres gpu:4\n").unwrap_err();
+        assert!(e.to_string().contains("conflicting GPU requests"), "{e}");
+        let e = directives("#!/bin/sh\n#SBATCH -N 2\n").unwrap_err();
+        assert!(e.to_string().contains("one server"), "{e}");
+    }
+
+    #[test]
+    fn slurm_only_options_warn_instead_of_failing() {
+        let p = directives("#!/bin/sh\n#SBATCH -p gpu -N 1 -n 1 --mail-type=END\n").unwrap();
+        assert_eq!(p.warnings.len(), 2, "{:?}", p.warnings);
+    }
+
+    #[test]
+    fn gpu_specs() {
+        assert_eq!(parse_gpus("2").unwrap().count, 2);
+        assert_eq!(parse_gpus("a100:4").unwrap().gpu_type.as_deref(), Some("a100"));
+        assert!(parse_gpus("two").is_err());
+        assert!(parse_gpus("-1").is_err());
+        assert_eq!(parse_gres("gpu").unwrap().count, 1);
+        assert_eq!(parse_gres("gpu:3").unwrap().count, 3);
+        assert_eq!(parse_gres("gpu:v100").unwrap().gpu_type.as_deref(), Some("v100"));
+        assert_eq!(parse_gres("gpu:v100:2").unwrap().count, 2);
+        assert!(parse_gres("mps:100").is_err());
+        assert!(parse_gres("gpu:a:b:c").is_err());
+    }
+
+    #[test]
+    fn export_rules() {
+        let env = vec![("PATH".to_string(), "/bin".to_string()), ("HOME".to_string(), "/h".to_string())];
+        assert_eq!(export_environment(None, env.clone()).unwrap(), env);
+        assert!(export_environment(Some("NONE"), env.clone()).unwrap().is_empty());
+        assert_eq!(
+            export_environment(Some("PATH,X=1,UNSET"), env.clone()).unwrap(),
+            vec![("PATH".to_string(), "/bin".to_string()), ("X".to_string(), "1".to_string())]
+        );
+        let all = export_environment(Some("ALL,HOME=/x"), env.clone()).unwrap();
+        assert!(all.contains(&("HOME".to_string(), "/x".to_string())));
+        assert!(all.contains(&("PATH".to_string(), "/bin".to_string())));
+        assert!(export_environment(Some("A,NONE"), env.clone()).is_err());
+        assert!(export_environment(Some("1BAD"), env).is_err());
+    }
+
+    #[test]
+    fn interpreter_line_is_required() {
+        assert!(check_interpreter_line("#!/bin/sh\ntrue\n", "a.sh").is_ok());
+        let e = check_interpreter_line("python train.py\n", "a.sh").unwrap_err();
+        assert!(e.to_string().starts_with("a.sh: line 1: the first line must start with #!"));
+    }
+}

@@ -1,0 +1,617 @@
+//! The spool directory and its protocol.
+//!
+//! ```text
+//! SPOOL/incoming/   1733  drop box: requests, written as .NAME.tmp, fsync'd, renamed to NAME
+//! SPOOL/replies/    1733  NAME, created (0600) by the requester before it sends, filled by the daemon
+//! SPOOL/jobs/<id>/  0711  the job's spec, script, supervisor state (root's, but for the script)
+//! SPOOL/ysched.db   0600  the daemon's SQLite database
+//! SPOOL/ysctld.pid  0644  the daemon's pid, flock'ed while it runs
+//! ```
+//!
+//! The requester makes its reply file itself and watches it with inotify, so
+//! it sleeps until the daemon closes the file after writing — no polling on
+//! either side. The daemon trusts nothing in a request for identity: the uid
+//! is the request file's owner as the kernel reports it, and the reply file
+//! is written only if that same uid owns it.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, ErrorKind, Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use thiserror::Error;
+
+use crate::proto::{Envelope, Reply, PROTOCOL_VERSION};
+
+#[derive(Debug, Error)]
+pub enum SpoolError {
+    #[error("spool directory {0} does not exist; is ysctld installed and has it been started once?")]
+    Missing(PathBuf),
+    #[error("cannot write to the spool {path}: {source}")]
+    Write { path: PathBuf, source: io::Error },
+    #[error("cannot read the reply {path}: {source}")]
+    Reply { path: PathBuf, source: io::Error },
+    #[error("another ysctld (pid {pid}) already runs on spool {spool}")]
+    AlreadyRunning { pid: String, spool: PathBuf },
+    #[error("cannot prepare spool {path}: {source}")]
+    Prepare { path: PathBuf, source: io::Error },
+}
+
+/// Who owns the spool: root, serving every user (system mode), or one
+/// unprivileged user, serving only themselves (personal mode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ownership {
+    System,
+    Personal,
+}
+
+impl Ownership {
+    pub fn of_this_process() -> Ownership {
+        if nix::unistd::geteuid().is_root() {
+            Ownership::System
+        } else {
+            Ownership::Personal
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Spool {
+    root: PathBuf,
+}
+
+impl Spool {
+    pub fn new(root: impl Into<PathBuf>) -> Spool {
+        Spool { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+    pub fn incoming(&self) -> PathBuf {
+        self.root.join("incoming")
+    }
+    pub fn replies(&self) -> PathBuf {
+        self.root.join("replies")
+    }
+    pub fn jobs(&self) -> PathBuf {
+        self.root.join("jobs")
+    }
+    pub fn job_dir(&self, id: u64) -> PathBuf {
+        self.jobs().join(id.to_string())
+    }
+    pub fn database(&self) -> PathBuf {
+        self.root.join("ysched.db")
+    }
+    pub fn pid_file(&self) -> PathBuf {
+        self.root.join("ysctld.pid")
+    }
+
+    /// Creates the layout with the modes above (personal mode: all 0700),
+    /// repairing modes of directories that already exist.
+    pub fn prepare(&self, ownership: Ownership) -> Result<(), SpoolError> {
+        let (root_mode, dropbox_mode, jobs_mode) = match ownership {
+            Ownership::System => (0o755, 0o1733, 0o711),
+            Ownership::Personal => (0o700, 0o700, 0o700),
+        };
+        let err = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| SpoolError::Prepare { path, source }
+        };
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(root_mode)
+            .create(&self.root)
+            .map_err(err(&self.root))?;
+        for (dir, mode) in [
+            (self.root.clone(), root_mode),
+            (self.incoming(), dropbox_mode),
+            (self.replies(), dropbox_mode),
+            (self.jobs(), jobs_mode),
+        ] {
+            match fs::DirBuilder::new().mode(mode).create(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(err(&dir)(e)),
+            }
+            let meta = fs::symlink_metadata(&dir).map_err(err(&dir))?;
+            if !meta.is_dir() {
+                return Err(err(&dir)(io::Error::other("exists and is not a directory")));
+            }
+            if ownership == Ownership::System && meta.uid() != 0 {
+                std::os::unix::fs::lchown(&dir, Some(0), Some(0)).map_err(err(&dir))?;
+            }
+            // set_permissions, as DirBuilder's mode is filtered by the umask.
+            fs::set_permissions(&dir, fs::Permissions::from_mode(mode)).map_err(err(&dir))?;
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ daemon lock
+
+    /// Takes the daemon's lock; fails if another daemon holds it.
+    pub fn lock_daemon(&self) -> Result<DaemonLock, SpoolError> {
+        let path = self.pid_file();
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|source| SpoolError::Prepare {
+                path: path.clone(),
+                source,
+            })?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                let mut pid = String::new();
+                let _ = file.read_to_string(&mut pid);
+                return Err(SpoolError::AlreadyRunning {
+                    pid: pid.trim().to_string(),
+                    spool: self.root.clone(),
+                });
+            }
+            Err(fs::TryLockError::Error(source)) => return Err(SpoolError::Prepare { path, source }),
+        }
+        let _ = fs::set_permissions(&path, fs::Permissions::from_mode(0o644));
+        file.set_len(0).and_then(|_| writeln!(file, "{}", std::process::id())).map_err(|source| SpoolError::Prepare {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(DaemonLock { _file: file })
+    }
+
+    /// Whether a daemon holds the lock right now.
+    pub fn daemon_state(&self) -> DaemonState {
+        if !self.incoming().is_dir() {
+            return DaemonState::NoSpool;
+        }
+        let Ok(file) = File::open(self.pid_file()) else {
+            return DaemonState::Stopped;
+        };
+        match file.try_lock_shared() {
+            Ok(()) => DaemonState::Stopped,
+            Err(fs::TryLockError::WouldBlock) => DaemonState::Running,
+            Err(fs::TryLockError::Error(_)) => DaemonState::Stopped,
+        }
+    }
+
+    // ------------------------------------------------------------ client side
+
+    /// Sends a request: creates the reply file and its watch first, then
+    /// writes the request under a temporary name, fsyncs it when it changes
+    /// state, and renames it into place.
+    pub fn send(&self, envelope: &Envelope) -> Result<SentRequest, SpoolError> {
+        if !self.incoming().is_dir() {
+            return Err(SpoolError::Missing(self.root.clone()));
+        }
+        let name = unique_name(envelope.request.kind());
+        let reply_path = self.replies().join(&name);
+        let write_err = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| SpoolError::Write { path, source }
+        };
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&reply_path)
+            .map_err(write_err(&reply_path))?;
+        let mut sent = SentRequest {
+            spool: self.clone(),
+            name: name.clone(),
+            reply_path: reply_path.clone(),
+            inotify: None,
+        };
+        let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK)
+            .and_then(|ino| ino.add_watch(&reply_path, AddWatchFlags::IN_CLOSE_WRITE).map(|_| ino))
+            .map_err(|e| write_err(&reply_path)(io::Error::from(e)))?;
+        sent.inotify = Some(inotify);
+
+        let body = serde_json::to_vec(envelope).map_err(|e| write_err(&reply_path)(io::Error::other(e)))?;
+        let temp = self.incoming().join(format!(".{name}.tmp"));
+        let final_path = self.incoming().join(&name);
+        let result = (|| -> io::Result<()> {
+            let mut file = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&temp)?;
+            file.write_all(&body)?;
+            if envelope.request.changes_state() {
+                file.sync_all()?;
+            }
+            drop(file);
+            fs::rename(&temp, &final_path)
+        })();
+        if let Err(e) = result {
+            let _ = fs::remove_file(&temp);
+            return Err(write_err(&final_path)(e));
+        }
+        Ok(sent)
+    }
+}
+
+pub struct DaemonLock {
+    _file: File,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DaemonState {
+    Running,
+    Stopped,
+    /// The spool was never created.
+    NoSpool,
+}
+
+/// A request in the spool, waiting for its reply.
+pub struct SentRequest {
+    spool: Spool,
+    name: String,
+    reply_path: PathBuf,
+    inotify: Option<Inotify>,
+}
+
+impl SentRequest {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Waits up to `timeout` for the daemon's reply; `Ok(None)` on timeout.
+    pub fn wait(&mut self, timeout: Duration) -> Result<Option<Reply>, SpoolError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(reply) = self.try_read()? {
+                return Ok(Some(reply));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            let Some(inotify) = &self.inotify else {
+                return Ok(None);
+            };
+            let ms = left.as_millis().min(i32::MAX as u128) as i32;
+            let mut fds = [nix::poll::PollFd::new(inotify.as_fd(), nix::poll::PollFlags::POLLIN)];
+            match nix::poll::poll(&mut fds, nix::poll::PollTimeout::try_from(ms).unwrap_or(nix::poll::PollTimeout::MAX)) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => {
+                    return Err(SpoolError::Reply {
+                        path: self.reply_path.clone(),
+                        source: e.into(),
+                    })
+                }
+            }
+            let _ = inotify.read_events();
+        }
+    }
+
+    /// Reads the reply if the daemon has written a complete one.
+    fn try_read(&self) -> Result<Option<Reply>, SpoolError> {
+        let text = match fs::read(&self.reply_path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(SpoolError::Reply {
+                    path: self.reply_path.clone(),
+                    source,
+                })
+            }
+        };
+        if text.is_empty() {
+            return Ok(None);
+        }
+        // A reply being written is incomplete JSON; the close event follows.
+        Ok(serde_json::from_slice(&text).ok())
+    }
+
+    /// Takes the request back out of the spool (a query nobody will answer).
+    pub fn withdraw(self) {
+        let _ = fs::remove_file(self.spool.incoming().join(&self.name));
+    }
+}
+
+impl Drop for SentRequest {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.reply_path);
+    }
+}
+
+/// `job-4242-18a3f0c2b1e4d5f6-9c1d2e3f4a5b6c7d`: kind, pid, time, randomness.
+pub fn unique_name(kind: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let mut random = [0u8; 8];
+    // SAFETY: getrandom writes at most `random.len()` bytes into the buffer.
+    let got = unsafe { libc::getrandom(random.as_mut_ptr().cast(), random.len(), 0) };
+    if got != random.len() as isize {
+        random = (nanos ^ (std::process::id() as u64).rotate_left(32)).to_le_bytes();
+    }
+    format!("{kind}-{}-{nanos:x}-{:x}", std::process::id(), u64::from_le_bytes(random))
+}
+
+/// Names the daemon accepts: no path separators, no hidden files, nothing a
+/// terminal or a log line could misread.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('.')
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+}
+
+// ---------------------------------------------------------------- daemon side
+
+/// What the daemon found under one name in `incoming/`.
+#[derive(Debug)]
+pub enum Inbound {
+    Request { name: String, uid: u32, envelope: Envelope },
+    /// A file that cannot be a request; it is removed and, where its owner
+    /// made a reply file, answered with the reason.
+    Bad { name: String, uid: Option<u32>, reason: String },
+    /// Nothing to do: it vanished, or is a client's temporary file.
+    Skip,
+}
+
+impl Spool {
+    pub fn list_incoming(&self) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in fs::read_dir(self.incoming())? {
+            let entry = entry?;
+            if let Some(name) = entry.file_name().to_str() {
+                if !name.starts_with('.') {
+                    names.push(name.to_string());
+                }
+            } else {
+                names.push(entry.file_name().to_string_lossy().into_owned());
+            }
+        }
+        Ok(names)
+    }
+
+    /// Opens and checks one request: no symlinks, a regular file with one
+    /// link, at most `max_size` bytes, UTF-8 JSON of a known version.
+    pub fn read_request(&self, name: &str, max_size: u64) -> Inbound {
+        if name.starts_with('.') {
+            return Inbound::Skip;
+        }
+        let path = self.incoming().join(name);
+        let owner = || fs::symlink_metadata(&path).ok().map(|m| m.uid());
+        let bad = |reason: String, uid: Option<u32>| Inbound::Bad {
+            name: name.to_string(),
+            uid,
+            reason,
+        };
+        if !valid_name(name) {
+            return bad(format!("request name '{}' has characters outside [A-Za-z0-9._-]", name.escape_debug()), owner());
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+            .open(&path);
+        let mut file = match file {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Inbound::Skip,
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return bad("request is a symbolic link; only regular files are accepted".into(), owner())
+            }
+            Err(e) => return bad(format!("cannot open request: {e}"), owner()),
+        };
+        let meta = match file.metadata() {
+            Ok(m) => m,
+            Err(e) => return bad(format!("cannot stat request: {e}"), owner()),
+        };
+        let uid = Some(meta.uid());
+        let ft = meta.file_type();
+        if !ft.is_file() {
+            let what = if ft.is_dir() {
+                "a directory"
+            } else if std::os::unix::fs::FileTypeExt::is_fifo(&ft) {
+                "a FIFO"
+            } else if std::os::unix::fs::FileTypeExt::is_socket(&ft) {
+                "a socket"
+            } else {
+                "a device or special file"
+            };
+            return bad(format!("request is {what}; only regular files are accepted"), uid);
+        }
+        if meta.nlink() != 1 {
+            return bad(format!("request has {} hard links; it must have exactly one", meta.nlink()), uid);
+        }
+        if meta.len() > max_size {
+            return bad(format!("request is {} bytes, over the limit of {max_size} (max_spool_file)", meta.len()), uid);
+        }
+        let mut body = Vec::with_capacity(meta.len() as usize);
+        if let Err(e) = (&mut file).take(max_size + 1).read_to_end(&mut body) {
+            return bad(format!("cannot read request: {e}"), uid);
+        }
+        if body.len() as u64 > max_size {
+            return bad(format!("request grew over the limit of {max_size} bytes while being read"), uid);
+        }
+        let text = match std::str::from_utf8(&body) {
+            Ok(t) => t,
+            Err(e) => return bad(format!("request is not valid UTF-8 (at byte {})", e.valid_up_to()), uid),
+        };
+        // Check the version first, so an old or new client gets a clear answer.
+        let version = serde_json::from_str::<serde_json::Value>(text)
+            .ok()
+            .and_then(|v| v.get("version").and_then(|v| v.as_u64()));
+        if let Some(v) = version {
+            if v != PROTOCOL_VERSION as u64 {
+                return bad(
+                    format!("request uses protocol version {v}; this ysctld speaks version {PROTOCOL_VERSION} (mismatched ysched versions?)"),
+                    uid,
+                );
+            }
+        }
+        match serde_json::from_str::<Envelope>(text) {
+            Ok(envelope) => Inbound::Request {
+                name: name.to_string(),
+                uid: meta.uid(),
+                envelope,
+            },
+            Err(e) if e.is_eof() => bad(format!("request is truncated ({} bytes)", body.len()), uid),
+            Err(e) => bad(format!("request is not a valid ysched request: {e}"), uid),
+        }
+    }
+
+    /// Removes a processed or rejected entry from `incoming/`.
+    pub fn discard(&self, name: &str) {
+        let path = self.incoming().join(name);
+        match fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() => {
+                let _ = fs::remove_dir_all(&path);
+            }
+            Ok(_) => {
+                let _ = fs::remove_file(&path);
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// Writes the reply into the file the requester made. Returns false when
+    /// there is none, or it is not a plain file owned by `uid` (then nothing
+    /// is written: a reply never lands in a file its requester does not own).
+    pub fn write_reply(&self, name: &str, uid: u32, reply: &Reply) -> bool {
+        if !valid_name(name) {
+            return false;
+        }
+        let path = self.replies().join(name);
+        let file = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+            .open(&path);
+        let Ok(mut file) = file else {
+            return false;
+        };
+        let Ok(meta) = file.metadata() else {
+            return false;
+        };
+        if !meta.is_file() || meta.uid() != uid || meta.nlink() != 1 {
+            tracing::warn!(target: "ysched::spool", "reply file {} is not a plain file of uid {uid}; not answered", path.display());
+            return false;
+        }
+        let Ok(body) = serde_json::to_vec(reply) else {
+            return false;
+        };
+        file.set_len(0).and_then(|_| file.write_all(&body)).is_ok()
+    }
+
+    /// Removes replies and temporary request files older than `age`: left by
+    /// clients that were killed while waiting.
+    pub fn remove_stale(&self, age: Duration) {
+        let cutoff = SystemTime::now() - age;
+        for dir in [self.replies(), self.incoming()] {
+            let Ok(entries) = fs::read_dir(&dir) else { continue };
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let is_temp = name.to_string_lossy().starts_with('.');
+                if dir == self.incoming() && !is_temp {
+                    continue;
+                }
+                let old = entry.metadata().and_then(|m| m.modified()).map(|t| t < cutoff).unwrap_or(false);
+                if old {
+                    let _ = fs::remove_file(entry.path());
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{Query, Request};
+
+    #[test]
+    fn names() {
+        let n = unique_name("job");
+        assert!(valid_name(&n), "{n}");
+        assert_ne!(n, unique_name("job"));
+        assert!(!valid_name(".hidden"));
+        assert!(!valid_name("a/b"));
+        assert!(!valid_name("a\nb"));
+        assert!(!valid_name(""));
+    }
+
+    #[test]
+    fn request_round_trip_and_reply() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::new(dir.path().join("spool"));
+        spool.prepare(Ownership::Personal).unwrap();
+        let envelope = Envelope::new(Request::Query(Query::Job(7)));
+        let mut sent = spool.send(&envelope).unwrap();
+        let names = spool.list_incoming().unwrap();
+        assert_eq!(names, vec![sent.name().to_string()]);
+        let uid = nix::unistd::geteuid().as_raw();
+        match spool.read_request(&names[0], 1 << 20) {
+            Inbound::Request { uid: u, envelope: e, .. } => {
+                assert_eq!(u, uid);
+                assert_eq!(e, envelope);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(spool.write_reply(sent.name(), uid, &Reply::Submitted { job_id: 9 }));
+        assert!(!spool.write_reply(sent.name(), uid + 1, &Reply::Submitted { job_id: 9 }), "wrong owner");
+        let reply = sent.wait(Duration::from_secs(5)).unwrap();
+        assert_eq!(reply, Some(Reply::Submitted { job_id: 9 }));
+        let reply_path = spool.replies().join(sent.name());
+        drop(sent);
+        assert!(!reply_path.exists(), "the client removes its reply file");
+    }
+
+    #[test]
+    fn hostile_files_are_refused_with_reasons() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::new(dir.path().join("spool"));
+        spool.prepare(Ownership::Personal).unwrap();
+        let inc = spool.incoming();
+        let reason = |name: &str| match spool.read_request(name, 64) {
+            Inbound::Bad { reason, .. } => reason,
+            other => panic!("{name}: {other:?}"),
+        };
+        std::os::unix::fs::symlink("/etc/passwd", inc.join("link")).unwrap();
+        assert!(reason("link").contains("symbolic link"));
+        fs::write(inc.join("big"), vec![b' '; 100]).unwrap();
+        assert!(reason("big").contains("over the limit of 64"));
+        fs::write(inc.join("bin"), [0xff, 0xfe, b'{']).unwrap();
+        assert!(reason("bin").contains("not valid UTF-8"));
+        fs::write(inc.join("trunc"), b"{\"version\":1,\"request\":{").unwrap();
+        assert!(reason("trunc").contains("truncated"));
+        fs::write(inc.join("v9"), b"{\"version\":9}").unwrap();
+        assert!(reason("v9").contains("protocol version 9"));
+        fs::write(inc.join("two"), b"{}").unwrap();
+        fs::hard_link(inc.join("two"), inc.join("two-b")).unwrap();
+        assert!(reason("two").contains("2 hard links"));
+        nix::unistd::mkfifo(&inc.join("fifo"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        assert!(reason("fifo").contains("FIFO"));
+        fs::create_dir(inc.join("dir")).unwrap();
+        assert!(reason("dir").contains("directory"));
+        spool.discard("dir");
+        assert!(!inc.join("dir").exists());
+        assert!(matches!(spool.read_request("absent", 64), Inbound::Skip));
+        assert!(matches!(spool.read_request(".x.tmp", 64), Inbound::Skip));
+    }
+
+    #[test]
+    fn one_daemon_per_spool() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::new(dir.path());
+        spool.prepare(Ownership::Personal).unwrap();
+        assert_eq!(spool.daemon_state(), DaemonState::Stopped);
+        let lock = spool.lock_daemon().unwrap();
+        assert_eq!(spool.daemon_state(), DaemonState::Running);
+        assert!(matches!(spool.lock_daemon(), Err(SpoolError::AlreadyRunning { .. })));
+        drop(lock);
+        assert_eq!(spool.daemon_state(), DaemonState::Stopped);
+    }
+}
