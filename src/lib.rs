@@ -11,3 +11,7 @@ pub mod sched;
 pub mod script;
 pub mod spool;
 pub mod units;
+pub mod exec;
+pub mod daemon;
+pub mod report;
+pub mod cli;

@@ -1,0 +1,227 @@
+//! The commands: each `cli::<command>` has its arguments, its action and
+//! its output; this file has what they share (config lookup, talking to the
+//! daemon, printing, exit codes). Binaries in `src/bin/` only call `run`.
+
+pub mod ysacct;
+pub mod ysbatch;
+pub mod yscancel;
+pub mod yscontrol;
+pub mod ysctld;
+pub mod ysqueue;
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::proto::{Envelope, JobFilter, Query, Reply, Request};
+use crate::spool::{DaemonState, Spool};
+
+/// An error to print once, as `command: error: message`, with its exit code:
+/// 1 when the operation failed, 2 for a usage error.
+#[derive(Debug)]
+pub struct CliError {
+    pub code: u8,
+    pub message: String,
+}
+
+impl CliError {
+    pub fn failed(message: impl Into<String>) -> CliError {
+        CliError {
+            code: 1,
+            message: message.into(),
+        }
+    }
+
+    pub fn usage(message: impl Into<String>) -> CliError {
+        CliError {
+            code: 2,
+            message: message.into(),
+        }
+    }
+}
+
+impl<E: std::fmt::Display> From<E> for CliError {
+    fn from(e: E) -> CliError {
+        CliError::failed(e.to_string())
+    }
+}
+
+pub type CliResult = Result<(), CliError>;
+
+/// Runs a command's body and turns its outcome into the process exit code.
+pub fn main(command: &str, body: impl FnOnce() -> CliResult) -> ExitCode {
+    match body() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if !e.message.is_empty() {
+                eprintln!("{command}: error: {}", e.message);
+            }
+            ExitCode::from(e.code)
+        }
+    }
+}
+
+pub fn warn(command: &str, message: &str) {
+    eprintln!("{command}: warning: {message}");
+}
+
+/// Writes to stdout; a closed pipe (`ysqueue | head`) is not an error.
+pub fn print(text: &str) -> CliResult {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(CliError::failed(format!("cannot write output: {e}"))),
+    }
+}
+
+/// The config every command reads: `$YS_CONF`, `/etc/ysched/ysched.toml`, or
+/// the user's `~/.config/ysched/ysched.toml`.
+pub fn load_config() -> Result<Config, CliError> {
+    let (path, exists) = crate::config::locate();
+    if !exists {
+        return Err(CliError::failed(format!(
+            "no configuration at {}; set YS_CONF to your ysched.toml (see ysched.toml(5))",
+            path.display()
+        )));
+    }
+    Config::load(&path).map_err(|e| CliError::failed(e.to_string()))
+}
+
+/// How long a command waits for the daemon: `$YS_TIMEOUT` seconds, else `default`.
+pub fn reply_timeout(default: Duration) -> Duration {
+    std::env::var("YS_TIMEOUT")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| *s > 0.0)
+        .map(Duration::from_secs_f64)
+        .unwrap_or(default)
+}
+
+/// Sends a request the running daemon must answer now (control requests and
+/// queries). Fails, changing nothing, if no daemon runs.
+pub fn ask(config: &Config, request: Request) -> Result<Reply, CliError> {
+    let spool = Spool::new(&config.spool_dir);
+    match spool.daemon_state() {
+        DaemonState::Running => {}
+        DaemonState::Stopped | DaemonState::NoSpool => {
+            return Err(CliError::failed(format!(
+                "ysctld is not running (spool {}); nothing was changed",
+                config.spool_dir.display()
+            )))
+        }
+    }
+    let is_query = matches!(request, Request::Query(_));
+    let mut sent = spool.send(&Envelope::new(request))?;
+    match sent.wait(reply_timeout(Duration::from_secs(30)))? {
+        Some(reply) => Ok(reply),
+        None if is_query => {
+            sent.withdraw();
+            Err(CliError::failed("ysctld did not answer in time"))
+        }
+        None => Err(CliError::failed(format!(
+            "ysctld did not answer in time; the request {} stays in the spool and will be applied when ysctld takes it",
+            sent.name()
+        ))),
+    }
+}
+
+/// Asks the daemon for jobs; when it is down, reads the database directly if
+/// this user can (root, or the owner of a personal spool).
+pub fn query_jobs(command: &str, config: &Config, query: Query) -> Result<(Vec<crate::proto::JobView>, i64), CliError> {
+    let spool = Spool::new(&config.spool_dir);
+    let reply = if spool.daemon_state() == DaemonState::Running {
+        ask(config, Request::Query(query))?
+    } else {
+        let database = spool.database();
+        if std::fs::File::open(&database).is_err() {
+            return Err(CliError::failed(format!(
+                "ysctld is not running (spool {})",
+                config.spool_dir.display()
+            )));
+        }
+        warn(command, "ysctld is not running; showing jobs as last recorded in the database");
+        let uid = nix::unistd::getuid().as_raw();
+        let user = current_user_name();
+        crate::daemon::answer_offline(&database, query, uid, config.is_admin(uid, &user))?
+    };
+    match reply {
+        Reply::Jobs { jobs, now } => Ok((jobs, now)),
+        Reply::Rejected { error } => Err(CliError::failed(error)),
+        other => Err(CliError::failed(format!("unexpected reply from ysctld: {other:?}"))),
+    }
+}
+
+pub fn current_user_name() -> String {
+    nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+        .unwrap_or_else(|| nix::unistd::getuid().to_string())
+}
+
+/// Parses job ids given as separate words or comma lists: `17 18,19`.
+pub fn parse_job_ids(words: &[String]) -> Result<Vec<u64>, CliError> {
+    let mut ids = Vec::new();
+    for word in words {
+        for part in word.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match part.parse::<u64>() {
+                Ok(id) if id > 0 => ids.push(id),
+                _ => return Err(CliError::usage(format!("invalid job id '{part}'"))),
+            }
+        }
+    }
+    Ok(ids)
+}
+
+/// Splits comma lists given once or repeated: `-u a,b -u c`.
+pub fn split_list(values: &[String]) -> Vec<String> {
+    values
+        .iter()
+        .flat_map(|v| v.split(','))
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// Parses job states given as names or codes.
+pub fn parse_states(values: &[String]) -> Result<Vec<crate::job::JobState>, CliError> {
+    split_list(values)
+        .iter()
+        .map(|s| {
+            crate::job::JobState::parse(s).ok_or_else(|| {
+                let names: Vec<&str> = crate::job::JobState::ALL.iter().map(|s| s.name()).collect();
+                CliError::usage(format!("invalid state '{s}' (states: {})", names.join(", ")))
+            })
+        })
+        .collect()
+}
+
+/// The filter fields shared by ysqueue and ysacct.
+pub fn job_filter(ids: &[String], users: &[String], accounts: &[String], names: &[String], states: &[String]) -> Result<JobFilter, CliError> {
+    Ok(JobFilter {
+        job_ids: parse_job_ids(ids)?,
+        users: split_list(users),
+        accounts: split_list(accounts),
+        names: split_list(names),
+        states: parse_states(states)?,
+        start: None,
+        end: None,
+    })
+}
+
+/// Sets up logging: `YS_LOG` (tracing's filter syntax) or the level `-v` gives.
+pub fn init_logging(verbosity: u8) {
+    let default = match verbosity {
+        0 => "info",
+        1 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("YS_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}

@@ -1,0 +1,97 @@
+//! `ysacct`: accounting data for finished and unfinished jobs.
+
+use clap::Parser;
+
+use super::{job_filter, load_config, print, query_jobs, CliError, CliResult};
+use crate::proto::Query;
+use crate::report;
+use crate::units;
+
+const DEFAULT_FORMAT: &str = "JobID,JobName,User,Account,State,ExitCode,Elapsed,AllocTRES";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ysacct",
+    version,
+    about = "Show accounting data for jobs",
+    long_about = "Show accounting data for jobs from ysched's database: finished, running and pending. \
+                  Without -j or -S, jobs active since midnight today are shown, as sacct does; \
+                  without -u or -a, only your own.",
+    after_help = "Fields (-o): JobID JobIDRaw JobName User UID Account QOS State ExitCode Submit Eligible \
+                  Start End Elapsed ElapsedRaw Timelimit AllocTRES ReqTRES AllocCPUS ReqCPUS ReqMem \
+                  AllocGPUS NodeList NNodes Reason Restarts WorkDir StdOut StdErr Comment Priority \
+                  Partition. Add %N to a field for a fixed width: JobName%30."
+)]
+pub struct Args {
+    /// Only these jobs (comma-separated, repeatable)
+    #[arg(short = 'j', long = "jobs", value_name = "ID[,ID]")]
+    pub jobs: Vec<String>,
+    /// Only jobs of these users
+    #[arg(short = 'u', long = "user", value_name = "USER[,USER]")]
+    pub users: Vec<String>,
+    /// Jobs of all users
+    #[arg(short = 'a', long = "allusers")]
+    pub all_users: bool,
+    /// Only jobs of these accounts
+    #[arg(short = 'A', long = "accounts", value_name = "ACCOUNT[,ACCOUNT]")]
+    pub accounts: Vec<String>,
+    /// Only jobs with these names
+    #[arg(long = "name", value_name = "NAME[,NAME]")]
+    pub names: Vec<String>,
+    /// Only jobs in these states
+    #[arg(short = 's', long = "state", value_name = "STATE[,STATE]")]
+    pub states: Vec<String>,
+    /// Jobs active at or after this time (YYYY-MM-DD[THH:MM[:SS]], HH:MM, now-N[units])
+    #[arg(short = 'S', long = "starttime", value_name = "TIME")]
+    pub start: Option<String>,
+    /// Jobs submitted at or before this time
+    #[arg(short = 'E', long = "endtime", value_name = "TIME")]
+    pub end: Option<String>,
+    /// Allocations only (ysched has no job steps, so this changes nothing)
+    #[arg(short = 'X', long = "allocations")]
+    pub allocations: bool,
+    /// Leave out the header
+    #[arg(short = 'n', long)]
+    pub noheader: bool,
+    /// Output fields separated by '|', with a trailing '|'
+    #[arg(short = 'p', long)]
+    pub parsable: bool,
+    /// Output fields separated by '|', without a trailing '|'
+    #[arg(short = 'P', long)]
+    pub parsable2: bool,
+    /// Fields to show (see below)
+    #[arg(short = 'o', long, value_name = "FIELDS")]
+    pub format: Option<String>,
+    /// Print the jobs as JSON
+    #[arg(long, conflicts_with_all = ["format", "parsable", "parsable2", "noheader"])]
+    pub json: bool,
+}
+
+pub fn run(args: Args) -> CliResult {
+    let config = load_config()?;
+    let columns = report::parse_sacct_format(args.format.as_deref().unwrap_or(DEFAULT_FORMAT)).map_err(CliError::usage)?;
+    let mut users = args.users.clone();
+    if users.is_empty() && !args.all_users {
+        users.push(super::current_user_name());
+    }
+    let mut filter = job_filter(&args.jobs, &users, &args.accounts, &args.names, &args.states)?;
+    let now = jiff::Zoned::now();
+    let time = |t: &str, flag: &str| units::parse_time_filter(t, now.clone()).map_err(|e| CliError::usage(format!("{flag}: {e}")));
+    filter.start = match &args.start {
+        Some(s) => Some(time(s, "--starttime")?),
+        None if filter.job_ids.is_empty() => Some(time("today", "--starttime")?),
+        None => None,
+    };
+    filter.end = args.end.as_deref().map(|e| time(e, "--endtime")).transpose()?;
+    let (jobs, now) = query_jobs("ysacct", &config, Query::Accounting(filter))?;
+    if args.json {
+        let json = serde_json::json!({ "jobs": jobs, "time": now });
+        return print(&format!("{}\n", serde_json::to_string_pretty(&json)?));
+    }
+    let text = if args.parsable || args.parsable2 {
+        report::render_parsable(&columns, &jobs, now, !args.noheader, args.parsable)
+    } else {
+        report::render_table(&columns, &jobs, now, !args.noheader)
+    };
+    print(&text)
+}

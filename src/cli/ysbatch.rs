@@ -1,0 +1,162 @@
+//! `ysbatch`: submit a job script.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+use super::{load_config, print, reply_timeout, warn, CliError, CliResult};
+use crate::gpu::Inventory;
+use crate::proto::{Envelope, Reply, Request};
+use crate::sched::admission::{self, Capacity};
+use crate::script::{self, Partial, SubmitContext, SubmitOptions};
+use crate::spool::{DaemonState, Spool};
+
+/// The largest script ysbatch sends (Slurm's default limit is 4 MB too).
+const MAX_SCRIPT_BYTES: usize = 4 << 20;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ysbatch",
+    version,
+    about = "Submit a batch job script to ysched",
+    long_about = "Submit a batch job script to ysched.\n\nOptions may also be given in the script, on \
+                  '#YS' or '#SBATCH' lines before the first command; options on the command line win. \
+                  With no script, the script is read from standard input.",
+    after_help = "Examples:\n  ysbatch train.sh\n  ysbatch --parsable -G 2 -t 30 -J yolo-s --wrap \"python train.py\"\n  ysbatch -G a100:4 -t 1-00:00:00 --mem 64G train.sh --epochs 300"
+)]
+pub struct Args {
+    #[command(flatten)]
+    pub options: SubmitOptions,
+    /// Run this command line as the job's script (with /bin/sh)
+    #[arg(long, value_name = "COMMAND", conflicts_with = "script")]
+    pub wrap: Option<String>,
+    /// The job script (default: standard input)
+    #[arg(value_name = "SCRIPT")]
+    pub script: Option<PathBuf>,
+    /// Arguments passed to the script
+    #[arg(value_name = "ARGS", trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<String>,
+}
+
+pub fn run(args: Args) -> CliResult {
+    let cli = Partial::from_options(args.options).map_err(CliError::usage)?;
+    let cwd = std::env::current_dir().map_err(|e| CliError::failed(format!("cannot read the current directory: {e}")))?;
+    let (script_text, source_name, default_name) = match (&args.wrap, &args.script) {
+        (Some(command), _) => {
+            if command.trim().is_empty() {
+                return Err(CliError::usage("--wrap needs a command"));
+            }
+            (script::wrap_command(command), "--wrap".to_string(), "wrap".to_string())
+        }
+        (None, Some(path)) => {
+            let text = read_script(|| std::fs::File::open(path), &path.display().to_string())?;
+            (text, path.display().to_string(), script::name_from_path(path))
+        }
+        (None, None) => {
+            let text = read_script(|| Ok(std::io::stdin()), "standard input")?;
+            (text, "standard input".to_string(), "ysbatch".to_string())
+        }
+    };
+    script::check_interpreter_line(&script_text, &source_name)?;
+    let directives = script::parse_directives(&script_text, &source_name)?;
+    let partial = directives.overridden_by(cli);
+    for w in &partial.warnings {
+        warn("ysbatch", w);
+    }
+    let parsable = partial.parsable;
+    let context = SubmitContext {
+        cwd: &cwd,
+        environment: std::env::vars().collect(),
+        now: jiff::Zoned::now(),
+        default_name,
+    };
+    let request = script::resolve(partial, script_text, args.args, context)?;
+    if !request.work_dir.is_dir() {
+        return Err(CliError::failed(format!(
+            "working directory {} does not exist",
+            request.work_dir.display()
+        )));
+    }
+
+    let config = load_config()?;
+    let spool = Spool::new(&config.spool_dir);
+    let state = spool.daemon_state();
+    if state == DaemonState::NoSpool {
+        return Err(CliError::failed(format!(
+            "spool directory {} does not exist; start ysctld once to create it",
+            config.spool_dir.display()
+        )));
+    }
+    if state == DaemonState::Stopped {
+        // Nobody can answer: check what can be checked here, so that a job
+        // that would be refused is not left in the spool.
+        check_locally(&request, &config)?;
+    }
+    let mut sent = spool.send(&Envelope::new(Request::Submit(Box::new(request))))?;
+    if state == DaemonState::Stopped {
+        warn(
+            "ysbatch",
+            &format!(
+                "ysctld is not running; the job is spooled as {} and will be taken in when ysctld starts",
+                sent.name()
+            ),
+        );
+        return Ok(());
+    }
+    match sent.wait(reply_timeout(Duration::from_secs(10)))? {
+        Some(Reply::Submitted { job_id }) => {
+            if parsable {
+                print(&format!("{job_id}\n"))
+            } else {
+                print(&format!("Submitted batch job {job_id}\n"))
+            }
+        }
+        Some(Reply::Rejected { error }) => Err(CliError::failed(error)),
+        Some(other) => Err(CliError::failed(format!("unexpected reply from ysctld: {other:?}"))),
+        None => {
+            warn(
+                "ysbatch",
+                &format!(
+                    "ysctld has not answered yet; the job is spooled as {} and will be taken in",
+                    sent.name()
+                ),
+            );
+            Ok(())
+        }
+    }
+}
+
+fn read_script<R: Read>(open: impl FnOnce() -> std::io::Result<R>, name: &str) -> Result<String, CliError> {
+    let mut bytes = Vec::new();
+    open()
+        .and_then(|r| r.take(MAX_SCRIPT_BYTES as u64 + 1).read_to_end(&mut bytes))
+        .map_err(|e| CliError::failed(format!("cannot read {name}: {e}")))?;
+    if bytes.len() > MAX_SCRIPT_BYTES {
+        return Err(CliError::failed(format!("{name} is larger than {MAX_SCRIPT_BYTES} bytes")));
+    }
+    if bytes.is_empty() {
+        return Err(CliError::failed(format!("{name} is empty")));
+    }
+    String::from_utf8(bytes).map_err(|e| CliError::failed(format!("{name} is not valid UTF-8 (at byte {})", e.utf8_error().valid_up_to())))
+}
+
+/// The daemon's admission checks, with what this host can know: accounts,
+/// QoS, declared GPUs, CPUs and memory.
+fn check_locally(request: &crate::job::JobRequest, config: &crate::config::Config) -> CliResult {
+    let uid = nix::unistd::getuid().as_raw();
+    let user = super::current_user_name();
+    let inventory = Inventory::declared(config);
+    let mut checked = request.clone();
+    if inventory.gpus.is_empty() {
+        // GPUs will be detected by the daemon; the count cannot be checked here.
+        checked.gpus = Default::default();
+    }
+    let capacity = Capacity {
+        inventory: &inventory,
+        cpus: config.cpus.unwrap_or(u32::MAX),
+        mem_mb: config.memory_mb.unwrap_or(u64::MAX),
+    };
+    admission::admit(&checked, uid, &user, config, &capacity).map(|_| ()).map_err(|e| CliError::failed(e.to_string()))
+}

@@ -1,0 +1,110 @@
+//! `yscancel`: cancel jobs, or send them a signal.
+
+use clap::Parser;
+
+use super::{ask, load_config, parse_job_ids, parse_states, CliError, CliResult};
+use crate::proto::{Control, JobSelector, Reply, Request};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "yscancel",
+    version,
+    about = "Cancel jobs, or send them a signal",
+    long_about = "Cancel pending or running jobs, or with --signal send running jobs a signal and let \
+                  them run. A running job gets SIGTERM, and SIGKILL after the configured grace time \
+                  (kill_wait). Users may cancel their own jobs; root and the config's admins any job.",
+    after_help = "Examples:\n  yscancel 17 18\n  yscancel -u alice -t PENDING\n  yscancel --signal USR1 17"
+)]
+pub struct Args {
+    /// Job ids (space- or comma-separated)
+    #[arg(value_name = "JOBID")]
+    pub jobs: Vec<String>,
+    /// Only jobs of this user
+    #[arg(short = 'u', long, value_name = "USER")]
+    pub user: Option<String>,
+    /// Only jobs of this account
+    #[arg(short = 'A', long, value_name = "ACCOUNT")]
+    pub account: Option<String>,
+    /// Only jobs with this name
+    #[arg(short = 'n', long = "name", value_name = "NAME")]
+    pub name: Option<String>,
+    /// Only jobs in these states (PENDING, RUNNING)
+    #[arg(short = 't', long = "state", value_name = "STATE[,STATE]")]
+    pub states: Vec<String>,
+    /// Send this signal instead of cancelling (a name like USR1 or a number)
+    #[arg(short = 's', long, value_name = "SIGNAL")]
+    pub signal: Option<String>,
+    /// Report each job acted on
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
+}
+
+pub fn run(args: Args) -> CliResult {
+    let selector = JobSelector {
+        job_ids: parse_job_ids(&args.jobs)?,
+        user: args.user.clone(),
+        account: args.account.clone(),
+        name: args.name.clone(),
+        states: parse_states(&args.states)?,
+    };
+    if selector.is_empty() {
+        return Err(CliError::usage("no job identification provided: give job ids, or -u, -A, -n or -t"));
+    }
+    let signal = args.signal.as_deref().map(parse_signal).transpose()?;
+    let config = load_config()?;
+    let reply = ask(&config, Request::Control(Control::Cancel { selector, signal }))?;
+    let outcomes = match reply {
+        Reply::Control { outcomes, .. } => outcomes,
+        Reply::Rejected { error } => return Err(CliError::failed(error)),
+        other => return Err(CliError::failed(format!("unexpected reply from ysctld: {other:?}"))),
+    };
+    let mut failed = false;
+    for o in &outcomes {
+        match &o.error {
+            Some(e) => {
+                eprintln!("yscancel: error: {e}");
+                failed = true;
+            }
+            None if args.verbose => {
+                let what = if args.signal.is_some() { "signalled" } else { "cancelled" };
+                eprintln!("yscancel: job {} {what}", o.job_id);
+            }
+            None => {}
+        }
+    }
+    if failed {
+        Err(CliError::failed(""))
+    } else {
+        Ok(())
+    }
+}
+
+/// `TERM`, `SIGTERM`, `term` or `15`.
+pub fn parse_signal(text: &str) -> Result<i32, CliError> {
+    use std::str::FromStr;
+    let t = text.trim();
+    if let Ok(n) = t.parse::<i32>() {
+        return nix::sys::signal::Signal::try_from(n)
+            .map(|s| s as i32)
+            .map_err(|_| CliError::usage(format!("invalid signal number {n}")));
+    }
+    let upper = t.to_ascii_uppercase();
+    let name = if upper.starts_with("SIG") { upper } else { format!("SIG{upper}") };
+    nix::sys::signal::Signal::from_str(&name)
+        .map(|s| s as i32)
+        .map_err(|_| CliError::usage(format!("invalid signal '{t}' (e.g. TERM, USR1, 10)")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_signal;
+
+    #[test]
+    fn signal_names() {
+        assert_eq!(parse_signal("USR1").unwrap(), libc::SIGUSR1);
+        assert_eq!(parse_signal("sigterm").unwrap(), libc::SIGTERM);
+        assert_eq!(parse_signal("9").unwrap(), libc::SIGKILL);
+        assert!(parse_signal("NOPE").is_err());
+        assert!(parse_signal("999").is_err());
+    }
+}

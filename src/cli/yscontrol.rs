@@ -1,0 +1,143 @@
+//! `yscontrol`: hold, release, show and reload.
+
+use clap::{Parser, Subcommand};
+
+use super::{ask, load_config, parse_job_ids, print, query_jobs, CliError, CliResult};
+use crate::proto::{Control, JobView, Query, Reply, Request};
+use crate::units;
+
+#[derive(Parser, Debug)]
+#[command(name = "yscontrol", version, about = "Control jobs and the ysched daemon")]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Keep pending jobs from starting (an admin's hold can only be released by an admin)
+    Hold {
+        #[arg(value_name = "JOBID", required = true)]
+        jobs: Vec<String>,
+    },
+    /// Let held jobs start again
+    Release {
+        #[arg(value_name = "JOBID", required = true)]
+        jobs: Vec<String>,
+    },
+    /// Show a job in full
+    Show {
+        #[command(subcommand)]
+        what: Show,
+    },
+    /// Re-read the configuration file (admins; a file with errors is refused and nothing changes)
+    Reload,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Show {
+    /// One job, as KEY=VALUE pairs
+    Job {
+        #[arg(value_name = "JOBID")]
+        job: String,
+    },
+}
+
+pub fn run(args: Args) -> CliResult {
+    let config = load_config()?;
+    match args.command {
+        Command::Hold { jobs } => control(&config, Control::Hold { job_ids: parse_job_ids(&jobs)? }),
+        Command::Release { jobs } => control(&config, Control::Release { job_ids: parse_job_ids(&jobs)? }),
+        Command::Reload => control(&config, Control::Reload),
+        Command::Show { what: Show::Job { job } } => {
+            let ids = parse_job_ids(std::slice::from_ref(&job))?;
+            let [id] = ids.as_slice() else {
+                return Err(CliError::usage("give one job id"));
+            };
+            let (jobs, now) = query_jobs("yscontrol", &config, Query::Job(*id))?;
+            let Some(view) = jobs.first() else {
+                return Err(CliError::failed(format!("job {id} does not exist")));
+            };
+            print(&show_job(view, now))
+        }
+    }
+}
+
+fn control(config: &crate::config::Config, control: Control) -> CliResult {
+    match ask(config, Request::Control(control))? {
+        Reply::Control { outcomes, message } => {
+            if let Some(m) = message {
+                println!("{m}");
+            }
+            let errors: Vec<String> = outcomes.into_iter().filter_map(|o| o.error).collect();
+            for e in &errors {
+                eprintln!("yscontrol: error: {e}");
+            }
+            if errors.is_empty() {
+                Ok(())
+            } else {
+                Err(CliError::failed(""))
+            }
+        }
+        Reply::Rejected { error } => Err(CliError::failed(error)),
+        other => Err(CliError::failed(format!("unexpected reply from ysctld: {other:?}"))),
+    }
+}
+
+/// scontrol's layout: KEY=VALUE pairs, a few to a line.
+fn show_job(view: &JobView, now: i64) -> String {
+    let job = &view.job;
+    let time = |t: Option<i64>| t.map(units::format_timestamp).unwrap_or_else(|| "Unknown".into());
+    let reason = if job.state.is_active() && job.state == crate::job::JobState::Pending {
+        view.pending_reason.clone().unwrap_or_else(|| "None".into())
+    } else {
+        job.reason.clone().unwrap_or_else(|| "None".into())
+    };
+    let lines = [
+        format!("JobId={} JobName={}", job.id, job.name),
+        format!("UserId={}({}) GroupId={} Account={} QOS={}", job.user, job.uid, job.gid, job.account, job.qos),
+        format!(
+            "JobState={} Reason={} Hold={} Priority={}",
+            job.state,
+            reason,
+            job.hold.map(|h| h.name()).unwrap_or("no"),
+            view.priority
+        ),
+        format!(
+            "RunTime={} TimeLimit={} Restarts={} ExitCode={}",
+            units::format_elapsed(job.elapsed(now)),
+            units::format_time_limit(job.time_limit),
+            job.restart_count,
+            job.exit.unwrap_or_default()
+        ),
+        format!(
+            "SubmitTime={} EligibleTime={} StartTime={} EndTime={}",
+            units::format_timestamp(job.submit_time),
+            units::format_timestamp(job.begin_time.unwrap_or(job.submit_time).max(job.submit_time)),
+            time(job.start_time),
+            if job.state.is_active() { "Unknown".into() } else { time(job.end_time) }
+        ),
+        format!(
+            "NodeList={} NumCPUs={} Mem={} TRES=gres/{} GPUs=[{}]",
+            job.node.as_deref().unwrap_or("(null)"),
+            job.cpus,
+            job.mem_mb.map(units::format_memory_mb).unwrap_or_else(|| "(none)".into()),
+            job.gpus,
+            crate::db::format_index_list(&job.gpus_alloc)
+        ),
+    ];
+    let mut out: Vec<String> = lines.iter().map(|l| format!("   {l}")).collect();
+    out[0] = lines[0].clone();
+    if !view.redacted {
+        out.push(format!("   WorkDir={}", job.work_dir.display()));
+        out.push(format!("   StdOut={}", job.stdout_path().display()));
+        out.push(format!(
+            "   StdErr={}",
+            job.stderr_path().unwrap_or_else(|| job.stdout_path()).display()
+        ));
+        if let Some(c) = &job.comment {
+            out.push(format!("   Comment={c}"));
+        }
+    }
+    out.join("\n") + "\n\n"
+}

@@ -1,0 +1,118 @@
+//! `ysctld`: the controller daemon's command line. It daemonizes itself
+//! unless told `--foreground`, and returns only once the daemon accepts
+//! requests (or with the reason it could not start).
+
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+
+use clap::Parser;
+
+use super::{init_logging, CliError, CliResult};
+use crate::config::{self, Config};
+use crate::daemon;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ysctld",
+    version,
+    about = "The ysched controller daemon",
+    long_about = "The ysched controller daemon: takes jobs from the spool, schedules them on the GPUs, \
+                  runs them through one supervisor (ysstepd) each, and keeps the accounting database. \
+                  Run as root it serves every user (system mode); run as an ordinary user it serves \
+                  only that user (personal mode). Jobs keep running when it stops, and are re-adopted \
+                  when it starts again."
+)]
+pub struct Args {
+    /// Configuration file (default: $YS_CONF, /etc/ysched/ysched.toml, ~/.config/ysched/ysched.toml)
+    #[arg(short = 'f', long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Stay in the foreground and log to standard error
+    #[arg(short = 'D', long)]
+    pub foreground: bool,
+    /// Log more (-v debug, -vv trace); YS_LOG overrides
+    #[arg(short = 'v', long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+pub fn run(args: Args) -> CliResult {
+    let path = match args.config {
+        Some(p) => p,
+        None => {
+            let (p, exists) = config::locate();
+            if !exists {
+                return Err(CliError::failed(format!(
+                    "no configuration at {}; pass --config FILE or set YS_CONF (see ysched.toml(5))",
+                    p.display()
+                )));
+            }
+            p
+        }
+    };
+    let config = Config::load(&path).map_err(|e| CliError::failed(e.to_string()))?;
+    if args.foreground {
+        init_logging(args.verbose);
+        return daemon::run(config, daemon::Options { stepd: None }, || {}).map_err(CliError::from);
+    }
+    let log = config.log_file.clone().unwrap_or_else(|| config.spool_dir.join("ysctld.log"));
+    if let Some(dir) = log.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| CliError::failed(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    // SAFETY: no thread has been started yet in this process.
+    match unsafe { nix::unistd::fork() }? {
+        nix::unistd::ForkResult::Parent { child } => {
+            drop(write_end);
+            // "ready", or the reason it failed followed by EOF; the daemon
+            // keeps its end open, so stop at "ready" rather than wait for EOF.
+            let mut status = String::new();
+            let mut pipe = std::fs::File::from(read_end);
+            let mut buf = [0u8; 512];
+            while status != "ready" {
+                match pipe.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => status.push_str(&String::from_utf8_lossy(&buf[..n])),
+                }
+            }
+            if status == "ready" {
+                println!("ysctld started (pid {child}); log: {}", log.display());
+                Ok(())
+            } else if status.is_empty() {
+                Err(CliError::failed(format!("ysctld exited during start-up; see {}", log.display())))
+            } else {
+                Err(CliError::failed(status))
+            }
+        }
+        nix::unistd::ForkResult::Child => {
+            drop(read_end);
+            let notify = write_end;
+            let result = background(config, &log, args.verbose, &notify);
+            if let Err(e) = &result {
+                let _ = std::fs::File::from(notify).write_all(e.message.as_bytes());
+            }
+            result
+        }
+    }
+}
+
+fn background(config: Config, log: &std::path::Path, verbosity: u8, notify: &OwnedFd) -> CliResult {
+    nix::unistd::setsid()?;
+    let log_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(|e| CliError::failed(format!("cannot open the log {}: {e}", log.display())))?;
+    let null = std::fs::File::open("/dev/null")?;
+    nix::unistd::dup2_stdin(&null)?;
+    nix::unistd::dup2_stdout(&log_file)?;
+    nix::unistd::dup2_stderr(&log_file)?;
+    init_logging(verbosity);
+    let notify = notify.try_clone()?;
+    let ready = move || {
+        let _ = std::fs::File::from(notify).write_all(b"ready");
+    };
+    daemon::run(config, daemon::Options { stepd: None }, ready).map_err(|e| {
+        tracing::error!(target: "ysched::daemon", "{e}");
+        CliError::from(e)
+    })
+}

@@ -1,0 +1,111 @@
+//! `ysqueue`: pending and running jobs, and why the pending ones wait.
+
+use clap::Parser;
+
+use super::{job_filter, load_config, print, query_jobs, CliError, CliResult};
+use crate::proto::Query;
+use crate::report::{self, Column, Field, SqueueFormat};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ysqueue",
+    version,
+    disable_help_flag = true,
+    about = "Show pending and running jobs",
+    long_about = "Show pending and running jobs, running first, then pending ones in the order they \
+                  would start, each with the reason it waits.",
+    after_help = "Format codes (-o): %i id  %j name  %u user  %a account  %q qos  %t state (compact)  \
+                  %T state  %M time used  %l time limit  %L time left  %D nodes  %N node  %R node or \
+                  (reason)  %r reason  %b GPUs (TRES per node)  %C CPUs  %m memory  %Q priority  \
+                  %V submit time  %S start time  %e end time  %Z work dir  %k comment  %P partition.\n\
+                  Write %.N for a right-aligned column N wide, %N for a left-aligned one."
+)]
+pub struct Args {
+    /// Only jobs of these users
+    #[arg(short = 'u', long = "user", value_name = "USER[,USER]")]
+    pub users: Vec<String>,
+    /// Only your own jobs
+    #[arg(long)]
+    pub me: bool,
+    /// Only jobs of these accounts
+    #[arg(short = 'A', long = "account", value_name = "ACCOUNT[,ACCOUNT]")]
+    pub accounts: Vec<String>,
+    /// Only these jobs
+    #[arg(short = 'j', long = "jobs", value_name = "ID[,ID]")]
+    pub jobs: Vec<String>,
+    /// Only jobs in these states (PD, R, CG or full names)
+    #[arg(short = 't', long = "states", value_name = "STATE[,STATE]")]
+    pub states: Vec<String>,
+    /// Only jobs with these names
+    #[arg(short = 'n', long = "name", value_name = "NAME[,NAME]")]
+    pub names: Vec<String>,
+    /// Leave out the header line
+    #[arg(short = 'h', long)]
+    pub noheader: bool,
+    /// Output format with squeue's % codes (see below)
+    #[arg(short = 'o', long, value_name = "FORMAT")]
+    pub format: Option<String>,
+    /// Show each pending job's priority and QoS
+    #[arg(long)]
+    pub priority: bool,
+    /// Print the jobs as JSON
+    #[arg(long, conflicts_with_all = ["format", "noheader"])]
+    pub json: bool,
+    /// Print help
+    #[arg(long, action = clap::ArgAction::Help)]
+    pub help: Option<bool>,
+}
+
+pub fn run(args: Args) -> CliResult {
+    let config = load_config()?;
+    let mut users = args.users.clone();
+    if args.me {
+        users.push(super::current_user_name());
+    }
+    let filter = job_filter(&args.jobs, &users, &args.accounts, &args.names, &args.states)?;
+    let format = match &args.format {
+        Some(f) => Some(report::parse_squeue_format(f).map_err(CliError::usage)?),
+        None => None,
+    };
+    let (jobs, now) = query_jobs("ysqueue", &config, Query::Queue(filter))?;
+    if args.json {
+        let json = serde_json::json!({ "jobs": jobs, "time": now });
+        return print(&format!("{}\n", serde_json::to_string_pretty(&json)?));
+    }
+    let text = match format {
+        Some(f) => report::render_squeue(&f, &jobs, now, !args.noheader),
+        None => report::render_squeue(&default_format(args.priority), &jobs, now, !args.noheader),
+    };
+    print(&text)
+}
+
+fn default_format(priority: bool) -> SqueueFormat {
+    let mut fields = vec![
+        Field::JobId,
+        Field::Name,
+        Field::User,
+        Field::Account,
+        Field::StateCompact,
+        Field::TimeUsed,
+        Field::Gpus,
+    ];
+    if priority {
+        fields.extend([Field::Qos, Field::Priority]);
+    }
+    fields.push(Field::NodeListReason);
+    let last = fields.len() - 1;
+    SqueueFormat {
+        parts: fields
+            .into_iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let mut column = Column::auto(f);
+                if i == last {
+                    column.width = report::Width::Natural;
+                }
+                (if i == 0 { String::new() } else { "  ".to_string() }, column)
+            })
+            .collect(),
+        trailer: String::new(),
+    }
+}

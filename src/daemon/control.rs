@@ -1,0 +1,192 @@
+//! Control requests: one handler per variant of [`Control`]. Users act on
+//! their own jobs; root and the config's admins on every job.
+
+use crate::db::{self, DbError};
+use crate::exec::spec::StepCommand;
+use crate::exec::ExecError;
+use crate::job::{Hold, JobId, JobState};
+use crate::proto::{Control, JobOutcome, JobSelector, Reply};
+
+use super::{Daemon, DaemonError};
+
+/// Who asks.
+struct Requester<'a> {
+    uid: u32,
+    user: &'a str,
+    admin: bool,
+}
+
+impl Daemon {
+    pub(super) fn control(&mut self, control: Control, uid: u32, user: &str, now: i64) -> Result<Reply, DaemonError> {
+        let who = Requester {
+            uid,
+            user,
+            admin: self.config.is_admin(uid, user),
+        };
+        match control {
+            Control::Cancel { selector, signal } => self.cancel(selector, signal, &who, now),
+            Control::Hold { job_ids } => self.hold(&job_ids, &who, now),
+            Control::Release { job_ids } => self.release(&job_ids, &who, now),
+            Control::Reload => Ok(if who.admin {
+                match self.reload(Some(user)) {
+                    Ok(message) => Reply::Control {
+                        outcomes: Vec::new(),
+                        message: Some(message),
+                    },
+                    Err(error) => Reply::Rejected { error },
+                }
+            } else {
+                Reply::Rejected {
+                    error: "permission denied: only root and the config's admins may reload the config".into(),
+                }
+            }),
+        }
+    }
+
+    /// Explains why `id` is not an active job the requester may act on, or
+    /// returns `None` if it is one.
+    fn refuse(&self, id: JobId, who: &Requester) -> Result<Option<String>, DaemonError> {
+        match self.jobs.get(&id) {
+            Some(job) if job.uid == who.uid || who.admin => Ok(None),
+            Some(job) => Ok(Some(format!("permission denied: job {id} belongs to {}", job.user))),
+            None => match db::job(&self.db, id) {
+                Ok(job) if job.uid != who.uid && !who.admin => {
+                    Ok(Some(format!("permission denied: job {id} belongs to {}", job.user)))
+                }
+                Ok(job) => Ok(Some(format!("job {id} has already finished ({})", job.state))),
+                Err(DbError::NotFound(_)) => Ok(Some(format!("job {id} does not exist"))),
+                Err(e) => Err(e.into()),
+            },
+        }
+    }
+
+    fn cancel(&mut self, selector: JobSelector, signal: Option<i32>, who: &Requester, now: i64) -> Result<Reply, DaemonError> {
+        if selector.is_empty() {
+            return Ok(Reply::Rejected {
+                error: "no jobs selected: give job ids or a filter".into(),
+            });
+        }
+        let mut outcomes = Vec::new();
+        let targets: Vec<JobId> = if selector.job_ids.is_empty() {
+            if let Some(u) = &selector.user {
+                if u != who.user && !who.admin {
+                    return Ok(Reply::Rejected {
+                        error: format!("permission denied: you may cancel only your own jobs, not {u}'s"),
+                    });
+                }
+            }
+            self.jobs
+                .values()
+                .filter(|j| selector.matches(j) && (who.admin || j.uid == who.uid))
+                .map(|j| j.id)
+                .collect()
+        } else {
+            let mut ids = Vec::new();
+            for &id in &selector.job_ids {
+                match self.refuse(id, who)? {
+                    Some(error) => outcomes.push(JobOutcome { job_id: id, error: Some(error) }),
+                    None if selector.matches(&self.jobs[&id]) => ids.push(id),
+                    None => {}
+                }
+            }
+            ids
+        };
+        for id in targets {
+            let error = match signal {
+                Some(sig) => self.signal_job(id, sig),
+                None => self.cancel_job(id, who, now)?,
+            };
+            outcomes.push(JobOutcome { job_id: id, error });
+        }
+        outcomes.sort_by_key(|o| o.job_id);
+        Ok(Reply::Control { outcomes, message: None })
+    }
+
+    fn cancel_job(&mut self, id: JobId, who: &Requester, now: i64) -> Result<Option<String>, DaemonError> {
+        let detail = format!("cancelled by {}", who.user);
+        match self.jobs[&id].state {
+            JobState::Pending => {
+                self.finish(id, JobState::Cancelled, now, None, Some(detail))?;
+            }
+            JobState::Running => self.terminate(id, JobState::Cancelled, &detail, now)?,
+            // Already stopping: cancelling again changes nothing.
+            _ => {}
+        }
+        Ok(None)
+    }
+
+    fn signal_job(&self, id: JobId, signal: i32) -> Option<String> {
+        let job = &self.jobs[&id];
+        if job.state != JobState::Running && job.state != JobState::Completing {
+            return Some(format!("job {id} is {}; only running jobs can be signalled", job.state));
+        }
+        match self.launcher.command(id, &StepCommand::Signal { signal }) {
+            Ok(()) => {
+                tracing::info!(target: "ysched::daemon", "job {id} sent signal {signal}");
+                None
+            }
+            Err(ExecError::Gone(_)) => Some(format!("job {id} has just ended")),
+            Err(e) => Some(e.to_string()),
+        }
+    }
+
+    fn hold(&mut self, ids: &[JobId], who: &Requester, now: i64) -> Result<Reply, DaemonError> {
+        let hold = if who.admin { Hold::Admin } else { Hold::User };
+        self.set_holds(ids, who, now, |id, current| match current {
+            Ok(_) => Ok(Some(hold)),
+            Err(state) => Err(format!("job {id} is {state}; only pending jobs can be held")),
+        })
+    }
+
+    fn release(&mut self, ids: &[JobId], who: &Requester, now: i64) -> Result<Reply, DaemonError> {
+        let admin = who.admin;
+        self.set_holds(ids, who, now, |id, current| match current {
+            Ok(Some(Hold::Admin)) if !admin => Err(format!("job {id} is held by an administrator; ask one to release it")),
+            Ok(None) => Err(format!("job {id} is not held")),
+            Ok(Some(_)) => Ok(None),
+            Err(state) => Err(format!("job {id} is {state}; only pending jobs can be released")),
+        })
+    }
+
+    /// Applies `decide` (from the current hold, or the state of a job that is
+    /// not pending, to the new hold or an error) to each job.
+    fn set_holds(
+        &mut self,
+        ids: &[JobId],
+        who: &Requester,
+        now: i64,
+        decide: impl Fn(JobId, Result<Option<Hold>, JobState>) -> Result<Option<Hold>, String>,
+    ) -> Result<Reply, DaemonError> {
+        let mut outcomes = Vec::new();
+        for &id in ids {
+            if let Some(error) = self.refuse(id, who)? {
+                outcomes.push(JobOutcome { job_id: id, error: Some(error) });
+                continue;
+            }
+            let job = &self.jobs[&id];
+            let current = if job.state == JobState::Pending { Ok(job.hold) } else { Err(job.state) };
+            let new = match decide(id, current) {
+                Ok(h) => h,
+                Err(error) => {
+                    outcomes.push(JobOutcome { job_id: id, error: Some(error) });
+                    continue;
+                }
+            };
+            let job = self.jobs.get_mut(&id).expect("checked above");
+            job.hold = new;
+            let job = job.clone();
+            let detail = match new {
+                Some(h) => format!("held ({}) by {}", h.name(), who.user),
+                None => format!("released by {}", who.user),
+            };
+            let tx = self.tx()?;
+            db::update_job(tx, &job)?;
+            db::add_event(tx, id, now, JobState::Pending, Some(&detail))?;
+            tracing::info!(target: "ysched::daemon", "job {id} {detail}");
+            outcomes.push(JobOutcome { job_id: id, error: None });
+        }
+        self.reschedule = true;
+        self.snapshot = None;
+        Ok(Reply::Control { outcomes, message: None })
+    }
+}

@@ -1,0 +1,241 @@
+//! Job lifecycle: start, stop, end, re-adoption. Each transition is written
+//! to the database and logged once, at INFO, with the job id.
+
+use crate::db;
+use crate::exec::spec::{LaunchSpec, StepCommand};
+use crate::exec::{Adoption, ExecError};
+use crate::job::{ExitStatus, JobId, JobState};
+
+use super::{Daemon, DaemonError};
+
+impl Daemon {
+    /// Records the scheduler's decision; the process starts after the commit.
+    pub(super) fn mark_running(&mut self, id: JobId, gpus: Vec<u32>, now: i64) -> Result<(), DaemonError> {
+        let node = self.config.node_name.clone();
+        let Some(job) = self.jobs.get_mut(&id) else { return Ok(()) };
+        job.state = JobState::Running;
+        job.start_time = Some(now);
+        job.end_time = None;
+        job.gpus_alloc = gpus;
+        job.node = Some(node);
+        job.reason = None;
+        job.kill_reason = None;
+        let job = job.clone();
+        let detail = format!("GPUs [{}]", db::format_index_list(&job.gpus_alloc));
+        let tx = self.tx()?;
+        db::update_job(tx, &job)?;
+        db::add_event(tx, id, now, JobState::Running, Some(&detail))?;
+        self.to_launch.push(id);
+        Ok(())
+    }
+
+    /// Starts the supervisors of the jobs marked running in this turn.
+    pub(super) fn launch_started(&mut self) -> Result<(), DaemonError> {
+        let ids = std::mem::take(&mut self.to_launch);
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let now = super::now();
+        for id in ids {
+            if let Err(message) = self.launch(id) {
+                tracing::error!(target: "ysched::exec", "job {id} could not be launched: {message}");
+                self.finish(id, JobState::Failed, now, None, Some(message))?;
+            }
+        }
+        self.commit()
+    }
+
+    fn launch(&mut self, id: JobId) -> Result<(), String> {
+        let Some(job) = self.jobs.get(&id).cloned() else { return Ok(()) };
+        let payload = db::payload(&self.db, id).map_err(|e| e.to_string())?;
+        let user = self
+            .users
+            .refresh(job.uid)
+            .cloned()
+            .ok_or_else(|| format!("user {} (uid {}) no longer exists", job.user, job.uid))?;
+        let spec = LaunchSpec {
+            job_id: id,
+            name: job.name.clone(),
+            user: job.user.clone(),
+            uid: job.uid,
+            gid: job.gid,
+            home: user.home,
+            shell: user.shell,
+            account: job.account.clone(),
+            qos: job.qos.clone(),
+            restart_count: job.restart_count,
+            gpus: job.gpus_alloc.clone(),
+            node_name: self.config.node_name.clone(),
+            work_dir: job.work_dir.clone(),
+            submit_dir: job.submit_dir.clone(),
+            stdout: job.stdout_path(),
+            stderr: job.stderr_path(),
+            open_append: job.open_append,
+            environment: payload.environment,
+            args: payload.args,
+            cpus: job.cpus,
+            mem_mb: job.mem_mb,
+            time_limit: job.time_limit,
+            submit_time: job.submit_time,
+            switch_user: self.ownership == crate::spool::Ownership::System,
+        };
+        let supervisor = self.launcher.launch(&spec, &payload.script).map_err(|e| e.to_string())?;
+        tracing::info!(
+            target: "ysched::exec",
+            job = id,
+            "job {id} started: {} for {} on GPUs [{}] (supervisor pid {})",
+            job.name,
+            job.user,
+            db::format_index_list(&job.gpus_alloc),
+            supervisor.pid
+        );
+        self.exits.watch(id, supervisor).map_err(|e| format!("cannot watch the supervisor: {e}"))
+    }
+
+    /// A supervisor exited: read how the job ended and account it.
+    pub(super) fn job_exited(&mut self, id: JobId, now: i64) -> Result<(), DaemonError> {
+        if !self.jobs.get(&id).is_some_and(|j| j.state.holds_gpus()) {
+            return Ok(());
+        }
+        match self.launcher.read_exit(id) {
+            Some(record) => {
+                let job = &self.jobs[&id];
+                let state = if record.launch_error.is_some() {
+                    JobState::Failed
+                } else if let Some(reason) = job.kill_reason {
+                    reason
+                } else if record.exit == ExitStatus::default() {
+                    JobState::Completed
+                } else {
+                    JobState::Failed
+                };
+                let exit = record.launch_error.is_none().then_some(record.exit);
+                self.finish(id, state, record.end_time, exit, record.launch_error)?;
+            }
+            None => {
+                let killed = self.launcher.kill_orphans(id);
+                let reason = format!(
+                    "the job's supervisor ended without recording the job's end{}",
+                    if killed > 0 {
+                        format!("; {killed} leftover processes killed")
+                    } else {
+                        String::new()
+                    }
+                );
+                self.finish(id, JobState::NodeFail, now, None, Some(reason))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves a job to a final state and forgets it from the active set.
+    pub(super) fn finish(
+        &mut self,
+        id: JobId,
+        state: JobState,
+        end: i64,
+        exit: Option<ExitStatus>,
+        reason: Option<String>,
+    ) -> Result<(), DaemonError> {
+        let Some(mut job) = self.jobs.remove(&id) else { return Ok(()) };
+        job.state = state;
+        job.end_time = Some(job.start_time.map_or(end, |s| end.max(s)));
+        job.exit = exit;
+        job.kill_reason = None;
+        if reason.is_some() {
+            job.reason = reason;
+        }
+        let tx = self.tx()?;
+        db::update_job(tx, &job)?;
+        db::add_event(tx, id, end, state, job.reason.as_deref())?;
+        let exit_text = job.exit.map(|e| format!(" exit {e}")).unwrap_or_default();
+        let why = job.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
+        tracing::info!(target: "ysched::daemon", "job {id} {state}{exit_text}{why}");
+        self.launcher.remove(id);
+        self.reasons.remove(&id);
+        self.reschedule = true;
+        self.snapshot = None;
+        Ok(())
+    }
+
+    /// Stops a running job: it goes COMPLETING and keeps its GPUs until its
+    /// processes are gone, then ends in `reason` (CANCELLED or TIMEOUT).
+    pub(super) fn terminate(&mut self, id: JobId, reason: JobState, detail: &str, now: i64) -> Result<(), DaemonError> {
+        let grace = self.config.kill_wait;
+        let Some(job) = self.jobs.get_mut(&id) else { return Ok(()) };
+        if job.state != JobState::Running {
+            return Ok(());
+        }
+        job.state = JobState::Completing;
+        job.kill_reason = Some(reason);
+        job.reason = Some(detail.to_string());
+        let job = job.clone();
+        let tx = self.tx()?;
+        db::update_job(tx, &job)?;
+        db::add_event(tx, id, now, JobState::Completing, Some(detail))?;
+        tracing::info!(target: "ysched::daemon", "job {id} stopping ({detail}); SIGKILL after {grace} s");
+        self.snapshot = None;
+        self.send_terminate(id);
+        Ok(())
+    }
+
+    fn send_terminate(&self, id: JobId) {
+        let command = StepCommand::Terminate {
+            grace_secs: self.config.kill_wait,
+        };
+        match self.launcher.command(id, &command) {
+            Ok(()) => {}
+            // It ended already; its exit event is on the way.
+            Err(ExecError::Gone(_)) => {}
+            Err(e) => tracing::error!(target: "ysched::exec", "cannot stop job {id}: {e}"),
+        }
+    }
+
+    pub(super) fn enforce_time_limits(&mut self, now: i64) -> Result<(), DaemonError> {
+        let expired: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Running)
+            .filter(|j| matches!((j.start_time, j.time_limit), (Some(s), Some(l)) if now >= s + l as i64))
+            .map(|j| j.id)
+            .collect();
+        for id in expired {
+            self.terminate(id, JobState::Timeout, "time limit reached", now)?;
+        }
+        Ok(())
+    }
+
+    /// After a restart: finds a running job's supervisor again, or accounts
+    /// for what happened while the daemon was away.
+    pub(super) fn readopt(&mut self, id: JobId) -> Result<(), DaemonError> {
+        let now = super::now();
+        match self.launcher.adopt(id) {
+            Adoption::Alive(supervisor) => {
+                tracing::info!(target: "ysched::exec", "job {id} re-adopted (supervisor pid {})", supervisor.pid);
+                self.exits.watch(id, supervisor)?;
+                if self.jobs[&id].state == JobState::Completing {
+                    // The stop may not have reached it before the crash.
+                    self.send_terminate(id);
+                }
+            }
+            Adoption::Exited(_) | Adoption::Lost => self.job_exited(id, now)?,
+            Adoption::NeverStarted => {
+                let job = self.jobs.get_mut(&id).expect("readopt is called for active jobs");
+                job.state = JobState::Pending;
+                job.start_time = None;
+                job.gpus_alloc.clear();
+                job.node = None;
+                job.kill_reason = None;
+                let job = job.clone();
+                let tx = self.tx()?;
+                db::update_job(tx, &job)?;
+                let detail = "requeued: ysctld stopped while launching it";
+                db::add_event(tx, id, now, JobState::Pending, Some(detail))?;
+                tracing::info!(target: "ysched::daemon", "job {id} {detail}");
+                self.launcher.remove(id);
+                self.reschedule = true;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,554 @@
+//! The controller daemon: one event loop that owns all state and ties the
+//! spool, the database, the scheduler and the supervisors together.
+//!
+//! Threads only turn outside happenings into [`Event`]s: the spool watcher
+//! (inotify through notify), the exit watcher (pidfds), the signal thread;
+//! and the query thread answers read-only views from a snapshot and its own
+//! read-only database connection, so a user's `ysacct` never stalls the loop.
+//!
+//! Each loop turn drains every event that is waiting, applies them in one
+//! SQLite transaction, commits, and only then replies and launches: a reply
+//! means "durable", and a job is marked running before its process exists,
+//! so a crash can never run a job twice.
+
+mod control;
+mod jobs;
+mod query;
+mod submit;
+mod users;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rusqlite::Connection;
+use thiserror::Error;
+
+use crate::config::{Config, ConfigError};
+use crate::db::{self, DbError};
+use crate::exec::{ExitWatcher, Launcher};
+use crate::gpu::Inventory;
+use crate::job::{Job, JobId, JobState};
+use crate::proto::{Reply, Request};
+use crate::sched::{self, Reason};
+use crate::spool::{Inbound, Ownership, Spool, SpoolError};
+
+pub use query::{answer_offline, QueueSnapshot};
+
+#[derive(Debug, Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Spool(#[from] SpoolError),
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("cannot watch {path}: {message}")]
+    Watch { path: PathBuf, message: String },
+    #[error("the job supervisor {0} is missing; install ysstepd next to ysctld")]
+    NoSupervisor(PathBuf),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl From<rusqlite::Error> for DaemonError {
+    fn from(e: rusqlite::Error) -> DaemonError {
+        DaemonError::Db(DbError::Sqlite(e))
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The supervisor binary; default: `ysstepd` next to the running binary.
+    pub stepd: Option<PathBuf>,
+}
+
+/// What the event loop reacts to.
+#[derive(Debug)]
+pub enum Event {
+    /// Names that appeared in `incoming/`.
+    Spool(Vec<String>),
+    /// The watcher lost events: look at everything in `incoming/`.
+    Rescan,
+    SupervisorExited(JobId),
+    Reload,
+    Shutdown,
+}
+
+/// Requests processed in at most this many per transaction, so replies to
+/// the first of a flood do not wait for the last.
+const MAX_BATCH: usize = 2_000;
+const MAINTENANCE_EVERY: Duration = Duration::from_secs(600);
+const STALE_AFTER: Duration = Duration::from_secs(3_600);
+
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// The state the event loop owns.
+pub(crate) struct Daemon {
+    config: Config,
+    spool: Spool,
+    ownership: Ownership,
+    inventory: Inventory,
+    cpus: u32,
+    mem_mb: u64,
+    db: Connection,
+    in_transaction: bool,
+    launcher: Launcher,
+    exits: ExitWatcher,
+    users: users::Users,
+    /// Pending, running and completing jobs.
+    jobs: BTreeMap<JobId, Job>,
+    /// From the last scheduling pass.
+    reasons: HashMap<JobId, Reason>,
+    order: Vec<JobId>,
+    wake_at: Option<i64>,
+    /// Replies to send once the current transaction is committed.
+    replies: Vec<(String, u32, Reply)>,
+    /// Jobs marked running in this turn, to launch after the commit.
+    to_launch: Vec<JobId>,
+    /// Spool names seen but not yet processed (beyond one batch).
+    backlog: Vec<String>,
+    backlog_set: HashSet<String>,
+    snapshot: Option<Arc<QueueSnapshot>>,
+    queries: Sender<query::Work>,
+    reschedule: bool,
+    shutdown: bool,
+}
+
+/// Runs the daemon until SIGTERM/SIGINT. `ready` is called once it accepts
+/// requests (the point where a daemonizing parent may exit).
+pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(), DaemonError> {
+    let ownership = Ownership::of_this_process();
+    let spool = Spool::new(&config.spool_dir);
+    spool.prepare(ownership)?;
+    let _lock = spool.lock_daemon()?;
+    let stepd = match options.stepd {
+        Some(p) => p,
+        None => std::env::current_exe()?.with_file_name("ysstepd"),
+    };
+    if !stepd.is_file() {
+        return Err(DaemonError::NoSupervisor(stepd));
+    }
+    let db = db::open(&spool.database())?;
+    let inventory = Inventory::discover(&config);
+    let cpus = config.cpus.unwrap_or_else(host_cpus);
+    let mem_mb = config.memory_mb.unwrap_or_else(host_memory_mb);
+    tracing::info!(
+        target: "ysched::daemon",
+        "ysctld {} starting: spool {}, {} mode, GPUs: {} ({}), {} CPUs, {} MiB",
+        env!("CARGO_PKG_VERSION"),
+        spool.root().display(),
+        if ownership == Ownership::System { "system" } else { "personal" },
+        inventory.describe(),
+        inventory.source,
+        cpus,
+        mem_mb
+    );
+    tracing::warn!(
+        target: "ysched::daemon",
+        "cgroup isolation is not implemented yet: jobs are tracked by process group and \
+         CUDA_VISIBLE_DEVICES, not confined to their GPUs"
+    );
+
+    let (events, inbox) = mpsc::channel();
+    let exit_events = events.clone();
+    let exits = ExitWatcher::start(move |id| {
+        let _ = exit_events.send(Event::SupervisorExited(id));
+    })?;
+    let _watcher = watch_incoming(&spool, events.clone())?;
+    spawn_signal_thread(events.clone())?;
+    let queries = query::start(spool.clone(), &spool.database())?;
+
+    let launcher = Launcher::new(spool.clone(), stepd, ownership);
+    let mut daemon = Daemon {
+        config,
+        spool,
+        ownership,
+        inventory,
+        cpus,
+        mem_mb,
+        db,
+        in_transaction: false,
+        launcher,
+        exits,
+        users: users::Users::default(),
+        jobs: BTreeMap::new(),
+        reasons: HashMap::new(),
+        order: Vec::new(),
+        wake_at: None,
+        replies: Vec::new(),
+        to_launch: Vec::new(),
+        backlog: Vec::new(),
+        backlog_set: HashSet::new(),
+        snapshot: None,
+        queries,
+        reschedule: true,
+        shutdown: false,
+    };
+    daemon.recover()?;
+    ready();
+    daemon.event_loop(inbox)
+}
+
+fn host_cpus() -> u32 {
+    std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1)
+}
+
+fn host_memory_mb() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map(|kb| kb / 1024)
+        .unwrap_or(1024)
+}
+
+fn watch_incoming(spool: &Spool, events: Sender<Event>) -> Result<notify::RecommendedWatcher, DaemonError> {
+    use notify::event::{AccessKind, AccessMode, ModifyKind, RenameMode};
+    use notify::{EventKind, RecursiveMode, Watcher};
+    let mut watcher = notify::recommended_watcher(move |result: notify::Result<notify::Event>| {
+        let event = match result {
+            Ok(e) => e,
+            Err(_) => {
+                let _ = events.send(Event::Rescan);
+                return;
+            }
+        };
+        if event.need_rescan() {
+            let _ = events.send(Event::Rescan);
+            return;
+        }
+        // A request is complete when renamed into place, or closed after
+        // writing by a client that wrote it in place. Creation alone is not.
+        let complete = matches!(
+            event.kind,
+            EventKind::Modify(ModifyKind::Name(RenameMode::To)) | EventKind::Access(AccessKind::Close(AccessMode::Write))
+        );
+        if !complete {
+            return;
+        }
+        let names: Vec<String> = event
+            .paths
+            .iter()
+            .filter_map(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with('.'))
+            .collect();
+        if !names.is_empty() {
+            let _ = events.send(Event::Spool(names));
+        }
+    })
+    .map_err(|e| DaemonError::Watch {
+        path: spool.incoming(),
+        message: e.to_string(),
+    })?;
+    watcher
+        .watch(&spool.incoming(), RecursiveMode::NonRecursive)
+        .map_err(|e| DaemonError::Watch {
+            path: spool.incoming(),
+            message: e.to_string(),
+        })?;
+    Ok(watcher)
+}
+
+fn spawn_signal_thread(events: Sender<Event>) -> Result<(), DaemonError> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM])?;
+    std::thread::Builder::new().name("signals".into()).spawn(move || {
+        for signal in signals.forever() {
+            let event = if signal == SIGHUP { Event::Reload } else { Event::Shutdown };
+            if events.send(event).is_err() {
+                return;
+            }
+        }
+    })?;
+    Ok(())
+}
+
+impl Daemon {
+    /// The open transaction, begun on first use in a loop turn.
+    fn tx(&mut self) -> Result<&Connection, DaemonError> {
+        if !self.in_transaction {
+            self.db.execute_batch("BEGIN IMMEDIATE")?;
+            self.in_transaction = true;
+        }
+        Ok(&self.db)
+    }
+
+    fn commit(&mut self) -> Result<(), DaemonError> {
+        if self.in_transaction {
+            self.db.execute_batch("COMMIT")?;
+            self.in_transaction = false;
+        }
+        Ok(())
+    }
+
+    /// At start: loads active jobs, re-adopts running ones, and takes in
+    /// whatever arrived in the spool while the daemon was down.
+    fn recover(&mut self) -> Result<(), DaemonError> {
+        for job in db::active_jobs(&self.db)? {
+            self.jobs.insert(job.id, job);
+        }
+        let (pending, running) = self.jobs.values().fold((0, 0), |(p, r), j| {
+            if j.state == JobState::Pending {
+                (p + 1, r)
+            } else {
+                (p, r + 1)
+            }
+        });
+        tracing::info!(target: "ysched::daemon", "loaded {pending} pending and {running} running jobs");
+        let running: Vec<JobId> = self.jobs.values().filter(|j| j.state.holds_gpus()).map(|j| j.id).collect();
+        for id in running {
+            self.readopt(id)?;
+        }
+        self.commit()?;
+        self.spool.remove_stale(STALE_AFTER);
+        self.enqueue(self.spool.list_incoming()?);
+        Ok(())
+    }
+
+    fn enqueue(&mut self, names: Vec<String>) {
+        for name in names {
+            if self.backlog_set.insert(name.clone()) {
+                self.backlog.push(name);
+            }
+        }
+    }
+
+    fn event_loop(mut self, inbox: Receiver<Event>) -> Result<(), DaemonError> {
+        let mut next_maintenance = Instant::now() + MAINTENANCE_EVERY;
+        loop {
+            let timeout = self.next_timeout(next_maintenance);
+            let first = if self.backlog.is_empty() && !self.reschedule {
+                match inbox.recv_timeout(timeout) {
+                    Ok(e) => Some(e),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => return Ok(()),
+                }
+            } else {
+                None
+            };
+            let mut exited = Vec::new();
+            for event in first.into_iter().chain(inbox.try_iter()) {
+                match event {
+                    Event::Spool(names) => self.enqueue(names),
+                    Event::Rescan => {
+                        tracing::info!(target: "ysched::spool", "rescanning the spool");
+                        let names = self.spool.list_incoming()?;
+                        self.enqueue(names);
+                    }
+                    Event::SupervisorExited(id) => exited.push(id),
+                    Event::Reload => {
+                        let _ = self.reload(None);
+                    }
+                    Event::Shutdown => self.shutdown = true,
+                }
+            }
+            let now = now();
+            for id in exited {
+                self.job_exited(id, now)?;
+            }
+            let take = self.backlog.len().min(MAX_BATCH);
+            let batch: Vec<String> = self.backlog.drain(..take).collect();
+            let mut queries = Vec::new();
+            let mut processed = Vec::with_capacity(batch.len());
+            for name in batch {
+                self.backlog_set.remove(&name);
+                if let Some(q) = self.ingest(&name, now)? {
+                    queries.push(q);
+                }
+                processed.push(name);
+            }
+            self.enforce_time_limits(now)?;
+            if Instant::now() >= next_maintenance {
+                self.spool.remove_stale(STALE_AFTER);
+                next_maintenance = Instant::now() + MAINTENANCE_EVERY;
+            }
+            if self.reschedule || self.wake_at.is_some_and(|w| w <= now) {
+                self.schedule(now)?;
+            }
+            self.commit()?;
+            for (name, uid, reply) in std::mem::take(&mut self.replies) {
+                self.spool.write_reply(&name, uid, &reply);
+            }
+            for name in &processed {
+                self.spool.discard(name);
+            }
+            self.launch_started()?;
+            if !queries.is_empty() {
+                let snapshot = self.snapshot();
+                for q in queries {
+                    let _ = self.queries.send(q.with_snapshot(snapshot.clone()));
+                }
+            }
+            if self.shutdown {
+                tracing::info!(
+                    target: "ysched::daemon",
+                    "ysctld stopping; {} running jobs keep running and will be re-adopted",
+                    self.jobs.values().filter(|j| j.state.holds_gpus()).count()
+                );
+                return Ok(());
+            }
+        }
+    }
+
+    /// How long the loop may sleep: until the next time limit, `--begin`
+    /// time or maintenance, whichever comes first.
+    fn next_timeout(&self, next_maintenance: Instant) -> Duration {
+        let now_s = now();
+        let mut next = next_maintenance.saturating_duration_since(Instant::now());
+        let mut consider = |at: i64| {
+            let wait = Duration::from_secs((at - now_s).max(0) as u64);
+            next = next.min(wait);
+        };
+        for job in self.jobs.values() {
+            if let (JobState::Running, Some(start), Some(limit)) = (job.state, job.start_time, job.time_limit) {
+                consider(start + limit as i64);
+            }
+        }
+        if let Some(w) = self.wake_at {
+            consider(w);
+        }
+        // Whole seconds are what job times are kept in; aim just past one.
+        if next < Duration::from_secs(1) {
+            next
+        } else {
+            next + Duration::from_millis(5)
+        }
+    }
+
+    /// Reads one spool entry and handles it. Queries are returned for the
+    /// query thread (answered after this turn's commit).
+    fn ingest(&mut self, name: &str, now: i64) -> Result<Option<query::Work>, DaemonError> {
+        let max = self.config.max_spool_file;
+        match self.spool.read_request(name, max) {
+            Inbound::Skip => Ok(None),
+            Inbound::Bad { name, uid, reason } => {
+                tracing::warn!(target: "ysched::spool", "rejected spool file {name} (uid {uid:?}): {reason}");
+                if let Some(uid) = uid {
+                    self.replies.push((name, uid, Reply::Rejected { error: reason }));
+                }
+                Ok(None)
+            }
+            Inbound::Request { name, uid, envelope } => {
+                if self.ownership == Ownership::Personal && uid != nix::unistd::geteuid().as_raw() {
+                    let error = "this ysctld runs in personal mode and takes requests from its own user only".to_string();
+                    self.replies.push((name, uid, Reply::Rejected { error }));
+                    return Ok(None);
+                }
+                let user = match self.users.get(uid) {
+                    Some(u) => u.name.clone(),
+                    None => {
+                        let error = format!("uid {uid} has no user name on this server");
+                        self.replies.push((name, uid, Reply::Rejected { error }));
+                        return Ok(None);
+                    }
+                };
+                let request = envelope.request;
+                if let Request::Query(q) = request {
+                    let admin = self.config.is_admin(uid, &user);
+                    return Ok(Some(query::Work::new(name, uid, user, admin, q)));
+                }
+                // A state change: apply it once, whatever crashes happened.
+                if let Some((owner, reply)) = db::find_request(self.tx()?, &name)? {
+                    let reply = if owner == uid {
+                        reply
+                    } else {
+                        Reply::Rejected {
+                            error: "request name already used by another user".into(),
+                        }
+                    };
+                    self.replies.push((name, uid, reply));
+                    return Ok(None);
+                }
+                let kind = request.kind();
+                let reply = match request {
+                    Request::Submit(job) => self.submit(*job, uid, &user, now)?,
+                    Request::Control(c) => self.control(c, uid, &user, now)?,
+                    Request::Query(_) => unreachable!("queries returned above"),
+                };
+                db::record_request(self.tx()?, &name, uid, now, kind, &reply)?;
+                self.replies.push((name, uid, reply));
+                Ok(None)
+            }
+        }
+    }
+
+    /// Runs the scheduler and marks the jobs it starts as running.
+    fn schedule(&mut self, now: i64) -> Result<(), DaemonError> {
+        self.reschedule = false;
+        let config = &self.config;
+        let pending: Vec<(&Job, i64)> = self
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Pending)
+            .map(|j| (j, sched::priority::priority(j, config)))
+            .collect();
+        let running: Vec<&Job> = self.jobs.values().filter(|j| j.state.holds_gpus()).collect();
+        let node = sched::Node {
+            gpus: &self.inventory.gpus,
+            cpus: self.cpus,
+            mem_mb: self.mem_mb,
+        };
+        let plan = sched::plan(&pending, &running, &node, now);
+        self.reasons = plan.reasons;
+        self.order = plan.order;
+        self.wake_at = plan.wake_at;
+        self.snapshot = None;
+        for (id, gpus) in plan.starts {
+            self.mark_running(id, gpus, now)?;
+        }
+        Ok(())
+    }
+
+    /// The queue as the views see it; rebuilt only after a change.
+    fn snapshot(&mut self) -> Arc<QueueSnapshot> {
+        if let Some(s) = &self.snapshot {
+            return s.clone();
+        }
+        let rank: HashMap<JobId, usize> = self.order.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+        let snapshot = Arc::new(QueueSnapshot::build(&self.jobs, &self.reasons, &rank, &self.config));
+        self.snapshot = Some(snapshot.clone());
+        snapshot
+    }
+
+    /// SIGHUP or `yscontrol reload`: validate first; a bad file changes nothing.
+    fn reload(&mut self, requested_by: Option<&str>) -> Result<String, String> {
+        let path = self.config.path.clone();
+        let who = requested_by.map(|u| format!(" (requested by {u})")).unwrap_or_default();
+        let result = match Config::load(&path) {
+            Err(e) => Err(format!("config not reloaded: {e}")),
+            Ok(new) if new.spool_dir != self.config.spool_dir => Err(format!(
+                "config not reloaded: spool_dir changed ({} → {}); restart ysctld to move the spool",
+                self.config.spool_dir.display(),
+                new.spool_dir.display()
+            )),
+            Ok(new) if new.gpus != self.config.gpus => {
+                Err("config not reloaded: [[gpus]] changed; restart ysctld to change the GPU inventory".to_string())
+            }
+            Ok(new) => {
+                self.config = new;
+                self.users.clear();
+                self.reschedule = true;
+                self.snapshot = None;
+                Ok(format!("config {} reloaded", path.display()))
+            }
+        };
+        match &result {
+            Ok(m) => tracing::info!(target: "ysched::daemon", "{m}{who}"),
+            Err(m) => tracing::error!(target: "ysched::daemon", "{m}{who}"),
+        }
+        result
+    }
+}

@@ -1,0 +1,196 @@
+//! Read-only views (`ysqueue`, `ysacct`, `yscontrol show job`), answered on
+//! their own thread: the queue from an immutable snapshot the event loop
+//! hands over, history from a read-only connection the daemon owns. Users
+//! never open the database, so none can stall the loop's writes or pin the
+//! WAL; and another user's job comes without its private fields.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::mpsc::{self, Sender};
+use std::sync::Arc;
+
+use rusqlite::Connection;
+
+use crate::config::Config;
+use crate::db::{self, DbError};
+use crate::job::{Job, JobId, JobState};
+use crate::proto::{JobView, Query, Reply};
+use crate::sched::{priority, Reason};
+use crate::spool::Spool;
+
+/// The most rows one accounting query returns.
+const MAX_ROWS: usize = 200_000;
+
+/// Active jobs as of the end of a loop turn: running ones by id, then
+/// pending ones in the order the scheduler would start them.
+pub struct QueueSnapshot {
+    pub jobs: Vec<JobView>,
+    pub taken_at: i64,
+}
+
+impl QueueSnapshot {
+    pub fn build(jobs: &BTreeMap<JobId, Job>, reasons: &HashMap<JobId, Reason>, rank: &HashMap<JobId, usize>, config: &Config) -> QueueSnapshot {
+        let mut views: Vec<JobView> = jobs
+            .values()
+            .map(|job| JobView {
+                pending_reason: (job.state == JobState::Pending)
+                    .then(|| reasons.get(&job.id).copied().unwrap_or(Reason::None).name().to_string()),
+                priority: priority::priority(job, config),
+                job: job.clone(),
+                redacted: false,
+            })
+            .collect();
+        views.sort_by_key(|v| match v.job.state {
+            JobState::Pending => (1, rank.get(&v.job.id).copied().unwrap_or(usize::MAX), v.job.id),
+            _ => (0, 0, v.job.id),
+        });
+        QueueSnapshot {
+            jobs: views,
+            taken_at: super::now(),
+        }
+    }
+}
+
+pub(super) struct Work {
+    name: String,
+    uid: u32,
+    user: String,
+    admin: bool,
+    query: Query,
+    snapshot: Option<Arc<QueueSnapshot>>,
+}
+
+impl Work {
+    pub(super) fn new(name: String, uid: u32, user: String, admin: bool, query: Query) -> Work {
+        Work {
+            name,
+            uid,
+            user,
+            admin,
+            query,
+            snapshot: None,
+        }
+    }
+
+    pub(super) fn with_snapshot(mut self, snapshot: Arc<QueueSnapshot>) -> Work {
+        self.snapshot = Some(snapshot);
+        self
+    }
+}
+
+pub(super) fn start(spool: Spool, database: &Path) -> std::io::Result<Sender<Work>> {
+    let conn = db::open_readonly(database).map_err(std::io::Error::other)?;
+    let (tx, rx) = mpsc::channel::<Work>();
+    std::thread::Builder::new().name("queries".into()).spawn(move || {
+        for work in rx {
+            let reply = match answer(&work, &conn) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!(target: "ysched::db", "query failed: {e}");
+                    Reply::Rejected {
+                        error: format!("query failed: {e}"),
+                    }
+                }
+            };
+            spool.write_reply(&work.name, work.uid, &reply);
+        }
+    })?;
+    Ok(tx)
+}
+
+/// Blanks what only the job's owner and admins may see: where it runs and
+/// writes, and its comment.
+fn view_for(mut view: JobView, uid: u32, admin: bool) -> JobView {
+    if view.job.uid != uid && !admin {
+        view.job.work_dir = Default::default();
+        view.job.submit_dir = Default::default();
+        view.job.std_out = String::new();
+        view.job.std_err = None;
+        view.job.comment = None;
+        view.redacted = true;
+    }
+    view
+}
+
+fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
+    let snapshot = work.snapshot.as_deref();
+    let now = super::now();
+    let visible = |v: JobView| view_for(v, work.uid, work.admin);
+    match &work.query {
+        Query::Queue(filter) => {
+            let jobs = snapshot
+                .map(|s| s.jobs.iter().filter(|v| filter.matches(&v.job)).cloned().map(visible).collect())
+                .unwrap_or_default();
+            Ok(Reply::Jobs { jobs, now })
+        }
+        Query::Accounting(filter) => {
+            let active: HashMap<JobId, &JobView> = snapshot
+                .map(|s| s.jobs.iter().map(|v| (v.job.id, v)).collect())
+                .unwrap_or_default();
+            let jobs = db::find_jobs(conn, filter, MAX_ROWS)?
+                .into_iter()
+                .map(|job| match active.get(&job.id) {
+                    // The snapshot may be newer than the last commit seen here.
+                    Some(v) => (*v).clone(),
+                    None => JobView {
+                        job,
+                        pending_reason: None,
+                        priority: 0,
+                        redacted: false,
+                    },
+                })
+                .map(visible)
+                .collect();
+            Ok(Reply::Jobs { jobs, now })
+        }
+        Query::Job(id) => {
+            let found = snapshot.and_then(|s| s.jobs.iter().find(|v| v.job.id == *id).cloned());
+            let view = match found {
+                Some(v) => v,
+                None => match db::job(conn, *id) {
+                    Ok(job) => JobView {
+                        job,
+                        pending_reason: None,
+                        priority: 0,
+                        redacted: false,
+                    },
+                    Err(DbError::NotFound(_)) => {
+                        return Ok(Reply::Rejected {
+                            error: format!("job {id} does not exist"),
+                        })
+                    }
+                    Err(e) => return Err(e),
+                },
+            };
+            tracing::debug!(target: "ysched::daemon", "{} looked at job {id}", work.user);
+            Ok(Reply::Jobs {
+                jobs: vec![visible(view)],
+                now,
+            })
+        }
+    }
+}
+
+/// Answers a query straight from the database, for when no daemon runs
+/// (root or the personal-mode owner, who can read the file).
+pub fn answer_offline(database: &Path, query: Query, uid: u32, admin: bool) -> Result<Reply, DbError> {
+    let conn = db::open_readonly(database)?;
+    let work = Work {
+        name: String::new(),
+        uid,
+        user: String::new(),
+        admin,
+        query,
+        snapshot: None,
+    };
+    // Without the daemon, active jobs come from the database as last written.
+    if let Query::Queue(filter) = &work.query {
+        let mut active = filter.clone();
+        if active.states.is_empty() {
+            active.states = vec![JobState::Pending, JobState::Running, JobState::Completing];
+        }
+        let query = Query::Accounting(active);
+        return answer(&Work { query, ..work }, &conn);
+    }
+    answer(&work, &conn)
+}

@@ -1,0 +1,82 @@
+//! Taking in a job: admission (account, QoS, a request the server can
+//! satisfy), then the job row and its payload, in the turn's transaction.
+
+use crate::db::{self, Payload};
+use crate::job::{Hold, Job, JobRequest, JobState};
+use crate::proto::Reply;
+use crate::sched::admission::{self, Capacity};
+
+use super::{Daemon, DaemonError};
+
+impl Daemon {
+    pub(super) fn submit(&mut self, request: JobRequest, uid: u32, user: &str, now: i64) -> Result<Reply, DaemonError> {
+        let capacity = Capacity {
+            inventory: &self.inventory,
+            cpus: self.cpus,
+            mem_mb: self.mem_mb,
+        };
+        let admitted = match admission::admit(&request, uid, user, &self.config, &capacity) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::info!(target: "ysched::daemon", "submission by {user} refused: {e}");
+                return Ok(Reply::Rejected { error: e.to_string() });
+            }
+        };
+        if !request.work_dir.is_absolute() {
+            return Ok(Reply::Rejected {
+                error: format!("working directory {} is not absolute", request.work_dir.display()),
+            });
+        }
+        let gid = self.users.get(uid).map_or(uid, |u| u.gid);
+        let job = Job {
+            id: 0,
+            uid,
+            gid,
+            user: user.to_string(),
+            account: admitted.account,
+            qos: admitted.qos,
+            name: request.name,
+            state: JobState::Pending,
+            hold: request.hold.then_some(Hold::User),
+            gpus: request.gpus,
+            cpus: request.cpus,
+            mem_mb: request.mem_mb,
+            time_limit: admitted.time_limit,
+            submit_time: now,
+            begin_time: request.begin_time,
+            start_time: None,
+            end_time: None,
+            gpus_alloc: Vec::new(),
+            node: None,
+            exit: None,
+            restart_count: 0,
+            reason: None,
+            kill_reason: None,
+            work_dir: request.work_dir,
+            submit_dir: request.submit_dir,
+            std_out: request.output.unwrap_or_else(|| "ys-%j.out".to_string()),
+            std_err: request.error,
+            open_append: request.open_append,
+            comment: request.comment,
+        };
+        let payload = Payload {
+            script: request.script,
+            args: request.args,
+            environment: request.environment,
+        };
+        let id = db::insert_job(self.tx()?, &job, &payload)?;
+        tracing::info!(
+            target: "ysched::daemon",
+            job = id,
+            "job {id} submitted by {user}: {} account={} qos={} {}",
+            job.name,
+            job.account,
+            job.qos,
+            job.gpus
+        );
+        self.jobs.insert(id, Job { id, ..job });
+        self.reschedule = true;
+        self.snapshot = None;
+        Ok(Reply::Submitted { job_id: id })
+    }
+}

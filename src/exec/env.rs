@@ -1,0 +1,152 @@
+//! The environment a job runs with: the submitter's exported variables, then
+//! the identity of the user it runs as, then the variables that describe the
+//! job (ysched's `YS_*` and the `SLURM_*` names Slurm scripts read), which
+//! nothing the submitter exported may override.
+
+use super::spec::LaunchSpec;
+
+pub fn job_environment(spec: &LaunchSpec) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = spec
+        .environment
+        .iter()
+        .filter(|(k, _)| !k.starts_with("SLURM_") && !k.starts_with("YS_") && k != "CUDA_VISIBLE_DEVICES")
+        .cloned()
+        .collect();
+    let mut set = |key: &str, value: String| {
+        env.retain(|(k, _)| k != key);
+        env.push((key.to_string(), value));
+    };
+    // Identity comes from the account the job runs as, not from the file.
+    set("USER", spec.user.clone());
+    set("LOGNAME", spec.user.clone());
+    set("HOME", spec.home.display().to_string());
+    set("SHELL", spec.shell.display().to_string());
+    if !spec.environment.iter().any(|(k, _)| k == "PATH") {
+        set("PATH", "/usr/local/bin:/usr/bin:/bin".to_string());
+    }
+
+    let id = spec.job_id.to_string();
+    let gpus = spec.gpus.iter().map(|g| g.to_string()).collect::<Vec<_>>().join(",");
+    let restarts = spec.restart_count.to_string();
+    let submit_dir = spec.submit_dir.display().to_string();
+    let time_limit = spec.time_limit.map(|s| s.div_ceil(60).to_string()).unwrap_or_else(|| "UNLIMITED".into());
+    let job = [
+        ("JOB_ID", id.clone()),
+        ("JOB_NAME", spec.name.clone()),
+        ("JOB_ACCOUNT", spec.account.clone()),
+        ("JOB_QOS", spec.qos.clone()),
+        ("JOB_USER", spec.user.clone()),
+        ("JOB_UID", spec.uid.to_string()),
+        ("JOB_GPUS", gpus.clone()),
+        ("JOB_CPUS_PER_NODE", spec.cpus.to_string()),
+        ("JOB_NODELIST", spec.node_name.clone()),
+        ("SUBMIT_DIR", submit_dir.clone()),
+        ("SUBMIT_HOST", spec.node_name.clone()),
+        ("RESTART_COUNT", restarts.clone()),
+        ("CPUS_PER_TASK", spec.cpus.to_string()),
+    ];
+    for (suffix, value) in &job {
+        set(&format!("YS_{suffix}"), value.clone());
+        set(&format!("SLURM_{suffix}"), value.clone());
+    }
+    set("YS_TIME_LIMIT_MINUTES", time_limit);
+    for (key, value) in [
+        ("SLURM_JOBID", id),
+        ("SLURM_NTASKS", "1".to_string()),
+        ("SLURM_NPROCS", "1".to_string()),
+        ("SLURM_JOB_NUM_NODES", "1".to_string()),
+        ("SLURM_NNODES", "1".to_string()),
+        ("SLURM_NODEID", "0".to_string()),
+        ("SLURM_PROCID", "0".to_string()),
+        ("SLURM_LOCALID", "0".to_string()),
+        ("SLURMD_NODENAME", spec.node_name.clone()),
+        ("SLURM_CLUSTER_NAME", "ysched".to_string()),
+        ("SLURM_JOB_PARTITION", "ysched".to_string()),
+    ] {
+        set(key, value);
+    }
+    if let Some(mem) = spec.mem_mb {
+        set("SLURM_MEM_PER_NODE", mem.to_string());
+    }
+    // Without device isolation, the job is told which GPUs are its own by
+    // their global indices, and CUDA is asked to number GPUs as NVML does.
+    // A job with no GPUs gets an empty list: it must not wander onto GPU 0.
+    set("CUDA_VISIBLE_DEVICES", gpus.clone());
+    set("CUDA_DEVICE_ORDER", "PCI_BUS_ID".to_string());
+    set("GPU_DEVICE_ORDINAL", gpus);
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> LaunchSpec {
+        LaunchSpec {
+            job_id: 17,
+            name: "yolo".into(),
+            user: "alice".into(),
+            uid: 1000,
+            gid: 1000,
+            home: "/home/alice".into(),
+            shell: "/bin/bash".into(),
+            account: "vision".into(),
+            qos: "medium".into(),
+            restart_count: 2,
+            gpus: vec![1, 3],
+            node_name: "gpu01".into(),
+            work_dir: "/w".into(),
+            submit_dir: "/s".into(),
+            stdout: "/w/o".into(),
+            stderr: None,
+            open_append: false,
+            environment: vec![
+                ("PATH".into(), "/opt/bin".into()),
+                ("USER".into(), "mallory".into()),
+                ("SLURM_JOB_ID".into(), "999".into()),
+                ("CUDA_VISIBLE_DEVICES".into(), "0,1,2,3".into()),
+                ("MY_VAR".into(), "x".into()),
+            ],
+            args: vec![],
+            cpus: 4,
+            mem_mb: Some(8192),
+            time_limit: Some(90),
+            submit_time: 0,
+            switch_user: true,
+        }
+    }
+
+    fn get<'a>(env: &'a [(String, String)], key: &str) -> Option<&'a str> {
+        env.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn job_variables_win_over_exported_ones() {
+        let env = job_environment(&spec());
+        assert_eq!(get(&env, "CUDA_VISIBLE_DEVICES"), Some("1,3"));
+        assert_eq!(get(&env, "CUDA_DEVICE_ORDER"), Some("PCI_BUS_ID"));
+        assert_eq!(get(&env, "SLURM_JOB_ID"), Some("17"));
+        assert_eq!(get(&env, "YS_JOB_ID"), Some("17"));
+        assert_eq!(get(&env, "SLURM_JOB_GPUS"), Some("1,3"));
+        assert_eq!(get(&env, "YS_RESTART_COUNT"), Some("2"));
+        assert_eq!(get(&env, "SLURM_RESTART_COUNT"), Some("2"));
+        assert_eq!(get(&env, "SLURM_NTASKS"), Some("1"));
+        assert_eq!(get(&env, "SLURM_JOB_NODELIST"), Some("gpu01"));
+        assert_eq!(get(&env, "SLURM_SUBMIT_DIR"), Some("/s"));
+        assert_eq!(get(&env, "USER"), Some("alice"), "identity is not taken from the submitted environment");
+        assert_eq!(get(&env, "PATH"), Some("/opt/bin"));
+        assert_eq!(get(&env, "MY_VAR"), Some("x"));
+        assert_eq!(get(&env, "YS_TIME_LIMIT_MINUTES"), Some("2"));
+        assert_eq!(env.iter().filter(|(k, _)| k == "SLURM_JOB_ID").count(), 1);
+    }
+
+    #[test]
+    fn no_gpus_means_an_empty_device_list() {
+        let mut s = spec();
+        s.gpus.clear();
+        s.environment.clear();
+        let env = job_environment(&s);
+        assert_eq!(get(&env, "CUDA_VISIBLE_DEVICES"), Some(""));
+        assert_eq!(get(&env, "PATH"), Some("/usr/local/bin:/usr/bin:/bin"));
+    }
+}

@@ -1,0 +1,358 @@
+//! Running jobs: the supervisor process per job, privileges, signals, and
+//! re-adoption after a daemon restart. Policy lives elsewhere; this module
+//! launches what it is told to and reports what happened.
+//!
+//! This is the seam where node agents on other servers will plug in: the
+//! daemon only launches, terminates, signals, adopts and reads exits.
+
+pub mod env;
+pub mod privileges;
+pub mod spec;
+pub mod supervisor;
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::net::UnixDatagram;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::wait::{waitpid, WaitPidFlag};
+use nix::unistd::Pid;
+use thiserror::Error;
+
+use crate::job::JobId;
+use crate::spool::{Ownership, Spool};
+use spec::{ExitRecord, LaunchSpec, StepCommand, SupervisorState, CONTROL, EXIT, LOCK, SCRIPT, SPEC, STATE};
+
+/// The descriptor numbers the supervisor finds its lock and socket at.
+pub const LOCK_FD: RawFd = 3;
+pub const CONTROL_FD: RawFd = 4;
+
+#[derive(Debug, Error)]
+pub enum ExecError {
+    #[error("cannot {action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    #[error("cannot start the job supervisor {path}: {source}")]
+    Spawn { path: PathBuf, source: io::Error },
+    #[error("the supervisor of job {0} is gone")]
+    Gone(JobId),
+}
+
+fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> ExecError {
+    let path = path.to_path_buf();
+    move |source| ExecError::Io { action, path, source }
+}
+
+/// A live supervisor: its pid and a pidfd that becomes readable when it exits.
+#[derive(Debug)]
+pub struct Supervisor {
+    pub pid: i32,
+    pidfd: OwnedFd,
+}
+
+/// What a restarted daemon finds of a job it had started.
+#[derive(Debug)]
+pub enum Adoption {
+    /// The supervisor still runs: watch it again.
+    Alive(Supervisor),
+    /// It ended while the daemon was away; here is how.
+    Exited(ExitRecord),
+    /// The supervisor died without a record after starting the script.
+    Lost,
+    /// The script was never started (the daemon died while launching).
+    NeverStarted,
+}
+
+/// Launches and controls supervisors on this host.
+#[derive(Clone, Debug)]
+pub struct Launcher {
+    spool: Spool,
+    stepd: PathBuf,
+    ownership: Ownership,
+}
+
+impl Launcher {
+    pub fn new(spool: Spool, stepd: PathBuf, ownership: Ownership) -> Launcher {
+        Launcher { spool, stepd, ownership }
+    }
+
+    /// Writes the job's directory and starts its supervisor.
+    pub fn launch(&self, spec: &LaunchSpec, script: &str) -> Result<Supervisor, ExecError> {
+        let dir = self.spool.job_dir(spec.job_id);
+        if dir.exists() {
+            fs::remove_dir_all(&dir).map_err(io_err("remove the old job directory", &dir))?;
+        }
+        let dir_mode = match self.ownership {
+            Ownership::System => 0o711,
+            Ownership::Personal => 0o700,
+        };
+        fs::create_dir(&dir).map_err(io_err("create", &dir))?;
+        fs::set_permissions(&dir, fs::Permissions::from_mode(dir_mode)).map_err(io_err("set the mode of", &dir))?;
+
+        let spec_path = dir.join(SPEC);
+        let body = serde_json::to_vec(spec).map_err(|e| io_err("encode", &spec_path)(io::Error::other(e)))?;
+        write_new(&spec_path, &body, 0o600)?;
+        let script_path = dir.join(SCRIPT);
+        write_new(&script_path, script.as_bytes(), 0o500)?;
+        if self.ownership == Ownership::System {
+            std::os::unix::fs::chown(&script_path, Some(spec.uid), Some(spec.gid))
+                .map_err(io_err("give the script to its user:", &script_path))?;
+        }
+
+        let lock_path = dir.join(LOCK);
+        let lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(&lock_path)
+            .map_err(io_err("create", &lock_path))?;
+        lock.try_lock().map_err(|e| io_err("lock", &lock_path)(io::Error::other(e.to_string())))?;
+        let control_path = dir.join(CONTROL);
+        let control = UnixDatagram::bind(&control_path).map_err(io_err("bind", &control_path))?;
+        fs::set_permissions(&control_path, fs::Permissions::from_mode(0o600)).map_err(io_err("set the mode of", &control_path))?;
+
+        let (lock_fd, control_fd) = (lock.as_raw_fd(), control.as_raw_fd());
+        let mut command = std::process::Command::new(&self.stepd);
+        command
+            .arg(&dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null());
+        // SAFETY: only async-signal-safe calls (fcntl, dup2, setsid) run
+        // between fork and exec. The descriptors are first copied above the
+        // targets (close-on-exec), so neither overwrites the other.
+        unsafe {
+            command.pre_exec(move || {
+                let high_lock = libc::fcntl(lock_fd, libc::F_DUPFD_CLOEXEC, 10);
+                let high_control = libc::fcntl(control_fd, libc::F_DUPFD_CLOEXEC, 10);
+                if high_lock < 0
+                    || high_control < 0
+                    || libc::dup2(high_lock, LOCK_FD) < 0
+                    || libc::dup2(high_control, CONTROL_FD) < 0
+                    || libc::setsid() < 0
+                {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command.spawn().map_err(|source| ExecError::Spawn {
+            path: self.stepd.clone(),
+            source,
+        })?;
+        let pid = child.id() as i32;
+        let pidfd = pidfd_open(pid).map_err(io_err("open a pidfd for", &self.stepd))?;
+        drop(lock);
+        drop(control);
+        Ok(Supervisor { pid, pidfd })
+    }
+
+    /// Finds what became of a job this daemon (or its predecessor) launched.
+    pub fn adopt(&self, id: JobId) -> Adoption {
+        let dir = self.spool.job_dir(id);
+        if let Some(record) = self.read_exit(id) {
+            return Adoption::Exited(record);
+        }
+        let Ok(lock) = OpenOptions::new().read(true).write(true).open(dir.join(LOCK)) else {
+            return Adoption::NeverStarted;
+        };
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            match lock.try_lock() {
+                Ok(()) => {
+                    // Nobody holds it: the supervisor is gone.
+                    if let Some(record) = self.read_exit(id) {
+                        return Adoption::Exited(record);
+                    }
+                    return match read_state(&dir) {
+                        Some(SupervisorState { job_pid: Some(_), .. }) => Adoption::Lost,
+                        _ => Adoption::NeverStarted,
+                    };
+                }
+                Err(fs::TryLockError::Error(_)) => return Adoption::Lost,
+                Err(fs::TryLockError::WouldBlock) => {}
+            }
+            // Held: the supervisor lives. Its state file names it (it may be
+            // a moment away from writing it, right after a spawn).
+            if let Some(state) = read_state(&dir) {
+                if let Ok(pidfd) = pidfd_open(state.supervisor_pid) {
+                    // Still held after the pidfd was opened: the pid was the
+                    // supervisor's, not a recycled one.
+                    if matches!(lock.try_lock(), Err(fs::TryLockError::WouldBlock)) {
+                        return Adoption::Alive(Supervisor {
+                            pid: state.supervisor_pid,
+                            pidfd,
+                        });
+                    }
+                    continue;
+                }
+            }
+            if Instant::now() > deadline {
+                return Adoption::Lost;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Sends a command to the job's supervisor.
+    pub fn command(&self, id: JobId, command: &StepCommand) -> Result<(), ExecError> {
+        let path = self.spool.job_dir(id).join(CONTROL);
+        let body = serde_json::to_vec(command).map_err(|e| io_err("encode a command for", &path)(io::Error::other(e)))?;
+        let socket = UnixDatagram::unbound().map_err(io_err("create a socket for", &path))?;
+        match socket.send_to(&body, &path) {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNREFUSED) | Some(libc::ENOENT)) => Err(ExecError::Gone(id)),
+            Err(e) => Err(io_err("send a command to", &path)(e)),
+        }
+    }
+
+    pub fn read_exit(&self, id: JobId) -> Option<ExitRecord> {
+        let text = fs::read(self.spool.job_dir(id).join(EXIT)).ok()?;
+        serde_json::from_slice(&text).ok()
+    }
+
+    /// Removes the job's directory once its end is recorded.
+    pub fn remove(&self, id: JobId) {
+        let dir = self.spool.job_dir(id);
+        if let Err(e) = fs::remove_dir_all(&dir) {
+            if e.kind() != io::ErrorKind::NotFound {
+                tracing::warn!(target: "ysched::exec", "cannot remove {}: {e}", dir.display());
+            }
+        }
+    }
+
+    /// Kills what is left of a job whose supervisor died: processes in its
+    /// process group that carry its `YS_JOB_ID` (the id check keeps a
+    /// recycled group id from hitting an unrelated process).
+    pub fn kill_orphans(&self, id: JobId) -> usize {
+        let Some(SupervisorState { job_pid: Some(pgid), .. }) = read_state(&self.spool.job_dir(id)) else {
+            return 0;
+        };
+        let marker = format!("YS_JOB_ID={id}");
+        let mut killed = 0;
+        let Ok(entries) = fs::read_dir("/proc") else { return 0 };
+        for entry in entries.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<i32>().ok()) else {
+                continue;
+            };
+            let Ok(stat) = fs::read_to_string(entry.path().join("stat")) else { continue };
+            // Fields after the ")" that closes the command name: state ppid pgrp.
+            let Some(after) = stat.rsplit_once(')').map(|(_, a)| a) else { continue };
+            let pgrp = after.split_whitespace().nth(2).and_then(|p| p.parse::<i32>().ok());
+            if pgrp != Some(pgid) {
+                continue;
+            }
+            let environ = fs::read(entry.path().join("environ")).unwrap_or_default();
+            if environ.split(|&b| b == 0).any(|v| v == marker.as_bytes())
+                && nix::sys::signal::kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).is_ok()
+            {
+                killed += 1;
+            }
+        }
+        killed
+    }
+}
+
+fn read_state(dir: &Path) -> Option<SupervisorState> {
+    serde_json::from_slice(&fs::read(dir.join(STATE)).ok()?).ok()
+}
+
+fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open(2) takes a pid and flags and returns a new
+    // descriptor, which we take ownership of.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+fn write_new(path: &Path, body: &[u8], mode: u32) -> Result<(), ExecError> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(io_err("create", path))?;
+    f.write_all(body).map_err(io_err("write", path))?;
+    f.set_permissions(fs::Permissions::from_mode(mode)).map_err(io_err("set the mode of", path))?;
+    Ok(())
+}
+
+/// Writes a file so that it survives power loss: a temporary name, fsync,
+/// rename, fsync of the directory.
+pub fn write_durably(path: &Path, body: &[u8]) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let temp = dir.join(format!(
+        ".{}.tmp",
+        path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()
+    ));
+    let mut f = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&temp)?;
+    f.write_all(body)?;
+    f.sync_all()?;
+    drop(f);
+    fs::rename(&temp, path)?;
+    File::open(dir)?.sync_all()
+}
+
+/// Watches supervisors' pidfds on one thread and reports each exit once.
+#[derive(Clone)]
+pub struct ExitWatcher {
+    epoll: Arc<Epoll>,
+    watched: Arc<Mutex<HashMap<JobId, Supervisor>>>,
+}
+
+impl ExitWatcher {
+    pub fn start(on_exit: impl Fn(JobId) + Send + 'static) -> io::Result<ExitWatcher> {
+        let epoll = Arc::new(Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?);
+        let watched: Arc<Mutex<HashMap<JobId, Supervisor>>> = Arc::default();
+        let watcher = ExitWatcher {
+            epoll: epoll.clone(),
+            watched: watched.clone(),
+        };
+        std::thread::Builder::new().name("exit-watcher".into()).spawn(move || {
+            let mut events = vec![EpollEvent::empty(); 64];
+            loop {
+                let n = match epoll.wait(&mut events, EpollTimeout::NONE) {
+                    Ok(n) => n,
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    Err(e) => {
+                        tracing::error!(target: "ysched::exec", "exit watcher stopped: {e}");
+                        return;
+                    }
+                };
+                for event in &events[..n] {
+                    let id = event.data();
+                    let supervisor = watched.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+                    if let Some(s) = supervisor {
+                        let _ = epoll.delete(&s.pidfd);
+                        // Reap it if it is our child (not if adopted).
+                        let _ = waitpid(Pid::from_raw(s.pid), Some(WaitPidFlag::WNOHANG));
+                        on_exit(id);
+                    }
+                }
+            }
+        })?;
+        Ok(watcher)
+    }
+
+    /// Reports `id` when `supervisor` exits (at once if it already has).
+    pub fn watch(&self, id: JobId, supervisor: Supervisor) -> io::Result<()> {
+        let mut watched = self.watched.lock().unwrap_or_else(|p| p.into_inner());
+        self.epoll.add(&supervisor.pidfd, EpollEvent::new(EpollFlags::EPOLLIN, id))?;
+        watched.insert(id, supervisor);
+        Ok(())
+    }
+}

@@ -1,0 +1,85 @@
+//! The files in a job's directory (`SPOOL/jobs/<id>/`), shared by the daemon
+//! and the job's supervisor:
+//!
+//! ```text
+//! spec.json     0600 root  what to run, written by the daemon before launch
+//! script        0500 user  the job script (the only file its user may read)
+//! lock          0600 root  flock'ed by the daemon, then held by the supervisor for its life
+//! control.sock       root  datagram socket the supervisor reads commands from
+//! state.json    0600 root  the supervisor's pid, then the job's pid
+//! exit.json     0600 root  how the job ended, written durably by the supervisor
+//! ```
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::job::{ExitStatus, JobId};
+
+pub const SPEC: &str = "spec.json";
+pub const SCRIPT: &str = "script";
+pub const LOCK: &str = "lock";
+pub const CONTROL: &str = "control.sock";
+pub const STATE: &str = "state.json";
+pub const EXIT: &str = "exit.json";
+
+/// Everything the supervisor needs to run the job, resolved by the daemon.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LaunchSpec {
+    pub job_id: JobId,
+    pub name: String,
+    pub user: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub home: PathBuf,
+    pub shell: PathBuf,
+    pub account: String,
+    pub qos: String,
+    pub restart_count: u32,
+    pub gpus: Vec<u32>,
+    pub node_name: String,
+    pub work_dir: PathBuf,
+    pub submit_dir: PathBuf,
+    pub stdout: PathBuf,
+    /// `None`: stderr goes to the stdout file.
+    pub stderr: Option<PathBuf>,
+    pub open_append: bool,
+    pub environment: Vec<(String, String)>,
+    pub args: Vec<String>,
+    pub cpus: u32,
+    pub mem_mb: Option<u64>,
+    pub time_limit: Option<u64>,
+    pub submit_time: i64,
+    /// Drop to `uid`/`gid` before running (false in personal mode, where the
+    /// supervisor already is that user).
+    pub switch_user: bool,
+}
+
+/// What the supervisor records about itself, for re-adoption.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SupervisorState {
+    pub supervisor_pid: i32,
+    /// Set once the job's process exists; its process group has the same id.
+    pub job_pid: Option<i32>,
+}
+
+/// How the job ended, as its supervisor saw it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExitRecord {
+    pub exit: ExitStatus,
+    pub end_time: i64,
+    /// Why the script could not be started (then `exit` is 0:0 and meaningless).
+    pub launch_error: Option<String>,
+    /// The daemon asked for the job to be terminated before it ended.
+    pub terminated: bool,
+}
+
+/// Commands the daemon sends to a supervisor's control socket.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepCommand {
+    /// SIGCONT and SIGTERM to the whole job, SIGKILL after `grace_secs`.
+    Terminate { grace_secs: u64 },
+    /// Deliver one signal to the whole job.
+    Signal { signal: i32 },
+}

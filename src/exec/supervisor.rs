@@ -1,0 +1,354 @@
+//! The job supervisor (`ysstepd`), one per running job, like slurmstepd.
+//!
+//! It is started by the daemon with two descriptors already set up: fd 3,
+//! the job's lock, which the daemon locked and which this process holds for
+//! its whole life (so a restarted daemon knows it lives), and fd 4, the bound
+//! control socket (so commands sent at any time after the spawn are queued,
+//! never lost). It then runs the script as the job's user in a new session,
+//! forwards the daemon's commands as signals to the whole job, and when the
+//! script ends kills what the script left behind and records the exit
+//! durably. It is a child subreaper, so processes the job double-forks come
+//! back to it and are killed with the job.
+//!
+//! It is single-threaded on purpose: after `fork` the child may allocate.
+
+use std::ffi::CString;
+use std::fs::{self, OpenOptions};
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::{ForkResult, Pid};
+
+use super::spec::{ExitRecord, LaunchSpec, StepCommand, SupervisorState, EXIT, SCRIPT, SPEC, STATE};
+use super::{privileges, write_durably, CONTROL_FD, LOCK_FD};
+use crate::job::ExitStatus;
+
+/// Signals the supervisor receives through its signalfd instead of dying of
+/// them: SIGCHLD for the job's end; the others are ignored, so that a stray
+/// Ctrl-C or `kill` of the daemon's process group does not orphan the job.
+fn handled_signals() -> SigSet {
+    let mut set = SigSet::empty();
+    for s in [
+        Signal::SIGCHLD,
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+        Signal::SIGTSTP,
+        Signal::SIGTTIN,
+        Signal::SIGTTOU,
+    ] {
+        set.add(s);
+    }
+    set
+}
+
+/// `ysstepd JOB_DIR`: returns the process exit code.
+pub fn run(job_dir: &Path) -> i32 {
+    match supervise(job_dir) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("ysstepd: {}: {e}", job_dir.display());
+            1
+        }
+    }
+}
+
+fn set_cloexec(fd: RawFd) -> Result<(), String> {
+    // SAFETY: fcntl on a descriptor number; fails with EBADF if it is not open.
+    let r = unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    if r < 0 {
+        return Err(format!(
+            "descriptor {fd} is not open; ysstepd is started by ysctld, not by hand ({})",
+            Errno::last()
+        ));
+    }
+    Ok(())
+}
+
+fn supervise(dir: &Path) -> Result<(), String> {
+    set_cloexec(LOCK_FD)?;
+    set_cloexec(CONTROL_FD)?;
+    // SAFETY: both descriptors were checked open above and are ours alone.
+    let _lock = unsafe { OwnedFd::from_raw_fd(LOCK_FD) };
+    let control = unsafe { UnixDatagram::from_raw_fd(CONTROL_FD) };
+    control.set_nonblocking(true).map_err(|e| format!("control socket: {e}"))?;
+
+    let mask = handled_signals();
+    mask.thread_block().map_err(|e| format!("cannot block signals: {e}"))?;
+    let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+        .map_err(|e| format!("signalfd: {e}"))?;
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        eprintln!("ysstepd: cannot become a child subreaper: {}", Errno::last());
+    }
+
+    let spec_text = fs::read_to_string(dir.join(SPEC)).map_err(|e| format!("cannot read {SPEC}: {e}"))?;
+    let spec: LaunchSpec = serde_json::from_str(&spec_text).map_err(|e| format!("invalid {SPEC}: {e}"))?;
+    let mut state = SupervisorState {
+        supervisor_pid: std::process::id() as i32,
+        job_pid: None,
+    };
+    write_state(dir, &state)?;
+
+    let record = match launch(&spec, &dir.join(SCRIPT)) {
+        Err(message) => ExitRecord {
+            exit: ExitStatus::default(),
+            end_time: now(),
+            launch_error: Some(message),
+            terminated: false,
+        },
+        Ok(job) => {
+            state.job_pid = Some(job.as_raw());
+            write_state(dir, &state)?;
+            let (exit, terminated) = wait_for_job(job, &signals, &control);
+            kill_leftovers(job);
+            ExitRecord {
+                exit,
+                end_time: now(),
+                launch_error: None,
+                terminated,
+            }
+        }
+    };
+    let body = serde_json::to_vec(&record).map_err(|e| e.to_string())?;
+    write_durably(&dir.join(EXIT), &body).map_err(|e| format!("cannot write {EXIT}: {e}"))
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+fn write_state(dir: &Path, state: &SupervisorState) -> Result<(), String> {
+    let body = serde_json::to_vec(state).map_err(|e| e.to_string())?;
+    let temp = dir.join(".state.tmp");
+    fs::write(&temp, body)
+        .and_then(|_| fs::rename(&temp, dir.join(STATE)))
+        .map_err(|e| format!("cannot write {STATE}: {e}"))
+}
+
+fn cstring(what: &str, s: impl Into<Vec<u8>>) -> Result<CString, String> {
+    CString::new(s).map_err(|_| format!("{what} contains a NUL byte"))
+}
+
+/// Forks the job and execs its script; returns its pid (and process group)
+/// once the exec succeeded, or the reason it could not start.
+fn launch(spec: &LaunchSpec, script: &Path) -> Result<Pid, String> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = cstring("script path", script.as_os_str().as_bytes())?;
+    let mut argv = vec![path.clone()];
+    for a in &spec.args {
+        argv.push(cstring("an argument", a.as_bytes())?);
+    }
+    let env = super::env::job_environment(spec);
+    let envp: Vec<CString> = env
+        .iter()
+        .filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok())
+        .collect();
+    let user = cstring("user name", spec.user.as_bytes())?;
+
+    let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+    // SAFETY: this process is single-threaded (see the module comment).
+    match unsafe { nix::unistd::fork() }.map_err(|e| format!("fork: {e}"))? {
+        ForkResult::Child => {
+            drop(read_end);
+            let message = exec_job(spec, &user, &path, &argv, &envp);
+            let mut pipe = fs::File::from(write_end);
+            let _ = pipe.write_all(message.as_bytes());
+            // SAFETY: _exit ends the forked child without running the
+            // parent's destructors or atexit handlers.
+            unsafe { libc::_exit(127) }
+        }
+        ForkResult::Parent { child } => {
+            drop(write_end);
+            let mut message = String::new();
+            let _ = fs::File::from(read_end).read_to_string(&mut message);
+            if message.is_empty() {
+                Ok(child)
+            } else {
+                let _ = waitpid(child, None);
+                Err(message)
+            }
+        }
+    }
+}
+
+/// In the forked child: becomes the job. Returns only on failure, with why.
+fn exec_job(spec: &LaunchSpec, user: &CString, path: &CString, argv: &[CString], envp: &[CString]) -> String {
+    let _ = signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+    // SAFETY: restoring default dispositions; no handler code is involved.
+    unsafe {
+        let _ = signal::signal(Signal::SIGPIPE, signal::SigHandler::SigDfl);
+    }
+    if let Err(e) = nix::unistd::setsid() {
+        return format!("cannot start a new session: {e}");
+    }
+    if spec.switch_user {
+        if spec.uid == 0 {
+            // The daemon refuses root jobs unless configured; nothing to drop.
+        } else if let Err(e) = privileges::become_user(&mut privileges::Kernel, user, spec.uid, spec.gid) {
+            return e;
+        }
+    }
+    if let Err(e) = std::env::set_current_dir(&spec.work_dir) {
+        return format!("cannot change to the working directory {}: {e}", spec.work_dir.display());
+    }
+    let open = |p: &Path| {
+        let mut o = OpenOptions::new();
+        o.write(true).create(true).mode(0o644);
+        if spec.open_append {
+            o.append(true);
+        } else {
+            o.truncate(true);
+        }
+        o.open(p).map_err(|e| format!("cannot open the output file {}: {e}", p.display()))
+    };
+    let stdout = match open(&spec.stdout) {
+        Ok(f) => f,
+        Err(e) => return e,
+    };
+    let stderr = match &spec.stderr {
+        Some(p) => match open(p) {
+            Ok(f) => f,
+            Err(e) => return e,
+        },
+        None => match stdout.try_clone() {
+            Ok(f) => f,
+            Err(e) => return format!("cannot duplicate the output file: {e}"),
+        },
+    };
+    let stdin = match fs::File::open("/dev/null") {
+        Ok(f) => f,
+        Err(e) => return format!("cannot open /dev/null: {e}"),
+    };
+    for (file, target) in [(stdin.as_raw_fd(), 0), (stdout.as_raw_fd(), 1), (stderr.as_raw_fd(), 2)] {
+        // SAFETY: dup2 onto the standard descriptors of this child.
+        if unsafe { libc::dup2(file, target) } < 0 {
+            return format!("cannot set up descriptor {target}: {}", Errno::last());
+        }
+    }
+    match nix::unistd::execve(path, argv, envp) {
+        Err(Errno::ENOEXEC) => "cannot execute the job script: it has no valid #! interpreter line".to_string(),
+        Err(e) => format!("cannot execute the job script: {e}"),
+        Ok(never) => match never {},
+    }
+}
+
+/// Waits for the job's main process, forwarding commands from the daemon.
+/// Returns its exit status and whether it was asked to terminate.
+fn wait_for_job(job: Pid, signals: &SignalFd, control: &UnixDatagram) -> (ExitStatus, bool) {
+    let mut kill_at: Option<Instant> = None;
+    let mut terminated = false;
+    loop {
+        let timeout = match kill_at {
+            Some(t) => {
+                let ms = t.saturating_duration_since(Instant::now()).as_millis().min(i32::MAX as u128) as i32;
+                nix::poll::PollTimeout::try_from(ms).unwrap_or(nix::poll::PollTimeout::MAX)
+            }
+            None => nix::poll::PollTimeout::NONE,
+        };
+        let mut fds = [
+            nix::poll::PollFd::new(signals.as_fd(), nix::poll::PollFlags::POLLIN),
+            nix::poll::PollFd::new(control.as_fd(), nix::poll::PollFlags::POLLIN),
+        ];
+        let _ = nix::poll::poll(&mut fds, timeout);
+
+        while let Ok(Some(_)) = signals.read_signal() {}
+        if let Some(status) = reap(job) {
+            return (status, terminated);
+        }
+        let mut buf = [0u8; 512];
+        while let Ok(n) = control.recv(&mut buf) {
+            match serde_json::from_slice::<StepCommand>(&buf[..n]) {
+                Ok(StepCommand::Terminate { grace_secs }) => {
+                    if !terminated {
+                        terminated = true;
+                        signal_job(job, Signal::SIGCONT);
+                        signal_job(job, Signal::SIGTERM);
+                        kill_at = Some(Instant::now() + Duration::from_secs(grace_secs));
+                    }
+                }
+                Ok(StepCommand::Signal { signal }) => match Signal::try_from(signal) {
+                    Ok(s) => signal_job(job, s),
+                    Err(_) => eprintln!("ysstepd: ignoring unknown signal number {signal}"),
+                },
+                Err(e) => eprintln!("ysstepd: ignoring malformed command: {e}"),
+            }
+        }
+        if kill_at.is_some_and(|t| Instant::now() >= t) {
+            signal_job(job, Signal::SIGKILL);
+            kill_at = None;
+        }
+    }
+}
+
+/// Reaps every child that has ended; returns the job's status once it has.
+fn reap(job: Pid) -> Option<ExitStatus> {
+    let mut result = None;
+    loop {
+        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(pid, code)) if pid == job => result = Some(ExitStatus { code, signal: 0 }),
+            Ok(WaitStatus::Signaled(pid, sig, _)) if pid == job => {
+                result = Some(ExitStatus {
+                    code: 0,
+                    signal: sig as i32,
+                })
+            }
+            Ok(WaitStatus::StillAlive) | Err(_) => return result,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Signals the job's process group and every other process that became this
+/// supervisor's child (double-forked processes that left the group).
+fn signal_job(job: Pid, sig: Signal) {
+    let _ = signal::killpg(job, sig);
+    for child in children() {
+        let _ = signal::kill(child, sig);
+    }
+}
+
+/// This process's children, from /proc (reparented orphans included).
+fn children() -> Vec<Pid> {
+    let me = std::process::id();
+    fs::read_to_string(format!("/proc/{me}/task/{me}/children"))
+        .map(|text| text.split_whitespace().filter_map(|p| p.parse().ok()).map(Pid::from_raw).collect())
+        .unwrap_or_default()
+}
+
+/// After the script ended: SIGKILL its process group and whatever it left
+/// behind, reaping until nothing is left (bounded: a process stuck in the
+/// kernel cannot be waited for forever).
+fn kill_leftovers(job: Pid) {
+    let _ = signal::killpg(job, Signal::SIGKILL);
+    for _ in 0..100 {
+        let left = children();
+        if left.is_empty() {
+            return;
+        }
+        for child in &left {
+            let _ = signal::kill(*child, Signal::SIGKILL);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        while let Ok(status) = waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            if status == WaitStatus::StillAlive {
+                break;
+            }
+        }
+    }
+    eprintln!("ysstepd: processes of job (pgid {job}) did not die within 1 s of SIGKILL; giving up on them");
+}

@@ -1,0 +1,576 @@
+//! Formats for the views: the fields a job can show (with Slurm's squeue
+//! `%` codes and sacct field names), aligned tables, `|`-separated parsable
+//! output. Reads views; writes nothing.
+
+use std::fmt::Write as _;
+
+use crate::job::JobState;
+use crate::proto::JobView;
+use crate::units;
+
+/// One thing a row can show about a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Field {
+    JobId,
+    Name,
+    User,
+    Uid,
+    Account,
+    Qos,
+    StateCompact,
+    State,
+    /// squeue's TIME: `M:SS`.
+    TimeUsed,
+    /// sacct's Elapsed: `HH:MM:SS`.
+    Elapsed,
+    ElapsedRaw,
+    TimeLimit,
+    TimeLeft,
+    Nodes,
+    NodeList,
+    /// squeue's NODELIST(REASON): the node if running, `(Reason)` if pending.
+    NodeListReason,
+    Reason,
+    /// The GPU request as a count, with the type when one was asked for.
+    Gpus,
+    TresPerNode,
+    AllocTres,
+    ReqTres,
+    Cpus,
+    ReqMem,
+    Priority,
+    Submit,
+    Eligible,
+    Start,
+    End,
+    ExitCode,
+    Restarts,
+    WorkDir,
+    StdOut,
+    StdErr,
+    Comment,
+    Partition,
+}
+
+impl Field {
+    pub fn header(self) -> &'static str {
+        match self {
+            Field::JobId => "JOBID",
+            Field::Name => "NAME",
+            Field::User => "USER",
+            Field::Uid => "UID",
+            Field::Account => "ACCOUNT",
+            Field::Qos => "QOS",
+            Field::StateCompact => "ST",
+            Field::State => "STATE",
+            Field::TimeUsed => "TIME",
+            Field::Elapsed => "ELAPSED",
+            Field::ElapsedRaw => "ELAPSED_RAW",
+            Field::TimeLimit => "TIME_LIMIT",
+            Field::TimeLeft => "TIME_LEFT",
+            Field::Nodes => "NODES",
+            Field::NodeList => "NODELIST",
+            Field::NodeListReason => "NODELIST(REASON)",
+            Field::Reason => "REASON",
+            Field::Gpus => "GPUS",
+            Field::TresPerNode => "TRES_PER_NODE",
+            Field::AllocTres => "ALLOCTRES",
+            Field::ReqTres => "REQTRES",
+            Field::Cpus => "CPUS",
+            Field::ReqMem => "MIN_MEMORY",
+            Field::Priority => "PRIORITY",
+            Field::Submit => "SUBMIT_TIME",
+            Field::Eligible => "ELIGIBLE_TIME",
+            Field::Start => "START_TIME",
+            Field::End => "END_TIME",
+            Field::ExitCode => "EXIT_CODE",
+            Field::Restarts => "RESTARTS",
+            Field::WorkDir => "WORK_DIR",
+            Field::StdOut => "STDOUT",
+            Field::StdErr => "STDERR",
+            Field::Comment => "COMMENT",
+            Field::Partition => "PARTITION",
+        }
+    }
+
+    /// squeue's `%` letter for this field.
+    pub fn from_squeue_code(code: char) -> Option<Field> {
+        Some(match code {
+            'i' | 'A' => Field::JobId,
+            'j' => Field::Name,
+            'u' => Field::User,
+            'U' => Field::Uid,
+            'a' => Field::Account,
+            'q' => Field::Qos,
+            't' => Field::StateCompact,
+            'T' => Field::State,
+            'M' => Field::TimeUsed,
+            'l' => Field::TimeLimit,
+            'L' => Field::TimeLeft,
+            'D' => Field::Nodes,
+            'N' => Field::NodeList,
+            'R' => Field::NodeListReason,
+            'r' => Field::Reason,
+            'b' => Field::TresPerNode,
+            'C' => Field::Cpus,
+            'm' => Field::ReqMem,
+            'Q' => Field::Priority,
+            'V' => Field::Submit,
+            'S' => Field::Start,
+            'e' => Field::End,
+            'Z' => Field::WorkDir,
+            'k' => Field::Comment,
+            'P' => Field::Partition,
+            _ => return None,
+        })
+    }
+
+    /// sacct's field names (case-insensitive), with sacct's headers.
+    pub const SACCT: &'static [(&'static str, Field)] = &[
+        ("JobID", Field::JobId),
+        ("JobIDRaw", Field::JobId),
+        ("JobName", Field::Name),
+        ("User", Field::User),
+        ("UID", Field::Uid),
+        ("Account", Field::Account),
+        ("QOS", Field::Qos),
+        ("State", Field::State),
+        ("ExitCode", Field::ExitCode),
+        ("Submit", Field::Submit),
+        ("Eligible", Field::Eligible),
+        ("Start", Field::Start),
+        ("End", Field::End),
+        ("Elapsed", Field::Elapsed),
+        ("ElapsedRaw", Field::ElapsedRaw),
+        ("Timelimit", Field::TimeLimit),
+        ("AllocTRES", Field::AllocTres),
+        ("ReqTRES", Field::ReqTres),
+        ("AllocCPUS", Field::Cpus),
+        ("ReqCPUS", Field::Cpus),
+        ("ReqMem", Field::ReqMem),
+        ("AllocGPUS", Field::Gpus),
+        ("NodeList", Field::NodeList),
+        ("NNodes", Field::Nodes),
+        ("Reason", Field::Reason),
+        ("Restarts", Field::Restarts),
+        ("WorkDir", Field::WorkDir),
+        ("StdOut", Field::StdOut),
+        ("StdErr", Field::StdErr),
+        ("Comment", Field::Comment),
+        ("Priority", Field::Priority),
+        ("Partition", Field::Partition),
+    ];
+
+    pub fn from_sacct_name(name: &str) -> Option<(&'static str, Field)> {
+        Field::SACCT.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).copied()
+    }
+
+    /// The value shown for `view` at time `now`.
+    pub fn value(self, view: &JobView, now: i64) -> String {
+        let job = &view.job;
+        let time = |t: Option<i64>| t.map(units::format_timestamp).unwrap_or_else(|| "Unknown".into());
+        let pending = job.state == JobState::Pending;
+        match self {
+            Field::JobId => job.id.to_string(),
+            Field::Name => job.name.clone(),
+            Field::User => job.user.clone(),
+            Field::Uid => job.uid.to_string(),
+            Field::Account => job.account.clone(),
+            Field::Qos => job.qos.clone(),
+            Field::StateCompact => job.state.compact().to_string(),
+            Field::State => job.state.name().to_string(),
+            Field::TimeUsed => units::format_duration(job.elapsed(now)),
+            Field::Elapsed => units::format_elapsed(job.elapsed(now)),
+            Field::ElapsedRaw => job.elapsed(now).to_string(),
+            Field::TimeLimit => units::format_time_limit(job.time_limit),
+            Field::TimeLeft => match job.time_limit {
+                None => "UNLIMITED".into(),
+                Some(l) => units::format_duration(l.saturating_sub(job.elapsed(now))),
+            },
+            Field::Nodes => "1".into(),
+            Field::NodeList => job.node.clone().unwrap_or_else(|| if pending { String::new() } else { "None assigned".into() }),
+            Field::NodeListReason => {
+                if pending {
+                    format!("({})", view.pending_reason.as_deref().unwrap_or("None"))
+                } else {
+                    job.node.clone().unwrap_or_default()
+                }
+            }
+            Field::Reason => {
+                if pending {
+                    view.pending_reason.clone().unwrap_or_else(|| "None".into())
+                } else {
+                    job.reason.clone().unwrap_or_else(|| "None".into())
+                }
+            }
+            Field::Gpus => match &job.gpus.gpu_type {
+                Some(t) if job.gpus.count > 0 => format!("{t}:{}", job.gpus.count),
+                _ => job.gpus.count.to_string(),
+            },
+            Field::TresPerNode => {
+                if job.gpus.count == 0 {
+                    "N/A".into()
+                } else {
+                    format!("gres/{}", job.gpus)
+                }
+            }
+            Field::AllocTres => {
+                if job.start_time.is_none() {
+                    String::new()
+                } else {
+                    tres(view)
+                }
+            }
+            Field::ReqTres => tres(view),
+            Field::Cpus => job.cpus.to_string(),
+            Field::ReqMem => job.mem_mb.map(units::format_memory_mb).unwrap_or_else(|| "0".into()),
+            Field::Priority => view.priority.to_string(),
+            Field::Submit => units::format_timestamp(job.submit_time),
+            Field::Eligible => units::format_timestamp(job.begin_time.unwrap_or(job.submit_time).max(job.submit_time)),
+            Field::Start => {
+                if pending {
+                    "N/A".into()
+                } else {
+                    time(job.start_time)
+                }
+            }
+            Field::End => {
+                if job.state.is_active() {
+                    "Unknown".into()
+                } else {
+                    time(job.end_time)
+                }
+            }
+            Field::ExitCode => job.exit.unwrap_or_default().to_string(),
+            Field::Restarts => job.restart_count.to_string(),
+            Field::WorkDir => job.work_dir.display().to_string(),
+            Field::StdOut => {
+                if view.redacted {
+                    String::new()
+                } else {
+                    job.stdout_path().display().to_string()
+                }
+            }
+            Field::StdErr => {
+                if view.redacted {
+                    String::new()
+                } else {
+                    job.stderr_path().unwrap_or_else(|| job.stdout_path()).display().to_string()
+                }
+            }
+            Field::Comment => job.comment.clone().unwrap_or_default(),
+            Field::Partition => "ysched".into(),
+        }
+    }
+}
+
+/// Slurm's TRES string: `cpu=4,gres/gpu:a100=2,gres/gpu=2,mem=8G,node=1`.
+fn tres(view: &JobView) -> String {
+    let job = &view.job;
+    let mut parts = vec![format!("cpu={}", job.cpus)];
+    if job.gpus.count > 0 {
+        if let Some(t) = &job.gpus.gpu_type {
+            parts.push(format!("gres/gpu:{t}={}", job.gpus.count));
+        }
+        parts.push(format!("gres/gpu={}", job.gpus.count));
+    }
+    if let Some(m) = job.mem_mb {
+        parts.push(format!("mem={}", units::format_memory_mb(m)));
+    }
+    parts.push("node=1".into());
+    parts.join(",")
+}
+
+/// How wide a column is printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Width {
+    /// As wide as its widest value (the default views).
+    Auto,
+    /// Exactly this wide: padded, or cut (Slurm's `%.10M`, sacct's `Name%10`).
+    Exact(usize),
+    /// As the value is, unpadded (a `%` code without a width).
+    Natural,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Column {
+    pub field: Field,
+    pub header: String,
+    pub width: Width,
+    pub right: bool,
+}
+
+impl Column {
+    pub fn auto(field: Field) -> Column {
+        Column {
+            field,
+            header: field.header().to_string(),
+            width: Width::Auto,
+            right: false,
+        }
+    }
+}
+
+/// A parsed squeue `-o` format: literal text between columns is kept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SqueueFormat {
+    /// Literal text before each column, then the column.
+    pub parts: Vec<(String, Column)>,
+    pub trailer: String,
+}
+
+/// Parses Slurm's squeue format: `%[.][width]code`, `%%` for a percent sign.
+pub fn parse_squeue_format(format: &str) -> Result<SqueueFormat, String> {
+    let mut parts = Vec::new();
+    let mut literal = String::new();
+    let mut chars = format.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            literal.push(c);
+            continue;
+        }
+        if chars.peek() == Some(&'%') {
+            chars.next();
+            literal.push('%');
+            continue;
+        }
+        let right = chars.peek() == Some(&'.');
+        if right {
+            chars.next();
+        }
+        let mut digits = String::new();
+        while let Some(d) = chars.peek().filter(|d| d.is_ascii_digit()) {
+            digits.push(*d);
+            chars.next();
+        }
+        let code = chars.next().ok_or_else(|| format!("format '{format}' ends after '%'"))?;
+        let field = Field::from_squeue_code(code).ok_or_else(|| format!("unknown format code %{code} in '{format}'"))?;
+        let width = match digits.parse::<usize>() {
+            Ok(w) if w > 0 => Width::Exact(w.min(1000)),
+            _ => Width::Natural,
+        };
+        parts.push((
+            std::mem::take(&mut literal),
+            Column {
+                field,
+                header: field.header().to_string(),
+                width,
+                right,
+            },
+        ));
+    }
+    if parts.is_empty() {
+        return Err(format!("format '{format}' has no % field"));
+    }
+    Ok(SqueueFormat { parts, trailer: literal })
+}
+
+/// Parses sacct's `--format`: comma-separated field names, each with an
+/// optional `%WIDTH`.
+pub fn parse_sacct_format(format: &str) -> Result<Vec<Column>, String> {
+    let mut columns = Vec::new();
+    for item in format.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, width) = match item.split_once('%') {
+            Some((n, w)) => {
+                let w: usize = w.parse().map_err(|_| format!("invalid width in '{item}'"))?;
+                (n, Width::Exact(w.clamp(1, 1000)))
+            }
+            None => (item, Width::Auto),
+        };
+        let (canonical, field) = Field::from_sacct_name(name).ok_or_else(|| {
+            let known: Vec<&str> = Field::SACCT.iter().map(|(n, _)| *n).collect();
+            format!("unknown field '{name}' (known: {})", known.join(", "))
+        })?;
+        columns.push(Column {
+            field,
+            header: canonical.to_string(),
+            width,
+            right: false,
+        });
+    }
+    if columns.is_empty() {
+        return Err("empty --format".into());
+    }
+    Ok(columns)
+}
+
+fn fit(value: &str, width: Width, column_width: usize, right: bool, marker: Option<char>) -> String {
+    let w = match width {
+        Width::Natural => return value.to_string(),
+        Width::Auto => column_width,
+        Width::Exact(w) => w,
+    };
+    let len = value.chars().count();
+    if len > w {
+        let mut cut: String = value.chars().take(w.saturating_sub(marker.is_some() as usize)).collect();
+        if let Some(m) = marker {
+            cut.push(m);
+        }
+        return cut;
+    }
+    if right {
+        format!("{value:>w$}")
+    } else {
+        format!("{value:<w$}")
+    }
+}
+
+fn auto_widths(columns: &[&Column], header: bool, rows: &[Vec<String>]) -> Vec<usize> {
+    columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let head = if header { c.header.chars().count() } else { 0 };
+            rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0).max(head)
+        })
+        .collect()
+}
+
+/// Renders rows in squeue's format (literal text kept between columns).
+pub fn render_squeue(format: &SqueueFormat, views: &[JobView], now: i64, header: bool) -> String {
+    let columns: Vec<&Column> = format.parts.iter().map(|(_, c)| c).collect();
+    let rows: Vec<Vec<String>> = views.iter().map(|v| columns.iter().map(|c| c.field.value(v, now)).collect()).collect();
+    let widths = auto_widths(&columns, header, &rows);
+    let mut out = String::new();
+    let mut line = |cells: &mut dyn Iterator<Item = String>| {
+        let mut text = String::new();
+        for (i, ((literal, column), cell)) in format.parts.iter().zip(cells).enumerate() {
+            text.push_str(literal);
+            text.push_str(&fit(&cell, column.width, widths[i], column.right, None));
+        }
+        text.push_str(&format.trailer);
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    if header {
+        line(&mut columns.iter().map(|c| c.header.clone()));
+    }
+    for row in rows {
+        line(&mut row.into_iter());
+    }
+    out
+}
+
+/// Renders an aligned table with columns separated by two spaces (one if
+/// widths are explicit, as sacct does).
+pub fn render_table(columns: &[Column], views: &[JobView], now: i64, header: bool) -> String {
+    let cols: Vec<&Column> = columns.iter().collect();
+    let rows: Vec<Vec<String>> = views.iter().map(|v| columns.iter().map(|c| c.field.value(v, now)).collect()).collect();
+    let widths = auto_widths(&cols, header, &rows);
+    let mut out = String::new();
+    let mut line = |cells: Vec<String>| {
+        let text: Vec<String> = cells
+            .iter()
+            .zip(columns)
+            .enumerate()
+            .map(|(i, (cell, c))| fit(cell, c.width, widths[i], c.right, Some('+')))
+            .collect();
+        let _ = writeln!(out, "{}", text.join(" ").trim_end());
+    };
+    if header {
+        line(columns.iter().map(|c| c.header.clone()).collect());
+        line(
+            columns
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let w = match c.width {
+                        Width::Exact(w) => w,
+                        _ => widths[i],
+                    };
+                    "-".repeat(w)
+                })
+                .collect(),
+        );
+    }
+    for row in rows {
+        line(row);
+    }
+    out
+}
+
+/// `|`-separated rows: sacct's `--parsable2` (no trailing `|`) or
+/// `--parsable` (trailing `|`).
+pub fn render_parsable(columns: &[Column], views: &[JobView], now: i64, header: bool, trailing: bool) -> String {
+    let mut out = String::new();
+    let end = if trailing { "|" } else { "" };
+    if header {
+        let names: Vec<&str> = columns.iter().map(|c| c.header.as_str()).collect();
+        let _ = writeln!(out, "{}{end}", names.join("|"));
+    }
+    for v in views {
+        let cells: Vec<String> = columns.iter().map(|c| c.field.value(v, now).replace('|', " ")).collect();
+        let _ = writeln!(out, "{}{end}", cells.join("|"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::{GpuRequest, Job};
+
+    fn view(id: u64, state: JobState) -> JobView {
+        JobView {
+            job: Job {
+                id,
+                uid: 1000,
+                gid: 1000,
+                user: "alice".into(),
+                account: "vision".into(),
+                qos: "medium".into(),
+                name: "train".into(),
+                state,
+                hold: None,
+                gpus: GpuRequest {
+                    count: 2,
+                    gpu_type: Some("a100".into()),
+                },
+                cpus: 4,
+                mem_mb: Some(8192),
+                time_limit: Some(1800),
+                submit_time: 0,
+                begin_time: None,
+                start_time: (state != JobState::Pending).then_some(100),
+                end_time: None,
+                gpus_alloc: vec![0, 1],
+                node: (state != JobState::Pending).then(|| "gpu01".into()),
+                exit: None,
+                restart_count: 0,
+                reason: None,
+                kill_reason: None,
+                work_dir: "/w".into(),
+                submit_dir: "/w".into(),
+                std_out: "ys-%j.out".into(),
+                std_err: None,
+                open_append: false,
+                comment: None,
+            },
+            pending_reason: (state == JobState::Pending).then(|| "Resources".into()),
+            priority: 100,
+            redacted: false,
+        }
+    }
+
+    #[test]
+    fn squeue_codes_and_widths() {
+        let f = parse_squeue_format("%.5i %3j|%t %M %l %b %R %%").unwrap();
+        let out = render_squeue(&f, &[view(17, JobState::Running), view(18, JobState::Pending)], 142, true);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], "JOBID NAM|ST TIME TIME_LIMIT TRES_PER_NODE NODELIST(REASON) %");
+        assert_eq!(lines[1], "   17 tra|R 0:42 30:00 gres/gpu:a100:2 gpu01 %");
+        assert_eq!(lines[2], "   18 tra|PD 0:00 30:00 gres/gpu:a100:2 (Resources) %");
+        assert!(parse_squeue_format("%z").unwrap_err().contains("unknown format code %z"));
+        assert!(parse_squeue_format("no codes").is_err());
+    }
+
+    #[test]
+    fn sacct_fields_parsable_and_truncated() {
+        let cols = parse_sacct_format("JobID,jobname%3,State,ExitCode,AllocTRES").unwrap();
+        let out = render_parsable(&cols, &[view(17, JobState::Running)], 142, true, false);
+        assert_eq!(out, "JobID|JobName|State|ExitCode|AllocTRES\n17|train|RUNNING|0:0|cpu=4,gres/gpu:a100=2,gres/gpu=2,mem=8G,node=1\n");
+        let table = render_table(&cols, &[view(17, JobState::Running)], 142, false);
+        assert!(table.starts_with("17 tr+ RUNNING 0:0 cpu=4"), "{table}");
+        assert!(parse_sacct_format("JobID,Bogus").unwrap_err().contains("unknown field 'Bogus'"));
+    }
+}
