@@ -82,7 +82,6 @@ impl Daemon {
         let supervisor = self.launcher.launch(&spec, &payload.script).map_err(|e| e.to_string())?;
         tracing::info!(
             target: "ysched::exec",
-            job = id,
             "job {id} started: {} for {} on GPUs [{}] (supervisor pid {})",
             job.name,
             job.user,

@@ -67,7 +67,6 @@ impl Daemon {
         let id = db::insert_job(self.tx()?, &job, &payload)?;
         tracing::info!(
             target: "ysched::daemon",
-            job = id,
             "job {id} submitted by {user}: {} account={} qos={} {}",
             job.name,
             job.account,

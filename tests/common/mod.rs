@@ -1,0 +1,261 @@
+//! Test harness: a real `ysctld` on a temporary spool with declared GPUs,
+//! the real commands, and helpers to wait for what a user would see.
+#![allow(dead_code)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+pub const BINARIES: [&str; 7] = ["ysctld", "ysstepd", "ysbatch", "ysqueue", "yscancel", "ysacct", "yscontrol"];
+
+/// The binaries, hard-linked (or copied) into a directory every user can
+/// reach: the build directory may sit under a home no other user can enter.
+pub fn bin_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("ysched-test-bin-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for name in BINARIES {
+            let built = built_binary(name);
+            let target = dir.join(name);
+            if std::fs::hard_link(&built, &target).is_err() {
+                std::fs::copy(&built, &target).unwrap();
+            }
+            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        dir
+    })
+}
+
+fn built_binary(name: &str) -> PathBuf {
+    // Cargo sets CARGO_BIN_EXE_<name> for integration tests.
+    let path = match name {
+        "ysctld" => env!("CARGO_BIN_EXE_ysctld"),
+        "ysstepd" => env!("CARGO_BIN_EXE_ysstepd"),
+        "ysbatch" => env!("CARGO_BIN_EXE_ysbatch"),
+        "ysqueue" => env!("CARGO_BIN_EXE_ysqueue"),
+        "yscancel" => env!("CARGO_BIN_EXE_yscancel"),
+        "ysacct" => env!("CARGO_BIN_EXE_ysacct"),
+        "yscontrol" => env!("CARGO_BIN_EXE_yscontrol"),
+        other => panic!("unknown binary {other}"),
+    };
+    PathBuf::from(path)
+}
+
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// Skips the calling test (with the reason printed) unless running as root.
+#[macro_export]
+macro_rules! require_root {
+    () => {
+        if !common::is_root() {
+            eprintln!("skipped: this test needs root (it creates users and runs jobs as them)");
+            return;
+        }
+    };
+}
+
+/// Polls `condition` every 20 ms until it holds or `timeout` passes.
+pub fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !condition() {
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub config: PathBuf,
+    pub spool: PathBuf,
+    /// A directory jobs run in and write their output to.
+    pub work: PathBuf,
+    daemon: Option<Child>,
+    log: PathBuf,
+}
+
+impl Cluster {
+    /// Four declared a100 GPUs and 16 CPUs; `extra` is added to the config's
+    /// top level.
+    pub fn new(extra: &str) -> Cluster {
+        Cluster::with_gpus(extra, "[[gpus]]\ntype = \"a100\"\ncount = 4\nmemory = \"80GiB\"\n")
+    }
+
+    pub fn with_gpus(extra: &str, gpus: &str) -> Cluster {
+        let dir = tempfile::Builder::new().prefix("ysched-test-").tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let spool = dir.path().join("spool");
+        let work = dir.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let config = dir.path().join("ysched.toml");
+        let text = format!(
+            "spool_dir = \"{}\"\nnode_name = \"gpu01\"\nallow_root_jobs = true\nkill_wait = 1\ncpus = 16\nmemory = \"64GiB\"\n{extra}\n{gpus}",
+            spool.display()
+        );
+        std::fs::write(&config, text).unwrap();
+        std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let log = dir.path().join("ysctld.log");
+        Cluster {
+            dir,
+            config,
+            spool,
+            work,
+            daemon: None,
+            log,
+        }
+    }
+
+    pub fn started(extra: &str) -> Cluster {
+        let mut c = Cluster::new(extra);
+        c.start();
+        c
+    }
+
+    /// Starts `ysctld --foreground` and waits until it holds its lock.
+    pub fn start(&mut self) {
+        assert!(self.daemon.is_none(), "daemon already started");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let child = Command::new(bin_dir().join("ysctld"))
+            .args(["--foreground", "--config"])
+            .arg(&self.config)
+            .env("YS_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.daemon = Some(child);
+        let spool = ysched::spool::Spool::new(&self.spool);
+        let log = self.log.clone();
+        wait_for("ysctld to start", Duration::from_secs(10), || {
+            spool.daemon_state() == ysched::spool::DaemonState::Running
+                && std::fs::read_to_string(&log).unwrap_or_default().contains("loaded ")
+        });
+    }
+
+    /// Stops the daemon with SIGTERM, as an administrator would.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.daemon.take() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the daemon with SIGKILL: a crash.
+    pub fn crash(&mut self) {
+        if let Some(mut child) = self.daemon.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// A command with the cluster's config, run in the work directory.
+    pub fn command(&self, name: &str) -> Command {
+        let mut c = Command::new(bin_dir().join(name));
+        c.env("YS_CONF", &self.config).env_remove("YS_TIMEOUT").current_dir(&self.work);
+        c
+    }
+
+    pub fn run(&self, name: &str, args: &[&str]) -> Output {
+        self.command(name).args(args).output().unwrap()
+    }
+
+    /// The same, as another user (through runuser).
+    pub fn run_as(&self, user: &str, name: &str, args: &[&str]) -> Output {
+        Command::new("runuser")
+            .args(["-u", user, "--", "env"])
+            .arg(format!("YS_CONF={}", self.config.display()))
+            .arg(bin_dir().join(name))
+            .args(args)
+            .current_dir(&self.work)
+            .output()
+            .unwrap()
+    }
+
+    /// Submits with `ysbatch --parsable` and returns the job id.
+    pub fn submit(&self, args: &[&str]) -> u64 {
+        let out = self.run("ysbatch", &[&["--parsable"], args].concat());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "ysbatch {args:?} failed: {}{}", text, String::from_utf8_lossy(&out.stderr));
+        text.trim().parse().unwrap_or_else(|_| panic!("ysbatch printed {text:?}"))
+    }
+
+    /// Writes a script into the work directory.
+    pub fn script(&self, name: &str, body: &str) -> PathBuf {
+        let path = self.work.join(name);
+        std::fs::write(&path, body).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    /// One field of one job, through ysacct.
+    pub fn field(&self, id: u64, field: &str) -> String {
+        let out = self.run("ysacct", &["-j", &id.to_string(), "-n", "-P", "-o", field]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    pub fn state(&self, id: u64) -> String {
+        self.field(id, "State")
+    }
+
+    /// Waits until the job is in a final state; returns it.
+    pub fn wait_done(&self, id: u64, timeout: Duration) -> String {
+        let mut state = String::new();
+        wait_for(&format!("job {id} to finish"), timeout, || {
+            state = self.state(id);
+            !state.is_empty() && !matches!(state.as_str(), "PENDING" | "RUNNING" | "COMPLETING")
+        });
+        state
+    }
+
+    pub fn wait_state(&self, id: u64, wanted: &str, timeout: Duration) {
+        wait_for(&format!("job {id} to be {wanted}"), timeout, || self.state(id) == wanted);
+    }
+
+    pub fn output_of(&self, id: u64) -> String {
+        std::fs::read_to_string(self.work.join(format!("ys-{id}.out"))).unwrap_or_default()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // Jobs outlive the daemon by design; a test must not leave them.
+        self.stop();
+        let jobs = self.spool.join("jobs");
+        if let Ok(entries) = std::fs::read_dir(&jobs) {
+            for e in entries.flatten() {
+                if let Ok(state) = std::fs::read_to_string(e.path().join("state.json")) {
+                    if let Ok(v) = serde_json::from_str::<serde_json::Value>(&state) {
+                        for key in ["job_pid", "supervisor_pid"] {
+                            if let Some(pid) = v.get(key).and_then(|p| p.as_i64()) {
+                                let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
+                                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
