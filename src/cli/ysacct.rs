@@ -16,7 +16,7 @@ const DEFAULT_FORMAT: &str = "JobID,JobName,User,Account,State,ExitCode,Elapsed,
     about = "Show accounting data for jobs",
     long_about = "Show accounting data for jobs from ysched's database: finished, running and pending. \
                   Without -j or -S, jobs active since midnight today are shown, as sacct does; \
-                  without -u or -a, only your own.",
+                  without -u, -a or -j, only your own.",
     after_help = "Fields (-o): JobID JobIDRaw JobName User UID Account QOS State ExitCode Submit Eligible \
                   Start End Elapsed ElapsedRaw Timelimit AllocTRES ReqTRES AllocCPUS ReqCPUS ReqMem \
                   AllocGPUS NodeList NNodes Reason Restarts WorkDir StdOut StdErr Comment Priority \
@@ -70,8 +70,9 @@ pub struct Args {
 pub fn run(args: Args) -> CliResult {
     let config = load_config()?;
     let columns = report::parse_sacct_format(args.format.as_deref().unwrap_or(DEFAULT_FORMAT)).map_err(CliError::usage)?;
+    // As sacct: your own jobs unless -a, -u or job ids say otherwise.
     let mut users = args.users.clone();
-    if users.is_empty() && !args.all_users {
+    if users.is_empty() && !args.all_users && args.jobs.is_empty() {
         users.push(super::current_user_name());
     }
     let mut filter = job_filter(&args.jobs, &users, &args.accounts, &args.names, &args.states)?;

@@ -150,7 +150,9 @@ impl Daemon {
         let exit_text = job.exit.map(|e| format!(" exit {e}")).unwrap_or_default();
         let why = job.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
         tracing::info!(target: "ysched::daemon", "job {id} {state}{exit_text}{why}");
-        self.launcher.remove(id);
+        // The exit record may only go once the end is committed: a crash
+        // in between must find it again, not requeue a job that ran.
+        self.to_remove.push(id);
         self.reasons.remove(&id);
         self.reschedule = true;
         self.snapshot = None;
@@ -231,7 +233,7 @@ impl Daemon {
                 let detail = "requeued: ysctld stopped while launching it";
                 db::add_event(tx, id, now, JobState::Pending, Some(detail))?;
                 tracing::info!(target: "ysched::daemon", "job {id} {detail}");
-                self.launcher.remove(id);
+                self.to_remove.push(id);
                 self.reschedule = true;
             }
         }

@@ -113,6 +113,8 @@ pub(crate) struct Daemon {
     replies: Vec<(String, u32, Reply)>,
     /// Jobs marked running in this turn, to launch after the commit.
     to_launch: Vec<JobId>,
+    /// Jobs whose end was recorded in this turn: their directories go after the commit.
+    to_remove: Vec<JobId>,
     /// Spool names seen but not yet processed (beyond one batch).
     backlog: Vec<String>,
     backlog_set: HashSet<String>,
@@ -185,6 +187,7 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         wake_at: None,
         replies: Vec::new(),
         to_launch: Vec::new(),
+        to_remove: Vec::new(),
         backlog: Vec::new(),
         backlog_set: HashSet::new(),
         snapshot: None,
@@ -290,6 +293,9 @@ impl Daemon {
         if self.in_transaction {
             self.db.execute_batch("COMMIT")?;
             self.in_transaction = false;
+        }
+        for id in std::mem::take(&mut self.to_remove) {
+            self.launcher.remove(id);
         }
         Ok(())
     }
