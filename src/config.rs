@@ -170,7 +170,11 @@ pub fn locate() -> (PathBuf, bool) {
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
-    text[..offset.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1
+    text[..offset.min(text.len())]
+        .bytes()
+        .filter(|&b| b == b'\n')
+        .count()
+        + 1
 }
 
 /// The key on the line holding `offset` (`count` in `count = "x"`), if any.
@@ -242,7 +246,9 @@ struct RawQos {
 
 fn de_time_limit<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
     let text = String::deserialize(d)?;
-    units::parse_time_limit(&text).map(Some).map_err(serde::de::Error::custom)
+    units::parse_time_limit(&text)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
 }
 
 fn de_memory<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
@@ -289,7 +295,9 @@ impl RawConfig {
                 return Err(fail(
                     Some(raw.gpu_type.span()),
                     "type",
-                    format!("GPU type '{gpu_type}' is declared twice; give one [[gpus]] table per type"),
+                    format!(
+                        "GPU type '{gpu_type}' is declared twice; give one [[gpus]] table per type"
+                    ),
                 ));
             }
             let devices = match &raw.devices {
@@ -298,7 +306,9 @@ impl RawConfig {
                 None => Vec::new(),
             };
             let count = match (raw.count, devices.len()) {
-                (Some(0), _) => return Err(fail(Some(span), "count", "count must be at least 1".into())),
+                (Some(0), _) => {
+                    return Err(fail(Some(span), "count", "count must be at least 1".into()))
+                }
                 (Some(c), 0) => c,
                 (Some(c), n) if c as usize == n => c,
                 (Some(c), n) => {
@@ -308,11 +318,21 @@ impl RawConfig {
                         format!("count = {c} but devices names {n} device files"),
                     ))
                 }
-                (None, 0) => return Err(fail(Some(span), "count", "missing count (or devices)".into())),
+                (None, 0) => {
+                    return Err(fail(
+                        Some(span),
+                        "count",
+                        "missing count (or devices)".into(),
+                    ))
+                }
                 (None, n) => n as u32,
             };
             if count > 1024 {
-                return Err(fail(Some(span), "count", format!("count = {count} is not a plausible number of GPUs")));
+                return Err(fail(
+                    Some(span),
+                    "count",
+                    format!("count = {count} is not a plausible number of GPUs"),
+                ));
             }
             gpus.push(GpuDecl {
                 gpu_type,
@@ -334,9 +354,16 @@ impl RawConfig {
                 ));
             }
             if !seen.insert(name.clone()) {
-                return Err(fail(Some(raw.name.span()), "name", format!("account '{name}' is declared twice")));
+                return Err(fail(
+                    Some(raw.name.span()),
+                    "name",
+                    format!("account '{name}' is declared twice"),
+                ));
             }
-            accounts.push(Account { name, users: raw.users });
+            accounts.push(Account {
+                name,
+                users: raw.users,
+            });
         }
 
         let mut qos = Vec::new();
@@ -351,7 +378,11 @@ impl RawConfig {
                 ));
             }
             if !seen.insert(name.clone()) {
-                return Err(fail(Some(raw.name.span()), "name", format!("QoS '{name}' is declared twice")));
+                return Err(fail(
+                    Some(raw.name.span()),
+                    "name",
+                    format!("QoS '{name}' is declared twice"),
+                ));
             }
             qos.push(Qos {
                 name,
@@ -409,12 +440,17 @@ impl RawConfig {
                 .filter(|h| valid_name(h))
                 .unwrap_or_else(|| "localhost".to_string()),
         };
-        let spool_dir = self.spool_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_SPOOL_DIR));
+        let spool_dir = self
+            .spool_dir
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_SPOOL_DIR));
         if !spool_dir.is_absolute() {
             return Err(fail(
                 None,
                 "spool_dir",
-                format!("spool_dir must be an absolute path, not '{}'", spool_dir.display()),
+                format!(
+                    "spool_dir must be an absolute path, not '{}'",
+                    spool_dir.display()
+                ),
             ));
         }
         Ok(Config {
@@ -440,26 +476,39 @@ impl RawConfig {
 
 /// The QoS levels used when the config lists none.
 pub fn default_qos_levels() -> Vec<Qos> {
-    [("critical", 300), ("high", 200), ("medium", 100), ("low", 0)]
-        .into_iter()
-        .map(|(name, priority)| Qos {
-            name: name.to_string(),
-            priority,
-        })
-        .collect()
+    [
+        ("critical", 300),
+        ("high", 200),
+        ("medium", 100),
+        ("low", 0),
+    ]
+    .into_iter()
+    .map(|(name, priority)| Qos {
+        name: name.to_string(),
+        priority,
+    })
+    .collect()
 }
 
 /// Expands `/dev/nvidia[0-3]` or `/dev/nvidia[0,2-3]` into one path per device.
 pub fn expand_device_pattern(pattern: &str) -> Result<Vec<PathBuf>, String> {
-    let bad = |why: &str| format!("invalid device pattern '{pattern}': {why} (e.g. /dev/nvidia[0-3])");
+    let bad =
+        |why: &str| format!("invalid device pattern '{pattern}': {why} (e.g. /dev/nvidia[0-3])");
     let Some(open) = pattern.find('[') else {
         if pattern.contains(']') {
             return Err(bad("unmatched ']'"));
         }
         return Ok(vec![PathBuf::from(pattern)]);
     };
-    let close = pattern[open..].find(']').map(|i| i + open).ok_or_else(|| bad("missing ']'"))?;
-    let (prefix, ranges, suffix) = (&pattern[..open], &pattern[open + 1..close], &pattern[close + 1..]);
+    let close = pattern[open..]
+        .find(']')
+        .map(|i| i + open)
+        .ok_or_else(|| bad("missing ']'"))?;
+    let (prefix, ranges, suffix) = (
+        &pattern[..open],
+        &pattern[open + 1..close],
+        &pattern[close + 1..],
+    );
     if suffix.contains('[') || suffix.contains(']') {
         return Err(bad("only one [...] range is supported"));
     }
@@ -469,8 +518,14 @@ pub fn expand_device_pattern(pattern: &str) -> Result<Vec<PathBuf>, String> {
             Some((lo, hi)) => (lo, hi),
             None => (part, part),
         };
-        let lo: u32 = lo.trim().parse().map_err(|_| bad("range bounds must be numbers"))?;
-        let hi: u32 = hi.trim().parse().map_err(|_| bad("range bounds must be numbers"))?;
+        let lo: u32 = lo
+            .trim()
+            .parse()
+            .map_err(|_| bad("range bounds must be numbers"))?;
+        let hi: u32 = hi
+            .trim()
+            .parse()
+            .map_err(|_| bad("range bounds must be numbers"))?;
         if lo > hi || hi - lo > 1024 {
             return Err(bad("range is empty or too large"));
         }
@@ -547,7 +602,10 @@ priority = 1
 
     #[test]
     fn errors_name_line_and_key() {
-        let e = parse("spool_dir = \"/x\"\n[[gpus]]\ntype = \"a100\"\ncount = \"four\"\nmemory = \"8G\"\n").unwrap_err();
+        let e = parse(
+            "spool_dir = \"/x\"\n[[gpus]]\ntype = \"a100\"\ncount = \"four\"\nmemory = \"8G\"\n",
+        )
+        .unwrap_err();
         assert_eq!(e.line, Some(4), "{e}");
         assert_eq!(e.key.as_deref(), Some("count"), "{e}");
 
@@ -560,10 +618,17 @@ priority = 1
         assert!(e.to_string().contains("unknown field `spoll`"), "{e}");
 
         let e = parse("default_qos = \"urgent\"\n").unwrap_err();
-        assert!(e.to_string().contains("unknown QoS 'urgent' (known: critical, high, medium, low)"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("unknown QoS 'urgent' (known: critical, high, medium, low)"),
+            "{e}"
+        );
 
         let e = parse("[[gpus]]\ntype = \"a100\"\ncount = 3\nmemory = \"8G\"\ndevices = \"/dev/nvidia[0-3]\"\n").unwrap_err();
-        assert!(e.to_string().contains("count = 3 but devices names 4"), "{e}");
+        assert!(
+            e.to_string().contains("count = 3 but devices names 4"),
+            "{e}"
+        );
 
         let e = parse("default_time = \"forever\"\n").unwrap_err();
         assert_eq!(e.line, Some(1));
@@ -574,8 +639,14 @@ priority = 1
 
     #[test]
     fn device_patterns() {
-        assert_eq!(expand_device_pattern("/dev/nvidia[0,2-3]").unwrap().len(), 3);
-        assert_eq!(expand_device_pattern("/dev/nvidia0").unwrap(), vec![PathBuf::from("/dev/nvidia0")]);
+        assert_eq!(
+            expand_device_pattern("/dev/nvidia[0,2-3]").unwrap().len(),
+            3
+        );
+        assert_eq!(
+            expand_device_pattern("/dev/nvidia0").unwrap(),
+            vec![PathBuf::from("/dev/nvidia0")]
+        );
         assert!(expand_device_pattern("/dev/nvidia[0-").is_err());
         assert!(expand_device_pattern("/dev/nvidia[3-1]").is_err());
         assert!(expand_device_pattern("/dev/nvidia[0,0]").is_err());

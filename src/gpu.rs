@@ -82,7 +82,11 @@ impl Inventory {
                 });
             }
         }
-        let source = if gpus.is_empty() { Source::None } else { Source::Declared };
+        let source = if gpus.is_empty() {
+            Source::None
+        } else {
+            Source::Declared
+        };
         Inventory { gpus, source }
     }
 

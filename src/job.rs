@@ -78,7 +78,10 @@ impl JobState {
 
     /// Still in the queue: pending, running, or finishing.
     pub fn is_active(self) -> bool {
-        matches!(self, JobState::Pending | JobState::Running | JobState::Completing)
+        matches!(
+            self,
+            JobState::Pending | JobState::Running | JobState::Completing
+        )
     }
 
     pub fn holds_gpus(self) -> bool {
@@ -237,7 +240,13 @@ impl Job {
     }
 
     fn expand_path(&self, pattern: &str) -> PathBuf {
-        let expanded = expand_filename_pattern(pattern, self.id, &self.name, &self.user, self.node.as_deref());
+        let expanded = expand_filename_pattern(
+            pattern,
+            self.id,
+            &self.name,
+            &self.user,
+            self.node.as_deref(),
+        );
         let path = PathBuf::from(expanded);
         if path.is_absolute() {
             path
@@ -251,7 +260,13 @@ impl Job {
 /// `%a` array index (0: ysched has no arrays yet), `%N` node, `%%` a percent
 /// sign. An optional width between `%` and the letter zero-pads numbers
 /// (`%5j` → `00042`), as in Slurm.
-pub fn expand_filename_pattern(pattern: &str, id: JobId, name: &str, user: &str, node: Option<&str>) -> String {
+pub fn expand_filename_pattern(
+    pattern: &str,
+    id: JobId,
+    name: &str,
+    user: &str,
+    node: Option<&str>,
+) -> String {
     let mut out = String::with_capacity(pattern.len() + 8);
     let mut chars = pattern.chars().peekable();
     while let Some(c) = chars.next() {
@@ -297,9 +312,13 @@ mod tests {
 
     #[test]
     fn filename_patterns() {
-        let out = expand_filename_pattern("logs/%x-%j-%u.%a.out", 42, "yolo", "alice", Some("gpu01"));
+        let out =
+            expand_filename_pattern("logs/%x-%j-%u.%a.out", 42, "yolo", "alice", Some("gpu01"));
         assert_eq!(out, "logs/yolo-42-alice.0.out");
-        assert_eq!(expand_filename_pattern("%5j_%%_%N", 42, "n", "u", Some("gpu01")), "00042_%_gpu01");
+        assert_eq!(
+            expand_filename_pattern("%5j_%%_%N", 42, "n", "u", Some("gpu01")),
+            "00042_%_gpu01"
+        );
         assert_eq!(expand_filename_pattern("x%q%", 1, "n", "u", None), "x%q%");
     }
 }

@@ -2,16 +2,16 @@
 //! servers. See DESIGN.md in the repository for the architecture; each
 //! module below owns one concern.
 
+pub mod cli;
 pub mod config;
+pub mod daemon;
 pub mod db;
+pub mod exec;
 pub mod gpu;
 pub mod job;
 pub mod proto;
+pub mod report;
 pub mod sched;
 pub mod script;
 pub mod spool;
 pub mod units;
-pub mod exec;
-pub mod daemon;
-pub mod report;
-pub mod cli;

@@ -63,7 +63,11 @@ pub struct JobSelector {
 
 impl JobSelector {
     pub fn is_empty(&self) -> bool {
-        self.job_ids.is_empty() && self.user.is_none() && self.account.is_none() && self.name.is_none() && self.states.is_empty()
+        self.job_ids.is_empty()
+            && self.user.is_none()
+            && self.account.is_none()
+            && self.name.is_none()
+            && self.states.is_empty()
     }
 
     pub fn matches(&self, job: &Job) -> bool {
@@ -79,9 +83,16 @@ impl JobSelector {
 #[serde(rename_all = "snake_case")]
 pub enum Control {
     /// Cancel the jobs, or with `signal`, send them that signal and let them run.
-    Cancel { selector: JobSelector, signal: Option<i32> },
-    Hold { job_ids: Vec<JobId> },
-    Release { job_ids: Vec<JobId> },
+    Cancel {
+        selector: JobSelector,
+        signal: Option<i32>,
+    },
+    Hold {
+        job_ids: Vec<JobId>,
+    },
+    Release {
+        job_ids: Vec<JobId>,
+    },
     /// Re-read the config file (admins only).
     Reload,
 }
@@ -142,10 +153,20 @@ pub struct JobOutcome {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Reply {
-    Submitted { job_id: JobId },
+    Submitted {
+        job_id: JobId,
+    },
     /// The request as a whole was refused.
-    Rejected { error: String },
+    Rejected {
+        error: String,
+    },
     /// Per-job results of a control request.
-    Control { outcomes: Vec<JobOutcome>, message: Option<String> },
-    Jobs { jobs: Vec<JobView>, now: i64 },
+    Control {
+        outcomes: Vec<JobOutcome>,
+        message: Option<String>,
+    },
+    Jobs {
+        jobs: Vec<JobView>,
+        now: i64,
+    },
 }

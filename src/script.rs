@@ -116,7 +116,12 @@ pub struct SubmitOptions {
 
 /// One directive line, parsed with the same options as the command line.
 #[derive(Parser, Debug)]
-#[command(name = "directive", no_binary_name = true, disable_help_flag = true, disable_version_flag = true)]
+#[command(
+    name = "directive",
+    no_binary_name = true,
+    disable_help_flag = true,
+    disable_version_flag = true
+)]
 struct DirectiveLine {
     #[command(flatten)]
     options: SubmitOptions,
@@ -152,7 +157,10 @@ impl Partial {
         let mut warnings = Vec::new();
         let gpu_specs: Vec<(&str, GpuRequest)> = [
             ("--gpus", o.gpus.as_deref().map(parse_gpus).transpose()?),
-            ("--gpus-per-node", o.gpus_per_node.as_deref().map(parse_gpus).transpose()?),
+            (
+                "--gpus-per-node",
+                o.gpus_per_node.as_deref().map(parse_gpus).transpose()?,
+            ),
             ("--gres", o.gres.as_deref().map(parse_gres).transpose()?),
         ]
         .into_iter()
@@ -160,7 +168,9 @@ impl Partial {
         .collect();
         if let [(flag_a, a), rest @ ..] = gpu_specs.as_slice() {
             if let Some((flag_b, b)) = rest.iter().find(|(_, b)| b != a) {
-                return Err(format!("conflicting GPU requests: {flag_a} asks for {a} but {flag_b} for {b}"));
+                return Err(format!(
+                    "conflicting GPU requests: {flag_a} asks for {a} but {flag_b} for {b}"
+                ));
             }
         }
         let time_limit = o
@@ -186,7 +196,11 @@ impl Partial {
         if let Some(comment) = &o.comment {
             check_text(comment, "--comment", 1000)?;
         }
-        for (flag, value) in [("--output", &o.output), ("--error", &o.error), ("--chdir", &o.chdir)] {
+        for (flag, value) in [
+            ("--output", &o.output),
+            ("--error", &o.error),
+            ("--chdir", &o.chdir),
+        ] {
             if let Some(v) = value {
                 if v.is_empty() || v.contains('\0') || v.contains('\n') {
                     return Err(format!("{flag}: invalid path '{}'", v.escape_debug()));
@@ -201,11 +215,15 @@ impl Partial {
             }
         }
         if let Some(p) = &o.partition {
-            warnings.push(format!("--partition={p} ignored: ysched has a single partition"));
+            warnings.push(format!(
+                "--partition={p} ignored: ysched has a single partition"
+            ));
         }
         if let Some(n) = &o.ntasks {
             if n.trim() != "1" {
-                warnings.push(format!("--ntasks={n} ignored: the batch script runs as one task"));
+                warnings.push(format!(
+                    "--ntasks={n} ignored: the batch script runs as one task"
+                ));
             }
         }
         if o.ntasks_per_node.is_some() {
@@ -287,7 +305,9 @@ fn parse_count(text: &str, what: &str, min: u32, max: u32) -> Result<u32, String
 fn check_gpu_type(t: &str, spec: &str) -> Result<String, String> {
     if t.is_empty()
         || t.len() > 64
-        || !t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+        || !t
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
     {
         return Err(format!("invalid GPU type in '{spec}'"));
     }
@@ -318,7 +338,12 @@ pub fn parse_gres(spec: &str) -> Result<GpuRequest, String> {
             "--gres={spec}: only the 'gpu' resource is known (e.g. --gres=gpu:2 or --gres=gpu:a100:2)"
         ));
     }
-    let is_number = |s: &str| s.trim_start_matches('-').bytes().all(|b| b.is_ascii_digit()) && !s.is_empty();
+    let is_number = |s: &str| {
+        s.trim_start_matches('-')
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+            && !s.is_empty()
+    };
     match parts.as_slice() {
         [_] => Ok(GpuRequest {
             count: 1,
@@ -365,11 +390,13 @@ pub fn parse_directives(script: &str, source_name: &str) -> Result<Partial, Scri
             line: number,
             message,
         };
-        let mut words = shlex::split(rest).ok_or_else(|| line_error("unbalanced quotes".to_string()))?;
+        let mut words =
+            shlex::split(rest).ok_or_else(|| line_error("unbalanced quotes".to_string()))?;
         if let Some(comment) = words.iter().position(|w| w.starts_with('#')) {
             words.truncate(comment);
         }
-        let parsed = DirectiveLine::try_parse_from(&words).map_err(|e| line_error(describe_clap_error(&e)))?;
+        let parsed = DirectiveLine::try_parse_from(&words)
+            .map_err(|e| line_error(describe_clap_error(&e)))?;
         let partial = Partial::from_options(parsed.options).map_err(line_error)?;
         merged = merged.overridden_by(partial);
     }
@@ -425,7 +452,12 @@ pub struct SubmitContext<'a> {
 
 /// Completes a request: defaults, the working directory, the environment to
 /// pass (`--export`), `--begin` resolved against the submit time.
-pub fn resolve(partial: Partial, script: String, args: Vec<String>, ctx: SubmitContext) -> Result<JobRequest, ScriptError> {
+pub fn resolve(
+    partial: Partial,
+    script: String,
+    args: Vec<String>,
+    ctx: SubmitContext,
+) -> Result<JobRequest, ScriptError> {
     let opt_err = ScriptError::Option;
     let work_dir = match &partial.chdir {
         Some(d) => ctx.cwd.join(d),
@@ -437,7 +469,8 @@ pub fn resolve(partial: Partial, script: String, args: Vec<String>, ctx: SubmitC
         .map(|b| units::parse_begin_time(b, ctx.now.clone()))
         .transpose()
         .map_err(|e| opt_err(format!("--begin: {e}")))?;
-    let environment = export_environment(partial.export.as_deref(), ctx.environment).map_err(opt_err)?;
+    let environment =
+        export_environment(partial.export.as_deref(), ctx.environment).map_err(opt_err)?;
     Ok(JobRequest {
         name: partial.name.unwrap_or(ctx.default_name),
         account: partial.account,
@@ -462,7 +495,10 @@ pub fn resolve(partial: Partial, script: String, args: Vec<String>, ctx: SubmitC
 
 /// Slurm's `--export`: `ALL` (default), `NONE`, or a list of `VAR` (from the
 /// submitter's environment) and `VAR=VALUE`, optionally starting with `ALL`.
-pub fn export_environment(spec: Option<&str>, env: Vec<(String, String)>) -> Result<Vec<(String, String)>, String> {
+pub fn export_environment(
+    spec: Option<&str>,
+    env: Vec<(String, String)>,
+) -> Result<Vec<(String, String)>, String> {
     let spec = spec.unwrap_or("ALL").trim();
     if spec.eq_ignore_ascii_case("ALL") {
         return Ok(env);
@@ -488,7 +524,10 @@ pub fn export_environment(spec: Option<&str>, env: Vec<(String, String)>) -> Res
             Some((n, v)) => (n, Some(v.to_string())),
             None => (item, None),
         };
-        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') || name.as_bytes()[0].is_ascii_digit() {
+        if name.is_empty()
+            || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            || name.as_bytes()[0].is_ascii_digit()
+        {
             return Err(format!("--export={spec}: '{name}' is not a variable name"));
         }
         let value = match value {
@@ -559,13 +598,18 @@ mod tests {
                 gpu_type: Some("a100".into())
             })
         );
-        assert_eq!(p.time_limit, Some(Some(3_600)), "directive after the first command must be ignored");
+        assert_eq!(
+            p.time_limit,
+            Some(Some(3_600)),
+            "directive after the first command must be ignored"
+        );
         assert_eq!(p.mem_mb, Some(8_192));
     }
 
     #[test]
     fn disabled_directives_are_comments() {
-        let p = directives("#!/bin/sh\n# SBATCH -t 5\n##SBATCH -t 6\n#SBATCHX -t 7\ntrue\n").unwrap();
+        let p =
+            directives("#!/bin/sh\n# SBATCH -t 5\n##SBATCH -t 6\n#SBATCHX -t 7\ntrue\n").unwrap();
         assert_eq!(p.time_limit, None);
     }
 
@@ -593,11 +637,18 @@ mod tests {
             "train.sh: line 4: unknown option --gpu (did you mean --gpus?)"
         );
         let e = directives("#!/bin/sh\n#YS -t soon\n").unwrap_err();
-        assert!(e.to_string().starts_with("train.sh: line 2: --time: invalid time limit 'soon'"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("train.sh: line 2: --time: invalid time limit 'soon'"),
+            "{e}"
+        );
         let e = directives("#!/bin/sh\n#YS -G -3\n").unwrap_err();
         assert!(e.to_string().contains("line 2"), "{e}");
         let e = directives("#!/bin/sh\n#YS -G 100000\n").unwrap_err();
-        assert_eq!(e.to_string(), "train.sh: line 2: --gpus: 100000 is out of range (0 to 1024)");
+        assert_eq!(
+            e.to_string(),
+            "train.sh: line 2: --gpus: 100000 is out of range (0 to 1024)"
+        );
         let e = directives("#!/bin/sh\n#YS -J 'unterminated\n").unwrap_err();
         assert_eq!(e.to_string(), "train.sh: line 2: unbalanced quotes");
         let e = directives("#!/bin/sh\n#YS -G 2 --gres gpu:4\n").unwrap_err();
@@ -615,12 +666,18 @@ mod tests {
     #[test]
     fn gpu_specs() {
         assert_eq!(parse_gpus("2").unwrap().count, 2);
-        assert_eq!(parse_gpus("a100:4").unwrap().gpu_type.as_deref(), Some("a100"));
+        assert_eq!(
+            parse_gpus("a100:4").unwrap().gpu_type.as_deref(),
+            Some("a100")
+        );
         assert!(parse_gpus("two").is_err());
         assert!(parse_gpus("-1").is_err());
         assert_eq!(parse_gres("gpu").unwrap().count, 1);
         assert_eq!(parse_gres("gpu:3").unwrap().count, 3);
-        assert_eq!(parse_gres("gpu:v100").unwrap().gpu_type.as_deref(), Some("v100"));
+        assert_eq!(
+            parse_gres("gpu:v100").unwrap().gpu_type.as_deref(),
+            Some("v100")
+        );
         assert_eq!(parse_gres("gpu:v100:2").unwrap().count, 2);
         assert!(parse_gres("mps:100").is_err());
         assert!(parse_gres("gpu:a:b:c").is_err());
@@ -628,12 +685,20 @@ mod tests {
 
     #[test]
     fn export_rules() {
-        let env = vec![("PATH".to_string(), "/bin".to_string()), ("HOME".to_string(), "/h".to_string())];
+        let env = vec![
+            ("PATH".to_string(), "/bin".to_string()),
+            ("HOME".to_string(), "/h".to_string()),
+        ];
         assert_eq!(export_environment(None, env.clone()).unwrap(), env);
-        assert!(export_environment(Some("NONE"), env.clone()).unwrap().is_empty());
+        assert!(export_environment(Some("NONE"), env.clone())
+            .unwrap()
+            .is_empty());
         assert_eq!(
             export_environment(Some("PATH,X=1,UNSET"), env.clone()).unwrap(),
-            vec![("PATH".to_string(), "/bin".to_string()), ("X".to_string(), "1".to_string())]
+            vec![
+                ("PATH".to_string(), "/bin".to_string()),
+                ("X".to_string(), "1".to_string())
+            ]
         );
         let all = export_environment(Some("ALL,HOME=/x"), env.clone()).unwrap();
         assert!(all.contains(&("HOME".to_string(), "/x".to_string())));
@@ -646,6 +711,8 @@ mod tests {
     fn interpreter_line_is_required() {
         assert!(check_interpreter_line("#!/bin/sh\ntrue\n", "a.sh").is_ok());
         let e = check_interpreter_line("python train.py\n", "a.sh").unwrap_err();
-        assert!(e.to_string().starts_with("a.sh: line 1: the first line must start with #!"));
+        assert!(e
+            .to_string()
+            .starts_with("a.sh: line 1: the first line must start with #!"));
     }
 }

@@ -28,7 +28,9 @@ use crate::proto::{Envelope, Reply, PROTOCOL_VERSION};
 
 #[derive(Debug, Error)]
 pub enum SpoolError {
-    #[error("spool directory {0} does not exist; is ysctld installed and has it been started once?")]
+    #[error(
+        "spool directory {0} does not exist; is ysctld installed and has it been started once?"
+    )]
     Missing(PathBuf),
     #[error("cannot write to the spool {path}: {source}")]
     Write { path: PathBuf, source: io::Error },
@@ -157,13 +159,17 @@ impl Spool {
                     spool: self.root.clone(),
                 });
             }
-            Err(fs::TryLockError::Error(source)) => return Err(SpoolError::Prepare { path, source }),
+            Err(fs::TryLockError::Error(source)) => {
+                return Err(SpoolError::Prepare { path, source })
+            }
         }
         let _ = fs::set_permissions(&path, fs::Permissions::from_mode(0o644));
-        file.set_len(0).and_then(|_| writeln!(file, "{}", std::process::id())).map_err(|source| SpoolError::Prepare {
-            path: path.clone(),
-            source,
-        })?;
+        file.set_len(0)
+            .and_then(|_| writeln!(file, "{}", std::process::id()))
+            .map_err(|source| SpoolError::Prepare {
+                path: path.clone(),
+                source,
+            })?;
         Ok(DaemonLock { _file: file })
     }
 
@@ -211,11 +217,15 @@ impl Spool {
             inotify: None,
         };
         let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK)
-            .and_then(|ino| ino.add_watch(&reply_path, AddWatchFlags::IN_CLOSE_WRITE).map(|_| ino))
+            .and_then(|ino| {
+                ino.add_watch(&reply_path, AddWatchFlags::IN_CLOSE_WRITE)
+                    .map(|_| ino)
+            })
             .map_err(|e| write_err(&reply_path)(io::Error::from(e)))?;
         sent.inotify = Some(inotify);
 
-        let body = serde_json::to_vec(envelope).map_err(|e| write_err(&reply_path)(io::Error::other(e)))?;
+        let body = serde_json::to_vec(envelope)
+            .map_err(|e| write_err(&reply_path)(io::Error::other(e)))?;
         let temp = self.incoming().join(format!(".{name}.tmp"));
         let final_path = self.incoming().join(&name);
         let result = (|| -> io::Result<()> {
@@ -280,8 +290,14 @@ impl SentRequest {
                 return Ok(None);
             };
             let ms = left.as_millis().min(i32::MAX as u128) as i32;
-            let mut fds = [nix::poll::PollFd::new(inotify.as_fd(), nix::poll::PollFlags::POLLIN)];
-            match nix::poll::poll(&mut fds, nix::poll::PollTimeout::try_from(ms).unwrap_or(nix::poll::PollTimeout::MAX)) {
+            let mut fds = [nix::poll::PollFd::new(
+                inotify.as_fd(),
+                nix::poll::PollFlags::POLLIN,
+            )];
+            match nix::poll::poll(
+                &mut fds,
+                nix::poll::PollTimeout::try_from(ms).unwrap_or(nix::poll::PollTimeout::MAX),
+            ) {
                 Ok(_) | Err(nix::errno::Errno::EINTR) => {}
                 Err(e) => {
                     return Err(SpoolError::Reply {
@@ -337,7 +353,11 @@ pub fn unique_name(kind: &str) -> String {
     if got != random.len() as isize {
         random = (nanos ^ (std::process::id() as u64).rotate_left(32)).to_le_bytes();
     }
-    format!("{kind}-{}-{nanos:x}-{:x}", std::process::id(), u64::from_le_bytes(random))
+    format!(
+        "{kind}-{}-{nanos:x}-{:x}",
+        std::process::id(),
+        u64::from_le_bytes(random)
+    )
 }
 
 /// Names the daemon accepts: no path separators, no hidden files, nothing a
@@ -346,7 +366,9 @@ pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 128
         && !name.starts_with('.')
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
 }
 
 // ---------------------------------------------------------------- daemon side
@@ -354,10 +376,18 @@ pub fn valid_name(name: &str) -> bool {
 /// What the daemon found under one name in `incoming/`.
 #[derive(Debug)]
 pub enum Inbound {
-    Request { name: String, uid: u32, envelope: Envelope },
+    Request {
+        name: String,
+        uid: u32,
+        envelope: Envelope,
+    },
     /// A file that cannot be a request; it is removed and, where its owner
     /// made a reply file, answered with the reason.
-    Bad { name: String, uid: Option<u32>, reason: String },
+    Bad {
+        name: String,
+        uid: Option<u32>,
+        reason: String,
+    },
     /// Nothing to do: it vanished, or is a client's temporary file.
     Skip,
 }
@@ -392,7 +422,13 @@ impl Spool {
             reason,
         };
         if !valid_name(name) {
-            return bad(format!("request name '{}' has characters outside [A-Za-z0-9._-]", name.escape_debug()), owner());
+            return bad(
+                format!(
+                    "request name '{}' has characters outside [A-Za-z0-9._-]",
+                    name.escape_debug()
+                ),
+                owner(),
+            );
         }
         let file = OpenOptions::new()
             .read(true)
@@ -402,7 +438,10 @@ impl Spool {
             Ok(f) => f,
             Err(e) if e.kind() == ErrorKind::NotFound => return Inbound::Skip,
             Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-                return bad("request is a symbolic link; only regular files are accepted".into(), owner())
+                return bad(
+                    "request is a symbolic link; only regular files are accepted".into(),
+                    owner(),
+                )
             }
             Err(e) => return bad(format!("cannot open request: {e}"), owner()),
         };
@@ -422,24 +461,47 @@ impl Spool {
             } else {
                 "a device or special file"
             };
-            return bad(format!("request is {what}; only regular files are accepted"), uid);
+            return bad(
+                format!("request is {what}; only regular files are accepted"),
+                uid,
+            );
         }
         if meta.nlink() != 1 {
-            return bad(format!("request has {} hard links; it must have exactly one", meta.nlink()), uid);
+            return bad(
+                format!(
+                    "request has {} hard links; it must have exactly one",
+                    meta.nlink()
+                ),
+                uid,
+            );
         }
         if meta.len() > max_size {
-            return bad(format!("request is {} bytes, over the limit of {max_size} (max_spool_file)", meta.len()), uid);
+            return bad(
+                format!(
+                    "request is {} bytes, over the limit of {max_size} (max_spool_file)",
+                    meta.len()
+                ),
+                uid,
+            );
         }
         let mut body = Vec::with_capacity(meta.len() as usize);
         if let Err(e) = (&mut file).take(max_size + 1).read_to_end(&mut body) {
             return bad(format!("cannot read request: {e}"), uid);
         }
         if body.len() as u64 > max_size {
-            return bad(format!("request grew over the limit of {max_size} bytes while being read"), uid);
+            return bad(
+                format!("request grew over the limit of {max_size} bytes while being read"),
+                uid,
+            );
         }
         let text = match std::str::from_utf8(&body) {
             Ok(t) => t,
-            Err(e) => return bad(format!("request is not valid UTF-8 (at byte {})", e.valid_up_to()), uid),
+            Err(e) => {
+                return bad(
+                    format!("request is not valid UTF-8 (at byte {})", e.valid_up_to()),
+                    uid,
+                )
+            }
         };
         // Check the version first, so an old or new client gets a clear answer.
         let version = serde_json::from_str::<serde_json::Value>(text)
@@ -459,7 +521,9 @@ impl Spool {
                 uid: meta.uid(),
                 envelope,
             },
-            Err(e) if e.is_eof() => bad(format!("request is truncated ({} bytes)", body.len()), uid),
+            Err(e) if e.is_eof() => {
+                bad(format!("request is truncated ({} bytes)", body.len()), uid)
+            }
             Err(e) => bad(format!("request is not a valid ysched request: {e}"), uid),
         }
     }
@@ -511,14 +575,20 @@ impl Spool {
     pub fn remove_stale(&self, age: Duration) {
         let cutoff = SystemTime::now() - age;
         for dir in [self.replies(), self.incoming()] {
-            let Ok(entries) = fs::read_dir(&dir) else { continue };
+            let Ok(entries) = fs::read_dir(&dir) else {
+                continue;
+            };
             for entry in entries.flatten() {
                 let name = entry.file_name();
                 let is_temp = name.to_string_lossy().starts_with('.');
                 if dir == self.incoming() && !is_temp {
                     continue;
                 }
-                let old = entry.metadata().and_then(|m| m.modified()).map(|t| t < cutoff).unwrap_or(false);
+                let old = entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .map(|t| t < cutoff)
+                    .unwrap_or(false);
                 if old {
                     let _ = fs::remove_file(entry.path());
                 }
@@ -554,14 +624,21 @@ mod tests {
         assert_eq!(names, vec![sent.name().to_string()]);
         let uid = nix::unistd::geteuid().as_raw();
         match spool.read_request(&names[0], 1 << 20) {
-            Inbound::Request { uid: u, envelope: e, .. } => {
+            Inbound::Request {
+                uid: u,
+                envelope: e,
+                ..
+            } => {
                 assert_eq!(u, uid);
                 assert_eq!(e, envelope);
             }
             other => panic!("{other:?}"),
         }
         assert!(spool.write_reply(sent.name(), uid, &Reply::Submitted { job_id: 9 }));
-        assert!(!spool.write_reply(sent.name(), uid + 1, &Reply::Submitted { job_id: 9 }), "wrong owner");
+        assert!(
+            !spool.write_reply(sent.name(), uid + 1, &Reply::Submitted { job_id: 9 }),
+            "wrong owner"
+        );
         let reply = sent.wait(Duration::from_secs(5)).unwrap();
         assert_eq!(reply, Some(Reply::Submitted { job_id: 9 }));
         let reply_path = spool.replies().join(sent.name());
@@ -592,7 +669,11 @@ mod tests {
         fs::write(inc.join("two"), b"{}").unwrap();
         fs::hard_link(inc.join("two"), inc.join("two-b")).unwrap();
         assert!(reason("two").contains("2 hard links"));
-        nix::unistd::mkfifo(&inc.join("fifo"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        nix::unistd::mkfifo(
+            &inc.join("fifo"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
         assert!(reason("fifo").contains("FIFO"));
         fs::create_dir(inc.join("dir")).unwrap();
         assert!(reason("dir").contains("directory"));
@@ -610,7 +691,10 @@ mod tests {
         assert_eq!(spool.daemon_state(), DaemonState::Stopped);
         let lock = spool.lock_daemon().unwrap();
         assert_eq!(spool.daemon_state(), DaemonState::Running);
-        assert!(matches!(spool.lock_daemon(), Err(SpoolError::AlreadyRunning { .. })));
+        assert!(matches!(
+            spool.lock_daemon(),
+            Err(SpoolError::AlreadyRunning { .. })
+        ));
         drop(lock);
         assert_eq!(spool.daemon_state(), DaemonState::Stopped);
     }

@@ -5,7 +5,9 @@ use thiserror::Error;
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum UnitError {
-    #[error("invalid time limit '{0}' (formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, or UNLIMITED)")]
+    #[error(
+        "invalid time limit '{0}' (formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, or UNLIMITED)"
+    )]
     TimeLimit(String),
     #[error("invalid memory size '{0}' (a number with an optional unit K, M, G, T; e.g. 4G, 512M, 80GiB)")]
     Memory(String),
@@ -117,9 +119,9 @@ pub fn parse_memory_mb(text: &str) -> Result<u64, UnitError> {
 
 /// Shows MiB in the largest unit that keeps it whole-ish: `80G`, `512M`.
 pub fn format_memory_mb(mb: u64) -> String {
-    if mb >= 1 << 20 && mb % (1 << 20) == 0 {
+    if mb >= 1 << 20 && mb.is_multiple_of(1 << 20) {
         format!("{}T", mb >> 20)
-    } else if mb >= 1 << 10 && mb % (1 << 10) == 0 {
+    } else if mb >= 1 << 10 && mb.is_multiple_of(1 << 10) {
         format!("{}G", mb >> 10)
     } else {
         format!("{mb}M")
@@ -141,7 +143,11 @@ enum ClockTime {
     Today,
 }
 
-fn parse_point_in_time(text: &str, now: jiff::Zoned, clock_time: ClockTime) -> Result<i64, UnitError> {
+fn parse_point_in_time(
+    text: &str,
+    now: jiff::Zoned,
+    clock_time: ClockTime,
+) -> Result<i64, UnitError> {
     use jiff::civil::{Date, DateTime, Time};
     let err = || UnitError::BeginTime(text.to_string());
     let t = text.trim().to_ascii_lowercase();
@@ -197,7 +203,9 @@ fn parse_point_in_time(text: &str, now: jiff::Zoned, clock_time: ClockTime) -> R
         };
         match parts.as_slice() {
             [h, m] => Time::new(field(h, 23)?, field(m, 59)?, 0, 0).map_err(|_| err()),
-            [h, m, s] => Time::new(field(h, 23)?, field(m, 59)?, field(s, 59)?, 0).map_err(|_| err()),
+            [h, m, s] => {
+                Time::new(field(h, 23)?, field(m, 59)?, field(s, 59)?, 0).map_err(|_| err())
+            }
             _ => Err(err()),
         }
     };
@@ -263,7 +271,17 @@ mod tests {
 
     #[test]
     fn bad_time_limits_are_refused() {
-        for bad in ["", "abc", "-5", "1:2:3:4", "1-", "1-2:3:4:5", "0", "5m", "99999999999"] {
+        for bad in [
+            "",
+            "abc",
+            "-5",
+            "1:2:3:4",
+            "1-",
+            "1-2:3:4:5",
+            "0",
+            "5m",
+            "99999999999",
+        ] {
             assert!(parse_time_limit(bad).is_err(), "{bad} accepted");
         }
     }
@@ -297,13 +315,28 @@ mod tests {
         let now: jiff::Zoned = "2026-11-29T16:00:00[UTC]".parse().unwrap();
         let base = now.timestamp().as_second();
         assert_eq!(parse_begin_time("now+90", now.clone()), Ok(base + 90));
-        assert_eq!(parse_begin_time("now+2hours", now.clone()), Ok(base + 7_200));
+        assert_eq!(
+            parse_begin_time("now+2hours", now.clone()),
+            Ok(base + 7_200)
+        );
         assert_eq!(parse_begin_time("17:30", now.clone()), Ok(base + 5_400));
         // A clock time already past today means tomorrow.
-        assert_eq!(parse_begin_time("15:00", now.clone()), Ok(base + 23 * 3_600));
-        assert_eq!(parse_begin_time("2026-11-30", now.clone()), Ok(base + 8 * 3_600));
-        assert_eq!(parse_begin_time("2026-11-30T01:02:03", now.clone()), Ok(base + 9 * 3_600 + 123));
-        assert_eq!(parse_begin_time("tomorrow", now.clone()), Ok(base + 8 * 3_600));
+        assert_eq!(
+            parse_begin_time("15:00", now.clone()),
+            Ok(base + 23 * 3_600)
+        );
+        assert_eq!(
+            parse_begin_time("2026-11-30", now.clone()),
+            Ok(base + 8 * 3_600)
+        );
+        assert_eq!(
+            parse_begin_time("2026-11-30T01:02:03", now.clone()),
+            Ok(base + 9 * 3_600 + 123)
+        );
+        assert_eq!(
+            parse_begin_time("tomorrow", now.clone()),
+            Ok(base + 8 * 3_600)
+        );
         assert!(parse_begin_time("next tuesday", now.clone()).is_err());
         assert!(parse_begin_time("25:00", now).is_err());
     }

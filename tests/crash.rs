@@ -13,13 +13,18 @@ fn runs(c: &Cluster) -> HashMap<u64, usize> {
     let text = std::fs::read_to_string(c.work.join("runs.log")).unwrap_or_default();
     let mut counts = HashMap::new();
     for line in text.lines() {
-        *counts.entry(line.trim().parse::<u64>().unwrap()).or_insert(0) += 1;
+        *counts
+            .entry(line.trim().parse::<u64>().unwrap())
+            .or_insert(0) += 1;
     }
     counts
 }
 
 fn all_jobs(c: &Cluster) -> Vec<(u64, String)> {
-    let out = c.run("ysacct", &["-a", "-S", "2000-01-01", "-n", "-P", "-o", "JobID,State"]);
+    let out = c.run(
+        "ysacct",
+        &["-a", "-S", "2000-01-01", "-n", "-P", "-o", "JobID,State"],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     stdout(&out)
         .lines()
@@ -39,16 +44,25 @@ fn killed_during_a_burst_of_submissions_every_job_runs_exactly_once() {
     let submitters: Vec<_> = (0..SUBMITTERS)
         .map(|_| {
             let mut cmd = std::process::Command::new("sh");
-            cmd.current_dir(&c.work).env("YS_CONF", &c.config).arg("-c").arg(format!(
-                "for i in $(seq {EACH}); do {} --parsable -G 1 {}; done",
-                common::bin_dir().join("ysbatch").display(),
-                script.display()
-            ));
-            cmd.env("YS_TIMEOUT", "2").stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap()
+            cmd.current_dir(&c.work)
+                .env("YS_CONF", &c.config)
+                .arg("-c")
+                .arg(format!(
+                    "for i in $(seq {EACH}); do {} --parsable -G 1 {}; done",
+                    common::bin_dir().join("ysbatch").display(),
+                    script.display()
+                ));
+            cmd.env("YS_TIMEOUT", "2")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
         })
         .collect();
     // Let some submissions through, then crash the daemon mid-burst.
-    wait_for("some jobs to be accepted", Duration::from_secs(30), || runs(&c).len() >= 20);
+    wait_for("some jobs to be accepted", Duration::from_secs(30), || {
+        runs(&c).len() >= 20
+    });
     c.crash();
     std::thread::sleep(Duration::from_millis(300));
     c.start();
@@ -56,11 +70,19 @@ fn killed_during_a_burst_of_submissions_every_job_runs_exactly_once() {
     for s in submitters {
         let out = s.wait_with_output().unwrap();
         assert!(out.status.success(), "a submitter failed: {}", stderr(&out));
-        acknowledged.extend(stdout(&out).lines().map(|l| l.trim().parse::<u64>().unwrap()));
+        acknowledged.extend(
+            stdout(&out)
+                .lines()
+                .map(|l| l.trim().parse::<u64>().unwrap()),
+        );
     }
     // Every submission is accepted: acknowledged ones, and ones spooled or
     // in flight while the daemon was down.
-    wait_for("all 200 jobs to be in the database", Duration::from_secs(60), || all_jobs(&c).len() == SUBMITTERS * EACH);
+    wait_for(
+        "all 200 jobs to be in the database",
+        Duration::from_secs(60),
+        || all_jobs(&c).len() == SUBMITTERS * EACH,
+    );
     wait_for("all jobs to finish", Duration::from_secs(120), || {
         all_jobs(&c).iter().all(|(_, s)| s == "COMPLETED")
     });
@@ -68,40 +90,78 @@ fn killed_during_a_burst_of_submissions_every_job_runs_exactly_once() {
     let jobs = all_jobs(&c);
     assert_eq!(jobs.len(), SUBMITTERS * EACH);
     for (id, _) in &jobs {
-        assert_eq!(counts.get(id), Some(&1), "job {id} ran {:?} times", counts.get(id));
+        assert_eq!(
+            counts.get(id),
+            Some(&1),
+            "job {id} ran {:?} times",
+            counts.get(id)
+        );
     }
-    assert_eq!(counts.len(), jobs.len(), "a job ran that the database does not know");
+    assert_eq!(
+        counts.len(),
+        jobs.len(),
+        "a job ran that the database does not know"
+    );
     for id in acknowledged {
-        assert!(jobs.iter().any(|(j, _)| *j == id), "acknowledged job {id} was lost");
+        assert!(
+            jobs.iter().any(|(j, _)| *j == id),
+            "acknowledged job {id} was lost"
+        );
     }
 }
 
 #[test]
 fn killed_while_jobs_run_they_are_readopted_and_accounted() {
     let mut c = Cluster::started("");
-    c.script("sleepy.sh", "#!/bin/sh\nsleep $1\necho $SLURM_JOB_ID >> runs.log\n");
+    c.script(
+        "sleepy.sh",
+        "#!/bin/sh\nsleep $1\necho $SLURM_JOB_ID >> runs.log\n",
+    );
     // Two end while the daemon is down, two outlive its absence, two wait.
-    let ids: Vec<u64> = ["1", "1", "5", "5", "1", "1"].iter().map(|s| c.submit(&["-G", "1", "sleepy.sh", s])).collect();
+    let ids: Vec<u64> = ["1", "1", "5", "5", "1", "1"]
+        .iter()
+        .map(|s| c.submit(&["-G", "1", "sleepy.sh", s]))
+        .collect();
     wait_for("4 jobs to run", Duration::from_secs(20), || {
-        stdout(&c.run("ysqueue", &["-h", "-t", "R", "-o", "%i"])).lines().count() == 4
+        stdout(&c.run("ysqueue", &["-h", "-t", "R", "-o", "%i"]))
+            .lines()
+            .count()
+            == 4
     });
     c.crash();
     std::thread::sleep(Duration::from_millis(2000));
     c.start();
-    assert!(c.log().contains("re-adopted"), "running jobs are re-adopted: {}", c.log());
+    assert!(
+        c.log().contains("re-adopted"),
+        "running jobs are re-adopted: {}",
+        c.log()
+    );
     for id in &ids {
-        assert_eq!(c.wait_done(*id, Duration::from_secs(30)), "COMPLETED", "job {id}");
+        assert_eq!(
+            c.wait_done(*id, Duration::from_secs(30)),
+            "COMPLETED",
+            "job {id}"
+        );
     }
     let counts = runs(&c);
     for id in &ids {
-        assert_eq!(counts.get(id), Some(&1), "job {id} ran {:?} times", counts.get(id));
+        assert_eq!(
+            counts.get(id),
+            Some(&1),
+            "job {id} ran {:?} times",
+            counts.get(id)
+        );
     }
     // A clean stop and start re-adopts running jobs too.
     let id = c.submit(&["--wrap", "sleep 2; echo done"]);
     c.wait_state(id, "RUNNING", Duration::from_secs(20));
     c.stop();
     c.start();
-    assert!(c.log().contains(&format!("job {id} re-adopted")), "{}", c.log());
+    assert!(
+        c.log().contains(&format!("job {id} re-adopted")),
+        "{}",
+        c.log()
+    );
     assert_eq!(c.wait_done(id, Duration::from_secs(30)), "COMPLETED");
     assert_eq!(c.output_of(id), "done\n");
 }

@@ -11,21 +11,35 @@ const LONG: Duration = Duration::from_secs(20);
 
 fn pid_alive(pid: i32) -> bool {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z ")
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
 }
 
 #[test]
 fn a_time_limit_ends_in_timeout_after_sigterm_and_the_grace() {
     let c = Cluster::started("");
     // Ignores SIGTERM (records it), so only SIGKILL after kill_wait ends it.
-    let id = c.submit(&["-t", "0:02", "--wrap", "trap 'echo got TERM' TERM; while true; do sleep 0.1; done"]);
+    let id = c.submit(&[
+        "-t",
+        "0:02",
+        "--wrap",
+        "trap 'echo got TERM' TERM; while true; do sleep 0.1; done",
+    ]);
     c.wait_state(id, "RUNNING", LONG);
     let started = Instant::now();
     assert_eq!(c.wait_done(id, LONG), "TIMEOUT");
     let took = started.elapsed();
-    assert!(took >= Duration::from_millis(1500), "ended after {took:?}, before limit + grace");
+    assert!(
+        took >= Duration::from_millis(1500),
+        "ended after {took:?}, before limit + grace"
+    );
     // The whole process group gets SIGTERM: the shell's `sleep` dies of it.
-    assert!(c.output_of(id).contains("got TERM\n"), "{}", c.output_of(id));
+    assert!(
+        c.output_of(id).contains("got TERM\n"),
+        "{}",
+        c.output_of(id)
+    );
     assert_eq!(c.field(id, "ExitCode"), "0:9");
     assert_eq!(c.field(id, "Reason"), "time limit reached");
     assert_eq!(c.field(id, "Timelimit"), "0:02");
@@ -38,20 +52,34 @@ fn cancel_pending_and_running_jobs_and_their_children() {
     let pending = c.submit(&["-G", "1", "--wrap", "true"]);
     c.wait_state(running, "RUNNING", LONG);
     let pid_file = c.work.join("child.pid");
-    wait_for("the background child to start", LONG, || std::fs::read_to_string(&pid_file).map(|s| !s.trim().is_empty()).unwrap_or(false));
-    let child: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    wait_for("the background child to start", LONG, || {
+        std::fs::read_to_string(&pid_file)
+            .map(|s| !s.trim().is_empty())
+            .unwrap_or(false)
+    });
+    let child: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     assert!(pid_alive(child));
 
     let out = c.run("yscancel", &[&pending.to_string()]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(c.state(pending), "CANCELLED", "a pending job is cancelled at once");
+    assert_eq!(
+        c.state(pending),
+        "CANCELLED",
+        "a pending job is cancelled at once"
+    );
     assert_eq!(c.field(pending, "Start"), "Unknown", "it never started");
 
     let out = c.run("yscancel", &["-v", &running.to_string()]);
     assert!(out.status.success());
     assert_eq!(stderr(&out), format!("yscancel: job {running} cancelled\n"));
     assert_eq!(c.wait_done(running, LONG), "CANCELLED");
-    wait_for("the job's background process to be killed", LONG, || !pid_alive(child));
+    wait_for("the job's background process to be killed", LONG, || {
+        !pid_alive(child)
+    });
 
     // Cancelling again, or a job that never existed: an error, exit 1.
     let out = c.run("yscancel", &[&running.to_string(), "999999"]);
@@ -77,17 +105,32 @@ fn cancel_by_filter_and_signal_without_cancelling() {
     assert_eq!(c.state(b), "CANCELLED");
     assert_eq!(c.state(keep), "PENDING");
 
-    let id = c.submit(&["--wrap", "trap 'echo got USR1' USR1; for i in $(seq 200); do sleep 0.05; done; echo finished"]);
+    let id = c.submit(&[
+        "--wrap",
+        "trap 'echo got USR1' USR1; for i in $(seq 200); do sleep 0.05; done; echo finished",
+    ]);
     c.wait_state(id, "RUNNING", LONG);
     std::thread::sleep(Duration::from_millis(300)); // let the trap be installed
     let out = c.run("yscancel", &["--signal", "USR1", &id.to_string()]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(c.wait_done(id, LONG), "COMPLETED", "a signal does not cancel");
-    assert!(c.output_of(id).ends_with("got USR1\nfinished\n"), "{}", c.output_of(id));
+    assert_eq!(
+        c.wait_done(id, LONG),
+        "COMPLETED",
+        "a signal does not cancel"
+    );
+    assert!(
+        c.output_of(id).ends_with("got USR1\nfinished\n"),
+        "{}",
+        c.output_of(id)
+    );
 
     let out = c.run("yscancel", &["--signal", "USR1", &keep.to_string()]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("is PENDING; only running jobs can be signalled"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is PENDING; only running jobs can be signalled"),
+        "{}",
+        stderr(&out)
+    );
     let out = c.run("yscancel", &["--signal", "NOSUCH", &keep.to_string()]);
     assert_eq!(out.status.code(), Some(2));
 }
@@ -109,7 +152,9 @@ fn intervals(c: &Cluster, ids: &[u64]) -> Vec<(f64, f64, Vec<u32>)> {
 fn no_two_running_jobs_share_a_gpu() {
     let c = Cluster::started("");
     let script = "s=$(date +%s.%N); sleep 0.$((RANDOM % 4 + 2)); echo $s $(date +%s.%N) $CUDA_VISIBLE_DEVICES";
-    let ids: Vec<u64> = (0..14).map(|i| c.submit(&["-G", if i % 3 == 0 { "2" } else { "1" }, "--wrap", script])).collect();
+    let ids: Vec<u64> = (0..14)
+        .map(|i| c.submit(&["-G", if i % 3 == 0 { "2" } else { "1" }, "--wrap", script]))
+        .collect();
     for id in &ids {
         assert_eq!(c.wait_done(*id, Duration::from_secs(60)), "COMPLETED");
     }
@@ -119,11 +164,17 @@ fn no_two_running_jobs_share_a_gpu() {
         for b in &jobs[i + 1..] {
             let overlap = a.0 < b.1 && b.0 < a.1;
             let shared = a.2.iter().any(|g| b.2.contains(g));
-            assert!(!(overlap && shared), "jobs overlapped in time on a shared GPU: {a:?} {b:?}");
+            assert!(
+                !(overlap && shared),
+                "jobs overlapped in time on a shared GPU: {a:?} {b:?}"
+            );
         }
     }
     // The GPUs were used in parallel, not one job at a time.
-    let concurrent = jobs.iter().filter(|a| jobs.iter().any(|b| a != &b && a.0 < b.1 && b.0 < a.1)).count();
+    let concurrent = jobs
+        .iter()
+        .filter(|a| jobs.iter().any(|b| a != &b && a.0 < b.1 && b.0 < a.1))
+        .count();
     assert!(concurrent > 0, "no two jobs ever ran together: {jobs:?}");
 }
 
@@ -136,7 +187,10 @@ fn a_freed_gpu_goes_to_the_next_job_at_once() {
     let end: f64 = c.output_of(first).trim().parse().unwrap();
     let start: f64 = c.output_of(second).trim().parse().unwrap();
     let gap = start - end;
-    assert!((0.0..0.5).contains(&gap), "the next job started {gap:.3} s after the GPUs were freed");
+    assert!(
+        (0.0..0.5).contains(&gap),
+        "the next job started {gap:.3} s after the GPUs were freed"
+    );
     let q = stdout(&c.run("ysqueue", &["-h"]));
     assert_eq!(q, "");
 }

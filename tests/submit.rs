@@ -24,10 +24,19 @@ fn a_script_runs_with_its_directives_and_slurm_environment() {
     assert_eq!(c.wait_done(id, LONG), "COMPLETED");
     let output = c.output_of(id);
     let work = c.work.display().to_string();
-    assert!(output.contains(&format!("id={id} ys={id} name=yolo-train gpus=0,1")), "{output}");
-    assert!(output.contains("account=default restarts=0 nodes=gpu01 ntasks=1"), "{output}");
+    assert!(
+        output.contains(&format!("id={id} ys={id} name=yolo-train gpus=0,1")),
+        "{output}"
+    );
+    assert!(
+        output.contains("account=default restarts=0 nodes=gpu01 ntasks=1"),
+        "{output}"
+    );
     assert!(output.contains("args=a b c"), "{output}");
-    assert!(output.contains(&format!("submit_dir={work} pwd={work}")), "{output}");
+    assert!(
+        output.contains(&format!("submit_dir={work} pwd={work}")),
+        "{output}"
+    );
     assert_eq!(c.field(id, "JobName"), "yolo-train");
     assert_eq!(c.field(id, "ExitCode"), "0:0");
     assert_eq!(c.field(id, "AllocTRES"), "cpu=1,gres/gpu=2,node=1");
@@ -71,7 +80,11 @@ fn a_failing_script_is_failed_with_its_exit_code() {
     let id = c.submit(&["--wrap", "echo oops >&2; exit 3"]);
     assert_eq!(c.wait_done(id, LONG), "FAILED");
     assert_eq!(c.field(id, "ExitCode"), "3:0");
-    assert_eq!(c.output_of(id), "oops\n", "stderr goes with stdout by default");
+    assert_eq!(
+        c.output_of(id),
+        "oops\n",
+        "stderr goes with stdout by default"
+    );
 
     let id = c.submit(&["-e", "err-%j.txt", "--wrap", "kill -USR1 $$"]);
     assert_eq!(c.wait_done(id, LONG), "FAILED");
@@ -84,39 +97,69 @@ fn a_job_that_cannot_start_fails_with_the_reason() {
     let id = c.submit(&["-o", "/nonexistent-dir/out.txt", "--wrap", "true"]);
     assert_eq!(c.wait_done(id, LONG), "FAILED");
     let reason = c.field(id, "Reason");
-    assert!(reason.contains("cannot open the output file /nonexistent-dir/out.txt"), "{reason}");
+    assert!(
+        reason.contains("cannot open the output file /nonexistent-dir/out.txt"),
+        "{reason}"
+    );
 }
 
 #[test]
 fn bad_scripts_and_options_are_refused_with_the_line_or_option() {
     let c = Cluster::started("");
-    c.script("bad.sh", "#!/bin/sh\n#YS -J ok\n\n#SBATCH --gpu 2\necho hi\n");
+    c.script(
+        "bad.sh",
+        "#!/bin/sh\n#YS -J ok\n\n#SBATCH --gpu 2\necho hi\n",
+    );
     let out = c.run("ysbatch", &["bad.sh"]);
     assert_eq!(out.status.code(), Some(1));
-    assert_eq!(stderr(&out), "ysbatch: error: bad.sh: line 4: unknown option --gpu (did you mean --gpus?)\n");
+    assert_eq!(
+        stderr(&out),
+        "ysbatch: error: bad.sh: line 4: unknown option --gpu (did you mean --gpus?)\n"
+    );
 
     c.script("notime.sh", "#!/bin/sh\n#SBATCH -t soon\n");
     let out = c.run("ysbatch", &["notime.sh"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("notime.sh: line 2: --time: invalid time limit 'soon'"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("notime.sh: line 2: --time: invalid time limit 'soon'"),
+        "{}",
+        stderr(&out)
+    );
 
     c.script("nobang.sh", "echo no interpreter\n");
     let out = c.run("ysbatch", &["nobang.sh"]);
-    assert!(stderr(&out).contains("nobang.sh: line 1: the first line must start with #!"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("nobang.sh: line 1: the first line must start with #!"),
+        "{}",
+        stderr(&out)
+    );
 
     let out = c.run("ysbatch", &["-G", "-2", "--wrap", "true"]);
-    assert_eq!(out.status.code(), Some(2), "a bad option value is a usage error: {}", stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a bad option value is a usage error: {}",
+        stderr(&out)
+    );
 
     let out = c.run("ysbatch", &["-G", "5000", "--wrap", "true"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("--gpus: 5000 is out of range (0 to 1024)"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--gpus: 5000 is out of range (0 to 1024)"),
+        "{}",
+        stderr(&out)
+    );
 
     let out = c.run("ysbatch", &["--bogus", "--wrap", "true"]);
     assert_eq!(out.status.code(), Some(2));
 
     let out = c.run("ysbatch", &["no-such-script.sh"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("cannot read no-such-script.sh"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot read no-such-script.sh"),
+        "{}",
+        stderr(&out)
+    );
 
     // Nothing of the above reached the queue.
     let q = c.run("ysqueue", &["-h"]);
@@ -127,10 +170,22 @@ fn bad_scripts_and_options_are_refused_with_the_line_or_option() {
 fn requests_the_server_cannot_satisfy_are_refused_at_submit() {
     let c = Cluster::started("");
     let cases: [(&[&str], &str); 5] = [
-        (&["-G", "8"], "8 GPUs requested but this server has at most 4 (GPUs: a100 x4)"),
-        (&["-G", "v100:1"], "no GPU of type 'v100' on this server (it has: a100 x4)"),
-        (&["-A", "physics"], "may not use account 'physics' (allowed: default)"),
-        (&["-q", "urgent"], "unknown QoS 'urgent' (known: critical, high, medium, low)"),
+        (
+            &["-G", "8"],
+            "8 GPUs requested but this server has at most 4 (GPUs: a100 x4)",
+        ),
+        (
+            &["-G", "v100:1"],
+            "no GPU of type 'v100' on this server (it has: a100 x4)",
+        ),
+        (
+            &["-A", "physics"],
+            "may not use account 'physics' (allowed: default)",
+        ),
+        (
+            &["-q", "urgent"],
+            "unknown QoS 'urgent' (known: critical, high, medium, low)",
+        ),
         (&["-c", "64"], "64 CPUs requested but this server offers 16"),
     ];
     for (args, message) in cases {
@@ -150,12 +205,20 @@ fn accounts_and_qos_from_the_config() {
         "[[accounts]]\nname = \"vision\"\nusers = [\"{me}\"]\n[[accounts]]\nname = \"nlp\"\nusers = [\"{me}\"]\n[[accounts]]\nname = \"physics\"\nusers = [\"nobody-else\"]\n"
     ));
     let id = c.submit(&["--wrap", "true"]);
-    assert_eq!(c.field(id, "Account"), "vision", "the first account is the default");
+    assert_eq!(
+        c.field(id, "Account"),
+        "vision",
+        "the first account is the default"
+    );
     let id = c.submit(&["-A", "nlp", "-q", "high", "--wrap", "true"]);
     assert_eq!(c.field(id, "Account"), "nlp");
     assert_eq!(c.field(id, "QOS"), "high");
     let out = c.run("ysbatch", &["-A", "physics", "--wrap", "true"]);
-    assert!(stderr(&out).contains("may not use account 'physics' (allowed: vision, nlp)"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("may not use account 'physics' (allowed: vision, nlp)"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -175,14 +238,21 @@ fn held_jobs_wait_until_released_and_begin_times_are_kept() {
 
     let out = c.run("yscontrol", &["release", &held.to_string()]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains(&format!("job {held} has already finished (COMPLETED)")), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("job {held} has already finished (COMPLETED)")),
+        "{}",
+        stderr(&out)
+    );
 
     let id = c.submit(&["-H", "--wrap", "true"]);
     let out = c.run("yscontrol", &["hold", &id.to_string()]);
     assert!(out.status.success());
     let out = c.run("yscontrol", &["show", "job", &id.to_string()]);
     let text = stdout(&out);
-    assert!(text.contains("JobState=PENDING Reason=JobHeldAdmin Hold=admin"), "root holds as an admin: {text}");
+    assert!(
+        text.contains("JobState=PENDING Reason=JobHeldAdmin Hold=admin"),
+        "root holds as an admin: {text}"
+    );
     assert!(text.contains(&format!("JobId={id} JobName=wrap")), "{text}");
 }
 
@@ -194,11 +264,34 @@ fn the_queue_and_accounting_views() {
     c.wait_state(running, "RUNNING", LONG);
     let q = stdout(&c.run("ysqueue", &[]));
     let lines: Vec<&str> = q.lines().collect();
-    assert_eq!(lines[0].split_whitespace().collect::<Vec<_>>(), ["JOBID", "NAME", "USER", "ACCOUNT", "ST", "TIME", "GPUS", "NODELIST(REASON)"]);
-    assert!(lines[1].starts_with(&format!("{running} ")) && lines[1].contains(" R ") && lines[1].ends_with("gpu01"), "{q}");
-    assert!(lines[2].starts_with(&format!("{waiting} ")) && lines[2].contains(" PD ") && lines[2].ends_with("(Resources)"), "{q}");
+    assert_eq!(
+        lines[0].split_whitespace().collect::<Vec<_>>(),
+        [
+            "JOBID",
+            "NAME",
+            "USER",
+            "ACCOUNT",
+            "ST",
+            "TIME",
+            "GPUS",
+            "NODELIST(REASON)"
+        ]
+    );
+    assert!(
+        lines[1].starts_with(&format!("{running} "))
+            && lines[1].contains(" R ")
+            && lines[1].ends_with("gpu01"),
+        "{q}"
+    );
+    assert!(
+        lines[2].starts_with(&format!("{waiting} "))
+            && lines[2].contains(" PD ")
+            && lines[2].ends_with("(Resources)"),
+        "{q}"
+    );
 
-    let json: serde_json::Value = serde_json::from_str(&stdout(&c.run("ysqueue", &["--json"]))).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&c.run("ysqueue", &["--json"]))).unwrap();
     assert_eq!(json["jobs"][1]["pending_reason"], "Resources");
     assert_eq!(json["jobs"][0]["gpus_alloc"], serde_json::json!([0, 1, 2]));
 
@@ -212,17 +305,33 @@ fn the_queue_and_accounting_views() {
     assert_eq!(c.wait_done(running, LONG), "CANCELLED");
     assert_eq!(c.wait_done(waiting, LONG), "COMPLETED");
 
-    let acct = stdout(&c.run("ysacct", &["-j", &format!("{running},{waiting}"), "-P", "-o", "JobID,JobName,State,NodeList"]));
+    let acct = stdout(&c.run(
+        "ysacct",
+        &[
+            "-j",
+            &format!("{running},{waiting}"),
+            "-P",
+            "-o",
+            "JobID,JobName,State,NodeList",
+        ],
+    ));
     assert_eq!(acct, format!("JobID|JobName|State|NodeList\n{running}|long|CANCELLED|gpu01\n{waiting}|yolo-s|COMPLETED|gpu01\n"));
     let by_state = stdout(&c.run("ysacct", &["-s", "CA", "-n", "-P", "-o", "JobID"]));
     assert_eq!(by_state, format!("{running}\n"));
     let future = stdout(&c.run("ysacct", &["-S", "now+1hours", "-n", "-P", "-o", "JobID"]));
     assert_eq!(future, "", "nothing ended after a time in the future");
-    let json: serde_json::Value = serde_json::from_str(&stdout(&c.run("ysacct", &["-j", &waiting.to_string(), "--json"]))).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&stdout(
+        &c.run("ysacct", &["-j", &waiting.to_string(), "--json"]),
+    ))
+    .unwrap();
     assert_eq!(json["jobs"][0]["state"], "COMPLETED");
     let bad = c.run("ysacct", &["-o", "JobID,Nonsense"]);
     assert_eq!(bad.status.code(), Some(2));
-    assert!(stderr(&bad).contains("unknown field 'Nonsense'"), "{}", stderr(&bad));
+    assert!(
+        stderr(&bad).contains("unknown field 'Nonsense'"),
+        "{}",
+        stderr(&bad)
+    );
 }
 
 #[test]
@@ -232,17 +341,32 @@ fn a_job_spooled_while_the_daemon_is_down_runs_when_it_starts() {
     c.stop();
     let out = c.run("ysbatch", &["-J", "offline", "--wrap", "echo ran"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stderr(&out).contains("ysctld is not running; the job is spooled as job-"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("ysctld is not running; the job is spooled as job-"),
+        "{}",
+        stderr(&out)
+    );
     // Checks that need no daemon still refuse a job that could never run.
     let out = c.run("ysbatch", &["-G", "9", "--wrap", "true"]);
     assert_eq!(out.status.code(), Some(1));
     let out = c.run("ysqueue", &[]);
-    assert!(stderr(&out).contains("ysctld is not running"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("ysctld is not running"),
+        "{}",
+        stderr(&out)
+    );
     c.start();
     let mut id = 0;
     common::wait_for("the spooled job to be taken in", LONG, || {
-        let out = stdout(&c.run("ysacct", &["-n", "-P", "-o", "JobID,JobName", "--name", "offline"]));
-        id = out.split('|').next().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+        let out = stdout(&c.run(
+            "ysacct",
+            &["-n", "-P", "-o", "JobID,JobName", "--name", "offline"],
+        ));
+        id = out
+            .split('|')
+            .next()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
         id > 0
     });
     assert_eq!(c.wait_done(id, LONG), "COMPLETED");

@@ -22,23 +22,37 @@ impl TestUser {
     fn create(tag: &str) -> TestUser {
         let name = format!("ys{tag}{}", std::process::id() % 100_000);
         let _ = Command::new("userdel").arg(&name).output();
-        let out = Command::new("useradd").args(["--no-create-home", "--shell", "/bin/sh", &name]).output().unwrap();
+        let out = Command::new("useradd")
+            .args(["--no-create-home", "--shell", "/bin/sh", &name])
+            .output()
+            .unwrap();
         assert!(out.status.success(), "useradd {name}: {}", stderr(&out));
-        let uid = nix::unistd::User::from_name(&name).unwrap().unwrap().uid.as_raw();
+        let uid = nix::unistd::User::from_name(&name)
+            .unwrap()
+            .unwrap()
+            .uid
+            .as_raw();
         TestUser { name, uid }
     }
 }
 
 impl Drop for TestUser {
     fn drop(&mut self) {
-        let _ = Command::new("pkill").args(["-KILL", "-u", &self.name]).output();
+        let _ = Command::new("pkill")
+            .args(["-KILL", "-u", &self.name])
+            .output();
         let _ = Command::new("userdel").arg(&self.name).output();
     }
 }
 
 fn submit_as(c: &Cluster, user: &TestUser, args: &[&str]) -> u64 {
     let out = c.run_as(&user.name, "ysbatch", &[&["--parsable"], args].concat());
-    assert!(out.status.success(), "ysbatch as {}: {}", user.name, stderr(&out));
+    assert!(
+        out.status.success(),
+        "ysbatch as {}: {}",
+        user.name,
+        stderr(&out)
+    );
     stdout(&out).trim().parse().unwrap()
 }
 
@@ -52,32 +66,84 @@ fn jobs_run_as_their_submitter_who_alone_may_cancel_them() {
     let id = submit_as(&c, &alice, &["--wrap", "id -un; id -u; echo $USER $HOME"]);
     assert_eq!(c.wait_done(id, LONG), "COMPLETED");
     let output = c.output_of(id);
-    assert!(output.starts_with(&format!("{}\n{}\n{} ", alice.name, alice.uid, alice.name)), "{output}");
+    assert!(
+        output.starts_with(&format!("{}\n{}\n{} ", alice.name, alice.uid, alice.name)),
+        "{output}"
+    );
     let meta = std::fs::metadata(c.work.join(format!("ys-{id}.out"))).unwrap();
-    assert_eq!(meta.uid(), alice.uid, "the output file belongs to the job's user");
+    assert_eq!(
+        meta.uid(),
+        alice.uid,
+        "the output file belongs to the job's user"
+    );
     assert_eq!(c.field(id, "User"), alice.name);
 
-    let long = submit_as(&c, &alice, &["-J", "alices", "--comment", "secret plan", "--wrap", "sleep 60"]);
+    let long = submit_as(
+        &c,
+        &alice,
+        &[
+            "-J",
+            "alices",
+            "--comment",
+            "secret plan",
+            "--wrap",
+            "sleep 60",
+        ],
+    );
     c.wait_state(long, "RUNNING", LONG);
     let out = c.run_as(&bob.name, "yscancel", &[&long.to_string()]);
     assert_eq!(out.status.code(), Some(1));
-    assert_eq!(stderr(&out), format!("yscancel: error: permission denied: job {long} belongs to {}\n", alice.name));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "yscancel: error: permission denied: job {long} belongs to {}\n",
+            alice.name
+        )
+    );
     let out = c.run_as(&bob.name, "yscancel", &["-u", &alice.name]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("permission denied"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("permission denied"),
+        "{}",
+        stderr(&out)
+    );
     let out = c.run_as(&bob.name, "yscontrol", &["hold", &long.to_string()]);
     assert_eq!(out.status.code(), Some(1));
     let out = c.run_as(&bob.name, "yscontrol", &["reload"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("only root and the config's admins may reload"), "{}", stderr(&out));
-    assert_eq!(c.state(long), "RUNNING", "nothing bob did touched alice's job");
+    assert!(
+        stderr(&out).contains("only root and the config's admins may reload"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        c.state(long),
+        "RUNNING",
+        "nothing bob did touched alice's job"
+    );
 
     // Bob sees that the job exists, not where it runs or writes.
     let q = stdout(&c.run_as(&bob.name, "ysqueue", &["-h", "-o", "%i %u %j %Z"]));
     assert_eq!(q.trim(), format!("{long} {} alices", alice.name));
-    let acct = stdout(&c.run_as(&bob.name, "ysacct", &["-a", "-j", &long.to_string(), "-n", "-P", "-o", "User,WorkDir,StdOut,Comment"]));
+    let acct = stdout(&c.run_as(
+        &bob.name,
+        "ysacct",
+        &[
+            "-a",
+            "-j",
+            &long.to_string(),
+            "-n",
+            "-P",
+            "-o",
+            "User,WorkDir,StdOut,Comment",
+        ],
+    ));
     assert_eq!(acct.trim(), format!("{}|||", alice.name));
-    let mine = stdout(&c.run_as(&alice.name, "ysacct", &["-j", &long.to_string(), "-n", "-P", "-o", "WorkDir,Comment"]));
+    let mine = stdout(&c.run_as(
+        &alice.name,
+        "ysacct",
+        &["-j", &long.to_string(), "-n", "-P", "-o", "WorkDir,Comment"],
+    ));
     assert_eq!(mine.trim(), format!("{}|secret plan", c.work.display()));
     let show = stdout(&c.run_as(&bob.name, "yscontrol", &["show", "job", &long.to_string()]));
     assert!(!show.contains("WorkDir"), "{show}");
@@ -91,13 +157,19 @@ fn jobs_run_as_their_submitter_who_alone_may_cancel_them() {
 fn root_jobs_are_refused_unless_the_config_allows_them() {
     require_root!();
     let c = Cluster::started("");
-    let text = std::fs::read_to_string(&c.config).unwrap().replace("allow_root_jobs = true", "allow_root_jobs = false");
+    let text = std::fs::read_to_string(&c.config)
+        .unwrap()
+        .replace("allow_root_jobs = true", "allow_root_jobs = false");
     std::fs::write(&c.config, text).unwrap();
     let out = c.run("yscontrol", &["reload"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let out = c.run("ysbatch", &["--wrap", "true"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("jobs may not run as root; set allow_root_jobs = true"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("jobs may not run as root; set allow_root_jobs = true"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -111,13 +183,21 @@ fn an_admin_hold_binds_the_user_and_admins_act_on_any_job() {
     assert!(out.status.success(), "{}", stderr(&out));
     let out = c.run_as(&alice.name, "yscontrol", &["release", &id.to_string()]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("is held by an administrator"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is held by an administrator"),
+        "{}",
+        stderr(&out)
+    );
     let out = c.run_as(&carol.name, "yscontrol", &["release", &id.to_string()]);
     assert!(out.status.success());
     assert_eq!(c.wait_done(id, LONG), "COMPLETED");
     let running = submit_as(&c, &alice, &["--wrap", "sleep 60"]);
     c.wait_state(running, "RUNNING", LONG);
     let out = c.run_as(&carol.name, "yscancel", &[&running.to_string()]);
-    assert!(out.status.success(), "an admin may cancel any job: {}", stderr(&out));
+    assert!(
+        out.status.success(),
+        "an admin may cancel any job: {}",
+        stderr(&out)
+    );
     assert_eq!(c.wait_done(running, LONG), "CANCELLED");
 }

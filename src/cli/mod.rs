@@ -129,7 +129,11 @@ pub fn ask(config: &Config, request: Request) -> Result<Reply, CliError> {
 
 /// Asks the daemon for jobs; when it is down, reads the database directly if
 /// this user can (root, or the owner of a personal spool).
-pub fn query_jobs(command: &str, config: &Config, query: Query) -> Result<(Vec<crate::proto::JobView>, i64), CliError> {
+pub fn query_jobs(
+    command: &str,
+    config: &Config,
+    query: Query,
+) -> Result<(Vec<crate::proto::JobView>, i64), CliError> {
     let spool = Spool::new(&config.spool_dir);
     let reply = if spool.daemon_state() == DaemonState::Running {
         ask(config, Request::Query(query))?
@@ -141,7 +145,10 @@ pub fn query_jobs(command: &str, config: &Config, query: Query) -> Result<(Vec<c
                 config.spool_dir.display()
             )));
         }
-        warn(command, "ysctld is not running; showing jobs as last recorded in the database");
+        warn(
+            command,
+            "ysctld is not running; showing jobs as last recorded in the database",
+        );
         let uid = nix::unistd::getuid().as_raw();
         let user = current_user_name();
         crate::daemon::answer_offline(&database, query, uid, config.is_admin(uid, &user))?
@@ -149,7 +156,9 @@ pub fn query_jobs(command: &str, config: &Config, query: Query) -> Result<(Vec<c
     match reply {
         Reply::Jobs { jobs, now } => Ok((jobs, now)),
         Reply::Rejected { error } => Err(CliError::failed(error)),
-        other => Err(CliError::failed(format!("unexpected reply from ysctld: {other:?}"))),
+        other => Err(CliError::failed(format!(
+            "unexpected reply from ysctld: {other:?}"
+        ))),
     }
 }
 
@@ -192,14 +201,23 @@ pub fn parse_states(values: &[String]) -> Result<Vec<crate::job::JobState>, CliE
         .map(|s| {
             crate::job::JobState::parse(s).ok_or_else(|| {
                 let names: Vec<&str> = crate::job::JobState::ALL.iter().map(|s| s.name()).collect();
-                CliError::usage(format!("invalid state '{s}' (states: {})", names.join(", ")))
+                CliError::usage(format!(
+                    "invalid state '{s}' (states: {})",
+                    names.join(", ")
+                ))
             })
         })
         .collect()
 }
 
 /// The filter fields shared by ysqueue and ysacct.
-pub fn job_filter(ids: &[String], users: &[String], accounts: &[String], names: &[String], states: &[String]) -> Result<JobFilter, CliError> {
+pub fn job_filter(
+    ids: &[String],
+    users: &[String],
+    accounts: &[String],
+    names: &[String],
+    states: &[String],
+) -> Result<JobFilter, CliError> {
     Ok(JobFilter {
         job_ids: parse_job_ids(ids)?,
         users: split_list(users),
@@ -218,7 +236,8 @@ pub fn init_logging(verbosity: u8) {
         1 => "debug",
         _ => "trace",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("YS_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let filter = tracing_subscriber::EnvFilter::try_from_env("YS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -69,21 +69,35 @@ pub struct Args {
 
 pub fn run(args: Args) -> CliResult {
     let config = load_config()?;
-    let columns = report::parse_sacct_format(args.format.as_deref().unwrap_or(DEFAULT_FORMAT)).map_err(CliError::usage)?;
+    let columns = report::parse_sacct_format(args.format.as_deref().unwrap_or(DEFAULT_FORMAT))
+        .map_err(CliError::usage)?;
     // As sacct: your own jobs unless -a, -u or job ids say otherwise.
     let mut users = args.users.clone();
     if users.is_empty() && !args.all_users && args.jobs.is_empty() {
         users.push(super::current_user_name());
     }
-    let mut filter = job_filter(&args.jobs, &users, &args.accounts, &args.names, &args.states)?;
+    let mut filter = job_filter(
+        &args.jobs,
+        &users,
+        &args.accounts,
+        &args.names,
+        &args.states,
+    )?;
     let now = jiff::Zoned::now();
-    let time = |t: &str, flag: &str| units::parse_time_filter(t, now.clone()).map_err(|e| CliError::usage(format!("{flag}: {e}")));
+    let time = |t: &str, flag: &str| {
+        units::parse_time_filter(t, now.clone())
+            .map_err(|e| CliError::usage(format!("{flag}: {e}")))
+    };
     filter.start = match &args.start {
         Some(s) => Some(time(s, "--starttime")?),
         None if filter.job_ids.is_empty() => Some(time("today", "--starttime")?),
         None => None,
     };
-    filter.end = args.end.as_deref().map(|e| time(e, "--endtime")).transpose()?;
+    filter.end = args
+        .end
+        .as_deref()
+        .map(|e| time(e, "--endtime"))
+        .transpose()?;
     let (jobs, now) = query_jobs("ysacct", &config, Query::Accounting(filter))?;
     if args.json {
         let json = serde_json::json!({ "jobs": jobs, "time": now });

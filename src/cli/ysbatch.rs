@@ -36,23 +36,36 @@ pub struct Args {
     #[arg(value_name = "SCRIPT")]
     pub script: Option<PathBuf>,
     /// Arguments passed to the script
-    #[arg(value_name = "ARGS", trailing_var_arg = true, allow_hyphen_values = true)]
+    #[arg(
+        value_name = "ARGS",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
     pub args: Vec<String>,
 }
 
 pub fn run(args: Args) -> CliResult {
     let cli = Partial::from_options(args.options).map_err(CliError::usage)?;
-    let cwd = std::env::current_dir().map_err(|e| CliError::failed(format!("cannot read the current directory: {e}")))?;
+    let cwd = std::env::current_dir()
+        .map_err(|e| CliError::failed(format!("cannot read the current directory: {e}")))?;
     let (script_text, source_name, default_name) = match (&args.wrap, &args.script) {
         (Some(command), _) => {
             if command.trim().is_empty() {
                 return Err(CliError::usage("--wrap needs a command"));
             }
-            (script::wrap_command(command), "--wrap".to_string(), "wrap".to_string())
+            (
+                script::wrap_command(command),
+                "--wrap".to_string(),
+                "wrap".to_string(),
+            )
         }
         (None, Some(path)) => {
             let text = read_script(|| std::fs::File::open(path), &path.display().to_string())?;
-            (text, path.display().to_string(), script::name_from_path(path))
+            (
+                text,
+                path.display().to_string(),
+                script::name_from_path(path),
+            )
         }
         (None, None) => {
             let text = read_script(|| Ok(std::io::stdin()), "standard input")?;
@@ -114,7 +127,9 @@ pub fn run(args: Args) -> CliResult {
             }
         }
         Some(Reply::Rejected { error }) => Err(CliError::failed(error)),
-        Some(other) => Err(CliError::failed(format!("unexpected reply from ysctld: {other:?}"))),
+        Some(other) => Err(CliError::failed(format!(
+            "unexpected reply from ysctld: {other:?}"
+        ))),
         None => {
             warn(
                 "ysbatch",
@@ -128,18 +143,28 @@ pub fn run(args: Args) -> CliResult {
     }
 }
 
-fn read_script<R: Read>(open: impl FnOnce() -> std::io::Result<R>, name: &str) -> Result<String, CliError> {
+fn read_script<R: Read>(
+    open: impl FnOnce() -> std::io::Result<R>,
+    name: &str,
+) -> Result<String, CliError> {
     let mut bytes = Vec::new();
     open()
         .and_then(|r| r.take(MAX_SCRIPT_BYTES as u64 + 1).read_to_end(&mut bytes))
         .map_err(|e| CliError::failed(format!("cannot read {name}: {e}")))?;
     if bytes.len() > MAX_SCRIPT_BYTES {
-        return Err(CliError::failed(format!("{name} is larger than {MAX_SCRIPT_BYTES} bytes")));
+        return Err(CliError::failed(format!(
+            "{name} is larger than {MAX_SCRIPT_BYTES} bytes"
+        )));
     }
     if bytes.is_empty() {
         return Err(CliError::failed(format!("{name} is empty")));
     }
-    String::from_utf8(bytes).map_err(|e| CliError::failed(format!("{name} is not valid UTF-8 (at byte {})", e.utf8_error().valid_up_to())))
+    String::from_utf8(bytes).map_err(|e| {
+        CliError::failed(format!(
+            "{name} is not valid UTF-8 (at byte {})",
+            e.utf8_error().valid_up_to()
+        ))
+    })
 }
 
 /// The daemon's admission checks, with what this host can know: accounts,
@@ -158,5 +183,7 @@ fn check_locally(request: &crate::job::JobRequest, config: &crate::config::Confi
         cpus: config.cpus.unwrap_or(u32::MAX),
         mem_mb: config.memory_mb.unwrap_or(u64::MAX),
     };
-    admission::admit(&checked, uid, &user, config, &capacity).map(|_| ()).map_err(|e| CliError::failed(e.to_string()))
+    admission::admit(&checked, uid, &user, config, &capacity)
+        .map(|_| ())
+        .map_err(|e| CliError::failed(e.to_string()))
 }

@@ -48,15 +48,24 @@ pub fn run(args: Args) -> CliResult {
         states: parse_states(&args.states)?,
     };
     if selector.is_empty() {
-        return Err(CliError::usage("no job identification provided: give job ids, or -u, -A, -n or -t"));
+        return Err(CliError::usage(
+            "no job identification provided: give job ids, or -u, -A, -n or -t",
+        ));
     }
     let signal = args.signal.as_deref().map(parse_signal).transpose()?;
     let config = load_config()?;
-    let reply = ask(&config, Request::Control(Control::Cancel { selector, signal }))?;
+    let reply = ask(
+        &config,
+        Request::Control(Control::Cancel { selector, signal }),
+    )?;
     let outcomes = match reply {
         Reply::Control { outcomes, .. } => outcomes,
         Reply::Rejected { error } => return Err(CliError::failed(error)),
-        other => return Err(CliError::failed(format!("unexpected reply from ysctld: {other:?}"))),
+        other => {
+            return Err(CliError::failed(format!(
+                "unexpected reply from ysctld: {other:?}"
+            )))
+        }
     };
     let mut failed = false;
     for o in &outcomes {
@@ -66,7 +75,11 @@ pub fn run(args: Args) -> CliResult {
                 failed = true;
             }
             None if args.verbose => {
-                let what = if args.signal.is_some() { "signalled" } else { "cancelled" };
+                let what = if args.signal.is_some() {
+                    "signalled"
+                } else {
+                    "cancelled"
+                };
                 eprintln!("yscancel: job {} {what}", o.job_id);
             }
             None => {}
@@ -89,7 +102,11 @@ pub fn parse_signal(text: &str) -> Result<i32, CliError> {
             .map_err(|_| CliError::usage(format!("invalid signal number {n}")));
     }
     let upper = t.to_ascii_uppercase();
-    let name = if upper.starts_with("SIG") { upper } else { format!("SIG{upper}") };
+    let name = if upper.starts_with("SIG") {
+        upper
+    } else {
+        format!("SIG{upper}")
+    };
     nix::sys::signal::Signal::from_str(&name)
         .map(|s| s as i32)
         .map_err(|_| CliError::usage(format!("invalid signal '{t}' (e.g. TERM, USR1, 10)")))

@@ -7,7 +7,11 @@ use crate::proto::{Control, JobView, Query, Reply, Request};
 use crate::units;
 
 #[derive(Parser, Debug)]
-#[command(name = "yscontrol", version, about = "Control jobs and the ysched daemon")]
+#[command(
+    name = "yscontrol",
+    version,
+    about = "Control jobs and the ysched daemon"
+)]
 pub struct Args {
     #[command(subcommand)]
     pub command: Command,
@@ -46,10 +50,22 @@ pub enum Show {
 pub fn run(args: Args) -> CliResult {
     let config = load_config()?;
     match args.command {
-        Command::Hold { jobs } => control(&config, Control::Hold { job_ids: parse_job_ids(&jobs)? }),
-        Command::Release { jobs } => control(&config, Control::Release { job_ids: parse_job_ids(&jobs)? }),
+        Command::Hold { jobs } => control(
+            &config,
+            Control::Hold {
+                job_ids: parse_job_ids(&jobs)?,
+            },
+        ),
+        Command::Release { jobs } => control(
+            &config,
+            Control::Release {
+                job_ids: parse_job_ids(&jobs)?,
+            },
+        ),
         Command::Reload => control(&config, Control::Reload),
-        Command::Show { what: Show::Job { job } } => {
+        Command::Show {
+            what: Show::Job { job },
+        } => {
             let ids = parse_job_ids(std::slice::from_ref(&job))?;
             let [id] = ids.as_slice() else {
                 return Err(CliError::usage("give one job id"));
@@ -80,14 +96,19 @@ fn control(config: &crate::config::Config, control: Control) -> CliResult {
             }
         }
         Reply::Rejected { error } => Err(CliError::failed(error)),
-        other => Err(CliError::failed(format!("unexpected reply from ysctld: {other:?}"))),
+        other => Err(CliError::failed(format!(
+            "unexpected reply from ysctld: {other:?}"
+        ))),
     }
 }
 
 /// scontrol's layout: KEY=VALUE pairs, a few to a line.
 fn show_job(view: &JobView, now: i64) -> String {
     let job = &view.job;
-    let time = |t: Option<i64>| t.map(units::format_timestamp).unwrap_or_else(|| "Unknown".into());
+    let time = |t: Option<i64>| {
+        t.map(units::format_timestamp)
+            .unwrap_or_else(|| "Unknown".into())
+    };
     let reason = if job.state.is_active() && job.state == crate::job::JobState::Pending {
         view.pending_reason.clone().unwrap_or_else(|| "None".into())
     } else {
@@ -95,7 +116,10 @@ fn show_job(view: &JobView, now: i64) -> String {
     };
     let lines = [
         format!("JobId={} JobName={}", job.id, job.name),
-        format!("UserId={}({}) GroupId={} Account={} QOS={}", job.user, job.uid, job.gid, job.account, job.qos),
+        format!(
+            "UserId={}({}) GroupId={} Account={} QOS={}",
+            job.user, job.uid, job.gid, job.account, job.qos
+        ),
         format!(
             "JobState={} Reason={} Hold={} Priority={}",
             job.state,
@@ -113,15 +137,25 @@ fn show_job(view: &JobView, now: i64) -> String {
         format!(
             "SubmitTime={} EligibleTime={} StartTime={} EndTime={}",
             units::format_timestamp(job.submit_time),
-            units::format_timestamp(job.begin_time.unwrap_or(job.submit_time).max(job.submit_time)),
+            units::format_timestamp(
+                job.begin_time
+                    .unwrap_or(job.submit_time)
+                    .max(job.submit_time)
+            ),
             time(job.start_time),
-            if job.state.is_active() { "Unknown".into() } else { time(job.end_time) }
+            if job.state.is_active() {
+                "Unknown".into()
+            } else {
+                time(job.end_time)
+            }
         ),
         format!(
             "NodeList={} NumCPUs={} Mem={} TRES=gres/{} GPUs=[{}]",
             job.node.as_deref().unwrap_or("(null)"),
             job.cpus,
-            job.mem_mb.map(units::format_memory_mb).unwrap_or_else(|| "(none)".into()),
+            job.mem_mb
+                .map(units::format_memory_mb)
+                .unwrap_or_else(|| "(none)".into()),
             job.gpus,
             crate::db::format_index_list(&job.gpus_alloc)
         ),
@@ -133,7 +167,9 @@ fn show_job(view: &JobView, now: i64) -> String {
         out.push(format!("   StdOut={}", job.stdout_path().display()));
         out.push(format!(
             "   StdErr={}",
-            job.stderr_path().unwrap_or_else(|| job.stdout_path()).display()
+            job.stderr_path()
+                .unwrap_or_else(|| job.stdout_path())
+                .display()
         ));
         if let Some(c) = &job.comment {
             out.push(format!("   Comment={c}"));

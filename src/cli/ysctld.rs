@@ -54,9 +54,13 @@ pub fn run(args: Args) -> CliResult {
         init_logging(args.verbose);
         return daemon::run(config, daemon::Options { stepd: None }, || {}).map_err(CliError::from);
     }
-    let log = config.log_file.clone().unwrap_or_else(|| config.spool_dir.join("ysctld.log"));
+    let log = config
+        .log_file
+        .clone()
+        .unwrap_or_else(|| config.spool_dir.join("ysctld.log"));
     if let Some(dir) = log.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| CliError::failed(format!("cannot create {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| CliError::failed(format!("cannot create {}: {e}", dir.display())))?;
     }
     let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     // SAFETY: no thread has been started yet in this process.
@@ -78,7 +82,10 @@ pub fn run(args: Args) -> CliResult {
                 println!("ysctld started (pid {child}); log: {}", log.display());
                 Ok(())
             } else if status.is_empty() {
-                Err(CliError::failed(format!("ysctld exited during start-up; see {}", log.display())))
+                Err(CliError::failed(format!(
+                    "ysctld exited during start-up; see {}",
+                    log.display()
+                )))
             } else {
                 Err(CliError::failed(status))
             }

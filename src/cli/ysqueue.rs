@@ -62,7 +62,13 @@ pub fn run(args: Args) -> CliResult {
     if args.me {
         users.push(super::current_user_name());
     }
-    let filter = job_filter(&args.jobs, &users, &args.accounts, &args.names, &args.states)?;
+    let filter = job_filter(
+        &args.jobs,
+        &users,
+        &args.accounts,
+        &args.names,
+        &args.states,
+    )?;
     let format = match &args.format {
         Some(f) => Some(report::parse_squeue_format(f).map_err(CliError::usage)?),
         None => None,
@@ -103,7 +109,14 @@ fn default_format(priority: bool) -> SqueueFormat {
                 if i == last {
                     column.width = report::Width::Natural;
                 }
-                (if i == 0 { String::new() } else { "  ".to_string() }, column)
+                (
+                    if i == 0 {
+                        String::new()
+                    } else {
+                        "  ".to_string()
+                    },
+                    column,
+                )
             })
             .collect(),
         trailer: String::new(),

@@ -17,7 +17,13 @@ struct Requester<'a> {
 }
 
 impl Daemon {
-    pub(super) fn control(&mut self, control: Control, uid: u32, user: &str, now: i64) -> Result<Reply, DaemonError> {
+    pub(super) fn control(
+        &mut self,
+        control: Control,
+        uid: u32,
+        user: &str,
+        now: i64,
+    ) -> Result<Reply, DaemonError> {
         let who = Requester {
             uid,
             user,
@@ -27,19 +33,21 @@ impl Daemon {
             Control::Cancel { selector, signal } => self.cancel(selector, signal, &who, now),
             Control::Hold { job_ids } => self.hold(&job_ids, &who, now),
             Control::Release { job_ids } => self.release(&job_ids, &who, now),
-            Control::Reload => Ok(if who.admin {
-                match self.reload(Some(user)) {
-                    Ok(message) => Reply::Control {
-                        outcomes: Vec::new(),
-                        message: Some(message),
-                    },
-                    Err(error) => Reply::Rejected { error },
-                }
-            } else {
-                Reply::Rejected {
+            Control::Reload => {
+                Ok(if who.admin {
+                    match self.reload(Some(user)) {
+                        Ok(message) => Reply::Control {
+                            outcomes: Vec::new(),
+                            message: Some(message),
+                        },
+                        Err(error) => Reply::Rejected { error },
+                    }
+                } else {
+                    Reply::Rejected {
                     error: "permission denied: only root and the config's admins may reload the config".into(),
                 }
-            }),
+                })
+            }
         }
     }
 
@@ -48,19 +56,32 @@ impl Daemon {
     fn refuse(&self, id: JobId, who: &Requester) -> Result<Option<String>, DaemonError> {
         match self.jobs.get(&id) {
             Some(job) if job.uid == who.uid || who.admin => Ok(None),
-            Some(job) => Ok(Some(format!("permission denied: job {id} belongs to {}", job.user))),
+            Some(job) => Ok(Some(format!(
+                "permission denied: job {id} belongs to {}",
+                job.user
+            ))),
             None => match db::job(&self.db, id) {
-                Ok(job) if job.uid != who.uid && !who.admin => {
-                    Ok(Some(format!("permission denied: job {id} belongs to {}", job.user)))
-                }
-                Ok(job) => Ok(Some(format!("job {id} has already finished ({})", job.state))),
+                Ok(job) if job.uid != who.uid && !who.admin => Ok(Some(format!(
+                    "permission denied: job {id} belongs to {}",
+                    job.user
+                ))),
+                Ok(job) => Ok(Some(format!(
+                    "job {id} has already finished ({})",
+                    job.state
+                ))),
                 Err(DbError::NotFound(_)) => Ok(Some(format!("job {id} does not exist"))),
                 Err(e) => Err(e.into()),
             },
         }
     }
 
-    fn cancel(&mut self, selector: JobSelector, signal: Option<i32>, who: &Requester, now: i64) -> Result<Reply, DaemonError> {
+    fn cancel(
+        &mut self,
+        selector: JobSelector,
+        signal: Option<i32>,
+        who: &Requester,
+        now: i64,
+    ) -> Result<Reply, DaemonError> {
         if selector.is_empty() {
             return Ok(Reply::Rejected {
                 error: "no jobs selected: give job ids or a filter".into(),
@@ -71,7 +92,9 @@ impl Daemon {
             if let Some(u) = &selector.user {
                 if u != who.user && !who.admin {
                     return Ok(Reply::Rejected {
-                        error: format!("permission denied: you may cancel only your own jobs, not {u}'s"),
+                        error: format!(
+                            "permission denied: you may cancel only your own jobs, not {u}'s"
+                        ),
                     });
                 }
             }
@@ -84,7 +107,10 @@ impl Daemon {
             let mut ids = Vec::new();
             for &id in &selector.job_ids {
                 match self.refuse(id, who)? {
-                    Some(error) => outcomes.push(JobOutcome { job_id: id, error: Some(error) }),
+                    Some(error) => outcomes.push(JobOutcome {
+                        job_id: id,
+                        error: Some(error),
+                    }),
                     None if selector.matches(&self.jobs[&id]) => ids.push(id),
                     None => {}
                 }
@@ -99,10 +125,18 @@ impl Daemon {
             outcomes.push(JobOutcome { job_id: id, error });
         }
         outcomes.sort_by_key(|o| o.job_id);
-        Ok(Reply::Control { outcomes, message: None })
+        Ok(Reply::Control {
+            outcomes,
+            message: None,
+        })
     }
 
-    fn cancel_job(&mut self, id: JobId, who: &Requester, now: i64) -> Result<Option<String>, DaemonError> {
+    fn cancel_job(
+        &mut self,
+        id: JobId,
+        who: &Requester,
+        now: i64,
+    ) -> Result<Option<String>, DaemonError> {
         let detail = format!("cancelled by {}", who.user);
         match self.jobs[&id].state {
             JobState::Pending => {
@@ -118,7 +152,10 @@ impl Daemon {
     fn signal_job(&self, id: JobId, signal: i32) -> Option<String> {
         let job = &self.jobs[&id];
         if job.state != JobState::Running && job.state != JobState::Completing {
-            return Some(format!("job {id} is {}; only running jobs can be signalled", job.state));
+            return Some(format!(
+                "job {id} is {}; only running jobs can be signalled",
+                job.state
+            ));
         }
         match self.launcher.command(id, &StepCommand::Signal { signal }) {
             Ok(()) => {
@@ -134,17 +171,23 @@ impl Daemon {
         let hold = if who.admin { Hold::Admin } else { Hold::User };
         self.set_holds(ids, who, now, |id, current| match current {
             Ok(_) => Ok(Some(hold)),
-            Err(state) => Err(format!("job {id} is {state}; only pending jobs can be held")),
+            Err(state) => Err(format!(
+                "job {id} is {state}; only pending jobs can be held"
+            )),
         })
     }
 
     fn release(&mut self, ids: &[JobId], who: &Requester, now: i64) -> Result<Reply, DaemonError> {
         let admin = who.admin;
         self.set_holds(ids, who, now, |id, current| match current {
-            Ok(Some(Hold::Admin)) if !admin => Err(format!("job {id} is held by an administrator; ask one to release it")),
+            Ok(Some(Hold::Admin)) if !admin => Err(format!(
+                "job {id} is held by an administrator; ask one to release it"
+            )),
             Ok(None) => Err(format!("job {id} is not held")),
             Ok(Some(_)) => Ok(None),
-            Err(state) => Err(format!("job {id} is {state}; only pending jobs can be released")),
+            Err(state) => Err(format!(
+                "job {id} is {state}; only pending jobs can be released"
+            )),
         })
     }
 
@@ -160,15 +203,25 @@ impl Daemon {
         let mut outcomes = Vec::new();
         for &id in ids {
             if let Some(error) = self.refuse(id, who)? {
-                outcomes.push(JobOutcome { job_id: id, error: Some(error) });
+                outcomes.push(JobOutcome {
+                    job_id: id,
+                    error: Some(error),
+                });
                 continue;
             }
             let job = &self.jobs[&id];
-            let current = if job.state == JobState::Pending { Ok(job.hold) } else { Err(job.state) };
+            let current = if job.state == JobState::Pending {
+                Ok(job.hold)
+            } else {
+                Err(job.state)
+            };
             let new = match decide(id, current) {
                 Ok(h) => h,
                 Err(error) => {
-                    outcomes.push(JobOutcome { job_id: id, error: Some(error) });
+                    outcomes.push(JobOutcome {
+                        job_id: id,
+                        error: Some(error),
+                    });
                     continue;
                 }
             };
@@ -183,10 +236,16 @@ impl Daemon {
             db::update_job(tx, &job)?;
             db::add_event(tx, id, now, JobState::Pending, Some(&detail))?;
             tracing::info!(target: "ysched::daemon", "job {id} {detail}");
-            outcomes.push(JobOutcome { job_id: id, error: None });
+            outcomes.push(JobOutcome {
+                job_id: id,
+                error: None,
+            });
         }
         self.reschedule = true;
         self.snapshot = None;
-        Ok(Reply::Control { outcomes, message: None })
+        Ok(Reply::Control {
+            outcomes,
+            message: None,
+        })
     }
 }

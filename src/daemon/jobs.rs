@@ -10,9 +10,16 @@ use super::{Daemon, DaemonError};
 
 impl Daemon {
     /// Records the scheduler's decision; the process starts after the commit.
-    pub(super) fn mark_running(&mut self, id: JobId, gpus: Vec<u32>, now: i64) -> Result<(), DaemonError> {
+    pub(super) fn mark_running(
+        &mut self,
+        id: JobId,
+        gpus: Vec<u32>,
+        now: i64,
+    ) -> Result<(), DaemonError> {
         let node = self.config.node_name.clone();
-        let Some(job) = self.jobs.get_mut(&id) else { return Ok(()) };
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return Ok(());
+        };
         job.state = JobState::Running;
         job.start_time = Some(now);
         job.end_time = None;
@@ -46,7 +53,9 @@ impl Daemon {
     }
 
     fn launch(&mut self, id: JobId) -> Result<(), String> {
-        let Some(job) = self.jobs.get(&id).cloned() else { return Ok(()) };
+        let Some(job) = self.jobs.get(&id).cloned() else {
+            return Ok(());
+        };
         let payload = db::payload(&self.db, id).map_err(|e| e.to_string())?;
         let user = self
             .users
@@ -79,7 +88,10 @@ impl Daemon {
             submit_time: job.submit_time,
             switch_user: self.ownership == crate::spool::Ownership::System,
         };
-        let supervisor = self.launcher.launch(&spec, &payload.script).map_err(|e| e.to_string())?;
+        let supervisor = self
+            .launcher
+            .launch(&spec, &payload.script)
+            .map_err(|e| e.to_string())?;
         tracing::info!(
             target: "ysched::exec",
             "job {id} started: {} for {} on GPUs [{}] (supervisor pid {})",
@@ -88,7 +100,9 @@ impl Daemon {
             db::format_index_list(&job.gpus_alloc),
             supervisor.pid
         );
-        self.exits.watch(id, supervisor).map_err(|e| format!("cannot watch the supervisor: {e}"))
+        self.exits
+            .watch(id, supervisor)
+            .map_err(|e| format!("cannot watch the supervisor: {e}"))
     }
 
     /// A supervisor exited: read how the job ended and account it.
@@ -136,7 +150,9 @@ impl Daemon {
         exit: Option<ExitStatus>,
         reason: Option<String>,
     ) -> Result<(), DaemonError> {
-        let Some(mut job) = self.jobs.remove(&id) else { return Ok(()) };
+        let Some(mut job) = self.jobs.remove(&id) else {
+            return Ok(());
+        };
         job.state = state;
         job.end_time = Some(job.start_time.map_or(end, |s| end.max(s)));
         job.exit = exit;
@@ -148,7 +164,11 @@ impl Daemon {
         db::update_job(tx, &job)?;
         db::add_event(tx, id, end, state, job.reason.as_deref())?;
         let exit_text = job.exit.map(|e| format!(" exit {e}")).unwrap_or_default();
-        let why = job.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
+        let why = job
+            .reason
+            .as_deref()
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default();
         tracing::info!(target: "ysched::daemon", "job {id} {state}{exit_text}{why}");
         // The exit record may only go once the end is committed: a crash
         // in between must find it again, not requeue a job that ran.
@@ -161,9 +181,17 @@ impl Daemon {
 
     /// Stops a running job: it goes COMPLETING and keeps its GPUs until its
     /// processes are gone, then ends in `reason` (CANCELLED or TIMEOUT).
-    pub(super) fn terminate(&mut self, id: JobId, reason: JobState, detail: &str, now: i64) -> Result<(), DaemonError> {
+    pub(super) fn terminate(
+        &mut self,
+        id: JobId,
+        reason: JobState,
+        detail: &str,
+        now: i64,
+    ) -> Result<(), DaemonError> {
         let grace = self.config.kill_wait;
-        let Some(job) = self.jobs.get_mut(&id) else { return Ok(()) };
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return Ok(());
+        };
         if job.state != JobState::Running {
             return Ok(());
         }
@@ -221,7 +249,10 @@ impl Daemon {
             }
             Adoption::Exited(_) | Adoption::Lost => self.job_exited(id, now)?,
             Adoption::NeverStarted => {
-                let job = self.jobs.get_mut(&id).expect("readopt is called for active jobs");
+                let job = self
+                    .jobs
+                    .get_mut(&id)
+                    .expect("readopt is called for active jobs");
                 job.state = JobState::Pending;
                 job.start_time = None;
                 job.gpus_alloc.clear();

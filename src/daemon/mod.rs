@@ -201,7 +201,9 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
 }
 
 fn host_cpus() -> u32 {
-    std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get() as u32)
+        .unwrap_or(1)
 }
 
 fn host_memory_mb() -> u64 {
@@ -217,7 +219,10 @@ fn host_memory_mb() -> u64 {
         .unwrap_or(1024)
 }
 
-fn watch_incoming(spool: &Spool, events: Sender<Event>) -> Result<notify::RecommendedWatcher, DaemonError> {
+fn watch_incoming(
+    spool: &Spool,
+    events: Sender<Event>,
+) -> Result<notify::RecommendedWatcher, DaemonError> {
     use notify::event::{AccessKind, AccessMode, ModifyKind, RenameMode};
     use notify::{EventKind, RecursiveMode, Watcher};
     let mut watcher = notify::recommended_watcher(move |result: notify::Result<notify::Event>| {
@@ -233,17 +238,27 @@ fn watch_incoming(spool: &Spool, events: Sender<Event>) -> Result<notify::Recomm
             return;
         }
         // A request is complete when renamed into place, or closed after
-        // writing by a client that wrote it in place. Creation alone is not.
+        // writing by a client that wrote it in place. A plain file merely
+        // created is still being written; anything else created (a symlink,
+        // FIFO, directory or hard link) will never be completed, so it is
+        // looked at (and refused) at once.
         let complete = matches!(
             event.kind,
-            EventKind::Modify(ModifyKind::Name(RenameMode::To)) | EventKind::Access(AccessKind::Close(AccessMode::Write))
+            EventKind::Modify(ModifyKind::Name(RenameMode::To))
+                | EventKind::Access(AccessKind::Close(AccessMode::Write))
         );
-        if !complete {
+        let created = matches!(event.kind, EventKind::Create(_));
+        if !complete && !created {
             return;
         }
+        let cannot_be_a_request = |p: &std::path::Path| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::symlink_metadata(p).is_ok_and(|m| !m.is_file() || m.nlink() != 1)
+        };
         let names: Vec<String> = event
             .paths
             .iter()
+            .filter(|p| complete || cannot_be_a_request(p))
             .filter_map(|p| p.file_name())
             .map(|n| n.to_string_lossy().into_owned())
             .filter(|n| !n.starts_with('.'))
@@ -268,14 +283,20 @@ fn watch_incoming(spool: &Spool, events: Sender<Event>) -> Result<notify::Recomm
 fn spawn_signal_thread(events: Sender<Event>) -> Result<(), DaemonError> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM])?;
-    std::thread::Builder::new().name("signals".into()).spawn(move || {
-        for signal in signals.forever() {
-            let event = if signal == SIGHUP { Event::Reload } else { Event::Shutdown };
-            if events.send(event).is_err() {
-                return;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                let event = if signal == SIGHUP {
+                    Event::Reload
+                } else {
+                    Event::Shutdown
+                };
+                if events.send(event).is_err() {
+                    return;
+                }
             }
-        }
-    })?;
+        })?;
     Ok(())
 }
 
@@ -314,7 +335,12 @@ impl Daemon {
             }
         });
         tracing::info!(target: "ysched::daemon", "loaded {pending} pending and {running} running jobs");
-        let running: Vec<JobId> = self.jobs.values().filter(|j| j.state.holds_gpus()).map(|j| j.id).collect();
+        let running: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|j| j.state.holds_gpus())
+            .map(|j| j.id)
+            .collect();
         for id in running {
             self.readopt(id)?;
         }
@@ -419,7 +445,9 @@ impl Daemon {
             next = next.min(wait);
         };
         for job in self.jobs.values() {
-            if let (JobState::Running, Some(start), Some(limit)) = (job.state, job.start_time, job.time_limit) {
+            if let (JobState::Running, Some(start), Some(limit)) =
+                (job.state, job.start_time, job.time_limit)
+            {
                 consider(start + limit as i64);
             }
         }
@@ -443,11 +471,16 @@ impl Daemon {
             Inbound::Bad { name, uid, reason } => {
                 tracing::warn!(target: "ysched::spool", "rejected spool file {name} (uid {uid:?}): {reason}");
                 if let Some(uid) = uid {
-                    self.replies.push((name, uid, Reply::Rejected { error: reason }));
+                    self.replies
+                        .push((name, uid, Reply::Rejected { error: reason }));
                 }
                 Ok(None)
             }
-            Inbound::Request { name, uid, envelope } => {
+            Inbound::Request {
+                name,
+                uid,
+                envelope,
+            } => {
                 if self.ownership == Ownership::Personal && uid != nix::unistd::geteuid().as_raw() {
                     let error = "this ysctld runs in personal mode and takes requests from its own user only".to_string();
                     self.replies.push((name, uid, Reply::Rejected { error }));
@@ -501,7 +534,11 @@ impl Daemon {
             .filter(|j| j.state == JobState::Pending)
             .map(|j| (j, sched::priority::priority(j, config)))
             .collect();
-        let running: Vec<&Job> = self.jobs.values().filter(|j| j.state.holds_gpus()).collect();
+        let running: Vec<&Job> = self
+            .jobs
+            .values()
+            .filter(|j| j.state.holds_gpus())
+            .collect();
         let node = sched::Node {
             gpus: &self.inventory.gpus,
             cpus: self.cpus,
@@ -523,8 +560,18 @@ impl Daemon {
         if let Some(s) = &self.snapshot {
             return s.clone();
         }
-        let rank: HashMap<JobId, usize> = self.order.iter().enumerate().map(|(i, id)| (*id, i)).collect();
-        let snapshot = Arc::new(QueueSnapshot::build(&self.jobs, &self.reasons, &rank, &self.config));
+        let rank: HashMap<JobId, usize> = self
+            .order
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (*id, i))
+            .collect();
+        let snapshot = Arc::new(QueueSnapshot::build(
+            &self.jobs,
+            &self.reasons,
+            &rank,
+            &self.config,
+        ));
         self.snapshot = Some(snapshot.clone());
         snapshot
     }
@@ -532,7 +579,9 @@ impl Daemon {
     /// SIGHUP or `yscontrol reload`: validate first; a bad file changes nothing.
     fn reload(&mut self, requested_by: Option<&str>) -> Result<String, String> {
         let path = self.config.path.clone();
-        let who = requested_by.map(|u| format!(" (requested by {u})")).unwrap_or_default();
+        let who = requested_by
+            .map(|u| format!(" (requested by {u})"))
+            .unwrap_or_default();
         let result = match Config::load(&path) {
             Err(e) => Err(format!("config not reloaded: {e}")),
             Ok(new) if new.spool_dir != self.config.spool_dir => Err(format!(

@@ -29,19 +29,34 @@ pub struct QueueSnapshot {
 }
 
 impl QueueSnapshot {
-    pub fn build(jobs: &BTreeMap<JobId, Job>, reasons: &HashMap<JobId, Reason>, rank: &HashMap<JobId, usize>, config: &Config) -> QueueSnapshot {
+    pub fn build(
+        jobs: &BTreeMap<JobId, Job>,
+        reasons: &HashMap<JobId, Reason>,
+        rank: &HashMap<JobId, usize>,
+        config: &Config,
+    ) -> QueueSnapshot {
         let mut views: Vec<JobView> = jobs
             .values()
             .map(|job| JobView {
-                pending_reason: (job.state == JobState::Pending)
-                    .then(|| reasons.get(&job.id).copied().unwrap_or(Reason::None).name().to_string()),
+                pending_reason: (job.state == JobState::Pending).then(|| {
+                    reasons
+                        .get(&job.id)
+                        .copied()
+                        .unwrap_or(Reason::None)
+                        .name()
+                        .to_string()
+                }),
                 priority: priority::priority(job, config),
                 job: job.clone(),
                 redacted: false,
             })
             .collect();
         views.sort_by_key(|v| match v.job.state {
-            JobState::Pending => (1, rank.get(&v.job.id).copied().unwrap_or(usize::MAX), v.job.id),
+            JobState::Pending => (
+                1,
+                rank.get(&v.job.id).copied().unwrap_or(usize::MAX),
+                v.job.id,
+            ),
             _ => (0, 0, v.job.id),
         });
         QueueSnapshot {
@@ -81,20 +96,22 @@ impl Work {
 pub(super) fn start(spool: Spool, database: &Path) -> std::io::Result<Sender<Work>> {
     let conn = db::open_readonly(database).map_err(std::io::Error::other)?;
     let (tx, rx) = mpsc::channel::<Work>();
-    std::thread::Builder::new().name("queries".into()).spawn(move || {
-        for work in rx {
-            let reply = match answer(&work, &conn) {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::error!(target: "ysched::db", "query failed: {e}");
-                    Reply::Rejected {
-                        error: format!("query failed: {e}"),
+    std::thread::Builder::new()
+        .name("queries".into())
+        .spawn(move || {
+            for work in rx {
+                let reply = match answer(&work, &conn) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::error!(target: "ysched::db", "query failed: {e}");
+                        Reply::Rejected {
+                            error: format!("query failed: {e}"),
+                        }
                     }
-                }
-            };
-            spool.write_reply(&work.name, work.uid, &reply);
-        }
-    })?;
+                };
+                spool.write_reply(&work.name, work.uid, &reply);
+            }
+        })?;
     Ok(tx)
 }
 
@@ -119,7 +136,14 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
     match &work.query {
         Query::Queue(filter) => {
             let jobs = snapshot
-                .map(|s| s.jobs.iter().filter(|v| filter.matches(&v.job)).cloned().map(visible).collect())
+                .map(|s| {
+                    s.jobs
+                        .iter()
+                        .filter(|v| filter.matches(&v.job))
+                        .cloned()
+                        .map(visible)
+                        .collect()
+                })
                 .unwrap_or_default();
             Ok(Reply::Jobs { jobs, now })
         }
@@ -173,7 +197,12 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
 
 /// Answers a query straight from the database, for when no daemon runs
 /// (root or the personal-mode owner, who can read the file).
-pub fn answer_offline(database: &Path, query: Query, uid: u32, admin: bool) -> Result<Reply, DbError> {
+pub fn answer_offline(
+    database: &Path,
+    query: Query,
+    uid: u32,
+    admin: bool,
+) -> Result<Reply, DbError> {
     let conn = db::open_readonly(database)?;
     let work = Work {
         name: String::new(),

@@ -9,7 +9,13 @@ use crate::sched::admission::{self, Capacity};
 use super::{Daemon, DaemonError};
 
 impl Daemon {
-    pub(super) fn submit(&mut self, request: JobRequest, uid: u32, user: &str, now: i64) -> Result<Reply, DaemonError> {
+    pub(super) fn submit(
+        &mut self,
+        request: JobRequest,
+        uid: u32,
+        user: &str,
+        now: i64,
+    ) -> Result<Reply, DaemonError> {
         let capacity = Capacity {
             inventory: &self.inventory,
             cpus: self.cpus,
@@ -19,12 +25,17 @@ impl Daemon {
             Ok(a) => a,
             Err(e) => {
                 tracing::info!(target: "ysched::daemon", "submission by {user} refused: {e}");
-                return Ok(Reply::Rejected { error: e.to_string() });
+                return Ok(Reply::Rejected {
+                    error: e.to_string(),
+                });
             }
         };
         if !request.work_dir.is_absolute() {
             return Ok(Reply::Rejected {
-                error: format!("working directory {} is not absolute", request.work_dir.display()),
+                error: format!(
+                    "working directory {} is not absolute",
+                    request.work_dir.display()
+                ),
             });
         }
         let gid = self.users.get(uid).map_or(uid, |u| u.gid);

@@ -23,7 +23,11 @@ pub enum DbError {
         "database {path} has schema version {found}, newer than this ysched knows ({known}); \
          run the ysched release that wrote it, or restore a backup"
     )]
-    TooNew { path: PathBuf, found: i64, known: i64 },
+    TooNew {
+        path: PathBuf,
+        found: i64,
+        known: i64,
+    },
     #[error(
         "database {path} cannot be used: {message}; stop ysctld, move the file aside and restore \
          a backup (ysched will not start afresh over it)"
@@ -51,7 +55,9 @@ pub fn open(path: &Path) -> Result<Connection, DbError> {
         message: e.to_string(),
     };
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
-    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0)).map_err(corrupt)?;
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+        .map_err(corrupt)?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(DbError::Corrupt {
             path: path.to_path_buf(),
@@ -59,7 +65,9 @@ pub fn open(path: &Path) -> Result<Connection, DbError> {
         });
     }
     conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")?;
-    let check: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0)).map_err(corrupt)?;
+    let check: String = conn
+        .query_row("PRAGMA quick_check", [], |r| r.get(0))
+        .map_err(corrupt)?;
     if check != "ok" {
         return Err(DbError::Corrupt {
             path: path.to_path_buf(),
@@ -77,7 +85,10 @@ pub fn open(path: &Path) -> Result<Connection, DbError> {
 
 /// A read-only connection for views: never writes, never migrates.
 pub fn open_readonly(path: &Path) -> Result<Connection, DbError> {
-    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     let known = MIGRATIONS.len() as i64;
@@ -122,10 +133,15 @@ const JOB_COLUMNS: &str = "id, uid, gid, user, account, qos, name, state, hold, 
 
 fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     let invalid = |i: usize, what: String| {
-        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, Box::new(DbError::Invalid(what)))
+        rusqlite::Error::FromSqlConversionFailure(
+            i,
+            rusqlite::types::Type::Text,
+            Box::new(DbError::Invalid(what)),
+        )
     };
     let state: String = row.get(7)?;
-    let state = JobState::parse(&state).ok_or_else(|| invalid(7, format!("job state '{state}'")))?;
+    let state =
+        JobState::parse(&state).ok_or_else(|| invalid(7, format!("job state '{state}'")))?;
     let hold: Option<String> = row.get(8)?;
     let hold = match hold {
         Some(h) => Some(Hold::parse(&h).ok_or_else(|| invalid(8, format!("hold '{h}'")))?),
@@ -133,7 +149,10 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     };
     let gpus_alloc: String = row.get(18)?;
     let gpus_alloc = parse_index_list(&gpus_alloc).map_err(|e| invalid(18, e))?;
-    let exit = match (row.get::<_, Option<i32>>(20)?, row.get::<_, Option<i32>>(21)?) {
+    let exit = match (
+        row.get::<_, Option<i32>>(20)?,
+        row.get::<_, Option<i32>>(21)?,
+    ) {
         (Some(code), signal) => Some(ExitStatus {
             code,
             signal: signal.unwrap_or(0),
@@ -142,7 +161,9 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     };
     let kill_reason: Option<String> = row.get(24)?;
     let kill_reason = match kill_reason {
-        Some(k) => Some(JobState::parse(&k).ok_or_else(|| invalid(24, format!("kill reason '{k}'")))?),
+        Some(k) => {
+            Some(JobState::parse(&k).ok_or_else(|| invalid(24, format!("kill reason '{k}'")))?)
+        }
         None => None,
     };
     Ok(Job {
@@ -182,7 +203,11 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
 }
 
 pub fn format_index_list(indices: &[u32]) -> String {
-    indices.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")
+    indices
+        .iter()
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn parse_index_list(text: &str) -> Result<Vec<u32>, String> {
@@ -226,9 +251,12 @@ pub fn insert_job(conn: &Connection, job: &Job, payload: &Payload) -> Result<Job
     ])?;
     let id = conn.last_insert_rowid() as JobId;
     let args = serde_json::to_string(&payload.args).map_err(|e| DbError::Invalid(e.to_string()))?;
-    let env = serde_json::to_string(&payload.environment).map_err(|e| DbError::Invalid(e.to_string()))?;
-    conn.prepare_cached("INSERT INTO job_payloads (job_id, script, args, environment) VALUES (?1, ?2, ?3, ?4)")?
-        .execute(params![id as i64, payload.script, args, env])?;
+    let env =
+        serde_json::to_string(&payload.environment).map_err(|e| DbError::Invalid(e.to_string()))?;
+    conn.prepare_cached(
+        "INSERT INTO job_payloads (job_id, script, args, environment) VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![id as i64, payload.script, args, env])?;
     add_event(conn, id, job.submit_time, job.state, None)?;
     Ok(id)
 }
@@ -262,15 +290,28 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
     Ok(())
 }
 
-pub fn add_event(conn: &Connection, id: JobId, time: i64, state: JobState, detail: Option<&str>) -> Result<(), DbError> {
-    conn.prepare_cached("INSERT INTO job_events (job_id, time, state, detail) VALUES (?1, ?2, ?3, ?4)")?
-        .execute(params![id as i64, time, state.name(), detail])?;
+pub fn add_event(
+    conn: &Connection,
+    id: JobId,
+    time: i64,
+    state: JobState,
+    detail: Option<&str>,
+) -> Result<(), DbError> {
+    conn.prepare_cached(
+        "INSERT INTO job_events (job_id, time, state, detail) VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![id as i64, time, state.name(), detail])?;
     Ok(())
 }
 
 /// A job's state history: (time, state, detail), oldest first.
-pub fn job_events(conn: &Connection, id: JobId) -> Result<Vec<(i64, String, Option<String>)>, DbError> {
-    let mut stmt = conn.prepare_cached("SELECT time, state, detail FROM job_events WHERE job_id = ?1 ORDER BY id")?;
+pub fn job_events(
+    conn: &Connection,
+    id: JobId,
+) -> Result<Vec<(i64, String, Option<String>)>, DbError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT time, state, detail FROM job_events WHERE job_id = ?1 ORDER BY id",
+    )?;
     let rows = stmt.query_map([id as i64], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
@@ -283,8 +324,10 @@ pub fn payload(conn: &Connection, id: JobId) -> Result<Payload, DbError> {
     let (script, args, env) = row.ok_or(DbError::NotFound(id))?;
     Ok(Payload {
         script,
-        args: serde_json::from_str(&args).map_err(|e| DbError::Invalid(format!("job {id} args: {e}")))?,
-        environment: serde_json::from_str(&env).map_err(|e| DbError::Invalid(format!("job {id} environment: {e}")))?,
+        args: serde_json::from_str(&args)
+            .map_err(|e| DbError::Invalid(format!("job {id} args: {e}")))?,
+        environment: serde_json::from_str(&env)
+            .map_err(|e| DbError::Invalid(format!("job {id} environment: {e}")))?,
     })
 }
 
@@ -317,11 +360,35 @@ pub fn find_jobs(conn: &Connection, filter: &JobFilter, limit: usize) -> Result<
         sql.push_str(&format!(" AND {column} IN ({marks})"));
         values.extend(items);
     };
-    push_in(&mut sql, "id", filter.job_ids.iter().map(|&i| (i as i64).into()).collect());
-    push_in(&mut sql, "user", filter.users.iter().map(|u| u.clone().into()).collect());
-    push_in(&mut sql, "account", filter.accounts.iter().map(|a| a.clone().into()).collect());
-    push_in(&mut sql, "name", filter.names.iter().map(|n| n.clone().into()).collect());
-    push_in(&mut sql, "state", filter.states.iter().map(|s| s.name().to_string().into()).collect());
+    push_in(
+        &mut sql,
+        "id",
+        filter.job_ids.iter().map(|&i| (i as i64).into()).collect(),
+    );
+    push_in(
+        &mut sql,
+        "user",
+        filter.users.iter().map(|u| u.clone().into()).collect(),
+    );
+    push_in(
+        &mut sql,
+        "account",
+        filter.accounts.iter().map(|a| a.clone().into()).collect(),
+    );
+    push_in(
+        &mut sql,
+        "name",
+        filter.names.iter().map(|n| n.clone().into()).collect(),
+    );
+    push_in(
+        &mut sql,
+        "state",
+        filter
+            .states
+            .iter()
+            .map(|s| s.name().to_string().into())
+            .collect(),
+    );
     if let Some(start) = filter.start {
         sql.push_str(" AND (end_time IS NULL OR end_time >= ?)");
         values.push(start.into());
@@ -337,10 +404,19 @@ pub fn find_jobs(conn: &Connection, filter: &JobFilter, limit: usize) -> Result<
 }
 
 /// Records a state-changing request and the reply it got.
-pub fn record_request(conn: &Connection, name: &str, uid: u32, now: i64, kind: &str, reply: &Reply) -> Result<(), DbError> {
+pub fn record_request(
+    conn: &Connection,
+    name: &str,
+    uid: u32,
+    now: i64,
+    kind: &str,
+    reply: &Reply,
+) -> Result<(), DbError> {
     let reply = serde_json::to_string(reply).map_err(|e| DbError::Invalid(e.to_string()))?;
-    conn.prepare_cached("INSERT INTO requests (spool_name, uid, received, kind, reply) VALUES (?1, ?2, ?3, ?4, ?5)")?
-        .execute(params![name, uid, now, kind, reply])?;
+    conn.prepare_cached(
+        "INSERT INTO requests (spool_name, uid, received, kind, reply) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![name, uid, now, kind, reply])?;
     Ok(())
 }
 
@@ -352,7 +428,8 @@ pub fn find_request(conn: &Connection, name: &str) -> Result<Option<(u32, Reply)
         .optional()?;
     match row {
         Some((uid, reply)) => {
-            let reply = serde_json::from_str(&reply).map_err(|e| DbError::Invalid(format!("stored reply: {e}")))?;
+            let reply = serde_json::from_str(&reply)
+                .map_err(|e| DbError::Invalid(format!("stored reply: {e}")))?;
             Ok(Some((uid, reply)))
         }
         None => Ok(None),
@@ -449,7 +526,10 @@ mod tests {
         let conn = open(&dir.path().join("t.db")).unwrap();
         let reply = Reply::Submitted { job_id: 4 };
         record_request(&conn, "job-1-2-3", 1000, 5, "job", &reply).unwrap();
-        assert_eq!(find_request(&conn, "job-1-2-3").unwrap(), Some((1000, reply)));
+        assert_eq!(
+            find_request(&conn, "job-1-2-3").unwrap(),
+            Some((1000, reply))
+        );
         assert_eq!(find_request(&conn, "job-9").unwrap(), None);
     }
 
@@ -473,6 +553,10 @@ mod tests {
         std::fs::write(&path, vec![0x42u8; 8192]).unwrap();
         let err = open(&path).unwrap_err();
         assert!(err.to_string().contains("restore"), "{err}");
-        assert_eq!(std::fs::read(&path).unwrap(), vec![0x42u8; 8192], "the file must be left alone");
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            vec![0x42u8; 8192],
+            "the file must be left alone"
+        );
     }
 }

@@ -9,7 +9,9 @@ pub fn job_environment(spec: &LaunchSpec) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = spec
         .environment
         .iter()
-        .filter(|(k, _)| !k.starts_with("SLURM_") && !k.starts_with("YS_") && k != "CUDA_VISIBLE_DEVICES")
+        .filter(|(k, _)| {
+            !k.starts_with("SLURM_") && !k.starts_with("YS_") && k != "CUDA_VISIBLE_DEVICES"
+        })
         .cloned()
         .collect();
     let mut set = |key: &str, value: String| {
@@ -26,10 +28,18 @@ pub fn job_environment(spec: &LaunchSpec) -> Vec<(String, String)> {
     }
 
     let id = spec.job_id.to_string();
-    let gpus = spec.gpus.iter().map(|g| g.to_string()).collect::<Vec<_>>().join(",");
+    let gpus = spec
+        .gpus
+        .iter()
+        .map(|g| g.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
     let restarts = spec.restart_count.to_string();
     let submit_dir = spec.submit_dir.display().to_string();
-    let time_limit = spec.time_limit.map(|s| s.div_ceil(60).to_string()).unwrap_or_else(|| "UNLIMITED".into());
+    let time_limit = spec
+        .time_limit
+        .map(|s| s.div_ceil(60).to_string())
+        .unwrap_or_else(|| "UNLIMITED".into());
     let job = [
         ("JOB_ID", id.clone()),
         ("JOB_NAME", spec.name.clone()),
@@ -133,7 +143,11 @@ mod tests {
         assert_eq!(get(&env, "SLURM_NTASKS"), Some("1"));
         assert_eq!(get(&env, "SLURM_JOB_NODELIST"), Some("gpu01"));
         assert_eq!(get(&env, "SLURM_SUBMIT_DIR"), Some("/s"));
-        assert_eq!(get(&env, "USER"), Some("alice"), "identity is not taken from the submitted environment");
+        assert_eq!(
+            get(&env, "USER"),
+            Some("alice"),
+            "identity is not taken from the submitted environment"
+        );
         assert_eq!(get(&env, "PATH"), Some("/opt/bin"));
         assert_eq!(get(&env, "MY_VAR"), Some("x"));
         assert_eq!(get(&env, "YS_TIME_LIMIT_MINUTES"), Some("2"));

@@ -28,7 +28,9 @@ use thiserror::Error;
 
 use crate::job::JobId;
 use crate::spool::{Ownership, Spool};
-use spec::{ExitRecord, LaunchSpec, StepCommand, SupervisorState, CONTROL, EXIT, LOCK, SCRIPT, SPEC, STATE};
+use spec::{
+    ExitRecord, LaunchSpec, StepCommand, SupervisorState, CONTROL, EXIT, LOCK, SCRIPT, SPEC, STATE,
+};
 
 /// The descriptor numbers the supervisor finds its lock and socket at.
 pub const LOCK_FD: RawFd = 3;
@@ -50,7 +52,11 @@ pub enum ExecError {
 
 fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> ExecError {
     let path = path.to_path_buf();
-    move |source| ExecError::Io { action, path, source }
+    move |source| ExecError::Io {
+        action,
+        path,
+        source,
+    }
 }
 
 /// A live supervisor: its pid and a pidfd that becomes readable when it exits.
@@ -83,7 +89,11 @@ pub struct Launcher {
 
 impl Launcher {
     pub fn new(spool: Spool, stepd: PathBuf, ownership: Ownership) -> Launcher {
-        Launcher { spool, stepd, ownership }
+        Launcher {
+            spool,
+            stepd,
+            ownership,
+        }
     }
 
     /// Writes the job's directory and starts its supervisor.
@@ -97,10 +107,12 @@ impl Launcher {
             Ownership::Personal => 0o700,
         };
         fs::create_dir(&dir).map_err(io_err("create", &dir))?;
-        fs::set_permissions(&dir, fs::Permissions::from_mode(dir_mode)).map_err(io_err("set the mode of", &dir))?;
+        fs::set_permissions(&dir, fs::Permissions::from_mode(dir_mode))
+            .map_err(io_err("set the mode of", &dir))?;
 
         let spec_path = dir.join(SPEC);
-        let body = serde_json::to_vec(spec).map_err(|e| io_err("encode", &spec_path)(io::Error::other(e)))?;
+        let body = serde_json::to_vec(spec)
+            .map_err(|e| io_err("encode", &spec_path)(io::Error::other(e)))?;
         write_new(&spec_path, &body, 0o600)?;
         let script_path = dir.join(SCRIPT);
         write_new(&script_path, script.as_bytes(), 0o500)?;
@@ -118,10 +130,12 @@ impl Launcher {
             .custom_flags(libc::O_CLOEXEC)
             .open(&lock_path)
             .map_err(io_err("create", &lock_path))?;
-        lock.try_lock().map_err(|e| io_err("lock", &lock_path)(io::Error::other(e.to_string())))?;
+        lock.try_lock()
+            .map_err(|e| io_err("lock", &lock_path)(io::Error::other(e.to_string())))?;
         let control_path = dir.join(CONTROL);
         let control = UnixDatagram::bind(&control_path).map_err(io_err("bind", &control_path))?;
-        fs::set_permissions(&control_path, fs::Permissions::from_mode(0o600)).map_err(io_err("set the mode of", &control_path))?;
+        fs::set_permissions(&control_path, fs::Permissions::from_mode(0o600))
+            .map_err(io_err("set the mode of", &control_path))?;
 
         let (lock_fd, control_fd) = (lock.as_raw_fd(), control.as_raw_fd());
         let mut command = std::process::Command::new(&self.stepd);
@@ -164,7 +178,11 @@ impl Launcher {
         if let Some(record) = self.read_exit(id) {
             return Adoption::Exited(record);
         }
-        let Ok(lock) = OpenOptions::new().read(true).write(true).open(dir.join(LOCK)) else {
+        let Ok(lock) = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(dir.join(LOCK))
+        else {
             return Adoption::NeverStarted;
         };
         let deadline = Instant::now() + Duration::from_secs(2);
@@ -176,7 +194,9 @@ impl Launcher {
                         return Adoption::Exited(record);
                     }
                     return match read_state(&dir) {
-                        Some(SupervisorState { job_pid: Some(_), .. }) => Adoption::Lost,
+                        Some(SupervisorState {
+                            job_pid: Some(_), ..
+                        }) => Adoption::Lost,
                         _ => Adoption::NeverStarted,
                     };
                 }
@@ -208,11 +228,19 @@ impl Launcher {
     /// Sends a command to the job's supervisor.
     pub fn command(&self, id: JobId, command: &StepCommand) -> Result<(), ExecError> {
         let path = self.spool.job_dir(id).join(CONTROL);
-        let body = serde_json::to_vec(command).map_err(|e| io_err("encode a command for", &path)(io::Error::other(e)))?;
+        let body = serde_json::to_vec(command)
+            .map_err(|e| io_err("encode a command for", &path)(io::Error::other(e)))?;
         let socket = UnixDatagram::unbound().map_err(io_err("create a socket for", &path))?;
         match socket.send_to(&body, &path) {
             Ok(_) => Ok(()),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNREFUSED) | Some(libc::ENOENT)) => Err(ExecError::Gone(id)),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ECONNREFUSED) | Some(libc::ENOENT)
+                ) =>
+            {
+                Err(ExecError::Gone(id))
+            }
             Err(e) => Err(io_err("send a command to", &path)(e)),
         }
     }
@@ -236,26 +264,44 @@ impl Launcher {
     /// process group that carry its `YS_JOB_ID` (the id check keeps a
     /// recycled group id from hitting an unrelated process).
     pub fn kill_orphans(&self, id: JobId) -> usize {
-        let Some(SupervisorState { job_pid: Some(pgid), .. }) = read_state(&self.spool.job_dir(id)) else {
+        let Some(SupervisorState {
+            job_pid: Some(pgid),
+            ..
+        }) = read_state(&self.spool.job_dir(id))
+        else {
             return 0;
         };
         let marker = format!("YS_JOB_ID={id}");
         let mut killed = 0;
-        let Ok(entries) = fs::read_dir("/proc") else { return 0 };
+        let Ok(entries) = fs::read_dir("/proc") else {
+            return 0;
+        };
         for entry in entries.flatten() {
-            let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<i32>().ok()) else {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|p| p.parse::<i32>().ok())
+            else {
                 continue;
             };
-            let Ok(stat) = fs::read_to_string(entry.path().join("stat")) else { continue };
+            let Ok(stat) = fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
             // Fields after the ")" that closes the command name: state ppid pgrp.
-            let Some(after) = stat.rsplit_once(')').map(|(_, a)| a) else { continue };
-            let pgrp = after.split_whitespace().nth(2).and_then(|p| p.parse::<i32>().ok());
+            let Some(after) = stat.rsplit_once(')').map(|(_, a)| a) else {
+                continue;
+            };
+            let pgrp = after
+                .split_whitespace()
+                .nth(2)
+                .and_then(|p| p.parse::<i32>().ok());
             if pgrp != Some(pgid) {
                 continue;
             }
             let environ = fs::read(entry.path().join("environ")).unwrap_or_default();
             if environ.split(|&b| b == 0).any(|v| v == marker.as_bytes())
-                && nix::sys::signal::kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).is_ok()
+                && nix::sys::signal::kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL)
+                    .is_ok()
             {
                 killed += 1;
             }
@@ -287,7 +333,8 @@ fn write_new(path: &Path, body: &[u8], mode: u32) -> Result<(), ExecError> {
         .open(path)
         .map_err(io_err("create", path))?;
     f.write_all(body).map_err(io_err("write", path))?;
-    f.set_permissions(fs::Permissions::from_mode(mode)).map_err(io_err("set the mode of", path))?;
+    f.set_permissions(fs::Permissions::from_mode(mode))
+        .map_err(io_err("set the mode of", path))?;
     Ok(())
 }
 
@@ -297,9 +344,16 @@ pub fn write_durably(path: &Path, body: &[u8]) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let temp = dir.join(format!(
         ".{}.tmp",
-        path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()
+        path.file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default()
     ));
-    let mut f = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&temp)?;
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&temp)?;
     f.write_all(body)?;
     f.sync_all()?;
     drop(f);
@@ -322,36 +376,42 @@ impl ExitWatcher {
             epoll: epoll.clone(),
             watched: watched.clone(),
         };
-        std::thread::Builder::new().name("exit-watcher".into()).spawn(move || {
-            let mut events = vec![EpollEvent::empty(); 64];
-            loop {
-                let n = match epoll.wait(&mut events, EpollTimeout::NONE) {
-                    Ok(n) => n,
-                    Err(nix::errno::Errno::EINTR) => continue,
-                    Err(e) => {
-                        tracing::error!(target: "ysched::exec", "exit watcher stopped: {e}");
-                        return;
-                    }
-                };
-                for event in &events[..n] {
-                    let id = event.data();
-                    let supervisor = watched.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
-                    if let Some(s) = supervisor {
-                        let _ = epoll.delete(&s.pidfd);
-                        // Reap it if it is our child (not if adopted).
-                        let _ = waitpid(Pid::from_raw(s.pid), Some(WaitPidFlag::WNOHANG));
-                        on_exit(id);
+        std::thread::Builder::new()
+            .name("exit-watcher".into())
+            .spawn(move || {
+                let mut events = vec![EpollEvent::empty(); 64];
+                loop {
+                    let n = match epoll.wait(&mut events, EpollTimeout::NONE) {
+                        Ok(n) => n,
+                        Err(nix::errno::Errno::EINTR) => continue,
+                        Err(e) => {
+                            tracing::error!(target: "ysched::exec", "exit watcher stopped: {e}");
+                            return;
+                        }
+                    };
+                    for event in &events[..n] {
+                        let id = event.data();
+                        let supervisor = watched
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .remove(&id);
+                        if let Some(s) = supervisor {
+                            let _ = epoll.delete(&s.pidfd);
+                            // Reap it if it is our child (not if adopted).
+                            let _ = waitpid(Pid::from_raw(s.pid), Some(WaitPidFlag::WNOHANG));
+                            on_exit(id);
+                        }
                     }
                 }
-            }
-        })?;
+            })?;
         Ok(watcher)
     }
 
     /// Reports `id` when `supervisor` exits (at once if it already has).
     pub fn watch(&self, id: JobId, supervisor: Supervisor) -> io::Result<()> {
         let mut watched = self.watched.lock().unwrap_or_else(|p| p.into_inner());
-        self.epoll.add(&supervisor.pidfd, EpollEvent::new(EpollFlags::EPOLLIN, id))?;
+        self.epoll
+            .add(&supervisor.pidfd, EpollEvent::new(EpollFlags::EPOLLIN, id))?;
         watched.insert(id, supervisor);
         Ok(())
     }

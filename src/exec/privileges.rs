@@ -32,10 +32,16 @@ impl Privileges for Kernel {
 /// Becomes `user` (`uid`, `gid` and the user's groups). Refuses uid 0 as a
 /// target only by the caller's policy, not here.
 pub fn become_user(p: &mut impl Privileges, user: &CStr, uid: u32, gid: u32) -> Result<(), String> {
-    p.init_groups(user, gid)
-        .map_err(|e| format!("cannot set the supplementary groups of {}: {e}", user.to_string_lossy()))?;
-    p.set_gid(gid).map_err(|e| format!("cannot set gid {gid}: {e}"))?;
-    p.set_uid(uid).map_err(|e| format!("cannot set uid {uid}: {e}"))?;
+    p.init_groups(user, gid).map_err(|e| {
+        format!(
+            "cannot set the supplementary groups of {}: {e}",
+            user.to_string_lossy()
+        )
+    })?;
+    p.set_gid(gid)
+        .map_err(|e| format!("cannot set gid {gid}: {e}"))?;
+    p.set_uid(uid)
+        .map_err(|e| format!("cannot set uid {uid}: {e}"))?;
     Ok(())
 }
 
@@ -51,7 +57,8 @@ mod tests {
 
     impl Privileges for Recorder {
         fn init_groups(&mut self, user: &CStr, gid: u32) -> Result<(), Errno> {
-            self.calls.push(format!("groups {} {gid}", user.to_string_lossy()));
+            self.calls
+                .push(format!("groups {} {gid}", user.to_string_lossy()));
             Ok(())
         }
         fn set_gid(&mut self, gid: u32) -> Result<(), Errno> {

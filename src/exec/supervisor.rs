@@ -27,7 +27,9 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{ForkResult, Pid};
 
-use super::spec::{ExitRecord, LaunchSpec, StepCommand, SupervisorState, EXIT, SCRIPT, SPEC, STATE};
+use super::spec::{
+    ExitRecord, LaunchSpec, StepCommand, SupervisorState, EXIT, SCRIPT, SPEC, STATE,
+};
 use super::{privileges, write_durably, CONTROL_FD, LOCK_FD};
 use crate::job::ExitStatus;
 
@@ -82,19 +84,27 @@ fn supervise(dir: &Path) -> Result<(), String> {
     // SAFETY: both descriptors were checked open above and are ours alone.
     let _lock = unsafe { OwnedFd::from_raw_fd(LOCK_FD) };
     let control = unsafe { UnixDatagram::from_raw_fd(CONTROL_FD) };
-    control.set_nonblocking(true).map_err(|e| format!("control socket: {e}"))?;
+    control
+        .set_nonblocking(true)
+        .map_err(|e| format!("control socket: {e}"))?;
 
     let mask = handled_signals();
-    mask.thread_block().map_err(|e| format!("cannot block signals: {e}"))?;
+    mask.thread_block()
+        .map_err(|e| format!("cannot block signals: {e}"))?;
     let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
         .map_err(|e| format!("signalfd: {e}"))?;
     // SAFETY: prctl with integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
-        eprintln!("ysstepd: cannot become a child subreaper: {}", Errno::last());
+        eprintln!(
+            "ysstepd: cannot become a child subreaper: {}",
+            Errno::last()
+        );
     }
 
-    let spec_text = fs::read_to_string(dir.join(SPEC)).map_err(|e| format!("cannot read {SPEC}: {e}"))?;
-    let spec: LaunchSpec = serde_json::from_str(&spec_text).map_err(|e| format!("invalid {SPEC}: {e}"))?;
+    let spec_text =
+        fs::read_to_string(dir.join(SPEC)).map_err(|e| format!("cannot read {SPEC}: {e}"))?;
+    let spec: LaunchSpec =
+        serde_json::from_str(&spec_text).map_err(|e| format!("invalid {SPEC}: {e}"))?;
     let mut state = SupervisorState {
         supervisor_pid: std::process::id() as i32,
         job_pid: None,
@@ -160,7 +170,8 @@ fn launch(spec: &LaunchSpec, script: &Path) -> Result<Pid, String> {
         .collect();
     let user = cstring("user name", spec.user.as_bytes())?;
 
-    let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+    let (read_end, write_end) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
     // SAFETY: this process is single-threaded (see the module comment).
     match unsafe { nix::unistd::fork() }.map_err(|e| format!("fork: {e}"))? {
         ForkResult::Child => {
@@ -187,7 +198,13 @@ fn launch(spec: &LaunchSpec, script: &Path) -> Result<Pid, String> {
 }
 
 /// In the forked child: becomes the job. Returns only on failure, with why.
-fn exec_job(spec: &LaunchSpec, user: &CString, path: &CString, argv: &[CString], envp: &[CString]) -> String {
+fn exec_job(
+    spec: &LaunchSpec,
+    user: &CString,
+    path: &CString,
+    argv: &[CString],
+    envp: &[CString],
+) -> String {
     let _ = signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
     // SAFETY: restoring default dispositions; no handler code is involved.
     unsafe {
@@ -199,12 +216,17 @@ fn exec_job(spec: &LaunchSpec, user: &CString, path: &CString, argv: &[CString],
     if spec.switch_user {
         if spec.uid == 0 {
             // The daemon refuses root jobs unless configured; nothing to drop.
-        } else if let Err(e) = privileges::become_user(&mut privileges::Kernel, user, spec.uid, spec.gid) {
+        } else if let Err(e) =
+            privileges::become_user(&mut privileges::Kernel, user, spec.uid, spec.gid)
+        {
             return e;
         }
     }
     if let Err(e) = std::env::set_current_dir(&spec.work_dir) {
-        return format!("cannot change to the working directory {}: {e}", spec.work_dir.display());
+        return format!(
+            "cannot change to the working directory {}: {e}",
+            spec.work_dir.display()
+        );
     }
     let open = |p: &Path| {
         let mut o = OpenOptions::new();
@@ -214,7 +236,8 @@ fn exec_job(spec: &LaunchSpec, user: &CString, path: &CString, argv: &[CString],
         } else {
             o.truncate(true);
         }
-        o.open(p).map_err(|e| format!("cannot open the output file {}: {e}", p.display()))
+        o.open(p)
+            .map_err(|e| format!("cannot open the output file {}: {e}", p.display()))
     };
     let stdout = match open(&spec.stdout) {
         Ok(f) => f,
@@ -234,14 +257,20 @@ fn exec_job(spec: &LaunchSpec, user: &CString, path: &CString, argv: &[CString],
         Ok(f) => f,
         Err(e) => return format!("cannot open /dev/null: {e}"),
     };
-    for (file, target) in [(stdin.as_raw_fd(), 0), (stdout.as_raw_fd(), 1), (stderr.as_raw_fd(), 2)] {
+    for (file, target) in [
+        (stdin.as_raw_fd(), 0),
+        (stdout.as_raw_fd(), 1),
+        (stderr.as_raw_fd(), 2),
+    ] {
         // SAFETY: dup2 onto the standard descriptors of this child.
         if unsafe { libc::dup2(file, target) } < 0 {
             return format!("cannot set up descriptor {target}: {}", Errno::last());
         }
     }
     match nix::unistd::execve(path, argv, envp) {
-        Err(Errno::ENOEXEC) => "cannot execute the job script: it has no valid #! interpreter line".to_string(),
+        Err(Errno::ENOEXEC) => {
+            "cannot execute the job script: it has no valid #! interpreter line".to_string()
+        }
         Err(e) => format!("cannot execute the job script: {e}"),
         Ok(never) => match never {},
     }
@@ -255,7 +284,10 @@ fn wait_for_job(job: Pid, signals: &SignalFd, control: &UnixDatagram) -> (ExitSt
     loop {
         let timeout = match kill_at {
             Some(t) => {
-                let ms = t.saturating_duration_since(Instant::now()).as_millis().min(i32::MAX as u128) as i32;
+                let ms = t
+                    .saturating_duration_since(Instant::now())
+                    .as_millis()
+                    .min(i32::MAX as u128) as i32;
                 nix::poll::PollTimeout::try_from(ms).unwrap_or(nix::poll::PollTimeout::MAX)
             }
             None => nix::poll::PollTimeout::NONE,
@@ -300,7 +332,9 @@ fn reap(job: Pid) -> Option<ExitStatus> {
     let mut result = None;
     loop {
         match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(pid, code)) if pid == job => result = Some(ExitStatus { code, signal: 0 }),
+            Ok(WaitStatus::Exited(pid, code)) if pid == job => {
+                result = Some(ExitStatus { code, signal: 0 })
+            }
             Ok(WaitStatus::Signaled(pid, sig, _)) if pid == job => {
                 result = Some(ExitStatus {
                     code: 0,
@@ -326,7 +360,12 @@ fn signal_job(job: Pid, sig: Signal) {
 fn children() -> Vec<Pid> {
     let me = std::process::id();
     fs::read_to_string(format!("/proc/{me}/task/{me}/children"))
-        .map(|text| text.split_whitespace().filter_map(|p| p.parse().ok()).map(Pid::from_raw).collect())
+        .map(|text| {
+            text.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .map(Pid::from_raw)
+                .collect()
+        })
         .unwrap_or_default()
 }
 

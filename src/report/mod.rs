@@ -162,13 +162,19 @@ impl Field {
     ];
 
     pub fn from_sacct_name(name: &str) -> Option<(&'static str, Field)> {
-        Field::SACCT.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).copied()
+        Field::SACCT
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .copied()
     }
 
     /// The value shown for `view` at time `now`.
     pub fn value(self, view: &JobView, now: i64) -> String {
         let job = &view.job;
-        let time = |t: Option<i64>| t.map(units::format_timestamp).unwrap_or_else(|| "Unknown".into());
+        let time = |t: Option<i64>| {
+            t.map(units::format_timestamp)
+                .unwrap_or_else(|| "Unknown".into())
+        };
         let pending = job.state == JobState::Pending;
         match self {
             Field::JobId => job.id.to_string(),
@@ -188,7 +194,13 @@ impl Field {
                 Some(l) => units::format_duration(l.saturating_sub(job.elapsed(now))),
             },
             Field::Nodes => "1".into(),
-            Field::NodeList => job.node.clone().unwrap_or_else(|| if pending { String::new() } else { "None assigned".into() }),
+            Field::NodeList => job.node.clone().unwrap_or_else(|| {
+                if pending {
+                    String::new()
+                } else {
+                    "None assigned".into()
+                }
+            }),
             Field::NodeListReason => {
                 if pending {
                     format!("({})", view.pending_reason.as_deref().unwrap_or("None"))
@@ -223,10 +235,17 @@ impl Field {
             }
             Field::ReqTres => tres(view),
             Field::Cpus => job.cpus.to_string(),
-            Field::ReqMem => job.mem_mb.map(units::format_memory_mb).unwrap_or_else(|| "0".into()),
+            Field::ReqMem => job
+                .mem_mb
+                .map(units::format_memory_mb)
+                .unwrap_or_else(|| "0".into()),
             Field::Priority => view.priority.to_string(),
             Field::Submit => units::format_timestamp(job.submit_time),
-            Field::Eligible => units::format_timestamp(job.begin_time.unwrap_or(job.submit_time).max(job.submit_time)),
+            Field::Eligible => units::format_timestamp(
+                job.begin_time
+                    .unwrap_or(job.submit_time)
+                    .max(job.submit_time),
+            ),
             Field::Start => {
                 if pending {
                     "N/A".into()
@@ -255,7 +274,10 @@ impl Field {
                 if view.redacted {
                     String::new()
                 } else {
-                    job.stderr_path().unwrap_or_else(|| job.stdout_path()).display().to_string()
+                    job.stderr_path()
+                        .unwrap_or_else(|| job.stdout_path())
+                        .display()
+                        .to_string()
                 }
             }
             Field::Comment => job.comment.clone().unwrap_or_default(),
@@ -343,8 +365,11 @@ pub fn parse_squeue_format(format: &str) -> Result<SqueueFormat, String> {
             digits.push(*d);
             chars.next();
         }
-        let code = chars.next().ok_or_else(|| format!("format '{format}' ends after '%'"))?;
-        let field = Field::from_squeue_code(code).ok_or_else(|| format!("unknown format code %{code} in '{format}'"))?;
+        let code = chars
+            .next()
+            .ok_or_else(|| format!("format '{format}' ends after '%'"))?;
+        let field = Field::from_squeue_code(code)
+            .ok_or_else(|| format!("unknown format code %{code} in '{format}'"))?;
         let width = match digits.parse::<usize>() {
             Ok(w) if w > 0 => Width::Exact(w.min(1000)),
             _ => Width::Natural,
@@ -362,7 +387,10 @@ pub fn parse_squeue_format(format: &str) -> Result<SqueueFormat, String> {
     if parts.is_empty() {
         return Err(format!("format '{format}' has no % field"));
     }
-    Ok(SqueueFormat { parts, trailer: literal })
+    Ok(SqueueFormat {
+        parts,
+        trailer: literal,
+    })
 }
 
 /// Parses sacct's `--format`: comma-separated field names, each with an
@@ -372,7 +400,9 @@ pub fn parse_sacct_format(format: &str) -> Result<Vec<Column>, String> {
     for item in format.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (name, width) = match item.split_once('%') {
             Some((n, w)) => {
-                let w: usize = w.parse().map_err(|_| format!("invalid width in '{item}'"))?;
+                let w: usize = w
+                    .parse()
+                    .map_err(|_| format!("invalid width in '{item}'"))?;
                 (n, Width::Exact(w.clamp(1, 1000)))
             }
             None => (item, Width::Auto),
@@ -394,7 +424,13 @@ pub fn parse_sacct_format(format: &str) -> Result<Vec<Column>, String> {
     Ok(columns)
 }
 
-fn fit(value: &str, width: Width, column_width: usize, right: bool, marker: Option<char>) -> String {
+fn fit(
+    value: &str,
+    width: Width,
+    column_width: usize,
+    right: bool,
+    marker: Option<char>,
+) -> String {
     let w = match width {
         Width::Natural => return value.to_string(),
         Width::Auto => column_width,
@@ -402,7 +438,10 @@ fn fit(value: &str, width: Width, column_width: usize, right: bool, marker: Opti
     };
     let len = value.chars().count();
     if len > w {
-        let mut cut: String = value.chars().take(w.saturating_sub(marker.is_some() as usize)).collect();
+        let mut cut: String = value
+            .chars()
+            .take(w.saturating_sub(marker.is_some() as usize))
+            .collect();
         if let Some(m) = marker {
             cut.push(m);
         }
@@ -421,7 +460,11 @@ fn auto_widths(columns: &[&Column], header: bool, rows: &[Vec<String>]) -> Vec<u
         .enumerate()
         .map(|(i, c)| {
             let head = if header { c.header.chars().count() } else { 0 };
-            rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0).max(head)
+            rows.iter()
+                .map(|r| r[i].chars().count())
+                .max()
+                .unwrap_or(0)
+                .max(head)
         })
         .collect()
 }
@@ -429,7 +472,10 @@ fn auto_widths(columns: &[&Column], header: bool, rows: &[Vec<String>]) -> Vec<u
 /// Renders rows in squeue's format (literal text kept between columns).
 pub fn render_squeue(format: &SqueueFormat, views: &[JobView], now: i64, header: bool) -> String {
     let columns: Vec<&Column> = format.parts.iter().map(|(_, c)| c).collect();
-    let rows: Vec<Vec<String>> = views.iter().map(|v| columns.iter().map(|c| c.field.value(v, now)).collect()).collect();
+    let rows: Vec<Vec<String>> = views
+        .iter()
+        .map(|v| columns.iter().map(|c| c.field.value(v, now)).collect())
+        .collect();
     let widths = auto_widths(&columns, header, &rows);
     let mut out = String::new();
     let mut line = |cells: &mut dyn Iterator<Item = String>| {
@@ -455,7 +501,10 @@ pub fn render_squeue(format: &SqueueFormat, views: &[JobView], now: i64, header:
 /// widths are explicit, as sacct does).
 pub fn render_table(columns: &[Column], views: &[JobView], now: i64, header: bool) -> String {
     let cols: Vec<&Column> = columns.iter().collect();
-    let rows: Vec<Vec<String>> = views.iter().map(|v| columns.iter().map(|c| c.field.value(v, now)).collect()).collect();
+    let rows: Vec<Vec<String>> = views
+        .iter()
+        .map(|v| columns.iter().map(|c| c.field.value(v, now)).collect())
+        .collect();
     let widths = auto_widths(&cols, header, &rows);
     let mut out = String::new();
     let mut line = |cells: Vec<String>| {
@@ -491,7 +540,13 @@ pub fn render_table(columns: &[Column], views: &[JobView], now: i64, header: boo
 
 /// `|`-separated rows: sacct's `--parsable2` (no trailing `|`) or
 /// `--parsable` (trailing `|`).
-pub fn render_parsable(columns: &[Column], views: &[JobView], now: i64, header: bool, trailing: bool) -> String {
+pub fn render_parsable(
+    columns: &[Column],
+    views: &[JobView],
+    now: i64,
+    header: bool,
+    trailing: bool,
+) -> String {
     let mut out = String::new();
     let end = if trailing { "|" } else { "" };
     if header {
@@ -499,7 +554,10 @@ pub fn render_parsable(columns: &[Column], views: &[JobView], now: i64, header: 
         let _ = writeln!(out, "{}{end}", names.join("|"));
     }
     for v in views {
-        let cells: Vec<String> = columns.iter().map(|c| c.field.value(v, now).replace('|', " ")).collect();
+        let cells: Vec<String> = columns
+            .iter()
+            .map(|c| c.field.value(v, now).replace('|', " "))
+            .collect();
         let _ = writeln!(out, "{}{end}", cells.join("|"));
     }
     out
@@ -555,12 +613,25 @@ mod tests {
     #[test]
     fn squeue_codes_and_widths() {
         let f = parse_squeue_format("%.5i %3j|%t %M %l %b %R %%").unwrap();
-        let out = render_squeue(&f, &[view(17, JobState::Running), view(18, JobState::Pending)], 142, true);
+        let out = render_squeue(
+            &f,
+            &[view(17, JobState::Running), view(18, JobState::Pending)],
+            142,
+            true,
+        );
         let lines: Vec<&str> = out.lines().collect();
-        assert_eq!(lines[0], "JOBID NAM|ST TIME TIME_LIMIT TRES_PER_NODE NODELIST(REASON) %");
+        assert_eq!(
+            lines[0],
+            "JOBID NAM|ST TIME TIME_LIMIT TRES_PER_NODE NODELIST(REASON) %"
+        );
         assert_eq!(lines[1], "   17 tra|R 0:42 30:00 gres/gpu:a100:2 gpu01 %");
-        assert_eq!(lines[2], "   18 tra|PD 0:00 30:00 gres/gpu:a100:2 (Resources) %");
-        assert!(parse_squeue_format("%z").unwrap_err().contains("unknown format code %z"));
+        assert_eq!(
+            lines[2],
+            "   18 tra|PD 0:00 30:00 gres/gpu:a100:2 (Resources) %"
+        );
+        assert!(parse_squeue_format("%z")
+            .unwrap_err()
+            .contains("unknown format code %z"));
         assert!(parse_squeue_format("no codes").is_err());
     }
 
@@ -571,6 +642,8 @@ mod tests {
         assert_eq!(out, "JobID|JobName|State|ExitCode|AllocTRES\n17|train|RUNNING|0:0|cpu=4,gres/gpu:a100=2,gres/gpu=2,mem=8G,node=1\n");
         let table = render_table(&cols, &[view(17, JobState::Running)], 142, false);
         assert!(table.starts_with("17 tr+ RUNNING 0:0 cpu=4"), "{table}");
-        assert!(parse_sacct_format("JobID,Bogus").unwrap_err().contains("unknown field 'Bogus'"));
+        assert!(parse_sacct_format("JobID,Bogus")
+            .unwrap_err()
+            .contains("unknown field 'Bogus'"));
     }
 }

@@ -14,7 +14,11 @@ pub enum AdmissionError {
     #[error("jobs may not run as root; set allow_root_jobs = true in {config} to allow it")]
     RootJob { config: String },
     #[error("user {user} may not use account '{account}' (allowed: {allowed})")]
-    Account { user: String, account: String, allowed: String },
+    Account {
+        user: String,
+        account: String,
+        allowed: String,
+    },
     #[error("user {user} belongs to no account; an administrator must add them to an [[accounts]] table in {config}")]
     NoAccount { user: String, config: String },
     #[error("unknown QoS '{qos}' (known: {known})")]
@@ -31,7 +35,10 @@ pub enum AdmissionError {
     #[error("{requested} CPUs requested but this server offers {available}")]
     Cpus { requested: u32, available: u32 },
     #[error("{requested} of memory requested but this server offers {available}")]
-    Memory { requested: String, available: String },
+    Memory {
+        requested: String,
+        available: String,
+    },
     #[error("time limit {requested} exceeds the maximum of {max} (max_time in the config)")]
     TimeLimit { requested: String, max: String },
 }
@@ -52,10 +59,18 @@ pub struct Admitted {
     pub time_limit: Option<u64>,
 }
 
-pub fn admit(request: &JobRequest, uid: u32, user: &str, config: &Config, capacity: &Capacity) -> Result<Admitted, AdmissionError> {
+pub fn admit(
+    request: &JobRequest,
+    uid: u32,
+    user: &str,
+    config: &Config,
+    capacity: &Capacity,
+) -> Result<Admitted, AdmissionError> {
     let config_name = config.path.display().to_string();
     if uid == 0 && !config.allow_root_jobs {
-        return Err(AdmissionError::RootJob { config: config_name });
+        return Err(AdmissionError::RootJob {
+            config: config_name,
+        });
     }
     let allowed = config.accounts_for(user);
     let account = match &request.account {
@@ -86,7 +101,12 @@ pub fn admit(request: &JobRequest, uid: u32, user: &str, config: &Config, capaci
         Some(q) => {
             return Err(AdmissionError::Qos {
                 qos: q.clone(),
-                known: config.qos.iter().map(|q| q.name.as_str()).collect::<Vec<_>>().join(", "),
+                known: config
+                    .qos
+                    .iter()
+                    .map(|q| q.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
             })
         }
         None => config.default_qos.clone(),
@@ -249,7 +269,10 @@ mod tests {
             count: 3,
             gpu_type: Some("t4".into()),
         };
-        assert!(check(&r, &cfg).unwrap_err().to_string().contains("3 GPUs requested of type t4 but this server has at most 2"));
+        assert!(check(&r, &cfg)
+            .unwrap_err()
+            .to_string()
+            .contains("3 GPUs requested of type t4 but this server has at most 2"));
         r.gpus.gpu_type = Some("v100".into());
         assert_eq!(
             check(&r, &cfg).unwrap_err().to_string(),
@@ -260,7 +283,10 @@ mod tests {
         assert!(matches!(check(&r, &cfg), Err(AdmissionError::Cpus { .. })));
         let mut r = request();
         r.mem_mb = Some(100 * 1024);
-        assert!(check(&r, &cfg).unwrap_err().to_string().contains("100G of memory requested"));
+        assert!(check(&r, &cfg)
+            .unwrap_err()
+            .to_string()
+            .contains("100G of memory requested"));
     }
 
     #[test]
@@ -280,7 +306,10 @@ mod tests {
             "unknown QoS 'urgent' (known: critical, high, medium, low)"
         );
         let cfg = config("[[accounts]]\nname = \"nlp\"\nusers = [\"bob\"]\n");
-        assert!(matches!(check(&request(), &cfg), Err(AdmissionError::NoAccount { .. })));
+        assert!(matches!(
+            check(&request(), &cfg),
+            Err(AdmissionError::NoAccount { .. })
+        ));
     }
 
     #[test]
@@ -292,8 +321,15 @@ mod tests {
             cpus: 8,
             mem_mb: 1024,
         };
-        assert!(matches!(admit(&request(), 0, "root", &cfg, &cap), Err(AdmissionError::RootJob { .. })));
-        assert_eq!(check(&request(), &cfg).unwrap().time_limit, Some(7_200), "max_time is the default");
+        assert!(matches!(
+            admit(&request(), 0, "root", &cfg, &cap),
+            Err(AdmissionError::RootJob { .. })
+        ));
+        assert_eq!(
+            check(&request(), &cfg).unwrap().time_limit,
+            Some(7_200),
+            "max_time is the default"
+        );
         let mut r = request();
         r.time_limit = Some(Some(3 * 3_600));
         assert_eq!(

@@ -184,7 +184,9 @@ pub fn plan(pending: &[(&Job, i64)], running: &[&Job], node: &Node, now: i64) ->
                     // Runs past the reserved start: only spare resources.
                     let mut usable = free.gpus.clone();
                     usable.retain(|g| !res.gpus.contains(g) && res.spare.gpus.contains(g));
-                    match placement::place(&job.gpus, &usable, node.gpus).filter(|_| res.spare.fits(job)) {
+                    match placement::place(&job.gpus, &usable, node.gpus)
+                        .filter(|_| res.spare.fits(job))
+                    {
                         Some(g) => {
                             res.spare.take(job, &g);
                             g
@@ -216,7 +218,13 @@ fn expected_end(job: &Job, now: i64) -> Option<i64> {
 
 /// Finds the earliest time at which `job` fits, releasing running jobs (and
 /// jobs started earlier in this pass) in order of their expected ends.
-fn reserve(job: &Job, free: &Free, ends: &[(i64, &Job)], started: &[(Option<i64>, Job)], node: &Node) -> Option<Reservation> {
+fn reserve(
+    job: &Job,
+    free: &Free,
+    ends: &[(i64, &Job)],
+    started: &[(Option<i64>, Job)],
+    node: &Node,
+) -> Option<Reservation> {
     let mut timeline: Vec<(i64, &Job)> = ends.to_vec();
     timeline.extend(started.iter().filter_map(|(e, j)| e.map(|e| (e, j))));
     timeline.sort_by_key(|(t, j)| (*t, j.id));
@@ -360,7 +368,12 @@ mod tests {
         let long = job(4, 1, Some(500)); // would hold GPU 3 past 200: may not
         let short = job(5, 1, Some(150)); // ends at 160 < 200: may run
         let now = 10;
-        let p = plan(&[(&big, 10), (&long, 0), (&short, 0)], &[&r1, &r2], &node(&g), now);
+        let p = plan(
+            &[(&big, 10), (&long, 0), (&short, 0)],
+            &[&r1, &r2],
+            &node(&g),
+            now,
+        );
         assert_eq!(p.starts, vec![(5, vec![3])]);
         assert_eq!(p.reasons[&3], Reason::Resources);
         assert_eq!(p.reasons[&4], Reason::Priority);
@@ -375,7 +388,11 @@ mod tests {
         let one = job(4, 1, None); // no limit, but GPU 3 is spare at t=100
         let p = plan(&[(&two, 10), (&one, 0)], &[&r1, &r2], &node(&g), 10);
         assert_eq!(p.reasons[&3], Reason::Resources);
-        assert_eq!(p.starts, vec![(4, vec![3])], "GPU 3 is not needed by the reservation on 0,1");
+        assert_eq!(
+            p.starts,
+            vec![(4, vec![3])],
+            "GPU 3 is not needed by the reservation on 0,1"
+        );
     }
 
     #[test]

@@ -50,7 +50,10 @@ mod tests {
 
     fn inventory() -> Vec<Gpu> {
         let mut v = Vec::new();
-        for (i, t) in ["a100", "a100", "a100", "a100", "t4", "t4"].iter().enumerate() {
+        for (i, t) in ["a100", "a100", "a100", "a100", "t4", "t4"]
+            .iter()
+            .enumerate()
+        {
             v.push(Gpu {
                 index: i as u32,
                 gpu_type: t.to_string(),
@@ -71,7 +74,10 @@ mod tests {
     #[test]
     fn typed_requests_take_the_lowest_free_of_their_type() {
         let free: BTreeSet<u32> = [1, 3, 4, 5].into();
-        assert_eq!(place(&req(2, Some("a100")), &free, &inventory()), Some(vec![1, 3]));
+        assert_eq!(
+            place(&req(2, Some("a100")), &free, &inventory()),
+            Some(vec![1, 3])
+        );
         assert_eq!(place(&req(3, Some("a100")), &free, &inventory()), None);
         assert_eq!(place(&req(1, Some("v100")), &free, &inventory()), None);
     }
@@ -79,10 +85,24 @@ mod tests {
     #[test]
     fn untyped_requests_best_fit_and_never_mix_types() {
         let all: BTreeSet<u32> = (0..6).collect();
-        assert_eq!(place(&req(2, None), &all, &inventory()), Some(vec![4, 5]), "the smaller pool that fits");
-        assert_eq!(place(&req(3, None), &all, &inventory()), Some(vec![0, 1, 2]));
+        assert_eq!(
+            place(&req(2, None), &all, &inventory()),
+            Some(vec![4, 5]),
+            "the smaller pool that fits"
+        );
+        assert_eq!(
+            place(&req(3, None), &all, &inventory()),
+            Some(vec![0, 1, 2])
+        );
         let free: BTreeSet<u32> = [0, 1, 4].into();
-        assert_eq!(place(&req(3, None), &free, &inventory()), None, "2 a100 + 1 t4 is not a placement");
-        assert_eq!(place(&req(0, None), &BTreeSet::new(), &inventory()), Some(vec![]));
+        assert_eq!(
+            place(&req(3, None), &free, &inventory()),
+            None,
+            "2 a100 + 1 t4 is not a placement"
+        );
+        assert_eq!(
+            place(&req(0, None), &BTreeSet::new(), &inventory()),
+            Some(vec![])
+        );
     }
 }

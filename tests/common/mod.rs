@@ -8,7 +8,15 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-pub const BINARIES: [&str; 7] = ["ysctld", "ysstepd", "ysbatch", "ysqueue", "yscancel", "ysacct", "yscontrol"];
+pub const BINARIES: [&str; 7] = [
+    "ysctld",
+    "ysstepd",
+    "ysbatch",
+    "ysqueue",
+    "yscancel",
+    "ysacct",
+    "yscontrol",
+];
 
 /// The binaries, hard-linked (or copied) into a directory every user can
 /// reach: the build directory may sit under a home no other user can enter.
@@ -86,11 +94,17 @@ impl Cluster {
     /// Four declared a100 GPUs and 16 CPUs; `extra` is added to the config's
     /// top level.
     pub fn new(extra: &str) -> Cluster {
-        Cluster::with_gpus(extra, "[[gpus]]\ntype = \"a100\"\ncount = 4\nmemory = \"80GiB\"\n")
+        Cluster::with_gpus(
+            extra,
+            "[[gpus]]\ntype = \"a100\"\ncount = 4\nmemory = \"80GiB\"\n",
+        )
     }
 
     pub fn with_gpus(extra: &str, gpus: &str) -> Cluster {
-        let dir = tempfile::Builder::new().prefix("ysched-test-").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("ysched-test-")
+            .tempdir()
+            .unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let spool = dir.path().join("spool");
         let work = dir.path().join("work");
@@ -123,7 +137,11 @@ impl Cluster {
     /// Starts `ysctld --foreground` and waits until it holds its lock.
     pub fn start(&mut self) {
         assert!(self.daemon.is_none(), "daemon already started");
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
         let child = Command::new(bin_dir().join("ysctld"))
             .args(["--foreground", "--config"])
             .arg(&self.config)
@@ -138,14 +156,19 @@ impl Cluster {
         let log = self.log.clone();
         wait_for("ysctld to start", Duration::from_secs(10), || {
             spool.daemon_state() == ysched::spool::DaemonState::Running
-                && std::fs::read_to_string(&log).unwrap_or_default().contains("loaded ")
+                && std::fs::read_to_string(&log)
+                    .unwrap_or_default()
+                    .contains("loaded ")
         });
     }
 
     /// Stops the daemon with SIGTERM, as an administrator would.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.daemon.take() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
             let _ = child.wait();
         }
     }
@@ -165,7 +188,9 @@ impl Cluster {
     /// A command with the cluster's config, run in the work directory.
     pub fn command(&self, name: &str) -> Command {
         let mut c = Command::new(bin_dir().join(name));
-        c.env("YS_CONF", &self.config).env_remove("YS_TIMEOUT").current_dir(&self.work);
+        c.env("YS_CONF", &self.config)
+            .env_remove("YS_TIMEOUT")
+            .current_dir(&self.work);
         c
     }
 
@@ -189,8 +214,15 @@ impl Cluster {
     pub fn submit(&self, args: &[&str]) -> u64 {
         let out = self.run("ysbatch", &[&["--parsable"], args].concat());
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "ysbatch {args:?} failed: {}{}", text, String::from_utf8_lossy(&out.stderr));
-        text.trim().parse().unwrap_or_else(|_| panic!("ysbatch printed {text:?}"))
+        assert!(
+            out.status.success(),
+            "ysbatch {args:?} failed: {}{}",
+            text,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("ysbatch printed {text:?}"))
     }
 
     /// Writes a script into the work directory.
@@ -222,7 +254,9 @@ impl Cluster {
     }
 
     pub fn wait_state(&self, id: u64, wanted: &str, timeout: Duration) {
-        wait_for(&format!("job {id} to be {wanted}"), timeout, || self.state(id) == wanted);
+        wait_for(&format!("job {id} to be {wanted}"), timeout, || {
+            self.state(id) == wanted
+        });
     }
 
     pub fn output_of(&self, id: u64) -> String {
@@ -241,8 +275,14 @@ impl Drop for Cluster {
                     if let Ok(v) = serde_json::from_str::<serde_json::Value>(&state) {
                         for key in ["job_pid", "supervisor_pid"] {
                             if let Some(pid) = v.get(key).and_then(|p| p.as_i64()) {
-                                let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
-                                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
+                                let _ = nix::sys::signal::killpg(
+                                    nix::unistd::Pid::from_raw(pid as i32),
+                                    nix::sys::signal::Signal::SIGKILL,
+                                );
+                                let _ = nix::sys::signal::kill(
+                                    nix::unistd::Pid::from_raw(pid as i32),
+                                    nix::sys::signal::Signal::SIGKILL,
+                                );
                             }
                         }
                     }

@@ -1,0 +1,99 @@
+//! The documentation stays in step with the code: every long flag in a
+//! command's --help is in its man page's OPTIONS and the other way round,
+//! the man pages are well-formed, and the example config parses.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+
+const PAGES: [(&str, &str); 6] = [
+    ("ysctld", "man/ysctld.8"),
+    ("ysbatch", "man/ysbatch.1"),
+    ("ysqueue", "man/ysqueue.1"),
+    ("yscancel", "man/yscancel.1"),
+    ("ysacct", "man/ysacct.1"),
+    ("yscontrol", "man/yscontrol.1"),
+];
+
+fn long_flags(text: &str) -> BTreeSet<String> {
+    let mut flags = BTreeSet::new();
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while let Some(pos) = text[i..].find("--") {
+        let start = i + pos + 2;
+        let end = text[start..]
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+            .map_or(text.len(), |e| start + e);
+        if end > start && bytes[start].is_ascii_alphabetic() {
+            flags.insert(text[start..end].to_string());
+        }
+        i = end.max(start);
+    }
+    flags
+}
+
+/// Long flags on --help's option lines (not in examples or prose).
+fn help_flags(command: &str) -> BTreeSet<String> {
+    let out = Command::new(common::bin_dir().join(command)).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let options: String = text.lines().filter(|l| l.trim_start().starts_with('-')).map(|l| format!("{l}\n")).collect();
+    long_flags(&options)
+}
+
+/// Long flags in the man page's OPTIONS section.
+fn man_flags(page: &str) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(page)).unwrap();
+    let section = text.split("\n.SH ").find(|s| s.starts_with("OPTIONS")).unwrap_or_else(|| panic!("{page} has no OPTIONS"));
+    long_flags(&section.replace("\\-", "-"))
+}
+
+#[test]
+fn help_and_man_pages_name_the_same_long_flags() {
+    for (command, page) in PAGES {
+        let help = help_flags(command);
+        let man = man_flags(page);
+        let missing: Vec<_> = help.difference(&man).collect();
+        let extra: Vec<_> = man.difference(&help).collect();
+        assert!(missing.is_empty(), "{page} lacks flags that {command} --help shows: {missing:?}");
+        assert!(extra.is_empty(), "{page} documents flags {command} does not have: {extra:?}");
+    }
+}
+
+#[test]
+fn man_pages_have_the_usual_sections() {
+    for (_, page) in PAGES.iter().chain(&[("", "man/ysched.toml.5")]) {
+        let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(page)).unwrap();
+        for section in ["NAME", "SYNOPSIS", "DESCRIPTION", "SEE ALSO"] {
+            assert!(text.contains(&format!(".SH {section}")) || text.contains(&format!(".SH \"{section}\"")), "{page} lacks {section}");
+        }
+    }
+}
+
+#[test]
+fn man_pages_pass_mandoc_lint_where_mandoc_is_installed() {
+    let Ok(probe) = Command::new("mandoc").arg("-V").output() else {
+        eprintln!("skipped: mandoc is not installed (.ci/run installs it)");
+        return;
+    };
+    let _ = probe;
+    for (_, page) in PAGES.iter().chain(&[("", "man/ysched.toml.5")]) {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(page);
+        let out = Command::new("mandoc").args(["-T", "lint", "-W", "warning"]).arg(&path).output().unwrap();
+        let report = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && report.trim().is_empty(), "mandoc -T lint {page}:\n{report}");
+    }
+}
+
+#[test]
+fn the_example_config_parses_and_declares_what_it_says() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("etc/ysched.toml");
+    let config = ysched::config::Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.spool_dir, Path::new("/var/spool/ysched"));
+    assert_eq!(config.gpus[0].gpu_type, "a100");
+    assert_eq!(config.gpus[0].count, 4);
+    assert_eq!(config.kill_wait, 30);
+    assert_eq!(config.qos.len(), 4);
+}
