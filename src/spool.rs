@@ -40,6 +40,8 @@ pub enum SpoolError {
     AlreadyRunning { pid: String, spool: PathBuf },
     #[error("cannot prepare spool {path}: {source}")]
     Prepare { path: PathBuf, source: io::Error },
+    #[error("spool {spool} is the personal spool of {owner}; only they can use it")]
+    Foreign { spool: PathBuf, owner: String },
 }
 
 /// Who owns the spool: root, serving every user (system mode), or one
@@ -194,8 +196,21 @@ impl Spool {
     /// writes the request under a temporary name, fsyncs it when it changes
     /// state, and renames it into place.
     pub fn send(&self, envelope: &Envelope) -> Result<SentRequest, SpoolError> {
-        if !self.incoming().is_dir() {
-            return Err(SpoolError::Missing(self.root.clone()));
+        let owner = match fs::metadata(self.incoming()) {
+            Ok(m) if m.is_dir() => m.uid(),
+            _ => return Err(SpoolError::Missing(self.root.clone())),
+        };
+        // A spool not owned by root is one user's personal spool: its daemon
+        // could neither serve nor answer anyone else.
+        if owner != 0 && owner != nix::unistd::geteuid().as_raw() {
+            let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(owner))
+                .ok()
+                .flatten()
+                .map_or_else(|| format!("uid {owner}"), |u| u.name);
+            return Err(SpoolError::Foreign {
+                spool: self.root.clone(),
+                owner: name,
+            });
         }
         let name = unique_name(envelope.request.kind());
         let reply_path = self.replies().join(&name);
