@@ -36,17 +36,27 @@ fn long_flags(text: &str) -> BTreeSet<String> {
 
 /// Long flags on --help's option lines (not in examples or prose).
 fn help_flags(command: &str) -> BTreeSet<String> {
-    let out = Command::new(common::bin_dir().join(command)).arg("--help").output().unwrap();
+    let out = Command::new(common::bin_dir().join(command))
+        .arg("--help")
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    let options: String = text.lines().filter(|l| l.trim_start().starts_with('-')).map(|l| format!("{l}\n")).collect();
+    let options: String = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with('-'))
+        .map(|l| format!("{l}\n"))
+        .collect();
     long_flags(&options)
 }
 
 /// Long flags in the man page's OPTIONS section.
 fn man_flags(page: &str) -> BTreeSet<String> {
     let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(page)).unwrap();
-    let section = text.split("\n.SH ").find(|s| s.starts_with("OPTIONS")).unwrap_or_else(|| panic!("{page} has no OPTIONS"));
+    let section = text
+        .split("\n.SH ")
+        .find(|s| s.starts_with("OPTIONS"))
+        .unwrap_or_else(|| panic!("{page} has no OPTIONS"));
     long_flags(&section.replace("\\-", "-"))
 }
 
@@ -57,17 +67,28 @@ fn help_and_man_pages_name_the_same_long_flags() {
         let man = man_flags(page);
         let missing: Vec<_> = help.difference(&man).collect();
         let extra: Vec<_> = man.difference(&help).collect();
-        assert!(missing.is_empty(), "{page} lacks flags that {command} --help shows: {missing:?}");
-        assert!(extra.is_empty(), "{page} documents flags {command} does not have: {extra:?}");
+        assert!(
+            missing.is_empty(),
+            "{page} lacks flags that {command} --help shows: {missing:?}"
+        );
+        assert!(
+            extra.is_empty(),
+            "{page} documents flags {command} does not have: {extra:?}"
+        );
     }
 }
 
 #[test]
 fn man_pages_have_the_usual_sections() {
     for (_, page) in PAGES.iter().chain(&[("", "man/ysched.toml.5")]) {
-        let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(page)).unwrap();
+        let text =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(page)).unwrap();
         for section in ["NAME", "SYNOPSIS", "DESCRIPTION", "SEE ALSO"] {
-            assert!(text.contains(&format!(".SH {section}")) || text.contains(&format!(".SH \"{section}\"")), "{page} lacks {section}");
+            assert!(
+                text.contains(&format!(".SH {section}"))
+                    || text.contains(&format!(".SH \"{section}\"")),
+                "{page} lacks {section}"
+            );
         }
     }
 }
@@ -81,9 +102,17 @@ fn man_pages_pass_mandoc_lint_where_mandoc_is_installed() {
     let _ = probe;
     for (_, page) in PAGES.iter().chain(&[("", "man/ysched.toml.5")]) {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(page);
-        let out = Command::new("mandoc").args(["-T", "lint", "-W", "warning"]).arg(&path).output().unwrap();
-        let report = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success() && report.trim().is_empty(), "mandoc -T lint {page}:\n{report}");
+        let out = Command::new("mandoc")
+            .args(["-T", "lint", "-W", "warning"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let report = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && report.trim().is_empty(),
+            "mandoc -T lint {page}:\n{report}"
+        );
     }
 }
 

@@ -206,7 +206,10 @@ fn an_admin_hold_binds_the_user_and_admins_act_on_any_job() {
 fn personal_mode_runs_everything_as_one_unprivileged_user() {
     require_root!();
     let dana = TestUser::create("p");
-    let home = tempfile::Builder::new().prefix("ysched-personal-").tempdir().unwrap();
+    let home = tempfile::Builder::new()
+        .prefix("ysched-personal-")
+        .tempdir()
+        .unwrap();
     std::os::unix::fs::chown(home.path(), Some(dana.uid), None).unwrap();
     let config = home.path().join("ysched.toml");
     std::fs::write(
@@ -226,18 +229,42 @@ fn personal_mode_runs_everything_as_one_unprivileged_user() {
         cmd
     };
     let bin = |name: &str| common::bin_dir().join(name).display().to_string();
-    let mut daemon = as_dana(&[&bin("ysctld"), "--foreground"]).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let mut daemon = as_dana(&[&bin("ysctld"), "--foreground"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
     let spool = ysched::spool::Spool::new(home.path().join("spool"));
-    common::wait_for("the personal daemon", LONG, || spool.daemon_state() == ysched::spool::DaemonState::Running);
+    common::wait_for("the personal daemon", LONG, || {
+        spool.daemon_state() == ysched::spool::DaemonState::Running
+    });
     let meta = std::fs::metadata(spool.incoming()).unwrap();
     assert_eq!(meta.uid(), dana.uid, "the spool belongs to its user");
     assert_eq!(meta.mode() & 0o777, 0o700, "and to nobody else");
 
-    let out = as_dana(&[&bin("ysbatch"), "--parsable", "-G", "t4:1", "--wrap", "id -un; echo $CUDA_VISIBLE_DEVICES"]).output().unwrap();
+    let out = as_dana(&[
+        &bin("ysbatch"),
+        "--parsable",
+        "-G",
+        "t4:1",
+        "--wrap",
+        "id -un; echo $CUDA_VISIBLE_DEVICES",
+    ])
+    .output()
+    .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let id: u64 = stdout(&out).trim().parse().unwrap();
     common::wait_for("the personal job", LONG, || {
-        let out = as_dana(&[&bin("ysacct"), "-j", &id.to_string(), "-n", "-P", "-o", "State"]).output().unwrap();
+        let out = as_dana(&[
+            &bin("ysacct"),
+            "-j",
+            &id.to_string(),
+            "-n",
+            "-P",
+            "-o",
+            "State",
+        ])
+        .output()
+        .unwrap();
         stdout(&out).trim() == "COMPLETED"
     });
     let output = std::fs::read_to_string(home.path().join(format!("ys-{id}.out"))).unwrap();
@@ -251,7 +278,14 @@ fn personal_mode_runs_everything_as_one_unprivileged_user() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains(&format!("is the personal spool of {}; only they can use it", dana.name)), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!(
+            "is the personal spool of {}; only they can use it",
+            dana.name
+        )),
+        "{}",
+        stderr(&out)
+    );
     let _ = daemon.kill();
     let _ = daemon.wait();
 }
