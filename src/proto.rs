@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::job::{Job, JobId, JobRequest, JobState};
+use crate::report::Field;
 
 /// Bumped when a message changes incompatibly; a daemon refuses other versions
 /// with a message instead of misreading them.
@@ -123,10 +124,18 @@ impl JobFilter {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Query {
-    /// Pending and running jobs (ysqueue).
-    Queue(JobFilter),
+    /// Pending and running jobs (ysqueue). With `fields`, the answer is
+    /// those cells, rendered where the jobs are ([`Reply::Rows`]); without,
+    /// whole jobs ([`Reply::Jobs`]).
+    Queue {
+        filter: JobFilter,
+        fields: Option<Vec<Field>>,
+    },
     /// Jobs from the accounting database, finished or not (ysacct).
-    Accounting(JobFilter),
+    Accounting {
+        filter: JobFilter,
+        fields: Option<Vec<Field>>,
+    },
     /// One job in full (yscontrol show job).
     Job(JobId),
 }
@@ -167,6 +176,11 @@ pub enum Reply {
     },
     Jobs {
         jobs: Vec<JobView>,
+        now: i64,
+    },
+    /// One row of rendered cells per job, for the fields asked for.
+    Rows {
+        rows: Vec<Vec<String>>,
         now: i64,
     },
 }

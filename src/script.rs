@@ -445,7 +445,9 @@ pub fn describe_clap_error(e: &clap::Error) -> String {
 pub struct SubmitContext<'a> {
     pub cwd: &'a Path,
     pub environment: Vec<(String, String)>,
-    pub now: jiff::Zoned,
+    /// The clock, read only for `--begin`: finding the local time zone
+    /// scans the zoneinfo database, which would dominate every submission.
+    pub now: &'a dyn Fn() -> jiff::Zoned,
     /// The script's file name, for the default job name.
     pub default_name: String,
 }
@@ -466,7 +468,7 @@ pub fn resolve(
     let begin_time = partial
         .begin
         .as_deref()
-        .map(|b| units::parse_begin_time(b, ctx.now.clone()))
+        .map(|b| units::parse_begin_time(b, (ctx.now)()))
         .transpose()
         .map_err(|e| opt_err(format!("--begin: {e}")))?;
     let environment =

@@ -127,13 +127,9 @@ pub fn ask(config: &Config, request: Request) -> Result<Reply, CliError> {
     }
 }
 
-/// Asks the daemon for jobs; when it is down, reads the database directly if
+/// Asks the daemon a query; when it is down, reads the database directly if
 /// this user can (root, or the owner of a personal spool).
-pub fn query_jobs(
-    command: &str,
-    config: &Config,
-    query: Query,
-) -> Result<(Vec<crate::proto::JobView>, i64), CliError> {
+pub fn query(command: &str, config: &Config, query: Query) -> Result<Reply, CliError> {
     let spool = Spool::new(&config.spool_dir);
     let reply = if spool.daemon_state() == DaemonState::Running {
         ask(config, Request::Query(query))?
@@ -154,8 +150,22 @@ pub fn query_jobs(
         crate::daemon::answer_offline(&database, query, uid, config.is_admin(uid, &user))?
     };
     match reply {
-        Reply::Jobs { jobs, now } => Ok((jobs, now)),
         Reply::Rejected { error } => Err(CliError::failed(error)),
+        reply @ (Reply::Jobs { .. } | Reply::Rows { .. }) => Ok(reply),
+        other => Err(CliError::failed(format!(
+            "unexpected reply from ysctld: {other:?}"
+        ))),
+    }
+}
+
+/// What a listing query returned: whole jobs (for --json) or rendered rows.
+pub fn print_listing(reply: Reply, render: impl FnOnce(Vec<Vec<String>>) -> String) -> CliResult {
+    match reply {
+        Reply::Jobs { jobs, now } => {
+            let json = serde_json::json!({ "jobs": jobs, "time": now });
+            print(&format!("{}\n", serde_json::to_string_pretty(&json)?))
+        }
+        Reply::Rows { rows, .. } => print(&render(rows)),
         other => Err(CliError::failed(format!(
             "unexpected reply from ysctld: {other:?}"
         ))),

@@ -2,7 +2,7 @@
 
 use clap::Parser;
 
-use super::{job_filter, load_config, print, query_jobs, CliError, CliResult};
+use super::{job_filter, load_config, print_listing, query, CliError, CliResult};
 use crate::proto::Query;
 use crate::report;
 use crate::units;
@@ -98,15 +98,13 @@ pub fn run(args: Args) -> CliResult {
         .as_deref()
         .map(|e| time(e, "--endtime"))
         .transpose()?;
-    let (jobs, now) = query_jobs("ysacct", &config, Query::Accounting(filter))?;
-    if args.json {
-        let json = serde_json::json!({ "jobs": jobs, "time": now });
-        return print(&format!("{}\n", serde_json::to_string_pretty(&json)?));
-    }
-    let text = if args.parsable || args.parsable2 {
-        report::render_parsable(&columns, &jobs, now, !args.noheader, args.parsable)
-    } else {
-        report::render_table(&columns, &jobs, now, !args.noheader)
-    };
-    print(&text)
+    let fields = (!args.json).then(|| report::fields_of(&columns));
+    let reply = query("ysacct", &config, Query::Accounting { filter, fields })?;
+    print_listing(reply, |rows| {
+        if args.parsable || args.parsable2 {
+            report::render_parsable(&columns, rows, !args.noheader, args.parsable)
+        } else {
+            report::render_table(&columns, rows, !args.noheader)
+        }
+    })
 }

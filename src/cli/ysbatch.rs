@@ -82,7 +82,7 @@ pub fn run(args: Args) -> CliResult {
     let context = SubmitContext {
         cwd: &cwd,
         environment: std::env::vars().collect(),
-        now: jiff::Zoned::now(),
+        now: &jiff::Zoned::now,
         default_name,
     };
     let request = script::resolve(partial, script_text, args.args, context)?;

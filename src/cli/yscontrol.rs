@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
-use super::{ask, load_config, parse_job_ids, print, query_jobs, CliError, CliResult};
+use super::{ask, load_config, parse_job_ids, print, query, CliError, CliResult};
 use crate::proto::{Control, JobView, Query, Reply, Request};
 use crate::units;
 
@@ -70,11 +70,10 @@ pub fn run(args: Args) -> CliResult {
             let [id] = ids.as_slice() else {
                 return Err(CliError::usage("give one job id"));
             };
-            let (jobs, now) = query_jobs("yscontrol", &config, Query::Job(*id))?;
-            let Some(view) = jobs.first() else {
-                return Err(CliError::failed(format!("job {id} does not exist")));
-            };
-            print(&show_job(view, now))
+            match query("yscontrol", &config, Query::Job(*id))? {
+                Reply::Jobs { jobs, now } if !jobs.is_empty() => print(&show_job(&jobs[0], now)),
+                _ => Err(CliError::failed(format!("job {id} does not exist"))),
+            }
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use clap::Parser;
 
-use super::{job_filter, load_config, print, query_jobs, CliError, CliResult};
+use super::{job_filter, load_config, print_listing, query, CliError, CliResult};
 use crate::proto::Query;
 use crate::report::{self, Column, Field, SqueueFormat};
 
@@ -73,16 +73,12 @@ pub fn run(args: Args) -> CliResult {
         Some(f) => Some(report::parse_squeue_format(f).map_err(CliError::usage)?),
         None => None,
     };
-    let (jobs, now) = query_jobs("ysqueue", &config, Query::Queue(filter))?;
-    if args.json {
-        let json = serde_json::json!({ "jobs": jobs, "time": now });
-        return print(&format!("{}\n", serde_json::to_string_pretty(&json)?));
-    }
-    let text = match format {
-        Some(f) => report::render_squeue(&f, &jobs, now, !args.noheader),
-        None => report::render_squeue(&default_format(args.priority), &jobs, now, !args.noheader),
-    };
-    print(&text)
+    let format = format.unwrap_or_else(|| default_format(args.priority));
+    let fields = (!args.json).then(|| format.fields());
+    let reply = query("ysqueue", &config, Query::Queue { filter, fields })?;
+    print_listing(reply, |rows| {
+        report::render_squeue(&format, rows, !args.noheader)
+    })
 }
 
 fn default_format(priority: bool) -> SqueueFormat {

@@ -15,6 +15,7 @@ use crate::config::Config;
 use crate::db::{self, DbError};
 use crate::job::{Job, JobId, JobState};
 use crate::proto::{JobView, Query, Reply};
+use crate::report::{self, Field};
 use crate::sched::{priority, Reason};
 use crate::spool::Spool;
 
@@ -132,40 +133,48 @@ fn view_for(mut view: JobView, uid: u32, admin: bool) -> JobView {
 fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
     let snapshot = work.snapshot.as_deref();
     let now = super::now();
+    let redact = |v: &JobView| v.job.uid != work.uid && !work.admin;
     let visible = |v: JobView| view_for(v, work.uid, work.admin);
+    // Cells rendered here, where the jobs are, or whole (redacted) jobs.
+    let reply = |views: Vec<&JobView>, fields: &Option<Vec<Field>>| match fields {
+        Some(fields) => Reply::Rows {
+            rows: views
+                .into_iter()
+                .map(|v| report::cells(fields, v, now, redact(v)))
+                .collect(),
+            now,
+        },
+        None => Reply::Jobs {
+            jobs: views.into_iter().cloned().map(visible).collect(),
+            now,
+        },
+    };
     match &work.query {
-        Query::Queue(filter) => {
-            let jobs = snapshot
-                .map(|s| {
-                    s.jobs
-                        .iter()
-                        .filter(|v| filter.matches(&v.job))
-                        .cloned()
-                        .map(visible)
-                        .collect()
-                })
+        Query::Queue { filter, fields } => {
+            let views = snapshot
+                .map(|s| s.jobs.iter().filter(|v| filter.matches(&v.job)).collect())
                 .unwrap_or_default();
-            Ok(Reply::Jobs { jobs, now })
+            Ok(reply(views, fields))
         }
-        Query::Accounting(filter) => {
+        Query::Accounting { filter, fields } => {
             let active: HashMap<JobId, &JobView> = snapshot
                 .map(|s| s.jobs.iter().map(|v| (v.job.id, v)).collect())
                 .unwrap_or_default();
-            let jobs = db::find_jobs(conn, filter, MAX_ROWS)?
+            let stored: Vec<JobView> = db::find_jobs(conn, filter, MAX_ROWS)?
                 .into_iter()
-                .map(|job| match active.get(&job.id) {
-                    // The snapshot may be newer than the last commit seen here.
-                    Some(v) => (*v).clone(),
-                    None => JobView {
-                        job,
-                        pending_reason: None,
-                        priority: 0,
-                        redacted: false,
-                    },
+                .map(|job| JobView {
+                    job,
+                    pending_reason: None,
+                    priority: 0,
+                    redacted: false,
                 })
-                .map(visible)
                 .collect();
-            Ok(Reply::Jobs { jobs, now })
+            // The snapshot may be newer than the last commit seen here.
+            let views = stored
+                .iter()
+                .map(|v| active.get(&v.job.id).copied().unwrap_or(v))
+                .collect();
+            Ok(reply(views, fields))
         }
         Query::Job(id) => {
             let found = snapshot.and_then(|s| s.jobs.iter().find(|v| v.job.id == *id).cloned());
@@ -213,12 +222,15 @@ pub fn answer_offline(
         snapshot: None,
     };
     // Without the daemon, active jobs come from the database as last written.
-    if let Query::Queue(filter) = &work.query {
+    if let Query::Queue { filter, fields } = &work.query {
         let mut active = filter.clone();
         if active.states.is_empty() {
             active.states = vec![JobState::Pending, JobState::Running, JobState::Completing];
         }
-        let query = Query::Accounting(active);
+        let query = Query::Accounting {
+            filter: active,
+            fields: fields.clone(),
+        };
         return answer(&Work { query, ..work }, &conn);
     }
     answer(&work, &conn)

@@ -5,6 +5,7 @@ use crate::db::{self, Payload};
 use crate::job::{Hold, Job, JobRequest, JobState};
 use crate::proto::Reply;
 use crate::sched::admission::{self, Capacity};
+use crate::sched::Reason;
 
 use super::{Daemon, DaemonError};
 
@@ -84,8 +85,23 @@ impl Daemon {
             job.qos,
             job.gpus
         );
+        // A job that cannot start yet only needs its reason; a full pass
+        // (which sorts every pending job) would gain nothing.
+        let waits = if job.hold.is_some() {
+            Some(Reason::JobHeldUser)
+        } else {
+            job.begin_time.filter(|&b| b > now).map(|b| {
+                self.wake_at = Some(self.wake_at.map_or(b, |w| w.min(b)));
+                Reason::BeginTime
+            })
+        };
+        match waits {
+            Some(reason) => {
+                self.reasons.insert(id, reason);
+            }
+            None => self.reschedule = true,
+        }
         self.jobs.insert(id, Job { id, ..job });
-        self.reschedule = true;
         self.snapshot = None;
         Ok(Reply::Submitted { job_id: id })
     }

@@ -4,12 +4,14 @@
 
 use std::fmt::Write as _;
 
+use serde::{Deserialize, Serialize};
+
 use crate::job::JobState;
 use crate::proto::JobView;
 use crate::units;
 
 /// One thing a row can show about a job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Field {
     JobId,
     Name,
@@ -168,6 +170,14 @@ impl Field {
             .copied()
     }
 
+    /// What only the job's user and admins may see.
+    pub fn is_private(self) -> bool {
+        matches!(
+            self,
+            Field::WorkDir | Field::StdOut | Field::StdErr | Field::Comment
+        )
+    }
+
     /// The value shown for `view` at time `now`.
     pub fn value(self, view: &JobView, now: i64) -> String {
         let job = &view.job;
@@ -301,6 +311,20 @@ fn tres(view: &JobView) -> String {
     }
     parts.push("node=1".into());
     parts.join(",")
+}
+
+/// The cells of one row; private fields blank when `redact`.
+pub fn cells(fields: &[Field], view: &JobView, now: i64, redact: bool) -> Vec<String> {
+    fields
+        .iter()
+        .map(|f| {
+            if redact && f.is_private() {
+                String::new()
+            } else {
+                f.value(view, now)
+            }
+        })
+        .collect()
 }
 
 /// How wide a column is printed.
@@ -469,13 +493,20 @@ fn auto_widths(columns: &[&Column], header: bool, rows: &[Vec<String>]) -> Vec<u
         .collect()
 }
 
-/// Renders rows in squeue's format (literal text kept between columns).
-pub fn render_squeue(format: &SqueueFormat, views: &[JobView], now: i64, header: bool) -> String {
+impl SqueueFormat {
+    pub fn fields(&self) -> Vec<Field> {
+        self.parts.iter().map(|(_, c)| c.field).collect()
+    }
+}
+
+pub fn fields_of(columns: &[Column]) -> Vec<Field> {
+    columns.iter().map(|c| c.field).collect()
+}
+
+/// Renders rows (cells in the format's field order) in squeue's format,
+/// literal text kept between columns.
+pub fn render_squeue(format: &SqueueFormat, rows: Vec<Vec<String>>, header: bool) -> String {
     let columns: Vec<&Column> = format.parts.iter().map(|(_, c)| c).collect();
-    let rows: Vec<Vec<String>> = views
-        .iter()
-        .map(|v| columns.iter().map(|c| c.field.value(v, now)).collect())
-        .collect();
     let widths = auto_widths(&columns, header, &rows);
     let mut out = String::new();
     let mut line = |cells: &mut dyn Iterator<Item = String>| {
@@ -497,14 +528,10 @@ pub fn render_squeue(format: &SqueueFormat, views: &[JobView], now: i64, header:
     out
 }
 
-/// Renders an aligned table with columns separated by two spaces (one if
-/// widths are explicit, as sacct does).
-pub fn render_table(columns: &[Column], views: &[JobView], now: i64, header: bool) -> String {
+/// Renders an aligned table, columns separated by a space and headed by a
+/// line of dashes, as sacct does.
+pub fn render_table(columns: &[Column], rows: Vec<Vec<String>>, header: bool) -> String {
     let cols: Vec<&Column> = columns.iter().collect();
-    let rows: Vec<Vec<String>> = views
-        .iter()
-        .map(|v| columns.iter().map(|c| c.field.value(v, now)).collect())
-        .collect();
     let widths = auto_widths(&cols, header, &rows);
     let mut out = String::new();
     let mut line = |cells: Vec<String>| {
@@ -542,8 +569,7 @@ pub fn render_table(columns: &[Column], views: &[JobView], now: i64, header: boo
 /// `--parsable` (trailing `|`).
 pub fn render_parsable(
     columns: &[Column],
-    views: &[JobView],
-    now: i64,
+    rows: Vec<Vec<String>>,
     header: bool,
     trailing: bool,
 ) -> String {
@@ -553,11 +579,8 @@ pub fn render_parsable(
         let names: Vec<&str> = columns.iter().map(|c| c.header.as_str()).collect();
         let _ = writeln!(out, "{}{end}", names.join("|"));
     }
-    for v in views {
-        let cells: Vec<String> = columns
-            .iter()
-            .map(|c| c.field.value(v, now).replace('|', " "))
-            .collect();
+    for row in rows {
+        let cells: Vec<String> = row.into_iter().map(|c| c.replace('|', " ")).collect();
         let _ = writeln!(out, "{}{end}", cells.join("|"));
     }
     out
@@ -613,12 +636,11 @@ mod tests {
     #[test]
     fn squeue_codes_and_widths() {
         let f = parse_squeue_format("%.5i %3j|%t %M %l %b %R %%").unwrap();
-        let out = render_squeue(
-            &f,
-            &[view(17, JobState::Running), view(18, JobState::Pending)],
-            142,
-            true,
-        );
+        let rows = [view(17, JobState::Running), view(18, JobState::Pending)]
+            .iter()
+            .map(|v| cells(&f.fields(), v, 142, false))
+            .collect();
+        let out = render_squeue(&f, rows, true);
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(
             lines[0],
@@ -638,12 +660,30 @@ mod tests {
     #[test]
     fn sacct_fields_parsable_and_truncated() {
         let cols = parse_sacct_format("JobID,jobname%3,State,ExitCode,AllocTRES").unwrap();
-        let out = render_parsable(&cols, &[view(17, JobState::Running)], 142, true, false);
+        let rows = || {
+            vec![cells(
+                &fields_of(&cols),
+                &view(17, JobState::Running),
+                142,
+                false,
+            )]
+        };
+        let out = render_parsable(&cols, rows(), true, false);
         assert_eq!(out, "JobID|JobName|State|ExitCode|AllocTRES\n17|train|RUNNING|0:0|cpu=4,gres/gpu:a100=2,gres/gpu=2,mem=8G,node=1\n");
-        let table = render_table(&cols, &[view(17, JobState::Running)], 142, false);
+        let table = render_table(&cols, rows(), false);
         assert!(table.starts_with("17 tr+ RUNNING 0:0 cpu=4"), "{table}");
         assert!(parse_sacct_format("JobID,Bogus")
             .unwrap_err()
             .contains("unknown field 'Bogus'"));
+        let private = cells(
+            &[Field::JobId, Field::WorkDir, Field::Comment],
+            &view(17, JobState::Running),
+            142,
+            true,
+        );
+        assert_eq!(
+            private,
+            vec!["17".to_string(), String::new(), String::new()]
+        );
     }
 }
