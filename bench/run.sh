@@ -138,6 +138,9 @@ bench_slurm() {
     local s=$SHARED/bench/slurm
     [ -x "$s/setup.sh" ] || { echo "no $s/setup.sh: Slurm not measured"; return 1; }
     [ "$(id -u)" = 0 ] || { echo "Slurm's set-up needs root"; return 1; }
+    # setup.sh checksums these before writing them and, under pipefail,
+    # stops on a fresh machine where they do not exist yet.
+    mkdir -p /etc/slurm && touch /etc/slurm/slurm.conf /etc/slurm/gres.conf
     SCHED_PARAMS=${SCHED_PARAMS:-batch_sched_delay=0,sched_min_interval=0} "$s/setup.sh" > "$OUT/slurm-setup.log" 2>&1 || { echo "Slurm set-up failed: $OUT/slurm-setup.log"; return 1; }
     rm -rf "$OUT/slurm"
     RAW=$OUT/slurm N=$N NHOLD=$NHOLD NLAT=$NLAT "$s/bench.sh" lat seq par hold
@@ -166,8 +169,8 @@ Y=$OUT/ysched/results.kv S=$OUT/slurm/results.kv T=$OUT/ts/summary.txt
 printf '\n%-44s %12s %12s %12s\n' "metric" "ysched" "slurm" "task-spooler"
 row() { printf '%-44s %12s %12s %12s\n' "$1" "$(get "$Y" "$2")" "$(get "$S" "$3")" "$(get "$T" "$4")"; }
 row "submit, sequential (jobs/s)" seq_submit_rate_jobs_per_s seq_submit_rate_jobs_per_s ts_seq_submit_jobs_per_s_r1
-row "submit, 4 parallel (jobs/s)" par4_submit_rate_jobs_per_s par4_submit_rate_jobs_per_s ts_par_submit_jobs_per_s_r1
-row "submit to start, idle, median (s)" lat_median_s lat_median_s ts_latency_median_s
+row "submit, 4 parallel (jobs/s)" par4_submit_rate_jobs_per_s par4_submit_rate_jobs_per_s ts_par4_submit_jobs_per_s_r1
+row "submit to start, idle, median (s)" lat_median_s lat_median_s ts_dispatch_latency
 row "1000 one-GPU jobs on 4 GPUs (s)" seq_throughput_wall_s seq_throughput_wall_s ts_throughput_all_done_s_r1
 row "queue listing, 10k pending, mean (s)" hf_squeue_mean_s hf_squeue_mean_s -
 row "cancel all 10k pending (s)" scancel_until_queue_empty_s scancel_until_queue_empty_s -

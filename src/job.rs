@@ -297,6 +297,45 @@ pub fn expand_filename_pattern(
     out
 }
 
+/// A pending job of alice's asking for two a100 GPUs, for tests to adapt.
+#[cfg(test)]
+pub(crate) fn example_job(id: JobId) -> Job {
+    Job {
+        id,
+        uid: 1000,
+        gid: 1000,
+        user: "alice".into(),
+        account: "vision".into(),
+        qos: "medium".into(),
+        name: "train".into(),
+        state: JobState::Pending,
+        hold: None,
+        gpus: GpuRequest {
+            count: 2,
+            gpu_type: Some("a100".into()),
+        },
+        cpus: 4,
+        mem_mb: Some(8192),
+        time_limit: Some(1800),
+        submit_time: 1_000,
+        begin_time: None,
+        start_time: None,
+        end_time: None,
+        gpus_alloc: vec![],
+        node: None,
+        exit: None,
+        restart_count: 0,
+        reason: None,
+        kill_reason: None,
+        work_dir: "/home/alice".into(),
+        submit_dir: "/home/alice".into(),
+        std_out: "ys-%j.out".into(),
+        std_err: None,
+        open_append: false,
+        comment: Some("first".into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

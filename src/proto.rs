@@ -36,12 +36,6 @@ pub enum Request {
 }
 
 impl Request {
-    /// Requests that change state are made durable by the client (fsync)
-    /// and recorded by the daemon; queries are neither.
-    pub fn changes_state(&self) -> bool {
-        !matches!(self, Request::Query(_))
-    }
-
     pub fn kind(&self) -> &'static str {
         match self {
             Request::Submit(_) => "job",

@@ -193,9 +193,13 @@ impl Spool {
     // ------------------------------------------------------------ client side
 
     /// Sends a request: creates the reply file and its watch first, then
-    /// writes the request under a temporary name, fsyncs it when it changes
-    /// state, and renames it into place.
-    pub fn send(&self, envelope: &Envelope) -> Result<SentRequest, SpoolError> {
+    /// writes the request under a temporary name and renames it into place,
+    /// fsync'ing it first when `durability` says so.
+    pub fn send(
+        &self,
+        envelope: &Envelope,
+        durability: Durability,
+    ) -> Result<SentRequest, SpoolError> {
         let owner = match fs::metadata(self.incoming()) {
             Ok(m) if m.is_dir() => m.uid(),
             _ => return Err(SpoolError::Missing(self.root.clone())),
@@ -251,7 +255,7 @@ impl Spool {
                 .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
                 .open(&temp)?;
             file.write_all(&body)?;
-            if envelope.request.changes_state() {
+            if durability == Durability::Now {
                 file.sync_all()?;
             }
             drop(file);
@@ -267,6 +271,22 @@ impl Spool {
 
 pub struct DaemonLock {
     _file: File,
+}
+
+/// When a request file is flushed to disk.
+///
+/// A request is accepted either when the daemon replies, which it does only
+/// after committing the request to its database (durable), or when the
+/// client, getting no reply, tells its user the request is spooled. Only the
+/// second needs the client's own fsync, so a client talking to a running
+/// daemon defers it ([`SentRequest::make_durable`]) and saves a disk flush
+/// per submission without promising less.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// Before it is renamed into place (no daemon to reply).
+    Now,
+    /// Only if asked later, before claiming the request is spooled.
+    OnDemand,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -342,6 +362,23 @@ impl SentRequest {
         }
         // A reply being written is incomplete JSON; the close event follows.
         Ok(serde_json::from_slice(&text).ok())
+    }
+
+    /// Flushes the request file to disk if it is still in the spool (if it is
+    /// gone, the daemon committed it before removing it).
+    pub fn make_durable(&self) -> Result<(), SpoolError> {
+        let path = self.spool.incoming().join(&self.name);
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path);
+        match file {
+            Ok(f) => f
+                .sync_all()
+                .map_err(|source| SpoolError::Write { path, source }),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(SpoolError::Write { path, source }),
+        }
     }
 
     /// Takes the request back out of the spool (a query nobody will answer).
@@ -634,7 +671,7 @@ mod tests {
         let spool = Spool::new(dir.path().join("spool"));
         spool.prepare(Ownership::Personal).unwrap();
         let envelope = Envelope::new(Request::Query(Query::Job(7)));
-        let mut sent = spool.send(&envelope).unwrap();
+        let mut sent = spool.send(&envelope, Durability::OnDemand).unwrap();
         let names = spool.list_incoming().unwrap();
         assert_eq!(names, vec![sent.name().to_string()]);
         let uid = nix::unistd::geteuid().as_raw();

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::proto::{Envelope, JobFilter, Query, Reply, Request};
-use crate::spool::{DaemonState, Spool};
+use crate::spool::{DaemonState, Durability, Spool};
 
 /// An error to print once, as `command: error: message`, with its exit code:
 /// 1 when the operation failed, 2 for a usage error.
@@ -113,17 +113,20 @@ pub fn ask(config: &Config, request: Request) -> Result<Reply, CliError> {
         }
     }
     let is_query = matches!(request, Request::Query(_));
-    let mut sent = spool.send(&Envelope::new(request))?;
+    let mut sent = spool.send(&Envelope::new(request), Durability::OnDemand)?;
     match sent.wait(reply_timeout(Duration::from_secs(30)))? {
         Some(reply) => Ok(reply),
         None if is_query => {
             sent.withdraw();
             Err(CliError::failed("ysctld did not answer in time"))
         }
-        None => Err(CliError::failed(format!(
-            "ysctld did not answer in time; the request {} stays in the spool and will be applied when ysctld takes it",
-            sent.name()
-        ))),
+        None => {
+            sent.make_durable()?;
+            Err(CliError::failed(format!(
+                "ysctld did not answer in time; the request {} stays in the spool and will be applied when ysctld takes it",
+                sent.name()
+            )))
+        }
     }
 }
 

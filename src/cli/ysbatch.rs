@@ -11,7 +11,7 @@ use crate::gpu::Inventory;
 use crate::proto::{Envelope, Reply, Request};
 use crate::sched::admission::{self, Capacity};
 use crate::script::{self, Partial, SubmitContext, SubmitOptions};
-use crate::spool::{DaemonState, Spool};
+use crate::spool::{DaemonState, Durability, Spool};
 
 /// The largest script ysbatch sends (Slurm's default limit is 4 MB too).
 const MAX_SCRIPT_BYTES: usize = 4 << 20;
@@ -107,7 +107,15 @@ pub fn run(args: Args) -> CliResult {
         // that would be refused is not left in the spool.
         check_locally(&request, &config)?;
     }
-    let mut sent = spool.send(&Envelope::new(Request::Submit(Box::new(request))))?;
+    let durability = if state == DaemonState::Running {
+        Durability::OnDemand
+    } else {
+        Durability::Now
+    };
+    let mut sent = spool.send(
+        &Envelope::new(Request::Submit(Box::new(request))),
+        durability,
+    )?;
     if state == DaemonState::Stopped {
         warn(
             "ysbatch",
@@ -131,6 +139,7 @@ pub fn run(args: Args) -> CliResult {
             "unexpected reply from ysctld: {other:?}"
         ))),
         None => {
+            sent.make_durable()?;
             warn(
                 "ysbatch",
                 &format!(

@@ -440,41 +440,8 @@ pub fn find_request(conn: &Connection, name: &str) -> Result<Option<(u32, Reply)
 mod tests {
     use super::*;
 
-    pub(crate) fn sample_job() -> Job {
-        Job {
-            id: 0,
-            uid: 1000,
-            gid: 1000,
-            user: "alice".into(),
-            account: "vision".into(),
-            qos: "medium".into(),
-            name: "train".into(),
-            state: JobState::Pending,
-            hold: None,
-            gpus: GpuRequest {
-                count: 2,
-                gpu_type: Some("a100".into()),
-            },
-            cpus: 4,
-            mem_mb: Some(8192),
-            time_limit: Some(3600),
-            submit_time: 1_000,
-            begin_time: None,
-            start_time: None,
-            end_time: None,
-            gpus_alloc: vec![],
-            node: None,
-            exit: None,
-            restart_count: 0,
-            reason: None,
-            kill_reason: None,
-            work_dir: "/home/alice".into(),
-            submit_dir: "/home/alice".into(),
-            std_out: "ys-%j.out".into(),
-            std_err: None,
-            open_append: false,
-            comment: Some("first".into()),
-        }
+    fn sample_job() -> Job {
+        crate::job::example_job(0)
     }
 
     fn payload() -> Payload {

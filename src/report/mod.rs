@@ -589,45 +589,23 @@ pub fn render_parsable(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::{GpuRequest, Job};
+    use crate::job::Job;
 
     fn view(id: u64, state: JobState) -> JobView {
+        let running = state != JobState::Pending;
         JobView {
             job: Job {
-                id,
-                uid: 1000,
-                gid: 1000,
-                user: "alice".into(),
-                account: "vision".into(),
-                qos: "medium".into(),
-                name: "train".into(),
                 state,
-                hold: None,
-                gpus: GpuRequest {
-                    count: 2,
-                    gpu_type: Some("a100".into()),
-                },
-                cpus: 4,
-                mem_mb: Some(8192),
-                time_limit: Some(1800),
                 submit_time: 0,
-                begin_time: None,
-                start_time: (state != JobState::Pending).then_some(100),
-                end_time: None,
+                start_time: running.then_some(100),
                 gpus_alloc: vec![0, 1],
-                node: (state != JobState::Pending).then(|| "gpu01".into()),
-                exit: None,
-                restart_count: 0,
-                reason: None,
-                kill_reason: None,
+                node: running.then(|| "gpu01".into()),
                 work_dir: "/w".into(),
                 submit_dir: "/w".into(),
-                std_out: "ys-%j.out".into(),
-                std_err: None,
-                open_append: false,
                 comment: None,
+                ..crate::job::example_job(id)
             },
-            pending_reason: (state == JobState::Pending).then(|| "Resources".into()),
+            pending_reason: (!running).then(|| "Resources".into()),
             priority: 100,
             redacted: false,
         }

@@ -269,15 +269,6 @@ mod tests {
 
     fn job(id: JobId, count: u32, limit: Option<u64>) -> Job {
         Job {
-            id,
-            uid: 1000,
-            gid: 1000,
-            user: "alice".into(),
-            account: "default".into(),
-            qos: "medium".into(),
-            name: format!("j{id}"),
-            state: JobState::Pending,
-            hold: None,
             gpus: GpuRequest {
                 count,
                 gpu_type: None,
@@ -286,21 +277,7 @@ mod tests {
             mem_mb: None,
             time_limit: limit,
             submit_time: id as i64,
-            begin_time: None,
-            start_time: None,
-            end_time: None,
-            gpus_alloc: vec![],
-            node: None,
-            exit: None,
-            restart_count: 0,
-            reason: None,
-            kill_reason: None,
-            work_dir: "/".into(),
-            submit_dir: "/".into(),
-            std_out: "o".into(),
-            std_err: None,
-            open_append: false,
-            comment: None,
+            ..crate::job::example_job(id)
         }
     }
 

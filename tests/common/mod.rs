@@ -181,6 +181,10 @@ impl Cluster {
         }
     }
 
+    pub fn daemon_pid(&self) -> nix::unistd::Pid {
+        nix::unistd::Pid::from_raw(self.daemon.as_ref().expect("daemon running").id() as i32)
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
