@@ -2,7 +2,7 @@
 //! script's `#YS` / `#SBATCH` directives), directive parsing with line
 //! numbers, and resolution into a [`JobRequest`].
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{Args, Parser, ValueEnum};
@@ -568,14 +568,6 @@ pub fn name_from_path(path: &Path) -> String {
         .map(|n| n.to_string_lossy().into_owned())
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| "ysbatch".to_string())
-}
-
-pub fn absolute(path: &Path, cwd: &Path) -> PathBuf {
-    if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        cwd.join(path)
-    }
 }
 
 #[cfg(test)]

@@ -126,7 +126,7 @@ pub fn run(args: Args) -> CliResult {
         );
         return Ok(());
     }
-    match sent.wait(reply_timeout(Duration::from_secs(10)))? {
+    match sent.wait(reply_timeout(Duration::from_secs(5)))? {
         Some(Reply::Submitted { job_id }) => {
             if parsable {
                 print(&format!("{job_id}\n"))

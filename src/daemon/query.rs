@@ -26,7 +26,6 @@ const MAX_ROWS: usize = 200_000;
 /// pending ones in the order the scheduler would start them.
 pub struct QueueSnapshot {
     pub jobs: Vec<JobView>,
-    pub taken_at: i64,
 }
 
 impl QueueSnapshot {
@@ -60,10 +59,7 @@ impl QueueSnapshot {
             ),
             _ => (0, 0, v.job.id),
         });
-        QueueSnapshot {
-            jobs: views,
-            taken_at: super::now(),
-        }
+        QueueSnapshot { jobs: views }
     }
 }
 

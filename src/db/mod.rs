@@ -122,10 +122,6 @@ fn migrate(conn: &Connection, path: &Path) -> Result<(), DbError> {
     Ok(())
 }
 
-pub fn schema_version(conn: &Connection) -> Result<i64, DbError> {
-    Ok(conn.query_row("PRAGMA user_version", [], |r| r.get(0))?)
-}
-
 const JOB_COLUMNS: &str = "id, uid, gid, user, account, qos, name, state, hold, gpu_count, gpu_type, cpus, \
      mem_mb, time_limit, submit_time, begin_time, start_time, end_time, gpus_alloc, node, exit_code, \
      exit_signal, restart_count, reason, kill_reason, work_dir, submit_dir, std_out, std_err, \
