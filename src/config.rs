@@ -81,6 +81,15 @@ pub struct Config {
     pub memory_mb: Option<u64>,
     pub max_spool_file: u64,
     pub log_file: Option<PathBuf>,
+    /// Job isolation: auto-detected cgroup v1 or v2, forced, or off.
+    pub cgroups: crate::exec::cgroup::Setting,
+    pub cgroup_root: PathBuf,
+    /// The group, in each hierarchy, that holds this daemon's job groups.
+    pub cgroup_parent: String,
+    /// The most processes one job may have (0: no limit).
+    pub job_pids_max: u64,
+    /// Memory (MiB) per GPU for jobs that give neither --mem nor --mem-per-gpu.
+    pub default_mem_per_gpu: Option<u64>,
     pub gpus: Vec<GpuDecl>,
     pub accounts: Vec<Account>,
     pub qos: Vec<Qos>,
@@ -210,6 +219,12 @@ struct RawConfig {
     #[serde(default, deserialize_with = "de_memory")]
     max_spool_file: Option<u64>,
     log_file: Option<PathBuf>,
+    cgroups: Option<crate::exec::cgroup::Setting>,
+    cgroup_root: Option<PathBuf>,
+    cgroup_parent: Option<Spanned<String>>,
+    job_pids_max: Option<u64>,
+    #[serde(default, deserialize_with = "de_memory")]
+    default_mem_per_gpu: Option<u64>,
     #[serde(default)]
     gpus: Vec<Spanned<RawGpu>>,
     #[serde(default)]
@@ -440,6 +455,20 @@ impl RawConfig {
                 .filter(|h| valid_name(h))
                 .unwrap_or_else(|| "localhost".to_string()),
         };
+        let cgroup_parent = match self.cgroup_parent {
+            Some(p) if !valid_name(p.get_ref()) => {
+                return Err(fail(
+                    Some(p.span()),
+                    "cgroup_parent",
+                    format!(
+                        "invalid cgroup name '{}' (letters, digits, '-', '_', '.')",
+                        p.get_ref()
+                    ),
+                ))
+            }
+            Some(p) => p.into_inner(),
+            None => crate::exec::cgroup::DEFAULT_PARENT.to_string(),
+        };
         let spool_dir = self
             .spool_dir
             .unwrap_or_else(|| PathBuf::from(DEFAULT_SPOOL_DIR));
@@ -467,6 +496,13 @@ impl RawConfig {
             memory_mb: self.memory,
             max_spool_file: self.max_spool_file.map_or(4 << 20, |mb| mb << 20),
             log_file: self.log_file,
+            cgroups: self.cgroups.unwrap_or(crate::exec::cgroup::Setting::Auto),
+            cgroup_root: self
+                .cgroup_root
+                .unwrap_or_else(|| PathBuf::from(crate::exec::cgroup::DEFAULT_ROOT)),
+            cgroup_parent,
+            job_pids_max: self.job_pids_max.unwrap_or(4096),
+            default_mem_per_gpu: self.default_mem_per_gpu,
             gpus,
             accounts,
             qos,
@@ -632,6 +668,14 @@ priority = 1
 
         let e = parse("default_time = \"forever\"\n").unwrap_err();
         assert_eq!(e.line, Some(1));
+
+        let e = parse("cgroups = \"v3\"\n").unwrap_err();
+        assert_eq!(e.line, Some(1));
+        assert!(
+            e.to_string()
+                .contains("unknown variant `v3`, expected one of `auto`, `v1`, `v2`, `off`"),
+            "{e}"
+        );
 
         let e = parse("spool_dir = \"relative/spool\"\n").unwrap_err();
         assert!(e.to_string().contains("absolute"), "{e}");

@@ -24,10 +24,13 @@ pub enum JobState {
     /// The job's supervisor was lost (killed, or the machine failed) after the
     /// script had started; what the script did is unknown.
     NodeFail,
+    /// The kernel's OOM killer killed a process of the job: it used more
+    /// memory than its limit.
+    OutOfMemory,
 }
 
 impl JobState {
-    pub const ALL: [JobState; 8] = [
+    pub const ALL: [JobState; 9] = [
         JobState::Pending,
         JobState::Running,
         JobState::Completing,
@@ -36,6 +39,7 @@ impl JobState {
         JobState::Cancelled,
         JobState::Timeout,
         JobState::NodeFail,
+        JobState::OutOfMemory,
     ];
 
     pub fn name(self) -> &'static str {
@@ -48,6 +52,7 @@ impl JobState {
             JobState::Cancelled => "CANCELLED",
             JobState::Timeout => "TIMEOUT",
             JobState::NodeFail => "NODE_FAIL",
+            JobState::OutOfMemory => "OUT_OF_MEMORY",
         }
     }
 
@@ -61,6 +66,7 @@ impl JobState {
             JobState::Cancelled => "CA",
             JobState::Timeout => "TO",
             JobState::NodeFail => "NF",
+            JobState::OutOfMemory => "OOM",
         }
     }
 
@@ -207,6 +213,11 @@ pub struct Job {
     pub node: Option<String>,
     pub exit: Option<ExitStatus>,
     pub restart_count: u32,
+    /// Measured by the job's cgroup, when it had one.
+    pub max_rss_bytes: Option<u64>,
+    pub cpu_usec: Option<u64>,
+    /// The job's cgroup, as shown to its user.
+    pub cgroup: Option<String>,
     /// Why a finished job failed where the exit code does not say (a launch
     /// error, a lost supervisor), or what ended a completing one.
     pub reason: Option<String>,
@@ -325,6 +336,9 @@ pub(crate) fn example_job(id: JobId) -> Job {
         node: None,
         exit: None,
         restart_count: 0,
+        max_rss_bytes: None,
+        cpu_usec: None,
+        cgroup: None,
         reason: None,
         kill_reason: None,
         work_dir: "/home/alice".into(),

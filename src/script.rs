@@ -67,6 +67,9 @@ pub struct SubmitOptions {
     /// Memory for the job: a size with unit K, M, G, T (default unit M)
     #[arg(long, value_name = "SIZE")]
     pub mem: Option<String>,
+    /// Memory per GPU asked for (instead of --mem)
+    #[arg(long = "mem-per-gpu", value_name = "SIZE")]
+    pub mem_per_gpu: Option<String>,
     /// Output file (patterns %j %x %u %A %a %N; default ys-%j.out)
     #[arg(short = 'o', long, value_name = "PATTERN")]
     pub output: Option<String>,
@@ -127,6 +130,13 @@ struct DirectiveLine {
     options: SubmitOptions,
 }
 
+/// A memory request: for the whole job, or per GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Memory {
+    Total(u64),
+    PerGpu(u64),
+}
+
 /// Options after their values were checked; `None` means "not given here".
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Partial {
@@ -136,7 +146,7 @@ pub struct Partial {
     pub gpus: Option<GpuRequest>,
     pub time_limit: Option<Option<u64>>,
     pub cpus: Option<u32>,
-    pub mem_mb: Option<u64>,
+    pub mem: Option<Memory>,
     pub output: Option<String>,
     pub error: Option<String>,
     pub open_mode: Option<OpenMode>,
@@ -184,12 +194,18 @@ impl Partial {
             .as_deref()
             .map(|c| parse_count(c, "--cpus-per-task", 1, MAX_CPUS_PER_JOB))
             .transpose()?;
-        let mem_mb = o
-            .mem
-            .as_deref()
-            .map(units::parse_memory_mb)
-            .transpose()
-            .map_err(|e| format!("--mem: {e}"))?;
+        let mem = match (o.mem.as_deref(), o.mem_per_gpu.as_deref()) {
+            (Some(_), Some(_)) => {
+                return Err("--mem and --mem-per-gpu exclude each other".to_string())
+            }
+            (Some(m), None) => Some(Memory::Total(
+                units::parse_memory_mb(m).map_err(|e| format!("--mem: {e}"))?,
+            )),
+            (None, Some(m)) => Some(Memory::PerGpu(
+                units::parse_memory_mb(m).map_err(|e| format!("--mem-per-gpu: {e}"))?,
+            )),
+            (None, None) => None,
+        };
         if let Some(name) = &o.job_name {
             check_text(name, "--job-name", 200)?;
         }
@@ -239,7 +255,7 @@ impl Partial {
             gpus: gpu_specs.into_iter().next().map(|(_, r)| r),
             time_limit,
             cpus,
-            mem_mb,
+            mem,
             output: o.output,
             error: o.error,
             open_mode: o.open_mode,
@@ -265,7 +281,7 @@ impl Partial {
             gpus: later.gpus.or(self.gpus),
             time_limit: later.time_limit.or(self.time_limit),
             cpus: later.cpus.or(self.cpus),
-            mem_mb: later.mem_mb.or(self.mem_mb),
+            mem: later.mem.or(self.mem),
             output: later.output.or(self.output),
             error: later.error.or(self.error),
             open_mode: later.open_mode.or(self.open_mode),
@@ -473,13 +489,24 @@ pub fn resolve(
         .map_err(|e| opt_err(format!("--begin: {e}")))?;
     let environment =
         export_environment(partial.export.as_deref(), ctx.environment).map_err(opt_err)?;
+    let gpus = partial.gpus.unwrap_or_default();
+    let mem_mb = match partial.mem {
+        Some(Memory::Total(mb)) => Some(mb),
+        Some(Memory::PerGpu(_)) if gpus.count == 0 => {
+            return Err(opt_err(
+                "--mem-per-gpu needs GPUs (--gpus or --gres)".to_string(),
+            ))
+        }
+        Some(Memory::PerGpu(mb)) => Some(mb * u64::from(gpus.count)),
+        None => None,
+    };
     Ok(JobRequest {
         name: partial.name.unwrap_or(ctx.default_name),
         account: partial.account,
         qos: partial.qos,
-        gpus: partial.gpus.unwrap_or_default(),
+        gpus,
         cpus: partial.cpus.unwrap_or(1),
-        mem_mb: partial.mem_mb,
+        mem_mb,
         time_limit: partial.time_limit,
         output: partial.output,
         error: partial.error,
@@ -597,7 +624,7 @@ mod tests {
             Some(Some(3_600)),
             "directive after the first command must be ignored"
         );
-        assert_eq!(p.mem_mb, Some(8_192));
+        assert_eq!(p.mem, Some(Memory::Total(8_192)));
     }
 
     #[test]

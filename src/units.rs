@@ -84,6 +84,27 @@ pub fn format_elapsed(seconds: u64) -> String {
     }
 }
 
+/// CPU time as sacct's TotalCPU: `MM:SS.mmm` under an hour, then
+/// `HH:MM:SS`, with `D-` from a day on.
+pub fn format_cpu_time(usec: u64) -> String {
+    let seconds = usec / 1_000_000;
+    if seconds < 3_600 {
+        format!(
+            "{:02}:{:02}.{:03}",
+            seconds / 60,
+            seconds % 60,
+            (usec / 1_000) % 1_000
+        )
+    } else {
+        format_elapsed(seconds)
+    }
+}
+
+/// Bytes as sacct's MaxRSS: kibibytes with a `K`.
+pub fn format_rss(bytes: u64) -> String {
+    format!("{}K", bytes.div_ceil(1024))
+}
+
 pub fn format_time_limit(limit: TimeLimit) -> String {
     match limit {
         None => "UNLIMITED".to_string(),
@@ -293,6 +314,9 @@ mod tests {
         assert_eq!(format_duration(90_061), "1-01:01:01");
         assert_eq!(format_elapsed(42), "00:00:42");
         assert_eq!(format_elapsed(90_061), "1-01:01:01");
+        assert_eq!(format_cpu_time(61_234_567), "01:01.234");
+        assert_eq!(format_cpu_time(3_723_000_000), "01:02:03");
+        assert_eq!(format_rss(1_048_577), "1025K");
     }
 
     #[test]

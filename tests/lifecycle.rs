@@ -151,7 +151,10 @@ fn intervals(c: &Cluster, ids: &[u64]) -> Vec<(f64, f64, Vec<u32>)> {
 #[test]
 fn no_two_running_jobs_share_a_gpu() {
     let c = Cluster::started("");
-    let script = "s=$(date +%s.%N); sleep 0.$((RANDOM % 4 + 2)); echo $s $(date +%s.%N) $CUDA_VISIBLE_DEVICES";
+    // SLURM_JOB_GPUS: the global indices (CUDA_VISIBLE_DEVICES counts from 0
+    // inside a job confined to its GPUs).
+    let script =
+        "s=$(date +%s.%N); sleep 0.$((RANDOM % 4 + 2)); echo $s $(date +%s.%N) $SLURM_JOB_GPUS";
     let ids: Vec<u64> = (0..14)
         .map(|i| c.submit(&["-G", if i % 3 == 0 { "2" } else { "1" }, "--wrap", script]))
         .collect();

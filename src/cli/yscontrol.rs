@@ -161,6 +161,16 @@ fn show_job(view: &JobView, now: i64) -> String {
     ];
     let mut out: Vec<String> = lines.iter().map(|l| format!("   {l}")).collect();
     out[0] = lines[0].clone();
+    if let Some(cgroup) = &job.cgroup {
+        let mut usage = String::new();
+        if let Some(rss) = job.max_rss_bytes {
+            usage.push_str(&format!(" MaxRSS={}", units::format_rss(rss)));
+        }
+        if let Some(cpu) = job.cpu_usec {
+            usage.push_str(&format!(" TotalCPU={}", units::format_cpu_time(cpu)));
+        }
+        out.push(format!("   Cgroup={cgroup}{usage}"));
+    }
     if !view.redacted {
         out.push(format!("   WorkDir={}", job.work_dir.display()));
         out.push(format!("   StdOut={}", job.stdout_path().display()));

@@ -17,9 +17,11 @@ impl Daemon {
         now: i64,
     ) -> Result<(), DaemonError> {
         let node = self.config.node_name.clone();
+        let cgroup = self.isolation.placement().job_path(id);
         let Some(job) = self.jobs.get_mut(&id) else {
             return Ok(());
         };
+        job.cgroup = cgroup;
         job.state = JobState::Running;
         job.start_time = Some(now);
         job.end_time = None;
@@ -87,6 +89,9 @@ impl Daemon {
             time_limit: job.time_limit,
             submit_time: job.submit_time,
             switch_user: self.ownership == crate::spool::Ownership::System,
+            cgroup: self.isolation.placement().clone(),
+            limits: self.isolation.limits(&job),
+            gpus_confined: self.isolation.detected.confines_devices(),
         };
         let supervisor = self
             .launcher
@@ -112,18 +117,32 @@ impl Daemon {
         }
         match self.launcher.read_exit(id) {
             Some(record) => {
-                let job = &self.jobs[&id];
+                let job = self.jobs.get_mut(&id).expect("checked above");
+                job.max_rss_bytes = record.usage.max_rss_bytes;
+                job.cpu_usec = record.usage.cpu_usec;
                 let state = if record.launch_error.is_some() {
                     JobState::Failed
                 } else if let Some(reason) = job.kill_reason {
                     reason
+                } else if record.usage.oom_kills > 0 {
+                    // Whatever the exit code: the kernel killed a process of it.
+                    JobState::OutOfMemory
                 } else if record.exit == ExitStatus::default() {
                     JobState::Completed
                 } else {
                     JobState::Failed
                 };
                 let exit = record.launch_error.is_none().then_some(record.exit);
-                self.finish(id, state, record.end_time, exit, record.launch_error)?;
+                let reason = match (&record.launch_error, state) {
+                    (Some(e), _) => Some(e.clone()),
+                    (None, JobState::OutOfMemory) => Some(format!(
+                        "the OOM killer killed {} of its processes: it needed more than its {} of memory",
+                        record.usage.oom_kills,
+                        job.mem_mb.map(crate::units::format_memory_mb).unwrap_or_else(|| "share".into())
+                    )),
+                    _ => None,
+                };
+                self.finish(id, state, record.end_time, exit, reason)?;
             }
             None => {
                 let killed = self.launcher.kill_orphans(id);

@@ -28,6 +28,8 @@ use thiserror::Error;
 
 use crate::config::{Config, ConfigError};
 use crate::db::{self, DbError};
+use crate::exec::cgroup::Layout;
+use crate::exec::isolation::Isolation;
 use crate::exec::{ExitWatcher, Launcher};
 use crate::gpu::Inventory;
 use crate::job::{Job, JobId, JobState};
@@ -49,6 +51,8 @@ pub enum DaemonError {
     Watch { path: PathBuf, message: String },
     #[error("the job supervisor {0} is missing; install ysstepd next to ysctld")]
     NoSupervisor(PathBuf),
+    #[error("{0}")]
+    Isolation(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -96,6 +100,7 @@ pub(crate) struct Daemon {
     spool: Spool,
     ownership: Ownership,
     inventory: Inventory,
+    isolation: Isolation,
     cpus: u32,
     mem_mb: u64,
     db: Connection,
@@ -153,11 +158,19 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         cpus,
         mem_mb
     );
-    tracing::warn!(
-        target: "ysched::daemon",
-        "cgroup isolation is not implemented yet: jobs are tracked by process group and \
-         CUDA_VISIBLE_DEVICES, not confined to their GPUs"
-    );
+    let isolation = Isolation::prepare(&config, &inventory).map_err(DaemonError::Isolation)?;
+    if isolation.placement().layout == Layout::Off {
+        tracing::warn!(
+            target: "ysched::exec",
+            "job isolation is OFF ({}): jobs are not confined to their GPUs, memory and CPUs",
+            isolation.detected.description
+        );
+    } else {
+        tracing::info!(target: "ysched::exec", "job isolation: {}", isolation.detected.description);
+        for missing in &isolation.detected.missing {
+            tracing::warn!(target: "ysched::exec", "not enforced on this host: {missing}");
+        }
+    }
 
     let (events, inbox) = mpsc::channel();
     let exit_events = events.clone();
@@ -174,6 +187,7 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         spool,
         ownership,
         inventory,
+        isolation,
         cpus,
         mem_mb,
         db,

@@ -71,4 +71,10 @@ CREATE TABLE requests (
     reply           TEXT    NOT NULL
 ) WITHOUT ROWID;
 "#,
+    // 2: what a job's cgroup measured, and where the cgroup was.
+    r#"
+ALTER TABLE jobs ADD COLUMN max_rss_bytes INTEGER;
+ALTER TABLE jobs ADD COLUMN cpu_usec INTEGER;
+ALTER TABLE jobs ADD COLUMN cgroup TEXT;
+"#,
 ];

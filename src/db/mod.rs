@@ -125,7 +125,7 @@ fn migrate(conn: &Connection, path: &Path) -> Result<(), DbError> {
 const JOB_COLUMNS: &str = "id, uid, gid, user, account, qos, name, state, hold, gpu_count, gpu_type, cpus, \
      mem_mb, time_limit, submit_time, begin_time, start_time, end_time, gpus_alloc, node, exit_code, \
      exit_signal, restart_count, reason, kill_reason, work_dir, submit_dir, std_out, std_err, \
-     open_append, comment";
+     open_append, comment, max_rss_bytes, cpu_usec, cgroup";
 
 fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     let invalid = |i: usize, what: String| {
@@ -195,6 +195,9 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         std_err: row.get(28)?,
         open_append: row.get(29)?,
         comment: row.get(30)?,
+        max_rss_bytes: row.get::<_, Option<i64>>(31)?.map(|b| b as u64),
+        cpu_usec: row.get::<_, Option<i64>>(32)?.map(|u| u as u64),
+        cgroup: row.get(33)?,
     })
 }
 
@@ -263,7 +266,7 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
         .prepare_cached(
             "UPDATE jobs SET state = ?2, hold = ?3, start_time = ?4, end_time = ?5, gpus_alloc = ?6, node = ?7, \
              exit_code = ?8, exit_signal = ?9, restart_count = ?10, reason = ?11, kill_reason = ?12, \
-             begin_time = ?13 WHERE id = ?1",
+             begin_time = ?13, max_rss_bytes = ?14, cpu_usec = ?15, cgroup = ?16 WHERE id = ?1",
         )?
         .execute(params![
             job.id as i64,
@@ -279,6 +282,9 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
             job.reason,
             job.kill_reason.map(JobState::name),
             job.begin_time,
+            job.max_rss_bytes.map(|b| b as i64),
+            job.cpu_usec.map(|u| u as i64),
+            job.cgroup,
         ])?;
     if changed == 0 {
         return Err(DbError::NotFound(job.id));
@@ -494,6 +500,33 @@ mod tests {
             Some((1000, reply))
         );
         assert_eq!(find_request(&conn, "job-9").unwrap(), None);
+    }
+
+    #[test]
+    fn a_database_of_an_older_schema_is_upgraded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        {
+            // What the first release wrote: schema 1, one finished job.
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(MIGRATIONS[0]).unwrap();
+            conn.pragma_update(None, "user_version", 1).unwrap();
+            conn.execute(
+                "INSERT INTO jobs (uid, gid, user, account, qos, name, state, gpu_count, cpus, submit_time, \
+                 work_dir, submit_dir, std_out) VALUES (1000, 1000, 'alice', 'default', 'medium', 'old', \
+                 'COMPLETED', 1, 1, 5, '/w', '/w', 'ys-%j.out')",
+                [],
+            )
+            .unwrap();
+        }
+        let conn = open(&path).unwrap();
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, MIGRATIONS.len() as i64);
+        let old = job(&conn, 1).unwrap();
+        assert_eq!(old.name, "old");
+        assert_eq!(old.max_rss_bytes, None, "new columns start empty");
     }
 
     #[test]

@@ -78,12 +78,21 @@ pub fn job_environment(spec: &LaunchSpec) -> Vec<(String, String)> {
     if let Some(mem) = spec.mem_mb {
         set("SLURM_MEM_PER_NODE", mem.to_string());
     }
-    // Without device isolation, the job is told which GPUs are its own by
-    // their global indices, and CUDA is asked to number GPUs as NVML does.
-    // A job with no GPUs gets an empty list: it must not wander onto GPU 0.
-    set("CUDA_VISIBLE_DEVICES", gpus.clone());
+    // Confined to its GPUs by its cgroup, a job sees them numbered from 0,
+    // as under Slurm; otherwise it is told its GPUs' global indices. Either
+    // way CUDA is asked to number GPUs as NVML does, and a job without GPUs
+    // gets an empty list: it must not wander onto GPU 0.
+    let visible = if spec.gpus_confined {
+        (0..spec.gpus.len())
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    } else {
+        gpus
+    };
+    set("CUDA_VISIBLE_DEVICES", visible.clone());
     set("CUDA_DEVICE_ORDER", "PCI_BUS_ID".to_string());
-    set("GPU_DEVICE_ORDINAL", gpus);
+    set("GPU_DEVICE_ORDINAL", visible);
     env
 }
 
@@ -123,6 +132,9 @@ mod tests {
             time_limit: Some(90),
             submit_time: 0,
             switch_user: true,
+            cgroup: crate::exec::cgroup::Placement::off(),
+            limits: Default::default(),
+            gpus_confined: false,
         }
     }
 
@@ -152,6 +164,16 @@ mod tests {
         assert_eq!(get(&env, "MY_VAR"), Some("x"));
         assert_eq!(get(&env, "YS_TIME_LIMIT_MINUTES"), Some("2"));
         assert_eq!(env.iter().filter(|(k, _)| k == "SLURM_JOB_ID").count(), 1);
+    }
+
+    #[test]
+    fn confined_gpus_are_numbered_from_zero_but_keep_their_global_ids() {
+        let mut s = spec();
+        s.gpus_confined = true;
+        let env = job_environment(&s);
+        assert_eq!(get(&env, "CUDA_VISIBLE_DEVICES"), Some("0,1"));
+        assert_eq!(get(&env, "SLURM_JOB_GPUS"), Some("1,3"));
+        assert_eq!(get(&env, "YS_JOB_GPUS"), Some("1,3"));
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! This is the seam where node agents on other servers will plug in: the
 //! daemon only launches, terminates, signals, adopts and reads exits.
 
+pub mod cgroup;
 pub mod env;
+pub mod isolation;
 pub mod privileges;
 pub mod spec;
 pub mod supervisor;

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::cgroup::{Limits, Placement, Usage};
 use crate::job::{ExitStatus, JobId};
 
 pub const SPEC: &str = "spec.json";
@@ -53,6 +54,11 @@ pub struct LaunchSpec {
     /// Drop to `uid`/`gid` before running (false in personal mode, where the
     /// supervisor already is that user).
     pub switch_user: bool,
+    /// The job's cgroup: where, and what it enforces.
+    pub cgroup: Placement,
+    pub limits: Limits,
+    /// The cgroup confines the job to its GPUs, so CUDA numbers them from 0.
+    pub gpus_confined: bool,
 }
 
 /// What the supervisor records about itself, for re-adoption.
@@ -72,6 +78,9 @@ pub struct ExitRecord {
     pub launch_error: Option<String>,
     /// The daemon asked for the job to be terminated before it ended.
     pub terminated: bool,
+    /// What its cgroup measured (all empty without one).
+    #[serde(default)]
+    pub usage: Usage,
 }
 
 /// Commands the daemon sends to a supervisor's control socket.

@@ -27,11 +27,18 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{ForkResult, Pid};
 
+use super::cgroup::{self, JobCgroup, Layout, Usage};
 use super::spec::{
     ExitRecord, LaunchSpec, StepCommand, SupervisorState, EXIT, SCRIPT, SPEC, STATE,
 };
 use super::{privileges, write_durably, CONTROL_FD, LOCK_FD};
 use crate::job::ExitStatus;
+
+/// How long one round of killing a finished job's processes may take
+/// before the supervisor logs what is stuck and tries again; and how many
+/// rounds before it gives up on them.
+const KILL_ROUND: Duration = Duration::from_secs(10);
+const KILL_ROUNDS: u32 = 30;
 
 /// Signals the supervisor receives through its signalfd instead of dying of
 /// them: SIGCHLD for the job's end; the others are ignored, so that a stray
@@ -111,26 +118,49 @@ fn supervise(dir: &Path) -> Result<(), String> {
     };
     write_state(dir, &state)?;
 
-    let record = match launch(&spec, &dir.join(SCRIPT)) {
-        Err(message) => ExitRecord {
-            exit: ExitStatus::default(),
-            end_time: now(),
-            launch_error: Some(message),
-            terminated: false,
+    let failed = |message: String| ExitRecord {
+        exit: ExitStatus::default(),
+        end_time: now(),
+        launch_error: Some(message),
+        terminated: false,
+        usage: Usage::default(),
+    };
+    let group = match spec.cgroup.layout {
+        Layout::Off => None,
+        _ => match cgroup::create(&spec.cgroup, spec.job_id, &spec.limits) {
+            Ok(g) => Some(g),
+            Err(e) => {
+                let record = failed(format!("cannot create the job's cgroup: {e}"));
+                return write_exit(dir, &record);
+            }
         },
+    };
+    let group = group.as_deref();
+    let record = match launch(&spec, &dir.join(SCRIPT), group) {
+        Err(message) => failed(message),
         Ok(job) => {
             state.job_pid = Some(job.as_raw());
             write_state(dir, &state)?;
-            let (exit, terminated) = wait_for_job(job, &signals, &control);
-            kill_leftovers(job);
+            let (exit, terminated) = wait_for_job(job, &signals, &control, group);
+            kill_leftovers(job, group);
             ExitRecord {
                 exit,
                 end_time: now(),
                 launch_error: None,
                 terminated,
+                usage: group.map(|g| g.usage()).unwrap_or_default(),
             }
         }
     };
+    if let Some(g) = group {
+        if let Err(e) = g.remove() {
+            eprintln!("ysstepd: job {}: {e}", spec.job_id);
+        }
+    }
+    write_exit(dir, &record)
+}
+
+fn write_exit(dir: &Path, record: &ExitRecord) -> Result<(), String> {
     let body = serde_json::to_vec(&record).map_err(|e| e.to_string())?;
     write_durably(&dir.join(EXIT), &body).map_err(|e| format!("cannot write {EXIT}: {e}"))
 }
@@ -156,7 +186,7 @@ fn cstring(what: &str, s: impl Into<Vec<u8>>) -> Result<CString, String> {
 
 /// Forks the job and execs its script; returns its pid (and process group)
 /// once the exec succeeded, or the reason it could not start.
-fn launch(spec: &LaunchSpec, script: &Path) -> Result<Pid, String> {
+fn launch(spec: &LaunchSpec, script: &Path, group: Option<&dyn JobCgroup>) -> Result<Pid, String> {
     use std::os::unix::ffi::OsStrExt;
     let path = cstring("script path", script.as_os_str().as_bytes())?;
     let mut argv = vec![path.clone()];
@@ -176,7 +206,17 @@ fn launch(spec: &LaunchSpec, script: &Path) -> Result<Pid, String> {
     match unsafe { nix::unistd::fork() }.map_err(|e| format!("fork: {e}"))? {
         ForkResult::Child => {
             drop(read_end);
-            let message = exec_job(spec, &user, &path, &argv, &envp);
+            // Into the cgroup first, as root: everything it starts follows.
+            let joined = match group {
+                Some(g) => g
+                    .join(std::process::id() as i32)
+                    .map_err(|e| format!("cannot join the job's cgroup: {e}")),
+                None => Ok(()),
+            };
+            let message = match joined {
+                Ok(()) => exec_job(spec, &user, &path, &argv, &envp),
+                Err(e) => e,
+            };
             let mut pipe = fs::File::from(write_end);
             let _ = pipe.write_all(message.as_bytes());
             // SAFETY: _exit ends the forked child without running the
@@ -278,7 +318,12 @@ fn exec_job(
 
 /// Waits for the job's main process, forwarding commands from the daemon.
 /// Returns its exit status and whether it was asked to terminate.
-fn wait_for_job(job: Pid, signals: &SignalFd, control: &UnixDatagram) -> (ExitStatus, bool) {
+fn wait_for_job(
+    job: Pid,
+    signals: &SignalFd,
+    control: &UnixDatagram,
+    group: Option<&dyn JobCgroup>,
+) -> (ExitStatus, bool) {
     let mut kill_at: Option<Instant> = None;
     let mut terminated = false;
     loop {
@@ -308,20 +353,24 @@ fn wait_for_job(job: Pid, signals: &SignalFd, control: &UnixDatagram) -> (ExitSt
                 Ok(StepCommand::Terminate { grace_secs }) => {
                     if !terminated {
                         terminated = true;
-                        signal_job(job, Signal::SIGCONT);
-                        signal_job(job, Signal::SIGTERM);
+                        signal_job(job, group, Signal::SIGCONT);
+                        signal_job(job, group, Signal::SIGTERM);
                         kill_at = Some(Instant::now() + Duration::from_secs(grace_secs));
                     }
                 }
                 Ok(StepCommand::Signal { signal }) => match Signal::try_from(signal) {
-                    Ok(s) => signal_job(job, s),
+                    Ok(s) => signal_job(job, group, s),
                     Err(_) => eprintln!("ysstepd: ignoring unknown signal number {signal}"),
                 },
                 Err(e) => eprintln!("ysstepd: ignoring malformed command: {e}"),
             }
         }
         if kill_at.is_some_and(|t| Instant::now() >= t) {
-            signal_job(job, Signal::SIGKILL);
+            match group {
+                // Frozen or forking processes too.
+                Some(g) => g.kill_all(),
+                None => signal_job(job, None, Signal::SIGKILL),
+            }
             kill_at = None;
         }
     }
@@ -347,9 +396,13 @@ fn reap(job: Pid) -> Option<ExitStatus> {
     }
 }
 
-/// Signals the job's process group and every other process that became this
-/// supervisor's child (double-forked processes that left the group).
-fn signal_job(job: Pid, sig: Signal) {
+/// Signals every process of the job: those in its cgroup, its process
+/// group, and every other process that became this supervisor's child
+/// (double-forked processes that left the group).
+fn signal_job(job: Pid, group: Option<&dyn JobCgroup>, sig: Signal) {
+    if let Some(g) = group {
+        g.signal_all(sig);
+    }
     let _ = signal::killpg(job, sig);
     for child in children() {
         let _ = signal::kill(child, sig);
@@ -369,11 +422,32 @@ fn children() -> Vec<Pid> {
         .unwrap_or_default()
 }
 
-/// After the script ended: SIGKILL its process group and whatever it left
-/// behind, reaping until nothing is left (bounded: a process stuck in the
-/// kernel cannot be waited for forever).
-fn kill_leftovers(job: Pid) {
+/// After the script ended: kills what it left behind. With a cgroup, the
+/// job is over only when its cgroup is empty: killed in rounds, each round
+/// that leaves processes (stuck in uninterruptible sleep) logged with what
+/// they are, until they go or the rounds run out. Without one, its process
+/// group and this supervisor's children are killed (bounded at a second).
+fn kill_leftovers(job: Pid, group: Option<&dyn JobCgroup>) {
     let _ = signal::killpg(job, Signal::SIGKILL);
+    if let Some(g) = group {
+        for round in 1..=KILL_ROUNDS {
+            let stuck = g.kill_and_wait(KILL_ROUND);
+            if stuck.is_empty() {
+                return;
+            }
+            eprintln!(
+                "ysstepd: {} processes of the job survive SIGKILL after {} s (round {round} of {KILL_ROUNDS}): {}",
+                stuck.len(),
+                KILL_ROUND.as_secs() * u64::from(round),
+                describe_processes(&stuck)
+            );
+        }
+        eprintln!(
+            "ysstepd: giving up on the job's stuck processes; its cgroup {} stays",
+            g.path()
+        );
+        return;
+    }
     for _ in 0..100 {
         let left = children();
         if left.is_empty() {
@@ -390,4 +464,24 @@ fn kill_leftovers(job: Pid) {
         }
     }
     eprintln!("ysstepd: processes of job (pgid {job}) did not die within 1 s of SIGKILL; giving up on them");
+}
+
+/// `4242 (python, state D)` for each pid, from /proc.
+fn describe_processes(pids: &[i32]) -> String {
+    pids.iter()
+        .map(|pid| {
+            let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let name = stat
+                .split_once('(')
+                .and_then(|(_, r)| r.rsplit_once(')'))
+                .map(|(n, _)| n)
+                .unwrap_or("?");
+            let state = stat
+                .rsplit_once(')')
+                .and_then(|(_, r)| r.split_whitespace().next())
+                .unwrap_or("?");
+            format!("{pid} ({name}, state {state})")
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -57,6 +57,8 @@ pub struct Admitted {
     pub account: String,
     pub qos: String,
     pub time_limit: Option<u64>,
+    /// The memory limit: as asked, or the config's default per GPU.
+    pub mem_mb: Option<u64>,
 }
 
 pub fn admit(
@@ -118,7 +120,14 @@ pub fn admit(
             available: capacity.cpus,
         });
     }
-    if let Some(mem) = request.mem_mb {
+    let mem_mb = request.mem_mb.or_else(|| {
+        let gpus = u64::from(request.gpus.count);
+        config
+            .default_mem_per_gpu
+            .filter(|_| gpus > 0)
+            .map(|per_gpu| per_gpu * gpus)
+    });
+    if let Some(mem) = mem_mb {
         if mem > capacity.mem_mb {
             return Err(AdmissionError::Memory {
                 requested: units::format_memory_mb(mem),
@@ -142,6 +151,7 @@ pub fn admit(
         account,
         qos,
         time_limit,
+        mem_mb,
     })
 }
 
@@ -248,9 +258,23 @@ mod tests {
             Admitted {
                 account: "default".into(),
                 qos: "medium".into(),
-                time_limit: Some(3_600)
+                time_limit: Some(3_600),
+                mem_mb: None,
             }
         );
+    }
+
+    #[test]
+    fn memory_defaults_to_the_configured_amount_per_gpu() {
+        let cfg = config("default_mem_per_gpu = \"16G\"");
+        let mut r = request();
+        r.gpus.count = 2;
+        assert_eq!(check(&r, &cfg).unwrap().mem_mb, Some(32 * 1024));
+        r.mem_mb = Some(1024);
+        assert_eq!(check(&r, &cfg).unwrap().mem_mb, Some(1024), "--mem wins");
+        r.mem_mb = None;
+        r.gpus.count = 0;
+        assert_eq!(check(&r, &cfg).unwrap().mem_mb, None, "no GPUs, no default");
     }
 
     #[test]

@@ -111,8 +111,11 @@ impl Cluster {
         std::fs::create_dir(&work).unwrap();
         std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o1777)).unwrap();
         let config = dir.path().join("ysched.toml");
+        // Each cluster its own cgroup parent: clusters run side by side and
+        // all number their jobs from 1.
+        let cgroup_parent = cgroup_parent_of(dir.path());
         let text = format!(
-            "spool_dir = \"{}\"\nnode_name = \"gpu01\"\nallow_root_jobs = true\nkill_wait = 1\ncpus = 16\nmemory = \"64GiB\"\n{extra}\n{gpus}",
+            "spool_dir = \"{}\"\nnode_name = \"gpu01\"\nallow_root_jobs = true\nkill_wait = 1\ncpus = 16\nmemory = \"64GiB\"\ncgroup_parent = \"{cgroup_parent}\"\n{extra}\n{gpus}",
             spool.display()
         );
         std::fs::write(&config, text).unwrap();
@@ -268,6 +271,43 @@ impl Cluster {
     }
 }
 
+/// The cgroup parent of the cluster in `dir`.
+pub fn cgroup_parent_of(dir: &Path) -> String {
+    format!("ysched-{}", dir.file_name().unwrap().to_string_lossy())
+}
+
+/// Removes a test's cgroups, killing what a test left running in them.
+fn remove_cgroup_parents(parent: &str) {
+    let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return;
+    };
+    for h in hierarchies.flatten() {
+        let dir = h.path().join(parent);
+        let Ok(groups) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for g in groups.flatten().filter(|g| g.path().is_dir()) {
+            for _ in 0..50 {
+                let procs =
+                    std::fs::read_to_string(g.path().join("cgroup.procs")).unwrap_or_default();
+                if procs.trim().is_empty() {
+                    break;
+                }
+                let _ = std::fs::write(g.path().join("freezer.state"), "THAWED");
+                for pid in procs.lines().filter_map(|p| p.trim().parse::<i32>().ok()) {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = std::fs::remove_dir(g.path());
+        }
+        let _ = std::fs::remove_dir(&dir);
+    }
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
         // Jobs outlive the daemon by design; a test must not leave them.
@@ -293,6 +333,8 @@ impl Drop for Cluster {
                 }
             }
         }
+        std::thread::sleep(Duration::from_millis(50));
+        remove_cgroup_parents(&cgroup_parent_of(self.dir.path()));
     }
 }
 

@@ -1,0 +1,259 @@
+//! cgroup v1: a hierarchy per controller, a `ysched/job_<id>` group in each.
+
+use std::fs;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::{group_name, io_err, keyed, read_u64, write, CgroupError, JobCgroup, Limits, Usage};
+use crate::job::JobId;
+
+/// The controllers a job's groups are made in, when mounted.
+const CONTROLLERS: [&str; 7] = [
+    "memory", "devices", "pids", "cpu", "cpuacct", "freezer", "cpuset",
+];
+
+/// The mounted controllers, one entry per distinct hierarchy with the
+/// controllers it carries (`cpu` and `cpuacct` are often one mount reached
+/// by two names).
+fn hierarchies(root: &Path) -> Vec<(Vec<&'static str>, PathBuf)> {
+    let mut found: Vec<(Vec<&'static str>, PathBuf)> = Vec::new();
+    for c in CONTROLLERS {
+        let Ok(real) = fs::canonicalize(root.join(c)) else {
+            continue;
+        };
+        if !real.join("cgroup.procs").exists() {
+            continue;
+        }
+        match found.iter_mut().find(|(_, d)| *d == real) {
+            Some((names, _)) => names.push(c),
+            None => found.push((vec![c], real)),
+        }
+    }
+    found
+}
+
+/// Creates `ysched/` in every hierarchy; returns what cannot be enforced.
+pub(super) fn prepare(root: &Path, parent_name: &str) -> Result<Vec<String>, CgroupError> {
+    let found = hierarchies(root);
+    for (controllers, dir) in &found {
+        let parent = dir.join(parent_name);
+        match fs::create_dir(&parent) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_err("create", &parent)(e)),
+        }
+        if controllers.contains(&"cpuset") {
+            inherit_cpuset(dir, &parent)?;
+        }
+        super::probe(&parent)?;
+    }
+    let has = |c: &str| found.iter().any(|(names, _)| names.contains(&c));
+    let mut missing = Vec::new();
+    for (controller, what) in [
+        ("devices", "GPU device isolation"),
+        ("memory", "memory limits"),
+        ("pids", "process limits"),
+        ("cpu", "CPU quotas"),
+        ("freezer", "suspend"),
+    ] {
+        if !has(controller) {
+            missing.push(format!("{what} (no v1 {controller} controller)"));
+        }
+    }
+    Ok(missing)
+}
+
+/// A new cpuset group has no CPUs or memory nodes; give it its parent's.
+fn inherit_cpuset(parent: &Path, group: &Path) -> Result<(), CgroupError> {
+    for file in ["cpuset.cpus", "cpuset.mems"] {
+        let current = fs::read_to_string(group.join(file)).unwrap_or_default();
+        if current.trim().is_empty() {
+            let value = fs::read_to_string(parent.join(file))
+                .map_err(io_err("read", &parent.join(file)))?;
+            write(&group.join(file), value.trim())?;
+        }
+    }
+    Ok(())
+}
+
+pub(super) struct JobGroup {
+    /// (controllers, group directory) per hierarchy.
+    dirs: Vec<(Vec<&'static str>, PathBuf)>,
+}
+
+impl JobGroup {
+    pub(super) fn create(
+        root: &Path,
+        parent: &str,
+        job: JobId,
+        limits: &Limits,
+    ) -> Result<JobGroup, CgroupError> {
+        let mut dirs = Vec::new();
+        for (controllers, hierarchy) in hierarchies(root) {
+            let dir = hierarchy.join(parent).join(group_name(job));
+            match fs::create_dir(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io_err("create", &dir)(e)),
+            }
+            if controllers.contains(&"cpuset") {
+                inherit_cpuset(&hierarchy.join(parent), &dir)?;
+            }
+            dirs.push((controllers, dir));
+        }
+        let group = JobGroup { dirs };
+        group.apply(limits)?;
+        Ok(group)
+    }
+
+    pub(super) fn open(root: &Path, parent: &str, job: JobId) -> Option<JobGroup> {
+        let dirs: Vec<_> = hierarchies(root)
+            .into_iter()
+            .map(|(c, h)| (c, h.join(parent).join(group_name(job))))
+            .filter(|(_, d)| d.is_dir())
+            .collect();
+        (!dirs.is_empty()).then_some(JobGroup { dirs })
+    }
+
+    fn dir(&self, controller: &str) -> Option<&Path> {
+        self.dirs
+            .iter()
+            .find(|(c, _)| c.contains(&controller))
+            .map(|(_, d)| d.as_path())
+    }
+
+    fn apply(&self, limits: &Limits) -> Result<(), CgroupError> {
+        if let (Some(bytes), Some(dir)) = (limits.memory_bytes, self.dir("memory")) {
+            write(&dir.join("memory.limit_in_bytes"), &bytes.to_string())?;
+        }
+        if let (Some(cpus), Some(dir)) = (limits.cpus, self.dir("cpu")) {
+            write(&dir.join("cpu.cfs_period_us"), "100000")?;
+            write(
+                &dir.join("cpu.cfs_quota_us"),
+                &(u64::from(cpus) * 100_000).to_string(),
+            )?;
+        }
+        if let (Some(max), Some(dir)) = (limits.pids_max, self.dir("pids")) {
+            write(&dir.join("pids.max"), &max.to_string())?;
+        }
+        if let Some(dir) = self.dir("devices") {
+            // Allow-list: deny all, then allow each device.
+            write(&dir.join("devices.deny"), "a")?;
+            for rule in &limits.devices {
+                write(&dir.join("devices.allow"), &rule.to_string())?;
+            }
+        }
+        Ok(())
+    }
+
+    fn freezer(&self, state: &str) -> Result<(), CgroupError> {
+        let Some(dir) = self.dir("freezer") else {
+            return Err(CgroupError::Unavailable(
+                "no v1 freezer controller is mounted".into(),
+            ));
+        };
+        let file = dir.join("freezer.state");
+        write(&file, state)?;
+        // FREEZING becomes FROZEN once every task has stopped.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while fs::read_to_string(&file)
+            .map(|s| s.trim() != state)
+            .unwrap_or(false)
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        Ok(())
+    }
+}
+
+impl JobCgroup for JobGroup {
+    /// `/sys/fs/cgroup/{memory,devices,...}/ysched/job_7`.
+    fn path(&self) -> String {
+        let names: Vec<&str> = self
+            .dirs
+            .iter()
+            .flat_map(|(c, _)| c.iter().copied())
+            .collect();
+        match self.dirs.first() {
+            Some((_, dir)) => {
+                let root = dir.ancestors().nth(3).unwrap_or(Path::new("/"));
+                let group = dir
+                    .strip_prefix(dir.ancestors().nth(2).unwrap_or(Path::new("/")))
+                    .unwrap_or(dir);
+                format!(
+                    "{}/{{{}}}/{}",
+                    root.display(),
+                    names.join(","),
+                    group.display()
+                )
+            }
+            None => "(none)".into(),
+        }
+    }
+
+    fn join(&self, pid: i32) -> Result<(), CgroupError> {
+        for (_, dir) in &self.dirs {
+            write(&dir.join("cgroup.procs"), &pid.to_string())?;
+        }
+        Ok(())
+    }
+
+    fn pids(&self) -> Vec<i32> {
+        // Every job process is in every hierarchy; any one will do.
+        let Some((_, dir)) = self.dirs.first() else {
+            return Vec::new();
+        };
+        fs::read_to_string(dir.join("cgroup.procs"))
+            .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
+            .unwrap_or_default()
+    }
+
+    fn kill_all(&self) {
+        // Frozen, nothing can fork between reading the list and the kill;
+        // a frozen task takes its SIGKILL when thawed.
+        let frozen = self.freezer("FROZEN").is_ok();
+        self.signal_all(nix::sys::signal::Signal::SIGKILL);
+        if frozen {
+            let _ = self.freezer("THAWED");
+        }
+    }
+
+    fn set_frozen(&self, frozen: bool) -> Result<(), CgroupError> {
+        self.freezer(if frozen { "FROZEN" } else { "THAWED" })
+    }
+
+    fn usage(&self) -> Usage {
+        let memory = self.dir("memory");
+        Usage {
+            max_rss_bytes: memory.and_then(|d| read_u64(&d.join("memory.max_usage_in_bytes"))),
+            cpu_usec: self
+                .dir("cpuacct")
+                .and_then(|d| read_u64(&d.join("cpuacct.usage")))
+                .map(|ns| ns / 1_000),
+            oom_kills: memory
+                .and_then(|d| keyed(&d.join("memory.oom_control"), "oom_kill"))
+                .unwrap_or(0),
+        }
+    }
+
+    fn remove(&self) -> Result<(), CgroupError> {
+        for (_, dir) in &self.dirs {
+            let mut tries = 0;
+            loop {
+                match fs::remove_dir(dir) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == ErrorKind::NotFound => break,
+                    // Busy for a moment after the last task exits.
+                    Err(e) if tries < 50 && e.raw_os_error() == Some(libc::EBUSY) => {
+                        tries += 1;
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    Err(e) => return Err(io_err("remove", dir)(e)),
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,82 @@
+//! What confines jobs on this host: the cgroup layout found at start, the
+//! device files of each GPU, and the limits a job's cgroup gets.
+
+use std::path::{Path, PathBuf};
+
+use super::cgroup::{
+    self, Detected, DeviceRule, Limits, Placement, NVIDIA_CONTROL_DEVICES, STANDARD_DEVICES,
+};
+use crate::config::Config;
+use crate::gpu::Inventory;
+use crate::job::Job;
+
+pub struct Isolation {
+    pub detected: Detected,
+    /// Each GPU's device, by index; `None` where it has no device file here.
+    gpu_devices: Vec<Option<DeviceRule>>,
+    /// Devices every job may open.
+    shared: Vec<DeviceRule>,
+    pids_max: Option<u64>,
+}
+
+impl Isolation {
+    /// Detects the cgroup layout and reads the GPUs' device numbers. A
+    /// device file the config names that does not exist is an error.
+    pub fn prepare(config: &Config, inventory: &Inventory) -> Result<Isolation, String> {
+        let mut gpu_devices = Vec::with_capacity(inventory.gpus.len());
+        for gpu in &inventory.gpus {
+            let rule = match &gpu.device {
+                Some(path) => Some(DeviceRule::of_file(path).map_err(|e| {
+                    format!(
+                        "GPU {} ({}): device file {}: {e}; correct `devices` in its [[gpus]] table in {}",
+                        gpu.index,
+                        gpu.gpu_type,
+                        path.display(),
+                        config.path.display()
+                    )
+                })?),
+                // Undeclared: the driver's usual name, if it is there.
+                None => DeviceRule::of_file(&default_device(gpu.index)).ok(),
+            };
+            gpu_devices.push(rule);
+        }
+        let mut shared = STANDARD_DEVICES.to_vec();
+        shared.extend(
+            NVIDIA_CONTROL_DEVICES
+                .iter()
+                .filter_map(|p| DeviceRule::of_file(Path::new(p)).ok()),
+        );
+        Ok(Isolation {
+            detected: cgroup::detect(config.cgroups, &config.cgroup_root, &config.cgroup_parent),
+            gpu_devices,
+            shared,
+            pids_max: (config.job_pids_max > 0).then_some(config.job_pids_max),
+        })
+    }
+
+    pub fn placement(&self) -> &Placement {
+        &self.detected.placement
+    }
+
+    /// What `job`'s cgroup enforces: its memory, a quota of its CPUs, the
+    /// process cap, and the shared devices plus its own GPUs'.
+    pub fn limits(&self, job: &Job) -> Limits {
+        let mut devices = self.shared.clone();
+        devices.extend(
+            job.gpus_alloc
+                .iter()
+                .filter_map(|&g| self.gpu_devices.get(g as usize).copied().flatten()),
+        );
+        Limits {
+            memory_bytes: job.mem_mb.map(|mb| mb << 20),
+            cpus: Some(job.cpus),
+            pids_max: self.pids_max,
+            devices,
+        }
+    }
+}
+
+/// `/dev/nvidiaN`, the device file the NVIDIA driver creates for GPU N.
+pub fn default_device(index: u32) -> PathBuf {
+    PathBuf::from(format!("/dev/nvidia{index}"))
+}

@@ -1,0 +1,290 @@
+//! Jobs in their own cgroups, on this host's real kernel (as root): a job
+//! opens only its own GPUs' device files, stays within its memory, leaves
+//! nothing behind; on cgroup v1 and on v2 (a BPF device program).
+//!
+//! The GPUs are fake device nodes (`mknod c 195 N`). With no driver,
+//! opening an allowed node fails with ENXIO ("No such device or address")
+//! while a node the cgroup denies fails with EPERM ("Operation not
+//! permitted"): the difference proves the cgroup did it.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::{stderr, stdout, Cluster};
+
+const LONG: Duration = Duration::from_secs(30);
+
+/// Four fake GPUs: device nodes in a directory that lives with the cluster.
+fn cluster_with_fake_gpus(extra: &str) -> (Cluster, tempfile::TempDir) {
+    let devices = tempfile::Builder::new()
+        .prefix("ysched-dev-")
+        .tempdir()
+        .unwrap();
+    let dir = devices.path();
+    for i in 0..4 {
+        let node = dir.join(format!("nvidia{i}"));
+        nix::sys::stat::mknod(
+            &node,
+            nix::sys::stat::SFlag::S_IFCHR,
+            nix::sys::stat::Mode::from_bits_truncate(0o666),
+            nix::sys::stat::makedev(195, i),
+        )
+        .unwrap();
+    }
+    let gpus = format!(
+        "[[gpus]]\ntype = \"a100\"\nmemory = \"80GiB\"\ndevices = \"{}/nvidia[0-3]\"\n",
+        dir.display()
+    );
+    let mut c = Cluster::with_gpus(extra, &gpus);
+    c.start();
+    std::fs::write(c.work.join("devdir"), dir.display().to_string()).unwrap();
+    (c, devices)
+}
+
+/// A script that tries every fake GPU and prints what opening it did.
+const PROBE: &str = r#"#!/bin/bash
+dev=$(cat devdir)
+echo "visible=$CUDA_VISIBLE_DEVICES global=$SLURM_JOB_GPUS"
+for i in 0 1 2 3; do
+  msg=$( (exec 3<"$dev/nvidia$i") 2>&1 )
+  case "$msg" in
+    *"No such device or address"*) echo "gpu$i allowed" ;;
+    *"Operation not permitted"*) echo "gpu$i denied" ;;
+    *) echo "gpu$i ?? $msg" ;;
+  esac
+done
+sleep 0.5
+"#;
+
+/// The GPUs (global indices) a job's probe found it may open.
+fn allowed(c: &Cluster, id: u64) -> (String, Vec<u32>) {
+    let out = c.output_of(id);
+    let first = out.lines().next().unwrap_or_default().to_string();
+    let allowed = out
+        .lines()
+        .filter(|l| l.ends_with(" allowed"))
+        .map(|l| {
+            l.trim_start_matches("gpu")
+                .trim_end_matches(" allowed")
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert!(!out.contains("??"), "unexpected probe result: {out}");
+    (first, allowed)
+}
+
+fn device_isolation(extra: &str, layout: &str) {
+    let (c, _devices) = cluster_with_fake_gpus(extra);
+    assert!(
+        c.log().contains(&format!("job isolation: cgroup {layout}")),
+        "{}",
+        c.log()
+    );
+    c.script("probe.sh", PROBE);
+    let one = c.submit(&["-G", "1", "probe.sh"]);
+    let two = c.submit(&["-G", "2", "probe.sh"]);
+    let other = c.submit(&["-G", "1", "probe.sh"]);
+    for id in [one, two, other] {
+        assert_eq!(c.wait_done(id, LONG), "COMPLETED");
+    }
+    let gpus = |id: u64| -> Vec<u32> {
+        let out = c.output_of(id);
+        let global = out
+            .lines()
+            .next()
+            .unwrap()
+            .split("global=")
+            .nth(1)
+            .unwrap()
+            .to_string();
+        global.split(',').map(|g| g.parse().unwrap()).collect()
+    };
+    for (id, count) in [(one, 1), (two, 2), (other, 1)] {
+        let (first, allowed) = allowed(&c, id);
+        let own = gpus(id);
+        assert_eq!(own.len(), count);
+        assert_eq!(
+            allowed,
+            own,
+            "job {id} may open exactly its own GPUs: {}",
+            c.output_of(id)
+        );
+        let numbered: Vec<String> = (0..count).map(|i| i.to_string()).collect();
+        assert!(
+            first.starts_with(&format!("visible={} ", numbered.join(","))),
+            "numbered from 0 inside: {first}"
+        );
+    }
+    // The three ran side by side on four GPUs: no two share one.
+    let mut all: Vec<u32> = [one, two, other].iter().flat_map(|id| gpus(*id)).collect();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 4);
+    assert!(
+        c.field(one, "Cgroup").ends_with(&format!("job_{one}")),
+        "{}",
+        c.field(one, "Cgroup")
+    );
+}
+
+#[test]
+fn a_job_opens_only_its_own_gpus_on_cgroup_v1() {
+    require_root!();
+    if !Path::new("/sys/fs/cgroup/devices/cgroup.procs").exists() {
+        eprintln!("skipped: no cgroup v1 devices controller on this host");
+        return;
+    }
+    device_isolation("cgroups = \"v1\"", "v1");
+}
+
+#[test]
+fn a_job_opens_only_its_own_gpus_on_cgroup_v2_through_bpf() {
+    require_root!();
+    let v2 = [
+        "/sys/fs/cgroup/cgroup.controllers",
+        "/sys/fs/cgroup/unified/cgroup.controllers",
+    ];
+    if !v2.iter().any(|p| Path::new(p).exists()) {
+        eprintln!("skipped: no cgroup2 mount on this host");
+        return;
+    }
+    device_isolation("cgroups = \"v2\"", "v2");
+}
+
+#[test]
+fn a_job_past_its_memory_ends_out_of_memory() {
+    require_root!();
+    if !Path::new("/sys/fs/cgroup/memory/cgroup.procs").exists()
+        && !Path::new("/sys/fs/cgroup/memory.max").exists()
+    {
+        eprintln!("skipped: no memory controller");
+        return;
+    }
+    let c = Cluster::started("");
+    let id = c.submit(&[
+        "--mem",
+        "64M",
+        "--wrap",
+        "python3 -c 'x = bytearray(256 * 1024 * 1024)'; echo after",
+    ]);
+    assert_eq!(c.wait_done(id, LONG), "OUT_OF_MEMORY");
+    let reason = c.field(id, "Reason");
+    assert!(
+        reason.contains("OOM killer") && reason.contains("64M"),
+        "{reason}"
+    );
+    let rss = c.field(id, "MaxRSS");
+    assert!(
+        rss.ends_with('K') && rss.len() > 1,
+        "MaxRSS recorded: {rss}"
+    );
+    let q = stdout(&c.run("ysqueue", &["-h", "-t", "OOM"]));
+    assert_eq!(q, "", "a finished job is not in the queue");
+    let fine = c.submit(&[
+        "--mem",
+        "64M",
+        "--wrap",
+        "python3 -c 'x = bytearray(8 * 1024 * 1024)'",
+    ]);
+    assert_eq!(c.wait_done(fine, LONG), "COMPLETED");
+    assert!(!c.field(fine, "TotalCPU").is_empty());
+}
+
+#[test]
+fn nothing_a_job_started_outlives_it_and_its_gpus_wait_for_that() {
+    require_root!();
+    let c = Cluster::started("");
+    // Leaves a daemon behind: a new session, ignoring SIGTERM and SIGHUP.
+    let marker = format!("ysmarker{}", std::process::id());
+    c.script(
+        "leave.sh",
+        &format!(
+            "#!/bin/bash\nsetsid bash -c 'trap \"\" TERM HUP; exec -a {marker} sleep 1000' </dev/null >/dev/null 2>&1 &\nsleep 0.3\npgrep -f {marker} >/dev/null && echo left\n"
+        ),
+    );
+    let first = c.submit(&["-G", "4", "leave.sh"]);
+    let second = c.submit(&[
+        "-G",
+        "4",
+        "--wrap",
+        &format!("pgrep -f {marker} || echo none"),
+    ]);
+    assert_eq!(c.wait_done(first, LONG), "COMPLETED");
+    assert_eq!(
+        c.output_of(first),
+        "left\n",
+        "the daemon was running when the script ended"
+    );
+    assert_eq!(c.wait_done(second, LONG), "COMPLETED");
+    assert_eq!(
+        c.output_of(second),
+        "none\n",
+        "the next job on those GPUs found the leftover gone"
+    );
+    let leftovers = std::process::Command::new("pgrep")
+        .args(["-f", &marker])
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&leftovers), "");
+}
+
+#[test]
+fn a_fork_bomb_stays_inside_its_job() {
+    require_root!();
+    if !Path::new("/sys/fs/cgroup/pids/cgroup.procs").exists()
+        && !Path::new("/sys/fs/cgroup/pids.max").exists()
+    {
+        eprintln!("skipped: no pids controller");
+        return;
+    }
+    let c = Cluster::started("job_pids_max = 40");
+    let marker = format!("ysbomb{}", std::process::id());
+    c.script(
+        "bomb.sh",
+        &format!("#!/bin/bash\nfor i in $(seq 200); do (exec -a {marker} sleep 60) & done 2>/dev/null\nsleep 60\n"),
+    );
+    let id = c.submit(&["bomb.sh"]);
+    c.wait_state(id, "RUNNING", LONG);
+    let count = || {
+        let out = std::process::Command::new("pgrep")
+            .args(["-c", "-f", &marker])
+            .output()
+            .unwrap();
+        stdout(&out).trim().parse::<u32>().unwrap_or(0)
+    };
+    common::wait_for("the forks to reach the cap", LONG, || count() >= 30);
+    std::thread::sleep(Duration::from_millis(500));
+    let n = count();
+    assert!(n < 40, "{n} processes: the cap of 40 held");
+    let out = c.run("yscancel", &[&id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(c.wait_done(id, LONG), "CANCELLED");
+    assert_eq!(count(), 0, "all killed with the job");
+}
+
+#[test]
+fn a_device_file_the_config_names_must_exist() {
+    let c = Cluster::with_gpus(
+        "",
+        "[[gpus]]\ntype = \"a100\"\nmemory = \"80GiB\"\ndevices = \"/dev/no-such-gpu[0-1]\"\n",
+    );
+    let out = c.run(
+        "ysctld",
+        &["--foreground", "--config", c.config.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out)
+            .contains("GPU 0 (a100): device file /dev/no-such-gpu0: No such file or directory"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("correct `devices` in its [[gpus]] table"),
+        "{}",
+        stderr(&out)
+    );
+}
