@@ -27,10 +27,12 @@ pub enum JobState {
     /// The kernel's OOM killer killed a process of the job: it used more
     /// memory than its limit.
     OutOfMemory,
+    /// Frozen by an administrator (`yscontrol suspend`); it keeps its GPUs.
+    Suspended,
 }
 
 impl JobState {
-    pub const ALL: [JobState; 9] = [
+    pub const ALL: [JobState; 10] = [
         JobState::Pending,
         JobState::Running,
         JobState::Completing,
@@ -40,6 +42,7 @@ impl JobState {
         JobState::Timeout,
         JobState::NodeFail,
         JobState::OutOfMemory,
+        JobState::Suspended,
     ];
 
     pub fn name(self) -> &'static str {
@@ -53,6 +56,7 @@ impl JobState {
             JobState::Timeout => "TIMEOUT",
             JobState::NodeFail => "NODE_FAIL",
             JobState::OutOfMemory => "OUT_OF_MEMORY",
+            JobState::Suspended => "SUSPENDED",
         }
     }
 
@@ -67,6 +71,7 @@ impl JobState {
             JobState::Timeout => "TO",
             JobState::NodeFail => "NF",
             JobState::OutOfMemory => "OOM",
+            JobState::Suspended => "S",
         }
     }
 
@@ -86,16 +91,22 @@ impl JobState {
     pub fn is_active(self) -> bool {
         matches!(
             self,
-            JobState::Pending | JobState::Running | JobState::Completing
+            JobState::Pending | JobState::Running | JobState::Completing | JobState::Suspended
         )
     }
 
     pub fn holds_gpus(self) -> bool {
-        matches!(self, JobState::Running | JobState::Completing)
+        matches!(
+            self,
+            JobState::Running | JobState::Completing | JobState::Suspended
+        )
     }
 
     pub fn can_cancel(self) -> bool {
-        matches!(self, JobState::Pending | JobState::Running)
+        matches!(
+            self,
+            JobState::Pending | JobState::Running | JobState::Suspended
+        )
     }
 }
 
@@ -218,6 +229,10 @@ pub struct Job {
     pub cpu_usec: Option<u64>,
     /// The job's cgroup, as shown to its user.
     pub cgroup: Option<String>,
+    /// Seconds spent suspended (not counted against the time limit), and
+    /// since when it is suspended now.
+    pub suspended_secs: u64,
+    pub suspended_at: Option<i64>,
     /// Why a finished job failed where the exit code does not say (a launch
     /// error, a lost supervisor), or what ended a completing one.
     pub reason: Option<String>,
@@ -232,6 +247,16 @@ pub struct Job {
 }
 
 impl Job {
+    /// When a running job reaches its time limit: its start, plus its
+    /// limit, plus the time it spent suspended. `None` without a limit or
+    /// while suspended.
+    pub fn deadline(&self) -> Option<i64> {
+        if self.state != JobState::Running {
+            return None;
+        }
+        Some(self.start_time? + self.time_limit? as i64 + self.suspended_secs as i64)
+    }
+
     /// Seconds the job has run (to `now` while it runs).
     pub fn elapsed(&self, now: i64) -> u64 {
         match self.start_time {
@@ -339,6 +364,8 @@ pub(crate) fn example_job(id: JobId) -> Job {
         max_rss_bytes: None,
         cpu_usec: None,
         cgroup: None,
+        suspended_secs: 0,
+        suspended_at: None,
         reason: None,
         kill_reason: None,
         work_dir: "/home/alice".into(),

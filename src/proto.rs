@@ -88,6 +88,13 @@ pub enum Control {
     Release {
         job_ids: Vec<JobId>,
     },
+    /// Freeze running jobs in place (admins); they keep their GPUs.
+    Suspend {
+        job_ids: Vec<JobId>,
+    },
+    Resume {
+        job_ids: Vec<JobId>,
+    },
     /// Re-read the config file (admins only).
     Reload,
 }

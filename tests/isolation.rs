@@ -288,3 +288,135 @@ fn a_device_file_the_config_names_must_exist() {
         stderr(&out)
     );
 }
+
+#[test]
+fn suspend_stops_a_job_and_resume_lets_it_go_on() {
+    require_root!();
+    let c = Cluster::started("");
+    c.script(
+        "count.sh",
+        "#!/bin/bash\nfor i in $(seq 1 40); do echo $i > count; sleep 0.05; done\necho done\n",
+    );
+    let id = c.submit(&["-G", "1", "-t", "0:04", "count.sh"]);
+    c.wait_state(id, "RUNNING", LONG);
+    let count = || {
+        std::fs::read_to_string(c.work.join("count"))
+            .unwrap_or_default()
+            .trim()
+            .parse::<u32>()
+            .unwrap_or(0)
+    };
+    common::wait_for("the job to count", LONG, || count() >= 3);
+    let out = c.run("yscontrol", &["suspend", &id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(c.state(id), "SUSPENDED");
+    let q = stdout(&c.run("ysqueue", &["-h", "-o", "%i %t"]));
+    assert_eq!(q.trim(), format!("{id} S"));
+    let frozen_at = count();
+    // Frozen for longer than its whole time limit: that time does not count.
+    std::thread::sleep(Duration::from_millis(4500));
+    assert_eq!(count(), frozen_at, "no progress while suspended");
+    assert_eq!(
+        c.state(id),
+        "SUSPENDED",
+        "suspended time does not count against the limit"
+    );
+    let out = c.run("yscontrol", &["resume", &id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    common::wait_for("progress after resume", LONG, || count() > frozen_at);
+    assert_eq!(c.wait_done(id, LONG), "COMPLETED");
+    assert_eq!(c.output_of(id), "done\n");
+
+    let out = c.run("yscontrol", &["resume", &id.to_string()]);
+    assert_eq!(out.status.code(), Some(1));
+    // A suspended job can be cancelled, and it ends.
+    let id = c.submit(&["--wrap", "sleep 60"]);
+    c.wait_state(id, "RUNNING", LONG);
+    assert!(c
+        .run("yscontrol", &["suspend", &id.to_string()])
+        .status
+        .success());
+    assert!(c.run("yscancel", &[&id.to_string()]).status.success());
+    assert_eq!(c.wait_done(id, LONG), "CANCELLED");
+}
+
+#[test]
+fn only_admins_suspend_and_only_with_isolation() {
+    let c = Cluster::started("cgroups = \"off\"");
+    assert!(
+        c.log()
+            .contains("job isolation is OFF (off: cgroups = \"off\" in the config)"),
+        "{}",
+        c.log()
+    );
+    let id = c.submit(&["--wrap", "sleep 60"]);
+    c.wait_state(id, "RUNNING", LONG);
+    let out = c.run("yscontrol", &["suspend", &id.to_string()]);
+    if common::is_root() {
+        assert_eq!(out.status.code(), Some(1));
+        assert!(
+            stderr(&out).contains("job isolation is off on this server"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(c.state(id), "RUNNING");
+    assert!(c.run("yscancel", &[&id.to_string()]).status.success());
+}
+
+#[test]
+fn after_a_crash_a_lost_jobs_processes_and_leftover_cgroups_are_cleaned_up() {
+    require_root!();
+    let mut c = Cluster::started("");
+    let marker = format!("yslost{}", std::process::id());
+    c.script(
+        "lost.sh",
+        &format!("#!/bin/bash\nexec -a {marker} sleep 600\n"),
+    );
+    let id = c.submit(&["-G", "1", "lost.sh"]);
+    c.wait_state(id, "RUNNING", LONG);
+    let pgrep = || {
+        stdout(
+            &std::process::Command::new("pgrep")
+                .args(["-f", &marker])
+                .output()
+                .unwrap(),
+        )
+    };
+    common::wait_for("the job's process", LONG, || !pgrep().is_empty());
+    // The daemon and the job's supervisor die; the job's process lives on.
+    c.crash();
+    let state: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(c.spool.join(format!("jobs/{id}/state.json"))).unwrap(),
+    )
+    .unwrap();
+    let supervisor = state["supervisor_pid"].as_i64().unwrap() as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(supervisor),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!pgrep().is_empty(), "the job outlived its supervisor");
+    // And a group of a job this daemon never ran, left over from before.
+    let parent = common::cgroup_parent_of(c.dir.path());
+    let stray = Path::new("/sys/fs/cgroup/pids")
+        .join(&parent)
+        .join("job_999");
+    std::fs::create_dir(&stray).unwrap();
+    c.start();
+    assert_eq!(c.wait_done(id, LONG), "NODE_FAIL");
+    assert!(
+        c.field(id, "Reason")
+            .contains("1 leftover processes killed"),
+        "{}",
+        c.field(id, "Reason")
+    );
+    assert_eq!(pgrep(), "", "its process was killed through its cgroup");
+    assert!(!stray.exists(), "the stray group was removed");
+    assert!(
+        c.log().contains("removed the leftover cgroup of job 999"),
+        "{}",
+        c.log()
+    );
+}

@@ -29,6 +29,16 @@ pub enum Command {
         #[arg(value_name = "JOBID", required = true)]
         jobs: Vec<String>,
     },
+    /// Freeze running jobs where they are; they keep their GPUs (admins)
+    Suspend {
+        #[arg(value_name = "JOBID", required = true)]
+        jobs: Vec<String>,
+    },
+    /// Let suspended jobs run on (admins)
+    Resume {
+        #[arg(value_name = "JOBID", required = true)]
+        jobs: Vec<String>,
+    },
     /// Show a job in full
     Show {
         #[command(subcommand)]
@@ -59,6 +69,18 @@ pub fn run(args: Args) -> CliResult {
         Command::Release { jobs } => control(
             &config,
             Control::Release {
+                job_ids: parse_job_ids(&jobs)?,
+            },
+        ),
+        Command::Suspend { jobs } => control(
+            &config,
+            Control::Suspend {
+                job_ids: parse_job_ids(&jobs)?,
+            },
+        ),
+        Command::Resume { jobs } => control(
+            &config,
+            Control::Resume {
                 job_ids: parse_job_ids(&jobs)?,
             },
         ),

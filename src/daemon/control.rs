@@ -33,6 +33,8 @@ impl Daemon {
             Control::Cancel { selector, signal } => self.cancel(selector, signal, &who, now),
             Control::Hold { job_ids } => self.hold(&job_ids, &who, now),
             Control::Release { job_ids } => self.release(&job_ids, &who, now),
+            Control::Suspend { job_ids } => self.suspend_or_resume(&job_ids, &who, true, now),
+            Control::Resume { job_ids } => self.suspend_or_resume(&job_ids, &who, false, now),
             Control::Reload => {
                 Ok(if who.admin {
                     match self.reload(Some(user)) {
@@ -138,6 +140,12 @@ impl Daemon {
         now: i64,
     ) -> Result<Option<String>, DaemonError> {
         let detail = format!("cancelled by {}", who.user);
+        if self.jobs[&id].state == JobState::Suspended {
+            // Thawed first, so that it can take SIGTERM and end.
+            if let Err(e) = self.resume_job(id, who.user, now)? {
+                return Ok(Some(e));
+            }
+        }
         match self.jobs[&id].state {
             JobState::Pending => {
                 self.finish(id, JobState::Cancelled, now, None, Some(detail))?;
@@ -165,6 +173,42 @@ impl Daemon {
             Err(ExecError::Gone(_)) => Some(format!("job {id} has just ended")),
             Err(e) => Some(e.to_string()),
         }
+    }
+
+    fn suspend_or_resume(
+        &mut self,
+        ids: &[JobId],
+        who: &Requester,
+        suspend: bool,
+        now: i64,
+    ) -> Result<Reply, DaemonError> {
+        let verb = if suspend { "suspend" } else { "resume" };
+        if !who.admin {
+            return Ok(Reply::Rejected {
+                error: format!(
+                    "permission denied: only root and the config's admins may {verb} jobs"
+                ),
+            });
+        }
+        let mut outcomes = Vec::new();
+        for &id in ids {
+            let error = match self.refuse(id, who)? {
+                Some(e) => Some(e),
+                None => {
+                    let result = if suspend {
+                        self.suspend_job(id, who.user, now)?
+                    } else {
+                        self.resume_job(id, who.user, now)?
+                    };
+                    result.err()
+                }
+            };
+            outcomes.push(JobOutcome { job_id: id, error });
+        }
+        Ok(Reply::Control {
+            outcomes,
+            message: None,
+        })
     }
 
     fn hold(&mut self, ids: &[JobId], who: &Requester, now: i64) -> Result<Reply, DaemonError> {

@@ -145,7 +145,7 @@ impl Daemon {
                 self.finish(id, state, record.end_time, exit, reason)?;
             }
             None => {
-                let killed = self.launcher.kill_orphans(id);
+                let killed = self.kill_remains(id);
                 let reason = format!(
                     "the job's supervisor ended without recording the job's end{}",
                     if killed > 0 {
@@ -239,12 +239,108 @@ impl Daemon {
         }
     }
 
+    /// Kills what is left of a job whose supervisor is gone: everything in
+    /// its cgroup (then removed), or without one, its marked processes.
+    /// Returns how many processes there were.
+    pub(super) fn kill_remains(&self, id: JobId) -> usize {
+        let Some(group) = crate::exec::cgroup::open(self.isolation.placement(), id) else {
+            return self.launcher.kill_orphans(id);
+        };
+        let found = group.pids().len();
+        let stuck = group.kill_and_wait(std::time::Duration::from_secs(5));
+        if stuck.is_empty() {
+            if let Err(e) = group.remove() {
+                tracing::warn!(target: "ysched::exec", "job {id}: {e}");
+            }
+        } else {
+            tracing::error!(target: "ysched::exec", "job {id}: processes {stuck:?} survive SIGKILL; its cgroup {} stays", group.path());
+        }
+        found
+    }
+
+    /// Freezes a running job's cgroup: it stops where it is and keeps its
+    /// GPUs (and their memory) until resumed. `Err` is for the requester.
+    pub(super) fn suspend_job(
+        &mut self,
+        id: JobId,
+        by: &str,
+        now: i64,
+    ) -> Result<Result<(), String>, DaemonError> {
+        let state = self.jobs[&id].state;
+        if state != JobState::Running {
+            return Ok(Err(format!(
+                "job {id} is {state}; only running jobs can be suspended"
+            )));
+        }
+        if let Err(e) = self.freeze(id, true) {
+            return Ok(Err(e));
+        }
+        let job = self.jobs.get_mut(&id).expect("checked above");
+        job.state = JobState::Suspended;
+        job.suspended_at = Some(now);
+        let job = job.clone();
+        let detail = format!("suspended by {by}");
+        let tx = self.tx()?;
+        db::update_job(tx, &job)?;
+        db::add_event(tx, id, now, JobState::Suspended, Some(&detail))?;
+        tracing::info!(target: "ysched::daemon", "job {id} {detail}");
+        self.snapshot = None;
+        self.reschedule = true;
+        Ok(Ok(()))
+    }
+
+    /// Thaws a suspended job; the time it spent suspended does not count
+    /// against its time limit.
+    pub(super) fn resume_job(
+        &mut self,
+        id: JobId,
+        by: &str,
+        now: i64,
+    ) -> Result<Result<(), String>, DaemonError> {
+        let state = self.jobs[&id].state;
+        if state != JobState::Suspended {
+            return Ok(Err(format!(
+                "job {id} is {state}; only suspended jobs can be resumed"
+            )));
+        }
+        if let Err(e) = self.freeze(id, false) {
+            return Ok(Err(e));
+        }
+        let job = self.jobs.get_mut(&id).expect("checked above");
+        job.state = JobState::Running;
+        job.suspended_secs += job
+            .suspended_at
+            .take()
+            .map_or(0, |at| (now - at).max(0) as u64);
+        let job = job.clone();
+        let detail = format!("resumed by {by}");
+        let tx = self.tx()?;
+        db::update_job(tx, &job)?;
+        db::add_event(tx, id, now, JobState::Running, Some(&detail))?;
+        tracing::info!(target: "ysched::daemon", "job {id} {detail}");
+        self.snapshot = None;
+        self.reschedule = true;
+        Ok(Ok(()))
+    }
+
+    fn freeze(&self, id: JobId, frozen: bool) -> Result<(), String> {
+        let placement = self.isolation.placement();
+        if placement.layout == crate::exec::cgroup::Layout::Off {
+            return Err(format!(
+                "cannot {} job {id}: job isolation is off on this server, and suspending freezes the job's cgroup",
+                if frozen { "suspend" } else { "resume" }
+            ));
+        }
+        let group = crate::exec::cgroup::open(placement, id)
+            .ok_or_else(|| format!("job {id} has no cgroup"))?;
+        group.set_frozen(frozen).map_err(|e| e.to_string())
+    }
+
     pub(super) fn enforce_time_limits(&mut self, now: i64) -> Result<(), DaemonError> {
         let expired: Vec<JobId> = self
             .jobs
             .values()
-            .filter(|j| j.state == JobState::Running)
-            .filter(|j| matches!((j.start_time, j.time_limit), (Some(s), Some(l)) if now >= s + l as i64))
+            .filter(|j| j.deadline().is_some_and(|d| now >= d))
             .map(|j| j.id)
             .collect();
         for id in expired {

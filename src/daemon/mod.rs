@@ -210,6 +210,7 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         shutdown: false,
     };
     daemon.recover()?;
+    tracing::info!(target: "ysched::daemon", "ysctld ready");
     ready();
     daemon.event_loop(inbox)
 }
@@ -358,6 +359,14 @@ impl Daemon {
         for id in running {
             self.readopt(id)?;
         }
+        // Groups of jobs that are not running any more (their supervisor
+        // was killed along with the daemon, say): nothing may stay behind.
+        for id in crate::exec::cgroup::existing_jobs(self.isolation.placement()) {
+            if !self.jobs.get(&id).is_some_and(|j| j.state.holds_gpus()) {
+                let killed = self.kill_remains(id);
+                tracing::info!(target: "ysched::exec", "removed the leftover cgroup of job {id} ({killed} processes killed)");
+            }
+        }
         self.commit()?;
         self.spool.remove_stale(STALE_AFTER);
         self.enqueue(self.spool.list_incoming()?);
@@ -458,12 +467,8 @@ impl Daemon {
             let wait = Duration::from_secs((at - now_s).max(0) as u64);
             next = next.min(wait);
         };
-        for job in self.jobs.values() {
-            if let (JobState::Running, Some(start), Some(limit)) =
-                (job.state, job.start_time, job.time_limit)
-            {
-                consider(start + limit as i64);
-            }
+        for deadline in self.jobs.values().filter_map(Job::deadline) {
+            consider(deadline);
         }
         if let Some(w) = self.wake_at {
             consider(w);

@@ -65,6 +65,8 @@ impl Daemon {
             max_rss_bytes: None,
             cpu_usec: None,
             cgroup: None,
+            suspended_secs: 0,
+            suspended_at: None,
             reason: None,
             kill_reason: None,
             work_dir: request.work_dir,

@@ -77,4 +77,11 @@ ALTER TABLE jobs ADD COLUMN max_rss_bytes INTEGER;
 ALTER TABLE jobs ADD COLUMN cpu_usec INTEGER;
 ALTER TABLE jobs ADD COLUMN cgroup TEXT;
 "#,
+    // 3: suspension (yscontrol suspend).
+    r#"
+ALTER TABLE jobs ADD COLUMN suspended_secs INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN suspended_at INTEGER;
+DROP INDEX jobs_active;
+CREATE INDEX jobs_active ON jobs(state) WHERE state IN ('PENDING', 'RUNNING', 'COMPLETING', 'SUSPENDED');
+"#,
 ];

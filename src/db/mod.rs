@@ -125,7 +125,7 @@ fn migrate(conn: &Connection, path: &Path) -> Result<(), DbError> {
 const JOB_COLUMNS: &str = "id, uid, gid, user, account, qos, name, state, hold, gpu_count, gpu_type, cpus, \
      mem_mb, time_limit, submit_time, begin_time, start_time, end_time, gpus_alloc, node, exit_code, \
      exit_signal, restart_count, reason, kill_reason, work_dir, submit_dir, std_out, std_err, \
-     open_append, comment, max_rss_bytes, cpu_usec, cgroup";
+     open_append, comment, max_rss_bytes, cpu_usec, cgroup, suspended_secs, suspended_at";
 
 fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     let invalid = |i: usize, what: String| {
@@ -198,6 +198,8 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         max_rss_bytes: row.get::<_, Option<i64>>(31)?.map(|b| b as u64),
         cpu_usec: row.get::<_, Option<i64>>(32)?.map(|u| u as u64),
         cgroup: row.get(33)?,
+        suspended_secs: row.get::<_, i64>(34)? as u64,
+        suspended_at: row.get(35)?,
     })
 }
 
@@ -266,7 +268,8 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
         .prepare_cached(
             "UPDATE jobs SET state = ?2, hold = ?3, start_time = ?4, end_time = ?5, gpus_alloc = ?6, node = ?7, \
              exit_code = ?8, exit_signal = ?9, restart_count = ?10, reason = ?11, kill_reason = ?12, \
-             begin_time = ?13, max_rss_bytes = ?14, cpu_usec = ?15, cgroup = ?16 WHERE id = ?1",
+             begin_time = ?13, max_rss_bytes = ?14, cpu_usec = ?15, cgroup = ?16, \
+             suspended_secs = ?17, suspended_at = ?18 WHERE id = ?1",
         )?
         .execute(params![
             job.id as i64,
@@ -285,6 +288,8 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
             job.max_rss_bytes.map(|b| b as i64),
             job.cpu_usec.map(|u| u as i64),
             job.cgroup,
+            job.suspended_secs as i64,
+            job.suspended_at,
         ])?;
     if changed == 0 {
         return Err(DbError::NotFound(job.id));
@@ -343,7 +348,7 @@ pub fn job(conn: &Connection, id: JobId) -> Result<Job, DbError> {
 /// Pending, running and completing jobs: what the daemon loads at start.
 pub fn active_jobs(conn: &Connection) -> Result<Vec<Job>, DbError> {
     let mut stmt = conn.prepare(&format!(
-        "SELECT {JOB_COLUMNS} FROM jobs WHERE state IN ('PENDING', 'RUNNING', 'COMPLETING') ORDER BY id"
+        "SELECT {JOB_COLUMNS} FROM jobs WHERE state IN ('PENDING', 'RUNNING', 'COMPLETING', 'SUSPENDED') ORDER BY id"
     ))?;
     let rows = stmt.query_map([], job_from_row)?;
     Ok(rows.collect::<Result<_, _>>()?)

@@ -209,11 +209,12 @@ pub fn plan(pending: &[(&Job, i64)], running: &[&Job], node: &Node, now: i64) ->
 }
 
 fn expected_end(job: &Job, now: i64) -> Option<i64> {
-    if job.state == crate::job::JobState::Completing {
-        return Some(now);
+    match job.state {
+        crate::job::JobState::Completing => Some(now),
+        crate::job::JobState::Running => job.deadline().map(|d| d.max(now)),
+        // Suspended: frozen until someone resumes it.
+        _ => None,
     }
-    let start = job.start_time.unwrap_or(now);
-    job.time_limit.map(|l| (start + l as i64).max(now))
 }
 
 /// Finds the earliest time at which `job` fits, releasing running jobs (and

@@ -140,6 +140,8 @@ impl Cluster {
     /// Starts `ysctld --foreground` and waits until it holds its lock.
     pub fn start(&mut self) {
         assert!(self.daemon.is_none(), "daemon already started");
+        // Ready once it has recovered: re-adopted its jobs, cleaned up.
+        let readies = self.log().matches("ysctld ready").count();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -155,13 +157,8 @@ impl Cluster {
             .spawn()
             .unwrap();
         self.daemon = Some(child);
-        let spool = ysched::spool::Spool::new(&self.spool);
-        let log = self.log.clone();
-        wait_for("ysctld to start", Duration::from_secs(10), || {
-            spool.daemon_state() == ysched::spool::DaemonState::Running
-                && std::fs::read_to_string(&log)
-                    .unwrap_or_default()
-                    .contains("loaded ")
+        wait_for("ysctld to be ready", Duration::from_secs(10), || {
+            self.log().matches("ysctld ready").count() > readies
         });
     }
 
