@@ -292,7 +292,44 @@ fn a_device_file_the_config_names_must_exist() {
 #[test]
 fn suspend_stops_a_job_and_resume_lets_it_go_on() {
     require_root!();
+    suspend_and_resume("");
+}
+
+#[test]
+fn suspend_and_resume_through_cgroup_freeze_on_v2() {
+    require_root!();
+    let v2 = [
+        "/sys/fs/cgroup/cgroup.freeze",
+        "/sys/fs/cgroup/unified/cgroup.procs",
+    ];
+    if !v2.iter().any(|p| Path::new(p).exists()) {
+        eprintln!("skipped: no cgroup2 mount on this host");
+        return;
+    }
+    suspend_and_resume("cgroups = \"v2\"");
+}
+
+#[test]
+fn a_job_that_stops_itself_is_still_cancelled_within_the_grace() {
+    require_root!();
     let c = Cluster::started("");
+    let id = c.submit(&["--wrap", "echo stopping; kill -STOP $$; echo resumed"]);
+    common::wait_for("the job to stop itself", LONG, || {
+        c.output_of(id) == "stopping\n"
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let started = std::time::Instant::now();
+    assert!(c.run("yscancel", &[&id.to_string()]).status.success());
+    assert_eq!(c.wait_done(id, LONG), "CANCELLED");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+fn suspend_and_resume(extra: &str) {
+    let c = Cluster::started(extra);
     c.script(
         "count.sh",
         "#!/bin/bash\nfor i in $(seq 1 40); do echo $i > count; sleep 0.05; done\necho done\n",
