@@ -241,6 +241,10 @@ pub trait JobCgroup {
     /// returns the processes still there (stuck in the kernel).
     fn kill_and_wait(&self, timeout: Duration) -> Vec<i32> {
         let deadline = Instant::now() + timeout;
+        reap_children();
+        if self.is_empty() {
+            return Vec::new();
+        }
         loop {
             self.kill_all();
             std::thread::sleep(Duration::from_millis(10));

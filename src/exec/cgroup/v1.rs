@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use super::{group_name, io_err, keyed, read_u64, write, CgroupError, JobCgroup, Limits, Usage};
 use crate::job::JobId;
 
-/// The controllers a job's groups are made in, when mounted.
-const CONTROLLERS: [&str; 7] = [
-    "memory", "devices", "pids", "cpu", "cpuacct", "freezer", "cpuset",
-];
+/// The controllers a job's groups are made in, when mounted. Not cpuset:
+/// CPUs are limited by a quota, and every hierarchy joined costs a move
+/// (the first of which waits for an RCU grace period).
+const CONTROLLERS: [&str; 6] = ["memory", "devices", "pids", "cpu", "cpuacct", "freezer"];
 
 /// The mounted controllers, one entry per distinct hierarchy with the
 /// controllers it carries (`cpu` and `cpuacct` are often one mount reached
@@ -36,15 +36,12 @@ fn hierarchies(root: &Path) -> Vec<(Vec<&'static str>, PathBuf)> {
 /// Creates `ysched/` in every hierarchy; returns what cannot be enforced.
 pub(super) fn prepare(root: &Path, parent_name: &str) -> Result<Vec<String>, CgroupError> {
     let found = hierarchies(root);
-    for (controllers, dir) in &found {
+    for (_, dir) in &found {
         let parent = dir.join(parent_name);
         match fs::create_dir(&parent) {
             Ok(()) => {}
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
             Err(e) => return Err(io_err("create", &parent)(e)),
-        }
-        if controllers.contains(&"cpuset") {
-            inherit_cpuset(dir, &parent)?;
         }
         super::probe(&parent)?;
     }
@@ -62,19 +59,6 @@ pub(super) fn prepare(root: &Path, parent_name: &str) -> Result<Vec<String>, Cgr
         }
     }
     Ok(missing)
-}
-
-/// A new cpuset group has no CPUs or memory nodes; give it its parent's.
-fn inherit_cpuset(parent: &Path, group: &Path) -> Result<(), CgroupError> {
-    for file in ["cpuset.cpus", "cpuset.mems"] {
-        let current = fs::read_to_string(group.join(file)).unwrap_or_default();
-        if current.trim().is_empty() {
-            let value = fs::read_to_string(parent.join(file))
-                .map_err(io_err("read", &parent.join(file)))?;
-            write(&group.join(file), value.trim())?;
-        }
-    }
-    Ok(())
 }
 
 pub(super) struct JobGroup {
@@ -96,9 +80,6 @@ impl JobGroup {
                 Ok(()) => {}
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(io_err("create", &dir)(e)),
-            }
-            if controllers.contains(&"cpuset") {
-                inherit_cpuset(&hierarchy.join(parent), &dir)?;
             }
             dirs.push((controllers, dir));
         }
