@@ -142,7 +142,7 @@ impl Daemon {
         let detail = format!("cancelled by {}", who.user);
         if self.jobs[&id].state == JobState::Suspended {
             // Thawed first, so that it can take SIGTERM and end.
-            if let Err(e) = self.resume_job(id, who.user, now)? {
+            if let Err(e) = self.set_suspended(id, false, who.user, now)? {
                 return Ok(Some(e));
             }
         }
@@ -194,14 +194,7 @@ impl Daemon {
         for &id in ids {
             let error = match self.refuse(id, who)? {
                 Some(e) => Some(e),
-                None => {
-                    let result = if suspend {
-                        self.suspend_job(id, who.user, now)?
-                    } else {
-                        self.resume_job(id, who.user, now)?
-                    };
-                    result.err()
-                }
+                None => self.set_suspended(id, suspend, who.user, now)?.err(),
             };
             outcomes.push(JobOutcome { job_id: id, error });
         }

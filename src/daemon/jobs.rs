@@ -258,65 +258,44 @@ impl Daemon {
         found
     }
 
-    /// Freezes a running job's cgroup: it stops where it is and keeps its
-    /// GPUs (and their memory) until resumed. `Err` is for the requester.
-    pub(super) fn suspend_job(
+    /// Suspends (`freeze`) a running job or resumes a suspended one. A
+    /// suspended job's cgroup is frozen: it stops where it is and keeps its
+    /// GPUs (and their memory); the time it spends so does not count
+    /// against its time limit. `Err` is for the requester.
+    pub(super) fn set_suspended(
         &mut self,
         id: JobId,
+        freeze: bool,
         by: &str,
         now: i64,
     ) -> Result<Result<(), String>, DaemonError> {
+        let (from, to, verb) = if freeze {
+            (JobState::Running, JobState::Suspended, "suspend")
+        } else {
+            (JobState::Suspended, JobState::Running, "resume")
+        };
         let state = self.jobs[&id].state;
-        if state != JobState::Running {
+        if state != from {
             return Ok(Err(format!(
-                "job {id} is {state}; only running jobs can be suspended"
+                "job {id} is {state}; only {} jobs can be {verb}d",
+                from.name().to_lowercase()
             )));
         }
-        if let Err(e) = self.freeze(id, true) {
+        if let Err(e) = self.freeze(id, freeze) {
             return Ok(Err(e));
         }
         let job = self.jobs.get_mut(&id).expect("checked above");
-        job.state = JobState::Suspended;
-        job.suspended_at = Some(now);
+        job.state = to;
+        if freeze {
+            job.suspended_at = Some(now);
+        } else if let Some(at) = job.suspended_at.take() {
+            job.suspended_secs += (now - at).max(0) as u64;
+        }
         let job = job.clone();
-        let detail = format!("suspended by {by}");
+        let detail = format!("{verb}d by {by}");
         let tx = self.tx()?;
         db::update_job(tx, &job)?;
-        db::add_event(tx, id, now, JobState::Suspended, Some(&detail))?;
-        tracing::info!(target: "ysched::daemon", "job {id} {detail}");
-        self.snapshot = None;
-        self.reschedule = true;
-        Ok(Ok(()))
-    }
-
-    /// Thaws a suspended job; the time it spent suspended does not count
-    /// against its time limit.
-    pub(super) fn resume_job(
-        &mut self,
-        id: JobId,
-        by: &str,
-        now: i64,
-    ) -> Result<Result<(), String>, DaemonError> {
-        let state = self.jobs[&id].state;
-        if state != JobState::Suspended {
-            return Ok(Err(format!(
-                "job {id} is {state}; only suspended jobs can be resumed"
-            )));
-        }
-        if let Err(e) = self.freeze(id, false) {
-            return Ok(Err(e));
-        }
-        let job = self.jobs.get_mut(&id).expect("checked above");
-        job.state = JobState::Running;
-        job.suspended_secs += job
-            .suspended_at
-            .take()
-            .map_or(0, |at| (now - at).max(0) as u64);
-        let job = job.clone();
-        let detail = format!("resumed by {by}");
-        let tx = self.tx()?;
-        db::update_job(tx, &job)?;
-        db::add_event(tx, id, now, JobState::Running, Some(&detail))?;
+        db::add_event(tx, id, now, to, Some(&detail))?;
         tracing::info!(target: "ysched::daemon", "job {id} {detail}");
         self.snapshot = None;
         self.reschedule = true;

@@ -268,6 +268,15 @@ fn reap_children() {
     }
 }
 
+/// Creates a group directory, or takes the one that is there.
+pub(crate) fn make_group(dir: &Path) -> Result<(), CgroupError> {
+    match fs::create_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(io_err("create", dir)(e)),
+    }
+}
+
 /// Makes sure this process can create groups under `parent` (it may
 /// exist and belong to someone else): creates and removes a probe group.
 pub(crate) fn probe(parent: &Path) -> Result<(), CgroupError> {

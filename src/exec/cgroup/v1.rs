@@ -38,11 +38,7 @@ pub(super) fn prepare(root: &Path, parent_name: &str) -> Result<Vec<String>, Cgr
     let found = hierarchies(root);
     for (_, dir) in &found {
         let parent = dir.join(parent_name);
-        match fs::create_dir(&parent) {
-            Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io_err("create", &parent)(e)),
-        }
+        super::make_group(&parent)?;
         super::probe(&parent)?;
     }
     let has = |c: &str| found.iter().any(|(names, _)| names.contains(&c));
@@ -76,11 +72,7 @@ impl JobGroup {
         let mut dirs = Vec::new();
         for (controllers, hierarchy) in hierarchies(root) {
             let dir = hierarchy.join(parent).join(group_name(job));
-            match fs::create_dir(&dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(io_err("create", &dir)(e)),
-            }
+            super::make_group(&dir)?;
             dirs.push((controllers, dir));
         }
         let group = JobGroup { dirs };

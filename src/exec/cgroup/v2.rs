@@ -22,11 +22,7 @@ const CONTROLLERS: [(&str, &str); 3] = [
 /// returns what cannot be enforced.
 pub(super) fn prepare(root: &Path, parent_name: &str) -> Result<Vec<String>, CgroupError> {
     let parent = root.join(parent_name);
-    match fs::create_dir(&parent) {
-        Ok(()) => {}
-        Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(io_err("create", &parent)(e)),
-    }
+    super::make_group(&parent)?;
     super::probe(&parent)?;
     prepare_parent(root, &parent)
 }
@@ -79,11 +75,7 @@ impl JobGroup {
         devices: bool,
     ) -> Result<JobGroup, CgroupError> {
         let dir = parent.join(group_name(job));
-        match fs::create_dir(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io_err("create", &dir)(e)),
-        }
+        super::make_group(&dir)?;
         let group = JobGroup { dir };
         group.apply(limits)?;
         if devices {
