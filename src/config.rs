@@ -52,6 +52,10 @@ pub struct GpuDecl {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Account {
     pub name: String,
+    /// The account it is part of (`None`: directly under the root).
+    pub parent: Option<String>,
+    /// Its claim relative to its siblings.
+    pub shares: f64,
     /// User names; `*` admits everyone.
     pub users: Vec<String>,
 }
@@ -61,6 +65,38 @@ pub struct Qos {
     pub name: String,
     /// Higher runs first.
     pub priority: i64,
+    /// Multiplies the usage charged for its jobs.
+    pub usage_factor: f64,
+}
+
+/// When decayed usage starts again from zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UsageReset {
+    None,
+    Daily,
+    Weekly,
+    Monthly,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fairshare {
+    pub algorithm: crate::sched::fairshare::Algorithm,
+    /// Seconds; `None`: usage never decays.
+    pub half_life: Option<u64>,
+    pub reset: UsageReset,
+}
+
+/// The multifactor priority's weights: each factor is in [0, 1], and a
+/// job's priority is the weighted sum (minus its nice value).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PriorityWeights {
+    pub age: u64,
+    pub fairshare: u64,
+    pub qos: u64,
+    pub size: u64,
+    /// The age at which the age factor reaches 1.
+    pub max_age: u64,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -93,6 +129,10 @@ pub struct Config {
     pub gpus: Vec<GpuDecl>,
     pub accounts: Vec<Account>,
     pub qos: Vec<Qos>,
+    pub fairshare: Fairshare,
+    pub priority: PriorityWeights,
+    /// Billing weight (tokens per GPU-hour) by GPU type; others weigh 1.
+    pub billing: std::collections::BTreeMap<String, f64>,
 }
 
 impl Config {
@@ -231,6 +271,12 @@ struct RawConfig {
     accounts: Vec<RawAccount>,
     #[serde(default)]
     qos: Vec<RawQos>,
+    #[serde(default)]
+    fairshare: RawFairshare,
+    #[serde(default)]
+    priority: RawPriority,
+    #[serde(default)]
+    billing: std::collections::BTreeMap<String, Spanned<f64>>,
 }
 
 #[derive(Deserialize)]
@@ -248,8 +294,30 @@ struct RawGpu {
 #[serde(deny_unknown_fields)]
 struct RawAccount {
     name: Spanned<String>,
+    parent: Option<Spanned<String>>,
+    shares: Option<Spanned<f64>>,
     #[serde(default)]
     users: Vec<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawFairshare {
+    algorithm: Option<crate::sched::fairshare::Algorithm>,
+    #[serde(default, deserialize_with = "de_time_limit")]
+    half_life: Option<Option<u64>>,
+    reset: Option<UsageReset>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawPriority {
+    weight_age: Option<u64>,
+    weight_fairshare: Option<u64>,
+    weight_qos: Option<u64>,
+    weight_size: Option<u64>,
+    #[serde(default, deserialize_with = "de_time_limit")]
+    max_age: Option<Option<u64>>,
 }
 
 #[derive(Deserialize)]
@@ -257,6 +325,7 @@ struct RawAccount {
 struct RawQos {
     name: Spanned<String>,
     priority: i64,
+    usage_factor: Option<Spanned<f64>>,
 }
 
 fn de_time_limit<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
@@ -375,11 +444,59 @@ impl RawConfig {
                     format!("account '{name}' is declared twice"),
                 ));
             }
-            accounts.push(Account {
-                name,
-                users: raw.users,
-            });
+            let shares = match raw.shares {
+                Some(s) if !s.get_ref().is_finite() || *s.get_ref() < 0.0 => {
+                    return Err(fail(
+                        Some(s.span()),
+                        "shares",
+                        format!("shares must be a number of 0 or more, not {}", s.get_ref()),
+                    ))
+                }
+                Some(s) => *s.get_ref(),
+                None => 1.0,
+            };
+            accounts.push((
+                Account {
+                    name,
+                    parent: raw.parent.as_ref().map(|p| p.get_ref().clone()),
+                    shares,
+                    users: raw.users,
+                },
+                raw.parent.map(|p| p.span()),
+            ));
         }
+        // Parents must exist, and the accounts must form a tree.
+        for (account, span) in &accounts {
+            let Some(parent) = &account.parent else {
+                continue;
+            };
+            if !accounts.iter().any(|(a, _)| &a.name == parent) {
+                return Err(fail(
+                    span.clone(),
+                    "parent",
+                    format!(
+                        "account '{}' names an unknown parent account '{parent}'",
+                        account.name
+                    ),
+                ));
+            }
+            let mut seen_on_path = HashSet::new();
+            let mut at = Some(account.name.clone());
+            while let Some(name) = at {
+                if !seen_on_path.insert(name.clone()) {
+                    return Err(fail(
+                        span.clone(),
+                        "parent",
+                        format!("accounts form a cycle through '{}'", account.name),
+                    ));
+                }
+                at = accounts
+                    .iter()
+                    .find(|(a, _)| a.name == name)
+                    .and_then(|(a, _)| a.parent.clone());
+            }
+        }
+        let accounts: Vec<Account> = accounts.into_iter().map(|(a, _)| a).collect();
 
         let mut qos = Vec::new();
         let mut seen = HashSet::new();
@@ -399,9 +516,21 @@ impl RawConfig {
                     format!("QoS '{name}' is declared twice"),
                 ));
             }
+            let usage_factor = match raw.usage_factor {
+                Some(f) if !f.get_ref().is_finite() || *f.get_ref() < 0.0 => {
+                    return Err(fail(
+                        Some(f.span()),
+                        "usage_factor",
+                        format!("usage_factor must be 0 or more, not {}", f.get_ref()),
+                    ))
+                }
+                Some(f) => *f.get_ref(),
+                None => 1.0,
+            };
             qos.push(Qos {
                 name,
                 priority: raw.priority,
+                usage_factor,
             });
         }
         if qos.is_empty() {
@@ -482,6 +611,46 @@ impl RawConfig {
                 ),
             ));
         }
+        let mut billing = std::collections::BTreeMap::new();
+        for (gpu_type, weight) in self.billing {
+            if !weight.get_ref().is_finite() || *weight.get_ref() < 0.0 {
+                return Err(fail(
+                    Some(weight.span()),
+                    &gpu_type,
+                    format!(
+                        "a billing weight must be 0 or more, not {}",
+                        weight.get_ref()
+                    ),
+                ));
+            }
+            if !gpus.is_empty() && !gpus.iter().any(|g| g.gpu_type == gpu_type) {
+                let known: Vec<&str> = gpus.iter().map(|g| g.gpu_type.as_str()).collect();
+                return Err(fail(
+                    Some(weight.span()),
+                    &gpu_type,
+                    format!("[billing] names GPU type '{gpu_type}', which no [[gpus]] table declares (declared: {})", known.join(", ")),
+                ));
+            }
+            billing.insert(gpu_type, *weight.get_ref());
+        }
+        let fairshare = Fairshare {
+            algorithm: self
+                .fairshare
+                .algorithm
+                .unwrap_or(crate::sched::fairshare::Algorithm::FairTree),
+            half_life: match self.fairshare.half_life {
+                Some(h) => h,
+                None => Some(7 * 86_400),
+            },
+            reset: self.fairshare.reset.unwrap_or(UsageReset::None),
+        };
+        let priority = PriorityWeights {
+            age: self.priority.weight_age.unwrap_or(1_000),
+            fairshare: self.priority.weight_fairshare.unwrap_or(10_000),
+            qos: self.priority.weight_qos.unwrap_or(100_000),
+            size: self.priority.weight_size.unwrap_or(0),
+            max_age: self.priority.max_age.flatten().unwrap_or(7 * 86_400),
+        };
         Ok(Config {
             path: path.to_path_buf(),
             spool_dir,
@@ -506,6 +675,9 @@ impl RawConfig {
             gpus,
             accounts,
             qos,
+            fairshare,
+            priority,
+            billing,
         })
     }
 }
@@ -522,6 +694,7 @@ pub fn default_qos_levels() -> Vec<Qos> {
     .map(|(name, priority)| Qos {
         name: name.to_string(),
         priority,
+        usage_factor: 1.0,
     })
     .collect()
 }
@@ -679,6 +852,69 @@ priority = 1
 
         let e = parse("spool_dir = \"relative/spool\"\n").unwrap_err();
         assert!(e.to_string().contains("absolute"), "{e}");
+    }
+
+    #[test]
+    fn account_trees_shares_and_weights() {
+        let c = parse(
+            "[[accounts]]\nname = \"research\"\nshares = 3\n[[accounts]]\nname = \"vision\"\nparent = \"research\"\nshares = 2.5\nusers = [\"alice\"]\n[fairshare]\nalgorithm = \"classic\"\nhalf_life = \"1-00:00:00\"\nreset = \"monthly\"\n[priority]\nweight_age = 5\nmax_age = \"2-0\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.accounts[1].parent.as_deref(), Some("research"));
+        assert_eq!(c.accounts[1].shares, 2.5);
+        assert_eq!(
+            c.fairshare.algorithm,
+            crate::sched::fairshare::Algorithm::Classic
+        );
+        assert_eq!(c.fairshare.half_life, Some(86_400));
+        assert_eq!(c.fairshare.reset, UsageReset::Monthly);
+        assert_eq!(c.priority.age, 5);
+        assert_eq!(c.priority.max_age, 2 * 86_400);
+        assert_eq!(
+            c.priority.fairshare, 10_000,
+            "defaults for what is not given"
+        );
+        let d = parse("").unwrap();
+        assert_eq!(d.fairshare.half_life, Some(7 * 86_400));
+        assert_eq!(
+            d.fairshare.algorithm,
+            crate::sched::fairshare::Algorithm::FairTree
+        );
+    }
+
+    #[test]
+    fn bad_trees_shares_and_weights_name_line_and_key() {
+        let e = parse("[[accounts]]\nname = \"a\"\nshares = -2\n").unwrap_err();
+        assert_eq!((e.line, e.key.as_deref()), (Some(3), Some("shares")), "{e}");
+        let e = parse("[[accounts]]\nname = \"a\"\nshares = \"lots\"\n").unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        let e = parse("[[accounts]]\nname = \"a\"\nparent = \"nowhere\"\n").unwrap_err();
+        assert_eq!((e.line, e.key.as_deref()), (Some(3), Some("parent")), "{e}");
+        assert!(
+            e.to_string().contains("unknown parent account 'nowhere'"),
+            "{e}"
+        );
+        let e = parse("[[accounts]]\nname = \"a\"\nparent = \"b\"\n[[accounts]]\nname = \"b\"\nparent = \"a\"\n").unwrap_err();
+        assert!(e.to_string().contains("accounts form a cycle"), "{e}");
+        let e = parse("[[qos]]\nname = \"q\"\npriority = 1\nusage_factor = -1\n").unwrap_err();
+        assert_eq!(
+            (e.line, e.key.as_deref()),
+            (Some(4), Some("usage_factor")),
+            "{e}"
+        );
+        let e =
+            parse("[[gpus]]\ntype = \"a100\"\ncount = 1\nmemory = \"8G\"\n[billing]\nv100 = 3\n")
+                .unwrap_err();
+        assert_eq!(e.line, Some(6), "{e}");
+        assert!(e.to_string().contains("[billing] names GPU type 'v100', which no [[gpus]] table declares (declared: a100)"), "{e}");
+        let e = parse("[priority]\nweight_age = -3\n").unwrap_err();
+        assert_eq!(
+            (e.line, e.key.as_deref()),
+            (Some(2), Some("weight_age")),
+            "{e}"
+        );
+        let e = parse("[fairshare]\nalgorithm = \"fifo\"\n").unwrap_err();
+        assert!(e.to_string().contains("unknown variant `fifo`"), "{e}");
     }
 
     #[test]

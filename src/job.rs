@@ -182,6 +182,9 @@ pub struct JobRequest {
     pub hold: bool,
     pub begin_time: Option<i64>,
     pub comment: Option<String>,
+    /// Lowers its priority by this much (negative: raises it; admins only).
+    #[serde(default)]
+    pub nice: i64,
     pub script: String,
     pub args: Vec<String>,
 }
@@ -233,6 +236,10 @@ pub struct Job {
     /// since when it is suspended now.
     pub suspended_secs: u64,
     pub suspended_at: Option<i64>,
+    /// Subtracted from its priority (`--nice`).
+    pub nice: i64,
+    /// Billing-seconds charged to its account when it ended.
+    pub billing: Option<i64>,
     /// Why a finished job failed where the exit code does not say (a launch
     /// error, a lost supervisor), or what ended a completing one.
     pub reason: Option<String>,
@@ -366,6 +373,8 @@ pub(crate) fn example_job(id: JobId) -> Job {
         cgroup: None,
         suspended_secs: 0,
         suspended_at: None,
+        nice: 0,
+        billing: None,
         reason: None,
         kill_reason: None,
         work_dir: "/home/alice".into(),

@@ -139,6 +139,13 @@ pub enum Query {
     },
     /// One job in full (yscontrol show job).
     Job(JobId),
+    /// The fair-share tree (ysshare): the caller's associations and their
+    /// accounts; with `all_users`, everyone in those accounts (admins: all).
+    Shares {
+        accounts: Vec<String>,
+        users: Vec<String>,
+        all_users: bool,
+    },
 }
 
 /// A job as a command sees it. Another user's job comes `redacted`: its
@@ -150,7 +157,31 @@ pub struct JobView {
     /// Why a pending job waits (Slurm's reason codes).
     pub pending_reason: Option<String>,
     pub priority: i64,
+    /// A pending job's priority factors (`ysqueue --priority`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub factors: Option<crate::sched::priority::Factors>,
     pub redacted: bool,
+}
+
+/// One association of the fair-share tree, as `ysshare` shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShareRow {
+    pub account: String,
+    /// `None` for an account's own row.
+    pub user: Option<String>,
+    /// Levels below the root.
+    pub depth: usize,
+    pub raw_shares: f64,
+    pub norm_shares: f64,
+    /// Billing-seconds ever charged, undecayed.
+    pub raw_usage: i64,
+    /// Decayed usage now.
+    pub usage: f64,
+    pub norm_usage: f64,
+    pub effective_usage: f64,
+    /// `None`: infinite (no usage), which JSON cannot carry as a number.
+    pub level_fs: Option<f64>,
+    pub fairshare: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -178,6 +209,9 @@ pub enum Reply {
     Jobs {
         jobs: Vec<JobView>,
         now: i64,
+    },
+    Shares {
+        rows: Vec<ShareRow>,
     },
     /// One row of rendered cells per job, for the fields asked for.
     Rows {

@@ -14,6 +14,7 @@ use crate::units;
 /// The most GPUs one job may ask for; anything above is a typo.
 pub const MAX_GPUS_PER_JOB: u32 = 1024;
 pub const MAX_CPUS_PER_JOB: u32 = 65_536;
+pub const MAX_NICE: i64 = 1_000_000;
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum ScriptError {
@@ -94,6 +95,9 @@ pub struct SubmitOptions {
     /// A comment kept with the job
     #[arg(long, value_name = "TEXT")]
     pub comment: Option<String>,
+    /// Lower the job's priority by N (a negative N, raising it, is for admins)
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
+    pub nice: Option<String>,
     /// Print only the job id
     #[arg(long)]
     pub parsable: bool,
@@ -155,6 +159,7 @@ pub struct Partial {
     pub hold: bool,
     pub begin: Option<String>,
     pub comment: Option<String>,
+    pub nice: Option<i64>,
     pub parsable: bool,
     /// Messages about options accepted but ignored.
     pub warnings: Vec<String>,
@@ -223,6 +228,18 @@ impl Partial {
                 }
             }
         }
+        let nice = match o.nice.as_deref().map(str::trim) {
+            None => None,
+            Some(n) => match n.parse::<i64>() {
+                Ok(v) if v.abs() <= MAX_NICE => Some(v),
+                Ok(v) => {
+                    return Err(format!(
+                        "--nice: {v} is out of range (-{MAX_NICE} to {MAX_NICE})"
+                    ))
+                }
+                Err(_) => return Err(format!("--nice: '{n}' is not a number")),
+            },
+        };
         if let Some(nodes) = &o.nodes {
             if !matches!(nodes.trim(), "1" | "1-1") {
                 return Err(format!(
@@ -264,6 +281,7 @@ impl Partial {
             hold: o.hold,
             begin: o.begin,
             comment: o.comment,
+            nice,
             parsable: o.parsable,
             warnings,
         })
@@ -290,6 +308,7 @@ impl Partial {
             hold: later.hold || self.hold,
             begin: later.begin.or(self.begin),
             comment: later.comment.or(self.comment),
+            nice: later.nice.or(self.nice),
             parsable: later.parsable || self.parsable,
             warnings,
         }
@@ -517,6 +536,7 @@ pub fn resolve(
         hold: partial.hold,
         begin_time,
         comment: partial.comment,
+        nice: partial.nice.unwrap_or(0),
         script,
         args,
     })

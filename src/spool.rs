@@ -616,8 +616,16 @@ impl Spool {
             tracing::warn!(target: "ysched::spool", "reply file {} is not a plain file of uid {uid}; not answered", path.display());
             return false;
         }
-        let Ok(body) = serde_json::to_vec(reply) else {
-            return false;
+        let body = match serde_json::to_vec(reply) {
+            Ok(b) => b,
+            Err(e) => {
+                // A bug, not the requester's fault: say so to both.
+                tracing::error!(target: "ysched::spool", "cannot encode the reply to {name}: {e}");
+                let error = Reply::Rejected {
+                    error: format!("ysctld could not encode its answer ({e}); see its log"),
+                };
+                serde_json::to_vec(&error).unwrap_or_default()
+            }
         };
         file.set_len(0).and_then(|_| file.write_all(&body)).is_ok()
     }

@@ -8,13 +8,14 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 
-const PAGES: [(&str, &str); 6] = [
+const PAGES: [(&str, &str); 7] = [
     ("ysctld", "man/ysctld.8"),
     ("ysbatch", "man/ysbatch.1"),
     ("ysqueue", "man/ysqueue.1"),
     ("yscancel", "man/yscancel.1"),
     ("ysacct", "man/ysacct.1"),
     ("yscontrol", "man/yscontrol.1"),
+    ("ysshare", "man/ysshare.1"),
 ];
 
 fn long_flags(text: &str) -> BTreeSet<String> {

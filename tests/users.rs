@@ -190,6 +190,25 @@ fn an_admin_hold_binds_the_user_and_admins_act_on_any_job() {
     );
     let out = c.run_as(&carol.name, "yscontrol", &["release", &id.to_string()]);
     assert!(out.status.success());
+    // Raising one's own priority is an admin's business.
+    let out = c.run_as(
+        &alice.name,
+        "ysbatch",
+        &["--nice", "-100", "--wrap", "true"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("a negative --nice (-100) raises priority, which only root and the config's admins may do"), "{}", stderr(&out));
+    let out = c.run_as(
+        &carol.name,
+        "ysbatch",
+        &["--parsable", "--nice", "-100", "--wrap", "true"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let nice = c.run(
+        "ysacct",
+        &["-j", stdout(&out).trim(), "-n", "-P", "-o", "JobID"],
+    );
+    assert!(nice.status.success());
     assert_eq!(c.wait_done(id, LONG), "COMPLETED");
     let running = submit_as(&c, &alice, &["--wrap", "sleep 60"]);
     c.wait_state(running, "RUNNING", LONG);

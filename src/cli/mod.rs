@@ -8,6 +8,7 @@ pub mod yscancel;
 pub mod yscontrol;
 pub mod ysctld;
 pub mod ysqueue;
+pub mod ysshare;
 
 use std::io::Write;
 use std::process::ExitCode;

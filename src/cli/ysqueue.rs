@@ -16,7 +16,7 @@ use crate::report::{self, Column, Field, SqueueFormat};
                   would start, each with the reason it waits.",
     after_help = "Format codes (-o): %i id  %j name  %u user  %a account  %q qos  %t state (compact)  \
                   %T state  %M time used  %l time limit  %L time left  %D nodes  %N node  %R node or \
-                  (reason)  %r reason  %b GPUs (TRES per node)  %C CPUs  %m memory  %Q priority  \
+                  (reason)  %r reason  %b GPUs (TRES per node)  %C CPUs  %m memory  %Q priority  %y nice  \
                   %V submit time  %S start time  %e end time  %Z work dir  %k comment  %P partition.\n\
                   Write %.N for a right-aligned column N wide, %N for a left-aligned one."
 )]
@@ -45,7 +45,7 @@ pub struct Args {
     /// Output format with squeue's % codes (see below)
     #[arg(short = 'o', long, value_name = "FORMAT")]
     pub format: Option<String>,
-    /// Show each pending job's priority and QoS
+    /// Show each job's priority and, for pending jobs, its weighted factors (as sprio)
     #[arg(long)]
     pub priority: bool,
     /// Print the jobs as JSON
@@ -92,7 +92,15 @@ fn default_format(priority: bool) -> SqueueFormat {
         Field::Gpus,
     ];
     if priority {
-        fields.extend([Field::Qos, Field::Priority]);
+        fields.extend([
+            Field::Qos,
+            Field::Priority,
+            Field::PrioAge,
+            Field::PrioFairshare,
+            Field::PrioQos,
+            Field::PrioSize,
+            Field::Nice,
+        ]);
     }
     fields.push(Field::NodeListReason);
     let last = fields.len() - 1;

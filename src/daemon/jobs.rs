@@ -179,9 +179,26 @@ impl Daemon {
         if reason.is_some() {
             job.reason = reason;
         }
+        // Charge what it used, once, in the same transaction as its end.
+        let charged = if job.start_time.is_some() && job.billing.is_none() {
+            let billing = crate::sched::fairshare::charge(&job, &self.inventory.gpus, &self.config);
+            job.billing = Some(billing);
+            let fs = &self.config.fairshare;
+            let usage = self
+                .usage
+                .entry((job.account.clone(), job.user.clone()))
+                .or_default();
+            usage.charge(billing, job.end_time.unwrap_or(end), fs.half_life, fs.reset);
+            Some(*usage)
+        } else {
+            None
+        };
         let tx = self.tx()?;
         db::update_job(tx, &job)?;
         db::add_event(tx, id, end, state, job.reason.as_deref())?;
+        if let Some(usage) = charged {
+            db::save_usage(tx, &job.account, &job.user, &usage)?;
+        }
         let exit_text = job.exit.map(|e| format!(" exit {e}")).unwrap_or_default();
         let why = job
             .reason

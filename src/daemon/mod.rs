@@ -112,6 +112,10 @@ pub(crate) struct Daemon {
     jobs: BTreeMap<JobId, Job>,
     /// From the last scheduling pass.
     reasons: HashMap<JobId, Reason>,
+    /// Each association's usage, as charged and last decayed.
+    usage: HashMap<(String, String), sched::fairshare::Usage>,
+    /// Fair-share factors from the last pass.
+    fairshare: HashMap<(String, String), f64>,
     order: Vec<JobId>,
     wake_at: Option<i64>,
     /// Replies to send once the current transaction is committed.
@@ -197,6 +201,8 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         users: users::Users::default(),
         jobs: BTreeMap::new(),
         reasons: HashMap::new(),
+        usage: HashMap::new(),
+        fairshare: HashMap::new(),
         order: Vec::new(),
         wake_at: None,
         replies: Vec::new(),
@@ -339,6 +345,7 @@ impl Daemon {
     /// At start: loads active jobs, re-adopts running ones, and takes in
     /// whatever arrived in the spool while the daemon was down.
     fn recover(&mut self) -> Result<(), DaemonError> {
+        self.usage = db::load_usage(&self.db)?.into_iter().collect();
         for job in db::active_jobs(&self.db)? {
             self.jobs.insert(job.id, job);
         }
@@ -546,12 +553,20 @@ impl Daemon {
     /// Runs the scheduler and marks the jobs it starts as running.
     fn schedule(&mut self, now: i64) -> Result<(), DaemonError> {
         self.reschedule = false;
+        let (tree, shares) = self.fairshare_tree(now);
+        self.fairshare = sched::fairshare::factors(&tree, &shares);
         let config = &self.config;
+        let ctx = sched::priority::Context {
+            weights: &config.priority,
+            qos: &config.qos,
+            fairshare: &self.fairshare,
+            total_gpus: self.inventory.gpus.len() as u32,
+        };
         let pending: Vec<(&Job, i64)> = self
             .jobs
             .values()
             .filter(|j| j.state == JobState::Pending)
-            .map(|j| (j, sched::priority::priority(j, config)))
+            .map(|j| (j, sched::priority::factors(j, &ctx, now).priority()))
             .collect();
         let running: Vec<&Job> = self
             .jobs
@@ -574,22 +589,50 @@ impl Daemon {
         Ok(())
     }
 
+    /// The association tree with usage decayed to `now`, and what the
+    /// fair-share algorithm makes of it.
+    fn fairshare_tree(
+        &self,
+        now: i64,
+    ) -> (sched::fairshare::Tree, Vec<sched::fairshare::NodeShare>) {
+        let mut associations: Vec<(&str, &str)> = self
+            .jobs
+            .values()
+            .map(|j| (j.account.as_str(), j.user.as_str()))
+            .collect();
+        associations.sort_unstable();
+        associations.dedup();
+        let tree = sched::fairshare::build_tree(&self.config, associations, &self.usage, now);
+        let shares = tree.compute(self.config.fairshare.algorithm);
+        (tree, shares)
+    }
+
     /// The queue as the views see it; rebuilt only after a change.
     fn snapshot(&mut self) -> Arc<QueueSnapshot> {
         if let Some(s) = &self.snapshot {
             return s.clone();
         }
+        let now = now();
         let rank: HashMap<JobId, usize> = self
             .order
             .iter()
             .enumerate()
             .map(|(i, id)| (*id, i))
             .collect();
+        let (tree, shares) = self.fairshare_tree(now);
+        let ctx = sched::priority::Context {
+            weights: &self.config.priority,
+            qos: &self.config.qos,
+            fairshare: &self.fairshare,
+            total_gpus: self.inventory.gpus.len() as u32,
+        };
         let snapshot = Arc::new(QueueSnapshot::build(
             &self.jobs,
             &self.reasons,
             &rank,
-            &self.config,
+            &ctx,
+            now,
+            query::share_rows(&tree, &shares, &self.usage),
         ));
         self.snapshot = Some(snapshot.clone());
         snapshot

@@ -11,11 +11,11 @@ use std::sync::Arc;
 
 use rusqlite::Connection;
 
-use crate::config::Config;
 use crate::db::{self, DbError};
 use crate::job::{Job, JobId, JobState};
-use crate::proto::{JobView, Query, Reply};
+use crate::proto::{JobView, Query, Reply, ShareRow};
 use crate::report::{self, Field};
+use crate::sched::fairshare::{NodeShare, Tree, Usage};
 use crate::sched::{priority, Reason};
 use crate::spool::Spool;
 
@@ -26,6 +26,8 @@ const MAX_ROWS: usize = 200_000;
 /// pending ones in the order the scheduler would start them.
 pub struct QueueSnapshot {
     pub jobs: Vec<JobView>,
+    /// The fair-share tree, every association (filtered per requester).
+    pub shares: Vec<ShareRow>,
 }
 
 impl QueueSnapshot {
@@ -33,22 +35,29 @@ impl QueueSnapshot {
         jobs: &BTreeMap<JobId, Job>,
         reasons: &HashMap<JobId, Reason>,
         rank: &HashMap<JobId, usize>,
-        config: &Config,
+        ctx: &priority::Context,
+        now: i64,
+        shares: Vec<ShareRow>,
     ) -> QueueSnapshot {
         let mut views: Vec<JobView> = jobs
             .values()
-            .map(|job| JobView {
-                pending_reason: (job.state == JobState::Pending).then(|| {
-                    reasons
-                        .get(&job.id)
-                        .copied()
-                        .unwrap_or(Reason::None)
-                        .name()
-                        .to_string()
-                }),
-                priority: priority::priority(job, config),
-                job: job.clone(),
-                redacted: false,
+            .map(|job| {
+                let pending = job.state == JobState::Pending;
+                let factors = priority::factors(job, ctx, now);
+                JobView {
+                    pending_reason: pending.then(|| {
+                        reasons
+                            .get(&job.id)
+                            .copied()
+                            .unwrap_or(Reason::None)
+                            .name()
+                            .to_string()
+                    }),
+                    priority: factors.priority(),
+                    factors: pending.then_some(factors),
+                    job: job.clone(),
+                    redacted: false,
+                }
             })
             .collect();
         views.sort_by_key(|v| match v.job.state {
@@ -59,8 +68,97 @@ impl QueueSnapshot {
             ),
             _ => (0, 0, v.job.id),
         });
-        QueueSnapshot { jobs: views }
+        QueueSnapshot {
+            jobs: views,
+            shares,
+        }
     }
+}
+
+/// What `user` may see of the tree: admins everything; others the accounts
+/// above their own associations, their own rows, and with `all_users` the
+/// other users of their accounts. Then `-A` and `-u` narrow it down.
+fn visible_shares(
+    rows: &[ShareRow],
+    user: &str,
+    admin: bool,
+    all_users: bool,
+    accounts: &[String],
+    users: &[String],
+) -> Vec<ShareRow> {
+    // Each row's chain of accounts, from the depth-first order.
+    let mut path: Vec<String> = Vec::new();
+    let mut mine: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut member_of: std::collections::HashSet<String> = std::collections::HashSet::new();
+    for row in rows {
+        path.truncate(row.depth.saturating_sub(1));
+        match &row.user {
+            None => path.push(row.account.clone()),
+            Some(u) if u == user => {
+                mine.extend(path.iter().cloned());
+                member_of.insert(row.account.clone());
+            }
+            Some(_) => {}
+        }
+    }
+    rows.iter()
+        .filter(|r| match &r.user {
+            None => admin || mine.contains(&r.account),
+            Some(u) => {
+                let asked = users.contains(u);
+                u == user
+                    || (admin && (all_users || asked))
+                    || ((all_users || asked) && member_of.contains(&r.account))
+            }
+        })
+        .filter(|r| accounts.is_empty() || accounts.contains(&r.account))
+        .filter(|r| users.is_empty() || r.user.as_ref().is_none_or(|u| users.contains(u)))
+        .cloned()
+        .collect()
+}
+
+/// `ysshare`'s rows: the tree depth first, accounts before their children.
+pub fn share_rows(
+    tree: &Tree,
+    shares: &[NodeShare],
+    usage: &HashMap<(String, String), Usage>,
+) -> Vec<ShareRow> {
+    // Raw usage of each node: its own (users) plus its subtree's.
+    let mut raw: Vec<i64> = tree
+        .nodes
+        .iter()
+        .map(|n| match &n.user {
+            Some(u) => usage
+                .get(&(n.account.clone(), u.clone()))
+                .map_or(0, |x| x.raw),
+            None => 0,
+        })
+        .collect();
+    for i in (1..tree.nodes.len()).rev() {
+        if let Some(p) = tree.nodes[i].parent {
+            raw[p] += raw[i];
+        }
+    }
+    tree.depth_first()
+        .into_iter()
+        .map(|(i, depth)| {
+            let n = &tree.nodes[i];
+            let s = &shares[i];
+            ShareRow {
+                account: n.account.clone(),
+                user: n.user.clone(),
+                depth,
+                raw_shares: n.shares,
+                norm_shares: s.norm_shares,
+                raw_usage: raw[i],
+                usage: s.usage,
+                norm_usage: s.norm_usage,
+                effective_usage: s.effective_usage,
+                level_fs: s.level_fs.is_finite().then_some(s.level_fs),
+                fairshare: s.fairshare,
+            }
+        })
+        .collect()
 }
 
 pub(super) struct Work {
@@ -162,6 +260,7 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
                     job,
                     pending_reason: None,
                     priority: 0,
+                    factors: None,
                     redacted: false,
                 })
                 .collect();
@@ -172,6 +271,16 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
                 .collect();
             Ok(reply(views, fields))
         }
+        Query::Shares {
+            accounts,
+            users,
+            all_users,
+        } => {
+            let rows = snapshot.map(|s| s.shares.as_slice()).unwrap_or_default();
+            Ok(Reply::Shares {
+                rows: visible_shares(rows, &work.user, work.admin, *all_users, accounts, users),
+            })
+        }
         Query::Job(id) => {
             let found = snapshot.and_then(|s| s.jobs.iter().find(|v| v.job.id == *id).cloned());
             let view = match found {
@@ -181,6 +290,7 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
                         job,
                         pending_reason: None,
                         priority: 0,
+                        factors: None,
                         redacted: false,
                     },
                     Err(DbError::NotFound(_)) => {

@@ -67,6 +67,8 @@ impl Daemon {
             cgroup: None,
             suspended_secs: 0,
             suspended_at: None,
+            nice: request.nice,
+            billing: None,
             reason: None,
             kill_reason: None,
             work_dir: request.work_dir,

@@ -84,4 +84,18 @@ ALTER TABLE jobs ADD COLUMN suspended_at INTEGER;
 DROP INDEX jobs_active;
 CREATE INDEX jobs_active ON jobs(state) WHERE state IN ('PENDING', 'RUNNING', 'COMPLETING', 'SUSPENDED');
 "#,
+    // 4: fair-share: nice values, what each job was charged, and each
+    // association's usage (raw, and decayed as of a time).
+    r#"
+ALTER TABLE jobs ADD COLUMN nice INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN billing INTEGER;
+CREATE TABLE usage (
+    account         TEXT    NOT NULL,
+    user            TEXT    NOT NULL,
+    raw             INTEGER NOT NULL,
+    decayed         REAL    NOT NULL,
+    as_of           INTEGER NOT NULL,
+    PRIMARY KEY (account, user)
+) WITHOUT ROWID;
+"#,
 ];

@@ -125,7 +125,7 @@ fn migrate(conn: &Connection, path: &Path) -> Result<(), DbError> {
 const JOB_COLUMNS: &str = "id, uid, gid, user, account, qos, name, state, hold, gpu_count, gpu_type, cpus, \
      mem_mb, time_limit, submit_time, begin_time, start_time, end_time, gpus_alloc, node, exit_code, \
      exit_signal, restart_count, reason, kill_reason, work_dir, submit_dir, std_out, std_err, \
-     open_append, comment, max_rss_bytes, cpu_usec, cgroup, suspended_secs, suspended_at";
+     open_append, comment, max_rss_bytes, cpu_usec, cgroup, suspended_secs, suspended_at, nice, billing";
 
 fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     let invalid = |i: usize, what: String| {
@@ -200,6 +200,8 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         cgroup: row.get(33)?,
         suspended_secs: row.get::<_, i64>(34)? as u64,
         suspended_at: row.get(35)?,
+        nice: row.get(36)?,
+        billing: row.get(37)?,
     })
 }
 
@@ -224,8 +226,8 @@ fn parse_index_list(text: &str) -> Result<Vec<u32>, String> {
 pub fn insert_job(conn: &Connection, job: &Job, payload: &Payload) -> Result<JobId, DbError> {
     conn.prepare_cached(
         "INSERT INTO jobs (uid, gid, user, account, qos, name, state, hold, gpu_count, gpu_type, cpus, mem_mb, \
-         time_limit, submit_time, begin_time, work_dir, submit_dir, std_out, std_err, open_append, comment) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
+         time_limit, submit_time, begin_time, work_dir, submit_dir, std_out, std_err, open_append, comment, nice) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
     )?
     .execute(params![
         job.uid,
@@ -249,6 +251,7 @@ pub fn insert_job(conn: &Connection, job: &Job, payload: &Payload) -> Result<Job
         job.std_err,
         job.open_append,
         job.comment,
+        job.nice,
     ])?;
     let id = conn.last_insert_rowid() as JobId;
     let args = serde_json::to_string(&payload.args).map_err(|e| DbError::Invalid(e.to_string()))?;
@@ -269,7 +272,7 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
             "UPDATE jobs SET state = ?2, hold = ?3, start_time = ?4, end_time = ?5, gpus_alloc = ?6, node = ?7, \
              exit_code = ?8, exit_signal = ?9, restart_count = ?10, reason = ?11, kill_reason = ?12, \
              begin_time = ?13, max_rss_bytes = ?14, cpu_usec = ?15, cgroup = ?16, \
-             suspended_secs = ?17, suspended_at = ?18 WHERE id = ?1",
+             suspended_secs = ?17, suspended_at = ?18, billing = ?19 WHERE id = ?1",
         )?
         .execute(params![
             job.id as i64,
@@ -290,6 +293,7 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
             job.cgroup,
             job.suspended_secs as i64,
             job.suspended_at,
+            job.billing,
         ])?;
     if changed == 0 {
         return Err(DbError::NotFound(job.id));
@@ -408,6 +412,50 @@ pub fn find_jobs(conn: &Connection, filter: &JobFilter, limit: usize) -> Result<
     let mut stmt = conn.prepare(&sql)?;
     let rows = stmt.query_map(rusqlite::params_from_iter(values), job_from_row)?;
     Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Every association's usage.
+pub fn load_usage(
+    conn: &Connection,
+) -> Result<
+    Vec<(
+        crate::sched::fairshare::Association,
+        crate::sched::fairshare::Usage,
+    )>,
+    DbError,
+> {
+    let mut stmt = conn.prepare("SELECT account, user, raw, decayed, as_of FROM usage")?;
+    let rows = stmt.query_map([], |r| {
+        Ok((
+            (r.get(0)?, r.get(1)?),
+            crate::sched::fairshare::Usage {
+                raw: r.get(2)?,
+                decayed: r.get(3)?,
+                as_of: r.get(4)?,
+            },
+        ))
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+pub fn save_usage(
+    conn: &Connection,
+    account: &str,
+    user: &str,
+    usage: &crate::sched::fairshare::Usage,
+) -> Result<(), DbError> {
+    conn.prepare_cached(
+        "INSERT INTO usage (account, user, raw, decayed, as_of) VALUES (?1, ?2, ?3, ?4, ?5) \
+         ON CONFLICT (account, user) DO UPDATE SET raw = ?3, decayed = ?4, as_of = ?5",
+    )?
+    .execute(params![
+        account,
+        user,
+        usage.raw,
+        usage.decayed,
+        usage.as_of
+    ])?;
+    Ok(())
 }
 
 /// Records a state-changing request and the reply it got.

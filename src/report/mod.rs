@@ -41,6 +41,12 @@ pub enum Field {
     Cpus,
     ReqMem,
     Priority,
+    /// A pending job's weighted priority components.
+    PrioAge,
+    PrioFairshare,
+    PrioQos,
+    PrioSize,
+    Nice,
     Submit,
     Eligible,
     Start,
@@ -49,6 +55,8 @@ pub enum Field {
     Restarts,
     MaxRss,
     TotalCpu,
+    /// Billing-seconds charged (GPU-seconds x billing weight x QoS factor).
+    Billing,
     Cgroup,
     WorkDir,
     StdOut,
@@ -84,6 +92,11 @@ impl Field {
             Field::Cpus => "CPUS",
             Field::ReqMem => "MIN_MEMORY",
             Field::Priority => "PRIORITY",
+            Field::PrioAge => "AGE",
+            Field::PrioFairshare => "FAIRSHARE",
+            Field::PrioQos => "QOS_FACTOR",
+            Field::PrioSize => "JOBSIZE",
+            Field::Nice => "NICE",
             Field::Submit => "SUBMIT_TIME",
             Field::Eligible => "ELIGIBLE_TIME",
             Field::Start => "START_TIME",
@@ -91,6 +104,7 @@ impl Field {
             Field::ExitCode => "EXIT_CODE",
             Field::Restarts => "RESTARTS",
             Field::MaxRss => "MAXRSS",
+            Field::Billing => "BILLING",
             Field::TotalCpu => "TOTALCPU",
             Field::Cgroup => "CGROUP",
             Field::WorkDir => "WORK_DIR",
@@ -123,6 +137,7 @@ impl Field {
             'C' => Field::Cpus,
             'm' => Field::ReqMem,
             'Q' => Field::Priority,
+            'y' => Field::Nice,
             'V' => Field::Submit,
             'S' => Field::Start,
             'e' => Field::End,
@@ -162,6 +177,7 @@ impl Field {
         ("Reason", Field::Reason),
         ("Restarts", Field::Restarts),
         ("MaxRSS", Field::MaxRss),
+        ("Billing", Field::Billing),
         ("TotalCPU", Field::TotalCpu),
         ("Cgroup", Field::Cgroup),
         ("WorkDir", Field::WorkDir),
@@ -259,6 +275,23 @@ impl Field {
                 .map(units::format_memory_mb)
                 .unwrap_or_else(|| "0".into()),
             Field::Priority => view.priority.to_string(),
+            Field::PrioAge => view
+                .factors
+                .map(|f| f.weighted.age.to_string())
+                .unwrap_or_default(),
+            Field::PrioFairshare => view
+                .factors
+                .map(|f| f.weighted.fairshare.to_string())
+                .unwrap_or_default(),
+            Field::PrioQos => view
+                .factors
+                .map(|f| f.weighted.qos.to_string())
+                .unwrap_or_default(),
+            Field::PrioSize => view
+                .factors
+                .map(|f| f.weighted.size.to_string())
+                .unwrap_or_default(),
+            Field::Nice => view.job.nice.to_string(),
             Field::Submit => units::format_timestamp(job.submit_time),
             Field::Eligible => units::format_timestamp(
                 job.begin_time
@@ -282,6 +315,7 @@ impl Field {
             Field::ExitCode => job.exit.unwrap_or_default().to_string(),
             Field::Restarts => job.restart_count.to_string(),
             Field::MaxRss => job.max_rss_bytes.map(units::format_rss).unwrap_or_default(),
+            Field::Billing => job.billing.map(|b| b.to_string()).unwrap_or_default(),
             Field::TotalCpu => job.cpu_usec.map(units::format_cpu_time).unwrap_or_default(),
             Field::Cgroup => job.cgroup.clone().unwrap_or_default(),
             Field::WorkDir => job.work_dir.display().to_string(),
@@ -619,6 +653,7 @@ mod tests {
             },
             pending_reason: (!running).then(|| "Resources".into()),
             priority: 100,
+            factors: None,
             redacted: false,
         }
     }

@@ -39,6 +39,10 @@ pub enum AdmissionError {
         requested: String,
         available: String,
     },
+    #[error(
+        "a negative --nice ({0}) raises priority, which only root and the config's admins may do"
+    )]
+    NegativeNice(i64),
     #[error("time limit {requested} exceeds the maximum of {max} (max_time in the config)")]
     TimeLimit { requested: String, max: String },
 }
@@ -73,6 +77,9 @@ pub fn admit(
         return Err(AdmissionError::RootJob {
             config: config_name,
         });
+    }
+    if request.nice < 0 && !config.is_admin(uid, user) {
+        return Err(AdmissionError::NegativeNice(request.nice));
     }
     let allowed = config.accounts_for(user);
     let account = match &request.account {
@@ -230,6 +237,7 @@ mod tests {
             hold: false,
             begin_time: None,
             comment: None,
+            nice: 0,
             script: "#!/bin/sh\n".into(),
             args: vec![],
         }

@@ -3,6 +3,7 @@
 //! replayed by a simulator.
 
 pub mod admission;
+pub mod fairshare;
 pub mod placement;
 pub mod priority;
 

@@ -1,16 +1,103 @@
-//! Job priority. This first version ranks by the QoS's priority, then by
-//! submit time; the multifactor formula (age, fair-share, size, nice) will
-//! replace `priority` without changing its callers.
+//! Multifactor priority, as in Slurm: each factor is a number in [0, 1],
+//! and a job's priority is their weighted sum minus its nice value:
+//!
+//! ```text
+//! priority = w_age * age + w_fairshare * fairshare + w_qos * qos + w_size * size - nice
+//! ```
+//!
+//! - age: time since the job became eligible (submitted, or its `--begin`),
+//!   over `max_age`, capped at 1;
+//! - fairshare: its (account, user) association's fair-share factor;
+//! - qos: its QoS's priority over the highest QoS priority;
+//! - size: its GPUs over the server's.
+//!
+//! The factors come back with the priority, so `ysqueue --priority` shows
+//! the numbers the scheduler used.
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 
-use crate::config::Config;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{PriorityWeights, Qos};
 use crate::job::Job;
 
-/// A job's priority: the priority of its QoS (0 for a QoS no longer in the
-/// config, so a reload that drops a QoS does not strand its jobs).
-pub fn priority(job: &Job, config: &Config) -> i64 {
-    config.qos_named(&job.qos).map_or(0, |q| q.priority)
+/// What priority depends on besides the job.
+pub struct Context<'a> {
+    pub weights: &'a PriorityWeights,
+    pub qos: &'a [Qos],
+    /// Fair-share factor of each (account, user) association.
+    pub fairshare: &'a HashMap<(String, String), f64>,
+    pub total_gpus: u32,
+}
+
+/// A job's factors, each in [0, 1], each also times its weight (what
+/// `ysqueue --priority` shows), and its nice value.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Factors {
+    pub age: f64,
+    pub fairshare: f64,
+    pub qos: f64,
+    pub size: f64,
+    pub nice: i64,
+    pub weighted: Weighted,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Weighted {
+    pub age: i64,
+    pub fairshare: i64,
+    pub qos: i64,
+    pub size: i64,
+}
+
+impl Factors {
+    pub fn priority(&self) -> i64 {
+        let w = &self.weighted;
+        w.age + w.fairshare + w.qos + w.size - self.nice
+    }
+}
+
+pub fn factors(job: &Job, ctx: &Context, now: i64) -> Factors {
+    let eligible = job
+        .begin_time
+        .unwrap_or(job.submit_time)
+        .max(job.submit_time);
+    let age = if ctx.weights.max_age == 0 {
+        0.0
+    } else {
+        ((now - eligible).max(0) as f64 / ctx.weights.max_age as f64).min(1.0)
+    };
+    let top_qos = ctx.qos.iter().map(|q| q.priority).max().unwrap_or(0);
+    let qos = match ctx.qos.iter().find(|q| q.name == job.qos) {
+        Some(q) if top_qos > 0 => (q.priority.max(0) as f64 / top_qos as f64).min(1.0),
+        _ => 0.0,
+    };
+    let size = if ctx.total_gpus == 0 {
+        0.0
+    } else {
+        (job.gpus.count as f64 / ctx.total_gpus as f64).min(1.0)
+    };
+    let fairshare = ctx
+        .fairshare
+        .get(&(job.account.clone(), job.user.clone()))
+        .copied()
+        .unwrap_or(0.0);
+    let w = ctx.weights;
+    let weigh = |factor: f64, weight: u64| (factor * weight as f64).round() as i64;
+    Factors {
+        age,
+        fairshare,
+        qos,
+        size,
+        nice: job.nice,
+        weighted: Weighted {
+            age: weigh(age, w.age),
+            fairshare: weigh(fairshare, w.fairshare),
+            qos: weigh(qos, w.qos),
+            size: weigh(size, w.size),
+        },
+    }
 }
 
 /// Scheduling order: higher priority first, then earlier submission, then
@@ -19,4 +106,87 @@ pub fn order(a: (&Job, i64), b: (&Job, i64)) -> Ordering {
     b.1.cmp(&a.1)
         .then(a.0.submit_time.cmp(&b.0.submit_time))
         .then(a.0.id.cmp(&b.0.id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::default_qos_levels;
+    use crate::job::example_job;
+
+    fn weights() -> PriorityWeights {
+        PriorityWeights {
+            age: 1_000,
+            fairshare: 10_000,
+            qos: 100_000,
+            size: 500,
+            max_age: 1_000,
+        }
+    }
+
+    #[test]
+    fn factors_and_their_weighted_sum_by_hand() {
+        let qos = default_qos_levels();
+        let fs: HashMap<(String, String), f64> =
+            [(("vision".to_string(), "alice".to_string()), 0.25)].into();
+        let w = weights();
+        let ctx = Context {
+            weights: &w,
+            qos: &qos,
+            fairshare: &fs,
+            total_gpus: 8,
+        };
+        let mut job = example_job(1); // medium QoS (100 of 300), 2 GPUs, submitted at 1,000
+        job.nice = 7;
+        let f = factors(&job, &ctx, 1_500);
+        assert_eq!(f.age, 0.5);
+        assert_eq!(f.fairshare, 0.25);
+        assert!((f.qos - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(f.size, 0.25);
+        assert_eq!(
+            f.weighted,
+            Weighted {
+                age: 500,
+                fairshare: 2_500,
+                qos: 33_333,
+                size: 125
+            }
+        );
+        assert_eq!(f.priority(), 500 + 2_500 + 33_333 + 125 - 7);
+        // Age is capped, and counts from --begin.
+        assert_eq!(factors(&job, &ctx, 99_999).age, 1.0);
+        job.begin_time = Some(1_400);
+        assert!((factors(&job, &ctx, 1_500).age - 0.1).abs() < 1e-12);
+        // An association without usage record: no fair-share claim.
+        job.user = "bob".into();
+        assert_eq!(factors(&job, &ctx, 1_500).fairshare, 0.0);
+    }
+
+    #[test]
+    fn qos_dominates_with_the_default_weights() {
+        let qos = default_qos_levels();
+        let w = weights();
+        let fs: HashMap<(String, String), f64> = [
+            (("vision".into(), "alice".into()), 0.0),
+            (("vision".into(), "bob".into()), 1.0),
+        ]
+        .into();
+        let ctx = Context {
+            weights: &w,
+            qos: &qos,
+            fairshare: &fs,
+            total_gpus: 8,
+        };
+        let mut urgent = example_job(1);
+        urgent.qos = "critical".into();
+        let mut fresh = example_job(2);
+        fresh.user = "bob".into();
+        let p = |j: &Job| factors(j, &ctx, 1_000).priority();
+        assert!(
+            p(&urgent) > p(&fresh),
+            "a critical job of a heavy user beats a medium job of a fresh one"
+        );
+        let plain = example_job(3);
+        assert!(p(&fresh) > p(&plain), "same QoS: fair-share decides");
+    }
 }

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-pub const BINARIES: [&str; 7] = [
+pub const BINARIES: [&str; 8] = [
     "ysctld",
     "ysstepd",
     "ysbatch",
@@ -16,6 +16,7 @@ pub const BINARIES: [&str; 7] = [
     "yscancel",
     "ysacct",
     "yscontrol",
+    "ysshare",
 ];
 
 /// The binaries, hard-linked (or copied) into a directory every user can
@@ -49,6 +50,7 @@ fn built_binary(name: &str) -> PathBuf {
         "yscancel" => env!("CARGO_BIN_EXE_yscancel"),
         "ysacct" => env!("CARGO_BIN_EXE_ysacct"),
         "yscontrol" => env!("CARGO_BIN_EXE_yscontrol"),
+        "ysshare" => env!("CARGO_BIN_EXE_ysshare"),
         other => panic!("unknown binary {other}"),
     };
     PathBuf::from(path)
