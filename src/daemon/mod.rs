@@ -115,7 +115,7 @@ pub(crate) struct Daemon {
     /// Each association's usage, as charged and last decayed.
     usage: HashMap<(String, String), sched::fairshare::Usage>,
     /// Fair-share factors from the last pass.
-    fairshare: HashMap<(String, String), f64>,
+    fairshare: sched::fairshare::FactorMap,
     order: Vec<JobId>,
     wake_at: Option<i64>,
     /// Replies to send once the current transaction is committed.
@@ -202,7 +202,7 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         jobs: BTreeMap::new(),
         reasons: HashMap::new(),
         usage: HashMap::new(),
-        fairshare: HashMap::new(),
+        fairshare: Default::default(),
         order: Vec::new(),
         wake_at: None,
         replies: Vec::new(),
@@ -595,13 +595,10 @@ impl Daemon {
         &self,
         now: i64,
     ) -> (sched::fairshare::Tree, Vec<sched::fairshare::NodeShare>) {
-        let mut associations: Vec<(&str, &str)> = self
+        let associations = self
             .jobs
             .values()
-            .map(|j| (j.account.as_str(), j.user.as_str()))
-            .collect();
-        associations.sort_unstable();
-        associations.dedup();
+            .map(|j| (j.account.as_str(), j.user.as_str()));
         let tree = sched::fairshare::build_tree(&self.config, associations, &self.usage, now);
         let shares = tree.compute(self.config.fairshare.algorithm);
         (tree, shares)

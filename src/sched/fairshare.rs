@@ -267,17 +267,29 @@ pub fn decay(usage: f64, elapsed: i64, half_life: Option<u64>) -> f64 {
     }
 }
 
+/// Fair-share factors by account, then user: looked up with borrowed
+/// names, since a pass looks up every pending job's.
+pub type FactorMap = HashMap<String, HashMap<String, f64>>;
+
 /// The factor of each (account, user) association, from a computed tree.
-pub fn factors(tree: &Tree, shares: &[NodeShare]) -> HashMap<(String, String), f64> {
-    tree.nodes
-        .iter()
-        .zip(shares)
-        .filter_map(|(n, s)| {
-            n.user
-                .as_ref()
-                .map(|u| ((n.account.clone(), u.clone()), s.fairshare))
-        })
-        .collect()
+pub fn factors(tree: &Tree, shares: &[NodeShare]) -> FactorMap {
+    let mut map = FactorMap::new();
+    for (n, s) in tree.nodes.iter().zip(shares) {
+        if let Some(u) = &n.user {
+            map.entry(n.account.clone())
+                .or_default()
+                .insert(u.clone(), s.fairshare);
+        }
+    }
+    map
+}
+
+/// The factor of one association (0 without a record: no claim).
+pub fn factor_of(map: &FactorMap, account: &str, user: &str) -> f64 {
+    map.get(account)
+        .and_then(|users| users.get(user))
+        .copied()
+        .unwrap_or(0.0)
 }
 
 #[cfg(test)]
@@ -497,8 +509,10 @@ pub fn build_tree<'a>(
                 .map(|u| (a.name.clone(), u.clone())),
         );
     }
+    // Dedup while borrowed: a long queue names few associations many times.
+    let unique: std::collections::HashSet<(&str, &str)> = associations.into_iter().collect();
     users.extend(
-        associations
+        unique
             .into_iter()
             .map(|(a, u)| (a.to_string(), u.to_string())),
     );

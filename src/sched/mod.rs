@@ -73,23 +73,81 @@ struct Free {
     gpus: BTreeSet<u32>,
     cpus: u32,
     mem_mb: u64,
+    /// Free GPUs of each type (by `Types` id): a job needing more than any
+    /// type has free is turned down without looking at single GPUs, which
+    /// keeps a pass over a long blocked queue linear.
+    per_type: Vec<u32>,
+}
+
+/// GPU types numbered once per pass.
+struct Types<'a> {
+    names: Vec<&'a str>,
+    /// Type id of each GPU, by index.
+    of_gpu: Vec<usize>,
+}
+
+impl<'a> Types<'a> {
+    fn new(gpus: &'a [Gpu]) -> Types<'a> {
+        let mut names: Vec<&str> = Vec::new();
+        let of_gpu = gpus
+            .iter()
+            .map(|g| match names.iter().position(|n| *n == g.gpu_type) {
+                Some(i) => i,
+                None => {
+                    names.push(&g.gpu_type);
+                    names.len() - 1
+                }
+            })
+            .collect();
+        Types { names, of_gpu }
+    }
 }
 
 impl Free {
-    fn fits(&self, job: &Job) -> bool {
-        job.cpus <= self.cpus && job.mem_mb.unwrap_or(0) <= self.mem_mb
-    }
-
-    fn take(&mut self, job: &Job, gpus: &[u32]) {
-        for g in gpus {
-            self.gpus.remove(g);
+    fn new(node: &Node, types: &Types) -> Free {
+        let mut per_type = vec![0; types.names.len()];
+        for &t in &types.of_gpu {
+            per_type[t] += 1;
         }
-        self.cpus -= job.cpus;
-        self.mem_mb -= job.mem_mb.unwrap_or(0);
+        Free {
+            gpus: node.gpus.iter().map(|g| g.index).collect(),
+            cpus: node.cpus,
+            mem_mb: node.mem_mb,
+            per_type,
+        }
     }
 
-    fn give(&mut self, job: &Job) {
-        self.gpus.extend(job.gpus_alloc.iter().copied());
+    /// Enough CPUs, memory and GPUs (of one type) for `job`, wherever they are.
+    fn fits(&self, job: &Job, types: &Types) -> bool {
+        let count = job.gpus.count;
+        let gpus_ok = count == 0
+            || match &job.gpus.gpu_type {
+                Some(t) => types
+                    .names
+                    .iter()
+                    .position(|n| n == t)
+                    .is_some_and(|i| self.per_type[i] >= count),
+                None => self.per_type.iter().any(|&n| n >= count),
+            };
+        gpus_ok && job.cpus <= self.cpus && job.mem_mb.unwrap_or(0) <= self.mem_mb
+    }
+
+    fn take(&mut self, job: &Job, gpus: &[u32], types: &Types) {
+        for g in gpus {
+            if self.gpus.remove(g) {
+                self.per_type[types.of_gpu[*g as usize]] -= 1;
+            }
+        }
+        self.cpus = self.cpus.saturating_sub(job.cpus);
+        self.mem_mb = self.mem_mb.saturating_sub(job.mem_mb.unwrap_or(0));
+    }
+
+    fn give(&mut self, job: &Job, types: &Types) {
+        for &g in &job.gpus_alloc {
+            if self.gpus.insert(g) {
+                self.per_type[types.of_gpu[g as usize]] += 1;
+            }
+        }
         self.cpus += job.cpus;
         self.mem_mb += job.mem_mb.unwrap_or(0);
     }
@@ -115,17 +173,10 @@ struct Reservation {
 /// unused). A running job without a time limit never ends in this model;
 /// one that is completing ends now.
 pub fn plan(pending: &[(&Job, i64)], running: &[&Job], node: &Node, now: i64) -> Plan {
-    let mut free = Free {
-        gpus: node.gpus.iter().map(|g| g.index).collect(),
-        cpus: node.cpus,
-        mem_mb: node.mem_mb,
-    };
+    let types = Types::new(node.gpus);
+    let mut free = Free::new(node, &types);
     for job in running {
-        for g in &job.gpus_alloc {
-            free.gpus.remove(g);
-        }
-        free.cpus = free.cpus.saturating_sub(job.cpus);
-        free.mem_mb = free.mem_mb.saturating_sub(job.mem_mb.unwrap_or(0));
+        free.take(job, &job.gpus_alloc, &types);
     }
     // When each running job is expected to release its resources.
     let mut ends: Vec<(i64, &Job)> = running
@@ -163,14 +214,14 @@ pub fn plan(pending: &[(&Job, i64)], running: &[&Job], node: &Node, now: i64) ->
             continue;
         }
         let end = job.time_limit.map(|l| now + l as i64);
-        let placed = if free.fits(job) {
+        let placed = if free.fits(job, &types) {
             placement::place(&job.gpus, &free.gpus, node.gpus)
         } else {
             None
         };
         let Some(gpus) = placed else {
             if reservation.is_none() {
-                reservation = reserve(job, &free, &ends, &started, node);
+                reservation = reserve(job, &free, &ends, &started, node, &types);
             }
             plan.reasons.insert(job.id, Reason::Resources);
             continue;
@@ -186,10 +237,10 @@ pub fn plan(pending: &[(&Job, i64)], running: &[&Job], node: &Node, now: i64) ->
                     let mut usable = free.gpus.clone();
                     usable.retain(|g| !res.gpus.contains(g) && res.spare.gpus.contains(g));
                     match placement::place(&job.gpus, &usable, node.gpus)
-                        .filter(|_| res.spare.fits(job))
+                        .filter(|_| res.spare.fits(job, &types))
                     {
                         Some(g) => {
-                            res.spare.take(job, &g);
+                            res.spare.take(job, &g, &types);
                             g
                         }
                         None => {
@@ -200,7 +251,7 @@ pub fn plan(pending: &[(&Job, i64)], running: &[&Job], node: &Node, now: i64) ->
                 }
             }
         };
-        free.take(job, &gpus);
+        free.take(job, &gpus, &types);
         let mut as_started = (*job).clone();
         as_started.gpus_alloc = gpus.clone();
         started.push((end, as_started));
@@ -226,19 +277,20 @@ fn reserve(
     ends: &[(i64, &Job)],
     started: &[(Option<i64>, Job)],
     node: &Node,
+    types: &Types,
 ) -> Option<Reservation> {
     let mut timeline: Vec<(i64, &Job)> = ends.to_vec();
     timeline.extend(started.iter().filter_map(|(e, j)| e.map(|e| (e, j))));
     timeline.sort_by_key(|(t, j)| (*t, j.id));
     let mut at_time = free.clone();
     for (t, ending) in timeline {
-        at_time.give(ending);
-        if !at_time.fits(job) {
+        at_time.give(ending, types);
+        if !at_time.fits(job, types) {
             continue;
         }
         if let Some(gpus) = placement::place(&job.gpus, &at_time.gpus, node.gpus) {
             let mut spare = at_time.clone();
-            spare.take(job, &gpus);
+            spare.take(job, &gpus, types);
             return Some(Reservation {
                 at: Some(t),
                 gpus: gpus.into_iter().collect(),

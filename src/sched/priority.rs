@@ -15,7 +15,6 @@
 //! the numbers the scheduler used.
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -27,7 +26,7 @@ pub struct Context<'a> {
     pub weights: &'a PriorityWeights,
     pub qos: &'a [Qos],
     /// Fair-share factor of each (account, user) association.
-    pub fairshare: &'a HashMap<(String, String), f64>,
+    pub fairshare: &'a crate::sched::fairshare::FactorMap,
     pub total_gpus: u32,
 }
 
@@ -78,11 +77,7 @@ pub fn factors(job: &Job, ctx: &Context, now: i64) -> Factors {
     } else {
         (job.gpus.count as f64 / ctx.total_gpus as f64).min(1.0)
     };
-    let fairshare = ctx
-        .fairshare
-        .get(&(job.account.clone(), job.user.clone()))
-        .copied()
-        .unwrap_or(0.0);
+    let fairshare = crate::sched::fairshare::factor_of(ctx.fairshare, &job.account, &job.user);
     let w = ctx.weights;
     let weigh = |factor: f64, weight: u64| (factor * weight as f64).round() as i64;
     Factors {
@@ -113,6 +108,7 @@ mod tests {
     use super::*;
     use crate::config::default_qos_levels;
     use crate::job::example_job;
+    use crate::sched::fairshare::FactorMap;
 
     fn weights() -> PriorityWeights {
         PriorityWeights {
@@ -127,8 +123,7 @@ mod tests {
     #[test]
     fn factors_and_their_weighted_sum_by_hand() {
         let qos = default_qos_levels();
-        let fs: HashMap<(String, String), f64> =
-            [(("vision".to_string(), "alice".to_string()), 0.25)].into();
+        let fs: FactorMap = [("vision".to_string(), [("alice".to_string(), 0.25)].into())].into();
         let w = weights();
         let ctx = Context {
             weights: &w,
@@ -166,10 +161,10 @@ mod tests {
     fn qos_dominates_with_the_default_weights() {
         let qos = default_qos_levels();
         let w = weights();
-        let fs: HashMap<(String, String), f64> = [
-            (("vision".into(), "alice".into()), 0.0),
-            (("vision".into(), "bob".into()), 1.0),
-        ]
+        let fs: FactorMap = [(
+            "vision".to_string(),
+            [("alice".to_string(), 0.0), ("bob".to_string(), 1.0)].into(),
+        )]
         .into();
         let ctx = Context {
             weights: &w,
