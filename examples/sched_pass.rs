@@ -143,7 +143,13 @@ fn main() {
             .collect();
         lap("priorities");
         let run: Vec<&Job> = running.iter().collect();
-        let plan = sched::plan(&queue, &run, &node, now);
+        let plan = sched::plan(
+            &queue,
+            &run,
+            &node,
+            &sched::limits::Policy::new(&config),
+            now,
+        );
         lap("plan");
         times.push(t.elapsed());
         assert_eq!(plan.reasons.len() + plan.starts.len(), pending.len());

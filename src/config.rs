@@ -58,6 +58,26 @@ pub struct Account {
     pub shares: f64,
     /// User names; `*` admits everyone.
     pub users: Vec<String>,
+    pub limits: AccountLimits,
+}
+
+/// What an account (with everything below it) and each of its users may
+/// use. `None`: no limit.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AccountLimits {
+    /// GPUs its running jobs hold at once, all types.
+    pub max_gpus: Option<u32>,
+    /// The same, by GPU type.
+    pub max_gpus_by_type: std::collections::BTreeMap<String, u32>,
+    pub max_running_jobs: Option<u32>,
+    /// Pending and running jobs at once (refused at submit beyond it).
+    pub max_submitted_jobs: Option<u32>,
+    pub max_gpus_per_job: Option<u32>,
+    /// The longest time limit a job of it may have (seconds).
+    pub max_time: Option<u64>,
+    /// The same limits for each user of the account.
+    pub max_gpus_per_user: Option<u32>,
+    pub max_running_jobs_per_user: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -298,6 +318,16 @@ struct RawAccount {
     shares: Option<Spanned<f64>>,
     #[serde(default)]
     users: Vec<String>,
+    max_gpus: Option<u32>,
+    #[serde(default)]
+    max_gpus_by_type: std::collections::BTreeMap<String, Spanned<u32>>,
+    max_running_jobs: Option<u32>,
+    max_submitted_jobs: Option<u32>,
+    max_gpus_per_job: Option<u32>,
+    #[serde(default, deserialize_with = "de_time_limit")]
+    max_time: Option<Option<u64>>,
+    max_gpus_per_user: Option<u32>,
+    max_running_jobs_per_user: Option<u32>,
 }
 
 #[derive(Deserialize, Default)]
@@ -455,12 +485,39 @@ impl RawConfig {
                 Some(s) => *s.get_ref(),
                 None => 1.0,
             };
+            let mut max_gpus_by_type = std::collections::BTreeMap::new();
+            for (gpu_type, max) in raw.max_gpus_by_type {
+                if !self.gpus.is_empty()
+                    && !self
+                        .gpus
+                        .iter()
+                        .any(|g| *g.get_ref().gpu_type.get_ref() == gpu_type)
+                {
+                    return Err(fail(
+                        Some(max.span()),
+                        "max_gpus_by_type",
+                        format!("account '{name}' limits GPU type '{gpu_type}', which no [[gpus]] table declares"),
+                    ));
+                }
+                max_gpus_by_type.insert(gpu_type, max.into_inner());
+            }
+            let limits = AccountLimits {
+                max_gpus: raw.max_gpus,
+                max_gpus_by_type,
+                max_running_jobs: raw.max_running_jobs,
+                max_submitted_jobs: raw.max_submitted_jobs,
+                max_gpus_per_job: raw.max_gpus_per_job,
+                max_time: raw.max_time.flatten(),
+                max_gpus_per_user: raw.max_gpus_per_user,
+                max_running_jobs_per_user: raw.max_running_jobs_per_user,
+            };
             accounts.push((
                 Account {
                     name,
                     parent: raw.parent.as_ref().map(|p| p.get_ref().clone()),
                     shares,
                     users: raw.users,
+                    limits,
                 },
                 raw.parent.map(|p| p.span()),
             ));

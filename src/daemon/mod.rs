@@ -578,7 +578,8 @@ impl Daemon {
             cpus: self.cpus,
             mem_mb: self.mem_mb,
         };
-        let plan = sched::plan(&pending, &running, &node, now);
+        let policy = sched::limits::Policy::new(&self.config);
+        let plan = sched::plan(&pending, &running, &node, &policy, now);
         self.reasons = plan.reasons;
         self.order = plan.order;
         self.wake_at = plan.wake_at;

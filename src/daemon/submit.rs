@@ -31,6 +31,26 @@ impl Daemon {
                 });
             }
         };
+        let policy = crate::sched::limits::Policy::new(&self.config);
+        if policy
+            .chain(&admitted.account)
+            .iter()
+            .any(|a| a.limits.max_submitted_jobs.is_some())
+        {
+            // Count, for each account above, the active jobs below it.
+            let active = |account: &str| -> u32 {
+                self.jobs
+                    .values()
+                    .filter(|j| policy.chain(&j.account).iter().any(|a| a.name == account))
+                    .count() as u32
+            };
+            if let Some(why) =
+                crate::sched::limits::refuse_submission(&policy, &admitted.account, active)
+            {
+                tracing::info!(target: "ysched::daemon", "submission by {user} refused: {why}");
+                return Ok(Reply::Rejected { error: why });
+            }
+        }
         if !request.work_dir.is_absolute() {
             return Ok(Reply::Rejected {
                 error: format!(

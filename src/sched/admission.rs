@@ -39,6 +39,8 @@ pub enum AdmissionError {
         requested: String,
         available: String,
     },
+    #[error("{0}")]
+    AccountLimit(String),
     #[error(
         "a negative --nice ({0}) raises priority, which only root and the config's admins may do"
     )]
@@ -142,9 +144,21 @@ pub fn admit(
             });
         }
     }
+    let policy = super::limits::Policy::new(config);
     let time_limit = match request.time_limit {
         Some(limit) => limit,
-        None => config.default_time.or(config.max_time),
+        None => {
+            // The default, but no more than the account allows.
+            let account_max = policy
+                .chain(&account)
+                .iter()
+                .filter_map(|a| a.limits.max_time)
+                .min();
+            match (config.default_time.or(config.max_time), account_max) {
+                (Some(d), Some(m)) => Some(d.min(m)),
+                (d, m) => d.or(m),
+            }
+        }
     };
     if let Some(max) = config.max_time {
         if time_limit.is_none_or(|t| t > max) {
@@ -153,6 +167,11 @@ pub fn admit(
                 max: units::format_duration(max),
             });
         }
+    }
+    if let Some(why) =
+        super::limits::refuse_at_submit(&policy, &account, request.gpus.count, time_limit)
+    {
+        return Err(AdmissionError::AccountLimit(why));
     }
     Ok(Admitted {
         account,

@@ -4,6 +4,7 @@
 
 pub mod admission;
 pub mod fairshare;
+pub mod limits;
 pub mod placement;
 pub mod priority;
 
@@ -25,6 +26,14 @@ pub enum Reason {
     BeginTime,
     JobHeldUser,
     JobHeldAdmin,
+    /// Its account (or one above it) holds as many GPUs as it may.
+    AssocGrpGRES,
+    /// Its account (or one above it) runs as many jobs as it may.
+    AssocGrpJobsLimit,
+    /// Its user holds as many GPUs in the account as they may.
+    AssocMaxGRESPerUser,
+    /// Its user runs as many jobs in the account as they may.
+    AssocMaxJobsLimit,
 }
 
 impl Reason {
@@ -36,6 +45,10 @@ impl Reason {
             Reason::BeginTime => "BeginTime",
             Reason::JobHeldUser => "JobHeldUser",
             Reason::JobHeldAdmin => "JobHeldAdmin",
+            Reason::AssocGrpGRES => "AssocGrpGRES",
+            Reason::AssocGrpJobsLimit => "AssocGrpJobsLimit",
+            Reason::AssocMaxGRESPerUser => "AssocMaxGRESPerUser",
+            Reason::AssocMaxJobsLimit => "AssocMaxJobsLimit",
         }
     }
 }
@@ -172,11 +185,19 @@ struct Reservation {
 /// `pending` and `running` come with each job's priority (`running`'s is
 /// unused). A running job without a time limit never ends in this model;
 /// one that is completing ends now.
-pub fn plan(pending: &[(&Job, i64)], running: &[&Job], node: &Node, now: i64) -> Plan {
+pub fn plan(
+    pending: &[(&Job, i64)],
+    running: &[&Job],
+    node: &Node,
+    policy: &limits::Policy,
+    now: i64,
+) -> Plan {
     let types = Types::new(node.gpus);
     let mut free = Free::new(node, &types);
+    let mut held = limits::State::default();
     for job in running {
         free.take(job, &job.gpus_alloc, &types);
+        held.add(policy, job, &job.gpus_alloc, node.gpus);
     }
     // When each running job is expected to release its resources.
     let mut ends: Vec<(i64, &Job)> = running
@@ -211,6 +232,12 @@ pub fn plan(pending: &[(&Job, i64)], running: &[&Job], node: &Node, now: i64) ->
         if let Some(begin) = job.begin_time.filter(|&b| b > now) {
             plan.reasons.insert(job.id, Reason::BeginTime);
             plan.wake_at = Some(plan.wake_at.map_or(begin, |w| w.min(begin)));
+            continue;
+        }
+        // Over an account limit: it waits for its own jobs to end, and
+        // neither reserves anything nor holds up the jobs behind it.
+        if let Some(reason) = held.check(policy, job, None, node.gpus) {
+            plan.reasons.insert(job.id, reason);
             continue;
         }
         let end = job.time_limit.map(|l| now + l as i64);
@@ -251,7 +278,12 @@ pub fn plan(pending: &[(&Job, i64)], running: &[&Job], node: &Node, now: i64) ->
                 }
             }
         };
+        if let Some(reason) = held.check(policy, job, Some(&gpus), node.gpus) {
+            plan.reasons.insert(job.id, reason);
+            continue;
+        }
         free.take(job, &gpus, &types);
+        held.add(policy, job, &gpus, node.gpus);
         let mut as_started = (*job).clone();
         as_started.gpus_alloc = gpus.clone();
         started.push((end, as_started));
@@ -343,6 +375,16 @@ mod tests {
         j
     }
 
+    fn plan_without_limits(
+        pending: &[(&Job, i64)],
+        running: &[&Job],
+        node: &Node,
+        now: i64,
+    ) -> Plan {
+        let config = crate::config::Config::builtin(std::path::Path::new("test.toml"));
+        plan(pending, running, node, &limits::Policy::new(&config), now)
+    }
+
     fn node(g: &[Gpu]) -> Node<'_> {
         Node {
             gpus: g,
@@ -355,7 +397,7 @@ mod tests {
     fn jobs_start_in_priority_order_on_distinct_gpus() {
         let g = gpus(4);
         let (a, b, c) = (job(1, 2, None), job(2, 1, None), job(3, 2, None));
-        let p = plan(&[(&c, 0), (&a, 0), (&b, 10)], &[], &node(&g), 100);
+        let p = plan_without_limits(&[(&c, 0), (&a, 0), (&b, 10)], &[], &node(&g), 100);
         assert_eq!(p.starts, vec![(2, vec![0]), (1, vec![1, 2])]);
         assert_eq!(p.reasons[&3], Reason::Resources);
         assert_eq!(p.order, vec![2, 1, 3]);
@@ -366,7 +408,7 @@ mod tests {
         let g = gpus(2);
         let r = running(1, &[1], 0, None);
         let next = job(2, 1, None);
-        let p = plan(&[(&next, 0)], &[&r], &node(&g), 10);
+        let p = plan_without_limits(&[(&next, 0)], &[&r], &node(&g), 10);
         assert_eq!(p.starts, vec![(2, vec![0])]);
     }
 
@@ -379,13 +421,13 @@ mod tests {
         admin.hold = Some(Hold::Admin);
         let mut later = job(3, 1, None);
         later.begin_time = Some(500);
-        let p = plan(&[(&held, 0), (&admin, 0), (&later, 0)], &[], &node(&g), 100);
+        let p = plan_without_limits(&[(&held, 0), (&admin, 0), (&later, 0)], &[], &node(&g), 100);
         assert!(p.starts.is_empty());
         assert_eq!(p.reasons[&1], Reason::JobHeldUser);
         assert_eq!(p.reasons[&2], Reason::JobHeldAdmin);
         assert_eq!(p.reasons[&3], Reason::BeginTime);
         assert_eq!(p.wake_at, Some(500));
-        let p = plan(&[(&later, 0)], &[], &node(&g), 500);
+        let p = plan_without_limits(&[(&later, 0)], &[], &node(&g), 500);
         assert_eq!(p.starts.len(), 1, "starts once its time has come");
     }
 
@@ -399,7 +441,7 @@ mod tests {
         let long = job(4, 1, Some(500)); // would hold GPU 3 past 200: may not
         let short = job(5, 1, Some(150)); // ends at 160 < 200: may run
         let now = 10;
-        let p = plan(
+        let p = plan_without_limits(
             &[(&big, 10), (&long, 0), (&short, 0)],
             &[&r1, &r2],
             &node(&g),
@@ -417,7 +459,7 @@ mod tests {
         let r2 = running(2, &[2], 0, None);
         let two = job(3, 2, Some(50)); // only GPU 3 is free: blocked until t=100, on 0,1
         let one = job(4, 1, None); // no limit, but GPU 3 is spare at t=100
-        let p = plan(&[(&two, 10), (&one, 0)], &[&r1, &r2], &node(&g), 10);
+        let p = plan_without_limits(&[(&two, 10), (&one, 0)], &[&r1, &r2], &node(&g), 10);
         assert_eq!(p.reasons[&3], Reason::Resources);
         assert_eq!(
             p.starts,
@@ -435,7 +477,7 @@ mod tests {
         b.cpus = 40;
         let mut c = job(3, 0, None);
         c.mem_mb = Some(2 << 20);
-        let p = plan(&[(&a, 0), (&b, 0), (&c, 0)], &[], &node(&g), 0);
+        let p = plan_without_limits(&[(&a, 0), (&b, 0), (&c, 0)], &[], &node(&g), 0);
         assert_eq!(p.starts, vec![(1, vec![0])]);
         assert_eq!(p.reasons[&2], Reason::Resources);
         assert_eq!(p.reasons[&3], Reason::Resources);

@@ -1,0 +1,323 @@
+//! Account limits: what an account, with everything below it, and each of
+//! its users may hold at once. A job over a limit waits with the limit's
+//! reason and does not hold up the jobs behind it. Limits hold up the tree:
+//! a job of `vision` counts against `vision` and against `research` above
+//! it, as Slurm's Grp limits do.
+
+use std::collections::HashMap;
+
+use super::Reason;
+use crate::config::{Account, Config};
+use crate::gpu::Gpu;
+use crate::job::Job;
+
+/// The accounts' limits, looked up by name.
+pub struct Policy<'a> {
+    accounts: HashMap<&'a str, &'a Account>,
+    /// Whether any account has a limit the scheduler checks (decided once:
+    /// a pass asks for every pending job).
+    limited: bool,
+}
+
+impl<'a> Policy<'a> {
+    pub fn new(config: &'a Config) -> Policy<'a> {
+        let limited = config.accounts.iter().any(|a| {
+            let l = &a.limits;
+            l.max_gpus.is_some()
+                || !l.max_gpus_by_type.is_empty()
+                || l.max_running_jobs.is_some()
+                || l.max_gpus_per_user.is_some()
+                || l.max_running_jobs_per_user.is_some()
+        });
+        Policy {
+            accounts: config
+                .accounts
+                .iter()
+                .map(|a| (a.name.as_str(), a))
+                .collect(),
+            limited,
+        }
+    }
+
+    /// The account and its ancestors, nearest first.
+    pub fn chain(&self, account: &str) -> Vec<&'a Account> {
+        let mut out = Vec::new();
+        let mut at = self.accounts.get(account).copied();
+        while let Some(a) = at {
+            if out.iter().any(|x: &&Account| x.name == a.name) {
+                break; // the config refuses cycles; never loop on one anyway
+            }
+            out.push(a);
+            at = a
+                .parent
+                .as_deref()
+                .and_then(|p| self.accounts.get(p).copied());
+        }
+        out
+    }
+
+    fn is_empty(&self) -> bool {
+        !self.limited
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+struct Held {
+    gpus: u32,
+    by_type: HashMap<String, u32>,
+    jobs: u32,
+}
+
+/// What the running jobs (and those started in this pass) hold, by account
+/// and by (account, user).
+#[derive(Default)]
+pub struct State {
+    accounts: HashMap<String, Held>,
+    users: HashMap<(String, String), Held>,
+}
+
+impl State {
+    /// Counts a job that runs on `gpus` (indices into `inventory`).
+    pub fn add(&mut self, policy: &Policy, job: &Job, gpus: &[u32], inventory: &[Gpu]) {
+        if policy.is_empty() {
+            return;
+        }
+        let count = |held: &mut Held| {
+            held.gpus += gpus.len() as u32;
+            held.jobs += 1;
+            for &g in gpus {
+                if let Some(gpu) = inventory.get(g as usize) {
+                    *held.by_type.entry(gpu.gpu_type.clone()).or_default() += 1;
+                }
+            }
+        };
+        for account in policy.chain(&job.account) {
+            count(self.accounts.entry(account.name.clone()).or_default());
+        }
+        count(
+            self.users
+                .entry((job.account.clone(), job.user.clone()))
+                .or_default(),
+        );
+    }
+
+    /// The reason `job` may not start now, if a limit says so: on the
+    /// GPUs `placed` (indices into `inventory`), or before placement on
+    /// what it asks for (its count, and its type if it names one).
+    pub fn check(
+        &self,
+        policy: &Policy,
+        job: &Job,
+        placed: Option<&[u32]>,
+        inventory: &[Gpu],
+    ) -> Option<Reason> {
+        if policy.is_empty() {
+            return None;
+        }
+        let empty = Held::default();
+        let chain = policy.chain(&job.account);
+        let mut wanted_by_type: HashMap<&str, u32> = HashMap::new();
+        let wanted = match placed {
+            Some(gpus) => {
+                for &g in gpus {
+                    if let Some(gpu) = inventory.get(g as usize) {
+                        *wanted_by_type.entry(gpu.gpu_type.as_str()).or_default() += 1;
+                    }
+                }
+                gpus.len() as u32
+            }
+            None => {
+                if let Some(t) = &job.gpus.gpu_type {
+                    wanted_by_type.insert(t, job.gpus.count);
+                }
+                job.gpus.count
+            }
+        };
+        for account in &chain {
+            let l = &account.limits;
+            let held = self.accounts.get(&account.name).unwrap_or(&empty);
+            if l.max_gpus.is_some_and(|max| held.gpus + wanted > max) {
+                return Some(Reason::AssocGrpGRES);
+            }
+            for (gpu_type, n) in &wanted_by_type {
+                let max = l.max_gpus_by_type.get(*gpu_type);
+                if max
+                    .is_some_and(|&max| held.by_type.get(*gpu_type).copied().unwrap_or(0) + n > max)
+                {
+                    return Some(Reason::AssocGrpGRES);
+                }
+            }
+            if l.max_running_jobs.is_some_and(|max| held.jobs + 1 > max) {
+                return Some(Reason::AssocGrpJobsLimit);
+            }
+        }
+        // Per-user limits come from the job's own account.
+        if let Some(own) = chain.first() {
+            let held = self
+                .users
+                .get(&(job.account.clone(), job.user.clone()))
+                .unwrap_or(&empty);
+            if own
+                .limits
+                .max_gpus_per_user
+                .is_some_and(|max| held.gpus + wanted > max)
+            {
+                return Some(Reason::AssocMaxGRESPerUser);
+            }
+            if own
+                .limits
+                .max_running_jobs_per_user
+                .is_some_and(|max| held.jobs + 1 > max)
+            {
+                return Some(Reason::AssocMaxJobsLimit);
+            }
+        }
+        None
+    }
+}
+
+/// What a job must not ask for at all, from its account's (and its
+/// ancestors') limits: too many GPUs for one job, or too long.
+pub fn refuse_at_submit(
+    policy: &Policy,
+    account: &str,
+    gpus: u32,
+    time_limit: Option<u64>,
+) -> Option<String> {
+    for a in policy.chain(account) {
+        if let Some(max) = a.limits.max_gpus_per_job {
+            if gpus > max {
+                return Some(format!(
+                    "{gpus} GPUs requested, but jobs of account '{}' may have at most {max} (max_gpus_per_job)",
+                    a.name
+                ));
+            }
+        }
+        if let Some(max) = a.limits.max_time {
+            if time_limit.is_none_or(|t| t > max) {
+                return Some(format!(
+                    "time limit {} exceeds the {} that account '{}' allows (its max_time)",
+                    crate::units::format_time_limit(time_limit),
+                    crate::units::format_duration(max),
+                    a.name
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// Refuses a submission that would take the account (or an ancestor) over
+/// its `max_submitted_jobs`; `active` counts its pending and running jobs.
+pub fn refuse_submission(
+    policy: &Policy,
+    account: &str,
+    active: impl Fn(&str) -> u32,
+) -> Option<String> {
+    for a in policy.chain(account) {
+        if let Some(max) = a.limits.max_submitted_jobs {
+            let n = active(&a.name);
+            if n >= max {
+                return Some(format!(
+                    "account '{}' already has {n} jobs pending or running, its limit (max_submitted_jobs = {max})",
+                    a.name
+                ));
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::example_job;
+    use std::path::Path;
+
+    fn config() -> Config {
+        Config::parse(
+            "[[gpus]]\ntype = \"a100\"\ncount = 4\nmemory = \"80G\"\n[[gpus]]\ntype = \"t4\"\ncount = 4\nmemory = \"16G\"\n\
+             [[accounts]]\nname = \"research\"\nmax_gpus = 6\nmax_running_jobs = 3\n\
+             [[accounts]]\nname = \"vision\"\nparent = \"research\"\nusers = [\"alice\", \"bob\"]\nmax_gpus_by_type = { a100 = 2 }\nmax_gpus_per_user = 3\nmax_running_jobs_per_user = 2\nmax_gpus_per_job = 4\nmax_time = \"1-00:00:00\"\nmax_submitted_jobs = 2\n",
+            Path::new("x.toml"),
+        )
+        .unwrap()
+    }
+
+    fn job(id: u64, user: &str) -> Job {
+        let mut j = example_job(id);
+        j.account = "vision".into();
+        j.user = user.into();
+        j
+    }
+
+    #[test]
+    fn group_limits_hold_up_the_tree_and_per_user_limits_in_the_account() {
+        let c = config();
+        let inv = crate::gpu::Inventory::declared(&c);
+        let p = Policy::new(&c);
+        let mut s = State::default();
+        assert_eq!(
+            p.chain("vision")
+                .iter()
+                .map(|a| a.name.as_str())
+                .collect::<Vec<_>>(),
+            ["vision", "research"]
+        );
+        // alice: two a100 (the type limit), then one t4 → she holds 3 GPUs.
+        assert_eq!(
+            s.check(&p, &job(1, "alice"), Some(&[0, 1]), &inv.gpus),
+            None
+        );
+        s.add(&p, &job(1, "alice"), &[0, 1], &inv.gpus);
+        assert_eq!(
+            s.check(&p, &job(2, "bob"), Some(&[2]), &inv.gpus),
+            Some(Reason::AssocGrpGRES),
+            "a third a100 for vision"
+        );
+        assert_eq!(
+            s.check(&p, &job(2, "alice"), Some(&[4, 5]), &inv.gpus),
+            Some(Reason::AssocMaxGRESPerUser)
+        );
+        assert_eq!(s.check(&p, &job(2, "alice"), Some(&[4]), &inv.gpus), None);
+        s.add(&p, &job(2, "alice"), &[4], &inv.gpus);
+        assert_eq!(
+            s.check(&p, &job(3, "alice"), Some(&[]), &inv.gpus),
+            Some(Reason::AssocMaxJobsLimit)
+        );
+        // bob: research may hold 6 GPUs; 3 are held.
+        assert_eq!(
+            s.check(&p, &job(3, "bob"), Some(&[5, 6, 7, 4]), &inv.gpus),
+            Some(Reason::AssocGrpGRES)
+        );
+        assert_eq!(s.check(&p, &job(3, "bob"), Some(&[5, 6]), &inv.gpus), None);
+        s.add(&p, &job(3, "bob"), &[5, 6], &inv.gpus);
+        assert_eq!(
+            s.check(&p, &job(4, "bob"), Some(&[]), &inv.gpus),
+            Some(Reason::AssocGrpJobsLimit),
+            "research runs 3 jobs"
+        );
+    }
+
+    #[test]
+    fn submit_time_limits() {
+        let c = config();
+        let p = Policy::new(&c);
+        assert!(refuse_at_submit(&p, "vision", 5, Some(60))
+            .unwrap()
+            .contains("at most 4 (max_gpus_per_job)"));
+        assert!(refuse_at_submit(&p, "vision", 1, None)
+            .unwrap()
+            .contains("UNLIMITED exceeds the 1-00:00:00"));
+        assert_eq!(refuse_at_submit(&p, "vision", 4, Some(3_600)), None);
+        assert_eq!(
+            refuse_at_submit(&p, "elsewhere", 99, None),
+            None,
+            "no limits on unknown accounts"
+        );
+        assert!(refuse_submission(&p, "vision", |_| 2)
+            .unwrap()
+            .contains("already has 2 jobs pending or running"));
+        assert_eq!(refuse_submission(&p, "vision", |_| 1), None);
+    }
+}
