@@ -40,7 +40,8 @@ fn a_team_at_its_limit_waits_and_others_go_ahead() {
         "{}",
         stderr(&out)
     );
-    let fourth = c.submit(&["-A", "team", "--wrap", "true"]);
+    // Held, so that it is still pending when the next one comes.
+    let fourth = c.submit(&["-A", "team", "-H", "--wrap", "true"]);
     let out = c.run("ysbatch", &["-A", "team", "--wrap", "true"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("account 'team' already has 4 jobs pending or running, its limit (max_submitted_jobs = 4)"), "{}", stderr(&out));
@@ -52,6 +53,10 @@ fn a_team_at_its_limit_waits_and_others_go_ahead() {
     let reason = stdout(&c.run("ysqueue", &["-h", "-j", &s2.to_string(), "-o", "%r"]));
     assert_eq!(reason.trim(), "AssocMaxJobsLimit");
 
+    assert!(c
+        .run("yscontrol", &["release", &fourth.to_string()])
+        .status
+        .success());
     for id in [a, b, waits, later, fourth, s1, s2] {
         assert_eq!(c.wait_done(id, LONG), "COMPLETED", "job {id}");
     }
