@@ -59,6 +59,18 @@ pub struct Account {
     /// User names; `*` admits everyone.
     pub users: Vec<String>,
     pub limits: AccountLimits,
+    pub budget: Option<Budget>,
+}
+
+/// Tokens an account (with everything below it) may spend per period.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Budget {
+    /// In billing-seconds (the config gives tokens: billing-hours).
+    pub amount: i64,
+    pub period: crate::sched::budget::Period,
+    pub over: crate::sched::budget::OverBudget,
+    /// The used fraction at which its users are warned.
+    pub warning: f64,
 }
 
 /// What an account (with everything below it) and each of its users may
@@ -328,6 +340,10 @@ struct RawAccount {
     max_time: Option<Option<u64>>,
     max_gpus_per_user: Option<u32>,
     max_running_jobs_per_user: Option<u32>,
+    budget: Option<Spanned<f64>>,
+    budget_period: Option<crate::sched::budget::Period>,
+    over_budget: Option<crate::sched::budget::OverBudget>,
+    budget_warning: Option<Spanned<f64>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -511,6 +527,38 @@ impl RawConfig {
                 max_gpus_per_user: raw.max_gpus_per_user,
                 max_running_jobs_per_user: raw.max_running_jobs_per_user,
             };
+            let budget = match raw.budget {
+                Some(b) if !b.get_ref().is_finite() || *b.get_ref() < 0.0 => {
+                    return Err(fail(Some(b.span()), "budget", format!("a budget is a number of tokens, 0 or more, not {}", b.get_ref())))
+                }
+                Some(b) => {
+                    let warning = match raw.budget_warning {
+                        Some(w) if !(0.0..=1.0).contains(w.get_ref()) => {
+                            return Err(fail(
+                                Some(w.span()),
+                                "budget_warning",
+                                format!("budget_warning is a fraction from 0 to 1, not {}", w.get_ref()),
+                            ))
+                        }
+                        Some(w) => *w.get_ref(),
+                        None => 0.8,
+                    };
+                    Some(Budget {
+                        amount: (b.get_ref() * crate::sched::budget::TOKEN).round() as i64,
+                        period: raw.budget_period.unwrap_or(crate::sched::budget::Period::Month),
+                        over: raw.over_budget.unwrap_or(crate::sched::budget::OverBudget::Refuse),
+                        warning,
+                    })
+                }
+                None if raw.budget_period.is_some() || raw.over_budget.is_some() || raw.budget_warning.is_some() => {
+                    return Err(fail(
+                        Some(raw.name.span()),
+                        "budget",
+                        format!("account '{name}' sets budget_period, over_budget or budget_warning but no budget"),
+                    ))
+                }
+                None => None,
+            };
             accounts.push((
                 Account {
                     name,
@@ -518,6 +566,7 @@ impl RawConfig {
                     shares,
                     users: raw.users,
                     limits,
+                    budget,
                 },
                 raw.parent.map(|p| p.span()),
             ));

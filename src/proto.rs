@@ -182,6 +182,12 @@ pub struct ShareRow {
     /// `None`: infinite (no usage), which JSON cannot carry as a number.
     pub level_fs: Option<f64>,
     pub fairshare: f64,
+    /// An account's budget for its current period and what is left of it
+    /// (tokens), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_left: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -196,6 +202,9 @@ pub struct JobOutcome {
 pub enum Reply {
     Submitted {
         job_id: JobId,
+        /// Something its submitter should know (a budget nearly spent).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        warning: Option<String>,
     },
     /// The request as a whole was refused.
     Rejected {

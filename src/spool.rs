@@ -694,13 +694,33 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert!(spool.write_reply(sent.name(), uid, &Reply::Submitted { job_id: 9 }));
+        assert!(spool.write_reply(
+            sent.name(),
+            uid,
+            &Reply::Submitted {
+                job_id: 9,
+                warning: None
+            }
+        ));
         assert!(
-            !spool.write_reply(sent.name(), uid + 1, &Reply::Submitted { job_id: 9 }),
+            !spool.write_reply(
+                sent.name(),
+                uid + 1,
+                &Reply::Submitted {
+                    job_id: 9,
+                    warning: None
+                }
+            ),
             "wrong owner"
         );
         let reply = sent.wait(Duration::from_secs(5)).unwrap();
-        assert_eq!(reply, Some(Reply::Submitted { job_id: 9 }));
+        assert_eq!(
+            reply,
+            Some(Reply::Submitted {
+                job_id: 9,
+                warning: None
+            })
+        );
         let reply_path = spool.replies().join(sent.name());
         drop(sent);
         assert!(!reply_path.exists(), "the client removes its reply file");

@@ -61,3 +61,143 @@ fn a_team_at_its_limit_waits_and_others_go_ahead() {
         assert_eq!(c.wait_done(id, LONG), "COMPLETED", "job {id}");
     }
 }
+
+#[test]
+fn a_budget_refuses_or_downgrades_with_the_numbers() {
+    let me = ysched::cli::current_user_name();
+    // 1 token = one a100-hour at weight 1. Budgets of 1 token a month.
+    let c = Cluster::started(&format!(
+        "cgroups = \"off\"\n[[accounts]]\nname = \"strict\"\nusers = [\"{me}\"]\nbudget = 1\n[[accounts]]\nname = \"lenient\"\nusers = [\"{me}\"]\nbudget = 1\nover_budget = \"lowest_qos\"\nbudget_warning = 0.5\n"
+    ));
+    // Half an hour on one GPU: fits, but holds half the budget.
+    let out = c.run(
+        "ysbatch",
+        &[
+            "--parsable",
+            "-A",
+            "strict",
+            "-G",
+            "1",
+            "-t",
+            "30",
+            "-H",
+            "--wrap",
+            "true",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    // An hour more does not fit.
+    let out = c.run(
+        "ysbatch",
+        &["-A", "strict", "-G", "1", "-t", "60", "--wrap", "true"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let month = jiff::Timestamp::now()
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .strftime("%Y-%m")
+        .to_string();
+    assert_eq!(
+        stderr(&out),
+        format!("ysbatch: error: account 'strict' is over budget: the job may cost 1.0 tokens, but 0.5 of its 1.0 for {month} are left (0.0 spent, 0.5 held by its pending and running jobs)\n")
+    );
+    let out = c.run("ysbatch", &["-A", "strict", "-G", "1", "--wrap", "true"]);
+    assert!(
+        stderr(&out).contains("a job without a time limit has no bound on its cost"),
+        "{}",
+        stderr(&out)
+    );
+
+    // Lenient: a warning past half, then the lowest QoS instead of a refusal.
+    let out = c.run(
+        "ysbatch",
+        &[
+            "--parsable",
+            "-A",
+            "lenient",
+            "-G",
+            "1",
+            "-t",
+            "40",
+            "-H",
+            "--wrap",
+            "true",
+        ],
+    );
+    assert!(out.status.success());
+    assert!(
+        stderr(&out).contains("account 'lenient' has used or holds 67% of its 1.0-token budget"),
+        "{}",
+        stderr(&out)
+    );
+    let out = c.run(
+        "ysbatch",
+        &[
+            "--parsable",
+            "-A",
+            "lenient",
+            "-G",
+            "1",
+            "-t",
+            "60",
+            "-H",
+            "--wrap",
+            "true",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out)
+            .contains("admitted at the lowest QoS: it runs only when nobody else wants the GPUs"),
+        "{}",
+        stderr(&out)
+    );
+    let id: u64 = stdout(&out).trim().parse().unwrap();
+    assert_eq!(c.field(id, "QOS"), "low");
+
+    let shares = stdout(&c.run("ysshare", &["-P", "-A", "strict"]));
+    assert!(
+        shares
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with("|Budget|BudgetLeft"),
+        "{shares}"
+    );
+    assert!(
+        shares.lines().nth(1).unwrap().ends_with("|1.0|0.5"),
+        "{shares}"
+    );
+}
+
+#[test]
+fn what_jobs_were_charged_is_spent_from_the_budget_across_restarts() {
+    let me = ysched::cli::current_user_name();
+    // Weight 3600 makes one GPU-second one token.
+    let mut c = Cluster::new(&format!(
+        "cgroups = \"off\"\n[[accounts]]\nname = \"team\"\nusers = [\"{me}\"]\nbudget = 100\n[billing]\na100 = 3600\n"
+    ));
+    c.start();
+    let id = c.submit(&["-A", "team", "-G", "1", "-t", "1", "--wrap", "sleep 2"]);
+    assert_eq!(c.wait_done(id, LONG), "COMPLETED");
+    let spent: f64 = c.field(id, "Billing").parse::<f64>().unwrap() / 3_600.0;
+    assert!(spent >= 1.0, "{spent}");
+    let left = |c: &Cluster| {
+        let shares = stdout(&c.run("ysshare", &["-P", "-n", "-A", "team"]));
+        shares
+            .lines()
+            .next()
+            .unwrap()
+            .rsplit('|')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(left(&c), format!("{:.1}", 100.0 - spent));
+    c.stop();
+    c.start();
+    assert_eq!(
+        left(&c),
+        format!("{:.1}", 100.0 - spent),
+        "summed again from the database"
+    );
+}

@@ -127,7 +127,10 @@ pub fn run(args: Args) -> CliResult {
         return Ok(());
     }
     match sent.wait(reply_timeout(Duration::from_secs(5)))? {
-        Some(Reply::Submitted { job_id }) => {
+        Some(Reply::Submitted { job_id, warning }) => {
+            if let Some(w) = warning {
+                warn("ysbatch", &w);
+            }
             if parsable {
                 print(&format!("{job_id}\n"))
             } else {

@@ -19,7 +19,8 @@ use crate::proto::{Query, Reply, Request, ShareRow};
                   (billing-seconds ever charged: GPU-seconds x billing weight), EffectvUsage (decayed \
                   usage as a fraction of all, classic's effective usage), FairShare (the factor, 0..1). \
                   With -l also NormUsage and LevelFS (Fair Tree's shares/usage among siblings; inf \
-                  without usage)."
+                  without usage). Where accounts have budgets: Budget and BudgetLeft, in tokens \
+                  (billing-hours) for the current period."
 )]
 pub struct Args {
     /// Only these accounts
@@ -101,6 +102,10 @@ pub fn render(
     if long {
         head.push("LevelFS");
     }
+    let budgets = rows.iter().any(|r| r.budget.is_some());
+    if budgets {
+        head.extend(["Budget", "BudgetLeft"]);
+    }
     let mut table: Vec<Vec<String>> = Vec::new();
     for r in rows {
         let indent = if parsable {
@@ -126,6 +131,11 @@ pub fn render(
         });
         if long {
             cells.push(number(r.level_fs.unwrap_or(f64::INFINITY)));
+        }
+        if budgets {
+            let tokens = |t: Option<f64>| t.map(|t| format!("{t:.1}")).unwrap_or_default();
+            cells.push(tokens(r.budget));
+            cells.push(tokens(r.budget_left));
         }
         table.push(cells);
     }

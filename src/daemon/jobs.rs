@@ -189,7 +189,9 @@ impl Daemon {
                 .entry((job.account.clone(), job.user.clone()))
                 .or_default();
             usage.charge(billing, job.end_time.unwrap_or(end), fs.half_life, fs.reset);
-            Some(*usage)
+            let charged = *usage;
+            self.spend(&job.account, billing, job.end_time.unwrap_or(end));
+            Some(charged)
         } else {
             None
         };

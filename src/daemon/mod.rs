@@ -11,6 +11,7 @@
 //! means "durable", and a job is marked running before its process exists,
 //! so a crash can never run a job twice.
 
+mod budget;
 mod control;
 mod jobs;
 mod query;
@@ -114,6 +115,8 @@ pub(crate) struct Daemon {
     reasons: HashMap<JobId, Reason>,
     /// Each association's usage, as charged and last decayed.
     usage: HashMap<(String, String), sched::fairshare::Usage>,
+    /// What each budgeted account spent in its current period.
+    budgets: budget::Spending,
     /// Fair-share factors from the last pass.
     fairshare: sched::fairshare::FactorMap,
     order: Vec<JobId>,
@@ -202,6 +205,7 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         jobs: BTreeMap::new(),
         reasons: HashMap::new(),
         usage: HashMap::new(),
+        budgets: HashMap::new(),
         fairshare: Default::default(),
         order: Vec::new(),
         wake_at: None,
@@ -346,6 +350,7 @@ impl Daemon {
     /// whatever arrived in the spool while the daemon was down.
     fn recover(&mut self) -> Result<(), DaemonError> {
         self.usage = db::load_usage(&self.db)?.into_iter().collect();
+        self.load_budgets(now())?;
         for job in db::active_jobs(&self.db)? {
             self.jobs.insert(job.id, job);
         }
@@ -617,6 +622,13 @@ impl Daemon {
             .enumerate()
             .map(|(i, id)| (*id, i))
             .collect();
+        let policy = sched::limits::Policy::new(&self.config);
+        let budgets: HashMap<String, sched::budget::Standing> = self
+            .config
+            .accounts
+            .iter()
+            .filter_map(|a| Some((a.name.clone(), self.standing(&a.name, &policy, now)?)))
+            .collect();
         let (tree, shares) = self.fairshare_tree(now);
         let ctx = sched::priority::Context {
             weights: &self.config.priority,
@@ -630,7 +642,7 @@ impl Daemon {
             &rank,
             &ctx,
             now,
-            query::share_rows(&tree, &shares, &self.usage),
+            query::share_rows(&tree, &shares, &self.usage, &budgets),
         ));
         self.snapshot = Some(snapshot.clone());
         snapshot
@@ -657,7 +669,10 @@ impl Daemon {
                 self.users.clear();
                 self.reschedule = true;
                 self.snapshot = None;
-                Ok(format!("config {} reloaded", path.display()))
+                match self.load_budgets(now()) {
+                    Ok(()) => Ok(format!("config {} reloaded", path.display())),
+                    Err(e) => Err(format!("config {} reloaded, but budgets could not be summed: {e}", path.display())),
+                }
             }
         };
         match &result {

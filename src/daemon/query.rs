@@ -122,6 +122,7 @@ pub fn share_rows(
     tree: &Tree,
     shares: &[NodeShare],
     usage: &HashMap<(String, String), Usage>,
+    budgets: &HashMap<String, crate::sched::budget::Standing>,
 ) -> Vec<ShareRow> {
     // Raw usage of each node: its own (users) plus its subtree's.
     let mut raw: Vec<i64> = tree
@@ -144,6 +145,7 @@ pub fn share_rows(
         .map(|(i, depth)| {
             let n = &tree.nodes[i];
             let s = &shares[i];
+            let budget = n.user.is_none().then(|| budgets.get(&n.account)).flatten();
             ShareRow {
                 account: n.account.clone(),
                 user: n.user.clone(),
@@ -155,6 +157,8 @@ pub fn share_rows(
                 norm_usage: s.norm_usage,
                 effective_usage: s.effective_usage,
                 level_fs: s.level_fs.is_finite().then_some(s.level_fs),
+                budget: budget.map(|b| b.budget as f64 / crate::sched::budget::TOKEN),
+                budget_left: budget.map(|b| b.left() as f64 / crate::sched::budget::TOKEN),
                 fairshare: s.fairshare,
             }
         })

@@ -5,6 +5,7 @@ use crate::db::{self, Payload};
 use crate::job::{Hold, Job, JobRequest, JobState};
 use crate::proto::Reply;
 use crate::sched::admission::{self, Capacity};
+use crate::sched::budget::Verdict;
 use crate::sched::Reason;
 
 use super::{Daemon, DaemonError};
@@ -59,6 +60,23 @@ impl Daemon {
                 ),
             });
         }
+        // The budget: refused, downgraded to the lowest QoS, or a warning.
+        let mut qos = admitted.qos.clone();
+        let cost = self.worst_case(&request.gpus, admitted.time_limit, &qos);
+        let warning = match self.judge_budget(&admitted.account, cost, now) {
+            Verdict::Fits => None,
+            Verdict::Warn(m) => Some(m),
+            Verdict::Refuse(why) => {
+                tracing::info!(target: "ysched::daemon", "submission by {user} refused: {why}");
+                return Ok(Reply::Rejected { error: why });
+            }
+            Verdict::Downgrade(why) => {
+                if let Some(lowest) = self.config.qos.iter().min_by_key(|q| q.priority) {
+                    qos = lowest.name.clone();
+                }
+                Some(why)
+            }
+        };
         let gid = self.users.get(uid).map_or(uid, |u| u.gid);
         let job = Job {
             id: 0,
@@ -66,7 +84,7 @@ impl Daemon {
             gid,
             user: user.to_string(),
             account: admitted.account,
-            qos: admitted.qos,
+            qos,
             name: request.name,
             state: JobState::Pending,
             hold: request.hold.then_some(Hold::User),
@@ -130,6 +148,9 @@ impl Daemon {
         }
         self.jobs.insert(id, Job { id, ..job });
         self.snapshot = None;
-        Ok(Reply::Submitted { job_id: id })
+        Ok(Reply::Submitted {
+            job_id: id,
+            warning,
+        })
     }
 }

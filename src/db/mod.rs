@@ -414,6 +414,15 @@ pub fn find_jobs(conn: &Connection, filter: &JobFilter, limit: usize) -> Result<
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// Billing-seconds charged per account for jobs that ended at or after `since`.
+pub fn billing_since(conn: &Connection, since: i64) -> Result<Vec<(String, i64)>, DbError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT account, SUM(billing) FROM jobs WHERE end_time >= ?1 AND billing IS NOT NULL GROUP BY account",
+    )?;
+    let rows = stmt.query_map([since], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
 /// Every association's usage.
 pub fn load_usage(
     conn: &Connection,
@@ -546,7 +555,10 @@ mod tests {
     fn requests_are_remembered() {
         let dir = tempfile::tempdir().unwrap();
         let conn = open(&dir.path().join("t.db")).unwrap();
-        let reply = Reply::Submitted { job_id: 4 };
+        let reply = Reply::Submitted {
+            job_id: 4,
+            warning: None,
+        };
         record_request(&conn, "job-1-2-3", 1000, 5, "job", &reply).unwrap();
         assert_eq!(
             find_request(&conn, "job-1-2-3").unwrap(),

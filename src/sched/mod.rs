@@ -3,6 +3,7 @@
 //! replayed by a simulator.
 
 pub mod admission;
+pub mod budget;
 pub mod fairshare;
 pub mod limits;
 pub mod placement;

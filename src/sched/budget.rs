@@ -1,0 +1,286 @@
+//! Budgets: tokens (billing-hours: GPU-hours × the GPU type's billing
+//! weight × the QoS's usage factor) an account, with everything below it,
+//! may spend per period. A submission is judged on its worst case — its
+//! time limit on its GPUs — against what is left: the budget, less what
+//! jobs that ended in the period were charged, less the worst case of the
+//! account's jobs still pending or running. Over budget, a job is refused
+//! with the numbers, or (as the account's config says) admitted at the
+//! lowest QoS: it runs only when nobody else wants the GPUs.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use crate::gpu::Gpu;
+use crate::job::GpuRequest;
+
+/// One hour of billing-seconds: the unit budgets are given in.
+pub const TOKEN: f64 = 3_600.0;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Period {
+    Day,
+    Week,
+    Month,
+}
+
+impl Period {
+    /// When the period holding `t` began (UTC).
+    pub fn start(self, t: i64) -> i64 {
+        let day = t.div_euclid(86_400);
+        match self {
+            Period::Day => day * 86_400,
+            // 1970-01-01 was a Thursday; weeks start on Monday.
+            Period::Week => (day - (day + 3).rem_euclid(7)) * 86_400,
+            Period::Month => {
+                let date = jiff::Timestamp::from_second(t)
+                    .map(|ts| ts.to_zoned(jiff::tz::TimeZone::UTC).date())
+                    .unwrap_or_default();
+                date.first_of_month()
+                    .to_zoned(jiff::tz::TimeZone::UTC)
+                    .map(|z| z.timestamp().as_second())
+                    .unwrap_or(day * 86_400)
+            }
+        }
+    }
+
+    /// How the period holding `t` is named: `2026-11-29`, `week of 2026-11-23`, `2026-11`.
+    pub fn name(self, t: i64) -> String {
+        let date = |s: i64| {
+            jiff::Timestamp::from_second(s)
+                .map(|ts| ts.to_zoned(jiff::tz::TimeZone::UTC).date().to_string())
+                .unwrap_or_default()
+        };
+        let start = self.start(t);
+        match self {
+            Period::Day => date(start),
+            Period::Week => format!("the week of {}", date(start)),
+            Period::Month => date(start)[..7].to_string(),
+        }
+    }
+}
+
+/// What to do with a job its account's budget cannot cover.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OverBudget {
+    Refuse,
+    LowestQos,
+}
+
+/// The most a job can cost, in billing-seconds: its time limit on its GPUs
+/// (for a job that names no type, the dearest type that could run it) ×
+/// the QoS's usage factor. `None` without a time limit: no worst case.
+pub fn worst_case(
+    gpus: &GpuRequest,
+    time_limit: Option<u64>,
+    usage_factor: f64,
+    inventory: &[Gpu],
+    config: &Config,
+) -> Option<i64> {
+    let seconds = time_limit? as f64;
+    let weight_of = |t: &str| config.billing.get(t).copied().unwrap_or(1.0);
+    let weight = match &gpus.gpu_type {
+        Some(t) => weight_of(t),
+        None => inventory
+            .iter()
+            .map(|g| weight_of(&g.gpu_type))
+            .fold(0.0, f64::max)
+            .max(if inventory.is_empty() { 1.0 } else { 0.0 }),
+    };
+    Some((seconds * f64::from(gpus.count) * weight * usage_factor).round() as i64)
+}
+
+/// An account's position in its budget, in billing-seconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Standing {
+    pub budget: i64,
+    /// Charged for jobs that ended in this period.
+    pub spent: i64,
+    /// The worst case of its pending and running jobs.
+    pub committed: i64,
+}
+
+impl Standing {
+    pub fn left(&self) -> i64 {
+        self.budget - self.spent - self.committed
+    }
+
+    pub fn used_fraction(&self) -> f64 {
+        if self.budget <= 0 {
+            1.0
+        } else {
+            (self.spent + self.committed) as f64 / self.budget as f64
+        }
+    }
+}
+
+/// The verdict on one submission.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Verdict {
+    Fits,
+    /// Fits, but the account is past its warning threshold.
+    Warn(String),
+    Refuse(String),
+    /// Over budget, admitted at the lowest QoS.
+    Downgrade(String),
+}
+
+/// Judges a job that may cost `cost` (billing-seconds; `None`: unbounded)
+/// against `account`'s standing for the period holding `now`.
+pub fn judge(
+    account: &str,
+    cost: Option<i64>,
+    standing: &Standing,
+    warning: f64,
+    over: OverBudget,
+    period: Period,
+    now: i64,
+) -> Verdict {
+    let tokens = |bs: i64| bs as f64 / TOKEN;
+    let when = period.name(now);
+    let over_message = |why: String| match over {
+        OverBudget::Refuse => Verdict::Refuse(why),
+        OverBudget::LowestQos => Verdict::Downgrade(format!(
+            "{why}; admitted at the lowest QoS: it runs only when nobody else wants the GPUs"
+        )),
+    };
+    let Some(cost) = cost else {
+        return over_message(format!(
+            "account '{account}' has a budget, and a job without a time limit has no bound on its cost; give it a time limit (-t)"
+        ));
+    };
+    if cost > standing.left() {
+        return over_message(format!(
+            "account '{account}' is over budget: the job may cost {:.1} tokens, but {:.1} of its {:.1} for {when} are left ({:.1} spent, {:.1} held by its pending and running jobs)",
+            tokens(cost),
+            tokens(standing.left().max(0)),
+            tokens(standing.budget),
+            tokens(standing.spent),
+            tokens(standing.committed)
+        ));
+    }
+    let after = Standing {
+        committed: standing.committed + cost,
+        ..*standing
+    };
+    if after.used_fraction() >= warning {
+        return Verdict::Warn(format!(
+            "account '{account}' has used or holds {:.0}% of its {:.1}-token budget for {when}",
+            after.used_fraction() * 100.0,
+            tokens(standing.budget)
+        ));
+    }
+    Verdict::Fits
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn periods_start_in_utc() {
+        let t = 1_795_910_400 + 12 * 3_600; // 2026-11-29 12:00 UTC, a Sunday
+        assert_eq!(Period::Day.start(t), 1_795_910_400);
+        assert_eq!(
+            Period::Week.start(t),
+            1_795_910_400 - 6 * 86_400,
+            "Monday the 23rd"
+        );
+        assert_eq!(
+            Period::Month.start(t),
+            1_795_910_400 - 28 * 86_400,
+            "the 1st"
+        );
+        assert_eq!(Period::Month.name(t), "2026-11");
+        assert_eq!(Period::Week.name(t), "the week of 2026-11-23");
+    }
+
+    #[test]
+    fn worst_cases() {
+        let c = Config::parse(
+            "[[gpus]]\ntype = \"a100\"\ncount = 2\nmemory = \"80G\"\n[[gpus]]\ntype = \"t4\"\ncount = 2\nmemory = \"16G\"\n[billing]\na100 = 5\nt4 = 1\n",
+            Path::new("x.toml"),
+        )
+        .unwrap();
+        let inv = crate::gpu::Inventory::declared(&c);
+        let req = |n, t: Option<&str>| GpuRequest {
+            count: n,
+            gpu_type: t.map(String::from),
+        };
+        assert_eq!(
+            worst_case(&req(2, Some("t4")), Some(3_600), 1.0, &inv.gpus, &c),
+            Some(7_200)
+        );
+        assert_eq!(
+            worst_case(&req(2, None), Some(3_600), 1.0, &inv.gpus, &c),
+            Some(36_000),
+            "the dearest type"
+        );
+        assert_eq!(
+            worst_case(&req(1, Some("a100")), Some(3_600), 0.5, &inv.gpus, &c),
+            Some(9_000)
+        );
+        assert_eq!(worst_case(&req(1, None), None, 1.0, &inv.gpus, &c), None);
+    }
+
+    #[test]
+    fn verdicts_with_the_numbers() {
+        let s = Standing {
+            budget: 100 * 3_600,
+            spent: 60 * 3_600,
+            committed: 10 * 3_600,
+        };
+        let now = 1_795_910_400;
+        assert_eq!(
+            judge(
+                "vision",
+                Some(3_600),
+                &s,
+                0.9,
+                OverBudget::Refuse,
+                Period::Month,
+                now
+            ),
+            Verdict::Fits
+        );
+        match judge(
+            "vision",
+            Some(25 * 3_600),
+            &s,
+            0.9,
+            OverBudget::Refuse,
+            Period::Month,
+            now,
+        ) {
+            Verdict::Warn(m) => assert!(
+                m.contains("95% of its 100.0-token budget for 2026-11"),
+                "{m}"
+            ),
+            v => panic!("{v:?}"),
+        }
+        match judge("vision", Some(40 * 3_600), &s, 0.9, OverBudget::Refuse, Period::Month, now) {
+            Verdict::Refuse(m) => assert_eq!(
+                m,
+                "account 'vision' is over budget: the job may cost 40.0 tokens, but 30.0 of its 100.0 for 2026-11 are left (60.0 spent, 10.0 held by its pending and running jobs)"
+            ),
+            v => panic!("{v:?}"),
+        }
+        assert!(matches!(
+            judge(
+                "vision",
+                Some(40 * 3_600),
+                &s,
+                0.9,
+                OverBudget::LowestQos,
+                Period::Month,
+                now
+            ),
+            Verdict::Downgrade(_)
+        ));
+        assert!(
+            matches!(judge("vision", None, &s, 0.9, OverBudget::Refuse, Period::Month, now), Verdict::Refuse(m) if m.contains("no bound"))
+        );
+    }
+}
