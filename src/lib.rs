@@ -13,5 +13,6 @@ pub mod proto;
 pub mod report;
 pub mod sched;
 pub mod script;
+pub mod sim;
 pub mod spool;
 pub mod units;

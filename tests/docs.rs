@@ -18,6 +18,10 @@ const PAGES: [(&str, &str); 7] = [
     ("ysshare", "man/ysshare.1"),
 ];
 
+/// Subcommands whose flags a page documents in a section of their own.
+const SUBCOMMAND_SECTIONS: [(&str, &str, &str); 1] =
+    [("ysctld simulate", "man/ysctld.8", "SIMULATION")];
+
 fn long_flags(text: &str) -> BTreeSet<String> {
     let mut flags = BTreeSet::new();
     let bytes = text.as_bytes();
@@ -37,7 +41,9 @@ fn long_flags(text: &str) -> BTreeSet<String> {
 
 /// Long flags on --help's option lines (not in examples or prose).
 fn help_flags(command: &str) -> BTreeSet<String> {
-    let out = Command::new(common::bin_dir().join(command))
+    let mut words = command.split(' ');
+    let out = Command::new(common::bin_dir().join(words.next().unwrap()))
+        .args(words)
         .arg("--help")
         .output()
         .unwrap();
@@ -51,21 +57,25 @@ fn help_flags(command: &str) -> BTreeSet<String> {
     long_flags(&options)
 }
 
-/// Long flags in the man page's OPTIONS section.
-fn man_flags(page: &str) -> BTreeSet<String> {
+/// Long flags in a section of a man page.
+fn man_flags(page: &str, title: &str) -> BTreeSet<String> {
     let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(page)).unwrap();
     let section = text
         .split("\n.SH ")
-        .find(|s| s.starts_with("OPTIONS"))
-        .unwrap_or_else(|| panic!("{page} has no OPTIONS"));
+        .find(|s| s.starts_with(title))
+        .unwrap_or_else(|| panic!("{page} has no {title}"));
     long_flags(&section.replace("\\-", "-"))
 }
 
 #[test]
 fn help_and_man_pages_name_the_same_long_flags() {
-    for (command, page) in PAGES {
+    let sections = PAGES
+        .iter()
+        .map(|&(command, page)| (command, page, "OPTIONS"))
+        .chain(SUBCOMMAND_SECTIONS);
+    for (command, page, section) in sections {
         let help = help_flags(command);
-        let man = man_flags(page);
+        let man = man_flags(page, section);
         let missing: Vec<_> = help.difference(&man).collect();
         let extra: Vec<_> = man.difference(&help).collect();
         assert!(
@@ -126,4 +136,11 @@ fn the_example_config_parses_and_declares_what_it_says() {
     assert_eq!(config.gpus[0].count, 4);
     assert_eq!(config.kill_wait, 30);
     assert_eq!(config.qos.len(), 4);
+}
+
+#[test]
+fn the_simulator_config_parses() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("contrib/sim/a100-16.toml");
+    let config = ysched::config::Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.gpus[0].count, 16);
 }

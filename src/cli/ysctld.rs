@@ -25,7 +25,7 @@ use crate::daemon;
 )]
 pub struct Args {
     /// Configuration file (default: $YS_CONF, /etc/ysched/ysched.toml, ~/.config/ysched/ysched.toml)
-    #[arg(short = 'f', long, value_name = "FILE")]
+    #[arg(short = 'f', long, value_name = "FILE", global = true)]
     pub config: Option<PathBuf>,
     /// Stay in the foreground and log to standard error
     #[arg(short = 'D', long)]
@@ -33,6 +33,42 @@ pub struct Args {
     /// Log more (-v debug, -vv trace); YS_LOG overrides
     #[arg(short = 'v', long, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum Command {
+    /// Replay a workload trace through the scheduling policy in virtual time
+    Simulate(SimulateArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct SimulateArgs {
+    /// The trace: CSV with a header (submit_s, run_s or duration_s, gpus or procs, req_time_s, user, group)
+    #[arg(long, value_name = "FILE.csv")]
+    pub trace: PathBuf,
+    /// The policy to replay it under
+    #[arg(long, value_enum, default_value = "ysched")]
+    pub policy: crate::sim::Policy,
+    /// Processors per GPU, for traces that count processors (procs)
+    #[arg(long = "procs-per-gpu", value_name = "N", default_value_t = 1)]
+    pub procs_per_gpu: u32,
+    /// Where the trace gives no requested time, the time limit is the run time times this
+    #[arg(long = "limit-factor", value_name = "F", default_value_t = 2.0)]
+    pub limit_factor: f64,
+    /// Replay only the first N jobs
+    #[arg(long = "max-jobs", value_name = "N")]
+    pub max_jobs: Option<usize>,
+    /// Divide submission times by F: the same jobs arriving F times faster
+    #[arg(long = "arrival-scale", value_name = "F", default_value_t = 1.0)]
+    pub arrival_scale: f64,
+    /// Which trace column makes a job's account
+    #[arg(long = "accounts-from", value_enum, default_value = "group")]
+    pub accounts_from: crate::sim::trace::AccountsFrom,
+    /// Print the report as one JSON object
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -50,6 +86,9 @@ pub fn run(args: Args) -> CliResult {
         }
     };
     let config = Config::load(&path).map_err(|e| CliError::failed(e.to_string()))?;
+    if let Some(Command::Simulate(sim)) = args.command {
+        return simulate(&config, sim);
+    }
     if args.foreground {
         init_logging(args.verbose);
         return daemon::run(config, daemon::Options { stepd: None }, || {}).map_err(CliError::from);
@@ -122,4 +161,39 @@ fn background(config: Config, log: &std::path::Path, verbosity: u8, notify: &Own
         tracing::error!(target: "ysched::daemon", "{e}");
         CliError::from(e)
     })
+}
+
+fn simulate(config: &Config, args: SimulateArgs) -> CliResult {
+    if config.gpus.is_empty() {
+        return Err(CliError::failed(format!(
+            "{} declares no GPUs; the simulator needs [[gpus]] tables",
+            config.path.display()
+        )));
+    }
+    if !(args.limit_factor >= 1.0 && args.limit_factor.is_finite()) {
+        return Err(CliError::usage("--limit-factor must be 1 or more"));
+    }
+    if !(args.arrival_scale > 0.0 && args.arrival_scale.is_finite()) {
+        return Err(CliError::usage("--arrival-scale must be a positive number"));
+    }
+    let reading = crate::sim::trace::Reading {
+        procs_per_gpu: args.procs_per_gpu.max(1),
+        limit_factor: args.limit_factor,
+        max_jobs: args.max_jobs,
+        arrival_scale: args.arrival_scale,
+        accounts_from: args.accounts_from,
+    };
+    let (jobs, skipped) = crate::sim::trace::read(&args.trace, &reading)?;
+    if jobs.is_empty() {
+        return Err(CliError::failed(format!(
+            "{} has no job to replay",
+            args.trace.display()
+        )));
+    }
+    let report = crate::sim::run(config, &jobs, skipped, args.policy);
+    if args.json {
+        super::print(&format!("{}\n", serde_json::to_string_pretty(&report)?))
+    } else {
+        super::print(&report.render())
+    }
 }

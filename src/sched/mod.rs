@@ -80,6 +80,8 @@ pub struct Plan {
     /// The earliest future time at which a pass could start something that
     /// nothing else will wake the daemon for (a `--begin` time).
     pub wake_at: Option<i64>,
+    /// Jobs started while a higher-priority job waited for resources.
+    pub backfilled: Vec<JobId>,
 }
 
 #[derive(Clone, Debug)]
@@ -285,6 +287,9 @@ pub fn plan(
         }
         free.take(job, &gpus, &types);
         held.add(policy, job, &gpus, node.gpus);
+        if reservation.is_some() {
+            plan.backfilled.push(job.id);
+        }
         let mut as_started = (*job).clone();
         as_started.gpus_alloc = gpus.clone();
         started.push((end, as_started));
@@ -451,6 +456,7 @@ mod tests {
         assert_eq!(p.starts, vec![(5, vec![3])]);
         assert_eq!(p.reasons[&3], Reason::Resources);
         assert_eq!(p.reasons[&4], Reason::Priority);
+        assert_eq!(p.backfilled, vec![5]);
     }
 
     #[test]
