@@ -67,6 +67,13 @@ fn backfill_runs_the_short_job_in_the_hole_fifo_leaves() {
     assert_eq!(fifo["accounts"]["detect"]["wait_mean_s"], 999.0);
     assert_eq!(ours["accounts"]["detect"]["wait_mean_s"], 999.0);
 
+    // While the big job waited (999 s on 4 GPUs), FIFO kept 1 GPU busy and
+    // then 4 for 100 s while the short one waited; ysched also ran the short
+    // one for 500 s.
+    let while_waiting = |r: &serde_json::Value| r["utilization_while_waiting"].as_f64().unwrap();
+    assert!((while_waiting(&fifo) - 1399.0 / 4396.0).abs() < 1e-9);
+    assert!((while_waiting(&ours) - 1499.0 / 3996.0).abs() < 1e-9);
+
     let text = simulate(&config, &trace, &[]);
     assert!(text.status.success(), "{}", stderr(&text));
     let text = stdout(&text);

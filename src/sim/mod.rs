@@ -57,6 +57,11 @@ pub struct Report {
     /// the last end.
     pub utilization: f64,
     pub makespan_s: i64,
+    /// The same, only over the time during which some job waited: 1.0 means
+    /// no GPU was ever idle while work queued.
+    pub utilization_while_waiting: f64,
+    /// GPU-hours left idle while some job waited.
+    pub idle_gpu_hours_while_waiting: f64,
     pub wait_mean_s: f64,
     pub wait_p50_s: f64,
     pub wait_p95_s: f64,
@@ -223,6 +228,11 @@ pub fn run(config: &Config, trace: &[TraceJob], skipped: trace::Skipped, policy:
     let mut done: Vec<Job> = Vec::new();
     let (mut backfilled, mut refused, mut downgraded) = (0, 0, 0);
     let mut next = 0;
+    // GPUs in use, and since when the state (busy, anyone waiting) holds.
+    let mut busy: usize = 0;
+    let mut since: Option<(i64, bool)> = None;
+    // Seconds during which some job waited, and busy GPU-seconds in them.
+    let (mut waited_s, mut busy_while_waiting) = (0i64, 0f64);
 
     loop {
         let arrival = trace.get(next).map(|t| t.submit);
@@ -233,6 +243,10 @@ pub fn run(config: &Config, trace: &[TraceJob], skipped: trace::Skipped, policy:
             (None, Some(e)) => e,
             (None, None) => break,
         };
+        if let Some((from, true)) = since {
+            waited_s += now - from;
+            busy_while_waiting += (now - from) as f64 * busy as f64;
+        }
         while let Some(Reverse((t, id))) = ends.peek().copied() {
             if t != now {
                 break;
@@ -243,6 +257,7 @@ pub fn run(config: &Config, trace: &[TraceJob], skipped: trace::Skipped, policy:
                 .expect("an end belongs to a running job");
             job.end_time = Some(t);
             job.state = JobState::Completed;
+            busy -= job.gpus_alloc.len();
             let billing = fairshare::charge(&job, &inventory.gpus, &config);
             usage
                 .entry((job.account.clone(), job.user.clone()))
@@ -332,10 +347,12 @@ pub fn run(config: &Config, trace: &[TraceJob], skipped: trace::Skipped, policy:
                 .expect("a start belongs to a pending job");
             job.state = JobState::Running;
             job.start_time = Some(now);
+            busy += gpus.len();
             job.gpus_alloc = gpus;
             ends.push(Reverse((now + runs[&id] as i64, id)));
             running.insert(id, job);
         }
+        since = Some((now, !pending.is_empty()));
         if next >= trace.len() && ends.is_empty() {
             break; // nothing left can change what is pending
         }
@@ -451,6 +468,14 @@ pub fn run(config: &Config, trace: &[TraceJob], skipped: trace::Skipped, policy:
         utilization: all.iter().map(|(_, g)| g).sum::<f64>()
             / (makespan as f64 * inventory.gpus.len().max(1) as f64),
         makespan_s: makespan,
+        utilization_while_waiting: if waited_s > 0 {
+            busy_while_waiting / (waited_s as f64 * inventory.gpus.len().max(1) as f64)
+        } else {
+            1.0
+        },
+        idle_gpu_hours_while_waiting: (waited_s as f64 * inventory.gpus.len() as f64
+            - busy_while_waiting)
+            / 3600.0,
         wait_mean_s: overall.wait_mean_s,
         wait_p50_s: overall.wait_p50_s,
         wait_p95_s: overall.wait_p95_s,
@@ -544,7 +569,7 @@ impl Report {
         let h = |s: f64| crate::units::format_duration(s.max(0.0).round() as u64);
         let mut out = format!(
             "policy {} on {} GPUs: {} jobs in {} (replayed in {:.2} s)\n\
-             utilization            {:.1} %\n\
+             utilization            {:.1} % ({:.1} % while jobs waited; {:.1} GPU-hours idle then)\n\
              wait mean / p50 / p95  {} / {} / {}\n\
              bounded slowdown mean  {:.2}\n\
              Jain fairness          {:.3} (daily, while competing: {:.3})\n\
@@ -555,6 +580,8 @@ impl Report {
             h(self.makespan_s as f64),
             self.elapsed_s,
             self.utilization * 100.0,
+            self.utilization_while_waiting * 100.0,
+            self.idle_gpu_hours_while_waiting,
             h(self.wait_mean_s),
             h(self.wait_p50_s),
             h(self.wait_p95_s),
