@@ -72,6 +72,7 @@ fn main() {
         billing: None,
         reason: None,
         kill_reason: None,
+        dependency: None,
         work_dir: "/".into(),
         submit_dir: "/".into(),
         std_out: "o".into(),

@@ -139,6 +139,9 @@ pub struct Config {
     pub node_name: String,
     pub admins: Vec<String>,
     pub allow_root_jobs: bool,
+    /// Cancel a pending job whose dependency can never be satisfied
+    /// (Slurm's kill_invalid_depend) instead of leaving it pending.
+    pub kill_invalid_dependency: bool,
     /// Seconds between SIGTERM and SIGKILL when a job is stopped.
     pub kill_wait: u64,
     pub default_time: Option<u64>,
@@ -279,6 +282,8 @@ struct RawConfig {
     admins: Vec<String>,
     #[serde(default)]
     allow_root_jobs: bool,
+    #[serde(default)]
+    kill_invalid_dependency: bool,
     kill_wait: Option<u64>,
     #[serde(default, deserialize_with = "de_time_limit")]
     default_time: Option<Option<u64>>,
@@ -763,6 +768,7 @@ impl RawConfig {
             node_name,
             admins: self.admins,
             allow_root_jobs: self.allow_root_jobs,
+            kill_invalid_dependency: self.kill_invalid_dependency,
             kill_wait: self.kill_wait.unwrap_or(30),
             default_time,
             max_time,

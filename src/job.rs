@@ -185,6 +185,9 @@ pub struct JobRequest {
     /// Lowers its priority by this much (negative: raises it; admins only).
     #[serde(default)]
     pub nice: i64,
+    /// `--dependency`, in Slurm's syntax (checked by the daemon again).
+    #[serde(default)]
+    pub dependency: Option<String>,
     pub script: String,
     pub args: Vec<String>,
 }
@@ -240,6 +243,8 @@ pub struct Job {
     pub nice: i64,
     /// Billing-seconds charged to its account when it ended.
     pub billing: Option<i64>,
+    /// `--dependency`, in canonical form; kept after it is satisfied.
+    pub dependency: Option<String>,
     /// Why a finished job failed where the exit code does not say (a launch
     /// error, a lost supervisor), or what ended a completing one.
     pub reason: Option<String>,
@@ -375,6 +380,7 @@ pub(crate) fn example_job(id: JobId) -> Job {
         suspended_at: None,
         nice: 0,
         billing: None,
+        dependency: None,
         reason: None,
         kill_reason: None,
         work_dir: "/home/alice".into(),

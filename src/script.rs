@@ -98,6 +98,9 @@ pub struct SubmitOptions {
     /// Lower the job's priority by N (a negative N, raising it, is for admins)
     #[arg(long, value_name = "N", allow_hyphen_values = true)]
     pub nice: Option<String>,
+    /// Start only after other jobs: after|afterany|afterok|afternotok:ID[:ID...][,...], or singleton
+    #[arg(short = 'd', long, value_name = "TYPE:ID[:ID]")]
+    pub dependency: Option<String>,
     /// Print only the job id
     #[arg(long)]
     pub parsable: bool,
@@ -160,6 +163,8 @@ pub struct Partial {
     pub begin: Option<String>,
     pub comment: Option<String>,
     pub nice: Option<i64>,
+    /// Canonical form of `--dependency`.
+    pub dependency: Option<String>,
     pub parsable: bool,
     /// Messages about options accepted but ignored.
     pub warnings: Vec<String>,
@@ -240,6 +245,13 @@ impl Partial {
                 Err(_) => return Err(format!("--nice: '{n}' is not a number")),
             },
         };
+        let dependency = o
+            .dependency
+            .as_deref()
+            .map(crate::sched::dependency::Dependency::parse)
+            .transpose()
+            .map_err(|e| format!("--dependency: {e}"))?
+            .map(|d| d.to_string());
         if let Some(nodes) = &o.nodes {
             if !matches!(nodes.trim(), "1" | "1-1") {
                 return Err(format!(
@@ -282,6 +294,7 @@ impl Partial {
             begin: o.begin,
             comment: o.comment,
             nice,
+            dependency,
             parsable: o.parsable,
             warnings,
         })
@@ -309,6 +322,7 @@ impl Partial {
             begin: later.begin.or(self.begin),
             comment: later.comment.or(self.comment),
             nice: later.nice.or(self.nice),
+            dependency: later.dependency.or(self.dependency),
             parsable: later.parsable || self.parsable,
             warnings,
         }
@@ -537,6 +551,7 @@ pub fn resolve(
         begin_time,
         comment: partial.comment,
         nice: partial.nice.unwrap_or(0),
+        dependency: partial.dependency,
         script,
         args,
     })

@@ -183,6 +183,9 @@ fn show_job(view: &JobView, now: i64) -> String {
     ];
     let mut out: Vec<String> = lines.iter().map(|l| format!("   {l}")).collect();
     out[0] = lines[0].clone();
+    if let Some(dependency) = &job.dependency {
+        out.push(format!("   Dependency={dependency}"));
+    }
     if let Some(cgroup) = &job.cgroup {
         let mut usage = String::new();
         if let Some(rss) = job.max_rss_bytes {

@@ -172,6 +172,7 @@ impl Daemon {
         let Some(mut job) = self.jobs.remove(&id) else {
             return Ok(());
         };
+        self.ended.remove(&id);
         job.state = state;
         job.end_time = Some(job.start_time.map_or(end, |s| end.max(s)));
         job.exit = exit;

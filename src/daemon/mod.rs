@@ -13,6 +13,7 @@
 
 mod budget;
 mod control;
+mod depend;
 mod jobs;
 mod query;
 mod submit;
@@ -117,6 +118,8 @@ pub(crate) struct Daemon {
     usage: HashMap<(String, String), sched::fairshare::Usage>,
     /// What each budgeted account spent in its current period.
     budgets: budget::Spending,
+    /// Final states of ended jobs that pending dependencies name.
+    ended: HashMap<JobId, JobState>,
     /// Fair-share factors from the last pass.
     fairshare: sched::fairshare::FactorMap,
     order: Vec<JobId>,
@@ -206,6 +209,7 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         reasons: HashMap::new(),
         usage: HashMap::new(),
         budgets: HashMap::new(),
+        ended: HashMap::new(),
         fairshare: Default::default(),
         order: Vec::new(),
         wake_at: None,
@@ -560,6 +564,7 @@ impl Daemon {
         self.reschedule = false;
         let (tree, shares) = self.fairshare_tree(now);
         self.fairshare = sched::fairshare::factors(&tree, &shares);
+        let dependency_waits = self.dependency_waits(now)?;
         let config = &self.config;
         let ctx = sched::priority::Context {
             weights: &config.priority,
@@ -570,7 +575,7 @@ impl Daemon {
         let pending: Vec<(&Job, i64)> = self
             .jobs
             .values()
-            .filter(|j| j.state == JobState::Pending)
+            .filter(|j| j.state == JobState::Pending && !dependency_waits.contains_key(&j.id))
             .map(|j| (j, sched::priority::factors(j, &ctx, now).priority()))
             .collect();
         let running: Vec<&Job> = self
@@ -586,6 +591,11 @@ impl Daemon {
         let policy = sched::limits::Policy::new(&self.config);
         let plan = sched::plan(&pending, &running, &node, &policy, now);
         self.reasons = plan.reasons;
+        // A job started now may satisfy an `after` dependency at once.
+        if !plan.starts.is_empty() && !dependency_waits.is_empty() {
+            self.reschedule = true;
+        }
+        self.reasons.extend(dependency_waits);
         self.order = plan.order;
         self.wake_at = plan.wake_at;
         self.snapshot = None;

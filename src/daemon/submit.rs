@@ -77,6 +77,13 @@ impl Daemon {
                 Some(why)
             }
         };
+        let dependency = match self.check_dependency(request.dependency.as_deref())? {
+            Ok(d) => d,
+            Err(why) => {
+                tracing::info!(target: "ysched::daemon", "submission by {user} refused: {why}");
+                return Ok(Reply::Rejected { error: why });
+            }
+        };
         let gid = self.users.get(uid).map_or(uid, |u| u.gid);
         let job = Job {
             id: 0,
@@ -109,6 +116,7 @@ impl Daemon {
             billing: None,
             reason: None,
             kill_reason: None,
+            dependency,
             work_dir: request.work_dir,
             submit_dir: request.submit_dir,
             std_out: request.output.unwrap_or_else(|| "ys-%j.out".to_string()),

@@ -98,4 +98,8 @@ CREATE TABLE usage (
     PRIMARY KEY (account, user)
 ) WITHOUT ROWID;
 "#,
+    // 5: job dependencies (`--dependency`, canonical form).
+    r#"
+ALTER TABLE jobs ADD COLUMN dependency TEXT;
+"#,
 ];

@@ -125,7 +125,7 @@ fn migrate(conn: &Connection, path: &Path) -> Result<(), DbError> {
 const JOB_COLUMNS: &str = "id, uid, gid, user, account, qos, name, state, hold, gpu_count, gpu_type, cpus, \
      mem_mb, time_limit, submit_time, begin_time, start_time, end_time, gpus_alloc, node, exit_code, \
      exit_signal, restart_count, reason, kill_reason, work_dir, submit_dir, std_out, std_err, \
-     open_append, comment, max_rss_bytes, cpu_usec, cgroup, suspended_secs, suspended_at, nice, billing";
+     open_append, comment, max_rss_bytes, cpu_usec, cgroup, suspended_secs, suspended_at, nice, billing, dependency";
 
 fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     let invalid = |i: usize, what: String| {
@@ -202,6 +202,7 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         suspended_at: row.get(35)?,
         nice: row.get(36)?,
         billing: row.get(37)?,
+        dependency: row.get(38)?,
     })
 }
 
@@ -226,8 +227,8 @@ fn parse_index_list(text: &str) -> Result<Vec<u32>, String> {
 pub fn insert_job(conn: &Connection, job: &Job, payload: &Payload) -> Result<JobId, DbError> {
     conn.prepare_cached(
         "INSERT INTO jobs (uid, gid, user, account, qos, name, state, hold, gpu_count, gpu_type, cpus, mem_mb, \
-         time_limit, submit_time, begin_time, work_dir, submit_dir, std_out, std_err, open_append, comment, nice) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
+         time_limit, submit_time, begin_time, work_dir, submit_dir, std_out, std_err, open_append, comment, nice, dependency) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)",
     )?
     .execute(params![
         job.uid,
@@ -252,6 +253,7 @@ pub fn insert_job(conn: &Connection, job: &Job, payload: &Payload) -> Result<Job
         job.open_append,
         job.comment,
         job.nice,
+        job.dependency,
     ])?;
     let id = conn.last_insert_rowid() as JobId;
     let args = serde_json::to_string(&payload.args).map_err(|e| DbError::Invalid(e.to_string()))?;
@@ -347,6 +349,20 @@ pub fn job(conn: &Connection, id: JobId) -> Result<Job, DbError> {
         .query_row([id as i64], job_from_row)
         .optional()?
         .ok_or(DbError::NotFound(id))
+}
+
+/// A job's state, or `None` when there is no such job.
+pub fn job_state(conn: &Connection, id: JobId) -> Result<Option<JobState>, DbError> {
+    let state: Option<String> = conn
+        .prepare_cached("SELECT state FROM jobs WHERE id = ?1")?
+        .query_row([id as i64], |row| row.get(0))
+        .optional()?;
+    match state {
+        None => Ok(None),
+        Some(s) => JobState::parse(&s)
+            .map(Some)
+            .ok_or_else(|| DbError::Invalid(format!("job {id} state '{s}'"))),
+    }
 }
 
 /// Pending, running and completing jobs: what the daemon loads at start.

@@ -62,6 +62,8 @@ pub enum Field {
     StdOut,
     StdErr,
     Comment,
+    /// `--dependency`, as given (canonical form).
+    Dependency,
     Partition,
 }
 
@@ -111,6 +113,7 @@ impl Field {
             Field::StdOut => "STDOUT",
             Field::StdErr => "STDERR",
             Field::Comment => "COMMENT",
+            Field::Dependency => "DEPENDENCY",
             Field::Partition => "PARTITION",
         }
     }
@@ -143,6 +146,7 @@ impl Field {
             'e' => Field::End,
             'Z' => Field::WorkDir,
             'k' => Field::Comment,
+            'E' => Field::Dependency,
             'P' => Field::Partition,
             _ => return None,
         })
@@ -184,6 +188,7 @@ impl Field {
         ("StdOut", Field::StdOut),
         ("StdErr", Field::StdErr),
         ("Comment", Field::Comment),
+        ("Dependency", Field::Dependency),
         ("Priority", Field::Priority),
         ("Partition", Field::Partition),
     ];
@@ -337,6 +342,7 @@ impl Field {
                 }
             }
             Field::Comment => job.comment.clone().unwrap_or_default(),
+            Field::Dependency => job.dependency.clone().unwrap_or_else(|| "(null)".into()),
             Field::Partition => "ysched".into(),
         }
     }

@@ -257,6 +257,7 @@ mod tests {
             begin_time: None,
             comment: None,
             nice: 0,
+            dependency: None,
             script: "#!/bin/sh\n".into(),
             args: vec![],
         }

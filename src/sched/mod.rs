@@ -4,6 +4,7 @@
 
 pub mod admission;
 pub mod budget;
+pub mod dependency;
 pub mod fairshare;
 pub mod limits;
 pub mod placement;
@@ -35,6 +36,10 @@ pub enum Reason {
     AssocMaxGRESPerUser,
     /// Its user runs as many jobs in the account as they may.
     AssocMaxJobsLimit,
+    /// Waits for the jobs its `--dependency` names.
+    Dependency,
+    /// Its dependency can never be satisfied (an `afterok` job failed).
+    DependencyNeverSatisfied,
 }
 
 impl Reason {
@@ -50,6 +55,8 @@ impl Reason {
             Reason::AssocGrpJobsLimit => "AssocGrpJobsLimit",
             Reason::AssocMaxGRESPerUser => "AssocMaxGRESPerUser",
             Reason::AssocMaxJobsLimit => "AssocMaxJobsLimit",
+            Reason::Dependency => "Dependency",
+            Reason::DependencyNeverSatisfied => "DependencyNeverSatisfied",
         }
     }
 }

@@ -145,6 +145,7 @@ fn job_of(id: JobId, t: &TraceJob, qos: &str) -> Job {
         billing: None,
         reason: None,
         kill_reason: None,
+        dependency: None,
         work_dir: Default::default(),
         submit_dir: Default::default(),
         std_out: String::new(),

@@ -1,0 +1,146 @@
+//! Dependencies in the daemon: the states of the jobs they name (active
+//! ones from memory, ended ones from the database) and which pending jobs
+//! they hold back. The rules themselves are `sched::dependency`.
+
+use std::collections::HashMap;
+
+use crate::db;
+use crate::job::{JobId, JobState};
+use crate::sched::dependency::{Dependency, Status};
+use crate::sched::Reason;
+
+use super::{Daemon, DaemonError};
+
+impl Daemon {
+    /// A job's state: from memory while it is active, else from the
+    /// database, cached (an end is final; a requeued job is active again
+    /// and found in memory first).
+    fn state_of(&mut self, id: JobId) -> Result<Option<JobState>, DaemonError> {
+        if let Some(job) = self.jobs.get(&id) {
+            return Ok(Some(job.state));
+        }
+        if let Some(state) = self.ended.get(&id) {
+            return Ok(Some(*state));
+        }
+        let state = db::job_state(&self.db, id)?;
+        if let Some(s) = state {
+            self.ended.insert(id, s);
+        }
+        Ok(state)
+    }
+
+    /// Checks a submission's `--dependency`: well-formed, naming jobs that
+    /// exist, and not already impossible. Returns its canonical form, or
+    /// why the submission is refused.
+    pub(super) fn check_dependency(
+        &mut self,
+        text: Option<&str>,
+    ) -> Result<Result<Option<String>, String>, DaemonError> {
+        let Some(text) = text else {
+            return Ok(Ok(None));
+        };
+        let dependency = match Dependency::parse(text) {
+            Ok(d) => d,
+            Err(e) => return Ok(Err(format!("--dependency: {e}"))),
+        };
+        let mut states = HashMap::new();
+        for id in dependency.job_ids() {
+            match self.state_of(id)? {
+                Some(state) => {
+                    states.insert(id, state);
+                }
+                None => return Ok(Err(format!("--dependency: job {id} does not exist"))),
+            }
+        }
+        if dependency.evaluate(|id| states.get(&id).copied(), false) == Status::Never {
+            let mut ended: Vec<(JobId, JobState)> = states.into_iter().collect();
+            ended.sort_by_key(|(id, _)| *id);
+            let ended: Vec<String> = ended
+                .iter()
+                .map(|(id, state)| format!("job {id} is {state}"))
+                .collect();
+            return Ok(Err(format!(
+                "--dependency {dependency} can never be satisfied: {}",
+                ended.join(", ")
+            )));
+        }
+        Ok(Ok(Some(dependency.to_string())))
+    }
+
+    /// The pending jobs their dependencies hold back, with the reason.
+    /// Never-satisfiable ones are cancelled instead where the config says so.
+    pub(super) fn dependency_waits(
+        &mut self,
+        now: i64,
+    ) -> Result<HashMap<JobId, Reason>, DaemonError> {
+        let waiting: Vec<(JobId, u32, String, String)> = self
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Pending)
+            .filter_map(|j| Some((j.id, j.uid, j.name.clone(), j.dependency.clone()?)))
+            .collect();
+        let mut reasons = HashMap::new();
+        if waiting.is_empty() {
+            self.ended.clear();
+            return Ok(reasons);
+        }
+        // For singleton: per (user, name), the lowest pending id and whether
+        // one is already running.
+        let mut namesakes: HashMap<(u32, &str), (JobId, bool)> = HashMap::new();
+        for j in self.jobs.values().filter(|j| j.state.is_active()) {
+            let entry = namesakes
+                .entry((j.uid, j.name.as_str()))
+                .or_insert((JobId::MAX, false));
+            if j.state == JobState::Pending {
+                entry.0 = entry.0.min(j.id);
+            } else {
+                entry.1 = true;
+            }
+        }
+        let namesakes: HashMap<(u32, String), (JobId, bool)> = namesakes
+            .into_iter()
+            .map(|((uid, name), v)| ((uid, name.to_string()), v))
+            .collect();
+        let mut never = Vec::new();
+        let mut named = std::collections::HashSet::new();
+        for (id, uid, name, text) in waiting {
+            let Ok(dependency) = Dependency::parse(&text) else {
+                tracing::warn!(target: "ysched::daemon", "job {id}: unreadable dependency '{text}'");
+                never.push(id);
+                continue;
+            };
+            let mut states = HashMap::new();
+            for dep in dependency.job_ids() {
+                named.insert(dep);
+                states.insert(dep, self.state_of(dep)?);
+            }
+            let earlier_namesake = dependency.has_singleton()
+                && namesakes
+                    .get(&(uid, name))
+                    .is_some_and(|&(lowest, running)| running || lowest < id);
+            match dependency.evaluate(|d| states.get(&d).copied().flatten(), earlier_namesake) {
+                Status::Satisfied => {}
+                Status::Waiting => {
+                    reasons.insert(id, Reason::Dependency);
+                }
+                Status::Never => never.push(id),
+            }
+        }
+        // Forget ended jobs no dependency names any more.
+        self.ended.retain(|id, _| named.contains(id));
+        for id in never {
+            if self.config.kill_invalid_dependency {
+                self.finish(
+                    id,
+                    JobState::Cancelled,
+                    now,
+                    None,
+                    Some("DependencyNeverSatisfied".into()),
+                )?;
+            } else {
+                reasons.insert(id, Reason::DependencyNeverSatisfied);
+            }
+        }
+        Ok(reasons)
+    }
+}
