@@ -73,6 +73,7 @@ fn main() {
         reason: None,
         kill_reason: None,
         dependency: None,
+        array: None,
         work_dir: "/".into(),
         submit_dir: "/".into(),
         std_out: "o".into(),

@@ -142,6 +142,8 @@ pub struct Config {
     /// Cancel a pending job whose dependency can never be satisfied
     /// (Slurm's kill_invalid_depend) instead of leaving it pending.
     pub kill_invalid_dependency: bool,
+    /// Array task indices go from 0 to this minus one (Slurm's MaxArraySize).
+    pub max_array_size: u32,
     /// Seconds between SIGTERM and SIGKILL when a job is stopped.
     pub kill_wait: u64,
     pub default_time: Option<u64>,
@@ -284,6 +286,7 @@ struct RawConfig {
     allow_root_jobs: bool,
     #[serde(default)]
     kill_invalid_dependency: bool,
+    max_array_size: Option<u32>,
     kill_wait: Option<u64>,
     #[serde(default, deserialize_with = "de_time_limit")]
     default_time: Option<Option<u64>>,
@@ -769,6 +772,9 @@ impl RawConfig {
             admins: self.admins,
             allow_root_jobs: self.allow_root_jobs,
             kill_invalid_dependency: self.kill_invalid_dependency,
+            max_array_size: self
+                .max_array_size
+                .unwrap_or(crate::array::DEFAULT_MAX_ARRAY_SIZE),
             kill_wait: self.kill_wait.unwrap_or(30),
             default_time,
             max_time,

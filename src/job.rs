@@ -157,6 +157,16 @@ impl fmt::Display for GpuRequest {
     }
 }
 
+/// A job that is one task of an array.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArrayTask {
+    /// The array's id: the id of its first task.
+    pub job_id: JobId,
+    pub task_id: u32,
+    /// The array's `--array`, in canonical form.
+    pub spec: String,
+}
+
 /// Everything a submission carries, resolved by `ysbatch` from the script's
 /// directives and its command line. Identity is not in here: the daemon takes
 /// it from the spool file's owner.
@@ -188,6 +198,9 @@ pub struct JobRequest {
     /// `--dependency`, in Slurm's syntax (checked by the daemon again).
     #[serde(default)]
     pub dependency: Option<String>,
+    /// `--array`, in canonical form (checked by the daemon again).
+    #[serde(default)]
+    pub array: Option<String>,
     pub script: String,
     pub args: Vec<String>,
 }
@@ -245,6 +258,8 @@ pub struct Job {
     pub billing: Option<i64>,
     /// `--dependency`, in canonical form; kept after it is satisfied.
     pub dependency: Option<String>,
+    /// Set on each task of a job array.
+    pub array: Option<ArrayTask>,
     /// Why a finished job failed where the exit code does not say (a launch
     /// error, a lost supervisor), or what ended a completing one.
     pub reason: Option<String>,
@@ -259,6 +274,14 @@ pub struct Job {
 }
 
 impl Job {
+    /// The id users see: `12_3` for task 3 of array 12, else the id.
+    pub fn display_id(&self) -> String {
+        match &self.array {
+            Some(a) => format!("{}_{}", a.job_id, a.task_id),
+            None => self.id.to_string(),
+        }
+    }
+
     /// When a running job reaches its time limit: its start, plus its
     /// limit, plus the time it spent suspended. `None` without a limit or
     /// while suspended.
@@ -291,6 +314,7 @@ impl Job {
         let expanded = expand_filename_pattern(
             pattern,
             self.id,
+            self.array.as_ref().map(|a| (a.job_id, a.task_id)),
             &self.name,
             &self.user,
             self.node.as_deref(),
@@ -304,13 +328,14 @@ impl Job {
     }
 }
 
-/// Expands sbatch's filename patterns: `%j` `%A` job id, `%x` name, `%u` user,
-/// `%a` array index (0: ysched has no arrays yet), `%N` node, `%%` a percent
-/// sign. An optional width between `%` and the letter zero-pads numbers
-/// (`%5j` → `00042`), as in Slurm.
+/// Expands sbatch's filename patterns: `%j` job id, `%A` array id (the job
+/// id outside arrays), `%a` task index (0 outside arrays), `%x` name, `%u`
+/// user, `%N` node, `%%` a percent sign. An optional width between `%` and
+/// the letter zero-pads numbers (`%5j` → `00042`), as in Slurm.
 pub fn expand_filename_pattern(
     pattern: &str,
     id: JobId,
+    array: Option<(JobId, u32)>,
     name: &str,
     user: &str,
     node: Option<&str>,
@@ -330,8 +355,9 @@ pub fn expand_filename_pattern(
         let width: usize = width.parse().unwrap_or(0).min(10);
         match chars.next() {
             Some('%') => out.push('%'),
-            Some('j') | Some('A') => out.push_str(&format!("{id:0width$}")),
-            Some('a') => out.push_str(&format!("{:0width$}", 0)),
+            Some('j') => out.push_str(&format!("{id:0width$}")),
+            Some('A') => out.push_str(&format!("{:0width$}", array.map_or(id, |a| a.0))),
+            Some('a') => out.push_str(&format!("{:0width$}", array.map_or(0, |a| a.1))),
             Some('x') => out.push_str(name),
             Some('u') => out.push_str(user),
             Some('N') => out.push_str(node.unwrap_or("")),
@@ -381,6 +407,7 @@ pub(crate) fn example_job(id: JobId) -> Job {
         nice: 0,
         billing: None,
         dependency: None,
+        array: None,
         reason: None,
         kill_reason: None,
         work_dir: "/home/alice".into(),
@@ -407,13 +434,26 @@ mod tests {
 
     #[test]
     fn filename_patterns() {
-        let out =
-            expand_filename_pattern("logs/%x-%j-%u.%a.out", 42, "yolo", "alice", Some("gpu01"));
+        let out = expand_filename_pattern(
+            "logs/%x-%j-%u.%a.out",
+            42,
+            None,
+            "yolo",
+            "alice",
+            Some("gpu01"),
+        );
         assert_eq!(out, "logs/yolo-42-alice.0.out");
         assert_eq!(
-            expand_filename_pattern("%5j_%%_%N", 42, "n", "u", Some("gpu01")),
+            expand_filename_pattern("%5j_%%_%N", 42, None, "n", "u", Some("gpu01")),
             "00042_%_gpu01"
         );
-        assert_eq!(expand_filename_pattern("x%q%", 1, "n", "u", None), "x%q%");
+        assert_eq!(
+            expand_filename_pattern("x%q%", 1, None, "n", "u", None),
+            "x%q%"
+        );
+        assert_eq!(
+            expand_filename_pattern("%A_%a-%j-%3a", 45, Some((42, 3)), "n", "u", None),
+            "42_3-45-003"
+        );
     }
 }

@@ -2,6 +2,7 @@
 //! servers. See DESIGN.md in the repository for the architecture; each
 //! module below owns one concern.
 
+pub mod array;
 pub mod cli;
 pub mod config;
 pub mod daemon;

@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::array::JobRef;
 use crate::job::{Job, JobId, JobRequest, JobState};
 use crate::report::Field;
 
@@ -49,7 +50,7 @@ impl Request {
 /// the other fields narrow them down (or, without ids, select them).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct JobSelector {
-    pub job_ids: Vec<JobId>,
+    pub job_ids: Vec<JobRef>,
     pub user: Option<String>,
     pub account: Option<String>,
     pub name: Option<String>,
@@ -66,7 +67,7 @@ impl JobSelector {
     }
 
     pub fn matches(&self, job: &Job) -> bool {
-        (self.job_ids.is_empty() || self.job_ids.contains(&job.id))
+        (self.job_ids.is_empty() || self.job_ids.iter().any(|r| r.matches(job)))
             && self.user.as_ref().is_none_or(|u| *u == job.user)
             && self.account.as_ref().is_none_or(|a| *a == job.account)
             && self.name.as_ref().is_none_or(|n| *n == job.name)
@@ -83,17 +84,17 @@ pub enum Control {
         signal: Option<i32>,
     },
     Hold {
-        job_ids: Vec<JobId>,
+        job_ids: Vec<JobRef>,
     },
     Release {
-        job_ids: Vec<JobId>,
+        job_ids: Vec<JobRef>,
     },
     /// Freeze running jobs in place (admins); they keep their GPUs.
     Suspend {
-        job_ids: Vec<JobId>,
+        job_ids: Vec<JobRef>,
     },
     Resume {
-        job_ids: Vec<JobId>,
+        job_ids: Vec<JobRef>,
     },
     /// Re-read the config file (admins only).
     Reload,
@@ -102,7 +103,7 @@ pub enum Control {
 /// Filters for the read-only views.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct JobFilter {
-    pub job_ids: Vec<JobId>,
+    pub job_ids: Vec<JobRef>,
     pub users: Vec<String>,
     pub accounts: Vec<String>,
     pub names: Vec<String>,
@@ -114,7 +115,7 @@ pub struct JobFilter {
 
 impl JobFilter {
     pub fn matches(&self, job: &Job) -> bool {
-        (self.job_ids.is_empty() || self.job_ids.contains(&job.id))
+        (self.job_ids.is_empty() || self.job_ids.iter().any(|r| r.matches(job)))
             && (self.users.is_empty() || self.users.contains(&job.user))
             && (self.accounts.is_empty() || self.accounts.contains(&job.account))
             && (self.names.is_empty() || self.names.contains(&job.name))
@@ -138,7 +139,7 @@ pub enum Query {
         fields: Option<Vec<Field>>,
     },
     /// One job in full (yscontrol show job).
-    Job(JobId),
+    Job(JobRef),
     /// The fair-share tree (ysshare): the caller's associations and their
     /// accounts; with `all_users`, everyone in those accounts (admins: all).
     Shares {

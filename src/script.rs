@@ -98,6 +98,9 @@ pub struct SubmitOptions {
     /// Lower the job's priority by N (a negative N, raising it, is for admins)
     #[arg(long, value_name = "N", allow_hyphen_values = true)]
     pub nice: Option<String>,
+    /// A job array: task indices such as 0-99, 1,3,5-9 or 0-30:10, with %N to run at most N at once
+    #[arg(short = 'a', long, value_name = "INDICES[%N]")]
+    pub array: Option<String>,
     /// Start only after other jobs: after|afterany|afterok|afternotok:ID[:ID...][,...], or singleton
     #[arg(short = 'd', long, value_name = "TYPE:ID[:ID]")]
     pub dependency: Option<String>,
@@ -165,6 +168,8 @@ pub struct Partial {
     pub nice: Option<i64>,
     /// Canonical form of `--dependency`.
     pub dependency: Option<String>,
+    /// Canonical form of `--array`.
+    pub array: Option<String>,
     pub parsable: bool,
     /// Messages about options accepted but ignored.
     pub warnings: Vec<String>,
@@ -252,6 +257,13 @@ impl Partial {
             .transpose()
             .map_err(|e| format!("--dependency: {e}"))?
             .map(|d| d.to_string());
+        let array = o
+            .array
+            .as_deref()
+            .map(|a| crate::array::ArraySpec::parse(a, u32::MAX))
+            .transpose()
+            .map_err(|e| format!("--array: {e}"))?
+            .map(|a| a.to_string());
         if let Some(nodes) = &o.nodes {
             if !matches!(nodes.trim(), "1" | "1-1") {
                 return Err(format!(
@@ -295,6 +307,7 @@ impl Partial {
             comment: o.comment,
             nice,
             dependency,
+            array,
             parsable: o.parsable,
             warnings,
         })
@@ -323,6 +336,7 @@ impl Partial {
             comment: later.comment.or(self.comment),
             nice: later.nice.or(self.nice),
             dependency: later.dependency.or(self.dependency),
+            array: later.array.or(self.array),
             parsable: later.parsable || self.parsable,
             warnings,
         }
@@ -552,6 +566,7 @@ pub fn resolve(
         comment: partial.comment,
         nice: partial.nice.unwrap_or(0),
         dependency: partial.dependency,
+        array: partial.array,
         script,
         args,
     })

@@ -678,7 +678,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let spool = Spool::new(dir.path().join("spool"));
         spool.prepare(Ownership::Personal).unwrap();
-        let envelope = Envelope::new(Request::Query(Query::Job(7)));
+        let envelope = Envelope::new(Request::Query(Query::Job(crate::array::JobRef::Id(7))));
         let mut sent = spool.send(&envelope, Durability::OnDemand).unwrap();
         let names = spool.list_incoming().unwrap();
         assert_eq!(names, vec![sent.name().to_string()]);

@@ -184,15 +184,30 @@ pub fn current_user_name() -> String {
         .unwrap_or_else(|| nix::unistd::getuid().to_string())
 }
 
-/// Parses job ids given as separate words or comma lists: `17 18,19`.
-pub fn parse_job_ids(words: &[String]) -> Result<Vec<u64>, CliError> {
+/// Parses job ids given as separate words or comma lists: `17 18,19`, with
+/// array tasks as `12_3` or `12_[1-3,7]`.
+pub fn parse_job_ids(words: &[String]) -> Result<Vec<crate::array::JobRef>, CliError> {
     let mut ids = Vec::new();
     for word in words {
-        for part in word.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            match part.parse::<u64>() {
-                Ok(id) if id > 0 => ids.push(id),
-                _ => return Err(CliError::usage(format!("invalid job id '{part}'"))),
+        // Commas inside brackets belong to the task list.
+        let mut depth = 0;
+        let mut part = String::new();
+        let mut parts = Vec::new();
+        for c in word.chars() {
+            match c {
+                '[' => depth += 1,
+                ']' => depth -= 1,
+                ',' if depth == 0 => {
+                    parts.push(std::mem::take(&mut part));
+                    continue;
+                }
+                _ => {}
             }
+            part.push(c);
+        }
+        parts.push(part);
+        for part in parts.iter().map(|p| p.trim()).filter(|p| !p.is_empty()) {
+            ids.extend(crate::array::JobRef::parse(part).map_err(CliError::usage)?);
         }
     }
     Ok(ids)

@@ -93,7 +93,11 @@ pub fn run(args: Args) -> CliResult {
                 return Err(CliError::usage("give one job id"));
             };
             match query("yscontrol", &config, Query::Job(*id))? {
-                Reply::Jobs { jobs, now } if !jobs.is_empty() => print(&show_job(&jobs[0], now)),
+                Reply::Jobs { jobs, now } if !jobs.is_empty() => {
+                    let text: String = jobs.iter().map(|j| show_job(j, now)).collect();
+                    print(&text)
+                }
+                Reply::Rejected { error } => Err(CliError::failed(error)),
                 _ => Err(CliError::failed(format!("job {id} does not exist"))),
             }
         }
@@ -183,6 +187,12 @@ fn show_job(view: &JobView, now: i64) -> String {
     ];
     let mut out: Vec<String> = lines.iter().map(|l| format!("   {l}")).collect();
     out[0] = lines[0].clone();
+    if let Some(task) = &job.array {
+        out.insert(
+            1,
+            format!("   ArrayJobId={} ArrayTaskId={}", task.job_id, task.task_id),
+        );
+    }
     if let Some(dependency) = &job.dependency {
         out.push(format!("   Dependency={dependency}"));
     }

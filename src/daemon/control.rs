@@ -1,6 +1,7 @@
 //! Control requests: one handler per variant of [`Control`]. Users act on
 //! their own jobs; root and the config's admins on every job.
 
+use crate::array::JobRef;
 use crate::db::{self, DbError};
 use crate::exec::spec::StepCommand;
 use crate::exec::ExecError;
@@ -31,10 +32,26 @@ impl Daemon {
         };
         match control {
             Control::Cancel { selector, signal } => self.cancel(selector, signal, &who, now),
-            Control::Hold { job_ids } => self.hold(&job_ids, &who, now),
-            Control::Release { job_ids } => self.release(&job_ids, &who, now),
-            Control::Suspend { job_ids } => self.suspend_or_resume(&job_ids, &who, true, now),
-            Control::Resume { job_ids } => self.suspend_or_resume(&job_ids, &who, false, now),
+            Control::Hold { job_ids } => {
+                let (ids, unknown) = self.expand(&job_ids)?;
+                self.hold(&ids, &who, now)
+                    .map(|r| with_outcomes(r, unknown))
+            }
+            Control::Release { job_ids } => {
+                let (ids, unknown) = self.expand(&job_ids)?;
+                self.release(&ids, &who, now)
+                    .map(|r| with_outcomes(r, unknown))
+            }
+            Control::Suspend { job_ids } => {
+                let (ids, unknown) = self.expand(&job_ids)?;
+                self.suspend_or_resume(&ids, &who, true, now)
+                    .map(|r| with_outcomes(r, unknown))
+            }
+            Control::Resume { job_ids } => {
+                let (ids, unknown) = self.expand(&job_ids)?;
+                self.suspend_or_resume(&ids, &who, false, now)
+                    .map(|r| with_outcomes(r, unknown))
+            }
             Control::Reload => {
                 Ok(if who.admin {
                     match self.reload(Some(user)) {
@@ -51,6 +68,38 @@ impl Daemon {
                 })
             }
         }
+    }
+
+    /// The jobs the references name: an array's id names its active tasks
+    /// (or, when none is active, the id itself, for the "finished" answer);
+    /// `12_3` the task. Tasks that never existed come back as outcomes.
+    fn expand(&self, refs: &[JobRef]) -> Result<(Vec<JobId>, Vec<JobOutcome>), DaemonError> {
+        let mut ids = Vec::new();
+        let mut unknown = Vec::new();
+        for r in refs {
+            let active: Vec<JobId> = self
+                .jobs
+                .values()
+                .filter(|j| r.matches(j))
+                .map(|j| j.id)
+                .collect();
+            if !active.is_empty() {
+                ids.extend(active);
+                continue;
+            }
+            match *r {
+                JobRef::Id(id) => ids.push(id),
+                JobRef::Task(array, task) => match db::array_task(&self.db, array, task)? {
+                    Some(id) => ids.push(id),
+                    None => unknown.push(JobOutcome {
+                        job_id: array,
+                        error: Some(format!("job {r} does not exist")),
+                    }),
+                },
+            }
+        }
+        ids.dedup();
+        Ok((ids, unknown))
     }
 
     /// Explains why `id` is not an active job the requester may act on, or
@@ -89,7 +138,7 @@ impl Daemon {
                 error: "no jobs selected: give job ids or a filter".into(),
             });
         }
-        let mut outcomes = Vec::new();
+        let (expanded, mut outcomes) = self.expand(&selector.job_ids)?;
         let targets: Vec<JobId> = if selector.job_ids.is_empty() {
             if let Some(u) = &selector.user {
                 if u != who.user && !who.admin {
@@ -107,7 +156,7 @@ impl Daemon {
                 .collect()
         } else {
             let mut ids = Vec::new();
-            for &id in &selector.job_ids {
+            for id in expanded {
                 match self.refuse(id, who)? {
                     Some(error) => outcomes.push(JobOutcome {
                         job_id: id,
@@ -284,5 +333,19 @@ impl Daemon {
             outcomes,
             message: None,
         })
+    }
+}
+
+/// Adds the outcomes of references that named no job to a control reply.
+fn with_outcomes(reply: Reply, unknown: Vec<JobOutcome>) -> Reply {
+    match reply {
+        Reply::Control {
+            mut outcomes,
+            message,
+        } => {
+            outcomes.extend(unknown);
+            Reply::Control { outcomes, message }
+        }
+        other => other,
     }
 }

@@ -14,16 +14,28 @@ use super::{Daemon, DaemonError};
 impl Daemon {
     /// A job's state: from memory while it is active, else from the
     /// database, cached (an end is final; a requeued job is active again
-    /// and found in memory first).
+    /// and found in memory first). An array's id stands for all its tasks.
     fn state_of(&mut self, id: JobId) -> Result<Option<JobState>, DaemonError> {
-        if let Some(job) = self.jobs.get(&id) {
-            return Ok(Some(job.state));
+        let is_array = |j: &crate::job::Job| j.array.as_ref().is_some_and(|a| a.job_id == id);
+        match self.jobs.get(&id) {
+            Some(job) if !is_array(job) => return Ok(Some(job.state)),
+            Some(_) => {}
+            None => {
+                if let Some(state) = self.ended.get(&id) {
+                    if !self.jobs.values().any(is_array) {
+                        return Ok(Some(*state));
+                    }
+                }
+            }
         }
-        if let Some(state) = self.ended.get(&id) {
-            return Ok(Some(*state));
-        }
-        let state = db::job_state(&self.db, id)?;
-        if let Some(s) = state {
+        // Same connection as the turn's transaction: the states are current.
+        let tasks = db::array_states(&self.db, id)?;
+        let state = if tasks.is_empty() {
+            db::job_state(&self.db, id)?
+        } else {
+            Some(array_state(&tasks))
+        };
+        if let Some(s) = state.filter(|s| !s.is_active()) {
             self.ended.insert(id, s);
         }
         Ok(state)
@@ -142,5 +154,22 @@ impl Daemon {
             }
         }
         Ok(reasons)
+    }
+}
+
+/// The state an array is in for its dependents: pending while a task is,
+/// running while one is active, COMPLETED once all are, else the end of
+/// the first task that did not complete.
+fn array_state(tasks: &[JobState]) -> JobState {
+    if tasks.contains(&JobState::Pending) {
+        JobState::Pending
+    } else if tasks.iter().any(|s| s.is_active()) {
+        JobState::Running
+    } else {
+        tasks
+            .iter()
+            .copied()
+            .find(|s| *s != JobState::Completed)
+            .unwrap_or(JobState::Completed)
     }
 }

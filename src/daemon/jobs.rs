@@ -92,6 +92,7 @@ impl Daemon {
             cgroup: self.isolation.placement().clone(),
             limits: self.isolation.limits(&job),
             gpus_confined: self.isolation.detected.confines_devices(),
+            array: job.array.clone(),
         };
         let supervisor = self
             .launcher

@@ -564,7 +564,12 @@ impl Daemon {
         self.reschedule = false;
         let (tree, shares) = self.fairshare_tree(now);
         self.fairshare = sched::fairshare::factors(&tree, &shares);
-        let dependency_waits = self.dependency_waits(now)?;
+        let mut held_back = self.dependency_waits(now)?;
+        for id in crate::array::throttled(self.jobs.values()) {
+            held_back
+                .entry(id)
+                .or_insert(sched::Reason::JobArrayTaskLimit);
+        }
         let config = &self.config;
         let ctx = sched::priority::Context {
             weights: &config.priority,
@@ -575,7 +580,7 @@ impl Daemon {
         let pending: Vec<(&Job, i64)> = self
             .jobs
             .values()
-            .filter(|j| j.state == JobState::Pending && !dependency_waits.contains_key(&j.id))
+            .filter(|j| j.state == JobState::Pending && !held_back.contains_key(&j.id))
             .map(|j| (j, sched::priority::factors(j, &ctx, now).priority()))
             .collect();
         let running: Vec<&Job> = self
@@ -592,10 +597,10 @@ impl Daemon {
         let plan = sched::plan(&pending, &running, &node, &policy, now);
         self.reasons = plan.reasons;
         // A job started now may satisfy an `after` dependency at once.
-        if !plan.starts.is_empty() && !dependency_waits.is_empty() {
+        if !plan.starts.is_empty() && !held_back.is_empty() {
             self.reschedule = true;
         }
-        self.reasons.extend(dependency_waits);
+        self.reasons.extend(held_back);
         self.order = plan.order;
         self.wake_at = plan.wake_at;
         self.snapshot = None;

@@ -13,7 +13,7 @@ use rusqlite::Connection;
 
 use crate::db::{self, DbError};
 use crate::job::{Job, JobId, JobState};
-use crate::proto::{JobView, Query, Reply, ShareRow};
+use crate::proto::{JobFilter, JobView, Query, Reply, ShareRow};
 use crate::report::{self, Field};
 use crate::sched::fairshare::{NodeShare, Tree, Usage};
 use crate::sched::{priority, Reason};
@@ -285,29 +285,41 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
                 rows: visible_shares(rows, &work.user, work.admin, *all_users, accounts, users),
             })
         }
-        Query::Job(id) => {
-            let found = snapshot.and_then(|s| s.jobs.iter().find(|v| v.job.id == *id).cloned());
-            let view = match found {
-                Some(v) => v,
-                None => match db::job(conn, *id) {
-                    Ok(job) => JobView {
+        Query::Job(r) => {
+            // An array's id shows every task.
+            let mut views: Vec<JobView> = snapshot
+                .map(|s| {
+                    s.jobs
+                        .iter()
+                        .filter(|v| r.matches(&v.job))
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default();
+            let filter = JobFilter {
+                job_ids: vec![*r],
+                ..JobFilter::default()
+            };
+            for job in db::find_jobs(conn, &filter, MAX_ROWS)? {
+                if !views.iter().any(|v| v.job.id == job.id) {
+                    views.push(JobView {
                         job,
                         pending_reason: None,
                         priority: 0,
                         factors: None,
                         redacted: false,
-                    },
-                    Err(DbError::NotFound(_)) => {
-                        return Ok(Reply::Rejected {
-                            error: format!("job {id} does not exist"),
-                        })
-                    }
-                    Err(e) => return Err(e),
-                },
-            };
-            tracing::debug!(target: "ysched::daemon", "{} looked at job {id}", work.user);
+                    });
+                }
+            }
+            if views.is_empty() {
+                return Ok(Reply::Rejected {
+                    error: format!("job {r} does not exist"),
+                });
+            }
+            views.sort_by_key(|v| v.job.id);
+            tracing::debug!(target: "ysched::daemon", "{} looked at job {r}", work.user);
             Ok(Reply::Jobs {
-                jobs: vec![visible(view)],
+                jobs: views.into_iter().map(visible).collect(),
                 now,
             })
         }

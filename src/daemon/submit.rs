@@ -1,8 +1,9 @@
 //! Taking in a job: admission (account, QoS, a request the server can
 //! satisfy), then the job row and its payload, in the turn's transaction.
 
+use crate::array::ArraySpec;
 use crate::db::{self, Payload};
-use crate::job::{Hold, Job, JobRequest, JobState};
+use crate::job::{ArrayTask, Hold, Job, JobRequest, JobState};
 use crate::proto::Reply;
 use crate::sched::admission::{self, Capacity};
 use crate::sched::budget::Verdict;
@@ -32,6 +33,20 @@ impl Daemon {
                 });
             }
         };
+        let array = match request
+            .array
+            .as_deref()
+            .map(|a| ArraySpec::parse(a, self.config.max_array_size))
+            .transpose()
+        {
+            Ok(a) => a,
+            Err(e) => {
+                let why = format!("--array: {e}");
+                tracing::info!(target: "ysched::daemon", "submission by {user} refused: {why}");
+                return Ok(Reply::Rejected { error: why });
+            }
+        };
+        let tasks = array.as_ref().map_or(1, |a| a.indices.len() as u32);
         let policy = crate::sched::limits::Policy::new(&self.config);
         if policy
             .chain(&admitted.account)
@@ -46,7 +61,7 @@ impl Daemon {
                     .count() as u32
             };
             if let Some(why) =
-                crate::sched::limits::refuse_submission(&policy, &admitted.account, active)
+                crate::sched::limits::refuse_submission(&policy, &admitted.account, tasks, active)
             {
                 tracing::info!(target: "ysched::daemon", "submission by {user} refused: {why}");
                 return Ok(Reply::Rejected { error: why });
@@ -60,9 +75,12 @@ impl Daemon {
                 ),
             });
         }
-        // The budget: refused, downgraded to the lowest QoS, or a warning.
+        // The budget: refused, downgraded to the lowest QoS, or a warning;
+        // an array is judged as a whole.
         let mut qos = admitted.qos.clone();
-        let cost = self.worst_case(&request.gpus, admitted.time_limit, &qos);
+        let cost = self
+            .worst_case(&request.gpus, admitted.time_limit, &qos)
+            .map(|c| c.saturating_mul(i64::from(tasks)));
         let warning = match self.judge_budget(&admitted.account, cost, now) {
             Verdict::Fits => None,
             Verdict::Warn(m) => Some(m),
@@ -117,9 +135,17 @@ impl Daemon {
             reason: None,
             kill_reason: None,
             dependency,
+            array: None,
             work_dir: request.work_dir,
             submit_dir: request.submit_dir,
-            std_out: request.output.unwrap_or_else(|| "ys-%j.out".to_string()),
+            std_out: request.output.unwrap_or_else(|| {
+                if array.is_some() {
+                    "ys-%A_%a.out"
+                } else {
+                    "ys-%j.out"
+                }
+                .to_string()
+            }),
             std_err: request.error,
             open_append: request.open_append,
             comment: request.comment,
@@ -129,17 +155,47 @@ impl Daemon {
             args: request.args,
             environment: request.environment,
         };
-        let id = db::insert_job(self.tx()?, &job, &payload)?;
+        let mut first = None;
+        let indices = array.as_ref().map_or(vec![0], |a| a.indices.clone());
+        for index in indices {
+            let mut task = job.clone();
+            task.array = array.as_ref().map(|a| ArrayTask {
+                // 0: the first task, whose id the array takes.
+                job_id: first.unwrap_or(0),
+                task_id: index,
+                spec: a.to_string(),
+            });
+            let id = db::insert_job(self.tx()?, &task, &payload)?;
+            let array_id = *first.get_or_insert(id);
+            if let Some(a) = &mut task.array {
+                a.job_id = array_id;
+            }
+            self.enqueue_submitted(Job { id, ..task }, now);
+        }
+        let id = first.expect("at least one task");
         tracing::info!(
             target: "ysched::daemon",
-            "job {id} submitted by {user}: {} account={} qos={} {}",
+            "job {id} submitted by {user}: {} account={} qos={} {}{}",
             job.name,
             job.account,
             job.qos,
-            job.gpus
+            job.gpus,
+            array
+                .as_ref()
+                .map(|a| format!(" array={a} ({tasks} tasks)"))
+                .unwrap_or_default()
         );
-        // A job that cannot start yet only needs its reason; a full pass
-        // (which sorts every pending job) would gain nothing.
+        self.snapshot = None;
+        Ok(Reply::Submitted {
+            job_id: id,
+            warning,
+        })
+    }
+
+    /// Takes a job just inserted into the active set, with its reason when
+    /// it cannot start yet; a full pass (which sorts every pending job)
+    /// would gain nothing for it.
+    fn enqueue_submitted(&mut self, job: Job, now: i64) {
         let waits = if job.hold.is_some() {
             Some(Reason::JobHeldUser)
         } else {
@@ -150,15 +206,10 @@ impl Daemon {
         };
         match waits {
             Some(reason) => {
-                self.reasons.insert(id, reason);
+                self.reasons.insert(job.id, reason);
             }
             None => self.reschedule = true,
         }
-        self.jobs.insert(id, Job { id, ..job });
-        self.snapshot = None;
-        Ok(Reply::Submitted {
-            job_id: id,
-            warning,
-        })
+        self.jobs.insert(job.id, job);
     }
 }

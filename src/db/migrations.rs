@@ -102,4 +102,11 @@ CREATE TABLE usage (
     r#"
 ALTER TABLE jobs ADD COLUMN dependency TEXT;
 "#,
+    // 6: job arrays: each task is a job; the array is its first task's id.
+    r#"
+ALTER TABLE jobs ADD COLUMN array_job_id INTEGER;
+ALTER TABLE jobs ADD COLUMN array_task_id INTEGER;
+ALTER TABLE jobs ADD COLUMN array_spec TEXT;
+CREATE INDEX jobs_array ON jobs(array_job_id) WHERE array_job_id IS NOT NULL;
+"#,
 ];

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
 use thiserror::Error;
 
-use crate::job::{ExitStatus, GpuRequest, Hold, Job, JobId, JobState};
+use crate::array::JobRef;
+use crate::job::{ArrayTask, ExitStatus, GpuRequest, Hold, Job, JobId, JobState};
 use crate::proto::{JobFilter, Reply};
 
 pub use migrations::MIGRATIONS;
@@ -125,7 +126,8 @@ fn migrate(conn: &Connection, path: &Path) -> Result<(), DbError> {
 const JOB_COLUMNS: &str = "id, uid, gid, user, account, qos, name, state, hold, gpu_count, gpu_type, cpus, \
      mem_mb, time_limit, submit_time, begin_time, start_time, end_time, gpus_alloc, node, exit_code, \
      exit_signal, restart_count, reason, kill_reason, work_dir, submit_dir, std_out, std_err, \
-     open_append, comment, max_rss_bytes, cpu_usec, cgroup, suspended_secs, suspended_at, nice, billing, dependency";
+     open_append, comment, max_rss_bytes, cpu_usec, cgroup, suspended_secs, suspended_at, nice, billing, dependency, \
+     array_job_id, array_task_id, array_spec";
 
 fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     let invalid = |i: usize, what: String| {
@@ -203,6 +205,14 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         nice: row.get(36)?,
         billing: row.get(37)?,
         dependency: row.get(38)?,
+        array: match row.get::<_, Option<i64>>(39)? {
+            Some(array_id) => Some(ArrayTask {
+                job_id: array_id as JobId,
+                task_id: row.get(40)?,
+                spec: row.get::<_, Option<String>>(41)?.unwrap_or_default(),
+            }),
+            None => None,
+        },
     })
 }
 
@@ -223,12 +233,16 @@ fn parse_index_list(text: &str) -> Result<Vec<u32>, String> {
         .collect()
 }
 
-/// Inserts a new job with its payload; returns the id SQLite gave it.
+/// Inserts a new job with its payload; returns the id SQLite gave it. An
+/// array task whose array id is 0 is the array's first task: the array
+/// takes its id.
 pub fn insert_job(conn: &Connection, job: &Job, payload: &Payload) -> Result<JobId, DbError> {
     conn.prepare_cached(
         "INSERT INTO jobs (uid, gid, user, account, qos, name, state, hold, gpu_count, gpu_type, cpus, mem_mb, \
-         time_limit, submit_time, begin_time, work_dir, submit_dir, std_out, std_err, open_append, comment, nice, dependency) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)",
+         time_limit, submit_time, begin_time, work_dir, submit_dir, std_out, std_err, open_append, comment, nice, dependency, \
+         array_job_id, array_task_id, array_spec) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, \
+         ?24, ?25, ?26)",
     )?
     .execute(params![
         job.uid,
@@ -254,8 +268,15 @@ pub fn insert_job(conn: &Connection, job: &Job, payload: &Payload) -> Result<Job
         job.comment,
         job.nice,
         job.dependency,
+        job.array.as_ref().map(|a| a.job_id as i64),
+        job.array.as_ref().map(|a| a.task_id),
+        job.array.as_ref().map(|a| a.spec.as_str()),
     ])?;
     let id = conn.last_insert_rowid() as JobId;
+    if job.array.as_ref().is_some_and(|a| a.job_id == 0) {
+        conn.prepare_cached("UPDATE jobs SET array_job_id = ?1 WHERE id = ?1")?
+            .execute([id as i64])?;
+    }
     let args = serde_json::to_string(&payload.args).map_err(|e| DbError::Invalid(e.to_string()))?;
     let env =
         serde_json::to_string(&payload.environment).map_err(|e| DbError::Invalid(e.to_string()))?;
@@ -351,6 +372,30 @@ pub fn job(conn: &Connection, id: JobId) -> Result<Job, DbError> {
         .ok_or(DbError::NotFound(id))
 }
 
+/// The id of task `task` of array `array`, if there is one.
+pub fn array_task(conn: &Connection, array: JobId, task: u32) -> Result<Option<JobId>, DbError> {
+    Ok(conn
+        .prepare_cached("SELECT id FROM jobs WHERE array_job_id = ?1 AND array_task_id = ?2")?
+        .query_row(params![array as i64, task], |row| row.get::<_, i64>(0))
+        .optional()?
+        .map(|id| id as JobId))
+}
+
+/// The states of every task of array `array` (empty if it is no array).
+pub fn array_states(conn: &Connection, array: JobId) -> Result<Vec<JobState>, DbError> {
+    let mut stmt = conn.prepare_cached("SELECT state FROM jobs WHERE array_job_id = ?1")?;
+    let rows = stmt.query_map([array as i64], |row| row.get::<_, String>(0))?;
+    let mut states = Vec::new();
+    for s in rows {
+        let s = s?;
+        states.push(
+            JobState::parse(&s)
+                .ok_or_else(|| DbError::Invalid(format!("array {array} state '{s}'")))?,
+        );
+    }
+    Ok(states)
+}
+
 /// A job's state, or `None` when there is no such job.
 pub fn job_state(conn: &Connection, id: JobId) -> Result<Option<JobState>, DbError> {
     let state: Option<String> = conn
@@ -379,6 +424,25 @@ pub fn active_jobs(conn: &Connection) -> Result<Vec<Job>, DbError> {
 pub fn find_jobs(conn: &Connection, filter: &JobFilter, limit: usize) -> Result<Vec<Job>, DbError> {
     let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE 1 = 1");
     let mut values: Vec<rusqlite::types::Value> = Vec::new();
+    if !filter.job_ids.is_empty() {
+        // An array's id names all its tasks; `12_3` one task.
+        let mut alternatives = Vec::new();
+        for r in &filter.job_ids {
+            match *r {
+                JobRef::Id(id) => {
+                    alternatives.push("(id = ? OR array_job_id = ?)");
+                    values.push((id as i64).into());
+                    values.push((id as i64).into());
+                }
+                JobRef::Task(array, task) => {
+                    alternatives.push("(array_job_id = ? AND array_task_id = ?)");
+                    values.push((array as i64).into());
+                    values.push(i64::from(task).into());
+                }
+            }
+        }
+        sql.push_str(&format!(" AND ({})", alternatives.join(" OR ")));
+    }
     let mut push_in = |sql: &mut String, column: &str, items: Vec<rusqlite::types::Value>| {
         if items.is_empty() {
             return;
@@ -387,11 +451,6 @@ pub fn find_jobs(conn: &Connection, filter: &JobFilter, limit: usize) -> Result<
         sql.push_str(&format!(" AND {column} IN ({marks})"));
         values.extend(items);
     };
-    push_in(
-        &mut sql,
-        "id",
-        filter.job_ids.iter().map(|&i| (i as i64).into()).collect(),
-    );
     push_in(
         &mut sql,
         "user",

@@ -60,6 +60,24 @@ pub fn job_environment(spec: &LaunchSpec) -> Vec<(String, String)> {
         set(&format!("SLURM_{suffix}"), value.clone());
     }
     set("YS_TIME_LIMIT_MINUTES", time_limit);
+    if let Some(task) = &spec.array {
+        // The spec was checked at submit; an unreadable one leaves these out.
+        let (count, min, max, step) = match crate::array::ArraySpec::parse(&task.spec, u32::MAX) {
+            Ok(a) => (a.indices.len() as u32, a.min(), a.max(), a.step()),
+            Err(_) => (1, task.task_id, task.task_id, 1),
+        };
+        for (suffix, value) in [
+            ("ARRAY_JOB_ID", task.job_id.to_string()),
+            ("ARRAY_TASK_ID", task.task_id.to_string()),
+            ("ARRAY_TASK_COUNT", count.to_string()),
+            ("ARRAY_TASK_MIN", min.to_string()),
+            ("ARRAY_TASK_MAX", max.to_string()),
+            ("ARRAY_TASK_STEP", step.to_string()),
+        ] {
+            set(&format!("YS_{suffix}"), value.clone());
+            set(&format!("SLURM_{suffix}"), value);
+        }
+    }
     for (key, value) in [
         ("SLURM_JOBID", id),
         ("SLURM_NTASKS", "1".to_string()),
@@ -135,6 +153,7 @@ mod tests {
             cgroup: crate::exec::cgroup::Placement::off(),
             limits: Default::default(),
             gpus_confined: false,
+            array: None,
         }
     }
 

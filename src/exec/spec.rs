@@ -59,6 +59,9 @@ pub struct LaunchSpec {
     pub limits: Limits,
     /// The cgroup confines the job to its GPUs, so CUDA numbers them from 0.
     pub gpus_confined: bool,
+    /// Set for a task of a job array.
+    #[serde(default)]
+    pub array: Option<crate::job::ArrayTask>,
 }
 
 /// What the supervisor records about itself, for re-adoption.

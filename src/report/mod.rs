@@ -62,6 +62,12 @@ pub enum Field {
     StdOut,
     StdErr,
     Comment,
+    /// The job's own id, also for array tasks (which JobId shows as `12_3`).
+    JobIdRaw,
+    /// The array's id (the job's id outside arrays).
+    ArrayJobId,
+    /// The task index (`N/A` outside arrays).
+    ArrayTaskId,
     /// `--dependency`, as given (canonical form).
     Dependency,
     Partition,
@@ -114,6 +120,9 @@ impl Field {
             Field::StdErr => "STDERR",
             Field::Comment => "COMMENT",
             Field::Dependency => "DEPENDENCY",
+            Field::JobIdRaw => "JOBID_RAW",
+            Field::ArrayJobId => "ARRAY_JOB_ID",
+            Field::ArrayTaskId => "ARRAY_TASK_ID",
             Field::Partition => "PARTITION",
         }
     }
@@ -121,7 +130,10 @@ impl Field {
     /// squeue's `%` letter for this field.
     pub fn from_squeue_code(code: char) -> Option<Field> {
         Some(match code {
-            'i' | 'A' => Field::JobId,
+            'i' => Field::JobId,
+            'A' => Field::JobIdRaw,
+            'F' => Field::ArrayJobId,
+            'K' => Field::ArrayTaskId,
             'j' => Field::Name,
             'u' => Field::User,
             'U' => Field::Uid,
@@ -155,7 +167,9 @@ impl Field {
     /// sacct's field names (case-insensitive), with sacct's headers.
     pub const SACCT: &'static [(&'static str, Field)] = &[
         ("JobID", Field::JobId),
-        ("JobIDRaw", Field::JobId),
+        ("JobIDRaw", Field::JobIdRaw),
+        ("ArrayJobID", Field::ArrayJobId),
+        ("ArrayTaskID", Field::ArrayTaskId),
         ("JobName", Field::Name),
         ("User", Field::User),
         ("UID", Field::Uid),
@@ -217,7 +231,13 @@ impl Field {
         };
         let pending = job.state == JobState::Pending;
         match self {
-            Field::JobId => job.id.to_string(),
+            Field::JobId => job.display_id(),
+            Field::JobIdRaw => job.id.to_string(),
+            Field::ArrayJobId => job.array.as_ref().map_or(job.id, |a| a.job_id).to_string(),
+            Field::ArrayTaskId => job
+                .array
+                .as_ref()
+                .map_or_else(|| "N/A".to_string(), |a| a.task_id.to_string()),
             Field::Name => job.name.clone(),
             Field::User => job.user.clone(),
             Field::Uid => job.uid.to_string(),

@@ -258,6 +258,7 @@ mod tests {
             comment: None,
             nice: 0,
             dependency: None,
+            array: None,
             script: "#!/bin/sh\n".into(),
             args: vec![],
         }

@@ -209,17 +209,25 @@ pub fn refuse_at_submit(
 
 /// Refuses a submission that would take the account (or an ancestor) over
 /// its `max_submitted_jobs`; `active` counts its pending and running jobs.
+/// Whether `new_jobs` more jobs (the tasks of an array, or one) would take
+/// an account over its max_submitted_jobs.
 pub fn refuse_submission(
     policy: &Policy,
     account: &str,
+    new_jobs: u32,
     active: impl Fn(&str) -> u32,
 ) -> Option<String> {
     for a in policy.chain(account) {
         if let Some(max) = a.limits.max_submitted_jobs {
             let n = active(&a.name);
-            if n >= max {
+            if n.saturating_add(new_jobs) > max {
+                let adding = if new_jobs == 1 {
+                    String::new()
+                } else {
+                    format!("; {new_jobs} more would pass")
+                };
                 return Some(format!(
-                    "account '{}' already has {n} jobs pending or running, its limit (max_submitted_jobs = {max})",
+                    "account '{}' already has {n} jobs pending or running{adding}, its limit (max_submitted_jobs = {max})",
                     a.name
                 ));
             }
@@ -315,9 +323,12 @@ mod tests {
             None,
             "no limits on unknown accounts"
         );
-        assert!(refuse_submission(&p, "vision", |_| 2)
+        assert!(refuse_submission(&p, "vision", 1, |_| 2)
             .unwrap()
             .contains("already has 2 jobs pending or running"));
-        assert_eq!(refuse_submission(&p, "vision", |_| 1), None);
+        assert_eq!(refuse_submission(&p, "vision", 1, |_| 1), None);
+        assert!(refuse_submission(&p, "vision", 2, |_| 1)
+            .unwrap()
+            .contains("already has 1 jobs pending or running; 2 more would pass"));
     }
 }

@@ -40,6 +40,8 @@ pub enum Reason {
     Dependency,
     /// Its dependency can never be satisfied (an `afterok` job failed).
     DependencyNeverSatisfied,
+    /// Its array already runs as many tasks as its `%N` allows.
+    JobArrayTaskLimit,
 }
 
 impl Reason {
@@ -57,6 +59,7 @@ impl Reason {
             Reason::AssocMaxJobsLimit => "AssocMaxJobsLimit",
             Reason::Dependency => "Dependency",
             Reason::DependencyNeverSatisfied => "DependencyNeverSatisfied",
+            Reason::JobArrayTaskLimit => "JobArrayTaskLimit",
         }
     }
 }

@@ -146,6 +146,7 @@ fn job_of(id: JobId, t: &TraceJob, qos: &str) -> Job {
         reason: None,
         kill_reason: None,
         dependency: None,
+        array: None,
         work_dir: Default::default(),
         submit_dir: Default::default(),
         std_out: String::new(),
