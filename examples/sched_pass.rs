@@ -74,6 +74,7 @@ fn main() {
         kill_reason: None,
         dependency: None,
         array: None,
+        approved_by: None,
         work_dir: "/".into(),
         submit_dir: "/".into(),
         std_out: "o".into(),

@@ -60,6 +60,18 @@ pub struct Account {
     pub users: Vec<String>,
     pub limits: AccountLimits,
     pub budget: Option<Budget>,
+    /// Users who may approve its jobs (and those of accounts below it).
+    pub coordinators: Vec<String>,
+    /// Which of its jobs wait for a coordinator's approval.
+    pub approval: Approval,
+}
+
+/// Jobs that need a coordinator's approval before they may run: above a
+/// size in GPU-hours (GPUs x time limit), or on given GPU types.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Approval {
+    pub above_gpu_hours: Option<f64>,
+    pub gpu_types: Vec<String>,
 }
 
 /// Tokens an account (with everything below it) may spend per period.
@@ -352,6 +364,11 @@ struct RawAccount {
     budget_period: Option<crate::sched::budget::Period>,
     over_budget: Option<crate::sched::budget::OverBudget>,
     budget_warning: Option<Spanned<f64>>,
+    #[serde(default)]
+    coordinators: Vec<String>,
+    approval_above_gpu_hours: Option<Spanned<f64>>,
+    #[serde(default)]
+    approval_gpu_types: Vec<Spanned<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -567,6 +584,33 @@ impl RawConfig {
                 }
                 None => None,
             };
+            let above_gpu_hours =
+                match raw.approval_above_gpu_hours {
+                    Some(h) if !h.get_ref().is_finite() || *h.get_ref() < 0.0 => return Err(fail(
+                        Some(h.span()),
+                        "approval_above_gpu_hours",
+                        format!(
+                            "approval_above_gpu_hours is a number of GPU-hours, 0 or more, not {}",
+                            h.get_ref()
+                        ),
+                    )),
+                    h => h.map(|h| h.into_inner()),
+                };
+            let mut gpu_types = Vec::new();
+            for t in raw.approval_gpu_types {
+                if !self
+                    .gpus
+                    .iter()
+                    .any(|g| g.get_ref().gpu_type.get_ref() == t.get_ref())
+                {
+                    return Err(fail(
+                        Some(t.span()),
+                        "approval_gpu_types",
+                        format!("account '{name}' names GPU type '{}', which no [[gpus]] table declares", t.get_ref()),
+                    ));
+                }
+                gpu_types.push(t.into_inner());
+            }
             accounts.push((
                 Account {
                     name,
@@ -575,6 +619,11 @@ impl RawConfig {
                     users: raw.users,
                     limits,
                     budget,
+                    coordinators: raw.coordinators,
+                    approval: Approval {
+                        above_gpu_hours,
+                        gpu_types,
+                    },
                 },
                 raw.parent.map(|p| p.span()),
             ));

@@ -122,6 +122,8 @@ impl fmt::Display for JobState {
 pub enum Hold {
     User,
     Admin,
+    /// Waits for a coordinator of its account to approve it.
+    Approval,
 }
 
 impl Hold {
@@ -129,6 +131,7 @@ impl Hold {
         match self {
             Hold::User => "user",
             Hold::Admin => "admin",
+            Hold::Approval => "approval",
         }
     }
 
@@ -136,6 +139,7 @@ impl Hold {
         match text {
             "user" => Some(Hold::User),
             "admin" => Some(Hold::Admin),
+            "approval" => Some(Hold::Approval),
             _ => None,
         }
     }
@@ -260,6 +264,8 @@ pub struct Job {
     pub dependency: Option<String>,
     /// Set on each task of a job array.
     pub array: Option<ArrayTask>,
+    /// Who approved it, for a job that needed approval.
+    pub approved_by: Option<String>,
     /// Why a finished job failed where the exit code does not say (a launch
     /// error, a lost supervisor), or what ended a completing one.
     pub reason: Option<String>,
@@ -408,6 +414,7 @@ pub(crate) fn example_job(id: JobId) -> Job {
         billing: None,
         dependency: None,
         array: None,
+        approved_by: None,
         reason: None,
         kill_reason: None,
         work_dir: "/home/alice".into(),

@@ -89,6 +89,10 @@ pub enum Control {
     Release {
         job_ids: Vec<JobRef>,
     },
+    /// Let jobs held for approval run (their account's coordinators, admins).
+    Approve {
+        job_ids: Vec<JobRef>,
+    },
     /// Freeze running jobs in place (admins); they keep their GPUs.
     Suspend {
         job_ids: Vec<JobRef>,

@@ -8,42 +8,9 @@ use std::os::unix::fs::MetadataExt;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{stderr, stdout, Cluster};
+use common::{stderr, stdout, Cluster, TestUser};
 
 const LONG: Duration = Duration::from_secs(20);
-
-/// A user created for the test and deleted after it.
-struct TestUser {
-    name: String,
-    uid: u32,
-}
-
-impl TestUser {
-    fn create(tag: &str) -> TestUser {
-        let name = format!("ys{tag}{}", std::process::id() % 100_000);
-        let _ = Command::new("userdel").arg(&name).output();
-        let out = Command::new("useradd")
-            .args(["--no-create-home", "--shell", "/bin/sh", &name])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "useradd {name}: {}", stderr(&out));
-        let uid = nix::unistd::User::from_name(&name)
-            .unwrap()
-            .unwrap()
-            .uid
-            .as_raw();
-        TestUser { name, uid }
-    }
-}
-
-impl Drop for TestUser {
-    fn drop(&mut self) {
-        let _ = Command::new("pkill")
-            .args(["-KILL", "-u", &self.name])
-            .output();
-        let _ = Command::new("userdel").arg(&self.name).output();
-    }
-}
 
 fn submit_as(c: &Cluster, user: &TestUser, args: &[&str]) -> u64 {
     let out = c.run_as(&user.name, "ysbatch", &[&["--parsable"], args].concat());

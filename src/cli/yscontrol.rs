@@ -29,6 +29,11 @@ pub enum Command {
         #[arg(value_name = "JOBID", required = true)]
         jobs: Vec<String>,
     },
+    /// Approve jobs held for approval (coordinators of their account, admins)
+    Approve {
+        #[arg(value_name = "JOBID", required = true)]
+        jobs: Vec<String>,
+    },
     /// Freeze running jobs where they are; they keep their GPUs (admins)
     Suspend {
         #[arg(value_name = "JOBID", required = true)]
@@ -69,6 +74,12 @@ pub fn run(args: Args) -> CliResult {
         Command::Release { jobs } => control(
             &config,
             Control::Release {
+                job_ids: parse_job_ids(&jobs)?,
+            },
+        ),
+        Command::Approve { jobs } => control(
+            &config,
+            Control::Approve {
                 job_ids: parse_job_ids(&jobs)?,
             },
         ),
@@ -192,6 +203,9 @@ fn show_job(view: &JobView, now: i64) -> String {
             1,
             format!("   ArrayJobId={} ArrayTaskId={}", task.job_id, task.task_id),
         );
+    }
+    if let Some(by) = &job.approved_by {
+        out.push(format!("   ApprovedBy={by}"));
     }
     if let Some(dependency) = &job.dependency {
         out.push(format!("   Dependency={dependency}"));

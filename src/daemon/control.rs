@@ -39,7 +39,23 @@ impl Daemon {
             }
             Control::Release { job_ids } => {
                 let (ids, unknown) = self.expand(&job_ids)?;
-                self.release(&ids, &who, now)
+                // Releasing a job held for approval is approving it.
+                let (approvals, holds): (Vec<JobId>, Vec<JobId>) =
+                    ids.into_iter().partition(|id| {
+                        self.jobs
+                            .get(id)
+                            .is_some_and(|j| j.hold == Some(Hold::Approval))
+                    });
+                let approved = self.approve(&approvals, &who, now)?;
+                let released = self.release(&holds, &who, now)?;
+                Ok(with_outcomes(
+                    with_outcomes(released, outcomes_of(approved)),
+                    unknown,
+                ))
+            }
+            Control::Approve { job_ids } => {
+                let (ids, unknown) = self.expand(&job_ids)?;
+                self.approve(&ids, &who, now)
                     .map(|r| with_outcomes(r, unknown))
             }
             Control::Suspend { job_ids } => {
@@ -253,9 +269,76 @@ impl Daemon {
         })
     }
 
+    /// Lets jobs held for approval run: for a coordinator of the job's
+    /// account (or one above it) or an administrator; who approved is kept.
+    fn approve(&mut self, ids: &[JobId], who: &Requester, now: i64) -> Result<Reply, DaemonError> {
+        let policy = crate::sched::limits::Policy::new(&self.config);
+        let mut outcomes = Vec::new();
+        let mut approved = Vec::new();
+        for &id in ids {
+            let error = match self.jobs.get(&id) {
+                None => Some(match db::job(&self.db, id) {
+                    Ok(job) => format!(
+                        "job {} has already finished ({})",
+                        job.display_id(),
+                        job.state
+                    ),
+                    Err(DbError::NotFound(_)) => format!("job {id} does not exist"),
+                    Err(e) => return Err(e.into()),
+                }),
+                Some(job) if job.hold != Some(Hold::Approval) => Some(format!(
+                    "job {} is not waiting for approval",
+                    job.display_id()
+                )),
+                Some(job)
+                    if !who.admin
+                        && !crate::sched::approval::may_approve(
+                            &policy,
+                            &job.account,
+                            who.user,
+                        ) =>
+                {
+                    let names = crate::sched::approval::coordinators(&policy, &job.account);
+                    Some(format!(
+                        "permission denied: job {} waits for approval by a coordinator of account {} ({}) or an administrator",
+                        job.display_id(),
+                        job.account,
+                        if names.is_empty() { "none named".to_string() } else { names.join(", ") }
+                    ))
+                }
+                Some(_) => None,
+            };
+            if error.is_none() {
+                approved.push(id);
+            }
+            outcomes.push(JobOutcome { job_id: id, error });
+        }
+        for id in approved {
+            let job = self.jobs.get_mut(&id).expect("checked above");
+            job.hold = None;
+            job.approved_by = Some(who.user.to_string());
+            let job = job.clone();
+            let detail = format!("approved by {}", who.user);
+            let tx = self.tx()?;
+            db::update_job(tx, &job)?;
+            db::add_event(tx, id, now, JobState::Pending, Some(&detail))?;
+            tracing::info!(target: "ysched::daemon", "job {id} {detail}");
+            self.reschedule = true;
+            self.snapshot = None;
+        }
+        Ok(Reply::Control {
+            outcomes,
+            message: None,
+        })
+    }
+
     fn hold(&mut self, ids: &[JobId], who: &Requester, now: i64) -> Result<Reply, DaemonError> {
         let hold = if who.admin { Hold::Admin } else { Hold::User };
         self.set_holds(ids, who, now, |id, current| match current {
+            // An administrator's hold replaces it; a user's would lose it.
+            Ok(Some(Hold::Approval)) if !who.admin => {
+                Err(format!("job {id} is already held, waiting for approval"))
+            }
             Ok(_) => Ok(Some(hold)),
             Err(state) => Err(format!(
                 "job {id} is {state}; only pending jobs can be held"
@@ -347,5 +430,13 @@ fn with_outcomes(reply: Reply, unknown: Vec<JobOutcome>) -> Reply {
             Reply::Control { outcomes, message }
         }
         other => other,
+    }
+}
+
+/// The outcomes of a control reply.
+fn outcomes_of(reply: Reply) -> Vec<JobOutcome> {
+    match reply {
+        Reply::Control { outcomes, .. } => outcomes,
+        _ => Vec::new(),
     }
 }

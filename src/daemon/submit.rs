@@ -67,6 +67,29 @@ impl Daemon {
                 return Ok(Reply::Rejected { error: why });
             }
         }
+        // Big jobs, or jobs on reserved GPU types, wait for a coordinator.
+        let types = self.inventory.type_counts();
+        let type_names: Vec<&str> = types.iter().map(|(t, _)| t.as_str()).collect();
+        let approval = crate::sched::approval::needed(
+            &policy,
+            &admitted.account,
+            &request.gpus,
+            admitted.time_limit,
+            &type_names,
+        )
+        .map(|why| {
+            let who = crate::sched::approval::coordinators(&policy, &admitted.account);
+            let who = if who.is_empty() {
+                "an administrator".to_string()
+            } else {
+                format!(
+                    "a coordinator of account {} ({}) or an administrator",
+                    admitted.account,
+                    who.join(", ")
+                )
+            };
+            format!("held for approval: {why}; {who} may run `yscontrol approve`")
+        });
         if !request.work_dir.is_absolute() {
             return Ok(Reply::Rejected {
                 error: format!(
@@ -102,6 +125,10 @@ impl Daemon {
                 return Ok(Reply::Rejected { error: why });
             }
         };
+        let warning = match (warning, &approval) {
+            (Some(w), Some(a)) => Some(format!("{w}; {a}")),
+            (w, a) => w.or(a.clone()),
+        };
         let gid = self.users.get(uid).map_or(uid, |u| u.gid);
         let job = Job {
             id: 0,
@@ -112,7 +139,11 @@ impl Daemon {
             qos,
             name: request.name,
             state: JobState::Pending,
-            hold: request.hold.then_some(Hold::User),
+            hold: if approval.is_some() {
+                Some(Hold::Approval)
+            } else {
+                request.hold.then_some(Hold::User)
+            },
             gpus: request.gpus,
             cpus: request.cpus,
             mem_mb: admitted.mem_mb,
@@ -136,6 +167,7 @@ impl Daemon {
             kill_reason: None,
             dependency,
             array: None,
+            approved_by: None,
             work_dir: request.work_dir,
             submit_dir: request.submit_dir,
             std_out: request.output.unwrap_or_else(|| {
@@ -166,6 +198,9 @@ impl Daemon {
                 spec: a.to_string(),
             });
             let id = db::insert_job(self.tx()?, &task, &payload)?;
+            if let Some(why) = &approval {
+                db::add_event(self.tx()?, id, now, JobState::Pending, Some(why))?;
+            }
             let array_id = *first.get_or_insert(id);
             if let Some(a) = &mut task.array {
                 a.job_id = array_id;
@@ -196,8 +231,12 @@ impl Daemon {
     /// it cannot start yet; a full pass (which sorts every pending job)
     /// would gain nothing for it.
     fn enqueue_submitted(&mut self, job: Job, now: i64) {
-        let waits = if job.hold.is_some() {
-            Some(Reason::JobHeldUser)
+        let waits = if let Some(hold) = job.hold {
+            Some(match hold {
+                Hold::User => Reason::JobHeldUser,
+                Hold::Admin => Reason::JobHeldAdmin,
+                Hold::Approval => Reason::PendingApproval,
+            })
         } else {
             job.begin_time.filter(|&b| b > now).map(|b| {
                 self.wake_at = Some(self.wake_at.map_or(b, |w| w.min(b)));

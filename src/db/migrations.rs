@@ -109,4 +109,8 @@ ALTER TABLE jobs ADD COLUMN array_task_id INTEGER;
 ALTER TABLE jobs ADD COLUMN array_spec TEXT;
 CREATE INDEX jobs_array ON jobs(array_job_id) WHERE array_job_id IS NOT NULL;
 "#,
+    // 7: approval: who approved a job that needed it.
+    r#"
+ALTER TABLE jobs ADD COLUMN approved_by TEXT;
+"#,
 ];

@@ -127,7 +127,7 @@ const JOB_COLUMNS: &str = "id, uid, gid, user, account, qos, name, state, hold, 
      mem_mb, time_limit, submit_time, begin_time, start_time, end_time, gpus_alloc, node, exit_code, \
      exit_signal, restart_count, reason, kill_reason, work_dir, submit_dir, std_out, std_err, \
      open_append, comment, max_rss_bytes, cpu_usec, cgroup, suspended_secs, suspended_at, nice, billing, dependency, \
-     array_job_id, array_task_id, array_spec";
+     array_job_id, array_task_id, array_spec, approved_by";
 
 fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     let invalid = |i: usize, what: String| {
@@ -213,6 +213,7 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
             }),
             None => None,
         },
+        approved_by: row.get(42)?,
     })
 }
 
@@ -295,7 +296,7 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
             "UPDATE jobs SET state = ?2, hold = ?3, start_time = ?4, end_time = ?5, gpus_alloc = ?6, node = ?7, \
              exit_code = ?8, exit_signal = ?9, restart_count = ?10, reason = ?11, kill_reason = ?12, \
              begin_time = ?13, max_rss_bytes = ?14, cpu_usec = ?15, cgroup = ?16, \
-             suspended_secs = ?17, suspended_at = ?18, billing = ?19 WHERE id = ?1",
+             suspended_secs = ?17, suspended_at = ?18, billing = ?19, approved_by = ?20 WHERE id = ?1",
         )?
         .execute(params![
             job.id as i64,
@@ -317,6 +318,7 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
             job.suspended_secs as i64,
             job.suspended_at,
             job.billing,
+            job.approved_by,
         ])?;
     if changed == 0 {
         return Err(DbError::NotFound(job.id));

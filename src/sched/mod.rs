@@ -3,6 +3,7 @@
 //! replayed by a simulator.
 
 pub mod admission;
+pub mod approval;
 pub mod budget;
 pub mod dependency;
 pub mod fairshare;
@@ -42,6 +43,8 @@ pub enum Reason {
     DependencyNeverSatisfied,
     /// Its array already runs as many tasks as its `%N` allows.
     JobArrayTaskLimit,
+    /// Held until a coordinator of its account approves it.
+    PendingApproval,
 }
 
 impl Reason {
@@ -60,6 +63,7 @@ impl Reason {
             Reason::Dependency => "Dependency",
             Reason::DependencyNeverSatisfied => "DependencyNeverSatisfied",
             Reason::JobArrayTaskLimit => "JobArrayTaskLimit",
+            Reason::PendingApproval => "PendingApproval",
         }
     }
 }
@@ -238,6 +242,10 @@ pub fn plan(
             }
             Some(Hold::Admin) => {
                 plan.reasons.insert(job.id, Reason::JobHeldAdmin);
+                continue;
+            }
+            Some(Hold::Approval) => {
+                plan.reasons.insert(job.id, Reason::PendingApproval);
                 continue;
             }
             None => {}

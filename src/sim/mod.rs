@@ -104,6 +104,8 @@ fn complete_config(config: &Config, jobs: &[TraceJob]) -> Config {
                 users: vec!["*".into()],
                 limits: AccountLimits::default(),
                 budget: None,
+                coordinators: Vec::new(),
+                approval: Default::default(),
             });
         }
     }
@@ -147,6 +149,7 @@ fn job_of(id: JobId, t: &TraceJob, qos: &str) -> Job {
         kill_reason: None,
         dependency: None,
         array: None,
+        approved_by: None,
         work_dir: Default::default(),
         submit_dir: Default::default(),
         std_out: String::new(),

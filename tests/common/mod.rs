@@ -337,6 +337,39 @@ impl Drop for Cluster {
     }
 }
 
+/// A user created for the test and deleted after it.
+pub struct TestUser {
+    pub name: String,
+    pub uid: u32,
+}
+
+impl TestUser {
+    pub fn create(tag: &str) -> TestUser {
+        let name = format!("ys{tag}{}", std::process::id() % 100_000);
+        let _ = Command::new("userdel").arg(&name).output();
+        let out = Command::new("useradd")
+            .args(["--no-create-home", "--shell", "/bin/sh", &name])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "useradd {name}: {}", stderr(&out));
+        let uid = nix::unistd::User::from_name(&name)
+            .unwrap()
+            .unwrap()
+            .uid
+            .as_raw();
+        TestUser { name, uid }
+    }
+}
+
+impl Drop for TestUser {
+    fn drop(&mut self) {
+        let _ = Command::new("pkill")
+            .args(["-KILL", "-u", &self.name])
+            .output();
+        let _ = Command::new("userdel").arg(&self.name).output();
+    }
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
