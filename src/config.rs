@@ -111,6 +111,25 @@ pub struct Qos {
     pub priority: i64,
     /// Multiplies the usage charged for its jobs.
     pub usage_factor: f64,
+    /// GPUs kept free for its jobs, which other QoS may not use.
+    pub reserve: Option<Reserve>,
+}
+
+/// A QoS's reserve: a number of GPUs, or a fraction of the server's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Reserve {
+    Gpus(u32),
+    Fraction(f64),
+}
+
+impl Reserve {
+    /// The GPUs reserved on a server of `total` GPUs (a fraction rounds up).
+    pub fn gpus(self, total: u32) -> u32 {
+        match self {
+            Reserve::Gpus(n) => n.min(total),
+            Reserve::Fraction(f) => ((f * f64::from(total)).ceil() as u32).min(total),
+        }
+    }
 }
 
 /// When decayed usage starts again from zero.
@@ -397,6 +416,7 @@ struct RawQos {
     name: Spanned<String>,
     priority: i64,
     usage_factor: Option<Spanned<f64>>,
+    reserve: Option<Spanned<toml::Value>>,
 }
 
 fn de_time_limit<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
@@ -584,18 +604,19 @@ impl RawConfig {
                 }
                 None => None,
             };
-            let above_gpu_hours =
-                match raw.approval_above_gpu_hours {
-                    Some(h) if !h.get_ref().is_finite() || *h.get_ref() < 0.0 => return Err(fail(
+            let above_gpu_hours = match raw.approval_above_gpu_hours {
+                Some(h) if !h.get_ref().is_finite() || *h.get_ref() < 0.0 => {
+                    return Err(fail(
                         Some(h.span()),
                         "approval_above_gpu_hours",
                         format!(
                             "approval_above_gpu_hours is a number of GPU-hours, 0 or more, not {}",
                             h.get_ref()
                         ),
-                    )),
-                    h => h.map(|h| h.into_inner()),
-                };
+                    ))
+                }
+                h => h.map(|h| h.into_inner()),
+            };
             let mut gpu_types = Vec::new();
             for t in raw.approval_gpu_types {
                 if !self
@@ -690,10 +711,34 @@ impl RawConfig {
                 Some(f) => *f.get_ref(),
                 None => 1.0,
             };
+            let reserve = match raw.reserve {
+                None => None,
+                Some(r) => {
+                    let bad = |why: String| fail(Some(r.span()), "reserve", why);
+                    match r.get_ref() {
+                        toml::Value::Integer(n) => Some(Reserve::Gpus(u32::try_from(*n).map_err(|_| {
+                            bad(format!("reserve is a number of GPUs (0 or more) or a percentage like \"25%\", not {n}"))
+                        })?)),
+                        toml::Value::String(s) => {
+                            let fraction = s
+                                .trim()
+                                .strip_suffix('%')
+                                .and_then(|p| p.trim().parse::<f64>().ok())
+                                .filter(|p| (0.0..=100.0).contains(p))
+                                .ok_or_else(|| bad(format!("reserve is a number of GPUs or a percentage from 0% to 100%, not \"{s}\"")))?;
+                            Some(Reserve::Fraction(fraction / 100.0))
+                        }
+                        other => return Err(bad(format!(
+                            "reserve is a number of GPUs or a percentage like \"25%\", not {other}"
+                        ))),
+                    }
+                }
+            };
             qos.push(Qos {
                 name,
                 priority: raw.priority,
                 usage_factor,
+                reserve,
             });
         }
         if qos.is_empty() {
@@ -862,6 +907,7 @@ pub fn default_qos_levels() -> Vec<Qos> {
         name: name.to_string(),
         priority,
         usage_factor: 1.0,
+        reserve: None,
     })
     .collect()
 }
@@ -1082,6 +1128,37 @@ priority = 1
         );
         let e = parse("[fairshare]\nalgorithm = \"fifo\"\n").unwrap_err();
         assert!(e.to_string().contains("unknown variant `fifo`"), "{e}");
+        for (value, says) in [
+            ("-1", "not -1"),
+            ("\"150%\"", "from 0% to 100%, not \"150%\""),
+            ("\"half\"", "not \"half\""),
+            ("true", "not true"),
+        ] {
+            let e = parse(&format!(
+                "[[qos]]\nname = \"q\"\npriority = 1\nreserve = {value}\n"
+            ))
+            .unwrap_err();
+            assert_eq!(
+                (e.line, e.key.as_deref()),
+                (Some(4), Some("reserve")),
+                "{e}"
+            );
+            assert!(e.to_string().contains(says), "{e}");
+        }
+        let c = parse("[[qos]]\nname = \"q\"\npriority = 1\nreserve = \"12.5%\"\n").unwrap();
+        assert_eq!(c.qos[0].reserve.map(|r| r.gpus(16)), Some(2));
+        let e = parse("[[gpus]]\ntype = \"a100\"\ncount = 1\nmemory = \"8G\"\n[[accounts]]\nname = \"a\"\napproval_gpu_types = [\"h100\"]\n").unwrap_err();
+        assert_eq!(
+            (e.line, e.key.as_deref()),
+            (Some(7), Some("approval_gpu_types")),
+            "{e}"
+        );
+        let e = parse("[[accounts]]\nname = \"a\"\napproval_above_gpu_hours = -4\n").unwrap_err();
+        assert_eq!(
+            (e.line, e.key.as_deref()),
+            (Some(3), Some("approval_above_gpu_hours")),
+            "{e}"
+        );
     }
 
     #[test]

@@ -201,3 +201,20 @@ fn what_jobs_were_charged_is_spent_from_the_budget_across_restarts() {
         "summed again from the database"
     );
 }
+
+#[test]
+fn gpus_reserved_for_a_qos_wait_for_its_jobs() {
+    let c = Cluster::started(
+        "cgroups = \"off\"\n[[qos]]\nname = \"critical\"\npriority = 300\nreserve = 2\n[[qos]]\nname = \"medium\"\npriority = 100\n",
+    );
+    let first = c.submit(&["-G", "2", "--wrap", "sleep 30"]);
+    c.wait_state(first, "RUNNING", LONG);
+    let kept_out = c.submit(&["-G", "1", "--wrap", "true"]);
+    let reason = || stdout(&c.run("ysqueue", &["-h", "-j", &kept_out.to_string(), "-o", "%r"]));
+    common::wait_for("the reason", LONG, || reason().trim() == "ReservedForQOS");
+    let urgent = c.submit(&["-q", "critical", "-G", "2", "--wrap", "true"]);
+    assert_eq!(c.wait_done(urgent, LONG), "COMPLETED");
+    assert_eq!(c.state(kept_out), "PENDING");
+    c.run("yscancel", &[&first.to_string()]);
+    assert_eq!(c.wait_done(kept_out, LONG), "COMPLETED");
+}

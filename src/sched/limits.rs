@@ -17,6 +17,8 @@ pub struct Policy<'a> {
     /// Whether any account has a limit the scheduler checks (decided once:
     /// a pass asks for every pending job).
     limited: bool,
+    /// QoS levels that keep GPUs for their own jobs.
+    reserves: Vec<(&'a str, crate::config::Reserve)>,
 }
 
 impl<'a> Policy<'a> {
@@ -36,7 +38,21 @@ impl<'a> Policy<'a> {
                 .map(|a| (a.name.as_str(), a))
                 .collect(),
             limited,
+            reserves: config
+                .qos
+                .iter()
+                .filter_map(|q| Some((q.name.as_str(), q.reserve?)))
+                .collect(),
         }
+    }
+
+    /// The GPUs each reserving QoS keeps on a server of `total` GPUs.
+    pub fn reserves(&self, total: u32) -> Vec<(&'a str, u32)> {
+        self.reserves
+            .iter()
+            .map(|(q, r)| (*q, r.gpus(total)))
+            .filter(|(_, n)| *n > 0)
+            .collect()
     }
 
     /// The account and its ancestors, nearest first.

@@ -45,6 +45,8 @@ pub enum Reason {
     JobArrayTaskLimit,
     /// Held until a coordinator of its account approves it.
     PendingApproval,
+    /// Starting it would eat into GPUs another QoS keeps for its own jobs.
+    ReservedForQos,
 }
 
 impl Reason {
@@ -64,6 +66,7 @@ impl Reason {
             Reason::DependencyNeverSatisfied => "DependencyNeverSatisfied",
             Reason::JobArrayTaskLimit => "JobArrayTaskLimit",
             Reason::PendingApproval => "PendingApproval",
+            Reason::ReservedForQos => "ReservedForQOS",
         }
     }
 }
@@ -212,9 +215,20 @@ pub fn plan(
     let types = Types::new(node.gpus);
     let mut free = Free::new(node, &types);
     let mut held = limits::State::default();
+    // GPUs kept for a QoS, and how many of them its jobs use now.
+    let reserves = policy.reserves(node.gpus.len() as u32);
+    let mut reserve_used: Vec<u32> = vec![0; reserves.len()];
+    let use_reserve = |job: &Job, used: &mut [u32]| {
+        for (i, (qos, _)) in reserves.iter().enumerate() {
+            if job.qos == *qos {
+                used[i] += job.gpus_alloc.len().max(job.gpus.count as usize) as u32;
+            }
+        }
+    };
     for job in running {
         free.take(job, &job.gpus_alloc, &types);
         held.add(policy, job, &job.gpus_alloc, node.gpus);
+        use_reserve(job, &mut reserve_used);
     }
     // When each running job is expected to release its resources.
     let mut ends: Vec<(i64, &Job)> = running
@@ -303,7 +317,22 @@ pub fn plan(
             plan.reasons.insert(job.id, reason);
             continue;
         }
+        // Other QoS must leave free what a reserving QoS does not use yet.
+        let kept: u32 = reserves
+            .iter()
+            .zip(&reserve_used)
+            .filter(|((qos, _), _)| job.qos != *qos)
+            .map(|((_, n), used)| n.saturating_sub(*used))
+            .sum();
+        if kept > 0
+            && job.gpus.count > 0
+            && (free.gpus.len() as u32).saturating_sub(job.gpus.count) < kept
+        {
+            plan.reasons.insert(job.id, Reason::ReservedForQos);
+            continue;
+        }
         free.take(job, &gpus, &types);
+        use_reserve(job, &mut reserve_used);
         held.add(policy, job, &gpus, node.gpus);
         if reservation.is_some() {
             plan.backfilled.push(job.id);
@@ -506,5 +535,55 @@ mod tests {
         assert_eq!(p.starts, vec![(1, vec![0])]);
         assert_eq!(p.reasons[&2], Reason::Resources);
         assert_eq!(p.reasons[&3], Reason::Resources);
+    }
+
+    #[test]
+    fn a_qos_reserve_is_left_free_for_that_qos() {
+        let config = crate::config::Config::parse(
+            "[[gpus]]\ntype = \"a100\"\ncount = 4\nmemory = \"80G\"\n\
+             [[qos]]\nname = \"critical\"\npriority = 300\nreserve = \"50%\"\n\
+             [[qos]]\nname = \"medium\"\npriority = 100\n",
+            std::path::Path::new("x.toml"),
+        )
+        .unwrap();
+        let policy = limits::Policy::new(&config);
+        let g = gpus(4);
+        let medium = |id, count| Job {
+            qos: "medium".into(),
+            ..job(id, count, None)
+        };
+        let (a, b) = (medium(1, 2), medium(2, 1));
+        // Two of four are kept for critical: the second medium job waits.
+        let p = plan(&[(&a, 10), (&b, 5)], &[], &node(&g), &policy, 0);
+        assert_eq!(p.starts, vec![(1, vec![0, 1])]);
+        assert_eq!(p.reasons[&2], Reason::ReservedForQos);
+        // A critical job takes the kept GPUs.
+        let running_a = running(1, &[0, 1], 0, None);
+        let urgent = Job {
+            qos: "critical".into(),
+            ..job(3, 2, None)
+        };
+        let p = plan(
+            &[(&urgent, 100), (&b, 5)],
+            &[&running_a],
+            &node(&g),
+            &policy,
+            0,
+        );
+        assert_eq!(p.starts, vec![(3, vec![2, 3])]);
+        // What critical uses counts against its reserve: with one of its
+        // two GPUs in use, one more is kept.
+        let mut running_urgent = running(3, &[2], 0, None);
+        running_urgent.qos = "critical".into();
+        let p = plan(
+            &[(&b, 5)],
+            &[&running_a, &running_urgent],
+            &node(&g),
+            &policy,
+            0,
+        );
+        assert_eq!(p.reasons[&2], Reason::ReservedForQos, "GPU 3 is kept");
+        let p = plan(&[(&b, 5)], &[&running_urgent], &node(&g), &policy, 0);
+        assert_eq!(p.starts.len(), 1, "three free, one kept: {p:?}");
     }
 }
