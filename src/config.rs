@@ -91,6 +91,9 @@ pub struct Budget {
 pub struct AccountLimits {
     /// GPUs its running jobs hold at once, all types.
     pub max_gpus: Option<u32>,
+    /// Other values of max_gpus at some times of the week (the first
+    /// window that holds wins).
+    pub max_gpus_windows: Vec<crate::sched::window::Window>,
     /// The same, by GPU type.
     pub max_gpus_by_type: std::collections::BTreeMap<String, u32>,
     pub max_running_jobs: Option<u32>,
@@ -175,6 +178,8 @@ pub struct Config {
     pub kill_invalid_dependency: bool,
     /// Array task indices go from 0 to this minus one (Slurm's MaxArraySize).
     pub max_array_size: u32,
+    /// The zone of limit windows' days and hours (default: the system's).
+    pub timezone: jiff::tz::TimeZone,
     /// Seconds between SIGTERM and SIGKILL when a job is stopped.
     pub kill_wait: u64,
     pub default_time: Option<u64>,
@@ -318,6 +323,7 @@ struct RawConfig {
     #[serde(default)]
     kill_invalid_dependency: bool,
     max_array_size: Option<u32>,
+    timezone: Option<Spanned<String>>,
     kill_wait: Option<u64>,
     #[serde(default, deserialize_with = "de_time_limit")]
     default_time: Option<Option<u64>>,
@@ -371,6 +377,8 @@ struct RawAccount {
     users: Vec<String>,
     max_gpus: Option<u32>,
     #[serde(default)]
+    max_gpus_windows: Vec<Spanned<RawWindow>>,
+    #[serde(default)]
     max_gpus_by_type: std::collections::BTreeMap<String, Spanned<u32>>,
     max_running_jobs: Option<u32>,
     max_submitted_jobs: Option<u32>,
@@ -388,6 +396,14 @@ struct RawAccount {
     approval_above_gpu_hours: Option<Spanned<f64>>,
     #[serde(default)]
     approval_gpu_types: Vec<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWindow {
+    days: String,
+    hours: String,
+    max_gpus: u32,
 }
 
 #[derive(Deserialize, Default)]
@@ -562,8 +578,25 @@ impl RawConfig {
                 }
                 max_gpus_by_type.insert(gpu_type, max.into_inner());
             }
+            let mut max_gpus_windows = Vec::new();
+            for w in raw.max_gpus_windows {
+                let span = w.span();
+                let w = w.into_inner();
+                max_gpus_windows.push(
+                    crate::sched::window::Window::parse(&w.days, &w.hours, w.max_gpus).map_err(
+                        |e| {
+                            fail(
+                                Some(span),
+                                "max_gpus_windows",
+                                format!("account '{name}': {e}"),
+                            )
+                        },
+                    )?,
+                );
+            }
             let limits = AccountLimits {
                 max_gpus: raw.max_gpus,
+                max_gpus_windows,
                 max_gpus_by_type,
                 max_running_jobs: raw.max_running_jobs,
                 max_submitted_jobs: raw.max_submitted_jobs,
@@ -859,9 +892,23 @@ impl RawConfig {
             size: self.priority.weight_size.unwrap_or(0),
             max_age: self.priority.max_age.flatten().unwrap_or(7 * 86_400),
         };
+        let timezone = match &self.timezone {
+            Some(name) => jiff::tz::TimeZone::get(name.get_ref()).map_err(|e| {
+                fail(
+                    Some(name.span()),
+                    "timezone",
+                    format!(
+                        "unknown time zone '{}' ({e}); use a name such as Europe/Berlin or UTC",
+                        name.get_ref()
+                    ),
+                )
+            })?,
+            None => jiff::tz::TimeZone::system(),
+        };
         Ok(Config {
             path: path.to_path_buf(),
             spool_dir,
+            timezone,
             node_name,
             admins: self.admins,
             allow_root_jobs: self.allow_root_jobs,

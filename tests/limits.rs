@@ -218,3 +218,25 @@ fn gpus_reserved_for_a_qos_wait_for_its_jobs() {
     c.run("yscancel", &[&first.to_string()]);
     assert_eq!(c.wait_done(kept_out, LONG), "COMPLETED");
 }
+
+#[test]
+fn a_limit_window_that_holds_now_replaces_the_base_limit() {
+    let me = ysched::cli::current_user_name();
+    // A window over the whole week holds whenever the test runs.
+    let c = Cluster::started(&format!(
+        "cgroups = \"off\"\n[[accounts]]\nname = \"team\"\nusers = [\"{me}\"]\nmax_gpus = 1\nmax_gpus_windows = [{{ days = \"all\", hours = \"00:00-24:00\", max_gpus = 3 }}]\n"
+    ));
+    let jobs: Vec<u64> = (0..4)
+        .map(|_| c.submit(&["-G", "1", "--wrap", "sleep 30"]))
+        .collect();
+    for id in &jobs[..3] {
+        c.wait_state(*id, "RUNNING", LONG);
+    }
+    let reason = stdout(&c.run("ysqueue", &["-h", "-j", &jobs[3].to_string(), "-o", "%r"]));
+    assert_eq!(
+        reason.trim(),
+        "AssocGrpGRES",
+        "three held, as the window allows"
+    );
+    c.run("yscancel", &["-u", &me]);
+}

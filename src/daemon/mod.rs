@@ -593,7 +593,7 @@ impl Daemon {
             cpus: self.cpus,
             mem_mb: self.mem_mb,
         };
-        let policy = sched::limits::Policy::new(&self.config);
+        let policy = sched::limits::Policy::at(&self.config, now);
         let plan = sched::plan(&pending, &running, &node, &policy, now);
         self.reasons = plan.reasons;
         // A job started now may satisfy an `after` dependency at once.

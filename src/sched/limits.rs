@@ -4,6 +4,7 @@
 //! a job of `vision` counts against `vision` and against `research` above
 //! it, as Slurm's Grp limits do.
 
+use super::window;
 use std::collections::HashMap;
 
 use super::Reason;
@@ -19,6 +20,10 @@ pub struct Policy<'a> {
     limited: bool,
     /// QoS levels that keep GPUs for their own jobs.
     reserves: Vec<(&'a str, crate::config::Reserve)>,
+    /// The time limits with windows are judged at, and the zone of those
+    /// windows; without a time, the base limits hold.
+    now: Option<i64>,
+    timezone: &'a jiff::tz::TimeZone,
 }
 
 impl<'a> Policy<'a> {
@@ -26,6 +31,7 @@ impl<'a> Policy<'a> {
         let limited = config.accounts.iter().any(|a| {
             let l = &a.limits;
             l.max_gpus.is_some()
+                || !l.max_gpus_windows.is_empty()
                 || !l.max_gpus_by_type.is_empty()
                 || l.max_running_jobs.is_some()
                 || l.max_gpus_per_user.is_some()
@@ -43,7 +49,37 @@ impl<'a> Policy<'a> {
                 .iter()
                 .filter_map(|q| Some((q.name.as_str(), q.reserve?)))
                 .collect(),
+            now: None,
+            timezone: &config.timezone,
         }
+    }
+
+    /// The policy as it holds at `now`: limits with time windows take the
+    /// value of the window that holds then.
+    pub fn at(config: &'a Config, now: i64) -> Policy<'a> {
+        Policy {
+            now: Some(now),
+            ..Policy::new(config)
+        }
+    }
+
+    /// An account's max_gpus in force now.
+    pub fn max_gpus(&self, account: &Account) -> Option<u32> {
+        let l = &account.limits;
+        match self.now {
+            Some(now) => window::max_gpus_at(&l.max_gpus_windows, l.max_gpus, now, self.timezone),
+            None => l.max_gpus,
+        }
+    }
+
+    /// When a limit window next opens or closes, if any account has one.
+    pub fn next_change(&self) -> Option<i64> {
+        let now = self.now?;
+        self.accounts
+            .values()
+            .filter(|a| !a.limits.max_gpus_windows.is_empty())
+            .filter_map(|a| window::next_change(&a.limits.max_gpus_windows, now, self.timezone))
+            .min()
     }
 
     /// The GPUs each reserving QoS keeps on a server of `total` GPUs.
@@ -152,7 +188,10 @@ impl State {
         for account in &chain {
             let l = &account.limits;
             let held = self.accounts.get(&account.name).unwrap_or(&empty);
-            if l.max_gpus.is_some_and(|max| held.gpus + wanted > max) {
+            if policy
+                .max_gpus(account)
+                .is_some_and(|max| held.gpus + wanted > max)
+            {
                 return Some(Reason::AssocGrpGRES);
             }
             for (gpu_type, n) in &wanted_by_type {
@@ -346,5 +385,50 @@ mod tests {
         assert!(refuse_submission(&p, "vision", 2, |_| 1)
             .unwrap()
             .contains("already has 1 jobs pending or running; 2 more would pass"));
+    }
+
+    #[test]
+    fn a_window_changes_max_gpus_while_it_holds() {
+        let config = Config::parse(
+            "timezone = \"UTC\"\n[[gpus]]\ntype = \"a100\"\ncount = 8\nmemory = \"80G\"\n\
+             [[accounts]]\nname = \"vision\"\nusers = [\"alice\"]\nmax_gpus = 2\n\
+             max_gpus_windows = [{ days = \"mon-fri\", hours = \"06:00-12:00\", max_gpus = 6 }]\n",
+            Path::new("x.toml"),
+        )
+        .unwrap();
+        // 2026-11-30 is a Monday.
+        let monday_9 = 1_795_996_800 + 9 * 3600;
+        let monday_13 = monday_9 + 4 * 3600;
+        let inventory: Vec<Gpu> = (0..8)
+            .map(|i| Gpu {
+                index: i,
+                gpu_type: "a100".into(),
+                memory_mb: 1,
+                device: None,
+            })
+            .collect();
+        let job = Job {
+            account: "vision".into(),
+            ..example_job(1)
+        };
+        let running = Job {
+            gpus_alloc: vec![0, 1],
+            ..job.clone()
+        };
+        let mut state = State::default();
+        let morning = Policy::at(&config, monday_9);
+        state.add(&morning, &running, &running.gpus_alloc, &inventory);
+        assert_eq!(
+            state.check(&morning, &job, None, &inventory),
+            None,
+            "6 in the morning"
+        );
+        assert_eq!(morning.next_change(), Some(monday_9 + 3 * 3600));
+        let afternoon = Policy::at(&config, monday_13);
+        assert_eq!(
+            state.check(&afternoon, &job, None, &inventory),
+            Some(Reason::AssocGrpGRES),
+            "2 otherwise"
+        );
     }
 }

@@ -10,6 +10,7 @@ pub mod fairshare;
 pub mod limits;
 pub mod placement;
 pub mod priority;
+pub mod window;
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
@@ -242,6 +243,8 @@ pub fn plan(
 
     let mut plan = Plan {
         order: ordered.iter().map(|(j, _)| j.id).collect(),
+        // A limit window that opens or closes changes what may start.
+        wake_at: policy.next_change(),
         ..Plan::default()
     };
     let mut reservation: Option<Reservation> = None;

@@ -341,7 +341,13 @@ pub fn run(config: &Config, trace: &[TraceJob], skipped: trace::Skipped, policy:
                     .map(|j| (j, priority::factors(j, &ctx, now).priority()))
                     .collect();
                 let run_list: Vec<&Job> = running.values().collect();
-                let plan = sched::plan(&queue, &run_list, &node, &limit_policy, now);
+                let plan = sched::plan(
+                    &queue,
+                    &run_list,
+                    &node,
+                    &limits::Policy::at(&config, now),
+                    now,
+                );
                 backfilled += plan.backfilled.len();
                 plan.starts
             }
