@@ -17,6 +17,8 @@ pub const DEFAULT_CONFIG_PATH: &str = "/etc/ysched/ysched.toml";
 pub const DEFAULT_SPOOL_DIR: &str = "/var/spool/ysched";
 /// The account every user may use when the config lists none.
 pub const DEFAULT_ACCOUNT: &str = "default";
+/// Reservations per pass unless the config says (`backfill_depth`).
+pub const DEFAULT_BACKFILL_DEPTH: usize = 100;
 
 #[derive(Debug, Error)]
 pub struct ConfigError {
@@ -178,6 +180,9 @@ pub struct Config {
     pub kill_invalid_dependency: bool,
     /// Array task indices go from 0 to this minus one (Slurm's MaxArraySize).
     pub max_array_size: u32,
+    /// How many of the highest-priority jobs that cannot start now get a
+    /// reservation that later jobs may not delay (Slurm's bf_max_job_test).
+    pub backfill_depth: usize,
     /// The zone of limit windows' days and hours (default: the system's).
     pub timezone: jiff::tz::TimeZone,
     /// Seconds between SIGTERM and SIGKILL when a job is stopped.
@@ -323,6 +328,7 @@ struct RawConfig {
     #[serde(default)]
     kill_invalid_dependency: bool,
     max_array_size: Option<u32>,
+    backfill_depth: Option<usize>,
     timezone: Option<Spanned<String>>,
     kill_wait: Option<u64>,
     #[serde(default, deserialize_with = "de_time_limit")]
@@ -916,6 +922,7 @@ impl RawConfig {
             max_array_size: self
                 .max_array_size
                 .unwrap_or(crate::array::DEFAULT_MAX_ARRAY_SIZE),
+            backfill_depth: self.backfill_depth.unwrap_or(DEFAULT_BACKFILL_DEPTH),
             kill_wait: self.kill_wait.unwrap_or(30),
             default_time,
             max_time,

@@ -165,6 +165,10 @@ pub struct JobView {
     /// A pending job's priority factors (`ysqueue --priority`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub factors: Option<crate::sched::priority::Factors>,
+    /// When a pending job with a reservation is expected to start
+    /// (`ysqueue --start`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_start: Option<i64>,
     pub redacted: bool,
 }
 

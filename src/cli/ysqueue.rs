@@ -48,6 +48,10 @@ pub struct Args {
     /// Show each job's priority and, for pending jobs, its weighted factors (as sprio)
     #[arg(long)]
     pub priority: bool,
+    /// Show pending jobs with the time each is expected to start: the
+    /// reservation the scheduler holds for it, or its --begin time (else N/A)
+    #[arg(long, conflicts_with = "priority")]
+    pub start: bool,
     /// Print the jobs as JSON
     #[arg(long, conflicts_with_all = ["format", "noheader"])]
     pub json: bool,
@@ -62,18 +66,17 @@ pub fn run(args: Args) -> CliResult {
     if args.me {
         users.push(super::current_user_name());
     }
-    let filter = job_filter(
-        &args.jobs,
-        &users,
-        &args.accounts,
-        &args.names,
-        &args.states,
-    )?;
+    let mut states = args.states.clone();
+    if args.start && states.is_empty() {
+        // As squeue --start: the jobs that have a start to come.
+        states.push("PENDING".into());
+    }
+    let filter = job_filter(&args.jobs, &users, &args.accounts, &args.names, &states)?;
     let format = match &args.format {
         Some(f) => Some(report::parse_squeue_format(f).map_err(CliError::usage)?),
         None => None,
     };
-    let format = format.unwrap_or_else(|| default_format(args.priority));
+    let format = format.unwrap_or_else(|| default_format(args.priority, args.start));
     let fields = (!args.json).then(|| format.fields());
     let reply = query("ysqueue", &config, Query::Queue { filter, fields })?;
     print_listing(reply, |rows| {
@@ -81,7 +84,7 @@ pub fn run(args: Args) -> CliResult {
     })
 }
 
-fn default_format(priority: bool) -> SqueueFormat {
+fn default_format(priority: bool, start: bool) -> SqueueFormat {
     let mut fields = vec![
         Field::JobId,
         Field::Name,
@@ -91,6 +94,10 @@ fn default_format(priority: bool) -> SqueueFormat {
         Field::TimeUsed,
         Field::Gpus,
     ];
+    if start {
+        fields.insert(5, Field::Start);
+        fields.remove(6); // time used: none yet
+    }
     if priority {
         fields.extend([
             Field::Qos,

@@ -114,6 +114,8 @@ pub(crate) struct Daemon {
     jobs: BTreeMap<JobId, Job>,
     /// From the last scheduling pass.
     reasons: HashMap<JobId, Reason>,
+    /// When jobs with a reservation are expected to start, from the last pass.
+    expected_starts: HashMap<JobId, i64>,
     /// Each association's usage, as charged and last decayed.
     usage: HashMap<(String, String), sched::fairshare::Usage>,
     /// What each budgeted account spent in its current period.
@@ -207,6 +209,7 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         users: users::Users::default(),
         jobs: BTreeMap::new(),
         reasons: HashMap::new(),
+        expected_starts: HashMap::new(),
         usage: HashMap::new(),
         budgets: HashMap::new(),
         ended: HashMap::new(),
@@ -596,6 +599,7 @@ impl Daemon {
         let policy = sched::limits::Policy::at(&self.config, now);
         let plan = sched::plan(&pending, &running, &node, &policy, now);
         self.reasons = plan.reasons;
+        self.expected_starts = plan.expected_starts;
         // A job started now may satisfy an `after` dependency at once.
         if !plan.starts.is_empty() && !held_back.is_empty() {
             self.reschedule = true;
@@ -654,6 +658,7 @@ impl Daemon {
         let snapshot = Arc::new(QueueSnapshot::build(
             &self.jobs,
             &self.reasons,
+            &self.expected_starts,
             &rank,
             &ctx,
             now,

@@ -34,6 +34,7 @@ impl QueueSnapshot {
     pub fn build(
         jobs: &BTreeMap<JobId, Job>,
         reasons: &HashMap<JobId, Reason>,
+        expected_starts: &HashMap<JobId, i64>,
         rank: &HashMap<JobId, usize>,
         ctx: &priority::Context,
         now: i64,
@@ -55,6 +56,7 @@ impl QueueSnapshot {
                     }),
                     priority: factors.priority(),
                     factors: pending.then_some(factors),
+                    expected_start: expected_starts.get(&job.id).copied().filter(|_| pending),
                     job: job.clone(),
                     redacted: false,
                 }
@@ -265,6 +267,7 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
                     pending_reason: None,
                     priority: 0,
                     factors: None,
+                    expected_start: None,
                     redacted: false,
                 })
                 .collect();
@@ -307,6 +310,7 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
                         pending_reason: None,
                         priority: 0,
                         factors: None,
+                        expected_start: None,
                         redacted: false,
                     });
                 }

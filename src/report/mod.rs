@@ -325,7 +325,11 @@ impl Field {
             ),
             Field::Start => {
                 if pending {
-                    "N/A".into()
+                    // A reservation's time, else a --begin time to come.
+                    match view.expected_start.or(job.begin_time.filter(|&b| b > now)) {
+                        Some(t) => units::format_timestamp(t),
+                        None => "N/A".into(),
+                    }
                 } else {
                     time(job.start_time)
                 }
@@ -680,6 +684,7 @@ mod tests {
             pending_reason: (!running).then(|| "Resources".into()),
             priority: 100,
             factors: None,
+            expected_start: None,
             redacted: false,
         }
     }

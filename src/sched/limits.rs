@@ -14,6 +14,8 @@ use crate::job::Job;
 
 /// The accounts' limits, looked up by name.
 pub struct Policy<'a> {
+    /// How many blocked jobs get a reservation in a pass.
+    pub backfill_depth: usize,
     accounts: HashMap<&'a str, &'a Account>,
     /// Whether any account has a limit the scheduler checks (decided once:
     /// a pass asks for every pending job).
@@ -38,6 +40,7 @@ impl<'a> Policy<'a> {
                 || l.max_running_jobs_per_user.is_some()
         });
         Policy {
+            backfill_depth: config.backfill_depth,
             accounts: config
                 .accounts
                 .iter()

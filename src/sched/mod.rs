@@ -10,13 +10,15 @@ pub mod fairshare;
 pub mod limits;
 pub mod placement;
 pub mod priority;
+pub mod profile;
 pub mod window;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::fmt;
 
 use crate::gpu::Gpu;
 use crate::job::{Hold, Job, JobId};
+use profile::{Free, Profile, Types};
 
 /// Why a pending job waits, with Slurm's names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -100,108 +102,17 @@ pub struct Plan {
     pub wake_at: Option<i64>,
     /// Jobs started while a higher-priority job waited for resources.
     pub backfilled: Vec<JobId>,
+    /// When the jobs given a reservation are expected to start (`ysqueue
+    /// --start`), should running jobs last their whole time limits.
+    pub expected_starts: HashMap<JobId, i64>,
 }
 
-#[derive(Clone, Debug)]
-struct Free {
-    gpus: BTreeSet<u32>,
-    cpus: u32,
-    mem_mb: u64,
-    /// Free GPUs of each type (by `Types` id): a job needing more than any
-    /// type has free is turned down without looking at single GPUs, which
-    /// keeps a pass over a long blocked queue linear.
-    per_type: Vec<u32>,
-}
-
-/// GPU types numbered once per pass.
-struct Types<'a> {
-    names: Vec<&'a str>,
-    /// Type id of each GPU, by index.
-    of_gpu: Vec<usize>,
-}
-
-impl<'a> Types<'a> {
-    fn new(gpus: &'a [Gpu]) -> Types<'a> {
-        let mut names: Vec<&str> = Vec::new();
-        let of_gpu = gpus
-            .iter()
-            .map(|g| match names.iter().position(|n| *n == g.gpu_type) {
-                Some(i) => i,
-                None => {
-                    names.push(&g.gpu_type);
-                    names.len() - 1
-                }
-            })
-            .collect();
-        Types { names, of_gpu }
-    }
-}
-
-impl Free {
-    fn new(node: &Node, types: &Types) -> Free {
-        let mut per_type = vec![0; types.names.len()];
-        for &t in &types.of_gpu {
-            per_type[t] += 1;
-        }
-        Free {
-            gpus: node.gpus.iter().map(|g| g.index).collect(),
-            cpus: node.cpus,
-            mem_mb: node.mem_mb,
-            per_type,
-        }
-    }
-
-    /// Enough CPUs, memory and GPUs (of one type) for `job`, wherever they are.
-    fn fits(&self, job: &Job, types: &Types) -> bool {
-        let count = job.gpus.count;
-        let gpus_ok = count == 0
-            || match &job.gpus.gpu_type {
-                Some(t) => types
-                    .names
-                    .iter()
-                    .position(|n| n == t)
-                    .is_some_and(|i| self.per_type[i] >= count),
-                None => self.per_type.iter().any(|&n| n >= count),
-            };
-        gpus_ok && job.cpus <= self.cpus && job.mem_mb.unwrap_or(0) <= self.mem_mb
-    }
-
-    fn take(&mut self, job: &Job, gpus: &[u32], types: &Types) {
-        for g in gpus {
-            if self.gpus.remove(g) {
-                self.per_type[types.of_gpu[*g as usize]] -= 1;
-            }
-        }
-        self.cpus = self.cpus.saturating_sub(job.cpus);
-        self.mem_mb = self.mem_mb.saturating_sub(job.mem_mb.unwrap_or(0));
-    }
-
-    fn give(&mut self, job: &Job, types: &Types) {
-        for &g in &job.gpus_alloc {
-            if self.gpus.insert(g) {
-                self.per_type[types.of_gpu[g as usize]] += 1;
-            }
-        }
-        self.cpus += job.cpus;
-        self.mem_mb += job.mem_mb.unwrap_or(0);
-    }
-}
-
-/// Where and when the highest-priority blocked job will run, and what is
-/// left over then for jobs that would still run at that time.
-struct Reservation {
-    /// `None`: no running job with a time limit frees enough, so its start
-    /// cannot be predicted (running jobs without limits).
-    at: Option<i64>,
-    gpus: BTreeSet<u32>,
-    /// Resources free at `at` beyond what the reserved job takes.
-    spare: Free,
-}
-
-/// One scheduling pass (EASY backfill): jobs in priority order start where
-/// they fit; the first that does not fit gets a reservation at the earliest
-/// time running jobs' limits free enough for it; later jobs start only if
-/// they end before that time or use nothing it needs.
+/// One scheduling pass (backfill): jobs in priority order start where they
+/// fit from now until their time limit ends, on a timeline of what running
+/// jobs free and when ([`profile`]). The first `backfill_depth` jobs that
+/// cannot start get a reservation at the earliest time they fit, taken from
+/// the timeline, so a later job starts now only where it delays none of
+/// them; jobs past the depth start now or wait.
 ///
 /// `pending` and `running` come with each job's priority (`running`'s is
 /// unused). A running job without a time limit never ends in this model;
@@ -214,7 +125,7 @@ pub fn plan(
     now: i64,
 ) -> Plan {
     let types = Types::new(node.gpus);
-    let mut free = Free::new(node, &types);
+    let mut free = Free::new(node.gpus, node.cpus, node.mem_mb, &types);
     let mut held = limits::State::default();
     // GPUs kept for a QoS, and how many of them its jobs use now.
     let reserves = policy.reserves(node.gpus.len() as u32);
@@ -237,6 +148,7 @@ pub fn plan(
         .filter_map(|j| expected_end(j, now).map(|t| (t, *j)))
         .collect();
     ends.sort_by_key(|(t, j)| (*t, j.id));
+    let mut profile = Profile::new(now, free, &ends, &types);
 
     let mut ordered: Vec<(&Job, i64)> = pending.to_vec();
     ordered.sort_by(|a, b| priority::order(*a, *b));
@@ -247,9 +159,14 @@ pub fn plan(
         wake_at: policy.next_change(),
         ..Plan::default()
     };
-    let mut reservation: Option<Reservation> = None;
-    // Jobs started in this pass, with their ends, for the reservation's model.
-    let mut started: Vec<(Option<i64>, Job)> = Vec::new();
+    let mut reservations = 0;
+    // A higher-priority job waits for resources: what starts now backfills.
+    let mut blocked_above = false;
+    // The shortest run, per shape of request, found not to fit from now:
+    // the timeline only fills up during a pass, so a job of that shape that
+    // runs as long or longer does not fit either. This keeps a pass over a
+    // long queue that cannot start linear.
+    let mut no_room: HashMap<(u32, Option<&str>, u32, u64), u64> = HashMap::new();
 
     for (job, _) in ordered {
         match job.hold {
@@ -278,45 +195,48 @@ pub fn plan(
             plan.reasons.insert(job.id, reason);
             continue;
         }
-        let end = job.time_limit.map(|l| now + l as i64);
-        let placed = if free.fits(job, &types) {
-            placement::place(&job.gpus, &free.gpus, node.gpus)
+        let duration = job.time_limit;
+        let run = duration.unwrap_or(u64::MAX);
+        let shape = (
+            job.gpus.count,
+            job.gpus.gpu_type.as_deref(),
+            job.cpus,
+            job.mem_mb.unwrap_or(0),
+        );
+        let fits_now = profile.now().fits(job, &types);
+        let slot = if fits_now && no_room.get(&shape).is_none_or(|&shortest| run < shortest) {
+            profile.earliest(job, duration, 1, node.gpus, &types)
         } else {
             None
         };
-        let Some(gpus) = placed else {
-            if reservation.is_none() {
-                reservation = reserve(job, &free, &ends, &started, node, &types);
+        let Some(slot) = slot else {
+            if fits_now {
+                no_room
+                    .entry(shape)
+                    .and_modify(|s| *s = (*s).min(run))
+                    .or_insert(run);
             }
-            plan.reasons.insert(job.id, Reason::Resources);
-            continue;
-        };
-        let gpus = match &mut reservation {
-            None => gpus,
-            Some(res) => {
-                let ends_in_time = matches!((end, res.at), (Some(e), Some(at)) if e <= at);
-                if ends_in_time || res.at.is_none() {
-                    gpus
-                } else {
-                    // Runs past the reserved start: only spare resources.
-                    let mut usable = free.gpus.clone();
-                    usable.retain(|g| !res.gpus.contains(g) && res.spare.gpus.contains(g));
-                    match placement::place(&job.gpus, &usable, node.gpus)
-                        .filter(|_| res.spare.fits(job, &types))
-                    {
-                        Some(g) => {
-                            res.spare.take(job, &g, &types);
-                            g
-                        }
-                        None => {
-                            plan.reasons.insert(job.id, Reason::Priority);
-                            continue;
-                        }
-                    }
+            // Free now, but taken by a reservation before it would end.
+            let reason = if fits_now
+                && placement::place(&job.gpus, &profile.now().gpus, node.gpus).is_some()
+            {
+                Reason::Priority
+            } else {
+                Reason::Resources
+            };
+            if reservations < policy.backfill_depth {
+                if let Some(later) = profile.earliest(job, duration, usize::MAX, node.gpus, &types)
+                {
+                    profile.take(job, &later, duration, &types);
+                    plan.expected_starts.insert(job.id, later.at);
+                    reservations += 1;
                 }
             }
+            blocked_above = true;
+            plan.reasons.insert(job.id, reason);
+            continue;
         };
-        if let Some(reason) = held.check(policy, job, Some(&gpus), node.gpus) {
+        if let Some(reason) = held.check(policy, job, Some(&slot.gpus), node.gpus) {
             plan.reasons.insert(job.id, reason);
             continue;
         }
@@ -329,21 +249,18 @@ pub fn plan(
             .sum();
         if kept > 0
             && job.gpus.count > 0
-            && (free.gpus.len() as u32).saturating_sub(job.gpus.count) < kept
+            && (profile.now().gpus.len() as u32).saturating_sub(job.gpus.count) < kept
         {
             plan.reasons.insert(job.id, Reason::ReservedForQos);
             continue;
         }
-        free.take(job, &gpus, &types);
+        profile.take(job, &slot, duration, &types);
         use_reserve(job, &mut reserve_used);
-        held.add(policy, job, &gpus, node.gpus);
-        if reservation.is_some() {
+        held.add(policy, job, &slot.gpus, node.gpus);
+        if blocked_above {
             plan.backfilled.push(job.id);
         }
-        let mut as_started = (*job).clone();
-        as_started.gpus_alloc = gpus.clone();
-        started.push((end, as_started));
-        plan.starts.push((job.id, gpus));
+        plan.starts.push((job.id, slot.gpus));
     }
     plan
 }
@@ -355,42 +272,6 @@ fn expected_end(job: &Job, now: i64) -> Option<i64> {
         // Suspended: frozen until someone resumes it.
         _ => None,
     }
-}
-
-/// Finds the earliest time at which `job` fits, releasing running jobs (and
-/// jobs started earlier in this pass) in order of their expected ends.
-fn reserve(
-    job: &Job,
-    free: &Free,
-    ends: &[(i64, &Job)],
-    started: &[(Option<i64>, Job)],
-    node: &Node,
-    types: &Types,
-) -> Option<Reservation> {
-    let mut timeline: Vec<(i64, &Job)> = ends.to_vec();
-    timeline.extend(started.iter().filter_map(|(e, j)| e.map(|e| (e, j))));
-    timeline.sort_by_key(|(t, j)| (*t, j.id));
-    let mut at_time = free.clone();
-    for (t, ending) in timeline {
-        at_time.give(ending, types);
-        if !at_time.fits(job, types) {
-            continue;
-        }
-        if let Some(gpus) = placement::place(&job.gpus, &at_time.gpus, node.gpus) {
-            let mut spare = at_time.clone();
-            spare.take(job, &gpus, types);
-            return Some(Reservation {
-                at: Some(t),
-                gpus: gpus.into_iter().collect(),
-                spare,
-            });
-        }
-    }
-    Some(Reservation {
-        at: None,
-        gpus: BTreeSet::new(),
-        spare: free.clone(),
-    })
 }
 
 #[cfg(test)]
@@ -507,6 +388,40 @@ mod tests {
         assert_eq!(p.reasons[&3], Reason::Resources);
         assert_eq!(p.reasons[&4], Reason::Priority);
         assert_eq!(p.backfilled, vec![5]);
+    }
+
+    #[test]
+    fn no_backfill_delays_any_of_the_reservations() {
+        let g = gpus(4);
+        // GPUs 0,1 busy until 1000, GPU 2 until 100; GPU 3 is free.
+        let r1 = running(1, &[0, 1], 0, Some(1000));
+        let r2 = running(2, &[2], 0, Some(100));
+        let all = job(3, 4, Some(100)); // can only start at 1000
+        let two = job(4, 2, Some(100)); // fits at 100, on 2 and 3
+        let long = job(5, 1, Some(400)); // on 3 until 410: would delay `two`
+        let short = job(6, 1, Some(50)); // on 3 until 60: delays nobody
+        let pending = [(&all, 40), (&two, 30), (&long, 20), (&short, 10)];
+        let p = plan_without_limits(&pending, &[&r1, &r2], &node(&g), 10);
+        assert_eq!(p.starts, vec![(6, vec![3])]);
+        assert_eq!(p.expected_starts[&3], 1000);
+        assert_eq!(p.expected_starts[&4], 100);
+        assert_eq!(p.reasons[&4], Reason::Resources);
+        assert_eq!(p.reasons[&5], Reason::Priority);
+        assert_eq!(p.expected_starts[&5], 200, "after `two`, on GPU 3");
+
+        // Without reservations whatever fits starts, big jobs or not.
+        let config =
+            crate::config::Config::parse("backfill_depth = 0\n", std::path::Path::new("x.toml"))
+                .unwrap();
+        let p = plan(
+            &pending,
+            &[&r1, &r2],
+            &node(&g),
+            &limits::Policy::new(&config),
+            10,
+        );
+        assert_eq!(p.starts, vec![(5, vec![3])]);
+        assert!(p.expected_starts.is_empty());
     }
 
     #[test]

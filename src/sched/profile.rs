@@ -1,0 +1,278 @@
+//! What will be free when: the node's resources as a timeline built from
+//! running jobs' expected ends, from which every start and reservation of a
+//! pass is taken. A job may start now only where it fits from now to its
+//! end, so no start can delay a reservation made before it (conservative
+//! backfill over the first reservations of the queue).
+
+use crate::gpu::Gpu;
+use crate::job::Job;
+
+use super::placement::{self, GpuSet};
+
+/// GPU types numbered once per pass.
+pub struct Types<'a> {
+    pub names: Vec<&'a str>,
+    /// Type id of each GPU, by index.
+    pub of_gpu: Vec<usize>,
+}
+
+impl<'a> Types<'a> {
+    pub fn new(gpus: &'a [Gpu]) -> Types<'a> {
+        let mut names: Vec<&str> = Vec::new();
+        let of_gpu = gpus
+            .iter()
+            .map(|g| match names.iter().position(|n| *n == g.gpu_type) {
+                Some(i) => i,
+                None => {
+                    names.push(&g.gpu_type);
+                    names.len() - 1
+                }
+            })
+            .collect();
+        Types { names, of_gpu }
+    }
+}
+
+/// Resources free over one stretch of time.
+#[derive(Clone, Debug)]
+pub struct Free {
+    pub gpus: GpuSet,
+    pub cpus: u32,
+    pub mem_mb: u64,
+    /// Free GPUs of each type (by `Types` id): a job needing more than any
+    /// type has free is turned down without looking at single GPUs, which
+    /// keeps a pass over a long blocked queue linear.
+    per_type: Vec<u32>,
+}
+
+impl Free {
+    pub fn new(gpus: &[Gpu], cpus: u32, mem_mb: u64, types: &Types) -> Free {
+        let mut per_type = vec![0; types.names.len()];
+        for &t in &types.of_gpu {
+            per_type[t] += 1;
+        }
+        Free {
+            gpus: gpus.iter().map(|g| g.index).collect(),
+            cpus,
+            mem_mb,
+            per_type,
+        }
+    }
+
+    /// Enough CPUs, memory and GPUs (of one type) for `job`, wherever they are.
+    pub fn fits(&self, job: &Job, types: &Types) -> bool {
+        let count = job.gpus.count;
+        let gpus_ok = count == 0
+            || match &job.gpus.gpu_type {
+                Some(t) => types
+                    .names
+                    .iter()
+                    .position(|n| n == t)
+                    .is_some_and(|i| self.per_type[i] >= count),
+                None => self.per_type.iter().any(|&n| n >= count),
+            };
+        gpus_ok && job.cpus <= self.cpus && job.mem_mb.unwrap_or(0) <= self.mem_mb
+    }
+
+    pub fn take(&mut self, job: &Job, gpus: &[u32], types: &Types) {
+        for &g in gpus {
+            if self.gpus.remove(g) {
+                self.per_type[types.of_gpu[g as usize]] -= 1;
+            }
+        }
+        self.cpus = self.cpus.saturating_sub(job.cpus);
+        self.mem_mb = self.mem_mb.saturating_sub(job.mem_mb.unwrap_or(0));
+    }
+
+    pub fn give(&mut self, job: &Job, types: &Types) {
+        for &g in &job.gpus_alloc {
+            if self.gpus.insert(g) {
+                self.per_type[types.of_gpu[g as usize]] += 1;
+            }
+        }
+        self.cpus += job.cpus;
+        self.mem_mb += job.mem_mb.unwrap_or(0);
+    }
+}
+
+/// Where a job can run from a point of the timeline on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Slot {
+    pub at: i64,
+    pub gpus: Vec<u32>,
+    /// Index of the point it starts at (0: now).
+    point: usize,
+}
+
+#[derive(Clone, Debug)]
+struct Point {
+    at: i64,
+    free: Free,
+}
+
+/// The timeline: `points[0]` is now; each point holds what is free from its
+/// time until the next point's.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    points: Vec<Point>,
+}
+
+impl Profile {
+    /// From what is free now and when running jobs end (`ends` sorted by time).
+    pub fn new(now: i64, free: Free, ends: &[(i64, &Job)], types: &Types) -> Profile {
+        let mut points = vec![Point { at: now, free }];
+        for &(t, job) in ends {
+            let last = points.last_mut().expect("one point at least");
+            if t <= last.at {
+                last.free.give(job, types);
+            } else {
+                let mut free = last.free.clone();
+                free.give(job, types);
+                points.push(Point { at: t, free });
+            }
+        }
+        Profile { points }
+    }
+
+    pub fn now(&self) -> &Free {
+        &self.points[0].free
+    }
+
+    /// The earliest point, among the first `max_points`, from which `job`
+    /// fits for `duration` seconds (`None`: for ever), with its GPUs.
+    pub fn earliest(
+        &self,
+        job: &Job,
+        duration: Option<u64>,
+        max_points: usize,
+        inventory: &[Gpu],
+        types: &Types,
+    ) -> Option<Slot> {
+        let last = self.points.len().min(max_points);
+        let mut i = 0;
+        while i < last {
+            let start = &self.points[i];
+            if !start.free.fits(job, types) {
+                i += 1;
+                continue;
+            }
+            let end = duration.map(|d| start.at.saturating_add(d as i64));
+            let mut gpus = start.free.gpus.clone();
+            // The first later point where too little is free: every start
+            // up to it would span it too, so the next to try is after it.
+            let mut short_at = None;
+            for (j, later) in self.points.iter().enumerate().skip(i + 1) {
+                if end.is_some_and(|e| later.at >= e) {
+                    break;
+                }
+                if !later.free.fits(job, types) {
+                    short_at = Some(j);
+                    break;
+                }
+                gpus.intersect_with(&later.free.gpus);
+            }
+            if let Some(j) = short_at {
+                i = j + 1;
+                continue;
+            }
+            if let Some(gpus) = placement::place(&job.gpus, &gpus, inventory) {
+                return Some(Slot {
+                    at: start.at,
+                    gpus,
+                    point: i,
+                });
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// Takes `job`'s resources on `slot.gpus` from the slot's start for
+    /// `duration` seconds (`None`: for ever).
+    pub fn take(&mut self, job: &Job, slot: &Slot, duration: Option<u64>, types: &Types) {
+        let end = duration.map(|d| slot.at.saturating_add(d as i64));
+        if let Some(end) = end {
+            // A point where the job's resources come back.
+            let at_or_after = self.points.partition_point(|p| p.at < end);
+            if self.points.get(at_or_after).is_none_or(|p| p.at != end) {
+                let free = self.points[at_or_after - 1].free.clone();
+                self.points.insert(at_or_after, Point { at: end, free });
+            }
+        }
+        for point in self.points[slot.point..]
+            .iter_mut()
+            .take_while(|p| end.is_none_or(|e| p.at < e))
+        {
+            point.free.take(job, &slot.gpus, types);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::{GpuRequest, JobState};
+
+    fn gpus(n: u32) -> Vec<Gpu> {
+        (0..n)
+            .map(|i| Gpu {
+                index: i,
+                gpu_type: "a100".into(),
+                memory_mb: 1,
+                device: None,
+            })
+            .collect()
+    }
+
+    fn job(id: u64, count: u32, alloc: &[u32]) -> Job {
+        Job {
+            gpus: GpuRequest {
+                count,
+                gpu_type: None,
+            },
+            gpus_alloc: alloc.to_vec(),
+            cpus: 1,
+            mem_mb: None,
+            state: JobState::Running,
+            ..crate::job::example_job(id)
+        }
+    }
+
+    #[test]
+    fn a_reservation_blocks_only_the_time_it_covers() {
+        let g = gpus(2);
+        let types = Types::new(&g);
+        let mut free = Free::new(&g, 8, 1024, &types);
+        let running = job(1, 1, &[0]);
+        free.take(&running, &[0], &types);
+        let mut profile = Profile::new(0, free, &[(100, &running)], &types);
+        // A 2-GPU job can start when job 1 ends, at 100; reserve it for 50 s.
+        let big = job(2, 2, &[]);
+        let slot = profile
+            .earliest(&big, Some(50), usize::MAX, &g, &types)
+            .unwrap();
+        assert_eq!((slot.at, slot.gpus.clone()), (100, vec![0, 1]));
+        profile.take(&big, &slot, Some(50), &types);
+        let one = job(3, 1, &[]);
+        // Ends before 100: starts now on GPU 1.
+        let now = profile
+            .earliest(&one, Some(100), usize::MAX, &g, &types)
+            .unwrap();
+        assert_eq!((now.at, now.gpus), (0, vec![1]));
+        // Would run into the reservation: only after it, at 150.
+        let later = profile
+            .earliest(&one, Some(101), usize::MAX, &g, &types)
+            .unwrap();
+        assert_eq!(later.at, 150);
+        // Looking only at now: nothing.
+        assert_eq!(profile.earliest(&one, Some(101), 1, &g, &types), None);
+        // Without an end it never fits before the reservation ends.
+        assert_eq!(
+            profile
+                .earliest(&one, None, usize::MAX, &g, &types)
+                .unwrap()
+                .at,
+            150
+        );
+    }
+}
