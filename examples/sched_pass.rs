@@ -36,6 +36,7 @@ fn main() {
             gpu_type: "a100".into(),
             memory_mb: 81_920,
             device: None,
+            ..Gpu::default()
         })
         .collect();
     let template = |id: u64, count: u32| Job {
@@ -51,6 +52,7 @@ fn main() {
         gpus: GpuRequest {
             count,
             gpu_type: None,
+            ..GpuRequest::default()
         },
         cpus: 1,
         mem_mb: None,

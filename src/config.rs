@@ -49,6 +49,13 @@ pub struct GpuDecl {
     pub memory_mb: u64,
     /// One device file per GPU, when given.
     pub devices: Vec<PathBuf>,
+    /// GPUs come in groups of this many consecutive ones that share an
+    /// NVLink or PCIe switch; `None`: the table is one group.
+    pub group_size: Option<u32>,
+    /// Names `--constraint` may ask for (`nvlink`, `sxm4`, ...).
+    pub features: Vec<String>,
+    /// Slots each GPU is shared in by `--gpus shard:N` jobs (0: not shared).
+    pub shards: u32,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -371,6 +378,9 @@ struct RawGpu {
     #[serde(deserialize_with = "de_memory_required")]
     memory: u64,
     devices: Option<Spanned<String>>,
+    group_size: Option<Spanned<u32>>,
+    features: Option<Spanned<Vec<String>>>,
+    shards: Option<Spanned<u32>>,
 }
 
 #[derive(Deserialize)]
@@ -531,11 +541,49 @@ impl RawConfig {
                     format!("count = {count} is not a plausible number of GPUs"),
                 ));
             }
+            let group_size = match &raw.group_size {
+                Some(g) if *g.get_ref() == 0 || *g.get_ref() > count => {
+                    return Err(fail(
+                        Some(g.span()),
+                        "group_size",
+                        format!("group_size = {} must be 1 to count ({count})", g.get_ref()),
+                    ))
+                }
+                Some(g) => Some(*g.get_ref()),
+                None => None,
+            };
+            let features = raw
+                .features
+                .as_ref()
+                .map(|f| f.get_ref().clone())
+                .unwrap_or_default();
+            if let Some(bad) = features.iter().find(|f| !valid_name(f)) {
+                return Err(fail(
+                    raw.features.as_ref().map(|f| f.span()),
+                    "features",
+                    format!("invalid feature name '{bad}' (letters, digits, '-', '_', '.')"),
+                ));
+            }
+            let shards = match &raw.shards {
+                Some(s) if !(2..=128).contains(s.get_ref()) => return Err(fail(
+                    Some(s.span()),
+                    "shards",
+                    format!(
+                        "shards = {} must be 2 to 128 (leave it out for GPUs that are not shared)",
+                        s.get_ref()
+                    ),
+                )),
+                Some(s) => *s.get_ref(),
+                None => 0,
+            };
             gpus.push(GpuDecl {
                 gpu_type,
                 count,
                 memory_mb: raw.memory,
                 devices,
+                group_size,
+                features,
+                shards,
             });
         }
 

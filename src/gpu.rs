@@ -9,13 +9,23 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Gpu {
     /// The scheduler's index, 0..n; what `SLURM_JOB_GPUS` shows.
     pub index: u32,
     pub gpu_type: String,
     pub memory_mb: u64,
     pub device: Option<PathBuf>,
+    /// GPUs with the same group share an NVLink or PCIe switch: a job's
+    /// GPUs are taken from one group where they fit.
+    #[serde(default)]
+    pub group: u32,
+    /// What `--constraint` can ask for.
+    #[serde(default)]
+    pub features: Vec<String>,
+    /// Slots for `--gpus shard:N` jobs (0: whole-GPU jobs only).
+    #[serde(default)]
+    pub shards: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,15 +82,21 @@ impl Inventory {
     /// Only the GPUs the config declares (what a client can know without NVML).
     pub fn declared(config: &Config) -> Inventory {
         let mut gpus = Vec::new();
+        let mut next_group = 0;
         for decl in &config.gpus {
-            for i in 0..decl.count as usize {
+            let size = decl.group_size.unwrap_or(decl.count);
+            for i in 0..decl.count {
                 gpus.push(Gpu {
                     index: gpus.len() as u32,
                     gpu_type: decl.gpu_type.clone(),
                     memory_mb: decl.memory_mb,
-                    device: decl.devices.get(i).cloned(),
+                    device: decl.devices.get(i as usize).cloned(),
+                    group: next_group + i / size,
+                    features: decl.features.clone(),
+                    shards: decl.shards,
                 });
             }
+            next_group += decl.count.div_ceil(size);
         }
         let source = if gpus.is_empty() {
             Source::None
@@ -100,6 +116,38 @@ impl Inventory {
             }
         }
         out
+    }
+
+    /// Each type with its memory, features and shards: `a100 x8 (80G,
+    /// nvlink), t4 x2 (16G, 4 shards)`, for messages about constraints.
+    pub fn describe_details(&self) -> String {
+        if self.gpus.is_empty() {
+            return "no GPUs".to_string();
+        }
+        let mut seen: Vec<(&Gpu, u32)> = Vec::new();
+        for gpu in &self.gpus {
+            let same = |g: &Gpu| {
+                g.gpu_type == gpu.gpu_type
+                    && g.memory_mb == gpu.memory_mb
+                    && g.features == gpu.features
+                    && g.shards == gpu.shards
+            };
+            match seen.iter_mut().find(|(g, _)| same(g)) {
+                Some((_, n)) => *n += 1,
+                None => seen.push((gpu, 1)),
+            }
+        }
+        seen.iter()
+            .map(|(g, n)| {
+                let mut details = vec![crate::units::format_memory_mb(g.memory_mb)];
+                details.extend(g.features.iter().cloned());
+                if g.shards > 0 {
+                    details.push(format!("{} shards", g.shards));
+                }
+                format!("{} x{n} ({})", g.gpu_type, details.join(", "))
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     pub fn describe(&self) -> String {
@@ -143,6 +191,47 @@ pub fn type_from_product_name(name: &str) -> String {
     }
 }
 
+/// Two GPUs that are close: on one NVLink, or behind one PCIe switch.
+#[derive(Clone, Copy, Debug)]
+struct Link {
+    a: u32,
+    b: u32,
+    nvlink: bool,
+}
+
+/// Numbers the connected groups of `count` GPUs joined by `links`, in
+/// order of each group's first GPU: 0, 0, 1, 1 for two linked pairs.
+fn connected_groups(count: u32, links: &[Link]) -> Vec<u32> {
+    let mut parent: Vec<u32> = (0..count).collect();
+    fn root(parent: &mut [u32], mut i: u32) -> u32 {
+        while parent[i as usize] != i {
+            parent[i as usize] = parent[parent[i as usize] as usize];
+            i = parent[i as usize];
+        }
+        i
+    }
+    for link in links.iter().filter(|l| l.a < count && l.b < count) {
+        let (ra, rb) = (root(&mut parent, link.a), root(&mut parent, link.b));
+        if ra != rb {
+            parent[ra.max(rb) as usize] = ra.min(rb);
+        }
+    }
+    let mut numbers: Vec<(u32, u32)> = Vec::new();
+    (0..count)
+        .map(|i| {
+            let r = root(&mut parent, i);
+            match numbers.iter().find(|(root, _)| *root == r) {
+                Some((_, n)) => *n,
+                None => {
+                    let n = numbers.len() as u32;
+                    numbers.push((r, n));
+                    n
+                }
+            }
+        })
+        .collect()
+}
+
 mod nvml {
     use super::{type_from_product_name, Gpu};
     use std::path::PathBuf;
@@ -163,9 +252,79 @@ mod nvml {
                 gpu_type: type_from_product_name(&name),
                 memory_mb: memory.total / (1 << 20),
                 device: minor.map(|m| PathBuf::from(format!("/dev/nvidia{m}"))),
+                group: i,
+                features: Vec::new(),
+                shards: 0,
             });
         }
+        let links = topology_links(&nvml, count);
+        for (gpu, group) in gpus.iter_mut().zip(super::connected_groups(count, &links)) {
+            gpu.group = group;
+            if links
+                .iter()
+                .any(|l| l.nvlink && (l.a == gpu.index || l.b == gpu.index))
+            {
+                gpu.features.push("nvlink".to_string());
+            }
+        }
         Ok(gpus)
+    }
+
+    /// Pairs of GPUs joined by an active NVLink or behind the same PCIe
+    /// switch (no host bridge between them). A query the driver does not
+    /// answer links nothing: placement then has no preference, never a
+    /// wrong one.
+    fn topology_links(nvml: &nvml_wrapper::Nvml, count: u32) -> Vec<super::Link> {
+        use nvml_wrapper::enum_wrappers::device::TopologyLevel;
+        // NVML_NVLINK_MAX_LINKS in current drivers.
+        const MAX_NVLINKS: u32 = 18;
+        let bus_ids: Vec<Option<String>> = (0..count)
+            .map(|i| {
+                nvml.device_by_index(i)
+                    .and_then(|d| d.pci_info())
+                    .map(|p| p.bus_id.to_ascii_lowercase())
+                    .ok()
+            })
+            .collect();
+        let mut links = Vec::new();
+        for a in 0..count {
+            let Ok(device) = nvml.device_by_index(a) else {
+                continue;
+            };
+            for l in 0..MAX_NVLINKS {
+                let link = device.link_wrapper_for(l);
+                if !link.is_active().unwrap_or(false) {
+                    continue;
+                }
+                let Ok(remote) = link.remote_pci_info() else {
+                    continue;
+                };
+                let remote = remote.bus_id.to_ascii_lowercase();
+                if let Some(b) = bus_ids.iter().position(|id| id.as_deref() == Some(&remote)) {
+                    links.push(super::Link {
+                        a,
+                        b: b as u32,
+                        nvlink: true,
+                    });
+                }
+            }
+            for b in a + 1..count {
+                let Ok(other) = nvml.device_by_index(b) else {
+                    continue;
+                };
+                if matches!(
+                    device.topology_common_ancestor(other),
+                    Ok(TopologyLevel::Internal | TopologyLevel::Single | TopologyLevel::Multiple)
+                ) {
+                    links.push(super::Link {
+                        a,
+                        b,
+                        nvlink: false,
+                    });
+                }
+            }
+        }
+        links
     }
 }
 
@@ -183,6 +342,48 @@ mod tests {
         assert_eq!(type_from_product_name("Tesla V100-PCIE-32GB"), "v100");
         assert_eq!(type_from_product_name("NVIDIA L40S"), "l40s");
         assert_eq!(type_from_product_name(""), "gpu");
+    }
+
+    #[test]
+    fn linked_gpus_form_groups() {
+        let link = |a, b| Link { a, b, nvlink: true };
+        assert_eq!(
+            connected_groups(6, &[link(0, 1), link(3, 2), link(4, 5), link(5, 3)]),
+            vec![0, 0, 1, 1, 1, 1]
+        );
+        assert_eq!(connected_groups(3, &[]), vec![0, 1, 2]);
+        assert_eq!(
+            connected_groups(2, &[link(0, 7)]),
+            vec![0, 1],
+            "unknown GPUs"
+        );
+    }
+
+    #[test]
+    fn declared_gpus_get_groups_features_and_shards() {
+        let c = Config::parse(
+            "[[gpus]]\ntype = \"a100\"\ncount = 8\nmemory = \"80G\"\ngroup_size = 4\nfeatures = [\"nvlink\"]\n\
+             [[gpus]]\ntype = \"t4\"\ncount = 2\nmemory = \"16G\"\nshards = 4\n",
+            Path::new("x.toml"),
+        )
+        .unwrap();
+        let inv = Inventory::declared(&c);
+        let groups: Vec<u32> = inv.gpus.iter().map(|g| g.group).collect();
+        assert_eq!(groups, vec![0, 0, 0, 0, 1, 1, 1, 1, 2, 2]);
+        assert_eq!(inv.gpus[0].features, vec!["nvlink".to_string()]);
+        assert_eq!((inv.gpus[7].shards, inv.gpus[8].shards), (0, 4));
+        for (bad, key) in [
+            ("group_size = 0", "group_size"),
+            ("group_size = 3", "group_size"),
+            ("shards = 1", "shards"),
+            ("features = [\"a b\"]", "features"),
+        ] {
+            let text = format!("[[gpus]]\ntype = \"t4\"\ncount = 2\nmemory = \"16G\"\n{bad}\n");
+            let e = Config::parse(&text, Path::new("x.toml"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key) && e.contains("line"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -146,18 +146,103 @@ impl Hold {
 }
 
 /// GPUs a job asks for: a count, and optionally one type.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct GpuRequest {
     pub count: u32,
     pub gpu_type: Option<String>,
+    /// `--gpus shard:N`: `count` slots of one shareable GPU (Slurm's
+    /// `shard`), not `count` whole GPUs.
+    #[serde(default)]
+    pub shard: bool,
+    /// `--constraint`: what each of its GPUs must have.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub constraint: Option<GpuConstraint>,
+}
+
+impl GpuRequest {
+    /// Whole GPUs the job keeps from other jobs: a shard job keeps the one
+    /// card it shares from whole-GPU jobs.
+    pub fn gpus_held(&self) -> u32 {
+        if self.shard {
+            u32::from(self.count > 0)
+        } else {
+            self.count
+        }
+    }
+
+    /// Whether a GPU of `gpu`'s kind can serve this request.
+    pub fn accepts(&self, gpu: &crate::gpu::Gpu) -> bool {
+        self.gpu_type.as_ref().is_none_or(|t| *t == gpu.gpu_type)
+            && (!self.shard || gpu.shards > 0)
+            && self.constraint.as_ref().is_none_or(|c| c.accepts(gpu))
+    }
 }
 
 impl fmt::Display for GpuRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = if self.shard { "shard" } else { "gpu" };
         match &self.gpu_type {
-            Some(t) => write!(f, "gpu:{t}:{}", self.count),
-            None => write!(f, "gpu:{}", self.count),
+            Some(t) => write!(f, "{kind}:{t}:{}", self.count),
+            None => write!(f, "{kind}:{}", self.count),
         }
+    }
+}
+
+/// `--constraint` on GPUs: features every GPU must have (`nvlink`, names
+/// from the config's `features`) and a least memory (`gpumem>=40G`),
+/// joined by `&`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct GpuConstraint {
+    pub features: Vec<String>,
+    pub min_memory_mb: Option<u64>,
+}
+
+impl GpuConstraint {
+    pub fn parse(text: &str) -> Result<GpuConstraint, String> {
+        let mut c = GpuConstraint::default();
+        for term in text.split('&').map(str::trim) {
+            if term.is_empty() {
+                return Err(format!(
+                    "--constraint '{text}': an empty term (write FEATURE&gpumem>=SIZE)"
+                ));
+            }
+            if let Some(size) = term.strip_prefix("gpumem>=") {
+                let mb = crate::units::parse_memory_mb(size)
+                    .map_err(|e| format!("--constraint '{text}': gpumem: {e}"))?;
+                c.min_memory_mb = Some(c.min_memory_mb.map_or(mb, |m| m.max(mb)));
+            } else if term.contains(['|', '=', '<', '>', '[', ']', '*', '(', ')']) {
+                return Err(format!(
+                    "--constraint '{text}': '{term}' is not understood; ysched takes features joined by '&' and gpumem>=SIZE"
+                ));
+            } else if term
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+            {
+                if !c.features.iter().any(|f| f == term) {
+                    c.features.push(term.to_string());
+                }
+            } else {
+                return Err(format!(
+                    "--constraint '{text}': '{term}' is not a feature name"
+                ));
+            }
+        }
+        Ok(c)
+    }
+
+    pub fn accepts(&self, gpu: &crate::gpu::Gpu) -> bool {
+        self.min_memory_mb.is_none_or(|m| gpu.memory_mb >= m)
+            && self.features.iter().all(|f| gpu.features.contains(f))
+    }
+}
+
+impl fmt::Display for GpuConstraint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut terms: Vec<String> = self.features.clone();
+        if let Some(mb) = self.min_memory_mb {
+            terms.push(format!("gpumem>={}", crate::units::format_memory_mb(mb)));
+        }
+        f.write_str(&terms.join("&"))
     }
 }
 
@@ -393,6 +478,7 @@ pub(crate) fn example_job(id: JobId) -> Job {
         gpus: GpuRequest {
             count: 2,
             gpu_type: Some("a100".into()),
+            ..GpuRequest::default()
         },
         cpus: 4,
         mem_mb: Some(8192),

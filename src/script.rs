@@ -68,6 +68,9 @@ pub struct SubmitOptions {
     /// Memory for the job: a size with unit K, M, G, T (default unit M)
     #[arg(long, value_name = "SIZE")]
     pub mem: Option<String>,
+    /// What each GPU must have: features joined by '&' and gpumem>=SIZE (e.g. nvlink&gpumem>=40G)
+    #[arg(short = 'C', long, value_name = "LIST")]
+    pub constraint: Option<String>,
     /// Memory per GPU asked for (instead of --mem)
     #[arg(long = "mem-per-gpu", value_name = "SIZE")]
     pub mem_per_gpu: Option<String>,
@@ -154,6 +157,7 @@ pub struct Partial {
     pub account: Option<String>,
     pub qos: Option<String>,
     pub gpus: Option<GpuRequest>,
+    pub constraint: Option<crate::job::GpuConstraint>,
     pub time_limit: Option<Option<u64>>,
     pub cpus: Option<u32>,
     pub mem: Option<Memory>,
@@ -294,6 +298,11 @@ impl Partial {
             account: o.account,
             qos: o.qos,
             gpus: gpu_specs.into_iter().next().map(|(_, r)| r),
+            constraint: o
+                .constraint
+                .as_deref()
+                .map(crate::job::GpuConstraint::parse)
+                .transpose()?,
             time_limit,
             cpus,
             mem,
@@ -323,6 +332,7 @@ impl Partial {
             account: later.account.or(self.account),
             qos: later.qos.or(self.qos),
             gpus: later.gpus.or(self.gpus),
+            constraint: later.constraint.or(self.constraint),
             time_limit: later.time_limit.or(self.time_limit),
             cpus: later.cpus.or(self.cpus),
             mem: later.mem.or(self.mem),
@@ -377,17 +387,30 @@ fn check_gpu_type(t: &str, spec: &str) -> Result<String, String> {
     Ok(t.to_string())
 }
 
-/// `--gpus` / `-G`: `N` or `TYPE:N`.
+/// `--gpus` / `-G`: `N`, `TYPE:N`, or `shard:N` / `shard:TYPE:N` for
+/// slots of one shared GPU.
 pub fn parse_gpus(spec: &str) -> Result<GpuRequest, String> {
     let spec = spec.trim();
+    if let Some(rest) = spec.strip_prefix("shard:") {
+        let mut request = parse_gpus(rest)?;
+        if request.count == 0 {
+            return Err(format!(
+                "--gpus {spec}: a shard request needs at least 1 shard"
+            ));
+        }
+        request.shard = true;
+        return Ok(request);
+    }
     match spec.rsplit_once(':') {
         Some((t, n)) => Ok(GpuRequest {
             count: parse_count(n, "--gpus", 0, MAX_GPUS_PER_JOB)?,
             gpu_type: Some(check_gpu_type(t, spec)?),
+            ..GpuRequest::default()
         }),
         None => Ok(GpuRequest {
             count: parse_count(spec, "--gpus", 0, MAX_GPUS_PER_JOB)?,
             gpu_type: None,
+            ..GpuRequest::default()
         }),
     }
 }
@@ -396,9 +419,17 @@ pub fn parse_gpus(spec: &str) -> Result<GpuRequest, String> {
 pub fn parse_gres(spec: &str) -> Result<GpuRequest, String> {
     let spec = spec.trim();
     let parts: Vec<&str> = spec.split(':').collect();
+    if parts[0] == "shard" {
+        return match parts.as_slice() {
+            [_] => parse_gpus("shard:1"),
+            [_, rest @ ..] => parse_gpus(&format!("shard:{}", rest.join(":")))
+                .map_err(|e| e.replace("--gpus", "--gres")),
+            [] => unreachable!("split yields one part at least"),
+        };
+    }
     if parts[0] != "gpu" {
         return Err(format!(
-            "--gres={spec}: only the 'gpu' resource is known (e.g. --gres=gpu:2 or --gres=gpu:a100:2)"
+            "--gres={spec}: only the 'gpu' and 'shard' resources are known (e.g. --gres=gpu:2, --gres=gpu:a100:2 or --gres=shard:1)"
         ));
     }
     let is_number = |s: &str| {
@@ -411,18 +442,22 @@ pub fn parse_gres(spec: &str) -> Result<GpuRequest, String> {
         [_] => Ok(GpuRequest {
             count: 1,
             gpu_type: None,
+            ..GpuRequest::default()
         }),
         [_, n] if is_number(n) => Ok(GpuRequest {
             count: parse_count(n, "--gres", 0, MAX_GPUS_PER_JOB)?,
             gpu_type: None,
+            ..GpuRequest::default()
         }),
         [_, t] => Ok(GpuRequest {
             count: 1,
             gpu_type: Some(check_gpu_type(t, spec)?),
+            ..GpuRequest::default()
         }),
         [_, t, n] => Ok(GpuRequest {
             count: parse_count(n, "--gres", 0, MAX_GPUS_PER_JOB)?,
             gpu_type: Some(check_gpu_type(t, spec)?),
+            ..GpuRequest::default()
         }),
         _ => Err(format!("--gres={spec}: expected gpu[:TYPE][:N]")),
     }
@@ -536,7 +571,15 @@ pub fn resolve(
         .map_err(|e| opt_err(format!("--begin: {e}")))?;
     let environment =
         export_environment(partial.export.as_deref(), ctx.environment).map_err(opt_err)?;
-    let gpus = partial.gpus.unwrap_or_default();
+    let mut gpus = partial.gpus.unwrap_or_default();
+    if let Some(constraint) = partial.constraint {
+        if gpus.count == 0 {
+            return Err(opt_err(format!(
+                "--constraint={constraint} applies to GPUs, and the job asks for none (--gpus or --gres)"
+            )));
+        }
+        gpus.constraint = Some(constraint);
+    }
     let mem_mb = match partial.mem {
         Some(Memory::Total(mb)) => Some(mb),
         Some(Memory::PerGpu(_)) if gpus.count == 0 => {
@@ -544,7 +587,7 @@ pub fn resolve(
                 "--mem-per-gpu needs GPUs (--gpus or --gres)".to_string(),
             ))
         }
-        Some(Memory::PerGpu(mb)) => Some(mb * u64::from(gpus.count)),
+        Some(Memory::PerGpu(mb)) => Some(mb * u64::from(gpus.gpus_held())),
         None => None,
     };
     Ok(JobRequest {
@@ -666,7 +709,8 @@ mod tests {
             p.gpus,
             Some(GpuRequest {
                 count: 2,
-                gpu_type: Some("a100".into())
+                gpu_type: Some("a100".into()),
+                ..GpuRequest::default()
             })
         );
         assert_eq!(
@@ -692,6 +736,7 @@ mod tests {
             gpus: Some(GpuRequest {
                 count: 3,
                 gpu_type: None,
+                ..GpuRequest::default()
             }),
             ..Partial::default()
         };

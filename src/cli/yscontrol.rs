@@ -210,6 +210,9 @@ fn show_job(view: &JobView, now: i64) -> String {
     if let Some(dependency) = &job.dependency {
         out.push(format!("   Dependency={dependency}"));
     }
+    if let Some(constraint) = &job.gpus.constraint {
+        out.push(format!("   Features={constraint}"));
+    }
     if let Some(cgroup) = &job.cgroup {
         let mut usage = String::new();
         if let Some(rss) = job.max_rss_bytes {

@@ -93,6 +93,7 @@ impl Daemon {
             limits: self.isolation.limits(&job),
             gpus_confined: self.isolation.detected.confines_devices(),
             array: job.array.clone(),
+            shards: job.gpus.shard.then_some(job.gpus.count),
         };
         let supervisor = self
             .launcher

@@ -113,4 +113,9 @@ CREATE INDEX jobs_array ON jobs(array_job_id) WHERE array_job_id IS NOT NULL;
     r#"
 ALTER TABLE jobs ADD COLUMN approved_by TEXT;
 "#,
+    // 8: GPU shards (`--gpus shard:N`) and `--constraint` on GPUs.
+    r#"
+ALTER TABLE jobs ADD COLUMN gpu_shard INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN gpu_constraint TEXT;
+"#,
 ];

@@ -127,7 +127,7 @@ const JOB_COLUMNS: &str = "id, uid, gid, user, account, qos, name, state, hold, 
      mem_mb, time_limit, submit_time, begin_time, start_time, end_time, gpus_alloc, node, exit_code, \
      exit_signal, restart_count, reason, kill_reason, work_dir, submit_dir, std_out, std_err, \
      open_append, comment, max_rss_bytes, cpu_usec, cgroup, suspended_secs, suspended_at, nice, billing, dependency, \
-     array_job_id, array_task_id, array_spec, approved_by";
+     array_job_id, array_task_id, array_spec, approved_by, gpu_shard, gpu_constraint";
 
 fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     let invalid = |i: usize, what: String| {
@@ -157,6 +157,13 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         }),
         (None, _) => None,
     };
+    let constraint = match row.get::<_, Option<String>>(44)? {
+        Some(c) => Some(
+            crate::job::GpuConstraint::parse(&c)
+                .map_err(|e| invalid(44, format!("GPU constraint: {e}")))?,
+        ),
+        None => None,
+    };
     let kill_reason: Option<String> = row.get(24)?;
     let kill_reason = match kill_reason {
         Some(k) => {
@@ -177,6 +184,8 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         gpus: GpuRequest {
             count: row.get(9)?,
             gpu_type: row.get(10)?,
+            shard: row.get(43)?,
+            constraint,
         },
         cpus: row.get(11)?,
         mem_mb: row.get::<_, Option<i64>>(12)?.map(|m| m as u64),
@@ -241,9 +250,9 @@ pub fn insert_job(conn: &Connection, job: &Job, payload: &Payload) -> Result<Job
     conn.prepare_cached(
         "INSERT INTO jobs (uid, gid, user, account, qos, name, state, hold, gpu_count, gpu_type, cpus, mem_mb, \
          time_limit, submit_time, begin_time, work_dir, submit_dir, std_out, std_err, open_append, comment, nice, dependency, \
-         array_job_id, array_task_id, array_spec) \
+         array_job_id, array_task_id, array_spec, gpu_shard, gpu_constraint) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, \
-         ?24, ?25, ?26)",
+         ?24, ?25, ?26, ?27, ?28)",
     )?
     .execute(params![
         job.uid,
@@ -272,6 +281,8 @@ pub fn insert_job(conn: &Connection, job: &Job, payload: &Payload) -> Result<Job
         job.array.as_ref().map(|a| a.job_id as i64),
         job.array.as_ref().map(|a| a.task_id),
         job.array.as_ref().map(|a| a.spec.as_str()),
+        job.gpus.shard,
+        job.gpus.constraint.as_ref().map(|c| c.to_string()),
     ])?;
     let id = conn.last_insert_rowid() as JobId;
     if job.array.as_ref().is_some_and(|a| a.job_id == 0) {

@@ -96,6 +96,11 @@ pub fn job_environment(spec: &LaunchSpec) -> Vec<(String, String)> {
     if let Some(mem) = spec.mem_mb {
         set("SLURM_MEM_PER_NODE", mem.to_string());
     }
+    if let Some(shards) = spec.shards {
+        // Its part of a card it shares with other jobs (Slurm's shard GRES).
+        set("SLURM_SHARDS_ON_NODE", shards.to_string());
+        set("YS_SHARDS", shards.to_string());
+    }
     // Confined to its GPUs by its cgroup, a job sees them numbered from 0,
     // as under Slurm; otherwise it is told its GPUs' global indices. Either
     // way CUDA is asked to number GPUs as NVML does, and a job without GPUs
@@ -154,6 +159,7 @@ mod tests {
             limits: Default::default(),
             gpus_confined: false,
             array: None,
+            shards: None,
         }
     }
 

@@ -62,6 +62,9 @@ pub struct LaunchSpec {
     /// Set for a task of a job array.
     #[serde(default)]
     pub array: Option<crate::job::ArrayTask>,
+    /// Shard slots of its one GPU, for a `--gpus shard:N` job.
+    #[serde(default)]
+    pub shards: Option<u32>,
 }
 
 /// What the supervisor records about itself, for re-adoption.

@@ -275,10 +275,13 @@ impl Field {
                     job.reason.clone().unwrap_or_else(|| "None".into())
                 }
             }
-            Field::Gpus => match &job.gpus.gpu_type {
-                Some(t) if job.gpus.count > 0 => format!("{t}:{}", job.gpus.count),
-                _ => job.gpus.count.to_string(),
-            },
+            Field::Gpus => {
+                let shard = if job.gpus.shard { "shard:" } else { "" };
+                match &job.gpus.gpu_type {
+                    Some(t) if job.gpus.count > 0 => format!("{shard}{t}:{}", job.gpus.count),
+                    _ => format!("{shard}{}", job.gpus.count),
+                }
+            }
             Field::TresPerNode => {
                 if job.gpus.count == 0 {
                     "N/A".into()
@@ -377,10 +380,11 @@ fn tres(view: &JobView) -> String {
     let job = &view.job;
     let mut parts = vec![format!("cpu={}", job.cpus)];
     if job.gpus.count > 0 {
+        let kind = if job.gpus.shard { "shard" } else { "gpu" };
         if let Some(t) = &job.gpus.gpu_type {
-            parts.push(format!("gres/gpu:{t}={}", job.gpus.count));
+            parts.push(format!("gres/{kind}:{t}={}", job.gpus.count));
         }
-        parts.push(format!("gres/gpu={}", job.gpus.count));
+        parts.push(format!("gres/{kind}={}", job.gpus.count));
     }
     if let Some(m) = job.mem_mb {
         parts.push(format!("mem={}", units::format_memory_mb(m)));

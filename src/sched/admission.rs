@@ -32,6 +32,25 @@ pub enum AdmissionError {
         available: u32,
         inventory: String,
     },
+    #[error("--constraint '{constraint}': {requested} GPUs requested but at most {available} of one type match (GPUs: {inventory})")]
+    Constraint {
+        constraint: String,
+        requested: u32,
+        available: u32,
+        inventory: String,
+    },
+    #[error("--gpus {request}: no GPU{of_type} is shared in shards here (GPUs: {inventory}); the config's [[gpus]] tables say which are, with shards = N")]
+    NoShards {
+        request: String,
+        of_type: String,
+        inventory: String,
+    },
+    #[error("--gpus {request}: a shard job runs on one GPU, and the matching GPUs have {available} shards each (GPUs: {inventory})")]
+    ShardCount {
+        request: String,
+        available: u32,
+        inventory: String,
+    },
     #[error("{requested} CPUs requested but this server offers {available}")]
     Cpus { requested: u32, available: u32 },
     #[error("{requested} of memory requested but this server offers {available}")]
@@ -130,7 +149,7 @@ pub fn admit(
         });
     }
     let mem_mb = request.mem_mb.or_else(|| {
-        let gpus = u64::from(request.gpus.count);
+        let gpus = u64::from(request.gpus.gpus_held());
         config
             .default_mem_per_gpu
             .filter(|_| gpus > 0)
@@ -169,7 +188,7 @@ pub fn admit(
         }
     }
     if let Some(why) =
-        super::limits::refuse_at_submit(&policy, &account, request.gpus.count, time_limit)
+        super::limits::refuse_at_submit(&policy, &account, request.gpus.gpus_held(), time_limit)
     {
         return Err(AdmissionError::AccountLimit(why));
     }
@@ -196,7 +215,7 @@ fn check_gpus(request: &JobRequest, inventory: &Inventory) -> Result<(), Admissi
                     available: describe(),
                 });
             };
-            if wanted.count > *n {
+            if wanted.count > *n && !wanted.shard {
                 return Err(AdmissionError::GpuCount {
                     requested: wanted.count,
                     of_type: format!(" of type {t}"),
@@ -205,7 +224,7 @@ fn check_gpus(request: &JobRequest, inventory: &Inventory) -> Result<(), Admissi
                 });
             }
         }
-        None => {
+        None if !wanted.shard => {
             // One job's GPUs are of one type, so the largest pool bounds it.
             let largest = counts.iter().map(|(_, n)| *n).max().unwrap_or(0);
             if wanted.count > largest {
@@ -216,6 +235,47 @@ fn check_gpus(request: &JobRequest, inventory: &Inventory) -> Result<(), Admissi
                     inventory: describe(),
                 });
             }
+        }
+        None => {}
+    }
+    let matching = inventory.gpus.iter().filter(|g| wanted.accepts(g));
+    if wanted.shard {
+        let most = matching.map(|g| g.shards).max();
+        let of_type = wanted
+            .gpu_type
+            .as_ref()
+            .map(|t| format!(" of type {t}"))
+            .unwrap_or_default();
+        return match most {
+            None => Err(AdmissionError::NoShards {
+                request: wanted.to_string(),
+                of_type,
+                inventory: inventory.describe_details(),
+            }),
+            Some(most) if wanted.count > most => Err(AdmissionError::ShardCount {
+                request: wanted.to_string(),
+                available: most,
+                inventory: inventory.describe_details(),
+            }),
+            Some(_) => Ok(()),
+        };
+    }
+    if let Some(constraint) = &wanted.constraint {
+        let mut per_type: Vec<(&str, u32)> = Vec::new();
+        for g in matching {
+            match per_type.iter_mut().find(|(t, _)| *t == g.gpu_type) {
+                Some((_, n)) => *n += 1,
+                None => per_type.push((&g.gpu_type, 1)),
+            }
+        }
+        let largest = per_type.iter().map(|(_, n)| *n).max().unwrap_or(0);
+        if wanted.count > largest {
+            return Err(AdmissionError::Constraint {
+                constraint: constraint.to_string(),
+                requested: wanted.count,
+                available: largest,
+                inventory: inventory.describe_details(),
+            });
         }
     }
     Ok(())
@@ -243,6 +303,7 @@ mod tests {
             gpus: GpuRequest {
                 count: 1,
                 gpu_type: None,
+                ..GpuRequest::default()
             },
             cpus: 1,
             mem_mb: None,
@@ -313,6 +374,7 @@ mod tests {
         r.gpus = GpuRequest {
             count: 5,
             gpu_type: None,
+            ..GpuRequest::default()
         };
         assert_eq!(
             check(&r, &cfg).unwrap_err().to_string(),
@@ -321,6 +383,7 @@ mod tests {
         r.gpus = GpuRequest {
             count: 3,
             gpu_type: Some("t4".into()),
+            ..GpuRequest::default()
         };
         assert!(check(&r, &cfg)
             .unwrap_err()

@@ -23,7 +23,7 @@ pub fn needed(
         let rule = &a.approval;
         if let Some(max) = rule.above_gpu_hours {
             let hours = match time_limit {
-                Some(limit) => f64::from(gpus.count) * limit as f64 / 3600.0,
+                Some(limit) => f64::from(gpus.gpus_held()) * limit as f64 / 3600.0,
                 None => f64::INFINITY,
             };
             if hours > max {
@@ -105,6 +105,7 @@ mod tests {
         GpuRequest {
             count,
             gpu_type: t.map(str::to_string),
+            ..GpuRequest::default()
         }
     }
 

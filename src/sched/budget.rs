@@ -88,7 +88,21 @@ pub fn worst_case(
             .fold(0.0, f64::max)
             .max(if inventory.is_empty() { 1.0 } else { 0.0 }),
     };
-    Some((seconds * f64::from(gpus.count) * weight * usage_factor).round() as i64)
+    // A shard job pays its slots' part of the card; on the least-shared
+    // card it could get, for the worst case.
+    let cards = if gpus.shard {
+        let slots = inventory
+            .iter()
+            .filter(|g| gpus.accepts(g))
+            .map(|g| g.shards)
+            .min()
+            .unwrap_or(1)
+            .max(1);
+        f64::from(gpus.count) / f64::from(slots)
+    } else {
+        f64::from(gpus.count)
+    };
+    Some((seconds * cards * weight * usage_factor).round() as i64)
 }
 
 /// An account's position in its budget, in billing-seconds.
@@ -208,6 +222,7 @@ mod tests {
         let req = |n, t: Option<&str>| GpuRequest {
             count: n,
             gpu_type: t.map(String::from),
+            ..GpuRequest::default()
         };
         assert_eq!(
             worst_case(&req(2, Some("t4")), Some(3_600), 1.0, &inv.gpus, &c),

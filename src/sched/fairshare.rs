@@ -450,10 +450,16 @@ pub fn charge(
         .gpus_alloc
         .iter()
         .map(|&g| {
-            gpus.get(g as usize)
-                .and_then(|gpu| config.billing.get(&gpu.gpu_type))
-                .copied()
-                .unwrap_or(1.0)
+            let Some(gpu) = gpus.get(g as usize) else {
+                return 1.0;
+            };
+            let weight = config.billing.get(&gpu.gpu_type).copied().unwrap_or(1.0);
+            // A shard job pays for its slots' part of the card.
+            if job.gpus.shard && gpu.shards > 0 {
+                weight * f64::from(job.gpus.count.min(gpu.shards)) / f64::from(gpu.shards)
+            } else {
+                weight
+            }
         })
         .sum();
     let factor = config.qos_named(&job.qos).map_or(1.0, |q| q.usage_factor);

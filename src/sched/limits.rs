@@ -183,9 +183,9 @@ impl State {
             }
             None => {
                 if let Some(t) = &job.gpus.gpu_type {
-                    wanted_by_type.insert(t, job.gpus.count);
+                    wanted_by_type.insert(t, job.gpus.gpus_held());
                 }
-                job.gpus.count
+                job.gpus.gpus_held()
             }
         };
         for account in &chain {
@@ -408,6 +408,7 @@ mod tests {
                 gpu_type: "a100".into(),
                 memory_mb: 1,
                 device: None,
+                ..Gpu::default()
             })
             .collect();
         let job = Job {

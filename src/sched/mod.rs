@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use crate::gpu::Gpu;
-use crate::job::{Hold, Job, JobId};
+use crate::job::{GpuRequest, Hold, Job, JobId};
 use profile::{Free, Profile, Types};
 
 /// Why a pending job waits, with Slurm's names.
@@ -133,7 +133,7 @@ pub fn plan(
     let use_reserve = |job: &Job, used: &mut [u32]| {
         for (i, (qos, _)) in reserves.iter().enumerate() {
             if job.qos == *qos {
-                used[i] += job.gpus_alloc.len().max(job.gpus.count as usize) as u32;
+                used[i] += (job.gpus_alloc.len() as u32).max(job.gpus.gpus_held());
             }
         }
     };
@@ -166,7 +166,7 @@ pub fn plan(
     // the timeline only fills up during a pass, so a job of that shape that
     // runs as long or longer does not fit either. This keeps a pass over a
     // long queue that cannot start linear.
-    let mut no_room: HashMap<(u32, Option<&str>, u32, u64), u64> = HashMap::new();
+    let mut no_room: HashMap<(&GpuRequest, u32, u64), u64> = HashMap::new();
 
     for (job, _) in ordered {
         match job.hold {
@@ -197,15 +197,10 @@ pub fn plan(
         }
         let duration = job.time_limit;
         let run = duration.unwrap_or(u64::MAX);
-        let shape = (
-            job.gpus.count,
-            job.gpus.gpu_type.as_deref(),
-            job.cpus,
-            job.mem_mb.unwrap_or(0),
-        );
+        let shape = (&job.gpus, job.cpus, job.mem_mb.unwrap_or(0));
         let fits_now = profile.now().fits(job, &types);
         let slot = if fits_now && no_room.get(&shape).is_none_or(|&shortest| run < shortest) {
-            profile.earliest(job, duration, 1, node.gpus, &types)
+            profile.earliest(job, duration, 1, &types)
         } else {
             None
         };
@@ -217,16 +212,13 @@ pub fn plan(
                     .or_insert(run);
             }
             // Free now, but taken by a reservation before it would end.
-            let reason = if fits_now
-                && placement::place(&job.gpus, &profile.now().gpus, node.gpus).is_some()
-            {
+            let reason = if fits_now && profile.now().place(job, &types).is_some() {
                 Reason::Priority
             } else {
                 Reason::Resources
             };
             if reservations < policy.backfill_depth {
-                if let Some(later) = profile.earliest(job, duration, usize::MAX, node.gpus, &types)
-                {
+                if let Some(later) = profile.earliest(job, duration, usize::MAX, &types) {
                     profile.take(job, &later, duration, &types);
                     plan.expected_starts.insert(job.id, later.at);
                     reservations += 1;
@@ -248,8 +240,8 @@ pub fn plan(
             .map(|((_, n), used)| n.saturating_sub(*used))
             .sum();
         if kept > 0
-            && job.gpus.count > 0
-            && (profile.now().gpus.len() as u32).saturating_sub(job.gpus.count) < kept
+            && job.gpus.gpus_held() > 0
+            && (profile.now().gpus.len() as u32).saturating_sub(job.gpus.gpus_held()) < kept
         {
             plan.reasons.insert(job.id, Reason::ReservedForQos);
             continue;
@@ -286,6 +278,7 @@ mod tests {
                 gpu_type: "a100".into(),
                 memory_mb: 1,
                 device: None,
+                ..Gpu::default()
             })
             .collect()
     }
@@ -295,6 +288,7 @@ mod tests {
             gpus: GpuRequest {
                 count,
                 gpu_type: None,
+                ..GpuRequest::default()
             },
             cpus: 1,
             mem_mb: None,

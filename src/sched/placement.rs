@@ -54,10 +54,15 @@ impl GpuSet {
 
     /// The GPUs in increasing order.
     pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
-        self.words.iter().enumerate().flat_map(|(i, &w)| {
-            (0..64u32)
-                .filter(move |b| w & (1 << b) != 0)
-                .map(move |b| i as u32 * 64 + b)
+        self.words.iter().enumerate().flat_map(|(i, &word)| {
+            let mut rest = word;
+            std::iter::from_fn(move || {
+                (rest != 0).then(|| {
+                    let bit = rest.trailing_zeros();
+                    rest &= rest - 1;
+                    i as u32 * 64 + bit
+                })
+            })
         })
     }
 }
@@ -73,41 +78,73 @@ impl FromIterator<u32> for GpuSet {
 }
 
 /// Picks GPUs for `request` among `free` (indices into `inventory`), or
-/// `None` when they are not there. With a type, the lowest free indices of
-/// that type; without, the type whose free pool is the smallest that fits
-/// (best fit keeps large pools whole for large jobs), ties in config order.
+/// `None` when they are not there. Only GPUs the request accepts (type,
+/// `--constraint`) count. Among types, the one whose free pool is the
+/// smallest that fits (best fit keeps large pools whole for large jobs),
+/// ties in config order; within it, see [`pick_in_groups`]. Shard requests
+/// are placed by [`pick_shared`].
 pub fn place(request: &GpuRequest, free: &GpuSet, inventory: &[Gpu]) -> Option<Vec<u32>> {
     let count = request.count as usize;
     if count == 0 {
         return Some(Vec::new());
     }
-    let free_of = |gpu_type: &str| -> Vec<u32> {
-        inventory
-            .iter()
-            .filter(|g| g.gpu_type == gpu_type && free.contains(g.index))
-            .map(|g| g.index)
-            .collect()
-    };
-    match &request.gpu_type {
-        Some(t) => {
-            let pool = free_of(t);
-            (pool.len() >= count).then(|| pool[..count].to_vec())
+    if request.shard {
+        return None;
+    }
+    let mut pools: Vec<(&str, Vec<&Gpu>)> = Vec::new();
+    for gpu in free.iter().filter_map(|i| inventory.get(i as usize)) {
+        if !request.accepts(gpu) {
+            continue;
         }
-        None => {
-            let mut types: Vec<&str> = Vec::new();
-            for g in inventory {
-                if !types.contains(&g.gpu_type.as_str()) {
-                    types.push(&g.gpu_type);
-                }
-            }
-            types
-                .into_iter()
-                .map(free_of)
-                .filter(|pool| pool.len() >= count)
-                .min_by_key(|pool| pool.len())
-                .map(|pool| pool[..count].to_vec())
+        match pools.iter_mut().find(|(t, _)| *t == gpu.gpu_type) {
+            Some((_, pool)) => pool.push(gpu),
+            None => pools.push((&gpu.gpu_type, vec![gpu])),
         }
     }
+    // Config order of types, for ties.
+    pools.sort_by_key(|(t, _)| inventory.iter().position(|g| g.gpu_type == *t));
+    let (_, pool) = pools
+        .into_iter()
+        .filter(|(_, pool)| pool.len() >= count)
+        .min_by_key(|(_, pool)| pool.len())?;
+    Some(pick_in_groups(&pool, count))
+}
+
+/// `count` GPUs of `pool` (in index order), close together: from the one
+/// group (NVLink or PCIe switch) with the fewest free GPUs that holds them
+/// all, so small jobs fill up partly used groups and whole groups stay
+/// free for large jobs; else over the fewest groups, the fullest first.
+fn pick_in_groups(pool: &[&Gpu], count: usize) -> Vec<u32> {
+    let mut groups: Vec<(u32, Vec<u32>)> = Vec::new();
+    for gpu in pool {
+        match groups.iter_mut().find(|(g, _)| *g == gpu.group) {
+            Some((_, members)) => members.push(gpu.index),
+            None => groups.push((gpu.group, vec![gpu.index])),
+        }
+    }
+    if let Some((_, members)) = groups
+        .iter()
+        .filter(|(_, members)| members.len() >= count)
+        .min_by_key(|(_, members)| members.len())
+    {
+        return members[..count].to_vec();
+    }
+    groups.sort_by_key(|(g, members)| (std::cmp::Reverse(members.len()), *g));
+    let mut picked: Vec<u32> = groups
+        .into_iter()
+        .flat_map(|(_, members)| members)
+        .take(count)
+        .collect();
+    picked.sort_unstable();
+    picked
+}
+
+/// The GPU a shard request shares, among `candidates` (GPUs it accepts
+/// with enough free slots): the one with the fewest free slots, so shard
+/// jobs pile onto cards already shared and leave whole cards whole; ties
+/// to the lowest index.
+pub fn pick_shared(candidates: &GpuSet, free_slots: impl Fn(u32) -> u32) -> Option<u32> {
+    candidates.iter().min_by_key(|&g| (free_slots(g), g))
 }
 
 #[cfg(test)]
@@ -125,6 +162,7 @@ mod tests {
                 gpu_type: t.to_string(),
                 memory_mb: 1,
                 device: None,
+                ..Gpu::default()
             });
         }
         v
@@ -134,6 +172,7 @@ mod tests {
         GpuRequest {
             count,
             gpu_type: t.map(String::from),
+            ..GpuRequest::default()
         }
     }
 
@@ -170,5 +209,62 @@ mod tests {
             place(&req(0, None), &GpuSet::default(), &inventory()),
             Some(vec![])
         );
+    }
+
+    fn grouped(memory: &[u64]) -> Vec<Gpu> {
+        memory
+            .iter()
+            .enumerate()
+            .map(|(i, &m)| Gpu {
+                index: i as u32,
+                gpu_type: "a100".into(),
+                memory_mb: m,
+                group: i as u32 / 4,
+                features: if i < 4 { vec!["nvlink".into()] } else { vec![] },
+                ..Gpu::default()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn jobs_stay_in_one_group_and_small_ones_fill_used_groups() {
+        let inv = grouped(&[80_000; 8]);
+        // GPU 0 is busy: group 0 has 3 free, group 1 has 4.
+        let free: GpuSet = (1..8).collect();
+        assert_eq!(place(&req(1, None), &free, &inv), Some(vec![1]), "best fit");
+        assert_eq!(place(&req(3, None), &free, &inv), Some(vec![1, 2, 3]));
+        assert_eq!(
+            place(&req(4, None), &free, &inv),
+            Some(vec![4, 5, 6, 7]),
+            "a whole group, not 1-4"
+        );
+        assert_eq!(
+            place(&req(5, None), &free, &inv),
+            Some(vec![1, 4, 5, 6, 7]),
+            "the fullest group first"
+        );
+    }
+
+    #[test]
+    fn constraints_pick_by_feature_and_memory() {
+        let inv = grouped(&[
+            40_960, 40_960, 81_920, 81_920, 81_920, 81_920, 81_920, 81_920,
+        ]);
+        let all: GpuSet = (0..8).collect();
+        let with = |c: &str, count| GpuRequest {
+            constraint: Some(crate::job::GpuConstraint::parse(c).unwrap()),
+            ..req(count, None)
+        };
+        assert_eq!(place(&with("gpumem>=80G", 2), &all, &inv), Some(vec![2, 3]));
+        assert_eq!(
+            place(&with("nvlink&gpumem>=60G", 2), &all, &inv),
+            Some(vec![2, 3])
+        );
+        assert_eq!(place(&with("nvlink&gpumem>=60G", 3), &all, &inv), None);
+        assert_eq!(
+            place(&with("nvlink", 4), &all, &inv),
+            Some(vec![0, 1, 2, 3])
+        );
+        assert_eq!(place(&with("sxm5", 1), &all, &inv), None);
     }
 }

@@ -75,7 +75,7 @@ pub fn factors(job: &Job, ctx: &Context, now: i64) -> Factors {
     let size = if ctx.total_gpus == 0 {
         0.0
     } else {
-        (job.gpus.count as f64 / ctx.total_gpus as f64).min(1.0)
+        (job.gpus.gpus_held() as f64 / ctx.total_gpus as f64).min(1.0)
     };
     let fairshare = crate::sched::fairshare::factor_of(ctx.fairshare, &job.account, &job.user);
     let w = ctx.weights;

@@ -9,8 +9,9 @@ use crate::job::Job;
 
 use super::placement::{self, GpuSet};
 
-/// GPU types numbered once per pass.
+/// GPU types numbered once per pass, with the inventory they number.
 pub struct Types<'a> {
+    pub gpus: &'a [Gpu],
     pub names: Vec<&'a str>,
     /// Type id of each GPU, by index.
     pub of_gpu: Vec<usize>,
@@ -29,7 +30,11 @@ impl<'a> Types<'a> {
                 }
             })
             .collect();
-        Types { names, of_gpu }
+        Types {
+            gpus,
+            names,
+            of_gpu,
+        }
     }
 }
 
@@ -43,6 +48,9 @@ pub struct Free {
     /// type has free is turned down without looking at single GPUs, which
     /// keeps a pass over a long blocked queue linear.
     per_type: Vec<u32>,
+    /// Shard slots in use on each GPU (by index). A GPU with slots in use
+    /// is not in `gpus`: whole-GPU jobs never share a card.
+    shards_used: Vec<u32>,
 }
 
 impl Free {
@@ -56,12 +64,55 @@ impl Free {
             cpus,
             mem_mb,
             per_type,
+            shards_used: vec![0; gpus.len()],
         }
+    }
+
+    /// GPUs a shard request could share now: accepted by it, not taken
+    /// whole, with enough free slots.
+    pub fn shareable(&self, job: &Job, types: &Types) -> GpuSet {
+        types
+            .gpus
+            .iter()
+            .filter(|g| {
+                let used = self.shards_used.get(g.index as usize).copied().unwrap_or(0);
+                job.gpus.accepts(g)
+                    && (used > 0 || self.gpus.contains(g.index))
+                    && g.shards.saturating_sub(used) >= job.gpus.count
+            })
+            .map(|g| g.index)
+            .collect()
+    }
+
+    fn free_slots(&self, gpu: u32, types: &Types) -> u32 {
+        let total = types.gpus.get(gpu as usize).map_or(0, |g| g.shards);
+        total.saturating_sub(self.shards_used.get(gpu as usize).copied().unwrap_or(0))
+    }
+
+    /// The GPUs `job` could use now, before placement chooses among them.
+    fn usable(&self, job: &Job, types: &Types) -> GpuSet {
+        if job.gpus.shard {
+            self.shareable(job, types)
+        } else {
+            self.gpus.clone()
+        }
+    }
+
+    /// Where `job` would go on what is free now, ignoring the future.
+    pub fn place(&self, job: &Job, types: &Types) -> Option<Vec<u32>> {
+        if !self.fits(job, types) {
+            return None;
+        }
+        choose(job, &self.usable(job, types), self, types)
     }
 
     /// Enough CPUs, memory and GPUs (of one type) for `job`, wherever they are.
     pub fn fits(&self, job: &Job, types: &Types) -> bool {
         let count = job.gpus.count;
+        let fits_rest = job.cpus <= self.cpus && job.mem_mb.unwrap_or(0) <= self.mem_mb;
+        if job.gpus.shard && count > 0 {
+            return fits_rest && !self.shareable(job, types).is_empty();
+        }
         let gpus_ok = count == 0
             || match &job.gpus.gpu_type {
                 Some(t) => types
@@ -79,6 +130,11 @@ impl Free {
             if self.gpus.remove(g) {
                 self.per_type[types.of_gpu[g as usize]] -= 1;
             }
+            if job.gpus.shard {
+                if let Some(used) = self.shards_used.get_mut(g as usize) {
+                    *used += job.gpus.count;
+                }
+            }
         }
         self.cpus = self.cpus.saturating_sub(job.cpus);
         self.mem_mb = self.mem_mb.saturating_sub(job.mem_mb.unwrap_or(0));
@@ -86,12 +142,32 @@ impl Free {
 
     pub fn give(&mut self, job: &Job, types: &Types) {
         for &g in &job.gpus_alloc {
+            if job.gpus.shard {
+                let Some(used) = self.shards_used.get_mut(g as usize) else {
+                    continue;
+                };
+                *used = used.saturating_sub(job.gpus.count);
+                if *used > 0 {
+                    // Other shard jobs still share the card.
+                    continue;
+                }
+            }
             if self.gpus.insert(g) {
                 self.per_type[types.of_gpu[g as usize]] += 1;
             }
         }
         self.cpus += job.cpus;
         self.mem_mb += job.mem_mb.unwrap_or(0);
+    }
+}
+
+/// Picks `job`'s GPUs among `usable` ones: whole GPUs by placement, or
+/// the card a shard job shares (the most shared one, by `now`'s slots).
+fn choose(job: &Job, usable: &GpuSet, now: &Free, types: &Types) -> Option<Vec<u32>> {
+    if job.gpus.shard && job.gpus.count > 0 {
+        placement::pick_shared(usable, |g| now.free_slots(g, types)).map(|g| vec![g])
+    } else {
+        placement::place(&job.gpus, usable, types.gpus)
     }
 }
 
@@ -145,7 +221,6 @@ impl Profile {
         job: &Job,
         duration: Option<u64>,
         max_points: usize,
-        inventory: &[Gpu],
         types: &Types,
     ) -> Option<Slot> {
         let last = self.points.len().min(max_points);
@@ -157,7 +232,7 @@ impl Profile {
                 continue;
             }
             let end = duration.map(|d| start.at.saturating_add(d as i64));
-            let mut gpus = start.free.gpus.clone();
+            let mut gpus = start.free.usable(job, types);
             // The first later point where too little is free: every start
             // up to it would span it too, so the next to try is after it.
             let mut short_at = None;
@@ -169,13 +244,13 @@ impl Profile {
                     short_at = Some(j);
                     break;
                 }
-                gpus.intersect_with(&later.free.gpus);
+                gpus.intersect_with(&later.free.usable(job, types));
             }
             if let Some(j) = short_at {
                 i = j + 1;
                 continue;
             }
-            if let Some(gpus) = placement::place(&job.gpus, &gpus, inventory) {
+            if let Some(gpus) = choose(job, &gpus, &start.free, types) {
                 return Some(Slot {
                     at: start.at,
                     gpus,
@@ -220,6 +295,7 @@ mod tests {
                 gpu_type: "a100".into(),
                 memory_mb: 1,
                 device: None,
+                ..Gpu::default()
             })
             .collect()
     }
@@ -229,6 +305,7 @@ mod tests {
             gpus: GpuRequest {
                 count,
                 gpu_type: None,
+                ..GpuRequest::default()
             },
             gpus_alloc: alloc.to_vec(),
             cpus: 1,
@@ -249,30 +326,92 @@ mod tests {
         // A 2-GPU job can start when job 1 ends, at 100; reserve it for 50 s.
         let big = job(2, 2, &[]);
         let slot = profile
-            .earliest(&big, Some(50), usize::MAX, &g, &types)
+            .earliest(&big, Some(50), usize::MAX, &types)
             .unwrap();
         assert_eq!((slot.at, slot.gpus.clone()), (100, vec![0, 1]));
         profile.take(&big, &slot, Some(50), &types);
         let one = job(3, 1, &[]);
         // Ends before 100: starts now on GPU 1.
         let now = profile
-            .earliest(&one, Some(100), usize::MAX, &g, &types)
+            .earliest(&one, Some(100), usize::MAX, &types)
             .unwrap();
         assert_eq!((now.at, now.gpus), (0, vec![1]));
         // Would run into the reservation: only after it, at 150.
         let later = profile
-            .earliest(&one, Some(101), usize::MAX, &g, &types)
+            .earliest(&one, Some(101), usize::MAX, &types)
             .unwrap();
         assert_eq!(later.at, 150);
         // Looking only at now: nothing.
-        assert_eq!(profile.earliest(&one, Some(101), 1, &g, &types), None);
+        assert_eq!(profile.earliest(&one, Some(101), 1, &types), None);
         // Without an end it never fits before the reservation ends.
         assert_eq!(
-            profile
-                .earliest(&one, None, usize::MAX, &g, &types)
-                .unwrap()
-                .at,
+            profile.earliest(&one, None, usize::MAX, &types).unwrap().at,
             150
         );
+    }
+
+    #[test]
+    fn shard_jobs_share_cards_that_whole_gpu_jobs_then_leave_alone() {
+        let g: Vec<Gpu> = (0..2)
+            .map(|i| Gpu {
+                index: i,
+                gpu_type: "t4".into(),
+                shards: 4,
+                ..Gpu::default()
+            })
+            .collect();
+        let types = Types::new(&g);
+        let shard = |id, n| Job {
+            gpus: GpuRequest {
+                count: n,
+                shard: true,
+                ..GpuRequest::default()
+            },
+            ..job(id, n, &[])
+        };
+        let mut free = Free::new(&g, 8, 1024, &types);
+        let a = shard(1, 2);
+        let at_a = free.place(&a, &types).unwrap();
+        assert_eq!(at_a, vec![0]);
+        free.take(&a, &at_a, &types);
+        let b = shard(2, 1);
+        assert_eq!(
+            free.place(&b, &types),
+            Some(vec![0]),
+            "onto the shared card"
+        );
+        free.take(&b, &[0], &types);
+        let whole = job(3, 1, &[]);
+        assert_eq!(
+            free.place(&whole, &types),
+            Some(vec![1]),
+            "never a shared card"
+        );
+        let two = job(4, 2, &[]);
+        assert_eq!(free.place(&two, &types), None);
+        free.take(&whole, &[1], &types);
+        let c = shard(5, 2);
+        assert_eq!(
+            free.place(&c, &types),
+            None,
+            "1 slot left on GPU 0, GPU 1 taken whole"
+        );
+        // The shard jobs end: GPU 0 is whole again.
+        free.give(
+            &Job {
+                gpus_alloc: vec![0],
+                ..a
+            },
+            &types,
+        );
+        assert!(!free.gpus.contains(0), "job 2 still shares it");
+        free.give(
+            &Job {
+                gpus_alloc: vec![0],
+                ..b
+            },
+            &types,
+        );
+        assert_eq!(free.place(&whole, &types), Some(vec![0]));
     }
 }

@@ -126,6 +126,7 @@ fn job_of(id: JobId, t: &TraceJob, qos: &str) -> Job {
         gpus: GpuRequest {
             count: t.gpus,
             gpu_type: None,
+            ..GpuRequest::default()
         },
         cpus: 0,
         mem_mb: None,
