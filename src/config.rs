@@ -125,6 +125,10 @@ pub struct Qos {
     pub usage_factor: f64,
     /// GPUs kept free for its jobs, which other QoS may not use.
     pub reserve: Option<Reserve>,
+    /// The time limit of its jobs that give none (before the config's).
+    pub default_time: Option<u64>,
+    /// The longest time limit its jobs may ask for (Slurm's MaxWall).
+    pub max_time: Option<u64>,
 }
 
 /// A QoS's reserve: a number of GPUs, or a fraction of the server's.
@@ -449,6 +453,10 @@ struct RawQos {
     priority: i64,
     usage_factor: Option<Spanned<f64>>,
     reserve: Option<Spanned<toml::Value>>,
+    #[serde(default, deserialize_with = "de_time_limit")]
+    default_time: Option<Option<u64>>,
+    #[serde(default, deserialize_with = "de_time_limit")]
+    max_time: Option<Option<u64>>,
 }
 
 fn de_time_limit<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
@@ -565,14 +573,16 @@ impl RawConfig {
                 ));
             }
             let shards = match &raw.shards {
-                Some(s) if !(2..=128).contains(s.get_ref()) => return Err(fail(
-                    Some(s.span()),
-                    "shards",
-                    format!(
+                Some(s) if !(2..=128).contains(s.get_ref()) => {
+                    return Err(fail(
+                        Some(s.span()),
+                        "shards",
+                        format!(
                         "shards = {} must be 2 to 128 (leave it out for GPUs that are not shared)",
                         s.get_ref()
                     ),
-                )),
+                    ))
+                }
                 Some(s) => *s.get_ref(),
                 None => 0,
             };
@@ -821,11 +831,27 @@ impl RawConfig {
                     }
                 }
             };
+            let (default_time, max_time) = (raw.default_time.flatten(), raw.max_time.flatten());
+            if let (Some(d), Some(m)) = (default_time, max_time) {
+                if d > m {
+                    return Err(fail(
+                        Some(raw.name.span()),
+                        "default_time",
+                        format!(
+                            "QoS '{name}': default_time ({}) is above its max_time ({})",
+                            units::format_duration(d),
+                            units::format_duration(m)
+                        ),
+                    ));
+                }
+            }
             qos.push(Qos {
                 name,
                 priority: raw.priority,
                 usage_factor,
                 reserve,
+                default_time,
+                max_time,
             });
         }
         if qos.is_empty() {
@@ -863,6 +889,24 @@ impl RawConfig {
                     ),
                 ));
             }
+        }
+        if let (Some(q), Some(m)) = (
+            qos.iter().find(|q| {
+                q.default_time
+                    .is_some_and(|d| d > max_time.unwrap_or(u64::MAX))
+            }),
+            max_time,
+        ) {
+            return Err(fail(
+                None,
+                "default_time",
+                format!(
+                    "QoS '{}': default_time ({}) exceeds the config's max_time ({})",
+                    q.name,
+                    units::format_duration(q.default_time.unwrap_or(0)),
+                    units::format_duration(m)
+                ),
+            ));
         }
         if self.cpus == Some(0) {
             return Err(fail(None, "cpus", "cpus must be at least 1".into()));
@@ -1010,6 +1054,8 @@ pub fn default_qos_levels() -> Vec<Qos> {
         priority,
         usage_factor: 1.0,
         reserve: None,
+        default_time: None,
+        max_time: None,
     })
     .collect()
 }

@@ -64,8 +64,12 @@ pub enum AdmissionError {
         "a negative --nice ({0}) raises priority, which only root and the config's admins may do"
     )]
     NegativeNice(i64),
-    #[error("time limit {requested} exceeds the maximum of {max} (max_time in the config)")]
-    TimeLimit { requested: String, max: String },
+    #[error("time limit {requested} exceeds the maximum of {max} ({source_of_max})")]
+    TimeLimit {
+        requested: String,
+        max: String,
+        source_of_max: String,
+    },
 }
 
 /// What the server can hand out, as the daemon measured or the config says.
@@ -173,17 +177,28 @@ pub fn admit(
                 .iter()
                 .filter_map(|a| a.limits.max_time)
                 .min();
-            match (config.default_time.or(config.max_time), account_max) {
+            let qos_level = config.qos_named(&qos);
+            let default = qos_level
+                .and_then(|q| q.default_time.or(q.max_time))
+                .or(config.default_time)
+                .or(config.max_time);
+            match (default, account_max) {
                 (Some(d), Some(m)) => Some(d.min(m)),
                 (d, m) => d.or(m),
             }
         }
     };
-    if let Some(max) = config.max_time {
+    let qos_max = config.qos_named(&qos).and_then(|q| q.max_time);
+    for (max, source_of_max) in [
+        (config.max_time, "max_time in the config".to_string()),
+        (qos_max, format!("max_time of QoS '{qos}'")),
+    ] {
+        let Some(max) = max else { continue };
         if time_limit.is_none_or(|t| t > max) {
             return Err(AdmissionError::TimeLimit {
                 requested: units::format_time_limit(time_limit),
                 max: units::format_duration(max),
+                source_of_max,
             });
         }
     }
@@ -454,5 +469,23 @@ mod tests {
         );
         r.time_limit = Some(None);
         assert!(check(&r, &cfg).is_err(), "UNLIMITED exceeds any max_time");
+
+        // A QoS's own default and maximum.
+        let cfg = config(
+            "default_time = \"1:00:00\"\n\
+             [[qos]]\nname = \"medium\"\npriority = 10\n\
+             [[qos]]\nname = \"debug\"\npriority = 20\ndefault_time = \"10:00\"\nmax_time = \"30:00\"\n",
+        );
+        let mut r = request();
+        r.qos = Some("debug".into());
+        assert_eq!(check(&r, &cfg).unwrap().time_limit, Some(600));
+        r.qos = Some("medium".into());
+        assert_eq!(check(&r, &cfg).unwrap().time_limit, Some(3_600));
+        r.qos = Some("debug".into());
+        r.time_limit = Some(Some(3_600));
+        assert_eq!(
+            check(&r, &cfg).unwrap_err().to_string(),
+            "time limit 1:00:00 exceeds the maximum of 30:00 (max_time of QoS 'debug')"
+        );
     }
 }
