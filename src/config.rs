@@ -19,6 +19,8 @@ pub const DEFAULT_SPOOL_DIR: &str = "/var/spool/ysched";
 pub const DEFAULT_ACCOUNT: &str = "default";
 /// Reservations per pass unless the config says (`backfill_depth`).
 pub const DEFAULT_BACKFILL_DEPTH: usize = 100;
+/// Seconds a preempted job has to checkpoint, unless its QoS says.
+pub const DEFAULT_GRACE_TIME: u64 = 120;
 
 #[derive(Debug, Error)]
 pub struct ConfigError {
@@ -129,6 +131,51 @@ pub struct Qos {
     pub default_time: Option<u64>,
     /// The longest time limit its jobs may ask for (Slurm's MaxWall).
     pub max_time: Option<u64>,
+    /// QoS levels whose running jobs its jobs may preempt.
+    pub preempt: Vec<String>,
+    /// What happens to its jobs when they are preempted.
+    pub preempt_mode: PreemptMode,
+    /// Seconds its preempted jobs get between the signal and SIGKILL.
+    pub grace_time: u64,
+    /// Whether its jobs may be preempted at all.
+    pub preemptible: bool,
+    /// Seconds its jobs run before they may be preempted (Slurm's
+    /// PreemptExemptTime), so that no job is stopped as soon as it starts.
+    pub min_run_time: u64,
+    /// Who may submit with it; `None`: everyone.
+    pub allowed: Option<QosAccess>,
+}
+
+/// What a preempted job of a QoS becomes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PreemptMode {
+    /// Signalled, given its grace, and put back in the queue with its id.
+    Requeue,
+    /// Signalled, given its grace, and ended as PREEMPTED.
+    Cancel,
+    /// Its cgroup frozen until the GPUs are free again; keeps GPU memory.
+    Suspend,
+}
+
+impl PreemptMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            PreemptMode::Requeue => "requeue",
+            PreemptMode::Cancel => "cancel",
+            PreemptMode::Suspend => "suspend",
+        }
+    }
+}
+
+/// Who may use a restricted QoS: users and accounts named, and the
+/// coordinators of the job's account where `coordinators` says so.
+/// Admins always may.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QosAccess {
+    pub users: Vec<String>,
+    pub accounts: Vec<String>,
+    pub coordinators: bool,
 }
 
 /// A QoS's reserve: a number of GPUs, or a fraction of the server's.
@@ -457,6 +504,16 @@ struct RawQos {
     default_time: Option<Option<u64>>,
     #[serde(default, deserialize_with = "de_time_limit")]
     max_time: Option<Option<u64>>,
+    preempt: Option<Spanned<Vec<String>>>,
+    preempt_mode: Option<PreemptMode>,
+    #[serde(default, deserialize_with = "de_time_limit")]
+    grace_time: Option<Option<u64>>,
+    preemptible: Option<bool>,
+    #[serde(default, deserialize_with = "de_time_limit")]
+    min_run_time: Option<Option<u64>>,
+    users: Option<Vec<String>>,
+    accounts: Option<Spanned<Vec<String>>>,
+    coordinators: Option<bool>,
 }
 
 fn de_time_limit<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
@@ -781,6 +838,8 @@ impl RawConfig {
 
         let mut qos = Vec::new();
         let mut seen = HashSet::new();
+        // Names each QoS refers to, checked once all are known.
+        let mut qos_preempt_refs = Vec::new();
         for raw in self.qos {
             let name = raw.name.get_ref().clone();
             if !valid_name(&name) {
@@ -845,6 +904,36 @@ impl RawConfig {
                     ));
                 }
             }
+            let defaults = default_qos_levels()
+                .into_iter()
+                .find(|q| q.name == name)
+                .unwrap_or_else(|| default_qos(&name, raw.priority));
+            let allowed =
+                if raw.users.is_some() || raw.accounts.is_some() || raw.coordinators.is_some() {
+                    Some(QosAccess {
+                        users: raw.users.clone().unwrap_or_default(),
+                        accounts: raw
+                            .accounts
+                            .as_ref()
+                            .map(|a| a.get_ref().clone())
+                            .unwrap_or_default(),
+                        coordinators: raw.coordinators.unwrap_or(false),
+                    })
+                } else {
+                    defaults.allowed.clone()
+                };
+            let grace_time = match raw.grace_time {
+                Some(None) => {
+                    return Err(fail(
+                        Some(raw.name.span()),
+                        "grace_time",
+                        format!("QoS '{name}': grace_time must be a duration, not UNLIMITED"),
+                    ))
+                }
+                Some(Some(g)) => g,
+                None => defaults.grace_time,
+            };
+            qos_preempt_refs.push((name.clone(), raw.preempt.clone(), raw.accounts.clone()));
             qos.push(Qos {
                 name,
                 priority: raw.priority,
@@ -852,10 +941,60 @@ impl RawConfig {
                 reserve,
                 default_time,
                 max_time,
+                preempt: raw
+                    .preempt
+                    .map(|p| p.into_inner())
+                    .unwrap_or(defaults.preempt),
+                preempt_mode: raw.preempt_mode.unwrap_or(defaults.preempt_mode),
+                grace_time,
+                preemptible: raw.preemptible.unwrap_or(defaults.preemptible),
+                min_run_time: raw.min_run_time.flatten().unwrap_or(defaults.min_run_time),
+                allowed,
             });
         }
         if qos.is_empty() {
             qos = default_qos_levels();
+        }
+        for (name, preempt, accounts_allowed) in qos_preempt_refs {
+            if let Some(p) = preempt {
+                if let Some(bad) = p
+                    .get_ref()
+                    .iter()
+                    .find(|v| !qos.iter().any(|q| q.name == **v))
+                {
+                    return Err(fail(
+                        Some(p.span()),
+                        "preempt",
+                        format!(
+                            "QoS '{name}' preempts unknown QoS '{bad}' (known: {})",
+                            qos.iter()
+                                .map(|q| q.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    ));
+                }
+                if p.get_ref().contains(&name) {
+                    return Err(fail(
+                        Some(p.span()),
+                        "preempt",
+                        format!("QoS '{name}' may not preempt its own jobs"),
+                    ));
+                }
+            }
+            if let Some(a) = accounts_allowed {
+                if let Some(bad) = a
+                    .get_ref()
+                    .iter()
+                    .find(|v| !accounts.iter().any(|x| x.name == **v))
+                {
+                    return Err(fail(
+                        Some(a.span()),
+                        "accounts",
+                        format!("QoS '{name}' names unknown account '{bad}'"),
+                    ));
+                }
+            }
         }
 
         let default_qos = match self.default_qos {
@@ -1049,15 +1188,43 @@ pub fn default_qos_levels() -> Vec<Qos> {
         ("low", 0),
     ]
     .into_iter()
-    .map(|(name, priority)| Qos {
+    .map(|(name, priority)| {
+        let mut q = default_qos(name, priority);
+        match name {
+            // Urgent work: only coordinators and admins, and never stopped.
+            "critical" => {
+                q.preempt = vec!["high".into(), "medium".into(), "low".into()];
+                q.preemptible = false;
+                q.allowed = Some(QosAccess {
+                    coordinators: true,
+                    ..QosAccess::default()
+                });
+            }
+            "high" => q.preempt = vec!["low".into()],
+            _ => {}
+        }
+        q
+    })
+    .collect()
+}
+
+/// A QoS with no preemption rights, open to everyone, preemptible with a
+/// 120 s grace, requeued.
+fn default_qos(name: &str, priority: i64) -> Qos {
+    Qos {
         name: name.to_string(),
         priority,
         usage_factor: 1.0,
         reserve: None,
         default_time: None,
         max_time: None,
-    })
-    .collect()
+        preempt: Vec::new(),
+        preempt_mode: PreemptMode::Requeue,
+        grace_time: DEFAULT_GRACE_TIME,
+        preemptible: true,
+        min_run_time: 0,
+        allowed: None,
+    }
 }
 
 /// Expands `/dev/nvidia[0-3]` or `/dev/nvidia[0,2-3]` into one path per device.

@@ -60,6 +60,12 @@ pub enum AdmissionError {
     },
     #[error("{0}")]
     AccountLimit(String),
+    #[error("user {user} may not use QoS '{qos}': it is for {who}. An admin can open it to you in the config's [[qos]] table (users, accounts)")]
+    QosAccess {
+        user: String,
+        qos: String,
+        who: String,
+    },
     #[error(
         "a negative --nice ({0}) raises priority, which only root and the config's admins may do"
     )]
@@ -145,6 +151,7 @@ pub fn admit(
         }
         None => config.default_qos.clone(),
     };
+    check_qos_access(config, &qos, &account, uid, user)?;
     check_gpus(request, capacity.inventory)?;
     if request.cpus > capacity.cpus {
         return Err(AdmissionError::Cpus {
@@ -212,6 +219,59 @@ pub fn admit(
         qos,
         time_limit,
         mem_mb,
+    })
+}
+
+/// Whether `user` may submit to `account` with `qos`: admins always may;
+/// others as the QoS's `users`, `accounts` (the job's account or one above
+/// it) and `coordinators` say.
+fn check_qos_access(
+    config: &Config,
+    qos: &str,
+    account: &str,
+    uid: u32,
+    user: &str,
+) -> Result<(), AdmissionError> {
+    let Some(access) = config.qos_named(qos).and_then(|q| q.allowed.as_ref()) else {
+        return Ok(());
+    };
+    if config.is_admin(uid, user) {
+        return Ok(());
+    }
+    let policy = super::limits::Policy::new(config);
+    let chain = policy.chain(account);
+    let coordinator = access.coordinators && super::approval::may_approve(&policy, account, user);
+    if access.users.iter().any(|u| u == user)
+        || chain.iter().any(|a| access.accounts.contains(&a.name))
+        || coordinator
+    {
+        return Ok(());
+    }
+    let mut who = Vec::new();
+    if !access.users.is_empty() {
+        who.push(format!("users {}", access.users.join(", ")));
+    }
+    if !access.accounts.is_empty() {
+        who.push(format!("accounts {}", access.accounts.join(", ")));
+    }
+    if access.coordinators {
+        let names = super::approval::coordinators(&policy, account);
+        who.push(if names.is_empty() {
+            format!("coordinators of account {account} (it has none)")
+        } else {
+            format!("coordinators of account {account} ({})", names.join(", "))
+        });
+    }
+    let admins = if config.admins.is_empty() {
+        "root".to_string()
+    } else {
+        format!("root, {}", config.admins.join(", "))
+    };
+    who.push(format!("admins ({admins})"));
+    Err(AdmissionError::QosAccess {
+        user: user.to_string(),
+        qos: qos.to_string(),
+        who: who.join(", "),
     })
 }
 
@@ -469,6 +529,30 @@ mod tests {
         );
         r.time_limit = Some(None);
         assert!(check(&r, &cfg).is_err(), "UNLIMITED exceeds any max_time");
+
+        // critical is for coordinators and admins; others are told who.
+        let cfg = config(
+            "admins = [\"ops\"]\n[[accounts]]\nname = \"vision\"\nusers = [\"*\"]\ncoordinators = [\"alice\"]\n",
+        );
+        let mut r = request();
+        r.qos = Some("critical".into());
+        let cap = Capacity {
+            inventory: &inv,
+            cpus: 8,
+            mem_mb: 1 << 20,
+        };
+        assert_eq!(
+            admit(&r, 1001, "carol", &cfg, &cap).unwrap_err().to_string(),
+            "user carol may not use QoS 'critical': it is for coordinators of account vision (alice), \
+             admins (root, ops). An admin can open it to you in the config's [[qos]] table (users, accounts)"
+        );
+        assert!(
+            admit(&r, 1000, "alice", &cfg, &cap).is_ok(),
+            "a coordinator"
+        );
+        assert!(admit(&r, 1002, "ops", &cfg, &cap).is_ok(), "an admin");
+        r.qos = Some("high".into());
+        assert!(admit(&r, 1001, "carol", &cfg, &cap).is_ok(), "high is open");
 
         // A QoS's own default and maximum.
         let cfg = config(

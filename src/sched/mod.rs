@@ -9,6 +9,7 @@ pub mod dependency;
 pub mod fairshare;
 pub mod limits;
 pub mod placement;
+pub mod preempt;
 pub mod priority;
 pub mod profile;
 pub mod window;
@@ -257,10 +258,13 @@ pub fn plan(
     plan
 }
 
+/// When a running job's resources come back. Never `now` itself: until
+/// its processes are gone (a completing job, one past its limit) they are
+/// still in use, so nothing may start on them in this pass.
 fn expected_end(job: &Job, now: i64) -> Option<i64> {
     match job.state {
-        crate::job::JobState::Completing => Some(now),
-        crate::job::JobState::Running => job.deadline().map(|d| d.max(now)),
+        crate::job::JobState::Completing => Some(now + 1),
+        crate::job::JobState::Running => job.deadline().map(|d| d.max(now + 1)),
         // Suspended: frozen until someone resumes it.
         _ => None,
     }
@@ -332,6 +336,18 @@ mod tests {
         assert_eq!(p.starts, vec![(2, vec![0]), (1, vec![1, 2])]);
         assert_eq!(p.reasons[&3], Reason::Resources);
         assert_eq!(p.order, vec![2, 1, 3]);
+    }
+
+    #[test]
+    fn gpus_of_a_completing_job_are_not_handed_out_yet() {
+        let g = gpus(1);
+        let mut stopping = running(1, &[0], 0, Some(10));
+        stopping.state = JobState::Completing;
+        let next = job(2, 1, Some(5));
+        let p = plan_without_limits(&[(&next, 0)], &[&stopping], &node(&g), 100);
+        assert!(p.starts.is_empty(), "{p:?}");
+        assert_eq!(p.reasons[&2], Reason::Resources);
+        assert_eq!(p.expected_starts[&2], 101, "as soon as it is gone");
     }
 
     #[test]
