@@ -241,6 +241,11 @@ pub struct Config {
     /// How many of the highest-priority jobs that cannot start now get a
     /// reservation that later jobs may not delay (Slurm's bf_max_job_test).
     pub backfill_depth: usize,
+    /// A job that may preempt does not when it would start within this
+    /// many seconds anyway (a running job about to end).
+    pub preempt_wait: u64,
+    /// A job preempted this many times is not preempted again.
+    pub max_preemptions: u32,
     /// The zone of limit windows' days and hours (default: the system's).
     pub timezone: jiff::tz::TimeZone,
     /// Seconds between SIGTERM and SIGKILL when a job is stopped.
@@ -387,6 +392,9 @@ struct RawConfig {
     kill_invalid_dependency: bool,
     max_array_size: Option<u32>,
     backfill_depth: Option<usize>,
+    #[serde(default, deserialize_with = "de_time_limit")]
+    preempt_wait: Option<Option<u64>>,
+    max_preemptions: Option<u32>,
     timezone: Option<Spanned<String>>,
     kill_wait: Option<u64>,
     #[serde(default, deserialize_with = "de_time_limit")]
@@ -955,6 +963,11 @@ impl RawConfig {
         if qos.is_empty() {
             qos = default_qos_levels();
         }
+        // Defaults name the default levels; keep those that exist here.
+        let names: Vec<String> = qos.iter().map(|q| q.name.clone()).collect();
+        for q in &mut qos {
+            q.preempt.retain(|p| names.contains(p));
+        }
         for (name, preempt, accounts_allowed) in qos_preempt_refs {
             if let Some(p) = preempt {
                 if let Some(bad) = p
@@ -1154,6 +1167,8 @@ impl RawConfig {
                 .max_array_size
                 .unwrap_or(crate::array::DEFAULT_MAX_ARRAY_SIZE),
             backfill_depth: self.backfill_depth.unwrap_or(DEFAULT_BACKFILL_DEPTH),
+            preempt_wait: self.preempt_wait.flatten().unwrap_or(60),
+            max_preemptions: self.max_preemptions.unwrap_or(3),
             kill_wait: self.kill_wait.unwrap_or(30),
             default_time,
             max_time,

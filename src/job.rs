@@ -29,10 +29,13 @@ pub enum JobState {
     OutOfMemory,
     /// Frozen by an administrator (`yscontrol suspend`); it keeps its GPUs.
     Suspended,
+    /// Stopped for a higher-priority job and not requeued (its QoS's
+    /// preempt_mode is cancel, or it was submitted with --no-requeue).
+    Preempted,
 }
 
 impl JobState {
-    pub const ALL: [JobState; 10] = [
+    pub const ALL: [JobState; 11] = [
         JobState::Pending,
         JobState::Running,
         JobState::Completing,
@@ -43,6 +46,7 @@ impl JobState {
         JobState::NodeFail,
         JobState::OutOfMemory,
         JobState::Suspended,
+        JobState::Preempted,
     ];
 
     pub fn name(self) -> &'static str {
@@ -57,6 +61,7 @@ impl JobState {
             JobState::NodeFail => "NODE_FAIL",
             JobState::OutOfMemory => "OUT_OF_MEMORY",
             JobState::Suspended => "SUSPENDED",
+            JobState::Preempted => "PREEMPTED",
         }
     }
 
@@ -72,6 +77,7 @@ impl JobState {
             JobState::NodeFail => "NF",
             JobState::OutOfMemory => "OOM",
             JobState::Suspended => "S",
+            JobState::Preempted => "PR",
         }
     }
 
@@ -290,6 +296,9 @@ pub struct JobRequest {
     /// `--array`, in canonical form (checked by the daemon again).
     #[serde(default)]
     pub array: Option<String>,
+    /// `--no-requeue`: cancel it, rather than requeue it, when preempted.
+    #[serde(default)]
+    pub no_requeue: bool,
     pub script: String,
     pub args: Vec<String>,
 }
@@ -362,6 +371,19 @@ pub struct Job {
     pub std_err: Option<String>,
     pub open_append: bool,
     pub comment: Option<String>,
+    /// Set while it is being preempted: the job that needs its resources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempted_by: Option<JobId>,
+    /// A pending job that preempted others: the GPUs kept for it while
+    /// they stop, which no other job may take.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claim: Vec<u32>,
+    /// How many times it was preempted.
+    #[serde(default)]
+    pub preempt_count: u32,
+    /// `--no-requeue`: cancelled, not requeued, when preempted.
+    #[serde(default)]
+    pub no_requeue: bool,
 }
 
 impl Job {
@@ -501,6 +523,10 @@ pub(crate) fn example_job(id: JobId) -> Job {
         dependency: None,
         array: None,
         approved_by: None,
+        preempted_by: None,
+        claim: Vec::new(),
+        preempt_count: 0,
+        no_requeue: false,
         reason: None,
         kill_reason: None,
         work_dir: "/home/alice".into(),

@@ -107,6 +107,12 @@ pub struct SubmitOptions {
     /// Start only after other jobs: after|afterany|afterok|afternotok:ID[:ID...][,...], or singleton
     #[arg(short = 'd', long, value_name = "TYPE:ID[:ID]")]
     pub dependency: Option<String>,
+    /// When preempted, end the job (PREEMPTED) rather than requeue it
+    #[arg(long = "no-requeue", conflicts_with = "requeue")]
+    pub no_requeue: bool,
+    /// When preempted, requeue the job (the default)
+    #[arg(long)]
+    pub requeue: bool,
     /// Print only the job id
     #[arg(long)]
     pub parsable: bool,
@@ -174,6 +180,8 @@ pub struct Partial {
     pub dependency: Option<String>,
     /// Canonical form of `--array`.
     pub array: Option<String>,
+    /// `--no-requeue` (true) or `--requeue` (false).
+    pub no_requeue: Option<bool>,
     pub parsable: bool,
     /// Messages about options accepted but ignored.
     pub warnings: Vec<String>,
@@ -317,6 +325,11 @@ impl Partial {
             nice,
             dependency,
             array,
+            no_requeue: match (o.no_requeue, o.requeue) {
+                (true, _) => Some(true),
+                (_, true) => Some(false),
+                _ => None,
+            },
             parsable: o.parsable,
             warnings,
         })
@@ -347,6 +360,7 @@ impl Partial {
             nice: later.nice.or(self.nice),
             dependency: later.dependency.or(self.dependency),
             array: later.array.or(self.array),
+            no_requeue: later.no_requeue.or(self.no_requeue),
             parsable: later.parsable || self.parsable,
             warnings,
         }
@@ -612,6 +626,7 @@ pub fn resolve(
         array: partial.array,
         script,
         args,
+        no_requeue: partial.no_requeue.unwrap_or(false),
     })
 }
 

@@ -29,6 +29,7 @@ impl Daemon {
         job.node = Some(node);
         job.reason = None;
         job.kill_reason = None;
+        job.claim.clear();
         let job = job.clone();
         let detail = format!("GPUs [{}]", db::format_index_list(&job.gpus_alloc));
         let tx = self.tx()?;
@@ -135,6 +136,11 @@ impl Daemon {
                     JobState::Failed
                 };
                 let exit = record.launch_error.is_none().then_some(record.exit);
+                // Stopped for another job: requeued, whatever its exit
+                // (a job that saved a checkpoint and exited 0 included).
+                if state == JobState::Preempted && record.launch_error.is_none() {
+                    return self.preempted_exit(id, record.end_time, exit);
+                }
                 let reason = match (&record.launch_error, state) {
                     (Some(e), _) => Some(e.clone()),
                     (None, JobState::OutOfMemory) => Some(format!(
@@ -182,28 +188,15 @@ impl Daemon {
         if reason.is_some() {
             job.reason = reason;
         }
-        // Charge what it used, once, in the same transaction as its end.
-        let charged = if job.start_time.is_some() && job.billing.is_none() {
-            let billing = crate::sched::fairshare::charge(&job, &self.inventory.gpus, &self.config);
-            job.billing = Some(billing);
-            let fs = &self.config.fairshare;
-            let usage = self
-                .usage
-                .entry((job.account.clone(), job.user.clone()))
-                .or_default();
-            usage.charge(billing, job.end_time.unwrap_or(end), fs.half_life, fs.reset);
-            let charged = *usage;
-            self.spend(&job.account, billing, job.end_time.unwrap_or(end));
-            Some(charged)
-        } else {
-            None
-        };
+        // Charge what it used in its last run, in the same transaction as
+        // its end (earlier runs were charged when they were preempted).
+        if job.start_time.is_some() {
+            let billing = self.charge(&job, job.end_time.unwrap_or(end))?;
+            job.billing = Some(job.billing.unwrap_or(0) + billing);
+        }
         let tx = self.tx()?;
         db::update_job(tx, &job)?;
         db::add_event(tx, id, end, state, job.reason.as_deref())?;
-        if let Some(usage) = charged {
-            db::save_usage(tx, &job.account, &job.user, &usage)?;
-        }
         let exit_text = job.exit.map(|e| format!(" exit {e}")).unwrap_or_default();
         let why = job
             .reason
@@ -218,6 +211,31 @@ impl Daemon {
         self.reschedule = true;
         self.snapshot = None;
         Ok(())
+    }
+
+    /// Charges active job `id`'s run from its start to `end` to its user
+    /// and accounts; the caller commits it with the job's new state.
+    pub(super) fn charge_run(&mut self, id: JobId, end: i64) -> Result<i64, DaemonError> {
+        let Some(mut job) = self.jobs.get(&id).cloned() else {
+            return Ok(0);
+        };
+        job.end_time = Some(job.start_time.map_or(end, |s| end.max(s)));
+        self.charge(&job, job.end_time.unwrap_or(end))
+    }
+
+    /// Charges `job` (with its end time set) and saves the usage.
+    fn charge(&mut self, job: &crate::job::Job, at: i64) -> Result<i64, DaemonError> {
+        let billing = crate::sched::fairshare::charge(job, &self.inventory.gpus, &self.config);
+        let fs = &self.config.fairshare;
+        let usage = self
+            .usage
+            .entry((job.account.clone(), job.user.clone()))
+            .or_default();
+        usage.charge(billing, at, fs.half_life, fs.reset);
+        let charged = *usage;
+        self.spend(&job.account, billing, at);
+        db::save_usage(self.tx()?, &job.account, &job.user, &charged)?;
+        Ok(billing)
     }
 
     /// Stops a running job: it goes COMPLETING and keeps its GPUs until its
@@ -245,14 +263,12 @@ impl Daemon {
         db::add_event(tx, id, now, JobState::Completing, Some(detail))?;
         tracing::info!(target: "ysched::daemon", "job {id} stopping ({detail}); SIGKILL after {grace} s");
         self.snapshot = None;
-        self.send_terminate(id);
+        self.send_terminate(id, grace);
         Ok(())
     }
 
-    fn send_terminate(&self, id: JobId) {
-        let command = StepCommand::Terminate {
-            grace_secs: self.config.kill_wait,
-        };
+    pub(super) fn send_terminate(&self, id: JobId, grace_secs: u64) {
+        let command = StepCommand::Terminate { grace_secs };
         match self.launcher.command(id, &command) {
             Ok(()) => {}
             // It ended already; its exit event is on the way.
@@ -359,8 +375,9 @@ impl Daemon {
                 tracing::info!(target: "ysched::exec", "job {id} re-adopted (supervisor pid {})", supervisor.pid);
                 self.exits.watch(id, supervisor)?;
                 if self.jobs[&id].state == JobState::Completing {
-                    // The stop may not have reached it before the crash.
-                    self.send_terminate(id);
+                    // The stop may not have reached it before the crash;
+                    // its grace starts again.
+                    self.send_terminate(id, self.grace_of(&self.jobs[&id]));
                 }
             }
             Adoption::Exited(_) | Adoption::Lost => self.job_exited(id, now)?,

@@ -15,6 +15,7 @@ mod budget;
 mod control;
 mod depend;
 mod jobs;
+mod preempt;
 mod query;
 mod submit;
 mod users;
@@ -598,7 +599,14 @@ impl Daemon {
         };
         let policy = sched::limits::Policy::at(&self.config, now);
         let plan = sched::plan(&pending, &running, &node, &policy, now);
+        for (id, gpus) in plan.starts.iter().cloned() {
+            self.mark_running(id, gpus, now)?;
+        }
+        let preempting = self.preempt(&plan, now)?;
         self.reasons = plan.reasons;
+        for id in preempting {
+            self.reasons.insert(id, Reason::Preempting);
+        }
         self.expected_starts = plan.expected_starts;
         // A job started now may satisfy an `after` dependency at once.
         if !plan.starts.is_empty() && !held_back.is_empty() {
@@ -608,9 +616,6 @@ impl Daemon {
         self.order = plan.order;
         self.wake_at = plan.wake_at;
         self.snapshot = None;
-        for (id, gpus) in plan.starts {
-            self.mark_running(id, gpus, now)?;
-        }
         Ok(())
     }
 

@@ -168,6 +168,10 @@ impl Daemon {
             dependency,
             array: None,
             approved_by: None,
+            preempted_by: None,
+            claim: Vec::new(),
+            preempt_count: 0,
+            no_requeue: request.no_requeue,
             work_dir: request.work_dir,
             submit_dir: request.submit_dir,
             std_out: request.output.unwrap_or_else(|| {

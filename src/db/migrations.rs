@@ -118,4 +118,21 @@ ALTER TABLE jobs ADD COLUMN approved_by TEXT;
 ALTER TABLE jobs ADD COLUMN gpu_shard INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN gpu_constraint TEXT;
 "#,
+    // 9: preemption: who preempts a job, the GPUs a preempting job is kept,
+    // how often a job was preempted, --no-requeue; and the audit log.
+    r#"
+ALTER TABLE jobs ADD COLUMN preempted_by INTEGER;
+ALTER TABLE jobs ADD COLUMN claimed_gpus TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN preempt_count INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN no_requeue INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE audit (
+    id      INTEGER PRIMARY KEY,
+    time    INTEGER NOT NULL,
+    actor   TEXT    NOT NULL,
+    action  TEXT    NOT NULL,
+    job_id  INTEGER,
+    detail  TEXT    NOT NULL
+);
+CREATE INDEX audit_time ON audit(time);
+"#,
 ];

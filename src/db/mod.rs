@@ -127,7 +127,8 @@ const JOB_COLUMNS: &str = "id, uid, gid, user, account, qos, name, state, hold, 
      mem_mb, time_limit, submit_time, begin_time, start_time, end_time, gpus_alloc, node, exit_code, \
      exit_signal, restart_count, reason, kill_reason, work_dir, submit_dir, std_out, std_err, \
      open_append, comment, max_rss_bytes, cpu_usec, cgroup, suspended_secs, suspended_at, nice, billing, dependency, \
-     array_job_id, array_task_id, array_spec, approved_by, gpu_shard, gpu_constraint";
+     array_job_id, array_task_id, array_spec, approved_by, gpu_shard, gpu_constraint, preempted_by, claimed_gpus, \
+     preempt_count, no_requeue";
 
 fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     let invalid = |i: usize, what: String| {
@@ -223,6 +224,10 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
             None => None,
         },
         approved_by: row.get(42)?,
+        preempted_by: row.get::<_, Option<i64>>(45)?.map(|j| j as JobId),
+        claim: parse_index_list(&row.get::<_, String>(46)?).map_err(|e| invalid(46, e))?,
+        preempt_count: row.get(47)?,
+        no_requeue: row.get(48)?,
     })
 }
 
@@ -250,9 +255,9 @@ pub fn insert_job(conn: &Connection, job: &Job, payload: &Payload) -> Result<Job
     conn.prepare_cached(
         "INSERT INTO jobs (uid, gid, user, account, qos, name, state, hold, gpu_count, gpu_type, cpus, mem_mb, \
          time_limit, submit_time, begin_time, work_dir, submit_dir, std_out, std_err, open_append, comment, nice, dependency, \
-         array_job_id, array_task_id, array_spec, gpu_shard, gpu_constraint) \
+         array_job_id, array_task_id, array_spec, gpu_shard, gpu_constraint, no_requeue) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, \
-         ?24, ?25, ?26, ?27, ?28)",
+         ?24, ?25, ?26, ?27, ?28, ?29)",
     )?
     .execute(params![
         job.uid,
@@ -283,6 +288,7 @@ pub fn insert_job(conn: &Connection, job: &Job, payload: &Payload) -> Result<Job
         job.array.as_ref().map(|a| a.spec.as_str()),
         job.gpus.shard,
         job.gpus.constraint.as_ref().map(|c| c.to_string()),
+        job.no_requeue,
     ])?;
     let id = conn.last_insert_rowid() as JobId;
     if job.array.as_ref().is_some_and(|a| a.job_id == 0) {
@@ -307,7 +313,8 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
             "UPDATE jobs SET state = ?2, hold = ?3, start_time = ?4, end_time = ?5, gpus_alloc = ?6, node = ?7, \
              exit_code = ?8, exit_signal = ?9, restart_count = ?10, reason = ?11, kill_reason = ?12, \
              begin_time = ?13, max_rss_bytes = ?14, cpu_usec = ?15, cgroup = ?16, \
-             suspended_secs = ?17, suspended_at = ?18, billing = ?19, approved_by = ?20 WHERE id = ?1",
+             suspended_secs = ?17, suspended_at = ?18, billing = ?19, approved_by = ?20, \
+             preempted_by = ?21, claimed_gpus = ?22, preempt_count = ?23 WHERE id = ?1",
         )?
         .execute(params![
             job.id as i64,
@@ -330,6 +337,9 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
             job.suspended_at,
             job.billing,
             job.approved_by,
+            job.preempted_by.map(|j| j as i64),
+            format_index_list(&job.claim),
+            job.preempt_count,
         ])?;
     if changed == 0 {
         return Err(DbError::NotFound(job.id));
@@ -344,10 +354,37 @@ pub fn add_event(
     state: JobState,
     detail: Option<&str>,
 ) -> Result<(), DbError> {
+    add_event_named(conn, id, time, state.name(), detail)
+}
+
+/// An event under a name that is not a job state (`REQUEUED`).
+pub fn add_event_named(
+    conn: &Connection,
+    id: JobId,
+    time: i64,
+    name: &str,
+    detail: Option<&str>,
+) -> Result<(), DbError> {
     conn.prepare_cached(
         "INSERT INTO job_events (job_id, time, state, detail) VALUES (?1, ?2, ?3, ?4)",
     )?
-    .execute(params![id as i64, time, state.name(), detail])?;
+    .execute(params![id as i64, time, name, detail])?;
+    Ok(())
+}
+
+/// One line of the audit log: who did what to which job.
+pub fn add_audit(
+    conn: &Connection,
+    time: i64,
+    actor: &str,
+    action: &str,
+    job: Option<JobId>,
+    detail: &str,
+) -> Result<(), DbError> {
+    conn.prepare_cached(
+        "INSERT INTO audit (time, actor, action, job_id, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![time, actor, action, job.map(|j| j as i64), detail])?;
     Ok(())
 }
 

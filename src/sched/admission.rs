@@ -395,6 +395,7 @@ mod tests {
             nice: 0,
             dependency: None,
             array: None,
+            no_requeue: false,
             script: "#!/bin/sh\n".into(),
             args: vec![],
         }

@@ -19,7 +19,7 @@ use std::fmt;
 
 use crate::gpu::Gpu;
 use crate::job::{GpuRequest, Hold, Job, JobId};
-use profile::{Free, Profile, Types};
+use profile::{Free, Profile, Slot, Types};
 
 /// Why a pending job waits, with Slurm's names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -51,6 +51,9 @@ pub enum Reason {
     PendingApproval,
     /// Starting it would eat into GPUs another QoS keeps for its own jobs.
     ReservedForQos,
+    /// It preempted running jobs and waits for them to stop; their GPUs
+    /// are kept for it.
+    Preempting,
 }
 
 impl Reason {
@@ -71,6 +74,7 @@ impl Reason {
             Reason::JobArrayTaskLimit => "JobArrayTaskLimit",
             Reason::PendingApproval => "PendingApproval",
             Reason::ReservedForQos => "ReservedForQOS",
+            Reason::Preempting => "Preempting",
         }
     }
 }
@@ -150,6 +154,18 @@ pub fn plan(
         .collect();
     ends.sort_by_key(|(t, j)| (*t, j.id));
     let mut profile = Profile::new(now, free, &ends, &types);
+    // GPUs kept for jobs that preempted others: no other job may have
+    // them, now or later; a claimant starts on its own once they are free.
+    let held_now: placement::GpuSet = running
+        .iter()
+        .flat_map(|j| j.gpus_alloc.iter().copied())
+        .collect();
+    for (job, _) in pending
+        .iter()
+        .filter(|(j, _)| !j.claim.is_empty() && j.hold.is_none())
+    {
+        profile.withhold(&job.claim, &types);
+    }
 
     let mut ordered: Vec<(&Job, i64)> = pending.to_vec();
     ordered.sort_by(|a, b| priority::order(*a, *b));
@@ -188,6 +204,22 @@ pub fn plan(
         if let Some(begin) = job.begin_time.filter(|&b| b > now) {
             plan.reasons.insert(job.id, Reason::BeginTime);
             plan.wake_at = Some(plan.wake_at.map_or(begin, |w| w.min(begin)));
+            continue;
+        }
+        if !job.claim.is_empty() {
+            let ready = job.claim.iter().all(|g| !held_now.contains(*g));
+            let slot = Slot::now(job.claim.clone(), now);
+            if ready
+                && profile.now().cpus >= job.cpus
+                && profile.now().mem_mb >= job.mem_mb.unwrap_or(0)
+            {
+                profile.take(job, &slot, job.time_limit, &types);
+                use_reserve(job, &mut reserve_used);
+                held.add(policy, job, &slot.gpus, node.gpus);
+                plan.starts.push((job.id, slot.gpus));
+            } else {
+                plan.reasons.insert(job.id, Reason::Preempting);
+            }
             continue;
         }
         // Over an account limit: it waits for its own jobs to end, and
@@ -348,6 +380,22 @@ mod tests {
         assert!(p.starts.is_empty(), "{p:?}");
         assert_eq!(p.reasons[&2], Reason::Resources);
         assert_eq!(p.expected_starts[&2], 101, "as soon as it is gone");
+    }
+
+    #[test]
+    fn gpus_kept_for_a_preempting_job_go_to_it_alone() {
+        let g = gpus(3);
+        let mut victim = running(1, &[0], 0, None);
+        victim.state = JobState::Completing;
+        let mut urgent = job(2, 2, None);
+        urgent.claim = vec![0, 1];
+        let other = job(3, 1, None);
+        let p = plan_without_limits(&[(&urgent, 1), (&other, 100)], &[&victim], &node(&g), 10);
+        assert_eq!(p.starts, vec![(3, vec![2])], "never GPU 1: {p:?}");
+        assert_eq!(p.reasons[&2], Reason::Preempting);
+        // The victim is gone: the urgent job starts on what it was kept.
+        let p = plan_without_limits(&[(&urgent, 1), (&other, 100)], &[], &node(&g), 10);
+        assert_eq!(p.starts, vec![(3, vec![2]), (2, vec![0, 1])]);
     }
 
     #[test]

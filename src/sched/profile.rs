@@ -125,6 +125,15 @@ impl Free {
         gpus_ok && job.cpus <= self.cpus && job.mem_mb.unwrap_or(0) <= self.mem_mb
     }
 
+    /// Takes GPUs only, whole.
+    pub fn take_gpus(&mut self, gpus: &[u32], types: &Types) {
+        for &g in gpus {
+            if self.gpus.remove(g) {
+                self.per_type[types.of_gpu[g as usize]] -= 1;
+            }
+        }
+    }
+
     pub fn take(&mut self, job: &Job, gpus: &[u32], types: &Types) {
         for &g in gpus {
             if self.gpus.remove(g) {
@@ -180,6 +189,17 @@ pub struct Slot {
     point: usize,
 }
 
+impl Slot {
+    /// Starting now on `gpus`.
+    pub fn now(gpus: Vec<u32>, now: i64) -> Slot {
+        Slot {
+            at: now,
+            gpus,
+            point: 0,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Point {
     at: i64,
@@ -212,6 +232,13 @@ impl Profile {
 
     pub fn now(&self) -> &Free {
         &self.points[0].free
+    }
+
+    /// Takes `gpus` out of the timeline for good (kept for one job).
+    pub fn withhold(&mut self, gpus: &[u32], types: &Types) {
+        for point in &mut self.points {
+            point.free.take_gpus(gpus, types);
+        }
     }
 
     /// The earliest point, among the first `max_points`, from which `job`

@@ -1,0 +1,224 @@
+//! Preemption as the daemon carries it out: after a scheduling pass, each
+//! job that may preempt and could not start picks its victims
+//! (`sched::preempt`), they are signalled at once with their QoS's grace,
+//! their GPUs are kept for it (`Job::claim`), and when they are gone they
+//! are requeued (or end PREEMPTED) and it starts. Every step is in the
+//! database, so a crash in the middle resumes it.
+
+use crate::config::PreemptMode;
+use crate::db;
+use crate::job::{JobId, JobState};
+use crate::sched::preempt::{self, Candidate};
+use crate::sched::profile::{Free, Types};
+use crate::sched::{Plan, Reason};
+
+use super::{Daemon, DaemonError};
+
+impl Daemon {
+    /// Preempts for the jobs of `plan` that wait for resources and may;
+    /// returns those that did.
+    pub(super) fn preempt(&mut self, plan: &Plan, now: i64) -> Result<Vec<JobId>, DaemonError> {
+        let mut preempting = Vec::new();
+        for &id in &plan.order {
+            if !matches!(
+                plan.reasons.get(&id),
+                Some(Reason::Resources | Reason::Priority)
+            ) {
+                continue;
+            }
+            let Some(job) = self.jobs.get(&id) else {
+                continue;
+            };
+            let Some(qos) = self.config.qos_named(&job.qos) else {
+                continue;
+            };
+            if qos.preempt.is_empty() || !job.claim.is_empty() {
+                continue;
+            }
+            // A job about to end makes room soon enough.
+            if plan
+                .expected_starts
+                .get(&id)
+                .is_some_and(|&at| at - now <= self.config.preempt_wait as i64)
+            {
+                continue;
+            }
+            let Some(choice) = self.victims_for(id, now) else {
+                continue;
+            };
+            self.carry_out(id, choice, now)?;
+            preempting.push(id);
+        }
+        Ok(preempting)
+    }
+
+    /// The cheapest victims for pending job `id`, if stopping some lets it start.
+    fn victims_for(&self, id: JobId, now: i64) -> Option<preempt::Choice> {
+        let urgent = &self.jobs[&id];
+        let rights = &self.config.qos_named(&urgent.qos)?.preempt;
+        let types = Types::new(&self.inventory.gpus);
+        let mut free = Free::new(&self.inventory.gpus, self.cpus, self.mem_mb, &types);
+        for job in self.jobs.values() {
+            if job.state.holds_gpus() {
+                free.take(job, &job.gpus_alloc, &types);
+            }
+            if job.state == JobState::Pending && !job.claim.is_empty() {
+                free.take_gpus(&job.claim, &types);
+            }
+        }
+        let candidates: Vec<Candidate> = self
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Running && rights.contains(&j.qos))
+            .filter_map(|j| {
+                let qos = self.config.qos_named(&j.qos)?;
+                let ran = now - j.start_time?;
+                // Suspending keeps the GPUs (and their memory) in use: it
+                // frees nothing a GPU job can use.
+                let eligible = qos.preemptible
+                    && qos.preempt_mode != PreemptMode::Suspend
+                    && ran >= qos.min_run_time as i64
+                    && j.preempt_count < self.config.max_preemptions;
+                eligible.then_some(Candidate {
+                    job: j,
+                    qos_priority: qos.priority,
+                    lost_work: ran,
+                })
+            })
+            .collect();
+        if candidates.is_empty() {
+            return None;
+        }
+        preempt::choose(urgent, &free, &candidates, &types)
+    }
+
+    /// Signals the victims, keeps their GPUs for `urgent`, records it all.
+    fn carry_out(
+        &mut self,
+        urgent: JobId,
+        choice: preempt::Choice,
+        now: i64,
+    ) -> Result<(), DaemonError> {
+        let (user, qos) = {
+            let job = self.jobs.get_mut(&urgent).expect("checked by the caller");
+            job.claim = choice.gpus.clone();
+            (job.user.clone(), job.qos.clone())
+        };
+        let job = self.jobs[&urgent].clone();
+        let victims = choice
+            .victims
+            .iter()
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let detail = format!(
+            "job {urgent} ({qos}, {user}) preempts job(s) {victims}; GPUs [{}] kept for it",
+            db::format_index_list(&choice.gpus)
+        );
+        let tx = self.tx()?;
+        db::update_job(tx, &job)?;
+        db::add_audit(tx, now, "ysctld", "preempt", Some(urgent), &detail)?;
+        tracing::info!(target: "ysched::daemon", "{detail}");
+        for victim in choice.victims {
+            self.stop_preempted(victim, urgent, now)?;
+        }
+        self.snapshot = None;
+        Ok(())
+    }
+
+    /// Signals a victim: SIGTERM to all of it now, SIGKILL after its QoS's
+    /// grace. It keeps its GPUs (COMPLETING) until it is gone.
+    fn stop_preempted(&mut self, id: JobId, by: JobId, now: i64) -> Result<(), DaemonError> {
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return Ok(());
+        };
+        if job.state != JobState::Running {
+            return Ok(());
+        }
+        job.state = JobState::Completing;
+        job.kill_reason = Some(JobState::Preempted);
+        job.preempted_by = Some(by);
+        job.reason = Some(format!("preempted by job {by}"));
+        let job = job.clone();
+        let grace = self.grace_of(&job);
+        let detail = format!("preempted by job {by}; SIGTERM, SIGKILL after {grace} s");
+        let tx = self.tx()?;
+        db::update_job(tx, &job)?;
+        db::add_event(tx, id, now, JobState::Preempted, Some(&detail))?;
+        tracing::info!(target: "ysched::daemon", "job {id} {detail}");
+        self.send_terminate(id, grace);
+        Ok(())
+    }
+
+    /// Seconds between SIGTERM and SIGKILL when `job` is stopped.
+    pub(super) fn grace_of(&self, job: &crate::job::Job) -> u64 {
+        match job.kill_reason {
+            Some(JobState::Preempted) => self
+                .config
+                .qos_named(&job.qos)
+                .map_or(crate::config::DEFAULT_GRACE_TIME, |q| q.grace_time),
+            _ => self.config.kill_wait,
+        }
+    }
+
+    /// A preempted job is gone: back to the queue with its id, its submit
+    /// time and one more restart, or PREEMPTED where its QoS or
+    /// `--no-requeue` says so. What it ran is charged either way.
+    pub(super) fn preempted_exit(
+        &mut self,
+        id: JobId,
+        end: i64,
+        exit: Option<crate::job::ExitStatus>,
+    ) -> Result<(), DaemonError> {
+        let Some(job) = self.jobs.get(&id) else {
+            return Ok(());
+        };
+        let by = job.preempted_by;
+        let requeue = !job.no_requeue
+            && self
+                .config
+                .qos_named(&job.qos)
+                .is_none_or(|q| q.preempt_mode == PreemptMode::Requeue);
+        let by_text = by.map(|b| format!(" by job {b}")).unwrap_or_default();
+        if !requeue {
+            return self.finish(
+                id,
+                JobState::Preempted,
+                end,
+                exit,
+                Some(format!("preempted{by_text}")),
+            );
+        }
+        let segment = self.charge_run(id, end)?;
+        let job = self.jobs.get_mut(&id).expect("checked above");
+        job.billing = Some(job.billing.unwrap_or(0) + segment);
+        job.state = JobState::Pending;
+        job.restart_count += 1;
+        job.preempt_count += 1;
+        job.start_time = None;
+        job.end_time = None;
+        job.gpus_alloc.clear();
+        job.node = None;
+        job.kill_reason = None;
+        job.preempted_by = None;
+        job.suspended_secs = 0;
+        job.suspended_at = None;
+        job.exit = exit;
+        job.reason = Some(format!("requeued after preemption{by_text}"));
+        let job = job.clone();
+        let detail = format!(
+            "requeued after preemption{by_text} (restart {})",
+            job.restart_count
+        );
+        let tx = self.tx()?;
+        db::update_job(tx, &job)?;
+        db::add_event_named(tx, id, end, "REQUEUED", Some(&detail))?;
+        tracing::info!(target: "ysched::daemon", "job {id} {detail}");
+        // Its exit record goes once this is committed; it may run again
+        // at once.
+        self.to_remove.push(id);
+        self.reschedule = true;
+        self.snapshot = None;
+        Ok(())
+    }
+}

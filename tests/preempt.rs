@@ -1,0 +1,170 @@
+//! Preemption through the real daemon: urgent jobs start by stopping the
+//! fewest low-priority jobs, which checkpoint on SIGTERM, are requeued with
+//! their ids, and resume from their checkpoints.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{stderr, stdout, wait_for, Cluster};
+
+const LONG: Duration = Duration::from_secs(30);
+
+const QOS: &str = "default_qos = \"medium\"\n\
+    [[qos]]\nname = \"critical\"\npriority = 300\n\
+    [[qos]]\nname = \"medium\"\npriority = 100\n\
+    [[qos]]\nname = \"low\"\npriority = 0\ngrace_time = \"0:02\"\n";
+
+/// A trainer that counts 40 steps of 0.1 s, saves its step on SIGTERM
+/// and exits 0, and resumes from the saved step.
+const TRAINER: &str = r#"#!/bin/bash
+log="$SLURM_SUBMIT_DIR/log-$SLURM_JOB_ID"
+ckpt="$SLURM_SUBMIT_DIR/ckpt-$SLURM_JOB_ID"
+step=$(cat "$ckpt" 2>/dev/null || echo 0)
+echo "start restart=$SLURM_RESTART_COUNT step=$step" >> "$log"
+trap 'echo $step > "$ckpt.tmp" && mv "$ckpt.tmp" "$ckpt"; echo "checkpoint step=$step" >> "$log"; exit 0' TERM
+while [ "$step" -lt 40 ]; do sleep 0.1 & wait $!; step=$((step + 1)); done
+echo "done step=$step" >> "$log"
+"#;
+
+fn log_of(c: &Cluster, id: u64) -> String {
+    std::fs::read_to_string(c.work.join(format!("log-{id}"))).unwrap_or_default()
+}
+
+fn gpus_of(c: &Cluster, id: u64) -> String {
+    stdout(&c.run("ysqueue", &["-h", "-j", &id.to_string(), "-o", "%b %N"]))
+}
+
+#[test]
+fn a_critical_job_stops_two_low_jobs_which_resume_from_their_checkpoints() {
+    let mut c = Cluster::new(QOS);
+    c.start();
+    c.script("train.sh", TRAINER);
+    c.script(
+        "urgent.sh",
+        "#!/bin/sh\necho \"urgent on $SLURM_JOB_GPUS\"\nsleep 1\n",
+    );
+    let low: Vec<u64> = (0..4)
+        .map(|_| c.submit(&["-q", "low", "--gpus", "1", "train.sh"]))
+        .collect();
+    for &id in &low {
+        c.wait_state(id, "RUNNING", LONG);
+    }
+    wait_for("the trainers to start counting", LONG, || {
+        low.iter().all(|&id| log_of(&c, id).contains("start"))
+    });
+    let urgent = c.submit(&["-q", "critical", "--gpus", "2", "urgent.sh"]);
+    assert_eq!(
+        c.wait_done(urgent, LONG),
+        "COMPLETED",
+        "{}",
+        gpus_of(&c, urgent)
+    );
+
+    let victims: Vec<u64> = low
+        .iter()
+        .copied()
+        .filter(|&id| log_of(&c, id).contains("checkpoint"))
+        .collect();
+    assert_eq!(victims.len(), 2, "exactly two stopped: {victims:?}");
+    for &id in &low {
+        assert_eq!(
+            c.wait_done(id, LONG),
+            "COMPLETED",
+            "job {id}: {}",
+            log_of(&c, id)
+        );
+        let log = log_of(&c, id);
+        // Every job reaches the end an uninterrupted run reaches.
+        assert!(log.trim_end().ends_with("done step=40"), "job {id}: {log}");
+        let restarts = c.field(id, "Restarts");
+        if victims.contains(&id) {
+            assert_eq!(restarts, "1", "job {id}");
+            let saved: u32 = log
+                .lines()
+                .find_map(|l| l.strip_prefix("checkpoint step="))
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(
+                log.contains(&format!("start restart=1 step={saved}")),
+                "resumed where it stopped: {log}"
+            );
+        } else {
+            assert_eq!(restarts, "0", "job {id}");
+            assert_eq!(log.lines().count(), 2, "job {id}: {log}");
+        }
+    }
+    // The urgent job ran on the victims' GPUs.
+    let urgent_out = c.output_of(urgent);
+    assert!(urgent_out.starts_with("urgent on "), "{urgent_out}");
+    let log = c.log();
+    assert!(
+        log.contains(&format!("job {urgent} (critical, root) preempts job(s)")),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_job_that_ignores_sigterm_is_killed_after_its_grace_and_still_requeued() {
+    let mut c = Cluster::with_gpus(
+        QOS,
+        "[[gpus]]\ntype = \"a100\"\ncount = 1\nmemory = \"80GiB\"\n",
+    );
+    c.start();
+    c.script(
+        "stubborn.sh",
+        "#!/bin/bash\necho \"start $SLURM_RESTART_COUNT\" >> \"$SLURM_SUBMIT_DIR/log-$SLURM_JOB_ID\"\ntrap '' TERM\nsleep 3\n",
+    );
+    c.script("urgent.sh", "#!/bin/sh\nsleep 0.5\n");
+    let stubborn = c.submit(&["-q", "low", "--gpus", "1", "stubborn.sh"]);
+    c.wait_state(stubborn, "RUNNING", LONG);
+    let urgent = c.submit(&["-q", "critical", "--gpus", "1", "urgent.sh"]);
+    wait_for("the stubborn job to be stopped", LONG, || {
+        let q = stdout(&c.run("ysqueue", &["-h", "-j", &urgent.to_string(), "-o", "%r"]));
+        q.trim() == "Preempting" || c.state(urgent) != "PENDING"
+    });
+    assert_eq!(c.wait_done(urgent, LONG), "COMPLETED");
+    assert_eq!(c.wait_done(stubborn, LONG), "COMPLETED");
+    assert_eq!(log_of(&c, stubborn), "start 0\nstart 1\n");
+    assert_eq!(c.field(stubborn, "Restarts"), "1");
+
+    // --no-requeue: preempted means ended.
+    let once = c.submit(&["-q", "low", "--gpus", "1", "--no-requeue", "stubborn.sh"]);
+    c.wait_state(once, "RUNNING", LONG);
+    let urgent = c.submit(&["-q", "critical", "--gpus", "1", "urgent.sh"]);
+    assert_eq!(c.wait_done(once, LONG), "PREEMPTED");
+    assert_eq!(c.wait_done(urgent, LONG), "COMPLETED");
+    let out = c.run(
+        "ysacct",
+        &["-j", &once.to_string(), "-n", "-P", "-o", "State,Reason"],
+    );
+    assert!(
+        stdout(&out).contains(&format!("preempted by job {urgent}")),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_job_younger_than_its_qos_min_run_time_is_not_preempted() {
+    let mut c = Cluster::with_gpus(
+        &QOS.replace(
+            "grace_time = \"0:02\"",
+            "grace_time = \"0:02\"\nmin_run_time = \"10:00\"",
+        ),
+        "[[gpus]]\ntype = \"a100\"\ncount = 1\nmemory = \"80GiB\"\n",
+    );
+    c.start();
+    c.script("sleep.sh", "#!/bin/sh\nsleep 300\n");
+    let young = c.submit(&["-q", "low", "--gpus", "1", "sleep.sh"]);
+    c.wait_state(young, "RUNNING", LONG);
+    let urgent = c.submit(&["-q", "critical", "--gpus", "1", "sleep.sh"]);
+    // The low job ran less than its QoS's min_run_time: nothing is stopped.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(c.state(young), "RUNNING");
+    let q = stdout(&c.run("ysqueue", &["-h", "-j", &urgent.to_string(), "-o", "%r"]));
+    assert_eq!(q.trim(), "Resources");
+    c.run("yscancel", &["-u", "root"]);
+}
