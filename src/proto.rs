@@ -151,6 +151,19 @@ pub enum Query {
         users: Vec<String>,
         all_users: bool,
     },
+    /// The audit log, newest last (admins): preemptions, uses of a
+    /// restricted QoS, actions on others' jobs, reloads.
+    Audit { limit: u32 },
+}
+
+/// One line of the audit log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AuditRow {
+    pub time: i64,
+    pub actor: String,
+    pub action: String,
+    pub job_id: Option<JobId>,
+    pub detail: String,
 }
 
 /// A job as a command sees it. Another user's job comes `redacted`: its
@@ -230,6 +243,9 @@ pub enum Reply {
     },
     Shares {
         rows: Vec<ShareRow>,
+    },
+    Audit {
+        rows: Vec<AuditRow>,
     },
     /// One row of rendered cells per job, for the fields asked for.
     Rows {

@@ -103,6 +103,23 @@ fn a_critical_job_stops_two_low_jobs_which_resume_from_their_checkpoints() {
         log.contains(&format!("job {urgent} (critical, root) preempts job(s)")),
         "{log}"
     );
+    let out = c.run("yscontrol", &["show", "audit"]);
+    let audit = stdout(&out);
+    let lines: Vec<&str> = audit.lines().collect();
+    assert_eq!(lines.len(), 2, "{audit}{}", stderr(&out));
+    assert!(
+        lines[0].contains(&format!(
+            "root use-qos job={urgent} job {urgent} submitted with QoS critical"
+        )),
+        "{audit}"
+    );
+    assert!(
+        lines[1].contains(&format!(
+            "ysctld preempt job={urgent} job {urgent} (critical, root) preempts job(s) {}, {}",
+            victims[0], victims[1]
+        )),
+        "{audit}"
+    );
 }
 
 #[test]
@@ -167,4 +184,111 @@ fn a_job_younger_than_its_qos_min_run_time_is_not_preempted() {
     let q = stdout(&c.run("ysqueue", &["-h", "-j", &urgent.to_string(), "-o", "%r"]));
     assert_eq!(q.trim(), "Resources");
     c.run("yscancel", &["-u", "root"]);
+}
+
+#[test]
+fn a_preemption_cut_short_by_a_daemon_crash_completes_after_restart() {
+    let mut c = Cluster::with_gpus(
+        &QOS.replace("grace_time = \"0:02\"", "grace_time = \"0:05\""),
+        "[[gpus]]\ntype = \"a100\"\ncount = 1\nmemory = \"80GiB\"\n",
+    );
+    c.start();
+    // Takes a second to save its checkpoint once signalled.
+    c.script(
+        "train.sh",
+        &TRAINER.replace("trap 'echo", "trap 'sleep 1; echo"),
+    );
+    c.script("urgent.sh", "#!/bin/sh\nsleep 0.5\n");
+    let low = c.submit(&["-q", "low", "--gpus", "1", "train.sh"]);
+    c.wait_state(low, "RUNNING", LONG);
+    let urgent = c.submit(&["-q", "critical", "--gpus", "1", "urgent.sh"]);
+    wait_for("the preemption to begin", LONG, || {
+        let q = stdout(&c.run("ysqueue", &["-h", "-j", &low.to_string(), "-o", "%T"]));
+        q.trim() == "COMPLETING"
+    });
+    // Killed while the victim saves its checkpoint.
+    c.crash();
+    c.start();
+    assert_eq!(c.wait_done(urgent, LONG), "COMPLETED");
+    assert_eq!(c.wait_done(low, LONG), "COMPLETED", "{}", log_of(&c, low));
+    let log = log_of(&c, low);
+    assert_eq!(log.matches("checkpoint").count(), 1, "{log}");
+    assert_eq!(log.matches("start restart=1").count(), 1, "{log}");
+    assert!(log.trim_end().ends_with("done step=40"), "{log}");
+    assert_eq!(c.field(low, "Restarts"), "1");
+}
+
+#[test]
+fn two_urgent_jobs_never_take_the_same_victim() {
+    let mut c = Cluster::with_gpus(
+        QOS,
+        "[[gpus]]\ntype = \"a100\"\ncount = 2\nmemory = \"80GiB\"\n",
+    );
+    c.start();
+    c.script("train.sh", TRAINER);
+    c.script("urgent.sh", "#!/bin/sh\nsleep 1\n");
+    let low: Vec<u64> = (0..2)
+        .map(|_| c.submit(&["-q", "low", "--gpus", "1", "train.sh"]))
+        .collect();
+    for &id in &low {
+        c.wait_state(id, "RUNNING", LONG);
+    }
+    let urgent: Vec<u64> = (0..3)
+        .map(|_| c.submit(&["-q", "critical", "--gpus", "1", "urgent.sh"]))
+        .collect();
+    for &id in &urgent {
+        assert_eq!(c.wait_done(id, LONG), "COMPLETED");
+    }
+    for &id in &low {
+        assert_eq!(c.wait_done(id, LONG), "COMPLETED");
+        // Each low job stopped once; the third urgent job waited for a GPU.
+        assert_eq!(c.field(id, "Restarts"), "1", "{}", log_of(&c, id));
+    }
+    let preemptions = c.log().matches("preempts job(s)").count();
+    assert_eq!(preemptions, 2, "{}", c.log());
+}
+
+#[test]
+fn the_contrib_trainer_preempted_ends_where_an_uninterrupted_run_does() {
+    let mut c = Cluster::with_gpus(
+        QOS,
+        "[[gpus]]\ntype = \"a100\"\ncount = 1\nmemory = \"80GiB\"\n",
+    );
+    c.start();
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("contrib/examples");
+    for file in ["tiny_trainer.py", "resumable-train.sh"] {
+        let text = std::fs::read_to_string(examples.join(file)).unwrap();
+        c.script(file, &text);
+    }
+    // The uninterrupted run, outside the scheduler.
+    let alone = std::process::Command::new("python3")
+        .arg(c.work.join("tiny_trainer.py"))
+        .args(["--epochs", "60", "--dir"])
+        .arg(c.work.join("alone"))
+        .output()
+        .unwrap();
+    assert!(alone.status.success(), "{}", stderr(&alone));
+    let expected = std::fs::read_to_string(c.work.join("alone/result.json")).unwrap();
+
+    let train = c.submit(&["-q", "low", "resumable-train.sh"]);
+    c.wait_state(train, "RUNNING", LONG);
+    wait_for("a few epochs", LONG, || {
+        c.output_of(train).contains("starting from scratch")
+    });
+    std::thread::sleep(Duration::from_millis(600));
+    let urgent = c.submit(&["-q", "critical", "--gpus", "1", "--wrap", "sleep 0.5"]);
+    assert_eq!(c.wait_done(urgent, LONG), "COMPLETED");
+    assert_eq!(c.wait_done(train, LONG), "COMPLETED");
+    let out = c.output_of(train);
+    assert!(out.contains("checkpoint saved"), "{out}");
+    assert!(
+        out.contains("resuming at epoch") && out.contains("(restart 1)"),
+        "{out}"
+    );
+    let result =
+        std::fs::read_to_string(c.work.join(format!("runs/tiny-{train}/result.json"))).unwrap();
+    assert_eq!(
+        result, expected,
+        "the same weights as the uninterrupted run"
+    );
 }

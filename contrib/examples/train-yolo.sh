@@ -1,8 +1,14 @@
 #!/bin/bash
-# Training a YOLO detector on two GPUs, resumable: when ysched stops the job
-# (yscancel, time limit) it sends SIGTERM first and SIGKILL kill_wait seconds
-# later, so the trap saves a checkpoint in time. Ultralytics' `resume=True`
-# picks up from the last checkpoint when the job runs again.
+# Training a YOLO detector (Ultralytics) on two GPUs, resumable: when ysched
+# stops the job it sends SIGTERM first and SIGKILL later (kill_wait seconds
+# for yscancel and time limits; the QoS's grace_time, default 2 minutes,
+# when an urgent job preempts it), so the trap lets Ultralytics finish the
+# epoch's last.pt. Preempted, the job is requeued with the same id and
+# YS_RESTART_COUNT one higher; `yolo ... resume` then picks up from
+# last.pt. Ultralytics saves last.pt at the end of every epoch: an epoch
+# longer than the grace loses its progress since the last one. Documented,
+# not run in CI (it needs the ultralytics package, a dataset and GPUs);
+# resumable-train.sh with tiny_trainer.py is the one the tests run.
 #SBATCH --job-name=yolov8s-coco
 #SBATCH --gres=gpu:2
 #SBATCH --cpus-per-task=8

@@ -155,7 +155,7 @@ pub fn query(command: &str, config: &Config, query: Query) -> Result<Reply, CliE
     };
     match reply {
         Reply::Rejected { error } => Err(CliError::failed(error)),
-        reply @ (Reply::Jobs { .. } | Reply::Rows { .. }) => Ok(reply),
+        reply @ (Reply::Jobs { .. } | Reply::Rows { .. } | Reply::Audit { .. }) => Ok(reply),
         other => Err(CliError::failed(format!(
             "unexpected reply from ysctld: {other:?}"
         ))),

@@ -44,7 +44,7 @@ pub enum Command {
         #[arg(value_name = "JOBID", required = true)]
         jobs: Vec<String>,
     },
-    /// Show a job in full
+    /// Show a job in full, or the audit log
     Show {
         #[command(subcommand)]
         what: Show,
@@ -59,6 +59,12 @@ pub enum Show {
     Job {
         #[arg(value_name = "JOBID")]
         job: String,
+    },
+    /// The audit log (admins): preemptions, uses of restricted QoS, actions on others' jobs, reloads
+    Audit {
+        /// How many of the latest entries
+        #[arg(short = 'n', long, value_name = "N", default_value_t = 100)]
+        lines: u32,
     },
 }
 
@@ -96,6 +102,30 @@ pub fn run(args: Args) -> CliResult {
             },
         ),
         Command::Reload => control(&config, Control::Reload),
+        Command::Show {
+            what: Show::Audit { lines },
+        } => match query("yscontrol", &config, Query::Audit { limit: lines })? {
+            Reply::Audit { rows } => {
+                let text: String = rows
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "{} {} {} {}{}\n",
+                            crate::units::format_timestamp(r.time),
+                            r.actor,
+                            r.action,
+                            r.job_id.map(|j| format!("job={j} ")).unwrap_or_default(),
+                            r.detail
+                        )
+                    })
+                    .collect();
+                print(&text)
+            }
+            Reply::Rejected { error } => Err(CliError::failed(error)),
+            other => Err(CliError::failed(format!(
+                "unexpected reply from ysctld: {other:?}"
+            ))),
+        },
         Command::Show {
             what: Show::Job { job },
         } => {

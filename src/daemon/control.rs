@@ -205,6 +205,16 @@ impl Daemon {
         now: i64,
     ) -> Result<Option<String>, DaemonError> {
         let detail = format!("cancelled by {}", who.user);
+        let owner = self.jobs[&id].user.clone();
+        if owner != who.user {
+            self.audit(
+                now,
+                who.user,
+                "cancel",
+                Some(id),
+                &format!("cancelled job {id} of {owner}"),
+            )?;
+        }
         if self.jobs[&id].state == JobState::Suspended {
             // Thawed first, so that it can take SIGTERM and end.
             if let Err(e) = self.set_suspended(id, false, who.user, now)? {
@@ -261,6 +271,9 @@ impl Daemon {
                 Some(e) => Some(e),
                 None => self.set_suspended(id, suspend, who.user, now)?.err(),
             };
+            if error.is_none() {
+                self.audit(now, who.user, verb, Some(id), &format!("{verb}d job {id}"))?;
+            }
             outcomes.push(JobOutcome { job_id: id, error });
         }
         Ok(Reply::Control {
@@ -322,6 +335,13 @@ impl Daemon {
             let tx = self.tx()?;
             db::update_job(tx, &job)?;
             db::add_event(tx, id, now, JobState::Pending, Some(&detail))?;
+            self.audit(
+                now,
+                who.user,
+                "approve",
+                Some(id),
+                &format!("approved job {id} of {}", job.user),
+            )?;
             tracing::info!(target: "ysched::daemon", "job {id} {detail}");
             self.reschedule = true;
             self.snapshot = None;
@@ -405,6 +425,16 @@ impl Daemon {
             db::update_job(tx, &job)?;
             db::add_event(tx, id, now, JobState::Pending, Some(&detail))?;
             tracing::info!(target: "ysched::daemon", "job {id} {detail}");
+            if who.admin && job.user != who.user {
+                let action = if new.is_some() { "hold" } else { "release" };
+                self.audit(
+                    now,
+                    who.user,
+                    action,
+                    Some(id),
+                    &format!("{detail} (job of {})", job.user),
+                )?;
+            }
             outcomes.push(JobOutcome {
                 job_id: id,
                 error: None,

@@ -704,6 +704,18 @@ impl Daemon {
             Ok(m) => tracing::info!(target: "ysched::daemon", "{m}{who}"),
             Err(m) => tracing::error!(target: "ysched::daemon", "{m}{who}"),
         }
+        let text = match &result {
+            Ok(m) | Err(m) => m.clone(),
+        };
+        if let Err(e) = self.audit(
+            now(),
+            requested_by.unwrap_or("SIGHUP"),
+            "reload",
+            None,
+            &text,
+        ) {
+            tracing::error!(target: "ysched::daemon", "reload not audited: {e}");
+        }
         result
     }
 }

@@ -115,10 +115,8 @@ impl Daemon {
             "job {urgent} ({qos}, {user}) preempts job(s) {victims}; GPUs [{}] kept for it",
             db::format_index_list(&choice.gpus)
         );
-        let tx = self.tx()?;
-        db::update_job(tx, &job)?;
-        db::add_audit(tx, now, "ysctld", "preempt", Some(urgent), &detail)?;
-        tracing::info!(target: "ysched::daemon", "{detail}");
+        db::update_job(self.tx()?, &job)?;
+        self.audit(now, "ysctld", "preempt", Some(urgent), &detail)?;
         for victim in choice.victims {
             self.stop_preempted(victim, urgent, now)?;
         }
@@ -147,6 +145,21 @@ impl Daemon {
         db::add_event(tx, id, now, JobState::Preempted, Some(&detail))?;
         tracing::info!(target: "ysched::daemon", "job {id} {detail}");
         self.send_terminate(id, grace);
+        Ok(())
+    }
+
+    /// Records an action in the audit table (committed with what it did)
+    /// and the log.
+    pub(super) fn audit(
+        &mut self,
+        now: i64,
+        actor: &str,
+        action: &str,
+        job: Option<JobId>,
+        detail: &str,
+    ) -> Result<(), DaemonError> {
+        db::add_audit(self.tx()?, now, actor, action, job, detail)?;
+        tracing::info!(target: "ysched::audit", "{actor} {action}: {detail}");
         Ok(())
     }
 

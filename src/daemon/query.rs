@@ -278,6 +278,16 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
                 .collect();
             Ok(reply(views, fields))
         }
+        Query::Audit { limit } => {
+            if !work.admin {
+                return Ok(Reply::Rejected {
+                    error: "permission denied: only root and the config's admins may read the audit log".into(),
+                });
+            }
+            Ok(Reply::Audit {
+                rows: db::audit_tail(conn, *limit)?,
+            })
+        }
         Query::Shares {
             accounts,
             users,

@@ -224,6 +224,15 @@ impl Daemon {
                 .map(|a| format!(" array={a} ({tasks} tasks)"))
                 .unwrap_or_default()
         );
+        // A QoS not open to everyone (critical by default) is audited.
+        if self
+            .config
+            .qos_named(&job.qos)
+            .is_some_and(|q| q.allowed.is_some())
+        {
+            let detail = format!("job {id} submitted with QoS {} ({})", job.qos, job.gpus);
+            self.audit(now, user, "use-qos", Some(id), &detail)?;
+        }
         self.snapshot = None;
         Ok(Reply::Submitted {
             job_id: id,

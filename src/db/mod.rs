@@ -372,6 +372,24 @@ pub fn add_event_named(
     Ok(())
 }
 
+/// The last `limit` lines of the audit log, oldest first.
+pub fn audit_tail(conn: &Connection, limit: u32) -> Result<Vec<crate::proto::AuditRow>, DbError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT time, actor, action, job_id, detail FROM \
+         (SELECT * FROM audit ORDER BY id DESC LIMIT ?1) ORDER BY id",
+    )?;
+    let rows = stmt.query_map([limit], |r| {
+        Ok(crate::proto::AuditRow {
+            time: r.get(0)?,
+            actor: r.get(1)?,
+            action: r.get(2)?,
+            job_id: r.get::<_, Option<i64>>(3)?.map(|j| j as JobId),
+            detail: r.get(4)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
 /// One line of the audit log: who did what to which job.
 pub fn add_audit(
     conn: &Connection,
