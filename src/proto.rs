@@ -93,6 +93,11 @@ pub enum Control {
     Approve {
         job_ids: Vec<JobRef>,
     },
+    /// Stop running jobs and put them back in the queue with their ids
+    /// (their users, admins).
+    Requeue {
+        job_ids: Vec<JobRef>,
+    },
     /// Freeze running jobs in place (admins); they keep their GPUs.
     Suspend {
         job_ids: Vec<JobRef>,

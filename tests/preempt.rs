@@ -292,3 +292,47 @@ fn the_contrib_trainer_preempted_ends_where_an_uninterrupted_run_does() {
         "the same weights as the uninterrupted run"
     );
 }
+
+#[test]
+fn yscontrol_requeue_runs_a_job_again_with_its_id() {
+    let mut c = Cluster::with_gpus(
+        QOS,
+        "[[gpus]]\ntype = \"a100\"\ncount = 1\nmemory = \"80GiB\"\n",
+    );
+    c.start();
+    c.script("train.sh", TRAINER);
+    let id = c.submit(&["--gpus", "1", "train.sh"]);
+    c.wait_state(id, "RUNNING", LONG);
+    wait_for("the trainer to count", LONG, || {
+        log_of(&c, id).contains("start")
+    });
+    let out = c.run("yscontrol", &["requeue", &id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(c.wait_done(id, LONG), "COMPLETED");
+    let log = log_of(&c, id);
+    assert!(
+        log.contains("checkpoint") && log.contains("start restart=1"),
+        "{log}"
+    );
+    let fields = stdout(&c.run(
+        "ysacct",
+        &[
+            "-j",
+            &id.to_string(),
+            "-n",
+            "-P",
+            "-o",
+            "Restarts,Preemptions",
+        ],
+    ));
+    assert_eq!(fields.trim(), "1|0", "a requeue is not a preemption");
+
+    let once = c.submit(&["--gpus", "1", "--no-requeue", "train.sh"]);
+    c.wait_state(once, "RUNNING", LONG);
+    let out = c.run("yscontrol", &["requeue", &once.to_string()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("--no-requeue"), "{}", stderr(&out));
+    let out = c.run("yscontrol", &["requeue", "999"]);
+    assert_eq!(out.status.code(), Some(1));
+    c.run("yscancel", &[&once.to_string()]);
+}

@@ -34,6 +34,11 @@ pub enum Command {
         #[arg(value_name = "JOBID", required = true)]
         jobs: Vec<String>,
     },
+    /// Stop running jobs and queue them again with their ids (SIGTERM first, as for a cancel)
+    Requeue {
+        #[arg(value_name = "JOBID", required = true)]
+        jobs: Vec<String>,
+    },
     /// Freeze running jobs where they are; they keep their GPUs (admins)
     Suspend {
         #[arg(value_name = "JOBID", required = true)]
@@ -86,6 +91,12 @@ pub fn run(args: Args) -> CliResult {
         Command::Approve { jobs } => control(
             &config,
             Control::Approve {
+                job_ids: parse_job_ids(&jobs)?,
+            },
+        ),
+        Command::Requeue { jobs } => control(
+            &config,
+            Control::Requeue {
                 job_ids: parse_job_ids(&jobs)?,
             },
         ),

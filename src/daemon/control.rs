@@ -58,6 +58,11 @@ impl Daemon {
                 self.approve(&ids, &who, now)
                     .map(|r| with_outcomes(r, unknown))
             }
+            Control::Requeue { job_ids } => {
+                let (ids, unknown) = self.expand(&job_ids)?;
+                self.requeue(&ids, &who, now)
+                    .map(|r| with_outcomes(r, unknown))
+            }
             Control::Suspend { job_ids } => {
                 let (ids, unknown) = self.expand(&job_ids)?;
                 self.suspend_or_resume(&ids, &who, true, now)
@@ -274,6 +279,52 @@ impl Daemon {
             if error.is_none() {
                 self.audit(now, who.user, verb, Some(id), &format!("{verb}d job {id}"))?;
             }
+            outcomes.push(JobOutcome { job_id: id, error });
+        }
+        Ok(Reply::Control {
+            outcomes,
+            message: None,
+        })
+    }
+
+    /// Stops running jobs (SIGTERM, then SIGKILL after kill_wait) and puts
+    /// them back in the queue with their ids and one more restart.
+    fn requeue(&mut self, ids: &[JobId], who: &Requester, now: i64) -> Result<Reply, DaemonError> {
+        let mut outcomes = Vec::new();
+        for &id in ids {
+            let error = match self.refuse(id, who)? {
+                Some(e) => Some(e),
+                None => {
+                    let job = &self.jobs[&id];
+                    if job.state != JobState::Running {
+                        Some(format!(
+                            "job {} is {}; only running jobs can be requeued",
+                            job.display_id(),
+                            job.state
+                        ))
+                    } else if job.no_requeue {
+                        Some(format!(
+                            "job {} was submitted with --no-requeue",
+                            job.display_id()
+                        ))
+                    } else {
+                        let owner = job.user.clone();
+                        // Pending as the end state: requeued once it is gone.
+                        let detail = format!("requeued by {}", who.user);
+                        self.terminate(id, JobState::Pending, &detail, now)?;
+                        if owner != who.user {
+                            self.audit(
+                                now,
+                                who.user,
+                                "requeue",
+                                Some(id),
+                                &format!("requeued job {id} of {owner}"),
+                            )?;
+                        }
+                        None
+                    }
+                }
+            };
             outcomes.push(JobOutcome { job_id: id, error });
         }
         Ok(Reply::Control {

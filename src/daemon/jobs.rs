@@ -138,7 +138,9 @@ impl Daemon {
                 let exit = record.launch_error.is_none().then_some(record.exit);
                 // Stopped for another job: requeued, whatever its exit
                 // (a job that saved a checkpoint and exited 0 included).
-                if state == JobState::Preempted && record.launch_error.is_none() {
+                if matches!(state, JobState::Preempted | JobState::Pending)
+                    && record.launch_error.is_none()
+                {
                     return self.preempted_exit(id, record.end_time, exit);
                 }
                 let reason = match (&record.launch_error, state) {

@@ -187,11 +187,14 @@ impl Daemon {
             return Ok(());
         };
         let by = job.preempted_by;
-        let requeue = !job.no_requeue
-            && self
-                .config
-                .qos_named(&job.qos)
-                .is_none_or(|q| q.preempt_mode == PreemptMode::Requeue);
+        // `yscontrol requeue`: requeued, whatever its QoS says.
+        let asked = job.kill_reason == Some(JobState::Pending);
+        let requeue = asked
+            || !job.no_requeue
+                && self
+                    .config
+                    .qos_named(&job.qos)
+                    .is_none_or(|q| q.preempt_mode == PreemptMode::Requeue);
         let by_text = by.map(|b| format!(" by job {b}")).unwrap_or_default();
         if !requeue {
             return self.finish(
@@ -207,7 +210,9 @@ impl Daemon {
         job.billing = Some(job.billing.unwrap_or(0) + segment);
         job.state = JobState::Pending;
         job.restart_count += 1;
-        job.preempt_count += 1;
+        if !asked {
+            job.preempt_count += 1;
+        }
         job.start_time = None;
         job.end_time = None;
         job.gpus_alloc.clear();
@@ -217,10 +222,13 @@ impl Daemon {
         job.suspended_secs = 0;
         job.suspended_at = None;
         job.exit = exit;
-        job.reason = Some(format!("requeued after preemption{by_text}"));
+        if !asked {
+            job.reason = Some(format!("requeued after preemption{by_text}"));
+        }
         let job = job.clone();
         let detail = format!(
-            "requeued after preemption{by_text} (restart {})",
+            "{} (restart {})",
+            job.reason.as_deref().unwrap_or("requeued"),
             job.restart_count
         );
         let tx = self.tx()?;

@@ -53,6 +53,7 @@ pub enum Field {
     End,
     ExitCode,
     Restarts,
+    Preemptions,
     MaxRss,
     TotalCpu,
     /// Billing-seconds charged (GPU-seconds x billing weight x QoS factor).
@@ -111,6 +112,7 @@ impl Field {
             Field::End => "END_TIME",
             Field::ExitCode => "EXIT_CODE",
             Field::Restarts => "RESTARTS",
+            Field::Preemptions => "PREEMPTIONS",
             Field::MaxRss => "MAXRSS",
             Field::Billing => "BILLING",
             Field::TotalCpu => "TOTALCPU",
@@ -194,6 +196,7 @@ impl Field {
         ("NNodes", Field::Nodes),
         ("Reason", Field::Reason),
         ("Restarts", Field::Restarts),
+        ("Preemptions", Field::Preemptions),
         ("MaxRSS", Field::MaxRss),
         ("Billing", Field::Billing),
         ("TotalCPU", Field::TotalCpu),
@@ -346,6 +349,7 @@ impl Field {
             }
             Field::ExitCode => job.exit.unwrap_or_default().to_string(),
             Field::Restarts => job.restart_count.to_string(),
+            Field::Preemptions => job.preempt_count.to_string(),
             Field::MaxRss => job.max_rss_bytes.map(units::format_rss).unwrap_or_default(),
             Field::Billing => job.billing.map(|b| b.to_string()).unwrap_or_default(),
             Field::TotalCpu => job.cpu_usec.map(units::format_cpu_time).unwrap_or_default(),
