@@ -81,6 +81,7 @@ fn main() {
         claim: Vec::new(),
         preempt_count: 0,
         no_requeue: false,
+        checkpoint_at: None,
         work_dir: "/".into(),
         submit_dir: "/".into(),
         std_out: "o".into(),

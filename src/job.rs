@@ -384,6 +384,10 @@ pub struct Job {
     /// `--no-requeue`: cancelled, not requeued, when preempted.
     #[serde(default)]
     pub no_requeue: bool,
+    /// When the running job last reported a checkpoint (`yscontrol
+    /// checkpoint`): preempting it loses only what it did since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_at: Option<i64>,
 }
 
 impl Job {
@@ -527,6 +531,7 @@ pub(crate) fn example_job(id: JobId) -> Job {
         claim: Vec::new(),
         preempt_count: 0,
         no_requeue: false,
+        checkpoint_at: None,
         reason: None,
         kill_reason: None,
         work_dir: "/home/alice".into(),

@@ -93,6 +93,11 @@ pub enum Control {
     Approve {
         job_ids: Vec<JobRef>,
     },
+    /// A running job saved a checkpoint now (its user, admins): preempting
+    /// it loses only what it does from here.
+    Checkpoint {
+        job_ids: Vec<JobRef>,
+    },
     /// Stop running jobs and put them back in the queue with their ids
     /// (their users, admins).
     Requeue {

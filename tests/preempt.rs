@@ -336,3 +336,34 @@ fn yscontrol_requeue_runs_a_job_again_with_its_id() {
     assert_eq!(out.status.code(), Some(1));
     c.run("yscancel", &[&once.to_string()]);
 }
+
+#[test]
+fn a_job_that_just_saved_a_checkpoint_is_the_cheaper_victim() {
+    let mut c = Cluster::with_gpus(
+        QOS,
+        "[[gpus]]\ntype = \"a100\"\ncount = 2\nmemory = \"80GiB\"\n",
+    );
+    c.start();
+    c.script("sleep.sh", "#!/bin/sh\nsleep 300\n");
+    let older = c.submit(&["-q", "low", "--gpus", "1", "sleep.sh"]);
+    c.wait_state(older, "RUNNING", LONG);
+    std::thread::sleep(Duration::from_millis(2100));
+    let younger = c.submit(&["-q", "low", "--gpus", "1", "sleep.sh"]);
+    c.wait_state(younger, "RUNNING", LONG);
+    std::thread::sleep(Duration::from_millis(1100));
+    // The older job saved its work: stopping it loses the least.
+    let out = c
+        .command("yscontrol")
+        .arg("checkpoint")
+        .env("YS_JOB_ID", older.to_string())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let urgent = c.submit(&["-q", "critical", "--gpus", "1", "sleep.sh"]);
+    c.wait_state(urgent, "RUNNING", LONG);
+    assert_eq!(c.state(younger), "RUNNING");
+    assert_eq!(c.field(older, "Preemptions"), "1");
+    let out = c.run("yscontrol", &["checkpoint", &urgent.to_string(), "12345"]);
+    assert_eq!(out.status.code(), Some(1), "an unknown job");
+    c.run("yscancel", &["-u", "root"]);
+}

@@ -34,6 +34,11 @@ pub enum Command {
         #[arg(value_name = "JOBID", required = true)]
         jobs: Vec<String>,
     },
+    /// Report that a running job saved a checkpoint now (default: $YS_JOB_ID, from inside a job)
+    Checkpoint {
+        #[arg(value_name = "JOBID")]
+        jobs: Vec<String>,
+    },
     /// Stop running jobs and queue them again with their ids (SIGTERM first, as for a cancel)
     Requeue {
         #[arg(value_name = "JOBID", required = true)]
@@ -94,6 +99,24 @@ pub fn run(args: Args) -> CliResult {
                 job_ids: parse_job_ids(&jobs)?,
             },
         ),
+        Command::Checkpoint { mut jobs } => {
+            if jobs.is_empty() {
+                let own = std::env::var("YS_JOB_ID")
+                    .or_else(|_| std::env::var("SLURM_JOB_ID"))
+                    .map_err(|_| {
+                        CliError::usage(
+                            "give a job id (or run it inside a job, where YS_JOB_ID is set)",
+                        )
+                    })?;
+                jobs.push(own);
+            }
+            control(
+                &config,
+                Control::Checkpoint {
+                    job_ids: parse_job_ids(&jobs)?,
+                },
+            )
+        }
         Command::Requeue { jobs } => control(
             &config,
             Control::Requeue {

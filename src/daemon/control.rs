@@ -58,6 +58,11 @@ impl Daemon {
                 self.approve(&ids, &who, now)
                     .map(|r| with_outcomes(r, unknown))
             }
+            Control::Checkpoint { job_ids } => {
+                let (ids, unknown) = self.expand(&job_ids)?;
+                self.checkpoint(&ids, &who, now)
+                    .map(|r| with_outcomes(r, unknown))
+            }
             Control::Requeue { job_ids } => {
                 let (ids, unknown) = self.expand(&job_ids)?;
                 self.requeue(&ids, &who, now)
@@ -279,6 +284,40 @@ impl Daemon {
             if error.is_none() {
                 self.audit(now, who.user, verb, Some(id), &format!("{verb}d job {id}"))?;
             }
+            outcomes.push(JobOutcome { job_id: id, error });
+        }
+        Ok(Reply::Control {
+            outcomes,
+            message: None,
+        })
+    }
+
+    /// Records that running jobs saved a checkpoint now.
+    fn checkpoint(
+        &mut self,
+        ids: &[JobId],
+        who: &Requester,
+        now: i64,
+    ) -> Result<Reply, DaemonError> {
+        let mut outcomes = Vec::new();
+        for &id in ids {
+            let error = match self.refuse(id, who)? {
+                Some(e) => Some(e),
+                None if self.jobs[&id].state != JobState::Running => Some(format!(
+                    "job {} is {}; only a running job has checkpoints",
+                    self.jobs[&id].display_id(),
+                    self.jobs[&id].state
+                )),
+                None => {
+                    let job = self.jobs.get_mut(&id).expect("checked above");
+                    job.checkpoint_at = Some(now);
+                    let job = job.clone();
+                    db::update_job(self.tx()?, &job)?;
+                    tracing::debug!(target: "ysched::daemon", "job {id} reported a checkpoint");
+                    self.snapshot = None;
+                    None
+                }
+            };
             outcomes.push(JobOutcome { job_id: id, error });
         }
         Ok(Reply::Control {

@@ -73,6 +73,7 @@ impl Daemon {
             .filter_map(|j| {
                 let qos = self.config.qos_named(&j.qos)?;
                 let ran = now - j.start_time?;
+                let since_checkpoint = j.checkpoint_at.map_or(ran, |c| now - c).min(ran);
                 // Suspending keeps the GPUs (and their memory) in use: it
                 // frees nothing a GPU job can use.
                 let eligible = qos.preemptible
@@ -82,7 +83,7 @@ impl Daemon {
                 eligible.then_some(Candidate {
                     job: j,
                     qos_priority: qos.priority,
-                    lost_work: ran,
+                    lost_work: since_checkpoint,
                 })
             })
             .collect();
@@ -219,6 +220,7 @@ impl Daemon {
         job.node = None;
         job.kill_reason = None;
         job.preempted_by = None;
+        job.checkpoint_at = None;
         job.suspended_secs = 0;
         job.suspended_at = None;
         job.exit = exit;

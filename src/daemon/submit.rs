@@ -172,6 +172,7 @@ impl Daemon {
             claim: Vec::new(),
             preempt_count: 0,
             no_requeue: request.no_requeue,
+            checkpoint_at: None,
             work_dir: request.work_dir,
             submit_dir: request.submit_dir,
             std_out: request.output.unwrap_or_else(|| {

@@ -128,7 +128,7 @@ const JOB_COLUMNS: &str = "id, uid, gid, user, account, qos, name, state, hold, 
      exit_signal, restart_count, reason, kill_reason, work_dir, submit_dir, std_out, std_err, \
      open_append, comment, max_rss_bytes, cpu_usec, cgroup, suspended_secs, suspended_at, nice, billing, dependency, \
      array_job_id, array_task_id, array_spec, approved_by, gpu_shard, gpu_constraint, preempted_by, claimed_gpus, \
-     preempt_count, no_requeue";
+     preempt_count, no_requeue, checkpoint_at";
 
 fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     let invalid = |i: usize, what: String| {
@@ -228,6 +228,7 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         claim: parse_index_list(&row.get::<_, String>(46)?).map_err(|e| invalid(46, e))?,
         preempt_count: row.get(47)?,
         no_requeue: row.get(48)?,
+        checkpoint_at: row.get(49)?,
     })
 }
 
@@ -314,7 +315,7 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
              exit_code = ?8, exit_signal = ?9, restart_count = ?10, reason = ?11, kill_reason = ?12, \
              begin_time = ?13, max_rss_bytes = ?14, cpu_usec = ?15, cgroup = ?16, \
              suspended_secs = ?17, suspended_at = ?18, billing = ?19, approved_by = ?20, \
-             preempted_by = ?21, claimed_gpus = ?22, preempt_count = ?23 WHERE id = ?1",
+             preempted_by = ?21, claimed_gpus = ?22, preempt_count = ?23, checkpoint_at = ?24 WHERE id = ?1",
         )?
         .execute(params![
             job.id as i64,
@@ -340,6 +341,7 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
             job.preempted_by.map(|j| j as i64),
             format_index_list(&job.claim),
             job.preempt_count,
+            job.checkpoint_at,
         ])?;
     if changed == 0 {
         return Err(DbError::NotFound(job.id));

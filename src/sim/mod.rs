@@ -155,6 +155,7 @@ fn job_of(id: JobId, t: &TraceJob, qos: &str) -> Job {
         claim: Vec::new(),
         preempt_count: 0,
         no_requeue: false,
+        checkpoint_at: None,
         work_dir: Default::default(),
         submit_dir: Default::default(),
         std_out: String::new(),
