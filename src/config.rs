@@ -127,6 +127,9 @@ pub struct Qos {
     pub usage_factor: f64,
     /// GPUs kept free for its jobs, which other QoS may not use.
     pub reserve: Option<Reserve>,
+    /// Jobs it may preempt may use its reserve meanwhile: they are
+    /// preempted when its own jobs need the GPUs.
+    pub lend_reserve: bool,
     /// The time limit of its jobs that give none (before the config's).
     pub default_time: Option<u64>,
     /// The longest time limit its jobs may ask for (Slurm's MaxWall).
@@ -508,6 +511,7 @@ struct RawQos {
     priority: i64,
     usage_factor: Option<Spanned<f64>>,
     reserve: Option<Spanned<toml::Value>>,
+    lend_reserve: Option<bool>,
     #[serde(default, deserialize_with = "de_time_limit")]
     default_time: Option<Option<u64>>,
     #[serde(default, deserialize_with = "de_time_limit")]
@@ -947,6 +951,7 @@ impl RawConfig {
                 priority: raw.priority,
                 usage_factor,
                 reserve,
+                lend_reserve: raw.lend_reserve.unwrap_or(false),
                 default_time,
                 max_time,
                 preempt: raw
@@ -1231,6 +1236,7 @@ fn default_qos(name: &str, priority: i64) -> Qos {
         priority,
         usage_factor: 1.0,
         reserve: None,
+        lend_reserve: false,
         default_time: None,
         max_time: None,
         preempt: Vec::new(),

@@ -367,3 +367,54 @@ fn a_job_that_just_saved_a_checkpoint_is_the_cheaper_victim() {
     assert_eq!(out.status.code(), Some(1), "an unknown job");
     c.run("yscancel", &["-u", "root"]);
 }
+
+#[test]
+fn a_lent_reserve_runs_preemptible_jobs_until_its_qos_takes_it_back() {
+    let lent = QOS.replace(
+        "name = \"critical\"\npriority = 300\n",
+        "name = \"critical\"\npriority = 300\nreserve = 1\nlend_reserve = true\n",
+    );
+    let mut c = Cluster::with_gpus(
+        &lent,
+        "[[gpus]]\ntype = \"a100\"\ncount = 2\nmemory = \"80GiB\"\n",
+    );
+    c.start();
+    c.script("train.sh", TRAINER);
+    // Both GPUs run low jobs: the reserved one is lent.
+    let low: Vec<u64> = (0..2)
+        .map(|_| c.submit(&["-q", "low", "--gpus", "1", "train.sh"]))
+        .collect();
+    for &id in &low {
+        c.wait_state(id, "RUNNING", LONG);
+    }
+    let urgent = c.submit(&["-q", "critical", "--gpus", "1", "--wrap", "sleep 0.5"]);
+    assert_eq!(c.wait_done(urgent, LONG), "COMPLETED");
+    let preempted: u32 = low
+        .iter()
+        .map(|&id| c.field(id, "Preemptions").parse::<u32>().unwrap())
+        .sum();
+    assert_eq!(preempted, 1, "one borrower gave the GPU back");
+    for &id in &low {
+        assert_eq!(c.wait_done(id, LONG), "COMPLETED");
+    }
+
+    // Not lent: the second low job waits for the reserve.
+    let kept = QOS.replace(
+        "name = \"critical\"\npriority = 300\n",
+        "name = \"critical\"\npriority = 300\nreserve = 1\n",
+    );
+    let mut c = Cluster::with_gpus(
+        &kept,
+        "[[gpus]]\ntype = \"a100\"\ncount = 2\nmemory = \"80GiB\"\n",
+    );
+    c.start();
+    c.script("sleep.sh", "#!/bin/sh\nsleep 300\n");
+    let first = c.submit(&["-q", "low", "--gpus", "1", "sleep.sh"]);
+    c.wait_state(first, "RUNNING", LONG);
+    let second = c.submit(&["-q", "low", "--gpus", "1", "sleep.sh"]);
+    wait_for("the reserve to be kept", LONG, || {
+        let q = stdout(&c.run("ysqueue", &["-h", "-j", &second.to_string(), "-o", "%r"]));
+        q.trim() == "ReservedForQOS"
+    });
+    c.run("yscancel", &["-u", "root"]);
+}

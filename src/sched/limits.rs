@@ -22,6 +22,9 @@ pub struct Policy<'a> {
     limited: bool,
     /// QoS levels that keep GPUs for their own jobs.
     reserves: Vec<(&'a str, crate::config::Reserve)>,
+    /// For a QoS that lends its reserve: the QoS that may borrow it (those
+    /// it may preempt, and that are preemptible).
+    borrowers: HashMap<&'a str, Vec<&'a str>>,
     /// The time limits with windows are judged at, and the zone of those
     /// windows; without a time, the base limits hold.
     now: Option<i64>,
@@ -51,6 +54,25 @@ impl<'a> Policy<'a> {
                 .qos
                 .iter()
                 .filter_map(|q| Some((q.name.as_str(), q.reserve?)))
+                .collect(),
+            borrowers: config
+                .qos
+                .iter()
+                .filter(|q| q.reserve.is_some() && q.lend_reserve)
+                .map(|q| {
+                    let borrowers = q
+                        .preempt
+                        .iter()
+                        .filter(|p| {
+                            config.qos_named(p).is_some_and(|v| {
+                                v.preemptible
+                                    && v.preempt_mode != crate::config::PreemptMode::Suspend
+                            })
+                        })
+                        .map(String::as_str)
+                        .collect();
+                    (q.name.as_str(), borrowers)
+                })
                 .collect(),
             now: None,
             timezone: &config.timezone,
@@ -92,6 +114,14 @@ impl<'a> Policy<'a> {
             .map(|(q, r)| (*q, r.gpus(total)))
             .filter(|(_, n)| *n > 0)
             .collect()
+    }
+
+    /// Whether jobs of `qos` may use the reserve of `reserving`, to be
+    /// preempted when it needs it.
+    pub fn may_borrow(&self, reserving: &str, qos: &str) -> bool {
+        self.borrowers
+            .get(reserving)
+            .is_some_and(|b| b.contains(&qos))
     }
 
     /// The account and its ancestors, nearest first.

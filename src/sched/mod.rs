@@ -269,7 +269,7 @@ pub fn plan(
         let kept: u32 = reserves
             .iter()
             .zip(&reserve_used)
-            .filter(|((qos, _), _)| job.qos != *qos)
+            .filter(|((qos, _), _)| job.qos != *qos && !policy.may_borrow(qos, &job.qos))
             .map(|((_, n), used)| n.saturating_sub(*used))
             .sum();
         if kept > 0
