@@ -240,3 +240,46 @@ fn a_limit_window_that_holds_now_replaces_the_base_limit() {
     );
     c.run("yscancel", &["-u", &me]);
 }
+
+#[test]
+fn pending_jobs_a_lowered_budget_cannot_cover_wait_for_it() {
+    let me = ysched::cli::current_user_name();
+    let c = Cluster::started(&format!(
+        "cgroups = \"off\"\n[[accounts]]\nname = \"vision\"\nusers = [\"{me}\"]\nbudget = 4\n"
+    ));
+    // Two held half-hour jobs: 1 token of 4 between them.
+    let ids: Vec<u64> = (0..2)
+        .map(|_| {
+            c.submit(&[
+                "-A",
+                "vision",
+                "-G",
+                "1",
+                "-t",
+                "30",
+                "-H",
+                "--wrap",
+                "sleep 300",
+            ])
+        })
+        .collect();
+    // The admin cuts the budget to 0.6 tokens: one half-hour job fits.
+    let text = std::fs::read_to_string(&c.config).unwrap();
+    std::fs::write(&c.config, text.replace("budget = 4", "budget = 0.6")).unwrap();
+    let out = c.run("yscontrol", &["reload"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = c.run(
+        "yscontrol",
+        &["release", &ids[0].to_string(), &ids[1].to_string()],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    c.wait_state(ids[0], "RUNNING", LONG);
+    common::wait_for("the second job to wait for the budget", LONG, || {
+        let reason = stdout(&c.run("ysqueue", &["-h", "-j", &ids[1].to_string(), "-o", "%r"]));
+        reason.trim() == "AssocGrpBillingMinutes"
+    });
+    // What the first one does not use comes back when it ends.
+    c.run("yscancel", &[&ids[0].to_string()]);
+    c.wait_state(ids[1], "RUNNING", LONG);
+    c.run("yscancel", &[&ids[1].to_string()]);
+}

@@ -5,8 +5,10 @@
 use std::collections::HashMap;
 
 use crate::db;
+use crate::job::{JobId, JobState};
 use crate::sched::budget::{self, Standing, Verdict};
 use crate::sched::limits::Policy;
+use crate::sched::Reason;
 
 use super::{Daemon, DaemonError};
 
@@ -85,6 +87,55 @@ impl Daemon {
             spent,
             committed,
         })
+    }
+
+    /// Pending jobs that a budget (one that refuses, at or above their
+    /// account) can no longer cover: what is left after what was spent and
+    /// what running jobs may still cost, given to pending jobs in submit
+    /// order. Submissions are judged against the budget, so this happens
+    /// when an admin lowers a budget; such jobs wait (Slurm's
+    /// AssocGrpBillingMinutes) rather than overspend it.
+    pub(super) fn budget_waits(&self, now: i64) -> HashMap<JobId, Reason> {
+        let policy = Policy::new(&self.config);
+        let mut waits = HashMap::new();
+        for account in self.config.accounts.iter() {
+            let Some(b) = &account.budget else { continue };
+            if b.over != budget::OverBudget::Refuse {
+                continue;
+            }
+            let spent = match self.budgets.get(&account.name) {
+                Some(&(start, spent)) if start == b.period.start(now) => spent,
+                _ => 0,
+            };
+            let under = |j: &&crate::job::Job| {
+                policy
+                    .chain(&j.account)
+                    .iter()
+                    .any(|a| a.name == account.name)
+            };
+            let cost = |j: &crate::job::Job| self.worst_case(&j.gpus, j.time_limit, &j.qos);
+            let running: i64 = self
+                .jobs
+                .values()
+                .filter(under)
+                .filter(|j| j.state.holds_gpus())
+                .map(|j| cost(j).unwrap_or(0))
+                .sum();
+            let mut left = b.amount - spent - running;
+            // self.jobs is ordered by id: submit order.
+            for job in self.jobs.values().filter(under) {
+                if job.state != JobState::Pending {
+                    continue;
+                }
+                match cost(job) {
+                    Some(c) if c <= left => left -= c,
+                    _ => {
+                        waits.insert(job.id, Reason::AssocGrpBillingMinutes);
+                    }
+                }
+            }
+        }
+        waits
     }
 
     pub(super) fn worst_case(

@@ -569,6 +569,9 @@ impl Daemon {
         let (tree, shares) = self.fairshare_tree(now);
         self.fairshare = sched::fairshare::factors(&tree, &shares);
         let mut held_back = self.dependency_waits(now)?;
+        for (id, reason) in self.budget_waits(now) {
+            held_back.entry(id).or_insert(reason);
+        }
         for id in crate::array::throttled(self.jobs.values()) {
             held_back
                 .entry(id)

@@ -51,6 +51,8 @@ pub enum Reason {
     PendingApproval,
     /// Starting it would eat into GPUs another QoS keeps for its own jobs.
     ReservedForQos,
+    /// Its account's budget (or one above) cannot cover what it may cost.
+    AssocGrpBillingMinutes,
     /// It preempted running jobs and waits for them to stop; their GPUs
     /// are kept for it.
     Preempting,
@@ -74,6 +76,7 @@ impl Reason {
             Reason::JobArrayTaskLimit => "JobArrayTaskLimit",
             Reason::PendingApproval => "PendingApproval",
             Reason::ReservedForQos => "ReservedForQOS",
+            Reason::AssocGrpBillingMinutes => "AssocGrpBillingMinutes",
             Reason::Preempting => "Preempting",
         }
     }
