@@ -134,6 +134,8 @@ pub struct Qos {
     pub default_time: Option<u64>,
     /// The longest time limit its jobs may ask for (Slurm's MaxWall).
     pub max_time: Option<u64>,
+    /// GPUs one user's running jobs of this QoS may hold at once.
+    pub max_gpus_per_user: Option<u32>,
     /// QoS levels whose running jobs its jobs may preempt.
     pub preempt: Vec<String>,
     /// What happens to its jobs when they are preempted.
@@ -512,6 +514,7 @@ struct RawQos {
     usage_factor: Option<Spanned<f64>>,
     reserve: Option<Spanned<toml::Value>>,
     lend_reserve: Option<bool>,
+    max_gpus_per_user: Option<u32>,
     #[serde(default, deserialize_with = "de_time_limit")]
     default_time: Option<Option<u64>>,
     #[serde(default, deserialize_with = "de_time_limit")]
@@ -954,6 +957,7 @@ impl RawConfig {
                 lend_reserve: raw.lend_reserve.unwrap_or(false),
                 default_time,
                 max_time,
+                max_gpus_per_user: raw.max_gpus_per_user,
                 preempt: raw
                     .preempt
                     .map(|p| p.into_inner())
@@ -1239,6 +1243,7 @@ fn default_qos(name: &str, priority: i64) -> Qos {
         lend_reserve: false,
         default_time: None,
         max_time: None,
+        max_gpus_per_user: None,
         preempt: Vec::new(),
         preempt_mode: PreemptMode::Requeue,
         grace_time: DEFAULT_GRACE_TIME,

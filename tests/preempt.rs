@@ -21,8 +21,8 @@ const TRAINER: &str = r#"#!/bin/bash
 log="$SLURM_SUBMIT_DIR/log-$SLURM_JOB_ID"
 ckpt="$SLURM_SUBMIT_DIR/ckpt-$SLURM_JOB_ID"
 step=$(cat "$ckpt" 2>/dev/null || echo 0)
-echo "start restart=$SLURM_RESTART_COUNT step=$step" >> "$log"
 trap 'echo $step > "$ckpt.tmp" && mv "$ckpt.tmp" "$ckpt"; echo "checkpoint step=$step" >> "$log"; exit 0' TERM
+echo "start restart=$SLURM_RESTART_COUNT step=$step" >> "$log"
 while [ "$step" -lt 40 ]; do sleep 0.1 & wait $!; step=$((step + 1)); done
 echo "done step=$step" >> "$log"
 "#;
@@ -131,11 +131,14 @@ fn a_job_that_ignores_sigterm_is_killed_after_its_grace_and_still_requeued() {
     c.start();
     c.script(
         "stubborn.sh",
-        "#!/bin/bash\necho \"start $SLURM_RESTART_COUNT\" >> \"$SLURM_SUBMIT_DIR/log-$SLURM_JOB_ID\"\ntrap '' TERM\nsleep 3\n",
+        "#!/bin/bash\ntrap '' TERM\necho \"start $SLURM_RESTART_COUNT\" >> \"$SLURM_SUBMIT_DIR/log-$SLURM_JOB_ID\"\nsleep 3\n",
     );
     c.script("urgent.sh", "#!/bin/sh\nsleep 0.5\n");
     let stubborn = c.submit(&["-q", "low", "--gpus", "1", "stubborn.sh"]);
     c.wait_state(stubborn, "RUNNING", LONG);
+    wait_for("the stubborn job to start", LONG, || {
+        log_of(&c, stubborn).contains("start")
+    });
     let urgent = c.submit(&["-q", "critical", "--gpus", "1", "urgent.sh"]);
     wait_for("the stubborn job to be stopped", LONG, || {
         let q = stdout(&c.run("ysqueue", &["-h", "-j", &urgent.to_string(), "-o", "%r"]));
@@ -201,11 +204,20 @@ fn a_preemption_cut_short_by_a_daemon_crash_completes_after_restart() {
     c.script("urgent.sh", "#!/bin/sh\nsleep 0.5\n");
     let low = c.submit(&["-q", "low", "--gpus", "1", "train.sh"]);
     c.wait_state(low, "RUNNING", LONG);
-    let urgent = c.submit(&["-q", "critical", "--gpus", "1", "urgent.sh"]);
-    wait_for("the preemption to begin", LONG, || {
-        let q = stdout(&c.run("ysqueue", &["-h", "-j", &low.to_string(), "-o", "%T"]));
-        q.trim() == "COMPLETING"
+    // Its trap is set once it has logged its start.
+    wait_for("the trainer to start", LONG, || {
+        log_of(&c, low).contains("start")
     });
+    let urgent = c.submit(&["-q", "critical", "--gpus", "1", "urgent.sh"]);
+    let began = std::time::Instant::now();
+    loop {
+        let q = stdout(&c.run("ysqueue", &["-h", "-j", &low.to_string(), "-o", "%T"]));
+        if q.trim() == "COMPLETING" {
+            break;
+        }
+        assert!(began.elapsed() < LONG, "no preemption: {q}\n{}", c.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // Killed while the victim saves its checkpoint.
     c.crash();
     c.start();
@@ -233,6 +245,9 @@ fn two_urgent_jobs_never_take_the_same_victim() {
     for &id in &low {
         c.wait_state(id, "RUNNING", LONG);
     }
+    wait_for("the trainers to start", LONG, || {
+        low.iter().all(|&id| log_of(&c, id).contains("start"))
+    });
     let urgent: Vec<u64> = (0..3)
         .map(|_| c.submit(&["-q", "critical", "--gpus", "1", "urgent.sh"]))
         .collect();

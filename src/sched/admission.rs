@@ -152,6 +152,14 @@ pub fn admit(
         None => config.default_qos.clone(),
     };
     check_qos_access(config, &qos, &account, uid, user)?;
+    if let Some(max) = config.qos_named(&qos).and_then(|q| q.max_gpus_per_user) {
+        if request.gpus.gpus_held() > max {
+            return Err(AdmissionError::AccountLimit(format!(
+                "QoS '{qos}' allows a user at most {max} GPUs at once (max_gpus_per_user); the job asks for {}",
+                request.gpus.gpus_held()
+            )));
+        }
+    }
     check_gpus(request, capacity.inventory)?;
     if request.cpus > capacity.cpus {
         return Err(AdmissionError::Cpus {

@@ -323,6 +323,31 @@ mod tests {
     }
 
     #[test]
+    fn slurms_documented_machine_allocation() {
+        // Slurm's classic_fair_share.html, Figure 1: the machine split
+        // among accounts A, B, C and D (40, 30, 20, 10 %), A's shares among
+        // A1-A4; "if there are 10 users given equal shares in Account A3,
+        // they will each be allocated 1% of the machine".
+        let mut t = Tree::new();
+        let a = t.add_account("A", 0, 40.0);
+        for (name, shares) in [("B", 30.0), ("C", 20.0), ("D", 10.0)] {
+            t.add_account(name, 0, shares);
+        }
+        let sub: Vec<usize> = (1..=4)
+            .map(|i| t.add_account(&format!("A{i}"), a, 25.0))
+            .collect();
+        let a3 = sub[2];
+        let users: Vec<usize> = (0..10)
+            .map(|u| t.add_user(a3, &format!("u{u}"), 1.0, 0.0))
+            .collect();
+        let s = t.compute(Algorithm::Classic);
+        for u in users {
+            assert!(close(s[u].norm_shares, 0.01), "{}", s[u].norm_shares);
+        }
+        assert!(close(s[a3].norm_shares, 0.1));
+    }
+
+    #[test]
     fn classic_by_hand() {
         // Usage: a1 30, a2 10, b1 60; total 100.
         let (t, [a1, a2, b1]) = tree([30.0, 10.0, 60.0]);

@@ -22,6 +22,8 @@ pub struct Policy<'a> {
     limited: bool,
     /// QoS levels that keep GPUs for their own jobs.
     reserves: Vec<(&'a str, crate::config::Reserve)>,
+    /// GPUs one user's running jobs of a QoS may hold at once.
+    qos_gpus_per_user: HashMap<&'a str, u32>,
     /// For a QoS that lends its reserve: the QoS that may borrow it (those
     /// it may preempt, and that are preemptible).
     borrowers: HashMap<&'a str, Vec<&'a str>>,
@@ -41,7 +43,7 @@ impl<'a> Policy<'a> {
                 || l.max_running_jobs.is_some()
                 || l.max_gpus_per_user.is_some()
                 || l.max_running_jobs_per_user.is_some()
-        });
+        }) || config.qos.iter().any(|q| q.max_gpus_per_user.is_some());
         Policy {
             backfill_depth: config.backfill_depth,
             accounts: config
@@ -54,6 +56,11 @@ impl<'a> Policy<'a> {
                 .qos
                 .iter()
                 .filter_map(|q| Some((q.name.as_str(), q.reserve?)))
+                .collect(),
+            qos_gpus_per_user: config
+                .qos
+                .iter()
+                .filter_map(|q| Some((q.name.as_str(), q.max_gpus_per_user?)))
                 .collect(),
             borrowers: config
                 .qos
@@ -159,6 +166,8 @@ struct Held {
 pub struct State {
     accounts: HashMap<String, Held>,
     users: HashMap<(String, String), Held>,
+    /// GPUs held by (QoS, user).
+    qos_users: HashMap<(String, String), u32>,
 }
 
 impl State {
@@ -184,6 +193,10 @@ impl State {
                 .entry((job.account.clone(), job.user.clone()))
                 .or_default(),
         );
+        *self
+            .qos_users
+            .entry((job.qos.clone(), job.user.clone()))
+            .or_default() += gpus.len() as u32;
     }
 
     /// The reason `job` may not start now, if a limit says so: on the
@@ -237,6 +250,16 @@ impl State {
             }
             if l.max_running_jobs.is_some_and(|max| held.jobs + 1 > max) {
                 return Some(Reason::AssocGrpJobsLimit);
+            }
+        }
+        if let Some(&max) = policy.qos_gpus_per_user.get(job.qos.as_str()) {
+            let held = self
+                .qos_users
+                .get(&(job.qos.clone(), job.user.clone()))
+                .copied()
+                .unwrap_or(0);
+            if held + wanted > max {
+                return Some(Reason::QosMaxGresPerUser);
             }
         }
         // Per-user limits come from the job's own account.
@@ -463,6 +486,49 @@ mod tests {
             state.check(&afternoon, &job, None, &inventory),
             Some(Reason::AssocGrpGRES),
             "2 otherwise"
+        );
+    }
+
+    #[test]
+    fn a_qos_limits_each_users_gpus() {
+        let config = Config::parse(
+            "[[gpus]]\ntype = \"a100\"\ncount = 8\nmemory = \"80G\"\n\
+             [[qos]]\nname = \"low\"\npriority = 0\nmax_gpus_per_user = 2\n\
+             [[qos]]\nname = \"medium\"\npriority = 10\n",
+            Path::new("x.toml"),
+        )
+        .unwrap();
+        let inventory: Vec<Gpu> = (0..8)
+            .map(|i| Gpu {
+                index: i,
+                gpu_type: "a100".into(),
+                memory_mb: 1,
+                ..Gpu::default()
+            })
+            .collect();
+        let policy = Policy::new(&config);
+        let job = |user: &str, qos: &str| Job {
+            user: user.into(),
+            qos: qos.into(),
+            ..example_job(1)
+        };
+        let mut state = State::default();
+        let running = Job {
+            gpus_alloc: vec![0, 1],
+            ..job("alice", "low")
+        };
+        state.add(&policy, &running, &running.gpus_alloc, &inventory);
+        assert_eq!(
+            state.check(&policy, &job("alice", "low"), None, &inventory),
+            Some(Reason::QosMaxGresPerUser)
+        );
+        assert_eq!(
+            state.check(&policy, &job("bob", "low"), None, &inventory),
+            None
+        );
+        assert_eq!(
+            state.check(&policy, &job("alice", "medium"), None, &inventory),
+            None
         );
     }
 }

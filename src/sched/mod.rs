@@ -53,6 +53,8 @@ pub enum Reason {
     ReservedForQos,
     /// Its account's budget (or one above) cannot cover what it may cost.
     AssocGrpBillingMinutes,
+    /// Its user holds as many GPUs with its QoS as the QoS allows.
+    QosMaxGresPerUser,
     /// It preempted running jobs and waits for them to stop; their GPUs
     /// are kept for it.
     Preempting,
@@ -77,6 +79,7 @@ impl Reason {
             Reason::PendingApproval => "PendingApproval",
             Reason::ReservedForQos => "ReservedForQOS",
             Reason::AssocGrpBillingMinutes => "AssocGrpBillingMinutes",
+            Reason::QosMaxGresPerUser => "QOSMaxGRESPerUser",
             Reason::Preempting => "Preempting",
         }
     }
