@@ -82,6 +82,7 @@ fn main() {
         preempt_count: 0,
         no_requeue: false,
         checkpoint_at: None,
+        priority_override: None,
         work_dir: "/".into(),
         submit_dir: "/".into(),
         std_out: "o".into(),

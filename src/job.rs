@@ -388,6 +388,10 @@ pub struct Job {
     /// checkpoint`): preempting it loses only what it did since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_at: Option<i64>,
+    /// A priority set with `yscontrol update priority=`, in place of the
+    /// multifactor one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_override: Option<i64>,
 }
 
 impl Job {
@@ -532,6 +536,7 @@ pub(crate) fn example_job(id: JobId) -> Job {
         preempt_count: 0,
         no_requeue: false,
         checkpoint_at: None,
+        priority_override: None,
         reason: None,
         kill_reason: None,
         work_dir: "/home/alice".into(),

@@ -93,6 +93,12 @@ pub enum Control {
     Approve {
         job_ids: Vec<JobRef>,
     },
+    /// Change jobs (`yscontrol update`): a user may lower what their own
+    /// jobs have; admins may also raise it.
+    Update {
+        job_ids: Vec<JobRef>,
+        changes: JobUpdate,
+    },
     /// A running job saved a checkpoint now (its user, admins): preempting
     /// it loses only what it does from here.
     Checkpoint {
@@ -164,6 +170,15 @@ pub enum Query {
     /// The audit log, newest last (admins): preemptions, uses of a
     /// restricted QoS, actions on others' jobs, reloads.
     Audit { limit: u32 },
+}
+
+/// What `yscontrol update` changes; `None`: leave it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobUpdate {
+    pub qos: Option<String>,
+    /// `Some(None)`: UNLIMITED.
+    pub time_limit: Option<Option<u64>>,
+    pub priority: Option<i64>,
 }
 
 /// One line of the audit log.

@@ -34,6 +34,12 @@ pub enum Command {
         #[arg(value_name = "JOBID", required = true)]
         jobs: Vec<String>,
     },
+    /// Change jobs: qos=QOS (pending), timelimit=TIME, priority=N (pending); users may lower, admins also raise
+    Update {
+        /// Job ids, and KEY=VALUE changes (Slurm's JobId=ID is accepted)
+        #[arg(value_name = "JOBID|KEY=VALUE", required = true)]
+        words: Vec<String>,
+    },
     /// Report that a running job saved a checkpoint now (default: $YS_JOB_ID, from inside a job)
     Checkpoint {
         #[arg(value_name = "JOBID")]
@@ -99,6 +105,16 @@ pub fn run(args: Args) -> CliResult {
                 job_ids: parse_job_ids(&jobs)?,
             },
         ),
+        Command::Update { words } => {
+            let (jobs, changes) = parse_update(&words)?;
+            control(
+                &config,
+                Control::Update {
+                    job_ids: parse_job_ids(&jobs)?,
+                    changes,
+                },
+            )
+        }
         Command::Checkpoint { mut jobs } => {
             if jobs.is_empty() {
                 let own = std::env::var("YS_JOB_ID")
@@ -177,6 +193,42 @@ pub fn run(args: Args) -> CliResult {
             }
         }
     }
+}
+
+/// `yscontrol update` words: job ids (or JobId=ID) and KEY=VALUE changes.
+fn parse_update(words: &[String]) -> Result<(Vec<String>, crate::proto::JobUpdate), CliError> {
+    let mut jobs = Vec::new();
+    let mut changes = crate::proto::JobUpdate::default();
+    for word in words {
+        let Some((key, value)) = word.split_once('=') else {
+            jobs.push(word.clone());
+            continue;
+        };
+        match key.to_ascii_lowercase().as_str() {
+            "jobid" => jobs.push(value.to_string()),
+            "qos" => changes.qos = Some(value.to_string()),
+            "timelimit" => {
+                changes.time_limit = Some(
+                    crate::units::parse_time_limit(value)
+                        .map_err(|e| CliError::usage(format!("timelimit={value}: {e}")))?,
+                )
+            }
+            "priority" => {
+                changes.priority = Some(value.parse::<u32>().map(i64::from).map_err(|_| {
+                    CliError::usage(format!("priority={value}: not a whole number 0 or more"))
+                })?)
+            }
+            _ => {
+                return Err(CliError::usage(format!(
+                    "cannot update '{key}': give qos=, timelimit= or priority="
+                )))
+            }
+        }
+    }
+    if jobs.is_empty() {
+        return Err(CliError::usage("give the job ids to update"));
+    }
+    Ok((jobs, changes))
 }
 
 fn control(config: &crate::config::Config, control: Control) -> CliResult {

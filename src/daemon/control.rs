@@ -58,6 +58,11 @@ impl Daemon {
                 self.approve(&ids, &who, now)
                     .map(|r| with_outcomes(r, unknown))
             }
+            Control::Update { job_ids, changes } => {
+                let (ids, unknown) = self.expand(&job_ids)?;
+                self.update(&ids, &changes, &who, now)
+                    .map(|r| with_outcomes(r, unknown))
+            }
             Control::Checkpoint { job_ids } => {
                 let (ids, unknown) = self.expand(&job_ids)?;
                 self.checkpoint(&ids, &who, now)
@@ -290,6 +295,158 @@ impl Daemon {
             outcomes,
             message: None,
         })
+    }
+
+    /// Applies `yscontrol update` to each job, all of its changes or none.
+    fn update(
+        &mut self,
+        ids: &[JobId],
+        changes: &crate::proto::JobUpdate,
+        who: &Requester,
+        now: i64,
+    ) -> Result<Reply, DaemonError> {
+        let mut outcomes = Vec::new();
+        for &id in ids {
+            let error = match self.refuse(id, who)? {
+                Some(e) => Some(e),
+                None => match self.check_update(id, changes, who, now) {
+                    Err(e) => Some(e),
+                    Ok(said) => {
+                        let job = self.jobs.get_mut(&id).expect("checked above");
+                        if let Some(q) = &changes.qos {
+                            job.qos = q.clone();
+                        }
+                        if let Some(t) = changes.time_limit {
+                            job.time_limit = t;
+                        }
+                        if let Some(p) = changes.priority {
+                            job.priority_override = Some(p);
+                        }
+                        let job = job.clone();
+                        let detail = format!("updated by {}: {said}", who.user);
+                        let tx = self.tx()?;
+                        db::update_job(tx, &job)?;
+                        db::add_event(tx, id, now, job.state, Some(&detail))?;
+                        tracing::info!(target: "ysched::daemon", "job {id} {detail}");
+                        if who.admin {
+                            self.audit(
+                                now,
+                                who.user,
+                                "update",
+                                Some(id),
+                                &format!("job {id} of {}: {said}", job.user),
+                            )?;
+                        }
+                        self.reschedule = true;
+                        self.snapshot = None;
+                        None
+                    }
+                },
+            };
+            outcomes.push(JobOutcome { job_id: id, error });
+        }
+        Ok(Reply::Control {
+            outcomes,
+            message: None,
+        })
+    }
+
+    /// Whether `who` may make `changes` to job `id`; what they change, in words.
+    fn check_update(
+        &self,
+        id: JobId,
+        changes: &crate::proto::JobUpdate,
+        who: &Requester,
+        now: i64,
+    ) -> Result<String, String> {
+        let job = &self.jobs[&id];
+        let shown = job.display_id();
+        let mut said = Vec::new();
+        if let Some(q) = &changes.qos {
+            if job.state != JobState::Pending {
+                return Err(format!(
+                    "job {shown} is {}; only a pending job's QoS can change",
+                    job.state
+                ));
+            }
+            let Some(new) = self.config.qos_named(q) else {
+                let known: Vec<&str> = self.config.qos.iter().map(|q| q.name.as_str()).collect();
+                return Err(format!("unknown QoS '{q}' (known: {})", known.join(", ")));
+            };
+            let old = self
+                .config
+                .qos_named(&job.qos)
+                .map_or(i64::MIN, |q| q.priority);
+            if !who.admin && new.priority > old {
+                return Err(format!(
+                    "permission denied: only admins may raise job {shown}'s QoS ({} → {q})",
+                    job.qos
+                ));
+            }
+            if !who.admin {
+                crate::sched::admission::check_qos_access(
+                    &self.config,
+                    q,
+                    &job.account,
+                    job.uid,
+                    &job.user,
+                )
+                .map_err(|e| e.to_string())?;
+            }
+            said.push(format!("qos {} → {q}", job.qos));
+        }
+        if let Some(limit) = changes.time_limit {
+            if !matches!(
+                job.state,
+                JobState::Pending | JobState::Running | JobState::Suspended
+            ) {
+                return Err(format!(
+                    "job {shown} is {}; its time limit cannot change",
+                    job.state
+                ));
+            }
+            let raises = match (job.time_limit, limit) {
+                (Some(old), Some(new)) => new > old,
+                (Some(_), None) => true,
+                (None, _) => false,
+            };
+            if raises && !who.admin {
+                return Err(format!(
+                    "permission denied: only admins may raise job {shown}'s time limit ({})",
+                    crate::units::format_time_limit(job.time_limit)
+                ));
+            }
+            said.push(format!(
+                "time limit {} → {}",
+                crate::units::format_time_limit(job.time_limit),
+                crate::units::format_time_limit(limit)
+            ));
+        }
+        if let Some(p) = changes.priority {
+            if job.state != JobState::Pending {
+                return Err(format!(
+                    "job {shown} is {}; only a pending job's priority can change",
+                    job.state
+                ));
+            }
+            let ctx = crate::sched::priority::Context {
+                weights: &self.config.priority,
+                qos: &self.config.qos,
+                fairshare: &self.fairshare,
+                total_gpus: self.inventory.gpus.len() as u32,
+            };
+            let current = crate::sched::priority::factors(job, &ctx, now).priority();
+            if p > current && !who.admin {
+                return Err(format!(
+                    "permission denied: only admins may raise job {shown}'s priority (now {current})"
+                ));
+            }
+            said.push(format!("priority {current} → {p}"));
+        }
+        if said.is_empty() {
+            return Err("nothing to update: give qos=, timelimit= or priority=".into());
+        }
+        Ok(said.join(", "))
     }
 
     /// Records that running jobs saved a checkpoint now.

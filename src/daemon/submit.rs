@@ -173,6 +173,7 @@ impl Daemon {
             preempt_count: 0,
             no_requeue: request.no_requeue,
             checkpoint_at: None,
+            priority_override: None,
             work_dir: request.work_dir,
             submit_dir: request.submit_dir,
             std_out: request.output.unwrap_or_else(|| {

@@ -128,7 +128,7 @@ const JOB_COLUMNS: &str = "id, uid, gid, user, account, qos, name, state, hold, 
      exit_signal, restart_count, reason, kill_reason, work_dir, submit_dir, std_out, std_err, \
      open_append, comment, max_rss_bytes, cpu_usec, cgroup, suspended_secs, suspended_at, nice, billing, dependency, \
      array_job_id, array_task_id, array_spec, approved_by, gpu_shard, gpu_constraint, preempted_by, claimed_gpus, \
-     preempt_count, no_requeue, checkpoint_at";
+     preempt_count, no_requeue, checkpoint_at, priority_override";
 
 fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     let invalid = |i: usize, what: String| {
@@ -229,6 +229,7 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         preempt_count: row.get(47)?,
         no_requeue: row.get(48)?,
         checkpoint_at: row.get(49)?,
+        priority_override: row.get(50)?,
     })
 }
 
@@ -315,7 +316,8 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
              exit_code = ?8, exit_signal = ?9, restart_count = ?10, reason = ?11, kill_reason = ?12, \
              begin_time = ?13, max_rss_bytes = ?14, cpu_usec = ?15, cgroup = ?16, \
              suspended_secs = ?17, suspended_at = ?18, billing = ?19, approved_by = ?20, \
-             preempted_by = ?21, claimed_gpus = ?22, preempt_count = ?23, checkpoint_at = ?24 WHERE id = ?1",
+             preempted_by = ?21, claimed_gpus = ?22, preempt_count = ?23, checkpoint_at = ?24, \
+             priority_override = ?25, qos = ?26, time_limit = ?27 WHERE id = ?1",
         )?
         .execute(params![
             job.id as i64,
@@ -342,6 +344,9 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
             format_index_list(&job.claim),
             job.preempt_count,
             job.checkpoint_at,
+            job.priority_override,
+            job.qos,
+            job.time_limit.map(|t| t as i64),
         ])?;
     if changed == 0 {
         return Err(DbError::NotFound(job.id));

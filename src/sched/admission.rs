@@ -233,7 +233,7 @@ pub fn admit(
 /// Whether `user` may submit to `account` with `qos`: admins always may;
 /// others as the QoS's `users`, `accounts` (the job's account or one above
 /// it) and `coordinators` say.
-fn check_qos_access(
+pub fn check_qos_access(
     config: &Config,
     qos: &str,
     account: &str,

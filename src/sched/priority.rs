@@ -40,6 +40,9 @@ pub struct Factors {
     pub size: f64,
     pub nice: i64,
     pub weighted: Weighted,
+    /// Set by an update: this, not the weighted sum, is the priority.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fixed: Option<i64>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,6 +55,9 @@ pub struct Weighted {
 
 impl Factors {
     pub fn priority(&self) -> i64 {
+        if let Some(p) = self.fixed {
+            return p;
+        }
         let w = &self.weighted;
         w.age + w.fairshare + w.qos + w.size - self.nice
     }
@@ -92,6 +98,7 @@ pub fn factors(job: &Job, ctx: &Context, now: i64) -> Factors {
             qos: weigh(qos, w.qos),
             size: weigh(size, w.size),
         },
+        fixed: job.priority_override,
     }
 }
 

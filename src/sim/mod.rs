@@ -156,6 +156,7 @@ fn job_of(id: JobId, t: &TraceJob, qos: &str) -> Job {
         preempt_count: 0,
         no_requeue: false,
         checkpoint_at: None,
+        priority_override: None,
         work_dir: Default::default(),
         submit_dir: Default::default(),
         std_out: String::new(),
