@@ -433,3 +433,40 @@ fn a_lent_reserve_runs_preemptible_jobs_until_its_qos_takes_it_back() {
     });
     c.run("yscancel", &["-u", "root"]);
 }
+
+#[test]
+fn a_suspend_mode_victim_is_frozen_for_the_urgent_job_and_thawed_after() {
+    let mut c = Cluster::new(&QOS.replace(
+        "grace_time = \"0:02\"",
+        "grace_time = \"0:02\"\npreempt_mode = \"suspend\"",
+    ));
+    c.start();
+    // Counts tenths of a second, and takes every CPU.
+    c.script(
+        "count.sh",
+        "#!/bin/bash\nfor i in $(seq 1 30); do echo $i >> \"$SLURM_SUBMIT_DIR/count-$SLURM_JOB_ID\"; sleep 0.1; done\n",
+    );
+    let low = c.submit(&["-q", "low", "-c", "16", "count.sh"]);
+    c.wait_state(low, "RUNNING", LONG);
+    let counted = |id: u64| {
+        std::fs::read_to_string(c.work.join(format!("count-{id}")))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    wait_for("the counter to count", LONG, || counted(low) >= 3);
+    let urgent = c.submit(&["-q", "critical", "-c", "4", "--wrap", "sleep 1"]);
+    c.wait_state(urgent, "RUNNING", LONG);
+    let state = stdout(&c.run("ysqueue", &["-h", "-j", &low.to_string(), "-o", "%T"]));
+    assert_eq!(state.trim(), "SUSPENDED");
+    // Frozen: it does not count while the urgent job runs.
+    let frozen_at = counted(low);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(counted(low), frozen_at);
+    assert_eq!(c.wait_done(urgent, LONG), "COMPLETED");
+    // Thawed when the urgent job ends, it finishes its count, not requeued.
+    assert_eq!(c.wait_done(low, LONG), "COMPLETED");
+    assert_eq!(counted(low), 30);
+    assert_eq!(c.field(low, "Restarts"), "0");
+    assert_eq!(c.field(low, "Preemptions"), "1");
+}

@@ -183,6 +183,7 @@ impl Daemon {
             return Ok(());
         };
         self.ended.remove(&id);
+        self.resume_suspended_by(id, end)?;
         job.state = state;
         job.end_time = Some(job.start_time.map_or(end, |s| end.max(s)));
         job.exit = exit;

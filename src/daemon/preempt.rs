@@ -61,6 +61,9 @@ impl Daemon {
         for job in self.jobs.values() {
             if job.state.holds_gpus() {
                 free.take(job, &job.gpus_alloc, &types);
+                if crate::sched::profile::frees_cpus(job) {
+                    free.cpus += job.cpus;
+                }
             }
             if job.state == JobState::Pending && !job.claim.is_empty() {
                 free.take_gpus(&job.claim, &types);
@@ -75,15 +78,18 @@ impl Daemon {
                 let ran = now - j.start_time?;
                 let since_checkpoint = j.checkpoint_at.map_or(ran, |c| now - c).min(ran);
                 // Suspending keeps the GPUs (and their memory) in use: it
-                // frees nothing a GPU job can use.
+                // frees CPUs only, and loses no work.
+                let suspend = qos.preempt_mode == PreemptMode::Suspend;
                 let eligible = qos.preemptible
-                    && qos.preempt_mode != PreemptMode::Suspend
                     && ran >= qos.min_run_time as i64
-                    && j.preempt_count < self.config.max_preemptions;
+                    && j.preempt_count < self.config.max_preemptions
+                    // Freezing needs the job's cgroup.
+                    && (!suspend || self.isolation.placement().layout != crate::exec::cgroup::Layout::Off);
                 eligible.then_some(Candidate {
                     job: j,
                     qos_priority: qos.priority,
-                    lost_work: since_checkpoint,
+                    lost_work: if suspend { 0 } else { since_checkpoint },
+                    suspend,
                 })
             })
             .collect();
@@ -119,7 +125,16 @@ impl Daemon {
         db::update_job(self.tx()?, &job)?;
         self.audit(now, "ysctld", "preempt", Some(urgent), &detail)?;
         for victim in choice.victims {
-            self.stop_preempted(victim, urgent, now)?;
+            let suspend = self.jobs.get(&victim).is_some_and(|j| {
+                self.config
+                    .qos_named(&j.qos)
+                    .is_some_and(|q| q.preempt_mode == PreemptMode::Suspend)
+            });
+            if suspend {
+                self.suspend_preempted(victim, urgent, now)?;
+            } else {
+                self.stop_preempted(victim, urgent, now)?;
+            }
         }
         self.snapshot = None;
         Ok(())
@@ -161,6 +176,51 @@ impl Daemon {
     ) -> Result<(), DaemonError> {
         db::add_audit(self.tx()?, now, actor, action, job, detail)?;
         tracing::info!(target: "ysched::audit", "{actor} {action}: {detail}");
+        Ok(())
+    }
+
+    /// Freezes a victim whose QoS suspends: it keeps its GPUs and memory,
+    /// gives its CPUs to `by`, and runs on when `by` ends.
+    fn suspend_preempted(&mut self, id: JobId, by: JobId, now: i64) -> Result<(), DaemonError> {
+        if let Err(e) = self.set_suspended(id, true, &format!("job {by} (preemption)"), now)? {
+            tracing::error!(target: "ysched::daemon", "job {id} could not be suspended for job {by}: {e}");
+            return Ok(());
+        }
+        let job = self.jobs.get_mut(&id).expect("suspended above");
+        job.preempted_by = Some(by);
+        job.preempt_count += 1;
+        job.reason = Some(format!("suspended for job {by}"));
+        let job = job.clone();
+        db::update_job(self.tx()?, &job)?;
+        Ok(())
+    }
+
+    /// Job `ended` is gone (ended, or cancelled before it started): the
+    /// jobs it suspended run on.
+    pub(super) fn resume_suspended_by(
+        &mut self,
+        ended: JobId,
+        now: i64,
+    ) -> Result<(), DaemonError> {
+        let victims: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Suspended && j.preempted_by == Some(ended))
+            .map(|j| j.id)
+            .collect();
+        for id in victims {
+            if let Err(e) =
+                self.set_suspended(id, false, &format!("the end of job {ended}"), now)?
+            {
+                tracing::error!(target: "ysched::daemon", "job {id} could not be resumed: {e}");
+                continue;
+            }
+            let job = self.jobs.get_mut(&id).expect("resumed above");
+            job.preempted_by = None;
+            job.reason = None;
+            let job = job.clone();
+            db::update_job(self.tx()?, &job)?;
+        }
         Ok(())
     }
 

@@ -150,6 +150,9 @@ pub fn plan(
     };
     for job in running {
         free.take(job, &job.gpus_alloc, &types);
+        if profile::frees_cpus(job) {
+            free.cpus += job.cpus;
+        }
         held.add(policy, job, &job.gpus_alloc, node.gpus);
         use_reserve(job, &mut reserve_used);
     }

@@ -17,6 +17,9 @@ pub struct Candidate<'a> {
     /// Seconds of work it would lose: since its last checkpoint, or since
     /// it started.
     pub lost_work: i64,
+    /// Suspended rather than stopped: it frees its CPUs only (its GPUs and
+    /// memory stay in use), and loses no work.
+    pub suspend: bool,
 }
 
 /// The victims chosen and the GPUs the urgent job will get.
@@ -46,7 +49,11 @@ fn cost(set: &[&Candidate]) -> Cost {
 fn place_without(urgent: &Job, free: &Free, set: &[&Candidate], types: &Types) -> Option<Vec<u32>> {
     let mut after = free.clone();
     for c in set {
-        after.give(c.job, types);
+        if c.suspend {
+            after.cpus += c.job.cpus;
+        } else {
+            after.give(c.job, types);
+        }
     }
     after.place(urgent, types)
 }
@@ -182,6 +189,7 @@ mod tests {
             job: j,
             qos_priority: 0,
             lost_work: lost,
+            suspend: false,
         };
         // Equal work lost per job: the one 2-GPU job loses less in all.
         let all = [cand(&a, 100), cand(&b, 100), cand(&c, 100)];
@@ -215,6 +223,7 @@ mod tests {
                 job: j,
                 qos_priority: if j.id <= 8 { 100 } else { 0 },
                 lost_work: if j.id <= 8 { 10 } else { 1_000 + j.id as i64 },
+                suspend: false,
             })
             .collect();
         let urgent = job(99, 3, &[]);

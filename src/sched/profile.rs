@@ -38,6 +38,12 @@ impl<'a> Types<'a> {
     }
 }
 
+/// A job suspended by preemption keeps its GPUs and memory but runs on no
+/// CPU: its CPUs are free for the job that preempted it.
+pub fn frees_cpus(job: &Job) -> bool {
+    job.state == crate::job::JobState::Suspended && job.preempted_by.is_some()
+}
+
 /// Resources free over one stretch of time.
 #[derive(Clone, Debug)]
 pub struct Free {
