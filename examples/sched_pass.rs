@@ -83,6 +83,7 @@ fn main() {
         no_requeue: false,
         checkpoint_at: None,
         priority_override: None,
+        warn_signal: None,
         work_dir: "/".into(),
         submit_dir: "/".into(),
         std_out: "o".into(),

@@ -194,6 +194,56 @@ impl fmt::Display for GpuRequest {
     }
 }
 
+/// `--signal=[B:]SIG[@SECONDS]`: a signal the job gets SECONDS (default
+/// 60) before its time limit, and at once when it is preempted, before
+/// SIGTERM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WarnSignal {
+    pub signal: i32,
+    pub before_secs: u32,
+}
+
+impl WarnSignal {
+    pub fn parse(text: &str) -> Result<WarnSignal, String> {
+        let t = text.trim();
+        // Slurm's B: (batch shell only) and R: prefixes: ysched signals
+        // every process of the job either way.
+        let t = t
+            .strip_prefix("B:")
+            .or_else(|| t.strip_prefix("R:"))
+            .or_else(|| t.strip_prefix("RB:"))
+            .unwrap_or(t);
+        let (sig, before) = match t.split_once('@') {
+            Some((s, b)) => (
+                s,
+                b.trim()
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|&b| b <= 65_535)
+                    .ok_or_else(|| {
+                        format!("'{b}' after @ is not a number of seconds (0 to 65535)")
+                    })?,
+            ),
+            None => (t, 60),
+        };
+        Ok(WarnSignal {
+            signal: crate::units::parse_signal(sig)?,
+            before_secs: before,
+        })
+    }
+}
+
+impl fmt::Display for WarnSignal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}@{}",
+            crate::units::signal_name(self.signal),
+            self.before_secs
+        )
+    }
+}
+
 /// `--constraint` on GPUs: features every GPU must have (`nvlink`, names
 /// from the config's `features`) and a least memory (`gpumem>=40G`),
 /// joined by `&`.
@@ -299,6 +349,9 @@ pub struct JobRequest {
     /// `--no-requeue`: cancel it, rather than requeue it, when preempted.
     #[serde(default)]
     pub no_requeue: bool,
+    /// `--signal`.
+    #[serde(default)]
+    pub warn_signal: Option<WarnSignal>,
     pub script: String,
     pub args: Vec<String>,
 }
@@ -392,6 +445,9 @@ pub struct Job {
     /// multifactor one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_override: Option<i64>,
+    /// `--signal`: warned before its time limit and when preempted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warn_signal: Option<WarnSignal>,
 }
 
 impl Job {
@@ -406,6 +462,14 @@ impl Job {
     /// When a running job reaches its time limit: its start, plus its
     /// limit, plus the time it spent suspended. `None` without a limit or
     /// while suspended.
+    /// When a running job with `--signal` gets its warning.
+    pub fn warn_at(&self) -> Option<i64> {
+        if self.state != JobState::Running {
+            return None;
+        }
+        Some(self.deadline()? - i64::from(self.warn_signal?.before_secs))
+    }
+
     pub fn deadline(&self) -> Option<i64> {
         if self.state != JobState::Running {
             return None;
@@ -537,6 +601,7 @@ pub(crate) fn example_job(id: JobId) -> Job {
         no_requeue: false,
         checkpoint_at: None,
         priority_override: None,
+        warn_signal: None,
         reason: None,
         kill_reason: None,
         work_dir: "/home/alice".into(),
@@ -551,6 +616,38 @@ pub(crate) fn example_job(id: JobId) -> Job {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn warn_signals_parse_as_slurm_writes_them() {
+        let usr1 = libc::SIGUSR1;
+        assert_eq!(
+            WarnSignal::parse("B:USR1@120"),
+            Ok(WarnSignal {
+                signal: usr1,
+                before_secs: 120
+            })
+        );
+        assert_eq!(WarnSignal::parse("10").unwrap().before_secs, 60);
+        assert_eq!(
+            WarnSignal::parse("SIGUSR1@0").unwrap().to_string(),
+            "USR1@0"
+        );
+        assert!(WarnSignal::parse("USR1@soon")
+            .unwrap_err()
+            .contains("'soon' after @"));
+        assert!(WarnSignal::parse("NOPE").is_err());
+    }
+
+    #[test]
+    fn constraints_parse_and_print_back() {
+        let c = GpuConstraint::parse("nvlink & gpumem>=40G&nvlink").unwrap();
+        assert_eq!(c.features, vec!["nvlink".to_string()]);
+        assert_eq!(c.min_memory_mb, Some(40_960));
+        assert_eq!(GpuConstraint::parse(&c.to_string()).unwrap(), c);
+        assert!(GpuConstraint::parse("a||b").is_err());
+        assert!(GpuConstraint::parse("gpumem>=lots").is_err());
+        assert!(GpuConstraint::parse("").is_err());
+    }
 
     #[test]
     fn states_parse_by_name_and_code() {

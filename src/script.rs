@@ -107,6 +107,9 @@ pub struct SubmitOptions {
     /// Start only after other jobs: after|afterany|afterok|afternotok:ID[:ID...][,...], or singleton
     #[arg(short = 'd', long, value_name = "TYPE:ID[:ID]")]
     pub dependency: Option<String>,
+    /// A signal the job gets SECONDS (default 60) before its time limit, and when it is preempted: [B:]SIG[@SECONDS]
+    #[arg(long, value_name = "[B:]SIG[@SECONDS]")]
+    pub signal: Option<String>,
     /// When preempted, end the job (PREEMPTED) rather than requeue it
     #[arg(long = "no-requeue", conflicts_with = "requeue")]
     pub no_requeue: bool,
@@ -182,6 +185,7 @@ pub struct Partial {
     pub array: Option<String>,
     /// `--no-requeue` (true) or `--requeue` (false).
     pub no_requeue: Option<bool>,
+    pub warn_signal: Option<crate::job::WarnSignal>,
     pub parsable: bool,
     /// Messages about options accepted but ignored.
     pub warnings: Vec<String>,
@@ -325,6 +329,12 @@ impl Partial {
             nice,
             dependency,
             array,
+            warn_signal: o
+                .signal
+                .as_deref()
+                .map(crate::job::WarnSignal::parse)
+                .transpose()
+                .map_err(|e| format!("--signal: {e}"))?,
             no_requeue: match (o.no_requeue, o.requeue) {
                 (true, _) => Some(true),
                 (_, true) => Some(false),
@@ -361,6 +371,7 @@ impl Partial {
             dependency: later.dependency.or(self.dependency),
             array: later.array.or(self.array),
             no_requeue: later.no_requeue.or(self.no_requeue),
+            warn_signal: later.warn_signal.or(self.warn_signal),
             parsable: later.parsable || self.parsable,
             warnings,
         }
@@ -627,6 +638,7 @@ pub fn resolve(
         script,
         args,
         no_requeue: partial.no_requeue.unwrap_or(false),
+        warn_signal: partial.warn_signal,
     })
 }
 

@@ -274,6 +274,33 @@ pub fn parse_time_filter(text: &str, now: jiff::Zoned) -> Result<i64, UnitError>
     parse_point_in_time(&t, now, ClockTime::Today)
 }
 
+/// A signal by name or number: `TERM`, `SIGTERM`, `term` or `15`.
+pub fn parse_signal(text: &str) -> Result<i32, String> {
+    use std::str::FromStr;
+    let t = text.trim();
+    if let Ok(n) = t.parse::<i32>() {
+        return nix::sys::signal::Signal::try_from(n)
+            .map(|s| s as i32)
+            .map_err(|_| format!("invalid signal number {n}"));
+    }
+    let upper = t.to_ascii_uppercase();
+    let name = if upper.starts_with("SIG") {
+        upper
+    } else {
+        format!("SIG{upper}")
+    };
+    nix::sys::signal::Signal::from_str(&name)
+        .map(|s| s as i32)
+        .map_err(|_| format!("invalid signal '{t}' (e.g. TERM, USR1, 10)"))
+}
+
+/// A signal's short name: `USR1` for 10.
+pub fn signal_name(signal: i32) -> String {
+    nix::sys::signal::Signal::try_from(signal)
+        .map(|s| s.as_str().trim_start_matches("SIG").to_string())
+        .unwrap_or_else(|_| signal.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -470,3 +470,65 @@ fn a_suspend_mode_victim_is_frozen_for_the_urgent_job_and_thawed_after() {
     assert_eq!(c.field(low, "Restarts"), "0");
     assert_eq!(c.field(low, "Preemptions"), "1");
 }
+
+#[test]
+fn the_jobs_signal_comes_before_its_limit_and_instead_of_sigterm_when_preempted() {
+    let mut c = Cluster::with_gpus(
+        QOS,
+        "[[gpus]]\ntype = \"a100\"\ncount = 1\nmemory = \"80GiB\"\n",
+    );
+    c.start();
+    c.script(
+        "warned.sh",
+        "#!/bin/bash\nlog=\"$SLURM_SUBMIT_DIR/log-$SLURM_JOB_ID\"\n\
+         trap 'echo usr1 >> $log' USR1\ntrap 'echo term >> $log; exit 0' TERM\n\
+         echo start >> $log\nwhile :; do sleep 0.1 & wait $!; done\n",
+    );
+    // A one-minute limit, warned 58 s before it: 2 s after the start.
+    let near = c.submit(&[
+        "-q",
+        "low",
+        "--gpus",
+        "1",
+        "-t",
+        "1",
+        "--signal",
+        "B:USR1@58",
+        "warned.sh",
+    ]);
+    c.wait_state(near, "RUNNING", LONG);
+    wait_for("the warning before the limit", LONG, || {
+        log_of(&c, near).contains("usr1")
+    });
+    assert_eq!(log_of(&c, near), "start\nusr1\n");
+    let show = stdout(&c.run("yscontrol", &["show", "job", &near.to_string()]));
+    c.run("yscancel", &[&near.to_string()]);
+    assert_eq!(c.wait_done(near, LONG), "CANCELLED", "{show}");
+
+    // Preempted: its --signal instead of SIGTERM, SIGKILL after the grace.
+    let victim = c.submit(&["-q", "low", "--gpus", "1", "--signal", "USR1", "warned.sh"]);
+    c.wait_state(victim, "RUNNING", LONG);
+    wait_for("the victim to start", LONG, || {
+        log_of(&c, victim).contains("start")
+    });
+    let urgent = c.submit(&["-q", "critical", "--gpus", "1", "--wrap", "sleep 0.3"]);
+    assert_eq!(c.wait_done(urgent, LONG), "COMPLETED");
+    wait_for("the victim to run again", LONG, || {
+        log_of(&c, victim).matches("start").count() == 2
+    });
+    assert!(
+        log_of(&c, victim).starts_with("start\nusr1\nstart\n"),
+        "{}",
+        log_of(&c, victim)
+    );
+    c.run("yscancel", &[&victim.to_string()]);
+
+    // A bad --signal is refused with the reason.
+    let out = c.run("ysbatch", &["--signal", "NOPE@10", "warned.sh"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("--signal: invalid signal 'NOPE'"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -94,22 +94,7 @@ pub fn run(args: Args) -> CliResult {
 
 /// `TERM`, `SIGTERM`, `term` or `15`.
 pub fn parse_signal(text: &str) -> Result<i32, CliError> {
-    use std::str::FromStr;
-    let t = text.trim();
-    if let Ok(n) = t.parse::<i32>() {
-        return nix::sys::signal::Signal::try_from(n)
-            .map(|s| s as i32)
-            .map_err(|_| CliError::usage(format!("invalid signal number {n}")));
-    }
-    let upper = t.to_ascii_uppercase();
-    let name = if upper.starts_with("SIG") {
-        upper
-    } else {
-        format!("SIG{upper}")
-    };
-    nix::sys::signal::Signal::from_str(&name)
-        .map(|s| s as i32)
-        .map_err(|_| CliError::usage(format!("invalid signal '{t}' (e.g. TERM, USR1, 10)")))
+    crate::units::parse_signal(text).map_err(CliError::usage)
 }
 
 #[cfg(test)]

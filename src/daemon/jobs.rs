@@ -183,6 +183,7 @@ impl Daemon {
             return Ok(());
         };
         self.ended.remove(&id);
+        self.warned.remove(&id);
         self.resume_suspended_by(id, end)?;
         job.state = state;
         job.end_time = Some(job.start_time.map_or(end, |s| end.max(s)));
@@ -271,7 +272,14 @@ impl Daemon {
     }
 
     pub(super) fn send_terminate(&self, id: JobId, grace_secs: u64) {
-        let command = StepCommand::Terminate { grace_secs };
+        // A preempted job with --signal gets that signal instead of SIGTERM.
+        let signal = self
+            .jobs
+            .get(&id)
+            .filter(|j| j.kill_reason == Some(JobState::Preempted))
+            .and_then(|j| j.warn_signal)
+            .map(|w| w.signal);
+        let command = StepCommand::Terminate { grace_secs, signal };
         match self.launcher.command(id, &command) {
             Ok(()) => {}
             // It ended already; its exit event is on the way.
@@ -356,7 +364,36 @@ impl Daemon {
         group.set_frozen(frozen).map_err(|e| e.to_string())
     }
 
+    /// Sends the `--signal` of each job whose time limit is that close
+    /// (once per run).
+    fn warn_before_limits(&mut self, now: i64) {
+        let due: Vec<(JobId, i32)> = self
+            .jobs
+            .values()
+            .filter(|j| j.warn_at().is_some_and(|w| now >= w) && !self.warned.contains(&j.id))
+            .filter_map(|j| Some((j.id, j.warn_signal?.signal)))
+            .collect();
+        for (id, signal) in due {
+            self.warned.insert(id);
+            self.send_warning(id, signal, "its time limit is near");
+        }
+    }
+
+    /// Delivers a job's warning signal to all of it.
+    pub(super) fn send_warning(&self, id: JobId, signal: i32, why: &str) {
+        match self.launcher.command(id, &StepCommand::Signal { signal }) {
+            Ok(()) => tracing::info!(
+                target: "ysched::daemon",
+                "job {id} sent SIG{} ({why})",
+                crate::units::signal_name(signal)
+            ),
+            Err(ExecError::Gone(_)) => {}
+            Err(e) => tracing::error!(target: "ysched::exec", "cannot signal job {id}: {e}"),
+        }
+    }
+
     pub(super) fn enforce_time_limits(&mut self, now: i64) -> Result<(), DaemonError> {
+        self.warn_before_limits(now);
         let expired: Vec<JobId> = self
             .jobs
             .values()

@@ -123,6 +123,8 @@ pub(crate) struct Daemon {
     budgets: budget::Spending,
     /// Final states of ended jobs that pending dependencies name.
     ended: HashMap<JobId, JobState>,
+    /// Running jobs sent their `--signal` warning before their time limit.
+    warned: HashSet<JobId>,
     /// Fair-share factors from the last pass.
     fairshare: sched::fairshare::FactorMap,
     order: Vec<JobId>,
@@ -214,6 +216,7 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         usage: HashMap::new(),
         budgets: HashMap::new(),
         ended: HashMap::new(),
+        warned: HashSet::new(),
         fairshare: Default::default(),
         order: Vec::new(),
         wake_at: None,
@@ -489,6 +492,15 @@ impl Daemon {
         };
         for deadline in self.jobs.values().filter_map(Job::deadline) {
             consider(deadline);
+        }
+        for (id, warn_at) in self
+            .jobs
+            .values()
+            .filter_map(|j| Some((j.id, j.warn_at()?)))
+        {
+            if !self.warned.contains(&id) {
+                consider(warn_at);
+            }
         }
         if let Some(w) = self.wake_at {
             consider(w);

@@ -155,7 +155,10 @@ impl Daemon {
         job.reason = Some(format!("preempted by job {by}"));
         let job = job.clone();
         let grace = self.grace_of(&job);
-        let detail = format!("preempted by job {by}; SIGTERM, SIGKILL after {grace} s");
+        let first = job
+            .warn_signal
+            .map_or("TERM".to_string(), |w| crate::units::signal_name(w.signal));
+        let detail = format!("preempted by job {by}; SIG{first}, SIGKILL after {grace} s");
         let tx = self.tx()?;
         db::update_job(tx, &job)?;
         db::add_event(tx, id, now, JobState::Preempted, Some(&detail))?;
@@ -282,6 +285,7 @@ impl Daemon {
         job.preempted_by = None;
         job.checkpoint_at = None;
         job.suspended_secs = 0;
+        self.warned.remove(&id);
         job.suspended_at = None;
         job.exit = exit;
         if !asked {

@@ -174,6 +174,7 @@ impl Daemon {
             no_requeue: request.no_requeue,
             checkpoint_at: None,
             priority_override: None,
+            warn_signal: request.warn_signal,
             work_dir: request.work_dir,
             submit_dir: request.submit_dir,
             std_out: request.output.unwrap_or_else(|| {

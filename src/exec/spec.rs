@@ -93,8 +93,13 @@ pub struct ExitRecord {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StepCommand {
-    /// SIGCONT and SIGTERM to the whole job, SIGKILL after `grace_secs`.
-    Terminate { grace_secs: u64 },
+    /// SIGCONT and SIGTERM (or `signal`) to the whole job, SIGKILL after
+    /// `grace_secs`.
+    Terminate {
+        grace_secs: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signal: Option<i32>,
+    },
     /// Deliver one signal to the whole job.
     Signal { signal: i32 },
 }

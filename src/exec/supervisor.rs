@@ -350,11 +350,14 @@ fn wait_for_job(
         let mut buf = [0u8; 512];
         while let Ok(n) = control.recv(&mut buf) {
             match serde_json::from_slice::<StepCommand>(&buf[..n]) {
-                Ok(StepCommand::Terminate { grace_secs }) => {
+                Ok(StepCommand::Terminate { grace_secs, signal }) => {
                     if !terminated {
                         terminated = true;
+                        let first = signal
+                            .and_then(|s| Signal::try_from(s).ok())
+                            .unwrap_or(Signal::SIGTERM);
                         signal_job(job, group, Signal::SIGCONT);
-                        signal_job(job, group, Signal::SIGTERM);
+                        signal_job(job, group, first);
                         kill_at = Some(Instant::now() + Duration::from_secs(grace_secs));
                     }
                 }
@@ -396,12 +399,15 @@ fn reap(job: Pid) -> Option<ExitStatus> {
     }
 }
 
-/// Signals every process of the job: those in its cgroup, its process
-/// group, and every other process that became this supervisor's child
-/// (double-forked processes that left the group).
+/// Signals every process of the job once: those in its cgroup, which
+/// holds them all; without one, its process group and every other process
+/// that became this supervisor's child (double-forked processes that left
+/// the group). Once, because a script that traps a signal runs its trap
+/// for each delivery.
 fn signal_job(job: Pid, group: Option<&dyn JobCgroup>, sig: Signal) {
     if let Some(g) = group {
         g.signal_all(sig);
+        return;
     }
     let _ = signal::killpg(job, sig);
     for child in children() {

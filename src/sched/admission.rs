@@ -404,6 +404,7 @@ mod tests {
             dependency: None,
             array: None,
             no_requeue: false,
+            warn_signal: None,
             script: "#!/bin/sh\n".into(),
             args: vec![],
         }

@@ -157,6 +157,7 @@ fn job_of(id: JobId, t: &TraceJob, qos: &str) -> Job {
         no_requeue: false,
         checkpoint_at: None,
         priority_override: None,
+        warn_signal: None,
         work_dir: Default::default(),
         submit_dir: Default::default(),
         std_out: String::new(),
