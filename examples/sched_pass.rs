@@ -84,6 +84,7 @@ fn main() {
         checkpoint_at: None,
         priority_override: None,
         warn_signal: None,
+        checkpoint_file: None,
         work_dir: "/".into(),
         submit_dir: "/".into(),
         std_out: "o".into(),

@@ -352,6 +352,9 @@ pub struct JobRequest {
     /// `--signal`.
     #[serde(default)]
     pub warn_signal: Option<WarnSignal>,
+    /// `--checkpoint-file`.
+    #[serde(default)]
+    pub checkpoint_file: Option<String>,
     pub script: String,
     pub args: Vec<String>,
 }
@@ -448,6 +451,9 @@ pub struct Job {
     /// `--signal`: warned before its time limit and when preempted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warn_signal: Option<WarnSignal>,
+    /// `--checkpoint-file`: the job rewrites it at each checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_file: Option<String>,
 }
 
 impl Job {
@@ -488,6 +494,11 @@ impl Job {
     /// The output file path with its `%` patterns expanded.
     pub fn stdout_path(&self) -> PathBuf {
         self.expand_path(&self.std_out)
+    }
+
+    /// The checkpoint file's path, patterns expanded.
+    pub fn checkpoint_path(&self) -> Option<PathBuf> {
+        self.checkpoint_file.as_deref().map(|p| self.expand_path(p))
     }
 
     /// The error file path; `None` when stderr goes with stdout.
@@ -602,6 +613,7 @@ pub(crate) fn example_job(id: JobId) -> Job {
         checkpoint_at: None,
         priority_override: None,
         warn_signal: None,
+        checkpoint_file: None,
         reason: None,
         kill_reason: None,
         work_dir: "/home/alice".into(),

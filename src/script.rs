@@ -110,6 +110,9 @@ pub struct SubmitOptions {
     /// A signal the job gets SECONDS (default 60) before its time limit, and when it is preempted: [B:]SIG[@SECONDS]
     #[arg(long, value_name = "[B:]SIG[@SECONDS]")]
     pub signal: Option<String>,
+    /// A file the job rewrites at each checkpoint (patterns as for --output); its time tells how much work preempting the job would lose
+    #[arg(long = "checkpoint-file", value_name = "PATTERN")]
+    pub checkpoint_file: Option<String>,
     /// When preempted, end the job (PREEMPTED) rather than requeue it
     #[arg(long = "no-requeue", conflicts_with = "requeue")]
     pub no_requeue: bool,
@@ -186,6 +189,7 @@ pub struct Partial {
     /// `--no-requeue` (true) or `--requeue` (false).
     pub no_requeue: Option<bool>,
     pub warn_signal: Option<crate::job::WarnSignal>,
+    pub checkpoint_file: Option<String>,
     pub parsable: bool,
     /// Messages about options accepted but ignored.
     pub warnings: Vec<String>,
@@ -244,6 +248,7 @@ impl Partial {
             check_text(comment, "--comment", 1000)?;
         }
         for (flag, value) in [
+            ("--checkpoint-file", &o.checkpoint_file),
             ("--output", &o.output),
             ("--error", &o.error),
             ("--chdir", &o.chdir),
@@ -329,6 +334,7 @@ impl Partial {
             nice,
             dependency,
             array,
+            checkpoint_file: o.checkpoint_file,
             warn_signal: o
                 .signal
                 .as_deref()
@@ -372,6 +378,7 @@ impl Partial {
             array: later.array.or(self.array),
             no_requeue: later.no_requeue.or(self.no_requeue),
             warn_signal: later.warn_signal.or(self.warn_signal),
+            checkpoint_file: later.checkpoint_file.or(self.checkpoint_file),
             parsable: later.parsable || self.parsable,
             warnings,
         }
@@ -639,6 +646,7 @@ pub fn resolve(
         args,
         no_requeue: partial.no_requeue.unwrap_or(false),
         warn_signal: partial.warn_signal,
+        checkpoint_file: partial.checkpoint_file,
     })
 }
 

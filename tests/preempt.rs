@@ -532,3 +532,39 @@ fn the_jobs_signal_comes_before_its_limit_and_instead_of_sigterm_when_preempted(
         stderr(&out)
     );
 }
+
+#[test]
+fn a_checkpoint_file_tells_how_much_work_a_job_would_lose() {
+    let mut c = Cluster::with_gpus(
+        QOS,
+        "[[gpus]]\ntype = \"a100\"\ncount = 2\nmemory = \"80GiB\"\n",
+    );
+    c.start();
+    c.script(
+        "saves.sh",
+        "#!/bin/sh\nsleep 3\necho saved > \"ck-$SLURM_JOB_ID\"\nsleep 300\n",
+    );
+    c.script("sleep.sh", "#!/bin/sh\nsleep 300\n");
+    let older = c.submit(&[
+        "-q",
+        "low",
+        "--gpus",
+        "1",
+        "--checkpoint-file",
+        "ck-%j",
+        "saves.sh",
+    ]);
+    c.wait_state(older, "RUNNING", LONG);
+    std::thread::sleep(Duration::from_millis(1500));
+    let younger = c.submit(&["-q", "low", "--gpus", "1", "sleep.sh"]);
+    c.wait_state(younger, "RUNNING", LONG);
+    wait_for("the older job's checkpoint", LONG, || {
+        c.work.join(format!("ck-{older}")).exists()
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let urgent = c.submit(&["-q", "critical", "--gpus", "1", "sleep.sh"]);
+    c.wait_state(urgent, "RUNNING", LONG);
+    assert_eq!(c.state(younger), "RUNNING");
+    assert_eq!(c.field(older, "Preemptions"), "1");
+    c.run("yscancel", &["-u", "root"]);
+}

@@ -76,7 +76,8 @@ impl Daemon {
             .filter_map(|j| {
                 let qos = self.config.qos_named(&j.qos)?;
                 let ran = now - j.start_time?;
-                let since_checkpoint = j.checkpoint_at.map_or(ran, |c| now - c).min(ran);
+                let saved = j.checkpoint_at.max(checkpoint_file_time(j));
+                let since_checkpoint = saved.map_or(ran, |c| now - c).clamp(0, ran);
                 // Suspending keeps the GPUs (and their memory) in use: it
                 // frees CPUs only, and loses no work.
                 let suspend = qos.preempt_mode == PreemptMode::Suspend;
@@ -308,4 +309,17 @@ impl Daemon {
         self.snapshot = None;
         Ok(())
     }
+}
+
+/// When the job last rewrote its `--checkpoint-file`, if it did in this run.
+fn checkpoint_file_time(job: &crate::job::Job) -> Option<i64> {
+    let modified = std::fs::metadata(job.checkpoint_path()?)
+        .ok()?
+        .modified()
+        .ok()?;
+    let at = modified
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_secs() as i64;
+    (at >= job.start_time?).then_some(at)
 }

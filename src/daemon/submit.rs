@@ -175,6 +175,7 @@ impl Daemon {
             checkpoint_at: None,
             priority_override: None,
             warn_signal: request.warn_signal,
+            checkpoint_file: request.checkpoint_file,
             work_dir: request.work_dir,
             submit_dir: request.submit_dir,
             std_out: request.output.unwrap_or_else(|| {

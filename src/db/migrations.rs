@@ -128,6 +128,7 @@ ALTER TABLE jobs ADD COLUMN no_requeue INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN checkpoint_at INTEGER;
 ALTER TABLE jobs ADD COLUMN priority_override INTEGER;
 ALTER TABLE jobs ADD COLUMN warn_signal TEXT;
+ALTER TABLE jobs ADD COLUMN checkpoint_file TEXT;
 CREATE TABLE audit (
     id      INTEGER PRIMARY KEY,
     time    INTEGER NOT NULL,

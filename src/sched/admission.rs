@@ -405,6 +405,7 @@ mod tests {
             array: None,
             no_requeue: false,
             warn_signal: None,
+            checkpoint_file: None,
             script: "#!/bin/sh\n".into(),
             args: vec![],
         }

@@ -158,6 +158,7 @@ fn job_of(id: JobId, t: &TraceJob, qos: &str) -> Job {
         checkpoint_at: None,
         priority_override: None,
         warn_signal: None,
+        checkpoint_file: None,
         work_dir: Default::default(),
         submit_dir: Default::default(),
         std_out: String::new(),
