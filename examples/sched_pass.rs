@@ -85,6 +85,7 @@ fn main() {
         priority_override: None,
         warn_signal: None,
         checkpoint_file: None,
+        grace: None,
         work_dir: "/".into(),
         submit_dir: "/".into(),
         std_out: "o".into(),

@@ -355,6 +355,9 @@ pub struct JobRequest {
     /// `--checkpoint-file`.
     #[serde(default)]
     pub checkpoint_file: Option<String>,
+    /// `--grace`: a shorter grace than its QoS's when preempted.
+    #[serde(default)]
+    pub grace: Option<u64>,
     pub script: String,
     pub args: Vec<String>,
 }
@@ -454,6 +457,10 @@ pub struct Job {
     /// `--checkpoint-file`: the job rewrites it at each checkpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_file: Option<String>,
+    /// `--grace`: seconds from SIGTERM to SIGKILL when preempted, if
+    /// shorter than its QoS's grace_time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace: Option<u64>,
 }
 
 impl Job {
@@ -614,6 +621,7 @@ pub(crate) fn example_job(id: JobId) -> Job {
         priority_override: None,
         warn_signal: None,
         checkpoint_file: None,
+        grace: None,
         reason: None,
         kill_reason: None,
         work_dir: "/home/alice".into(),

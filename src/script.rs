@@ -113,6 +113,9 @@ pub struct SubmitOptions {
     /// A file the job rewrites at each checkpoint (patterns as for --output); its time tells how much work preempting the job would lose
     #[arg(long = "checkpoint-file", value_name = "PATTERN")]
     pub checkpoint_file: Option<String>,
+    /// When preempted, be killed this long after SIGTERM, if shorter than the QoS's grace_time (M:S, or seconds with a unit: 30s)
+    #[arg(long, value_name = "TIME")]
+    pub grace: Option<String>,
     /// When preempted, end the job (PREEMPTED) rather than requeue it
     #[arg(long = "no-requeue", conflicts_with = "requeue")]
     pub no_requeue: bool,
@@ -190,6 +193,8 @@ pub struct Partial {
     pub no_requeue: Option<bool>,
     pub warn_signal: Option<crate::job::WarnSignal>,
     pub checkpoint_file: Option<String>,
+    /// `--grace`, in seconds.
+    pub grace: Option<u64>,
     pub parsable: bool,
     /// Messages about options accepted but ignored.
     pub warnings: Vec<String>,
@@ -335,6 +340,10 @@ impl Partial {
             dependency,
             array,
             checkpoint_file: o.checkpoint_file,
+            grace: match o.grace.as_deref() {
+                None => None,
+                Some(g) => Some(parse_grace(g)?),
+            },
             warn_signal: o
                 .signal
                 .as_deref()
@@ -379,6 +388,7 @@ impl Partial {
             no_requeue: later.no_requeue.or(self.no_requeue),
             warn_signal: later.warn_signal.or(self.warn_signal),
             checkpoint_file: later.checkpoint_file.or(self.checkpoint_file),
+            grace: later.grace.or(self.grace),
             parsable: later.parsable || self.parsable,
             warnings,
         }
@@ -417,6 +427,21 @@ fn check_gpu_type(t: &str, spec: &str) -> Result<String, String> {
         return Err(format!("invalid GPU type in '{spec}'"));
     }
     Ok(t.to_string())
+}
+
+/// `--grace`: `90s`, `2m`, or `M:S` as a time limit is written.
+fn parse_grace(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let seconds = if let Some(s) = t.strip_suffix('s') {
+        s.trim().parse::<u64>().ok()
+    } else if let Some(m) = t.strip_suffix('m') {
+        m.trim().parse::<u64>().ok().map(|m| m * 60)
+    } else {
+        crate::units::parse_time_limit(t).ok().flatten()
+    };
+    seconds
+        .filter(|&s| s <= 86_400)
+        .ok_or_else(|| format!("--grace: '{t}' is not a duration such as 30s, 2m or 1:30"))
 }
 
 /// `--gpus` / `-G`: `N`, `TYPE:N`, or `shard:N` / `shard:TYPE:N` for
@@ -647,6 +672,7 @@ pub fn resolve(
         no_requeue: partial.no_requeue.unwrap_or(false),
         warn_signal: partial.warn_signal,
         checkpoint_file: partial.checkpoint_file,
+        grace: partial.grace,
     })
 }
 

@@ -568,3 +568,55 @@ fn a_checkpoint_file_tells_how_much_work_a_job_would_lose() {
     assert_eq!(c.field(older, "Preemptions"), "1");
     c.run("yscancel", &["-u", "root"]);
 }
+
+#[test]
+fn a_job_may_ask_for_a_shorter_grace_and_only_some_users_for_critical() {
+    let mut c = Cluster::with_gpus(
+        &QOS.replace("grace_time = \"0:02\"", "grace_time = \"0:30\""),
+        "[[gpus]]\ntype = \"a100\"\ncount = 1\nmemory = \"80GiB\"\n",
+    );
+    c.start();
+    c.script(
+        "stubborn.sh",
+        "#!/bin/bash\ntrap '' TERM\necho start >> \"$SLURM_SUBMIT_DIR/log-$SLURM_JOB_ID\"\nsleep 300\n",
+    );
+    let quick = c.submit(&["-q", "low", "--gpus", "1", "--grace", "1s", "stubborn.sh"]);
+    c.wait_state(quick, "RUNNING", LONG);
+    wait_for("the job to start", LONG, || {
+        log_of(&c, quick).contains("start")
+    });
+    let urgent = c.submit(&["-q", "critical", "--gpus", "1", "--wrap", "sleep 0.2"]);
+    // Killed 1 s after SIGTERM, not the QoS's 30 s.
+    assert_eq!(c.wait_done(urgent, LONG), "COMPLETED");
+    assert!(
+        c.log().contains(&format!(
+            "job {quick} preempted by job {urgent}; SIGTERM, SIGKILL after 1 s"
+        )),
+        "{}",
+        c.log()
+    );
+    c.run("yscancel", &[&quick.to_string()]);
+    let out = c.run("ysbatch", &["--grace", "soon", "stubborn.sh"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--grace: 'soon'"), "{}", stderr(&out));
+
+    if common::is_root() {
+        let carol = common::TestUser::create("crit");
+        let out = c.run_as(
+            &carol.name,
+            "ysbatch",
+            &["-q", "critical", "--wrap", "true"],
+        );
+        assert_eq!(out.status.code(), Some(1));
+        assert!(
+            stderr(&out).contains(&format!(
+                "user {} may not use QoS 'critical': it is for coordinators of account default (it has none), admins (root)",
+                carol.name
+            )),
+            "{}",
+            stderr(&out)
+        );
+        let out = c.run_as(&carol.name, "ysbatch", &["-q", "low", "--wrap", "true"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+}

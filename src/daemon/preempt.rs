@@ -231,10 +231,14 @@ impl Daemon {
     /// Seconds between SIGTERM and SIGKILL when `job` is stopped.
     pub(super) fn grace_of(&self, job: &crate::job::Job) -> u64 {
         match job.kill_reason {
-            Some(JobState::Preempted) => self
-                .config
-                .qos_named(&job.qos)
-                .map_or(crate::config::DEFAULT_GRACE_TIME, |q| q.grace_time),
+            Some(JobState::Preempted) => {
+                let qos = self
+                    .config
+                    .qos_named(&job.qos)
+                    .map_or(crate::config::DEFAULT_GRACE_TIME, |q| q.grace_time);
+                // A job may ask for less, never for more.
+                job.grace.map_or(qos, |g| g.min(qos))
+            }
             _ => self.config.kill_wait,
         }
     }

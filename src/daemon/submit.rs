@@ -176,6 +176,7 @@ impl Daemon {
             priority_override: None,
             warn_signal: request.warn_signal,
             checkpoint_file: request.checkpoint_file,
+            grace: request.grace,
             work_dir: request.work_dir,
             submit_dir: request.submit_dir,
             std_out: request.output.unwrap_or_else(|| {

@@ -129,6 +129,7 @@ ALTER TABLE jobs ADD COLUMN checkpoint_at INTEGER;
 ALTER TABLE jobs ADD COLUMN priority_override INTEGER;
 ALTER TABLE jobs ADD COLUMN warn_signal TEXT;
 ALTER TABLE jobs ADD COLUMN checkpoint_file TEXT;
+ALTER TABLE jobs ADD COLUMN grace INTEGER;
 CREATE TABLE audit (
     id      INTEGER PRIMARY KEY,
     time    INTEGER NOT NULL,

@@ -129,7 +129,7 @@ const JOB_COLUMNS: &str = "id, uid, gid, user, account, qos, name, state, hold, 
      open_append, comment, max_rss_bytes, cpu_usec, cgroup, suspended_secs, suspended_at, nice, billing, dependency, \
      array_job_id, array_task_id, array_spec, approved_by, gpu_shard, gpu_constraint, preempted_by, claimed_gpus, \
      preempt_count, no_requeue, checkpoint_at, priority_override, warn_signal, \
-     checkpoint_file";
+     checkpoint_file, grace";
 
 fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     let invalid = |i: usize, what: String| {
@@ -232,6 +232,7 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         checkpoint_at: row.get(49)?,
         priority_override: row.get(50)?,
         checkpoint_file: row.get(52)?,
+        grace: row.get::<_, Option<i64>>(53)?.map(|g| g as u64),
         warn_signal: match row.get::<_, Option<String>>(51)? {
             Some(w) => Some(
                 crate::job::WarnSignal::parse(&w)
@@ -266,9 +267,9 @@ pub fn insert_job(conn: &Connection, job: &Job, payload: &Payload) -> Result<Job
     conn.prepare_cached(
         "INSERT INTO jobs (uid, gid, user, account, qos, name, state, hold, gpu_count, gpu_type, cpus, mem_mb, \
          time_limit, submit_time, begin_time, work_dir, submit_dir, std_out, std_err, open_append, comment, nice, dependency, \
-         array_job_id, array_task_id, array_spec, gpu_shard, gpu_constraint, no_requeue, warn_signal, checkpoint_file) \
+         array_job_id, array_task_id, array_spec, gpu_shard, gpu_constraint, no_requeue, warn_signal, checkpoint_file, grace) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, \
-         ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)",
+         ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32)",
     )?
     .execute(params![
         job.uid,
@@ -302,6 +303,7 @@ pub fn insert_job(conn: &Connection, job: &Job, payload: &Payload) -> Result<Job
         job.no_requeue,
         job.warn_signal.map(|w| w.to_string()),
         job.checkpoint_file,
+        job.grace.map(|g| g as i64),
     ])?;
     let id = conn.last_insert_rowid() as JobId;
     if job.array.as_ref().is_some_and(|a| a.job_id == 0) {

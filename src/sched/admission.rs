@@ -406,6 +406,7 @@ mod tests {
             no_requeue: false,
             warn_signal: None,
             checkpoint_file: None,
+            grace: None,
             script: "#!/bin/sh\n".into(),
             args: vec![],
         }

@@ -159,6 +159,7 @@ fn job_of(id: JobId, t: &TraceJob, qos: &str) -> Job {
         priority_override: None,
         warn_signal: None,
         checkpoint_file: None,
+        grace: None,
         work_dir: Default::default(),
         submit_dir: Default::default(),
         std_out: String::new(),
