@@ -107,12 +107,15 @@ impl Daemon {
                 Some(&(start, spent)) if start == b.period.start(now) => spent,
                 _ => 0,
             };
-            let under = |j: &&crate::job::Job| {
-                policy
-                    .chain(&j.account)
-                    .iter()
-                    .any(|a| a.name == account.name)
-            };
+            // The budgeted account and the accounts below it, once.
+            let subtree: std::collections::HashSet<&str> = self
+                .config
+                .accounts
+                .iter()
+                .filter(|a| policy.chain(&a.name).iter().any(|x| x.name == account.name))
+                .map(|a| a.name.as_str())
+                .collect();
+            let under = |j: &&crate::job::Job| subtree.contains(j.account.as_str());
             let cost = |j: &crate::job::Job| self.worst_case(&j.gpus, j.time_limit, &j.qos);
             let running: i64 = self
                 .jobs
