@@ -86,6 +86,7 @@ fn main() {
         warn_signal: None,
         checkpoint_file: None,
         grace: None,
+        gpu_seconds: 0,
         work_dir: "/".into(),
         submit_dir: "/".into(),
         std_out: "o".into(),

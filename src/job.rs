@@ -461,6 +461,9 @@ pub struct Job {
     /// shorter than its QoS's grace_time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grace: Option<u64>,
+    /// GPU-seconds used over all its runs (a preempted job runs several).
+    #[serde(default)]
+    pub gpu_seconds: i64,
 }
 
 impl Job {
@@ -622,6 +625,7 @@ pub(crate) fn example_job(id: JobId) -> Job {
         warn_signal: None,
         checkpoint_file: None,
         grace: None,
+        gpu_seconds: 0,
         reason: None,
         kill_reason: None,
         work_dir: "/home/alice".into(),

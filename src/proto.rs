@@ -167,6 +167,13 @@ pub enum Query {
         users: Vec<String>,
         all_users: bool,
     },
+    /// Usage of the jobs that ended in a period (ysreport); users other
+    /// than admins get their own jobs only.
+    Usage {
+        period: crate::report::usage::Period,
+        accounts: Vec<String>,
+        users: Vec<String>,
+    },
     /// The audit log, newest last (admins): preemptions, uses of a
     /// restricted QoS, actions on others' jobs, reloads.
     Audit { limit: u32 },
@@ -271,6 +278,9 @@ pub enum Reply {
     },
     Audit {
         rows: Vec<AuditRow>,
+    },
+    Usage {
+        report: Box<crate::report::usage::UsageReport>,
     },
     /// One row of rendered cells per job, for the fields asked for.
     Rows {

@@ -8,6 +8,7 @@ pub mod yscancel;
 pub mod yscontrol;
 pub mod ysctld;
 pub mod ysqueue;
+pub mod ysreport;
 pub mod ysshare;
 
 use std::io::Write;
@@ -155,7 +156,10 @@ pub fn query(command: &str, config: &Config, query: Query) -> Result<Reply, CliE
     };
     match reply {
         Reply::Rejected { error } => Err(CliError::failed(error)),
-        reply @ (Reply::Jobs { .. } | Reply::Rows { .. } | Reply::Audit { .. }) => Ok(reply),
+        reply @ (Reply::Jobs { .. }
+        | Reply::Rows { .. }
+        | Reply::Audit { .. }
+        | Reply::Usage { .. }) => Ok(reply),
         other => Err(CliError::failed(format!(
             "unexpected reply from ysctld: {other:?}"
         ))),

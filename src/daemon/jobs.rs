@@ -195,8 +195,9 @@ impl Daemon {
         // Charge what it used in its last run, in the same transaction as
         // its end (earlier runs were charged when they were preempted).
         if job.start_time.is_some() {
-            let billing = self.charge(&job, job.end_time.unwrap_or(end))?;
+            let (billing, gpu_seconds) = self.charge(&job, job.end_time.unwrap_or(end))?;
             job.billing = Some(job.billing.unwrap_or(0) + billing);
+            job.gpu_seconds += gpu_seconds;
         }
         let tx = self.tx()?;
         db::update_job(tx, &job)?;
@@ -219,17 +220,19 @@ impl Daemon {
 
     /// Charges active job `id`'s run from its start to `end` to its user
     /// and accounts; the caller commits it with the job's new state.
-    pub(super) fn charge_run(&mut self, id: JobId, end: i64) -> Result<i64, DaemonError> {
+    pub(super) fn charge_run(&mut self, id: JobId, end: i64) -> Result<(i64, i64), DaemonError> {
         let Some(mut job) = self.jobs.get(&id).cloned() else {
-            return Ok(0);
+            return Ok((0, 0));
         };
         job.end_time = Some(job.start_time.map_or(end, |s| end.max(s)));
         self.charge(&job, job.end_time.unwrap_or(end))
     }
 
     /// Charges `job` (with its end time set) and saves the usage.
-    fn charge(&mut self, job: &crate::job::Job, at: i64) -> Result<i64, DaemonError> {
+    /// Returns (billing, GPU-seconds) of the run.
+    fn charge(&mut self, job: &crate::job::Job, at: i64) -> Result<(i64, i64), DaemonError> {
         let billing = crate::sched::fairshare::charge(job, &self.inventory.gpus, &self.config);
+        let gpu_seconds = crate::sched::fairshare::gpu_seconds(job, &self.inventory.gpus);
         let fs = &self.config.fairshare;
         let usage = self
             .usage
@@ -239,7 +242,7 @@ impl Daemon {
         let charged = *usage;
         self.spend(&job.account, billing, at);
         db::save_usage(self.tx()?, &job.account, &job.user, &charged)?;
-        Ok(billing)
+        Ok((billing, gpu_seconds))
     }
 
     /// Stops a running job: it goes COMPLETING and keeps its GPUs until its

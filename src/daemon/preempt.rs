@@ -274,9 +274,10 @@ impl Daemon {
                 Some(format!("preempted{by_text}")),
             );
         }
-        let segment = self.charge_run(id, end)?;
+        let (billing, gpu_seconds) = self.charge_run(id, end)?;
         let job = self.jobs.get_mut(&id).expect("checked above");
-        job.billing = Some(job.billing.unwrap_or(0) + segment);
+        job.billing = Some(job.billing.unwrap_or(0) + billing);
+        job.gpu_seconds += gpu_seconds;
         job.state = JobState::Pending;
         job.restart_count += 1;
         if !asked {

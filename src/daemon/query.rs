@@ -278,6 +278,24 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
                 .collect();
             Ok(reply(views, fields))
         }
+        Query::Usage {
+            period,
+            accounts,
+            users,
+        } => {
+            let mut builder = crate::report::usage::Builder::default();
+            db::for_each_ended(conn, period.from, period.to, |job| {
+                let mine = work.admin || job.user == work.user;
+                let chosen = (accounts.is_empty() || accounts.contains(&job.account))
+                    && (users.is_empty() || users.contains(&job.user));
+                if mine && chosen {
+                    builder.add(&job);
+                }
+            })?;
+            Ok(Reply::Usage {
+                report: Box::new(builder.finish(period.clone())),
+            })
+        }
         Query::Audit { limit } => {
             if !work.admin {
                 return Ok(Reply::Rejected {

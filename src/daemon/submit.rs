@@ -177,6 +177,7 @@ impl Daemon {
             warn_signal: request.warn_signal,
             checkpoint_file: request.checkpoint_file,
             grace: request.grace,
+            gpu_seconds: 0,
             work_dir: request.work_dir,
             submit_dir: request.submit_dir,
             std_out: request.output.unwrap_or_else(|| {

@@ -129,7 +129,7 @@ const JOB_COLUMNS: &str = "id, uid, gid, user, account, qos, name, state, hold, 
      open_append, comment, max_rss_bytes, cpu_usec, cgroup, suspended_secs, suspended_at, nice, billing, dependency, \
      array_job_id, array_task_id, array_spec, approved_by, gpu_shard, gpu_constraint, preempted_by, claimed_gpus, \
      preempt_count, no_requeue, checkpoint_at, priority_override, warn_signal, \
-     checkpoint_file, grace";
+     checkpoint_file, grace, gpu_seconds";
 
 fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     let invalid = |i: usize, what: String| {
@@ -233,6 +233,7 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         priority_override: row.get(50)?,
         checkpoint_file: row.get(52)?,
         grace: row.get::<_, Option<i64>>(53)?.map(|g| g as u64),
+        gpu_seconds: row.get(54)?,
         warn_signal: match row.get::<_, Option<String>>(51)? {
             Some(w) => Some(
                 crate::job::WarnSignal::parse(&w)
@@ -330,7 +331,7 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
              begin_time = ?13, max_rss_bytes = ?14, cpu_usec = ?15, cgroup = ?16, \
              suspended_secs = ?17, suspended_at = ?18, billing = ?19, approved_by = ?20, \
              preempted_by = ?21, claimed_gpus = ?22, preempt_count = ?23, checkpoint_at = ?24, \
-             priority_override = ?25, qos = ?26, time_limit = ?27 WHERE id = ?1",
+             priority_override = ?25, qos = ?26, time_limit = ?27, gpu_seconds = ?28 WHERE id = ?1",
         )?
         .execute(params![
             job.id as i64,
@@ -360,6 +361,7 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
             job.priority_override,
             job.qos,
             job.time_limit.map(|t| t as i64),
+            job.gpu_seconds,
         ])?;
     if changed == 0 {
         return Err(DbError::NotFound(job.id));
@@ -389,6 +391,40 @@ pub fn add_event_named(
         "INSERT INTO job_events (job_id, time, state, detail) VALUES (?1, ?2, ?3, ?4)",
     )?
     .execute(params![id as i64, time, name, detail])?;
+    Ok(())
+}
+
+/// Calls `each` for every job that ended in [from, to), oldest end first,
+/// a row at a time (a month of a million jobs is never all in memory).
+pub fn for_each_ended(
+    conn: &Connection,
+    from: i64,
+    to: i64,
+    mut each: impl FnMut(crate::report::usage::EndedJob),
+) -> Result<(), DbError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT account, user, state, submit_time, begin_time, start_time, gpu_seconds, \
+         COALESCE(billing, 0), preempt_count FROM jobs \
+         WHERE end_time >= ?1 AND end_time < ?2 ORDER BY end_time",
+    )?;
+    let mut rows = stmt.query(params![from, to])?;
+    while let Some(row) = rows.next()? {
+        let state: String = row.get(2)?;
+        let Some(state) = JobState::parse(&state) else {
+            return Err(DbError::Invalid(format!("job state '{state}'")));
+        };
+        each(crate::report::usage::EndedJob {
+            account: row.get(0)?,
+            user: row.get(1)?,
+            state,
+            submit_time: row.get(3)?,
+            begin_time: row.get(4)?,
+            start_time: row.get(5)?,
+            gpu_seconds: row.get(6)?,
+            billing: row.get(7)?,
+            preempt_count: row.get(8)?,
+        });
+    }
     Ok(())
 }
 

@@ -4,6 +4,8 @@
 
 use std::fmt::Write as _;
 
+pub mod usage;
+
 use serde::{Deserialize, Serialize};
 
 use crate::job::JobState;

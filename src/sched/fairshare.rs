@@ -460,6 +460,26 @@ pub fn crossed_reset(reset: crate::config::UsageReset, from: i64, to: i64) -> bo
     to > from && period(to) != period(from)
 }
 
+/// The GPU-seconds a job's run used: its run time (less time suspended)
+/// on its GPUs, a shard job its slots' part of its card.
+pub fn gpu_seconds(job: &crate::job::Job, gpus: &[crate::gpu::Gpu]) -> i64 {
+    let (Some(start), Some(end)) = (job.start_time, job.end_time) else {
+        return 0;
+    };
+    let seconds = (end - start - job.suspended_secs as i64).max(0) as f64;
+    let cards: f64 = job
+        .gpus_alloc
+        .iter()
+        .map(|&g| match gpus.get(g as usize) {
+            Some(gpu) if job.gpus.shard && gpu.shards > 0 => {
+                f64::from(job.gpus.count.min(gpu.shards)) / f64::from(gpu.shards)
+            }
+            _ => 1.0,
+        })
+        .sum();
+    (seconds * cards).round() as i64
+}
+
 /// The usage charged for a job: GPU-seconds × each GPU's billing weight ×
 /// its QoS's usage factor, in whole billing-seconds.
 pub fn charge(

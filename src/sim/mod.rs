@@ -160,6 +160,7 @@ fn job_of(id: JobId, t: &TraceJob, qos: &str) -> Job {
         warn_signal: None,
         checkpoint_file: None,
         grace: None,
+        gpu_seconds: 0,
         work_dir: Default::default(),
         submit_dir: Default::default(),
         std_out: String::new(),

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-pub const BINARIES: [&str; 8] = [
+pub const BINARIES: [&str; 9] = [
     "ysctld",
     "ysstepd",
     "ysbatch",
@@ -17,6 +17,7 @@ pub const BINARIES: [&str; 8] = [
     "ysacct",
     "yscontrol",
     "ysshare",
+    "ysreport",
 ];
 
 /// The binaries, hard-linked (or copied) into a directory every user can
@@ -51,6 +52,7 @@ fn built_binary(name: &str) -> PathBuf {
         "ysacct" => env!("CARGO_BIN_EXE_ysacct"),
         "yscontrol" => env!("CARGO_BIN_EXE_yscontrol"),
         "ysshare" => env!("CARGO_BIN_EXE_ysshare"),
+        "ysreport" => env!("CARGO_BIN_EXE_ysreport"),
         other => panic!("unknown binary {other}"),
     };
     PathBuf::from(path)

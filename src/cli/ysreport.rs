@@ -1,0 +1,200 @@
+//! `ysreport`: usage reports — by default for the last full month — per
+//! account and per user, as text, CSV or JSON.
+
+use clap::Parser;
+
+use super::{load_config, print, query, split_list, CliError, CliResult};
+use crate::proto::{Query, Reply};
+use crate::report::usage::{self, Period};
+use crate::units;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ysreport",
+    version,
+    about = "Usage reports: GPU-hours, tokens, waits and outcomes per account and user",
+    long_about = "Report the usage of the jobs that ended in a period (by default the last full \
+                  month, in the config's time zone): per account and per user, the jobs, GPU-hours \
+                  over all their runs, billed tokens (billing-hours), share of the period's GPU-hours, \
+                  mean, median and 95th-percentile wait, preemptions suffered, and how many failed, \
+                  timed out, ran out of memory or were cancelled. Root and admins see everyone; \
+                  other users see their own jobs.",
+    after_help = "Examples:\n  ysreport\n  ysreport --month 2026-11 --csv\n  ysreport -S 2026-11-01 -E 2026-11-08 -A vision"
+)]
+pub struct Args {
+    /// The calendar month to report, YYYY-MM (default: the last full month)
+    #[arg(long, value_name = "YYYY-MM", conflicts_with_all = ["start", "end"])]
+    pub month: Option<String>,
+    /// Start of the period: a date, a date and time, now-N[units]
+    #[arg(short = 'S', long = "starttime", value_name = "TIME")]
+    pub start: Option<String>,
+    /// End of the period (not included; default: now)
+    #[arg(short = 'E', long = "endtime", value_name = "TIME", requires = "start")]
+    pub end: Option<String>,
+    /// Only these accounts
+    #[arg(short = 'A', long = "account", value_name = "ACCOUNT[,ACCOUNT]")]
+    pub accounts: Vec<String>,
+    /// Only these users
+    #[arg(short = 'u', long = "user", value_name = "USER[,USER]")]
+    pub users: Vec<String>,
+    /// Comma-separated values, one line per account, user and the total
+    #[arg(long, conflicts_with = "json")]
+    pub csv: bool,
+    /// The report as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: Args) -> CliResult {
+    let config = load_config()?;
+    let now = jiff::Timestamp::now().to_zoned(config.timezone.clone());
+    let period = period_of(&args, now).map_err(CliError::usage)?;
+    let accounts = split_list(&args.accounts);
+    let users = split_list(&args.users);
+    if let Some(unknown) = accounts.iter().find(|a| {
+        !config.accounts.iter().any(|x| x.name == **a)
+            && a.as_str() != crate::config::DEFAULT_ACCOUNT
+    }) {
+        let known: Vec<&str> = config.accounts.iter().map(|a| a.name.as_str()).collect();
+        return Err(CliError::usage(format!(
+            "unknown account '{unknown}' (known: {})",
+            if known.is_empty() {
+                crate::config::DEFAULT_ACCOUNT.to_string()
+            } else {
+                known.join(", ")
+            }
+        )));
+    }
+    if let Some(unknown) = users
+        .iter()
+        .find(|u| !matches!(nix::unistd::User::from_name(u), Ok(Some(_))))
+    {
+        return Err(CliError::usage(format!(
+            "no user '{unknown}' on this system"
+        )));
+    }
+    let reply = query(
+        "ysreport",
+        &config,
+        Query::Usage {
+            period,
+            accounts,
+            users,
+        },
+    )?;
+    let Reply::Usage { report } = reply else {
+        return Err(CliError::failed(format!(
+            "unexpected reply from ysctld: {reply:?}"
+        )));
+    };
+    if args.json {
+        let text = serde_json::to_string_pretty(&report)
+            .map_err(|e| CliError::failed(format!("cannot write JSON: {e}")))?;
+        return print(&format!("{text}\n"));
+    }
+    if args.csv {
+        return print(&usage::render_csv(&report));
+    }
+    print(&usage::render_text(&report))
+}
+
+/// The period the options name, in the time zone of `now`.
+fn period_of(args: &Args, now: jiff::Zoned) -> Result<Period, String> {
+    if let Some(s) = &args.start {
+        let from =
+            units::parse_time_filter(s, now.clone()).map_err(|e| format!("--starttime: {e}"))?;
+        let to = match &args.end {
+            Some(e) => {
+                units::parse_time_filter(e, now.clone()).map_err(|e| format!("--endtime: {e}"))?
+            }
+            // Up to now, this second included.
+            None => now.timestamp().as_second() + 1,
+        };
+        if to <= from {
+            return Err(format!(
+                "the end ({}) is not after the start ({})",
+                units::format_timestamp(to),
+                units::format_timestamp(from)
+            ));
+        }
+        return Ok(Period {
+            from,
+            to,
+            label: format!(
+                "{} to {}",
+                units::format_timestamp(from),
+                units::format_timestamp(to)
+            ),
+        });
+    }
+    let (year, month) = match &args.month {
+        Some(m) => parse_month(m)?,
+        None => {
+            // The last full month.
+            let first = now.date().first_of_month();
+            let previous = first.yesterday().map_err(|e| e.to_string())?;
+            (previous.year(), previous.month())
+        }
+    };
+    let tz = now.time_zone().clone();
+    let start = jiff::civil::date(year, month, 1);
+    let next = start
+        .last_of_month()
+        .tomorrow()
+        .map_err(|e| e.to_string())?;
+    let at = |d: jiff::civil::Date| -> Result<i64, String> {
+        Ok(d.to_zoned(tz.clone())
+            .map_err(|e| e.to_string())?
+            .timestamp()
+            .as_second())
+    };
+    Ok(Period {
+        from: at(start)?,
+        to: at(next)?,
+        label: format!("{year:04}-{month:02}"),
+    })
+}
+
+/// `2026-11` → (2026, 11), with a clear error for `2026-13` or `Nov`.
+fn parse_month(text: &str) -> Result<(i16, i8), String> {
+    let bad = || format!("--month: '{text}' is not a month like 2026-11");
+    let (y, m) = text.trim().split_once('-').ok_or_else(bad)?;
+    let year: i16 = y
+        .parse()
+        .ok()
+        .filter(|y| (1970..=9999).contains(y))
+        .ok_or_else(bad)?;
+    let month: i8 = m.parse().map_err(|_| bad())?;
+    if !(1..=12).contains(&month) {
+        return Err(format!("--month: month {month} does not exist (1 to 12)"));
+    }
+    Ok((year, month))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn months_parse_and_refuse() {
+        assert_eq!(parse_month("2026-11"), Ok((2026, 11)));
+        assert!(parse_month("2026-13")
+            .unwrap_err()
+            .contains("month 13 does not exist"));
+        assert!(parse_month("Nov")
+            .unwrap_err()
+            .contains("not a month like 2026-11"));
+    }
+
+    #[test]
+    fn the_default_is_the_last_full_month() {
+        let now = jiff::civil::date(2026, 1, 15)
+            .at(12, 0, 0, 0)
+            .to_zoned(jiff::tz::TimeZone::UTC)
+            .unwrap();
+        let args = Args::parse_from(["ysreport"]);
+        let p = period_of(&args, now).unwrap();
+        assert_eq!(p.label, "2025-12");
+        assert_eq!(p.to - p.from, 31 * 86_400);
+    }
+}
