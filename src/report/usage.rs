@@ -134,34 +134,35 @@ pub fn build(period: Period, jobs: impl IntoIterator<Item = EndedJob>) -> UsageR
 #[derive(Default)]
 pub struct Builder {
     total: Sums,
-    accounts: BTreeMap<String, Sums>,
-    users: BTreeMap<(String, String), Sums>,
+    /// Per account: its sums, and its users' (looked up by borrowed
+    /// names: a million rows, no key copies).
+    accounts: BTreeMap<String, (Sums, BTreeMap<String, Sums>)>,
 }
 
 impl Builder {
     pub fn add(&mut self, job: &EndedJob) {
         self.total.add(job);
-        match self.accounts.get_mut(&job.account) {
+        let (account, users) = match self.accounts.get_mut(&job.account) {
+            Some(entry) => entry,
+            None => self.accounts.entry(job.account.clone()).or_default(),
+        };
+        account.add(job);
+        match users.get_mut(&job.user) {
             Some(s) => s.add(job),
-            None => self
-                .accounts
-                .entry(job.account.clone())
-                .or_default()
-                .add(job),
+            None => users.entry(job.user.clone()).or_default().add(job),
         }
-        self.users
-            .entry((job.account.clone(), job.user.clone()))
-            .or_default()
-            .add(job);
     }
 
     pub fn finish(self, period: Period) -> UsageReport {
-        let Builder {
-            total,
-            accounts,
-            users,
-        } = self;
-        assemble(period, total, accounts, users)
+        let mut accounts = BTreeMap::new();
+        let mut users = BTreeMap::new();
+        for (name, (sums, of_users)) in self.accounts {
+            for (user, s) in of_users {
+                users.insert((name.clone(), user), s);
+            }
+            accounts.insert(name, sums);
+        }
+        assemble(period, self.total, accounts, users)
     }
 }
 
