@@ -87,6 +87,7 @@ fn main() {
         checkpoint_file: None,
         grace: None,
         gpu_seconds: 0,
+        gpu_usage: Default::default(),
         work_dir: "/".into(),
         submit_dir: "/".into(),
         std_out: "o".into(),

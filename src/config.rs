@@ -246,6 +246,10 @@ pub struct Config {
     /// How many of the highest-priority jobs that cannot start now get a
     /// reservation that later jobs may not delay (Slurm's bf_max_job_test).
     pub backfill_depth: usize,
+    /// Seconds between GPU utilisation samples (0: none).
+    pub gpu_sample_secs: u64,
+    /// Mean utilisation (percent) below which a job's GPUs count as idle.
+    pub low_utilization_pct: u32,
     /// A job that may preempt does not when it would start within this
     /// many seconds anyway (a running job about to end).
     pub preempt_wait: u64,
@@ -397,6 +401,8 @@ struct RawConfig {
     kill_invalid_dependency: bool,
     max_array_size: Option<u32>,
     backfill_depth: Option<usize>,
+    gpu_sample_secs: Option<u64>,
+    low_utilization_pct: Option<Spanned<u32>>,
     #[serde(default, deserialize_with = "de_time_limit")]
     preempt_wait: Option<Option<u64>>,
     max_preemptions: Option<u32>,
@@ -1176,6 +1182,21 @@ impl RawConfig {
                 .max_array_size
                 .unwrap_or(crate::array::DEFAULT_MAX_ARRAY_SIZE),
             backfill_depth: self.backfill_depth.unwrap_or(DEFAULT_BACKFILL_DEPTH),
+            gpu_sample_secs: self.gpu_sample_secs.unwrap_or(30),
+            low_utilization_pct: match self.low_utilization_pct {
+                Some(p) if *p.get_ref() > 100 => {
+                    return Err(fail(
+                        Some(p.span()),
+                        "low_utilization_pct",
+                        format!(
+                            "low_utilization_pct = {} is not a percentage (0 to 100)",
+                            p.get_ref()
+                        ),
+                    ))
+                }
+                Some(p) => *p.get_ref(),
+                None => 20,
+            },
             preempt_wait: self.preempt_wait.flatten().unwrap_or(60),
             max_preemptions: self.max_preemptions.unwrap_or(3),
             kill_wait: self.kill_wait.unwrap_or(30),

@@ -464,6 +464,9 @@ pub struct Job {
     /// GPU-seconds used over all its runs (a preempted job runs several).
     #[serde(default)]
     pub gpu_seconds: i64,
+    /// Its GPUs' utilisation, sampled while it ran (none without a driver).
+    #[serde(default)]
+    pub gpu_usage: crate::gpu::sampling::JobGpuUsage,
 }
 
 impl Job {
@@ -626,6 +629,7 @@ pub(crate) fn example_job(id: JobId) -> Job {
         checkpoint_file: None,
         grace: None,
         gpu_seconds: 0,
+        gpu_usage: Default::default(),
         reason: None,
         kill_reason: None,
         work_dir: "/home/alice".into(),

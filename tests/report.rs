@@ -28,6 +28,14 @@ fn a_report_sums_what_the_daemon_ran() {
         assert_eq!(c.wait_done(id, LONG), "COMPLETED");
     }
     assert_eq!(c.wait_done(f, LONG), "FAILED");
+    // GPU utilisation: a number where NVML answers, else honestly none.
+    let util = c.field(a, "GPUUtil");
+    if c.log().contains("GPU utilisation: none") {
+        assert_eq!(util, "n/a");
+        assert_eq!(c.field(a, "GPULowTime"), "n/a");
+    } else {
+        assert!(util == "n/a" || util.ends_with('%'), "{util}");
+    }
     let elapsed = |id: u64| -> f64 { c.field(id, "ElapsedRaw").parse().unwrap() };
     let vision_hours = (elapsed(a) + elapsed(b)) * 2.0 / 3600.0;
 

@@ -19,7 +19,7 @@ const DEFAULT_FORMAT: &str = "JobID,JobName,User,Account,State,ExitCode,Elapsed,
                   without -u, -a or -j, only your own.",
     after_help = "Fields (-o): JobID JobIDRaw JobName User UID Account QOS State ExitCode Submit Eligible \
                   Start End Elapsed ElapsedRaw Timelimit AllocTRES ReqTRES AllocCPUS ReqCPUS ReqMem \
-                  AllocGPUS NodeList NNodes Reason Restarts Preemptions MaxRSS Billing TotalCPU Cgroup WorkDir StdOut StdErr \
+                  AllocGPUS NodeList NNodes Reason Restarts Preemptions GPUUtil GPUUtilMax GPUMemMax GPULowTime MaxRSS Billing TotalCPU Cgroup WorkDir StdOut StdErr \
                   Comment Priority \
                   Partition. Add %N to a field for a fixed width: JobName%30."
 )]

@@ -367,6 +367,34 @@ impl Daemon {
         group.set_frozen(frozen).map_err(|e| e.to_string())
     }
 
+    /// Samples the GPUs and adds each running job's share to its sums,
+    /// committed with the turn. A source without data stops sampling.
+    pub(super) fn sample_gpus(&mut self) -> Result<(), DaemonError> {
+        let interval = self.config.gpu_sample_secs;
+        let Some(samples) = self.gpu_source.sample() else {
+            self.next_sample = None;
+            return Ok(());
+        };
+        self.next_sample =
+            Some(std::time::Instant::now() + std::time::Duration::from_secs(interval));
+        let low = self.config.low_utilization_pct;
+        let ids: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Running && !j.gpus_alloc.is_empty())
+            .map(|j| j.id)
+            .collect();
+        for id in ids {
+            let job = self.jobs.get_mut(&id).expect("listed above");
+            let gpus = job.gpus_alloc.clone();
+            job.gpu_usage.add(&samples, &gpus, interval, low);
+            let job = job.clone();
+            db::update_job(self.tx()?, &job)?;
+        }
+        self.snapshot = None;
+        Ok(())
+    }
+
     /// Sends the `--signal` of each job whose time limit is that close
     /// (once per run).
     fn warn_before_limits(&mut self, now: i64) {

@@ -142,6 +142,10 @@ pub(crate) struct Daemon {
     queries: Sender<query::Work>,
     reschedule: bool,
     shutdown: bool,
+    /// Where GPU utilisation comes from, and when to sample it next
+    /// (`None`: never, without a source or with sampling off).
+    gpu_source: Box<dyn crate::gpu::sampling::Source>,
+    next_sample: Option<Instant>,
 }
 
 /// Runs the daemon until SIGTERM/SIGINT. `ready` is called once it accepts
@@ -186,6 +190,13 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
             tracing::warn!(target: "ysched::exec", "not enforced on this host: {missing}");
         }
     }
+    let gpu_source: Box<dyn crate::gpu::sampling::Source> = if config.gpu_sample_secs > 0 {
+        crate::gpu::sampling::detect()
+    } else {
+        Box::new(crate::gpu::sampling::NoData)
+    };
+    tracing::info!(target: "ysched::gpu", "GPU utilisation: {}", gpu_source.describe());
+    let config_sample_secs = config.gpu_sample_secs;
 
     let (events, inbox) = mpsc::channel();
     let exit_events = events.clone();
@@ -229,6 +240,9 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         queries,
         reschedule: true,
         shutdown: false,
+        // The first sample at once: a source without data ends sampling.
+        next_sample: (config_sample_secs > 0).then(Instant::now),
+        gpu_source,
     };
     daemon.recover()?;
     tracing::info!(target: "ysched::daemon", "ysctld ready");
@@ -449,6 +463,9 @@ impl Daemon {
                 processed.push(name);
             }
             self.enforce_time_limits(now)?;
+            if self.next_sample.is_some_and(|t| Instant::now() >= t) {
+                self.sample_gpus()?;
+            }
             if Instant::now() >= next_maintenance {
                 self.spool.remove_stale(STALE_AFTER);
                 next_maintenance = Instant::now() + MAINTENANCE_EVERY;
@@ -486,6 +503,9 @@ impl Daemon {
     fn next_timeout(&self, next_maintenance: Instant) -> Duration {
         let now_s = now();
         let mut next = next_maintenance.saturating_duration_since(Instant::now());
+        if let Some(t) = self.next_sample {
+            next = next.min(t.saturating_duration_since(Instant::now()));
+        }
         let mut consider = |at: i64| {
             let wait = Duration::from_secs((at - now_s).max(0) as u64);
             next = next.min(wait);

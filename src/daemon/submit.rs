@@ -178,6 +178,7 @@ impl Daemon {
             checkpoint_file: request.checkpoint_file,
             grace: request.grace,
             gpu_seconds: 0,
+            gpu_usage: Default::default(),
             work_dir: request.work_dir,
             submit_dir: request.submit_dir,
             std_out: request.output.unwrap_or_else(|| {

@@ -129,7 +129,8 @@ const JOB_COLUMNS: &str = "id, uid, gid, user, account, qos, name, state, hold, 
      open_append, comment, max_rss_bytes, cpu_usec, cgroup, suspended_secs, suspended_at, nice, billing, dependency, \
      array_job_id, array_task_id, array_spec, approved_by, gpu_shard, gpu_constraint, preempted_by, claimed_gpus, \
      preempt_count, no_requeue, checkpoint_at, priority_override, warn_signal, \
-     checkpoint_file, grace, gpu_seconds";
+     checkpoint_file, grace, gpu_seconds, gpu_samples, gpu_util_sum, gpu_util_max, gpu_mem_max_mb, \
+     gpu_low_secs";
 
 fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     let invalid = |i: usize, what: String| {
@@ -234,6 +235,13 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         checkpoint_file: row.get(52)?,
         grace: row.get::<_, Option<i64>>(53)?.map(|g| g as u64),
         gpu_seconds: row.get(54)?,
+        gpu_usage: crate::gpu::sampling::JobGpuUsage {
+            samples: row.get(55)?,
+            utilization_sum: row.get::<_, i64>(56)? as u64,
+            utilization_max: row.get(57)?,
+            memory_max_mb: row.get::<_, i64>(58)? as u64,
+            low_secs: row.get::<_, i64>(59)? as u64,
+        },
         warn_signal: match row.get::<_, Option<String>>(51)? {
             Some(w) => Some(
                 crate::job::WarnSignal::parse(&w)
@@ -331,7 +339,9 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
              begin_time = ?13, max_rss_bytes = ?14, cpu_usec = ?15, cgroup = ?16, \
              suspended_secs = ?17, suspended_at = ?18, billing = ?19, approved_by = ?20, \
              preempted_by = ?21, claimed_gpus = ?22, preempt_count = ?23, checkpoint_at = ?24, \
-             priority_override = ?25, qos = ?26, time_limit = ?27, gpu_seconds = ?28 WHERE id = ?1",
+             priority_override = ?25, qos = ?26, time_limit = ?27, gpu_seconds = ?28, \
+             gpu_samples = ?29, gpu_util_sum = ?30, gpu_util_max = ?31, gpu_mem_max_mb = ?32, \
+             gpu_low_secs = ?33 WHERE id = ?1",
         )?
         .execute(params![
             job.id as i64,
@@ -362,6 +372,11 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
             job.qos,
             job.time_limit.map(|t| t as i64),
             job.gpu_seconds,
+            job.gpu_usage.samples,
+            job.gpu_usage.utilization_sum as i64,
+            job.gpu_usage.utilization_max,
+            job.gpu_usage.memory_max_mb as i64,
+            job.gpu_usage.low_secs as i64,
         ])?;
     if changed == 0 {
         return Err(DbError::NotFound(job.id));

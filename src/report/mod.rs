@@ -56,6 +56,10 @@ pub enum Field {
     ExitCode,
     Restarts,
     Preemptions,
+    GpuUtil,
+    GpuUtilMax,
+    GpuMemMax,
+    GpuLowTime,
     MaxRss,
     TotalCpu,
     /// Billing-seconds charged (GPU-seconds x billing weight x QoS factor).
@@ -115,6 +119,10 @@ impl Field {
             Field::ExitCode => "EXIT_CODE",
             Field::Restarts => "RESTARTS",
             Field::Preemptions => "PREEMPTIONS",
+            Field::GpuUtil => "GPU_UTIL",
+            Field::GpuUtilMax => "GPU_UTIL_MAX",
+            Field::GpuMemMax => "GPU_MEM_MAX",
+            Field::GpuLowTime => "GPU_LOW_TIME",
             Field::MaxRss => "MAXRSS",
             Field::Billing => "BILLING",
             Field::TotalCpu => "TOTALCPU",
@@ -199,6 +207,11 @@ impl Field {
         ("Reason", Field::Reason),
         ("Restarts", Field::Restarts),
         ("Preemptions", Field::Preemptions),
+        ("Preempted", Field::Preemptions),
+        ("GPUUtil", Field::GpuUtil),
+        ("GPUUtilMax", Field::GpuUtilMax),
+        ("GPUMemMax", Field::GpuMemMax),
+        ("GPULowTime", Field::GpuLowTime),
         ("MaxRSS", Field::MaxRss),
         ("Billing", Field::Billing),
         ("TotalCPU", Field::TotalCpu),
@@ -352,6 +365,19 @@ impl Field {
             Field::ExitCode => job.exit.unwrap_or_default().to_string(),
             Field::Restarts => job.restart_count.to_string(),
             Field::Preemptions => job.preempt_count.to_string(),
+            // No samples (no driver, or too short a run): not known.
+            Field::GpuUtil => match job.gpu_usage.mean() {
+                Some(m) => format!("{m:.1}%"),
+                None => "n/a".into(),
+            },
+            Field::GpuUtilMax | Field::GpuMemMax | Field::GpuLowTime
+                if job.gpu_usage.samples == 0 =>
+            {
+                "n/a".into()
+            }
+            Field::GpuUtilMax => format!("{}%", job.gpu_usage.utilization_max),
+            Field::GpuMemMax => units::format_memory_mb(job.gpu_usage.memory_max_mb),
+            Field::GpuLowTime => units::format_duration(job.gpu_usage.low_secs),
             Field::MaxRss => job.max_rss_bytes.map(units::format_rss).unwrap_or_default(),
             Field::Billing => job.billing.map(|b| b.to_string()).unwrap_or_default(),
             Field::TotalCpu => job.cpu_usec.map(units::format_cpu_time).unwrap_or_default(),

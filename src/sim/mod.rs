@@ -161,6 +161,7 @@ fn job_of(id: JobId, t: &TraceJob, qos: &str) -> Job {
         checkpoint_file: None,
         grace: None,
         gpu_seconds: 0,
+        gpu_usage: Default::default(),
         work_dir: Default::default(),
         submit_dir: Default::default(),
         std_out: String::new(),

@@ -2,6 +2,8 @@
 //! where a driver answers. Jobs never appear here; `sched` decides who holds
 //! which index.
 
+pub mod sampling;
+
 use std::fmt;
 use std::path::PathBuf;
 
