@@ -173,6 +173,8 @@ pub enum Query {
         period: crate::report::usage::Period,
         accounts: Vec<String>,
         users: Vec<String>,
+        /// Jobs idle on their GPUs longer than this are ranked as waste.
+        waste_after_secs: u64,
     },
     /// The audit log, newest last (admins): preemptions, uses of a
     /// restricted QoS, actions on others' jobs, reloads.

@@ -91,6 +91,16 @@ fn an_older_month_from_fixture_rows_by_hand_and_bad_input() {
     row("vision", "COMPLETED", 600, 2, 2);
     row("vision", "COMPLETED", 1_800, 4, 0);
     row("nlp", "TIMEOUT", 60, 1, 0);
+    // An nlp job that sat 2 h of its 3 h on two idle GPUs (sampled).
+    db.execute(
+        "INSERT INTO jobs (uid, gid, user, account, qos, name, state, gpu_count, cpus, \
+         submit_time, start_time, end_time, work_dir, submit_dir, std_out, gpus_alloc, \
+         gpu_seconds, billing, gpu_samples, gpu_util_sum, gpu_util_max, gpu_low_secs) \
+         VALUES (0, 0, 'root', 'nlp', 'medium', '<script>idle</script>', 'COMPLETED', 2, 1, \
+         ?1, ?1, ?2, '/', '/', 'o', '0,1', 21600, 21600, 360, 3600, 90, 7200)",
+        rusqlite::params![march + 86_400, march + 86_400 + 10_800],
+    )
+    .unwrap();
     drop(db);
     c.start();
     let r = report_json(&c, &["--month", "2025-03"]);
@@ -99,12 +109,21 @@ fn an_older_month_from_fixture_rows_by_hand_and_bad_input() {
     assert_eq!(vision["jobs"], 3);
     assert_eq!(vision["gpu_hours"], 7.0);
     assert_eq!(vision["tokens"], 35.0);
-    assert_eq!(vision["share"], 7.0 / 8.0);
+    assert_eq!(vision["share"], 7.0 / 14.0);
     assert_eq!(vision["wait_mean_s"], 800.0);
     assert_eq!(vision["wait_p50_s"], 600);
     assert_eq!(vision["wait_p95_s"], 1_800);
     assert_eq!(vision["preemptions"], 2);
     assert_eq!(r["accounts"][0]["timeout"], 1);
+    assert_eq!(r["waste"].as_array().unwrap().len(), 1);
+    assert_eq!(r["waste"][0]["wasted_gpu_hours"], 4.0);
+    assert_eq!(r["waste"][0]["gpu_util_mean"], 10.0);
+    assert_eq!(r["accounts"][0]["gpu_util_mean"], 10.0);
+    let text = stdout(&c.run("ysreport", &["--month", "2025-03"]));
+    assert!(
+        text.contains("nlp/root  2 GPU(s) idle 2:00:00  mean 10.0%  wasted 4.00 GPU-hours"),
+        "{text}"
+    );
 
     // An honest empty month.
     let out = c.run("ysreport", &["--month", "2025-04"]);

@@ -37,6 +37,9 @@ pub struct Args {
     /// Only these users
     #[arg(short = 'u', long = "user", value_name = "USER[,USER]")]
     pub users: Vec<String>,
+    /// Rank jobs whose GPUs sat below the utilisation threshold longer than this (default 1:00:00)
+    #[arg(long = "waste-after", value_name = "TIME", default_value = "1:00:00")]
+    pub waste_after: String,
     /// Comma-separated values, one line per account, user and the total
     #[arg(long, conflicts_with = "json")]
     pub csv: bool,
@@ -80,6 +83,15 @@ pub fn run(args: Args) -> CliResult {
             period,
             accounts,
             users,
+            waste_after_secs: units::parse_time_limit(&args.waste_after)
+                .ok()
+                .flatten()
+                .ok_or_else(|| {
+                    CliError::usage(format!(
+                        "--waste-after: '{}' is not a duration such as 1:00:00",
+                        args.waste_after
+                    ))
+                })?,
         },
     )?;
     let Reply::Usage { report } = reply else {

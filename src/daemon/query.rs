@@ -282,8 +282,9 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
             period,
             accounts,
             users,
+            waste_after_secs,
         } => {
-            let mut builder = crate::report::usage::Builder::default();
+            let mut builder = crate::report::usage::Builder::new(*waste_after_secs);
             db::for_each_ended(conn, period.from, period.to, |job| {
                 let mine = work.admin || job.user == work.user;
                 let chosen = (accounts.is_empty() || accounts.contains(&job.account))

@@ -419,7 +419,8 @@ pub fn for_each_ended(
 ) -> Result<(), DbError> {
     let mut stmt = conn.prepare_cached(
         "SELECT account, user, state, submit_time, begin_time, start_time, gpu_seconds, \
-         COALESCE(billing, 0), preempt_count FROM jobs \
+         COALESCE(billing, 0), preempt_count, id, name, gpus_alloc, gpu_samples, gpu_util_sum, \
+         gpu_util_max, gpu_mem_max_mb, gpu_low_secs FROM jobs \
          WHERE end_time >= ?1 AND end_time < ?2 ORDER BY end_time",
     )?;
     let mut rows = stmt.query(params![from, to])?;
@@ -438,6 +439,23 @@ pub fn for_each_ended(
             gpu_seconds: row.get(6)?,
             billing: row.get(7)?,
             preempt_count: row.get(8)?,
+            id: row.get::<_, i64>(9)? as JobId,
+            name: row.get(10)?,
+            gpus: {
+                let alloc: String = row.get(11)?;
+                if alloc.is_empty() {
+                    0
+                } else {
+                    alloc.split(',').count() as u32
+                }
+            },
+            gpu_usage: crate::gpu::sampling::JobGpuUsage {
+                samples: row.get(12)?,
+                utilization_sum: row.get::<_, i64>(13)? as u64,
+                utilization_max: row.get(14)?,
+                memory_max_mb: row.get::<_, i64>(15)? as u64,
+                low_secs: row.get::<_, i64>(16)? as u64,
+            },
         });
     }
     Ok(())

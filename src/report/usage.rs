@@ -14,6 +14,11 @@ use crate::job::JobState;
 /// What a report needs of one finished job.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EndedJob {
+    pub id: crate::job::JobId,
+    pub name: String,
+    /// GPUs it held (its last run's).
+    pub gpus: u32,
+    pub gpu_usage: crate::gpu::sampling::JobGpuUsage,
     pub account: String,
     pub user: String,
     pub state: JobState,
@@ -58,6 +63,25 @@ pub struct Line {
     pub timeout: u64,
     pub out_of_memory: u64,
     pub cancelled: u64,
+    /// Mean GPU utilisation over the sampled jobs (`None`: no samples).
+    pub gpu_util_mean: Option<f64>,
+    /// GPU-hours its jobs' GPUs spent below the low-utilisation threshold.
+    pub idle_gpu_hours: f64,
+}
+
+/// A job that held GPUs doing little for long: the waste ranking.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Waste {
+    pub job_id: crate::job::JobId,
+    pub name: String,
+    pub account: String,
+    pub user: String,
+    pub gpus: u32,
+    /// Time its GPUs averaged below the threshold.
+    pub low_secs: u64,
+    pub gpu_util_mean: Option<f64>,
+    /// `low_secs` × its GPUs, in hours.
+    pub wasted_gpu_hours: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -66,12 +90,21 @@ pub struct UsageReport {
     pub total: Line,
     pub accounts: Vec<Line>,
     pub users: Vec<Line>,
+    /// Jobs idle on their GPUs longer than the threshold, most wasted first.
+    pub waste: Vec<Waste>,
+    /// Whether any job of the period had utilisation samples.
+    pub gpu_sampled: bool,
 }
+
+/// Jobs listed in the waste ranking, at most.
+pub const WASTE_ROWS: usize = 20;
 
 #[derive(Default)]
 struct Sums {
     line: Line,
     waits: Vec<i64>,
+    util_samples: u64,
+    util_sum: u64,
 }
 
 impl Sums {
@@ -96,6 +129,9 @@ impl Sums {
                 .max(job.submit_time);
             self.waits.push((start - eligible).max(0));
         }
+        self.util_samples += u64::from(job.gpu_usage.samples);
+        self.util_sum += job.gpu_usage.utilization_sum;
+        self.line.idle_gpu_hours += job.gpu_usage.low_secs as f64 * f64::from(job.gpus) / 3600.0;
     }
 
     fn finish(mut self, total_gpu_hours: f64) -> Line {
@@ -106,6 +142,8 @@ impl Sums {
             l.wait_p50_s = Some(nearest_rank(&self.waits, 50));
             l.wait_p95_s = Some(nearest_rank(&self.waits, 95));
         }
+        l.gpu_util_mean =
+            (self.util_samples > 0).then(|| self.util_sum as f64 / self.util_samples as f64);
         l.share = if total_gpu_hours > 0.0 {
             l.gpu_hours / total_gpu_hours
         } else {
@@ -121,9 +159,14 @@ fn nearest_rank(sorted: &[i64], p: usize) -> i64 {
     sorted[rank - 1]
 }
 
-/// Builds the report from the jobs that ended in `period`.
-pub fn build(period: Period, jobs: impl IntoIterator<Item = EndedJob>) -> UsageReport {
-    let mut builder = Builder::default();
+/// Builds the report from the jobs that ended in `period`; jobs idle on
+/// their GPUs longer than `waste_after_secs` are ranked.
+pub fn build(
+    period: Period,
+    waste_after_secs: u64,
+    jobs: impl IntoIterator<Item = EndedJob>,
+) -> UsageReport {
+    let mut builder = Builder::new(waste_after_secs);
     for job in jobs {
         builder.add(&job);
     }
@@ -133,6 +176,8 @@ pub fn build(period: Period, jobs: impl IntoIterator<Item = EndedJob>) -> UsageR
 /// Sums jobs one at a time (streamed from the database).
 #[derive(Default)]
 pub struct Builder {
+    waste_after_secs: u64,
+    waste: Vec<Waste>,
     total: Sums,
     /// Per account: its sums, and its users' (looked up by borrowed
     /// names: a million rows, no key copies).
@@ -140,8 +185,31 @@ pub struct Builder {
 }
 
 impl Builder {
+    pub fn new(waste_after_secs: u64) -> Builder {
+        Builder {
+            waste_after_secs,
+            ..Builder::default()
+        }
+    }
+
     pub fn add(&mut self, job: &EndedJob) {
         self.total.add(job);
+        if job.gpus > 0 && job.gpu_usage.low_secs > self.waste_after_secs {
+            self.waste.push(Waste {
+                job_id: job.id,
+                name: job.name.clone(),
+                account: job.account.clone(),
+                user: job.user.clone(),
+                gpus: job.gpus,
+                low_secs: job.gpu_usage.low_secs,
+                gpu_util_mean: job.gpu_usage.mean(),
+                wasted_gpu_hours: job.gpu_usage.low_secs as f64 * f64::from(job.gpus) / 3600.0,
+            });
+            // Keep the worst only, however many jobs there are.
+            if self.waste.len() > 4 * WASTE_ROWS {
+                rank(&mut self.waste);
+            }
+        }
         let (account, users) = match self.accounts.get_mut(&job.account) {
             Some(entry) => entry,
             None => self.accounts.entry(job.account.clone()).or_default(),
@@ -162,8 +230,25 @@ impl Builder {
             }
             accounts.insert(name, sums);
         }
-        assemble(period, self.total, accounts, users)
+        let gpu_sampled = self.total.util_samples > 0;
+        let mut waste = self.waste;
+        rank(&mut waste);
+        UsageReport {
+            waste,
+            gpu_sampled,
+            ..assemble(period, self.total, accounts, users)
+        }
     }
+}
+
+/// Most GPU-hours wasted first; the first WASTE_ROWS.
+fn rank(waste: &mut Vec<Waste>) {
+    waste.sort_by(|a, b| {
+        b.wasted_gpu_hours
+            .total_cmp(&a.wasted_gpu_hours)
+            .then(a.job_id.cmp(&b.job_id))
+    });
+    waste.truncate(WASTE_ROWS);
 }
 
 fn assemble(
@@ -196,10 +281,12 @@ fn assemble(
         },
         accounts,
         users,
+        waste: Vec::new(),
+        gpu_sampled: false,
     }
 }
 
-const HEADER: [&str; 14] = [
+const HEADER: [&str; 15] = [
     "ACCOUNT",
     "USER",
     "JOBS",
@@ -214,6 +301,7 @@ const HEADER: [&str; 14] = [
     "TIMEOUT",
     "OOM",
     "CANCELLED",
+    "GPU_UTIL",
 ];
 
 fn cells(l: &Line, readable: bool) -> Vec<String> {
@@ -241,6 +329,12 @@ fn cells(l: &Line, readable: bool) -> Vec<String> {
         l.timeout.to_string(),
         l.out_of_memory.to_string(),
         l.cancelled.to_string(),
+        match (l.gpu_util_mean, readable) {
+            (Some(u), true) => format!("{u:.1}%"),
+            (Some(u), false) => format!("{u:.1}"),
+            (None, true) => "n/a".into(),
+            (None, false) => String::new(),
+        },
     ]
 }
 
@@ -277,6 +371,30 @@ pub fn render_text(report: &UsageReport) -> String {
             .collect();
         let _ = writeln!(out, "{}", line.join("  ").trim_end());
     }
+    out.push('\n');
+    if !report.gpu_sampled {
+        out.push_str(
+            "GPU utilisation: not sampled (no NVIDIA driver answered), so no waste ranking.\n",
+        );
+    } else if report.waste.is_empty() {
+        out.push_str("Waste: no job held GPUs idle longer than the threshold.\n");
+    } else {
+        out.push_str("Waste: jobs whose GPUs sat below the utilisation threshold longest\n");
+        for w in &report.waste {
+            let _ = writeln!(
+                out,
+                "  {:>8}  {:<20}  {}/{}  {} GPU(s) idle {}  mean {}  wasted {:.2} GPU-hours",
+                w.job_id,
+                w.name.chars().take(20).collect::<String>(),
+                w.account,
+                w.user,
+                w.gpus,
+                crate::units::format_duration(w.low_secs),
+                w.gpu_util_mean.map_or("n/a".into(), |u| format!("{u:.1}%")),
+                w.wasted_gpu_hours
+            );
+        }
+    }
     out
 }
 
@@ -310,6 +428,10 @@ mod tests {
 
     fn job(account: &str, user: &str, wait: i64, gpu_seconds: i64, state: JobState) -> EndedJob {
         EndedJob {
+            id: 1,
+            name: "j".into(),
+            gpus: 1,
+            gpu_usage: Default::default(),
             account: account.into(),
             user: user.into(),
             state,
@@ -337,7 +459,7 @@ mod tests {
             start_time: None,
             ..job("nlp", "bob", 0, 0, JobState::Cancelled)
         });
-        let r = build(period, jobs);
+        let r = build(period, 3_600, jobs);
         assert_eq!(r.total.jobs, 22);
         assert!((r.total.gpu_hours - 22.0).abs() < 1e-9);
         let vision = &r.accounts[1];
@@ -355,7 +477,7 @@ mod tests {
         let csv = render_csv(&r);
         assert!(csv.starts_with("account,user,jobs,gpu_hours"), "{csv}");
         assert!(
-            csv.contains("\nvision,alice,20,20.00,40.00,0.9091,630,600,1140,0,0,0,0,0\n"),
+            csv.contains("\nvision,alice,20,20.00,40.00,0.9091,630,600,1140,0,0,0,0,0,\n"),
             "{csv}"
         );
         let text = render_text(&r);
@@ -370,6 +492,7 @@ mod tests {
                 to: 1,
                 label: "2026-10".into(),
             },
+            3_600,
             Vec::new(),
         );
         assert_eq!(r.total.jobs, 0);
@@ -378,5 +501,37 @@ mod tests {
             render_text(&r),
             "Usage for 2026-10 (jobs that ended in it: 0)\nNo job ended in this period.\n"
         );
+    }
+
+    #[test]
+    fn the_waste_ranking_lists_long_idle_jobs_worst_first() {
+        let idle = |id, gpus, low_secs| EndedJob {
+            id,
+            gpus,
+            gpu_usage: crate::gpu::sampling::JobGpuUsage {
+                samples: 10,
+                utilization_sum: 50,
+                low_secs,
+                ..Default::default()
+            },
+            ..job("vision", "alice", 0, 3_600, JobState::Completed)
+        };
+        let period = Period {
+            from: 0,
+            to: 1,
+            label: "x".into(),
+        };
+        let r = build(
+            period,
+            3_600,
+            vec![idle(1, 1, 7_200), idle(2, 4, 5_400), idle(3, 8, 1_800)],
+        );
+        let ids: Vec<u64> = r.waste.iter().map(|w| w.job_id).collect();
+        assert_eq!(ids, vec![2, 1], "job 3 was idle less than the hour");
+        assert!((r.waste[0].wasted_gpu_hours - 6.0).abs() < 1e-9);
+        assert_eq!(r.waste[0].gpu_util_mean, Some(5.0));
+        assert!(r.gpu_sampled);
+        assert!((r.total.idle_gpu_hours - (2.0 + 6.0 + 4.0)).abs() < 1e-9);
+        assert!(render_text(&r).contains("wasted 6.00 GPU-hours"));
     }
 }
