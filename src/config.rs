@@ -248,6 +248,10 @@ pub struct Config {
     pub backfill_depth: usize,
     /// Seconds between GPU utilisation samples (0: none).
     pub gpu_sample_secs: u64,
+    /// Where the daemon writes its metrics (Prometheus text), if anywhere.
+    pub metrics_file: Option<PathBuf>,
+    /// Seconds between writes of the metrics file.
+    pub metrics_every_secs: u64,
     /// Mean utilisation (percent) below which a job's GPUs count as idle.
     pub low_utilization_pct: u32,
     /// A job that may preempt does not when it would start within this
@@ -402,6 +406,8 @@ struct RawConfig {
     max_array_size: Option<u32>,
     backfill_depth: Option<usize>,
     gpu_sample_secs: Option<u64>,
+    metrics_file: Option<PathBuf>,
+    metrics_every_secs: Option<u64>,
     low_utilization_pct: Option<Spanned<u32>>,
     #[serde(default, deserialize_with = "de_time_limit")]
     preempt_wait: Option<Option<u64>>,
@@ -1183,6 +1189,8 @@ impl RawConfig {
                 .unwrap_or(crate::array::DEFAULT_MAX_ARRAY_SIZE),
             backfill_depth: self.backfill_depth.unwrap_or(DEFAULT_BACKFILL_DEPTH),
             gpu_sample_secs: self.gpu_sample_secs.unwrap_or(30),
+            metrics_file: self.metrics_file,
+            metrics_every_secs: self.metrics_every_secs.unwrap_or(15).max(1),
             low_utilization_pct: match self.low_utilization_pct {
                 Some(p) if *p.get_ref() > 100 => {
                     return Err(fail(

@@ -377,6 +377,7 @@ impl Daemon {
         };
         self.next_sample =
             Some(std::time::Instant::now() + std::time::Duration::from_secs(interval));
+        self.last_samples = Some(samples.clone());
         let low = self.config.low_utilization_pct;
         let ids: Vec<JobId> = self
             .jobs
@@ -393,6 +394,45 @@ impl Daemon {
         }
         self.snapshot = None;
         Ok(())
+    }
+
+    /// Writes the metrics file (temporary file, then rename: a scraper
+    /// never reads half of it). A failure is logged; it stops nothing.
+    pub(super) fn write_metrics(&mut self, now: i64) {
+        let Some(path) = self.config.metrics_file.clone() else {
+            return;
+        };
+        self.next_metrics = Some(
+            std::time::Instant::now()
+                + std::time::Duration::from_secs(self.config.metrics_every_secs),
+        );
+        let policy = crate::sched::limits::Policy::new(&self.config);
+        let budget_left: Vec<(String, f64)> = self
+            .config
+            .accounts
+            .iter()
+            .filter_map(|a| {
+                let standing = self.standing(&a.name, &policy, now)?;
+                Some((
+                    a.name.clone(),
+                    standing.left() as f64 / crate::sched::budget::TOKEN,
+                ))
+            })
+            .collect();
+        let jobs: Vec<&crate::job::Job> = self.jobs.values().collect();
+        let text = crate::report::metrics::render(&crate::report::metrics::Inputs {
+            jobs: &jobs,
+            gpus: &self.inventory.gpus,
+            samples: self.last_samples.as_deref(),
+            last_pass_seconds: self.last_pass_seconds,
+            preemptions_total: self.preemptions_total,
+            budget_left: &budget_left,
+        });
+        let tmp = path.with_extension("prom.tmp");
+        let written = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &path));
+        if let Err(e) = written {
+            tracing::warn!(target: "ysched::daemon", "cannot write metrics to {}: {e}", path.display());
+        }
     }
 
     /// Sends the `--signal` of each job whose time limit is that close

@@ -146,6 +146,12 @@ pub(crate) struct Daemon {
     /// (`None`: never, without a source or with sampling off).
     gpu_source: Box<dyn crate::gpu::sampling::Source>,
     next_sample: Option<Instant>,
+    /// For the metrics: the last samples, the last pass, preemptions so
+    /// far, and when to write the file next.
+    last_samples: Option<Vec<crate::gpu::sampling::Sample>>,
+    last_pass_seconds: f64,
+    preemptions_total: u64,
+    next_metrics: Option<Instant>,
 }
 
 /// Runs the daemon until SIGTERM/SIGINT. `ready` is called once it accepts
@@ -197,6 +203,7 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
     };
     tracing::info!(target: "ysched::gpu", "GPU utilisation: {}", gpu_source.describe());
     let config_sample_secs = config.gpu_sample_secs;
+    let metrics_on = config.metrics_file.is_some();
 
     let (events, inbox) = mpsc::channel();
     let exit_events = events.clone();
@@ -243,6 +250,10 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         // The first sample at once: a source without data ends sampling.
         next_sample: (config_sample_secs > 0).then(Instant::now),
         gpu_source,
+        last_samples: None,
+        last_pass_seconds: 0.0,
+        preemptions_total: 0,
+        next_metrics: metrics_on.then(Instant::now),
     };
     daemon.recover()?;
     tracing::info!(target: "ysched::daemon", "ysctld ready");
@@ -375,6 +386,7 @@ impl Daemon {
     /// whatever arrived in the spool while the daemon was down.
     fn recover(&mut self) -> Result<(), DaemonError> {
         self.usage = db::load_usage(&self.db)?.into_iter().collect();
+        self.preemptions_total = db::count_audit(&self.db, "preempt")?;
         self.load_budgets(now())?;
         for job in db::active_jobs(&self.db)? {
             self.jobs.insert(job.id, job);
@@ -466,6 +478,9 @@ impl Daemon {
             if self.next_sample.is_some_and(|t| Instant::now() >= t) {
                 self.sample_gpus()?;
             }
+            if self.next_metrics.is_some_and(|t| Instant::now() >= t) {
+                self.write_metrics(now);
+            }
             if Instant::now() >= next_maintenance {
                 self.spool.remove_stale(STALE_AFTER);
                 next_maintenance = Instant::now() + MAINTENANCE_EVERY;
@@ -503,7 +518,7 @@ impl Daemon {
     fn next_timeout(&self, next_maintenance: Instant) -> Duration {
         let now_s = now();
         let mut next = next_maintenance.saturating_duration_since(Instant::now());
-        if let Some(t) = self.next_sample {
+        for t in [self.next_sample, self.next_metrics].into_iter().flatten() {
             next = next.min(t.saturating_duration_since(Instant::now()));
         }
         let mut consider = |at: i64| {
@@ -633,7 +648,9 @@ impl Daemon {
             mem_mb: self.mem_mb,
         };
         let policy = sched::limits::Policy::at(&self.config, now);
+        let pass = Instant::now();
         let plan = sched::plan(&pending, &running, &node, &policy, now);
+        self.last_pass_seconds = pass.elapsed().as_secs_f64();
         for (id, gpus) in plan.starts.iter().cloned() {
             self.mark_running(id, gpus, now)?;
         }

@@ -125,6 +125,7 @@ impl Daemon {
         );
         db::update_job(self.tx()?, &job)?;
         self.audit(now, "ysctld", "preempt", Some(urgent), &detail)?;
+        self.preemptions_total += 1;
         for victim in choice.victims {
             let suspend = self.jobs.get(&victim).is_some_and(|j| {
                 self.config

@@ -479,6 +479,15 @@ pub fn audit_tail(conn: &Connection, limit: u32) -> Result<Vec<crate::proto::Aud
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// How many audit lines record `action` (the preemption counter survives
+/// restarts).
+pub fn count_audit(conn: &Connection, action: &str) -> Result<u64, DbError> {
+    let n: i64 = conn
+        .prepare_cached("SELECT count(*) FROM audit WHERE action = ?1")?
+        .query_row([action], |r| r.get(0))?;
+    Ok(n as u64)
+}
+
 /// One line of the audit log: who did what to which job.
 pub fn add_audit(
     conn: &Connection,

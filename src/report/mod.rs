@@ -4,6 +4,7 @@
 
 use std::fmt::Write as _;
 
+pub mod metrics;
 pub mod usage;
 
 use serde::{Deserialize, Serialize};

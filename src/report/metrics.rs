@@ -1,0 +1,232 @@
+//! The daemon's state as Prometheus text exposition (format 0.0.4), for
+//! node_exporter's textfile collector or any scraper of a file: queue by
+//! state and account, GPUs held per account, per-GPU utilisation where it
+//! is sampled, the last scheduling pass, preemptions, budgets.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::gpu::sampling::Sample;
+use crate::gpu::Gpu;
+use crate::job::{Job, JobState};
+
+/// What the metrics are made of, as the daemon has it.
+pub struct Inputs<'a> {
+    pub jobs: &'a [&'a Job],
+    pub gpus: &'a [Gpu],
+    /// The last GPU samples (`None`: not sampled).
+    pub samples: Option<&'a [Sample]>,
+    pub last_pass_seconds: f64,
+    pub preemptions_total: u64,
+    /// Tokens left in each budgeted account's current period.
+    pub budget_left: &'a [(String, f64)],
+}
+
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// The exposition text.
+pub fn render(inputs: &Inputs) -> String {
+    let mut out = String::new();
+
+    family(
+        &mut out,
+        "ysched_jobs",
+        "gauge",
+        "Jobs in the queue, by state and account.",
+    );
+    let mut by_state: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+    for job in inputs.jobs {
+        *by_state
+            .entry((job.state.name(), job.account.as_str()))
+            .or_default() += 1;
+    }
+    for ((state, account), n) in &by_state {
+        let _ = writeln!(
+            out,
+            "ysched_jobs{{state=\"{}\",account=\"{}\"}} {n}",
+            state.to_ascii_lowercase(),
+            escape(account)
+        );
+    }
+
+    family(
+        &mut out,
+        "ysched_gpus",
+        "gauge",
+        "GPUs this server schedules.",
+    );
+    let _ = writeln!(out, "ysched_gpus {}", inputs.gpus.len());
+
+    family(
+        &mut out,
+        "ysched_gpus_allocated",
+        "gauge",
+        "GPUs held by running jobs, by account.",
+    );
+    let mut held: BTreeMap<&str, usize> = BTreeMap::new();
+    for job in inputs.jobs.iter().filter(|j| j.state.holds_gpus()) {
+        *held.entry(job.account.as_str()).or_default() += job.gpus_alloc.len();
+    }
+    for (account, n) in &held {
+        let _ = writeln!(
+            out,
+            "ysched_gpus_allocated{{account=\"{}\"}} {n}",
+            escape(account)
+        );
+    }
+
+    // Free GPUs while jobs that want GPUs wait: fragmentation or limits.
+    family(
+        &mut out,
+        "ysched_gpus_idle_while_waiting",
+        "gauge",
+        "Free GPUs while GPU jobs are pending (0 when none wait).",
+    );
+    let busy: usize = held.values().sum();
+    let waiting = inputs
+        .jobs
+        .iter()
+        .any(|j| j.state == JobState::Pending && j.gpus.count > 0 && j.hold.is_none());
+    let idle = if waiting {
+        inputs.gpus.len().saturating_sub(busy)
+    } else {
+        0
+    };
+    let _ = writeln!(out, "ysched_gpus_idle_while_waiting {idle}");
+
+    if let Some(samples) = inputs.samples {
+        family(
+            &mut out,
+            "ysched_gpu_utilization_ratio",
+            "gauge",
+            "Utilisation of each GPU at the last sample, 0 to 1.",
+        );
+        for s in samples {
+            let t = inputs
+                .gpus
+                .get(s.gpu as usize)
+                .map_or("", |g| g.gpu_type.as_str());
+            let _ = writeln!(
+                out,
+                "ysched_gpu_utilization_ratio{{gpu=\"{}\",type=\"{}\"}} {}",
+                s.gpu,
+                escape(t),
+                f64::from(s.utilization_pct) / 100.0
+            );
+        }
+        family(
+            &mut out,
+            "ysched_gpu_memory_used_bytes",
+            "gauge",
+            "Memory used on each GPU at the last sample.",
+        );
+        for s in samples {
+            let _ = writeln!(
+                out,
+                "ysched_gpu_memory_used_bytes{{gpu=\"{}\"}} {}",
+                s.gpu,
+                s.memory_used_mb * (1 << 20)
+            );
+        }
+    }
+
+    family(
+        &mut out,
+        "ysched_schedule_pass_seconds",
+        "gauge",
+        "Duration of the last scheduling pass.",
+    );
+    let _ = writeln!(
+        out,
+        "ysched_schedule_pass_seconds {:.6}",
+        inputs.last_pass_seconds
+    );
+
+    family(
+        &mut out,
+        "ysched_preemptions_total",
+        "counter",
+        "Preemptions decided (each may stop several jobs).",
+    );
+    let _ = writeln!(out, "ysched_preemptions_total {}", inputs.preemptions_total);
+
+    if !inputs.budget_left.is_empty() {
+        family(
+            &mut out,
+            "ysched_budget_left_tokens",
+            "gauge",
+            "Tokens (billing-hours) left in each budgeted account's period.",
+        );
+        for (account, left) in inputs.budget_left {
+            let _ = writeln!(
+                out,
+                "ysched_budget_left_tokens{{account=\"{}\"}} {left:.3}",
+                escape(account)
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+
+    #[test]
+    fn a_queue_as_text() {
+        let gpus: Vec<Gpu> = (0..4)
+            .map(|i| Gpu {
+                index: i,
+                gpu_type: "a100".into(),
+                ..Gpu::default()
+            })
+            .collect();
+        let running = Job {
+            state: JobState::Running,
+            gpus_alloc: vec![0, 1],
+            ..crate::job::example_job(1)
+        };
+        let pending = crate::job::example_job(2);
+        let jobs = [&running, &pending];
+        let text = render(&Inputs {
+            jobs: &jobs,
+            gpus: &gpus,
+            samples: None,
+            last_pass_seconds: 0.0125,
+            preemptions_total: 3,
+            budget_left: &[],
+        });
+        assert!(
+            text.contains("ysched_jobs{state=\"running\",account=\"vision\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ysched_gpus_allocated{account=\"vision\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ysched_gpus_idle_while_waiting 2\n"),
+            "{text}"
+        );
+        assert!(text.contains("ysched_preemptions_total 3\n"), "{text}");
+        assert!(
+            !text.contains("utilization"),
+            "not sampled: no made-up numbers"
+        );
+    }
+}

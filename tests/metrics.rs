@@ -1,0 +1,122 @@
+//! The metrics file: Prometheus text that a Prometheus parser reads, with
+//! figures that match the queue.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{wait_for, Cluster};
+
+const LONG: Duration = Duration::from_secs(20);
+
+fn scrape(path: &std::path::Path) -> Option<prometheus_parse::Scrape> {
+    let text = std::fs::read_to_string(path).ok()?;
+    prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).ok()
+}
+
+fn value(
+    scrape: &prometheus_parse::Scrape,
+    metric: &str,
+    label: Option<(&str, &str)>,
+) -> Option<f64> {
+    scrape
+        .samples
+        .iter()
+        .find(|s| s.metric == metric && label.is_none_or(|(k, v)| s.labels.get(k) == Some(v)))
+        .map(|s| match s.value {
+            prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            _ => f64::NAN,
+        })
+}
+
+#[test]
+fn the_metrics_file_parses_and_matches_the_queue() {
+    let path = std::env::temp_dir().join(format!("ysched-metrics-{}.prom", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let c = Cluster::started(&format!(
+        "metrics_file = \"{}\"\nmetrics_every_secs = 1\n",
+        path.display()
+    ));
+    let running = c.submit(&["--gpus", "2", "--wrap", "sleep 300"]);
+    c.wait_state(running, "RUNNING", LONG);
+    // Wants all four: waits while two sit free.
+    let waiting = c.submit(&["--gpus", "4", "--wrap", "true"]);
+    let mut last = None;
+    wait_for("metrics showing both jobs", LONG, || {
+        last = scrape(&path);
+        last.as_ref().is_some_and(|s| {
+            value(s, "ysched_jobs", Some(("state", "pending"))) == Some(1.0)
+                && value(s, "ysched_jobs", Some(("state", "running"))) == Some(1.0)
+        })
+    });
+    let s = last.unwrap();
+    assert_eq!(value(&s, "ysched_gpus", None), Some(4.0));
+    assert_eq!(
+        value(&s, "ysched_gpus_allocated", Some(("account", "default"))),
+        Some(2.0)
+    );
+    assert_eq!(value(&s, "ysched_gpus_idle_while_waiting", None), Some(2.0));
+    assert_eq!(value(&s, "ysched_preemptions_total", None), Some(0.0));
+    assert!(value(&s, "ysched_schedule_pass_seconds", None).is_some_and(|v| v >= 0.0));
+    // No driver here: no utilisation, rather than a made-up one.
+    if c.log().contains("GPU utilisation: none") {
+        assert_eq!(value(&s, "ysched_gpu_utilization_ratio", None), None);
+    }
+    assert!(s.docs.contains_key("ysched_jobs"));
+    for id in [running, waiting] {
+        c.run("yscancel", &[&id.to_string()]);
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
+/// Every metric the dashboard and the alert rules use is one ysctld writes.
+#[test]
+fn the_dashboard_and_alerts_name_metrics_that_exist() {
+    use ysched::gpu::sampling::Sample;
+    use ysched::gpu::Gpu;
+    let gpus = vec![Gpu {
+        index: 0,
+        gpu_type: "a100".into(),
+        ..Gpu::default()
+    }];
+    let samples = [Sample {
+        gpu: 0,
+        utilization_pct: 50,
+        memory_used_mb: 1,
+    }];
+    let text = ysched::report::metrics::render(&ysched::report::metrics::Inputs {
+        jobs: &[],
+        gpus: &gpus,
+        samples: Some(&samples),
+        last_pass_seconds: 0.0,
+        preemptions_total: 0,
+        budget_left: &[("vision".into(), 1.0)],
+    });
+    let written: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for file in [
+        "contrib/grafana/ysched-dashboard.json",
+        "contrib/prometheus/ysched-alerts.yml",
+    ] {
+        let body = std::fs::read_to_string(root.join(file)).unwrap();
+        let mut used = 0;
+        for (i, _) in body.match_indices("ysched_") {
+            let name: String = body[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            assert!(
+                written.contains(&name.as_str()),
+                "{file} uses {name}, which ysctld does not write"
+            );
+            used += 1;
+        }
+        assert!(used > 0, "{file} uses no ysched metric");
+    }
+}
