@@ -125,6 +125,30 @@ fn an_older_month_from_fixture_rows_by_hand_and_bad_input() {
         "{text}"
     );
 
+    // sreport's shortcuts: March has 744 hours on 4 GPUs.
+    let out = stdout(&c.run(
+        "ysreport",
+        &["cluster", "utilization", "--month", "2025-03"],
+    ));
+    assert!(
+        out.contains("GPUs 4, GPU-hours offered 2976.00, used 14.00 (0.5%), idle 2962.00"),
+        "{out}"
+    );
+    let out = stdout(&c.run("ysreport", &["user", "top", "--month", "2025-03"]));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert!(
+        lines[1].contains("1. root") && lines[1].contains("7.00 GPU-hours"),
+        "{out}"
+    );
+    assert!(
+        lines[2].contains("2. root") && lines[2].contains("50.0%"),
+        "{out}"
+    );
+    let out = c.run("ysreport", &["cluster", "nonsense"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("knows 'cluster utilization' and 'user top'"));
+
     // An honest empty month.
     let out = c.run("ysreport", &["--month", "2025-04"]);
     assert!(out.status.success());

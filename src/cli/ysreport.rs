@@ -22,6 +22,9 @@ use crate::units;
     after_help = "Examples:\n  ysreport\n  ysreport --month 2026-11 --csv\n  ysreport -S 2026-11-01 -E 2026-11-08 -A vision"
 )]
 pub struct Args {
+    /// Slurm's sreport shortcuts: `cluster utilization` (GPU-hours used of those the server had) or `user top` (users by GPU-hours)
+    #[arg(value_name = "REPORT", num_args = 0..=2)]
+    pub report: Vec<String>,
     /// The calendar month to report, YYYY-MM (default: the last full month)
     #[arg(long, value_name = "YYYY-MM", conflicts_with_all = ["start", "end"])]
     pub month: Option<String>,
@@ -50,6 +53,23 @@ pub struct Args {
 
 pub fn run(args: Args) -> CliResult {
     let config = load_config()?;
+    let shortcut = match args
+        .report
+        .iter()
+        .map(|w| w.to_ascii_lowercase())
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        [] => None,
+        [a, b] if a == "cluster" && b == "utilization" => Some(Shortcut::ClusterUtilization),
+        [a, b] if a == "user" && b == "top" => Some(Shortcut::UserTop),
+        _ => {
+            return Err(CliError::usage(format!(
+                "unknown report '{}': ysreport knows 'cluster utilization' and 'user top' (or none, for the full report)",
+                args.report.join(" ")
+            )))
+        }
+    };
     let now = jiff::Timestamp::now().to_zoned(config.timezone.clone());
     let period = period_of(&args, now).map_err(CliError::usage)?;
     let accounts = split_list(&args.accounts);
@@ -99,6 +119,14 @@ pub fn run(args: Args) -> CliResult {
             "unexpected reply from ysctld: {reply:?}"
         )));
     };
+    match shortcut {
+        Some(Shortcut::ClusterUtilization) => {
+            let gpus = crate::gpu::Inventory::declared(&config).gpus.len();
+            return print(&cluster_utilization(&report, gpus));
+        }
+        Some(Shortcut::UserTop) => return print(&user_top(&report)),
+        None => {}
+    }
     if args.json {
         let text = serde_json::to_string_pretty(&report)
             .map_err(|e| CliError::failed(format!("cannot write JSON: {e}")))?;
@@ -108,6 +136,55 @@ pub fn run(args: Args) -> CliResult {
         return print(&usage::render_csv(&report));
     }
     print(&usage::render_text(&report))
+}
+
+/// sreport's shortcuts.
+enum Shortcut {
+    ClusterUtilization,
+    UserTop,
+}
+
+/// GPU-hours the jobs used, of those the server's GPUs offered.
+fn cluster_utilization(report: &usage::UsageReport, gpus: usize) -> String {
+    let hours = (report.period.to - report.period.from) as f64 / 3600.0;
+    let offered = hours * gpus as f64;
+    let used = report.total.gpu_hours;
+    let pct = if offered > 0.0 {
+        format!("{:.1}%", used / offered * 100.0)
+    } else {
+        "n/a".into()
+    };
+    format!(
+        "Cluster utilization {}\n  GPUs {gpus}, GPU-hours offered {offered:.2}, used {used:.2} ({pct}), idle {:.2}\n",
+        report.period.label,
+        (offered - used).max(0.0)
+    )
+}
+
+/// Users by GPU-hours, most first (ten at most).
+fn user_top(report: &usage::UsageReport) -> String {
+    let mut users: Vec<&usage::Line> = report.users.iter().collect();
+    users.sort_by(|a, b| {
+        b.gpu_hours
+            .total_cmp(&a.gpu_hours)
+            .then(a.user.cmp(&b.user))
+    });
+    let mut out = format!("Top users {}\n", report.period.label);
+    for (rank, l) in users.iter().take(10).enumerate() {
+        out.push_str(&format!(
+            "  {:>2}. {:<16} {:<16} {:>10.2} GPU-hours  {:>5.1}%  {} jobs\n",
+            rank + 1,
+            l.user,
+            l.account,
+            l.gpu_hours,
+            l.share * 100.0,
+            l.jobs
+        ));
+    }
+    if users.is_empty() {
+        out.push_str("  No job ended in this period.\n");
+    }
+    out
 }
 
 /// The period the options name, in the time zone of `now`.
