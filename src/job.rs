@@ -9,9 +9,10 @@ use serde::{Deserialize, Serialize};
 pub type JobId = u64;
 
 /// Job states, with Slurm's names and compact codes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum JobState {
+    #[default]
     Pending,
     Running,
     /// Signalled (cancel or time limit) and waiting for its processes to end;
@@ -376,7 +377,7 @@ impl fmt::Display for ExitStatus {
 }
 
 /// The record the daemon keeps of a job, one row of the `jobs` table.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Job {
     pub id: JobId,
     pub uid: u32,
@@ -591,8 +592,6 @@ pub(crate) fn example_job(id: JobId) -> Job {
         account: "vision".into(),
         qos: "medium".into(),
         name: "train".into(),
-        state: JobState::Pending,
-        hold: None,
         gpus: GpuRequest {
             count: 2,
             gpu_type: Some("a100".into()),
@@ -602,42 +601,11 @@ pub(crate) fn example_job(id: JobId) -> Job {
         mem_mb: Some(8192),
         time_limit: Some(1800),
         submit_time: 1_000,
-        begin_time: None,
-        start_time: None,
-        end_time: None,
-        gpus_alloc: vec![],
-        node: None,
-        exit: None,
-        restart_count: 0,
-        max_rss_bytes: None,
-        cpu_usec: None,
-        cgroup: None,
-        suspended_secs: 0,
-        suspended_at: None,
-        nice: 0,
-        billing: None,
-        dependency: None,
-        array: None,
-        approved_by: None,
-        preempted_by: None,
-        claim: Vec::new(),
-        preempt_count: 0,
-        no_requeue: false,
-        checkpoint_at: None,
-        priority_override: None,
-        warn_signal: None,
-        checkpoint_file: None,
-        grace: None,
-        gpu_seconds: 0,
-        gpu_usage: Default::default(),
-        reason: None,
-        kill_reason: None,
         work_dir: "/home/alice".into(),
         submit_dir: "/home/alice".into(),
         std_out: "ys-%j.out".into(),
-        std_err: None,
-        open_append: false,
         comment: Some("first".into()),
+        ..Job::default()
     }
 }
 
