@@ -280,20 +280,12 @@ impl Daemon {
                 ),
             });
         }
-        let mut outcomes = Vec::new();
-        for &id in ids {
-            let error = match self.refuse(id, who)? {
-                Some(e) => Some(e),
-                None => self.set_suspended(id, suspend, who.user, now)?.err(),
-            };
+        self.each_job(ids, who, |daemon, id| {
+            let error = daemon.set_suspended(id, suspend, who.user, now)?.err();
             if error.is_none() {
-                self.audit(now, who.user, verb, Some(id), &format!("{verb}d job {id}"))?;
+                daemon.audit(now, who.user, verb, Some(id), &format!("{verb}d job {id}"))?;
             }
-            outcomes.push(JobOutcome { job_id: id, error });
-        }
-        Ok(Reply::Control {
-            outcomes,
-            message: None,
+            Ok(error)
         })
     }
 
@@ -305,49 +297,37 @@ impl Daemon {
         who: &Requester,
         now: i64,
     ) -> Result<Reply, DaemonError> {
-        let mut outcomes = Vec::new();
-        for &id in ids {
-            let error = match self.refuse(id, who)? {
-                Some(e) => Some(e),
-                None => match self.check_update(id, changes, who, now) {
-                    Err(e) => Some(e),
-                    Ok(said) => {
-                        let job = self.jobs.get_mut(&id).expect("checked above");
-                        if let Some(q) = &changes.qos {
-                            job.qos = q.clone();
-                        }
-                        if let Some(t) = changes.time_limit {
-                            job.time_limit = t;
-                        }
-                        if let Some(p) = changes.priority {
-                            job.priority_override = Some(p);
-                        }
-                        let job = job.clone();
-                        let detail = format!("updated by {}: {said}", who.user);
-                        let tx = self.tx()?;
-                        db::update_job(tx, &job)?;
-                        db::add_event(tx, id, now, job.state, Some(&detail))?;
-                        tracing::info!(target: "ysched::daemon", "job {id} {detail}");
-                        if who.admin {
-                            self.audit(
-                                now,
-                                who.user,
-                                "update",
-                                Some(id),
-                                &format!("job {id} of {}: {said}", job.user),
-                            )?;
-                        }
-                        self.reschedule = true;
-                        self.snapshot = None;
-                        None
-                    }
-                },
+        self.each_job(ids, who, |daemon, id| {
+            let said = match daemon.check_update(id, changes, who, now) {
+                Ok(said) => said,
+                Err(e) => return Ok(Some(e)),
             };
-            outcomes.push(JobOutcome { job_id: id, error });
-        }
-        Ok(Reply::Control {
-            outcomes,
-            message: None,
+            let job = daemon
+                .jobs
+                .get_mut(&id)
+                .expect("each_job gives active jobs");
+            if let Some(q) = &changes.qos {
+                job.qos = q.clone();
+            }
+            if let Some(t) = changes.time_limit {
+                job.time_limit = t;
+            }
+            if let Some(p) = changes.priority {
+                job.priority_override = Some(p);
+            }
+            let job = job.clone();
+            let detail = format!("updated by {}: {said}", who.user);
+            let tx = daemon.tx()?;
+            db::update_job(tx, &job)?;
+            db::add_event(tx, id, now, job.state, Some(&detail))?;
+            tracing::info!(target: "ysched::daemon", "job {id} {detail}");
+            if who.admin {
+                let what = format!("job {id} of {}: {said}", job.user);
+                daemon.audit(now, who.user, "update", Some(id), &what)?;
+            }
+            daemon.reschedule = true;
+            daemon.snapshot = None;
+            Ok(None)
         })
     }
 
@@ -456,70 +436,70 @@ impl Daemon {
         who: &Requester,
         now: i64,
     ) -> Result<Reply, DaemonError> {
-        let mut outcomes = Vec::new();
-        for &id in ids {
-            let error = match self.refuse(id, who)? {
-                Some(e) => Some(e),
-                None if self.jobs[&id].state != JobState::Running => Some(format!(
+        self.each_job(ids, who, |daemon, id| {
+            let job = daemon
+                .jobs
+                .get_mut(&id)
+                .expect("each_job gives active jobs");
+            if job.state != JobState::Running {
+                return Ok(Some(format!(
                     "job {} is {}; only a running job has checkpoints",
-                    self.jobs[&id].display_id(),
-                    self.jobs[&id].state
-                )),
-                None => {
-                    let job = self.jobs.get_mut(&id).expect("checked above");
-                    job.checkpoint_at = Some(now);
-                    let job = job.clone();
-                    db::update_job(self.tx()?, &job)?;
-                    tracing::debug!(target: "ysched::daemon", "job {id} reported a checkpoint");
-                    self.snapshot = None;
-                    None
-                }
-            };
-            outcomes.push(JobOutcome { job_id: id, error });
-        }
-        Ok(Reply::Control {
-            outcomes,
-            message: None,
+                    job.display_id(),
+                    job.state
+                )));
+            }
+            job.checkpoint_at = Some(now);
+            let job = job.clone();
+            db::update_job(daemon.tx()?, &job)?;
+            tracing::debug!(target: "ysched::daemon", "job {id} reported a checkpoint");
+            daemon.snapshot = None;
+            Ok(None)
         })
     }
 
     /// Stops running jobs (SIGTERM, then SIGKILL after kill_wait) and puts
     /// them back in the queue with their ids and one more restart.
     fn requeue(&mut self, ids: &[JobId], who: &Requester, now: i64) -> Result<Reply, DaemonError> {
+        self.each_job(ids, who, |daemon, id| {
+            let job = &daemon.jobs[&id];
+            if job.state != JobState::Running {
+                return Ok(Some(format!(
+                    "job {} is {}; only running jobs can be requeued",
+                    job.display_id(),
+                    job.state
+                )));
+            }
+            if job.no_requeue {
+                return Ok(Some(format!(
+                    "job {} was submitted with --no-requeue",
+                    job.display_id()
+                )));
+            }
+            let owner = job.user.clone();
+            // Pending as the end state: requeued once it is gone.
+            let detail = format!("requeued by {}", who.user);
+            daemon.terminate(id, JobState::Pending, &detail, now)?;
+            if owner != who.user {
+                let what = format!("requeued job {id} of {owner}");
+                daemon.audit(now, who.user, "requeue", Some(id), &what)?;
+            }
+            Ok(None)
+        })
+    }
+
+    /// Runs `act` on each of `ids` that `who` may act on; the reply gives
+    /// each job's outcome (`Some`: why not).
+    fn each_job(
+        &mut self,
+        ids: &[JobId],
+        who: &Requester,
+        mut act: impl FnMut(&mut Self, JobId) -> Result<Option<String>, DaemonError>,
+    ) -> Result<Reply, DaemonError> {
         let mut outcomes = Vec::new();
         for &id in ids {
             let error = match self.refuse(id, who)? {
                 Some(e) => Some(e),
-                None => {
-                    let job = &self.jobs[&id];
-                    if job.state != JobState::Running {
-                        Some(format!(
-                            "job {} is {}; only running jobs can be requeued",
-                            job.display_id(),
-                            job.state
-                        ))
-                    } else if job.no_requeue {
-                        Some(format!(
-                            "job {} was submitted with --no-requeue",
-                            job.display_id()
-                        ))
-                    } else {
-                        let owner = job.user.clone();
-                        // Pending as the end state: requeued once it is gone.
-                        let detail = format!("requeued by {}", who.user);
-                        self.terminate(id, JobState::Pending, &detail, now)?;
-                        if owner != who.user {
-                            self.audit(
-                                now,
-                                who.user,
-                                "requeue",
-                                Some(id),
-                                &format!("requeued job {id} of {owner}"),
-                            )?;
-                        }
-                        None
-                    }
-                }
+                None => act(self, id)?,
             };
             outcomes.push(JobOutcome { job_id: id, error });
         }
