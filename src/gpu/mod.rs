@@ -164,6 +164,19 @@ impl Inventory {
     }
 }
 
+/// `n` a100 GPUs numbered from 0, in one group, for tests.
+#[cfg(test)]
+pub(crate) fn test_a100s(n: u32) -> Vec<Gpu> {
+    (0..n)
+        .map(|i| Gpu {
+            index: i,
+            gpu_type: "a100".into(),
+            memory_mb: 1,
+            ..Gpu::default()
+        })
+        .collect()
+}
+
 /// Turns an NVML product name into a short type name a user would type:
 /// "NVIDIA A100-SXM4-80GB" → "a100", "NVIDIA GeForce RTX 3090" → "rtx3090",
 /// "NVIDIA H200" → "h200". Brand words are dropped, words are joined up to

@@ -189,13 +189,7 @@ mod tests {
 
     #[test]
     fn a_queue_as_text() {
-        let gpus: Vec<Gpu> = (0..4)
-            .map(|i| Gpu {
-                index: i,
-                gpu_type: "a100".into(),
-                ..Gpu::default()
-            })
-            .collect();
+        let gpus = crate::gpu::test_a100s(4);
         let running = Job {
             state: JobState::Running,
             gpus_alloc: vec![0, 1],

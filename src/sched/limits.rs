@@ -455,15 +455,7 @@ mod tests {
         // 2026-11-30 is a Monday.
         let monday_9 = 1_795_996_800 + 9 * 3600;
         let monday_13 = monday_9 + 4 * 3600;
-        let inventory: Vec<Gpu> = (0..8)
-            .map(|i| Gpu {
-                index: i,
-                gpu_type: "a100".into(),
-                memory_mb: 1,
-                device: None,
-                ..Gpu::default()
-            })
-            .collect();
+        let inventory = crate::gpu::test_a100s(8);
         let job = Job {
             account: "vision".into(),
             ..example_job(1)
@@ -498,14 +490,7 @@ mod tests {
             Path::new("x.toml"),
         )
         .unwrap();
-        let inventory: Vec<Gpu> = (0..8)
-            .map(|i| Gpu {
-                index: i,
-                gpu_type: "a100".into(),
-                memory_mb: 1,
-                ..Gpu::default()
-            })
-            .collect();
+        let inventory = crate::gpu::test_a100s(8);
         let policy = Policy::new(&config);
         let job = |user: &str, qos: &str| Job {
             user: user.into(),

@@ -316,17 +316,7 @@ mod tests {
     use super::*;
     use crate::job::{GpuRequest, JobState};
 
-    fn gpus(n: u32) -> Vec<Gpu> {
-        (0..n)
-            .map(|i| Gpu {
-                index: i,
-                gpu_type: "a100".into(),
-                memory_mb: 1,
-                device: None,
-                ..Gpu::default()
-            })
-            .collect()
-    }
+    use crate::gpu::test_a100s as gpus;
 
     fn job(id: JobId, count: u32, limit: Option<u64>) -> Job {
         Job {

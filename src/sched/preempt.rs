@@ -145,16 +145,7 @@ mod tests {
     use crate::gpu::Gpu;
     use crate::job::{GpuRequest, JobState};
 
-    fn gpus(n: u32) -> Vec<Gpu> {
-        (0..n)
-            .map(|i| Gpu {
-                index: i,
-                gpu_type: "a100".into(),
-                memory_mb: 1,
-                ..Gpu::default()
-            })
-            .collect()
-    }
+    use crate::gpu::test_a100s as gpus;
 
     fn job(id: JobId, count: u32, alloc: &[u32]) -> Job {
         Job {
