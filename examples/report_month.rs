@@ -1,6 +1,6 @@
 //! Times `ysreport`'s work for a month of finished jobs (default
 //! 1,000,000) in a real SQLite file: the streamed query, the sums and the
-//! text, against reading the same columns of the same rows and doing
+//! text and the HTML page, against reading the same columns of the same rows and doing
 //! nothing with them, in the same process.
 //!
 //! cargo run --release --example report_month -- [JOBS]
@@ -57,6 +57,7 @@ fn main() {
         from: month,
         to: month + 30 * 86_400 + 86_400 * 2,
         label: "2026-11".into(),
+        days: (0..32).map(|d| month + d * 86_400).collect(),
     };
     let mut report_times = Vec::new();
     let mut scan_times = Vec::new();
@@ -81,10 +82,11 @@ fn main() {
         }
         scan_times.push(t.elapsed().as_secs_f64());
         let t = Instant::now();
-        let mut builder = Builder::default();
+        let mut builder = Builder::new(period.clone(), 3_600);
         db::for_each_ended(&reader, period.from, period.to, |job| builder.add(&job)).unwrap();
-        let report = builder.finish(period.clone());
-        let text = usage::render_text(&report);
+        builder.add_gpu_hours(&db::gpu_hours(&reader, period.from, period.to).unwrap());
+        let report = builder.finish();
+        let text = usage::render_text(&report) + &ysched::report::html::render(&report, "bench");
         report_times.push(t.elapsed().as_secs_f64());
         counted = report.total.jobs;
         assert!(text.len() > 100 && n != 1);

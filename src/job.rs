@@ -468,6 +468,9 @@ pub struct Job {
     /// Its GPUs' utilisation, sampled while it ran (none without a driver).
     #[serde(default)]
     pub gpu_usage: crate::gpu::sampling::JobGpuUsage,
+    /// How many running jobs it preempted to start.
+    #[serde(default)]
+    pub preemptions_caused: u32,
 }
 
 impl Job {

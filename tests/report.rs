@@ -12,6 +12,11 @@ const LONG: Duration = Duration::from_secs(20);
 const ACCOUNTS: &str = "timezone = \"UTC\"\n[[accounts]]\nname = \"vision\"\nusers = [\"*\"]\n\
                         [[accounts]]\nname = \"nlp\"\nusers = [\"*\"]\n";
 
+/// The same accounts, vision with a monthly budget of 100 tokens.
+const BUDGETED: &str =
+    "timezone = \"UTC\"\n[[accounts]]\nname = \"vision\"\nusers = [\"*\"]\nbudget = 100.0\n\
+                        [[accounts]]\nname = \"nlp\"\nusers = [\"*\"]\n";
+
 fn report_json(c: &Cluster, args: &[&str]) -> serde_json::Value {
     let out = c.run("ysreport", &[&["--json"], args].concat());
     assert!(out.status.success(), "{}", stderr(&out));
@@ -60,9 +65,45 @@ fn a_report_sums_what_the_daemon_ran() {
 }
 
 #[test]
-fn an_older_month_from_fixture_rows_by_hand_and_bad_input() {
+fn gpus_left_free_while_a_job_waits_are_recorded_as_idle() {
     let mut c = Cluster::started(ACCOUNTS);
+    // Three of four GPUs busy for 3 s; a 2-GPU job waits, leaving one free.
+    let big = c.submit(&["--gpus", "3", "--wrap", "sleep 3"]);
+    c.wait_state(big, "RUNNING", LONG);
+    let waiting = c.submit(&["--gpus", "2", "--wrap", "true"]);
+    assert_eq!(c.wait_done(waiting, LONG), "COMPLETED");
     c.stop();
+    let db = rusqlite::Connection::open(c.spool.join("ysched.db")).unwrap();
+    let (gpus, idle): (i64, i64) = db
+        .query_row(
+            "SELECT count(DISTINCT gpu), sum(idle_waiting_secs) FROM gpu_hours WHERE idle_waiting_secs > 0",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(gpus, 1, "only the GPU the big job left free");
+    assert!(
+        (1..=5).contains(&idle),
+        "{idle} s idle while the 2-GPU job waited"
+    );
+    drop(db);
+    c.start();
+    let r = report_json(&c, &["-S", "now-1hour"]);
+    let hours = r["idle_waiting_gpu_hours"].as_f64().unwrap();
+    assert!((hours - idle as f64 / 3600.0).abs() < 1e-9, "{hours}");
+}
+
+#[test]
+fn an_older_month_from_fixture_rows_by_hand_and_bad_input() {
+    let mut c = Cluster::started(BUDGETED);
+    c.stop();
+    fill_march_2025(&c);
+    c.start();
+    check_march_2025(&c);
+}
+
+/// March 2025 in the database by hand: jobs, and the GPUs' hours.
+fn fill_march_2025(c: &Cluster) {
     // March 2025: three vision jobs of 1, 2 and 4 GPU-hours that waited
     // 0, 10 and 30 minutes, one of them preempted twice; one nlp timeout.
     let db = rusqlite::Connection::open(c.spool.join("ysched.db")).unwrap();
@@ -101,9 +142,55 @@ fn an_older_month_from_fixture_rows_by_hand_and_bad_input() {
         rusqlite::params![march + 86_400, march + 86_400 + 10_800],
     )
     .unwrap();
-    drop(db);
-    c.start();
-    let r = report_json(&c, &["--month", "2025-03"]);
+    // The nlp timeout preempted two jobs to start.
+    db.execute(
+        "UPDATE jobs SET preemptions_caused = 2 WHERE state = 'TIMEOUT'",
+        [],
+    )
+    .unwrap();
+    // Day 2: GPU 0 sampled at 50%, GPU 1 at 10%; GPUs 2 and 3 free for
+    // half an hour each while jobs waited. Day 3: GPU 0 at 90%.
+    for (hour, gpu, samples, util_sum, idle) in [
+        (march + 86_400, 0, 10, 500, 0),
+        (march + 86_400, 1, 10, 100, 0),
+        (march + 86_400, 2, 0, 0, 1_800),
+        (march + 86_400, 3, 0, 0, 1_800),
+        (march + 2 * 86_400, 0, 10, 900, 0),
+    ] {
+        db.execute(
+            "INSERT INTO gpu_hours (hour, gpu, samples, util_sum, idle_waiting_secs) VALUES (?1, ?2, ?3, ?4, ?5)",
+            rusqlite::params![hour, gpu, samples, util_sum, idle],
+        )
+        .unwrap();
+    }
+}
+
+fn check_march_2025(c: &Cluster) {
+    let r = report_json(c, &["--month", "2025-03"]);
+    assert_eq!(r["accounts"][0]["preemptions_caused"], 2);
+    assert_eq!(r["total"]["preemptions_caused"], 2);
+    assert_eq!(r["idle_waiting_gpu_hours"], 1.0);
+    assert_eq!(r["gpus"][0]["util_mean"], 70.0);
+    assert_eq!(r["gpus"][0]["util_by_day"][1], 50.0);
+    assert_eq!(r["gpus"][0]["util_by_day"][2], 90.0);
+    assert_eq!(r["gpus"][0]["util_by_day"][0], serde_json::Value::Null);
+    assert_eq!(r["gpus"][1]["util_by_day"][1], 10.0);
+    assert_eq!(r["period"]["days"].as_array().unwrap().len(), 31);
+    // Each job's GPU-hours on the day it ran (all on March 2nd).
+    assert_eq!(r["daily_gpu_hours"]["vision"][1], 7.0);
+    assert_eq!(r["daily_gpu_hours"]["nlp"][1], 7.0);
+    // Waits 0, 10 min, 30 min, 1 min, 0: buckets < 1 min, 1–10 min, 10–60 min.
+    let buckets: Vec<u64> = r["wait_histogram"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["jobs"].as_u64().unwrap())
+        .collect();
+    assert_eq!(buckets, vec![2, 1, 2, 0, 0, 0, 0]);
+    assert_eq!(r["budgets"][0]["account"], "vision");
+    assert_eq!(r["budgets"][0]["used"], 35.0);
+    assert_eq!(r["budgets"][0]["left"], 65.0);
+    let r = report_json(c, &["--month", "2025-03"]);
     assert_eq!(r["period"]["label"], "2025-03");
     let vision = &r["accounts"][1];
     assert_eq!(vision["jobs"], 3);
@@ -120,6 +207,16 @@ fn an_older_month_from_fixture_rows_by_hand_and_bad_input() {
     assert_eq!(r["waste"][0]["gpu_util_mean"], 10.0);
     assert_eq!(r["accounts"][0]["gpu_util_mean"], 10.0);
     let text = stdout(&c.run("ysreport", &["--month", "2025-03"]));
+    assert!(
+        text.contains(
+            "vision           budget     100.00  used      35.00 (35.0%)  left      65.00"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("GPUs idle while GPU jobs waited: 1.00 GPU-hours"),
+        "{text}"
+    );
     assert!(
         text.contains("nlp/root  2 GPU(s) idle 2:00:00  mean 10.0%  wasted 4.00 GPU-hours"),
         "{text}"
@@ -171,4 +268,108 @@ fn an_older_month_from_fixture_rows_by_hand_and_bad_input() {
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(stderr(&out).contains(why), "{args:?}: {}", stderr(&out));
     }
+}
+
+/// Headless Chromium, where installed: `.ci/run` installs Debian's and
+/// sets YSCHED_REQUIRE_CHROMIUM, so there the test cannot skip.
+fn chromium() -> Option<&'static str> {
+    let found = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|b| {
+            std::process::Command::new(b)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("YSCHED_REQUIRE_CHROMIUM").is_none(),
+            "YSCHED_REQUIRE_CHROMIUM is set but no chromium runs"
+        );
+        eprintln!("skipped: no chromium to open the HTML report in");
+    }
+    found
+}
+
+#[test]
+fn the_html_report_opens_in_headless_chromium_with_hostile_names_escaped() {
+    let mut c = Cluster::started(BUDGETED);
+    c.stop();
+    fill_march_2025(&c);
+    let hostile = format!("<script>alert(\"owned\")</script>'{}", "x".repeat(300));
+    let db = rusqlite::Connection::open(c.spool.join("ysched.db")).unwrap();
+    db.execute(
+        "UPDATE jobs SET name = ?1 WHERE name = '<script>idle</script>'",
+        [&hostile],
+    )
+    .unwrap();
+    drop(db);
+    c.start();
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("report.html");
+    let out = c.run(
+        "ysreport",
+        &["--month", "2025-03", "--html", page.to_str().unwrap()],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("Usage for 2025-03"),
+        "text still printed"
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        !html.contains("<script"),
+        "no script element, escaped or not"
+    );
+    assert!(html.contains("&lt;script&gt;alert(&quot;owned&quot;)&lt;/script&gt;&#39;xxx"));
+    for id in ["chart-daily", "chart-waits", "chart-gpus", "waste"] {
+        assert!(html.contains(&format!("id=\"{id}\"")), "{id} missing");
+    }
+
+    let Some(browser) = chromium() else { return };
+    let profile = dir.path().join("profile");
+    let run = |extra: &[&str]| {
+        std::process::Command::new(browser)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--no-first-run",
+                &format!("--user-data-dir={}", profile.display()),
+                "--window-size=1200,2400",
+            ])
+            .args(extra)
+            .arg(format!("file://{}", page.display()))
+            .output()
+            .unwrap()
+    };
+    // The DOM as the browser built it: the charts are SVG elements with
+    // their bars and cells, and the hostile name is text, not a script.
+    let dom = run(&["--dump-dom"]);
+    assert!(dom.status.success(), "{}", stderr(&dom));
+    let dom = stdout(&dom);
+    assert!(
+        !dom.contains("<script"),
+        "the browser found a script: {dom}"
+    );
+    assert!(dom.contains("&lt;script&gt;alert(\"owned\")&lt;/script&gt;"));
+    for id in ["chart-daily", "chart-waits", "chart-gpus"] {
+        assert!(
+            dom.contains(&format!("<svg id=\"{id}\"")),
+            "{id} not an SVG element"
+        );
+    }
+    assert!(dom.matches("class=\"bar\"").count() >= 4, "{dom}");
+    assert!(dom.matches("class=\"cell\"").count() >= 31, "{dom}");
+    let shot = dir.path().join("report.png");
+    let out = run(&[&format!("--screenshot={}", shot.display())]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let png = std::fs::read(&shot).expect("chromium wrote the screenshot");
+    assert_eq!(&png[1..4], b"PNG");
+    assert!(
+        png.len() > 10_000,
+        "a page with charts, not a blank one: {} bytes",
+        png.len()
+    );
 }

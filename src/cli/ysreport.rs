@@ -49,6 +49,9 @@ pub struct Args {
     /// The report as JSON
     #[arg(long)]
     pub json: bool,
+    /// Also write the report as one self-contained HTML page with charts to FILE
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -114,11 +117,14 @@ pub fn run(args: Args) -> CliResult {
                 })?,
         },
     )?;
-    let Reply::Usage { report } = reply else {
+    let Reply::Usage { mut report } = reply else {
         return Err(CliError::failed(format!(
             "unexpected reply from ysctld: {reply:?}"
         )));
     };
+    if report.complete && args.start.is_none() {
+        report.budgets = monthly_budgets(&report, &config);
+    }
     match shortcut {
         Some(Shortcut::ClusterUtilization) => {
             let gpus = crate::gpu::Inventory::declared(&config).gpus.len();
@@ -126,6 +132,19 @@ pub fn run(args: Args) -> CliResult {
         }
         Some(Shortcut::UserTop) => return print(&user_top(&report)),
         None => {}
+    }
+    if let Some(path) = &args.html {
+        let host = nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "ysched".into());
+        let page = crate::report::html::render(&report, &host);
+        std::fs::write(path, page).map_err(|e| {
+            CliError::failed(format!(
+                "cannot write the HTML report to {}: {e}",
+                path.display()
+            ))
+        })?;
+        eprintln!("ysreport: wrote the HTML report to {}", path.display());
     }
     if args.json {
         let text = serde_json::to_string_pretty(&report)
@@ -136,6 +155,43 @@ pub fn run(args: Args) -> CliResult {
         return print(&usage::render_csv(&report));
     }
     print(&usage::render_text(&report))
+}
+
+/// Each account with a monthly budget: what the month used of it.
+fn monthly_budgets(
+    report: &usage::UsageReport,
+    config: &crate::config::Config,
+) -> Vec<usage::BudgetLine> {
+    config
+        .accounts
+        .iter()
+        .filter_map(|a| {
+            let budget = a.budget.as_ref()?;
+            if budget.period != crate::sched::budget::Period::Month {
+                return None;
+            }
+            // The account and every account below it.
+            let mut subtree = vec![a.name.as_str()];
+            let mut i = 0;
+            while i < subtree.len() {
+                let parent = subtree[i];
+                subtree.extend(
+                    config
+                        .accounts
+                        .iter()
+                        .filter(|c| c.parent.as_deref() == Some(parent))
+                        .map(|c| c.name.as_str()),
+                );
+                i += 1;
+            }
+            Some(usage::budget_line(
+                report,
+                &a.name,
+                budget.amount as f64 / crate::sched::budget::TOKEN,
+                &subtree,
+            ))
+        })
+        .collect()
 }
 
 /// sreport's shortcuts.
@@ -214,6 +270,7 @@ fn period_of(args: &Args, now: jiff::Zoned) -> Result<Period, String> {
                 units::format_timestamp(from),
                 units::format_timestamp(to)
             ),
+            days: day_starts(from, to, now.time_zone())?,
         });
     }
     let (year, month) = match &args.month {
@@ -237,11 +294,34 @@ fn period_of(args: &Args, now: jiff::Zoned) -> Result<Period, String> {
             .timestamp()
             .as_second())
     };
+    let (from, to) = (at(start)?, at(next)?);
     Ok(Period {
-        from: at(start)?,
-        to: at(next)?,
+        from,
+        to,
         label: format!("{year:04}-{month:02}"),
+        days: day_starts(from, to, &tz)?,
     })
+}
+
+/// Where each day of [from, to) starts in `tz`: the period's start, then
+/// each midnight (at most usage::MAX_DAYS).
+fn day_starts(from: i64, to: i64, tz: &jiff::tz::TimeZone) -> Result<Vec<i64>, String> {
+    let mut days = vec![from];
+    let start = jiff::Timestamp::from_second(from).map_err(|e| e.to_string())?;
+    let mut date = start.to_zoned(tz.clone()).date();
+    while days.len() < usage::MAX_DAYS {
+        date = date.tomorrow().map_err(|e| e.to_string())?;
+        let midnight = date
+            .to_zoned(tz.clone())
+            .map_err(|e| e.to_string())?
+            .timestamp()
+            .as_second();
+        if midnight >= to {
+            break;
+        }
+        days.push(midnight);
+    }
+    Ok(days)
 }
 
 /// `2026-11` → (2026, 11), with a clear error for `2026-13` or `Nov`.

@@ -378,6 +378,8 @@ impl Daemon {
         self.next_sample =
             Some(std::time::Instant::now() + std::time::Duration::from_secs(interval));
         self.last_samples = Some(samples.clone());
+        let hour = crate::report::history::hour_of(super::now());
+        db::add_gpu_samples(self.tx()?, hour, &samples)?;
         let low = self.config.low_utilization_pct;
         let ids: Vec<JobId> = self
             .jobs
@@ -393,6 +395,21 @@ impl Daemon {
             db::update_job(self.tx()?, &job)?;
         }
         self.snapshot = None;
+        Ok(())
+    }
+
+    /// Notes which GPUs sit free while jobs wait, charging each stretch to
+    /// its GPUs' hours when the set changes or on `flush` (so a crash loses
+    /// at most a flush interval).
+    pub(super) fn track_idle(&mut self, now: i64, flush: bool) -> Result<(), DaemonError> {
+        let idle = crate::report::history::idle_while_waiting(
+            self.jobs.values(),
+            self.inventory.gpus.len(),
+        );
+        let owed = self.idle_watch.observe(now, idle, flush);
+        if !owed.is_empty() {
+            db::add_idle_waiting(self.tx()?, &owed)?;
+        }
         Ok(())
     }
 

@@ -89,6 +89,8 @@ pub enum Event {
 const MAX_BATCH: usize = 2_000;
 const MAINTENANCE_EVERY: Duration = Duration::from_secs(600);
 const STALE_AFTER: Duration = Duration::from_secs(3_600);
+/// How often the idle-while-waiting time is written even if it did not change.
+const IDLE_FLUSH_EVERY: Duration = Duration::from_secs(60);
 
 pub fn now() -> i64 {
     std::time::SystemTime::now()
@@ -152,6 +154,9 @@ pub(crate) struct Daemon {
     last_pass_seconds: f64,
     preemptions_total: u64,
     next_metrics: Option<Instant>,
+    /// GPUs free while jobs wait, charged to the GPUs' hours.
+    idle_watch: crate::report::history::IdleWatch,
+    next_idle_flush: Instant,
 }
 
 /// Runs the daemon until SIGTERM/SIGINT. `ready` is called once it accepts
@@ -254,6 +259,8 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         last_pass_seconds: 0.0,
         preemptions_total: 0,
         next_metrics: metrics_on.then(Instant::now),
+        idle_watch: Default::default(),
+        next_idle_flush: Instant::now() + IDLE_FLUSH_EVERY,
     };
     daemon.recover()?;
     tracing::info!(target: "ysched::daemon", "ysctld ready");
@@ -460,6 +467,7 @@ impl Daemon {
                 }
             }
             let now = now();
+            let exited_any = !exited.is_empty();
             for id in exited {
                 self.job_exited(id, now)?;
             }
@@ -485,8 +493,17 @@ impl Daemon {
                 self.spool.remove_stale(STALE_AFTER);
                 next_maintenance = Instant::now() + MAINTENANCE_EVERY;
             }
+            let mut changed = exited_any;
             if self.reschedule || self.wake_at.is_some_and(|w| w <= now) {
                 self.schedule(now)?;
+                changed = true;
+            }
+            let flush = self.shutdown || Instant::now() >= self.next_idle_flush;
+            if changed || flush {
+                self.track_idle(now, flush)?;
+                if flush {
+                    self.next_idle_flush = Instant::now() + IDLE_FLUSH_EVERY;
+                }
             }
             self.commit()?;
             for (name, uid, reply) in std::mem::take(&mut self.replies) {

@@ -110,6 +110,7 @@ impl Daemon {
         let (user, qos) = {
             let job = self.jobs.get_mut(&urgent).expect("checked by the caller");
             job.claim = choice.gpus.clone();
+            job.preemptions_caused += choice.victims.len() as u32;
             (job.user.clone(), job.qos.clone())
         };
         let job = self.jobs[&urgent].clone();

@@ -284,7 +284,7 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
             users,
             waste_after_secs,
         } => {
-            let mut builder = crate::report::usage::Builder::new(*waste_after_secs);
+            let mut builder = crate::report::usage::Builder::new(period.clone(), *waste_after_secs);
             db::for_each_ended(conn, period.from, period.to, |job| {
                 let mine = work.admin || job.user == work.user;
                 let chosen = (accounts.is_empty() || accounts.contains(&job.account))
@@ -293,8 +293,15 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
                     builder.add(&job);
                 }
             })?;
+            builder.add_gpu_hours(&db::gpu_hours(
+                conn,
+                crate::report::history::hour_of(period.from),
+                period.to,
+            )?);
+            let mut report = builder.finish();
+            report.complete = work.admin && accounts.is_empty() && users.is_empty();
             Ok(Reply::Usage {
-                report: Box::new(builder.finish(period.clone())),
+                report: Box::new(report),
             })
         }
         Query::Audit { limit } => {

@@ -179,6 +179,7 @@ impl Daemon {
             grace: request.grace,
             gpu_seconds: 0,
             gpu_usage: Default::default(),
+            preemptions_caused: 0,
             work_dir: request.work_dir,
             submit_dir: request.submit_dir,
             std_out: request.output.unwrap_or_else(|| {

@@ -146,4 +146,34 @@ CREATE TABLE audit (
 );
 CREATE INDEX audit_time ON audit(time);
 "#,
+    // 10: accounting history. How many jobs a job preempted; each GPU's
+    // hours (utilisation samples, and time idle while jobs waited); and
+    // the monthly summaries that outlive purged job rows.
+    r#"
+ALTER TABLE jobs ADD COLUMN preemptions_caused INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE gpu_hours (
+    hour              INTEGER NOT NULL,
+    gpu               INTEGER NOT NULL,
+    samples           INTEGER NOT NULL DEFAULT 0,
+    util_sum          INTEGER NOT NULL DEFAULT 0,
+    mem_max_mb        INTEGER NOT NULL DEFAULT 0,
+    idle_waiting_secs INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (hour, gpu)
+) WITHOUT ROWID;
+CREATE TABLE month_summaries (
+    month   TEXT    NOT NULL,
+    account TEXT    NOT NULL,
+    user    TEXT    NOT NULL,
+    summary TEXT    NOT NULL,
+    PRIMARY KEY (month, account, user)
+) WITHOUT ROWID;
+CREATE TABLE purged_months (
+    month   TEXT    PRIMARY KEY,
+    start   INTEGER NOT NULL,
+    end     INTEGER NOT NULL,
+    jobs    INTEGER NOT NULL,
+    waste   TEXT    NOT NULL,
+    purged_at INTEGER NOT NULL
+);
+"#,
 ];

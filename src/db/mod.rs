@@ -130,7 +130,7 @@ const JOB_COLUMNS: &str = "id, uid, gid, user, account, qos, name, state, hold, 
      array_job_id, array_task_id, array_spec, approved_by, gpu_shard, gpu_constraint, preempted_by, claimed_gpus, \
      preempt_count, no_requeue, checkpoint_at, priority_override, warn_signal, \
      checkpoint_file, grace, gpu_seconds, gpu_samples, gpu_util_sum, gpu_util_max, gpu_mem_max_mb, \
-     gpu_low_secs";
+     gpu_low_secs, preemptions_caused";
 
 fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     let invalid = |i: usize, what: String| {
@@ -242,6 +242,7 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
             memory_max_mb: row.get::<_, i64>(58)? as u64,
             low_secs: row.get::<_, i64>(59)? as u64,
         },
+        preemptions_caused: row.get(60)?,
         warn_signal: match row.get::<_, Option<String>>(51)? {
             Some(w) => Some(
                 crate::job::WarnSignal::parse(&w)
@@ -341,7 +342,7 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
              preempted_by = ?21, claimed_gpus = ?22, preempt_count = ?23, checkpoint_at = ?24, \
              priority_override = ?25, qos = ?26, time_limit = ?27, gpu_seconds = ?28, \
              gpu_samples = ?29, gpu_util_sum = ?30, gpu_util_max = ?31, gpu_mem_max_mb = ?32, \
-             gpu_low_secs = ?33 WHERE id = ?1",
+             gpu_low_secs = ?33, preemptions_caused = ?34 WHERE id = ?1",
         )?
         .execute(params![
             job.id as i64,
@@ -377,6 +378,7 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
             job.gpu_usage.utilization_max,
             job.gpu_usage.memory_max_mb as i64,
             job.gpu_usage.low_secs as i64,
+            job.preemptions_caused,
         ])?;
     if changed == 0 {
         return Err(DbError::NotFound(job.id));
@@ -420,7 +422,7 @@ pub fn for_each_ended(
     let mut stmt = conn.prepare_cached(
         "SELECT account, user, state, submit_time, begin_time, start_time, gpu_seconds, \
          COALESCE(billing, 0), preempt_count, id, name, gpus_alloc, gpu_samples, gpu_util_sum, \
-         gpu_util_max, gpu_mem_max_mb, gpu_low_secs FROM jobs \
+         gpu_util_max, gpu_mem_max_mb, gpu_low_secs, end_time, preemptions_caused FROM jobs \
          WHERE end_time >= ?1 AND end_time < ?2 ORDER BY end_time",
     )?;
     let mut rows = stmt.query(params![from, to])?;
@@ -456,9 +458,68 @@ pub fn for_each_ended(
                 memory_max_mb: row.get::<_, i64>(15)? as u64,
                 low_secs: row.get::<_, i64>(16)? as u64,
             },
+            end_time: row.get(17)?,
+            preemptions_caused: row.get(18)?,
         });
     }
     Ok(())
+}
+
+/// Adds one round of GPU samples to each GPU's hour.
+pub fn add_gpu_samples(
+    conn: &Connection,
+    hour: i64,
+    samples: &[crate::gpu::sampling::Sample],
+) -> Result<(), DbError> {
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO gpu_hours (hour, gpu, samples, util_sum, mem_max_mb) VALUES (?1, ?2, 1, ?3, ?4) \
+         ON CONFLICT (hour, gpu) DO UPDATE SET samples = samples + 1, \
+         util_sum = util_sum + excluded.util_sum, mem_max_mb = max(mem_max_mb, excluded.mem_max_mb)",
+    )?;
+    for s in samples {
+        stmt.execute(params![
+            hour,
+            s.gpu,
+            s.utilization_pct,
+            s.memory_used_mb as i64
+        ])?;
+    }
+    Ok(())
+}
+
+/// Adds seconds a GPU sat free while jobs waited: (hour, GPU, seconds).
+pub fn add_idle_waiting(conn: &Connection, owed: &[(i64, u32, u64)]) -> Result<(), DbError> {
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO gpu_hours (hour, gpu, idle_waiting_secs) VALUES (?1, ?2, ?3) \
+         ON CONFLICT (hour, gpu) DO UPDATE SET idle_waiting_secs = idle_waiting_secs + excluded.idle_waiting_secs",
+    )?;
+    for &(hour, gpu, secs) in owed {
+        stmt.execute(params![hour, gpu, secs as i64])?;
+    }
+    Ok(())
+}
+
+/// Every GPU's hours in [from, to), by hour then GPU.
+pub fn gpu_hours(
+    conn: &Connection,
+    from: i64,
+    to: i64,
+) -> Result<Vec<crate::report::history::GpuHour>, DbError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT hour, gpu, samples, util_sum, mem_max_mb, idle_waiting_secs FROM gpu_hours \
+         WHERE hour >= ?1 AND hour < ?2 ORDER BY hour, gpu",
+    )?;
+    let rows = stmt.query_map(params![from, to], |r| {
+        Ok(crate::report::history::GpuHour {
+            hour: r.get(0)?,
+            gpu: r.get(1)?,
+            samples: r.get(2)?,
+            util_sum: r.get::<_, i64>(3)? as u64,
+            mem_max_mb: r.get::<_, i64>(4)? as u64,
+            idle_waiting_secs: r.get::<_, i64>(5)? as u64,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }
 
 /// The last `limit` lines of the audit log, oldest first.
@@ -790,6 +851,29 @@ mod tests {
             ..JobFilter::default()
         };
         assert!(find_jobs(&conn, &filter, 100).unwrap().is_empty());
+    }
+
+    #[test]
+    fn gpu_hours_add_up_samples_and_idle_time() {
+        use crate::gpu::sampling::Sample;
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open(&dir.path().join("t.db")).unwrap();
+        let sample = |gpu, pct, mb| Sample {
+            gpu,
+            utilization_pct: pct,
+            memory_used_mb: mb,
+        };
+        add_gpu_samples(&conn, 3_600, &[sample(0, 40, 100), sample(1, 0, 5)]).unwrap();
+        add_gpu_samples(&conn, 3_600, &[sample(0, 80, 50)]).unwrap();
+        add_idle_waiting(&conn, &[(3_600, 1, 30), (3_600, 1, 15), (7_200, 1, 5)]).unwrap();
+        let rows = gpu_hours(&conn, 0, 7_200).unwrap();
+        assert_eq!(rows.len(), 2, "the hour at 7200 is outside [0, 7200)");
+        assert_eq!(
+            (rows[0].samples, rows[0].util_sum, rows[0].mem_max_mb),
+            (2, 120, 100)
+        );
+        assert_eq!(rows[0].util_mean(), Some(60.0));
+        assert_eq!((rows[1].samples, rows[1].idle_waiting_secs), (1, 45));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use crate::gpu::sampling::Sample;
 use crate::gpu::Gpu;
-use crate::job::{Job, JobState};
+use crate::job::Job;
 
 /// What the metrics are made of, as the daemon has it.
 pub struct Inputs<'a> {
@@ -92,16 +92,8 @@ pub fn render(inputs: &Inputs) -> String {
         "gauge",
         "Free GPUs while GPU jobs are pending (0 when none wait).",
     );
-    let busy: usize = held.values().sum();
-    let waiting = inputs
-        .jobs
-        .iter()
-        .any(|j| j.state == JobState::Pending && j.gpus.count > 0 && j.hold.is_none());
-    let idle = if waiting {
-        inputs.gpus.len().saturating_sub(busy)
-    } else {
-        0
-    };
+    let idle =
+        super::history::idle_while_waiting(inputs.jobs.iter().copied(), inputs.gpus.len()).len();
     let _ = writeln!(out, "ysched_gpus_idle_while_waiting {idle}");
 
     if let Some(samples) = inputs.samples {
@@ -181,6 +173,7 @@ pub fn render(inputs: &Inputs) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::job::JobState;
 
     #[test]
     fn label_values_are_escaped() {

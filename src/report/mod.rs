@@ -4,6 +4,8 @@
 
 use std::fmt::Write as _;
 
+pub mod history;
+pub mod html;
 pub mod metrics;
 pub mod usage;
 

@@ -30,15 +30,43 @@ pub struct EndedJob {
     /// Billing-seconds charged over all its runs.
     pub billing: i64,
     pub preempt_count: u32,
+    /// Running jobs it preempted to start.
+    pub preemptions_caused: u32,
+    pub end_time: i64,
 }
 
 /// The period a report covers: [from, to), Unix seconds.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Period {
     pub from: i64,
     pub to: i64,
     /// `2026-11`, or `2026-11-03 – 2026-11-10`.
     pub label: String,
+    /// Where each day of the period starts, in the config's time zone (at
+    /// most MAX_DAYS): the daily charts' columns.
+    #[serde(default)]
+    pub days: Vec<i64>,
+}
+
+/// Days a report charts day by day, at most.
+pub const MAX_DAYS: usize = 400;
+
+impl Period {
+    /// The day of the period holding `t` (`None`: outside the charted days).
+    pub fn day_index(&self, t: i64) -> Option<usize> {
+        if t < self.from || t >= self.to {
+            return None;
+        }
+        match self.days.partition_point(|&d| d <= t) {
+            0 => None,
+            i => Some(i - 1),
+        }
+    }
+
+    /// When day `i` ends.
+    fn day_end(&self, i: usize) -> i64 {
+        self.days.get(i + 1).copied().unwrap_or(self.to)
+    }
 }
 
 /// One line of the report: an account, a user in an account, or the total.
@@ -58,6 +86,9 @@ pub struct Line {
     pub wait_p50_s: Option<i64>,
     pub wait_p95_s: Option<i64>,
     pub preemptions: u64,
+    /// Running jobs its jobs preempted.
+    #[serde(default)]
+    pub preemptions_caused: u64,
     pub completed: u64,
     pub failed: u64,
     pub timeout: u64,
@@ -94,6 +125,70 @@ pub struct UsageReport {
     pub waste: Vec<Waste>,
     /// Whether any job of the period had utilisation samples.
     pub gpu_sampled: bool,
+    /// GPU-hours per account per day (the period's `days`), each job's
+    /// GPU time spread over the time before its end that it ran.
+    #[serde(default)]
+    pub daily_gpu_hours: BTreeMap<String, Vec<f64>>,
+    /// How long the jobs that ran waited: jobs per bucket.
+    #[serde(default)]
+    pub wait_histogram: Vec<WaitBucket>,
+    /// Each GPU over the period (all GPUs, whatever the filters).
+    #[serde(default)]
+    pub gpus: Vec<GpuSeries>,
+    /// GPU-hours GPUs sat free while GPU jobs waited (all GPUs).
+    #[serde(default)]
+    pub idle_waiting_gpu_hours: f64,
+    /// Budgeted accounts: what the period used of their budget (filled in
+    /// by `ysreport` from the config, for complete monthly reports).
+    #[serde(default)]
+    pub budgets: Vec<BudgetLine>,
+    /// Whether the report covers every user's jobs (an admin's, without -u):
+    /// only then are budgets shown.
+    #[serde(default)]
+    pub complete: bool,
+    /// Months whose job rows were purged, answered from their summaries.
+    #[serde(default)]
+    pub summarised_months: Vec<String>,
+}
+
+/// Jobs whose wait fell in [from, to) seconds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WaitBucket {
+    pub label: String,
+    pub from_s: i64,
+    pub jobs: u64,
+}
+
+/// The bucket bounds of the wait histogram, and their labels.
+const WAIT_BUCKETS: [(i64, &str); 7] = [
+    (0, "< 1 min"),
+    (60, "1–10 min"),
+    (600, "10–60 min"),
+    (3_600, "1–6 h"),
+    (21_600, "6–24 h"),
+    (86_400, "1–3 days"),
+    (259_200, "> 3 days"),
+];
+
+/// One GPU over the period.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuSeries {
+    pub gpu: u32,
+    /// Mean utilisation per day, percent (`None`: not sampled that day).
+    pub util_by_day: Vec<Option<f64>>,
+    pub util_mean: Option<f64>,
+    pub idle_waiting_hours: f64,
+}
+
+/// An account's budget over the period.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BudgetLine {
+    pub account: String,
+    /// Tokens for the period.
+    pub budget: f64,
+    /// Tokens charged by jobs of the account and the accounts below it.
+    pub used: f64,
+    pub left: f64,
 }
 
 /// Jobs listed in the waste ranking, at most.
@@ -114,6 +209,7 @@ impl Sums {
         l.gpu_hours += job.gpu_seconds as f64 / 3600.0;
         l.tokens += job.billing as f64 / 3600.0;
         l.preemptions += u64::from(job.preempt_count);
+        l.preemptions_caused += u64::from(job.preemptions_caused);
         match job.state {
             JobState::Completed => l.completed += 1,
             JobState::Failed | JobState::NodeFail => l.failed += 1,
@@ -166,11 +262,11 @@ pub fn build(
     waste_after_secs: u64,
     jobs: impl IntoIterator<Item = EndedJob>,
 ) -> UsageReport {
-    let mut builder = Builder::new(waste_after_secs);
+    let mut builder = Builder::new(period, waste_after_secs);
     for job in jobs {
         builder.add(&job);
     }
-    builder.finish(period)
+    builder.finish()
 }
 
 /// Sums jobs one at a time (streamed from the database).
@@ -182,18 +278,23 @@ pub struct Builder {
     /// Per account: its sums, and its users' (looked up by borrowed
     /// names: a million rows, no key copies).
     accounts: BTreeMap<String, (Sums, BTreeMap<String, Sums>)>,
+    period: Period,
+    daily: BTreeMap<String, Vec<f64>>,
+    gpu_hours: Vec<super::history::GpuHour>,
 }
 
 impl Builder {
-    pub fn new(waste_after_secs: u64) -> Builder {
+    pub fn new(period: Period, waste_after_secs: u64) -> Builder {
         Builder {
             waste_after_secs,
+            period,
             ..Builder::default()
         }
     }
 
     pub fn add(&mut self, job: &EndedJob) {
         self.total.add(job);
+        self.spread_over_days(job);
         if job.gpus > 0 && job.gpu_usage.low_secs > self.waste_after_secs {
             self.waste.push(Waste {
                 job_id: job.id,
@@ -221,7 +322,45 @@ impl Builder {
         }
     }
 
-    pub fn finish(self, period: Period) -> UsageReport {
+    /// Charges the job's GPU-hours to the days it ran: back from its end,
+    /// as long as its GPU time lasts on its GPUs.
+    fn spread_over_days(&mut self, job: &EndedJob) {
+        if job.gpu_seconds <= 0 || self.period.days.is_empty() {
+            return;
+        }
+        let run = job.gpu_seconds / i64::from(job.gpus.max(1));
+        let (mut t, end) = (job.end_time - run, job.end_time);
+        let gpus = f64::from(job.gpus.max(1));
+        let days = self.period.days.len();
+        let row = match self.daily.get_mut(&job.account) {
+            Some(r) => r,
+            None => self
+                .daily
+                .entry(job.account.clone())
+                .or_insert_with(|| vec![0.0; days]),
+        };
+        t = t.max(self.period.from);
+        while t < end {
+            let Some(i) = self.period.day_index(t) else {
+                break;
+            };
+            let until = self.period.day_end(i).min(end);
+            row[i] += (until - t) as f64 * gpus / 3600.0;
+            t = until;
+        }
+    }
+
+    /// Adds the GPUs' hours of the period (utilisation per day, idle time
+    /// while jobs waited).
+    pub fn add_gpu_hours(&mut self, hours: &[super::history::GpuHour]) {
+        self.gpu_hours.extend_from_slice(hours);
+    }
+
+    pub fn finish(self) -> UsageReport {
+        let period = self.period.clone();
+        let (gpus, idle_waiting_gpu_hours) = gpu_series(&period, &self.gpu_hours);
+        let wait_histogram = wait_histogram(&self.total.waits);
+        let daily_gpu_hours = self.daily;
         let mut accounts = BTreeMap::new();
         let mut users = BTreeMap::new();
         for (name, (sums, of_users)) in self.accounts {
@@ -236,9 +375,73 @@ impl Builder {
         UsageReport {
             waste,
             gpu_sampled,
+            daily_gpu_hours,
+            wait_histogram,
+            gpus,
+            idle_waiting_gpu_hours,
             ..assemble(period, self.total, accounts, users)
         }
     }
+}
+
+fn wait_histogram(waits: &[i64]) -> Vec<WaitBucket> {
+    let mut buckets: Vec<WaitBucket> = WAIT_BUCKETS
+        .iter()
+        .map(|&(from_s, label)| WaitBucket {
+            label: label.to_string(),
+            from_s,
+            jobs: 0,
+        })
+        .collect();
+    for &w in waits {
+        let i = WAIT_BUCKETS.partition_point(|&(from, _)| from <= w).max(1) - 1;
+        buckets[i].jobs += 1;
+    }
+    buckets
+}
+
+/// Each GPU's utilisation per day and idle-while-waiting hours, and the
+/// idle total.
+fn gpu_series(period: &Period, hours: &[super::history::GpuHour]) -> (Vec<GpuSeries>, f64) {
+    /// One GPU's sums: per day (utilisation sum, samples), then in all.
+    struct Sum {
+        per_day: Vec<(u64, u64)>,
+        util_sum: u64,
+        samples: u64,
+        idle_secs: u64,
+    }
+    let days = period.days.len();
+    let mut by_gpu: BTreeMap<u32, Sum> = BTreeMap::new();
+    for h in hours {
+        let sum = by_gpu.entry(h.gpu).or_insert_with(|| Sum {
+            per_day: vec![(0, 0); days],
+            util_sum: 0,
+            samples: 0,
+            idle_secs: 0,
+        });
+        if let Some(i) = period.day_index(h.hour.max(period.from)) {
+            sum.per_day[i].0 += h.util_sum;
+            sum.per_day[i].1 += u64::from(h.samples);
+        }
+        sum.util_sum += h.util_sum;
+        sum.samples += u64::from(h.samples);
+        sum.idle_secs += h.idle_waiting_secs;
+    }
+    let mean = |sum: u64, n: u64| (n > 0).then(|| sum as f64 / n as f64);
+    let mut idle_total = 0.0;
+    let series = by_gpu
+        .into_iter()
+        .map(|(gpu, s)| {
+            idle_total += s.idle_secs as f64 / 3600.0;
+            GpuSeries {
+                gpu,
+                util_by_day: s.per_day.into_iter().map(|(u, n)| mean(u, n)).collect(),
+                util_mean: mean(s.util_sum, s.samples),
+                idle_waiting_hours: s.idle_secs as f64 / 3600.0,
+            }
+        })
+        .collect();
+    (series, idle_total)
 }
 
 /// Most GPU-hours wasted first; the first WASTE_ROWS.
@@ -283,10 +486,17 @@ fn assemble(
         users,
         waste: Vec::new(),
         gpu_sampled: false,
+        daily_gpu_hours: BTreeMap::new(),
+        wait_histogram: Vec::new(),
+        gpus: Vec::new(),
+        idle_waiting_gpu_hours: 0.0,
+        budgets: Vec::new(),
+        complete: false,
+        summarised_months: Vec::new(),
     }
 }
 
-const HEADER: [&str; 15] = [
+const HEADER: [&str; 16] = [
     "ACCOUNT",
     "USER",
     "JOBS",
@@ -297,6 +507,7 @@ const HEADER: [&str; 15] = [
     "WAIT_P50",
     "WAIT_P95",
     "PREEMPTED",
+    "PREEMPTS",
     "FAILED",
     "TIMEOUT",
     "OOM",
@@ -325,6 +536,7 @@ fn cells(l: &Line, readable: bool) -> Vec<String> {
         wait(l.wait_p50_s),
         wait(l.wait_p95_s),
         l.preemptions.to_string(),
+        l.preemptions_caused.to_string(),
         l.failed.to_string(),
         l.timeout.to_string(),
         l.out_of_memory.to_string(),
@@ -372,6 +584,42 @@ pub fn render_text(report: &UsageReport) -> String {
         let _ = writeln!(out, "{}", line.join("  ").trim_end());
     }
     out.push('\n');
+    if !report.budgets.is_empty() {
+        out.push_str("Budgets (tokens)\n");
+        for b in &report.budgets {
+            let _ = writeln!(
+                out,
+                "  {:<16} budget {:>10.2}  used {:>10.2} ({:.1}%)  left {:>10.2}",
+                b.account,
+                b.budget,
+                b.used,
+                if b.budget > 0.0 {
+                    b.used / b.budget * 100.0
+                } else {
+                    0.0
+                },
+                b.left
+            );
+        }
+        out.push('\n');
+    }
+    let _ = writeln!(
+        out,
+        "GPUs idle while GPU jobs waited: {:.2} GPU-hours{}",
+        report.idle_waiting_gpu_hours,
+        if report.gpus.is_empty() {
+            " (no GPU history recorded for this period)"
+        } else {
+            ""
+        }
+    );
+    if !report.summarised_months.is_empty() {
+        let _ = writeln!(
+            out,
+            "From monthly summaries (job rows purged): {}; their waits are summarised to the minute.",
+            report.summarised_months.join(", ")
+        );
+    }
     if !report.gpu_sampled {
         out.push_str(
             "GPU utilisation: not sampled (no NVIDIA driver answered), so no waste ranking.\n",
@@ -396,6 +644,30 @@ pub fn render_text(report: &UsageReport) -> String {
         }
     }
     out
+}
+
+/// What each budgeted account used of its budget: the tokens of its jobs
+/// and of those of the accounts below it (`subtree`: the account's name
+/// and its descendants'). Tokens are charged when a job ends, as budgets
+/// count them.
+pub fn budget_line(
+    report: &UsageReport,
+    account: &str,
+    budget: f64,
+    subtree: &[&str],
+) -> BudgetLine {
+    let used: f64 = report
+        .accounts
+        .iter()
+        .filter(|l| subtree.contains(&l.account.as_str()))
+        .map(|l| l.tokens)
+        .sum();
+    BudgetLine {
+        account: account.to_string(),
+        budget,
+        used,
+        left: budget - used,
+    }
 }
 
 /// The report as CSV: one header, then accounts, users and the total.
@@ -441,6 +713,8 @@ mod tests {
             gpu_seconds,
             billing: gpu_seconds * 2,
             preempt_count: 0,
+            preemptions_caused: 0,
+            end_time: 1_000 + wait + 60,
         }
     }
 
@@ -450,6 +724,7 @@ mod tests {
             from: 0,
             to: 10,
             label: "x".into(),
+            days: Vec::new(),
         };
         let mut jobs: Vec<EndedJob> = (1..=20)
             .map(|w| job("vision", "alice", w * 60, 3_600, JobState::Completed))
@@ -477,7 +752,7 @@ mod tests {
         let csv = render_csv(&r);
         assert!(csv.starts_with("account,user,jobs,gpu_hours"), "{csv}");
         assert!(
-            csv.contains("\nvision,alice,20,20.00,40.00,0.9091,630,600,1140,0,0,0,0,0,\n"),
+            csv.contains("\nvision,alice,20,20.00,40.00,0.9091,630,600,1140,0,0,0,0,0,0,\n"),
             "{csv}"
         );
         let text = render_text(&r);
@@ -491,6 +766,7 @@ mod tests {
                 from: 0,
                 to: 1,
                 label: "2026-10".into(),
+                days: Vec::new(),
             },
             3_600,
             Vec::new(),
@@ -520,6 +796,7 @@ mod tests {
             from: 0,
             to: 1,
             label: "x".into(),
+            days: Vec::new(),
         };
         let r = build(
             period,
