@@ -252,6 +252,8 @@ pub struct Config {
     pub metrics_file: Option<PathBuf>,
     /// Seconds between writes of the metrics file.
     pub metrics_every_secs: u64,
+    /// Where the daemon serves its metrics over HTTP (`/metrics`), if anywhere.
+    pub metrics_listen: Option<std::net::SocketAddr>,
     /// Mean utilisation (percent) below which a job's GPUs count as idle.
     pub low_utilization_pct: u32,
     /// A job that may preempt does not when it would start within this
@@ -408,6 +410,7 @@ struct RawConfig {
     gpu_sample_secs: Option<u64>,
     metrics_file: Option<PathBuf>,
     metrics_every_secs: Option<u64>,
+    metrics_listen: Option<Spanned<String>>,
     low_utilization_pct: Option<Spanned<u32>>,
     #[serde(default, deserialize_with = "de_time_limit")]
     preempt_wait: Option<Option<u64>>,
@@ -1191,6 +1194,13 @@ impl RawConfig {
             gpu_sample_secs: self.gpu_sample_secs.unwrap_or(30),
             metrics_file: self.metrics_file,
             metrics_every_secs: self.metrics_every_secs.unwrap_or(15).max(1),
+            metrics_listen: match self.metrics_listen {
+                None => None,
+                Some(listen) => Some(
+                    parse_listen(listen.get_ref())
+                        .map_err(|e| fail(Some(listen.span()), "metrics_listen", e))?,
+                ),
+            },
             low_utilization_pct: match self.low_utilization_pct {
                 Some(p) if *p.get_ref() > 100 => {
                     return Err(fail(
@@ -1332,6 +1342,19 @@ pub fn expand_device_pattern(pattern: &str) -> Result<Vec<PathBuf>, String> {
     Ok(out)
 }
 
+/// `metrics_listen`: `ADDRESS:PORT`, or a bare port on 127.0.0.1.
+fn parse_listen(text: &str) -> Result<std::net::SocketAddr, String> {
+    let text = text.trim();
+    if let Ok(port) = text.parse::<u16>() {
+        return Ok(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    text.parse().map_err(|_| {
+        format!(
+            "metrics_listen = '{text}' is not an address and port such as 127.0.0.1:9464 or [::1]:9464 (or a port alone, on 127.0.0.1)"
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1408,6 +1431,16 @@ priority = 1
         let e = parse("spool_dir = \"/x\"\nspoll = 3\n").unwrap_err();
         assert_eq!(e.line, Some(2));
         assert!(e.to_string().contains("unknown field `spoll`"), "{e}");
+
+        let e = parse("spool_dir = \"/x\"\nmetrics_listen = \"localhost\"\n").unwrap_err();
+        assert_eq!(e.line, Some(2));
+        assert!(
+            e.to_string()
+                .contains("'localhost' is not an address and port"),
+            "{e}"
+        );
+        let c = parse("metrics_listen = \"9464\"\n").unwrap();
+        assert_eq!(c.metrics_listen, Some(([127, 0, 0, 1], 9464).into()));
 
         let e = parse("default_qos = \"urgent\"\n").unwrap_err();
         assert!(

@@ -412,6 +412,15 @@ pub fn unique_name(kind: &str) -> String {
     )
 }
 
+/// How long ago the command that chose `name` (see `unique_name`) sent
+/// it, by the sender's clock; `None` for a name without a time or from the
+/// future.
+pub fn age_of_name(name: &str) -> Option<std::time::Duration> {
+    let nanos = u64::from_str_radix(name.split('-').nth(2)?, 16).ok()?;
+    let sent = SystemTime::UNIX_EPOCH + std::time::Duration::from_nanos(nanos);
+    SystemTime::now().duration_since(sent).ok()
+}
+
 /// Names the daemon accepts: no path separators, no hidden files, nothing a
 /// terminal or a log line could misread.
 pub fn valid_name(name: &str) -> bool {

@@ -72,6 +72,70 @@ fn the_metrics_file_parses_and_matches_the_queue() {
 }
 
 /// Every metric the dashboard and the alert rules use is one ysctld writes.
+/// One HTTP/1.0 request: the status line and the body.
+fn http_get(port: u16, path: &str) -> std::io::Result<(String, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply)?;
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap_or((&reply, ""));
+    Ok((
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    ))
+}
+
+#[test]
+fn the_metrics_endpoint_serves_what_the_database_holds() {
+    // A port nobody holds now.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let c = Cluster::started(&format!(
+        "metrics_listen = \"127.0.0.1:{port}\"\nmetrics_every_secs = 1\n"
+    ));
+    let done = c.submit(&["--wrap", "true"]);
+    assert_eq!(c.wait_done(done, LONG), "COMPLETED");
+    let running = c.submit(&["--gpus", "1", "--wrap", "sleep 300"]);
+    c.wait_state(running, "RUNNING", LONG);
+    let mut last = None;
+    wait_for("the endpoint showing the running job", LONG, || {
+        last = http_get(port, "/metrics").ok().and_then(|(status, body)| {
+            assert!(status.contains("200"), "{status}");
+            prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).ok()
+        });
+        last.as_ref()
+            .is_some_and(|s| value(s, "ysched_jobs", Some(("state", "running"))) == Some(1.0))
+    });
+    let s = last.unwrap();
+    // What the database holds: one running job, holding one GPU.
+    let db = rusqlite::Connection::open(c.spool.join("ysched.db")).unwrap();
+    let (running_rows, gpus): (i64, String) = db
+        .query_row(
+            "SELECT count(*), group_concat(gpus_alloc) FROM jobs WHERE state = 'RUNNING'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(running_rows, 1);
+    assert_eq!(
+        value(&s, "ysched_gpus_allocated", Some(("account", "default"))),
+        Some(gpus.split(',').count() as f64)
+    );
+    // Two submissions and the queries that waited on them went through the spool.
+    let requests = s
+        .samples
+        .iter()
+        .find(|x| x.metric == "ysched_ingest_latency_seconds_count");
+    assert!(requests.is_some(), "the ingest latency summary is there");
+    let (status, _) = http_get(port, "/nothing").unwrap();
+    assert!(status.contains("404"), "{status}");
+}
+
 #[test]
 fn the_dashboard_and_alerts_name_metrics_that_exist() {
     use ysched::gpu::sampling::Sample;
@@ -92,6 +156,8 @@ fn the_dashboard_and_alerts_name_metrics_that_exist() {
         samples: Some(&samples),
         last_pass_seconds: 0.0,
         preemptions_total: 0,
+        requests_total: 0,
+        ingest_seconds_sum: 0.0,
         budget_left: &[("vision".into(), 1.0)],
     });
     let written: Vec<&str> = text

@@ -416,9 +416,6 @@ impl Daemon {
     /// Writes the metrics file (temporary file, then rename: a scraper
     /// never reads half of it). A failure is logged; it stops nothing.
     pub(super) fn write_metrics(&mut self, now: i64) {
-        let Some(path) = self.config.metrics_file.clone() else {
-            return;
-        };
         self.next_metrics = Some(
             std::time::Instant::now()
                 + std::time::Duration::from_secs(self.config.metrics_every_secs),
@@ -444,7 +441,17 @@ impl Daemon {
             last_pass_seconds: self.last_pass_seconds,
             preemptions_total: self.preemptions_total,
             budget_left: &budget_left,
+            requests_total: self.requests_total,
+            ingest_seconds_sum: self.ingest_seconds_sum,
         });
+        if let Some(latest) = &self.metrics_latest {
+            if let Ok(mut served) = latest.lock() {
+                served.clone_from(&text);
+            }
+        }
+        let Some(path) = self.config.metrics_file.clone() else {
+            return;
+        };
         let tmp = path.with_extension("prom.tmp");
         let written = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &path));
         if let Err(e) = written {

@@ -15,6 +15,7 @@ mod budget;
 mod control;
 mod depend;
 mod jobs;
+mod metrics_http;
 mod preempt;
 mod query;
 mod submit;
@@ -56,6 +57,8 @@ pub enum DaemonError {
     NoSupervisor(PathBuf),
     #[error("{0}")]
     Isolation(String),
+    #[error("cannot serve metrics on {0} (metrics_listen): {1}")]
+    MetricsListen(std::net::SocketAddr, std::io::Error),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -154,6 +157,11 @@ pub(crate) struct Daemon {
     last_pass_seconds: f64,
     preemptions_total: u64,
     next_metrics: Option<Instant>,
+    /// The text the metrics endpoint serves (`None`: no endpoint).
+    metrics_latest: Option<metrics_http::Latest>,
+    /// Requests handled from the spool, and their latency summed.
+    requests_total: u64,
+    ingest_seconds_sum: f64,
     /// GPUs free while jobs wait, charged to the GPUs' hours.
     idle_watch: crate::report::history::IdleWatch,
     next_idle_flush: Instant,
@@ -208,7 +216,16 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
     };
     tracing::info!(target: "ysched::gpu", "GPU utilisation: {}", gpu_source.describe());
     let config_sample_secs = config.gpu_sample_secs;
-    let metrics_on = config.metrics_file.is_some();
+    let metrics_on = config.metrics_file.is_some() || config.metrics_listen.is_some();
+    let metrics_latest = match config.metrics_listen {
+        Some(addr) => {
+            let latest = metrics_http::Latest::default();
+            metrics_http::start(addr, latest.clone())
+                .map_err(|e| DaemonError::MetricsListen(addr, e))?;
+            Some(latest)
+        }
+        None => None,
+    };
 
     let (events, inbox) = mpsc::channel();
     let exit_events = events.clone();
@@ -259,6 +276,9 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         last_pass_seconds: 0.0,
         preemptions_total: 0,
         next_metrics: metrics_on.then(Instant::now),
+        metrics_latest,
+        requests_total: 0,
+        ingest_seconds_sum: 0.0,
         idle_watch: Default::default(),
         next_idle_flush: Instant::now() + IDLE_FLUSH_EVERY,
     };
@@ -480,6 +500,9 @@ impl Daemon {
                 if let Some(q) = self.ingest(&name, now)? {
                     queries.push(q);
                 }
+                self.requests_total += 1;
+                self.ingest_seconds_sum +=
+                    crate::spool::age_of_name(&name).map_or(0.0, |age| age.as_secs_f64().min(60.0));
                 processed.push(name);
             }
             self.enforce_time_limits(now)?;

@@ -18,6 +18,10 @@ pub struct Inputs<'a> {
     pub samples: Option<&'a [Sample]>,
     pub last_pass_seconds: f64,
     pub preemptions_total: u64,
+    /// Spool requests handled, and the seconds from their sending to their
+    /// handling, summed.
+    pub requests_total: u64,
+    pub ingest_seconds_sum: f64,
     /// Tokens left in each budgeted account's current period.
     pub budget_left: &'a [(String, f64)],
 }
@@ -146,6 +150,18 @@ pub fn render(inputs: &Inputs) -> String {
 
     family(
         &mut out,
+        "ysched_ingest_latency_seconds",
+        "summary",
+        "From a command sending a request to ysctld handling it.",
+    );
+    let _ = writeln!(
+        out,
+        "ysched_ingest_latency_seconds_sum {:.6}\nysched_ingest_latency_seconds_count {}",
+        inputs.ingest_seconds_sum, inputs.requests_total
+    );
+
+    family(
+        &mut out,
         "ysched_preemptions_total",
         "counter",
         "Preemptions decided (each may stop several jobs).",
@@ -195,6 +211,8 @@ mod tests {
             gpus: &gpus,
             samples: None,
             last_pass_seconds: 0.0125,
+            requests_total: 4,
+            ingest_seconds_sum: 0.002,
             preemptions_total: 3,
             budget_left: &[],
         });
