@@ -254,6 +254,11 @@ pub struct Config {
     pub metrics_every_secs: u64,
     /// Where the daemon serves its metrics over HTTP (`/metrics`), if anywhere.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// The program (and its arguments) run with each notification's JSON on
+    /// its stdin; `None`: no notifications.
+    pub notify_command: Option<Vec<String>>,
+    /// Seconds a notification command may run before it is killed.
+    pub notify_timeout_secs: u64,
     /// Mean utilisation (percent) below which a job's GPUs count as idle.
     pub low_utilization_pct: u32,
     /// A job that may preempt does not when it would start within this
@@ -411,6 +416,8 @@ struct RawConfig {
     metrics_file: Option<PathBuf>,
     metrics_every_secs: Option<u64>,
     metrics_listen: Option<Spanned<String>>,
+    notify_command: Option<Spanned<String>>,
+    notify_timeout_secs: Option<u64>,
     low_utilization_pct: Option<Spanned<u32>>,
     #[serde(default, deserialize_with = "de_time_limit")]
     preempt_wait: Option<Option<u64>>,
@@ -1194,6 +1201,14 @@ impl RawConfig {
             gpu_sample_secs: self.gpu_sample_secs.unwrap_or(30),
             metrics_file: self.metrics_file,
             metrics_every_secs: self.metrics_every_secs.unwrap_or(15).max(1),
+            notify_command: match self.notify_command {
+                None => None,
+                Some(command) => Some(
+                    parse_command(command.get_ref())
+                        .map_err(|e| fail(Some(command.span()), "notify_command", e))?,
+                ),
+            },
+            notify_timeout_secs: self.notify_timeout_secs.unwrap_or(30).max(1),
             metrics_listen: match self.metrics_listen {
                 None => None,
                 Some(listen) => Some(
@@ -1340,6 +1355,20 @@ pub fn expand_device_pattern(pattern: &str) -> Result<Vec<PathBuf>, String> {
         return Err(bad("a device is listed twice"));
     }
     Ok(out)
+}
+
+/// `notify_command`: a program with arguments, split as a shell would
+/// (quotes, no expansion); the program an absolute path.
+fn parse_command(text: &str) -> Result<Vec<String>, String> {
+    let words = shlex::split(text)
+        .ok_or_else(|| format!("notify_command = '{text}' has an unclosed quote"))?;
+    match words.first() {
+        None => Err("notify_command is empty; leave it out for no notifications".into()),
+        Some(program) if !program.starts_with('/') => Err(format!(
+            "notify_command: '{program}' is not an absolute path (ysctld runs it without a shell or PATH search)"
+        )),
+        Some(_) => Ok(words),
+    }
 }
 
 /// `metrics_listen`: `ADDRESS:PORT`, or a bare port on 127.0.0.1.

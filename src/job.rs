@@ -195,6 +195,86 @@ impl fmt::Display for GpuRequest {
     }
 }
 
+/// Slurm's `--mail-type`: the job events its user wants to hear of.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct MailTypes(u8);
+
+impl rusqlite::ToSql for MailTypes {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        Ok(self.0.into())
+    }
+}
+
+impl rusqlite::types::FromSql for MailTypes {
+    fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        let bits = value.as_i64()?;
+        u8::try_from(bits)
+            .ok()
+            .filter(|b| b & !31 == 0)
+            .map(MailTypes)
+            .ok_or(rusqlite::types::FromSqlError::OutOfRange(bits))
+    }
+}
+
+impl MailTypes {
+    pub const BEGIN: MailTypes = MailTypes(1);
+    pub const END: MailTypes = MailTypes(2);
+    pub const FAIL: MailTypes = MailTypes(4);
+    pub const REQUEUE: MailTypes = MailTypes(8);
+    pub const TIME_LIMIT: MailTypes = MailTypes(16);
+    const NAMES: [(&'static str, MailTypes); 5] = [
+        ("BEGIN", MailTypes::BEGIN),
+        ("END", MailTypes::END),
+        ("FAIL", MailTypes::FAIL),
+        ("REQUEUE", MailTypes::REQUEUE),
+        ("TIME_LIMIT", MailTypes::TIME_LIMIT),
+    ];
+
+    /// `END,FAIL`, `ALL`, `NONE`, case-insensitive.
+    pub fn parse(text: &str) -> Result<MailTypes, String> {
+        let mut types = MailTypes::default();
+        for word in text.split(',').map(str::trim) {
+            let upper = word.to_ascii_uppercase();
+            match upper.as_str() {
+                "NONE" => types = MailTypes::default(),
+                "ALL" => types.0 |= 31,
+                _ => match MailTypes::NAMES.iter().find(|(n, _)| *n == upper) {
+                    Some((_, t)) => types.0 |= t.0,
+                    None => {
+                        return Err(format!(
+                            "unknown mail type '{word}' (allowed: NONE, BEGIN, END, FAIL, REQUEUE, TIME_LIMIT, ALL)"
+                        ))
+                    }
+                },
+            }
+        }
+        Ok(types)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0 == 0
+    }
+
+    pub fn contains(self, other: MailTypes) -> bool {
+        self.0 & other.0 == other.0 && other.0 != 0
+    }
+
+    /// What `ysacct -o MailType` shows: `END,FAIL`, or `NONE`.
+    pub fn names(self) -> String {
+        let names: Vec<&str> = MailTypes::NAMES
+            .iter()
+            .filter(|(_, t)| self.contains(*t))
+            .map(|(n, _)| *n)
+            .collect();
+        if names.is_empty() {
+            "NONE".into()
+        } else {
+            names.join(",")
+        }
+    }
+}
+
 /// `--signal=[B:]SIG[@SECONDS]`: a signal the job gets SECONDS (default
 /// 60) before its time limit, and at once when it is preempted, before
 /// SIGTERM.
@@ -359,6 +439,12 @@ pub struct JobRequest {
     /// `--grace`: a shorter grace than its QoS's when preempted.
     #[serde(default)]
     pub grace: Option<u64>,
+    /// `--mail-type`: which of its events are sent to `notify_command`.
+    #[serde(default)]
+    pub mail_type: MailTypes,
+    /// `--mail-user`: who is told (default: the job's user).
+    #[serde(default)]
+    pub mail_user: Option<String>,
     pub script: String,
     pub args: Vec<String>,
 }
@@ -471,6 +557,12 @@ pub struct Job {
     /// How many running jobs it preempted to start.
     #[serde(default)]
     pub preemptions_caused: u32,
+    /// `--mail-type`: which of its events are sent to `notify_command`.
+    #[serde(default, skip_serializing_if = "MailTypes::is_empty")]
+    pub mail_type: MailTypes,
+    /// `--mail-user`: who is told (default: the job's user).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mail_user: Option<String>,
 }
 
 impl Job {

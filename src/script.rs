@@ -137,11 +137,11 @@ pub struct SubmitOptions {
     /// Accepted for Slurm scripts (ignored)
     #[arg(long = "ntasks-per-node", value_name = "N", hide_short_help = true)]
     pub ntasks_per_node: Option<String>,
-    /// Accepted for Slurm scripts (ignored; mail comes in a later release)
-    #[arg(long = "mail-type", value_name = "TYPE", hide_short_help = true)]
+    /// Events to be told of through the config's notify_command: NONE, BEGIN, END, FAIL, REQUEUE, TIME_LIMIT, ALL (comma-separated)
+    #[arg(long = "mail-type", value_name = "TYPE[,TYPE]")]
     pub mail_type: Option<String>,
-    /// Accepted for Slurm scripts (ignored)
-    #[arg(long = "mail-user", value_name = "ADDRESS", hide_short_help = true)]
+    /// Who is told of them (default: you)
+    #[arg(long = "mail-user", value_name = "ADDRESS")]
     pub mail_user: Option<String>,
 }
 
@@ -195,6 +195,8 @@ pub struct Partial {
     pub checkpoint_file: Option<String>,
     /// `--grace`, in seconds.
     pub grace: Option<u64>,
+    pub mail_type: Option<crate::job::MailTypes>,
+    pub mail_user: Option<String>,
     pub parsable: bool,
     /// Messages about options accepted but ignored.
     pub warnings: Vec<String>,
@@ -312,8 +314,8 @@ impl Partial {
         if o.ntasks_per_node.is_some() {
             warnings.push("--ntasks-per-node ignored: the batch script runs as one task".into());
         }
-        if o.mail_type.is_some() || o.mail_user.is_some() {
-            warnings.push("--mail-type/--mail-user ignored: mail is not supported yet".into());
+        if let Some(user) = &o.mail_user {
+            check_text(user, "--mail-user", 200)?;
         }
         Ok(Partial {
             name: o.job_name,
@@ -355,6 +357,13 @@ impl Partial {
                 (_, true) => Some(false),
                 _ => None,
             },
+            mail_type: o
+                .mail_type
+                .as_deref()
+                .map(crate::job::MailTypes::parse)
+                .transpose()
+                .map_err(|e| format!("--mail-type: {e}"))?,
+            mail_user: o.mail_user,
             parsable: o.parsable,
             warnings,
         })
@@ -389,6 +398,8 @@ impl Partial {
             warn_signal: later.warn_signal.or(self.warn_signal),
             checkpoint_file: later.checkpoint_file.or(self.checkpoint_file),
             grace: later.grace.or(self.grace),
+            mail_type: later.mail_type.or(self.mail_type),
+            mail_user: later.mail_user.or(self.mail_user),
             parsable: later.parsable || self.parsable,
             warnings,
         }
@@ -673,6 +684,8 @@ pub fn resolve(
         warn_signal: partial.warn_signal,
         checkpoint_file: partial.checkpoint_file,
         grace: partial.grace,
+        mail_type: partial.mail_type.unwrap_or_default(),
+        mail_user: partial.mail_user,
     })
 }
 
@@ -837,7 +850,12 @@ mod tests {
     #[test]
     fn slurm_only_options_warn_instead_of_failing() {
         let p = directives("#!/bin/sh\n#SBATCH -p gpu -N 1 -n 1 --mail-type=END\n").unwrap();
-        assert_eq!(p.warnings.len(), 2, "{:?}", p.warnings);
+        assert_eq!(p.warnings.len(), 1, "{:?}", p.warnings);
+        assert_eq!(
+            p.mail_type,
+            Some(crate::job::MailTypes::END),
+            "mail is supported"
+        );
     }
 
     #[test]

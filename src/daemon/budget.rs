@@ -40,10 +40,11 @@ impl Daemon {
     }
 
     /// Adds a charge to every budgeted account at or above `account`,
-    /// starting a new period where one began; logs when an account crosses
-    /// its warning threshold.
+    /// starting a new period where one began; logs and notifies when an
+    /// account crosses its warning threshold or spends its budget.
     pub(super) fn spend(&mut self, account: &str, billing: i64, now: i64) {
         let policy = Policy::new(&self.config);
+        let mut crossed = Vec::new();
         for a in policy.chain(account) {
             let Some(b) = &a.budget else { continue };
             let start = b.period.start(now);
@@ -64,6 +65,49 @@ impl Daemon {
                     b.period.name(now)
                 );
             }
+            let event = if before < 1.0 && after >= 1.0 {
+                Some("budget_exhausted")
+            } else if before < b.warning && after >= b.warning {
+                Some("budget_warning")
+            } else {
+                None
+            };
+            if let Some(event) = event {
+                // Told: the account's coordinators, else the admins.
+                let to = if a.coordinators.is_empty() {
+                    &self.config.admins
+                } else {
+                    &a.coordinators
+                };
+                crossed.push(super::notifications::Notification {
+                    event: event.to_string(),
+                    time: now,
+                    cluster: self.config.node_name.clone(),
+                    mail_user: if to.is_empty() {
+                        "root".into()
+                    } else {
+                        to.join(",")
+                    },
+                    subject: format!(
+                        "ysched account {} has used {:.0}% of its {:.1}-token budget for {}",
+                        a.name,
+                        after * 100.0,
+                        b.amount as f64 / budget::TOKEN,
+                        b.period.name(now)
+                    ),
+                    job: None,
+                    budget: Some(super::notifications::BudgetFacts {
+                        account: a.name.clone(),
+                        period: b.period.name(now),
+                        budget_tokens: b.amount as f64 / budget::TOKEN,
+                        used_tokens: entry.1 as f64 / budget::TOKEN,
+                        used_fraction: after,
+                    }),
+                });
+            }
+        }
+        if self.notifier.is_on() {
+            self.notifications.extend(crossed);
         }
     }
 

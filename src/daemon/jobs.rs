@@ -36,7 +36,24 @@ impl Daemon {
         db::update_job(tx, &job)?;
         db::add_event(tx, id, now, JobState::Running, Some(&detail))?;
         self.to_launch.push(id);
+        self.notify_job(&job, super::notifications::JobEvent::Began, now);
         Ok(())
+    }
+
+    /// Queues the job's notification for `event`, if it asked for one (sent
+    /// after this turn's commit).
+    pub(super) fn notify_job(
+        &mut self,
+        job: &crate::job::Job,
+        event: super::notifications::JobEvent,
+        now: i64,
+    ) {
+        if !self.notifier.is_on() {
+            return;
+        }
+        if let Some(n) = super::notifications::for_job(job, event, now, &self.config.node_name) {
+            self.notifications.push(n);
+        }
     }
 
     /// Starts the supervisors of the jobs marked running in this turn.
@@ -202,6 +219,7 @@ impl Daemon {
         let tx = self.tx()?;
         db::update_job(tx, &job)?;
         db::add_event(tx, id, end, state, job.reason.as_deref())?;
+        self.notify_job(&job, super::notifications::JobEvent::Ended, end);
         let exit_text = job.exit.map(|e| format!(" exit {e}")).unwrap_or_default();
         let why = job
             .reason

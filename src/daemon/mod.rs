@@ -16,6 +16,7 @@ mod control;
 mod depend;
 mod jobs;
 mod metrics_http;
+mod notifications;
 mod preempt;
 mod query;
 mod submit;
@@ -162,6 +163,9 @@ pub(crate) struct Daemon {
     /// Requests handled from the spool, and their latency summed.
     requests_total: u64,
     ingest_seconds_sum: f64,
+    /// Where notifications go, and those to send after this turn's commit.
+    notifier: notifications::Notifier,
+    notifications: Vec<notifications::Notification>,
     /// GPUs free while jobs wait, charged to the GPUs' hours.
     idle_watch: crate::report::history::IdleWatch,
     next_idle_flush: Instant,
@@ -227,6 +231,7 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         None => None,
     };
 
+    let notifier = start_notifier(&config)?;
     let (events, inbox) = mpsc::channel();
     let exit_events = events.clone();
     let exits = ExitWatcher::start(move |id| {
@@ -277,6 +282,8 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         preemptions_total: 0,
         next_metrics: metrics_on.then(Instant::now),
         metrics_latest,
+        notifier,
+        notifications: Vec::new(),
         requests_total: 0,
         ingest_seconds_sum: 0.0,
         idle_watch: Default::default(),
@@ -286,6 +293,20 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
     tracing::info!(target: "ysched::daemon", "ysctld ready");
     ready();
     daemon.event_loop(inbox)
+}
+
+/// The notification thread for the config's `notify_command`, if any.
+fn start_notifier(config: &Config) -> Result<notifications::Notifier, DaemonError> {
+    match &config.notify_command {
+        Some(command) => {
+            tracing::info!(target: "ysched::daemon", "notifications go to {}", command.join(" "));
+            Ok(notifications::Notifier::start(
+                command.clone(),
+                Duration::from_secs(config.notify_timeout_secs),
+            )?)
+        }
+        None => Ok(notifications::Notifier::off()),
+    }
 }
 
 fn host_cpus() -> u32 {
@@ -531,6 +552,9 @@ impl Daemon {
             self.commit()?;
             for (name, uid, reply) in std::mem::take(&mut self.replies) {
                 self.spool.write_reply(&name, uid, &reply);
+            }
+            for event in std::mem::take(&mut self.notifications) {
+                self.notifier.send(event);
             }
             for name in &processed {
                 self.spool.discard(name);
@@ -782,6 +806,14 @@ impl Daemon {
                 Err("config not reloaded: [[gpus]] changed; restart ysctld to change the GPU inventory".to_string())
             }
             Ok(new) => {
+                let notify_changed = (&new.notify_command, new.notify_timeout_secs)
+                    != (&self.config.notify_command, self.config.notify_timeout_secs);
+                if notify_changed {
+                    match start_notifier(&new) {
+                        Ok(n) => self.notifier = n,
+                        Err(e) => tracing::error!(target: "ysched::daemon", "notifications stay as they were: {e}"),
+                    }
+                }
                 self.config = new;
                 self.users.clear();
                 self.reschedule = true;

@@ -308,6 +308,7 @@ impl Daemon {
         let tx = self.tx()?;
         db::update_job(tx, &job)?;
         db::add_event_named(tx, id, end, "REQUEUED", Some(&detail))?;
+        self.notify_job(&job, super::notifications::JobEvent::Requeued, end);
         tracing::info!(target: "ysched::daemon", "job {id} {detail}");
         // Its exit record goes once this is committed; it may run again
         // at once.

@@ -180,6 +180,8 @@ impl Daemon {
             gpu_seconds: 0,
             gpu_usage: Default::default(),
             preemptions_caused: 0,
+            mail_type: request.mail_type,
+            mail_user: request.mail_user,
             work_dir: request.work_dir,
             submit_dir: request.submit_dir,
             std_out: request.output.unwrap_or_else(|| {

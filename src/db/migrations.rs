@@ -176,4 +176,9 @@ CREATE TABLE purged_months (
     purged_at INTEGER NOT NULL
 );
 "#,
+    // 11: --mail-type (a bit set) and --mail-user.
+    r#"
+ALTER TABLE jobs ADD COLUMN mail_type INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN mail_user TEXT;
+"#,
 ];

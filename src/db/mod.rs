@@ -130,7 +130,7 @@ const JOB_COLUMNS: &str = "id, uid, gid, user, account, qos, name, state, hold, 
      array_job_id, array_task_id, array_spec, approved_by, gpu_shard, gpu_constraint, preempted_by, claimed_gpus, \
      preempt_count, no_requeue, checkpoint_at, priority_override, warn_signal, \
      checkpoint_file, grace, gpu_seconds, gpu_samples, gpu_util_sum, gpu_util_max, gpu_mem_max_mb, \
-     gpu_low_secs, preemptions_caused";
+     gpu_low_secs, preemptions_caused, mail_type, mail_user";
 
 fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     let invalid = |i: usize, what: String| {
@@ -243,6 +243,8 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
             low_secs: row.get::<_, i64>(59)? as u64,
         },
         preemptions_caused: row.get(60)?,
+        mail_type: row.get(61)?,
+        mail_user: row.get(62)?,
         warn_signal: match row.get::<_, Option<String>>(51)? {
             Some(w) => Some(
                 crate::job::WarnSignal::parse(&w)
@@ -277,9 +279,10 @@ pub fn insert_job(conn: &Connection, job: &Job, payload: &Payload) -> Result<Job
     conn.prepare_cached(
         "INSERT INTO jobs (uid, gid, user, account, qos, name, state, hold, gpu_count, gpu_type, cpus, mem_mb, \
          time_limit, submit_time, begin_time, work_dir, submit_dir, std_out, std_err, open_append, comment, nice, dependency, \
-         array_job_id, array_task_id, array_spec, gpu_shard, gpu_constraint, no_requeue, warn_signal, checkpoint_file, grace) \
+         array_job_id, array_task_id, array_spec, gpu_shard, gpu_constraint, no_requeue, warn_signal, checkpoint_file, grace, \
+         mail_type, mail_user) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, \
-         ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32)",
+         ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34)",
     )?
     .execute(params![
         job.uid,
@@ -314,6 +317,8 @@ pub fn insert_job(conn: &Connection, job: &Job, payload: &Payload) -> Result<Job
         job.warn_signal.map(|w| w.to_string()),
         job.checkpoint_file,
         job.grace.map(|g| g as i64),
+        job.mail_type,
+        job.mail_user,
     ])?;
     let id = conn.last_insert_rowid() as JobId;
     if job.array.as_ref().is_some_and(|a| a.job_id == 0) {

@@ -407,6 +407,8 @@ mod tests {
             warn_signal: None,
             checkpoint_file: None,
             grace: None,
+            mail_type: Default::default(),
+            mail_user: None,
             script: "#!/bin/sh\n".into(),
             args: vec![],
         }

@@ -25,6 +25,7 @@ pub const BINARIES: [&str; 9] = [
 pub fn bin_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
+        remove_stale_bin_dirs();
         let dir = std::env::temp_dir().join(format!("ysched-test-bin-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -39,6 +40,27 @@ pub fn bin_dir() -> &'static Path {
         }
         dir
     })
+}
+
+/// The binary directories of test processes that have ended: each holds
+/// its build's binaries (hard links keep them alive after a rebuild).
+fn remove_stale_bin_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("ysched-test-bin-"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 fn built_binary(name: &str) -> PathBuf {
