@@ -259,6 +259,11 @@ pub struct Config {
     pub notify_command: Option<Vec<String>>,
     /// Seconds a notification command may run before it is killed.
     pub notify_timeout_secs: u64,
+    /// What users see of other users' jobs.
+    pub private_data: PrivateData,
+    /// Months a finished job's row is kept after the month it ended in
+    /// (then summarised and purged); `None`: forever.
+    pub purge_after_months: Option<u32>,
     /// Mean utilisation (percent) below which a job's GPUs count as idle.
     pub low_utilization_pct: u32,
     /// A job that may preempt does not when it would start within this
@@ -418,6 +423,9 @@ struct RawConfig {
     metrics_listen: Option<Spanned<String>>,
     notify_command: Option<Spanned<String>>,
     notify_timeout_secs: Option<u64>,
+    purge_after_months: Option<Spanned<u32>>,
+    #[serde(default)]
+    private_data: PrivateData,
     low_utilization_pct: Option<Spanned<u32>>,
     #[serde(default, deserialize_with = "de_time_limit")]
     preempt_wait: Option<Option<u64>>,
@@ -1209,6 +1217,18 @@ impl RawConfig {
                 ),
             },
             notify_timeout_secs: self.notify_timeout_secs.unwrap_or(30).max(1),
+            private_data: self.private_data,
+            purge_after_months: match self.purge_after_months {
+                Some(m) if *m.get_ref() == 0 => {
+                    return Err(fail(
+                        Some(m.span()),
+                        "purge_after_months",
+                        "purge_after_months = 0 would purge the month in progress; give 1 or more (or leave it out to keep every job)".into(),
+                    ))
+                }
+                Some(m) => Some(*m.get_ref()),
+                None => None,
+            },
             metrics_listen: match self.metrics_listen {
                 None => None,
                 Some(listen) => Some(
@@ -1355,6 +1375,21 @@ pub fn expand_device_pattern(pattern: &str) -> Result<Vec<PathBuf>, String> {
         return Err(bad("a device is listed twice"));
     }
     Ok(out)
+}
+
+/// What a user sees of other users' jobs (Slurm's PrivateData): their
+/// coordinators and admins see everything of the accounts they look after.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PrivateData {
+    /// Others' jobs are listed, without where they run and write, their
+    /// comment and mail address; reports cover one's own jobs.
+    #[default]
+    Details,
+    /// Others' jobs are not shown at all.
+    Jobs,
+    /// Everyone sees every job whole, and reports cover everyone.
+    None,
 }
 
 /// `notify_command`: a program with arguments, split as a shell would

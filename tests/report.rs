@@ -102,6 +102,60 @@ fn an_older_month_from_fixture_rows_by_hand_and_bad_input() {
     check_march_2025(&c);
 }
 
+#[test]
+fn a_purged_month_is_reported_from_its_summary_with_the_same_figures() {
+    let mut c = Cluster::started(&format!("purge_after_months = 1\n{BUDGETED}"));
+    let recent = c.submit(&["-A", "nlp", "--wrap", "true"]);
+    assert_eq!(c.wait_done(recent, LONG), "COMPLETED");
+    c.stop();
+    fill_march_2025(&c);
+    c.start();
+    let db = rusqlite::Connection::open(c.spool.join("ysched.db")).unwrap();
+    let march = (1_740_787_200i64, 1_743_465_600i64);
+    common::wait_for("March's job rows purged", LONG, || {
+        db.query_row(
+            "SELECT count(*) FROM jobs WHERE end_time >= ?1 AND end_time < ?2",
+            march,
+            |r| r.get::<_, i64>(0),
+        )
+        .unwrap()
+            == 0
+    });
+    let events: i64 = db
+        .query_row(
+            "SELECT count(*) FROM job_events WHERE job_id NOT IN (SELECT id FROM jobs)",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(events, 0, "their events went with them");
+    // This month's job stays.
+    assert_eq!(c.field(recent, "State"), "COMPLETED");
+    // The very figures computed by hand from the rows, now from the summary.
+    check_march_2025(&c);
+    let r = report_json(&c, &["--month", "2025-03"]);
+    assert_eq!(r["summarised_months"][0], "2025-03");
+    let text = stdout(&c.run("ysreport", &["--month", "2025-03"]));
+    assert!(
+        text.contains("From monthly summaries (job rows purged): 2025-03"),
+        "{text}"
+    );
+    // Only whole purged months.
+    let out = c.run("ysreport", &["-S", "2025-03-05", "-E", "2025-04-01"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("cuts through 2025-03, whose job rows were purged"),
+        "{}",
+        stderr(&out)
+    );
+    let out = c.run("yscontrol", &["show", "audit"]);
+    assert!(
+        stdout(&out).contains("5 jobs of 2025-03 summarised"),
+        "{}",
+        stdout(&out)
+    );
+}
+
 /// March 2025 in the database by hand: jobs, and the GPUs' hours.
 fn fill_march_2025(c: &Cluster) {
     // March 2025: three vision jobs of 1, 2 and 4 GPU-hours that waited

@@ -275,3 +275,46 @@ fn personal_mode_runs_everything_as_one_unprivileged_user() {
     let _ = daemon.kill();
     let _ = daemon.wait();
 }
+
+#[test]
+fn private_data_hides_other_users_jobs_except_from_their_coordinators() {
+    require_root!();
+    let alice = TestUser::create("pa");
+    let bob = TestUser::create("pb");
+    let carol = TestUser::create("pc");
+    let c = Cluster::started(&format!(
+        "private_data = \"jobs\"\n[[accounts]]\nname = \"vision\"\nusers = [\"*\"]\ncoordinators = [\"{}\"]\n",
+        carol.name
+    ));
+    let id = submit_as(
+        &c,
+        &alice,
+        &["-A", "vision", "--comment", "secret", "--wrap", "sleep 60"],
+    );
+    c.wait_state(id, "RUNNING", LONG);
+    let listed = |user: &TestUser, command: &str, args: &[&str]| {
+        let out = c.run_as(&user.name, command, args);
+        assert!(
+            out.status.success(),
+            "{command} as {}: {}",
+            user.name,
+            stderr(&out)
+        );
+        stdout(&out)
+    };
+    // Bob sees nothing of alice's job.
+    let q = listed(&bob, "ysqueue", &["-h", "-o", "%i"]);
+    assert_eq!(q.trim(), "", "{q}");
+    let acct = listed(&bob, "ysacct", &["-a", "-n", "-P", "-o", "JobID"]);
+    assert_eq!(acct.trim(), "", "{acct}");
+    let out = c.run_as(&bob.name, "yscontrol", &["show", "job", &id.to_string()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("private_data"), "{}", stderr(&out));
+    // Carol coordinates vision: she sees it whole, comment included.
+    let acct = listed(&carol, "ysacct", &["-a", "-n", "-P", "-o", "JobID,Comment"]);
+    assert_eq!(acct.trim(), format!("{id}|secret"));
+    // Alice sees her own.
+    let q = listed(&alice, "ysqueue", &["-h", "-o", "%i"]);
+    assert_eq!(q.trim(), id.to_string());
+    c.run("yscancel", &[&id.to_string()]);
+}

@@ -270,7 +270,7 @@ fn period_of(args: &Args, now: jiff::Zoned) -> Result<Period, String> {
                 units::format_timestamp(from),
                 units::format_timestamp(to)
             ),
-            days: day_starts(from, to, now.time_zone())?,
+            days: usage::day_starts(from, to, now.time_zone())?,
         });
     }
     let (year, month) = match &args.month {
@@ -299,29 +299,8 @@ fn period_of(args: &Args, now: jiff::Zoned) -> Result<Period, String> {
         from,
         to,
         label: format!("{year:04}-{month:02}"),
-        days: day_starts(from, to, &tz)?,
+        days: usage::day_starts(from, to, &tz)?,
     })
-}
-
-/// Where each day of [from, to) starts in `tz`: the period's start, then
-/// each midnight (at most usage::MAX_DAYS).
-fn day_starts(from: i64, to: i64, tz: &jiff::tz::TimeZone) -> Result<Vec<i64>, String> {
-    let mut days = vec![from];
-    let start = jiff::Timestamp::from_second(from).map_err(|e| e.to_string())?;
-    let mut date = start.to_zoned(tz.clone()).date();
-    while days.len() < usage::MAX_DAYS {
-        date = date.tomorrow().map_err(|e| e.to_string())?;
-        let midnight = date
-            .to_zoned(tz.clone())
-            .map_err(|e| e.to_string())?
-            .timestamp()
-            .as_second();
-        if midnight >= to {
-            break;
-        }
-        days.push(midnight);
-    }
-    Ok(days)
 }
 
 /// `2026-11` → (2026, 11), with a clear error for `2026-13` or `Nov`.

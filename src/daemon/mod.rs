@@ -19,6 +19,7 @@ mod metrics_http;
 mod notifications;
 mod preempt;
 mod query;
+mod retention;
 mod submit;
 mod users;
 
@@ -169,6 +170,8 @@ pub(crate) struct Daemon {
     /// GPUs free while jobs wait, charged to the GPUs' hours.
     idle_watch: crate::report::history::IdleWatch,
     next_idle_flush: Instant,
+    /// When to take the next retention step (purge_after_months).
+    next_retention: Instant,
 }
 
 /// Runs the daemon until SIGTERM/SIGINT. `ready` is called once it accepts
@@ -288,6 +291,7 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         ingest_seconds_sum: 0.0,
         idle_watch: Default::default(),
         next_idle_flush: Instant::now() + IDLE_FLUSH_EVERY,
+        next_retention: Instant::now(),
     };
     daemon.recover()?;
     tracing::info!(target: "ysched::daemon", "ysctld ready");
@@ -533,6 +537,14 @@ impl Daemon {
             if self.next_metrics.is_some_and(|t| Instant::now() >= t) {
                 self.write_metrics(now);
             }
+            if self.config.purge_after_months.is_some() && Instant::now() >= self.next_retention {
+                let more = self.retention_step(now)?;
+                self.next_retention = if more {
+                    Instant::now()
+                } else {
+                    Instant::now() + MAINTENANCE_EVERY
+                };
+            }
             if Instant::now() >= next_maintenance {
                 self.spool.remove_stale(STALE_AFTER);
                 next_maintenance = Instant::now() + MAINTENANCE_EVERY;
@@ -582,7 +594,11 @@ impl Daemon {
     fn next_timeout(&self, next_maintenance: Instant) -> Duration {
         let now_s = now();
         let mut next = next_maintenance.saturating_duration_since(Instant::now());
-        for t in [self.next_sample, self.next_metrics].into_iter().flatten() {
+        let retention = self.config.purge_after_months.map(|_| self.next_retention);
+        for t in [self.next_sample, self.next_metrics, retention]
+            .into_iter()
+            .flatten()
+        {
             next = next.min(t.saturating_duration_since(Instant::now()));
         }
         let mut consider = |at: i64| {
@@ -647,7 +663,22 @@ impl Daemon {
                 let request = envelope.request;
                 if let Request::Query(q) = request {
                     let admin = self.config.is_admin(uid, &user);
-                    return Ok(Some(query::Work::new(name, uid, user, admin, q)));
+                    let policy = sched::limits::Policy::new(&self.config);
+                    let coordinated = self
+                        .config
+                        .accounts
+                        .iter()
+                        .filter(|a| sched::approval::may_approve(&policy, &a.name, &user))
+                        .map(|a| a.name.clone())
+                        .collect();
+                    let viewer = query::Viewer {
+                        uid,
+                        user,
+                        admin,
+                        coordinated,
+                        privacy: self.config.private_data,
+                    };
+                    return Ok(Some(query::Work::new(name, viewer, q)));
                 }
                 // A state change: apply it once, whatever crashes happened.
                 if let Some((owner, reply)) = db::find_request(self.tx()?, &name)? {

@@ -167,22 +167,53 @@ pub fn share_rows(
         .collect()
 }
 
+/// Who asks, and what they may see of other users' jobs.
+#[derive(Clone, Debug)]
+pub struct Viewer {
+    pub uid: u32,
+    pub user: String,
+    pub admin: bool,
+    /// Accounts whose jobs they see as their own: those they coordinate,
+    /// and those below.
+    pub coordinated: std::collections::HashSet<String>,
+    pub privacy: crate::config::PrivateData,
+}
+
+impl Viewer {
+    /// Whether they see all of the job: its directories, files, comment.
+    fn sees_details(&self, job: &Job) -> bool {
+        self.admin
+            || job.uid == self.uid
+            || self.coordinated.contains(&job.account)
+            || self.privacy == crate::config::PrivateData::None
+    }
+
+    /// Whether they see the job at all.
+    fn sees(&self, job: &Job) -> bool {
+        self.privacy != crate::config::PrivateData::Jobs || self.sees_details(job)
+    }
+
+    /// Whether its usage counts in their reports.
+    fn sees_usage(&self, account: &str, user: &str) -> bool {
+        self.admin
+            || user == self.user
+            || self.coordinated.contains(account)
+            || self.privacy == crate::config::PrivateData::None
+    }
+}
+
 pub(super) struct Work {
     name: String,
-    uid: u32,
-    user: String,
-    admin: bool,
+    viewer: Viewer,
     query: Query,
     snapshot: Option<Arc<QueueSnapshot>>,
 }
 
 impl Work {
-    pub(super) fn new(name: String, uid: u32, user: String, admin: bool, query: Query) -> Work {
+    pub(super) fn new(name: String, viewer: Viewer, query: Query) -> Work {
         Work {
             name,
-            uid,
-            user,
-            admin,
+            viewer,
             query,
             snapshot: None,
         }
@@ -210,21 +241,23 @@ pub(super) fn start(spool: Spool, database: &Path) -> std::io::Result<Sender<Wor
                         }
                     }
                 };
-                spool.write_reply(&work.name, work.uid, &reply);
+                spool.write_reply(&work.name, work.viewer.uid, &reply);
             }
         })?;
     Ok(tx)
 }
 
-/// Blanks what only the job's owner and admins may see: where it runs and
+/// Blanks what only the job's owner, its account's coordinators and
+/// admins may see (unless `private_data = "none"`): where it runs and
 /// writes, and its comment.
-fn view_for(mut view: JobView, uid: u32, admin: bool) -> JobView {
-    if view.job.uid != uid && !admin {
+fn view_for(mut view: JobView, viewer: &Viewer) -> JobView {
+    if !viewer.sees_details(&view.job) {
         view.job.work_dir = Default::default();
         view.job.submit_dir = Default::default();
         view.job.std_out = String::new();
         view.job.std_err = None;
         view.job.comment = None;
+        view.job.mail_user = None;
         view.redacted = true;
     }
     view
@@ -233,19 +266,26 @@ fn view_for(mut view: JobView, uid: u32, admin: bool) -> JobView {
 fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
     let snapshot = work.snapshot.as_deref();
     let now = super::now();
-    let redact = |v: &JobView| v.job.uid != work.uid && !work.admin;
-    let visible = |v: JobView| view_for(v, work.uid, work.admin);
+    let viewer = &work.viewer;
+    let redact = |v: &JobView| !viewer.sees_details(&v.job);
+    let visible = |v: JobView| view_for(v, viewer);
     // Cells rendered here, where the jobs are, or whole (redacted) jobs.
     let reply = |views: Vec<&JobView>, fields: &Option<Vec<Field>>| match fields {
         Some(fields) => Reply::Rows {
             rows: views
                 .into_iter()
+                .filter(|v| viewer.sees(&v.job))
                 .map(|v| report::cells(fields, v, now, redact(v)))
                 .collect(),
             now,
         },
         None => Reply::Jobs {
-            jobs: views.into_iter().cloned().map(visible).collect(),
+            jobs: views
+                .into_iter()
+                .filter(|v| viewer.sees(&v.job))
+                .cloned()
+                .map(visible)
+                .collect(),
             now,
         },
     };
@@ -285,27 +325,61 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
             waste_after_secs,
         } => {
             let mut builder = crate::report::usage::Builder::new(period.clone(), *waste_after_secs);
+            let wanted = |account: &str, user: &str| {
+                viewer.sees_usage(account, user)
+                    && (accounts.is_empty() || accounts.iter().any(|a| a == account))
+                    && (users.is_empty() || users.iter().any(|u| u == user))
+            };
+            // Purged months come whole from their summaries.
+            let purged = db::purged_months(conn, period.from, period.to)?;
+            if let Some(cut) = purged
+                .iter()
+                .find(|m| m.start < period.from || m.end > period.to)
+            {
+                return Ok(Reply::Rejected {
+                    error: format!(
+                        "the period cuts through {}, whose job rows were purged (purge_after_months): \
+                         report it whole, with --month {}",
+                        cut.month, cut.month
+                    ),
+                });
+            }
+            let in_purged = |t: i64| purged.iter().any(|m| t >= m.start && t < m.end);
             db::for_each_ended(conn, period.from, period.to, |job| {
-                let mine = work.admin || job.user == work.user;
-                let chosen = (accounts.is_empty() || accounts.contains(&job.account))
-                    && (users.is_empty() || users.contains(&job.user));
-                if mine && chosen {
+                if wanted(&job.account, &job.user) && !in_purged(job.end_time) {
                     builder.add(&job);
                 }
             })?;
+            let mut summarised = Vec::new();
+            for month in &purged {
+                for (account, user, summary) in db::month_summaries(conn, &month.month)? {
+                    if wanted(&account, &user) {
+                        builder.add_summary(&account, &user, &summary);
+                    }
+                }
+                builder.add_waste(
+                    month
+                        .waste
+                        .iter()
+                        .filter(|w| wanted(&w.account, &w.user))
+                        .cloned(),
+                );
+                summarised.push(month.month.clone());
+            }
             builder.add_gpu_hours(&db::gpu_hours(
                 conn,
                 crate::report::history::hour_of(period.from),
                 period.to,
             )?);
             let mut report = builder.finish();
-            report.complete = work.admin && accounts.is_empty() && users.is_empty();
+            report.complete = viewer.admin && accounts.is_empty() && users.is_empty();
+            report.summarised_months = summarised;
             Ok(Reply::Usage {
                 report: Box::new(report),
             })
         }
         Query::Audit { limit } => {
-            if !work.admin {
+            if !viewer.admin {
                 return Ok(Reply::Rejected {
                     error: "permission denied: only root and the config's admins may read the audit log".into(),
                 });
@@ -321,7 +395,14 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
         } => {
             let rows = snapshot.map(|s| s.shares.as_slice()).unwrap_or_default();
             Ok(Reply::Shares {
-                rows: visible_shares(rows, &work.user, work.admin, *all_users, accounts, users),
+                rows: visible_shares(
+                    rows,
+                    &viewer.user,
+                    viewer.admin,
+                    *all_users,
+                    accounts,
+                    users,
+                ),
             })
         }
         Query::Job(r) => {
@@ -351,13 +432,19 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
                     });
                 }
             }
+            let existed = !views.is_empty();
+            views.retain(|v| viewer.sees(&v.job));
             if views.is_empty() {
                 return Ok(Reply::Rejected {
-                    error: format!("job {r} does not exist"),
+                    error: if existed {
+                        format!("job {r} is another user's, and private_data = \"jobs\" hides it")
+                    } else {
+                        format!("job {r} does not exist")
+                    },
                 });
             }
             views.sort_by_key(|v| v.job.id);
-            tracing::debug!(target: "ysched::daemon", "{} looked at job {r}", work.user);
+            tracing::debug!(target: "ysched::daemon", "{} looked at job {r}", viewer.user);
             Ok(Reply::Jobs {
                 jobs: views.into_iter().map(visible).collect(),
                 now,
@@ -377,9 +464,13 @@ pub fn answer_offline(
     let conn = db::open_readonly(database)?;
     let work = Work {
         name: String::new(),
-        uid,
-        user: String::new(),
-        admin,
+        viewer: Viewer {
+            uid,
+            user: String::new(),
+            admin,
+            coordinated: Default::default(),
+            privacy: Default::default(),
+        },
         query,
         snapshot: None,
     };

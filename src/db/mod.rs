@@ -527,6 +527,130 @@ pub fn gpu_hours(
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// A month whose job rows were purged, its summary kept.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PurgedMonth {
+    /// `2025-03`.
+    pub month: String,
+    pub start: i64,
+    pub end: i64,
+    pub jobs: u64,
+    pub waste: Vec<crate::report::usage::Waste>,
+}
+
+/// The purged months that overlap [from, to), oldest first.
+pub fn purged_months(conn: &Connection, from: i64, to: i64) -> Result<Vec<PurgedMonth>, DbError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT month, start, end, jobs, waste FROM purged_months WHERE start < ?2 AND end > ?1 ORDER BY start",
+    )?;
+    let rows = stmt.query_map(params![from, to], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, i64>(1)?,
+            r.get::<_, i64>(2)?,
+            r.get::<_, i64>(3)?,
+            r.get::<_, String>(4)?,
+        ))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (month, start, end, jobs, waste) = row?;
+        out.push(PurgedMonth {
+            waste: serde_json::from_str(&waste)
+                .map_err(|e| DbError::Invalid(format!("waste ranking of {month}: {e}")))?,
+            month,
+            start,
+            end,
+            jobs: jobs as u64,
+        });
+    }
+    Ok(out)
+}
+
+/// A purged month's summaries: (account, user, summary).
+pub fn month_summaries(
+    conn: &Connection,
+    month: &str,
+) -> Result<Vec<(String, String, crate::report::usage::Summary)>, DbError> {
+    let mut stmt =
+        conn.prepare_cached("SELECT account, user, summary FROM month_summaries WHERE month = ?1")?;
+    let rows = stmt.query_map([month], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+        ))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (account, user, text) = row?;
+        let summary = serde_json::from_str(&text).map_err(|e| {
+            DbError::Invalid(format!("summary of {month} for {account}/{user}: {e}"))
+        })?;
+        out.push((account, user, summary));
+    }
+    Ok(out)
+}
+
+/// Keeps a month's summaries and marks it purged: from now on reports
+/// take it from here, whatever job rows of it are still being deleted.
+pub fn save_month_summary(
+    conn: &Connection,
+    month: &PurgedMonth,
+    summaries: &std::collections::BTreeMap<(String, String), crate::report::usage::Summary>,
+    now: i64,
+) -> Result<(), DbError> {
+    let mut insert = conn.prepare_cached(
+        "INSERT INTO month_summaries (month, account, user, summary) VALUES (?1, ?2, ?3, ?4)",
+    )?;
+    for ((account, user), summary) in summaries {
+        let text = serde_json::to_string(summary).map_err(|e| DbError::Invalid(e.to_string()))?;
+        insert.execute(params![month.month, account, user, text])?;
+    }
+    let waste = serde_json::to_string(&month.waste).map_err(|e| DbError::Invalid(e.to_string()))?;
+    conn.prepare_cached(
+        "INSERT INTO purged_months (month, start, end, jobs, waste, purged_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![month.month, month.start, month.end, month.jobs as i64, waste, now])?;
+    Ok(())
+}
+
+/// When the oldest job that ended before `cutoff` ended.
+pub fn oldest_end_before(conn: &Connection, cutoff: i64) -> Result<Option<i64>, DbError> {
+    Ok(conn
+        .prepare_cached("SELECT min(end_time) FROM jobs WHERE end_time < ?1")?
+        .query_row([cutoff], |r| r.get(0))?)
+}
+
+/// A purged month that still has job rows: (start, end).
+pub fn purged_month_with_rows(conn: &Connection) -> Result<Option<(i64, i64)>, DbError> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT start, end FROM purged_months p WHERE EXISTS \
+             (SELECT 1 FROM jobs WHERE end_time >= p.start AND end_time < p.end) LIMIT 1",
+        )?
+        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?)
+}
+
+/// Deletes up to `limit` finished jobs (with their scripts and events)
+/// that ended in [start, end); how many went.
+pub fn purge_jobs(conn: &Connection, start: i64, end: i64, limit: u32) -> Result<usize, DbError> {
+    Ok(conn
+        .prepare_cached(
+            "DELETE FROM jobs WHERE id IN \
+             (SELECT id FROM jobs WHERE end_time >= ?1 AND end_time < ?2 LIMIT ?3)",
+        )?
+        .execute(params![start, end, limit])?)
+}
+
+/// Forgets request records older than `before` (their spool files are long gone).
+pub fn forget_requests_before(conn: &Connection, before: i64) -> Result<usize, DbError> {
+    Ok(conn
+        .prepare_cached("DELETE FROM requests WHERE received < ?1")?
+        .execute([before])?)
+}
+
 /// The last `limit` lines of the audit log, oldest first.
 pub fn audit_tail(conn: &Connection, limit: u32) -> Result<Vec<crate::proto::AuditRow>, DbError> {
     let mut stmt = conn.prepare_cached(

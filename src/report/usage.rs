@@ -48,6 +48,27 @@ pub struct Period {
     pub days: Vec<i64>,
 }
 
+/// Where each day of [from, to) starts in `tz`: the period's start, then
+/// each midnight (at most MAX_DAYS).
+pub fn day_starts(from: i64, to: i64, tz: &jiff::tz::TimeZone) -> Result<Vec<i64>, String> {
+    let mut days = vec![from];
+    let start = jiff::Timestamp::from_second(from).map_err(|e| e.to_string())?;
+    let mut date = start.to_zoned(tz.clone()).date();
+    while days.len() < MAX_DAYS {
+        date = date.tomorrow().map_err(|e| e.to_string())?;
+        let midnight = date
+            .to_zoned(tz.clone())
+            .map_err(|e| e.to_string())?
+            .timestamp()
+            .as_second();
+        if midnight >= to {
+            break;
+        }
+        days.push(midnight);
+    }
+    Ok(days)
+}
+
 /// Days a report charts day by day, at most.
 pub const MAX_DAYS: usize = 400;
 
@@ -197,12 +218,132 @@ pub const WASTE_ROWS: usize = 20;
 #[derive(Default)]
 struct Sums {
     line: Line,
+    /// Each wait, for the percentiles (bucket bounds for summarised months).
     waits: Vec<i64>,
+    /// Exact, for the mean.
+    wait_sum: i64,
     util_samples: u64,
     util_sum: u64,
 }
 
+/// The wait of a job that ran: from eligible (submit, or `--begin`) to its
+/// last start.
+fn wait_of(job: &EndedJob) -> Option<i64> {
+    let start = job.start_time?;
+    let eligible = job
+        .begin_time
+        .unwrap_or(job.submit_time)
+        .max(job.submit_time);
+    Some((start - eligible).max(0))
+}
+
+/// Where a month's summary files a wait: the upper bound of its bucket —
+/// the minute below an hour, ten minutes below a day, the hour beyond.
+pub fn wait_bucket(wait: i64) -> i64 {
+    let step = match wait {
+        w if w < 3_600 => 60,
+        w if w < 86_400 => 600,
+        _ => 3_600,
+    };
+    (wait.max(0) + step - 1) / step * step
+}
+
+/// What a month's summary keeps of one user in one account once the
+/// month's job rows are purged: sums that add up exactly, waits in buckets
+/// (`wait_bucket`), GPU-hours per day.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub jobs: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub timeout: u64,
+    pub out_of_memory: u64,
+    pub cancelled: u64,
+    pub gpu_seconds: i64,
+    pub billing: i64,
+    pub preemptions: u64,
+    pub preemptions_caused: u64,
+    pub wait_sum: i64,
+    /// Jobs per wait bucket, by the bucket's upper bound in seconds.
+    pub waits: BTreeMap<i64, u64>,
+    pub util_samples: u64,
+    pub util_sum: u64,
+    /// GPU-seconds spent below the low-utilisation threshold.
+    pub low_gpu_seconds: u64,
+    /// GPU-hours per day, by the day's start.
+    pub daily: BTreeMap<i64, f64>,
+}
+
+impl Summary {
+    pub fn add(&mut self, job: &EndedJob, period: &Period) {
+        self.jobs += 1;
+        match job.state {
+            JobState::Completed => self.completed += 1,
+            JobState::Failed | JobState::NodeFail => self.failed += 1,
+            JobState::Timeout => self.timeout += 1,
+            JobState::OutOfMemory => self.out_of_memory += 1,
+            JobState::Cancelled | JobState::Preempted => self.cancelled += 1,
+            _ => {}
+        }
+        self.gpu_seconds += job.gpu_seconds;
+        self.billing += job.billing;
+        self.preemptions += u64::from(job.preempt_count);
+        self.preemptions_caused += u64::from(job.preemptions_caused);
+        if let Some(wait) = wait_of(job) {
+            self.wait_sum += wait;
+            *self.waits.entry(wait_bucket(wait)).or_default() += 1;
+        }
+        self.util_samples += u64::from(job.gpu_usage.samples);
+        self.util_sum += job.gpu_usage.utilization_sum;
+        self.low_gpu_seconds += job.gpu_usage.low_secs * u64::from(job.gpus);
+        spread(job, period, |day, hours| {
+            *self.daily.entry(period.days[day]).or_default() += hours;
+        });
+    }
+}
+
+/// A job's GPU-hours over the days it ran: back from its end, as long as
+/// its GPU time lasts on its GPUs.
+fn spread(job: &EndedJob, period: &Period, mut add: impl FnMut(usize, f64)) {
+    if job.gpu_seconds <= 0 || period.days.is_empty() {
+        return;
+    }
+    let gpus = i64::from(job.gpus.max(1));
+    let end = job.end_time;
+    let mut t = (end - job.gpu_seconds / gpus).max(period.from);
+    while t < end {
+        let Some(i) = period.day_index(t) else {
+            break;
+        };
+        let until = period.day_end(i).min(end);
+        add(i, (until - t) as f64 * gpus as f64 / 3600.0);
+        t = until;
+    }
+}
+
 impl Sums {
+    /// A summarised month's user: its sums, its waits at their buckets' bounds.
+    fn add_summary(&mut self, s: &Summary) {
+        let l = &mut self.line;
+        l.jobs += s.jobs;
+        l.completed += s.completed;
+        l.failed += s.failed;
+        l.timeout += s.timeout;
+        l.out_of_memory += s.out_of_memory;
+        l.cancelled += s.cancelled;
+        l.gpu_hours += s.gpu_seconds as f64 / 3600.0;
+        l.tokens += s.billing as f64 / 3600.0;
+        l.preemptions += s.preemptions;
+        l.preemptions_caused += s.preemptions_caused;
+        l.idle_gpu_hours += s.low_gpu_seconds as f64 / 3600.0;
+        self.wait_sum += s.wait_sum;
+        for (&bound, &n) in &s.waits {
+            self.waits.extend(std::iter::repeat_n(bound, n as usize));
+        }
+        self.util_samples += s.util_samples;
+        self.util_sum += s.util_sum;
+    }
+
     fn add(&mut self, job: &EndedJob) {
         let l = &mut self.line;
         l.jobs += 1;
@@ -218,12 +359,9 @@ impl Sums {
             JobState::Cancelled | JobState::Preempted => l.cancelled += 1,
             _ => {}
         }
-        if let Some(start) = job.start_time {
-            let eligible = job
-                .begin_time
-                .unwrap_or(job.submit_time)
-                .max(job.submit_time);
-            self.waits.push((start - eligible).max(0));
+        if let Some(wait) = wait_of(job) {
+            self.waits.push(wait);
+            self.wait_sum += wait;
         }
         self.util_samples += u64::from(job.gpu_usage.samples);
         self.util_sum += job.gpu_usage.utilization_sum;
@@ -234,7 +372,7 @@ impl Sums {
         self.waits.sort_unstable();
         let l = &mut self.line;
         if !self.waits.is_empty() {
-            l.wait_mean_s = Some(self.waits.iter().sum::<i64>() as f64 / self.waits.len() as f64);
+            l.wait_mean_s = Some(self.wait_sum as f64 / self.waits.len() as f64);
             l.wait_p50_s = Some(nearest_rank(&self.waits, 50));
             l.wait_p95_s = Some(nearest_rank(&self.waits, 95));
         }
@@ -328,9 +466,6 @@ impl Builder {
         if job.gpu_seconds <= 0 || self.period.days.is_empty() {
             return;
         }
-        let run = job.gpu_seconds / i64::from(job.gpus.max(1));
-        let (mut t, end) = (job.end_time - run, job.end_time);
-        let gpus = f64::from(job.gpus.max(1));
         let days = self.period.days.len();
         let row = match self.daily.get_mut(&job.account) {
             Some(r) => r,
@@ -339,15 +474,45 @@ impl Builder {
                 .entry(job.account.clone())
                 .or_insert_with(|| vec![0.0; days]),
         };
-        t = t.max(self.period.from);
-        while t < end {
-            let Some(i) = self.period.day_index(t) else {
-                break;
-            };
-            let until = self.period.day_end(i).min(end);
-            row[i] += (until - t) as f64 * gpus / 3600.0;
-            t = until;
+        spread(job, &self.period, |i, hours| row[i] += hours);
+    }
+
+    /// Adds one user's summary of a purged month (its jobs ended in it).
+    pub fn add_summary(&mut self, account: &str, user: &str, summary: &Summary) {
+        self.total.add_summary(summary);
+        let (sums, users) = self.accounts.entry(account.to_string()).or_default();
+        sums.add_summary(summary);
+        users
+            .entry(user.to_string())
+            .or_default()
+            .add_summary(summary);
+        let days = self.period.days.len();
+        if days == 0 {
+            return;
         }
+        let row = self
+            .daily
+            .entry(account.to_string())
+            .or_insert_with(|| vec![0.0; days]);
+        for (&day, &hours) in &summary.daily {
+            if let Some(i) = self.period.day_index(day) {
+                row[i] += hours;
+            }
+        }
+    }
+
+    /// Adds the waste ranking a purged month kept.
+    pub fn add_waste(&mut self, waste: impl IntoIterator<Item = Waste>) {
+        self.waste.extend(waste);
+        if self.waste.len() > 4 * WASTE_ROWS {
+            rank(&mut self.waste);
+        }
+    }
+
+    /// The jobs ranked so far (before `finish`), worst first.
+    pub fn waste_so_far(&mut self) -> Vec<Waste> {
+        rank(&mut self.waste);
+        self.waste.clone()
     }
 
     /// Adds the GPUs' hours of the period (utilisation per day, idle time
