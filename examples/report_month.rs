@@ -3,7 +3,7 @@
 //! text and the HTML page, against reading the same columns of the same rows and doing
 //! nothing with them, in the same process.
 //!
-//! cargo run --release --example report_month -- [JOBS]
+//! cargo run --release --example report_month -- [JOBS] [--keep DIR]
 
 use std::time::Instant;
 
@@ -11,12 +11,26 @@ use ysched::db;
 use ysched::report::usage::{self, Builder, Period};
 
 fn main() {
-    let jobs: i64 = std::env::args()
-        .nth(1)
+    let args: Vec<String> = std::env::args().collect();
+    let jobs: i64 = args
+        .get(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(1_000_000);
+    // `--keep DIR`: leave the database in DIR (bench/acct_stream.sh reads it
+    // through a daemon) and stop there.
+    let keep = args
+        .iter()
+        .position(|a| a == "--keep")
+        .and_then(|i| args.get(i + 1))
+        .map(std::path::PathBuf::from);
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("ysched.db");
+    let path = match &keep {
+        Some(d) => {
+            std::fs::create_dir_all(d).unwrap();
+            d.join("ysched.db")
+        }
+        None => dir.path().join("ysched.db"),
+    };
     let conn = db::open(&path).unwrap();
     let month = 1_793_491_200; // 2026-11-01T00:00:00Z
     let t = Instant::now();
@@ -52,6 +66,9 @@ fn main() {
     }
     conn.execute_batch("COMMIT").unwrap();
     eprintln!("filled {jobs} jobs in {:.1} s", t.elapsed().as_secs_f64());
+    if keep.is_some() {
+        return;
+    }
     let reader = db::open_readonly(&path).unwrap();
     let period = Period {
         from: month,
@@ -61,6 +78,7 @@ fn main() {
     };
     let mut report_times = Vec::new();
     let mut scan_times = Vec::new();
+    let mut fetch_times = Vec::new();
     let mut counted = 0;
     for _ in 0..3 {
         let t = Instant::now();
@@ -82,6 +100,14 @@ fn main() {
         }
         scan_times.push(t.elapsed().as_secs_f64());
         let t = Instant::now();
+        let mut fetched = 0u64;
+        db::for_each_ended(&reader, period.from, period.to, |job| {
+            fetched += job.gpu_seconds as u64
+        })
+        .unwrap();
+        fetch_times.push(t.elapsed().as_secs_f64());
+        assert!(fetched > 0);
+        let t = Instant::now();
         let mut builder = Builder::new(period.clone(), 3_600);
         db::for_each_ended(&reader, period.from, period.to, |job| builder.add(&job)).unwrap();
         builder.add_gpu_hours(&db::gpu_hours(&reader, period.from, period.to).unwrap());
@@ -93,6 +119,7 @@ fn main() {
     }
     report_times.sort_by(f64::total_cmp);
     scan_times.sort_by(f64::total_cmp);
+    fetch_times.sort_by(f64::total_cmp);
     let rss = std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -102,9 +129,11 @@ fn main() {
         })
         .unwrap_or_default();
     println!(
-        "{counted} jobs in the month: report {:.2} s, reading the same columns {:.2} s (median of 3), ratio {:.2}; {rss}",
+        "{counted} jobs in the month: report {:.2} s, reading the same columns {:.2} s (median of 3), ratio {:.2}; \
+         of the report, fetching the rows as jobs {:.2} s; {rss}",
         report_times[1],
         scan_times[1],
-        report_times[1] / scan_times[1]
+        report_times[1] / scan_times[1],
+        fetch_times[1]
     );
 }

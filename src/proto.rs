@@ -289,4 +289,9 @@ pub enum Reply {
         rows: Vec<Vec<String>>,
         now: i64,
     },
+    /// The rows follow in the reply file, a line each (`spool::RowStream`):
+    /// a million jobs never sit in memory on either side.
+    Streamed {
+        now: i64,
+    },
 }

@@ -237,8 +237,12 @@ impl Spool {
         };
         let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK)
             .and_then(|ino| {
-                ino.add_watch(&reply_path, AddWatchFlags::IN_CLOSE_WRITE)
-                    .map(|_| ino)
+                // Modify too: streamed rows arrive before the file is closed.
+                ino.add_watch(
+                    &reply_path,
+                    AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_MODIFY,
+                )
+                .map(|_| ino)
             })
             .map_err(|e| write_err(&reply_path)(io::Error::from(e)))?;
         sent.inotify = Some(inotify);
@@ -297,6 +301,89 @@ pub enum DaemonState {
     NoSpool,
 }
 
+/// How a streamed reply begins.
+const STREAM_HEADER: &str = "{\"stream\":";
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StreamHeader {
+    stream: String,
+    now: i64,
+}
+
+/// How long a streamed reply may stall before the reader gives up.
+const STREAM_STALL: Duration = Duration::from_secs(30);
+
+/// The rows of a streamed reply, read as the daemon writes them.
+pub struct RowStream {
+    sent: SentRequest,
+    reader: io::BufReader<File>,
+    /// A line read only in part so far.
+    partial: Vec<u8>,
+    done: bool,
+}
+
+impl RowStream {
+    /// The next row; `None` after the last.
+    pub fn next_row(&mut self) -> Result<Option<Vec<String>>, SpoolError> {
+        use std::io::BufRead;
+        if self.done {
+            return Ok(None);
+        }
+        let path = self.sent.reply_path.clone();
+        let fail = |e: io::Error| SpoolError::Reply {
+            path: path.clone(),
+            source: e,
+        };
+        let mut stalled_since = Instant::now();
+        loop {
+            let n = self
+                .reader
+                .read_until(b'\n', &mut self.partial)
+                .map_err(&fail)?;
+            if self.partial.ends_with(b"\n") {
+                let line = std::mem::take(&mut self.partial);
+                if line.starts_with(b"[") {
+                    let row: Vec<String> =
+                        serde_json::from_slice(&line).map_err(|e| fail(io::Error::other(e)))?;
+                    return Ok(Some(row));
+                }
+                self.done = true;
+                let end: serde_json::Value =
+                    serde_json::from_slice(&line).map_err(|e| fail(io::Error::other(e)))?;
+                if let Some(error) = end.get("error").and_then(|e| e.as_str()) {
+                    return Err(fail(io::Error::other(format!(
+                        "ysctld stopped the listing: {error}"
+                    ))));
+                }
+                return Ok(None);
+            }
+            if n > 0 {
+                stalled_since = Instant::now();
+                continue;
+            }
+            // At the end of what is written so far: wait for more.
+            let left = STREAM_STALL.saturating_sub(stalled_since.elapsed());
+            if left.is_zero() {
+                return Err(fail(io::Error::other(
+                    "ysctld stopped writing the listing half way",
+                )));
+            }
+            match &self.sent.inotify {
+                Some(inotify) => {
+                    let mut fds = [nix::poll::PollFd::new(
+                        inotify.as_fd(),
+                        nix::poll::PollFlags::POLLIN,
+                    )];
+                    let ms = left.as_millis().min(1_000) as u16;
+                    let _ = nix::poll::poll(&mut fds, ms);
+                    let _ = inotify.read_events();
+                }
+                None => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+}
+
 /// A request in the spool, waiting for its reply.
 pub struct SentRequest {
     spool: Spool,
@@ -308,6 +395,29 @@ pub struct SentRequest {
 impl SentRequest {
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The rows of a reply that came as `Reply::Streamed`.
+    pub fn into_rows(self) -> Result<RowStream, SpoolError> {
+        use std::io::BufRead;
+        let file = File::open(&self.reply_path).map_err(|source| SpoolError::Reply {
+            path: self.reply_path.clone(),
+            source,
+        })?;
+        let mut reader = io::BufReader::new(file);
+        let mut header = Vec::new();
+        reader
+            .read_until(b'\n', &mut header)
+            .map_err(|source| SpoolError::Reply {
+                path: self.reply_path.clone(),
+                source,
+            })?;
+        Ok(RowStream {
+            sent: self,
+            reader,
+            partial: Vec::new(),
+            done: false,
+        })
     }
 
     /// Waits up to `timeout` for the daemon's reply; `Ok(None)` on timeout.
@@ -359,6 +469,18 @@ impl SentRequest {
         };
         if text.is_empty() {
             return Ok(None);
+        }
+        // Streamed rows: a header line, then the rows as they come.
+        if text.starts_with(STREAM_HEADER.as_bytes()) {
+            let Some(end) = text.iter().position(|&b| b == b'\n') else {
+                return Ok(None);
+            };
+            let header: StreamHeader =
+                serde_json::from_slice(&text[..end]).map_err(|e| SpoolError::Reply {
+                    path: self.reply_path.clone(),
+                    source: io::Error::other(e),
+                })?;
+            return Ok(Some(Reply::Streamed { now: header.now }));
         }
         // A reply being written is incomplete JSON; the close event follows.
         Ok(serde_json::from_slice(&text).ok())
@@ -607,24 +729,9 @@ impl Spool {
     /// there is none, or it is not a plain file owned by `uid` (then nothing
     /// is written: a reply never lands in a file its requester does not own).
     pub fn write_reply(&self, name: &str, uid: u32, reply: &Reply) -> bool {
-        if !valid_name(name) {
-            return false;
-        }
-        let path = self.replies().join(name);
-        let file = OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
-            .open(&path);
-        let Ok(mut file) = file else {
+        let Some(mut file) = self.open_reply(name, uid) else {
             return false;
         };
-        let Ok(meta) = file.metadata() else {
-            return false;
-        };
-        if !meta.is_file() || meta.uid() != uid || meta.nlink() != 1 {
-            tracing::warn!(target: "ysched::spool", "reply file {} is not a plain file of uid {uid}; not answered", path.display());
-            return false;
-        }
         let body = match serde_json::to_vec(reply) {
             Ok(b) => b,
             Err(e) => {
@@ -637,6 +744,64 @@ impl Spool {
             }
         };
         file.set_len(0).and_then(|_| file.write_all(&body)).is_ok()
+    }
+
+    /// Streams rows into a reply file: a header line, a JSON array per row
+    /// as `rows` yields it, and an end line (or an error line). Writes in
+    /// buffered chunks; the requester reads them as they land.
+    pub fn stream_reply<E: std::fmt::Display>(
+        &self,
+        name: &str,
+        uid: u32,
+        now: i64,
+        rows: impl FnOnce(&mut dyn FnMut(&[String]) -> io::Result<()>) -> Result<(), E>,
+    ) -> bool {
+        let Some(file) = self.open_reply(name, uid) else {
+            return false;
+        };
+        if file.set_len(0).is_err() {
+            return false;
+        }
+        let mut out = io::BufWriter::with_capacity(64 * 1024, file);
+        let header = serde_json::to_string(&StreamHeader {
+            stream: "rows".into(),
+            now,
+        })
+        .unwrap_or_default();
+        if writeln!(out, "{header}").is_err() {
+            return false;
+        }
+        let mut count = 0u64;
+        let result = rows(&mut |cells: &[String]| {
+            count += 1;
+            serde_json::to_writer(&mut out, cells).map_err(io::Error::other)?;
+            out.write_all(b"\n")
+        });
+        let end = match result {
+            Ok(()) => serde_json::json!({ "end": count }),
+            Err(e) => serde_json::json!({ "error": e.to_string() }),
+        };
+        writeln!(out, "{end}").and_then(|()| out.flush()).is_ok()
+    }
+
+    /// Opens the reply file the requester made, if it is a plain file of
+    /// theirs.
+    fn open_reply(&self, name: &str, uid: u32) -> Option<File> {
+        if !valid_name(name) {
+            return None;
+        }
+        let path = self.replies().join(name);
+        let file = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+            .open(&path)
+            .ok()?;
+        let meta = file.metadata().ok()?;
+        if !meta.is_file() || meta.uid() != uid || meta.nlink() != 1 {
+            tracing::warn!(target: "ysched::spool", "reply file {} is not a plain file of uid {uid}; not answered", path.display());
+            return None;
+        }
+        Some(file)
     }
 
     /// Removes replies and temporary request files older than `age`: left by

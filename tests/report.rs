@@ -427,3 +427,72 @@ fn the_html_report_opens_in_headless_chromium_with_hostile_names_escaped() {
         png.len()
     );
 }
+
+#[test]
+fn ysacct_streams_a_long_listing_whole_and_in_order() {
+    let mut c = Cluster::started(ACCOUNTS);
+    c.stop();
+    let db = rusqlite::Connection::open(c.spool.join("ysched.db")).unwrap();
+    db.execute_batch("BEGIN").unwrap();
+    let jan = 1_735_689_600; // 2025-01-01T00:00:00Z
+    for i in 0..5_000i64 {
+        // The last job's name is longer than any before it.
+        let name = if i == 4_999 {
+            "a-much-longer-name".to_string()
+        } else {
+            format!("j{i}")
+        };
+        db.execute(
+            "INSERT INTO jobs (uid, gid, user, account, qos, name, state, gpu_count, cpus, \
+             submit_time, start_time, end_time, work_dir, submit_dir, std_out) \
+             VALUES (0, 0, 'root', 'vision', 'medium', ?1, 'COMPLETED', 1, 1, ?2, ?2, ?3, '/', '/', 'o')",
+            rusqlite::params![name, jan + i * 60, jan + i * 60 + 30],
+        )
+        .unwrap();
+    }
+    db.execute_batch("COMMIT").unwrap();
+    drop(db);
+    c.start();
+    let out = c.run(
+        "ysacct",
+        &[
+            "-a",
+            "-S",
+            "2025-01-01",
+            "-E",
+            "2025-02-01",
+            "-P",
+            "-n",
+            "-o",
+            "JobID,JobName,State",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 5_000);
+    assert_eq!(lines[0], "1|j0|COMPLETED");
+    assert_eq!(lines[4_998], "4999|j4998|COMPLETED");
+    assert_eq!(lines[4_999], "5000|a-much-longer-name|COMPLETED");
+    // A table fits its widths to the first rows; a longer cell later is cut with '+'.
+    let out = c.run(
+        "ysacct",
+        &[
+            "-a",
+            "-S",
+            "2025-01-01",
+            "-E",
+            "2025-02-01",
+            "-o",
+            "JobID,JobName",
+        ],
+    );
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2 + 5_000, "header, rule, rows");
+    assert!(
+        lines.last().unwrap().ends_with('+'),
+        "{}",
+        lines.last().unwrap()
+    );
+}

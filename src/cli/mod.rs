@@ -104,6 +104,15 @@ pub fn reply_timeout(default: Duration) -> Duration {
 /// Sends a request the running daemon must answer now (control requests and
 /// queries). Fails, changing nothing, if no daemon runs.
 pub fn ask(config: &Config, request: Request) -> Result<Reply, CliError> {
+    ask_keeping(config, request).map(|(reply, _)| reply)
+}
+
+/// As `ask`, keeping the request when its rows are streamed (its reply
+/// file holds them, and goes when the request is dropped).
+fn ask_keeping(
+    config: &Config,
+    request: Request,
+) -> Result<(Reply, Option<crate::spool::SentRequest>), CliError> {
     let spool = Spool::new(&config.spool_dir);
     match spool.daemon_state() {
         DaemonState::Running => {}
@@ -117,7 +126,8 @@ pub fn ask(config: &Config, request: Request) -> Result<Reply, CliError> {
     let is_query = matches!(request, Request::Query(_));
     let mut sent = spool.send(&Envelope::new(request), Durability::OnDemand)?;
     match sent.wait(reply_timeout(Duration::from_secs(30)))? {
-        Some(reply) => Ok(reply),
+        Some(reply @ Reply::Streamed { .. }) => Ok((reply, Some(sent))),
+        Some(reply) => Ok((reply, None)),
         None if is_query => {
             sent.withdraw();
             Err(CliError::failed("ysctld did not answer in time"))
@@ -163,6 +173,43 @@ pub fn query(command: &str, config: &Config, query: Query) -> Result<Reply, CliE
         other => Err(CliError::failed(format!(
             "unexpected reply from ysctld: {other:?}"
         ))),
+    }
+}
+
+/// A listing's rows: all at once, or streamed as the daemon reads them.
+pub enum Rows {
+    All(std::vec::IntoIter<Vec<String>>),
+    Streamed(crate::spool::RowStream),
+}
+
+impl Rows {
+    pub fn next_row(&mut self) -> Result<Option<Vec<String>>, CliError> {
+        match self {
+            Rows::All(rows) => Ok(rows.next()),
+            Rows::Streamed(stream) => Ok(stream.next_row()?),
+        }
+    }
+}
+
+/// A listing query whose rows may come streamed (`ysacct`): whole jobs
+/// (for --json) or rows.
+pub fn query_rows(
+    command: &str,
+    config: &Config,
+    query: Query,
+) -> Result<Result<Rows, Reply>, CliError> {
+    let spool = Spool::new(&config.spool_dir);
+    if spool.daemon_state() == DaemonState::Running {
+        return match ask_keeping(config, Request::Query(query))? {
+            (Reply::Streamed { .. }, Some(sent)) => Ok(Ok(Rows::Streamed(sent.into_rows()?))),
+            (Reply::Rows { rows, .. }, _) => Ok(Ok(Rows::All(rows.into_iter()))),
+            (Reply::Rejected { error }, _) => Err(CliError::failed(error)),
+            (reply, _) => Ok(Err(reply)),
+        };
+    }
+    match self::query(command, config, query)? {
+        Reply::Rows { rows, .. } => Ok(Ok(Rows::All(rows.into_iter()))),
+        reply => Ok(Err(reply)),
     }
 }
 

@@ -2,7 +2,7 @@
 
 use clap::Parser;
 
-use super::{job_filter, load_config, print_listing, query, CliError, CliResult};
+use super::{job_filter, load_config, print, print_listing, query_rows, CliError, CliResult};
 use crate::proto::Query;
 use crate::report;
 use crate::units;
@@ -19,7 +19,7 @@ const DEFAULT_FORMAT: &str = "JobID,JobName,User,Account,State,ExitCode,Elapsed,
                   without -u, -a or -j, only your own.",
     after_help = "Fields (-o): JobID JobIDRaw JobName User UID Account QOS State ExitCode Submit Eligible \
                   Start End Elapsed ElapsedRaw Timelimit AllocTRES ReqTRES AllocCPUS ReqCPUS ReqMem \
-                  AllocGPUS NodeList NNodes Reason Restarts Preemptions GPUUtil GPUUtilMax GPUMemMax GPULowTime MaxRSS Billing TotalCPU Cgroup WorkDir StdOut StdErr \
+                  AllocGPUS NodeList NNodes Reason Restarts Preemptions GPUUtil GPUUtilMax GPUMemMax GPULowTime MaxRSS TRESUsageInTot Billing TotalCPU MailType Cgroup WorkDir StdOut StdErr \
                   Comment Priority \
                   Partition. Add %N to a field for a fixed width: JobName%30."
 )]
@@ -100,12 +100,39 @@ pub fn run(args: Args) -> CliResult {
         .map(|e| time(e, "--endtime"))
         .transpose()?;
     let fields = (!args.json).then(|| report::fields_of(&columns));
-    let reply = query("ysacct", &config, Query::Accounting { filter, fields })?;
-    print_listing(reply, |rows| {
-        if args.parsable || args.parsable2 {
-            report::render_parsable(&columns, rows, !args.noheader, args.parsable)
-        } else {
-            report::render_table(&columns, rows, !args.noheader)
+    let mut rows = match query_rows("ysacct", &config, Query::Accounting { filter, fields })? {
+        Ok(rows) => rows,
+        Err(reply) => return print_listing(reply, |_| String::new()),
+    };
+    // Printed a part at a time: a month of a million jobs streams through.
+    let mut header = !args.noheader;
+    let mut widths = None;
+    loop {
+        let mut part = Vec::with_capacity(PART);
+        while part.len() < PART {
+            match rows.next_row()? {
+                Some(row) => part.push(row),
+                None => break,
+            }
         }
-    })
+        let last = part.len() < PART;
+        if part.is_empty() && !header {
+            return Ok(());
+        }
+        let text = if args.parsable || args.parsable2 {
+            report::render_parsable(&columns, part, header, args.parsable)
+        } else {
+            let (text, fitted) = report::render_table_fitted(&columns, part, header, widths.take());
+            widths = Some(fitted);
+            text
+        };
+        print(&text)?;
+        header = false;
+        if last {
+            return Ok(());
+        }
+    }
 }
+
+/// Rows per printed part; a table's widths fit the first part.
+const PART: usize = 1_000;

@@ -232,6 +232,14 @@ pub(super) fn start(spool: Spool, database: &Path) -> std::io::Result<Sender<Wor
         .name("queries".into())
         .spawn(move || {
             for work in rx {
+                if let Query::Accounting {
+                    filter,
+                    fields: Some(fields),
+                } = &work.query
+                {
+                    stream_accounting(&spool, &work, &conn, filter, fields);
+                    continue;
+                }
                 let reply = match answer(&work, &conn) {
                     Ok(r) => r,
                     Err(e) => {
@@ -261,6 +269,61 @@ fn view_for(mut view: JobView, viewer: &Viewer) -> JobView {
         view.redacted = true;
     }
     view
+}
+
+/// `ysacct`'s rows, streamed into the reply file straight from a cursor:
+/// neither side holds the listing. Active jobs come from the snapshot,
+/// which may be newer than the last commit this connection saw.
+fn stream_accounting(
+    spool: &Spool,
+    work: &Work,
+    conn: &Connection,
+    filter: &JobFilter,
+    fields: &[Field],
+) {
+    let now = super::now();
+    let viewer = &work.viewer;
+    let active: HashMap<JobId, &JobView> = work
+        .snapshot
+        .as_deref()
+        .map(|s| s.jobs.iter().map(|v| (v.job.id, v)).collect())
+        .unwrap_or_default();
+    let written = spool.stream_reply(&work.name, viewer.uid, now, |row| {
+        db::for_each_job(conn, filter, |job| -> Result<(), StreamError> {
+            if !viewer.sees(&job) {
+                return Ok(());
+            }
+            let cells = match active.get(&job.id) {
+                Some(view) => report::cells(fields, view, now, !viewer.sees_details(&view.job)),
+                None => {
+                    let redact = !viewer.sees_details(&job);
+                    let view = JobView {
+                        job,
+                        pending_reason: None,
+                        priority: 0,
+                        factors: None,
+                        expected_start: None,
+                        redacted: false,
+                    };
+                    report::cells(fields, &view, now, redact)
+                }
+            };
+            row(&cells).map_err(StreamError::Gone)
+        })
+    });
+    if !written {
+        tracing::debug!(target: "ysched::spool", "listing for {} not delivered (gone)", work.name);
+    }
+}
+
+/// Why a streamed listing stopped.
+#[derive(Debug, thiserror::Error)]
+enum StreamError {
+    #[error("{0}")]
+    Db(#[from] DbError),
+    /// The requester went away: its reply file is gone or full.
+    #[error("cannot write the listing: {0}")]
+    Gone(std::io::Error),
 }
 
 fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {

@@ -416,6 +416,11 @@ pub fn add_event_named(
     Ok(())
 }
 
+/// A text column, borrowed from the row.
+fn text<'r>(row: &'r Row, i: usize) -> Result<&'r str, DbError> {
+    Ok(row.get_ref(i)?.as_str().map_err(rusqlite::Error::from)?)
+}
+
 /// Calls `each` for every job that ended in [from, to), oldest end first,
 /// a row at a time (a month of a million jobs is never all in memory).
 pub fn for_each_ended(
@@ -432,10 +437,11 @@ pub fn for_each_ended(
     )?;
     let mut rows = stmt.query(params![from, to])?;
     while let Some(row) = rows.next()? {
-        let state: String = row.get(2)?;
-        let Some(state) = JobState::parse(&state) else {
+        let state = text(row, 2)?;
+        let Some(state) = JobState::parse(state) else {
             return Err(DbError::Invalid(format!("job state '{state}'")));
         };
+        let low_secs = row.get::<_, i64>(16)? as u64;
         each(crate::report::usage::EndedJob {
             account: row.get(0)?,
             user: row.get(1)?,
@@ -447,9 +453,14 @@ pub fn for_each_ended(
             billing: row.get(7)?,
             preempt_count: row.get(8)?,
             id: row.get::<_, i64>(9)? as JobId,
-            name: row.get(10)?,
+            // Reports name only jobs ranked as waste: idle while sampled.
+            name: if low_secs > 0 {
+                row.get(10)?
+            } else {
+                String::new()
+            },
             gpus: {
-                let alloc: String = row.get(11)?;
+                let alloc = text(row, 11)?;
                 if alloc.is_empty() {
                     0
                 } else {
@@ -461,7 +472,7 @@ pub fn for_each_ended(
                 utilization_sum: row.get::<_, i64>(13)? as u64,
                 utilization_max: row.get(14)?,
                 memory_max_mb: row.get::<_, i64>(15)? as u64,
-                low_secs: row.get::<_, i64>(16)? as u64,
+                low_secs,
             },
             end_time: row.get(17)?,
             preemptions_caused: row.get(18)?,
@@ -778,6 +789,34 @@ pub fn active_jobs(conn: &Connection) -> Result<Vec<Job>, DbError> {
 /// Jobs for `ysacct`: those matching the filter that were active at some
 /// point in [start, end] (submitted before `end`, not ended before `start`).
 pub fn find_jobs(conn: &Connection, filter: &JobFilter, limit: usize) -> Result<Vec<Job>, DbError> {
+    let (mut sql, values) = job_query(filter);
+    sql.push_str(&format!(" LIMIT {limit}"));
+    let mut stmt = conn.prepare(&sql)?;
+    let rows = stmt.query_map(rusqlite::params_from_iter(values), job_from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Calls `each` for every job the filter matches, by id, a row at a time
+/// (a listing of a million jobs is never all in memory); stops at the
+/// first error `each` returns.
+pub fn for_each_job<E: From<DbError>>(
+    conn: &Connection,
+    filter: &JobFilter,
+    mut each: impl FnMut(Job) -> Result<(), E>,
+) -> Result<(), E> {
+    let (sql, values) = job_query(filter);
+    let mut stmt = conn.prepare(&sql).map_err(DbError::from)?;
+    let mut rows = stmt
+        .query(rusqlite::params_from_iter(values))
+        .map_err(DbError::from)?;
+    while let Some(row) = rows.next().map_err(DbError::from)? {
+        each(job_from_row(row).map_err(DbError::from)?)?;
+    }
+    Ok(())
+}
+
+/// The SELECT for a filter, ordered by id.
+fn job_query(filter: &JobFilter) -> (String, Vec<rusqlite::types::Value>) {
     let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE 1 = 1");
     let mut values: Vec<rusqlite::types::Value> = Vec::new();
     if !filter.job_ids.is_empty() {
@@ -839,10 +878,8 @@ pub fn find_jobs(conn: &Connection, filter: &JobFilter, limit: usize) -> Result<
         sql.push_str(" AND submit_time <= ?");
         values.push(end.into());
     }
-    sql.push_str(&format!(" ORDER BY id LIMIT {limit}"));
-    let mut stmt = conn.prepare(&sql)?;
-    let rows = stmt.query_map(rusqlite::params_from_iter(values), job_from_row)?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    sql.push_str(" ORDER BY id");
+    (sql, values)
 }
 
 /// Billing-seconds charged per account for jobs that ended at or after `since`.

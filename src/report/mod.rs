@@ -64,6 +64,10 @@ pub enum Field {
     GpuMemMax,
     GpuLowTime,
     MaxRss,
+    /// sacct's TRESUsageInTot: CPU time, peak memory, GPU memory and utilisation.
+    TresUsage,
+    /// `--mail-type`.
+    MailType,
     TotalCpu,
     /// Billing-seconds charged (GPU-seconds x billing weight x QoS factor).
     Billing,
@@ -127,6 +131,8 @@ impl Field {
             Field::GpuMemMax => "GPU_MEM_MAX",
             Field::GpuLowTime => "GPU_LOW_TIME",
             Field::MaxRss => "MAXRSS",
+            Field::TresUsage => "TRESUSAGEINTOT",
+            Field::MailType => "MAILTYPE",
             Field::Billing => "BILLING",
             Field::TotalCpu => "TOTALCPU",
             Field::Cgroup => "CGROUP",
@@ -216,6 +222,8 @@ impl Field {
         ("GPUMemMax", Field::GpuMemMax),
         ("GPULowTime", Field::GpuLowTime),
         ("MaxRSS", Field::MaxRss),
+        ("TRESUsageInTot", Field::TresUsage),
+        ("MailType", Field::MailType),
         ("Billing", Field::Billing),
         ("TotalCPU", Field::TotalCpu),
         ("Cgroup", Field::Cgroup),
@@ -382,6 +390,24 @@ impl Field {
             Field::GpuMemMax => units::format_memory_mb(job.gpu_usage.memory_max_mb),
             Field::GpuLowTime => units::format_duration(job.gpu_usage.low_secs),
             Field::MaxRss => job.max_rss_bytes.map(units::format_rss).unwrap_or_default(),
+            Field::TresUsage => {
+                // Slurm's order; GPU figures only where they were sampled.
+                let mut parts = Vec::new();
+                if let Some(cpu) = job.cpu_usec {
+                    parts.push(format!("cpu={}", units::format_cpu_time(cpu)));
+                }
+                if let Some(rss) = job.max_rss_bytes {
+                    parts.push(format!("mem={}", units::format_rss(rss)));
+                }
+                if let Some(util) = job.gpu_usage.mean() {
+                    parts.push(format!(
+                        "gres/gpumem={}M,gres/gpuutil={util:.0}",
+                        job.gpu_usage.memory_max_mb
+                    ));
+                }
+                parts.join(",")
+            }
+            Field::MailType => job.mail_type.names(),
             Field::Billing => job.billing.map(|b| b.to_string()).unwrap_or_default(),
             Field::TotalCpu => job.cpu_usec.map(units::format_cpu_time).unwrap_or_default(),
             Field::Cgroup => job.cgroup.clone().unwrap_or_default(),
@@ -646,8 +672,19 @@ pub fn render_squeue(format: &SqueueFormat, rows: Vec<Vec<String>>, header: bool
 /// Renders an aligned table, columns separated by a space and headed by a
 /// line of dashes, as sacct does.
 pub fn render_table(columns: &[Column], rows: Vec<Vec<String>>, header: bool) -> String {
+    render_table_fitted(columns, rows, header, None).0
+}
+
+/// A table in parts: the first part's rows fit the widths (returned), and
+/// later parts reuse them, cutting longer cells with `+` as sacct does.
+pub fn render_table_fitted(
+    columns: &[Column],
+    rows: Vec<Vec<String>>,
+    header: bool,
+    widths: Option<Vec<usize>>,
+) -> (String, Vec<usize>) {
     let cols: Vec<&Column> = columns.iter().collect();
-    let widths = auto_widths(&cols, header, &rows);
+    let widths = widths.unwrap_or_else(|| auto_widths(&cols, header, &rows));
     let mut out = String::new();
     let mut line = |cells: Vec<String>| {
         let text: Vec<String> = cells
@@ -677,7 +714,7 @@ pub fn render_table(columns: &[Column], rows: Vec<Vec<String>>, header: bool) ->
     for row in rows {
         line(row);
     }
-    out
+    (out, widths)
 }
 
 /// `|`-separated rows: sacct's `--parsable2` (no trailing `|`) or
