@@ -261,6 +261,9 @@ pub struct Config {
     pub notify_timeout_secs: u64,
     /// What users see of other users' jobs.
     pub private_data: PrivateData,
+    /// Seconds `ysqueue` still lists a finished job when asked for its
+    /// state (Slurm's MinJobAge).
+    pub min_job_age_secs: u64,
     /// Months a finished job's row is kept after the month it ended in
     /// (then summarised and purged); `None`: forever.
     pub purge_after_months: Option<u32>,
@@ -426,6 +429,7 @@ struct RawConfig {
     purge_after_months: Option<Spanned<u32>>,
     #[serde(default)]
     private_data: PrivateData,
+    min_job_age_secs: Option<u64>,
     low_utilization_pct: Option<Spanned<u32>>,
     #[serde(default, deserialize_with = "de_time_limit")]
     preempt_wait: Option<Option<u64>>,
@@ -1218,6 +1222,7 @@ impl RawConfig {
             },
             notify_timeout_secs: self.notify_timeout_secs.unwrap_or(30).max(1),
             private_data: self.private_data,
+            min_job_age_secs: self.min_job_age_secs.unwrap_or(300),
             purge_after_months: match self.purge_after_months {
                 Some(m) if *m.get_ref() == 0 => {
                     return Err(fail(

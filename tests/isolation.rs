@@ -181,8 +181,9 @@ fn a_job_past_its_memory_ends_out_of_memory() {
         rss.ends_with('K') && rss.len() > 1,
         "MaxRSS recorded: {rss}"
     );
-    let q = stdout(&c.run("ysqueue", &["-h", "-t", "OOM"]));
-    assert_eq!(q, "", "a finished job is not in the queue");
+    // Asked for, the finished job shows for min_job_age_secs, as in squeue.
+    let q = stdout(&c.run("ysqueue", &["-h", "-t", "OOM", "-o", "%i %t"]));
+    assert_eq!(q, format!("{id} OOM\n"));
     let fine = c.submit(&[
         "--mem",
         "64M",

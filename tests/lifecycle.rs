@@ -197,3 +197,20 @@ fn a_freed_gpu_goes_to_the_next_job_at_once() {
     let q = stdout(&c.run("ysqueue", &["-h"]));
     assert_eq!(q, "");
 }
+
+#[test]
+fn ysqueue_lists_a_finished_job_for_min_job_age_when_asked_for_its_state() {
+    let c = Cluster::started("min_job_age_secs = 2\n");
+    let id = c.submit(&["--wrap", "true"]);
+    assert_eq!(c.wait_done(id, Duration::from_secs(20)), "COMPLETED");
+    let listed = |states: &str| {
+        let out = c.run("ysqueue", &["-h", "-t", states, "-o", "%i %T"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    assert_eq!(listed("all").trim(), format!("{id} COMPLETED"));
+    assert_eq!(listed("CD").trim(), format!("{id} COMPLETED"));
+    assert_eq!(listed("PD,R").trim(), "", "not asked for finished jobs");
+    std::thread::sleep(Duration::from_millis(2_500));
+    assert_eq!(listed("all").trim(), "", "older than min_job_age_secs");
+}

@@ -276,13 +276,18 @@ pub fn split_list(values: &[String]) -> Vec<String> {
 
 /// Parses job states given as names or codes.
 pub fn parse_states(values: &[String]) -> Result<Vec<crate::job::JobState>, CliError> {
-    split_list(values)
+    let words = split_list(values);
+    // squeue's `--states=all`.
+    if words.iter().any(|w| w.eq_ignore_ascii_case("all")) {
+        return Ok(crate::job::JobState::ALL.to_vec());
+    }
+    words
         .iter()
         .map(|s| {
             crate::job::JobState::parse(s).ok_or_else(|| {
                 let names: Vec<&str> = crate::job::JobState::ALL.iter().map(|s| s.name()).collect();
                 CliError::usage(format!(
-                    "invalid state '{s}' (states: {})",
+                    "invalid state '{s}' (states: {}, or all)",
                     names.join(", ")
                 ))
             })

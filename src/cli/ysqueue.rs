@@ -33,7 +33,7 @@ pub struct Args {
     /// Only these jobs
     #[arg(short = 'j', long = "jobs", value_name = "ID[,ID]")]
     pub jobs: Vec<String>,
-    /// Only jobs in these states (PD, R, CG or full names)
+    /// Only jobs in these states (PD, R, CG, CD, ... or full names; all); final states list jobs that ended in the last min_job_age_secs
     #[arg(short = 't', long = "states", value_name = "STATE[,STATE]")]
     pub states: Vec<String>,
     /// Only jobs with these names

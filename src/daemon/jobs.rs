@@ -396,6 +396,31 @@ impl Daemon {
         self.next_sample =
             Some(std::time::Instant::now() + std::time::Duration::from_secs(interval));
         self.last_samples = Some(samples.clone());
+        if let Some(processes) = self.gpu_source.processes() {
+            let found = crate::gpu::sampling::intruders(
+                &processes,
+                self.jobs.values(),
+                crate::gpu::sampling::process_owner,
+            );
+            if self.intruders_seen.len() > 10_000 {
+                self.intruders_seen.clear();
+            }
+            for intruder in found {
+                // Once per process and GPU, not at every sample.
+                if self.intruders_seen.insert((intruder.gpu, intruder.pid)) {
+                    tracing::warn!(
+                        target: "ysched::gpu",
+                        "GPU {} is used by process {}, which {}",
+                        intruder.gpu,
+                        intruder.pid,
+                        match intruder.holder {
+                            Some(job) => format!("is not part of job {job}, the GPU's holder"),
+                            None => "no job started: no job holds that GPU".to_string(),
+                        }
+                    );
+                }
+            }
+        }
         let hour = crate::report::history::hour_of(super::now());
         db::add_gpu_samples(self.tx()?, hour, &samples)?;
         let low = self.config.low_utilization_pct;

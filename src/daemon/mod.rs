@@ -156,6 +156,8 @@ pub(crate) struct Daemon {
     /// For the metrics: the last samples, the last pass, preemptions so
     /// far, and when to write the file next.
     last_samples: Option<Vec<crate::gpu::sampling::Sample>>,
+    /// Processes on GPUs that were not their holder's, already logged.
+    intruders_seen: HashSet<(u32, u32)>,
     last_pass_seconds: f64,
     preemptions_total: u64,
     next_metrics: Option<Instant>,
@@ -281,6 +283,7 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         next_sample: (config_sample_secs > 0).then(Instant::now),
         gpu_source,
         last_samples: None,
+        intruders_seen: HashSet::new(),
         last_pass_seconds: 0.0,
         preemptions_total: 0,
         next_metrics: metrics_on.then(Instant::now),
@@ -678,7 +681,12 @@ impl Daemon {
                         coordinated,
                         privacy: self.config.private_data,
                     };
-                    return Ok(Some(query::Work::new(name, viewer, q)));
+                    return Ok(Some(query::Work::new(
+                        name,
+                        viewer,
+                        self.config.min_job_age_secs,
+                        q,
+                    )));
                 }
                 // A state change: apply it once, whatever crashes happened.
                 if let Some((owner, reply)) = db::find_request(self.tx()?, &name)? {

@@ -205,15 +205,18 @@ impl Viewer {
 pub(super) struct Work {
     name: String,
     viewer: Viewer,
+    /// Seconds a finished job still shows in the queue (min_job_age_secs).
+    min_job_age: u64,
     query: Query,
     snapshot: Option<Arc<QueueSnapshot>>,
 }
 
 impl Work {
-    pub(super) fn new(name: String, viewer: Viewer, query: Query) -> Work {
+    pub(super) fn new(name: String, viewer: Viewer, min_job_age: u64, query: Query) -> Work {
         Work {
             name,
             viewer,
+            min_job_age,
             query,
             snapshot: None,
         }
@@ -354,9 +357,39 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
     };
     match &work.query {
         Query::Queue { filter, fields } => {
-            let views = snapshot
+            let mut views: Vec<&JobView> = snapshot
                 .map(|s| s.jobs.iter().filter(|v| filter.matches(&v.job)).collect())
                 .unwrap_or_default();
+            // Asked for final states: the jobs that reached one lately
+            // (Slurm's MinJobAge), after the active ones.
+            let finished: Vec<JobState> = filter
+                .states
+                .iter()
+                .copied()
+                .filter(|s| !s.is_active())
+                .collect();
+            let recent: Vec<JobView> = if finished.is_empty() || work.min_job_age == 0 {
+                Vec::new()
+            } else {
+                let recently = JobFilter {
+                    states: finished,
+                    start: Some(now - work.min_job_age as i64),
+                    ..filter.clone()
+                };
+                db::find_jobs(conn, &recently, MAX_ROWS)?
+                    .into_iter()
+                    .filter(|job| !views.iter().any(|v| v.job.id == job.id))
+                    .map(|job| JobView {
+                        job,
+                        pending_reason: None,
+                        priority: 0,
+                        factors: None,
+                        expected_start: None,
+                        redacted: false,
+                    })
+                    .collect()
+            };
+            views.extend(recent.iter());
             Ok(reply(views, fields))
         }
         Query::Accounting { filter, fields } => {
@@ -527,6 +560,7 @@ pub fn answer_offline(
     let conn = db::open_readonly(database)?;
     let work = Work {
         name: String::new(),
+        min_job_age: 0,
         viewer: Viewer {
             uid,
             user: String::new(),

@@ -22,6 +22,83 @@ pub trait Source: Send {
     fn describe(&self) -> String;
     /// The GPUs now; `None` when this source has no data.
     fn sample(&mut self) -> Option<Vec<Sample>>;
+    /// The processes computing on each GPU now, as (GPU, pid); `None` when
+    /// this source cannot tell.
+    fn processes(&mut self) -> Option<Vec<(u32, u32)>> {
+        None
+    }
+}
+
+/// A process on a GPU that the job holding the GPU does not own, or on a
+/// GPU no job holds: a job trampling another's GPU, or work run outside
+/// ysched.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Intruder {
+    pub gpu: u32,
+    pub pid: u32,
+    /// The job holding the GPU, if any.
+    pub holder: Option<crate::job::JobId>,
+}
+
+/// What the system says of a process: its cgroup path and its uid.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcessOwner {
+    pub cgroup: String,
+    pub uid: u32,
+}
+
+/// The processes on GPUs that are not their holder's: a process belongs
+/// to the job when it is in the job's cgroup, or (a job without one) when
+/// it runs as the job's user. Processes that ended before `owner` could
+/// look (`None`) are left out.
+pub fn intruders<'a>(
+    processes: &[(u32, u32)],
+    jobs: impl IntoIterator<Item = &'a crate::job::Job>,
+    owner: impl Fn(u32) -> Option<ProcessOwner>,
+) -> Vec<Intruder> {
+    let holders: Vec<&crate::job::Job> =
+        jobs.into_iter().filter(|j| j.state.holds_gpus()).collect();
+    let mut out = Vec::new();
+    for &(gpu, pid) in processes {
+        let Some(who) = owner(pid) else { continue };
+        let holder = holders.iter().find(|j| j.gpus_alloc.contains(&gpu));
+        let belongs = holder.is_some_and(|job| match &job.cgroup {
+            Some(_) => in_job_cgroup(&who.cgroup, job.id),
+            None => who.uid == job.uid,
+        });
+        if !belongs {
+            out.push(Intruder {
+                gpu,
+                pid,
+                holder: holder.map(|j| j.id),
+            });
+        }
+    }
+    out
+}
+
+/// Whether `/proc/PID/cgroup` text puts the process in the job's cgroup
+/// (its `job_ID` group, or one below it) in any hierarchy.
+fn in_job_cgroup(cgroups: &str, job: crate::job::JobId) -> bool {
+    let group = format!("/{}", crate::exec::cgroup::group_name(job));
+    cgroups.lines().any(|line| {
+        let path = line.splitn(3, ':').nth(2).unwrap_or("");
+        path.ends_with(&group) || path.contains(&format!("{group}/"))
+    })
+}
+
+/// `/proc/PID/cgroup`'s paths and the real uid, if the process still runs.
+pub fn process_owner(pid: u32) -> Option<ProcessOwner> {
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(ProcessOwner { cgroup, uid })
 }
 
 /// No driver: no data.
@@ -65,6 +142,16 @@ impl Source for Nvml {
             });
         }
         (!out.is_empty()).then_some(out)
+    }
+
+    fn processes(&mut self) -> Option<Vec<(u32, u32)>> {
+        let mut out = Vec::new();
+        for i in 0..self.count {
+            let device = self.nvml.device_by_index(i).ok()?;
+            let running = device.running_compute_processes().ok()?;
+            out.extend(running.into_iter().map(|p| (i, p.pid)));
+        }
+        Some(out)
     }
 }
 
@@ -127,6 +214,51 @@ impl JobGpuUsage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn processes_on_gpus_their_holder_does_not_own_are_intruders() {
+        let mut job = crate::job::example_job(17);
+        job.state = crate::job::JobState::Running;
+        job.gpus_alloc = vec![0, 1];
+        job.uid = 1000;
+        job.cgroup = Some("/sys/fs/cgroup/<controller>/ysched/job_17".into());
+        let owners = |pid: u32| match pid {
+            1 => Some(ProcessOwner {
+                cgroup: "5:devices:/ysched/job_17\n4:memory:/ysched/job_17\n".into(),
+                uid: 1000,
+            }),
+            2 => Some(ProcessOwner {
+                cgroup: "0::/user.slice/session-4.scope\n".into(),
+                uid: 1000,
+            }),
+            3 => Some(ProcessOwner {
+                cgroup: "0::/ysched/job_170\n".into(),
+                uid: 1001,
+            }),
+            _ => None,
+        };
+        // pid 1 is the job's; 2 runs outside it on its GPU; 3 is on a GPU
+        // no job holds (and job_170 is not job_17); 4 has ended.
+        let found = intruders(&[(0, 1), (1, 2), (3, 3), (1, 4)], [&job], owners);
+        assert_eq!(
+            found,
+            vec![
+                Intruder {
+                    gpu: 1,
+                    pid: 2,
+                    holder: Some(17)
+                },
+                Intruder {
+                    gpu: 3,
+                    pid: 3,
+                    holder: None
+                },
+            ]
+        );
+        // Without a cgroup, the job's user is what counts.
+        job.cgroup = None;
+        assert_eq!(intruders(&[(1, 2)], [&job], owners), vec![]);
+    }
 
     /// A scripted source, for tests only.
     struct Scripted(Vec<Vec<Sample>>);
