@@ -117,3 +117,37 @@ fn a_broken_pipe_is_not_an_error() {
     assert_eq!(stderr(&out), "", "no error about the closed pipe");
     assert!(out.status.success(), "ysqueue | head must exit 0");
 }
+
+#[test]
+fn check_config_validates_and_shows_what_would_be_detected_without_starting() {
+    let c = Cluster::new("notify_command = \"/bin/true\"\npurge_after_months = 6\n");
+    let out = c.run("ysctld", &["--check-config", c.config.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.starts_with(&format!("{}: valid\n", c.config.display())),
+        "{text}"
+    );
+    for wanted in [
+        "a100 x4",
+        "(declared in the config)",
+        "notifications    /bin/true",
+        "jobs purged 6 whole months after their month",
+        "QoS              critical, high, medium, low",
+    ] {
+        assert!(text.contains(wanted), "{wanted} missing:\n{text}");
+    }
+    assert!(
+        !c.spool.join("ysched.db").exists(),
+        "nothing started: no database"
+    );
+    // A bad file: the line and key, exit 1.
+    std::fs::write(&c.config, "purge_after_months = 0\n").unwrap();
+    let out = c.run("ysctld", &["--check-config", c.config.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("line 1") && stderr(&out).contains("purge_after_months = 0"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -33,6 +33,9 @@ pub struct Args {
     /// Log more (-v debug, -vv trace); YS_LOG overrides
     #[arg(short = 'v', long, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// Check a configuration file (default: the one ysctld would read) and print what would be detected, without starting
+    #[arg(long = "check-config", value_name = "FILE", num_args = 0..=1, default_missing_value = "")]
+    pub check_config: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -72,7 +75,11 @@ pub struct SimulateArgs {
 }
 
 pub fn run(args: Args) -> CliResult {
-    let path = match args.config {
+    let checked = args
+        .check_config
+        .clone()
+        .filter(|p| !p.as_os_str().is_empty());
+    let path = match checked.or(args.config) {
         Some(p) => p,
         None => {
             let (p, exists) = config::locate();
@@ -86,6 +93,9 @@ pub fn run(args: Args) -> CliResult {
         }
     };
     let config = Config::load(&path).map_err(|e| CliError::failed(e.to_string()))?;
+    if args.check_config.is_some() {
+        return super::print(&check_config(&config));
+    }
     if let Some(Command::Simulate(sim)) = args.command {
         return simulate(&config, sim);
     }
@@ -161,6 +171,142 @@ fn background(config: Config, log: &std::path::Path, verbosity: u8, notify: &Own
         tracing::error!(target: "ysched::daemon", "{e}");
         CliError::from(e)
     })
+}
+
+/// What ysctld would find and do with `config`, read from the host but
+/// touching nothing: no spool, no cgroup, no database.
+fn check_config(config: &Config) -> String {
+    let inventory = crate::gpu::Inventory::discover(config);
+    let system = nix::unistd::geteuid().is_root();
+    let mut lines = vec![format!("{}: valid", config.path.display())];
+    let mut add = |key: &str, value: String| lines.push(format!("  {key:<17}{value}"));
+    add(
+        "spool",
+        format!(
+            "{} ({} mode, as {})",
+            config.spool_dir.display(),
+            if system { "system" } else { "personal" },
+            if system {
+                "root: serves every user".to_string()
+            } else {
+                format!("uid {}: serves only that user", nix::unistd::geteuid())
+            }
+        ),
+    );
+    add(
+        "node",
+        format!(
+            "{}, time zone {}",
+            config.node_name,
+            config.timezone.iana_name().unwrap_or("UTC")
+        ),
+    );
+    add(
+        "GPUs",
+        format!("{} ({})", inventory.describe_details(), inventory.source),
+    );
+    let groups: std::collections::BTreeSet<u32> = inventory.gpus.iter().map(|g| g.group).collect();
+    if groups.len() > 1 {
+        add(
+            "GPU groups",
+            format!("{} (NVLink or PCIe switch, or group_size)", groups.len()),
+        );
+    }
+    add(
+        "CPUs",
+        match config.cpus {
+            Some(n) => format!("{n} (config)"),
+            None => format!("{} (detected)", daemon::host_cpus()),
+        },
+    );
+    add(
+        "memory",
+        match config.memory_mb {
+            Some(mb) => format!("{} (config)", crate::units::format_memory_mb(mb)),
+            None => format!(
+                "{} (detected)",
+                crate::units::format_memory_mb(daemon::host_memory_mb())
+            ),
+        },
+    );
+    match crate::exec::isolation::Isolation::prepare(config, &inventory) {
+        Ok(isolation) => {
+            let d = &isolation.detected;
+            add("isolation", d.description.clone());
+            for missing in &d.missing {
+                add("  not enforced", missing.clone());
+            }
+        }
+        Err(e) => add("isolation", format!("ERROR: {e}")),
+    }
+    add(
+        "GPU utilisation",
+        if config.gpu_sample_secs == 0 {
+            "not sampled (gpu_sample_secs = 0)".into()
+        } else {
+            let source = crate::gpu::sampling::detect().describe();
+            if source.starts_with("none") {
+                source
+            } else {
+                format!("{source}, every {} s", config.gpu_sample_secs)
+            }
+        },
+    );
+    add(
+        "accounts",
+        if config.accounts.is_empty() {
+            format!(
+                "none: every job is charged to '{}'",
+                config::DEFAULT_ACCOUNT
+            )
+        } else {
+            config
+                .accounts
+                .iter()
+                .map(|a| a.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        },
+    );
+    add(
+        "QoS",
+        format!(
+            "{} (default {})",
+            config
+                .qos
+                .iter()
+                .map(|q| q.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            config.default_qos
+        ),
+    );
+    add(
+        "admins",
+        if config.admins.is_empty() {
+            "root only".into()
+        } else {
+            config.admins.join(", ")
+        },
+    );
+    if let Some(f) = &config.metrics_file {
+        add("metrics file", f.display().to_string());
+    }
+    if let Some(a) = &config.metrics_listen {
+        add("metrics", format!("http://{a}/metrics"));
+    }
+    if let Some(c) = &config.notify_command {
+        add("notifications", c.join(" "));
+    }
+    add(
+        "retention",
+        match config.purge_after_months {
+            Some(m) => format!("jobs purged {m} whole months after their month, summarised first"),
+            None => "every job kept".into(),
+        },
+    );
+    lines.push(String::new());
+    lines.join("\n")
 }
 
 fn simulate(config: &Config, args: SimulateArgs) -> CliResult {

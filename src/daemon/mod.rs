@@ -316,13 +316,13 @@ fn start_notifier(config: &Config) -> Result<notifications::Notifier, DaemonErro
     }
 }
 
-fn host_cpus() -> u32 {
+pub fn host_cpus() -> u32 {
     std::thread::available_parallelism()
         .map(|n| n.get() as u32)
         .unwrap_or(1)
 }
 
-fn host_memory_mb() -> u64 {
+pub fn host_memory_mb() -> u64 {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|m| {
