@@ -90,6 +90,7 @@ fn main() {
         gpus: &gpus,
         cpus: 1 << 20,
         mem_mb: 1 << 40,
+        drained: &[],
     };
 
     let mut times = Vec::new();

@@ -118,6 +118,16 @@ pub enum Control {
     },
     /// Re-read the config file (admins only).
     Reload,
+    /// Take GPUs out of service (admins): no job starts on them; a job
+    /// running there finishes first.
+    Drain {
+        gpus: Vec<u32>,
+        reason: String,
+    },
+    /// Put drained GPUs back in service (admins).
+    Undrain {
+        gpus: Vec<u32>,
+    },
 }
 
 /// Filters for the read-only views.
@@ -179,6 +189,8 @@ pub enum Query {
     /// The audit log, newest last (admins): preemptions, uses of a
     /// restricted QoS, actions on others' jobs, reloads.
     Audit { limit: u32 },
+    /// The server: its GPUs and who holds them (ysinfo, yscontrol show node).
+    Node,
 }
 
 /// What `yscontrol update` changes; `None`: leave it.
@@ -280,6 +292,9 @@ pub enum Reply {
     },
     Audit {
         rows: Vec<AuditRow>,
+    },
+    Node {
+        node: Box<crate::report::node::NodeInfo>,
     },
     Usage {
         report: Box<crate::report::usage::UsageReport>,

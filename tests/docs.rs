@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 
-const PAGES: [(&str, &str); 8] = [
+const PAGES: [(&str, &str); 9] = [
     ("ysctld", "man/ysctld.8"),
     ("ysbatch", "man/ysbatch.1"),
     ("ysqueue", "man/ysqueue.1"),
@@ -17,6 +17,7 @@ const PAGES: [(&str, &str); 8] = [
     ("yscontrol", "man/yscontrol.1"),
     ("ysshare", "man/ysshare.1"),
     ("ysreport", "man/ysreport.1"),
+    ("ysinfo", "man/ysinfo.1"),
 ];
 
 /// Subcommands whose flags a page documents in a section of their own.

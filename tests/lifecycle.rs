@@ -211,6 +211,7 @@ fn ysqueue_lists_a_finished_job_for_min_job_age_when_asked_for_its_state() {
     assert_eq!(listed("all").trim(), format!("{id} COMPLETED"));
     assert_eq!(listed("CD").trim(), format!("{id} COMPLETED"));
     assert_eq!(listed("PD,R").trim(), "", "not asked for finished jobs");
-    std::thread::sleep(Duration::from_millis(2_500));
+    // Times are whole seconds: past 2 s plus the second the end fell in.
+    std::thread::sleep(Duration::from_millis(3_200));
     assert_eq!(listed("all").trim(), "", "older than min_job_age_secs");
 }

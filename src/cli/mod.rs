@@ -7,6 +7,7 @@ pub mod ysbatch;
 pub mod yscancel;
 pub mod yscontrol;
 pub mod ysctld;
+pub mod ysinfo;
 pub mod ysqueue;
 pub mod ysreport;
 pub mod ysshare;
@@ -169,7 +170,8 @@ pub fn query(command: &str, config: &Config, query: Query) -> Result<Reply, CliE
         reply @ (Reply::Jobs { .. }
         | Reply::Rows { .. }
         | Reply::Audit { .. }
-        | Reply::Usage { .. }) => Ok(reply),
+        | Reply::Usage { .. }
+        | Reply::Node { .. }) => Ok(reply),
         other => Err(CliError::failed(format!(
             "unexpected reply from ysctld: {other:?}"
         ))),

@@ -55,10 +55,20 @@ pub enum Command {
         #[arg(value_name = "JOBID", required = true)]
         jobs: Vec<String>,
     },
-    /// Let suspended jobs run on (admins)
+    /// Let suspended jobs run on, or with `gpu`, put drained GPUs back in service (admins)
     Resume {
-        #[arg(value_name = "JOBID", required = true)]
+        /// Job ids, or `gpu` and GPU indices (yscontrol resume gpu 2)
+        #[arg(value_name = "JOBID|gpu GPU", required = true)]
         jobs: Vec<String>,
+    },
+    /// Take GPUs out of service (admins): no job starts on them; jobs there finish first
+    Drain {
+        /// GPU indices, as ysinfo shows them (2, or 2,3)
+        #[arg(value_name = "GPU", required = true)]
+        gpus: Vec<String>,
+        /// Why, for ysinfo and the audit log
+        #[arg(long, value_name = "TEXT", required = true)]
+        reason: String,
     },
     /// Show a job in full, or the audit log
     Show {
@@ -71,6 +81,10 @@ pub enum Command {
 
 #[derive(Subcommand, Debug)]
 pub enum Show {
+    /// The server: its GPUs and their state, CPUs, memory, isolation, as KEY=VALUE pairs
+    Node,
+    /// The configuration in effect, and what ysctld detected, as KEY = VALUE lines
+    Config,
     /// One job, as KEY=VALUE pairs
     Job {
         #[arg(value_name = "JOBID")]
@@ -145,12 +159,46 @@ pub fn run(args: Args) -> CliResult {
                 job_ids: parse_job_ids(&jobs)?,
             },
         ),
+        Command::Resume { jobs } if jobs.first().is_some_and(|w| w.eq_ignore_ascii_case("gpu")) => {
+            control(
+                &config,
+                Control::Undrain {
+                    gpus: parse_gpus(&jobs[1..])?,
+                },
+            )
+        }
         Command::Resume { jobs } => control(
             &config,
             Control::Resume {
                 job_ids: parse_job_ids(&jobs)?,
             },
         ),
+        Command::Drain { gpus, reason } => {
+            let reason = reason.trim().to_string();
+            if reason.is_empty()
+                || reason.chars().count() > 200
+                || reason.chars().any(char::is_control)
+            {
+                return Err(CliError::usage(
+                    "--reason: say why in one line of 1 to 200 characters",
+                ));
+            }
+            control(
+                &config,
+                Control::Drain {
+                    gpus: parse_gpus(&gpus)?,
+                    reason,
+                },
+            )
+        }
+        Command::Show { what: Show::Node } => {
+            let node = super::ysinfo::node_info(&config)?;
+            print(&show_node(&node))
+        }
+        Command::Show { what: Show::Config } => {
+            let node = super::ysinfo::node_info(&config).ok();
+            print(&show_config(&config, node.as_ref()))
+        }
         Command::Reload => control(&config, Control::Reload),
         Command::Show {
             what: Show::Audit { lines },
@@ -353,4 +401,194 @@ fn show_job(view: &JobView, now: i64) -> String {
         }
     }
     out.join("\n") + "\n\n"
+}
+
+/// GPU indices: `2`, `2,3`, `2 3`.
+fn parse_gpus(words: &[String]) -> Result<Vec<u32>, CliError> {
+    let gpus: Vec<u32> = super::split_list(words)
+        .iter()
+        .map(|w| {
+            w.parse::<u32>().map_err(|_| {
+                CliError::usage(format!("'{w}' is not a GPU index (ysinfo lists them)"))
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    if gpus.is_empty() {
+        return Err(CliError::usage("name the GPUs, by index"));
+    }
+    Ok(gpus)
+}
+
+/// `scontrol show node`'s shape: the node, then a line per GPU.
+fn show_node(node: &crate::report::node::NodeInfo) -> String {
+    let mem = crate::units::format_memory_mb;
+    let mut types: Vec<(String, u32)> = Vec::new();
+    for g in &node.gpus {
+        match types.iter_mut().find(|(t, _)| *t == g.gpu_type) {
+            Some((_, n)) => *n += 1,
+            None => types.push((g.gpu_type.clone(), 1)),
+        }
+    }
+    let gres: Vec<String> = types.iter().map(|(t, n)| format!("gpu:{t}:{n}")).collect();
+    let drained = node.gpus.iter().filter(|g| g.drain.is_some()).count();
+    let allocated = node.gpus.iter().filter(|g| !g.jobs.is_empty()).count();
+    let state = if drained == node.gpus.len() && !node.gpus.is_empty() {
+        "DRAINED"
+    } else if allocated == node.gpus.len() && !node.gpus.is_empty() {
+        "ALLOCATED"
+    } else if allocated > 0 {
+        "MIXED"
+    } else {
+        "IDLE"
+    };
+    let mut out = format!(
+        "NodeName={} State={state}{} CPUTot={} CPUAlloc={} RealMemory={} AllocMem={}\n   \
+         Gres={} GresUsed=gpu:{allocated} GresDrained=gpu:{drained}\n   Isolation={}\n   GpuSource={}\n",
+        node.name,
+        if drained > 0 && state != "DRAINED" { "+DRAIN" } else { "" },
+        node.cpus,
+        node.cpus_allocated,
+        node.memory_mb,
+        node.memory_allocated_mb,
+        if gres.is_empty() { "(null)".into() } else { gres.join(",") },
+        node.isolation,
+        node.gpu_source,
+    );
+    for g in &node.gpus {
+        out.push_str(&format!(
+            "   GPU={} Type={} Memory={} Group={} State={} Jobs={} Users={}{}\n",
+            g.index,
+            g.gpu_type,
+            mem(g.memory_mb),
+            g.group,
+            g.state.to_ascii_uppercase(),
+            if g.jobs.is_empty() {
+                "(null)".into()
+            } else {
+                g.jobs.join(",")
+            },
+            if g.users.is_empty() {
+                "(null)".into()
+            } else {
+                g.users.join(",")
+            },
+            g.drain
+                .as_ref()
+                .map(|d| format!(
+                    " Reason=\"{}\" DrainedBy={} DrainedSince={}",
+                    d.reason,
+                    d.by,
+                    crate::units::format_timestamp(d.since)
+                ))
+                .unwrap_or_default()
+        ));
+    }
+    out
+}
+
+/// `scontrol show config`'s shape: `Key = value`, the config in effect and
+/// what ysctld detected (when it runs).
+fn show_config(
+    config: &crate::config::Config,
+    node: Option<&crate::report::node::NodeInfo>,
+) -> String {
+    let mut pairs: Vec<(&str, String)> = vec![
+        ("ClusterName", config.node_name.clone()),
+        ("ConfigFile", config.path.display().to_string()),
+        ("SpoolDir", config.spool_dir.display().to_string()),
+        (
+            "TimeZone",
+            config.timezone.iana_name().unwrap_or("UTC").to_string(),
+        ),
+        ("DefaultQOS", config.default_qos.clone()),
+        (
+            "QOS",
+            config
+                .qos
+                .iter()
+                .map(|q| q.name.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+        (
+            "Accounts",
+            if config.accounts.is_empty() {
+                crate::config::DEFAULT_ACCOUNT.to_string()
+            } else {
+                config
+                    .accounts
+                    .iter()
+                    .map(|a| a.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            },
+        ),
+        (
+            "Admins",
+            if config.admins.is_empty() {
+                "root".into()
+            } else {
+                config.admins.join(",")
+            },
+        ),
+        ("MinJobAge", format!("{} sec", config.min_job_age_secs)),
+        (
+            "PurgeJobAfter",
+            config
+                .purge_after_months
+                .map_or("NONE".into(), |m| format!("{m} months")),
+        ),
+        (
+            "PrivateData",
+            format!("{:?}", config.private_data).to_ascii_lowercase(),
+        ),
+        ("MaxArraySize", config.max_array_size.to_string()),
+        ("BackfillDepth", config.backfill_depth.to_string()),
+        (
+            "GpuSampleInterval",
+            format!("{} sec", config.gpu_sample_secs),
+        ),
+        ("LowUtilizationPct", config.low_utilization_pct.to_string()),
+        ("MaxPreemptions", config.max_preemptions.to_string()),
+        (
+            "MetricsFile",
+            config
+                .metrics_file
+                .as_ref()
+                .map_or("(null)".into(), |p| p.display().to_string()),
+        ),
+        (
+            "MetricsListen",
+            config
+                .metrics_listen
+                .map_or("(null)".into(), |a| a.to_string()),
+        ),
+        (
+            "NotifyCommand",
+            config
+                .notify_command
+                .as_ref()
+                .map_or("(null)".into(), |c| c.join(" ")),
+        ),
+        ("SchedulerType", "ysched/backfill".into()),
+        ("SelectType", "ysched/gpus".into()),
+        ("Version", env!("CARGO_PKG_VERSION").into()),
+    ];
+    match node {
+        Some(n) => {
+            pairs.push(("DetectedCPUs", n.cpus.to_string()));
+            pairs.push(("DetectedMemory", format!("{}M", n.memory_mb)));
+            pairs.push((
+                "DetectedGPUs",
+                format!("{} ({})", n.gpus.len(), n.gpu_source),
+            ));
+            pairs.push(("Isolation", n.isolation.clone()));
+        }
+        None => pairs.push(("Daemon", "not running (nothing detected)".into())),
+    }
+    let width = pairs.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k:<width$} = {v}\n"))
+        .collect()
 }

@@ -83,6 +83,8 @@ impl Daemon {
                 self.suspend_or_resume(&ids, &who, false, now)
                     .map(|r| with_outcomes(r, unknown))
             }
+            Control::Drain { gpus, reason } => Ok(self.drain(&gpus, Some(reason), &who, now)?),
+            Control::Undrain { gpus } => Ok(self.drain(&gpus, None, &who, now)?),
             Control::Reload => {
                 Ok(if who.admin {
                     match self.reload(Some(user)) {
@@ -99,6 +101,88 @@ impl Daemon {
                 })
             }
         }
+    }
+
+    /// Drains GPUs (`reason` given) or puts them back in service (admins).
+    fn drain(
+        &mut self,
+        gpus: &[u32],
+        reason: Option<String>,
+        who: &Requester,
+        now: i64,
+    ) -> Result<Reply, DaemonError> {
+        let verb = if reason.is_some() { "drain" } else { "resume" };
+        if !who.admin {
+            return Ok(Reply::Rejected {
+                error: format!(
+                    "permission denied: only root and the config's admins may {verb} GPUs"
+                ),
+            });
+        }
+        let count = self.inventory.gpus.len() as u32;
+        if let Some(bad) = gpus.iter().find(|&&g| g >= count) {
+            return Ok(Reply::Rejected {
+                error: format!(
+                    "GPU {bad} does not exist: this server has GPUs 0 to {}",
+                    count.saturating_sub(1)
+                ),
+            });
+        }
+        if gpus.is_empty() {
+            return Ok(Reply::Rejected {
+                error: format!("name the GPUs to {verb}"),
+            });
+        }
+        let mut lines = Vec::new();
+        for &gpu in gpus {
+            let holders: Vec<String> = self
+                .jobs
+                .values()
+                .filter(|j| j.state.holds_gpus() && j.gpus_alloc.contains(&gpu))
+                .map(|j| j.display_id())
+                .collect();
+            match &reason {
+                Some(reason) => {
+                    let drain = db::Drain {
+                        reason: reason.clone(),
+                        by: who.user.to_string(),
+                        since: now,
+                    };
+                    db::set_drain(self.tx()?, gpu, &drain)?;
+                    self.drains.insert(gpu, drain);
+                    lines.push(if holders.is_empty() {
+                        format!("GPU {gpu} drained: {reason}")
+                    } else {
+                        format!(
+                            "GPU {gpu} draining: {reason}; job {} runs on there until it ends",
+                            holders.join(", ")
+                        )
+                    });
+                    self.audit(
+                        now,
+                        who.user,
+                        "drain",
+                        None,
+                        &format!("GPU {gpu}: {reason}"),
+                    )?;
+                }
+                None => {
+                    if db::clear_drain(self.tx()?, gpu)? {
+                        self.drains.remove(&gpu);
+                        lines.push(format!("GPU {gpu} back in service"));
+                        self.audit(now, who.user, "resume-gpu", None, &format!("GPU {gpu}"))?;
+                    } else {
+                        lines.push(format!("GPU {gpu} was not drained"));
+                    }
+                }
+            }
+        }
+        self.reschedule = true;
+        self.snapshot = None;
+        Ok(Reply::Control {
+            outcomes: Vec::new(),
+            message: Some(lines.join("\n")),
+        })
     }
 
     /// The jobs the references name: an array's id names its active tasks

@@ -445,10 +445,12 @@ impl Daemon {
     /// its GPUs' hours when the set changes or on `flush` (so a crash loses
     /// at most a flush interval).
     pub(super) fn track_idle(&mut self, now: i64, flush: bool) -> Result<(), DaemonError> {
-        let idle = crate::report::history::idle_while_waiting(
+        let mut idle = crate::report::history::idle_while_waiting(
             self.jobs.values(),
             self.inventory.gpus.len(),
         );
+        // Out of service is not idle.
+        idle.retain(|g| !self.drains.contains_key(g));
         let owed = self.idle_watch.observe(now, idle, flush);
         if !owed.is_empty() {
             db::add_idle_waiting(self.tx()?, &owed)?;
@@ -484,6 +486,7 @@ impl Daemon {
             last_pass_seconds: self.last_pass_seconds,
             preemptions_total: self.preemptions_total,
             budget_left: &budget_left,
+            drained: &self.drains.keys().copied().collect::<Vec<_>>(),
             requests_total: self.requests_total,
             ingest_seconds_sum: self.ingest_seconds_sum,
         });

@@ -169,6 +169,8 @@ pub(crate) struct Daemon {
     /// Where notifications go, and those to send after this turn's commit.
     notifier: notifications::Notifier,
     notifications: Vec<notifications::Notification>,
+    /// GPUs out of service (yscontrol drain), as the database has them.
+    drains: BTreeMap<u32, db::Drain>,
     /// GPUs free while jobs wait, charged to the GPUs' hours.
     idle_watch: crate::report::history::IdleWatch,
     next_idle_flush: Instant,
@@ -292,6 +294,7 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         notifications: Vec::new(),
         requests_total: 0,
         ingest_seconds_sum: 0.0,
+        drains: BTreeMap::new(),
         idle_watch: Default::default(),
         next_idle_flush: Instant::now() + IDLE_FLUSH_EVERY,
         next_retention: Instant::now(),
@@ -443,6 +446,10 @@ impl Daemon {
         self.usage = db::load_usage(&self.db)?.into_iter().collect();
         self.preemptions_total = db::count_audit(&self.db, "preempt")?;
         self.load_budgets(now())?;
+        self.drains = db::drains(&self.db)?;
+        for (gpu, d) in &self.drains {
+            tracing::warn!(target: "ysched::daemon", "GPU {gpu} is drained since {} by {}: {}", crate::units::format_timestamp(d.since), d.by, d.reason);
+        }
         for job in db::active_jobs(&self.db)? {
             self.jobs.insert(job.id, job);
         }
@@ -745,10 +752,12 @@ impl Daemon {
             .values()
             .filter(|j| j.state.holds_gpus())
             .collect();
+        let drained: Vec<u32> = self.drains.keys().copied().collect();
         let node = sched::Node {
             gpus: &self.inventory.gpus,
             cpus: self.cpus,
             mem_mb: self.mem_mb,
+            drained: &drained,
         };
         let policy = sched::limits::Policy::at(&self.config, now);
         let pass = Instant::now();
@@ -815,7 +824,7 @@ impl Daemon {
             fairshare: &self.fairshare,
             total_gpus: self.inventory.gpus.len() as u32,
         };
-        let snapshot = Arc::new(QueueSnapshot::build(
+        let mut snapshot = QueueSnapshot::build(
             &self.jobs,
             &self.reasons,
             &self.expected_starts,
@@ -823,7 +832,20 @@ impl Daemon {
             &ctx,
             now,
             query::share_rows(&tree, &shares, &self.usage, &budgets),
-        ));
+        );
+        let jobs: Vec<&Job> = self.jobs.values().collect();
+        snapshot.node = crate::report::node::build(&crate::report::node::Facts {
+            name: &self.config.node_name,
+            cpus: self.cpus,
+            memory_mb: self.mem_mb,
+            isolation: &self.isolation.detected.description,
+            gpu_source: self.inventory.source.to_string(),
+            gpus: &self.inventory.gpus,
+            jobs: &jobs,
+            drains: &self.drains,
+            samples: self.last_samples.as_deref(),
+        });
+        let snapshot = Arc::new(snapshot);
         self.snapshot = Some(snapshot.clone());
         snapshot
     }

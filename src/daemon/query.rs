@@ -26,6 +26,8 @@ const MAX_ROWS: usize = 200_000;
 /// pending ones in the order the scheduler would start them.
 pub struct QueueSnapshot {
     pub jobs: Vec<JobView>,
+    /// The server's GPUs and who holds them.
+    pub node: crate::report::node::NodeInfo,
     /// The fair-share tree, every association (filtered per requester).
     pub shares: Vec<ShareRow>,
 }
@@ -72,6 +74,7 @@ impl QueueSnapshot {
         });
         QueueSnapshot {
             jobs: views,
+            node: Default::default(),
             shares,
         }
     }
@@ -474,6 +477,21 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
                 report: Box::new(report),
             })
         }
+        Query::Node => {
+            let mut node = snapshot.map(|s| s.node.clone()).unwrap_or_default();
+            // Under private_data = "jobs", others' jobs on a GPU are hidden.
+            if viewer.privacy == crate::config::PrivateData::Jobs && !viewer.admin {
+                for gpu in &mut node.gpus {
+                    if gpu.users.iter().any(|u| *u != viewer.user) {
+                        gpu.jobs.clear();
+                        gpu.users = vec!["(hidden)".into()];
+                    }
+                }
+            }
+            Ok(Reply::Node {
+                node: Box::new(node),
+            })
+        }
         Query::Audit { limit } => {
             if !viewer.admin {
                 return Ok(Reply::Rejected {
@@ -571,6 +589,11 @@ pub fn answer_offline(
         query,
         snapshot: None,
     };
+    if work.query == Query::Node {
+        return Ok(Reply::Rejected {
+            error: "ysctld is not running: only it knows the GPUs' state".into(),
+        });
+    }
     // Without the daemon, active jobs come from the database as last written.
     if let Query::Queue { filter, fields } = &work.query {
         let mut active = filter.clone();

@@ -181,4 +181,13 @@ CREATE TABLE purged_months (
 ALTER TABLE jobs ADD COLUMN mail_type INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN mail_user TEXT;
 "#,
+    // 12: GPUs taken out of service (yscontrol drain).
+    r#"
+CREATE TABLE gpu_drains (
+    gpu     INTEGER PRIMARY KEY,
+    reason  TEXT    NOT NULL,
+    by      TEXT    NOT NULL,
+    since   INTEGER NOT NULL
+);
+"#,
 ];

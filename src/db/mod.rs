@@ -538,6 +538,47 @@ pub fn gpu_hours(
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// A GPU taken out of service: why, by whom, since when.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Drain {
+    pub reason: String,
+    pub by: String,
+    pub since: i64,
+}
+
+/// The drained GPUs.
+pub fn drains(conn: &Connection) -> Result<std::collections::BTreeMap<u32, Drain>, DbError> {
+    let mut stmt = conn.prepare_cached("SELECT gpu, reason, by, since FROM gpu_drains")?;
+    let rows = stmt.query_map([], |r| {
+        Ok((
+            r.get(0)?,
+            Drain {
+                reason: r.get(1)?,
+                by: r.get(2)?,
+                since: r.get(3)?,
+            },
+        ))
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+pub fn set_drain(conn: &Connection, gpu: u32, drain: &Drain) -> Result<(), DbError> {
+    conn.prepare_cached(
+        "INSERT INTO gpu_drains (gpu, reason, by, since) VALUES (?1, ?2, ?3, ?4) \
+         ON CONFLICT (gpu) DO UPDATE SET reason = excluded.reason, by = excluded.by",
+    )?
+    .execute(params![gpu, drain.reason, drain.by, drain.since])?;
+    Ok(())
+}
+
+/// Whether the GPU was drained.
+pub fn clear_drain(conn: &Connection, gpu: u32) -> Result<bool, DbError> {
+    Ok(conn
+        .prepare_cached("DELETE FROM gpu_drains WHERE gpu = ?1")?
+        .execute([gpu])?
+        > 0)
+}
+
 /// A month whose job rows were purged, its summary kept.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PurgedMonth {

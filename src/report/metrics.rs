@@ -18,6 +18,8 @@ pub struct Inputs<'a> {
     pub samples: Option<&'a [Sample]>,
     pub last_pass_seconds: f64,
     pub preemptions_total: u64,
+    /// GPUs out of service.
+    pub drained: &'a [u32],
     /// Spool requests handled, and the seconds from their sending to their
     /// handling, summed.
     pub requests_total: u64,
@@ -73,6 +75,14 @@ pub fn render(inputs: &Inputs) -> String {
 
     family(
         &mut out,
+        "ysched_gpus_drained",
+        "gauge",
+        "GPUs taken out of service (yscontrol drain).",
+    );
+    let _ = writeln!(out, "ysched_gpus_drained {}", inputs.drained.len());
+
+    family(
+        &mut out,
         "ysched_gpus_allocated",
         "gauge",
         "GPUs held by running jobs, by account.",
@@ -96,8 +106,10 @@ pub fn render(inputs: &Inputs) -> String {
         "gauge",
         "Free GPUs while GPU jobs are pending (0 when none wait).",
     );
-    let idle =
-        super::history::idle_while_waiting(inputs.jobs.iter().copied(), inputs.gpus.len()).len();
+    let idle = super::history::idle_while_waiting(inputs.jobs.iter().copied(), inputs.gpus.len())
+        .into_iter()
+        .filter(|g| !inputs.drained.contains(g))
+        .count();
     let _ = writeln!(out, "ysched_gpus_idle_while_waiting {idle}");
 
     if let Some(samples) = inputs.samples {
@@ -211,6 +223,7 @@ mod tests {
             gpus: &gpus,
             samples: None,
             last_pass_seconds: 0.0125,
+            drained: &[],
             requests_total: 4,
             ingest_seconds_sum: 0.002,
             preemptions_total: 3,

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 pub mod history;
 pub mod html;
 pub mod metrics;
+pub mod node;
 pub mod usage;
 
 use serde::{Deserialize, Serialize};

@@ -97,6 +97,8 @@ pub struct Node<'a> {
     pub gpus: &'a [Gpu],
     pub cpus: u32,
     pub mem_mb: u64,
+    /// GPUs out of service: no job starts on them, now or later.
+    pub drained: &'a [u32],
 }
 
 /// The outcome of one scheduling pass.
@@ -175,6 +177,7 @@ pub fn plan(
     {
         profile.withhold(&job.claim, &types);
     }
+    profile.withhold(node.drained, &types);
 
     let mut ordered: Vec<(&Job, i64)> = pending.to_vec();
     ordered.sort_by(|a, b| priority::order(*a, *b));
@@ -356,6 +359,7 @@ mod tests {
             gpus: g,
             cpus: 64,
             mem_mb: 1 << 20,
+            drained: &[],
         }
     }
 

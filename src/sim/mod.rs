@@ -179,6 +179,7 @@ pub fn run(config: &Config, trace: &[TraceJob], skipped: trace::Skipped, policy:
         gpus: &inventory.gpus,
         cpus: u32::MAX,
         mem_mb: u64::MAX,
+        drained: &[],
     };
     let default_qos = config.default_qos.clone();
     let lowest_qos = config

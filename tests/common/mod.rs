@@ -8,7 +8,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-pub const BINARIES: [&str; 9] = [
+pub const BINARIES: [&str; 10] = [
     "ysctld",
     "ysstepd",
     "ysbatch",
@@ -18,6 +18,7 @@ pub const BINARIES: [&str; 9] = [
     "yscontrol",
     "ysshare",
     "ysreport",
+    "ysinfo",
 ];
 
 /// The binaries, hard-linked (or copied) into a directory every user can
@@ -75,6 +76,7 @@ fn built_binary(name: &str) -> PathBuf {
         "yscontrol" => env!("CARGO_BIN_EXE_yscontrol"),
         "ysshare" => env!("CARGO_BIN_EXE_ysshare"),
         "ysreport" => env!("CARGO_BIN_EXE_ysreport"),
+        "ysinfo" => env!("CARGO_BIN_EXE_ysinfo"),
         other => panic!("unknown binary {other}"),
     };
     PathBuf::from(path)

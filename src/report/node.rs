@@ -1,0 +1,203 @@
+//! The server as `ysinfo` and `yscontrol show node` see it: each GPU with
+//! its state (idle, allocated, shared, claimed, draining, drained) and the
+//! jobs and users holding it, the CPUs and memory in use, and how jobs are
+//! isolated. Built by the daemon from its state; rendered by the commands.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::db::Drain;
+use crate::gpu::sampling::Sample;
+use crate::gpu::Gpu;
+use crate::job::Job;
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    pub name: String,
+    pub cpus: u32,
+    pub cpus_allocated: u32,
+    pub memory_mb: u64,
+    pub memory_allocated_mb: u64,
+    /// How jobs are confined here (cgroup layout, or off).
+    pub isolation: String,
+    /// Where the GPU list comes from (NVML, the config).
+    pub gpu_source: String,
+    pub gpus: Vec<GpuInfo>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuInfo {
+    pub index: u32,
+    pub gpu_type: String,
+    pub memory_mb: u64,
+    pub group: u32,
+    pub features: Vec<String>,
+    pub shards: u32,
+    /// idle, allocated, shared (shards in use), claimed (kept for a job
+    /// that preempted others), draining, drained.
+    pub state: String,
+    /// The jobs on it (`12`, `12_3`) and their users.
+    pub jobs: Vec<String>,
+    pub users: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drain: Option<Drain>,
+    /// At the last sample, where sampled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub utilization_pct: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_used_mb: Option<u64>,
+}
+
+/// What the daemon knows of the server, at one moment.
+pub struct Facts<'a> {
+    pub name: &'a str,
+    pub cpus: u32,
+    pub memory_mb: u64,
+    pub isolation: &'a str,
+    pub gpu_source: String,
+    pub gpus: &'a [Gpu],
+    pub jobs: &'a [&'a Job],
+    pub drains: &'a BTreeMap<u32, Drain>,
+    pub samples: Option<&'a [Sample]>,
+}
+
+pub fn build(f: &Facts) -> NodeInfo {
+    let holding: Vec<&&Job> = f.jobs.iter().filter(|j| j.state.holds_gpus()).collect();
+    let gpus =
+        f.gpus
+            .iter()
+            .map(|g| {
+                let on: Vec<&&&Job> = holding
+                    .iter()
+                    .filter(|j| j.gpus_alloc.contains(&g.index))
+                    .collect();
+                let claimed = f.jobs.iter().any(|j| {
+                    j.state == crate::job::JobState::Pending && j.claim.contains(&g.index)
+                });
+                let drain = f.drains.get(&g.index).cloned();
+                let state = match (&drain, on.is_empty()) {
+                    (Some(_), true) => "drained",
+                    (Some(_), false) => "draining",
+                    (None, false) if on.iter().all(|j| j.gpus.shard) => "shared",
+                    (None, false) => "allocated",
+                    (None, true) if claimed => "claimed",
+                    (None, true) => "idle",
+                };
+                let mut users: Vec<String> = on.iter().map(|j| j.user.clone()).collect();
+                users.dedup();
+                let sample = f.samples.and_then(|s| s.iter().find(|s| s.gpu == g.index));
+                GpuInfo {
+                    index: g.index,
+                    gpu_type: g.gpu_type.clone(),
+                    memory_mb: g.memory_mb,
+                    group: g.group,
+                    features: g.features.clone(),
+                    shards: g.shards,
+                    state: state.to_string(),
+                    jobs: on.iter().map(|j| j.display_id()).collect(),
+                    users,
+                    drain,
+                    utilization_pct: sample.map(|s| s.utilization_pct),
+                    memory_used_mb: sample.map(|s| s.memory_used_mb),
+                }
+            })
+            .collect();
+    NodeInfo {
+        name: f.name.to_string(),
+        cpus: f.cpus,
+        cpus_allocated: holding.iter().map(|j| j.cpus).sum::<u32>().min(f.cpus),
+        memory_mb: f.memory_mb,
+        memory_allocated_mb: holding.iter().filter_map(|j| j.mem_mb).sum(),
+        isolation: f.isolation.to_string(),
+        gpu_source: f.gpu_source.clone(),
+        gpus,
+    }
+}
+
+/// `ysinfo`'s columns, by name.
+pub const FIELDS: [&str; 10] = [
+    "gpu", "type", "memory", "group", "features", "state", "jobs", "users", "util", "reason",
+];
+
+/// One cell of a GPU's row.
+pub fn cell(gpu: &GpuInfo, field: &str) -> String {
+    let list = |v: &[String]| {
+        if v.is_empty() {
+            "-".to_string()
+        } else {
+            v.join(",")
+        }
+    };
+    match field {
+        "gpu" => gpu.index.to_string(),
+        "type" => gpu.gpu_type.clone(),
+        "memory" => crate::units::format_memory_mb(gpu.memory_mb),
+        "group" => gpu.group.to_string(),
+        "features" => {
+            let mut f = gpu.features.clone();
+            if gpu.shards > 0 {
+                f.push(format!("shards:{}", gpu.shards));
+            }
+            list(&f)
+        }
+        "state" => gpu.state.clone(),
+        "jobs" => list(&gpu.jobs),
+        "users" => list(&gpu.users),
+        "util" => gpu
+            .utilization_pct
+            .map_or("n/a".into(), |u| format!("{u}%")),
+        "reason" => gpu
+            .drain
+            .as_ref()
+            .map_or("-".into(), |d| format!("{} ({})", d.reason, d.by)),
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::JobState;
+
+    #[test]
+    fn gpu_states_follow_jobs_claims_and_drains() {
+        let gpus = crate::gpu::test_a100s(5);
+        let mut running = crate::job::example_job(7);
+        running.state = JobState::Running;
+        running.gpus_alloc = vec![0, 1];
+        running.user = "alice".into();
+        let mut urgent = crate::job::example_job(9);
+        urgent.claim = vec![2];
+        let mut drains = BTreeMap::new();
+        let drain = Drain {
+            reason: "ECC errors".into(),
+            by: "root".into(),
+            since: 1,
+        };
+        drains.insert(1, drain.clone());
+        drains.insert(3, drain);
+        let jobs = [&running, &urgent];
+        let info = build(&Facts {
+            name: "gpu01",
+            cpus: 16,
+            memory_mb: 1024,
+            isolation: "cgroup v2",
+            gpu_source: "declared".into(),
+            gpus: &gpus,
+            jobs: &jobs,
+            drains: &drains,
+            samples: None,
+        });
+        let states: Vec<&str> = info.gpus.iter().map(|g| g.state.as_str()).collect();
+        assert_eq!(
+            states,
+            vec!["allocated", "draining", "claimed", "drained", "idle"]
+        );
+        assert_eq!(info.gpus[0].jobs, vec!["7"]);
+        assert_eq!(info.gpus[0].users, vec!["alice"]);
+        assert_eq!(cell(&info.gpus[3], "reason"), "ECC errors (root)");
+        assert_eq!(cell(&info.gpus[4], "util"), "n/a");
+        assert_eq!(info.cpus_allocated, running.cpus);
+    }
+}
