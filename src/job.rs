@@ -635,7 +635,9 @@ impl Job {
 
 /// Expands sbatch's filename patterns: `%j` job id, `%A` array id (the job
 /// id outside arrays), `%a` task index (0 outside arrays), `%x` name, `%u`
-/// user, `%N` node, `%%` a percent sign. An optional width between `%` and
+/// user, `%N` node, `%t` task and `%n` node index (0: a batch job is one
+/// task on one node), `%s` step (`batch`), `%%` a percent sign. An
+/// optional width between `%` and
 /// the letter zero-pads numbers (`%5j` → `00042`), as in Slurm.
 pub fn expand_filename_pattern(
     pattern: &str,
@@ -666,6 +668,8 @@ pub fn expand_filename_pattern(
             Some('x') => out.push_str(name),
             Some('u') => out.push_str(user),
             Some('N') => out.push_str(node.unwrap_or("")),
+            Some('t' | 'n') => out.push_str(&format!("{:0width$}", 0)),
+            Some('s') => out.push_str("batch"),
             Some(other) => {
                 out.push('%');
                 out.push(other);

@@ -137,6 +137,9 @@ pub struct SubmitOptions {
     /// Accepted for Slurm scripts (ignored)
     #[arg(long = "ntasks-per-node", value_name = "N", hide_short_help = true)]
     pub ntasks_per_node: Option<String>,
+    /// Accepted for Slurm scripts (ignored: ysched keeps no workload keys)
+    #[arg(long, value_name = "KEY", hide_short_help = true)]
+    pub wckey: Option<String>,
     /// Events to be told of through the config's notify_command: NONE, BEGIN, END, FAIL, REQUEUE, TIME_LIMIT, ALL (comma-separated)
     #[arg(long = "mail-type", value_name = "TYPE[,TYPE]")]
     pub mail_type: Option<String>,
@@ -310,6 +313,11 @@ impl Partial {
                     "--ntasks={n} ignored: the batch script runs as one task"
                 ));
             }
+        }
+        if let Some(k) = &o.wckey {
+            warnings.push(format!(
+                "--wckey={k} ignored: ysched keeps no workload keys"
+            ));
         }
         if o.ntasks_per_node.is_some() {
             warnings.push("--ntasks-per-node ignored: the batch script runs as one task".into());

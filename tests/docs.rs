@@ -93,7 +93,10 @@ fn help_and_man_pages_name_the_same_long_flags() {
 
 #[test]
 fn man_pages_have_the_usual_sections() {
-    for (_, page) in PAGES.iter().chain(&[("", "man/ysched.toml.5")]) {
+    for (_, page) in PAGES
+        .iter()
+        .chain(&[("", "man/ysched.toml.5"), ("", "man/ysched-slurm.1")])
+    {
         let text =
             std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(page)).unwrap();
         for section in ["NAME", "SYNOPSIS", "DESCRIPTION", "SEE ALSO"] {
@@ -113,7 +116,10 @@ fn man_pages_pass_mandoc_lint_where_mandoc_is_installed() {
         return;
     };
     let _ = probe;
-    for (_, page) in PAGES.iter().chain(&[("", "man/ysched.toml.5")]) {
+    for (_, page) in PAGES
+        .iter()
+        .chain(&[("", "man/ysched.toml.5"), ("", "man/ysched-slurm.1")])
+    {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(page);
         let out = Command::new("mandoc")
             .args(["-T", "lint", "-W", "warning"])

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-pub const BINARIES: [&str; 10] = [
+pub const BINARIES: [&str; 11] = [
     "ysctld",
     "ysstepd",
     "ysbatch",
@@ -19,6 +19,7 @@ pub const BINARIES: [&str; 10] = [
     "ysshare",
     "ysreport",
     "ysinfo",
+    "ysched-slurm",
 ];
 
 /// The binaries, hard-linked (or copied) into a directory every user can
@@ -77,6 +78,7 @@ fn built_binary(name: &str) -> PathBuf {
         "ysshare" => env!("CARGO_BIN_EXE_ysshare"),
         "ysreport" => env!("CARGO_BIN_EXE_ysreport"),
         "ysinfo" => env!("CARGO_BIN_EXE_ysinfo"),
+        "ysched-slurm" => env!("CARGO_BIN_EXE_ysched-slurm"),
         other => panic!("unknown binary {other}"),
     };
     PathBuf::from(path)

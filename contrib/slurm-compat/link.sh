@@ -1,0 +1,11 @@
+#!/bin/sh
+# Makes DIR hold Slurm's command names as links to ysched-slurm, for PATH.
+# usage: link.sh DIR [PATH-TO-ysched-slurm]   (default: the one on PATH)
+set -eu
+dir=${1:?usage: link.sh DIR [ysched-slurm]}
+bin=${2:-$(command -v ysched-slurm)} || { echo "link.sh: ysched-slurm is not on PATH; give its path" >&2; exit 1; }
+mkdir -p "$dir"
+for name in sbatch squeue scancel sacct sshare sinfo scontrol srun; do
+    ln -sfn "$bin" "$dir/$name"
+done
+echo "linked sbatch squeue scancel sacct sshare sinfo scontrol srun in $dir to $bin"

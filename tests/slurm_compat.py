@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Drives ysched through its Slurm commands the way workflow tools do: run
+sbatch with a generated #SBATCH header and read the id from "Submitted
+batch job N", poll sacct --parsable2 until a final state, cancel with
+scancel, run an array and read each task's output. Standard library only.
+
+Run by tests/slurm_compat.rs with PATH holding the shims (sbatch, squeue,
+...) and YS_CONF naming a running ysctld's config; exits non-zero with the
+reason on the first surprise."""
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED")
+
+
+def run(*args, stdin=None, check=True):
+    p = subprocess.run(args, input=stdin, capture_output=True, text=True, timeout=60)
+    if check and p.returncode != 0:
+        sys.exit(f"{' '.join(args)} exited {p.returncode}: {p.stderr}")
+    return p
+
+
+def submit(*args, stdin=None):
+    out = run("sbatch", *args, stdin=stdin).stdout
+    m = re.fullmatch(r"Submitted batch job (\d+)\n", out)
+    if not m:
+        sys.exit(f"sbatch printed {out!r}")
+    return m.group(1)
+
+
+def states(job):
+    """JobID -> State for the job (and its array tasks), as sacct gives them."""
+    out = run("sacct", "--parsable2", "--noheader", "-X", "-j", job, "-o", "JobID,State,ExitCode").stdout
+    rows = {}
+    for line in out.splitlines():
+        fields = line.split("|")
+        if len(fields) != 3:
+            sys.exit(f"sacct --parsable2 line {line!r} has not 3 fields")
+        rows[fields[0]] = (fields[1], fields[2])
+    return rows
+
+
+def wait_final(job, count=1, deadline=30):
+    end = time.time() + deadline
+    while time.time() < end:
+        rows = states(job)
+        if len(rows) >= count and all(s.split()[0] in FINAL for s, _ in rows.values()):
+            return rows
+        time.sleep(0.2)
+    sys.exit(f"job {job} not final after {deadline} s: {states(job)}")
+
+
+def main():
+    os.chdir(sys.argv[1])
+
+    # A script with a Slurm header, as a launcher writes one.
+    with open("job.sh", "w") as f:
+        f.write(
+            "#!/bin/bash\n"
+            "#SBATCH --job-name=compat\n"
+            "#SBATCH -o %x-%j.out\n"
+            "#SBATCH -t 0:05:00\n"
+            "#SBATCH --gres=gpu:1\n"
+            "#SBATCH -p gpu\n"
+            "#SBATCH --nodes=1 --ntasks=1 --cpus-per-task=1\n"
+            "#SBATCH --wckey=project-x\n"
+            "echo hello $SLURM_JOB_ID\n"
+            "srun -o step-%j-%t.out --unbuffered bash -c 'echo task $SLURM_PROCID of $SLURM_NTASKS'\n"
+        )
+    job = submit("job.sh")
+    rows = wait_final(job)
+    if rows[job] != ("COMPLETED", "0:0"):
+        sys.exit(f"job {job}: {rows}")
+    if open(f"compat-{job}.out").read() != f"hello {job}\n":
+        sys.exit(f"compat-{job}.out: {open(f'compat-{job}.out').read()!r}")
+    if open(f"step-{job}-0.out").read() != "task 0 of 1\n":
+        sys.exit(f"step-{job}-0.out: {open(f'step-{job}-0.out').read()!r}")
+
+    # The same script on stdin, and --parsable.
+    out = run("sbatch", "--parsable", stdin=open("job.sh").read()).stdout.strip()
+    if not re.fullmatch(r"\d+(;\w+)?", out):
+        sys.exit(f"sbatch --parsable printed {out!r}")
+    wait_final(out.split(";")[0])
+
+    # A long job: seen by squeue, cancelled by scancel.
+    long = run("sbatch", "--parsable", "-J", "sleeper", "--wrap", "sleep 300").stdout.strip()
+    end = time.time() + 20
+    while True:
+        q = run("squeue", "--states=all", "--format=%i|%T", "--name=sleeper", "-h").stdout
+        if q.strip() == f"{long}|RUNNING":
+            break
+        if time.time() > end:
+            sys.exit(f"squeue never showed {long} running: {q!r}")
+        time.sleep(0.2)
+    run("scancel", long)
+    state, _ = wait_final(long)[long]
+    if not state.startswith("CANCELLED"):
+        sys.exit(f"cancelled job {long} is {state}")
+    q = run("squeue", "--states=all", "--format=%i|%T", "--name=sleeper", "-h").stdout
+    if q.strip() != f"{long}|CANCELLED":
+        sys.exit(f"squeue --states=all right after the end: {q!r}")
+
+    # An array: task ids as sbatch printed them, one output per task.
+    array = submit("--array=0-3", "-o", "arr-%A_%a.out", "--wrap", "echo $SLURM_ARRAY_JOB_ID $SLURM_ARRAY_TASK_ID")
+    rows = wait_final(array, count=4)
+    if sorted(rows) != [f"{array}_{i}" for i in range(4)]:
+        sys.exit(f"array {array} rows: {sorted(rows)}")
+    for i in range(4):
+        text = open(f"arr-{array}_{i}.out").read()
+        if text != f"{array} {i}\n":
+            sys.exit(f"arr-{array}_{i}.out: {text!r}")
+    # sacct with repeated -j and --parsable (trailing |).
+    out = run("sacct", "-p", "-n", "-j", job, "-j", long, "-o", "JobID,JobName").stdout
+    if out.splitlines() != [f"{job}|compat|", f"{long}|sleeper|"]:
+        sys.exit(f"sacct -p: {out!r}")
+
+    # The partition, the controller, a job in full.
+    if run("sinfo", "-o", "%P").stdout != "PARTITION\nysched*\n":
+        sys.exit("sinfo -o %P: " + run("sinfo", "-o", "%P").stdout)
+    if "is UP" not in run("scontrol", "ping").stdout:
+        sys.exit("scontrol ping")
+    if f"JobId={job} JobName=compat" not in run("scontrol", "show", "job", job).stdout:
+        sys.exit("scontrol show job")
+    if "MinJobAge" not in run("scontrol", "show", "config").stdout:
+        sys.exit("scontrol show config")
+
+    # Unsupported or wrong: exit 1 and a message, never a silent result.
+    for args in (["sbatch", "--no-such-option", "job.sh"], ["scontrol", "create", "reservation"],
+                 ["srun", "true"], ["sbatch", "--nodes=2", "--wrap", "true"]):
+        p = run(*args, check=False)
+        if p.returncode != 1 or not p.stderr.strip():
+            sys.exit(f"{args}: exit {p.returncode}, stderr {p.stderr!r}")
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
