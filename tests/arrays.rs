@@ -96,15 +96,30 @@ fn one_task_or_the_whole_array_is_cancelled_held_or_released() {
         "ysqueue",
         &["-h", "-j", &id.to_string(), "-o", "%i %F %K %A %r"],
     ));
-    let expected: Vec<String> = (0..4)
-        .map(|t| format!("{id}_{t} {id} {t} {} JobHeldUser", id + t))
-        .collect();
-    assert_eq!(lines(&queue), expected);
+    // Pending tasks fold into one line, as squeue shows them.
+    assert_eq!(
+        lines(&queue),
+        vec![format!("{id}_[0-3] {id} [0-3] {id} JobHeldUser")]
+    );
 
     let out = c.run("yscancel", &[&format!("{id}_1")]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(wait_done(&c, &format!("{id}_1")), "CANCELLED");
+    // sacct's way: who cancelled it, by uid.
+    assert_eq!(wait_done(&c, &format!("{id}_1")), "CANCELLED by 0");
     assert_eq!(field(&c, &format!("{id}_0"), "State"), "PENDING");
+    // Tasks 0, 2 and 3 pending: 2-3 fold, 0 stands alone.
+    let acct = stdout(&c.run(
+        "ysacct",
+        &["-j", &id.to_string(), "-n", "-P", "-o", "JobID,State"],
+    ));
+    assert_eq!(
+        lines(&acct),
+        [
+            format!("{id}_0|PENDING"),
+            format!("{id}_1|CANCELLED by 0"),
+            format!("{id}_[2-3]|PENDING")
+        ]
+    );
 
     let out = c.run("yscontrol", &["release", &format!("{id}_[2-3]")]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -124,7 +139,7 @@ fn one_task_or_the_whole_array_is_cancelled_held_or_released() {
     let states = field(&c, &id.to_string(), "State");
     assert_eq!(
         lines(&states),
-        ["CANCELLED", "CANCELLED", "COMPLETED", "COMPLETED"]
+        ["CANCELLED by 0", "CANCELLED by 0", "COMPLETED", "COMPLETED"]
     );
 
     let out = c.run("yscancel", &[&format!("{id}_9")]);

@@ -98,8 +98,8 @@ def main():
         time.sleep(0.2)
     run("scancel", long)
     state, _ = wait_final(long)[long]
-    if not state.startswith("CANCELLED"):
-        sys.exit(f"cancelled job {long} is {state}")
+    if state != f"CANCELLED by {os.getuid()}":
+        sys.exit(f"cancelled job {long} is {state!r}")
     q = run("squeue", "--states=all", "--format=%i|%T", "--name=sleeper", "-h").stdout
     if q.strip() != f"{long}|CANCELLED":
         sys.exit(f"squeue --states=all right after the end: {q!r}")
@@ -113,6 +113,14 @@ def main():
         text = open(f"arr-{array}_{i}.out").read()
         if text != f"{array} {i}\n":
             sys.exit(f"arr-{array}_{i}.out: {text!r}")
+    # A held array's pending tasks fold into one id, throttle included.
+    held = submit("-H", "--array=0-9%2", "--wrap", "true")
+    for command in (["squeue", "-h", "-o", "%i", "-j", held], ["sacct", "-n", "-P", "-X", "-o", "JobID", "-j", held]):
+        out = run(*command).stdout
+        if out != f"{held}_[0-9%2]\n":
+            sys.exit(f"{command}: {out!r}")
+    run("scancel", held)
+
     # sacct with repeated -j and --parsable (trailing |).
     out = run("sacct", "-p", "-n", "-j", job, "-j", long, "-o", "JobID,JobName").stdout
     if out.splitlines() != [f"{job}|compat|", f"{long}|sleeper|"]:

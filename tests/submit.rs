@@ -315,7 +315,7 @@ fn the_queue_and_accounting_views() {
             "JobID,JobName,State,NodeList",
         ],
     ));
-    assert_eq!(acct, format!("JobID|JobName|State|NodeList\n{running}|long|CANCELLED|gpu01\n{waiting}|yolo-s|COMPLETED|gpu01\n"));
+    assert_eq!(acct, format!("JobID|JobName|State|NodeList\n{running}|long|CANCELLED by 0|gpu01\n{waiting}|yolo-s|COMPLETED|gpu01\n"));
     let by_state = stdout(&c.run("ysacct", &["-s", "CA", "-n", "-P", "-o", "JobID"]));
     assert_eq!(by_state, format!("{running}\n"));
     let future = stdout(&c.run("ysacct", &["-S", "now+1hours", "-n", "-P", "-o", "JobID"]));

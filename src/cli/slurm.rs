@@ -278,11 +278,13 @@ fn scontrol(args: ScontrolArgs) -> CliResult {
         ["resume", _, ..] => C::Resume { jobs: rest(1) },
         ["update", _, ..] => C::Update { words: rest(1) },
         ["reconfigure"] => C::Reload,
-        _ => return Err(CliError::failed(format!(
+        _ => {
+            return Err(CliError::failed(format!(
             "'{}' is not supported by ysched's scontrol (it knows show job/node/config/partition, \
                  requeue, hold, release, suspend, resume, update, ping, reconfigure)",
             words.join(" ")
-        ))),
+        )))
+        }
     };
     super::yscontrol::run(Y { command })
 }

@@ -303,7 +303,7 @@ impl Daemon {
         who: &Requester,
         now: i64,
     ) -> Result<Option<String>, DaemonError> {
-        let detail = format!("cancelled by {}", who.user);
+        let detail = format!("cancelled by {} (uid {})", who.user, who.uid);
         let owner = self.jobs[&id].user.clone();
         if owner != who.user {
             self.audit(

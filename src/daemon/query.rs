@@ -295,27 +295,38 @@ fn stream_accounting(
         .map(|s| s.jobs.iter().map(|v| (v.job.id, v)).collect())
         .unwrap_or_default();
     let written = spool.stream_reply(&work.name, viewer.uid, now, |row| {
+        // Pending tasks of an array fold into one row, as in Slurm.
+        let mut folder = report::ArrayFolder::default();
+        let mut emit = |(view, tasks): (JobView, Option<String>)| {
+            let redact = !viewer.sees_details(&view.job);
+            row(&report::folded_cells(
+                fields,
+                &view,
+                now,
+                redact,
+                tasks.as_deref(),
+            ))
+            .map_err(StreamError::Gone)
+        };
         db::for_each_job(conn, filter, |job| -> Result<(), StreamError> {
             if !viewer.sees(&job) {
                 return Ok(());
             }
-            let cells = match active.get(&job.id) {
-                Some(view) => report::cells(fields, view, now, !viewer.sees_details(&view.job)),
-                None => {
-                    let redact = !viewer.sees_details(&job);
-                    let view = JobView {
-                        job,
-                        pending_reason: None,
-                        priority: 0,
-                        factors: None,
-                        expected_start: None,
-                        redacted: false,
-                    };
-                    report::cells(fields, &view, now, redact)
-                }
+            // The snapshot may be newer than the last commit seen here.
+            let view = match active.get(&job.id) {
+                Some(view) => (*view).clone(),
+                None => JobView {
+                    job,
+                    pending_reason: None,
+                    priority: 0,
+                    factors: None,
+                    expected_start: None,
+                    redacted: false,
+                },
             };
-            row(&cells).map_err(StreamError::Gone)
-        })
+            folder.push(view).into_iter().try_for_each(&mut emit)
+        })?;
+        folder.finish().into_iter().try_for_each(&mut emit)
     });
     if !written {
         tracing::debug!(target: "ysched::spool", "listing for {} not delivered (gone)", work.name);
@@ -340,14 +351,25 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
     let visible = |v: JobView| view_for(v, viewer);
     // Cells rendered here, where the jobs are, or whole (redacted) jobs.
     let reply = |views: Vec<&JobView>, fields: &Option<Vec<Field>>| match fields {
-        Some(fields) => Reply::Rows {
-            rows: views
-                .into_iter()
-                .filter(|v| viewer.sees(&v.job))
-                .map(|v| report::cells(fields, v, now, redact(v)))
-                .collect(),
-            now,
-        },
+        Some(fields) => {
+            // Pending tasks of an array fold into one row, as in Slurm.
+            let mut folder = report::ArrayFolder::default();
+            let mut rows = Vec::new();
+            let mut add = |(v, tasks): (&JobView, Option<String>)| {
+                rows.push(report::folded_cells(
+                    fields,
+                    v,
+                    now,
+                    redact(v),
+                    tasks.as_deref(),
+                ));
+            };
+            for v in views.into_iter().filter(|v| viewer.sees(&v.job)) {
+                folder.push(v).into_iter().for_each(&mut add);
+            }
+            folder.finish().into_iter().for_each(&mut add);
+            Reply::Rows { rows, now }
+        }
         None => Reply::Jobs {
             jobs: views
                 .into_iter()

@@ -69,6 +69,8 @@ pub enum Field {
     TresUsage,
     /// `--mail-type`.
     MailType,
+    /// sacct's State: `CANCELLED by UID` for a cancelled job.
+    AcctState,
     TotalCpu,
     /// Billing-seconds charged (GPU-seconds x billing weight x QoS factor).
     Billing,
@@ -134,6 +136,7 @@ impl Field {
             Field::MaxRss => "MAXRSS",
             Field::TresUsage => "TRESUSAGEINTOT",
             Field::MailType => "MAILTYPE",
+            Field::AcctState => "STATE",
             Field::Billing => "BILLING",
             Field::TotalCpu => "TOTALCPU",
             Field::Cgroup => "CGROUP",
@@ -197,7 +200,7 @@ impl Field {
         ("UID", Field::Uid),
         ("Account", Field::Account),
         ("QOS", Field::Qos),
-        ("State", Field::State),
+        ("State", Field::AcctState),
         ("ExitCode", Field::ExitCode),
         ("Submit", Field::Submit),
         ("Eligible", Field::Eligible),
@@ -409,6 +412,10 @@ impl Field {
                 parts.join(",")
             }
             Field::MailType => job.mail_type.names(),
+            Field::AcctState => match (job.state, job.reason.as_deref().and_then(canceller_uid)) {
+                (JobState::Cancelled, Some(uid)) => format!("CANCELLED by {uid}"),
+                (state, _) => state.name().to_string(),
+            },
             Field::Billing => job.billing.map(|b| b.to_string()).unwrap_or_default(),
             Field::TotalCpu => job.cpu_usec.map(units::format_cpu_time).unwrap_or_default(),
             Field::Cgroup => job.cgroup.clone().unwrap_or_default(),
@@ -457,16 +464,125 @@ fn tres(view: &JobView) -> String {
 
 /// The cells of one row; private fields blank when `redact`.
 pub fn cells(fields: &[Field], view: &JobView, now: i64, redact: bool) -> Vec<String> {
+    folded_cells(fields, view, now, redact, None)
+}
+
+/// As `cells`, for a row that stands for pending tasks of an array:
+/// `tasks` is their list (`[5-9%2]`), shown as Slurm shows it.
+pub fn folded_cells(
+    fields: &[Field],
+    view: &JobView,
+    now: i64,
+    redact: bool,
+    tasks: Option<&str>,
+) -> Vec<String> {
     fields
         .iter()
-        .map(|f| {
-            if redact && f.is_private() {
-                String::new()
-            } else {
-                f.value(view, now)
-            }
+        .map(|f| match (f, tasks, &view.job.array) {
+            (Field::JobId, Some(t), Some(a)) => format!("{}_{t}", a.job_id),
+            (Field::ArrayTaskId, Some(t), _) => t.to_string(),
+            _ if redact && f.is_private() => String::new(),
+            _ => f.value(view, now),
         })
         .collect()
+}
+
+/// The uid in a reason `cancelled by NAME (uid N)`.
+fn canceller_uid(reason: &str) -> Option<u32> {
+    let rest = reason.strip_prefix("cancelled by ")?;
+    let uid = rest.split("(uid ").nth(1)?.strip_suffix(')')?;
+    uid.parse().ok()
+}
+
+/// Folds runs of pending tasks of one array into one row, as squeue and
+/// sacct show them (`123_[5-9%2]`): fed views in order, it gives back rows
+/// ready to print, each with the task list it stands for (if folded). It
+/// keeps only the first view of a run and its task ids.
+pub struct ArrayFolder<V> {
+    first: Option<V>,
+    tasks: Vec<u32>,
+}
+
+impl<V> Default for ArrayFolder<V> {
+    fn default() -> Self {
+        ArrayFolder {
+            first: None,
+            tasks: Vec::new(),
+        }
+    }
+}
+
+impl<V: std::borrow::Borrow<JobView>> ArrayFolder<V> {
+    pub fn push(&mut self, view: V) -> Vec<(V, Option<String>)> {
+        let job = &view.borrow().job;
+        let task = match (&job.array, job.state) {
+            (Some(a), JobState::Pending) => Some((a.job_id, a.task_id)),
+            _ => None,
+        };
+        let same_run = match (&self.first, task) {
+            (Some(first), Some((array, _))) => first
+                .borrow()
+                .job
+                .array
+                .as_ref()
+                .is_some_and(|a| a.job_id == array),
+            _ => false,
+        };
+        if let (true, Some((_, t))) = (same_run, task) {
+            self.tasks.push(t);
+            return Vec::new();
+        }
+        let mut out: Vec<(V, Option<String>)> = self.finish().into_iter().collect();
+        match task {
+            Some((_, t)) => {
+                self.first = Some(view);
+                self.tasks = vec![t];
+            }
+            None => out.push((view, None)),
+        }
+        out
+    }
+
+    /// The run held back, if any.
+    pub fn finish(&mut self) -> Option<(V, Option<String>)> {
+        let first = self.first.take()?;
+        let tasks = std::mem::take(&mut self.tasks);
+        if tasks.len() < 2 {
+            return Some((first, None));
+        }
+        let throttle = first
+            .borrow()
+            .job
+            .array
+            .as_ref()
+            .and_then(|a| a.spec.split_once('%').map(|(_, n)| format!("%{n}")))
+            .unwrap_or_default();
+        let list = task_ranges(&tasks);
+        Some((first, Some(format!("[{list}{throttle}]"))))
+    }
+}
+
+/// `5,6,7,9` → `5-7,9`.
+fn task_ranges(tasks: &[u32]) -> String {
+    let mut sorted = tasks.to_vec();
+    sorted.sort_unstable();
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let start = sorted[i];
+        let mut end = start;
+        while i + 1 < sorted.len() && sorted[i + 1] == end + 1 {
+            i += 1;
+            end = sorted[i];
+        }
+        parts.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+        i += 1;
+    }
+    parts.join(",")
 }
 
 /// How wide a column is printed.
@@ -743,6 +859,47 @@ pub fn render_parsable(
 mod tests {
     use super::*;
     use crate::job::Job;
+
+    #[test]
+    fn pending_tasks_of_an_array_fold_into_ranges() {
+        let task = |id: u64, t: u32, state: JobState| {
+            let mut v = view(id, state);
+            v.job.array = Some(crate::job::ArrayTask {
+                job_id: 10,
+                task_id: t,
+                spec: "0-9%2".into(),
+            });
+            v
+        };
+        let views = vec![
+            task(10, 0, JobState::Running),
+            task(11, 1, JobState::Pending),
+            task(12, 2, JobState::Pending),
+            task(13, 3, JobState::Pending),
+            task(15, 5, JobState::Pending),
+            view(20, JobState::Pending),
+        ];
+        let mut folder = ArrayFolder::default();
+        let mut rows: Vec<(u64, Option<String>)> = Vec::new();
+        for v in &views {
+            rows.extend(folder.push(v).into_iter().map(|(v, t)| (v.job.id, t)));
+        }
+        rows.extend(folder.finish().map(|(v, t)| (v.job.id, t)));
+        assert_eq!(
+            rows,
+            vec![(10, None), (11, Some("[1-3,5%2]".into())), (20, None)]
+        );
+        let cells = folded_cells(
+            &[Field::JobId, Field::ArrayTaskId],
+            &views[1],
+            0,
+            false,
+            Some("[1-3,5%2]"),
+        );
+        assert_eq!(cells, vec!["10_[1-3,5%2]", "[1-3,5%2]"]);
+        assert_eq!(canceller_uid("cancelled by alice (uid 1000)"), Some(1000));
+        assert_eq!(canceller_uid("preempted by job 4"), None);
+    }
 
     fn view(id: u64, state: JobState) -> JobView {
         let running = state != JobState::Pending;

@@ -273,8 +273,10 @@ impl Cluster {
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
+    /// The job's state, without sacct's ` by UID` after CANCELLED.
     pub fn state(&self, id: u64) -> String {
-        self.field(id, "State")
+        let state = self.field(id, "State");
+        state.split(" by ").next().unwrap_or_default().to_string()
     }
 
     /// Waits until the job is in a final state; returns it.
