@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Builds the Debian package from this tree: packaging/deb/build.sh [OUTDIR]
+# Env: VERSION (default: Cargo.toml's version), NO_BUILD=1 to package the
+# release binaries already in target/release.
+# Output: OUTDIR/ysched_VERSION_ARCH.deb (default OUTDIR: target/deb).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${1:-$ROOT/target/deb}
+VERSION=${VERSION:-$(sed -n 's/^version = "\(.*\)"/\1/p' "$ROOT/Cargo.toml" | head -1)}
+ARCH=$(dpkg --print-architecture)
+cd "$ROOT"
+[ "${NO_BUILD:-}" = 1 ] || cargo build --release --locked --quiet
+bin=$ROOT/target/release
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+pkg=$stage/ysched
+
+install -d "$pkg/DEBIAN" "$pkg/usr/bin" "$pkg/usr/sbin" "$pkg/usr/lib/ysched/slurm-compat" \
+    "$pkg/etc/ysched" "$pkg/lib/systemd/system" "$pkg/usr/lib/tmpfiles.d" \
+    "$pkg/usr/share/doc/ysched" "$pkg/usr/share/man/man1" "$pkg/usr/share/man/man5" "$pkg/usr/share/man/man8"
+for b in ysbatch ysqueue yscancel ysacct yscontrol ysshare ysreport ysinfo ysched-slurm; do
+    install -m 755 "$bin/$b" "$pkg/usr/bin/"
+done
+install -m 755 "$bin/ysctld" "$bin/ysstepd" "$pkg/usr/sbin/"
+strip "$pkg"/usr/bin/* "$pkg"/usr/sbin/* 2>/dev/null || true
+for name in sbatch squeue scancel sacct sshare sinfo scontrol srun; do
+    ln -s /usr/bin/ysched-slurm "$pkg/usr/lib/ysched/slurm-compat/$name"
+done
+install -m 755 contrib/notify/notify-mail contrib/notify/notify-webhook "$pkg/usr/lib/ysched/"
+# The example config, with its example GPUs commented out: without
+# [[gpus]], ysctld asks the NVIDIA driver (a declared device that does not
+# exist would stop it from starting).
+{
+    echo "# Installed by the ysched package; your changes are kept on upgrade."
+    sed '/^\[\[gpus\]\]$/,/^$/ { /^$/! s/^/# / }' etc/ysched.toml
+} > "$pkg/etc/ysched/ysched.toml"
+chmod 644 "$pkg/etc/ysched/ysched.toml"
+install -m 644 packaging/systemd/ysctld.service "$pkg/lib/systemd/system/"
+install -m 644 packaging/tmpfiles/ysched.conf "$pkg/usr/lib/tmpfiles.d/"
+install -m 644 README.md "$pkg/usr/share/doc/ysched/"
+install -m 644 contrib/slurm-compat/README.md "$pkg/usr/share/doc/ysched/slurm-compat.md"
+cat > "$pkg/usr/share/doc/ysched/copyright" <<COPY
+Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
+Upstream-Name: ysched
+Files: *
+License: MIT or Apache-2.0
+COPY
+for page in man/*.[158]; do
+    section=${page##*.}
+    gzip -9n < "$page" > "$pkg/usr/share/man/man$section/$(basename "$page").gz"
+done
+
+echo "/etc/ysched/ysched.toml" > "$pkg/DEBIAN/conffiles"
+size=$(du -sk "$pkg" | cut -f1)
+cat > "$pkg/DEBIAN/control" <<CONTROL
+Package: ysched
+Version: $VERSION
+Architecture: $ARCH
+Maintainer: ysched developers <ysched@localhost>
+Installed-Size: $size
+Depends: libc6 (>= 2.31)
+Recommends: systemd
+Suggests: prometheus-node-exporter, chromium
+Section: admin
+Priority: optional
+Homepage: https://github.com/ysched/ysched
+Description: Slurm-style GPU batch scheduler for teams sharing GPU servers
+ ysched gives each job its GPUs (CUDA_VISIBLE_DEVICES and cgroups), runs it
+ as its user, charges GPU-hours to accounts with fair-share, enforces quotas
+ and budgets, and preempts lower-priority jobs with a grace for checkpoints.
+ Commands: ysbatch, ysqueue, yscancel, ysacct, yscontrol, ysshare, ysreport,
+ ysinfo, and Slurm's sbatch, squeue, ... in /usr/lib/ysched/slurm-compat.
+CONTROL
+cat > "$pkg/DEBIAN/postinst" <<'POSTINST'
+#!/bin/sh
+set -e
+if [ "$1" = configure ]; then
+    if command -v systemd-tmpfiles >/dev/null; then
+        systemd-tmpfiles --create /usr/lib/tmpfiles.d/ysched.conf || true
+    else
+        install -d -m 755 /var/spool/ysched
+    fi
+    if [ -d /run/systemd/system ]; then
+        systemctl daemon-reload || true
+        # Jobs survive: the unit stops ysctld alone (KillMode=process) and
+        # the new daemon re-adopts them.
+        if [ -n "$2" ] && systemctl is-active --quiet ysctld; then
+            systemctl restart ysctld || true
+        else
+            systemctl enable ysctld >/dev/null 2>&1 || true
+            echo "ysched: check /etc/ysched/ysched.toml (ysctld --check-config), then: systemctl start ysctld"
+        fi
+    fi
+fi
+exit 0
+POSTINST
+cat > "$pkg/DEBIAN/prerm" <<'PRERM'
+#!/bin/sh
+set -e
+# On upgrade the daemon keeps running until postinst restarts it; running
+# jobs are never stopped by the package.
+if [ "$1" = remove ] && [ -d /run/systemd/system ]; then
+    systemctl stop ysctld || true
+    systemctl disable ysctld >/dev/null 2>&1 || true
+fi
+exit 0
+PRERM
+cat > "$pkg/DEBIAN/postrm" <<'POSTRM'
+#!/bin/sh
+set -e
+if [ "$1" = purge ]; then
+    echo "ysched: the spool and accounting database in /var/spool/ysched are kept; remove them by hand if you mean to"
+fi
+if [ -d /run/systemd/system ]; then
+    systemctl daemon-reload || true
+fi
+exit 0
+POSTRM
+chmod 755 "$pkg/DEBIAN/postinst" "$pkg/DEBIAN/prerm" "$pkg/DEBIAN/postrm"
+mkdir -p "$OUT"
+deb=$OUT/ysched_${VERSION}_${ARCH}.deb
+dpkg-deb --root-owner-group -Zxz --build "$pkg" "$deb" >/dev/null
+echo "$deb"
