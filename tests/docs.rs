@@ -152,3 +152,57 @@ fn the_simulator_config_parses() {
     let config = ysched::config::Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(config.gpus[0].count, 16);
 }
+
+#[test]
+fn the_config_man_page_names_every_key_the_config_takes() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let source = std::fs::read_to_string(root.join("src/config.rs")).unwrap();
+    let page = std::fs::read_to_string(root.join("man/ysched.toml.5")).unwrap();
+    let example = std::fs::read_to_string(root.join("etc/ysched.toml")).unwrap();
+    // The fields of the Raw* structs serde reads the file into.
+    let mut keys = Vec::new();
+    let mut in_raw = false;
+    let mut rename: Option<String> = None;
+    for line in source.lines() {
+        if line.starts_with("struct Raw") {
+            in_raw = true;
+        } else if line == "}" {
+            in_raw = false;
+        } else if in_raw {
+            let trimmed = line.trim();
+            if let Some(r) = trimmed.split("rename = \"").nth(1) {
+                rename = r.split('"').next().map(str::to_string);
+            } else if let Some((name, _)) = trimmed.split_once(':') {
+                if line.starts_with("    ") && !line.starts_with("     ") && !name.contains(' ') {
+                    keys.push(rename.take().unwrap_or_else(|| name.to_string()));
+                }
+            }
+        }
+    }
+    assert!(keys.len() > 40, "found only {keys:?}");
+    // Named as a whole word (not as part of a longer key).
+    let word = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+    let documented = |key: &str| {
+        page.match_indices(key).any(|(i, _)| {
+            !word(page[..i].chars().next_back()) && !word(page[i + key.len()..].chars().next())
+        })
+    };
+    let missing: Vec<&String> = keys.iter().filter(|k| !documented(k)).collect();
+    assert!(
+        missing.is_empty(),
+        "man/ysched.toml.5 does not document {missing:?}"
+    );
+    for top in [
+        "timezone",
+        "min_job_age_secs",
+        "purge_after_months",
+        "private_data",
+        "notify_command",
+        "metrics_listen",
+    ] {
+        assert!(
+            example.contains(&format!("{top} =")),
+            "etc/ysched.toml lacks {top}"
+        );
+    }
+}
