@@ -231,6 +231,21 @@ pub struct JobView {
     pub redacted: bool,
 }
 
+impl JobView {
+    /// A job as the database has it: no queue facts (reason, priority,
+    /// expected start), nothing redacted yet.
+    pub fn stored(job: Job) -> JobView {
+        JobView {
+            job,
+            pending_reason: None,
+            priority: 0,
+            factors: None,
+            expected_start: None,
+            redacted: false,
+        }
+    }
+}
+
 /// One association of the fair-share tree, as `ysshare` shows it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ShareRow {

@@ -315,14 +315,7 @@ fn stream_accounting(
             // The snapshot may be newer than the last commit seen here.
             let view = match active.get(&job.id) {
                 Some(view) => (*view).clone(),
-                None => JobView {
-                    job,
-                    pending_reason: None,
-                    priority: 0,
-                    factors: None,
-                    expected_start: None,
-                    redacted: false,
-                },
+                None => JobView::stored(job),
             };
             folder.push(view).into_iter().try_for_each(&mut emit)
         })?;
@@ -404,14 +397,7 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
                 db::find_jobs(conn, &recently, MAX_ROWS)?
                     .into_iter()
                     .filter(|job| !views.iter().any(|v| v.job.id == job.id))
-                    .map(|job| JobView {
-                        job,
-                        pending_reason: None,
-                        priority: 0,
-                        factors: None,
-                        expected_start: None,
-                        redacted: false,
-                    })
+                    .map(JobView::stored)
                     .collect()
             };
             views.extend(recent.iter());
@@ -423,14 +409,7 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
                 .unwrap_or_default();
             let stored: Vec<JobView> = db::find_jobs(conn, filter, MAX_ROWS)?
                 .into_iter()
-                .map(|job| JobView {
-                    job,
-                    pending_reason: None,
-                    priority: 0,
-                    factors: None,
-                    expected_start: None,
-                    redacted: false,
-                })
+                .map(JobView::stored)
                 .collect();
             // The snapshot may be newer than the last commit seen here.
             let views = stored
@@ -558,14 +537,7 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
             };
             for job in db::find_jobs(conn, &filter, MAX_ROWS)? {
                 if !views.iter().any(|v| v.job.id == job.id) {
-                    views.push(JobView {
-                        job,
-                        pending_reason: None,
-                        priority: 0,
-                        factors: None,
-                        expected_start: None,
-                        redacted: false,
-                    });
+                    views.push(JobView::stored(job));
                 }
             }
             let existed = !views.is_empty();

@@ -557,32 +557,11 @@ impl<V: std::borrow::Borrow<JobView>> ArrayFolder<V> {
             .as_ref()
             .and_then(|a| a.spec.split_once('%').map(|(_, n)| format!("%{n}")))
             .unwrap_or_default();
-        let list = task_ranges(&tasks);
+        let mut tasks = tasks;
+        tasks.sort_unstable();
+        let list = crate::array::format_ranges(&tasks);
         Some((first, Some(format!("[{list}{throttle}]"))))
     }
-}
-
-/// `5,6,7,9` → `5-7,9`.
-fn task_ranges(tasks: &[u32]) -> String {
-    let mut sorted = tasks.to_vec();
-    sorted.sort_unstable();
-    let mut parts = Vec::new();
-    let mut i = 0;
-    while i < sorted.len() {
-        let start = sorted[i];
-        let mut end = start;
-        while i + 1 < sorted.len() && sorted[i + 1] == end + 1 {
-            i += 1;
-            end = sorted[i];
-        }
-        parts.push(if start == end {
-            start.to_string()
-        } else {
-            format!("{start}-{end}")
-        });
-        i += 1;
-    }
-    parts.join(",")
 }
 
 /// How wide a column is printed.
