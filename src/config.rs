@@ -274,8 +274,11 @@ pub struct Config {
     pub preempt_wait: u64,
     /// A job preempted this many times is not preempted again.
     pub max_preemptions: u32,
-    /// The zone of limit windows' days and hours (default: the system's).
-    pub timezone: jiff::tz::TimeZone,
+    /// The zone of limit windows' days and hours and of reports' months
+    /// (default: the system's). Looked up on first use: finding the
+    /// system's zone's name scans the zone database, which most commands
+    /// never need. Read it with `timezone()`.
+    pub(crate) timezone: std::sync::OnceLock<jiff::tz::TimeZone>,
     /// Seconds between SIGTERM and SIGKILL when a job is stopped.
     pub kill_wait: u64,
     pub default_time: Option<u64>,
@@ -331,6 +334,11 @@ impl Config {
     }
 
     /// The built-in config used when no file exists (personal mode, tests).
+    /// The time zone of reports and limit windows.
+    pub fn timezone(&self) -> &jiff::tz::TimeZone {
+        self.timezone.get_or_init(jiff::tz::TimeZone::system)
+    }
+
     pub fn builtin(path: &Path) -> Config {
         Config::parse("", path).expect("the empty config is valid")
     }
@@ -1186,17 +1194,20 @@ impl RawConfig {
             max_age: self.priority.max_age.flatten().unwrap_or(7 * 86_400),
         };
         let timezone = match &self.timezone {
-            Some(name) => jiff::tz::TimeZone::get(name.get_ref()).map_err(|e| {
-                fail(
-                    Some(name.span()),
-                    "timezone",
-                    format!(
-                        "unknown time zone '{}' ({e}); use a name such as Europe/Berlin or UTC",
-                        name.get_ref()
-                    ),
-                )
-            })?,
-            None => jiff::tz::TimeZone::system(),
+            Some(name) => {
+                std::sync::OnceLock::from(jiff::tz::TimeZone::get(name.get_ref()).map_err(|e| {
+                    fail(
+                        Some(name.span()),
+                        "timezone",
+                        format!(
+                            "unknown time zone '{}' ({e}); use a name such as Europe/Berlin or UTC",
+                            name.get_ref()
+                        ),
+                    )
+                })?)
+            }
+            // The system's, found when first asked for.
+            None => std::sync::OnceLock::new(),
         };
         Ok(Config {
             path: path.to_path_buf(),

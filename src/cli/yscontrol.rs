@@ -498,7 +498,7 @@ fn show_config(
         ("SpoolDir", config.spool_dir.display().to_string()),
         (
             "TimeZone",
-            config.timezone.iana_name().unwrap_or("UTC").to_string(),
+            config.timezone().iana_name().unwrap_or("UTC").to_string(),
         ),
         ("DefaultQOS", config.default_qos.clone()),
         (

@@ -198,7 +198,7 @@ fn check_config(config: &Config) -> String {
         format!(
             "{}, time zone {}",
             config.node_name,
-            config.timezone.iana_name().unwrap_or("UTC")
+            config.timezone().iana_name().unwrap_or("UTC")
         ),
     );
     add(

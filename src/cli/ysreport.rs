@@ -73,7 +73,7 @@ pub fn run(args: Args) -> CliResult {
             )))
         }
     };
-    let now = jiff::Timestamp::now().to_zoned(config.timezone.clone());
+    let now = jiff::Timestamp::now().to_zoned(config.timezone().clone());
     let period = period_of(&args, now).map_err(CliError::usage)?;
     let accounts = split_list(&args.accounts);
     let users = split_list(&args.users);

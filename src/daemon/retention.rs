@@ -28,7 +28,7 @@ impl Daemon {
         let Some(months) = self.config.purge_after_months else {
             return Ok(false);
         };
-        let tz = self.config.timezone.clone();
+        let tz = self.config.timezone().clone();
         let tx = self.tx()?;
         if let Some((start, end)) = db::purged_month_with_rows(tx)? {
             let gone = db::purge_jobs(tx, start, end, PURGE_BATCH)?;

@@ -82,7 +82,7 @@ impl<'a> Policy<'a> {
                 })
                 .collect(),
             now: None,
-            timezone: &config.timezone,
+            timezone: config.timezone(),
         }
     }
 
