@@ -2,7 +2,7 @@
 
 use clap::Parser;
 
-use super::{job_filter, load_config, print_listing, query, CliError, CliResult};
+use super::{job_filter, load_config, print, print_listing, query_rows, CliError, CliResult};
 use crate::proto::Query;
 use crate::report::{self, Column, Field, SqueueFormat};
 
@@ -78,10 +78,16 @@ pub fn run(args: Args) -> CliResult {
     };
     let format = format.unwrap_or_else(|| default_format(args.priority, args.start));
     let fields = (!args.json).then(|| format.fields());
-    let reply = query("ysqueue", &config, Query::Queue { filter, fields })?;
-    print_listing(reply, |rows| {
-        report::render_squeue(&format, rows, !args.noheader)
-    })
+    let mut rows = match query_rows("ysqueue", &config, Query::Queue { filter, fields })? {
+        Ok(rows) => rows,
+        Err(reply) => return print_listing(reply, |_| String::new()),
+    };
+    // Columns fit all rows, so all are read first (as squeue does).
+    let mut all = Vec::new();
+    while let Some(row) = rows.next_row()? {
+        all.push(row);
+    }
+    print(&report::render_squeue(&format, all, !args.noheader))
 }
 
 fn default_format(priority: bool, start: bool) -> SqueueFormat {

@@ -238,13 +238,22 @@ pub(super) fn start(spool: Spool, database: &Path) -> std::io::Result<Sender<Wor
         .name("queries".into())
         .spawn(move || {
             for work in rx {
-                if let Query::Accounting {
-                    filter,
-                    fields: Some(fields),
-                } = &work.query
-                {
-                    stream_accounting(&spool, &work, &conn, filter, fields);
-                    continue;
+                match &work.query {
+                    Query::Accounting {
+                        filter,
+                        fields: Some(fields),
+                    } => {
+                        stream_accounting(&spool, &work, &conn, filter, fields);
+                        continue;
+                    }
+                    Query::Queue {
+                        filter,
+                        fields: Some(fields),
+                    } => {
+                        stream_queue(&spool, &work, &conn, filter, fields);
+                        continue;
+                    }
+                    _ => {}
                 }
                 let reply = match answer(&work, &conn) {
                     Ok(r) => r,
@@ -275,6 +284,89 @@ fn view_for(mut view: JobView, viewer: &Viewer) -> JobView {
         view.redacted = true;
     }
     view
+}
+
+/// Jobs that reached a final state the filter asks for within the last
+/// `min_job_age` seconds (Slurm's MinJobAge), from the database.
+fn recently_finished(
+    work: &Work,
+    conn: &Connection,
+    filter: &JobFilter,
+    now: i64,
+) -> Result<Vec<JobView>, DbError> {
+    let finished: Vec<JobState> = filter
+        .states
+        .iter()
+        .copied()
+        .filter(|s| !s.is_active())
+        .collect();
+    if finished.is_empty() || work.min_job_age == 0 {
+        return Ok(Vec::new());
+    }
+    let recently = JobFilter {
+        states: finished,
+        start: Some(now - work.min_job_age as i64),
+        ..filter.clone()
+    };
+    Ok(db::find_jobs(conn, &recently, MAX_ROWS)?
+        .into_iter()
+        .filter(|job| !job.state.is_active())
+        .map(JobView::stored)
+        .collect())
+}
+
+/// The queue's jobs the filter matches, active ones first (in the order
+/// the scheduler would start them), then the recently finished.
+fn queue_views<'a>(
+    snapshot: Option<&'a QueueSnapshot>,
+    filter: &JobFilter,
+    recent: &'a [JobView],
+) -> Vec<&'a JobView> {
+    let mut views: Vec<&JobView> = snapshot
+        .map(|s| s.jobs.iter().filter(|v| filter.matches(&v.job)).collect())
+        .unwrap_or_default();
+    // The snapshot may not have seen the end the database has.
+    let shown: std::collections::HashSet<JobId> = views.iter().map(|v| v.job.id).collect();
+    views.extend(recent.iter().filter(|v| !shown.contains(&v.job.id)));
+    views
+}
+
+/// `ysqueue`'s rows, streamed as they are rendered: the client decodes
+/// each row as it comes instead of one whole reply.
+fn stream_queue(
+    spool: &Spool,
+    work: &Work,
+    conn: &Connection,
+    filter: &JobFilter,
+    fields: &[Field],
+) {
+    let now = super::now();
+    let viewer = &work.viewer;
+    let written = spool.stream_reply(&work.name, viewer.uid, now, |row| {
+        let recent = recently_finished(work, conn, filter, now).map_err(StreamError::Db)?;
+        let mut folder = report::ArrayFolder::default();
+        let mut emit = |(view, tasks): (&JobView, Option<String>)| {
+            let redact = !viewer.sees_details(&view.job);
+            row(&report::folded_cells(
+                fields,
+                view,
+                now,
+                redact,
+                tasks.as_deref(),
+            ))
+            .map_err(StreamError::Gone)
+        };
+        for view in queue_views(work.snapshot.as_deref(), filter, &recent)
+            .into_iter()
+            .filter(|v| viewer.sees(&v.job))
+        {
+            folder.push(view).into_iter().try_for_each(&mut emit)?;
+        }
+        folder.finish().into_iter().try_for_each(&mut emit)
+    });
+    if !written {
+        tracing::debug!(target: "ysched::spool", "queue for {} not delivered (gone)", work.name);
+    }
 }
 
 /// `ysacct`'s rows, streamed into the reply file straight from a cursor:
@@ -375,32 +467,8 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
     };
     match &work.query {
         Query::Queue { filter, fields } => {
-            let mut views: Vec<&JobView> = snapshot
-                .map(|s| s.jobs.iter().filter(|v| filter.matches(&v.job)).collect())
-                .unwrap_or_default();
-            // Asked for final states: the jobs that reached one lately
-            // (Slurm's MinJobAge), after the active ones.
-            let finished: Vec<JobState> = filter
-                .states
-                .iter()
-                .copied()
-                .filter(|s| !s.is_active())
-                .collect();
-            let recent: Vec<JobView> = if finished.is_empty() || work.min_job_age == 0 {
-                Vec::new()
-            } else {
-                let recently = JobFilter {
-                    states: finished,
-                    start: Some(now - work.min_job_age as i64),
-                    ..filter.clone()
-                };
-                db::find_jobs(conn, &recently, MAX_ROWS)?
-                    .into_iter()
-                    .filter(|job| !views.iter().any(|v| v.job.id == job.id))
-                    .map(JobView::stored)
-                    .collect()
-            };
-            views.extend(recent.iter());
+            let recent = recently_finished(work, conn, filter, now)?;
+            let views = queue_views(snapshot, filter, &recent);
             Ok(reply(views, fields))
         }
         Query::Accounting { filter, fields } => {
