@@ -685,33 +685,52 @@ pub fn parse_sacct_format(format: &str) -> Result<Vec<Column>, String> {
     Ok(columns)
 }
 
-fn fit(
+/// Characters in a cell (cells are mostly ASCII: no decoding then).
+fn width_of(text: &str) -> usize {
+    if text.is_ascii() {
+        text.len()
+    } else {
+        text.chars().count()
+    }
+}
+
+/// Appends `value` to `out` at its column's width: padded, or cut (with
+/// `marker` as the last character when given).
+fn fit_into(
+    out: &mut String,
     value: &str,
     width: Width,
     column_width: usize,
     right: bool,
     marker: Option<char>,
-) -> String {
+) {
     let w = match width {
-        Width::Natural => return value.to_string(),
+        Width::Natural => {
+            out.push_str(value);
+            return;
+        }
         Width::Auto => column_width,
         Width::Exact(w) => w,
     };
-    let len = value.chars().count();
+    let len = width_of(value);
     if len > w {
-        let mut cut: String = value
-            .chars()
-            .take(w.saturating_sub(marker.is_some() as usize))
-            .collect();
+        out.extend(
+            value
+                .chars()
+                .take(w.saturating_sub(marker.is_some() as usize)),
+        );
         if let Some(m) = marker {
-            cut.push(m);
+            out.push(m);
         }
-        return cut;
+        return;
     }
+    let pad = w - len;
     if right {
-        format!("{value:>w$}")
+        out.extend(std::iter::repeat_n(' ', pad));
+        out.push_str(value);
     } else {
-        format!("{value:<w$}")
+        out.push_str(value);
+        out.extend(std::iter::repeat_n(' ', pad));
     }
 }
 
@@ -720,9 +739,9 @@ fn auto_widths(columns: &[&Column], header: bool, rows: &[Vec<String>]) -> Vec<u
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let head = if header { c.header.chars().count() } else { 0 };
+            let head = if header { width_of(&c.header) } else { 0 };
             rows.iter()
-                .map(|r| r[i].chars().count())
+                .map(|r| width_of(&r[i]))
                 .max()
                 .unwrap_or(0)
                 .max(head)
@@ -745,15 +764,17 @@ pub fn fields_of(columns: &[Column]) -> Vec<Field> {
 pub fn render_squeue(format: &SqueueFormat, rows: Vec<Vec<String>>, header: bool) -> String {
     let columns: Vec<&Column> = format.parts.iter().map(|(_, c)| c).collect();
     let widths = auto_widths(&columns, header, &rows);
-    let mut out = String::new();
+    let mut out = String::with_capacity(rows.len() * (widths.iter().sum::<usize>() + 16));
     let mut line = |cells: &mut dyn Iterator<Item = String>| {
-        let mut text = String::new();
+        let start = out.len();
         for (i, ((literal, column), cell)) in format.parts.iter().zip(cells).enumerate() {
-            text.push_str(literal);
-            text.push_str(&fit(&cell, column.width, widths[i], column.right, None));
+            out.push_str(literal);
+            fit_into(&mut out, &cell, column.width, widths[i], column.right, None);
         }
-        text.push_str(&format.trailer);
-        out.push_str(text.trim_end());
+        out.push_str(&format.trailer);
+        // No trailing blanks (the line's own; earlier lines end in '\n').
+        let kept = start + out[start..].trim_end().len();
+        out.truncate(kept);
         out.push('\n');
     };
     if header {
@@ -787,7 +808,11 @@ pub fn render_table_fitted(
             .iter()
             .zip(columns)
             .enumerate()
-            .map(|(i, (cell, c))| fit(cell, c.width, widths[i], c.right, Some('+')))
+            .map(|(i, (cell, c))| {
+                let mut text = String::new();
+                fit_into(&mut text, cell, c.width, widths[i], c.right, Some('+'));
+                text
+            })
             .collect();
         let _ = writeln!(out, "{}", text.join(" ").trim_end());
     };
