@@ -3,10 +3,11 @@
 # 22.05, and (with those scripts at hand) measures Slurm and task-spooler in
 # the same run, so that the figures are ratios on one machine on one day.
 #
-# usage: bench/run.sh [ysched] [slurm] [ts]      (default: ysched)
+# usage: bench/run.sh [ysched] [slurm] [ts] [pueue]   (default: ysched)
 #   ysched  this tree's release build, personal or system mode (whoever runs it)
 #   slurm   ../shared/bench/slurm/{setup,bench}.sh (root; installs slurm-wlm)
 #   ts      ../shared/bench/simple-queues/bench.sh ts (root; installs task-spooler)
+#   pueue   ../shared/bench/simple-queues/bench.sh pueue (cargo installs pueue: slow)
 # env: N=1000 jobs, NHOLD=10000 held jobs, NLAT=20 latency samples,
 #      SHARED=../shared, OUT=bench/out
 # Output: $OUT/<system>/results.kv (key=value) and a summary table on stdout.
@@ -154,23 +155,32 @@ bench_ts() {
     RAW=$OUT/ts N=$N AB_REPEAT=1 REPS=$NLAT "$s/bench.sh" ts
 }
 
+bench_pueue() {
+    local s=$SHARED/bench/simple-queues
+    [ -x "$s/bench.sh" ] || { echo "no $s/bench.sh: pueue not measured"; return 1; }
+    rm -rf "$OUT/pueue"
+    RAW=$OUT/pueue N=$N AB_REPEAT=1 "$s/bench.sh" install >/dev/null 2>&1
+    RAW=$OUT/pueue N=$N AB_REPEAT=1 REPS=$NLAT "$s/bench.sh" pueue
+}
+
 for system in $SYSTEMS; do
     case $system in
         ysched) bench_ysched ;;
         slurm) bench_slurm ;;
         ts) bench_ts ;;
-        *) echo "unknown system $system (ysched, slurm, ts)"; exit 2 ;;
+        pueue) bench_pueue ;;
+        *) echo "unknown system $system (ysched, slurm, ts, pueue)"; exit 2 ;;
     esac
 done
 
 # Summary: ysched beside whatever else was measured in this run.
 get() { [ -f "$1" ] && grep "^$2=" "$1" | tail -1 | cut -d= -f2; }
-Y=$OUT/ysched/results.kv S=$OUT/slurm/results.kv T=$OUT/ts/summary.txt
-printf '\n%-44s %12s %12s %12s\n' "metric" "ysched" "slurm" "task-spooler"
-row() { printf '%-44s %12s %12s %12s\n' "$1" "$(get "$Y" "$2")" "$(get "$S" "$3")" "$(get "$T" "$4")"; }
-row "submit, sequential (jobs/s)" seq_submit_rate_jobs_per_s seq_submit_rate_jobs_per_s ts_seq_submit_jobs_per_s_r1
-row "submit, 4 parallel (jobs/s)" par4_submit_rate_jobs_per_s par4_submit_rate_jobs_per_s ts_par4_submit_jobs_per_s_r1
-row "submit to start, idle, median (s)" lat_median_s lat_median_s ts_dispatch_latency
-row "1000 one-GPU jobs on 4 GPUs (s)" seq_throughput_wall_s seq_throughput_wall_s ts_throughput_all_done_s_r1
-row "queue listing, 10k pending, mean (s)" hf_squeue_mean_s hf_squeue_mean_s -
-row "cancel all 10k pending (s)" scancel_until_queue_empty_s scancel_until_queue_empty_s -
+Y=$OUT/ysched/results.kv S=$OUT/slurm/results.kv T=$OUT/ts/summary.txt P=$OUT/pueue/summary.txt
+printf '\n%-44s %12s %12s %12s %12s\n' "metric" "ysched" "slurm" "task-spooler" "pueue"
+row() { printf '%-44s %12s %12s %12s %12s\n' "$1" "$(get "$Y" "$2")" "$(get "$S" "$3")" "$(get "$T" "$4")" "$(get "$P" "$5")"; }
+row "submit, sequential (jobs/s)" seq_submit_rate_jobs_per_s seq_submit_rate_jobs_per_s ts_seq_submit_jobs_per_s_r1 pueue_seq_submit_jobs_per_s_r1
+row "submit, 4 parallel (jobs/s)" par4_submit_rate_jobs_per_s par4_submit_rate_jobs_per_s ts_par4_submit_jobs_per_s_r1 pueue_par4_submit_jobs_per_s_r1
+row "submit to start, idle, median (s)" lat_median_s lat_median_s ts_dispatch_latency pueue_dispatch_latency
+row "1000 one-GPU jobs on 4 GPUs (s)" seq_throughput_wall_s seq_throughput_wall_s ts_throughput_all_done_s_r1 pueue_throughput_all_done_s_r1
+row "queue listing, 10k pending, mean (s)" hf_squeue_mean_s hf_squeue_mean_s - -
+row "cancel all 10k pending (s)" scancel_until_queue_empty_s scancel_until_queue_empty_s - -
