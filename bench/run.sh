@@ -184,3 +184,10 @@ row "submit to start, idle, median (s)" lat_median_s lat_median_s ts_dispatch_la
 row "1000 one-GPU jobs on 4 GPUs (s)" seq_throughput_wall_s seq_throughput_wall_s ts_throughput_all_done_s_r1 pueue_throughput_all_done_s_r1
 row "queue listing, 10k pending, mean (s)" hf_squeue_mean_s hf_squeue_mean_s - -
 row "cancel all 10k pending (s)" scancel_until_queue_empty_s scancel_until_queue_empty_s - -
+# ysched's daemon memory per held job (NHOLD=100000 for the issue's figure).
+if [ -f "$Y" ]; then
+    before=$(get "$Y" rss_kb_before_hold) after=$(get "$Y" rss_kb_with_hold) held=$(get "$Y" pending_count)
+    if [ -n "$before" ] && [ -n "$after" ] && [ "${held:-0}" -gt 0 ]; then
+        printf '%-44s %12s\n' "ysctld memory per pending job (KB)" "$(awk -v a="$after" -v b="$before" -v n="$held" 'BEGIN {printf "%.2f", (a-b)/n}')"
+    fi
+fi
