@@ -331,6 +331,56 @@ fn queue_views<'a>(
     views
 }
 
+/// A listing's rows as a viewer may see them: other users' jobs hidden or
+/// blanked as `private_data` says, and runs of an array's pending tasks
+/// folded into one row (`12_[3-9%2]`), as Slurm shows them.
+struct RowMaker<'a, V> {
+    folder: report::ArrayFolder<V>,
+    fields: &'a [Field],
+    viewer: &'a Viewer,
+    now: i64,
+}
+
+impl<'a, V: std::borrow::Borrow<JobView>> RowMaker<'a, V> {
+    fn new(fields: &'a [Field], viewer: &'a Viewer, now: i64) -> Self {
+        RowMaker {
+            folder: report::ArrayFolder::default(),
+            fields,
+            viewer,
+            now,
+        }
+    }
+
+    /// Takes the next view; gives `emit` the rows that are complete.
+    fn push<E>(
+        &mut self,
+        view: V,
+        emit: &mut impl FnMut(Vec<String>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        if !self.viewer.sees(&view.borrow().job) {
+            return Ok(());
+        }
+        for (v, tasks) in self.folder.push(view) {
+            emit(self.cells(&v, tasks))?;
+        }
+        Ok(())
+    }
+
+    /// Gives `emit` the row held back, if any.
+    fn finish<E>(mut self, emit: &mut impl FnMut(Vec<String>) -> Result<(), E>) -> Result<(), E> {
+        match self.folder.finish() {
+            Some((v, tasks)) => emit(self.cells(&v, tasks)),
+            None => Ok(()),
+        }
+    }
+
+    fn cells(&self, view: &V, tasks: Option<String>) -> Vec<String> {
+        let view = view.borrow();
+        let redact = !self.viewer.sees_details(&view.job);
+        report::folded_cells(self.fields, view, self.now, redact, tasks.as_deref())
+    }
+}
+
 /// `ysqueue`'s rows, streamed as they are rendered: the client decodes
 /// each row as it comes instead of one whole reply.
 fn stream_queue(
@@ -344,25 +394,12 @@ fn stream_queue(
     let viewer = &work.viewer;
     let written = spool.stream_reply(&work.name, viewer.uid, now, |row| {
         let recent = recently_finished(work, conn, filter, now).map_err(StreamError::Db)?;
-        let mut folder = report::ArrayFolder::default();
-        let mut emit = |(view, tasks): (&JobView, Option<String>)| {
-            let redact = !viewer.sees_details(&view.job);
-            row(&report::folded_cells(
-                fields,
-                view,
-                now,
-                redact,
-                tasks.as_deref(),
-            ))
-            .map_err(StreamError::Gone)
-        };
-        for view in queue_views(work.snapshot.as_deref(), filter, &recent)
-            .into_iter()
-            .filter(|v| viewer.sees(&v.job))
-        {
-            folder.push(view).into_iter().try_for_each(&mut emit)?;
+        let mut rows = RowMaker::new(fields, viewer, now);
+        let mut emit = |cells: Vec<String>| row(&cells).map_err(StreamError::Gone);
+        for view in queue_views(work.snapshot.as_deref(), filter, &recent) {
+            rows.push(view, &mut emit)?;
         }
-        folder.finish().into_iter().try_for_each(&mut emit)
+        rows.finish(&mut emit)
     });
     if !written {
         tracing::debug!(target: "ysched::spool", "queue for {} not delivered (gone)", work.name);
@@ -387,31 +424,17 @@ fn stream_accounting(
         .map(|s| s.jobs.iter().map(|v| (v.job.id, v)).collect())
         .unwrap_or_default();
     let written = spool.stream_reply(&work.name, viewer.uid, now, |row| {
-        // Pending tasks of an array fold into one row, as in Slurm.
-        let mut folder = report::ArrayFolder::default();
-        let mut emit = |(view, tasks): (JobView, Option<String>)| {
-            let redact = !viewer.sees_details(&view.job);
-            row(&report::folded_cells(
-                fields,
-                &view,
-                now,
-                redact,
-                tasks.as_deref(),
-            ))
-            .map_err(StreamError::Gone)
-        };
+        let mut rows = RowMaker::new(fields, viewer, now);
+        let mut emit = |cells: Vec<String>| row(&cells).map_err(StreamError::Gone);
         db::for_each_job(conn, filter, |job| -> Result<(), StreamError> {
-            if !viewer.sees(&job) {
-                return Ok(());
-            }
             // The snapshot may be newer than the last commit seen here.
             let view = match active.get(&job.id) {
                 Some(view) => (*view).clone(),
                 None => JobView::stored(job),
             };
-            folder.push(view).into_iter().try_for_each(&mut emit)
+            rows.push(view, &mut emit)
         })?;
-        folder.finish().into_iter().try_for_each(&mut emit)
+        rows.finish(&mut emit)
     });
     if !written {
         tracing::debug!(target: "ysched::spool", "listing for {} not delivered (gone)", work.name);
@@ -432,27 +455,20 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
     let snapshot = work.snapshot.as_deref();
     let now = super::now();
     let viewer = &work.viewer;
-    let redact = |v: &JobView| !viewer.sees_details(&v.job);
     let visible = |v: JobView| view_for(v, viewer);
     // Cells rendered here, where the jobs are, or whole (redacted) jobs.
     let reply = |views: Vec<&JobView>, fields: &Option<Vec<Field>>| match fields {
         Some(fields) => {
-            // Pending tasks of an array fold into one row, as in Slurm.
-            let mut folder = report::ArrayFolder::default();
+            let mut maker = RowMaker::new(fields, viewer, now);
             let mut rows = Vec::new();
-            let mut add = |(v, tasks): (&JobView, Option<String>)| {
-                rows.push(report::folded_cells(
-                    fields,
-                    v,
-                    now,
-                    redact(v),
-                    tasks.as_deref(),
-                ));
+            let mut add = |cells: Vec<String>| -> Result<(), std::convert::Infallible> {
+                rows.push(cells);
+                Ok(())
             };
-            for v in views.into_iter().filter(|v| viewer.sees(&v.job)) {
-                folder.push(v).into_iter().for_each(&mut add);
+            for v in views {
+                let Ok(()) = maker.push(v, &mut add);
             }
-            folder.finish().into_iter().for_each(&mut add);
+            let Ok(()) = maker.finish(&mut add);
             Reply::Rows { rows, now }
         }
         None => Reply::Jobs {
