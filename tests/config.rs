@@ -141,6 +141,14 @@ fn check_config_validates_and_shows_what_would_be_detected_without_starting() {
         !c.spool.join("ysched.db").exists(),
         "nothing started: no database"
     );
+    // Without FILE: the file ysctld would read (here $YS_CONF).
+    let out = c.run("ysctld", &["--check-config"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).starts_with(&format!("{}: valid\n", c.config.display())),
+        "{}",
+        stdout(&out)
+    );
     // A bad file: the line and key, exit 1.
     std::fs::write(&c.config, "purge_after_months = 0\n").unwrap();
     let out = c.run("ysctld", &["--check-config", c.config.to_str().unwrap()]);

@@ -27,6 +27,7 @@ for name in sbatch squeue scancel sacct sshare sinfo scontrol srun; do
     ln -s /usr/bin/ysched-slurm "$pkg/usr/lib/ysched/slurm-compat/$name"
 done
 install -m 755 contrib/notify/notify-mail contrib/notify/notify-webhook "$pkg/usr/lib/ysched/"
+install -m 755 contrib/gpu-check/nvml-check.sh "$pkg/usr/lib/ysched/nvml-check"
 # The example config, with its example GPUs commented out: without
 # [[gpus]], ysctld asks the NVIDIA driver (a declared device that does not
 # exist would stop it from starting).

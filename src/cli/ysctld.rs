@@ -34,8 +34,8 @@ pub struct Args {
     #[arg(short = 'v', long, action = clap::ArgAction::Count)]
     pub verbose: u8,
     /// Check a configuration file (default: the one ysctld would read) and print what would be detected, without starting
-    #[arg(long = "check-config", value_name = "FILE", num_args = 0..=1, default_missing_value = "")]
-    pub check_config: Option<PathBuf>,
+    #[arg(long = "check-config", value_name = "FILE", num_args = 0..=1)]
+    pub check_config: Option<Option<PathBuf>>,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -75,10 +75,7 @@ pub struct SimulateArgs {
 }
 
 pub fn run(args: Args) -> CliResult {
-    let checked = args
-        .check_config
-        .clone()
-        .filter(|p| !p.as_os_str().is_empty());
+    let checked = args.check_config.clone().flatten();
     let path = match checked.or(args.config) {
         Some(p) => p,
         None => {
