@@ -768,7 +768,7 @@ impl Spool {
                 serde_json::to_vec(&error).unwrap_or_default()
             }
         };
-        file.set_len(0).and_then(|_| file.write_all(&body)).is_ok()
+        file.write_all(&body).is_ok()
     }
 
     /// Streams rows into a reply file: a header line, a JSON array per row
@@ -784,9 +784,6 @@ impl Spool {
         let Some(file) = self.open_reply(name, uid) else {
             return false;
         };
-        if file.set_len(0).is_err() {
-            return false;
-        }
         let mut out = io::BufWriter::with_capacity(64 * 1024, file);
         let header = serde_json::to_string(&StreamHeader {
             stream: "rows".into(),
@@ -810,7 +807,12 @@ impl Spool {
     }
 
     /// Opens the reply file the requester made, if it is a plain file of
-    /// theirs.
+    /// theirs, and empties it if the requester left anything in it.
+    ///
+    /// An empty file is not truncated: on ext4, truncating to zero marks
+    /// the file for a forced write-back when it is closed (the
+    /// replace-via-truncate heuristic), a disk write per reply that showed
+    /// up in the daemon's profile, and it wakes the requester once more.
     fn open_reply(&self, name: &str, uid: u32) -> Option<File> {
         if !valid_name(name) {
             return None;
@@ -825,6 +827,9 @@ impl Spool {
         if !meta.is_file() || meta.uid() != uid || meta.nlink() != 1 {
             tracing::warn!(target: "ysched::spool", "reply file {} is not a plain file of uid {uid}; not answered", path.display());
             return None;
+        }
+        if meta.len() > 0 {
+            file.set_len(0).ok()?;
         }
         Some(file)
     }
