@@ -24,6 +24,20 @@ const PAGES: [(&str, &str); 9] = [
 const SUBCOMMAND_SECTIONS: [(&str, &str, &str); 1] =
     [("ysctld simulate", "man/ysctld.8", "SIMULATION")];
 
+/// The Slurm commands with options of their own, each documented in a
+/// subsection of ysched-slurm(1)'s OPTIONS.
+const SHIM_SUBSECTIONS: [&str; 3] = ["sinfo", "scontrol", "srun"];
+
+/// The Slurm commands that take a ys* command's options, as
+/// ysched-slurm(1) says.
+const SHIMS_OVER_COMMANDS: [(&str, &str); 5] = [
+    ("sbatch", "ysbatch"),
+    ("squeue", "ysqueue"),
+    ("scancel", "yscancel"),
+    ("sacct", "ysacct"),
+    ("sshare", "ysshare"),
+];
+
 fn long_flags(text: &str) -> BTreeSet<String> {
     let mut flags = BTreeSet::new();
     let bytes = text.as_bytes();
@@ -59,14 +73,31 @@ fn help_flags(command: &str) -> BTreeSet<String> {
     long_flags(&options)
 }
 
+/// The text of a section of a man page.
+fn man_section(page: &str, title: &str) -> String {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(page)).unwrap();
+    text.split("\n.SH ")
+        .find(|s| s.starts_with(title))
+        .unwrap_or_else(|| panic!("{page} has no {title}"))
+        .replace("\\-", "-")
+}
+
 /// Long flags in a section of a man page.
 fn man_flags(page: &str, title: &str) -> BTreeSet<String> {
-    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(page)).unwrap();
-    let section = text
-        .split("\n.SH ")
-        .find(|s| s.starts_with(title))
-        .unwrap_or_else(|| panic!("{page} has no {title}"));
-    long_flags(&section.replace("\\-", "-"))
+    long_flags(&man_section(page, title))
+}
+
+fn assert_same_flags(what: &str, help: &BTreeSet<String>, man: &BTreeSet<String>, page: &str) {
+    let missing: Vec<_> = help.difference(man).collect();
+    let extra: Vec<_> = man.difference(help).collect();
+    assert!(
+        missing.is_empty(),
+        "{page} lacks flags that {what} --help shows: {missing:?}"
+    );
+    assert!(
+        extra.is_empty(),
+        "{page} documents flags {what} does not have: {extra:?}"
+    );
 }
 
 #[test]
@@ -76,17 +107,44 @@ fn help_and_man_pages_name_the_same_long_flags() {
         .map(|&(command, page)| (command, page, "OPTIONS"))
         .chain(SUBCOMMAND_SECTIONS);
     for (command, page, section) in sections {
-        let help = help_flags(command);
-        let man = man_flags(page, section);
-        let missing: Vec<_> = help.difference(&man).collect();
-        let extra: Vec<_> = man.difference(&help).collect();
-        assert!(
-            missing.is_empty(),
-            "{page} lacks flags that {command} --help shows: {missing:?}"
+        assert_same_flags(
+            command,
+            &help_flags(command),
+            &man_flags(page, section),
+            page,
+        );
+    }
+}
+
+#[test]
+fn the_slurm_commands_and_their_man_page_name_the_same_long_flags() {
+    let page = "man/ysched-slurm.1";
+    let options = man_section(page, "OPTIONS");
+    for shim in SHIM_SUBSECTIONS {
+        let subsection = options
+            .split("\n.SS ")
+            .find(|s| s.starts_with(&format!("{shim}\n")))
+            .unwrap_or_else(|| panic!("{page} has no OPTIONS subsection {shim}"));
+        // --help and --version are named once for all, after the last one.
+        let mut man = long_flags(subsection.split("\n.PP").next().unwrap());
+        man.extend(["help".to_string(), "version".to_string()]);
+        assert_same_flags(
+            &format!("ysched-slurm {shim}"),
+            &help_flags(&format!("ysched-slurm {shim}")),
+            &man,
+            page,
+        );
+    }
+    // The others take their ys* command's options, as the page says.
+    for (shim, command) in SHIMS_OVER_COMMANDS {
+        assert_eq!(
+            help_flags(&format!("ysched-slurm {shim}")),
+            help_flags(command),
+            "{shim} and {command} take different options"
         );
         assert!(
-            extra.is_empty(),
-            "{page} documents flags {command} does not have: {extra:?}"
+            man_section(page, "DESCRIPTION").contains(&format!(".BR {command} (1)")),
+            "{page} does not point {shim} to {command}(1)"
         );
     }
 }
@@ -99,7 +157,31 @@ fn man_pages_have_the_usual_sections() {
     {
         let text =
             std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(page)).unwrap();
-        for section in ["NAME", "SYNOPSIS", "DESCRIPTION", "SEE ALSO"] {
+        // Slurm's sections; a file format has no options, environment or
+        // exit status.
+        let sections: &[&str] = if page.ends_with(".5") {
+            &[
+                "NAME",
+                "SYNOPSIS",
+                "DESCRIPTION",
+                "FILES",
+                "EXAMPLES",
+                "SEE ALSO",
+            ]
+        } else {
+            &[
+                "NAME",
+                "SYNOPSIS",
+                "DESCRIPTION",
+                "OPTIONS",
+                "ENVIRONMENT",
+                "EXIT STATUS",
+                "FILES",
+                "EXAMPLES",
+                "SEE ALSO",
+            ]
+        };
+        for section in sections {
             assert!(
                 text.contains(&format!(".SH {section}"))
                     || text.contains(&format!(".SH \"{section}\"")),
