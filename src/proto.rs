@@ -216,8 +216,9 @@ pub struct AuditRow {
 /// paths, environment-derived fields and comment are blanked.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobView {
+    /// Shared with the daemon's state, not copied into each snapshot.
     #[serde(flatten)]
-    pub job: Job,
+    pub job: std::sync::Arc<Job>,
     /// Why a pending job waits (Slurm's reason codes).
     pub pending_reason: Option<String>,
     pub priority: i64,
@@ -236,7 +237,7 @@ impl JobView {
     /// expected start), nothing redacted yet.
     pub fn stored(job: Job) -> JobView {
         JobView {
-            job,
+            job: std::sync::Arc::new(job),
             pending_reason: None,
             priority: 0,
             factors: None,

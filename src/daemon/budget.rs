@@ -2,6 +2,7 @@
 //! its current period, updated at every charge; the verdict on a
 //! submission comes from `sched::budget`.
 
+use super::JobsExt;
 use std::collections::HashMap;
 
 use crate::db;
@@ -122,7 +123,7 @@ impl Daemon {
         };
         let committed = self
             .jobs
-            .values()
+            .all()
             .filter(|j| policy.chain(&j.account).iter().any(|x| x.name == account))
             .map(|j| self.worst_case(&j.gpus, j.time_limit, &j.qos).unwrap_or(0))
             .sum();
@@ -163,14 +164,14 @@ impl Daemon {
             let cost = |j: &crate::job::Job| self.worst_case(&j.gpus, j.time_limit, &j.qos);
             let running: i64 = self
                 .jobs
-                .values()
+                .all()
                 .filter(under)
                 .filter(|j| j.state.holds_gpus())
                 .map(|j| cost(j).unwrap_or(0))
                 .sum();
             let mut left = b.amount - spent - running;
             // self.jobs is ordered by id: submit order.
-            for job in self.jobs.values().filter(under) {
+            for job in self.jobs.all().filter(under) {
                 if job.state != JobState::Pending {
                     continue;
                 }

@@ -1,6 +1,7 @@
 //! Control requests: one handler per variant of [`Control`]. Users act on
 //! their own jobs; root and the config's admins on every job.
 
+use super::JobsExt;
 use crate::array::JobRef;
 use crate::db::{self, DbError};
 use crate::exec::spec::StepCommand;
@@ -137,7 +138,7 @@ impl Daemon {
         for &gpu in gpus {
             let holders: Vec<String> = self
                 .jobs
-                .values()
+                .all()
                 .filter(|j| j.state.holds_gpus() && j.gpus_alloc.contains(&gpu))
                 .map(|j| j.display_id())
                 .collect();
@@ -194,7 +195,7 @@ impl Daemon {
         for r in refs {
             let active: Vec<JobId> = self
                 .jobs
-                .values()
+                .all()
                 .filter(|j| r.matches(j))
                 .map(|j| j.id)
                 .collect();
@@ -265,7 +266,7 @@ impl Daemon {
                 }
             }
             self.jobs
-                .values()
+                .all()
                 .filter(|j| selector.matches(j) && (who.admin || j.uid == who.uid))
                 .map(|j| j.id)
                 .collect()
@@ -388,7 +389,7 @@ impl Daemon {
             };
             let job = daemon
                 .jobs
-                .get_mut(&id)
+                .job_mut(&id)
                 .expect("each_job gives active jobs");
             if let Some(q) = &changes.qos {
                 job.qos = q.clone();
@@ -523,7 +524,7 @@ impl Daemon {
         self.each_job(ids, who, |daemon, id| {
             let job = daemon
                 .jobs
-                .get_mut(&id)
+                .job_mut(&id)
                 .expect("each_job gives active jobs");
             if job.state != JobState::Running {
                 return Ok(Some(format!(
@@ -638,7 +639,7 @@ impl Daemon {
             outcomes.push(JobOutcome { job_id: id, error });
         }
         for id in approved {
-            let job = self.jobs.get_mut(&id).expect("checked above");
+            let job = self.jobs.job_mut(&id).expect("checked above");
             job.hold = None;
             job.approved_by = Some(who.user.to_string());
             let job = job.clone();
@@ -725,7 +726,7 @@ impl Daemon {
                     continue;
                 }
             };
-            let job = self.jobs.get_mut(&id).expect("checked above");
+            let job = self.jobs.job_mut(&id).expect("checked above");
             job.hold = new;
             let job = job.clone();
             let detail = match new {

@@ -2,6 +2,7 @@
 //! ones from memory, ended ones from the database) and which pending jobs
 //! they hold back. The rules themselves are `sched::dependency`.
 
+use super::JobsExt;
 use std::collections::HashMap;
 
 use crate::db;
@@ -22,7 +23,7 @@ impl Daemon {
             Some(_) => {}
             None => {
                 if let Some(state) = self.ended.get(&id) {
-                    if !self.jobs.values().any(is_array) {
+                    if !self.jobs.all().any(is_array) {
                         return Ok(Some(*state));
                     }
                 }
@@ -87,7 +88,7 @@ impl Daemon {
     ) -> Result<HashMap<JobId, Reason>, DaemonError> {
         let waiting: Vec<(JobId, u32, String, String)> = self
             .jobs
-            .values()
+            .all()
             .filter(|j| j.state == JobState::Pending)
             .filter_map(|j| Some((j.id, j.uid, j.name.clone(), j.dependency.clone()?)))
             .collect();
@@ -99,7 +100,7 @@ impl Daemon {
         // For singleton: per (user, name), the lowest pending id and whether
         // one is already running.
         let mut namesakes: HashMap<(u32, &str), (JobId, bool)> = HashMap::new();
-        for j in self.jobs.values().filter(|j| j.state.is_active()) {
+        for j in self.jobs.all().filter(|j| j.state.is_active()) {
             let entry = namesakes
                 .entry((j.uid, j.name.as_str()))
                 .or_insert((JobId::MAX, false));

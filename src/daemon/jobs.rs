@@ -1,6 +1,7 @@
 //! Job lifecycle: start, stop, end, re-adoption. Each transition is written
 //! to the database and logged once, at INFO, with the job id.
 
+use super::JobsExt;
 use crate::db;
 use crate::exec::spec::{LaunchSpec, StepCommand};
 use crate::exec::{Adoption, ExecError};
@@ -18,7 +19,7 @@ impl Daemon {
     ) -> Result<(), DaemonError> {
         let node = self.config.node_name.clone();
         let cgroup = self.isolation.placement().job_path(id);
-        let Some(job) = self.jobs.get_mut(&id) else {
+        let Some(job) = self.jobs.job_mut(&id) else {
             return Ok(());
         };
         job.cgroup = cgroup;
@@ -137,7 +138,7 @@ impl Daemon {
         }
         match self.launcher.read_exit(id) {
             Some(record) => {
-                let job = self.jobs.get_mut(&id).expect("checked above");
+                let job = self.jobs.job_mut(&id).expect("checked above");
                 job.max_rss_bytes = record.usage.max_rss_bytes;
                 job.cpu_usec = record.usage.cpu_usec;
                 let state = if record.launch_error.is_some() {
@@ -196,12 +197,18 @@ impl Daemon {
         exit: Option<ExitStatus>,
         reason: Option<String>,
     ) -> Result<(), DaemonError> {
-        let Some(mut job) = self.jobs.remove(&id) else {
+        let Some(job) = self.jobs.remove(&id) else {
             return Ok(());
         };
+        let mut job = std::sync::Arc::unwrap_or_clone(job);
         self.ended.remove(&id);
         self.warned.remove(&id);
-        self.resume_suspended_by(id, end)?;
+        // Only a job that preempted can have suspended victims to resume;
+        // the check spares a scan of every job per ending job (cancelling
+        // 10,000 jobs scanned 50 million).
+        if job.preemptions_caused > 0 {
+            self.resume_suspended_by(id, end)?;
+        }
         job.state = state;
         job.end_time = Some(job.start_time.map_or(end, |s| end.max(s)));
         job.exit = exit;
@@ -239,7 +246,7 @@ impl Daemon {
     /// Charges active job `id`'s run from its start to `end` to its user
     /// and accounts; the caller commits it with the job's new state.
     pub(super) fn charge_run(&mut self, id: JobId, end: i64) -> Result<(i64, i64), DaemonError> {
-        let Some(mut job) = self.jobs.get(&id).cloned() else {
+        let Some(mut job) = self.jobs.get(&id).map(|j| crate::job::Job::clone(j)) else {
             return Ok((0, 0));
         };
         job.end_time = Some(job.start_time.map_or(end, |s| end.max(s)));
@@ -273,7 +280,7 @@ impl Daemon {
         now: i64,
     ) -> Result<(), DaemonError> {
         let grace = self.config.kill_wait;
-        let Some(job) = self.jobs.get_mut(&id) else {
+        let Some(job) = self.jobs.job_mut(&id) else {
             return Ok(());
         };
         if job.state != JobState::Running {
@@ -354,7 +361,7 @@ impl Daemon {
         if let Err(e) = self.freeze(id, freeze) {
             return Ok(Err(e));
         }
-        let job = self.jobs.get_mut(&id).expect("checked above");
+        let job = self.jobs.job_mut(&id).expect("checked above");
         job.state = to;
         if freeze {
             job.suspended_at = Some(now);
@@ -399,7 +406,7 @@ impl Daemon {
         if let Some(processes) = self.gpu_source.processes() {
             let found = crate::gpu::sampling::intruders(
                 &processes,
-                self.jobs.values(),
+                self.jobs.all(),
                 crate::gpu::sampling::process_owner,
             );
             if self.intruders_seen.len() > 10_000 {
@@ -426,12 +433,12 @@ impl Daemon {
         let low = self.config.low_utilization_pct;
         let ids: Vec<JobId> = self
             .jobs
-            .values()
+            .all()
             .filter(|j| j.state == JobState::Running && !j.gpus_alloc.is_empty())
             .map(|j| j.id)
             .collect();
         for id in ids {
-            let job = self.jobs.get_mut(&id).expect("listed above");
+            let job = self.jobs.job_mut(&id).expect("listed above");
             let gpus = job.gpus_alloc.clone();
             job.gpu_usage.add(&samples, &gpus, interval, low);
             let job = job.clone();
@@ -445,10 +452,8 @@ impl Daemon {
     /// its GPUs' hours when the set changes or on `flush` (so a crash loses
     /// at most a flush interval).
     pub(super) fn track_idle(&mut self, now: i64, flush: bool) -> Result<(), DaemonError> {
-        let mut idle = crate::report::history::idle_while_waiting(
-            self.jobs.values(),
-            self.inventory.gpus.len(),
-        );
+        let mut idle =
+            crate::report::history::idle_while_waiting(self.jobs.all(), self.inventory.gpus.len());
         // Out of service is not idle.
         idle.retain(|g| !self.drains.contains_key(g));
         let owed = self.idle_watch.observe(now, idle, flush);
@@ -478,7 +483,7 @@ impl Daemon {
                 ))
             })
             .collect();
-        let jobs: Vec<&crate::job::Job> = self.jobs.values().collect();
+        let jobs: Vec<&crate::job::Job> = self.jobs.all().collect();
         let text = crate::report::metrics::render(&crate::report::metrics::Inputs {
             jobs: &jobs,
             gpus: &self.inventory.gpus,
@@ -510,7 +515,7 @@ impl Daemon {
     fn warn_before_limits(&mut self, now: i64) {
         let due: Vec<(JobId, i32)> = self
             .jobs
-            .values()
+            .all()
             .filter(|j| j.warn_at().is_some_and(|w| now >= w) && !self.warned.contains(&j.id))
             .filter_map(|j| Some((j.id, j.warn_signal?.signal)))
             .collect();
@@ -537,7 +542,7 @@ impl Daemon {
         self.warn_before_limits(now);
         let expired: Vec<JobId> = self
             .jobs
-            .values()
+            .all()
             .filter(|j| j.deadline().is_some_and(|d| now >= d))
             .map(|j| j.id)
             .collect();
@@ -565,7 +570,7 @@ impl Daemon {
             Adoption::NeverStarted => {
                 let job = self
                     .jobs
-                    .get_mut(&id)
+                    .job_mut(&id)
                     .expect("readopt is called for active jobs");
                 job.state = JobState::Pending;
                 job.start_time = None;

@@ -97,6 +97,27 @@ const STALE_AFTER: Duration = Duration::from_secs(3_600);
 /// How often the idle-while-waiting time is written even if it did not change.
 const IDLE_FLUSH_EVERY: Duration = Duration::from_secs(60);
 
+/// The active jobs. Each is shared with the queue snapshot that may hold
+/// it, so that a snapshot costs a pointer per job, not a copy.
+type Jobs = BTreeMap<JobId, Arc<Job>>;
+
+trait JobsExt {
+    /// A job to change; copied first if a snapshot still holds it.
+    fn job_mut(&mut self, id: &JobId) -> Option<&mut Job>;
+    /// Every job, in id order.
+    fn all(&self) -> impl Iterator<Item = &Job> + Clone;
+}
+
+impl JobsExt for Jobs {
+    fn job_mut(&mut self, id: &JobId) -> Option<&mut Job> {
+        self.get_mut(id).map(Arc::make_mut)
+    }
+
+    fn all(&self) -> impl Iterator<Item = &Job> + Clone {
+        self.values().map(|job| &**job)
+    }
+}
+
 pub fn now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -119,7 +140,9 @@ pub(crate) struct Daemon {
     exits: ExitWatcher,
     users: users::Users,
     /// Pending, running and completing jobs.
-    jobs: BTreeMap<JobId, Job>,
+    /// Shared with the queue snapshot the views read: a job changed while
+    /// a snapshot holds it is copied first (`Arc::make_mut`).
+    jobs: Jobs,
     /// From the last scheduling pass.
     reasons: HashMap<JobId, Reason>,
     /// When jobs with a reservation are expected to start, from the last pass.
@@ -451,9 +474,23 @@ impl Daemon {
             tracing::warn!(target: "ysched::daemon", "GPU {gpu} is drained since {} by {}: {}", crate::units::format_timestamp(d.since), d.by, d.reason);
         }
         for job in db::active_jobs(&self.db)? {
-            self.jobs.insert(job.id, job);
+            self.jobs.insert(job.id, Arc::new(job));
         }
-        let (pending, running) = self.jobs.values().fold((0, 0), |(p, r), j| {
+        // A database from before preemptions were counted: a job with a
+        // suspended victim must count as a preemptor, or its end would not
+        // resume the victim.
+        let preemptors: Vec<JobId> = self
+            .jobs
+            .all()
+            .filter(|j| j.state == JobState::Suspended)
+            .filter_map(|j| j.preempted_by)
+            .collect();
+        for id in preemptors {
+            if let Some(job) = self.jobs.job_mut(&id) {
+                job.preemptions_caused = job.preemptions_caused.max(1);
+            }
+        }
+        let (pending, running) = self.jobs.all().fold((0, 0), |(p, r), j| {
             if j.state == JobState::Pending {
                 (p + 1, r)
             } else {
@@ -463,7 +500,7 @@ impl Daemon {
         tracing::info!(target: "ysched::daemon", "loaded {pending} pending and {running} running jobs");
         let running: Vec<JobId> = self
             .jobs
-            .values()
+            .all()
             .filter(|j| j.state.holds_gpus())
             .map(|j| j.id)
             .collect();
@@ -592,7 +629,7 @@ impl Daemon {
                 tracing::info!(
                     target: "ysched::daemon",
                     "ysctld stopping; {} running jobs keep running and will be re-adopted",
-                    self.jobs.values().filter(|j| j.state.holds_gpus()).count()
+                    self.jobs.all().filter(|j| j.state.holds_gpus()).count()
                 );
                 return Ok(());
             }
@@ -615,14 +652,10 @@ impl Daemon {
             let wait = Duration::from_secs((at - now_s).max(0) as u64);
             next = next.min(wait);
         };
-        for deadline in self.jobs.values().filter_map(Job::deadline) {
+        for deadline in self.jobs.all().filter_map(Job::deadline) {
             consider(deadline);
         }
-        for (id, warn_at) in self
-            .jobs
-            .values()
-            .filter_map(|j| Some((j.id, j.warn_at()?)))
-        {
+        for (id, warn_at) in self.jobs.all().filter_map(|j| Some((j.id, j.warn_at()?))) {
             if !self.warned.contains(&id) {
                 consider(warn_at);
             }
@@ -729,7 +762,7 @@ impl Daemon {
         for (id, reason) in self.budget_waits(now) {
             held_back.entry(id).or_insert(reason);
         }
-        for id in crate::array::throttled(self.jobs.values()) {
+        for id in crate::array::throttled(self.jobs.all()) {
             held_back
                 .entry(id)
                 .or_insert(sched::Reason::JobArrayTaskLimit);
@@ -743,15 +776,11 @@ impl Daemon {
         };
         let pending: Vec<(&Job, i64)> = self
             .jobs
-            .values()
+            .all()
             .filter(|j| j.state == JobState::Pending && !held_back.contains_key(&j.id))
             .map(|j| (j, sched::priority::factors(j, &ctx, now).priority()))
             .collect();
-        let running: Vec<&Job> = self
-            .jobs
-            .values()
-            .filter(|j| j.state.holds_gpus())
-            .collect();
+        let running: Vec<&Job> = self.jobs.all().filter(|j| j.state.holds_gpus()).collect();
         let drained: Vec<u32> = self.drains.keys().copied().collect();
         let node = sched::Node {
             gpus: &self.inventory.gpus,
@@ -791,7 +820,7 @@ impl Daemon {
     ) -> (sched::fairshare::Tree, Vec<sched::fairshare::NodeShare>) {
         let associations = self
             .jobs
-            .values()
+            .all()
             .map(|j| (j.account.as_str(), j.user.as_str()));
         let tree = sched::fairshare::build_tree(&self.config, associations, &self.usage, now);
         let shares = tree.compute(self.config.fairshare.algorithm);
@@ -833,7 +862,7 @@ impl Daemon {
             now,
             query::share_rows(&tree, &shares, &self.usage, &budgets),
         );
-        let jobs: Vec<&Job> = self.jobs.values().collect();
+        let jobs: Vec<&Job> = self.jobs.all().collect();
         snapshot.node = crate::report::node::build(&crate::report::node::Facts {
             name: &self.config.node_name,
             cpus: self.cpus,

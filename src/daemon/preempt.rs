@@ -5,6 +5,7 @@
 //! are requeued (or end PREEMPTED) and it starts. Every step is in the
 //! database, so a crash in the middle resumes it.
 
+use super::JobsExt;
 use crate::config::PreemptMode;
 use crate::db;
 use crate::job::{JobId, JobState};
@@ -58,7 +59,7 @@ impl Daemon {
         let rights = &self.config.qos_named(&urgent.qos)?.preempt;
         let types = Types::new(&self.inventory.gpus);
         let mut free = Free::new(&self.inventory.gpus, self.cpus, self.mem_mb, &types);
-        for job in self.jobs.values() {
+        for job in self.jobs.all() {
             if job.state.holds_gpus() {
                 free.take(job, &job.gpus_alloc, &types);
                 if crate::sched::profile::frees_cpus(job) {
@@ -71,7 +72,7 @@ impl Daemon {
         }
         let candidates: Vec<Candidate> = self
             .jobs
-            .values()
+            .all()
             .filter(|j| j.state == JobState::Running && rights.contains(&j.qos))
             .filter_map(|j| {
                 let qos = self.config.qos_named(&j.qos)?;
@@ -108,7 +109,7 @@ impl Daemon {
         now: i64,
     ) -> Result<(), DaemonError> {
         let (user, qos) = {
-            let job = self.jobs.get_mut(&urgent).expect("checked by the caller");
+            let job = self.jobs.job_mut(&urgent).expect("checked by the caller");
             job.claim = choice.gpus.clone();
             job.preemptions_caused += choice.victims.len() as u32;
             (job.user.clone(), job.qos.clone())
@@ -146,7 +147,7 @@ impl Daemon {
     /// Signals a victim: SIGTERM to all of it now, SIGKILL after its QoS's
     /// grace. It keeps its GPUs (COMPLETING) until it is gone.
     fn stop_preempted(&mut self, id: JobId, by: JobId, now: i64) -> Result<(), DaemonError> {
-        let Some(job) = self.jobs.get_mut(&id) else {
+        let Some(job) = self.jobs.job_mut(&id) else {
             return Ok(());
         };
         if job.state != JobState::Running {
@@ -192,7 +193,7 @@ impl Daemon {
             tracing::error!(target: "ysched::daemon", "job {id} could not be suspended for job {by}: {e}");
             return Ok(());
         }
-        let job = self.jobs.get_mut(&id).expect("suspended above");
+        let job = self.jobs.job_mut(&id).expect("suspended above");
         job.preempted_by = Some(by);
         job.preempt_count += 1;
         job.reason = Some(format!("suspended for job {by}"));
@@ -210,7 +211,7 @@ impl Daemon {
     ) -> Result<(), DaemonError> {
         let victims: Vec<JobId> = self
             .jobs
-            .values()
+            .all()
             .filter(|j| j.state == JobState::Suspended && j.preempted_by == Some(ended))
             .map(|j| j.id)
             .collect();
@@ -221,7 +222,7 @@ impl Daemon {
                 tracing::error!(target: "ysched::daemon", "job {id} could not be resumed: {e}");
                 continue;
             }
-            let job = self.jobs.get_mut(&id).expect("resumed above");
+            let job = self.jobs.job_mut(&id).expect("resumed above");
             job.preempted_by = None;
             job.reason = None;
             let job = job.clone();
@@ -277,7 +278,7 @@ impl Daemon {
             );
         }
         let (billing, gpu_seconds) = self.charge_run(id, end)?;
-        let job = self.jobs.get_mut(&id).expect("checked above");
+        let job = self.jobs.job_mut(&id).expect("checked above");
         job.billing = Some(job.billing.unwrap_or(0) + billing);
         job.gpu_seconds += gpu_seconds;
         job.state = JobState::Pending;

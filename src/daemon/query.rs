@@ -34,7 +34,7 @@ pub struct QueueSnapshot {
 
 impl QueueSnapshot {
     pub fn build(
-        jobs: &BTreeMap<JobId, Job>,
+        jobs: &BTreeMap<JobId, std::sync::Arc<Job>>,
         reasons: &HashMap<JobId, Reason>,
         expected_starts: &HashMap<JobId, i64>,
         rank: &HashMap<JobId, usize>,
@@ -275,12 +275,13 @@ pub(super) fn start(spool: Spool, database: &Path) -> std::io::Result<Sender<Wor
 /// writes, and its comment.
 fn view_for(mut view: JobView, viewer: &Viewer) -> JobView {
     if !viewer.sees_details(&view.job) {
-        view.job.work_dir = Default::default();
-        view.job.submit_dir = Default::default();
-        view.job.std_out = String::new();
-        view.job.std_err = None;
-        view.job.comment = None;
-        view.job.mail_user = None;
+        let job = std::sync::Arc::make_mut(&mut view.job);
+        job.work_dir = Default::default();
+        job.submit_dir = Default::default();
+        job.std_out = String::new();
+        job.std_err = None;
+        job.comment = None;
+        job.mail_user = None;
         view.redacted = true;
     }
     view

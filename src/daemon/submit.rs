@@ -1,6 +1,7 @@
 //! Taking in a job: admission (account, QoS, a request the server can
 //! satisfy), then the job row and its payload, in the turn's transaction.
 
+use super::JobsExt;
 use crate::array::ArraySpec;
 use crate::db::{self, Payload};
 use crate::job::{ArrayTask, Hold, Job, JobRequest, JobState};
@@ -8,6 +9,7 @@ use crate::proto::Reply;
 use crate::sched::admission::{self, Capacity};
 use crate::sched::budget::Verdict;
 use crate::sched::Reason;
+use std::sync::Arc;
 
 use super::{Daemon, DaemonError};
 
@@ -56,7 +58,7 @@ impl Daemon {
             // Count, for each account above, the active jobs below it.
             let active = |account: &str| -> u32 {
                 self.jobs
-                    .values()
+                    .all()
                     .filter(|j| policy.chain(&j.account).iter().any(|a| a.name == account))
                     .count() as u32
             };
@@ -272,6 +274,6 @@ impl Daemon {
             }
             None => self.reschedule = true,
         }
-        self.jobs.insert(job.id, job);
+        self.jobs.insert(job.id, Arc::new(job));
     }
 }

@@ -868,7 +868,7 @@ mod tests {
     fn pending_tasks_of_an_array_fold_into_ranges() {
         let task = |id: u64, t: u32, state: JobState| {
             let mut v = view(id, state);
-            v.job.array = Some(crate::job::ArrayTask {
+            std::sync::Arc::make_mut(&mut v.job).array = Some(crate::job::ArrayTask {
                 job_id: 10,
                 task_id: t,
                 spec: "0-9%2".into(),
@@ -908,7 +908,7 @@ mod tests {
     fn view(id: u64, state: JobState) -> JobView {
         let running = state != JobState::Pending;
         JobView {
-            job: Job {
+            job: std::sync::Arc::new(Job {
                 state,
                 submit_time: 0,
                 start_time: running.then_some(100),
@@ -918,7 +918,7 @@ mod tests {
                 submit_dir: "/w".into(),
                 comment: None,
                 ..crate::job::example_job(id)
-            },
+            }),
             pending_reason: (!running).then(|| "Resources".into()),
             priority: 100,
             factors: None,
