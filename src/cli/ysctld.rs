@@ -233,6 +233,15 @@ fn check_config(config: &Config) -> String {
             for missing in &d.missing {
                 add("  not enforced", missing.clone());
             }
+            if d.placement.layout != crate::exec::cgroup::Layout::Off {
+                let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+                if let Some(point) = crate::exec::cgroup::slow_moves(&mounts).first() {
+                    add(
+                        "  job starts",
+                        format!("each waits ~10 ms for the kernel to move it into its cgroup; `mount -o remount,favordynmods {point}` removes the wait (ysctld(8), ISOLATION)"),
+                    );
+                }
+            }
         }
         Err(e) => add("isolation", format!("ERROR: {e}")),
     }

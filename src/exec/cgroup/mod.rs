@@ -394,6 +394,29 @@ fn fs_magic(path: &Path) -> Option<i64> {
         .map(|s| s.filesystem_type().0 as i64)
 }
 
+/// Where moving a process into a cgroup stalls job starts: the kernel
+/// waits for an RCU grace period at each move (10 ms and more on a small
+/// VM) unless a cgroup2 hierarchy is mounted with `favordynmods` (Linux
+/// 6.0 and later; one lock serves v1 and v2). The cgroup2 mount points
+/// without it, from /proc/mounts text; empty when one has it, or there is
+/// no cgroup2 mount to set it on.
+pub fn slow_moves(mounts: &str) -> Vec<String> {
+    let cgroup2: Vec<(&str, &str)> = mounts
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            (fields.len() >= 4 && fields[2] == "cgroup2").then(|| (fields[1], fields[3]))
+        })
+        .collect();
+    if cgroup2
+        .iter()
+        .any(|(_, options)| options.split(',').any(|o| o == "favordynmods"))
+    {
+        return Vec::new();
+    }
+    cgroup2.iter().map(|(point, _)| point.to_string()).collect()
+}
+
 /// Finds the hierarchies under `root` and picks a layout: on a pure v2 host
 /// v2; where v1 controllers are mounted (v1 or hybrid hosts) v1, which is
 /// where the limits are; or what `setting` forces. Then makes sure this
@@ -468,6 +491,18 @@ pub fn detect(setting: Setting, root: &Path, parent: &str) -> Detected {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cgroup_moves_are_slow_without_favordynmods() {
+        let hybrid = "tmpfs /sys/fs/cgroup tmpfs rw,relatime,mode=755 0 0\n\
+                      cgroup /sys/fs/cgroup/memory cgroup rw,relatime,memory 0 0\n\
+                      cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0\n";
+        assert_eq!(super::slow_moves(hybrid), vec!["/sys/fs/cgroup/unified"]);
+        let tuned = "cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid,nodev,favordynmods,memory_recursiveprot 0 0\n";
+        assert!(super::slow_moves(tuned).is_empty());
+        let v1_only = "cgroup /sys/fs/cgroup/memory cgroup rw,memory 0 0\n";
+        assert!(super::slow_moves(v1_only).is_empty(), "nothing to remount");
+    }
+
     use super::*;
 
     #[test]
