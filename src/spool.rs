@@ -329,24 +329,27 @@ impl RowStream {
         if self.done {
             return Ok(None);
         }
-        let path = self.sent.reply_path.clone();
+        // Per row: no allocation but the row's own (the line buffer is
+        // reused, the error path built only on error), since ysqueue and
+        // ysacct read tens of thousands of rows through here.
+        let reply_path = &self.sent.reply_path;
         let fail = |e: io::Error| SpoolError::Reply {
-            path: path.clone(),
+            path: reply_path.clone(),
             source: e,
         };
-        let mut stalled_since = Instant::now();
+        let mut stalled_since: Option<Instant> = None;
         loop {
             let n = self
                 .reader
                 .read_until(b'\n', &mut self.partial)
-                .map_err(&fail)?;
+                .map_err(fail)?;
             if self.partial.ends_with(b"\n") {
-                let line = std::mem::take(&mut self.partial);
-                if line.starts_with(b"[") {
-                    let row: Vec<String> =
-                        serde_json::from_slice(&line).map_err(|e| fail(io::Error::other(e)))?;
-                    return Ok(Some(row));
+                if self.partial.starts_with(b"[") {
+                    let row: Result<Vec<String>, _> = serde_json::from_slice(&self.partial);
+                    self.partial.clear();
+                    return row.map(Some).map_err(|e| fail(io::Error::other(e)));
                 }
+                let line = std::mem::take(&mut self.partial);
                 self.done = true;
                 let end: serde_json::Value =
                     serde_json::from_slice(&line).map_err(|e| fail(io::Error::other(e)))?;
@@ -358,11 +361,12 @@ impl RowStream {
                 return Ok(None);
             }
             if n > 0 {
-                stalled_since = Instant::now();
+                stalled_since = None;
                 continue;
             }
             // At the end of what is written so far: wait for more.
-            let left = STREAM_STALL.saturating_sub(stalled_since.elapsed());
+            let since = *stalled_since.get_or_insert_with(Instant::now);
+            let left = STREAM_STALL.saturating_sub(since.elapsed());
             if left.is_zero() {
                 return Err(fail(io::Error::other(
                     "ysctld stopped writing the listing half way",
