@@ -2,7 +2,6 @@
 //! its current period, updated at every charge; the verdict on a
 //! submission comes from `sched::budget`.
 
-use super::JobsExt;
 use std::collections::HashMap;
 
 use crate::db;

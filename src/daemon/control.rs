@@ -1,7 +1,6 @@
 //! Control requests: one handler per variant of [`Control`]. Users act on
 //! their own jobs; root and the config's admins on every job.
 
-use super::JobsExt;
 use crate::array::JobRef;
 use crate::db::{self, DbError};
 use crate::exec::spec::StepCommand;

@@ -2,7 +2,6 @@
 //! ones from memory, ended ones from the database) and which pending jobs
 //! they hold back. The rules themselves are `sched::dependency`.
 
-use super::JobsExt;
 use std::collections::HashMap;
 
 use crate::db;

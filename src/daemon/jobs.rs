@@ -1,7 +1,6 @@
 //! Job lifecycle: start, stop, end, re-adoption. Each transition is written
 //! to the database and logged once, at INFO, with the job id.
 
-use super::JobsExt;
 use crate::db;
 use crate::exec::spec::{LaunchSpec, StepCommand};
 use crate::exec::{Adoption, ExecError};
@@ -515,7 +514,7 @@ impl Daemon {
     fn warn_before_limits(&mut self, now: i64) {
         let due: Vec<(JobId, i32)> = self
             .jobs
-            .all()
+            .running()
             .filter(|j| j.warn_at().is_some_and(|w| now >= w) && !self.warned.contains(&j.id))
             .filter_map(|j| Some((j.id, j.warn_signal?.signal)))
             .collect();
@@ -542,7 +541,7 @@ impl Daemon {
         self.warn_before_limits(now);
         let expired: Vec<JobId> = self
             .jobs
-            .all()
+            .running()
             .filter(|j| j.deadline().is_some_and(|d| now >= d))
             .map(|j| j.id)
             .collect();

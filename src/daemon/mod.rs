@@ -23,7 +23,7 @@ mod retention;
 mod submit;
 mod users;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
@@ -97,24 +97,71 @@ const STALE_AFTER: Duration = Duration::from_secs(3_600);
 /// How often the idle-while-waiting time is written even if it did not change.
 const IDLE_FLUSH_EVERY: Duration = Duration::from_secs(60);
 
-/// The active jobs. Each is shared with the queue snapshot that may hold
-/// it, so that a snapshot costs a pointer per job, not a copy.
-type Jobs = BTreeMap<JobId, Arc<Job>>;
-
-trait JobsExt {
-    /// A job to change; copied first if a snapshot still holds it.
-    fn job_mut(&mut self, id: &JobId) -> Option<&mut Job>;
-    /// Every job, in id order.
-    fn all(&self) -> impl Iterator<Item = &Job> + Clone;
+/// The active jobs, each shared with the queue snapshot that may hold it
+/// (so that a snapshot costs a pointer per job, not a copy), and the ids
+/// of the running ones: what every turn checks for time limits, without
+/// walking 100,000 pending jobs each time (which made filling a queue
+/// quadratic).
+#[derive(Default)]
+struct Jobs {
+    all: BTreeMap<JobId, Arc<Job>>,
+    running: BTreeSet<JobId>,
+    /// Jobs handed out by `job_mut` since the running set was last
+    /// brought up to date.
+    touched: Vec<JobId>,
 }
 
-impl JobsExt for Jobs {
-    fn job_mut(&mut self, id: &JobId) -> Option<&mut Job> {
-        self.get_mut(id).map(Arc::make_mut)
+/// Reading is the map's; changes go through `insert`, `remove` and
+/// `job_mut`, which keep the running set right.
+impl std::ops::Deref for Jobs {
+    type Target = BTreeMap<JobId, Arc<Job>>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.all
+    }
+}
+
+impl Jobs {
+    fn insert(&mut self, job: Job) {
+        self.touched.push(job.id);
+        self.all.insert(job.id, Arc::new(job));
     }
 
+    fn remove(&mut self, id: &JobId) -> Option<Arc<Job>> {
+        self.running.remove(id);
+        self.all.remove(id)
+    }
+
+    /// A job to change; copied first if a snapshot still holds it.
+    fn job_mut(&mut self, id: &JobId) -> Option<&mut Job> {
+        let job = Arc::make_mut(self.all.get_mut(id)?);
+        self.touched.push(*id);
+        Some(job)
+    }
+
+    /// Every job, in id order.
     fn all(&self) -> impl Iterator<Item = &Job> + Clone {
-        self.values().map(|job| &**job)
+        self.all.values().map(|job| &**job)
+    }
+
+    /// The running jobs, in id order.
+    fn running(&mut self) -> impl Iterator<Item = &Job> + Clone {
+        for id in self.touched.drain(..) {
+            if self
+                .all
+                .get(&id)
+                .is_some_and(|j| j.state == JobState::Running)
+            {
+                self.running.insert(id);
+            } else {
+                self.running.remove(&id);
+            }
+        }
+        let all = &self.all;
+        self.running
+            .iter()
+            .filter_map(move |id| all.get(id))
+            .map(|job| &**job)
     }
 }
 
@@ -285,7 +332,7 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         launcher,
         exits,
         users: users::Users::default(),
-        jobs: BTreeMap::new(),
+        jobs: Jobs::default(),
         reasons: HashMap::new(),
         expected_starts: HashMap::new(),
         usage: HashMap::new(),
@@ -474,7 +521,7 @@ impl Daemon {
             tracing::warn!(target: "ysched::daemon", "GPU {gpu} is drained since {} by {}: {}", crate::units::format_timestamp(d.since), d.by, d.reason);
         }
         for job in db::active_jobs(&self.db)? {
-            self.jobs.insert(job.id, Arc::new(job));
+            self.jobs.insert(job);
         }
         // A database from before preemptions were counted: a job with a
         // suspended victim must count as a preemptor, or its end would not
@@ -638,7 +685,7 @@ impl Daemon {
 
     /// How long the loop may sleep: until the next time limit, `--begin`
     /// time or maintenance, whichever comes first.
-    fn next_timeout(&self, next_maintenance: Instant) -> Duration {
+    fn next_timeout(&mut self, next_maintenance: Instant) -> Duration {
         let now_s = now();
         let mut next = next_maintenance.saturating_duration_since(Instant::now());
         let retention = self.config.purge_after_months.map(|_| self.next_retention);
@@ -652,10 +699,14 @@ impl Daemon {
             let wait = Duration::from_secs((at - now_s).max(0) as u64);
             next = next.min(wait);
         };
-        for deadline in self.jobs.all().filter_map(Job::deadline) {
+        for deadline in self.jobs.running().filter_map(Job::deadline) {
             consider(deadline);
         }
-        for (id, warn_at) in self.jobs.all().filter_map(|j| Some((j.id, j.warn_at()?))) {
+        for (id, warn_at) in self
+            .jobs
+            .running()
+            .filter_map(|j| Some((j.id, j.warn_at()?)))
+        {
             if !self.warned.contains(&id) {
                 consider(warn_at);
             }

@@ -5,7 +5,6 @@
 //! are requeued (or end PREEMPTED) and it starts. Every step is in the
 //! database, so a crash in the middle resumes it.
 
-use super::JobsExt;
 use crate::config::PreemptMode;
 use crate::db;
 use crate::job::{JobId, JobState};

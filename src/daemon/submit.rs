@@ -1,7 +1,6 @@
 //! Taking in a job: admission (account, QoS, a request the server can
 //! satisfy), then the job row and its payload, in the turn's transaction.
 
-use super::JobsExt;
 use crate::array::ArraySpec;
 use crate::db::{self, Payload};
 use crate::job::{ArrayTask, Hold, Job, JobRequest, JobState};
@@ -9,7 +8,6 @@ use crate::proto::Reply;
 use crate::sched::admission::{self, Capacity};
 use crate::sched::budget::Verdict;
 use crate::sched::Reason;
-use std::sync::Arc;
 
 use super::{Daemon, DaemonError};
 
@@ -274,6 +272,6 @@ impl Daemon {
             }
             None => self.reschedule = true,
         }
-        self.jobs.insert(job.id, Arc::new(job));
+        self.jobs.insert(job);
     }
 }
