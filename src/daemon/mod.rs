@@ -984,3 +984,62 @@ impl Daemon {
         result
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(id: JobId, state: JobState) -> Job {
+        Job {
+            state,
+            ..crate::job::example_job(id)
+        }
+    }
+
+    fn running_ids(jobs: &mut Jobs) -> Vec<JobId> {
+        jobs.running().map(|j| j.id).collect()
+    }
+
+    #[test]
+    fn the_running_set_follows_every_change() {
+        let mut jobs = Jobs::default();
+        jobs.insert(job(1, JobState::Pending));
+        jobs.insert(job(2, JobState::Running));
+        jobs.insert(job(3, JobState::Pending));
+        assert_eq!(running_ids(&mut jobs), vec![2]);
+        // Started, stopping, suspended, ended.
+        jobs.job_mut(&3).unwrap().state = JobState::Running;
+        assert_eq!(running_ids(&mut jobs), vec![2, 3]);
+        jobs.job_mut(&2).unwrap().state = JobState::Completing;
+        assert_eq!(running_ids(&mut jobs), vec![3]);
+        jobs.job_mut(&3).unwrap().state = JobState::Suspended;
+        jobs.job_mut(&1).unwrap().state = JobState::Running;
+        assert_eq!(running_ids(&mut jobs), vec![1]);
+        jobs.job_mut(&3).unwrap().state = JobState::Running;
+        jobs.remove(&3);
+        assert_eq!(running_ids(&mut jobs), vec![1]);
+        // Removed before the set caught up with a change.
+        jobs.job_mut(&1).unwrap().state = JobState::Pending;
+        jobs.remove(&1);
+        assert_eq!(running_ids(&mut jobs), Vec::<JobId>::new());
+        assert_eq!(jobs.len(), 1, "job 2 is still active");
+    }
+
+    #[test]
+    fn a_job_held_by_a_snapshot_is_copied_when_changed() {
+        let mut jobs = Jobs::default();
+        jobs.insert(job(1, JobState::Pending));
+        let snapshot = jobs[&1].clone();
+        jobs.job_mut(&1).unwrap().state = JobState::Running;
+        assert_eq!(
+            snapshot.state,
+            JobState::Pending,
+            "the snapshot keeps its view"
+        );
+        assert_eq!(jobs[&1].state, JobState::Running);
+        drop(snapshot);
+        let before = Arc::as_ptr(&jobs[&1]);
+        jobs.job_mut(&1).unwrap().nice = 5;
+        assert_eq!(Arc::as_ptr(&jobs[&1]), before, "no copy without a snapshot");
+    }
+}
