@@ -84,7 +84,7 @@ pub fn run(args: Args) -> CliResult {
     };
     // Columns fit all rows, so all are read first (as squeue does).
     let mut all = Vec::new();
-    while let Some(row) = rows.next_row()? {
+    while let Some(row) = rows.next_compact_row()? {
         all.push(row);
     }
     print(&report::render_squeue(&format, all, !args.noheader))

@@ -327,8 +327,10 @@ fn queue_views<'a>(
         .map(|s| s.jobs.iter().filter(|v| filter.matches(&v.job)).collect())
         .unwrap_or_default();
     // The snapshot may not have seen the end the database has.
-    let shown: std::collections::HashSet<JobId> = views.iter().map(|v| v.job.id).collect();
-    views.extend(recent.iter().filter(|v| !shown.contains(&v.job.id)));
+    if !recent.is_empty() {
+        let shown: std::collections::HashSet<JobId> = views.iter().map(|v| v.job.id).collect();
+        views.extend(recent.iter().filter(|v| !shown.contains(&v.job.id)));
+    }
     views
 }
 

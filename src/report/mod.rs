@@ -734,14 +734,31 @@ fn fit_into(
     }
 }
 
-fn auto_widths(columns: &[&Column], header: bool, rows: &[Vec<String>]) -> Vec<usize> {
+/// A row of cells to lay out: owned strings, or a compact streamed row.
+pub trait Cells {
+    fn cell(&self, i: usize) -> &str;
+}
+
+impl Cells for Vec<String> {
+    fn cell(&self, i: usize) -> &str {
+        self.get(i).map_or("", String::as_str)
+    }
+}
+
+impl Cells for crate::spool::Row {
+    fn cell(&self, i: usize) -> &str {
+        crate::spool::Row::cell(self, i)
+    }
+}
+
+fn auto_widths<R: Cells>(columns: &[&Column], header: bool, rows: &[R]) -> Vec<usize> {
     columns
         .iter()
         .enumerate()
         .map(|(i, c)| {
             let head = if header { width_of(&c.header) } else { 0 };
             rows.iter()
-                .map(|r| width_of(&r[i]))
+                .map(|r| width_of(r.cell(i)))
                 .max()
                 .unwrap_or(0)
                 .max(head)
@@ -761,27 +778,32 @@ pub fn fields_of(columns: &[Column]) -> Vec<Field> {
 
 /// Renders rows (cells in the format's field order) in squeue's format,
 /// literal text kept between columns.
-pub fn render_squeue(format: &SqueueFormat, rows: Vec<Vec<String>>, header: bool) -> String {
+pub fn render_squeue<R: Cells>(format: &SqueueFormat, rows: Vec<R>, header: bool) -> String {
     let columns: Vec<&Column> = format.parts.iter().map(|(_, c)| c).collect();
     let widths = auto_widths(&columns, header, &rows);
     let mut out = String::with_capacity(rows.len() * (widths.iter().sum::<usize>() + 16));
-    let mut line = |cells: &mut dyn Iterator<Item = String>| {
+    fn line<'a>(
+        out: &mut String,
+        format: &SqueueFormat,
+        widths: &[usize],
+        cell: impl Fn(usize) -> &'a str,
+    ) {
         let start = out.len();
-        for (i, ((literal, column), cell)) in format.parts.iter().zip(cells).enumerate() {
+        for (i, (literal, column)) in format.parts.iter().enumerate() {
             out.push_str(literal);
-            fit_into(&mut out, &cell, column.width, widths[i], column.right, None);
+            fit_into(out, cell(i), column.width, widths[i], column.right, None);
         }
         out.push_str(&format.trailer);
         // No trailing blanks (the line's own; earlier lines end in '\n').
         let kept = start + out[start..].trim_end().len();
         out.truncate(kept);
         out.push('\n');
-    };
-    if header {
-        line(&mut columns.iter().map(|c| c.header.clone()));
     }
-    for row in rows {
-        line(&mut row.into_iter());
+    if header {
+        line(&mut out, format, &widths, |i| columns[i].header.as_str());
+    }
+    for row in &rows {
+        line(&mut out, format, &widths, |i| row.cell(i));
     }
     out
 }
