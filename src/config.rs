@@ -359,6 +359,15 @@ impl Config {
         self.qos.iter().find(|q| q.name == name)
     }
 
+    /// The QoS names in the config's order, joined by `separator`.
+    pub fn qos_names(&self, separator: &str) -> String {
+        self.qos
+            .iter()
+            .map(|q| q.name.as_str())
+            .collect::<Vec<_>>()
+            .join(separator)
+    }
+
     /// Root, and the users named in `admins`, may act on every job.
     pub fn is_admin(&self, uid: u32, user: &str) -> bool {
         uid == 0 || self.admins.iter().any(|a| a == user)

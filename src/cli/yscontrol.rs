@@ -501,15 +501,7 @@ fn show_config(
             config.timezone().iana_name().unwrap_or("UTC").to_string(),
         ),
         ("DefaultQOS", config.default_qos.clone()),
-        (
-            "QOS",
-            config
-                .qos
-                .iter()
-                .map(|q| q.name.as_str())
-                .collect::<Vec<_>>()
-                .join(","),
-        ),
+        ("QOS", config.qos_names(",")),
         (
             "Accounts",
             if config.accounts.is_empty() {

@@ -235,7 +235,7 @@ fn check_config(config: &Config) -> String {
             }
             if d.placement.layout != crate::exec::cgroup::Layout::Off {
                 let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
-                if let Some(point) = crate::exec::cgroup::slow_moves(&mounts).first() {
+                if let Some(point) = crate::exec::cgroup::slow_moves(&mounts) {
                     add(
                         "  job starts",
                         format!("each waits ~10 ms for the kernel to move it into its cgroup; `mount -o remount,favordynmods {point}` removes the wait (ysctld(8), ISOLATION)"),
@@ -278,12 +278,7 @@ fn check_config(config: &Config) -> String {
         "QoS",
         format!(
             "{} (default {})",
-            config
-                .qos
-                .iter()
-                .map(|q| q.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
+            config.qos_names(", "),
             config.default_qos
         ),
     );

@@ -434,8 +434,10 @@ impl Daemon {
                 ));
             }
             let Some(new) = self.config.qos_named(q) else {
-                let known: Vec<&str> = self.config.qos.iter().map(|q| q.name.as_str()).collect();
-                return Err(format!("unknown QoS '{q}' (known: {})", known.join(", ")));
+                return Err(format!(
+                    "unknown QoS '{q}' (known: {})",
+                    self.config.qos_names(", ")
+                ));
             };
             let old = self
                 .config

@@ -141,12 +141,7 @@ pub fn admit(
         Some(q) => {
             return Err(AdmissionError::Qos {
                 qos: q.clone(),
-                known: config
-                    .qos
-                    .iter()
-                    .map(|q| q.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                known: config.qos_names(", "),
             })
         }
         None => config.default_qos.clone(),

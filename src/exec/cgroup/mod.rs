@@ -397,10 +397,10 @@ fn fs_magic(path: &Path) -> Option<i64> {
 /// Where moving a process into a cgroup stalls job starts: the kernel
 /// waits for an RCU grace period at each move (10 ms and more on a small
 /// VM) unless a cgroup2 hierarchy is mounted with `favordynmods` (Linux
-/// 6.0 and later; one lock serves v1 and v2). The cgroup2 mount points
-/// without it, from /proc/mounts text; empty when one has it, or there is
-/// no cgroup2 mount to set it on.
-pub fn slow_moves(mounts: &str) -> Vec<String> {
+/// 6.0 and later; one lock serves v1 and v2). A cgroup2 mount point to
+/// set it on, from /proc/mounts text; `None` when one has it, or there is
+/// no cgroup2 mount.
+pub fn slow_moves(mounts: &str) -> Option<String> {
     let cgroup2: Vec<(&str, &str)> = mounts
         .lines()
         .filter_map(|line| {
@@ -412,9 +412,9 @@ pub fn slow_moves(mounts: &str) -> Vec<String> {
         .iter()
         .any(|(_, options)| options.split(',').any(|o| o == "favordynmods"))
     {
-        return Vec::new();
+        return None;
     }
-    cgroup2.iter().map(|(point, _)| point.to_string()).collect()
+    cgroup2.first().map(|(point, _)| point.to_string())
 }
 
 /// Finds the hierarchies under `root` and picks a layout: on a pure v2 host
@@ -496,11 +496,14 @@ mod tests {
         let hybrid = "tmpfs /sys/fs/cgroup tmpfs rw,relatime,mode=755 0 0\n\
                       cgroup /sys/fs/cgroup/memory cgroup rw,relatime,memory 0 0\n\
                       cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0\n";
-        assert_eq!(super::slow_moves(hybrid), vec!["/sys/fs/cgroup/unified"]);
+        assert_eq!(
+            super::slow_moves(hybrid).as_deref(),
+            Some("/sys/fs/cgroup/unified")
+        );
         let tuned = "cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid,nodev,favordynmods,memory_recursiveprot 0 0\n";
-        assert!(super::slow_moves(tuned).is_empty());
+        assert_eq!(super::slow_moves(tuned), None);
         let v1_only = "cgroup /sys/fs/cgroup/memory cgroup rw,memory 0 0\n";
-        assert!(super::slow_moves(v1_only).is_empty(), "nothing to remount");
+        assert_eq!(super::slow_moves(v1_only), None, "nothing to remount");
     }
 
     use super::*;
