@@ -342,6 +342,8 @@ struct RowMaker<'a, V> {
     fields: &'a [Field],
     viewer: &'a Viewer,
     now: i64,
+    /// The row being written, its cells' strings reused row after row.
+    cells: Vec<String>,
 }
 
 impl<'a, V: std::borrow::Borrow<JobView>> RowMaker<'a, V> {
@@ -351,6 +353,7 @@ impl<'a, V: std::borrow::Borrow<JobView>> RowMaker<'a, V> {
             fields,
             viewer,
             now,
+            cells: Vec::with_capacity(fields.len()),
         }
     }
 
@@ -358,7 +361,7 @@ impl<'a, V: std::borrow::Borrow<JobView>> RowMaker<'a, V> {
     fn push<E>(
         &mut self,
         view: V,
-        emit: &mut impl FnMut(Vec<String>) -> Result<(), E>,
+        emit: &mut impl FnMut(&[String]) -> Result<(), E>,
     ) -> Result<(), E> {
         if !self.viewer.sees(&view.borrow().job) {
             return Ok(());
@@ -370,17 +373,25 @@ impl<'a, V: std::borrow::Borrow<JobView>> RowMaker<'a, V> {
     }
 
     /// Gives `emit` the row held back, if any.
-    fn finish<E>(mut self, emit: &mut impl FnMut(Vec<String>) -> Result<(), E>) -> Result<(), E> {
+    fn finish<E>(mut self, emit: &mut impl FnMut(&[String]) -> Result<(), E>) -> Result<(), E> {
         match self.folder.finish() {
             Some((v, tasks)) => emit(self.cells(&v, tasks)),
             None => Ok(()),
         }
     }
 
-    fn cells(&self, view: &V, tasks: Option<String>) -> Vec<String> {
+    fn cells(&mut self, view: &V, tasks: Option<String>) -> &[String] {
         let view = view.borrow();
         let redact = !self.viewer.sees_details(&view.job);
-        report::folded_cells(self.fields, view, self.now, redact, tasks.as_deref())
+        report::folded_cells_into(
+            &mut self.cells,
+            self.fields,
+            view,
+            self.now,
+            redact,
+            tasks.as_deref(),
+        );
+        &self.cells
     }
 }
 
@@ -398,7 +409,7 @@ fn stream_queue(
     let written = spool.stream_reply(&work.name, viewer.uid, now, |row| {
         let recent = recently_finished(work, conn, filter, now).map_err(StreamError::Db)?;
         let mut rows = RowMaker::new(fields, viewer, now);
-        let mut emit = |cells: Vec<String>| row(&cells).map_err(StreamError::Gone);
+        let mut emit = |cells: &[String]| row(cells).map_err(StreamError::Gone);
         for view in queue_views(work.snapshot.as_deref(), filter, &recent) {
             rows.push(view, &mut emit)?;
         }
@@ -428,7 +439,7 @@ fn stream_accounting(
         .unwrap_or_default();
     let written = spool.stream_reply(&work.name, viewer.uid, now, |row| {
         let mut rows = RowMaker::new(fields, viewer, now);
-        let mut emit = |cells: Vec<String>| row(&cells).map_err(StreamError::Gone);
+        let mut emit = |cells: &[String]| row(cells).map_err(StreamError::Gone);
         db::for_each_job(conn, filter, |job| -> Result<(), StreamError> {
             // The snapshot may be newer than the last commit seen here.
             let view = match active.get(&job.id) {
@@ -464,8 +475,8 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
         Some(fields) => {
             let mut maker = RowMaker::new(fields, viewer, now);
             let mut rows = Vec::new();
-            let mut add = |cells: Vec<String>| -> Result<(), std::convert::Infallible> {
-                rows.push(cells);
+            let mut add = |cells: &[String]| -> Result<(), std::convert::Infallible> {
+                rows.push(cells.to_vec());
                 Ok(())
             };
             for v in views {

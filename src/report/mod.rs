@@ -2,6 +2,7 @@
 //! `%` codes and sacct field names), aligned tables, `|`-separated parsable
 //! output. Reads views; writes nothing.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 pub mod history;
@@ -257,113 +258,123 @@ impl Field {
 
     /// The value shown for `view` at time `now`.
     pub fn value(self, view: &JobView, now: i64) -> String {
+        self.text(view, now).into_owned()
+    }
+
+    /// The value shown for `view` at time `now`, borrowed from the job
+    /// where it is stored as shown: listings render tens of thousands of
+    /// rows, and most of their cells need no allocation of their own.
+    pub fn text(self, view: &JobView, now: i64) -> Cow<'_, str> {
         let job = &view.job;
-        let time = |t: Option<i64>| {
-            t.map(units::format_timestamp)
-                .unwrap_or_else(|| "Unknown".into())
+        let time = |t: Option<i64>| -> Cow<'_, str> {
+            t.map_or(Cow::Borrowed("Unknown"), |t| {
+                units::format_timestamp(t).into()
+            })
         };
         let pending = job.state == JobState::Pending;
         match self {
-            Field::JobId => job.display_id(),
-            Field::JobIdRaw => job.id.to_string(),
-            Field::ArrayJobId => job.array.as_ref().map_or(job.id, |a| a.job_id).to_string(),
+            Field::JobId => job.display_id().into(),
+            Field::JobIdRaw => job.id.to_string().into(),
+            Field::ArrayJobId => job
+                .array
+                .as_ref()
+                .map_or(job.id, |a| a.job_id)
+                .to_string()
+                .into(),
             Field::ArrayTaskId => job
                 .array
                 .as_ref()
-                .map_or_else(|| "N/A".to_string(), |a| a.task_id.to_string()),
-            Field::Name => job.name.clone(),
-            Field::User => job.user.clone(),
-            Field::Uid => job.uid.to_string(),
-            Field::Account => job.account.clone(),
-            Field::Qos => job.qos.clone(),
-            Field::StateCompact => job.state.compact().to_string(),
-            Field::State => job.state.name().to_string(),
-            Field::TimeUsed => units::format_duration(job.elapsed(now)),
-            Field::Elapsed => units::format_elapsed(job.elapsed(now)),
-            Field::ElapsedRaw => job.elapsed(now).to_string(),
-            Field::TimeLimit => units::format_time_limit(job.time_limit),
+                .map_or(Cow::Borrowed("N/A"), |a| a.task_id.to_string().into()),
+            Field::Name => Cow::Borrowed(&job.name),
+            Field::User => Cow::Borrowed(&job.user),
+            Field::Uid => job.uid.to_string().into(),
+            Field::Account => Cow::Borrowed(&job.account),
+            Field::Qos => Cow::Borrowed(&job.qos),
+            Field::StateCompact => job.state.compact().into(),
+            Field::State => job.state.name().into(),
+            Field::TimeUsed => units::format_duration(job.elapsed(now)).into(),
+            Field::Elapsed => units::format_elapsed(job.elapsed(now)).into(),
+            Field::ElapsedRaw => job.elapsed(now).to_string().into(),
+            Field::TimeLimit => units::format_time_limit(job.time_limit).into(),
             Field::TimeLeft => match job.time_limit {
                 None => "UNLIMITED".into(),
-                Some(l) => units::format_duration(l.saturating_sub(job.elapsed(now))),
+                Some(l) => units::format_duration(l.saturating_sub(job.elapsed(now))).into(),
             },
             Field::Nodes => "1".into(),
-            Field::NodeList => job.node.clone().unwrap_or_else(|| {
-                if pending {
-                    String::new()
-                } else {
-                    "None assigned".into()
-                }
-            }),
+            Field::NodeList => match &job.node {
+                Some(node) => Cow::Borrowed(node),
+                None if pending => Cow::Borrowed(""),
+                None => Cow::Borrowed("None assigned"),
+            },
             Field::NodeListReason => {
                 if pending {
-                    format!("({})", view.pending_reason.as_deref().unwrap_or("None"))
+                    format!("({})", view.pending_reason.as_deref().unwrap_or("None")).into()
                 } else {
-                    job.node.clone().unwrap_or_default()
+                    Cow::Borrowed(job.node.as_deref().unwrap_or_default())
                 }
             }
             Field::Reason => {
-                if pending {
-                    view.pending_reason.clone().unwrap_or_else(|| "None".into())
+                let reason = if pending {
+                    &view.pending_reason
                 } else {
-                    job.reason.clone().unwrap_or_else(|| "None".into())
-                }
+                    &job.reason
+                };
+                Cow::Borrowed(reason.as_deref().unwrap_or("None"))
             }
             Field::Gpus => {
                 let shard = if job.gpus.shard { "shard:" } else { "" };
                 match &job.gpus.gpu_type {
-                    Some(t) if job.gpus.count > 0 => format!("{shard}{t}:{}", job.gpus.count),
-                    _ => format!("{shard}{}", job.gpus.count),
+                    Some(t) if job.gpus.count > 0 => {
+                        format!("{shard}{t}:{}", job.gpus.count).into()
+                    }
+                    _ => format!("{shard}{}", job.gpus.count).into(),
                 }
             }
             Field::TresPerNode => {
                 if job.gpus.count == 0 {
                     "N/A".into()
                 } else {
-                    format!("gres/{}", job.gpus)
+                    format!("gres/{}", job.gpus).into()
                 }
             }
             Field::AllocTres => {
                 if job.start_time.is_none() {
-                    String::new()
+                    Cow::Borrowed("")
                 } else {
-                    tres(view)
+                    tres(view).into()
                 }
             }
-            Field::ReqTres => tres(view),
-            Field::Cpus => job.cpus.to_string(),
+            Field::ReqTres => tres(view).into(),
+            Field::Cpus => job.cpus.to_string().into(),
             Field::ReqMem => job
                 .mem_mb
-                .map(units::format_memory_mb)
-                .unwrap_or_else(|| "0".into()),
-            Field::Priority => view.priority.to_string(),
+                .map_or(Cow::Borrowed("0"), |m| units::format_memory_mb(m).into()),
+            Field::Priority => view.priority.to_string().into(),
             Field::PrioAge => view
                 .factors
-                .map(|f| f.weighted.age.to_string())
-                .unwrap_or_default(),
-            Field::PrioFairshare => view
-                .factors
-                .map(|f| f.weighted.fairshare.to_string())
-                .unwrap_or_default(),
+                .map_or(Cow::Borrowed(""), |f| f.weighted.age.to_string().into()),
+            Field::PrioFairshare => view.factors.map_or(Cow::Borrowed(""), |f| {
+                f.weighted.fairshare.to_string().into()
+            }),
             Field::PrioQos => view
                 .factors
-                .map(|f| f.weighted.qos.to_string())
-                .unwrap_or_default(),
+                .map_or(Cow::Borrowed(""), |f| f.weighted.qos.to_string().into()),
             Field::PrioSize => view
                 .factors
-                .map(|f| f.weighted.size.to_string())
-                .unwrap_or_default(),
-            Field::Nice => view.job.nice.to_string(),
-            Field::Submit => units::format_timestamp(job.submit_time),
+                .map_or(Cow::Borrowed(""), |f| f.weighted.size.to_string().into()),
+            Field::Nice => view.job.nice.to_string().into(),
+            Field::Submit => units::format_timestamp(job.submit_time).into(),
             Field::Eligible => units::format_timestamp(
                 job.begin_time
                     .unwrap_or(job.submit_time)
                     .max(job.submit_time),
-            ),
+            )
+            .into(),
             Field::Start => {
                 if pending {
                     // A reservation's time, else a --begin time to come.
                     match view.expected_start.or(job.begin_time.filter(|&b| b > now)) {
-                        Some(t) => units::format_timestamp(t),
+                        Some(t) => units::format_timestamp(t).into(),
                         None => "N/A".into(),
                     }
                 } else {
@@ -377,12 +388,12 @@ impl Field {
                     time(job.end_time)
                 }
             }
-            Field::ExitCode => job.exit.unwrap_or_default().to_string(),
-            Field::Restarts => job.restart_count.to_string(),
-            Field::Preemptions => job.preempt_count.to_string(),
+            Field::ExitCode => job.exit.unwrap_or_default().to_string().into(),
+            Field::Restarts => job.restart_count.to_string().into(),
+            Field::Preemptions => job.preempt_count.to_string().into(),
             // No samples (no driver, or too short a run): not known.
             Field::GpuUtil => match job.gpu_usage.mean() {
-                Some(m) => format!("{m:.1}%"),
+                Some(m) => format!("{m:.1}%").into(),
                 None => "n/a".into(),
             },
             Field::GpuUtilMax | Field::GpuMemMax | Field::GpuLowTime
@@ -390,10 +401,12 @@ impl Field {
             {
                 "n/a".into()
             }
-            Field::GpuUtilMax => format!("{}%", job.gpu_usage.utilization_max),
-            Field::GpuMemMax => units::format_memory_mb(job.gpu_usage.memory_max_mb),
-            Field::GpuLowTime => units::format_duration(job.gpu_usage.low_secs),
-            Field::MaxRss => job.max_rss_bytes.map(units::format_rss).unwrap_or_default(),
+            Field::GpuUtilMax => format!("{}%", job.gpu_usage.utilization_max).into(),
+            Field::GpuMemMax => units::format_memory_mb(job.gpu_usage.memory_max_mb).into(),
+            Field::GpuLowTime => units::format_duration(job.gpu_usage.low_secs).into(),
+            Field::MaxRss => job
+                .max_rss_bytes
+                .map_or(Cow::Borrowed(""), |b| units::format_rss(b).into()),
             Field::TresUsage => {
                 // Slurm's order; GPU figures only where they were sampled.
                 let mut parts = Vec::new();
@@ -409,37 +422,42 @@ impl Field {
                         job.gpu_usage.memory_max_mb
                     ));
                 }
-                parts.join(",")
+                parts.join(",").into()
             }
-            Field::MailType => job.mail_type.names(),
+            Field::MailType => job.mail_type.names().into(),
             Field::AcctState => match (job.state, job.reason.as_deref().and_then(canceller_uid)) {
-                (JobState::Cancelled, Some(uid)) => format!("CANCELLED by {uid}"),
-                (state, _) => state.name().to_string(),
+                (JobState::Cancelled, Some(uid)) => format!("CANCELLED by {uid}").into(),
+                (state, _) => state.name().into(),
             },
-            Field::Billing => job.billing.map(|b| b.to_string()).unwrap_or_default(),
-            Field::TotalCpu => job.cpu_usec.map(units::format_cpu_time).unwrap_or_default(),
-            Field::Cgroup => job.cgroup.clone().unwrap_or_default(),
-            Field::WorkDir => job.work_dir.display().to_string(),
+            Field::Billing => job
+                .billing
+                .map_or(Cow::Borrowed(""), |b| b.to_string().into()),
+            Field::TotalCpu => job
+                .cpu_usec
+                .map_or(Cow::Borrowed(""), |u| units::format_cpu_time(u).into()),
+            Field::Cgroup => Cow::Borrowed(job.cgroup.as_deref().unwrap_or_default()),
+            Field::WorkDir => job.work_dir.to_string_lossy(),
             Field::StdOut => {
                 if view.redacted {
-                    String::new()
+                    Cow::Borrowed("")
                 } else {
-                    job.stdout_path().display().to_string()
+                    job.stdout_path().display().to_string().into()
                 }
             }
             Field::StdErr => {
                 if view.redacted {
-                    String::new()
+                    Cow::Borrowed("")
                 } else {
                     job.stderr_path()
                         .unwrap_or_else(|| job.stdout_path())
                         .display()
                         .to_string()
+                        .into()
                 }
             }
-            Field::Comment => job.comment.clone().unwrap_or_default(),
-            Field::Dependency => job.dependency.clone().unwrap_or_else(|| "(null)".into()),
-            Field::Partition => "ysched".into(),
+            Field::Comment => Cow::Borrowed(job.comment.as_deref().unwrap_or_default()),
+            Field::Dependency => Cow::Borrowed(job.dependency.as_deref().unwrap_or("(null)")),
+            Field::Partition => Cow::Borrowed("ysched"),
         }
     }
 }
@@ -476,15 +494,33 @@ pub fn folded_cells(
     redact: bool,
     tasks: Option<&str>,
 ) -> Vec<String> {
-    fields
-        .iter()
-        .map(|f| match (f, tasks, &view.job.array) {
-            (Field::JobId, Some(t), Some(a)) => format!("{}_{t}", a.job_id),
-            (Field::ArrayTaskId, Some(t), _) => t.to_string(),
-            _ if redact && f.is_private() => String::new(),
-            _ => f.value(view, now),
-        })
-        .collect()
+    let mut cells = Vec::new();
+    folded_cells_into(&mut cells, fields, view, now, redact, tasks);
+    cells
+}
+
+/// As `folded_cells`, into `cells`, whose strings are reused: a listing
+/// renders every row into the same buffers.
+pub fn folded_cells_into(
+    cells: &mut Vec<String>,
+    fields: &[Field],
+    view: &JobView,
+    now: i64,
+    redact: bool,
+    tasks: Option<&str>,
+) {
+    cells.resize_with(fields.len(), String::new);
+    for (cell, f) in cells.iter_mut().zip(fields) {
+        cell.clear();
+        match (f, tasks, &view.job.array) {
+            (Field::JobId, Some(t), Some(a)) => {
+                let _ = write!(cell, "{}_{t}", a.job_id);
+            }
+            (Field::ArrayTaskId, Some(t), _) => cell.push_str(t),
+            _ if redact && f.is_private() => {}
+            _ => cell.push_str(&f.text(view, now)),
+        }
+    }
 }
 
 /// The uid in a reason `cancelled by NAME (uid N)`.
@@ -726,11 +762,21 @@ fn fit_into(
     }
     let pad = w - len;
     if right {
-        out.extend(std::iter::repeat_n(' ', pad));
+        push_spaces(out, pad);
         out.push_str(value);
     } else {
         out.push_str(value);
-        out.extend(std::iter::repeat_n(' ', pad));
+        push_spaces(out, pad);
+    }
+}
+
+/// Appends `n` spaces, a slice at a time rather than a char at a time.
+fn push_spaces(out: &mut String, mut n: usize) {
+    const SPACES: &str = "                                                                ";
+    while n > 0 {
+        let take = n.min(SPACES.len());
+        out.push_str(&SPACES[..take]);
+        n -= take;
     }
 }
 
@@ -752,18 +798,18 @@ impl Cells for crate::spool::Row {
 }
 
 fn auto_widths<R: Cells>(columns: &[&Column], header: bool, rows: &[R]) -> Vec<usize> {
-    columns
+    let mut widths: Vec<usize> = columns
         .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let head = if header { width_of(&c.header) } else { 0 };
-            rows.iter()
-                .map(|r| width_of(r.cell(i)))
-                .max()
-                .unwrap_or(0)
-                .max(head)
-        })
-        .collect()
+        .map(|c| if header { width_of(&c.header) } else { 0 })
+        .collect();
+    // Row by row, not column by column: each row is read from memory once
+    // (a listing of 100,000 rows does not fit in the cache).
+    for row in rows {
+        for (i, width) in widths.iter_mut().enumerate() {
+            *width = (*width).max(width_of(row.cell(i)));
+        }
+    }
+    widths
 }
 
 impl SqueueFormat {
@@ -1000,6 +1046,34 @@ mod tests {
         assert_eq!(
             private,
             vec!["17".to_string(), String::new(), String::new()]
+        );
+    }
+
+    #[test]
+    fn reused_cells_carry_nothing_over_from_the_row_before() {
+        let fields = [Field::JobId, Field::NodeList, Field::Reason, Field::Comment];
+        let mut first = view(17, JobState::Running);
+        std::sync::Arc::make_mut(&mut first.job).comment = Some("a long comment".into());
+        let mut buffers = Vec::new();
+        folded_cells_into(&mut buffers, &fields, &first, 142, false, None);
+        assert_eq!(buffers, vec!["17", "gpu01", "None", "a long comment"]);
+        let second = view(8, JobState::Pending);
+        folded_cells_into(&mut buffers, &fields, &second, 142, false, None);
+        assert_eq!(buffers, cells(&fields, &second, 142, false));
+        assert_eq!(buffers, vec!["8", "", "Resources", ""]);
+        // Fewer fields than the buffers hold: the row is cut to the fields.
+        folded_cells_into(&mut buffers, &fields[..1], &second, 142, false, None);
+        assert_eq!(buffers, vec!["8"]);
+    }
+
+    #[test]
+    fn wide_columns_are_padded_in_full() {
+        let f = parse_squeue_format("%100i|%.70j|").unwrap();
+        let rows = vec![cells(&f.fields(), &view(17, JobState::Running), 142, false)];
+        let out = render_squeue(&f, rows, false);
+        assert_eq!(
+            out,
+            format!("17{}|{}train|\n", " ".repeat(98), " ".repeat(65))
         );
     }
 }
