@@ -153,7 +153,11 @@ fn the_slurm_commands_and_their_man_page_name_the_same_long_flags() {
 fn man_pages_have_the_usual_sections() {
     for (_, page) in PAGES
         .iter()
-        .chain(&[("", "man/ysched.toml.5"), ("", "man/ysched-slurm.1")])
+        .chain(&[
+            ("", "man/ysched.toml.5"),
+            ("", "man/ysched-slurm.1"),
+            ("", "man/ysstepd.8"),
+        ])
     {
         let text =
             std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(page)).unwrap();
@@ -200,7 +204,11 @@ fn man_pages_pass_mandoc_lint_where_mandoc_is_installed() {
     let _ = probe;
     for (_, page) in PAGES
         .iter()
-        .chain(&[("", "man/ysched.toml.5"), ("", "man/ysched-slurm.1")])
+        .chain(&[
+            ("", "man/ysched.toml.5"),
+            ("", "man/ysched-slurm.1"),
+            ("", "man/ysstepd.8"),
+        ])
     {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(page);
         let out = Command::new("mandoc")

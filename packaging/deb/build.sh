@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Builds the Debian package from this tree: packaging/deb/build.sh [OUTDIR]
 # Env: VERSION (default: Cargo.toml's version), NO_BUILD=1 to package the
-# release binaries already in target/release.
+# release binaries already in target/release, MAINTAINER ("Name <address>")
+# for the Maintainer field and the changelog.
 # Output: OUTDIR/ysched_VERSION_ARCH.deb (default OUTDIR: target/deb).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${1:-$ROOT/target/deb}
 VERSION=${VERSION:-$(sed -n 's/^version = "\(.*\)"/\1/p' "$ROOT/Cargo.toml" | head -1)}
 ARCH=$(dpkg --print-architecture)
+# Sites that build their own packages put their own address here.
+MAINTAINER=${MAINTAINER:-ysched developers <ysched@example.org>}
 cd "$ROOT"
 [ "${NO_BUILD:-}" = 1 ] || cargo build --release --locked --quiet
 bin=$ROOT/target/release
@@ -24,7 +27,7 @@ done
 install -m 755 "$bin/ysctld" "$bin/ysstepd" "$pkg/usr/sbin/"
 strip "$pkg"/usr/bin/* "$pkg"/usr/sbin/* 2>/dev/null || true
 for name in sbatch squeue scancel sacct sshare sinfo scontrol srun; do
-    ln -s /usr/bin/ysched-slurm "$pkg/usr/lib/ysched/slurm-compat/$name"
+    ln -s ../../../bin/ysched-slurm "$pkg/usr/lib/ysched/slurm-compat/$name"
 done
 install -m 755 contrib/notify/notify-mail contrib/notify/notify-webhook "$pkg/usr/lib/ysched/"
 install -m 755 contrib/gpu-check/nvml-check.sh "$pkg/usr/lib/ysched/nvml-check"
@@ -44,8 +47,17 @@ cat > "$pkg/usr/share/doc/ysched/copyright" <<COPY
 Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
 Upstream-Name: ysched
 Files: *
+Copyright: 2026 the ysched developers
 License: MIT or Apache-2.0
 COPY
+# A native package's changelog, in Debian's format (dpkg-parsechangelog reads it).
+{
+    echo "ysched ($VERSION) unstable; urgency=medium"
+    echo
+    echo "  * Release $VERSION; what changed is in README.md and docs/."
+    echo
+    echo " -- $MAINTAINER  $(date -R -d "@${SOURCE_DATE_EPOCH:-$(git -C "$ROOT" log -1 --format=%ct 2>/dev/null || date +%s)}")"
+} | gzip -9n > "$pkg/usr/share/doc/ysched/changelog.gz"
 for page in man/*.[158]; do
     section=${page##*.}
     gzip -9n < "$page" > "$pkg/usr/share/man/man$section/$(basename "$page").gz"
@@ -57,7 +69,7 @@ cat > "$pkg/DEBIAN/control" <<CONTROL
 Package: ysched
 Version: $VERSION
 Architecture: $ARCH
-Maintainer: ysched developers <ysched@localhost>
+Maintainer: $MAINTAINER
 Installed-Size: $size
 Depends: libc6 (>= 2.31)
 Recommends: systemd
@@ -82,14 +94,19 @@ if [ "$1" = configure ]; then
         install -d -m 755 /var/spool/ysched
     fi
     if [ -d /run/systemd/system ]; then
-        systemctl daemon-reload || true
-        # Jobs survive: the unit stops ysctld alone (KillMode=process) and
-        # the new daemon re-adopts them.
-        if [ -n "$2" ] && systemctl is-active --quiet ysctld; then
-            systemctl restart ysctld || true
-        else
-            systemctl enable ysctld >/dev/null 2>&1 || true
-            echo "ysched: check /etc/ysched/ysched.toml (ysctld --check-config), then: systemctl start ysctld"
+        systemctl --system daemon-reload || true
+    fi
+    # Enabled on first install, not started: the GPUs and accounts in
+    # /etc/ysched/ysched.toml are the admin's to check first. On upgrade
+    # the admin's choice stands, and a running daemon is restarted; jobs
+    # survive (KillMode=process) and the new daemon re-adopts them.
+    if [ -z "$2" ]; then
+        deb-systemd-helper enable ysctld.service >/dev/null || true
+        echo "ysched: check /etc/ysched/ysched.toml (ysctld --check-config), then: systemctl start ysctld"
+    else
+        deb-systemd-helper update-state ysctld.service >/dev/null || true
+        if [ -d /run/systemd/system ] && systemctl is-active --quiet ysctld.service; then
+            deb-systemd-invoke restart ysctld.service || true
         fi
     fi
 fi
@@ -101,19 +118,23 @@ set -e
 # On upgrade the daemon keeps running until postinst restarts it; running
 # jobs are never stopped by the package.
 if [ "$1" = remove ] && [ -d /run/systemd/system ]; then
-    systemctl stop ysctld || true
-    systemctl disable ysctld >/dev/null 2>&1 || true
+    deb-systemd-invoke stop ysctld.service || true
 fi
 exit 0
 PRERM
 cat > "$pkg/DEBIAN/postrm" <<'POSTRM'
 #!/bin/sh
 set -e
-if [ "$1" = purge ]; then
-    echo "ysched: the spool and accounting database in /var/spool/ysched are kept; remove them by hand if you mean to"
-fi
 if [ -d /run/systemd/system ]; then
-    systemctl daemon-reload || true
+    systemctl --system daemon-reload || true
+fi
+if [ "$1" = remove ]; then
+    deb-systemd-helper mask ysctld.service >/dev/null || true
+fi
+if [ "$1" = purge ]; then
+    deb-systemd-helper purge ysctld.service >/dev/null || true
+    deb-systemd-helper unmask ysctld.service >/dev/null || true
+    echo "ysched: the spool and accounting database in /var/spool/ysched are kept; remove them by hand if you mean to"
 fi
 exit 0
 POSTRM
