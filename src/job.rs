@@ -568,10 +568,19 @@ pub struct Job {
 impl Job {
     /// The id users see: `12_3` for task 3 of array 12, else the id.
     pub fn display_id(&self) -> String {
-        match &self.array {
-            Some(a) => format!("{}_{}", a.job_id, a.task_id),
-            None => self.id.to_string(),
-        }
+        let mut id = String::new();
+        self.write_display_id(&mut id);
+        id
+    }
+
+    /// As `display_id`, appended to `out`.
+    pub fn write_display_id(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        // Writing to a String cannot fail.
+        let _ = match &self.array {
+            Some(a) => write!(out, "{}_{}", a.job_id, a.task_id),
+            None => write!(out, "{}", self.id),
+        };
     }
 
     /// When a running job reaches its time limit: its start, plus its

@@ -313,45 +313,61 @@ struct StreamHeader {
 /// How long a streamed reply may stall before the reader gives up.
 const STREAM_STALL: Duration = Duration::from_secs(30);
 
-/// One row of a listing, its cells in one string: two allocations a row
-/// instead of one per cell, which was most of what `ysqueue` spent on a
-/// long queue.
+/// The rows of a listing, all their cells in one string: a few growing
+/// buffers for the whole listing instead of allocations per row or per
+/// cell, which were most of what `ysqueue` spent on a long queue (and
+/// rows read from one buffer are read from the cache).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Row {
+pub struct RowTable {
     text: String,
     /// Where each cell ends in `text`.
-    ends: Vec<usize>,
+    cell_ends: Vec<usize>,
+    /// Where each row's cells end in `cell_ends`.
+    row_ends: Vec<usize>,
 }
 
-impl Row {
-    pub fn from_cells<S: AsRef<str>>(cells: &[S]) -> Row {
-        let mut row = Row::default();
-        for cell in cells {
-            row.text.push_str(cell.as_ref());
-            row.ends.push(row.text.len());
-        }
-        row
+/// One row of a [`RowTable`].
+#[derive(Clone, Copy, Debug)]
+pub struct RowRef<'a> {
+    table: &'a RowTable,
+    /// The row's cells: a range of `table.cell_ends`.
+    first: usize,
+    end: usize,
+}
+
+impl RowTable {
+    pub fn len(&self) -> usize {
+        self.row_ends.len()
     }
 
-    /// A row as the daemon streams it: a JSON array of strings.
-    pub fn from_json(line: &[u8]) -> serde_json::Result<Row> {
-        use serde::de::{DeserializeSeed, Deserializer, SeqAccess, Visitor};
-        struct Cells;
-        struct Cell<'a>(&'a mut String);
-        impl<'de> Visitor<'de> for Cells {
-            type Value = Row;
+    pub fn is_empty(&self) -> bool {
+        self.row_ends.is_empty()
+    }
+
+    pub fn push_cells<S: AsRef<str>>(&mut self, cells: &[S]) {
+        for cell in cells {
+            self.text.push_str(cell.as_ref());
+            self.cell_ends.push(self.text.len());
+        }
+        self.row_ends.push(self.cell_ends.len());
+    }
+
+    /// Appends a row as the daemon streams it: a JSON array of strings. A
+    /// line that is not one leaves the table as it was.
+    pub fn push_json(&mut self, line: &[u8]) -> serde_json::Result<()> {
+        use serde::de::{DeserializeSeed, Deserializer, Error, SeqAccess, Visitor};
+        struct Cells<'t>(&'t mut RowTable);
+        struct Cell<'t>(&'t mut String);
+        impl<'de> Visitor<'de> for Cells<'_> {
+            type Value = ();
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("an array of strings")
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Row, A::Error> {
-                let mut row = Row {
-                    text: String::with_capacity(128),
-                    ends: Vec::with_capacity(16),
-                };
-                while seq.next_element_seed(Cell(&mut row.text))?.is_some() {
-                    row.ends.push(row.text.len());
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+                while seq.next_element_seed(Cell(&mut self.0.text))?.is_some() {
+                    self.0.cell_ends.push(self.0.text.len());
                 }
-                Ok(row)
+                Ok(())
             }
         }
         impl<'de> DeserializeSeed<'de> for Cell<'_> {
@@ -365,34 +381,60 @@ impl Row {
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a string")
             }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<(), E> {
+            fn visit_str<E: Error>(self, v: &str) -> Result<(), E> {
                 self.0.push_str(v);
                 Ok(())
             }
         }
-        let mut de = serde_json::Deserializer::from_slice(line);
-        let row = de.deserialize_seq(Cells)?;
-        de.end()?;
-        Ok(row)
+        // The line is checked as UTF-8 once, rather than cell by cell.
+        let line = std::str::from_utf8(line).map_err(serde_json::Error::custom)?;
+        let (text, cells) = (self.text.len(), self.cell_ends.len());
+        let mut de = serde_json::Deserializer::from_str(line);
+        let parsed = de.deserialize_seq(Cells(self)).and_then(|()| de.end());
+        match parsed {
+            Ok(()) => {
+                self.row_ends.push(self.cell_ends.len());
+                Ok(())
+            }
+            Err(e) => {
+                self.text.truncate(text);
+                self.cell_ends.truncate(cells);
+                Err(e)
+            }
+        }
     }
 
+    pub fn row(&self, i: usize) -> RowRef<'_> {
+        let first = if i == 0 { 0 } else { self.row_ends[i - 1] };
+        RowRef {
+            table: self,
+            first,
+            end: self.row_ends[i],
+        }
+    }
+
+    pub fn rows(&self) -> impl ExactSizeIterator<Item = RowRef<'_>> {
+        (0..self.len()).map(|i| self.row(i))
+    }
+}
+
+impl<'a> RowRef<'a> {
     /// Cell `i` (empty past the last).
-    pub fn cell(&self, i: usize) -> &str {
-        let start = if i == 0 {
+    pub fn cell(&self, i: usize) -> &'a str {
+        let k = self.first + i;
+        if k >= self.end {
+            return "";
+        }
+        let start = if k == 0 {
             0
         } else {
-            self.ends.get(i - 1).copied().unwrap_or(self.text.len())
+            self.table.cell_ends[k - 1]
         };
-        let end = self.ends.get(i).copied().unwrap_or(start);
-        &self.text[start..end]
+        &self.table.text[start..self.table.cell_ends[k]]
     }
 
-    pub fn cells(&self) -> impl Iterator<Item = &str> {
-        (0..self.ends.len()).map(|i| self.cell(i))
-    }
-
-    pub fn into_cells(self) -> Vec<String> {
-        self.cells().map(str::to_string).collect()
+    pub fn cells(&self) -> impl Iterator<Item = &'a str> + '_ {
+        (0..self.end - self.first).map(|i| self.cell(i))
     }
 }
 
@@ -408,14 +450,17 @@ pub struct RowStream {
 impl RowStream {
     /// The next row; `None` after the last.
     pub fn next_row(&mut self) -> Result<Option<Vec<String>>, SpoolError> {
-        Ok(self.next_compact_row()?.map(Row::into_cells))
+        let mut one = RowTable::default();
+        Ok(self
+            .next_row_into(&mut one)?
+            .then(|| one.row(0).cells().map(str::to_string).collect()))
     }
 
-    /// The next row, its cells in one string; `None` after the last.
-    pub fn next_compact_row(&mut self) -> Result<Option<Row>, SpoolError> {
+    /// Appends the next row to `table`; false after the last.
+    pub fn next_row_into(&mut self, table: &mut RowTable) -> Result<bool, SpoolError> {
         use std::io::BufRead;
         if self.done {
-            return Ok(None);
+            return Ok(false);
         }
         // Per row: no allocation but the row's own (the line buffer is
         // reused, the error path built only on error), since ysqueue and
@@ -433,9 +478,9 @@ impl RowStream {
                 .map_err(fail)?;
             if self.partial.ends_with(b"\n") {
                 if self.partial.starts_with(b"[") {
-                    let row = Row::from_json(&self.partial);
+                    let pushed = table.push_json(&self.partial);
                     self.partial.clear();
-                    return row.map(Some).map_err(|e| fail(io::Error::other(e)));
+                    return pushed.map(|()| true).map_err(|e| fail(io::Error::other(e)));
                 }
                 let line = std::mem::take(&mut self.partial);
                 self.done = true;
@@ -446,7 +491,7 @@ impl RowStream {
                         "ysctld stopped the listing: {error}"
                     ))));
                 }
-                return Ok(None);
+                return Ok(false);
             }
             if n > 0 {
                 stalled_since = None;
@@ -959,22 +1004,39 @@ mod tests {
     use crate::proto::{Query, Request};
 
     #[test]
-    fn a_streamed_row_keeps_its_cells_in_one_string() {
+    fn streamed_rows_keep_their_cells_in_one_table() {
         let cells = ["17_[3-9%2]", "", "tab\there \"quoted\"", "naïve ✓", "\\"];
         let line = serde_json::to_vec(&cells).unwrap();
-        let row = Row::from_json(&line).unwrap();
-        assert_eq!(row.cells().collect::<Vec<_>>(), cells);
-        assert_eq!(row.cell(4), "\\");
-        assert_eq!(row.cell(9), "", "past the last cell");
-        assert_eq!(row, Row::from_cells(&cells));
-        assert_eq!(row.into_cells(), cells.map(String::from).to_vec());
-        assert_eq!(Row::from_json(b"[]").unwrap().cells().count(), 0);
-        for bad in [&b"[1, 2]"[..], b"[\"a\"", b"{\"a\": 1}", b"[\"a\"] x"] {
+        let mut table = RowTable::default();
+        table.push_json(&line).unwrap();
+        table.push_json(b"[]").unwrap();
+        table.push_json(&line).unwrap();
+        assert_eq!(table.len(), 3);
+        assert_eq!(table.row(0).cells().collect::<Vec<_>>(), cells);
+        assert_eq!(table.row(0).cell(4), "\\");
+        assert_eq!(table.row(0).cell(9), "", "past the last cell");
+        assert_eq!(table.row(1).cells().count(), 0);
+        assert_eq!(table.row(1).cell(0), "", "an empty row has no cells");
+        assert_eq!(table.row(2).cells().collect::<Vec<_>>(), cells);
+        let mut same = RowTable::default();
+        same.push_cells(&cells);
+        same.push_cells::<&str>(&[]);
+        same.push_cells(&cells);
+        assert_eq!(table, same);
+        for bad in [
+            &b"[1, 2]"[..],
+            b"[\"a\"",
+            b"{\"a\": 1}",
+            b"[\"a\"] x",
+            b"[\"ok\", 3]",
+            b"[\"\xff\"]",
+        ] {
             assert!(
-                Row::from_json(bad).is_err(),
+                table.push_json(bad).is_err(),
                 "{}",
                 String::from_utf8_lossy(bad)
             );
+            assert_eq!(table, same, "a bad line leaves nothing behind");
         }
     }
 

@@ -61,15 +61,24 @@ pub fn parse_time_limit(text: &str) -> Result<TimeLimit, UnitError> {
 
 /// Formats seconds the way squeue does: `M:SS`, `H:MM:SS`, `D-HH:MM:SS`.
 pub fn format_duration(seconds: u64) -> String {
+    let mut text = String::new();
+    write_duration(&mut text, seconds);
+    text
+}
+
+/// As `format_duration`, appended to `out`.
+pub fn write_duration(out: &mut String, seconds: u64) {
+    use std::fmt::Write as _;
     let (d, rem) = (seconds / 86_400, seconds % 86_400);
     let (h, m, s) = (rem / 3_600, (rem % 3_600) / 60, rem % 60);
-    if d > 0 {
-        format!("{d}-{h:02}:{m:02}:{s:02}")
+    // Writing to a String cannot fail.
+    let _ = if d > 0 {
+        write!(out, "{d}-{h:02}:{m:02}:{s:02}")
     } else if h > 0 {
-        format!("{h}:{m:02}:{s:02}")
+        write!(out, "{h}:{m:02}:{s:02}")
     } else {
-        format!("{m}:{s:02}")
-    }
+        write!(out, "{m}:{s:02}")
+    };
 }
 
 /// Formats seconds as sacct's Elapsed: always `HH:MM:SS`, with `D-` in front

@@ -151,14 +151,11 @@ fn the_slurm_commands_and_their_man_page_name_the_same_long_flags() {
 
 #[test]
 fn man_pages_have_the_usual_sections() {
-    for (_, page) in PAGES
-        .iter()
-        .chain(&[
-            ("", "man/ysched.toml.5"),
-            ("", "man/ysched-slurm.1"),
-            ("", "man/ysstepd.8"),
-        ])
-    {
+    for (_, page) in PAGES.iter().chain(&[
+        ("", "man/ysched.toml.5"),
+        ("", "man/ysched-slurm.1"),
+        ("", "man/ysstepd.8"),
+    ]) {
         let text =
             std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(page)).unwrap();
         // Slurm's sections; a file format has no options, environment or
@@ -202,14 +199,11 @@ fn man_pages_pass_mandoc_lint_where_mandoc_is_installed() {
         return;
     };
     let _ = probe;
-    for (_, page) in PAGES
-        .iter()
-        .chain(&[
-            ("", "man/ysched.toml.5"),
-            ("", "man/ysched-slurm.1"),
-            ("", "man/ysstepd.8"),
-        ])
-    {
+    for (_, page) in PAGES.iter().chain(&[
+        ("", "man/ysched.toml.5"),
+        ("", "man/ysched-slurm.1"),
+        ("", "man/ysstepd.8"),
+    ]) {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(page);
         let out = Command::new("mandoc")
             .args(["-T", "lint", "-W", "warning"])

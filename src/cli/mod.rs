@@ -193,12 +193,14 @@ impl Rows {
         }
     }
 
-    /// The same, its cells in one string (cheaper for long listings).
-    pub fn next_compact_row(&mut self) -> Result<Option<crate::spool::Row>, CliError> {
+    /// Every row left, in one table (cheaper for long listings).
+    pub fn read_all(&mut self) -> Result<crate::spool::RowTable, CliError> {
+        let mut table = crate::spool::RowTable::default();
         match self {
-            Rows::All(rows) => Ok(rows.next().map(|r| crate::spool::Row::from_cells(&r))),
-            Rows::Streamed(stream) => Ok(stream.next_compact_row()?),
+            Rows::All(rows) => rows.for_each(|r| table.push_cells(&r)),
+            Rows::Streamed(stream) => while stream.next_row_into(&mut table)? {},
         }
+        Ok(table)
     }
 }
 

@@ -83,11 +83,12 @@ pub fn run(args: Args) -> CliResult {
         Err(reply) => return print_listing(reply, |_| String::new()),
     };
     // Columns fit all rows, so all are read first (as squeue does).
-    let mut all = Vec::new();
-    while let Some(row) = rows.next_compact_row()? {
-        all.push(row);
-    }
-    print(&report::render_squeue(&format, all, !args.noheader))
+    let table = rows.read_all()?;
+    print(&report::render_squeue(
+        &format,
+        table.rows().collect(),
+        !args.noheader,
+    ))
 }
 
 fn default_format(priority: bool, start: bool) -> SqueueFormat {

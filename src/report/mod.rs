@@ -261,6 +261,22 @@ impl Field {
         self.text(view, now).into_owned()
     }
 
+    /// Appends the value shown for `view` at time `now` to `out`: `text`,
+    /// without an allocation for the values that a listing shows on every
+    /// row and that are not stored as shown.
+    pub fn write_text(self, view: &JobView, now: i64, out: &mut String) {
+        let job = &view.job;
+        match self {
+            Field::JobId => job.write_display_id(out),
+            Field::TimeUsed => units::write_duration(out, job.elapsed(now)),
+            Field::Gpus => write_gpus(out, job),
+            Field::NodeListReason if job.state == JobState::Pending => {
+                write_pending_reason(out, view)
+            }
+            _ => out.push_str(&self.text(view, now)),
+        }
+    }
+
     /// The value shown for `view` at time `now`, borrowed from the job
     /// where it is stored as shown: listings render tens of thousands of
     /// rows, and most of their cells need no allocation of their own.
@@ -308,7 +324,9 @@ impl Field {
             },
             Field::NodeListReason => {
                 if pending {
-                    format!("({})", view.pending_reason.as_deref().unwrap_or("None")).into()
+                    let mut text = String::new();
+                    write_pending_reason(&mut text, view);
+                    text.into()
                 } else {
                     Cow::Borrowed(job.node.as_deref().unwrap_or_default())
                 }
@@ -322,13 +340,9 @@ impl Field {
                 Cow::Borrowed(reason.as_deref().unwrap_or("None"))
             }
             Field::Gpus => {
-                let shard = if job.gpus.shard { "shard:" } else { "" };
-                match &job.gpus.gpu_type {
-                    Some(t) if job.gpus.count > 0 => {
-                        format!("{shard}{t}:{}", job.gpus.count).into()
-                    }
-                    _ => format!("{shard}{}", job.gpus.count).into(),
-                }
+                let mut text = String::new();
+                write_gpus(&mut text, job);
+                text.into()
             }
             Field::TresPerNode => {
                 if job.gpus.count == 0 {
@@ -462,6 +476,25 @@ impl Field {
     }
 }
 
+/// `(Reason)`, as squeue shows a pending job in NODELIST(REASON).
+fn write_pending_reason(out: &mut String, view: &JobView) {
+    out.push('(');
+    out.push_str(view.pending_reason.as_deref().unwrap_or("None"));
+    out.push(')');
+}
+
+/// The GPUs a job asks for: `2`, `a100:2`, `shard:1`.
+fn write_gpus(out: &mut String, job: &crate::job::Job) {
+    if job.gpus.shard {
+        out.push_str("shard:");
+    }
+    if let Some(t) = job.gpus.gpu_type.as_deref().filter(|_| job.gpus.count > 0) {
+        out.push_str(t);
+        out.push(':');
+    }
+    let _ = write!(out, "{}", job.gpus.count);
+}
+
 /// Slurm's TRES string: `cpu=4,gres/gpu:a100=2,gres/gpu=2,mem=8G,node=1`.
 fn tres(view: &JobView) -> String {
     let job = &view.job;
@@ -518,7 +551,7 @@ pub fn folded_cells_into(
             }
             (Field::ArrayTaskId, Some(t), _) => cell.push_str(t),
             _ if redact && f.is_private() => {}
-            _ => cell.push_str(&f.text(view, now)),
+            _ => f.write_text(view, now, cell),
         }
     }
 }
@@ -791,9 +824,9 @@ impl Cells for Vec<String> {
     }
 }
 
-impl Cells for crate::spool::Row {
+impl Cells for crate::spool::RowRef<'_> {
     fn cell(&self, i: usize) -> &str {
-        crate::spool::Row::cell(self, i)
+        crate::spool::RowRef::cell(self, i)
     }
 }
 
@@ -1064,6 +1097,45 @@ mod tests {
         // Fewer fields than the buffers hold: the row is cut to the fields.
         folded_cells_into(&mut buffers, &fields[..1], &second, 142, false, None);
         assert_eq!(buffers, vec!["8"]);
+    }
+
+    #[test]
+    fn written_values_equal_the_values_for_every_field() {
+        let mut fields: Vec<Field> = Field::SACCT.iter().map(|(_, f)| *f).collect();
+        fields.extend(('A'..='z').filter_map(Field::from_squeue_code));
+        let mut array_task = view(30, JobState::Pending);
+        let job = std::sync::Arc::make_mut(&mut array_task.job);
+        job.array = Some(crate::job::ArrayTask {
+            job_id: 29,
+            task_id: 4,
+            spec: "0-9%2".into(),
+        });
+        job.gpus.shard = true;
+        job.gpus.gpu_type = None;
+        let mut untyped = view(31, JobState::Running);
+        std::sync::Arc::make_mut(&mut untyped.job).gpus.gpu_type = None;
+        let mut no_reason = view(32, JobState::Pending);
+        no_reason.pending_reason = None;
+        let long_run = 3 * 86_400 + 7;
+        assert_eq!(Field::JobId.text(&array_task, 142), "29_4");
+        assert_eq!(Field::Gpus.text(&array_task, 142), "shard:2");
+        assert_eq!(Field::Gpus.text(&untyped, 142), "2");
+        assert_eq!(Field::NodeListReason.text(&no_reason, 142), "(None)");
+        for v in [
+            view(17, JobState::Running),
+            view(18, JobState::Pending),
+            array_task,
+            untyped,
+            no_reason,
+        ] {
+            for &f in &fields {
+                for now in [142, long_run] {
+                    let mut written = String::from("kept|");
+                    f.write_text(&v, now, &mut written);
+                    assert_eq!(written, format!("kept|{}", f.text(&v, now)), "{f:?}");
+                }
+            }
+        }
     }
 
     #[test]
