@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Compares two builds' queue listing on the same queue, interleaved, so
+# that the VM's drift falls on both alike.
+#
+# usage: bench/listing.sh OLD_BIN_DIR NEW_BIN_DIR [N]
+#   OLD_BIN_DIR, NEW_BIN_DIR  directories with ysctld, ysstepd, ysbatch, ysqueue
+#   N                         held jobs in the queue (default 10000)
+# env: ROUNDS=2 (alternations), RUNS=20 (hyperfine runs per round),
+#      WORK=/tmp/ysched-listing (kept: a later run with the same N reuses
+#      the filled queue)
+# Prints, per round and build: hyperfine's mean, and the CPU time the
+# daemon and the client spent per listing.
+set -uo pipefail
+OLD=$(cd "${1:?usage: bench/listing.sh OLD_BIN_DIR NEW_BIN_DIR [N]}" && pwd)
+NEW=$(cd "${2:?usage: bench/listing.sh OLD_BIN_DIR NEW_BIN_DIR [N]}" && pwd)
+N=${3:-10000}
+ROUNDS=${ROUNDS:-2}
+RUNS=${RUNS:-20}
+WORK=${WORK:-/tmp/ysched-listing}
+command -v hyperfine >/dev/null || { echo "hyperfine is needed (apt install hyperfine)"; exit 1; }
+
+config() { # DIR: a personal-mode config with 4 declared GPUs, spool in DIR
+    mkdir -p "$1"
+    cat > "$1/ysched.toml" <<EOF
+spool_dir = "$1/spool"
+allow_root_jobs = true
+cpus = 8
+[[gpus]]
+type = "gpu"
+count = 4
+memory = "16GiB"
+devices = "/dev/nvidia[0-3]"
+EOF
+}
+
+seed=$WORK/seed-$N
+if [ ! -s "$seed/filled" ]; then
+    rm -rf "$seed"
+    config "$seed"
+    YS_CONF=$seed/ysched.toml "$OLD/ysctld" >/dev/null || exit 1
+    echo "filling $N held jobs (4 submitters)"
+    for p in 1 2 3 4; do
+        (for i in $(seq $((N / 4))); do
+            YS_CONF=$seed/ysched.toml "$OLD/ysbatch" -H -G 1 -t 1 -o /dev/null --wrap true >/dev/null
+        done) &
+    done
+    wait
+    kill "$(cat "$seed/spool/ysctld.pid")"
+    while [ -e /proc/"$(cat "$seed/spool/ysctld.pid")" ]; do sleep 0.1; done
+    echo "$N" > "$seed/filled"
+fi
+
+for build in old new; do
+    rm -rf "${WORK:?}/$build"
+    config "$WORK/$build"
+    cp -a "$seed/spool" "$WORK/$build/spool"
+done
+YS_CONF=$WORK/old/ysched.toml "$OLD/ysctld" >/dev/null || exit 1
+YS_CONF=$WORK/new/ysched.toml "$NEW/ysctld" >/dev/null || exit 1
+trap 'kill $(cat "$WORK/old/spool/ysctld.pid" "$WORK/new/spool/ysctld.pid") 2>/dev/null' EXIT
+
+ticks() { awk '{print $14 + $15}' /proc/"$1"/task/*/stat | paste -sd+ | bc; }
+hz=$(getconf CLK_TCK)
+echo "# $(date -u +%FT%TZ) $(hostname -s) nproc=$(nproc) N=$N"
+for round in $(seq "$ROUNDS"); do
+    for build in old new; do
+        bin=$OLD; [ $build = new ] && bin=$NEW
+        export YS_CONF=$WORK/$build/ysched.toml
+        pid=$(cat "$WORK/$build/spool/ysctld.pid")
+        before=$(ticks "$pid")
+        hyperfine -N -w 3 -r "$RUNS" --export-json "$WORK/hf.json" "$bin/ysqueue" >/dev/null 2>&1
+        after=$(ticks "$pid")
+        # hyperfine's mean wall time, and the client's user + system time.
+        read -r mean client < <(python3 -c "import json;r=json.load(open('$WORK/hf.json'))['results'][0];print('%.1f %.1f'%(r['mean']*1000,(r['user']+r['system'])*1000))")
+        runs=$((RUNS + 3))
+        echo "round $round $build: mean ${mean} ms; per listing: daemon CPU $(echo "($after - $before) * 1000 / $hz / $runs" | bc -l | xargs printf '%.1f') ms, client CPU ${client} ms"
+    done
+done
