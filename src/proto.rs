@@ -220,7 +220,7 @@ pub struct JobView {
     #[serde(flatten)]
     pub job: std::sync::Arc<Job>,
     /// Why a pending job waits (Slurm's reason codes).
-    pub pending_reason: Option<String>,
+    pub pending_reason: Option<std::borrow::Cow<'static, str>>,
     pub priority: i64,
     /// A pending job's priority factors (`ysqueue --priority`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

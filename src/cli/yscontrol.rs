@@ -310,7 +310,7 @@ fn show_job(view: &JobView, now: i64) -> String {
             .unwrap_or_else(|| "Unknown".into())
     };
     let reason = if job.state.is_active() && job.state == crate::job::JobState::Pending {
-        view.pending_reason.clone().unwrap_or_else(|| "None".into())
+        view.pending_reason.as_deref().unwrap_or("None").to_string()
     } else {
         job.reason.clone().unwrap_or_else(|| "None".into())
     };

@@ -869,10 +869,14 @@ impl Daemon {
         &self,
         now: i64,
     ) -> (sched::fairshare::Tree, Vec<sched::fairshare::NodeShare>) {
+        // Runs of jobs of one association pass as one: comparing with the
+        // job before is cheaper than hashing every job's pair.
+        let mut previous = None;
         let associations = self
             .jobs
             .all()
-            .map(|j| (j.account.as_str(), j.user.as_str()));
+            .map(|j| (j.account.as_str(), j.user.as_str()))
+            .filter(move |pair| previous.replace(*pair) != Some(*pair));
         let tree = sched::fairshare::build_tree(&self.config, associations, &self.usage, now);
         let shares = tree.compute(self.config.fairshare.algorithm);
         (tree, shares)

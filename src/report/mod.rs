@@ -333,11 +333,11 @@ impl Field {
             }
             Field::Reason => {
                 let reason = if pending {
-                    &view.pending_reason
+                    view.pending_reason.as_deref()
                 } else {
-                    &job.reason
+                    job.reason.as_deref()
                 };
-                Cow::Borrowed(reason.as_deref().unwrap_or("None"))
+                Cow::Borrowed(reason.unwrap_or("None"))
             }
             Field::Gpus => {
                 let mut text = String::new();

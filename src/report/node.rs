@@ -63,46 +63,54 @@ pub struct Facts<'a> {
 }
 
 pub fn build(f: &Facts) -> NodeInfo {
-    let holding: Vec<&&Job> = f.jobs.iter().filter(|j| j.state.holds_gpus()).collect();
-    let gpus =
-        f.gpus
-            .iter()
-            .map(|g| {
-                let on: Vec<&&&Job> = holding
-                    .iter()
-                    .filter(|j| j.gpus_alloc.contains(&g.index))
-                    .collect();
-                let claimed = f.jobs.iter().any(|j| {
-                    j.state == crate::job::JobState::Pending && j.claim.contains(&g.index)
-                });
-                let drain = f.drains.get(&g.index).cloned();
-                let state = match (&drain, on.is_empty()) {
-                    (Some(_), true) => "drained",
-                    (Some(_), false) => "draining",
-                    (None, false) if on.iter().all(|j| j.gpus.shard) => "shared",
-                    (None, false) => "allocated",
-                    (None, true) if claimed => "claimed",
-                    (None, true) => "idle",
-                };
-                let mut users: Vec<String> = on.iter().map(|j| j.user.clone()).collect();
-                users.dedup();
-                let sample = f.samples.and_then(|s| s.iter().find(|s| s.gpu == g.index));
-                GpuInfo {
-                    index: g.index,
-                    gpu_type: g.gpu_type.clone(),
-                    memory_mb: g.memory_mb,
-                    group: g.group,
-                    features: g.features.clone(),
-                    shards: g.shards,
-                    state: state.to_string(),
-                    jobs: on.iter().map(|j| j.display_id()).collect(),
-                    users,
-                    drain,
-                    utilization_pct: sample.map(|s| s.utilization_pct),
-                    memory_used_mb: sample.map(|s| s.memory_used_mb),
-                }
-            })
-            .collect();
+    // One pass over the jobs, however many GPUs: a queue may be 100,000
+    // pending jobs long.
+    let mut holding: Vec<&&Job> = Vec::new();
+    let mut claimed_gpus: std::collections::BTreeSet<u32> = std::collections::BTreeSet::new();
+    for job in f.jobs {
+        if job.state.holds_gpus() {
+            holding.push(job);
+        } else if job.state == crate::job::JobState::Pending {
+            claimed_gpus.extend(job.claim.iter().copied());
+        }
+    }
+    let gpus = f
+        .gpus
+        .iter()
+        .map(|g| {
+            let on: Vec<&&&Job> = holding
+                .iter()
+                .filter(|j| j.gpus_alloc.contains(&g.index))
+                .collect();
+            let claimed = claimed_gpus.contains(&g.index);
+            let drain = f.drains.get(&g.index).cloned();
+            let state = match (&drain, on.is_empty()) {
+                (Some(_), true) => "drained",
+                (Some(_), false) => "draining",
+                (None, false) if on.iter().all(|j| j.gpus.shard) => "shared",
+                (None, false) => "allocated",
+                (None, true) if claimed => "claimed",
+                (None, true) => "idle",
+            };
+            let mut users: Vec<String> = on.iter().map(|j| j.user.clone()).collect();
+            users.dedup();
+            let sample = f.samples.and_then(|s| s.iter().find(|s| s.gpu == g.index));
+            GpuInfo {
+                index: g.index,
+                gpu_type: g.gpu_type.clone(),
+                memory_mb: g.memory_mb,
+                group: g.group,
+                features: g.features.clone(),
+                shards: g.shards,
+                state: state.to_string(),
+                jobs: on.iter().map(|j| j.display_id()).collect(),
+                users,
+                drain,
+                utilization_pct: sample.map(|s| s.utilization_pct),
+                memory_used_mb: sample.map(|s| s.memory_used_mb),
+            }
+        })
+        .collect();
     NodeInfo {
         name: f.name.to_string(),
         cpus: f.cpus,
