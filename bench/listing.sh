@@ -9,7 +9,9 @@
 #      WORK=/tmp/ysched-listing (kept: a later run with the same N reuses
 #      the filled queue)
 # Prints, per round and build: hyperfine's mean, and the CPU time the
-# daemon and the client spent per listing.
+# daemon and the client spent per listing; then, per build, the median
+# of `ysqueue -j ID` with the queue unchanged and right after a
+# submission (which makes the daemon rebuild its query snapshot first).
 set -uo pipefail
 OLD=$(cd "${1:?usage: bench/listing.sh OLD_BIN_DIR NEW_BIN_DIR [N]}" && pwd)
 NEW=$(cd "${2:?usage: bench/listing.sh OLD_BIN_DIR NEW_BIN_DIR [N]}" && pwd)
@@ -74,5 +76,24 @@ for round in $(seq "$ROUNDS"); do
         read -r mean client < <(python3 -c "import json;r=json.load(open('$WORK/hf.json'))['results'][0];print('%.1f %.1f'%(r['mean']*1000,(r['user']+r['system'])*1000))")
         runs=$((RUNS + 3))
         echo "round $round $build: mean ${mean} ms; per listing: daemon CPU $(echo "($after - $before) * 1000 / $hz / $runs" | bc -l | xargs printf '%.1f') ms, client CPU ${client} ms"
+    done
+done
+
+median() { tr ' ' '\n' | grep . | sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+for round in $(seq "$ROUNDS"); do
+    for build in old new; do
+        bin=$OLD; [ $build = new ] && bin=$NEW
+        export YS_CONF=$WORK/$build/ysched.toml
+        id=$("$bin/ysqueue" -h -o %i | sed -n "$((N / 2))p")
+        unchanged="" changed=""
+        for i in $(seq 10); do
+            "$bin/ysqueue" -j "$id" >/dev/null
+            t0=$EPOCHREALTIME; "$bin/ysqueue" -j "$id" >/dev/null; t1=$EPOCHREALTIME
+            "$bin/ysbatch" -H --wrap true >/dev/null
+            t2=$EPOCHREALTIME; "$bin/ysqueue" -j "$id" >/dev/null; t3=$EPOCHREALTIME
+            unchanged+="$(echo "($t1 - $t0) * 1000" | bc) "
+            changed+="$(echo "($t3 - $t2) * 1000" | bc) "
+        done
+        echo "round $round $build: ysqueue -j ID median $(echo "$unchanged" | median) ms unchanged, $(echo "$changed" | median) ms right after a submission"
     done
 done
