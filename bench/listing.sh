@@ -21,24 +21,13 @@ RUNS=${RUNS:-20}
 WORK=${WORK:-/tmp/ysched-listing}
 command -v hyperfine >/dev/null || { echo "hyperfine is needed (apt install hyperfine)"; exit 1; }
 
-config() { # DIR: a personal-mode config with 4 declared GPUs, spool in DIR
-    mkdir -p "$1"
-    cat > "$1/ysched.toml" <<EOF
-spool_dir = "$1/spool"
-allow_root_jobs = true
-cpus = 8
-[[gpus]]
-type = "gpu"
-count = 4
-memory = "16GiB"
-devices = "/dev/nvidia[0-3]"
-EOF
-}
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 seed=$WORK/seed-$N
 if [ ! -s "$seed/filled" ]; then
     rm -rf "$seed"
-    config "$seed"
+    bench_config "$seed"
     YS_CONF=$seed/ysched.toml "$OLD/ysctld" >/dev/null || exit 1
     echo "filling $N held jobs (4 submitters)"
     for p in 1 2 3 4; do
@@ -54,7 +43,7 @@ fi
 
 for build in old new; do
     rm -rf "${WORK:?}/$build"
-    config "$WORK/$build"
+    bench_config "$WORK/$build"
     cp -a "$seed/spool" "$WORK/$build/spool"
 done
 YS_CONF=$WORK/old/ysched.toml "$OLD/ysctld" >/dev/null || exit 1

@@ -20,6 +20,8 @@ N=${N:-1000}
 NHOLD=${NHOLD:-10000}
 NLAT=${NLAT:-20}
 SYSTEMS=${*:-ysched}
+# shellcheck source=bench/lib.sh
+. "$HERE/lib.sh"
 mkdir -p "$OUT"
 
 now() { date +%s.%N; }
@@ -39,17 +41,7 @@ bench_ysched() {
     dir=$(mktemp -d /tmp/ysched-bench.XXXXXX)
     chmod 755 "$dir"
     export YS_CONF=$dir/ysched.toml
-    # As Slurm's anchor: 4 GPUs, 8 schedulable CPUs (jobs take 1 CPU each).
-    cat > "$YS_CONF" <<EOF
-spool_dir = "$dir/spool"
-allow_root_jobs = true
-cpus = 8
-[[gpus]]
-type = "gpu"
-count = 4
-memory = "16GiB"
-devices = "/dev/nvidia[0-3]"
-EOF
+    bench_config "$dir"
     ysctld || return 1
     local pid
     pid=$(cat "$dir/spool/ysctld.pid")
