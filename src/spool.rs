@@ -450,17 +450,23 @@ pub struct RowStream {
 impl RowStream {
     /// The next row; `None` after the last.
     pub fn next_row(&mut self) -> Result<Option<Vec<String>>, SpoolError> {
-        let mut one = RowTable::default();
-        Ok(self
-            .next_row_into(&mut one)?
-            .then(|| one.row(0).cells().map(str::to_string).collect()))
+        self.next_line_with(|line| serde_json::from_slice(line))
     }
 
     /// Appends the next row to `table`; false after the last.
     pub fn next_row_into(&mut self, table: &mut RowTable) -> Result<bool, SpoolError> {
+        Ok(self.next_line_with(|line| table.push_json(line))?.is_some())
+    }
+
+    /// Waits for the next row's line and gives it to `parse`; `None` after
+    /// the last.
+    fn next_line_with<T>(
+        &mut self,
+        parse: impl FnOnce(&[u8]) -> serde_json::Result<T>,
+    ) -> Result<Option<T>, SpoolError> {
         use std::io::BufRead;
         if self.done {
-            return Ok(false);
+            return Ok(None);
         }
         // Per row: no allocation but the row's own (the line buffer is
         // reused, the error path built only on error), since ysqueue and
@@ -478,9 +484,9 @@ impl RowStream {
                 .map_err(fail)?;
             if self.partial.ends_with(b"\n") {
                 if self.partial.starts_with(b"[") {
-                    let pushed = table.push_json(&self.partial);
+                    let parsed = parse(&self.partial);
                     self.partial.clear();
-                    return pushed.map(|()| true).map_err(|e| fail(io::Error::other(e)));
+                    return parsed.map(Some).map_err(|e| fail(io::Error::other(e)));
                 }
                 let line = std::mem::take(&mut self.partial);
                 self.done = true;
@@ -491,7 +497,7 @@ impl RowStream {
                         "ysctld stopped the listing: {error}"
                     ))));
                 }
-                return Ok(false);
+                return Ok(None);
             }
             if n > 0 {
                 stalled_since = None;
