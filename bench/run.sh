@@ -91,6 +91,16 @@ bench_ysched() {
     put par4_throughput_wall_s "$(sub "$t2" "$t0")"
     put par4_throughput_jobs_per_s "$(div "$N" "$(sub "$t2" "$t0")")"
 
+    # The same jobs as one array: one submission and one durable commit
+    # instead of N, as sbatch --array is the way to submit many jobs.
+    echo "== ysched: $N jobs as one array + throughput"
+    t0=$(now)
+    ysbatch --array="1-$N" -G 1 -t 1 -o /dev/null --wrap true >/dev/null || echo "ysbatch --array failed"
+    t1=$(now)
+    t2=$(wait_empty)
+    put array_submit_wall_s "$(sub "$t1" "$t0")"
+    put array_throughput_wall_s "$(sub "$t2" "$t0")"
+
     echo "== ysched: $NHOLD held jobs"
     put rss_kb_before_hold "$(awk '/^VmRSS/{print $2}' /proc/"$pid"/status)"
     t0=$(now)
@@ -174,6 +184,7 @@ row "submit, sequential (jobs/s)" seq_submit_rate_jobs_per_s seq_submit_rate_job
 row "submit, 4 parallel (jobs/s)" par4_submit_rate_jobs_per_s par4_submit_rate_jobs_per_s ts_par4_submit_jobs_per_s_r1 pueue_par4_submit_jobs_per_s_r1
 row "submit to start, idle, median (s)" lat_median_s lat_median_s ts_dispatch_latency pueue_dispatch_latency
 row "1000 one-GPU jobs on 4 GPUs (s)" seq_throughput_wall_s seq_throughput_wall_s ts_throughput_all_done_s_r1 pueue_throughput_all_done_s_r1
+row "1000 jobs as one array, all done (s)" array_throughput_wall_s - - -
 row "queue listing, 10k pending, mean (s)" hf_squeue_mean_s hf_squeue_mean_s - -
 row "cancel all 10k pending (s)" scancel_until_queue_empty_s scancel_until_queue_empty_s - -
 # ysched's daemon memory per held job (NHOLD=100000 for the issue's figure).
