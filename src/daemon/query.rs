@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use rusqlite::Connection;
 
+use crate::array::JobRef;
 use crate::db::{self, DbError};
 use crate::job::{Job, JobId, JobState};
 use crate::proto::{JobFilter, JobView, Query, Reply, ShareRow};
@@ -23,10 +24,16 @@ use crate::spool::Spool;
 /// The most rows one accounting query returns.
 const MAX_ROWS: usize = 200_000;
 
-/// Active jobs as of the end of a loop turn: running ones by id, then
-/// pending ones in the order the scheduler would start them.
+/// Active jobs as of the end of a loop turn, found by id and listed in
+/// queue order: running ones by id, then pending ones in the order the
+/// scheduler would start them.
 pub struct QueueSnapshot {
-    pub jobs: Vec<JobView>,
+    /// In id order.
+    jobs: Vec<JobView>,
+    /// Positions in `jobs`, in queue order.
+    order: Vec<u32>,
+    /// Each job's place in `order`, by position in `jobs`.
+    place: Vec<u32>,
     /// The server's GPUs and who holds them.
     pub node: crate::report::node::NodeInfo,
     /// The fair-share tree, every association (filtered per requester).
@@ -43,7 +50,7 @@ impl QueueSnapshot {
         now: i64,
         shares: Vec<ShareRow>,
     ) -> QueueSnapshot {
-        let mut views: Vec<JobView> = jobs
+        let views: Vec<JobView> = jobs
             .values()
             .map(|job| {
                 let pending = job.state == JobState::Pending;
@@ -61,21 +68,93 @@ impl QueueSnapshot {
                 }
             })
             .collect();
-        // Each key once (a rank lookup and a look into the job), not once
-        // per comparison: at 100,000 jobs that was most of a rebuild, and a
-        // rebuild follows every change that a query sees.
-        views.sort_by_cached_key(|v| match v.job.state {
-            JobState::Pending => (
-                1,
-                rank.get(&v.job.id).copied().unwrap_or(usize::MAX),
-                v.job.id,
-            ),
-            _ => (0, 0, v.job.id),
-        });
+        // The views stay in id order (for finding a job by id); the queue
+        // order is a list of their positions. Each sort key is taken once
+        // (a rank lookup and a look into the job), not at every comparison:
+        // at 100,000 jobs that was most of a rebuild, and a rebuild follows
+        // every change that a query sees.
+        let mut keyed: Vec<((u8, usize, JobId), u32)> = views
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let key = match v.job.state {
+                    JobState::Pending => (
+                        1,
+                        rank.get(&v.job.id).copied().unwrap_or(usize::MAX),
+                        v.job.id,
+                    ),
+                    _ => (0, 0, v.job.id),
+                };
+                (key, i as u32)
+            })
+            .collect();
+        keyed.sort_unstable();
+        let order: Vec<u32> = keyed.into_iter().map(|(_, i)| i).collect();
+        let mut place = vec![0u32; views.len()];
+        for (at, &i) in order.iter().enumerate() {
+            place[i as usize] = at as u32;
+        }
         QueueSnapshot {
             jobs: views,
+            order,
+            place,
             node: Default::default(),
             shares,
+        }
+    }
+
+    /// Every job, in queue order.
+    pub fn in_order(&self) -> impl Iterator<Item = &JobView> {
+        self.order.iter().map(|&i| &self.jobs[i as usize])
+    }
+
+    /// Where the job `id` is in `jobs`.
+    fn position(&self, id: JobId) -> Option<usize> {
+        self.jobs.binary_search_by_key(&id, |v| v.job.id).ok()
+    }
+
+    /// The job `id`, if it is in the queue.
+    pub fn get(&self, id: JobId) -> Option<&JobView> {
+        self.position(id).map(|p| &self.jobs[p])
+    }
+
+    /// The jobs `refs` name, in queue order, when their ids alone find
+    /// them all: each is a plain id of a job in the queue that is not the
+    /// first task of an array (whose id names every task). `None` when
+    /// the queue must be scanned instead.
+    fn named(&self, refs: &[JobRef]) -> Option<Vec<&JobView>> {
+        let mut positions = Vec::with_capacity(refs.len());
+        for r in refs {
+            let JobRef::Id(id) = *r else {
+                return None;
+            };
+            let p = self.position(id)?;
+            if self.jobs[p]
+                .job
+                .array
+                .as_ref()
+                .is_some_and(|a| a.job_id == id)
+            {
+                return None;
+            }
+            positions.push(p);
+        }
+        positions.sort_unstable_by_key(|&p| self.place[p]);
+        positions.dedup();
+        Some(positions.into_iter().map(|p| &self.jobs[p]).collect())
+    }
+
+    /// The jobs `filter` matches, in queue order.
+    pub fn matching(&self, filter: &JobFilter) -> Vec<&JobView> {
+        let named = (!filter.job_ids.is_empty())
+            .then(|| self.named(&filter.job_ids))
+            .flatten();
+        match named {
+            Some(views) => views
+                .into_iter()
+                .filter(|v| filter.matches(&v.job))
+                .collect(),
+            None => self.in_order().filter(|v| filter.matches(&v.job)).collect(),
         }
     }
 }
@@ -323,9 +402,7 @@ fn queue_views<'a>(
     filter: &JobFilter,
     recent: &'a [JobView],
 ) -> Vec<&'a JobView> {
-    let mut views: Vec<&JobView> = snapshot
-        .map(|s| s.jobs.iter().filter(|v| filter.matches(&v.job)).collect())
-        .unwrap_or_default();
+    let mut views: Vec<&JobView> = snapshot.map(|s| s.matching(filter)).unwrap_or_default();
     // The snapshot may not have seen the end the database has.
     if !recent.is_empty() {
         let shown: std::collections::HashSet<JobId> = views.iter().map(|v| v.job.id).collect();
@@ -432,18 +509,14 @@ fn stream_accounting(
 ) {
     let now = super::now();
     let viewer = &work.viewer;
-    let active: HashMap<JobId, &JobView> = work
-        .snapshot
-        .as_deref()
-        .map(|s| s.jobs.iter().map(|v| (v.job.id, v)).collect())
-        .unwrap_or_default();
+    let snapshot = work.snapshot.as_deref();
     let written = spool.stream_reply(&work.name, viewer.uid, now, |row| {
         let mut rows = RowMaker::new(fields, viewer, now);
         let mut emit = |cells: &[String]| row(cells).map_err(StreamError::Gone);
         db::for_each_job(conn, filter, |job| -> Result<(), StreamError> {
             // The snapshot may be newer than the last commit seen here.
-            let view = match active.get(&job.id) {
-                Some(view) => (*view).clone(),
+            let view = match snapshot.and_then(|s| s.get(job.id)) {
+                Some(view) => view.clone(),
                 None => JobView::stored(job),
             };
             rows.push(view, &mut emit)
@@ -502,9 +575,6 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
             Ok(reply(views, fields))
         }
         Query::Accounting { filter, fields } => {
-            let active: HashMap<JobId, &JobView> = snapshot
-                .map(|s| s.jobs.iter().map(|v| (v.job.id, v)).collect())
-                .unwrap_or_default();
             let stored: Vec<JobView> = db::find_jobs(conn, filter, MAX_ROWS)?
                 .into_iter()
                 .map(JobView::stored)
@@ -512,7 +582,7 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
             // The snapshot may be newer than the last commit seen here.
             let views = stored
                 .iter()
-                .map(|v| active.get(&v.job.id).copied().unwrap_or(v))
+                .map(|v| snapshot.and_then(|s| s.get(v.job.id)).unwrap_or(v))
                 .collect();
             Ok(reply(views, fields))
         }
@@ -622,11 +692,13 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
             // An array's id shows every task.
             let mut views: Vec<JobView> = snapshot
                 .map(|s| {
-                    s.jobs
-                        .iter()
-                        .filter(|v| r.matches(&v.job))
-                        .cloned()
-                        .collect()
+                    s.matching(&JobFilter {
+                        job_ids: vec![*r],
+                        ..JobFilter::default()
+                    })
+                    .into_iter()
+                    .cloned()
+                    .collect()
                 })
                 .unwrap_or_default();
             let filter = JobFilter {
@@ -699,4 +771,106 @@ pub fn answer_offline(
         return answer(&Work { query, ..work }, &conn);
     }
     answer(&work, &conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::{example_job, ArrayTask};
+
+    /// Running 5; pending 3, 9 and an array 10 (tasks 10, 11, 12), in the
+    /// scheduler's order 12, 9, 3, 10 (11 unranked).
+    fn snapshot() -> QueueSnapshot {
+        let mut jobs = BTreeMap::new();
+        let mut add = |id: JobId, state: JobState, array: Option<u32>| {
+            let mut job = example_job(id);
+            job.state = state;
+            job.array = array.map(|task_id| ArrayTask {
+                job_id: 10,
+                task_id,
+                spec: "0-2".into(),
+            });
+            jobs.insert(id, std::sync::Arc::new(job));
+        };
+        add(3, JobState::Pending, None);
+        add(5, JobState::Running, None);
+        add(9, JobState::Pending, None);
+        for (id, task) in [(10, 0), (11, 1), (12, 2)] {
+            add(id, JobState::Pending, Some(task));
+        }
+        let rank: HashMap<JobId, usize> = [(12, 0), (9, 1), (3, 2), (10, 3)].into();
+        let weights = crate::config::PriorityWeights {
+            age: 0,
+            fairshare: 0,
+            qos: 0,
+            size: 0,
+            max_age: 0,
+        };
+        let fairshare = Default::default();
+        let ctx = priority::Context {
+            weights: &weights,
+            qos: &[],
+            fairshare: &fairshare,
+            total_gpus: 4,
+        };
+        QueueSnapshot::build(
+            &jobs,
+            &HashMap::new(),
+            &HashMap::new(),
+            &rank,
+            &ctx,
+            100,
+            Vec::new(),
+        )
+    }
+
+    fn ids(views: &[&JobView]) -> Vec<JobId> {
+        views.iter().map(|v| v.job.id).collect()
+    }
+
+    #[test]
+    fn the_snapshot_keeps_queue_order_and_finds_jobs_by_id() {
+        let s = snapshot();
+        let order: Vec<JobId> = s.in_order().map(|v| v.job.id).collect();
+        assert_eq!(order, vec![5, 12, 9, 3, 10, 11]);
+        for id in [3, 5, 9, 10, 11, 12] {
+            assert_eq!(s.get(id).map(|v| v.job.id), Some(id));
+        }
+        assert!(s.get(4).is_none() && s.get(13).is_none() && s.get(0).is_none());
+    }
+
+    #[test]
+    fn looking_up_by_id_finds_what_a_scan_finds() {
+        let s = snapshot();
+        let refs = |text: &[&str]| -> Vec<JobRef> {
+            text.iter()
+                .flat_map(|t| JobRef::parse(t).unwrap())
+                .collect()
+        };
+        for (named, expected) in [
+            (refs(&["9"]), vec![9]),
+            (refs(&["3", "5", "9", "3"]), vec![5, 9, 3]),
+            // An array's id names every task; a later task's id itself.
+            (refs(&["10"]), vec![12, 10, 11]),
+            (refs(&["11"]), vec![11]),
+            (refs(&["10_2"]), vec![12]),
+            (refs(&["4"]), vec![]),
+            (refs(&["4", "9"]), vec![9]),
+        ] {
+            let filter = JobFilter {
+                job_ids: named.clone(),
+                ..JobFilter::default()
+            };
+            let scanned: Vec<&JobView> = s.in_order().filter(|v| filter.matches(&v.job)).collect();
+            assert_eq!(ids(&s.matching(&filter)), ids(&scanned), "{named:?}");
+            assert_eq!(ids(&s.matching(&filter)), expected, "{named:?}");
+        }
+        // The other criteria still apply to jobs found by id.
+        let filter = JobFilter {
+            job_ids: refs(&["5", "9"]),
+            states: vec![JobState::Pending],
+            ..JobFilter::default()
+        };
+        assert_eq!(ids(&s.matching(&filter)), vec![9]);
+    }
 }
