@@ -690,21 +690,13 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
         }
         Query::Job(r) => {
             // An array's id shows every task.
-            let mut views: Vec<JobView> = snapshot
-                .map(|s| {
-                    s.matching(&JobFilter {
-                        job_ids: vec![*r],
-                        ..JobFilter::default()
-                    })
-                    .into_iter()
-                    .cloned()
-                    .collect()
-                })
-                .unwrap_or_default();
             let filter = JobFilter {
                 job_ids: vec![*r],
                 ..JobFilter::default()
             };
+            let mut views: Vec<JobView> = snapshot
+                .map(|s| s.matching(&filter).into_iter().cloned().collect())
+                .unwrap_or_default();
             for job in db::find_jobs(conn, &filter, MAX_ROWS)? {
                 if !views.iter().any(|v| v.job.id == job.id) {
                     views.push(JobView::stored(job));
