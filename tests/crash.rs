@@ -178,3 +178,112 @@ fn a_cancel_sent_before_a_crash_is_carried_out_after_it() {
     // SIGTERM is ignored, so the supervisor's SIGKILL after kill_wait ends it.
     assert_eq!(c.wait_done(id, Duration::from_secs(30)), "CANCELLED");
 }
+
+/// The parent pid and state letter of a process, from /proc; `None` once
+/// it is gone.
+fn parent_and_state(pid: i32) -> Option<(i32, char)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut after = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = after.next()?.chars().next()?;
+    Some((after.next()?.parse().ok()?, state))
+}
+
+/// The daemon's supervisor fork server (`ysstepd --server`), if it has one.
+fn fork_server_of(daemon: i32) -> Option<i32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        let is_server = cmdline.ends_with(b"ysstepd\0--server\0");
+        let (parent, state) = parent_and_state(pid)?;
+        (is_server && parent == daemon && state != 'Z').then_some(pid)
+    })
+}
+
+/// capability(7)'s number for CAP_SYS_RESOURCE.
+const CAP_SYS_RESOURCE: u32 = 24;
+
+/// Whether this process has a capability in its effective set.
+fn has_capability(cap: u32) -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let effective = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap_or(0);
+    effective & (1 << cap) != 0
+}
+
+fn supervisor_of(c: &Cluster, id: u64) -> i32 {
+    let state = std::fs::read_to_string(c.spool.join(format!("jobs/{id}/state.json"))).unwrap();
+    let state: serde_json::Value = serde_json::from_str(&state).unwrap();
+    state["supervisor_pid"].as_i64().unwrap() as i32
+}
+
+#[test]
+fn when_the_supervisor_fork_server_dies_jobs_go_on_and_new_ones_start() {
+    let mut c = Cluster::started("");
+    let first = c.submit(&["--wrap", "sleep 2; echo first"]);
+    c.wait_state(first, "RUNNING", Duration::from_secs(20));
+    let daemon = c.daemon_pid().as_raw();
+    let server = fork_server_of(daemon).expect("the daemon runs a fork server");
+    let supervisor = supervisor_of(&c, first);
+    assert_eq!(
+        parent_and_state(supervisor).map(|(parent, _)| parent),
+        Some(server),
+        "the job's supervisor was forked by the fork server"
+    );
+    // It shows in ps as an exec'd supervisor would, where the kernel lets
+    // it (CAP_SYS_RESOURCE, which root has outside a restricted sandbox);
+    // else with the server's command line.
+    let cmdline = std::fs::read(format!("/proc/{supervisor}/cmdline")).unwrap();
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    let job_dir = c.spool.join(format!("jobs/{first}"));
+    if has_capability(CAP_SYS_RESOURCE) {
+        assert!(
+            cmdline.ends_with(&format!("ysstepd {} ", job_dir.display())),
+            "{cmdline}"
+        );
+    } else {
+        assert!(cmdline.ends_with("ysstepd --server "), "{cmdline}");
+    }
+
+    // The server dies: the running job is not its concern.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_for("the fork server to die", Duration::from_secs(10), || {
+        fork_server_of(daemon).is_none()
+    });
+    assert_eq!(c.wait_done(first, Duration::from_secs(30)), "COMPLETED");
+    assert_eq!(c.output_of(first), "first\n");
+
+    // The next job starts anyway (its supervisor exec'd directly), and the
+    // one after it through a new fork server.
+    for word in ["second", "third"] {
+        let id = c.submit(&["--wrap", &format!("echo {word}")]);
+        assert_eq!(c.wait_done(id, Duration::from_secs(30)), "COMPLETED");
+        assert_eq!(c.output_of(id), format!("{word}\n"));
+    }
+    assert!(
+        c.log().contains("starting its supervisor directly"),
+        "{}",
+        c.log()
+    );
+    let replacement = fork_server_of(daemon).expect("a new fork server");
+    assert_ne!(replacement, server);
+
+    // A crashed daemon's server goes with it; its jobs do not.
+    let last = c.submit(&["--wrap", "sleep 2; echo last"]);
+    c.wait_state(last, "RUNNING", Duration::from_secs(20));
+    c.crash();
+    wait_for(
+        "the fork server to leave with its daemon",
+        Duration::from_secs(10),
+        || parent_and_state(replacement).is_none_or(|(_, state)| state == 'Z'),
+    );
+    c.start();
+    assert_eq!(c.wait_done(last, Duration::from_secs(30)), "COMPLETED");
+    assert_eq!(c.output_of(last), "last\n");
+}

@@ -7,6 +7,7 @@
 
 pub mod cgroup;
 pub mod env;
+pub mod forkserver;
 pub mod isolation;
 pub mod privileges;
 pub mod spec;
@@ -15,7 +16,7 @@ pub mod supervisor;
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
@@ -86,6 +87,8 @@ pub struct Launcher {
     spool: Spool,
     stepd: PathBuf,
     ownership: Ownership,
+    /// Started at the first launch; replaced when it stops answering.
+    server: Arc<Mutex<Option<forkserver::ForkServer>>>,
 }
 
 impl Launcher {
@@ -94,6 +97,7 @@ impl Launcher {
             spool,
             stepd,
             ownership,
+            server: Arc::default(),
         }
     }
 
@@ -138,15 +142,84 @@ impl Launcher {
         fs::set_permissions(&control_path, fs::Permissions::from_mode(0o600))
             .map_err(io_err("set the mode of", &control_path))?;
 
-        let pid = spawn_supervisor(&self.stepd, &dir, &lock, &control).map_err(|source| {
-            ExecError::Spawn {
-                path: self.stepd.clone(),
-                source,
+        self.start_supervisor(spec.job_id, &dir, lock, control)
+    }
+
+    /// Starts the supervisor of the job in `dir`: forked by the fork
+    /// server, or, where the server cannot be had, exec'd directly. A
+    /// supervisor is started at most once: only where the server surely
+    /// started nothing is the job's supervisor exec'd instead.
+    fn start_supervisor(
+        &self,
+        id: JobId,
+        dir: &Path,
+        lock: File,
+        control: UnixDatagram,
+    ) -> Result<Supervisor, ExecError> {
+        use forkserver::{Failure, ForkServer};
+        let mut server = self.server.lock().unwrap_or_else(|p| p.into_inner());
+        if server.is_none() {
+            match ForkServer::spawn(&self.stepd) {
+                Ok(s) => {
+                    tracing::debug!(target: "ysched::exec", "supervisor fork server started (pid {})", s.pid());
+                    *server = Some(s);
+                }
+                Err(e) => tracing::warn!(
+                    target: "ysched::exec",
+                    "cannot start the supervisor fork server {} --server: {e}; starting job {id}'s supervisor directly",
+                    self.stepd.display()
+                ),
             }
+        }
+        if let Some(s) = server.as_ref() {
+            match s.start(dir, lock.as_fd(), control.as_fd()) {
+                Ok((pid, pidfd)) => return Ok(Supervisor { pid, pidfd }),
+                Err(Failure::Refused(why)) => tracing::warn!(
+                    target: "ysched::exec",
+                    "job {id}: {why}; starting its supervisor directly"
+                ),
+                Err(Failure::Unreachable(why)) => {
+                    tracing::warn!(
+                        target: "ysched::exec",
+                        "job {id}: {why}; starting its supervisor directly, and a new fork server for the next job"
+                    );
+                    if let Some(s) = server.take() {
+                        s.stop();
+                    }
+                }
+                Err(Failure::Unanswered(why)) => {
+                    if let Some(s) = server.take() {
+                        s.stop();
+                    }
+                    drop(server);
+                    // A supervisor may have been forked: if one holds the
+                    // job's lock, it is the job's; else none runs.
+                    drop(lock);
+                    drop(control);
+                    return match self.adopt(id) {
+                        Adoption::Alive(supervisor) => Ok(supervisor),
+                        _ => Err(ExecError::Spawn {
+                            path: self.stepd.clone(),
+                            source: io::Error::other(why),
+                        }),
+                    };
+                }
+            }
+        }
+        drop(server);
+        let pid = spawn_stepd(
+            &self.stepd,
+            dir.as_os_str(),
+            &[
+                (lock.as_raw_fd(), LOCK_FD),
+                (control.as_raw_fd(), CONTROL_FD),
+            ],
+        )
+        .map_err(|source| ExecError::Spawn {
+            path: self.stepd.clone(),
+            source,
         })?;
         let pidfd = pidfd_open(pid).map_err(io_err("open a pidfd for", &self.stepd))?;
-        drop(lock);
-        drop(control);
         Ok(Supervisor { pid, pidfd })
     }
 
@@ -292,21 +365,17 @@ fn read_state(dir: &Path) -> Option<SupervisorState> {
     serde_json::from_slice(&fs::read(dir.join(STATE)).ok()?).ok()
 }
 
-/// Starts `ysstepd DIR` in a session of its own, with the job's lock at
-/// descriptor 3, its control socket at 4, nothing on standard input and
-/// output, and the daemon's standard error (its log).
+/// Starts `ysstepd ARG` in a session of its own, with each `(fd, at)` of
+/// `fds` at its number (for a supervisor, the job's lock at 3 and its
+/// control socket at 4; for the fork server, its socket at 3), nothing on
+/// standard input and output, and the daemon's standard error (its log).
 ///
 /// posix_spawn, not fork: glibc spawns with a vfork-style clone that
 /// shares the daemon's memory until the exec, where a fork would copy the
 /// page tables of a daemon holding 100,000 jobs and then make it take a
 /// copy-on-write fault on each page it touched afterwards (12% of its time
 /// when starting 1,000 short jobs).
-fn spawn_supervisor(
-    stepd: &Path,
-    dir: &Path,
-    lock: &File,
-    control: &UnixDatagram,
-) -> io::Result<i32> {
+fn spawn_stepd(stepd: &Path, arg: &std::ffi::OsStr, fds: &[(RawFd, RawFd)]) -> io::Result<i32> {
     use nix::spawn::{PosixSpawnAttr, PosixSpawnFileActions, PosixSpawnFlags};
     use std::ffi::CString;
     use std::os::unix::ffi::OsStrExt;
@@ -325,7 +394,10 @@ fn spawn_supervisor(
         // SAFETY: F_DUPFD_CLOEXEC returned a new descriptor we now own.
         Ok(unsafe { OwnedFd::from_raw_fd(copy) })
     };
-    let (high_lock, high_control) = (high(lock.as_raw_fd())?, high(control.as_raw_fd())?);
+    let high_fds = fds
+        .iter()
+        .map(|&(fd, at)| Ok((high(fd)?, at)))
+        .collect::<io::Result<Vec<(OwnedFd, RawFd)>>>()?;
     let null = OpenOptions::new()
         .read(true)
         .write(true)
@@ -334,8 +406,9 @@ fn spawn_supervisor(
     let mut actions = PosixSpawnFileActions::init()?;
     actions.add_dup2(null.as_raw_fd(), 0)?;
     actions.add_dup2(null.as_raw_fd(), 1)?;
-    actions.add_dup2(high_lock.as_raw_fd(), LOCK_FD)?;
-    actions.add_dup2(high_control.as_raw_fd(), CONTROL_FD)?;
+    for (fd, at) in &high_fds {
+        actions.add_dup2(fd.as_raw_fd(), *at)?;
+    }
     let mut attr = PosixSpawnAttr::init()?;
     // A clean signal state, as std's Command gives when it spawns this
     // way: nothing blocked, and SIGPIPE (which Rust programs ignore) back
@@ -352,7 +425,7 @@ fn spawn_supervisor(
             | PosixSpawnFlags::from_bits_retain(libc::POSIX_SPAWN_SETSID as libc::c_int),
     )?;
     let program = c_string(stepd.as_os_str().as_bytes())?;
-    let args = [program.clone(), c_string(dir.as_os_str().as_bytes())?];
+    let args = [program.clone(), c_string(arg.as_bytes())?];
     let env: Vec<CString> = std::env::vars_os()
         .filter_map(|(k, v)| {
             let mut kv = k.as_bytes().to_vec();
@@ -365,7 +438,7 @@ fn spawn_supervisor(
     Ok(pid.as_raw())
 }
 
-fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+pub(crate) fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_open(2) takes a pid and flags and returns a new
     // descriptor, which we take ownership of.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };

@@ -73,7 +73,7 @@ pub fn run(job_dir: &Path) -> i32 {
     }
 }
 
-fn set_cloexec(fd: RawFd) -> Result<(), String> {
+pub(super) fn set_cloexec(fd: RawFd) -> Result<(), String> {
     // SAFETY: fcntl on a descriptor number; fails with EBADF if it is not open.
     let r = unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     if r < 0 {
