@@ -287,3 +287,42 @@ fn when_the_supervisor_fork_server_dies_jobs_go_on_and_new_ones_start() {
     assert_eq!(c.wait_done(last, Duration::from_secs(30)), "COMPLETED");
     assert_eq!(c.output_of(last), "last\n");
 }
+
+#[test]
+fn a_job_sent_to_a_hung_fork_server_starts_once_after_all() {
+    let c = Cluster::started("");
+    let warm = c.submit(&["--wrap", "true"]);
+    assert_eq!(c.wait_done(warm, Duration::from_secs(30)), "COMPLETED");
+    let daemon = c.daemon_pid().as_raw();
+    let server = fork_server_of(daemon).expect("the daemon runs a fork server");
+    // Stopped, it takes the request and never answers.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server),
+        nix::sys::signal::Signal::SIGSTOP,
+    )
+    .unwrap();
+    c.script(
+        "once.sh",
+        "#!/bin/sh\necho $SLURM_JOB_ID >> runs.log\necho ran\n",
+    );
+    let id = c.submit(&["once.sh"]);
+    // The daemon gives up on the server after its answer timeout, finds
+    // the job's lock free (nothing was forked), and starts it itself.
+    assert_eq!(c.wait_done(id, Duration::from_secs(40)), "COMPLETED");
+    assert_eq!(c.output_of(id), "ran\n");
+    assert_eq!(runs(&c).get(&id), Some(&1));
+    assert!(
+        c.log()
+            .contains(&format!("job {id}: no answer from the fork server")),
+        "{}",
+        c.log()
+    );
+    assert!(
+        parent_and_state(server).is_none_or(|(parent, state)| parent != daemon || state == 'Z'),
+        "the hung server was killed"
+    );
+    // The next job gets a new server.
+    let next = c.submit(&["--wrap", "echo next"]);
+    assert_eq!(c.wait_done(next, Duration::from_secs(30)), "COMPLETED");
+    assert!(fork_server_of(daemon).is_some_and(|s| s != server));
+}

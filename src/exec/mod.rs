@@ -153,7 +153,7 @@ impl Launcher {
         &self,
         id: JobId,
         dir: &Path,
-        lock: File,
+        mut lock: File,
         control: UnixDatagram,
     ) -> Result<Supervisor, ExecError> {
         use forkserver::{Failure, ForkServer};
@@ -191,18 +191,39 @@ impl Launcher {
                     if let Some(s) = server.take() {
                         s.stop();
                     }
-                    drop(server);
-                    // A supervisor may have been forked: if one holds the
-                    // job's lock, it is the job's; else none runs.
+                    // A supervisor may have been forked before the server
+                    // went: it would hold the job's lock. Taken anew, the
+                    // lock says whether one does.
+                    let lock_path = dir.join(LOCK);
                     drop(lock);
-                    drop(control);
-                    return match self.adopt(id) {
-                        Adoption::Alive(supervisor) => Ok(supervisor),
-                        _ => Err(ExecError::Spawn {
-                            path: self.stepd.clone(),
-                            source: io::Error::other(why),
-                        }),
-                    };
+                    let relocked = OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .custom_flags(libc::O_CLOEXEC)
+                        .open(&lock_path)
+                        .map_err(io_err("open", &lock_path))?;
+                    match relocked.try_lock() {
+                        Ok(()) => {
+                            tracing::warn!(
+                                target: "ysched::exec",
+                                "job {id}: {why}; no supervisor was started: starting its supervisor directly"
+                            );
+                            lock = relocked;
+                        }
+                        Err(fs::TryLockError::WouldBlock) => {
+                            drop(control);
+                            return match self.adopt(id) {
+                                Adoption::Alive(supervisor) => Ok(supervisor),
+                                _ => Err(ExecError::Spawn {
+                                    path: self.stepd.clone(),
+                                    source: io::Error::other(why),
+                                }),
+                            };
+                        }
+                        Err(fs::TryLockError::Error(e)) => {
+                            return Err(io_err("lock", &lock_path)(e));
+                        }
+                    }
                 }
             }
         }
