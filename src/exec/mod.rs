@@ -483,9 +483,12 @@ fn write_new(path: &Path, body: &[u8], mode: u32) -> Result<(), ExecError> {
     Ok(())
 }
 
-/// Writes a file so that it survives power loss: a temporary name, fsync,
-/// rename, fsync of the directory.
-pub fn write_durably(path: &Path, body: &[u8]) -> io::Result<()> {
+/// Writes a file whole or not at all, as readers see it: a temporary
+/// name (mode 0600), then a rename over `path`. No fsync: the supervisor's
+/// records are read by a daemon on the same running kernel, and what must
+/// survive power loss (a job's end) is made durable by the daemon's commit
+/// when it reads them (see `supervisor` for the trade).
+pub fn write_atomically(path: &Path, body: &[u8]) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let temp = dir.join(format!(
         ".{}.tmp",
@@ -500,10 +503,8 @@ pub fn write_durably(path: &Path, body: &[u8]) -> io::Result<()> {
         .mode(0o600)
         .open(&temp)?;
     f.write_all(body)?;
-    f.sync_all()?;
     drop(f);
-    fs::rename(&temp, path)?;
-    File::open(dir)?.sync_all()
+    fs::rename(&temp, path)
 }
 
 /// Watches supervisors' pidfds on one thread and reports each exit once.

@@ -7,7 +7,7 @@
 //! lock          0600 root  flock'ed by the daemon, then held by the supervisor for its life
 //! control.sock       root  datagram socket the supervisor reads commands from
 //! state.json    0600 root  the supervisor's pid, then the job's pid
-//! exit.json     0600 root  how the job ended, written durably by the supervisor
+//! exit.json     0600 root  how the job ended, written by the supervisor as it exits
 //! ```
 
 use std::path::PathBuf;
