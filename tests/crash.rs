@@ -291,10 +291,28 @@ fn when_the_supervisor_fork_server_dies_jobs_go_on_and_new_ones_start() {
 #[test]
 fn a_job_sent_to_a_hung_fork_server_starts_once_after_all() {
     let c = Cluster::started("");
-    let warm = c.submit(&["--wrap", "true"]);
-    assert_eq!(c.wait_done(warm, Duration::from_secs(30)), "COMPLETED");
+    // Two supervisors that end apart, with no job started after them: the
+    // server reaps both without waiting for its next request.
+    let short = c.submit(&["--wrap", "sleep 0.3"]);
+    let long = c.submit(&["--wrap", "sleep 1.3"]);
+    for id in [short, long] {
+        assert_eq!(c.wait_done(id, Duration::from_secs(30)), "COMPLETED");
+    }
     let daemon = c.daemon_pid().as_raw();
     let server = fork_server_of(daemon).expect("the daemon runs a fork server");
+    let zombies = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|&pid| parent_and_state(pid) == Some((server, 'Z')))
+            .count()
+    };
+    wait_for(
+        "the fork server to reap its supervisors",
+        Duration::from_secs(5),
+        || zombies() == 0,
+    );
     // Stopped, it takes the request and never answers.
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(server),

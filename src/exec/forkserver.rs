@@ -250,11 +250,17 @@ fn serve_until_closed() -> Result<(), String> {
             Ok(_) | Err(Errno::EINTR) => {}
             Err(e) => return Err(format!("poll: {e}")),
         }
+        // The socket is read only when it has something: a blocking read
+        // after a mere SIGCHLD would leave the next ended supervisors
+        // unreaped until the next job.
+        let requested = fds[0].revents().is_some_and(|r| !r.is_empty());
         while let Ok(Some(_)) = exits.read_signal() {}
         reap_supervisors();
+        if !requested {
+            continue;
+        }
         let request = match receive(socket.as_fd(), 2) {
             Ok(r) => r,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(e) if e.kind() == io::ErrorKind::InvalidData => {
                 answer(&socket, &Answer::Refused(format!("bad request: {e}")), None)?;
                 continue;
