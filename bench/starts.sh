@@ -7,7 +7,9 @@
 #
 # usage: bench/starts.sh OLD_BIN_DIR NEW_BIN_DIR
 #   OLD_BIN_DIR, NEW_BIN_DIR  directories with ysctld, ysstepd, ysbatch, ysqueue
-# env: ROUNDS=3 (alternations), NLAT=20 (latency samples), N=1000 (jobs)
+# env: ROUNDS=3 (alternations), NLAT=20 (latency samples), N=1000 (jobs),
+#      BASE_OLD=/tmp, BASE_NEW=/tmp (where each build's spool goes: the
+#      same build twice with two bases compares two filesystems)
 # Prints per round and build: the latency median, the array's time and
 # the machine's busy CPU time per job during it (every process: daemon,
 # supervisors, jobs, kernel); then per build the medians over the rounds.
@@ -27,10 +29,10 @@ now() { date +%s.%N; }
 busy() { awk -v hz="$(getconf CLK_TCK)" '$1 == "cpu" {print ($2 + $3 + $4 + $7 + $8) / hz}' /proc/stat; }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
-# one BIN_DIR: prints "latency_ms array_s array_cpu_ms_per_job"
+# BIN_DIR BASE: prints "latency_ms array_s array_cpu_ms_per_job"
 measure() {
     local bin=$1 dir
-    dir=$(mktemp -d /tmp/ysched-starts.XXXXXX)
+    dir=$(mktemp -d "$2/ysched-starts.XXXXXX")
     chmod 755 "$dir"
     bench_config "$dir"
     export YS_CONF=$dir/ysched.toml
@@ -63,9 +65,9 @@ measure() {
 : > /tmp/ysched-starts.new
 for r in $(seq 1 "$ROUNDS"); do
     for build in old new; do
-        bin=$OLD
-        [ "$build" = new ] && bin=$NEW
-        result=$(measure "$bin") || exit 1
+        bin=$OLD base=${BASE_OLD:-/tmp}
+        [ "$build" = new ] && bin=$NEW base=${BASE_NEW:-/tmp}
+        result=$(measure "$bin" "$base") || exit 1
         read -r lat array cpu <<< "$result"
         echo "round $r $build: submit-to-start median $lat ms, $N-job array $array s, $cpu ms of machine CPU per job"
         echo "$result" >> /tmp/ysched-starts.$build
