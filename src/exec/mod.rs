@@ -81,6 +81,13 @@ pub enum Adoption {
     NeverStarted,
 }
 
+/// What came of asking the fork server for a supervisor.
+enum Forked {
+    Started(Supervisor),
+    /// No supervisor runs; the job's lock, still locked, for starting one.
+    Nothing(File),
+}
+
 /// Launches and controls supervisors on this host.
 #[derive(Clone, Debug)]
 pub struct Launcher {
@@ -153,9 +160,38 @@ impl Launcher {
         &self,
         id: JobId,
         dir: &Path,
-        mut lock: File,
+        lock: File,
         control: UnixDatagram,
     ) -> Result<Supervisor, ExecError> {
+        let lock = match self.through_server(id, dir, lock, &control)? {
+            Forked::Started(supervisor) => return Ok(supervisor),
+            Forked::Nothing(lock) => lock,
+        };
+        let pid = spawn_stepd(
+            &self.stepd,
+            dir.as_os_str(),
+            &[
+                (lock.as_raw_fd(), LOCK_FD),
+                (control.as_raw_fd(), CONTROL_FD),
+            ],
+        )
+        .map_err(|source| ExecError::Spawn {
+            path: self.stepd.clone(),
+            source,
+        })?;
+        let pidfd = pidfd_open(pid).map_err(io_err("open a pidfd for", &self.stepd))?;
+        Ok(Supervisor { pid, pidfd })
+    }
+
+    /// Asks the fork server (started here if there is none) for the job's
+    /// supervisor; hands the locked lock back where nothing was started.
+    fn through_server(
+        &self,
+        id: JobId,
+        dir: &Path,
+        lock: File,
+        control: &UnixDatagram,
+    ) -> Result<Forked, ExecError> {
         use forkserver::{Failure, ForkServer};
         let mut server = self.server.lock().unwrap_or_else(|p| p.into_inner());
         if server.is_none() {
@@ -171,77 +207,69 @@ impl Launcher {
                 ),
             }
         }
-        if let Some(s) = server.as_ref() {
-            match s.start(dir, lock.as_fd(), control.as_fd()) {
-                Ok((pid, pidfd)) => return Ok(Supervisor { pid, pidfd }),
-                Err(Failure::Refused(why)) => tracing::warn!(
-                    target: "ysched::exec",
-                    "job {id}: {why}; starting its supervisor directly"
-                ),
-                Err(Failure::Unreachable(why)) => {
-                    tracing::warn!(
-                        target: "ysched::exec",
-                        "job {id}: {why}; starting its supervisor directly, and a new fork server for the next job"
-                    );
-                    if let Some(s) = server.take() {
-                        s.stop();
-                    }
-                }
-                Err(Failure::Unanswered(why)) => {
-                    if let Some(s) = server.take() {
-                        s.stop();
-                    }
-                    // A supervisor may have been forked before the server
-                    // went: it would hold the job's lock. Taken anew, the
-                    // lock says whether one does.
-                    let lock_path = dir.join(LOCK);
-                    drop(lock);
-                    let relocked = OpenOptions::new()
-                        .read(true)
-                        .write(true)
-                        .custom_flags(libc::O_CLOEXEC)
-                        .open(&lock_path)
-                        .map_err(io_err("open", &lock_path))?;
-                    match relocked.try_lock() {
-                        Ok(()) => {
-                            tracing::warn!(
-                                target: "ysched::exec",
-                                "job {id}: {why}; no supervisor was started: starting its supervisor directly"
-                            );
-                            lock = relocked;
-                        }
-                        Err(fs::TryLockError::WouldBlock) => {
-                            drop(control);
-                            return match self.adopt(id) {
-                                Adoption::Alive(supervisor) => Ok(supervisor),
-                                _ => Err(ExecError::Spawn {
-                                    path: self.stepd.clone(),
-                                    source: io::Error::other(why),
-                                }),
-                            };
-                        }
-                        Err(fs::TryLockError::Error(e)) => {
-                            return Err(io_err("lock", &lock_path)(e));
-                        }
-                    }
-                }
+        let Some(s) = server.as_ref() else {
+            return Ok(Forked::Nothing(lock));
+        };
+        let why = match s.start(dir, lock.as_fd(), control.as_fd()) {
+            Ok((pid, pidfd)) => return Ok(Forked::Started(Supervisor { pid, pidfd })),
+            Err(Failure::Refused(why)) => {
+                tracing::warn!(target: "ysched::exec", "job {id}: {why}; starting its supervisor directly");
+                return Ok(Forked::Nothing(lock));
             }
+            Err(Failure::Unreachable(why)) => {
+                tracing::warn!(
+                    target: "ysched::exec",
+                    "job {id}: {why}; starting its supervisor directly, and a new fork server for the next job"
+                );
+                if let Some(s) = server.take() {
+                    s.stop();
+                }
+                return Ok(Forked::Nothing(lock));
+            }
+            Err(Failure::Unanswered(why)) => why,
+        };
+        if let Some(s) = server.take() {
+            s.stop();
         }
         drop(server);
-        let pid = spawn_stepd(
-            &self.stepd,
-            dir.as_os_str(),
-            &[
-                (lock.as_raw_fd(), LOCK_FD),
-                (control.as_raw_fd(), CONTROL_FD),
-            ],
-        )
-        .map_err(|source| ExecError::Spawn {
-            path: self.stepd.clone(),
-            source,
-        })?;
-        let pidfd = pidfd_open(pid).map_err(io_err("open a pidfd for", &self.stepd))?;
-        Ok(Supervisor { pid, pidfd })
+        self.after_unanswered(id, dir, lock, why)
+    }
+
+    /// The server took the request and died or hung before answering. A
+    /// supervisor it forked would hold the job's lock: taken anew, the
+    /// lock says whether one does.
+    fn after_unanswered(
+        &self,
+        id: JobId,
+        dir: &Path,
+        lock: File,
+        why: String,
+    ) -> Result<Forked, ExecError> {
+        let lock_path = dir.join(LOCK);
+        drop(lock);
+        let relocked = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(&lock_path)
+            .map_err(io_err("open", &lock_path))?;
+        match relocked.try_lock() {
+            Ok(()) => {
+                tracing::warn!(
+                    target: "ysched::exec",
+                    "job {id}: {why}; no supervisor was started: starting its supervisor directly"
+                );
+                Ok(Forked::Nothing(relocked))
+            }
+            Err(fs::TryLockError::WouldBlock) => match self.adopt(id) {
+                Adoption::Alive(supervisor) => Ok(Forked::Started(supervisor)),
+                _ => Err(ExecError::Spawn {
+                    path: self.stepd.clone(),
+                    source: io::Error::other(why),
+                }),
+            },
+            Err(fs::TryLockError::Error(e)) => Err(io_err("lock", &lock_path)(e)),
+        }
     }
 
     /// Finds what became of a job this daemon (or its predecessor) launched.
