@@ -108,17 +108,16 @@ impl ForkServer {
             None,
         )
         .map_err(|e| Failure::Unreachable(format!("cannot reach the fork server: {e}")))?;
-        let unanswered = |why: String| Failure::Unanswered(why);
         let (answer, mut passed) = receive(self.socket.as_fd(), 1)
-            .map_err(|e| unanswered(format!("no answer from the fork server: {e}")))?;
-        let answer =
-            answer.ok_or_else(|| unanswered("the fork server closed its socket".into()))?;
+            .map_err(|e| Failure::Unanswered(format!("no answer from the fork server: {e}")))?;
+        let answer = answer
+            .ok_or_else(|| Failure::Unanswered("the fork server closed its socket".into()))?;
         match Answer::decode(&answer) {
             Some(Answer::Started(pid)) if passed.len() == 1 => Ok((pid, passed.remove(0))),
             Some(Answer::Refused(why)) => Err(Failure::Refused(format!(
                 "the fork server started nothing: {why}"
             ))),
-            _ => Err(unanswered(format!(
+            _ => Err(Failure::Unanswered(format!(
                 "the fork server answered {} bytes and {} descriptors, not a pid and a pidfd",
                 answer.len(),
                 passed.len()
