@@ -196,3 +196,31 @@ fn bad_arrays_are_refused_and_queue_nothing() {
     let queue = stdout(&c.run("ysqueue", &["-h"]));
     assert!(queue.trim().is_empty(), "{queue}");
 }
+
+#[test]
+fn an_array_is_listed_by_its_id_after_its_first_task_ended() {
+    let c = Cluster::started("");
+    // One task at a time: task 0 ends at once, task 1 runs, task 2 waits.
+    let id = c.submit(&[
+        "--array=0-2%1",
+        "--wrap",
+        "[ $SLURM_ARRAY_TASK_ID = 0 ] || sleep 30",
+    ]);
+    let first = format!("{id}_0");
+    assert_eq!(wait_done(&c, &first), "COMPLETED");
+    wait_for("task 1 to run", LONG, || {
+        field(&c, &format!("{id}_1"), "State") == "RUNNING"
+    });
+    // A change, so that the next query finds no snapshot of the queue made
+    // yet; asking by the array's id (the ended first task's) must still
+    // find the tasks that are left.
+    c.submit(&["-H", "--wrap", "true"]);
+    let out = c.run("ysqueue", &["-h", "-j", &id.to_string(), "-o", "%i %t"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        lines(&stdout(&out)),
+        [format!("{id}_1 R"), format!("{id}_2 PD")]
+    );
+    let out = c.run("yscancel", &[&id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}

@@ -215,3 +215,51 @@ fn ysqueue_lists_a_finished_job_for_min_job_age_when_asked_for_its_state() {
     std::thread::sleep(Duration::from_millis(3_200));
     assert_eq!(listed("all").trim(), "", "older than min_job_age_secs");
 }
+
+#[test]
+fn jobs_named_right_after_a_change_show_as_in_the_whole_queue() {
+    let c = Cluster::started("");
+    let big = c.submit(&["-G", "4", "--wrap", "sleep 30"]);
+    c.wait_state(big, "RUNNING", Duration::from_secs(20));
+    let waiting = c.submit(&["-G", "1", "--wrap", "true"]);
+    let held = c.submit(&["-H", "-G", "1", "--wrap", "true"]);
+    let after = c.submit(&["-G", "1", "-d", &format!("afterok:{big}"), "--wrap", "true"]);
+    let named = format!("{after},{held},{big},{waiting},999999");
+    let show = |c: &Cluster| {
+        let queue = c.run(
+            "ysqueue",
+            &["-h", "-j", &named, "-o", "%i|%t|%r|%u|%j|%b|%D"],
+        );
+        assert!(queue.status.success(), "{}", stderr(&queue));
+        let job = c.run("yscontrol", &["show", "job", &held.to_string()]);
+        assert!(job.status.success(), "{}", stderr(&job));
+        (stdout(&queue), stdout(&job))
+    };
+    // Right after a change, so that these queries are answered from a
+    // snapshot of the named jobs alone...
+    c.submit(&["-H", "--wrap", "true"]);
+    let (queue_named, job_named) = show(&c);
+    // ...and the same once a listing of every job made the whole queue's.
+    let all = c.run("ysqueue", &["-h"]);
+    assert!(all.status.success(), "{}", stderr(&all));
+    let (queue_whole, job_whole) = show(&c);
+    assert_eq!(queue_named, queue_whole);
+    assert_eq!(job_named, job_whole);
+    // In queue order, each with its reason; the unknown id is not listed.
+    let rows: Vec<&str> = queue_named.lines().collect();
+    assert_eq!(rows.len(), 4, "{queue_named}");
+    assert!(rows[0].starts_with(&format!("{big}|R|")), "{queue_named}");
+    for (id, reason) in [
+        (waiting, "Resources"),
+        (held, "JobHeldUser"),
+        (after, "Dependency"),
+    ] {
+        assert!(
+            rows.iter()
+                .any(|r| r.starts_with(&format!("{id}|PD|{reason}|"))),
+            "{id} {reason}: {queue_named}"
+        );
+    }
+    let out = c.run("yscancel", &["-u", "root"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}

@@ -5,7 +5,7 @@
 //! WAL; and another user's job comes without its private fields.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::mpsc::{self, Sender};
 use std::sync::Arc;
@@ -41,17 +41,18 @@ pub struct QueueSnapshot {
 }
 
 impl QueueSnapshot {
-    pub fn build(
-        jobs: &BTreeMap<JobId, std::sync::Arc<Job>>,
+    /// `jobs` in id order; `rank`, a pending job's place in the
+    /// scheduler's order.
+    pub fn build<'a>(
+        jobs: impl Iterator<Item = &'a std::sync::Arc<Job>>,
         reasons: &HashMap<JobId, Reason>,
         expected_starts: &HashMap<JobId, i64>,
-        rank: &HashMap<JobId, usize>,
+        rank: impl Fn(JobId) -> Option<usize>,
         ctx: &priority::Context,
         now: i64,
         shares: Vec<ShareRow>,
     ) -> QueueSnapshot {
         let views: Vec<JobView> = jobs
-            .values()
             .map(|job| {
                 let pending = job.state == JobState::Pending;
                 let factors = priority::factors(job, ctx, now);
@@ -78,11 +79,7 @@ impl QueueSnapshot {
             .enumerate()
             .map(|(i, v)| {
                 let key = match v.job.state {
-                    JobState::Pending => (
-                        1,
-                        rank.get(&v.job.id).copied().unwrap_or(usize::MAX),
-                        v.job.id,
-                    ),
+                    JobState::Pending => (1, rank(v.job.id).unwrap_or(usize::MAX), v.job.id),
                     _ => (0, 0, v.job.id),
                 };
                 (key, i as u32)
@@ -307,6 +304,30 @@ impl Work {
     pub(super) fn with_snapshot(mut self, snapshot: Arc<QueueSnapshot>) -> Work {
         self.snapshot = Some(snapshot);
         self
+    }
+
+    /// The jobs this query is about, when it names them by plain ids and
+    /// needs nothing else of the queue: `ysqueue -j`, `ysacct -j`,
+    /// `yscontrol show job` (and their Slurm spellings), as workflow tools
+    /// poll them. Such a query can be answered from a snapshot of just
+    /// those jobs. `None` for anything else.
+    pub(super) fn named_jobs(&self) -> Option<Vec<JobId>> {
+        /// More than this and the whole queue's snapshot is as cheap.
+        const MAX_NAMED: usize = 64;
+        let refs = match &self.query {
+            Query::Queue { filter, .. } | Query::Accounting { filter, .. } => &filter.job_ids,
+            Query::Job(r) => std::slice::from_ref(r),
+            _ => return None,
+        };
+        if refs.is_empty() || refs.len() > MAX_NAMED {
+            return None;
+        }
+        refs.iter()
+            .map(|r| match *r {
+                JobRef::Id(id) => Some(id),
+                _ => None,
+            })
+            .collect()
     }
 }
 
@@ -773,7 +794,7 @@ mod tests {
     /// Running 5; pending 3, 9 and an array 10 (tasks 10, 11, 12), in the
     /// scheduler's order 12, 9, 3, 10 (11 unranked).
     fn snapshot() -> QueueSnapshot {
-        let mut jobs = BTreeMap::new();
+        let mut jobs = std::collections::BTreeMap::new();
         let mut add = |id: JobId, state: JobState, array: Option<u32>| {
             let mut job = example_job(id);
             job.state = state;
@@ -806,10 +827,10 @@ mod tests {
             total_gpus: 4,
         };
         QueueSnapshot::build(
-            &jobs,
+            jobs.values(),
             &HashMap::new(),
             &HashMap::new(),
-            &rank,
+            |id| rank.get(&id).copied(),
             &ctx,
             100,
             Vec::new(),
