@@ -495,12 +495,7 @@ impl Daemon {
                     job.state
                 ));
             }
-            let ctx = crate::sched::priority::Context {
-                weights: &self.config.priority,
-                qos: &self.config.qos,
-                fairshare: &self.fairshare,
-                total_gpus: self.inventory.gpus.len() as u32,
-            };
+            let ctx = self.priority_context();
             let current = crate::sched::priority::factors(job, &ctx, now).priority();
             if p > current && !who.admin {
                 return Err(format!(

@@ -823,13 +823,7 @@ impl Daemon {
                 .entry(id)
                 .or_insert(sched::Reason::JobArrayTaskLimit);
         }
-        let config = &self.config;
-        let ctx = sched::priority::Context {
-            weights: &config.priority,
-            qos: &config.qos,
-            fairshare: &self.fairshare,
-            total_gpus: self.inventory.gpus.len() as u32,
-        };
+        let ctx = self.priority_context();
         let pending: Vec<(&Job, i64)> = self
             .jobs
             .all()
@@ -907,12 +901,7 @@ impl Daemon {
             .filter_map(|a| Some((a.name.clone(), self.standing(&a.name, &policy, now)?)))
             .collect();
         let (tree, shares) = self.fairshare_tree(now);
-        let ctx = sched::priority::Context {
-            weights: &self.config.priority,
-            qos: &self.config.qos,
-            fairshare: &self.fairshare,
-            total_gpus: self.inventory.gpus.len() as u32,
-        };
+        let ctx = self.priority_context();
         let mut snapshot = QueueSnapshot::build(
             self.jobs.values(),
             &self.reasons,
@@ -939,6 +928,16 @@ impl Daemon {
         snapshot
     }
 
+    /// What a job's priority is computed from, as the last pass left it.
+    fn priority_context(&self) -> sched::priority::Context<'_> {
+        sched::priority::Context {
+            weights: &self.config.priority,
+            qos: &self.config.qos,
+            fairshare: &self.fairshare,
+            total_gpus: self.inventory.gpus.len() as u32,
+        }
+    }
+
     /// A snapshot of just the active jobs among `ids`, built without a
     /// pass over the queue; no node or fair-share view. `None` where an id
     /// names an array with tasks still active (its tasks' ids follow it),
@@ -956,12 +955,7 @@ impl Daemon {
         }
         named.sort_unstable_by_key(|j| j.id);
         named.dedup_by_key(|j| j.id);
-        let ctx = sched::priority::Context {
-            weights: &self.config.priority,
-            qos: &self.config.qos,
-            fairshare: &self.fairshare,
-            total_gpus: self.inventory.gpus.len() as u32,
-        };
+        let ctx = self.priority_context();
         let rank = |id: JobId| self.order.iter().position(|&o| o == id);
         Some(Arc::new(QueueSnapshot::build(
             named.into_iter(),
