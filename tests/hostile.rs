@@ -119,7 +119,7 @@ fn hostile_spool_files_are_refused_and_the_daemon_carries_on() {
     assert_eq!(c.wait_done(id, Duration::from_secs(20)), "COMPLETED");
     assert_eq!(c.output_of(id), "still here\n");
     assert!(
-        c.log().contains("rejected spool file job-link"),
+        c.log().contains("rejected request job-link"),
         "rejections are logged"
     );
     let q = c.run("ysqueue", &["-h"]);

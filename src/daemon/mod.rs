@@ -41,6 +41,7 @@ use crate::gpu::Inventory;
 use crate::job::{Job, JobId, JobState};
 use crate::proto::{Reply, Request};
 use crate::sched::{self, Reason};
+use crate::spool::socket::{self, SocketRequest};
 use crate::spool::{Inbound, Ownership, Spool, SpoolError};
 
 pub use query::{answer_offline, QueueSnapshot};
@@ -82,6 +83,8 @@ pub struct Options {
 pub enum Event {
     /// Names that appeared in `incoming/`.
     Spool(Vec<String>),
+    /// A request that came on the daemon's socket.
+    Socket(SocketRequest),
     /// The watcher lost events: look at everything in `incoming/`.
     Rescan,
     SupervisorExited(JobId),
@@ -92,6 +95,31 @@ pub enum Event {
 /// Requests processed in at most this many per transaction, so replies to
 /// the first of a flood do not wait for the last.
 const MAX_BATCH: usize = 2_000;
+
+/// A request waiting in the backlog: a spool file, by name, or one read
+/// from the socket.
+enum Incoming {
+    File(String),
+    Socket(SocketRequest),
+}
+
+/// Where a reply goes: into the reply file the requester made, or back on
+/// its connection.
+enum Requester {
+    File { name: String, uid: u32 },
+    Socket(std::os::unix::net::UnixStream),
+}
+
+/// What handling one request leaves to do after the commit.
+enum Handled {
+    Nothing,
+    Reply {
+        name: String,
+        uid: u32,
+        reply: Reply,
+    },
+    Query(Box<query::Work>),
+}
 const MAINTENANCE_EVERY: Duration = Duration::from_secs(600);
 const STALE_AFTER: Duration = Duration::from_secs(3_600);
 /// How often the idle-while-waiting time is written even if it did not change.
@@ -207,13 +235,14 @@ pub(crate) struct Daemon {
     order: Vec<JobId>,
     wake_at: Option<i64>,
     /// Replies to send once the current transaction is committed.
-    replies: Vec<(String, u32, Reply)>,
+    replies: Vec<(Requester, Reply)>,
     /// Jobs marked running in this turn, to launch after the commit.
     to_launch: Vec<JobId>,
     /// Jobs whose end was recorded in this turn: their directories go after the commit.
     to_remove: Vec<JobId>,
-    /// Spool names seen but not yet processed (beyond one batch).
-    backlog: Vec<String>,
+    /// Requests seen but not yet processed (beyond one batch), and the
+    /// spool names among them.
+    backlog: Vec<Incoming>,
     backlog_set: HashSet<String>,
     snapshot: Option<Arc<QueueSnapshot>>,
     queries: Sender<query::Work>,
@@ -315,6 +344,7 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         let _ = exit_events.send(Event::SupervisorExited(id));
     })?;
     let _watcher = watch_incoming(&spool, events.clone())?;
+    listen_on_socket(&spool, ownership, config.max_spool_file, events.clone());
     spawn_signal_thread(events.clone())?;
     let queries = query::start(spool.clone(), &spool.database())?;
 
@@ -372,7 +402,31 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
     daemon.recover()?;
     tracing::info!(target: "ysched::daemon", "ysctld ready");
     ready();
-    daemon.event_loop(inbox)
+    let spool = daemon.spool.clone();
+    let result = daemon.event_loop(inbox);
+    socket::unbind(&spool);
+    result
+}
+
+/// Takes requests on the daemon's socket too, in a thread of its own.
+/// Without the socket the daemon still works, through the spool files.
+fn listen_on_socket(spool: &Spool, ownership: Ownership, max_size: u64, events: Sender<Event>) {
+    let started = socket::bind(spool, ownership).and_then(|listener| {
+        std::thread::Builder::new()
+            .name("socket".into())
+            .spawn(move || {
+                socket::serve(listener, max_size, |request| {
+                    events.send(Event::Socket(request)).is_ok()
+                })
+            })
+    });
+    if let Err(e) = started {
+        tracing::warn!(
+            target: "ysched::spool",
+            "requests come through the spool files only: cannot listen on {}: {e}",
+            spool.socket_path().display()
+        );
+    }
 }
 
 /// The notification thread for the config's `notify_command`, if any.
@@ -571,7 +625,7 @@ impl Daemon {
     fn enqueue(&mut self, names: Vec<String>) {
         for name in names {
             if self.backlog_set.insert(name.clone()) {
-                self.backlog.push(name);
+                self.backlog.push(Incoming::File(name));
             }
         }
     }
@@ -593,6 +647,7 @@ impl Daemon {
             for event in first.into_iter().chain(inbox.try_iter()) {
                 match event {
                     Event::Spool(names) => self.enqueue(names),
+                    Event::Socket(request) => self.backlog.push(Incoming::Socket(request)),
                     Event::Rescan => {
                         tracing::info!(target: "ysched::spool", "rescanning the spool");
                         let names = self.spool.list_incoming()?;
@@ -611,18 +666,44 @@ impl Daemon {
                 self.job_exited(id, now)?;
             }
             let take = self.backlog.len().min(MAX_BATCH);
-            let batch: Vec<String> = self.backlog.drain(..take).collect();
+            let batch: Vec<Incoming> = self.backlog.drain(..take).collect();
             let mut queries = Vec::new();
             let mut processed = Vec::with_capacity(batch.len());
-            for name in batch {
-                self.backlog_set.remove(&name);
-                if let Some(q) = self.ingest(&name, now)? {
-                    queries.push(q);
+            for incoming in batch {
+                let max = self.config.max_spool_file;
+                let (inbound, connection) = match incoming {
+                    Incoming::File(name) => {
+                        self.backlog_set.remove(&name);
+                        let inbound = self.spool.read_request(&name, max);
+                        processed.push(name);
+                        (inbound, None)
+                    }
+                    Incoming::Socket(r) => (
+                        crate::spool::parse_request(&r.name, r.uid, &r.body, max),
+                        Some(r.connection),
+                    ),
+                };
+                if let Inbound::Request { name, .. } | Inbound::Bad { name, .. } = &inbound {
+                    self.requests_total += 1;
+                    self.ingest_seconds_sum += crate::spool::age_of_name(name)
+                        .map_or(0.0, |age| age.as_secs_f64().min(60.0));
                 }
-                self.requests_total += 1;
-                self.ingest_seconds_sum +=
-                    crate::spool::age_of_name(&name).map_or(0.0, |age| age.as_secs_f64().min(60.0));
-                processed.push(name);
+                match (self.ingest(inbound, now)?, connection) {
+                    (Handled::Nothing, _) => {}
+                    (Handled::Reply { name, uid, reply }, None) => {
+                        self.replies.push((Requester::File { name, uid }, reply))
+                    }
+                    (Handled::Reply { reply, .. }, Some(c)) => {
+                        self.replies.push((Requester::Socket(c), reply))
+                    }
+                    (Handled::Query(q), None) => queries.push(*q),
+                    // Queries' replies are streamed into reply files.
+                    (Handled::Query(_), Some(c)) => {
+                        let error = "queries are asked through the spool directory, not the daemon's socket".to_string();
+                        self.replies
+                            .push((Requester::Socket(c), Reply::Rejected { error }));
+                    }
+                }
             }
             self.enforce_time_limits(now)?;
             if self.next_sample.is_some_and(|t| Instant::now() >= t) {
@@ -656,8 +737,13 @@ impl Daemon {
                 }
             }
             self.commit()?;
-            for (name, uid, reply) in std::mem::take(&mut self.replies) {
-                self.spool.write_reply(&name, uid, &reply);
+            for (requester, reply) in std::mem::take(&mut self.replies) {
+                match requester {
+                    Requester::File { name, uid } => {
+                        self.spool.write_reply(&name, uid, &reply);
+                    }
+                    Requester::Socket(connection) => socket::answer(&connection, &reply),
+                }
             }
             for event in std::mem::take(&mut self.notifications) {
                 self.notifier.send(event);
@@ -727,19 +813,21 @@ impl Daemon {
         }
     }
 
-    /// Reads one spool entry and handles it. Queries are returned for the
-    /// query thread (answered after this turn's commit).
-    fn ingest(&mut self, name: &str, now: i64) -> Result<Option<query::Work>, DaemonError> {
-        let max = self.config.max_spool_file;
-        match self.spool.read_request(name, max) {
-            Inbound::Skip => Ok(None),
+    /// Handles one request. Replies and queries are returned: they go out
+    /// after this turn's commit (queries to the query thread).
+    fn ingest(&mut self, inbound: Inbound, now: i64) -> Result<Handled, DaemonError> {
+        match inbound {
+            Inbound::Skip => Ok(Handled::Nothing),
             Inbound::Bad { name, uid, reason } => {
-                tracing::warn!(target: "ysched::spool", "rejected spool file {name} (uid {uid:?}): {reason}");
-                if let Some(uid) = uid {
-                    self.replies
-                        .push((name, uid, Reply::Rejected { error: reason }));
-                }
-                Ok(None)
+                tracing::warn!(target: "ysched::spool", "rejected request {name} (uid {uid:?}): {reason}");
+                Ok(match uid {
+                    Some(uid) => Handled::Reply {
+                        name,
+                        uid,
+                        reply: Reply::Rejected { error: reason },
+                    },
+                    None => Handled::Nothing,
+                })
             }
             Inbound::Request {
                 name,
@@ -748,15 +836,15 @@ impl Daemon {
             } => {
                 if self.ownership == Ownership::Personal && uid != nix::unistd::geteuid().as_raw() {
                     let error = "this ysctld runs in personal mode and takes requests from its own user only".to_string();
-                    self.replies.push((name, uid, Reply::Rejected { error }));
-                    return Ok(None);
+                    let reply = Reply::Rejected { error };
+                    return Ok(Handled::Reply { name, uid, reply });
                 }
                 let user = match self.users.get(uid) {
                     Some(u) => u.name.clone(),
                     None => {
                         let error = format!("uid {uid} has no user name on this server");
-                        self.replies.push((name, uid, Reply::Rejected { error }));
-                        return Ok(None);
+                        let reply = Reply::Rejected { error };
+                        return Ok(Handled::Reply { name, uid, reply });
                     }
                 };
                 let request = envelope.request;
@@ -777,12 +865,12 @@ impl Daemon {
                         coordinated,
                         privacy: self.config.private_data,
                     };
-                    return Ok(Some(query::Work::new(
+                    return Ok(Handled::Query(Box::new(query::Work::new(
                         name,
                         viewer,
                         self.config.min_job_age_secs,
                         q,
-                    )));
+                    ))));
                 }
                 // A state change: apply it once, whatever crashes happened.
                 if let Some((owner, reply)) = db::find_request(self.tx()?, &name)? {
@@ -793,8 +881,7 @@ impl Daemon {
                             error: "request name already used by another user".into(),
                         }
                     };
-                    self.replies.push((name, uid, reply));
-                    return Ok(None);
+                    return Ok(Handled::Reply { name, uid, reply });
                 }
                 let kind = request.kind();
                 let reply = match request {
@@ -803,8 +890,7 @@ impl Daemon {
                     Request::Query(_) => unreachable!("queries returned above"),
                 };
                 db::record_request(self.tx()?, &name, uid, now, kind, &reply)?;
-                self.replies.push((name, uid, reply));
-                Ok(None)
+                Ok(Handled::Reply { name, uid, reply })
             }
         }
     }

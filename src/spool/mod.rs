@@ -6,6 +6,7 @@
 //! SPOOL/jobs/<id>/  0711  the job's spec, script, supervisor state (root's, but for the script)
 //! SPOOL/ysched.db   0600  the daemon's SQLite database
 //! SPOOL/ysctld.pid  0644  the daemon's pid, flock'ed while it runs
+//! SPOOL/ysctld.sock 0666  the running daemon's socket (personal mode: 0600)
 //! ```
 //!
 //! The requester makes its reply file itself and watches it with inotify, so
@@ -13,6 +14,10 @@
 //! either side. The daemon trusts nothing in a request for identity: the uid
 //! is the request file's owner as the kernel reports it, and the reply file
 //! is written only if that same uid owns it.
+//!
+//! A running daemon also takes state changes on `SPOOL/ysctld.sock`, the
+//! same request in fewer steps; [`socket`] says how, and why nothing is
+//! lost when it fails.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, ErrorKind, Read, Write};
@@ -25,6 +30,8 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use thiserror::Error;
 
 use crate::proto::{Envelope, Reply, PROTOCOL_VERSION};
+
+pub mod socket;
 
 #[derive(Debug, Error)]
 pub enum SpoolError {
@@ -192,9 +199,9 @@ impl Spool {
 
     // ------------------------------------------------------------ client side
 
-    /// Sends a request: creates the reply file and its watch first, then
-    /// writes the request under a temporary name and renames it into place,
-    /// fsync'ing it first when `durability` says so.
+    /// Sends a request: a state change for a running daemon on its socket
+    /// (see [`socket`]), anything else, or when no daemon listens, as a
+    /// file (see [`SentRequest::send_file`]).
     pub fn send(
         &self,
         envelope: &Envelope,
@@ -217,58 +224,28 @@ impl Spool {
             });
         }
         let name = unique_name(envelope.request.kind());
-        let reply_path = self.replies().join(&name);
-        let write_err = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| SpoolError::Write { path, source }
-        };
-        OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&reply_path)
-            .map_err(write_err(&reply_path))?;
+        let body = serde_json::to_vec(envelope).map_err(|e| SpoolError::Write {
+            path: self.incoming().join(&name),
+            source: io::Error::other(e),
+        })?;
         let mut sent = SentRequest {
             spool: self.clone(),
-            name: name.clone(),
-            reply_path: reply_path.clone(),
+            reply_path: self.replies().join(&name),
+            name,
             inotify: None,
+            reply_made: false,
+            direct: None,
         };
-        let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK)
-            .and_then(|ino| {
-                // Modify too: streamed rows arrive before the file is closed.
-                ino.add_watch(
-                    &reply_path,
-                    AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_MODIFY,
-                )
-                .map(|_| ino)
-            })
-            .map_err(|e| write_err(&reply_path)(io::Error::from(e)))?;
-        sent.inotify = Some(inotify);
-
-        let body = serde_json::to_vec(envelope)
-            .map_err(|e| write_err(&reply_path)(io::Error::other(e)))?;
-        let temp = self.incoming().join(format!(".{name}.tmp"));
-        let final_path = self.incoming().join(&name);
-        let result = (|| -> io::Result<()> {
-            let mut file = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&temp)?;
-            file.write_all(&body)?;
-            if durability == Durability::Now {
-                file.sync_all()?;
+        // A running daemon takes state changes on its socket. Queries stay
+        // on the files: their replies are streamed, and may be long.
+        let is_query = matches!(envelope.request, crate::proto::Request::Query(_));
+        if durability == Durability::OnDemand && !is_query {
+            if let Some(connection) = socket::send(&self.socket_path(), &sent.name, &body) {
+                sent.direct = Some(Direct { connection, body });
+                return Ok(sent);
             }
-            drop(file);
-            fs::rename(&temp, &final_path)
-        })();
-        if let Err(e) = result {
-            let _ = fs::remove_file(&temp);
-            return Err(write_err(&final_path)(e));
         }
+        sent.send_file(&body, durability)?;
         Ok(sent)
     }
 }
@@ -533,11 +510,74 @@ pub struct SentRequest {
     name: String,
     reply_path: PathBuf,
     inotify: Option<Inotify>,
+    /// Whether this command made the reply file (and removes it).
+    reply_made: bool,
+    /// Sent on the daemon's socket, and not (yet) as a file.
+    direct: Option<Direct>,
+}
+
+/// A request sent on the daemon's socket, kept to send again as a file.
+struct Direct {
+    connection: std::os::unix::net::UnixStream,
+    body: Vec<u8>,
 }
 
 impl SentRequest {
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Sends the request as a file: creates the reply file and its watch
+    /// first, then writes the request under a temporary name and renames it
+    /// into place, fsync'ing it first when `durability` says so.
+    fn send_file(&mut self, body: &[u8], durability: Durability) -> Result<(), SpoolError> {
+        let write_err = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| SpoolError::Write { path, source }
+        };
+        let reply_path = &self.reply_path;
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(reply_path)
+            .map_err(write_err(reply_path))?;
+        self.reply_made = true;
+        let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK)
+            .and_then(|ino| {
+                // Modify too: streamed rows arrive before the file is closed.
+                ino.add_watch(
+                    reply_path,
+                    AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_MODIFY,
+                )
+                .map(|_| ino)
+            })
+            .map_err(|e| write_err(reply_path)(io::Error::from(e)))?;
+        self.inotify = Some(inotify);
+
+        let incoming = self.spool.incoming();
+        let temp = incoming.join(format!(".{}.tmp", self.name));
+        let final_path = incoming.join(&self.name);
+        let result = (|| -> io::Result<()> {
+            let mut file = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&temp)?;
+            file.write_all(body)?;
+            if durability == Durability::Now {
+                file.sync_all()?;
+            }
+            drop(file);
+            fs::rename(&temp, &final_path)
+        })();
+        if let Err(e) = result {
+            let _ = fs::remove_file(&temp);
+            return Err(write_err(&final_path)(e));
+        }
+        Ok(())
     }
 
     /// The rows of a reply that came as `Reply::Streamed`.
@@ -566,6 +606,19 @@ impl SentRequest {
     /// Waits up to `timeout` for the daemon's reply; `Ok(None)` on timeout.
     pub fn wait(&mut self, timeout: Duration) -> Result<Option<Reply>, SpoolError> {
         let deadline = Instant::now() + timeout;
+        if let Some(mut direct) = self.direct.take() {
+            match socket::receive(&mut direct.connection, deadline) {
+                socket::Answer::Reply(reply) => return Ok(Some(reply)),
+                socket::Answer::TimedOut => {
+                    self.direct = Some(direct);
+                    return Ok(None);
+                }
+                // The daemon went away, or its answer did not fit: ask
+                // again through the files, under the same name, so that a
+                // request already applied is answered, not applied twice.
+                socket::Answer::Lost => self.send_file(&direct.body, Durability::OnDemand)?,
+            }
+        }
         loop {
             if let Some(reply) = self.try_read()? {
                 return Ok(Some(reply));
@@ -631,7 +684,12 @@ impl SentRequest {
 
     /// Flushes the request file to disk if it is still in the spool (if it is
     /// gone, the daemon committed it before removing it).
-    pub fn make_durable(&self) -> Result<(), SpoolError> {
+    pub fn make_durable(&mut self) -> Result<(), SpoolError> {
+        // Still only on the socket: put it in the spool, flushed, under the
+        // same name (the daemon applies a name once, whichever way it came).
+        if let Some(direct) = self.direct.take() {
+            return self.send_file(&direct.body, Durability::Now);
+        }
         let path = self.spool.incoming().join(&self.name);
         let file = OpenOptions::new()
             .read(true)
@@ -657,7 +715,9 @@ impl Drop for SentRequest {
         if let Some(inotify) = self.inotify.take() {
             close_watch_off_path(inotify);
         }
-        let _ = fs::remove_file(&self.reply_path);
+        if self.reply_made {
+            let _ = fs::remove_file(&self.reply_path);
+        }
     }
 }
 
@@ -845,40 +905,61 @@ impl Spool {
                 uid,
             );
         }
-        let text = match std::str::from_utf8(&body) {
-            Ok(t) => t,
-            Err(e) => {
-                return bad(
-                    format!("request is not valid UTF-8 (at byte {})", e.valid_up_to()),
-                    uid,
-                )
-            }
-        };
-        // Check the version first, so an old or new client gets a clear answer.
-        let version = serde_json::from_str::<serde_json::Value>(text)
-            .ok()
-            .and_then(|v| v.get("version").and_then(|v| v.as_u64()));
-        if let Some(v) = version {
-            if v != PROTOCOL_VERSION as u64 {
-                return bad(
+        parse_request(name, meta.uid(), &body, max_size)
+    }
+}
+
+/// Reads a request's envelope from its bytes, however it came (a spool file
+/// or the daemon's socket), sent by `sender` as the kernel reports it.
+pub fn parse_request(name: &str, sender: u32, body: &[u8], max_size: u64) -> Inbound {
+    let uid = Some(sender);
+    let bad = |reason: String, uid: Option<u32>| Inbound::Bad {
+        name: name.to_string(),
+        uid,
+        reason,
+    };
+    if body.len() as u64 > max_size {
+        return bad(
+            format!(
+                "request is {} bytes, over the limit of {max_size} (max_spool_file)",
+                body.len()
+            ),
+            uid,
+        );
+    }
+    let text = match std::str::from_utf8(body) {
+        Ok(t) => t,
+        Err(e) => {
+            return bad(
+                format!("request is not valid UTF-8 (at byte {})", e.valid_up_to()),
+                uid,
+            )
+        }
+    };
+    // Check the version first, so an old or new client gets a clear answer.
+    let version = serde_json::from_str::<serde_json::Value>(text)
+        .ok()
+        .and_then(|v| v.get("version").and_then(|v| v.as_u64()));
+    if let Some(v) = version {
+        if v != PROTOCOL_VERSION as u64 {
+            return bad(
                     format!("request uses protocol version {v}; this ysctld speaks version {PROTOCOL_VERSION} (mismatched ysched versions?)"),
                     uid,
                 );
-            }
-        }
-        match serde_json::from_str::<Envelope>(text) {
-            Ok(envelope) => Inbound::Request {
-                name: name.to_string(),
-                uid: meta.uid(),
-                envelope,
-            },
-            Err(e) if e.is_eof() => {
-                bad(format!("request is truncated ({} bytes)", body.len()), uid)
-            }
-            Err(e) => bad(format!("request is not a valid ysched request: {e}"), uid),
         }
     }
+    match serde_json::from_str::<Envelope>(text) {
+        Ok(envelope) => Inbound::Request {
+            name: name.to_string(),
+            uid: sender,
+            envelope,
+        },
+        Err(e) if e.is_eof() => bad(format!("request is truncated ({} bytes)", body.len()), uid),
+        Err(e) => bad(format!("request is not a valid ysched request: {e}"), uid),
+    }
+}
 
+impl Spool {
     /// Removes a processed or rejected entry from `incoming/`.
     pub fn discard(&self, name: &str) {
         let path = self.incoming().join(name);
