@@ -16,3 +16,13 @@ memory = "16GiB"
 devices = "/dev/nvidia[0-3]"
 CONFIG
 }
+
+# The time now, in seconds with nanoseconds.
+now() { date +%s.%N; }
+
+# The median of numbers, one per line on stdin (nothing for none).
+median() { sort -n | awk '{v[NR]=$1} END {if (NR) print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
+
+# CPU seconds the whole machine spent busy so far (user, nice, system, irq,
+# softirq; not idle or iowait), from /proc/stat.
+busy() { awk -v hz="$(getconf CLK_TCK)" '$1 == "cpu" {print ($2 + $3 + $4 + $7 + $8) / hz}' /proc/stat; }

@@ -24,10 +24,8 @@ SYSTEMS=${*:-ysched}
 . "$HERE/lib.sh"
 mkdir -p "$OUT"
 
-now() { date +%s.%N; }
 sub() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.3f", a-b}'; }
 div() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.1f", a/b}'; }
-median() { sort -n | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 
 bench_ysched() {
     local raw=$OUT/ysched kv

@@ -23,11 +23,6 @@ N=${N:-1000}
 # shellcheck source=bench/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-now() { date +%s.%N; }
-# CPU seconds the whole machine spent busy so far (user, nice, system, irq,
-# softirq; not idle or iowait), from /proc/stat.
-busy() { awk -v hz="$(getconf CLK_TCK)" '$1 == "cpu" {print ($2 + $3 + $4 + $7 + $8) / hz}' /proc/stat; }
-median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 # BIN_DIR BASE: prints "latency_ms array_s array_cpu_ms_per_job"
 measure() {

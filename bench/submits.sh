@@ -20,9 +20,6 @@ N=${N:-500}
 # shellcheck source=bench/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-now() { date +%s.%N; }
-busy() { awk -v hz="$(getconf CLK_TCK)" '$1 == "cpu" {print ($2 + $3 + $4 + $7 + $8) / hz}' /proc/stat; }
-median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 # BIN_DIR: prints "held_per_s cpu_ms_per_submission par4_held_per_s running_per_s running_all_done_s"
 measure() {
