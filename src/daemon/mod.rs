@@ -2,7 +2,8 @@
 //! spool, the database, the scheduler and the supervisors together.
 //!
 //! Threads only turn outside happenings into [`Event`]s: the spool watcher
-//! (inotify through notify), the exit watcher (pidfds), the signal thread;
+//! (inotify through notify), the socket thread (requests on
+//! `SPOOL/ysctld.sock`), the exit watcher (pidfds), the signal thread;
 //! and the query thread answers read-only views from a snapshot and its own
 //! read-only database connection, so a user's `ysacct` never stalls the loop.
 //!
@@ -96,30 +97,6 @@ pub enum Event {
 /// the first of a flood do not wait for the last.
 const MAX_BATCH: usize = 2_000;
 
-/// A request waiting in the backlog: a spool file, by name, or one read
-/// from the socket.
-enum Incoming {
-    File(String),
-    Socket(SocketRequest),
-}
-
-/// Where a reply goes: into the reply file the requester made, or back on
-/// its connection.
-enum Requester {
-    File { name: String, uid: u32 },
-    Socket(std::os::unix::net::UnixStream),
-}
-
-/// What handling one request leaves to do after the commit.
-enum Handled {
-    Nothing,
-    Reply {
-        name: String,
-        uid: u32,
-        reply: Reply,
-    },
-    Query(Box<query::Work>),
-}
 const MAINTENANCE_EVERY: Duration = Duration::from_secs(600);
 const STALE_AFTER: Duration = Duration::from_secs(3_600);
 /// How often the idle-while-waiting time is written even if it did not change.
@@ -198,6 +175,31 @@ pub fn now() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0)
+}
+
+/// A request waiting in the backlog: a spool file, by name, or one read
+/// from the socket.
+enum Incoming {
+    File(String),
+    Socket(SocketRequest),
+}
+
+/// Where a reply goes: into the reply file the requester made, or back on
+/// its connection.
+enum Requester {
+    File { name: String, uid: u32 },
+    Socket(std::os::unix::net::UnixStream),
+}
+
+/// What handling one request leaves to do after the commit.
+enum Handled {
+    Nothing,
+    Reply {
+        name: String,
+        uid: u32,
+        reply: Reply,
+    },
+    Query(Box<query::Work>),
 }
 
 /// The state the event loop owns.
