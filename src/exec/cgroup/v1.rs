@@ -1,7 +1,7 @@
 //! cgroup v1: a hierarchy per controller, a `ysched/job_<id>` group in each.
 
 use std::fs;
-use std::io::ErrorKind;
+use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -111,10 +111,18 @@ impl JobGroup {
             write(&dir.join("pids.max"), &max.to_string())?;
         }
         if let Some(dir) = self.dir("devices") {
-            // Allow-list: deny all, then allow each device.
+            // Allow-list: deny all, then allow each device. The kernel
+            // takes one rule per write(2), so one open serves them all.
             write(&dir.join("devices.deny"), "a")?;
+            let allow = dir.join("devices.allow");
+            let mut file = fs::OpenOptions::new()
+                .write(true)
+                .open(&allow)
+                .map_err(io_err("open", &allow))?;
             for rule in &limits.devices {
-                write(&dir.join("devices.allow"), &rule.to_string())?;
+                let rule = rule.to_string();
+                file.write_all(rule.as_bytes())
+                    .map_err(io_err(format!("write {rule} to"), &allow))?;
             }
         }
         Ok(())
