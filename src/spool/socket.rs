@@ -216,6 +216,8 @@ fn read_available(p: &mut Pending, cap: usize) -> Progress {
     let mut buffer = [0u8; 16 * 1024];
     loop {
         match p.connection.read(&mut buffer) {
+            // Connected and closed without a word (a probe): nothing to answer.
+            Ok(0) if p.received.is_empty() => return Progress::Closed,
             Ok(0) => return Progress::Complete,
             Ok(n) => {
                 p.received.extend_from_slice(&buffer[..n]);
