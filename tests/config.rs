@@ -134,9 +134,21 @@ fn check_config_validates_and_shows_what_would_be_detected_without_starting() {
         "notifications    /bin/true",
         "jobs purged 6 whole months after their month",
         "QoS              critical, high, medium, low",
+        "requests         state changes on ",
     ] {
         assert!(text.contains(wanted), "{wanted} missing:\n{text}");
     }
+    // A spool too deep for a socket: everything through the files, and why.
+    let deep = c.dir.path().join("d".repeat(110));
+    let long = c.dir.path().join("long.toml");
+    std::fs::write(&long, format!("spool_dir = \"{}\"\n", deep.display())).unwrap();
+    let out = c.run("ysctld", &["--check-config", long.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("all through ") && stdout(&out).contains("over the 107"),
+        "{}",
+        stdout(&out)
+    );
     assert!(
         !c.spool.join("ysched.db").exists(),
         "nothing started: no database"

@@ -277,3 +277,25 @@ fn a_sender_without_an_answer_on_the_socket_sends_the_request_as_a_file() {
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(jobs_listed(&c), 2);
 }
+
+#[test]
+fn a_daemon_that_cannot_make_its_socket_serves_through_the_files() {
+    let mut c = Cluster::new("");
+    // Something in the socket's place that is not ours to remove.
+    std::fs::create_dir_all(c.spool.join("ysctld.sock").join("x")).unwrap();
+    c.start();
+    assert!(
+        c.log()
+            .contains("requests come through the spool files only: cannot listen on"),
+        "{}",
+        c.log()
+    );
+    let id = c.submit(&["--wrap", "echo by file"]);
+    assert_eq!(c.wait_done(id, Duration::from_secs(20)), "COMPLETED");
+    assert_eq!(c.output_of(id), "by file\n");
+    let out = c.run(
+        "yscancel",
+        &[&c.submit(&["-H", "--wrap", "true"]).to_string()],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+}

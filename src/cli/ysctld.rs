@@ -190,6 +190,22 @@ fn check_config(config: &Config) -> String {
             }
         ),
     );
+    let spool = crate::spool::Spool::new(&config.spool_dir);
+    let socket = spool.socket_path();
+    add(
+        "requests",
+        match crate::spool::socket::path_too_long(&socket) {
+            None => format!(
+                "state changes on {}, queries through {}",
+                socket.display(),
+                spool.incoming().display()
+            ),
+            Some(reason) => format!(
+                "all through {}: no socket, as {reason}",
+                spool.incoming().display()
+            ),
+        },
+    );
     add(
         "node",
         format!(

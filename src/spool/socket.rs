@@ -39,6 +39,9 @@ use super::{valid_name, Ownership, Spool};
 /// The socket's file name in the spool.
 pub const SOCKET_NAME: &str = "ysctld.sock";
 
+/// The longest path a Unix socket may have: `sun_path` less its NUL.
+const MAX_SOCKET_PATH: usize = 107;
+
 /// Connections whose request is still arriving; beyond these, new ones are
 /// closed at once (their senders use the spool files instead).
 const MAX_PENDING: usize = 256;
@@ -66,6 +69,17 @@ pub struct SocketRequest {
     pub connection: UnixStream,
 }
 
+/// Why no socket can be made at `path`, when its length alone says so.
+pub fn path_too_long(path: &Path) -> Option<String> {
+    let length = path.as_os_str().len();
+    (length > MAX_SOCKET_PATH).then(|| {
+        format!(
+            "{} is {length} bytes, over the {MAX_SOCKET_PATH} a socket's path may have",
+            path.display()
+        )
+    })
+}
+
 // ---------------------------------------------------------------- daemon side
 
 /// Binds the socket, replacing one left by a daemon that is gone (the caller
@@ -73,6 +87,9 @@ pub struct SocketRequest {
 /// connect in system mode; in personal mode only the spool's owner.
 pub fn bind(spool: &Spool, ownership: Ownership) -> io::Result<UnixListener> {
     let path = spool.socket_path();
+    if let Some(reason) = path_too_long(&path) {
+        return Err(io::Error::other(reason));
+    }
     match std::fs::remove_file(&path) {
         Ok(()) => {}
         Err(e) if e.kind() == ErrorKind::NotFound => {}
@@ -390,6 +407,19 @@ mod tests {
         drop(theirs);
         let deadline = Instant::now() + Duration::from_secs(5);
         assert!(matches!(receive(&mut ours, deadline), Answer::Lost));
+    }
+
+    #[test]
+    fn a_socket_path_over_107_bytes_is_refused_by_its_length() {
+        assert_eq!(
+            path_too_long(Path::new("/var/spool/ysched/ysctld.sock")),
+            None
+        );
+        let long = format!("/{}", "d".repeat(106));
+        assert_eq!(path_too_long(Path::new(&long)), None);
+        let longer = format!("/{}", "d".repeat(107));
+        let reason = path_too_long(Path::new(&longer)).unwrap();
+        assert!(reason.contains("is 108 bytes, over the 107"), "{reason}");
     }
 
     #[test]
