@@ -42,9 +42,12 @@ pub const SOCKET_NAME: &str = "ysctld.sock";
 /// The longest path a Unix socket may have: `sun_path` less its NUL.
 const MAX_SOCKET_PATH: usize = 107;
 
-/// Connections whose request is still arriving; beyond these, new ones are
-/// closed at once (their senders use the spool files instead).
+/// Connections whose request is still arriving, in all and from one user;
+/// beyond these, new ones are closed at once (their senders use the spool
+/// files instead), so that one user's idle connections cannot push every
+/// other user off the socket.
 const MAX_PENDING: usize = 256;
+const MAX_PENDING_PER_USER: usize = 32;
 
 /// How long a sender may take to send its request. A client sends it in one
 /// write right after connecting; this bounds what a connection that never
@@ -198,9 +201,6 @@ pub fn serve(
                         break;
                     }
                 };
-                if pending.len() >= MAX_PENDING {
-                    continue;
-                }
                 let uid = match nix::sys::socket::getsockopt(
                     &connection,
                     nix::sys::socket::sockopt::PeerCredentials,
@@ -208,7 +208,7 @@ pub fn serve(
                     Ok(credentials) => credentials.uid(),
                     Err(_) => continue,
                 };
-                if connection.set_nonblocking(true).is_err() {
+                if !room_for(&pending, uid) || connection.set_nonblocking(true).is_err() {
                     continue;
                 }
                 pending.push(Pending {
@@ -220,6 +220,12 @@ pub fn serve(
             }
         }
     }
+}
+
+/// Whether another connection from `uid` may wait for its request.
+fn room_for(pending: &[Pending], uid: u32) -> bool {
+    pending.len() < MAX_PENDING
+        && pending.iter().filter(|p| p.uid == uid).count() < MAX_PENDING_PER_USER
 }
 
 enum Progress {
@@ -407,6 +413,27 @@ mod tests {
         drop(theirs);
         let deadline = Instant::now() + Duration::from_secs(5);
         assert!(matches!(receive(&mut ours, deadline), Answer::Lost));
+    }
+
+    #[test]
+    fn one_user_cannot_take_every_waiting_place() {
+        let mut waiting = Vec::new();
+        let mut ends = Vec::new();
+        for _ in 0..MAX_PENDING_PER_USER {
+            assert!(room_for(&waiting, 1000));
+            let (p, theirs) = pending(b"");
+            waiting.push(p);
+            ends.push(theirs);
+        }
+        assert!(!room_for(&waiting, 1000), "the user's share is full");
+        assert!(room_for(&waiting, 1001), "another user still gets in");
+        while waiting.len() < MAX_PENDING {
+            let (mut p, theirs) = pending(b"");
+            p.uid = 2000 + waiting.len() as u32;
+            waiting.push(p);
+            ends.push(theirs);
+        }
+        assert!(!room_for(&waiting, 1001), "and none when all are taken");
     }
 
     #[test]
