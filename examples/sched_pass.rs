@@ -118,9 +118,10 @@ fn main() {
             fairshare: &factors,
             total_gpus: gpu_count,
         };
+        let mut rater = priority::Rater::new(&ctx);
         let queue: Vec<(&Job, i64)> = pending
             .iter()
-            .map(|j| (j, priority::factors(j, &ctx, now).priority()))
+            .map(|j| (j, rater.factors(j, now).priority()))
             .collect();
         lap("priorities");
         let run: Vec<&Job> = running.iter().collect();
@@ -152,9 +153,10 @@ fn main() {
             fairshare: &factors,
             total_gpus: gpu_count,
         };
+        let mut rater = priority::Rater::new(&ctx);
         let queue: Vec<(&Job, i64)> = pending
             .iter()
-            .map(|j| (j, priority::factors(j, &ctx, now).priority()))
+            .map(|j| (j, rater.factors(j, now).priority()))
             .collect();
         let run: Vec<&Job> = running.iter().collect();
         let policy = sched::limits::Policy::new(&config);

@@ -234,6 +234,10 @@ pub(crate) struct Daemon {
     warned: HashSet<JobId>,
     /// Fair-share factors from the last pass.
     fairshare: sched::fairshare::FactorMap,
+    /// The last pass's fair-share tree, which the next query snapshot shows
+    /// (`ysshare`) instead of building its own: a pass follows every change
+    /// to jobs or usage, and building the tree walks every job.
+    pass_tree: Option<(sched::fairshare::Tree, Vec<sched::fairshare::NodeShare>)>,
     order: Vec<JobId>,
     wake_at: Option<i64>,
     /// Replies to send once the current transaction is committed.
@@ -372,6 +376,7 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         ended: HashMap::new(),
         warned: HashSet::new(),
         fairshare: Default::default(),
+        pass_tree: None,
         order: Vec::new(),
         wake_at: None,
         replies: Vec::new(),
@@ -902,6 +907,7 @@ impl Daemon {
         self.reschedule = false;
         let (tree, shares) = self.fairshare_tree(now);
         self.fairshare = sched::fairshare::factors(&tree, &shares);
+        self.pass_tree = Some((tree, shares));
         let mut held_back = self.dependency_waits(now)?;
         for (id, reason) in self.budget_waits(now) {
             held_back.entry(id).or_insert(reason);
@@ -912,11 +918,12 @@ impl Daemon {
                 .or_insert(sched::Reason::JobArrayTaskLimit);
         }
         let ctx = self.priority_context();
+        let mut rater = sched::priority::Rater::new(&ctx);
         let pending: Vec<(&Job, i64)> = self
             .jobs
             .all()
             .filter(|j| j.state == JobState::Pending && !held_back.contains_key(&j.id))
-            .map(|j| (j, sched::priority::factors(j, &ctx, now).priority()))
+            .map(|j| (j, rater.factors(j, now).priority()))
             .collect();
         let running: Vec<&Job> = self.jobs.all().filter(|j| j.state.holds_gpus()).collect();
         let drained: Vec<u32> = self.drains.keys().copied().collect();
@@ -975,12 +982,6 @@ impl Daemon {
             return s.clone();
         }
         let now = now();
-        let rank: HashMap<JobId, usize> = self
-            .order
-            .iter()
-            .enumerate()
-            .map(|(i, id)| (*id, i))
-            .collect();
         let policy = sched::limits::Policy::new(&self.config);
         let budgets: HashMap<String, sched::budget::Standing> = self
             .config
@@ -988,16 +989,23 @@ impl Daemon {
             .iter()
             .filter_map(|a| Some((a.name.clone(), self.standing(&a.name, &policy, now)?)))
             .collect();
-        let (tree, shares) = self.fairshare_tree(now);
+        let built;
+        let (tree, shares) = match &self.pass_tree {
+            Some((tree, shares)) => (tree, shares),
+            None => {
+                built = self.fairshare_tree(now);
+                (&built.0, &built.1)
+            }
+        };
         let ctx = self.priority_context();
         let mut snapshot = QueueSnapshot::build(
             self.jobs.values(),
             &self.reasons,
             &self.expected_starts,
-            |id| rank.get(&id).copied(),
+            &self.order,
             &ctx,
             now,
-            query::share_rows(&tree, &shares, &self.usage, &budgets),
+            query::share_rows(tree, shares, &self.usage, &budgets),
         );
         let jobs: Vec<&Job> = self.jobs.all().collect();
         snapshot.node = crate::report::node::build(&crate::report::node::Facts {
@@ -1044,12 +1052,11 @@ impl Daemon {
         named.sort_unstable_by_key(|j| j.id);
         named.dedup_by_key(|j| j.id);
         let ctx = self.priority_context();
-        let rank = |id: JobId| self.order.iter().position(|&o| o == id);
         Some(Arc::new(QueueSnapshot::build(
             named.into_iter(),
             &self.reasons,
             &self.expected_starts,
-            rank,
+            &self.order,
             &ctx,
             now(),
             Vec::new(),
@@ -1083,6 +1090,7 @@ impl Daemon {
                 }
                 self.config = new;
                 self.users.clear();
+                self.pass_tree = None;
                 self.reschedule = true;
                 self.snapshot = None;
                 match self.load_budgets(now()) {

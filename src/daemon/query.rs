@@ -41,21 +41,28 @@ pub struct QueueSnapshot {
 }
 
 impl QueueSnapshot {
-    /// `jobs` in id order; `rank`, a pending job's place in the
-    /// scheduler's order.
+    /// `jobs` in id order; `queue_order`, the pending jobs as the last
+    /// scheduling pass ordered them.
     pub fn build<'a>(
         jobs: impl Iterator<Item = &'a std::sync::Arc<Job>>,
         reasons: &HashMap<JobId, Reason>,
         expected_starts: &HashMap<JobId, i64>,
-        rank: impl Fn(JobId) -> Option<usize>,
+        queue_order: &[JobId],
         ctx: &priority::Context,
         now: i64,
         shares: Vec<ShareRow>,
     ) -> QueueSnapshot {
+        let mut rater = priority::Rater::new(ctx);
+        // Each job's id and whether it is pending, side by side: ordering
+        // reads these small arrays, not the jobs behind their pointers.
+        let mut ids: Vec<JobId> = Vec::new();
+        let mut is_pending: Vec<bool> = Vec::new();
         let views: Vec<JobView> = jobs
             .map(|job| {
                 let pending = job.state == JobState::Pending;
-                let factors = priority::factors(job, ctx, now);
+                ids.push(job.id);
+                is_pending.push(pending);
+                let factors = rater.factors(job, now);
                 JobView {
                     pending_reason: pending.then(|| {
                         let reason = reasons.get(&job.id).copied().unwrap_or(Reason::None);
@@ -70,23 +77,37 @@ impl QueueSnapshot {
             })
             .collect();
         // The views stay in id order (for finding a job by id); the queue
-        // order is a list of their positions. Each sort key is taken once
-        // (a rank lookup and a look into the job), not at every comparison:
-        // at 100,000 jobs that was most of a rebuild, and a rebuild follows
-        // every change that a query sees.
-        let mut keyed: Vec<((u8, usize, JobId), u32)> = views
+        // order is a list of their positions: the jobs that are not pending
+        // by id, then the pending ones as the last pass ordered them, then
+        // those newer than the pass by id. The pass's order, sorted by id
+        // (it nearly is), is merged with the views to give each ranked view
+        // its slot: at 100,000 jobs, a map from id to rank and a sort of
+        // the views were most of a rebuild, and a rebuild follows every
+        // change a query sees.
+        let mut by_id: Vec<(JobId, u32)> = queue_order
             .iter()
             .enumerate()
-            .map(|(i, v)| {
-                let key = match v.job.state {
-                    JobState::Pending => (1, rank(v.job.id).unwrap_or(usize::MAX), v.job.id),
-                    _ => (0, 0, v.job.id),
-                };
-                (key, i as u32)
-            })
+            .map(|(rank, &id)| (id, rank as u32))
             .collect();
-        keyed.sort_unstable();
-        let order: Vec<u32> = keyed.into_iter().map(|(_, i)| i).collect();
+        by_id.sort_unstable();
+        let mut slots = vec![u32::MAX; queue_order.len()];
+        let mut ranked = vec![false; views.len()];
+        let mut next = by_id.iter().peekable();
+        for (i, &id) in ids.iter().enumerate() {
+            while next.next_if(|(ranked_id, _)| *ranked_id < id).is_some() {}
+            if let Some(&&(_, rank)) = next.peek().filter(|(ranked_id, _)| *ranked_id == id) {
+                if is_pending[i] {
+                    slots[rank as usize] = i as u32;
+                    ranked[i] = true;
+                }
+            }
+        }
+        let mut order: Vec<u32> = Vec::with_capacity(views.len());
+        order.extend((0..views.len() as u32).filter(|&i| !is_pending[i as usize]));
+        order.extend(slots.into_iter().filter(|&i| i != u32::MAX));
+        order.extend(
+            (0..views.len() as u32).filter(|&i| is_pending[i as usize] && !ranked[i as usize]),
+        );
         let mut place = vec![0u32; views.len()];
         for (at, &i) in order.iter().enumerate() {
             place[i as usize] = at as u32;
@@ -794,6 +815,11 @@ mod tests {
     /// Running 5; pending 3, 9 and an array 10 (tasks 10, 11, 12), in the
     /// scheduler's order 12, 9, 3, 10 (11 unranked).
     fn snapshot() -> QueueSnapshot {
+        snapshot_in(&[12, 9, 3, 10])
+    }
+
+    /// The same jobs, with the scheduler's order given.
+    fn snapshot_in(queue_order: &[JobId]) -> QueueSnapshot {
         let mut jobs = std::collections::BTreeMap::new();
         let mut add = |id: JobId, state: JobState, array: Option<u32>| {
             let mut job = example_job(id);
@@ -811,7 +837,6 @@ mod tests {
         for (id, task) in [(10, 0), (11, 1), (12, 2)] {
             add(id, JobState::Pending, Some(task));
         }
-        let rank: HashMap<JobId, usize> = [(12, 0), (9, 1), (3, 2), (10, 3)].into();
         let weights = crate::config::PriorityWeights {
             age: 0,
             fairshare: 0,
@@ -830,7 +855,7 @@ mod tests {
             jobs.values(),
             &HashMap::new(),
             &HashMap::new(),
-            |id| rank.get(&id).copied(),
+            queue_order,
             &ctx,
             100,
             Vec::new(),
@@ -850,6 +875,19 @@ mod tests {
             assert_eq!(s.get(id).map(|v| v.job.id), Some(id));
         }
         assert!(s.get(4).is_none() && s.get(13).is_none() && s.get(0).is_none());
+    }
+
+    #[test]
+    fn the_queue_order_passes_over_what_it_cannot_place() {
+        // A job gone since the pass (7), one no longer pending (5), and
+        // one named twice (12): placed once, where first named.
+        let s = snapshot_in(&[7, 12, 5, 9, 12, 3]);
+        let order: Vec<JobId> = s.in_order().map(|v| v.job.id).collect();
+        assert_eq!(order, vec![5, 12, 9, 3, 10, 11]);
+        // No pass yet: pending jobs by id after the others.
+        let s = snapshot_in(&[]);
+        let order: Vec<JobId> = s.in_order().map(|v| v.job.id).collect();
+        assert_eq!(order, vec![5, 3, 9, 10, 11, 12]);
     }
 
     #[test]

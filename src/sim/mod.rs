@@ -308,9 +308,10 @@ pub fn run(config: &Config, trace: &[TraceJob], skipped: trace::Skipped, policy:
                     fairshare: &factors,
                     total_gpus: inventory.gpus.len() as u32,
                 };
+                let mut rater = priority::Rater::new(&ctx);
                 let queue: Vec<(&Job, i64)> = pending
                     .values()
-                    .map(|j| (j, priority::factors(j, &ctx, now).priority()))
+                    .map(|j| (j, rater.factors(j, now).priority()))
                     .collect();
                 let run_list: Vec<&Job> = running.values().collect();
                 let plan = sched::plan(
