@@ -111,3 +111,27 @@ fn what_is_charged_is_what_the_jobs_used() {
     let again = stdout(&c.run("ysshare", &["-P", "-n", "-A", "heavy"]));
     assert_eq!(again, shares);
 }
+
+#[test]
+fn a_reload_that_changes_shares_shows_in_ysshare_at_once() {
+    let mut c = cluster("");
+    c.start();
+    let raw_shares = |c: &Cluster| -> String {
+        let out = c.run("ysshare", &["-P", "-n", "-A", "heavy"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+            .lines()
+            .find(|l| l.split('|').nth(1) == Some(""))
+            .map(|l| l.split('|').nth(2).unwrap_or_default().to_string())
+            .unwrap_or_default()
+    };
+    assert_eq!(raw_shares(&c), "1");
+    let text = std::fs::read_to_string(&c.config)
+        .unwrap()
+        .replace("name = \"heavy\"\n", "name = \"heavy\"\nshares = 5\n");
+    std::fs::write(&c.config, text).unwrap();
+    let out = c.run("yscontrol", &["reload"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(raw_shares(&c), "5", "the share view follows the reload");
+    c.stop();
+}
