@@ -250,7 +250,9 @@ pub(crate) struct Daemon {
     /// spool names among them.
     backlog: Vec<Incoming>,
     backlog_set: HashSet<String>,
-    snapshot: Option<Arc<QueueSnapshot>>,
+    /// The queue as the views see it, until the next change; built on the
+    /// query thread the first time a query needs it.
+    snapshot: Option<Arc<query::LazySnapshot>>,
     queries: Sender<query::Work>,
     reschedule: bool,
     shutdown: bool,
@@ -765,7 +767,7 @@ impl Daemon {
                 // queue's (60-100 ms at 100,000 jobs).
                 let named = self.snapshot.is_none().then(|| q.named_jobs()).flatten();
                 let snapshot = match named.and_then(|ids| self.snapshot_of(&ids)) {
-                    Some(s) => s,
+                    Some(s) => Arc::new(query::LazySnapshot::ready(s)),
                     None => self.snapshot(),
                 };
                 let _ = self.queries.send(q.with_snapshot(snapshot));
@@ -976,8 +978,9 @@ impl Daemon {
         (tree, shares)
     }
 
-    /// The queue as the views see it; rebuilt only after a change.
-    fn snapshot(&mut self) -> Arc<QueueSnapshot> {
+    /// The queue as the views see it; after a change, what to build it
+    /// from (the query thread builds it).
+    fn snapshot(&mut self) -> Arc<query::LazySnapshot> {
         if let Some(s) = &self.snapshot {
             return s.clone();
         }
@@ -997,34 +1000,33 @@ impl Daemon {
                 (&built.0, &built.1)
             }
         };
-        let ctx = self.priority_context();
-        let mut snapshot = QueueSnapshot::build(
-            self.jobs.values(),
-            &self.reasons,
-            &self.expected_starts,
-            &self.order,
-            &ctx,
+        let inputs = query::SnapshotInputs {
+            jobs: self.jobs.values().cloned().collect(),
+            reasons: self.reasons.clone(),
+            expected_starts: self.expected_starts.clone(),
+            queue_order: self.order.clone(),
+            weights: self.config.priority.clone(),
+            qos: self.config.qos.clone(),
+            fairshare: self.fairshare.clone(),
+            total_gpus: self.inventory.gpus.len() as u32,
             now,
-            query::share_rows(tree, shares, &self.usage, &budgets),
-        );
-        let jobs: Vec<&Job> = self.jobs.all().collect();
-        snapshot.node = crate::report::node::build(&crate::report::node::Facts {
-            name: &self.config.node_name,
-            cpus: self.cpus,
-            memory_mb: self.mem_mb,
-            isolation: &self.isolation.detected.description,
-            gpu_source: self.inventory.source.to_string(),
-            gpus: &self.inventory.gpus,
-            jobs: &jobs,
-            drains: &self.drains,
-            samples: self.last_samples.as_deref(),
-        });
-        let snapshot = Arc::new(snapshot);
+            shares: query::share_rows(tree, shares, &self.usage, &budgets),
+            node: query::NodeFacts {
+                name: self.config.node_name.clone(),
+                cpus: self.cpus,
+                memory_mb: self.mem_mb,
+                isolation: self.isolation.detected.description.clone(),
+                gpu_source: self.inventory.source.to_string(),
+                gpus: self.inventory.gpus.clone(),
+                drains: self.drains.clone(),
+                samples: self.last_samples.clone(),
+            },
+        };
+        let snapshot = Arc::new(query::LazySnapshot::new(inputs));
         self.snapshot = Some(snapshot.clone());
         snapshot
     }
 
-    /// What a job's priority is computed from, as the last pass left it.
     fn priority_context(&self) -> sched::priority::Context<'_> {
         sched::priority::Context {
             weights: &self.config.priority,

@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::mpsc::{self, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rusqlite::Connection;
 
@@ -24,9 +24,112 @@ use crate::spool::Spool;
 /// The most rows one accounting query returns.
 const MAX_ROWS: usize = 200_000;
 
+/// What a query snapshot is built from, taken on the event loop: pointers
+/// to the jobs and copies of small things. The build itself, a pass over
+/// every job (30 ms and more at 100,000), then runs on the query thread,
+/// and the loop goes on with its next turn.
+pub(super) struct SnapshotInputs {
+    /// In id order.
+    pub jobs: Vec<Arc<Job>>,
+    pub reasons: HashMap<JobId, Reason>,
+    pub expected_starts: HashMap<JobId, i64>,
+    pub queue_order: Vec<JobId>,
+    pub weights: crate::config::PriorityWeights,
+    pub qos: Vec<crate::config::Qos>,
+    pub fairshare: crate::sched::fairshare::FactorMap,
+    pub total_gpus: u32,
+    pub now: i64,
+    pub shares: Vec<ShareRow>,
+    pub node: NodeFacts,
+}
+
+/// The server's side of the node view (`ysinfo`), owned.
+pub(super) struct NodeFacts {
+    pub name: String,
+    pub cpus: u32,
+    pub memory_mb: u64,
+    pub isolation: String,
+    pub gpu_source: String,
+    pub gpus: Vec<crate::gpu::Gpu>,
+    pub drains: std::collections::BTreeMap<u32, db::Drain>,
+    pub samples: Option<Vec<crate::gpu::sampling::Sample>>,
+}
+
+impl SnapshotInputs {
+    fn build(self) -> QueueSnapshot {
+        let ctx = priority::Context {
+            weights: &self.weights,
+            qos: &self.qos,
+            fairshare: &self.fairshare,
+            total_gpus: self.total_gpus,
+        };
+        let mut snapshot = QueueSnapshot::build(
+            self.jobs.iter(),
+            &self.reasons,
+            &self.expected_starts,
+            &self.queue_order,
+            &ctx,
+            self.now,
+            self.shares,
+        );
+        let jobs: Vec<&Job> = self.jobs.iter().map(|j| &**j).collect();
+        let node = &self.node;
+        snapshot.node = report::node::build(&report::node::Facts {
+            name: &node.name,
+            cpus: node.cpus,
+            memory_mb: node.memory_mb,
+            isolation: &node.isolation,
+            gpu_source: node.gpu_source.clone(),
+            gpus: &node.gpus,
+            jobs: &jobs,
+            drains: &node.drains,
+            samples: node.samples.as_deref(),
+        });
+        snapshot
+    }
+}
+
+/// A query snapshot built by the first query that needs it, on the query
+/// thread, and shared by the queries after it until the next change.
+pub(super) struct LazySnapshot {
+    inputs: Mutex<Option<SnapshotInputs>>,
+    built: OnceLock<Arc<QueueSnapshot>>,
+}
+
+impl LazySnapshot {
+    pub(super) fn new(inputs: SnapshotInputs) -> LazySnapshot {
+        LazySnapshot {
+            inputs: Mutex::new(Some(inputs)),
+            built: OnceLock::new(),
+        }
+    }
+
+    pub(super) fn ready(snapshot: Arc<QueueSnapshot>) -> LazySnapshot {
+        LazySnapshot {
+            inputs: Mutex::new(None),
+            built: OnceLock::from(snapshot),
+        }
+    }
+
+    pub(super) fn get(&self) -> Arc<QueueSnapshot> {
+        self.built
+            .get_or_init(|| {
+                let inputs = self
+                    .inputs
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .take();
+                // The inputs are taken once, by the one initialisation.
+                Arc::new(inputs.map(SnapshotInputs::build).unwrap_or_default())
+            })
+            .clone()
+    }
+}
+
 /// Active jobs as of the end of a loop turn, found by id and listed in
 /// queue order: running ones by id, then pending ones in the order the
 /// scheduler would start them.
+#[derive(Default)]
 pub struct QueueSnapshot {
     /// In id order.
     jobs: Vec<JobView>,
@@ -308,6 +411,9 @@ pub(super) struct Work {
     /// Seconds a finished job still shows in the queue (min_job_age_secs).
     min_job_age: u64,
     query: Query,
+    /// The queue as the loop handed it over; on the query thread it is
+    /// built if it has not been yet, and becomes `snapshot`.
+    lazy: Option<Arc<LazySnapshot>>,
     snapshot: Option<Arc<QueueSnapshot>>,
 }
 
@@ -318,12 +424,13 @@ impl Work {
             viewer,
             min_job_age,
             query,
+            lazy: None,
             snapshot: None,
         }
     }
 
-    pub(super) fn with_snapshot(mut self, snapshot: Arc<QueueSnapshot>) -> Work {
-        self.snapshot = Some(snapshot);
+    pub(super) fn with_snapshot(mut self, snapshot: Arc<LazySnapshot>) -> Work {
+        self.lazy = Some(snapshot);
         self
     }
 
@@ -358,7 +465,10 @@ pub(super) fn start(spool: Spool, database: &Path) -> std::io::Result<Sender<Wor
     std::thread::Builder::new()
         .name("queries".into())
         .spawn(move || {
-            for work in rx {
+            for mut work in rx {
+                if let Some(lazy) = work.lazy.take() {
+                    work.snapshot = Some(lazy.get());
+                }
                 match &work.query {
                     Query::Accounting {
                         filter,
@@ -785,6 +895,7 @@ pub fn answer_offline(
             privacy: Default::default(),
         },
         query,
+        lazy: None,
         snapshot: None,
     };
     if work.query == Query::Node {
