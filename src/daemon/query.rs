@@ -1,6 +1,6 @@
 //! Read-only views (`ysqueue`, `ysacct`, `yscontrol show job`), answered on
-//! their own thread: the queue from an immutable snapshot the event loop
-//! hands over, history from a read-only connection the daemon owns. Users
+//! their own thread: the queue from an immutable snapshot, built here from
+//! what the event loop hands over after a change, history from a read-only connection the daemon owns. Users
 //! never open the database, so none can stall the loop's writes or pin the
 //! WAL; and another user's job comes without its private fields.
 
@@ -986,6 +986,47 @@ mod tests {
             assert_eq!(s.get(id).map(|v| v.job.id), Some(id));
         }
         assert!(s.get(4).is_none() && s.get(13).is_none() && s.get(0).is_none());
+    }
+
+    #[test]
+    fn a_lazy_snapshot_is_built_once_and_shared() {
+        let jobs: Vec<Arc<Job>> = snapshot().jobs.iter().map(|v| v.job.clone()).collect();
+        let inputs = SnapshotInputs {
+            jobs,
+            reasons: HashMap::new(),
+            expected_starts: HashMap::new(),
+            queue_order: vec![12, 9, 3, 10],
+            weights: crate::config::PriorityWeights {
+                age: 0,
+                fairshare: 0,
+                qos: 0,
+                size: 0,
+                max_age: 0,
+            },
+            qos: Vec::new(),
+            fairshare: Default::default(),
+            total_gpus: 4,
+            now: 100,
+            shares: Vec::new(),
+            node: NodeFacts {
+                name: "gpu01".into(),
+                cpus: 8,
+                memory_mb: 1024,
+                isolation: "off".into(),
+                gpu_source: "declared".into(),
+                gpus: Vec::new(),
+                drains: Default::default(),
+                samples: None,
+            },
+        };
+        let lazy = LazySnapshot::new(inputs);
+        let first = lazy.get();
+        assert!(Arc::ptr_eq(&first, &lazy.get()), "built once");
+        let order: Vec<JobId> = first.in_order().map(|v| v.job.id).collect();
+        assert_eq!(order, vec![5, 12, 9, 3, 10, 11]);
+        assert_eq!(first.node.name, "gpu01");
+        let ready = LazySnapshot::ready(first.clone());
+        assert!(Arc::ptr_eq(&ready.get(), &first));
     }
 
     #[test]
