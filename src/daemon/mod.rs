@@ -1027,6 +1027,7 @@ impl Daemon {
         snapshot
     }
 
+    /// What a job's priority is computed from, as the last pass left it.
     fn priority_context(&self) -> sched::priority::Context<'_> {
         sched::priority::Context {
             weights: &self.config.priority,
