@@ -26,3 +26,24 @@ median() { sort -n | awk '{v[NR]=$1} END {if (NR) print (NR%2) ? v[(NR+1)/2] : (
 # CPU seconds the whole machine spent busy so far (user, nice, system, irq,
 # softirq; not idle or iowait), from /proc/stat.
 busy() { awk -v hz="$(getconf CLK_TCK)" '$1 == "cpu" {print ($2 + $3 + $4 + $7 + $8) / hz}' /proc/stat; }
+
+# fill_seed BIN_DIR DIR N: makes DIR a daemon's config and spool holding N
+# held jobs (submitted by 4 submitters with BIN_DIR's build), once: a
+# later call with the same DIR finds it filled and does nothing.
+fill_seed() {
+    local bin=$1 seed=$2 n=$3
+    [ -s "$seed/filled" ] && return 0
+    rm -rf "$seed"
+    bench_config "$seed"
+    YS_CONF=$seed/ysched.toml "$bin/ysctld" >/dev/null || return 1
+    echo "filling $n held jobs (4 submitters)"
+    for _ in 1 2 3 4; do
+        (for _ in $(seq $((n / 4))); do
+            YS_CONF=$seed/ysched.toml "$bin/ysbatch" -H -G 1 -t 1 -o /dev/null --wrap true >/dev/null
+        done) &
+    done
+    wait
+    kill "$(cat "$seed/spool/ysctld.pid")"
+    while [ -e /proc/"$(cat "$seed/spool/ysctld.pid")" ]; do sleep 0.1; done
+    echo "$n" > "$seed/filled"
+}

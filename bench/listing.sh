@@ -25,21 +25,7 @@ command -v hyperfine >/dev/null || { echo "hyperfine is needed (apt install hype
 . "$(dirname "$0")/lib.sh"
 
 seed=$WORK/seed-$N
-if [ ! -s "$seed/filled" ]; then
-    rm -rf "$seed"
-    bench_config "$seed"
-    YS_CONF=$seed/ysched.toml "$OLD/ysctld" >/dev/null || exit 1
-    echo "filling $N held jobs (4 submitters)"
-    for p in 1 2 3 4; do
-        (for i in $(seq $((N / 4))); do
-            YS_CONF=$seed/ysched.toml "$OLD/ysbatch" -H -G 1 -t 1 -o /dev/null --wrap true >/dev/null
-        done) &
-    done
-    wait
-    kill "$(cat "$seed/spool/ysctld.pid")"
-    while [ -e /proc/"$(cat "$seed/spool/ysctld.pid")" ]; do sleep 0.1; done
-    echo "$N" > "$seed/filled"
-fi
+fill_seed "$OLD" "$seed" "$N" || exit 1
 
 for build in old new; do
     rm -rf "${WORK:?}/$build"
