@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Every benchmark in one run, on this machine, with the date, the machine
 # and the commands written at the top of the summary:
-#   bench/run.sh ysched slurm ts pueue   submissions, latency, throughput, queue, cancel
+#   bench/run.sh ysched slurm ts pueue floor   submissions, latency, throughput, queue,
+#                                         cancel; floor: the same loops, no scheduler
 #   bench/preempt.sh ysched slurm         preemption
 #   bench/acct_stream.sh                  ysacct over 100,000 and 1,000,000 jobs
 #   examples/report_month, sched_pass     the monthly report, one scheduling pass
-# usage: bench/all.sh [SYSTEMS...]   (default: ysched slurm ts pueue; Slurm,
+# usage: bench/all.sh [SYSTEMS...]   (default: ysched slurm ts pueue floor; Slurm,
 # task-spooler and pueue need root and ../shared/bench). Long: about an hour.
 # Output: bench/out/all-DATE.txt
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 OUT=${OUT:-$HERE/out}
-SYSTEMS=${*:-ysched slurm ts pueue}
+SYSTEMS=${*:-ysched slurm ts pueue floor}
 mkdir -p "$OUT"
 summary=$OUT/all-$(date -u +%Y%m%dT%H%MZ).txt
 {

@@ -3,8 +3,9 @@
 # 22.05, and (with those scripts at hand) measures Slurm and task-spooler in
 # the same run, so that the figures are ratios on one machine on one day.
 #
-# usage: bench/run.sh [ysched] [slurm] [ts] [pueue]   (default: ysched)
+# usage: bench/run.sh [ysched] [slurm] [ts] [pueue] [floor]   (default: ysched)
 #   ysched  this tree's release build, personal or system mode (whoever runs it)
+#   floor   bench/floor.sh: the same loops with no scheduler (the machine's floor)
 #   slurm   ../shared/bench/slurm/{setup,bench}.sh (root; installs slurm-wlm)
 #   ts      ../shared/bench/simple-queues/bench.sh ts (root; installs task-spooler)
 #   pueue   ../shared/bench/simple-queues/bench.sh pueue (cargo installs pueue: slow)
@@ -169,15 +170,17 @@ for system in $SYSTEMS; do
         slurm) bench_slurm ;;
         ts) bench_ts ;;
         pueue) bench_pueue ;;
-        *) echo "unknown system $system (ysched, slurm, ts, pueue)"; exit 2 ;;
+        floor) OUT=$OUT N=$N NLAT=$NLAT "$HERE/floor.sh" ;;
+        *) echo "unknown system $system (ysched, slurm, ts, pueue, floor)"; exit 2 ;;
     esac
 done
 
 # Summary: ysched beside whatever else was measured in this run.
 get() { [ -f "$1" ] && grep "^$2=" "$1" | tail -1 | cut -d= -f2; }
-Y=$OUT/ysched/results.kv S=$OUT/slurm/results.kv T=$OUT/ts/summary.txt P=$OUT/pueue/summary.txt
-printf '\n%-44s %12s %12s %12s %12s\n' "metric" "ysched" "slurm" "task-spooler" "pueue"
-row() { printf '%-44s %12s %12s %12s %12s\n' "$1" "$(get "$Y" "$2")" "$(get "$S" "$3")" "$(get "$T" "$4")" "$(get "$P" "$5")"; }
+Y=$OUT/ysched/results.kv S=$OUT/slurm/results.kv T=$OUT/ts/summary.txt P=$OUT/pueue/summary.txt F=$OUT/floor/results.kv
+printf '\n%-44s %12s %12s %12s %12s %12s\n' "metric" "ysched" "slurm" "task-spooler" "pueue" "floor"
+# The floor's keys are ysched's.
+row() { printf '%-44s %12s %12s %12s %12s %12s\n' "$1" "$(get "$Y" "$2")" "$(get "$S" "$3")" "$(get "$T" "$4")" "$(get "$P" "$5")" "$(get "$F" "$2")"; }
 row "submit, sequential (jobs/s)" seq_submit_rate_jobs_per_s seq_submit_rate_jobs_per_s ts_seq_submit_jobs_per_s_r1 pueue_seq_submit_jobs_per_s_r1
 row "submit, 4 parallel (jobs/s)" par4_submit_rate_jobs_per_s par4_submit_rate_jobs_per_s ts_par4_submit_jobs_per_s_r1 pueue_par4_submit_jobs_per_s_r1
 row "submit to start, idle, median (s)" lat_median_s lat_median_s ts_dispatch_latency pueue_dispatch_latency

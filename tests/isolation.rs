@@ -379,6 +379,35 @@ fn suspend_and_resume(extra: &str) {
 }
 
 #[test]
+fn without_isolation_a_jobs_cpu_time_is_still_recorded() {
+    let c = Cluster::started("cgroups = \"off\"");
+    // A tenth of a second of CPU in a child of the script, and 0.7 s in an
+    // orphan in a session of its own. Both end before the script does, so
+    // both count: the orphan's time alone passes the bound.
+    let burn = |s: f64| {
+        format!("python3 -c 'import time\nt = time.process_time()\nwhile time.process_time() - t < {s}: pass'")
+    };
+    let (child, orphan) = (burn(0.1), burn(0.7));
+    let done = c.dir.path().join("orphan-done");
+    let done = done.display();
+    let id = c.submit(&[
+        "--wrap",
+        &format!(
+            "{child}; (setsid sh -c \"{orphan}; touch {done}\" &); \
+             while [ ! -e {done} ]; do sleep 0.05; done; sleep 0.2"
+        ),
+    ]);
+    assert_eq!(c.wait_done(id, LONG), "COMPLETED");
+    let total = c.field(id, "TotalCPU");
+    let (minutes, seconds) = total.split_once(':').expect(&total);
+    let seconds = minutes.parse::<f64>().unwrap() * 60.0 + seconds.parse::<f64>().unwrap();
+    assert!(
+        (0.7..30.0).contains(&seconds),
+        "TotalCPU {total} counts the script's child and its orphan"
+    );
+}
+
+#[test]
 fn only_admins_suspend_and_only_with_isolation() {
     let c = Cluster::started("cgroups = \"off\"");
     assert!(

@@ -154,12 +154,16 @@ fn supervise(dir: &Path) -> Result<(), String> {
             write_state(dir, &state)?;
             let (exit, terminated) = wait_for_job(job, &signals, &control, group);
             kill_leftovers(job, group);
+            let mut usage = group.map(|g| g.usage()).unwrap_or_default();
+            if usage.cpu_usec.is_none() {
+                usage.cpu_usec = children_cpu_usec();
+            }
             ExitRecord {
                 exit,
                 end_time: now(),
                 launch_error: None,
                 terminated,
-                usage: group.map(|g| g.usage()).unwrap_or_default(),
+                usage,
             }
         }
     };
@@ -478,6 +482,25 @@ fn kill_leftovers(job: Pid, group: Option<&dyn JobCgroup>) {
         }
     }
     eprintln!("ysstepd: processes of job (pgid {job}) did not die within 1 s of SIGKILL; giving up on them");
+}
+
+/// The CPU time (user and system) of the job's processes, where no cgroup
+/// measures it: this supervisor is their subreaper, so every process of
+/// the job that ended was reaped here or by a reaped ancestor, and the
+/// kernel sums them into this process's children's rusage. Zombies left
+/// by the kill are reaped first so that they count.
+fn children_cpu_usec() -> Option<u64> {
+    while let Ok(status) = waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+        if status == WaitStatus::StillAlive {
+            break;
+        }
+    }
+    let usage =
+        nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN).ok()?;
+    let usec = |t: nix::sys::time::TimeVal| -> Option<u64> {
+        Some(u64::try_from(t.tv_sec()).ok()? * 1_000_000 + u64::try_from(t.tv_usec()).ok()?)
+    };
+    Some(usec(usage.user_time())? + usec(usage.system_time())?)
 }
 
 /// `4242 (python, state D)` for each pid, from /proc.
