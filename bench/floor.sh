@@ -11,7 +11,9 @@
 #          measures it, with nothing between the client and the job;
 #   jobs   N times /bin/true, each followed by `sh -c true` started in the
 #          background (the job), until all have ended: N separate `true`
-#          jobs with no scheduler.
+#          jobs with no scheduler;
+#   jobs with cgroups (as root, with gcc): bench/floor_jobs.c, the same
+#          with each job in its own cgroups and at most 4 at once.
 #
 # usage: bench/floor.sh   env: N=1000, NLAT=20, OUT=bench/out
 # Output: $OUT/floor/results.kv, with bench/run.sh's keys.
@@ -61,3 +63,15 @@ done
 wait
 t1=$(now)
 put seq_throughput_wall_s "$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", b - a}')"
+
+if [ "$(id -u)" = 0 ] && command -v gcc >/dev/null; then
+    echo "== floor: $N separate \`true\` jobs, each in its own cgroups, 4 at once"
+    if gcc -O2 -o "$raw/floor_jobs" "$HERE/floor_jobs.c"; then
+        c0=$(busy)
+        put seq_throughput_cgroups_wall_s "$("$raw/floor_jobs" "$N" 4)"
+        c1=$(busy)
+        put cgroups_cpu_ms_per_job "$(awk -v a="$c0" -v b="$c1" -v n="$N" 'BEGIN {printf "%.2f", (b - a) * 1000 / n}')"
+    fi
+else
+    echo "(not root, or no gcc: the floor with cgroups is not measured)"
+fi

@@ -176,7 +176,14 @@ for system in $SYSTEMS; do
 done
 
 # Summary: ysched beside whatever else was measured in this run.
-get() { [ -f "$1" ] && grep "^$2=" "$1" | tail -1 | cut -d= -f2; }
+# A value, or its median where it is a list of figures ("n=20 median=4.50ms ...").
+get() {
+    [ -f "$1" ] || return 0
+    local v
+    v=$(grep "^$2=" "$1" | tail -1 | cut -d= -f2-)
+    case $v in *median=*) v=${v#*median=}; v=${v%% *} ;; esac
+    echo "$v"
+}
 Y=$OUT/ysched/results.kv S=$OUT/slurm/results.kv T=$OUT/ts/summary.txt P=$OUT/pueue/summary.txt F=$OUT/floor/results.kv
 printf '\n%-44s %12s %12s %12s %12s %12s\n' "metric" "ysched" "slurm" "task-spooler" "pueue" "floor"
 # The floor's keys are ysched's.
@@ -186,6 +193,7 @@ row "submit, 4 parallel (jobs/s)" par4_submit_rate_jobs_per_s par4_submit_rate_j
 row "submit to start, idle, median (s)" lat_median_s lat_median_s ts_dispatch_latency pueue_dispatch_latency
 row "1000 one-GPU jobs on 4 GPUs (s)" seq_throughput_wall_s seq_throughput_wall_s ts_throughput_all_done_s_r1 pueue_throughput_all_done_s_r1
 row "1000 jobs as one array, all done (s)" array_throughput_wall_s - - -
+printf '%-44s %12s %12s %12s %12s %12s\n' "1000 jobs, each in its own cgroups (s)" "" "" "" "" "$(get "$F" seq_throughput_cgroups_wall_s)"
 row "queue listing, 10k pending, mean (s)" hf_squeue_mean_s hf_squeue_mean_s - -
 row "cancel all 10k pending (s)" scancel_until_queue_empty_s scancel_until_queue_empty_s - -
 # ysched's daemon memory per held job (NHOLD=100000 for the issue's figure).

@@ -1,0 +1,169 @@
+/*
+ * The floor for N separate `true` jobs on SLOTS GPUs with each job in its
+ * own cgroups, for bench/floor.sh: the work any isolating scheduler cannot
+ * avoid, done by one process with nothing else. Per job: a client process
+ * (/bin/true, the submission), a group made in each cgroup v1 hierarchy
+ * ysched uses (memory, devices, pids, cpu, freezer) or one cgroup2 group,
+ * a fork that joins them and execs `sh -c true` (the job), and, once it has
+ * ended, the groups removed. At most SLOTS jobs run at once.
+ *
+ * usage: floor_jobs N SLOTS [CGROUP_ROOT]   (root; CGROUP_ROOT=/sys/fs/cgroup)
+ * Prints the seconds from the first submission until every job has ended
+ * and its groups are gone.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static const char *v1[] = {"memory", "devices", "pids", "cpu", "freezer"};
+static char parents[5][512];
+static int nparents;
+
+struct slot {
+    pid_t pid;
+    int job;
+};
+
+static void die(const char *what) {
+    perror(what);
+    exit(1);
+}
+
+static void group_path(char *out, size_t size, int parent, int job) {
+    snprintf(out, size, "%.500s/floor_%d", parents[parent], job);
+}
+
+static void make_groups(int job) {
+    char path[600];
+    for (int p = 0; p < nparents; p++) {
+        group_path(path, sizeof path, p, job);
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            die(path);
+    }
+}
+
+static void remove_groups(int job) {
+    char path[600];
+    for (int p = 0; p < nparents; p++) {
+        group_path(path, sizeof path, p, job);
+        /* Busy for a moment after the last task exits. */
+        while (rmdir(path) != 0 && errno == EBUSY)
+            usleep(100);
+    }
+}
+
+static void start_job(struct slot *slot, int job) {
+    make_groups(job);
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork");
+    if (pid == 0) {
+        char path[640], me[32];
+        int len = snprintf(me, sizeof me, "%d", getpid());
+        for (int p = 0; p < nparents; p++) {
+            group_path(path, sizeof path, p, job);
+            strcat(path, "/cgroup.procs");
+            int fd = open(path, O_WRONLY);
+            if (fd < 0 || write(fd, me, len) != len)
+                _exit(126);
+            close(fd);
+        }
+        execl("/bin/sh", "sh", "-c", "true", (char *)NULL);
+        _exit(127);
+    }
+    slot->pid = pid;
+    slot->job = job;
+}
+
+static void reap_one(struct slot *slots, int n) {
+    int status;
+    pid_t pid = wait(&status);
+    if (pid < 0)
+        die("wait");
+    for (int i = 0; i < n; i++)
+        if (slots[i].pid == pid) {
+            remove_groups(slots[i].job);
+            slots[i].pid = 0;
+            return;
+        }
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: floor_jobs N SLOTS [CGROUP_ROOT]\n");
+        return 2;
+    }
+    int n = atoi(argv[1]), nslots = atoi(argv[2]);
+    const char *root = argc > 3 ? argv[3] : "/sys/fs/cgroup";
+    char probe[512];
+    snprintf(probe, sizeof probe, "%s/cgroup.controllers", root);
+    if (access(probe, F_OK) == 0) {
+        /* cgroup2: one group per job under a parent with the controllers. */
+        snprintf(parents[0], sizeof parents[0], "%s/ysched_floor", root);
+        mkdir(parents[0], 0755);
+        char control[600];
+        snprintf(control, sizeof control, "%s/cgroup.subtree_control", parents[0]);
+        int fd = open(control, O_WRONLY);
+        if (fd >= 0) {
+            const char *want[] = {"+memory", "+pids", "+cpu"};
+            for (int i = 0; i < 3; i++)
+                if (write(fd, want[i], strlen(want[i])) < 0) {
+                    /* Not delegated here: the group goes without it. */
+                }
+            close(fd);
+        }
+        nparents = 1;
+    } else {
+        for (int i = 0; i < 5; i++) {
+            snprintf(probe, sizeof probe, "%s/%s/cgroup.procs", root, v1[i]);
+            if (access(probe, F_OK) != 0)
+                continue;
+            snprintf(parents[nparents], sizeof parents[0], "%s/%s/ysched_floor", root, v1[i]);
+            mkdir(parents[nparents], 0755);
+            nparents++;
+        }
+    }
+    if (nparents == 0) {
+        fprintf(stderr, "floor_jobs: no cgroup hierarchy under %s\n", root);
+        return 1;
+    }
+    struct slot *slots = calloc(nslots, sizeof *slots);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int job = 0; job < n; job++) {
+        char *client[] = {"true", NULL};
+        pid_t pid;
+        int status;
+        if (posix_spawn(&pid, "/bin/true", NULL, NULL, client, environ) != 0)
+            die("posix_spawn");
+        waitpid(pid, &status, 0);
+        int free_slot = -1;
+        for (;;) {
+            for (int i = 0; i < nslots && free_slot < 0; i++)
+                if (slots[i].pid == 0)
+                    free_slot = i;
+            if (free_slot >= 0)
+                break;
+            reap_one(slots, nslots);
+        }
+        start_job(&slots[free_slot], job);
+    }
+    for (int i = 0; i < nslots; i++)
+        if (slots[i].pid != 0)
+            reap_one(slots, nslots);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    for (int p = 0; p < nparents; p++)
+        rmdir(parents[p]);
+    printf("%.3f\n", (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+    return 0;
+}
