@@ -242,3 +242,70 @@ impl JobCgroup for JobGroup {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hierarchy at `root/name` as cgroupfs lays it out, with job 7's
+    /// group holding `files`.
+    fn hierarchy(root: &Path, name: &str, files: &[(&str, &str)]) -> PathBuf {
+        let dir = root.join(name);
+        let group = dir.join("ysched").join(group_name(7));
+        fs::create_dir_all(&group).unwrap();
+        fs::write(dir.join("cgroup.procs"), "").unwrap();
+        for (file, text) in files {
+            fs::write(group.join(file), text).unwrap();
+        }
+        group
+    }
+
+    fn memory(root: &Path) {
+        hierarchy(
+            root,
+            "memory",
+            &[
+                ("memory.max_usage_in_bytes", "4096\n"),
+                (
+                    "memory.oom_control",
+                    "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n",
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn cpu_time_comes_from_cpuacct_where_it_shares_the_cpu_hierarchy() {
+        let root = tempfile::tempdir().unwrap();
+        memory(root.path());
+        hierarchy(
+            root.path(),
+            "cpu,cpuacct",
+            &[("cpuacct.usage", "5000000\n")],
+        );
+        for name in ["cpu", "cpuacct"] {
+            std::os::unix::fs::symlink("cpu,cpuacct", root.path().join(name)).unwrap();
+        }
+        let group = JobGroup::open(root.path(), "ysched", 7).unwrap();
+        assert_eq!(group.dirs.len(), 2, "memory and cpu,cpuacct");
+        let usage = group.usage();
+        assert_eq!(usage.cpu_usec, Some(5_000));
+        assert_eq!(usage.max_rss_bytes, Some(4096));
+    }
+
+    #[test]
+    fn a_cpuacct_hierarchy_of_its_own_gets_no_group_and_gives_no_cpu_time() {
+        let root = tempfile::tempdir().unwrap();
+        memory(root.path());
+        hierarchy(root.path(), "cpu", &[]);
+        hierarchy(root.path(), "cpuacct", &[("cpuacct.usage", "5000000\n")]);
+        let group = JobGroup::open(root.path(), "ysched", 7).unwrap();
+        assert!(
+            !group.path().contains("cpuacct"),
+            "only memory and cpu are the job's: {}",
+            group.path()
+        );
+        // The supervisor takes its children's rusage instead.
+        assert_eq!(group.usage().cpu_usec, None);
+    }
+}
