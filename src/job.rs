@@ -256,6 +256,16 @@ impl MailTypes {
         self.0 == 0
     }
 
+    /// Raw bits, as a hand-written request may carry them.
+    pub fn from_bits(bits: u8) -> MailTypes {
+        MailTypes(bits)
+    }
+
+    /// Only the five known events' bits are set.
+    pub fn is_valid(self) -> bool {
+        self.0 & !31 == 0
+    }
+
     pub fn contains(self, other: MailTypes) -> bool {
         self.0 & other.0 == other.0 && other.0 != 0
     }
@@ -277,23 +287,28 @@ impl MailTypes {
 
 /// `--signal=[B:]SIG[@SECONDS]`: a signal the job gets SECONDS (default
 /// 60) before its time limit, and at once when it is preempted, before
-/// SIGTERM.
+/// SIGTERM. As in Slurm, without `B:` it goes to the job's steps (every
+/// process of the job but the batch shell), with `B:` to the batch shell
+/// alone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WarnSignal {
     pub signal: i32,
     pub before_secs: u32,
+    /// `B:`: the batch shell only.
+    #[serde(default)]
+    pub batch_only: bool,
 }
 
 impl WarnSignal {
     pub fn parse(text: &str) -> Result<WarnSignal, String> {
         let t = text.trim();
-        // Slurm's B: (batch shell only) and R: prefixes: ysched signals
-        // every process of the job either way.
-        let t = t
-            .strip_prefix("B:")
-            .or_else(|| t.strip_prefix("R:"))
-            .or_else(|| t.strip_prefix("RB:"))
-            .unwrap_or(t);
+        // Slurm's prefixes: B: the batch shell; R: (reservations) changes
+        // nothing here.
+        let (batch_only, t) = match t.split_once(':') {
+            Some(("B" | "RB" | "BR", rest)) => (true, rest),
+            Some(("R", rest)) => (false, rest),
+            _ => (false, t),
+        };
         let (sig, before) = match t.split_once('@') {
             Some((s, b)) => (
                 s,
@@ -310,6 +325,7 @@ impl WarnSignal {
         Ok(WarnSignal {
             signal: crate::units::parse_signal(sig)?,
             before_secs: before,
+            batch_only,
         })
     }
 }
@@ -318,7 +334,8 @@ impl fmt::Display for WarnSignal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}@{}",
+            "{}{}@{}",
+            if self.batch_only { "B:" } else { "" },
             crate::units::signal_name(self.signal),
             self.before_secs
         )
@@ -406,7 +423,9 @@ pub struct JobRequest {
     /// Memory in MiB; `None` when not asked for.
     pub mem_mb: Option<u64>,
     /// Seconds. Outer `None`: not given (the config's default applies);
-    /// `Some(None)`: UNLIMITED asked for explicitly.
+    /// `Some(None)`: UNLIMITED asked for explicitly (on the wire, the
+    /// string "UNLIMITED": JSON's null cannot tell the two apart).
+    #[serde(default, with = "time_request")]
     pub time_limit: Option<Option<u64>>,
     /// Output file pattern (`%j` etc.), relative to `work_dir` unless absolute.
     pub output: Option<String>,
@@ -728,9 +747,16 @@ mod tests {
             WarnSignal::parse("B:USR1@120"),
             Ok(WarnSignal {
                 signal: usr1,
-                before_secs: 120
+                before_secs: 120,
+                batch_only: true,
             })
         );
+        assert_eq!(
+            WarnSignal::parse("B:USR1@120").unwrap().to_string(),
+            "B:USR1@120"
+        );
+        assert!(!WarnSignal::parse("USR2@90").unwrap().batch_only);
+        assert!(!WarnSignal::parse("R:USR2@90").unwrap().batch_only);
         assert_eq!(WarnSignal::parse("10").unwrap().before_secs, 60);
         assert_eq!(
             WarnSignal::parse("SIGUSR1@0").unwrap().to_string(),
@@ -740,6 +766,29 @@ mod tests {
             .unwrap_err()
             .contains("'soon' after @"));
         assert!(WarnSignal::parse("NOPE").is_err());
+    }
+
+    #[test]
+    fn unlimited_survives_the_wire() {
+        for limit in [None, Some(None), Some(Some(3_600))] {
+            #[derive(Serialize, Deserialize)]
+            struct T {
+                #[serde(default, with = "time_request")]
+                t: Option<Option<u64>>,
+            }
+            let json = serde_json::to_string(&T { t: limit }).unwrap();
+            let back: T = serde_json::from_str(&json).unwrap();
+            assert_eq!(back.t, limit, "{json}");
+        }
+        // What older clients wrote for "not given".
+        #[derive(Deserialize)]
+        struct T {
+            #[serde(default, with = "time_request")]
+            t: Option<Option<u64>>,
+        }
+        assert_eq!(serde_json::from_str::<T>(r#"{"t":null}"#).unwrap().t, None);
+        assert_eq!(serde_json::from_str::<T>("{}").unwrap().t, None);
+        assert!(serde_json::from_str::<T>(r#"{"t":"soon"}"#).is_err());
     }
 
     #[test]
@@ -785,5 +834,37 @@ mod tests {
             expand_filename_pattern("%A_%a-%j-%3a", 45, Some((42, 3)), "n", "u", None),
             "42_3-45-003"
         );
+    }
+}
+
+/// A time limit that may be absent, UNLIMITED, or seconds: `null` (or no
+/// field), `"UNLIMITED"`, or a number on the wire.
+pub mod time_request {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(untagged)]
+    enum Wire {
+        Seconds(u64),
+        Word(String),
+    }
+
+    pub fn serialize<S: Serializer>(t: &Option<Option<u64>>, s: S) -> Result<S::Ok, S::Error> {
+        match t {
+            None => s.serialize_none(),
+            Some(None) => s.serialize_str("UNLIMITED"),
+            Some(Some(secs)) => s.serialize_u64(*secs),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
+        match Option::<Wire>::deserialize(d)? {
+            None => Ok(None),
+            Some(Wire::Seconds(secs)) => Ok(Some(Some(secs))),
+            Some(Wire::Word(w)) if w == "UNLIMITED" => Ok(Some(None)),
+            Some(Wire::Word(w)) => Err(serde::de::Error::custom(format!(
+                "time limit '{w}': expected seconds or \"UNLIMITED\""
+            ))),
+        }
     }
 }

@@ -17,3 +17,4 @@ pub mod script;
 pub mod sim;
 pub mod spool;
 pub mod units;
+pub mod validate;

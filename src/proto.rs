@@ -198,6 +198,7 @@ pub enum Query {
 pub struct JobUpdate {
     pub qos: Option<String>,
     /// `Some(None)`: UNLIMITED.
+    #[serde(default, with = "crate::job::time_request")]
     pub time_limit: Option<Option<u64>>,
     pub priority: Option<i64>,
 }

@@ -11,10 +11,7 @@ use thiserror::Error;
 use crate::job::{GpuRequest, JobRequest};
 use crate::units;
 
-/// The most GPUs one job may ask for; anything above is a typo.
-pub const MAX_GPUS_PER_JOB: u32 = 1024;
-pub const MAX_CPUS_PER_JOB: u32 = 65_536;
-pub const MAX_NICE: i64 = 1_000_000;
+pub use crate::validate::{MAX_CPUS_PER_JOB, MAX_GPUS_PER_JOB, MAX_NICE};
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum ScriptError {
@@ -323,7 +320,7 @@ impl Partial {
             warnings.push("--ntasks-per-node ignored: the batch script runs as one task".into());
         }
         if let Some(user) = &o.mail_user {
-            check_text(user, "--mail-user", 200)?;
+            crate::validate::mail(Default::default(), Some(user)).map_err(|e| e.to_string())?;
         }
         Ok(Partial {
             name: o.job_name,
@@ -414,17 +411,8 @@ impl Partial {
     }
 }
 
-fn check_text(text: &str, flag: &str, max: usize) -> Result<(), String> {
-    if text.is_empty() {
-        return Err(format!("{flag}: must not be empty"));
-    }
-    if text.chars().count() > max {
-        return Err(format!("{flag}: longer than {max} characters"));
-    }
-    if text.chars().any(char::is_control) {
-        return Err(format!("{flag}: control characters are not allowed"));
-    }
-    Ok(())
+fn check_text(text: &str, flag: &'static str, max: usize) -> Result<(), String> {
+    crate::validate::text(text, flag, max).map_err(|e| e.to_string())
 }
 
 fn parse_count(text: &str, what: &str, min: u32, max: u32) -> Result<u32, String> {

@@ -13,8 +13,7 @@ use crate::sched::admission::{self, Capacity};
 use crate::script::{self, Partial, SubmitContext, SubmitOptions};
 use crate::spool::{DaemonState, Durability, Spool};
 
-/// The largest script ysbatch sends (Slurm's default limit is 4 MB too).
-const MAX_SCRIPT_BYTES: usize = 4 << 20;
+use crate::validate::MAX_SCRIPT_BYTES;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -72,6 +71,9 @@ pub fn run(args: Args) -> CliResult {
             (text, "standard input".to_string(), "ysbatch".to_string())
         }
     };
+    if let Err(e) = crate::validate::script(&script_text) {
+        return Err(CliError::failed(format!("{source_name}: {}", e.problem)));
+    }
     script::check_interpreter_line(&script_text, &source_name)?;
     let directives = script::parse_directives(&script_text, &source_name)?;
     let partial = directives.overridden_by(cli);
@@ -86,12 +88,14 @@ pub fn run(args: Args) -> CliResult {
         default_name,
     };
     let request = script::resolve(partial, script_text, args.args, context)?;
+    crate::validate::job_request(&request).map_err(|e| CliError::usage(e.to_string()))?;
     if !request.work_dir.is_dir() {
         return Err(CliError::failed(format!(
             "working directory {} does not exist",
             request.work_dir.display()
         )));
     }
+    warn_of_missing_output_dirs(&request);
 
     let config = load_config()?;
     let spool = Spool::new(&config.spool_dir);
@@ -117,14 +121,7 @@ pub fn run(args: Args) -> CliResult {
         durability,
     )?;
     if state == DaemonState::Stopped {
-        warn(
-            "ysbatch",
-            &format!(
-                "ysctld is not running; the job is spooled as {} and will be taken in when ysctld starts",
-                sent.name()
-            ),
-        );
-        return Ok(());
+        return queued_for_daemon(sent.name(), "ysctld is not running", parsable);
     }
     match sent.wait(reply_timeout(Duration::from_secs(5)))? {
         Some(Reply::Submitted { job_id, warning }) => {
@@ -143,15 +140,48 @@ pub fn run(args: Args) -> CliResult {
         ))),
         None => {
             sent.make_durable()?;
-            warn(
-                "ysbatch",
-                &format!(
-                    "ysctld has not answered yet; the job is spooled as {} and will be taken in",
-                    sent.name()
-                ),
-            );
-            Ok(())
+            queued_for_daemon(sent.name(), "ysctld has not answered yet", parsable)
         }
+    }
+}
+
+/// A submission spooled without an answer has no job id yet: say so on
+/// standard output too, where `--parsable` callers look for the id (exit
+/// status 0: the job is kept and will be taken in).
+fn queued_for_daemon(name: &str, why: &str, parsable: bool) -> CliResult {
+    warn(
+        "ysbatch",
+        &format!(
+            "{why}; the job is spooled as {name} and will be taken in (and given its id) when ysctld starts"
+        ),
+    );
+    if parsable {
+        print(&format!("queued for the daemon: {name}\n"))
+    } else {
+        print(&format!(
+            "Queued for the daemon as {name} (no job id yet)\n"
+        ))
+    }
+}
+
+/// The job's output directories are created when it starts (as its
+/// user); a missing one is worth a warning, since a typo in the path
+/// would otherwise show only in the output's unexpected place.
+fn warn_of_missing_output_dirs(request: &crate::job::JobRequest) {
+    for pattern in [&request.output, &request.error].into_iter().flatten() {
+        let path = request.work_dir.join(pattern);
+        let Some(dir) = path.parent() else { continue };
+        // Patterns in the directory are expanded at start: nothing to check.
+        if dir.to_string_lossy().contains('%') || dir.is_dir() {
+            continue;
+        }
+        warn(
+            "ysbatch",
+            &format!(
+                "the output directory {} does not exist; it will be created when the job starts",
+                dir.display()
+            ),
+        );
     }
 }
 

@@ -339,7 +339,13 @@ impl Daemon {
                 job.state
             ));
         }
-        match self.launcher.command(id, &StepCommand::Signal { signal }) {
+        match self.launcher.command(
+            id,
+            &StepCommand::Signal {
+                signal,
+                target: Default::default(),
+            },
+        ) {
             Ok(()) => {
                 tracing::info!(target: "ysched::daemon", "job {id} sent signal {signal}");
                 None

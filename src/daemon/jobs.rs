@@ -2,7 +2,7 @@
 //! to the database and logged once, at INFO, with the job id.
 
 use crate::db;
-use crate::exec::spec::{LaunchSpec, StepCommand};
+use crate::exec::spec::{LaunchSpec, SignalTarget, StepCommand};
 use crate::exec::{Adoption, ExecError};
 use crate::job::{ExitStatus, JobId, JobState};
 
@@ -299,14 +299,21 @@ impl Daemon {
     }
 
     pub(super) fn send_terminate(&self, id: JobId, grace_secs: u64) {
-        // A preempted job with --signal gets that signal instead of SIGTERM.
-        let signal = self
+        // A preempted job with --signal gets that signal instead of
+        // SIGTERM, where --signal sends it (its steps, or with B: its
+        // batch shell).
+        let warning = self
             .jobs
             .get(&id)
             .filter(|j| j.kill_reason == Some(JobState::Preempted))
-            .and_then(|j| j.warn_signal)
-            .map(|w| w.signal);
-        let command = StepCommand::Terminate { grace_secs, signal };
+            .and_then(|j| j.warn_signal);
+        let command = StepCommand::Terminate {
+            grace_secs,
+            signal: warning.map(|w| w.signal),
+            target: warning.map_or(SignalTarget::Job, |w| {
+                SignalTarget::of_warning(w.batch_only)
+            }),
+        };
         match self.launcher.command(id, &command) {
             Ok(()) => {}
             // It ended already; its exit event is on the way.
@@ -512,25 +519,31 @@ impl Daemon {
     /// Sends the `--signal` of each job whose time limit is that close
     /// (once per run).
     fn warn_before_limits(&mut self, now: i64) {
-        let due: Vec<(JobId, i32)> = self
+        let due: Vec<(JobId, crate::job::WarnSignal)> = self
             .jobs
             .running()
             .filter(|j| j.warn_at().is_some_and(|w| now >= w) && !self.warned.contains(&j.id))
-            .filter_map(|j| Some((j.id, j.warn_signal?.signal)))
+            .filter_map(|j| Some((j.id, j.warn_signal?)))
             .collect();
-        for (id, signal) in due {
+        for (id, warning) in due {
             self.warned.insert(id);
-            self.send_warning(id, signal, "its time limit is near");
+            self.send_warning(id, warning, "its time limit is near");
         }
     }
 
-    /// Delivers a job's warning signal to all of it.
-    pub(super) fn send_warning(&self, id: JobId, signal: i32, why: &str) {
-        match self.launcher.command(id, &StepCommand::Signal { signal }) {
+    /// Delivers a job's warning signal: to its steps, or with `B:` to its
+    /// batch shell.
+    pub(super) fn send_warning(&self, id: JobId, warning: crate::job::WarnSignal, why: &str) {
+        let command = StepCommand::Signal {
+            signal: warning.signal,
+            target: SignalTarget::of_warning(warning.batch_only),
+        };
+        match self.launcher.command(id, &command) {
             Ok(()) => tracing::info!(
                 target: "ysched::daemon",
-                "job {id} sent SIG{} ({why})",
-                crate::units::signal_name(signal)
+                "job {id} sent SIG{} ({why}{})",
+                crate::units::signal_name(warning.signal),
+                if warning.batch_only { ", to its batch shell" } else { ", to its steps" }
             ),
             Err(ExecError::Gone(_)) => {}
             Err(e) => tracing::error!(target: "ysched::exec", "cannot signal job {id}: {e}"),

@@ -583,8 +583,18 @@ impl Daemon {
         for (gpu, d) in &self.drains {
             tracing::warn!(target: "ysched::daemon", "GPU {gpu} is drained since {} by {}: {}", crate::units::format_timestamp(d.since), d.by, d.reason);
         }
-        for job in db::active_jobs(&self.db)? {
+        let (jobs, unreadable) = db::active_jobs(&self.db)?;
+        for job in jobs {
             self.jobs.insert(job);
+        }
+        for bad in unreadable {
+            tracing::error!(
+                target: "ysched::daemon",
+                "job {} quarantined (marked FAILED): its row does not read back: {}",
+                bad.id,
+                bad.problem.escape_debug()
+            );
+            db::quarantine_job(self.tx()?, &bad, now())?;
         }
         // A database from before preemptions were counted: a job with a
         // suspended victim must count as a preemptor, or its end would not

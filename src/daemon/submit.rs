@@ -19,6 +19,13 @@ impl Daemon {
         user: &str,
         now: i64,
     ) -> Result<Reply, DaemonError> {
+        // The same rules as ysbatch's: anyone can write a request by hand,
+        // and what is stored must read back at the next start.
+        if let Err(e) = crate::validate::job_request(&request) {
+            let why = e.to_string();
+            tracing::info!(target: "ysched::daemon", "submission by {user} refused: {}", why.escape_debug());
+            return Ok(Reply::Rejected { error: why });
+        }
         let capacity = Capacity {
             inventory: &self.inventory,
             cpus: self.cpus,

@@ -818,13 +818,106 @@ pub fn job_state(conn: &Connection, id: JobId) -> Result<Option<JobState>, DbErr
     }
 }
 
-/// Pending, running and completing jobs: what the daemon loads at start.
-pub fn active_jobs(conn: &Connection) -> Result<Vec<Job>, DbError> {
+/// An active job's row that does not read back as a job: its id, and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Unreadable {
+    pub id: JobId,
+    pub problem: String,
+}
+
+/// Pending, running and completing jobs: what the daemon loads at start,
+/// and the rows among them that do not read as jobs (one bad row must not
+/// keep the daemon from starting; see [`quarantine_job`]).
+pub fn active_jobs(conn: &Connection) -> Result<(Vec<Job>, Vec<Unreadable>), DbError> {
     let mut stmt = conn.prepare(&format!(
         "SELECT {JOB_COLUMNS} FROM jobs WHERE state IN ('PENDING', 'RUNNING', 'COMPLETING', 'SUSPENDED') ORDER BY id"
     ))?;
-    let rows = stmt.query_map([], job_from_row)?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    let mut rows = stmt.query([])?;
+    let (mut jobs, mut bad) = (Vec::new(), Vec::new());
+    while let Some(row) = rows.next()? {
+        match job_from_row(row) {
+            Ok(job) => jobs.push(job),
+            Err(e) => bad.push(Unreadable {
+                id: row.get::<_, i64>(0)? as JobId,
+                problem: describe_row_error(&e),
+            }),
+        }
+    }
+    Ok((jobs, bad))
+}
+
+/// "column warn_signal: --signal: invalid signal number 99999".
+fn describe_row_error(e: &rusqlite::Error) -> String {
+    let column = |i: usize| JOB_COLUMNS.split(", ").nth(i).unwrap_or("?").trim();
+    match e {
+        rusqlite::Error::FromSqlConversionFailure(i, _, inner) => {
+            format!("column {}: {inner}", column(*i))
+        }
+        rusqlite::Error::InvalidColumnType(i, _, t) => {
+            format!("column {}: unexpected {t}", column(*i))
+        }
+        rusqlite::Error::IntegralValueOutOfRange(i, v) => {
+            format!("column {}: {v} is out of range", column(*i))
+        }
+        other => other.to_string(),
+    }
+}
+
+/// The column index a row error names, if any.
+fn error_column(e: &rusqlite::Error) -> Option<usize> {
+    match e {
+        rusqlite::Error::FromSqlConversionFailure(i, ..)
+        | rusqlite::Error::InvalidColumnType(i, ..)
+        | rusqlite::Error::IntegralValueOutOfRange(i, _) => Some(*i),
+        _ => None,
+    }
+}
+
+/// What a column is reset to when its value cannot be read: its empty
+/// value where the schema wants one, else NULL.
+fn column_default(column: &str) -> &'static str {
+    match column {
+        "user" | "account" | "qos" | "name" | "gpus_alloc" | "claimed_gpus" | "std_out" => "''",
+        "work_dir" | "submit_dir" => "'/'",
+        "uid" | "gid" | "gpu_count" | "cpus" | "submit_time" | "restart_count" | "open_append"
+        | "suspended_secs" | "nice" | "gpu_shard" | "preempt_count" | "no_requeue"
+        | "gpu_seconds" | "gpu_samples" | "gpu_util_sum" | "gpu_util_max" | "gpu_mem_max_mb"
+        | "gpu_low_secs" | "preemptions_caused" | "mail_type" => "0",
+        _ => "NULL",
+    }
+}
+
+/// Sets an unreadable job aside: FAILED with the problem as its reason,
+/// and each value that kept it from reading reset, so that `ysacct` and
+/// the next start read it like any ended job.
+pub fn quarantine_job(conn: &Connection, bad: &Unreadable, now: i64) -> Result<(), DbError> {
+    let reason = format!("quarantined at start: {}", bad.problem);
+    conn.execute(
+        "UPDATE jobs SET state = 'FAILED', reason = ?2, kill_reason = NULL, \
+         end_time = COALESCE(end_time, ?3), exit_code = COALESCE(exit_code, 1) WHERE id = ?1",
+        params![bad.id as i64, reason, now],
+    )?;
+    // Each pass resets the column the read stopped at; a row has fewer
+    // bad columns than columns.
+    for _ in 0..JOB_COLUMNS.split(", ").count() {
+        let e = match job(conn, bad.id) {
+            Ok(_) => break,
+            Err(DbError::Sqlite(e)) => e,
+            Err(other) => return Err(other),
+        };
+        let Some(column) = error_column(&e).and_then(|i| JOB_COLUMNS.split(", ").nth(i)) else {
+            return Err(DbError::Sqlite(e));
+        };
+        let column = column.trim();
+        conn.execute(
+            &format!(
+                "UPDATE jobs SET {column} = {} WHERE id = ?1",
+                column_default(column)
+            ),
+            params![bad.id as i64],
+        )?;
+    }
+    add_event(conn, bad.id, now, JobState::Failed, Some(&reason))
 }
 
 /// Jobs for `ysacct`: those matching the filter that were active at some
@@ -1026,6 +1119,38 @@ mod tests {
     }
 
     #[test]
+    fn an_unreadable_active_row_is_quarantined_and_then_reads_as_failed() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open(&dir.path().join("t.db")).unwrap();
+        let good = insert_job(&conn, &sample_job(), &payload()).unwrap();
+        let bad = insert_job(&conn, &sample_job(), &payload()).unwrap();
+        conn.execute(
+            "UPDATE jobs SET mail_type = 255, warn_signal = 'USR1@99999', gpu_constraint = '' WHERE id = ?1",
+            [bad as i64],
+        )
+        .unwrap();
+        let (jobs, unreadable) = active_jobs(&conn).unwrap();
+        assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), vec![good]);
+        assert_eq!(unreadable.len(), 1);
+        assert_eq!(unreadable[0].id, bad);
+        assert!(
+            unreadable[0].problem.contains("column"),
+            "{:?}",
+            unreadable[0]
+        );
+        quarantine_job(&conn, &unreadable[0], 2_000).unwrap();
+        let (jobs, unreadable) = active_jobs(&conn).unwrap();
+        assert_eq!((jobs.len(), unreadable.len()), (1, 0));
+        let quarantined = job(&conn, bad).unwrap();
+        assert_eq!(quarantined.state, JobState::Failed);
+        assert_eq!(quarantined.end_time, Some(2_000));
+        assert!(quarantined
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with("quarantined at start: column")));
+    }
+
+    #[test]
     fn jobs_round_trip_through_the_database() {
         let dir = tempfile::tempdir().unwrap();
         let conn = open(&dir.path().join("t.db")).unwrap();
@@ -1038,12 +1163,12 @@ mod tests {
         job.gpus_alloc = vec![2, 3];
         job.node = Some("gpu01".into());
         update_job(&conn, &job).unwrap();
-        assert_eq!(active_jobs(&conn).unwrap(), vec![job.clone()]);
+        assert_eq!(active_jobs(&conn).unwrap(), (vec![job.clone()], Vec::new()));
         job.state = JobState::Failed;
         job.exit = Some(ExitStatus { code: 3, signal: 0 });
         job.end_time = Some(1_020);
         update_job(&conn, &job).unwrap();
-        assert!(active_jobs(&conn).unwrap().is_empty());
+        assert!(active_jobs(&conn).unwrap().0.is_empty());
         assert_eq!(super::job(&conn, id).unwrap(), job);
         assert_eq!(super::payload(&conn, id).unwrap(), payload());
         assert!(matches!(super::job(&conn, 99), Err(DbError::NotFound(99))));

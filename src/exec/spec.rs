@@ -89,17 +89,53 @@ pub struct ExitRecord {
     pub usage: Usage,
 }
 
+/// Which of a job's processes a signal reaches (Slurm's `--signal` and
+/// `scancel --batch`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SignalTarget {
+    /// Every process of the job.
+    #[default]
+    Job,
+    /// The batch shell alone (`B:`).
+    BatchShell,
+    /// Every process but the batch shell: what the script started (the
+    /// steps, in Slurm's words).
+    Steps,
+}
+
+impl SignalTarget {
+    /// Where a job's `--signal` goes.
+    pub fn of_warning(batch_only: bool) -> SignalTarget {
+        if batch_only {
+            SignalTarget::BatchShell
+        } else {
+            SignalTarget::Steps
+        }
+    }
+
+    fn is_job(&self) -> bool {
+        *self == SignalTarget::Job
+    }
+}
+
 /// Commands the daemon sends to a supervisor's control socket.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StepCommand {
-    /// SIGCONT and SIGTERM (or `signal`) to the whole job, SIGKILL after
-    /// `grace_secs`.
+    /// SIGCONT to the whole job and SIGTERM (or `signal`, to `target`),
+    /// SIGKILL to the whole job after `grace_secs`.
     Terminate {
         grace_secs: u64,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         signal: Option<i32>,
+        #[serde(default, skip_serializing_if = "SignalTarget::is_job")]
+        target: SignalTarget,
     },
-    /// Deliver one signal to the whole job.
-    Signal { signal: i32 },
+    /// Deliver one signal to the job's processes that `target` names.
+    Signal {
+        signal: i32,
+        #[serde(default, skip_serializing_if = "SignalTarget::is_job")]
+        target: SignalTarget,
+    },
 }

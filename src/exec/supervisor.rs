@@ -40,7 +40,7 @@ use nix::unistd::{ForkResult, Pid};
 
 use super::cgroup::{self, JobCgroup, Layout, Usage};
 use super::spec::{
-    ExitRecord, LaunchSpec, StepCommand, SupervisorState, EXIT, SCRIPT, SPEC, STATE,
+    ExitRecord, LaunchSpec, SignalTarget, StepCommand, SupervisorState, EXIT, SCRIPT, SPEC, STATE,
 };
 use super::{privileges, write_atomically, CONTROL_FD, LOCK_FD};
 use crate::job::ExitStatus;
@@ -362,19 +362,24 @@ fn wait_for_job(
         let mut buf = [0u8; 512];
         while let Ok(n) = control.recv(&mut buf) {
             match serde_json::from_slice::<StepCommand>(&buf[..n]) {
-                Ok(StepCommand::Terminate { grace_secs, signal }) => {
+                Ok(StepCommand::Terminate {
+                    grace_secs,
+                    signal,
+                    target,
+                }) => {
                     if !terminated {
                         terminated = true;
-                        let first = signal
-                            .and_then(|s| Signal::try_from(s).ok())
-                            .unwrap_or(Signal::SIGTERM);
+                        let (first, target) = match signal.and_then(|s| Signal::try_from(s).ok()) {
+                            Some(s) => (s, target),
+                            None => (Signal::SIGTERM, SignalTarget::Job),
+                        };
                         signal_job(job, group, Signal::SIGCONT);
-                        signal_job(job, group, first);
+                        signal_target(job, group, first, target);
                         kill_at = Some(Instant::now() + Duration::from_secs(grace_secs));
                     }
                 }
-                Ok(StepCommand::Signal { signal }) => match Signal::try_from(signal) {
-                    Ok(s) => signal_job(job, group, s),
+                Ok(StepCommand::Signal { signal, target }) => match Signal::try_from(signal) {
+                    Ok(s) => signal_target(job, group, s, target),
                     Err(_) => eprintln!("ysstepd: ignoring unknown signal number {signal}"),
                 },
                 Err(e) => eprintln!("ysstepd: ignoring malformed command: {e}"),
@@ -425,6 +430,48 @@ fn signal_job(job: Pid, group: Option<&dyn JobCgroup>, sig: Signal) {
     for child in children() {
         let _ = signal::kill(child, sig);
     }
+}
+
+/// Signals the processes `target` names: the whole job, the batch shell
+/// alone, or everything but the batch shell.
+fn signal_target(job: Pid, group: Option<&dyn JobCgroup>, sig: Signal, target: SignalTarget) {
+    match target {
+        SignalTarget::Job => signal_job(job, group, sig),
+        SignalTarget::BatchShell => {
+            let _ = signal::kill(job, sig);
+        }
+        SignalTarget::Steps => {
+            let steps: Vec<Pid> = match group {
+                Some(g) => g.pids().into_iter().map(Pid::from_raw).collect(),
+                None => descendants(job).into_iter().chain(children()).collect(),
+            };
+            for pid in steps.into_iter().filter(|&p| p != job) {
+                let _ = signal::kill(pid, sig);
+            }
+        }
+    }
+}
+
+/// Every descendant of `pid` that has not left it (from /proc).
+fn descendants(pid: Pid) -> Vec<Pid> {
+    let mut found = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let Ok(tasks) = fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let kids = fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for kid in kids.split_whitespace().filter_map(|k| k.parse().ok()) {
+                let kid = Pid::from_raw(kid);
+                if !found.contains(&kid) && found.len() < 100_000 {
+                    found.push(kid);
+                    todo.push(kid);
+                }
+            }
+        }
+    }
+    found
 }
 
 /// This process's children, from /proc (reparented orphans included).
