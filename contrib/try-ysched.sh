@@ -13,8 +13,12 @@ for b in ysctld ysstepd ysbatch ysqueue ysacct; do
 done
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/ysched-try.XXXXXX")
 export YS_CONF="$scratch/ysched.toml"
+# A cgroup subtree of its own: run as root on a server with a system
+# ysctld, this daemon must never take that one's jobs for its leftovers.
+cgroup_parent="ysched-try-${scratch##*.}"
 cat > "$YS_CONF" <<CONF
 spool_dir = "$scratch/spool"
+cgroup_parent = "$cgroup_parent"
 # root may try it too; a real server leaves this false
 allow_root_jobs = true
 [[gpus]]
@@ -23,7 +27,18 @@ count = 4
 memory = "80GiB"
 CONF
 export PATH="$bin:$PATH"
-stop() { [ -f "$scratch/spool/ysctld.pid" ] && kill "$(cat "$scratch/spool/ysctld.pid")" 2>/dev/null || true; }
+stop() {
+    if [ -f "$scratch/spool/ysctld.pid" ]; then
+        pid=$(cat "$scratch/spool/ysctld.pid")
+        kill "$pid" 2>/dev/null || true
+        i=0
+        while kill -0 "$pid" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+    fi
+    # Its (empty) cgroup subtree, where it could make one.
+    for d in /sys/fs/cgroup/*/"$cgroup_parent" /sys/fs/cgroup/"$cgroup_parent"; do
+        [ -d "$d" ] && rmdir "$d" 2>/dev/null || true
+    done
+}
 trap stop EXIT
 
 echo "== ysctld (personal mode unless run as root), config $YS_CONF"

@@ -154,3 +154,64 @@ fn an_account_crossing_its_budget_warning_tells_its_coordinators() {
     assert_eq!(budget["budget"]["account"], "vision");
     assert!(budget["budget"]["used_fraction"].as_f64().unwrap() >= 0.5);
 }
+
+/// The mail helper passes recipients to sendmail as arguments, never
+/// through headers, and refuses an address that carries anything else.
+#[test]
+fn notify_mail_cannot_be_made_to_add_recipients_or_headers() {
+    let dir = tempfile::tempdir().unwrap();
+    let sendmail = dir.path().join("sendmail");
+    let record = dir.path().join("sent");
+    std::fs::write(
+        &sendmail,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$@\" > '{0}.args'\ncat > '{0}.body'\n",
+            record.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&sendmail, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("contrib/notify/notify-mail");
+    let run = |user: &str, subject: &str| {
+        let mut child = std::process::Command::new(&helper)
+            .env("SENDMAIL", &sendmail)
+            .env("MAIL_DOMAIN", "example.org")
+            .env("YSCHED_MAIL_USER", user)
+            .env("YSCHED_SUBJECT", subject)
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(b"{}\n").unwrap();
+        child.wait_with_output().unwrap()
+    };
+    for hostile in [
+        "a@b.org\nBcc: eve@evil.org",
+        "-oQ/tmp/x",
+        "a b@c.org",
+        "\"x\"@y",
+    ] {
+        let out = run(hostile, "job 1 ended");
+        assert!(!out.status.success(), "{hostile:?} accepted");
+        assert!(
+            stderr(&out).contains("refusing recipient"),
+            "{}",
+            stderr(&out)
+        );
+        assert!(
+            !record.with_extension("args").exists(),
+            "sendmail ran for {hostile:?}"
+        );
+    }
+    let out = run("alice", "job 1 ended\nBcc: eve@evil.org");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let args = std::fs::read_to_string(record.with_extension("args")).unwrap();
+    assert_eq!(args, "-i\n--\nalice@example.org\n");
+    let body = std::fs::read_to_string(record.with_extension("body")).unwrap();
+    assert!(
+        body.contains("Subject: job 1 endedBcc: eve@evil.org\n"),
+        "the subject stays one line: {body}"
+    );
+    assert!(!body.lines().any(|l| l.starts_with("Bcc:")), "{body}");
+}

@@ -72,6 +72,9 @@ pub fn warn(command: &str, message: &str) {
 
 /// Writes to stdout; a closed pipe (`ysqueue | head`) is not an error.
 pub fn print(text: &str) -> CliResult {
+    // Names, comments and paths come from users: no escape sequence of
+    // theirs reaches the terminal of whoever reads this.
+    let text = crate::report::escape_controls(text, true);
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
         Ok(()) => Ok(()),

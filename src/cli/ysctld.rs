@@ -4,6 +4,7 @@
 
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
 use clap::Parser;
@@ -150,11 +151,14 @@ pub fn run(args: Args) -> CliResult {
 
 fn background(config: Config, log: &std::path::Path, verbosity: u8, notify: &OwnedFd) -> CliResult {
     nix::unistd::setsid()?;
+    // The log names users, jobs and paths: root's eyes only.
     let log_file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(log)
         .map_err(|e| CliError::failed(format!("cannot open the log {}: {e}", log.display())))?;
+    let _ = log_file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600));
     let null = std::fs::File::open("/dev/null")?;
     nix::unistd::dup2_stdin(&null)?;
     nix::unistd::dup2_stdout(&log_file)?;

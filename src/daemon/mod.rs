@@ -315,6 +315,10 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         mem_mb
     );
     let isolation = Isolation::prepare(&config, &inventory).map_err(DaemonError::Isolation)?;
+    // Before anything looks at leftover groups: they are ours only if the
+    // subtree is.
+    let _subtree = crate::exec::cgroup::lock_subtree(isolation.placement())
+        .map_err(|e| DaemonError::Isolation(e.to_string()))?;
     if isolation.placement().layout == Layout::Off {
         tracing::warn!(
             target: "ysched::exec",

@@ -200,11 +200,14 @@ impl Notifier {
 /// Runs the command once with the event on stdin, waiting at most `timeout`.
 fn deliver(command: &[String], timeout: Duration, event: &Notification) -> Result<(), String> {
     let json = serde_json::to_string(event).map_err(|e| e.to_string())?;
+    // The variables end up in mail headers: one line each, whatever a job
+    // name or address held (new ones are checked at submit; old rows not).
+    let one_line = |v: &str| crate::report::escape_controls(v, false).into_owned();
     let mut child = Command::new(&command[0])
         .args(&command[1..])
-        .env("YSCHED_EVENT", &event.event)
-        .env("YSCHED_MAIL_USER", &event.mail_user)
-        .env("YSCHED_SUBJECT", &event.subject)
+        .env("YSCHED_EVENT", one_line(&event.event))
+        .env("YSCHED_MAIL_USER", one_line(&event.mail_user))
+        .env("YSCHED_SUBJECT", one_line(&event.subject))
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

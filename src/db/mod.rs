@@ -36,6 +36,11 @@ pub enum DbError {
     Corrupt { path: PathBuf, message: String },
     #[error("stored value is invalid: {0}")]
     Invalid(String),
+    #[error("cannot create the database {path}: {source}")]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// What a job runs, kept apart from the record every view may read.
@@ -50,6 +55,7 @@ pub struct Payload {
 /// daemon's query thread reads while the main loop writes, `synchronous=FULL`
 /// because a reply to `ysbatch` promises the job survives power loss.
 pub fn open(path: &Path) -> Result<Connection, DbError> {
+    create_private(path)?;
     let conn = Connection::open(path)?;
     let corrupt = |e: rusqlite::Error| DbError::Corrupt {
         path: path.to_path_buf(),
@@ -76,12 +82,63 @@ pub fn open(path: &Path) -> Result<Connection, DbError> {
         });
     }
     migrate(&conn, path)?;
-    #[cfg(unix)]
-    {
+    // Files made by an older release, before the database was private.
+    for file in [
+        path.to_path_buf(),
+        sidecar(path, "-wal"),
+        sidecar(path, "-shm"),
+    ] {
         use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+        if file.exists() {
+            let _ = std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600));
+        }
     }
     Ok(conn)
+}
+
+/// `ysched.db-wal` beside `ysched.db`.
+fn sidecar(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// Makes the database file private (0600) from its first byte: SQLite
+/// gives its WAL and shared-memory files the database's mode, and they
+/// hold every job's script and environment. An existing empty file is
+/// refused: a database always has its schema, so an empty one means its
+/// history was lost (truncated, or restored badly), and starting afresh
+/// over it would restart job ids at 1.
+fn create_private(path: &Path) -> Result<(), DbError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.len() == 0 => Err(DbError::Corrupt {
+            path: path.to_path_buf(),
+            message: "the file is empty (0 bytes), so its job history is gone; if this spool \
+                      is new and has never run a job, remove the file and start again"
+                .into(),
+        }),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let created = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(path);
+            match created {
+                Ok(_) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+                Err(e) => Err(DbError::Create {
+                    path: path.to_path_buf(),
+                    source: e,
+                }),
+            }
+        }
+        Err(e) => Err(DbError::Create {
+            path: path.to_path_buf(),
+            source: e,
+        }),
+    }
 }
 
 /// A read-only connection for views: never writes, never migrates.
@@ -1262,6 +1319,29 @@ mod tests {
         let err = open(&path).unwrap_err();
         assert!(matches!(err, DbError::TooNew { found: 99, .. }), "{err}");
         assert!(err.to_string().contains("newer than this ysched knows"));
+    }
+
+    #[test]
+    fn the_database_and_its_wal_are_private_from_the_start() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let conn = open(&path).unwrap();
+        insert_job(&conn, &sample_job(), &payload()).unwrap();
+        for file in [path.clone(), sidecar(&path, "-wal"), sidecar(&path, "-shm")] {
+            let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{}", file.display());
+        }
+    }
+
+    #[test]
+    fn an_empty_database_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        std::fs::write(&path, "").unwrap();
+        let e = open(&path).unwrap_err().to_string();
+        assert!(e.contains("empty (0 bytes)"), "{e}");
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "left as it was");
     }
 
     #[test]

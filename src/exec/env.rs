@@ -5,12 +5,20 @@
 
 use super::spec::LaunchSpec;
 
+/// Variables that set up ysched's own commands, not facts of a job: they
+/// pass, so that `ysbatch` or `yscontrol` inside a job talk to the daemon
+/// that runs it.
+const CLIENT_SETTINGS: [&str; 3] = ["YS_CONF", "YS_TIMEOUT", "YS_LOG"];
+
 pub fn job_environment(spec: &LaunchSpec) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = spec
         .environment
         .iter()
         .filter(|(k, _)| {
-            !k.starts_with("SLURM_") && !k.starts_with("YS_") && k != "CUDA_VISIBLE_DEVICES"
+            CLIENT_SETTINGS.contains(&k.as_str())
+                || (!k.starts_with("SLURM_")
+                    && !k.starts_with("YS_")
+                    && k != "CUDA_VISIBLE_DEVICES")
         })
         .cloned()
         .collect();
@@ -148,6 +156,8 @@ mod tests {
                 ("SLURM_JOB_ID".into(), "999".into()),
                 ("CUDA_VISIBLE_DEVICES".into(), "0,1,2,3".into()),
                 ("MY_VAR".into(), "x".into()),
+                ("YS_CONF".into(), "/etc/ysched/team.toml".into()),
+                ("YS_ARRAY_TASK_ID".into(), "5".into()),
             ],
             args: vec![],
             cpus: 4,
@@ -189,6 +199,12 @@ mod tests {
         assert_eq!(get(&env, "MY_VAR"), Some("x"));
         assert_eq!(get(&env, "YS_TIME_LIMIT_MINUTES"), Some("2"));
         assert_eq!(env.iter().filter(|(k, _)| k == "SLURM_JOB_ID").count(), 1);
+        assert_eq!(
+            get(&env, "YS_CONF"),
+            Some("/etc/ysched/team.toml"),
+            "ysbatch inside the job talks to the same daemon"
+        );
+        assert_eq!(get(&env, "YS_ARRAY_TASK_ID"), None, "not an array task");
     }
 
     #[test]

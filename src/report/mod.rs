@@ -553,7 +553,36 @@ pub fn folded_cells_into(
             _ if redact && f.is_private() => {}
             _ => f.write_text(view, now, cell),
         }
+        if let Cow::Owned(escaped) = escape_controls(cell, false) {
+            *cell = escaped;
+        }
     }
+}
+
+/// `text` with its control characters (escape sequences, line breaks,
+/// C1 codes) written as `\u{1b}`: what users typed is shown, never obeyed
+/// by the terminal of whoever lists it. `keep_lines` lets line breaks and
+/// tabs through, for text laid out in lines.
+pub fn escape_controls(text: &str, keep_lines: bool) -> Cow<'_, str> {
+    // A byte scan first: listings check every cell. 0xC2 leads the
+    // encodings of U+0080..U+00BF, where the C1 controls are.
+    let suspect = |b: u8| b < 0x20 || b == 0x7f || b == 0xc2;
+    if !text.bytes().any(suspect) {
+        return Cow::Borrowed(text);
+    }
+    let kept = |c: char| keep_lines && (c == '\n' || c == '\t');
+    if !text.chars().any(|c| c.is_control() && !kept(c)) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() && !kept(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// The uid in a reason `cancelled by NAME (uid N)`.
@@ -1080,6 +1109,16 @@ mod tests {
             private,
             vec!["17".to_string(), String::new(), String::new()]
         );
+    }
+
+    #[test]
+    fn control_characters_in_cells_are_shown_not_obeyed() {
+        let mut v = view(1, JobState::Pending);
+        std::sync::Arc::make_mut(&mut v.job).name = "a\x1b[2J\nb\u{9b}c é".into();
+        let cells = cells(&[Field::Name], &v, 0, false);
+        assert_eq!(cells[0], "a\\u{1b}[2J\\nb\\u{9b}c é");
+        assert_eq!(escape_controls("x\ty\n", true), "x\ty\n");
+        assert_eq!(escape_controls("plain", false), Cow::Borrowed("plain"));
     }
 
     #[test]

@@ -35,6 +35,12 @@ pub enum CgroupError {
     },
     #[error("{0}")]
     Unavailable(String),
+    #[error(
+        "the cgroup subtree {path} belongs to another running ysctld{holder}; two daemons must not \
+         share one (each would take the other's jobs for leftovers and kill them): give this one \
+         its own cgroup_parent"
+    )]
+    SubtreeInUse { path: PathBuf, holder: String },
 }
 
 pub(crate) fn io_err(
@@ -338,6 +344,66 @@ pub fn existing_jobs(placement: &Placement) -> Vec<JobId> {
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.strip_prefix("job_")?.parse().ok())
         .collect()
+}
+
+/// A daemon's claim on its subtree (the `cgroup_parent` group in each
+/// hierarchy), held as a lock on the directories themselves, so that any
+/// daemon on the host, whatever its spool or mount namespace, sees it.
+/// Released when the daemon exits, however it exits; the supervisors do
+/// not hold it (it is closed on exec).
+#[derive(Debug)]
+pub struct SubtreeLock {
+    _held: Vec<fs::File>,
+}
+
+/// Claims the subtree for this daemon alone, or says which daemon has it.
+pub fn lock_subtree(placement: &Placement) -> Result<SubtreeLock, CgroupError> {
+    use std::os::fd::AsRawFd;
+    let dirs: Vec<PathBuf> = match placement.layout {
+        Layout::V1 => v1::CONTROLLERS
+            .iter()
+            .map(|c| placement.root.join(c).join(&placement.parent))
+            .filter(|d| d.is_dir())
+            .collect(),
+        Layout::V2 => vec![placement.root.join(&placement.parent)],
+        Layout::Off => Vec::new(),
+    };
+    let mut held = Vec::with_capacity(dirs.len());
+    for dir in dirs {
+        let file = fs::File::open(&dir).map_err(io_err("open", &dir))?;
+        // SAFETY: flock on a descriptor this function owns.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                let holder = lock_holder(&file)
+                    .map(|pid| format!(" (pid {pid})"))
+                    .unwrap_or_default();
+                return Err(CgroupError::SubtreeInUse { path: dir, holder });
+            }
+            return Err(CgroupError::Io {
+                action: "lock".into(),
+                path: dir,
+                source: e,
+            });
+        }
+        held.push(file);
+    }
+    Ok(SubtreeLock { _held: held })
+}
+
+/// The process holding a lock on `file`, from /proc/locks.
+fn lock_holder(file: &fs::File) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let inode = file.metadata().ok()?.ino();
+    let locks = fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|line| {
+        // "1: FLOCK  ADVISORY  WRITE 1234 00:1b:5678 0 EOF"
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let (pid, id) = (words.get(4)?, words.get(5)?);
+        (id.rsplit(':').next()? == inode.to_string())
+            .then(|| pid.parse().ok())
+            .flatten()
+    })
 }
 
 /// The outcome of looking at the host's cgroups.

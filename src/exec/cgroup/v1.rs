@@ -15,7 +15,7 @@ use crate::job::JobId;
 /// job's CPU time is read from that group; where it is a hierarchy of its
 /// own, a group in it cost about 0.35 ms of CPU per job on the build VM
 /// for a figure the supervisor has anyway, from its children's rusage.
-const CONTROLLERS: [&str; 5] = ["memory", "devices", "pids", "cpu", "freezer"];
+pub(super) const CONTROLLERS: [&str; 5] = ["memory", "devices", "pids", "cpu", "freezer"];
 
 /// The mounted controllers, one entry per distinct hierarchy with the
 /// controllers it carries (`memory` and `cpu` could share a mount).
