@@ -288,6 +288,9 @@ pub struct Config {
     pub cpus: Option<u32>,
     pub memory_mb: Option<u64>,
     pub max_spool_file: u64,
+    /// Bytes kept free on the spool's filesystem for recording what the
+    /// daemon holds when users fill it (0: none); see `spool::space`.
+    pub spool_reserve: u64,
     pub log_file: Option<PathBuf>,
     /// Job isolation: auto-detected cgroup v1 or v2, forced, or off.
     pub cgroups: crate::exec::cgroup::Setting,
@@ -463,6 +466,8 @@ struct RawConfig {
     memory: Option<u64>,
     #[serde(default, deserialize_with = "de_memory")]
     max_spool_file: Option<u64>,
+    #[serde(default, deserialize_with = "de_memory")]
+    spool_reserve: Option<u64>,
     log_file: Option<PathBuf>,
     cgroups: Option<crate::exec::cgroup::Setting>,
     cgroup_root: Option<PathBuf>,
@@ -1284,6 +1289,7 @@ impl RawConfig {
             cpus: self.cpus,
             memory_mb: self.memory,
             max_spool_file: self.max_spool_file.map_or(4 << 20, |mb| mb << 20),
+            spool_reserve: self.spool_reserve.map_or(16 << 20, |mb| mb << 20),
             log_file: self.log_file,
             cgroups: self.cgroups.unwrap_or(crate::exec::cgroup::Setting::Auto),
             cgroup_root: self

@@ -305,3 +305,98 @@ fn parsable_with_the_daemon_down_says_the_job_is_queued() {
     let listed = stdout(&c.run("ysqueue", &["-h", "-o", "%i"]));
     assert_eq!(listed.lines().count(), 1, "taken in at start: {listed}");
 }
+
+/// Unmounts (lazily: the daemon may still hold files there) when dropped.
+struct Mounted(std::path::PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .output();
+    }
+}
+
+/// Fills the filesystem of `dir` with one file; returns its path.
+fn fill(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("filler");
+    let mut f = std::fs::File::create(&path).unwrap();
+    let block = vec![b'x'; 64 << 10];
+    while f.write_all(&block).is_ok() {}
+    let _ = f.sync_all();
+    path
+}
+
+#[test]
+fn a_full_spool_filesystem_refuses_new_work_and_records_what_it_holds() {
+    require_root!();
+    let mut c = Cluster::new("spool_reserve = \"2MiB\"\nmax_spool_file = \"1MiB\"");
+    std::fs::create_dir_all(&c.spool).unwrap();
+    let out = std::process::Command::new("mount")
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=24m",
+            "ysched-test",
+            c.spool.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        eprintln!("skipped: cannot mount a tmpfs: {}", stderr(&out));
+        return;
+    }
+    let _mounted = Mounted(c.spool.clone());
+    c.start();
+    let running = c.submit(&["--wrap", "sleep 2"]);
+    c.wait_state(running, "RUNNING", LONG);
+
+    let filler = fill(&c.spool);
+    let out = c.run("ysbatch", &["--wrap", "true"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains("nearly full") || said.contains("not applied") || said.contains("No space"),
+        "{said}"
+    );
+    // What it held is still recorded: the running job's end.
+    assert_eq!(c.wait_done(running, LONG), "COMPLETED");
+    assert!(c.log().contains("ysctld ready"));
+
+    std::fs::remove_file(&filler).unwrap();
+    common::wait_for("the reserve to be made again", LONG, || {
+        c.spool.join("reserve").exists()
+    });
+    let id = c.submit(&["--wrap", "true"]);
+    assert_eq!(c.wait_done(id, LONG), "COMPLETED");
+}
+
+#[test]
+fn one_user_cannot_fill_the_drop_box() {
+    require_root!();
+    let c = Cluster::started("max_spool_file = \"1MiB\"");
+    let user = common::TestUser::create("fill");
+    let incoming = c.spool.join("incoming");
+    // An unfinished request larger than any request, and a flood of small ones.
+    let big = incoming.join(".job-big.tmp");
+    let script = format!(
+        "head -c 3000000 /dev/zero > {big}; for i in $(seq 1 300); do : > {dir}/.flood-$i.tmp; done",
+        big = big.display(),
+        dir = incoming.display()
+    );
+    let out = std::process::Command::new("runuser")
+        .args(["-u", &user.name, "--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    common::wait_for("the drop box to be policed", LONG, || {
+        let left = std::fs::read_dir(&incoming).unwrap().count();
+        !big.exists() && left <= 256
+    });
+    assert!(c.log().contains("over max_spool_file"), "{}", c.log());
+    // The daemon serves on.
+    let id = c.submit(&["-H", "--wrap", "true"]);
+    assert_eq!(c.state(id), "PENDING");
+}

@@ -67,6 +67,19 @@ pub enum DaemonError {
     Io(#[from] std::io::Error),
 }
 
+impl DaemonError {
+    /// The database could not write (disk full, I/O error): the turn is
+    /// lost, the daemon is not.
+    pub fn is_storage_failure(&self) -> bool {
+        use rusqlite::ErrorCode::{DiskFull, SystemIoFailure};
+        matches!(
+            self,
+            DaemonError::Db(DbError::Sqlite(rusqlite::Error::SqliteFailure(e, _)))
+                if matches!(e.code, DiskFull | SystemIoFailure)
+        )
+    }
+}
+
 impl From<rusqlite::Error> for DaemonError {
     fn from(e: rusqlite::Error) -> DaemonError {
         DaemonError::Db(DbError::Sqlite(e))
@@ -101,6 +114,9 @@ const MAINTENANCE_EVERY: Duration = Duration::from_secs(600);
 const STALE_AFTER: Duration = Duration::from_secs(3_600);
 /// How often the idle-while-waiting time is written even if it did not change.
 const IDLE_FLUSH_EVERY: Duration = Duration::from_secs(60);
+/// How often the drop boxes are looked at for what no user may hold
+/// there, and the spool's reserve made again if it was used.
+const POLICE_EVERY: Duration = Duration::from_secs(5);
 
 /// The active jobs, each shared with the queue snapshot that may hold it
 /// (so that a snapshot costs a pointer per job, not a copy), and the ids
@@ -194,11 +210,8 @@ enum Requester {
 /// What handling one request leaves to do after the commit.
 enum Handled {
     Nothing,
-    Reply {
-        name: String,
-        uid: u32,
-        reply: Reply,
-    },
+    /// The answer, for whoever sent the request.
+    Reply(Reply),
     Query(Box<query::Work>),
 }
 
@@ -283,6 +296,10 @@ pub(crate) struct Daemon {
     next_idle_flush: Instant,
     /// When to take the next retention step (purge_after_months).
     next_retention: Instant,
+    /// Jobs whose exit a failed turn took in: looked at again.
+    exits_to_retry: Vec<JobId>,
+    /// When to look at the drop boxes and the reserve next.
+    next_police: Instant,
 }
 
 /// Runs the daemon until SIGTERM/SIGINT. `ready` is called once it accepts
@@ -411,6 +428,8 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         idle_watch: Default::default(),
         next_idle_flush: Instant::now() + IDLE_FLUSH_EVERY,
         next_retention: Instant::now(),
+        exits_to_retry: Vec::new(),
+        next_police: Instant::now(),
     };
     daemon.recover()?;
     tracing::info!(target: "ysched::daemon", "ysctld ready");
@@ -580,6 +599,14 @@ impl Daemon {
     /// At start: loads active jobs, re-adopts running ones, and takes in
     /// whatever arrived in the spool while the daemon was down.
     fn recover(&mut self) -> Result<(), DaemonError> {
+        if !self.spool.keep_reserve(self.config.spool_reserve) {
+            tracing::warn!(
+                target: "ysched::spool",
+                "no room for the spool's reserve of {} bytes at {}: the filesystem is nearly full",
+                self.config.spool_reserve,
+                self.spool.reserve_path().display()
+            );
+        }
         self.usage = db::load_usage(&self.db)?.into_iter().collect();
         self.preemptions_total = db::count_audit(&self.db, "preempt")?;
         self.load_budgets(now())?;
@@ -683,83 +710,17 @@ impl Daemon {
                     Event::Shutdown => self.shutdown = true,
                 }
             }
-            let now = now();
-            let exited_any = !exited.is_empty();
-            for id in exited {
-                self.job_exited(id, now)?;
-            }
-            let take = self.backlog.len().min(MAX_BATCH);
-            let batch: Vec<Incoming> = self.backlog.drain(..take).collect();
             let mut queries = Vec::new();
-            let mut processed = Vec::with_capacity(batch.len());
-            for incoming in batch {
-                let max = self.config.max_spool_file;
-                let (inbound, connection) = match incoming {
-                    Incoming::File(name) => {
-                        self.backlog_set.remove(&name);
-                        let inbound = self.spool.read_request(&name, max);
-                        processed.push(name);
-                        (inbound, None)
-                    }
-                    Incoming::Socket(r) => (
-                        crate::spool::parse_request(&r.name, r.uid, &r.body, max),
-                        Some(r.connection),
-                    ),
-                };
-                if let Inbound::Request { name, .. } | Inbound::Bad { name, .. } = &inbound {
-                    self.requests_total += 1;
-                    self.ingest_seconds_sum += crate::spool::age_of_name(name)
-                        .map_or(0.0, |age| age.as_secs_f64().min(60.0));
-                }
-                match (self.ingest(inbound, now)?, connection) {
-                    (Handled::Nothing, _) => {}
-                    (Handled::Reply { name, uid, reply }, None) => {
-                        self.replies.push((Requester::File { name, uid }, reply))
-                    }
-                    (Handled::Reply { reply, .. }, Some(c)) => {
-                        self.replies.push((Requester::Socket(c), reply))
-                    }
-                    (Handled::Query(q), None) => queries.push(*q),
-                    // Queries' replies are streamed into reply files.
-                    (Handled::Query(_), Some(c)) => {
-                        let error = "queries are asked through the spool directory, not the daemon's socket".to_string();
-                        self.replies
-                            .push((Requester::Socket(c), Reply::Rejected { error }));
-                    }
-                }
+            let mut processed = Vec::new();
+            exited.append(&mut self.exits_to_retry);
+            let exits_taken = exited.clone();
+            let applied =
+                self.apply_turn(exited, &mut next_maintenance, &mut queries, &mut processed);
+            match applied {
+                Ok(()) => {}
+                Err(e) if e.is_storage_failure() => self.after_failed_commit(&e, exits_taken)?,
+                Err(e) => return Err(e),
             }
-            self.enforce_time_limits(now)?;
-            if self.next_sample.is_some_and(|t| Instant::now() >= t) {
-                self.sample_gpus()?;
-            }
-            if self.next_metrics.is_some_and(|t| Instant::now() >= t) {
-                self.write_metrics(now);
-            }
-            if self.config.purge_after_months.is_some() && Instant::now() >= self.next_retention {
-                let more = self.retention_step(now)?;
-                self.next_retention = if more {
-                    Instant::now()
-                } else {
-                    Instant::now() + MAINTENANCE_EVERY
-                };
-            }
-            if Instant::now() >= next_maintenance {
-                self.spool.remove_stale(STALE_AFTER);
-                next_maintenance = Instant::now() + MAINTENANCE_EVERY;
-            }
-            let mut changed = exited_any;
-            if self.reschedule || self.wake_at.is_some_and(|w| w <= now) {
-                self.schedule(now)?;
-                changed = true;
-            }
-            let flush = self.shutdown || Instant::now() >= self.next_idle_flush;
-            if changed || flush {
-                self.track_idle(now, flush)?;
-                if flush {
-                    self.next_idle_flush = Instant::now() + IDLE_FLUSH_EVERY;
-                }
-            }
-            self.commit()?;
             for (requester, reply) in std::mem::take(&mut self.replies) {
                 match requester {
                     Requester::File { name, uid } => {
@@ -797,13 +758,226 @@ impl Daemon {
         }
     }
 
+    /// One turn's work, in one transaction, committed at its end: exits,
+    /// requests, time limits, maintenance, the scheduling pass. Replies
+    /// wait in `self.replies`; queries and the spool names taken are
+    /// handed back through `queries` and `processed`.
+    fn apply_turn(
+        &mut self,
+        exited: Vec<JobId>,
+        next_maintenance: &mut Instant,
+        queries: &mut Vec<query::Work>,
+        processed: &mut Vec<String>,
+    ) -> Result<(), DaemonError> {
+        let now = now();
+        let exited_any = !exited.is_empty();
+        for id in exited {
+            self.job_exited(id, now)?;
+        }
+        let take = self.backlog.len().min(MAX_BATCH);
+        let mut batch = std::mem::take(&mut self.backlog);
+        self.backlog = batch.split_off(take);
+        let mut batch = batch.into_iter();
+        let taken = self.take_requests(&mut batch, now, queries, processed);
+        // Requests not reached stay for the next turn.
+        let rest: Vec<Incoming> = batch.collect();
+        self.backlog.splice(0..0, rest);
+        taken?;
+        self.enforce_time_limits(now)?;
+        if self.next_sample.is_some_and(|t| Instant::now() >= t) {
+            self.sample_gpus()?;
+        }
+        if self.next_metrics.is_some_and(|t| Instant::now() >= t) {
+            self.write_metrics(now);
+        }
+        if self.config.purge_after_months.is_some() && Instant::now() >= self.next_retention {
+            let more = self.retention_step(now)?;
+            self.next_retention = if more {
+                Instant::now()
+            } else {
+                Instant::now() + MAINTENANCE_EVERY
+            };
+        }
+        if Instant::now() >= self.next_police {
+            self.police_spool();
+            self.next_police = Instant::now() + POLICE_EVERY;
+        }
+        if Instant::now() >= *next_maintenance {
+            self.spool.remove_stale(STALE_AFTER);
+            *next_maintenance = Instant::now() + MAINTENANCE_EVERY;
+        }
+        let mut changed = exited_any;
+        if self.reschedule || self.wake_at.is_some_and(|w| w <= now) {
+            self.schedule(now)?;
+            changed = true;
+        }
+        let flush = self.shutdown || Instant::now() >= self.next_idle_flush;
+        if changed || flush {
+            self.track_idle(now, flush)?;
+            if flush {
+                self.next_idle_flush = Instant::now() + IDLE_FLUSH_EVERY;
+            }
+        }
+        self.commit()?;
+        Ok(())
+    }
+
+    /// Handles the requests of one batch, in order, until one fails.
+    fn take_requests(
+        &mut self,
+        batch: &mut std::vec::IntoIter<Incoming>,
+        now: i64,
+        queries: &mut Vec<query::Work>,
+        processed: &mut Vec<String>,
+    ) -> Result<(), DaemonError> {
+        for incoming in batch {
+            let max = self.config.max_spool_file;
+            let (inbound, connection) = match incoming {
+                Incoming::File(name) => {
+                    self.backlog_set.remove(&name);
+                    let inbound = self.spool.read_request(&name, max);
+                    processed.push(name);
+                    (inbound, None)
+                }
+                Incoming::Socket(r) => (
+                    crate::spool::parse_request(&r.name, r.uid, &r.body, max),
+                    Some(r.connection),
+                ),
+            };
+            let requester = match (&inbound, connection) {
+                (_, Some(c)) => Some(Requester::Socket(c)),
+                (Inbound::Request { name, uid, .. }, None) => Some(Requester::File {
+                    name: name.clone(),
+                    uid: *uid,
+                }),
+                (
+                    Inbound::Bad {
+                        name,
+                        uid: Some(uid),
+                        ..
+                    },
+                    None,
+                ) => Some(Requester::File {
+                    name: name.clone(),
+                    uid: *uid,
+                }),
+                _ => None,
+            };
+            if let Inbound::Request { name, .. } | Inbound::Bad { name, .. } = &inbound {
+                self.requests_total += 1;
+                self.ingest_seconds_sum +=
+                    crate::spool::age_of_name(name).map_or(0.0, |age| age.as_secs_f64().min(60.0));
+            }
+            let handled = match self.ingest(inbound, now) {
+                Ok(h) => h,
+                Err(e) => {
+                    // Answered with the turn's failure, if the turn fails.
+                    if let Some(r) = requester {
+                        let error = "not applied".to_string();
+                        self.replies.push((r, Reply::Rejected { error }));
+                    }
+                    return Err(e);
+                }
+            };
+            match (handled, requester) {
+                (Handled::Nothing, _) | (_, None) => {}
+                (Handled::Reply(reply), Some(r)) => self.replies.push((r, reply)),
+                (Handled::Query(q), Some(Requester::File { .. })) => queries.push(*q),
+                // Queries' replies are streamed into reply files.
+                (Handled::Query(_), Some(r)) => {
+                    let error =
+                        "queries are asked through the spool directory, not the daemon's socket"
+                            .to_string();
+                    self.replies.push((r, Reply::Rejected { error }));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// After a turn whose transaction could not be committed (a full or
+    /// failing disk; SQLite has rolled it back): every request of the turn
+    /// is refused with the reason, the state goes back to what the
+    /// database holds, as at a restart, and the daemon carries on. Exits
+    /// the turn had taken in are taken in again next turn; jobs it had
+    /// started had not been launched yet, and are pending again.
+    fn after_failed_commit(
+        &mut self,
+        failure: &DaemonError,
+        exits_taken: Vec<JobId>,
+    ) -> Result<(), DaemonError> {
+        if !self.db.is_autocommit() {
+            let _ = self.db.execute_batch("ROLLBACK");
+        }
+        self.in_transaction = false;
+        let freed = self.spool.release_reserve();
+        tracing::error!(
+            target: "ysched::db",
+            "a turn could not be recorded, so nothing of it was applied: {failure}{}",
+            if freed { "; the spool's reserve was released to make room" } else { "" }
+        );
+        let error = format!(
+            "not applied: ysctld could not record it ({failure}); the spool filesystem may be full. Nothing was changed; try again"
+        );
+        for (_, reply) in &mut self.replies {
+            if !matches!(reply, Reply::Rejected { .. })
+                || matches!(reply, Reply::Rejected { error } if error == "not applied")
+            {
+                *reply = Reply::Rejected {
+                    error: error.clone(),
+                };
+            }
+        }
+        self.notifications.clear();
+        self.to_launch.clear();
+        self.to_remove.clear();
+        self.exits_to_retry = exits_taken;
+        self.reload_state(now())?;
+        // The disk may stay full a while: not a turn a millisecond.
+        std::thread::sleep(Duration::from_millis(500));
+        Ok(())
+    }
+
+    /// Removes what no user may hold in the drop boxes, and makes the
+    /// reserve again once there is room for it and some to spare.
+    fn police_spool(&mut self) {
+        for r in self.spool.police(self.config.max_spool_file) {
+            tracing::warn!(target: "ysched::spool", "removed {} of uid {}: {}", r.path.display(), r.uid, r.why);
+        }
+        let reserve = self.config.spool_reserve;
+        if reserve > 0 && !self.spool.reserve_path().exists() {
+            let room = self.spool.free_bytes().unwrap_or(0);
+            if room > reserve.saturating_mul(2) && self.spool.keep_reserve(reserve) {
+                tracing::info!(target: "ysched::spool", "the spool's reserve of {reserve} bytes is back");
+            }
+        }
+    }
+
+    /// The jobs, usage, budgets and drains as the database has them.
+    fn reload_state(&mut self, now: i64) -> Result<(), DaemonError> {
+        self.jobs = Jobs::default();
+        let (jobs, _unreadable) = db::active_jobs(&self.db)?;
+        for job in jobs {
+            self.jobs.insert(job);
+        }
+        self.usage = db::load_usage(&self.db)?.into_iter().collect();
+        self.load_budgets(now)?;
+        self.drains = db::drains(&self.db)?;
+        self.ended.clear();
+        self.pass_tree = None;
+        self.snapshot = None;
+        self.reschedule = true;
+        Ok(())
+    }
+
     /// How long the loop may sleep: until the next time limit, `--begin`
     /// time or maintenance, whichever comes first.
     fn next_timeout(&mut self, next_maintenance: Instant) -> Duration {
         let now_s = now();
         let mut next = next_maintenance.saturating_duration_since(Instant::now());
         let retention = self.config.purge_after_months.map(|_| self.next_retention);
-        for t in [self.next_sample, self.next_metrics, retention]
+        let police = Some(self.next_police);
+        for t in [self.next_sample, self.next_metrics, retention, police]
             .into_iter()
             .flatten()
         {
@@ -844,11 +1018,7 @@ impl Daemon {
             Inbound::Bad { name, uid, reason } => {
                 tracing::warn!(target: "ysched::spool", "rejected request {name} (uid {uid:?}): {reason}");
                 Ok(match uid {
-                    Some(uid) => Handled::Reply {
-                        name,
-                        uid,
-                        reply: Reply::Rejected { error: reason },
-                    },
+                    Some(_) => Handled::Reply(Reply::Rejected { error: reason }),
                     None => Handled::Nothing,
                 })
             }
@@ -860,14 +1030,14 @@ impl Daemon {
                 if self.ownership == Ownership::Personal && uid != nix::unistd::geteuid().as_raw() {
                     let error = "this ysctld runs in personal mode and takes requests from its own user only".to_string();
                     let reply = Reply::Rejected { error };
-                    return Ok(Handled::Reply { name, uid, reply });
+                    return Ok(Handled::Reply(reply));
                 }
                 let user = match self.users.get(uid) {
                     Some(u) => u.name.clone(),
                     None => {
                         let error = format!("uid {uid} has no user name on this server");
                         let reply = Reply::Rejected { error };
-                        return Ok(Handled::Reply { name, uid, reply });
+                        return Ok(Handled::Reply(reply));
                     }
                 };
                 let request = envelope.request;
@@ -904,7 +1074,7 @@ impl Daemon {
                             error: "request name already used by another user".into(),
                         }
                     };
-                    return Ok(Handled::Reply { name, uid, reply });
+                    return Ok(Handled::Reply(reply));
                 }
                 let kind = request.kind();
                 let reply = match request {
@@ -913,7 +1083,7 @@ impl Daemon {
                     Request::Query(_) => unreachable!("queries returned above"),
                 };
                 db::record_request(self.tx()?, &name, uid, now, kind, &reply)?;
-                Ok(Handled::Reply { name, uid, reply })
+                Ok(Handled::Reply(reply))
             }
         }
     }

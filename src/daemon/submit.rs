@@ -26,6 +26,10 @@ impl Daemon {
             tracing::info!(target: "ysched::daemon", "submission by {user} refused: {}", why.escape_debug());
             return Ok(Reply::Rejected { error: why });
         }
+        if let Some(why) = self.short_of_space() {
+            tracing::warn!(target: "ysched::daemon", "submission by {user} refused: {why}");
+            return Ok(Reply::Rejected { error: why });
+        }
         let capacity = Capacity {
             inventory: &self.inventory,
             cpus: self.cpus,
@@ -254,6 +258,21 @@ impl Daemon {
         Ok(Reply::Submitted {
             job_id: id,
             warning,
+        })
+    }
+
+    /// Why no job can be taken in now, if the spool's filesystem has less
+    /// room than its reserve besides: what is left is for recording the
+    /// jobs already held.
+    fn short_of_space(&self) -> Option<String> {
+        let reserve = self.config.spool_reserve;
+        let free = self.spool.free_bytes()?;
+        (reserve > 0 && free < reserve).then(|| {
+            format!(
+                "the spool filesystem of {} is nearly full ({} KiB free); ysctld takes no new jobs until an administrator frees space",
+                self.spool.root().display(),
+                free >> 10
+            )
         })
     }
 

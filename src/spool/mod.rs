@@ -7,6 +7,7 @@
 //! SPOOL/ysched.db   0600  the daemon's SQLite database
 //! SPOOL/ysctld.pid  0644  the daemon's pid, flock'ed while it runs
 //! SPOOL/ysctld.sock 0666  the running daemon's socket (personal mode: 0600)
+//! SPOOL/reserve     0644  room kept for recording jobs when the filesystem fills (space.rs)
 //! ```
 //!
 //! The requester makes its reply file itself and watches it with inotify, so
@@ -32,6 +33,7 @@ use thiserror::Error;
 use crate::proto::{Envelope, Reply, PROTOCOL_VERSION};
 
 pub mod socket;
+pub mod space;
 
 #[derive(Debug, Error)]
 pub enum SpoolError {

@@ -1,0 +1,186 @@
+//! Room on the spool's filesystem. The drop boxes are world-writable, so
+//! any user could fill the filesystem the database lives on; a database
+//! that cannot commit cannot record a job's end. Three defences:
+//!
+//! - what one user may hold in `incoming/` is bounded (count and bytes),
+//!   and an unfinished request larger than any request may be is removed
+//!   at once: the daemon looks every few seconds ([`Spool::police`]);
+//! - a reserve file (`SPOOL/reserve`, `spool_reserve` in the config) keeps
+//!   room that the daemon frees the moment a commit fails, so that what it
+//!   already holds (exits, cancels) can still be recorded;
+//! - new submissions are refused while less than a reserve's worth is
+//!   free besides ([`Spool::free_bytes`]).
+
+use std::collections::HashMap;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use super::Spool;
+
+/// The most entries one user may have in `incoming/` (or `replies/`) at once.
+pub const MAX_ENTRIES_PER_USER: usize = 256;
+/// The most bytes one user may have in `incoming/`, in requests of
+/// `max_spool_file` bytes at most.
+pub const MAX_FILES_OF_MAX_SIZE: u64 = 16;
+
+/// An entry removed by [`Spool::police`], for the log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Removed {
+    pub uid: u32,
+    pub path: PathBuf,
+    pub why: String,
+}
+
+struct Entry {
+    path: PathBuf,
+    uid: u32,
+    bytes: u64,
+    modified: i64,
+    temporary: bool,
+}
+
+impl Spool {
+    pub fn reserve_path(&self) -> PathBuf {
+        self.root.join("reserve")
+    }
+
+    /// Bytes an unprivileged user could still write on the spool's
+    /// filesystem (`None` if it cannot be told).
+    pub fn free_bytes(&self) -> Option<u64> {
+        let st = nix::sys::statvfs::statvfs(&self.root).ok()?;
+        Some(st.blocks_available() as u64 * st.fragment_size() as u64)
+    }
+
+    /// Makes sure the reserve file holds `bytes` of real blocks (0: no
+    /// reserve). Returns whether it does; a filesystem too full for it
+    /// leaves none, to be tried again later.
+    pub fn keep_reserve(&self, bytes: u64) -> bool {
+        let path = self.reserve_path();
+        if bytes == 0 {
+            let _ = fs::remove_file(&path);
+            return true;
+        }
+        if fs::metadata(&path).is_ok_and(|m| m.len() == bytes && m.blocks() * 512 >= bytes) {
+            return true;
+        }
+        let made = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .and_then(|f| {
+                use std::os::fd::AsRawFd;
+                // Real blocks, not a sparse file: they are what is freed.
+                // SAFETY: on a descriptor this function owns.
+                let r = unsafe { libc::posix_fallocate(f.as_raw_fd(), 0, bytes as libc::off_t) };
+                if r != 0 {
+                    return Err(std::io::Error::from_raw_os_error(r));
+                }
+                f.set_len(bytes)?;
+                f.sync_all()
+            });
+        if made.is_err() {
+            let _ = fs::remove_file(&path);
+        }
+        made.is_ok()
+    }
+
+    /// Frees the reserve; whether there was one.
+    pub fn release_reserve(&self) -> bool {
+        fs::remove_file(self.reserve_path()).is_ok()
+    }
+
+    /// Removes from the drop boxes what no user may hold there: unfinished
+    /// requests larger than `max_file`, and beyond what one user may hold
+    /// (entries and bytes), that user's newest. Root's entries are the
+    /// daemon's own and stay.
+    pub fn police(&self, max_file: u64) -> Vec<Removed> {
+        let max_bytes = max_file.saturating_mul(MAX_FILES_OF_MAX_SIZE);
+        let mut removed = Vec::new();
+        for (dir, bytes_count) in [(self.incoming(), true), (self.replies(), false)] {
+            let mut by_user: HashMap<u32, Vec<Entry>> = HashMap::new();
+            for entry in entries_of(&dir) {
+                if entry.temporary && bytes_count && entry.bytes > max_file {
+                    let why = format!(
+                        "an unfinished request of {} bytes, over max_spool_file ({max_file})",
+                        entry.bytes
+                    );
+                    remove(entry, why, &mut removed);
+                    continue;
+                }
+                by_user.entry(entry.uid).or_default().push(entry);
+            }
+            for (_, mut entries) in by_user {
+                entries.sort_by_key(|e| e.modified);
+                let (mut count, mut bytes) = (0usize, 0u64);
+                for entry in entries {
+                    count += 1;
+                    bytes += if bytes_count { entry.bytes } else { 0 };
+                    if count > MAX_ENTRIES_PER_USER {
+                        let why = format!("more than {MAX_ENTRIES_PER_USER} entries of one user");
+                        remove(entry, why, &mut removed);
+                    } else if bytes > max_bytes {
+                        let why = format!("more than {max_bytes} bytes of one user");
+                        remove(entry, why, &mut removed);
+                    }
+                }
+            }
+        }
+        removed
+    }
+}
+
+fn entries_of(dir: &Path) -> Vec<Entry> {
+    let Ok(list) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    list.flatten()
+        .filter_map(|e| {
+            let meta = e.path().symlink_metadata().ok()?;
+            (meta.uid() != 0).then(|| Entry {
+                path: e.path(),
+                uid: meta.uid(),
+                bytes: meta.len(),
+                modified: meta.mtime(),
+                temporary: e.file_name().to_string_lossy().starts_with('.'),
+            })
+        })
+        .collect()
+}
+
+fn remove(entry: Entry, why: String, removed: &mut Vec<Removed>) {
+    let gone = if entry.path.is_dir() && !entry.path.is_symlink() {
+        fs::remove_dir_all(&entry.path)
+    } else {
+        fs::remove_file(&entry.path)
+    };
+    if gone.is_ok() {
+        removed.push(Removed {
+            uid: entry.uid,
+            path: entry.path,
+            why,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reserve_is_real_blocks_and_can_be_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::new(dir.path());
+        assert!(spool.keep_reserve(1 << 20));
+        let meta = fs::metadata(spool.reserve_path()).unwrap();
+        assert_eq!(meta.len(), 1 << 20);
+        assert!(meta.blocks() * 512 >= 1 << 20, "not sparse");
+        assert!(spool.keep_reserve(1 << 20), "kept as it is");
+        assert!(spool.release_reserve());
+        assert!(!spool.release_reserve());
+        assert!(spool.keep_reserve(0));
+        assert!(!spool.reserve_path().exists());
+        assert!(spool.free_bytes().unwrap() > 0);
+    }
+}
