@@ -464,6 +464,10 @@ pub struct JobRequest {
     /// `--mail-user`: who is told (default: the job's user).
     #[serde(default)]
     pub mail_user: Option<String>,
+    /// `--exclusive`: the whole server (the daemon, which knows it, turns
+    /// this into all its CPUs, memory and GPUs).
+    #[serde(default)]
+    pub exclusive: bool,
     pub script: String,
     pub args: Vec<String>,
 }
@@ -661,12 +665,15 @@ impl Job {
     }
 }
 
-/// Expands sbatch's filename patterns: `%j` job id, `%A` array id (the job
-/// id outside arrays), `%a` task index (0 outside arrays), `%x` name, `%u`
-/// user, `%N` node, `%t` task and `%n` node index (0: a batch job is one
-/// task on one node), `%s` step (`batch`), `%%` a percent sign. An
-/// optional width between `%` and
-/// the letter zero-pads numbers (`%5j` → `00042`), as in Slurm.
+/// Expands Slurm's filename patterns: `%j` job id, `%J` job id and step
+/// (`42` for the batch script, `42.0` for a step), `%A` array id (the job
+/// id outside arrays), `%a` task index (0 outside arrays), `%b` the task
+/// index modulo 10, `%x` name, `%u` user, `%N` node, `%t` task and `%n`
+/// node index (0: a job is one task on one node), `%s` step (`batch`, or
+/// its number), `%%` a percent sign. An optional width between `%` and
+/// the letter zero-pads numbers (`%5j` → `00042`, at most 10), and a
+/// pattern with a backslash in it is taken as it is, backslashes
+/// removed, as in Slurm.
 pub fn expand_filename_pattern(
     pattern: &str,
     id: JobId,
@@ -675,6 +682,23 @@ pub fn expand_filename_pattern(
     user: &str,
     node: Option<&str>,
 ) -> String {
+    expand_step_pattern(pattern, id, None, array, name, user, node)
+}
+
+/// As [`expand_filename_pattern`], for step `step` of the job (`None`:
+/// its batch script).
+pub fn expand_step_pattern(
+    pattern: &str,
+    id: JobId,
+    step: Option<u32>,
+    array: Option<(JobId, u32)>,
+    name: &str,
+    user: &str,
+    node: Option<&str>,
+) -> String {
+    if pattern.contains('\\') {
+        return pattern.replace('\\', "");
+    }
     let mut out = String::with_capacity(pattern.len() + 8);
     let mut chars = pattern.chars().peekable();
     while let Some(c) = chars.next() {
@@ -688,16 +712,27 @@ pub fn expand_filename_pattern(
             chars.next();
         }
         let width: usize = width.parse().unwrap_or(0).min(10);
+        let task = array.map_or(0, |a| a.1);
         match chars.next() {
             Some('%') => out.push('%'),
             Some('j') => out.push_str(&format!("{id:0width$}")),
+            Some('J') => {
+                out.push_str(&format!("{id:0width$}"));
+                if let Some(s) = step {
+                    out.push_str(&format!(".{s}"));
+                }
+            }
             Some('A') => out.push_str(&format!("{:0width$}", array.map_or(id, |a| a.0))),
-            Some('a') => out.push_str(&format!("{:0width$}", array.map_or(0, |a| a.1))),
+            Some('a') => out.push_str(&format!("{task:0width$}")),
+            Some('b') => out.push_str(&format!("{:0width$}", task % 10)),
             Some('x') => out.push_str(name),
             Some('u') => out.push_str(user),
             Some('N') => out.push_str(node.unwrap_or("")),
             Some('t' | 'n') => out.push_str(&format!("{:0width$}", 0)),
-            Some('s') => out.push_str("batch"),
+            Some('s') => match step {
+                Some(s) => out.push_str(&format!("{s:0width$}")),
+                None => out.push_str("batch"),
+            },
             Some(other) => {
                 out.push('%');
                 out.push(other);
@@ -833,6 +868,19 @@ mod tests {
         assert_eq!(
             expand_filename_pattern("%A_%a-%j-%3a", 45, Some((42, 3)), "n", "u", None),
             "42_3-45-003"
+        );
+        assert_eq!(
+            expand_filename_pattern("w-%J-%b-%s.out", 7, Some((5, 13)), "n", "u", None),
+            "w-7-3-batch.out",
+            "dask-jobqueue's %J: one file per job"
+        );
+        assert_eq!(
+            expand_step_pattern("%J_%s_%t", 7, Some(0), None, "n", "u", None),
+            "7.0_0_0"
+        );
+        assert_eq!(
+            expand_filename_pattern("raw\\%j.out", 7, None, "n", "u", None),
+            "raw%j.out"
         );
     }
 }

@@ -143,6 +143,9 @@ pub struct SubmitOptions {
     /// Who is told of them (default: you)
     #[arg(long = "mail-user", value_name = "ADDRESS")]
     pub mail_user: Option<String>,
+    /// The whole server: all its CPUs and memory, and all its GPUs (of the type asked for); the job waits until nothing else runs there
+    #[arg(long, value_name = "user|mcs|topo", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    pub exclusive: Option<String>,
 }
 
 /// One directive line, parsed with the same options as the command line.
@@ -197,6 +200,8 @@ pub struct Partial {
     pub grace: Option<u64>,
     pub mail_type: Option<crate::job::MailTypes>,
     pub mail_user: Option<String>,
+    /// `--exclusive`.
+    pub exclusive: bool,
     pub parsable: bool,
     /// Messages about options accepted but ignored.
     pub warnings: Vec<String>,
@@ -369,6 +374,7 @@ impl Partial {
                 .transpose()
                 .map_err(|e| format!("--mail-type: {e}"))?,
             mail_user: o.mail_user,
+            exclusive: o.exclusive.is_some(),
             parsable: o.parsable,
             warnings,
         })
@@ -405,6 +411,7 @@ impl Partial {
             grace: later.grace.or(self.grace),
             mail_type: later.mail_type.or(self.mail_type),
             mail_user: later.mail_user.or(self.mail_user),
+            exclusive: later.exclusive || self.exclusive,
             parsable: later.parsable || self.parsable,
             warnings,
         }
@@ -682,6 +689,7 @@ pub fn resolve(
         grace: partial.grace,
         mail_type: partial.mail_type.unwrap_or_default(),
         mail_user: partial.mail_user,
+        exclusive: partial.exclusive,
     })
 }
 

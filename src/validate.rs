@@ -328,6 +328,7 @@ mod tests {
             grace: None,
             mail_type: MailTypes::default(),
             mail_user: None,
+            exclusive: false,
             script: "#!/bin/sh\ntrue\n".into(),
             args: Vec::new(),
         }

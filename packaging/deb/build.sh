@@ -26,7 +26,7 @@ for b in ysbatch ysqueue yscancel ysacct yscontrol ysshare ysreport ysinfo ysche
 done
 install -m 755 "$bin/ysctld" "$bin/ysstepd" "$pkg/usr/sbin/"
 strip "$pkg"/usr/bin/* "$pkg"/usr/sbin/* 2>/dev/null || true
-for name in sbatch squeue scancel sacct sshare sinfo scontrol srun; do
+for name in sbatch squeue scancel sacct sshare sinfo scontrol srun sacctmgr; do
     ln -s ../../../bin/ysched-slurm "$pkg/usr/lib/ysched/slurm-compat/$name"
 done
 install -m 755 contrib/notify/notify-mail contrib/notify/notify-webhook "$pkg/usr/lib/ysched/"

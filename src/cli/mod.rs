@@ -2,6 +2,7 @@
 //! its output; this file has what they share (config lookup, talking to the
 //! daemon, printing, exit codes). Binaries in `src/bin/` only call `run`.
 
+pub mod sacctmgr;
 pub mod slurm;
 pub mod ysacct;
 pub mod ysbatch;

@@ -1,7 +1,7 @@
 //! Slurm's commands over ysched, for tools that drive Slurm by running its
 //! commands and reading their output: one binary, `ysched-slurm`, that acts
-//! as `sbatch`, `squeue`, `scancel`, `sacct`, `sshare`, `sinfo`, `scontrol`
-//! or `srun` by the name it is called under (links in
+//! as `sbatch`, `squeue`, `scancel`, `sacct`, `sshare`, `sinfo`, `scontrol`,
+//! `srun` or a read-only `sacctmgr` by the name it is called under (links in
 //! `/usr/lib/ysched/slurm-compat/`, put on PATH). The ys* commands already
 //! take Slurm's options and formats; what is Slurm's alone — `sinfo`'s
 //! partition view, `scontrol`'s words, `srun` inside a job, exit status 1
@@ -15,8 +15,8 @@ use clap::Parser;
 use super::{load_config, print, CliError, CliResult};
 
 /// The commands this binary can be.
-pub const COMMANDS: [&str; 8] = [
-    "sbatch", "squeue", "scancel", "sacct", "sshare", "sinfo", "scontrol", "srun",
+pub const COMMANDS: [&str; 9] = [
+    "sbatch", "squeue", "scancel", "sacct", "sshare", "sinfo", "scontrol", "srun", "sacctmgr",
 ];
 
 /// Runs as `name` (the file name it was called by, or the first argument
@@ -33,7 +33,7 @@ pub fn main(name: &str, args: Vec<OsString>) -> ExitCode {
         ),
         "squeue" => with_slurm_exit(
             name,
-            super::ysqueue::Args::try_parse_from(argv(args)),
+            super::ysqueue::Args::try_parse_from(argv(args)).map(slurm_squeue_format),
             super::ysqueue::run,
         ),
         "scancel" => with_slurm_exit(
@@ -54,6 +54,15 @@ pub fn main(name: &str, args: Vec<OsString>) -> ExitCode {
         "sinfo" => with_slurm_exit(name, SinfoArgs::try_parse_from(argv(args)), sinfo),
         "scontrol" => with_slurm_exit(name, ScontrolArgs::try_parse_from(argv(args)), scontrol),
         "srun" => with_slurm_exit(name, SrunArgs::try_parse_from(argv(args)), srun),
+        "sacctmgr" => with_slurm_exit(
+            name,
+            Ok::<_, clap::Error>(
+                args.iter()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect(),
+            ),
+            super::sacctmgr::run,
+        ),
         _ => {
             eprintln!(
                 "ysched-slurm: call me as one of {} (a link by that name, or `ysched-slurm sbatch ...`)",
@@ -62,6 +71,20 @@ pub fn main(name: &str, args: Vec<OsString>) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// The columns squeue shows when asked for none: `$SQUEUE_FORMAT`, else
+/// Slurm's default (ysqueue's own default is laid out for GPUs).
+const SQUEUE_DEFAULT: &str = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R";
+
+fn slurm_squeue_format(mut args: super::ysqueue::Args) -> super::ysqueue::Args {
+    if args.format.is_none() && !args.json && !args.priority && !args.start {
+        let from_env = std::env::var("SQUEUE_FORMAT")
+            .ok()
+            .filter(|f| !f.is_empty());
+        args.format = Some(from_env.unwrap_or_else(|| SQUEUE_DEFAULT.to_string()));
+    }
+    args
 }
 
 /// Slurm's commands exit 1 for any error, bad options included; help and
@@ -320,11 +343,17 @@ fn show_partition() -> CliResult {
     ))
 }
 
-/// `srun` inside a batch job: the command as the job's one task.
+/// `srun` inside a batch job: the command as the job's one task. Slurm's
+/// step options are parsed as srun parses them (`-n1`, `--opt=value`,
+/// `--opt value`), up to the first word that is not an option: the
+/// command. Those that change what one task on this job's allocation does
+/// are honoured; those that place tasks and bind CPUs mean nothing for a
+/// step that is the allocation's one task, and are accepted.
 #[derive(Parser, Debug)]
 #[command(
     name = "srun",
     version,
+    infer_long_args = true,
     about = "Slurm's srun over ysched: inside a batch job, runs a command as its single task"
 )]
 pub struct SrunArgs {
@@ -340,15 +369,121 @@ pub struct SrunArgs {
     /// Standard error to this file (patterns as for --output)
     #[arg(short = 'e', long, value_name = "PATTERN")]
     pub error: Option<String>,
+    /// Standard input from this file (patterns as for --output; "none": /dev/null)
+    #[arg(short = 'i', long, value_name = "PATTERN")]
+    pub input: Option<String>,
+    /// The task's working directory
+    #[arg(short = 'D', long, value_name = "DIR")]
+    pub chdir: Option<std::path::PathBuf>,
+    /// Environment of the task: ALL (default), NONE (only SLURM_* variables), or [ALL,]VAR[=VALUE],...
+    #[arg(long, value_name = "VARS")]
+    pub export: Option<String>,
+    /// Prefix each output line with the task id ("0: ")
+    #[arg(short = 'l', long)]
+    pub label: bool,
     /// Accepted: output is never buffered by srun here
     #[arg(short = 'u', long)]
     pub unbuffered: bool,
     /// A name for the step (shown nowhere)
     #[arg(short = 'J', long = "job-name", value_name = "NAME")]
     pub job_name: Option<String>,
+    /// Resource and placement options of Slurm's steps: the one task has
+    /// the job's whole allocation, so they change nothing here.
+    #[command(flatten)]
+    pub placement: StepPlacement,
     /// The command and its arguments
-    #[arg(value_name = "COMMAND", num_args = 1.., required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    #[arg(value_name = "COMMAND", num_args = 1.., required = true, trailing_var_arg = true)]
     pub command: Vec<OsString>,
+}
+
+/// srun's options that place and bind tasks or size the step: accepted,
+/// because the step here is the allocation's one task.
+#[derive(clap::Args, Debug, Default)]
+#[command(next_help_heading = "Accepted (the one task has the whole allocation)")]
+pub struct StepPlacement {
+    #[arg(short = 'c', long = "cpus-per-task", value_name = "N", hide = true)]
+    cpus_per_task: Option<String>,
+    #[arg(
+        long = "cpu-bind",
+        alias = "cpu_bind",
+        value_name = "TYPE",
+        hide = true
+    )]
+    cpu_bind: Option<String>,
+    #[arg(long = "mem", value_name = "SIZE", hide = true)]
+    mem: Option<String>,
+    #[arg(long = "mem-per-cpu", value_name = "SIZE", hide = true)]
+    mem_per_cpu: Option<String>,
+    #[arg(long = "mem-per-gpu", value_name = "SIZE", hide = true)]
+    mem_per_gpu: Option<String>,
+    #[arg(long = "mem-bind", value_name = "TYPE", hide = true)]
+    mem_bind: Option<String>,
+    #[arg(long, value_name = "LIST", hide = true)]
+    gres: Option<String>,
+    #[arg(short = 'G', long, value_name = "N", hide = true)]
+    gpus: Option<String>,
+    #[arg(long = "gpus-per-task", value_name = "N", hide = true)]
+    gpus_per_task: Option<String>,
+    #[arg(long = "gpu-bind", value_name = "TYPE", hide = true)]
+    gpu_bind: Option<String>,
+    #[arg(long = "ntasks-per-node", value_name = "N", hide = true)]
+    ntasks_per_node: Option<String>,
+    #[arg(long = "ntasks-per-gpu", value_name = "N", hide = true)]
+    ntasks_per_gpu: Option<String>,
+    #[arg(short = 'm', long = "distribution", value_name = "TYPE", hide = true)]
+    distribution: Option<String>,
+    #[arg(long, value_name = "TYPE", hide = true)]
+    hint: Option<String>,
+    #[arg(long, value_name = "TYPE", hide = true)]
+    mpi: Option<String>,
+    #[arg(short = 't', long, value_name = "TIME", hide = true)]
+    time: Option<String>,
+    #[arg(short = 'w', long = "nodelist", value_name = "NODES", hide = true)]
+    nodelist: Option<String>,
+    #[arg(short = 'x', long = "exclude", value_name = "NODES", hide = true)]
+    exclude: Option<String>,
+    #[arg(short = 'p', long, value_name = "NAME", hide = true)]
+    partition: Option<String>,
+    #[arg(long, value_name = "ID", hide = true)]
+    jobid: Option<String>,
+    #[arg(long, value_name = "RLIMITS", num_args = 0..=1, require_equals = true, hide = true)]
+    propagate: Option<Option<String>>,
+    #[arg(long, hide = true)]
+    exclusive: bool,
+    #[arg(long, hide = true)]
+    exact: bool,
+    #[arg(long, hide = true)]
+    overlap: bool,
+    #[arg(short = 'O', long, hide = true)]
+    overcommit: bool,
+    #[arg(short = 'K', long = "kill-on-bad-exit", value_name = "0|1", num_args = 0..=1, require_equals = true, hide = true)]
+    kill_on_bad_exit: Option<Option<String>>,
+    #[arg(short = 'W', long = "wait", value_name = "SECONDS", hide = true)]
+    wait: Option<String>,
+    #[arg(short = 'v', long, action = clap::ArgAction::Count, hide = true)]
+    verbose: u8,
+    #[arg(short = 'Q', long, hide = true)]
+    quiet: bool,
+}
+
+/// What srun's `--export` leaves of `env`: Slurm's rules, with the job's
+/// `SLURM_*` variables kept whatever it says.
+fn step_environment(
+    spec: Option<&str>,
+    env: Vec<(String, String)>,
+) -> Result<Vec<(String, String)>, CliError> {
+    let slurm: Vec<(String, String)> = env
+        .iter()
+        .filter(|(k, _)| k.starts_with("SLURM_"))
+        .cloned()
+        .collect();
+    let mut chosen = crate::script::export_environment(spec, env).map_err(CliError::usage)?;
+    for (k, v) in slurm {
+        if !chosen.iter().any(|(name, _)| *name == k) {
+            chosen.push((k, v));
+        }
+    }
+    Ok(chosen)
 }
 
 fn srun(args: SrunArgs) -> CliResult {
@@ -381,24 +516,31 @@ fn srun(args: SrunArgs) -> CliResult {
     let name = env("SLURM_JOB_NAME").unwrap_or_default();
     let user = env("USER").unwrap_or_default();
     let node = env("SLURMD_NODENAME");
-    let open = |pattern: &str| -> Result<std::fs::File, CliError> {
-        let path = crate::job::expand_filename_pattern(
+    let path_of = |pattern: &str| {
+        crate::job::expand_step_pattern(
             pattern,
             job_id,
+            Some(0),
             array,
             &name,
             &user,
             node.as_deref(),
-        );
+        )
+    };
+    let open = |pattern: &str| -> Result<std::fs::File, CliError> {
+        let path = path_of(pattern);
         std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&path)
             .map_err(|e| CliError::failed(format!("cannot open {path}: {e}")))
     };
+    let environment = step_environment(args.export.as_deref(), std::env::vars().collect())?;
     let mut command = std::process::Command::new(&args.command[0]);
     command
         .args(&args.command[1..])
+        .env_clear()
+        .envs(environment)
         .env("SLURM_PROCID", "0")
         .env("SLURM_LOCALID", "0")
         .env("SLURM_NODEID", "0")
@@ -407,11 +549,31 @@ fn srun(args: SrunArgs) -> CliResult {
         .env("SLURM_STEP_ID", "0")
         .env("SLURM_STEPID", "0")
         .env("SLURM_STEP_NUM_TASKS", "1");
-    if let Some(o) = &args.output {
-        command.stdout(open(o)?);
+    if let Some(dir) = &args.chdir {
+        command.current_dir(dir);
     }
-    if let Some(e) = &args.error {
-        command.stderr(open(e)?);
+    let stdout_file = args.output.as_deref().map(open).transpose()?;
+    let stderr_file = args.error.as_deref().map(open).transpose()?;
+    match args.input.as_deref() {
+        None => {}
+        Some(i) if i.eq_ignore_ascii_case("none") => {
+            command.stdin(std::process::Stdio::null());
+        }
+        Some(i) => {
+            let path = path_of(i);
+            let file = std::fs::File::open(&path)
+                .map_err(|e| CliError::failed(format!("cannot open {path}: {e}")))?;
+            command.stdin(file);
+        }
+    }
+    if args.label {
+        return run_labelled(command, stdout_file, stderr_file);
+    }
+    if let Some(f) = stdout_file {
+        command.stdout(f);
+    }
+    if let Some(f) = stderr_file {
+        command.stderr(f);
     }
     // Becomes the command: its exit status is srun's, signals reach it.
     let err = command.exec();
@@ -419,6 +581,72 @@ fn srun(args: SrunArgs) -> CliResult {
         "cannot run {}: {err}",
         args.command[0].to_string_lossy()
     )))
+}
+
+/// `--label`: runs the task with its output through srun, each line
+/// prefixed with its task id, as Slurm prints it; srun exits as the task
+/// did, and passes on the signals a job's steps get.
+fn run_labelled(
+    mut command: std::process::Command,
+    stdout_file: Option<std::fs::File>,
+    stderr_file: Option<std::fs::File>,
+) -> CliResult {
+    use std::io::{BufRead, Write};
+    use std::process::Stdio;
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = command
+        .spawn()
+        .map_err(|e| CliError::failed(format!("cannot run the task: {e}")))?;
+    let pid = child.id() as i32;
+    let forward = [
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGUSR1,
+        signal_hook::consts::SIGUSR2,
+        signal_hook::consts::SIGHUP,
+    ];
+    if let Ok(mut signals) = signal_hook::iterator::Signals::new(forward) {
+        std::thread::spawn(move || {
+            for sig in signals.forever() {
+                // SAFETY: kill(2) on the task's pid with a caught signal.
+                unsafe { libc::kill(pid, sig) };
+            }
+        });
+    }
+    let pipe = |from: Box<dyn std::io::Read + Send>, mut to: Box<dyn Write + Send>| {
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(from)
+                .split(b'\n')
+                .map_while(Result::ok)
+            {
+                let mut text = b"0: ".to_vec();
+                text.extend_from_slice(&line);
+                text.push(b'\n');
+                let _ = to.write_all(&text).and_then(|()| to.flush());
+            }
+        })
+    };
+    let out_to: Box<dyn Write + Send> = match stdout_file {
+        Some(f) => Box::new(f),
+        None => Box::new(std::io::stdout()),
+    };
+    let err_to: Box<dyn Write + Send> = match stderr_file {
+        Some(f) => Box::new(f),
+        None => Box::new(std::io::stderr()),
+    };
+    let out = pipe(Box::new(child.stdout.take().expect("piped")), out_to);
+    let err = pipe(Box::new(child.stderr.take().expect("piped")), err_to);
+    let status = child
+        .wait()
+        .map_err(|e| CliError::failed(format!("cannot wait for the task: {e}")))?;
+    let _ = out.join();
+    let _ = err.join();
+    use std::os::unix::process::ExitStatusExt;
+    let code = status
+        .code()
+        .or(status.signal().map(|s| 128 + s))
+        .unwrap_or(1);
+    std::process::exit(code)
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ const DEFAULT_FORMAT: &str = "JobID,JobName,User,Account,State,ExitCode,Elapsed,
 #[command(
     name = "ysacct",
     version,
+    infer_long_args = true,
     about = "Show accounting data for jobs",
     long_about = "Show accounting data for jobs from ysched's database: finished, running and pending. \
                   Without -j or -S, jobs active since midnight today are shown, as sacct does; \
@@ -66,6 +67,14 @@ pub struct Args {
     /// Print the jobs as JSON
     #[arg(long, conflicts_with_all = ["format", "parsable", "parsable2", "noheader"])]
     pub json: bool,
+    /// Accepted for Slurm tools: ysched is one cluster (all, or any name, shows it)
+    #[arg(
+        short = 'M',
+        long = "clusters",
+        value_name = "CLUSTER[,CLUSTER]",
+        hide_short_help = true
+    )]
+    pub clusters: Option<String>,
 }
 
 pub fn run(args: Args) -> CliResult {

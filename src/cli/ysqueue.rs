@@ -10,6 +10,7 @@ use crate::report::{self, Column, Field, SqueueFormat};
 #[command(
     name = "ysqueue",
     version,
+    infer_long_args = true,
     disable_help_flag = true,
     about = "Show pending and running jobs",
     long_about = "Show pending and running jobs, running first, then pending ones in the order they \
@@ -55,6 +56,17 @@ pub struct Args {
     /// Print the jobs as JSON
     #[arg(long, conflicts_with_all = ["format", "noheader"])]
     pub json: bool,
+    /// Accepted for Slurm tools: ysched is one cluster (all, or any name, shows it)
+    #[arg(
+        short = 'M',
+        long = "clusters",
+        value_name = "CLUSTER[,CLUSTER]",
+        hide_short_help = true
+    )]
+    pub clusters: Option<String>,
+    /// Accepted for Slurm tools: every job is shown to whoever may see it
+    #[arg(short = 'a', long = "all", hide_short_help = true)]
+    pub all: bool,
     /// Print help
     #[arg(long, action = clap::ArgAction::Help)]
     pub help: Option<bool>,

@@ -45,15 +45,93 @@ pub struct Args {
     #[arg(short = 'P', long)]
     pub parsable2: bool,
     /// Print the rows as JSON
-    #[arg(long, conflicts_with_all = ["parsable", "parsable2", "noheader", "long"])]
+    #[arg(long, conflicts_with_all = ["parsable", "parsable2", "noheader", "long", "format"])]
     pub json: bool,
+    /// Only your own user associations, no account rows (with -u: those users')
+    #[arg(short = 'U', long = "Users")]
+    pub users_only: bool,
+    /// Columns to show, each with an optional %WIDTH: Account, User, RawShares, NormShares, RawUsage, NormUsage, EffectvUsage, FairShare, LevelFS, Budget, BudgetLeft
+    #[arg(short = 'o', long, value_name = "FIELDS")]
+    pub format: Option<String>,
+    /// Accepted for Slurm tools: ysched is one cluster
+    #[arg(
+        short = 'M',
+        long = "clusters",
+        value_name = "CLUSTER[,CLUSTER]",
+        hide_short_help = true
+    )]
+    pub clusters: Option<String>,
+}
+
+/// One `--format` column: a field's name as sshare writes it, and a width.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShareColumn {
+    pub name: &'static str,
+    pub width: Option<usize>,
+}
+
+const SHARE_FIELDS: [&str; 11] = [
+    "Account",
+    "User",
+    "RawShares",
+    "NormShares",
+    "RawUsage",
+    "NormUsage",
+    "EffectvUsage",
+    "FairShare",
+    "LevelFS",
+    "Budget",
+    "BudgetLeft",
+];
+
+/// Parses `--format`: names in any case, each with an optional `%WIDTH`
+/// (`%-WIDTH` too, as Slurm writes it).
+pub fn parse_share_format(text: &str) -> Result<Vec<ShareColumn>, String> {
+    let mut columns = Vec::new();
+    for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (name, width) = match item.split_once('%') {
+            Some((n, w)) => {
+                let w: usize = w
+                    .strip_prefix('-')
+                    .unwrap_or(w)
+                    .parse()
+                    .map_err(|_| format!("invalid width in '{item}'"))?;
+                (n, Some(w.clamp(1, 1000)))
+            }
+            None => (item, None),
+        };
+        let name = SHARE_FIELDS
+            .iter()
+            .find(|f| f.eq_ignore_ascii_case(name))
+            .ok_or_else(|| {
+                format!(
+                    "unknown field '{name}' (known: {})",
+                    SHARE_FIELDS.join(", ")
+                )
+            })?;
+        columns.push(ShareColumn { name, width });
+    }
+    if columns.is_empty() {
+        return Err("empty --format".into());
+    }
+    Ok(columns)
 }
 
 pub fn run(args: Args) -> CliResult {
     let config = load_config()?;
+    let format = args
+        .format
+        .as_deref()
+        .map(parse_share_format)
+        .transpose()
+        .map_err(CliError::usage)?;
+    let mut users = split_list(&args.users);
+    if args.users_only && users.is_empty() {
+        users.push(super::current_user_name());
+    }
     let query = Query::Shares {
         accounts: split_list(&args.accounts),
-        users: split_list(&args.users),
+        users: users.clone(),
         all_users: args.all,
     };
     let rows = match ask(&config, Request::Query(query))? {
@@ -65,17 +143,45 @@ pub fn run(args: Args) -> CliResult {
             )))
         }
     };
+    let rows: Vec<ShareRow> = if args.users_only {
+        rows.into_iter()
+            .filter(|r| r.user.as_ref().is_some_and(|u| users.contains(u)))
+            .collect()
+    } else {
+        rows
+    };
     if args.json {
         let json = serde_json::json!({ "shares": rows });
         return print(&format!("{}\n", serde_json::to_string_pretty(&json)?));
     }
-    print(&render(
-        &rows,
-        args.long,
-        !args.noheader,
-        args.parsable || args.parsable2,
-        args.parsable,
-    ))
+    let layout = Layout {
+        header: !args.noheader,
+        parsable: args.parsable || args.parsable2,
+        trailing: args.parsable,
+    };
+    let columns = format.unwrap_or_else(|| default_columns(&rows, args.long));
+    print(&render(&rows, &columns, layout))
+}
+
+/// How rows are laid out.
+#[derive(Clone, Copy, Debug)]
+pub struct Layout {
+    pub header: bool,
+    /// '|'-separated, and with a trailing '|'.
+    pub parsable: bool,
+    pub trailing: bool,
+}
+
+/// sshare's columns: with `long`, NormUsage and LevelFS too; budgets
+/// where an account has one.
+pub fn default_columns(rows: &[ShareRow], long: bool) -> Vec<ShareColumn> {
+    let budgets = rows.iter().any(|r| r.budget.is_some());
+    SHARE_FIELDS
+        .iter()
+        .filter(|f| long || !matches!(**f, "NormUsage" | "LevelFS"))
+        .filter(|f| budgets || !matches!(**f, "Budget" | "BudgetLeft"))
+        .map(|name| ShareColumn { name, width: None })
+        .collect()
 }
 
 fn number(x: f64) -> String {
@@ -86,59 +192,44 @@ fn number(x: f64) -> String {
     }
 }
 
+/// The text of one field of a row.
+fn cell(r: &ShareRow, field: &str, indent: &str) -> String {
+    let tokens = |t: Option<f64>| t.map(|t| format!("{t:.1}")).unwrap_or_default();
+    match field {
+        "Account" => format!("{indent}{}", r.account),
+        "User" => r.user.clone().unwrap_or_default(),
+        "RawShares" => format!("{}", r.raw_shares),
+        "NormShares" => number(r.norm_shares),
+        "RawUsage" => r.raw_usage.to_string(),
+        "NormUsage" => number(r.norm_usage),
+        "EffectvUsage" => number(r.effective_usage),
+        "FairShare" if r.user.is_some() => number(r.fairshare),
+        "LevelFS" => number(r.level_fs.unwrap_or(f64::INFINITY)),
+        "Budget" => tokens(r.budget),
+        "BudgetLeft" => tokens(r.budget_left),
+        _ => String::new(),
+    }
+}
+
 /// sshare's layout: child accounts indented one space per level.
-pub fn render(
-    rows: &[ShareRow],
-    long: bool,
-    header: bool,
-    parsable: bool,
-    trailing: bool,
-) -> String {
-    let mut head = vec!["Account", "User", "RawShares", "NormShares", "RawUsage"];
-    if long {
-        head.push("NormUsage");
-    }
-    head.extend(["EffectvUsage", "FairShare"]);
-    if long {
-        head.push("LevelFS");
-    }
-    let budgets = rows.iter().any(|r| r.budget.is_some());
-    if budgets {
-        head.extend(["Budget", "BudgetLeft"]);
-    }
-    let mut table: Vec<Vec<String>> = Vec::new();
-    for r in rows {
-        let indent = if parsable {
-            String::new()
-        } else {
-            " ".repeat(r.depth.saturating_sub(1))
-        };
-        let mut cells = vec![
-            format!("{indent}{}", r.account),
-            r.user.clone().unwrap_or_default(),
-            format!("{}", r.raw_shares),
-            number(r.norm_shares),
-            r.raw_usage.to_string(),
-        ];
-        if long {
-            cells.push(number(r.norm_usage));
-        }
-        cells.push(number(r.effective_usage));
-        cells.push(if r.user.is_some() {
-            number(r.fairshare)
-        } else {
-            String::new()
-        });
-        if long {
-            cells.push(number(r.level_fs.unwrap_or(f64::INFINITY)));
-        }
-        if budgets {
-            let tokens = |t: Option<f64>| t.map(|t| format!("{t:.1}")).unwrap_or_default();
-            cells.push(tokens(r.budget));
-            cells.push(tokens(r.budget_left));
-        }
-        table.push(cells);
-    }
+pub fn render(rows: &[ShareRow], columns: &[ShareColumn], layout: Layout) -> String {
+    let Layout {
+        header,
+        parsable,
+        trailing,
+    } = layout;
+    let head: Vec<&str> = columns.iter().map(|c| c.name).collect();
+    let table: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let indent = if parsable {
+                String::new()
+            } else {
+                " ".repeat(r.depth.saturating_sub(1))
+            };
+            columns.iter().map(|c| cell(r, c.name, &indent)).collect()
+        })
+        .collect();
     let mut out = String::new();
     if parsable {
         let end = if trailing { "|" } else { "" };
@@ -152,12 +243,14 @@ pub fn render(
     }
     let widths: Vec<usize> = (0..head.len())
         .map(|i| {
-            table
-                .iter()
-                .map(|r| r[i].len())
-                .max()
-                .unwrap_or(0)
-                .max(if header { head[i].len() } else { 0 })
+            columns[i].width.unwrap_or_else(|| {
+                table
+                    .iter()
+                    .map(|r| r[i].len())
+                    .max()
+                    .unwrap_or(0)
+                    .max(if header { head[i].len() } else { 0 })
+            })
         })
         .collect();
     let line = |cells: &[String]| -> String {
@@ -165,10 +258,12 @@ pub fn render(
             .iter()
             .enumerate()
             .map(|(i, c)| {
-                if i < 2 {
-                    format!("{c:<w$}", w = widths[i])
+                let w = widths[i];
+                let c: String = c.chars().take(w).collect();
+                if matches!(columns[i].name, "Account" | "User") {
+                    format!("{c:<w$}")
                 } else {
-                    format!("{c:>w$}", w = widths[i])
+                    format!("{c:>w$}")
                 }
             })
             .collect();

@@ -66,7 +66,8 @@ impl Daemon {
         for id in ids {
             if let Err(message) = self.launch(id) {
                 tracing::error!(target: "ysched::exec", "job {id} could not be launched: {message}");
-                self.finish(id, JobState::Failed, now, None, Some(message))?;
+                let exit = Some(ExitStatus { code: 1, signal: 0 });
+                self.finish(id, JobState::Failed, now, exit, Some(message))?;
             }
         }
         self.commit()
@@ -152,7 +153,12 @@ impl Daemon {
                 } else {
                     JobState::Failed
                 };
-                let exit = record.launch_error.is_none().then_some(record.exit);
+                // A job that could not start failed with 1, as a shell
+                // that cannot run a command does.
+                let exit = Some(match record.launch_error {
+                    Some(_) => ExitStatus { code: 1, signal: 0 },
+                    None => record.exit,
+                });
                 // Stopped for another job: requeued, whatever its exit
                 // (a job that saved a checkpoint and exited 0 included).
                 if matches!(state, JobState::Preempted | JobState::Pending)

@@ -14,7 +14,7 @@ use super::{Daemon, DaemonError};
 impl Daemon {
     pub(super) fn submit(
         &mut self,
-        request: JobRequest,
+        mut request: JobRequest,
         uid: u32,
         user: &str,
         now: i64,
@@ -25,6 +25,9 @@ impl Daemon {
             let why = e.to_string();
             tracing::info!(target: "ysched::daemon", "submission by {user} refused: {}", why.escape_debug());
             return Ok(Reply::Rejected { error: why });
+        }
+        if request.exclusive {
+            self.make_exclusive(&mut request);
         }
         if let Some(why) = self.short_of_space() {
             tracing::warn!(target: "ysched::daemon", "submission by {user} refused: {why}");
@@ -259,6 +262,24 @@ impl Daemon {
             job_id: id,
             warning,
         })
+    }
+
+    /// `--exclusive`: asks for all of the server, so that the job starts
+    /// only when nothing else runs there, with everything it has: its
+    /// CPUs and memory, and its GPUs of the type asked for (of the most
+    /// numerous type, when none is; not shards).
+    fn make_exclusive(&self, request: &mut JobRequest) {
+        request.cpus = self.cpus;
+        request.mem_mb = Some(self.mem_mb);
+        let counts = self.inventory.type_counts();
+        let of_type = match &request.gpus.gpu_type {
+            Some(t) => counts.iter().find(|(name, _)| name == t).map(|(_, n)| *n),
+            None => counts.iter().map(|(_, n)| *n).max(),
+        };
+        if let Some(n) = of_type {
+            request.gpus.count = n;
+            request.gpus.shard = false;
+        }
     }
 
     /// Why no job can be taken in now, if the spool's filesystem has less

@@ -27,7 +27,7 @@ use std::ffi::CString;
 use std::fs::{self, OpenOptions};
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -288,8 +288,22 @@ fn exec_job(
         } else {
             o.truncate(true);
         }
-        o.open(p)
-            .map_err(|e| format!("cannot open the output file {}: {e}", p.display()))
+        // A missing directory is made, as the job's user: tools create
+        // `folder/%j` once they know the id, and the job may start first.
+        let opened = match o.open(p) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => p
+                .parent()
+                .map(|dir| {
+                    fs::DirBuilder::new()
+                        .recursive(true)
+                        .mode(0o755)
+                        .create(dir)
+                })
+                .unwrap_or(Ok(()))
+                .and_then(|()| o.open(p)),
+            other => other,
+        };
+        opened.map_err(|e| format!("cannot open the output file {}: {e}", p.display()))
     };
     let stdout = match open(&spec.stdout) {
         Ok(f) => f,

@@ -758,8 +758,11 @@ pub fn parse_sacct_format(format: &str) -> Result<Vec<Column>, String> {
     let mut columns = Vec::new();
     for item in format.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (name, width) = match item.split_once('%') {
+            // Slurm's `%-N` asks for N as well (left-aligned, as here).
             Some((n, w)) => {
                 let w: usize = w
+                    .strip_prefix('-')
+                    .unwrap_or(w)
                     .parse()
                     .map_err(|_| format!("invalid width in '{item}'"))?;
                 (n, Width::Exact(w.clamp(1, 1000)))

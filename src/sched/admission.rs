@@ -404,6 +404,7 @@ mod tests {
             grace: None,
             mail_type: Default::default(),
             mail_user: None,
+            exclusive: false,
             script: "#!/bin/sh\n".into(),
             args: vec![],
         }
