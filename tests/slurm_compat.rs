@@ -1,18 +1,20 @@
 //! The Slurm command layer as tools drive it: tests/slurm_compat.py (the
 //! standard library only) runs sbatch, squeue, scancel, sacct, sinfo,
-//! scontrol and srun — links to ysched-slurm — against a real daemon.
+//! scontrol and srun — links to ysched-slurm — against a real daemon, and
+//! tests/slurm_clients.py does so with the exact command lines and job
+//! scripts of snakemake's, parsl's, submitit's and dask-jobqueue's Slurm
+//! support.
 
 mod common;
 
 use common::{bin_dir, stderr, stdout, Cluster};
 
-#[test]
-fn a_python_tool_drives_ysched_through_the_slurm_commands() {
-    let c = Cluster::started("");
+/// Runs `tests/SCRIPT` with the shims first on PATH; it prints "ok".
+fn drive(c: &Cluster, script: &str) {
     let shims = c.dir.path().join("slurm-compat");
     std::fs::create_dir_all(&shims).unwrap();
     for name in ysched::cli::slurm::COMMANDS {
-        std::os::unix::fs::symlink(bin_dir().join("ysched-slurm"), shims.join(name)).unwrap();
+        let _ = std::os::unix::fs::symlink(bin_dir().join("ysched-slurm"), shims.join(name));
     }
     let path = format!(
         "{}:{}:{}",
@@ -20,19 +22,36 @@ fn a_python_tool_drives_ysched_through_the_slurm_commands() {
         bin_dir().display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/slurm_compat.py");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join(script);
     let out = std::process::Command::new("python3")
         .arg(&script)
         .arg(&c.work)
         .env("PATH", path)
         .env("YS_CONF", &c.config)
+        .current_dir(&c.work)
         .output()
         .expect("python3 runs");
     assert!(
         out.status.success(),
-        "slurm_compat.py: {}{}",
+        "{}: {}{}\nysctld's log:\n{}",
+        script.display(),
         stdout(&out),
-        stderr(&out)
+        stderr(&out),
+        c.log()
     );
     assert_eq!(stdout(&out), "ok\n");
+}
+
+#[test]
+fn a_python_tool_drives_ysched_through_the_slurm_commands() {
+    let c = Cluster::started("");
+    drive(&c, "slurm_compat.py");
+}
+
+#[test]
+fn snakemake_parsl_submitit_and_dask_jobqueue_work_unmodified() {
+    let c = Cluster::started("");
+    drive(&c, "slurm_clients.py");
 }

@@ -39,7 +39,7 @@ pub fn main(name: &str, args: Vec<OsString>) -> ExitCode {
         "scancel" => with_slurm_exit(
             name,
             super::yscancel::Args::try_parse_from(argv(args)),
-            super::yscancel::run,
+            super::yscancel::run_as_scancel,
         ),
         "sacct" => with_slurm_exit(
             name,

@@ -40,6 +40,17 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> CliResult {
+    cancel(args, "yscancel", false)
+}
+
+/// As Slurm's scancel: a job that has already ended is no error (said
+/// with `-v` only), so that a tool cancelling workers that just finished
+/// does not fail.
+pub fn run_as_scancel(args: Args) -> CliResult {
+    cancel(args, "scancel", true)
+}
+
+fn cancel(args: Args, command: &str, ended_is_done: bool) -> CliResult {
     let selector = JobSelector {
         job_ids: parse_job_ids(&args.jobs)?,
         user: args.user.clone(),
@@ -70,8 +81,13 @@ pub fn run(args: Args) -> CliResult {
     let mut failed = false;
     for o in &outcomes {
         match &o.error {
+            Some(e) if ended_is_done && e.contains("has already finished") => {
+                if args.verbose {
+                    eprintln!("{command}: {e}");
+                }
+            }
             Some(e) => {
-                eprintln!("yscancel: error: {e}");
+                eprintln!("{command}: error: {e}");
                 failed = true;
             }
             None if args.verbose => {
@@ -80,7 +96,7 @@ pub fn run(args: Args) -> CliResult {
                 } else {
                     "cancelled"
                 };
-                eprintln!("yscancel: job {} {what}", o.job_id);
+                eprintln!("{command}: job {} {what}", o.job_id);
             }
             None => {}
         }

@@ -144,9 +144,7 @@ pub fn run(args: Args) -> CliResult {
         }
     };
     let rows: Vec<ShareRow> = if args.users_only {
-        rows.into_iter()
-            .filter(|r| r.user.as_ref().is_some_and(|u| users.contains(u)))
-            .collect()
+        users_only(rows, &users, &config)
     } else {
         rows
     };
@@ -161,6 +159,51 @@ pub fn run(args: Args) -> CliResult {
     };
     let columns = format.unwrap_or_else(|| default_columns(&rows, args.long));
     print(&render(&rows, &columns, layout))
+}
+
+/// `-U`: the users' associations alone. One a user has through an
+/// account open to them (`users = ["*"]`, or no accounts configured) shows
+/// before their first job too: no usage yet, so the full factor.
+fn users_only(
+    rows: Vec<ShareRow>,
+    users: &[String],
+    config: &crate::config::Config,
+) -> Vec<ShareRow> {
+    let mut out: Vec<ShareRow> = rows
+        .iter()
+        .filter(|r| r.user.as_ref().is_some_and(|u| users.contains(u)))
+        .cloned()
+        .collect();
+    for user in users {
+        for account in config.accounts_for(user) {
+            let known = out
+                .iter()
+                .any(|r| r.account == account && r.user.as_deref() == Some(user));
+            let Some(parent) = rows
+                .iter()
+                .find(|r| r.account == account && r.user.is_none())
+            else {
+                continue;
+            };
+            if !known {
+                out.push(ShareRow {
+                    user: Some(user.clone()),
+                    depth: parent.depth + 1,
+                    raw_shares: 1.0,
+                    raw_usage: 0,
+                    usage: 0.0,
+                    norm_usage: 0.0,
+                    effective_usage: 0.0,
+                    level_fs: None,
+                    fairshare: 1.0,
+                    budget: None,
+                    budget_left: None,
+                    ..parent.clone()
+                });
+            }
+        }
+    }
+    out
 }
 
 /// How rows are laid out.
