@@ -143,12 +143,42 @@ fn check_config_validates_and_shows_what_would_be_detected_without_starting() {
     let long = c.dir.path().join("long.toml");
     std::fs::write(&long, format!("spool_dir = \"{}\"\n", deep.display())).unwrap();
     let out = c.run("ysctld", &["--check-config", long.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(3), "a warning: {}", stderr(&out));
     assert!(
         stdout(&out).contains("all through ") && stdout(&out).contains("over the 107"),
         "{}",
         stdout(&out)
     );
+    assert!(
+        stdout(&out).contains("warning: no GPUs"),
+        "{}",
+        stdout(&out)
+    );
+    // What would keep ysctld from starting: a missing device file, a
+    // spool it cannot write, a notify_command that is not there.
+    let broken = c.dir.path().join("broken.toml");
+    std::fs::write(
+        &broken,
+        "spool_dir = \"/etc/hostname/ysched-spool\"\nnotify_command = \"/no/such/notifier\"\n[[gpus]]\ntype = \"a100\"\nmemory = \"80GiB\"\ndevices = \"/dev/ysched-test-nvidia[0-1]\"\n",
+    )
+    .unwrap();
+    let out = c.run("ysctld", &["--check-config", broken.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let text = stdout(&out);
+    for wanted in [
+        "error: spool_dir /etc/hostname/ysched-spool: /etc/hostname is not a directory",
+        "error: notify_command: /no/such/notifier not found",
+        "error: GPU 0 (a100): device file /dev/ysched-test-nvidia0",
+    ] {
+        assert!(text.contains(wanted), "{wanted} missing:\n{text}");
+    }
+    assert!(stderr(&out).contains("3 errors"), "{}", stderr(&out));
     assert!(
         !c.spool.join("ysched.db").exists(),
         "nothing started: no database"

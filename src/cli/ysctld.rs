@@ -92,7 +92,9 @@ pub fn run(args: Args) -> CliResult {
     };
     let config = Config::load(&path).map_err(|e| CliError::failed(e.to_string()))?;
     if args.check_config.is_some() {
-        return super::print(&check_config(&config));
+        let checked = check_config(&config);
+        super::print(&checked.report())?;
+        return checked.outcome();
     }
     if let Some(Command::Simulate(sim)) = args.command {
         return simulate(&config, sim);
@@ -175,11 +177,119 @@ fn background(config: Config, log: &std::path::Path, verbosity: u8, notify: &Own
 }
 
 /// What ysctld would find and do with `config`, read from the host but
-/// touching nothing: no spool, no cgroup, no database.
-fn check_config(config: &Config) -> String {
+/// touching nothing: no spool, no cgroup, no database; and what would
+/// keep it from starting or running jobs (errors) or is worth a look
+/// (warnings).
+fn check_config(config: &Config) -> Checked {
+    let mut lines = vec![format!("{}: valid", config.path.display())];
+    let mut problems = Vec::new();
+    describe(config, &mut lines, &mut problems);
+    Checked { lines, problems }
+}
+
+/// What `--check-config` found: the description, and the problems.
+struct Checked {
+    lines: Vec<String>,
+    problems: Vec<Problem>,
+}
+
+enum Problem {
+    /// ysctld would not start, or jobs could not run.
+    Error(String),
+    Warning(String),
+}
+
+impl Checked {
+    fn report(&self) -> String {
+        let mut out = self.lines.join("\n");
+        for p in &self.problems {
+            match p {
+                Problem::Error(e) => out.push_str(&format!("error: {e}\n")),
+                Problem::Warning(w) => out.push_str(&format!("warning: {w}\n")),
+            }
+        }
+        out
+    }
+
+    /// Exit status 0: nothing to say; 3: warnings only; 4: errors.
+    fn outcome(&self) -> CliResult {
+        let errors = self
+            .problems
+            .iter()
+            .filter(|p| matches!(p, Problem::Error(_)))
+            .count();
+        let warnings = self.problems.len() - errors;
+        match (errors, warnings) {
+            (0, 0) => Ok(()),
+            (0, n) => Err(CliError {
+                code: 3,
+                message: format!("{n} warning{}", if n == 1 { "" } else { "s" }),
+            }),
+            (n, _) => Err(CliError {
+                code: 4,
+                message: format!(
+                    "{n} error{} (ysctld would not start, or jobs could not run)",
+                    if n == 1 { "" } else { "s" }
+                ),
+            }),
+        }
+    }
+}
+
+/// Whether this process could create files in `dir`, or in the nearest
+/// directory above it that exists (where `dir` would be made).
+fn writable(dir: &std::path::Path) -> Result<(), String> {
+    let mut at = dir;
+    while !at.exists() {
+        match at.parent() {
+            Some(p) => at = p,
+            None => return Err(format!("no directory of {} exists", dir.display())),
+        }
+    }
+    if !at.is_dir() {
+        return Err(format!("{} is not a directory", at.display()));
+    }
+    let read_only = nix::sys::statvfs::statvfs(at)
+        .is_ok_and(|s| s.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY));
+    if read_only {
+        return Err(format!("{} is on a read-only filesystem", at.display()));
+    }
+    nix::unistd::access(
+        at,
+        nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK,
+    )
+    .map_err(|e| format!("{} is not writable: {e}", at.display()))
+}
+
+fn describe(config: &Config, lines: &mut Vec<String>, problems: &mut Vec<Problem>) {
     let inventory = crate::gpu::Inventory::discover(config);
     let system = nix::unistd::geteuid().is_root();
-    let mut lines = vec![format!("{}: valid", config.path.display())];
+    if let Err(e) = writable(&config.spool_dir) {
+        problems.push(Problem::Error(format!(
+            "spool_dir {}: {e}",
+            config.spool_dir.display()
+        )));
+    }
+    if inventory.gpus.is_empty() {
+        problems.push(Problem::Warning(
+            "no GPUs: none declared in [[gpus]] and none found by the driver; only jobs without GPUs can run".into(),
+        ));
+    }
+    if let Some(command) = &config.notify_command {
+        let program = std::path::Path::new(&command[0]);
+        let found = if program.is_absolute() {
+            program.is_file()
+        } else {
+            std::env::var_os("PATH")
+                .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+        };
+        if !found {
+            problems.push(Problem::Error(format!(
+                "notify_command: {} not found",
+                program.display()
+            )));
+        }
+    }
     let mut add = |key: &str, value: String| lines.push(format!("  {key:<17}{value}"));
     add(
         "spool",
@@ -250,6 +360,12 @@ fn check_config(config: &Config) -> String {
         Ok(isolation) => {
             let d = &isolation.detected;
             add("isolation", d.description.clone());
+            if system && d.placement.layout == crate::exec::cgroup::Layout::Off {
+                problems.push(Problem::Warning(format!(
+                    "job isolation is off ({}): jobs are not confined to their GPUs, memory and CPUs",
+                    d.description
+                )));
+            }
             for missing in &d.missing {
                 add("  not enforced", missing.clone());
             }
@@ -263,7 +379,10 @@ fn check_config(config: &Config) -> String {
                 }
             }
         }
-        Err(e) => add("isolation", format!("ERROR: {e}")),
+        Err(e) => {
+            add("isolation", format!("ERROR: {e}"));
+            problems.push(Problem::Error(e));
+        }
     }
     add(
         "GPU utilisation",
@@ -327,7 +446,6 @@ fn check_config(config: &Config) -> String {
         },
     );
     lines.push(String::new());
-    lines.join("\n")
 }
 
 fn simulate(config: &Config, args: SimulateArgs) -> CliResult {
