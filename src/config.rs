@@ -371,6 +371,30 @@ impl Config {
             .join(separator)
     }
 
+    /// The keys whose change a running daemon takes only at its next
+    /// start (`yscontrol reload` says which were not applied).
+    pub fn needs_restart(&self, new: &Config) -> Vec<&'static str> {
+        let mut keys = Vec::new();
+        let mut check = |key: &'static str, changed: bool| {
+            if changed {
+                keys.push(key);
+            }
+        };
+        check("node_name", self.node_name != new.node_name);
+        check("cgroups", self.cgroups != new.cgroups);
+        check("cgroup_root", self.cgroup_root != new.cgroup_root);
+        check("cgroup_parent", self.cgroup_parent != new.cgroup_parent);
+        check("job_pids_max", self.job_pids_max != new.job_pids_max);
+        check("metrics_listen", self.metrics_listen != new.metrics_listen);
+        check("log_file", self.log_file != new.log_file);
+        check("max_spool_file", self.max_spool_file != new.max_spool_file);
+        check(
+            "gpu_sample_secs",
+            self.gpu_sample_secs != new.gpu_sample_secs,
+        );
+        keys
+    }
+
     /// Root, and the users named in `admins`, may act on every job.
     pub fn is_admin(&self, uid: u32, user: &str) -> bool {
         uid == 0 || self.admins.iter().any(|a| a == user)
@@ -1089,7 +1113,19 @@ impl RawConfig {
                 name
             }
             None if qos.iter().any(|q| q.name == "medium") => "medium".to_string(),
-            None => qos[0].name.clone(),
+            None if qos.len() == 1 => qos[0].name.clone(),
+            // Not the first table's, silently: that could be the highest.
+            None => {
+                let known: Vec<&str> = qos.iter().map(|q| q.name.as_str()).collect();
+                return Err(fail(
+                    None,
+                    "default_qos",
+                    format!(
+                        "the [[qos]] tables replace the built-in levels and define no 'medium', the default; set default_qos to one of {}",
+                        known.join(", ")
+                    ),
+                ));
+            }
         };
 
         let default_time = self.default_time.flatten();
@@ -1475,6 +1511,7 @@ mod tests {
             r#"
 spool_dir = "/tmp/spool"
 admins = ["carol"]
+default_qos = "urgent"
 [[gpus]]
 type = "a100"
 memory = "80GiB"
@@ -1508,6 +1545,19 @@ priority = 1
         assert!(c.is_admin(1234, "carol"));
         assert!(c.is_admin(0, "root"));
         assert!(!c.is_admin(1000, "alice"));
+    }
+
+    #[test]
+    fn qos_tables_without_medium_must_name_the_default() {
+        let two =
+            "[[qos]]\nname = \"critical\"\npriority = 300\n[[qos]]\nname = \"low\"\npriority = 0\n";
+        let e = parse(two).unwrap_err().to_string();
+        assert!(
+            e.contains("default_qos") && e.contains("critical, low"),
+            "{e}"
+        );
+        let c = parse(&format!("default_qos = \"low\"\n{two}")).unwrap();
+        assert_eq!(c.default_qos, "low");
     }
 
     #[test]

@@ -86,6 +86,24 @@ fn a_bad_reload_changes_nothing_and_a_good_one_applies() {
     let id = c.submit(&["--wrap", "true"]);
     assert_eq!(c.field(id, "QOS"), "normal");
 
+    // CPUs and memory apply at once; what needs a restart is named.
+    std::fs::write(
+        &c.config,
+        good.replace("cpus = 16", "cpus = 4")
+            .replace("cgroup_parent = \"", "cgroup_parent = \"other-"),
+    )
+    .unwrap();
+    let out = c.run("yscontrol", &["reload"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out)
+            .contains("(4 CPUs, 65536 MiB); not applied until ysctld restarts: cgroup_parent"),
+        "{}",
+        stdout(&out)
+    );
+    let out = c.run("ysbatch", &["-c", "8", "--wrap", "true"]);
+    assert_eq!(out.status.code(), Some(1), "8 CPUs of 4 are refused");
+
     // GPUs cannot change under running jobs: that needs a restart.
     std::fs::write(&c.config, good.replace("count = 4", "count = 2")).unwrap();
     let out = c.run("yscontrol", &["reload"]);

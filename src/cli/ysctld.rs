@@ -413,12 +413,18 @@ fn describe(config: &Config, lines: &mut Vec<String>, problems: &mut Vec<Problem
                 .join(", ")
         },
     );
+    let builtin = config.qos == config::default_qos_levels();
     add(
         "QoS",
         format!(
-            "{} (default {})",
+            "{} (default {}{})",
             config.qos_names(", "),
-            config.default_qos
+            config.default_qos,
+            if builtin {
+                ""
+            } else {
+                "; the [[qos]] tables replace the built-in critical, high, medium, low"
+            }
         ),
     );
     add(

@@ -1275,13 +1275,29 @@ impl Daemon {
                         Err(e) => tracing::error!(target: "ysched::daemon", "notifications stay as they were: {e}"),
                     }
                 }
+                let later = self.config.needs_restart(&new);
+                self.cpus = new.cpus.unwrap_or_else(host_cpus);
+                self.mem_mb = new.memory_mb.unwrap_or_else(host_memory_mb);
                 self.config = new;
                 self.users.clear();
                 self.pass_tree = None;
                 self.reschedule = true;
                 self.snapshot = None;
+                let not_applied = if later.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; not applied until ysctld restarts: {}",
+                        later.join(", ")
+                    )
+                };
                 match self.load_budgets(now()) {
-                    Ok(()) => Ok(format!("config {} reloaded", path.display())),
+                    Ok(()) => Ok(format!(
+                        "config {} reloaded ({} CPUs, {} MiB){not_applied}",
+                        path.display(),
+                        self.cpus,
+                        self.mem_mb
+                    )),
                     Err(e) => Err(format!("config {} reloaded, but budgets could not be summed: {e}", path.display())),
                 }
             }
