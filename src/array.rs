@@ -26,10 +26,34 @@ pub struct ArraySpec {
     pub max_running: Option<u32>,
 }
 
+/// Why an `--array` is refused: it is not an index list, or it has more
+/// tasks than an array may.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ArrayError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    TooMany(String),
+}
+
+/// No max_array_size known: only what no array may exceed is checked.
+pub const UNBOUNDED: u32 = u32::MAX;
+
 impl ArraySpec {
     /// Parses `0-99%8`, `1,3,5-9`, `0-30:10`. Indices must be below
-    /// `max_size` (the config's max_array_size).
-    pub fn parse(text: &str, max_size: u32) -> Result<ArraySpec, String> {
+    /// `max_size` (the config's max_array_size; [`UNBOUNDED`] where it is
+    /// not known yet, as when directives are read before the config).
+    pub fn parse(text: &str, max_size: u32) -> Result<ArraySpec, ArrayError> {
+        Self::parse_indices(text, max_size).map_err(|message| {
+            if message.contains("than max_array_size") || message.contains("than any array") {
+                ArrayError::TooMany(message)
+            } else {
+                ArrayError::Invalid(message)
+            }
+        })
+    }
+
+    fn parse_indices(text: &str, max_size: u32) -> Result<ArraySpec, String> {
         let text = text.trim();
         let (list, throttle) = match text.split_once('%') {
             Some((l, t)) => (l, Some(t)),
@@ -47,7 +71,7 @@ impl ArraySpec {
             let n = s
                 .parse::<u32>()
                 .map_err(|_| format!("'{s}' is not a task index"))?;
-            if n >= max_size {
+            if n >= max_size && max_size != UNBOUNDED {
                 return Err(format!(
                     "index {n} is too large: indices go from 0 to {} (max_array_size = {max_size})",
                     max_size.saturating_sub(1)
@@ -80,7 +104,12 @@ impl ArraySpec {
                         return Err(format!("range {first}-{last} goes backwards"));
                     }
                     let count = ((last - first) / step) as usize + 1;
-                    if indices.len() + count > (max_size as usize).min(MAX_TASKS) {
+                    if indices.len() + count > MAX_TASKS {
+                        return Err(format!(
+                            "'{text}' makes more than {MAX_TASKS} tasks, more than any array may have"
+                        ));
+                    }
+                    if indices.len() + count > max_size as usize {
                         return Err(format!(
                             "'{text}' makes more tasks than max_array_size ({max_size})"
                         ));
@@ -294,7 +323,7 @@ mod tests {
 
     #[test]
     fn bad_specs_say_what_is_wrong() {
-        let err = |t: &str| ArraySpec::parse(t, 1001).unwrap_err();
+        let err = |t: &str| ArraySpec::parse(t, 1001).unwrap_err().to_string();
         assert!(err("5-1").contains("range 5-1 goes backwards"));
         assert!(err("0-5000").contains("index 5000 is too large: indices go from 0 to 1000"));
         assert!(err("a-3").contains("'a' is not a task index"));

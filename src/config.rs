@@ -1164,6 +1164,9 @@ impl RawConfig {
         if self.cpus == Some(0) {
             return Err(fail(None, "cpus", "cpus must be at least 1".into()));
         }
+        if self.memory == Some(0) {
+            return Err(fail(None, "memory", "memory must be more than 0".into()));
+        }
         let node_name = match self.node_name {
             Some(n) if !valid_name(&n) => {
                 return Err(fail(None, "node_name", format!("invalid node name '{n}'")));

@@ -290,13 +290,16 @@ impl Partial {
             .transpose()
             .map_err(|e| format!("--dependency: {e}"))?
             .map(|d| d.to_string());
-        let array = o
-            .array
-            .as_deref()
-            .map(|a| crate::array::ArraySpec::parse(a, u32::MAX))
-            .transpose()
-            .map_err(|e| format!("--array: {e}"))?
-            .map(|a| a.to_string());
+        let array = match o.array.as_deref() {
+            None => None,
+            Some(a) => match crate::array::ArraySpec::parse(a, crate::array::UNBOUNDED) {
+                Ok(spec) => Some(spec.to_string()),
+                // Too many for any array: said with the configured
+                // max_array_size once the config is read.
+                Err(crate::array::ArrayError::TooMany(_)) => Some(a.trim().to_string()),
+                Err(e) => return Err(format!("--array: {e}")),
+            },
+        };
         if let Some(nodes) = &o.nodes {
             if !matches!(nodes.trim(), "1" | "1-1") {
                 return Err(format!(

@@ -44,7 +44,7 @@ fn a_big_job_waits_for_approval_and_a_small_one_does_not() {
     let big: u64 = stdout(&out).trim().parse().unwrap();
     assert!(
         stderr(&out).contains(&format!(
-            "held for approval: 4.0 GPU-hours is above vision's approval_above_gpu_hours (2); a coordinator of account vision ({me}) or an administrator may run `yscontrol approve`"
+            "job {big} is held for approval: its 4.0 GPU-hours (GPUs x time limit) are more than account vision's approval_above_gpu_hours (2). A coordinator of account vision ({me}) or an administrator may let it run: yscontrol approve {big}"
         )),
         "{}",
         stderr(&out)

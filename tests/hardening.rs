@@ -400,3 +400,29 @@ fn one_user_cannot_fill_the_drop_box() {
     let id = c.submit(&["-H", "--wrap", "true"]);
     assert_eq!(c.state(id), "PENDING");
 }
+
+#[test]
+fn mail_types_without_a_notifier_are_said_to_reach_nobody() {
+    let c = Cluster::started("");
+    let out = c.run("ysbatch", &["-H", "--mail-type=END", "--wrap", "true"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out)
+            .contains("--mail-type: nobody will be told: this server has no notify_command"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn array_limits_name_the_configured_maximum() {
+    let c = Cluster::started("max_array_size = 100");
+    let out = c.run("ysbatch", &["-H", "--array=0-4294967294", "--wrap", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("(max_array_size = 100)"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stderr(&out).contains("4294967295"), "{}", stderr(&out));
+}

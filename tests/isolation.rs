@@ -267,6 +267,28 @@ fn a_fork_bomb_stays_inside_its_job() {
 }
 
 #[test]
+fn a_job_that_reaches_its_process_limit_says_so() {
+    require_root!();
+    if !Path::new("/sys/fs/cgroup/pids/cgroup.procs").exists()
+        && !Path::new("/sys/fs/cgroup/pids.max").exists()
+    {
+        eprintln!("skipped: no pids controller");
+        return;
+    }
+    let c = Cluster::started("job_pids_max = 20");
+    let id = c.submit(&[
+        "--wrap",
+        "for i in $(seq 40); do sleep 1 & done 2>/dev/null; wait; exit 3",
+    ]);
+    assert_eq!(c.wait_done(id, LONG), "FAILED");
+    let reason = c.field(id, "Reason");
+    assert!(
+        reason.contains("limit of 20 processes (job_pids_max)"),
+        "{reason}"
+    );
+}
+
+#[test]
 fn a_device_file_the_config_names_must_exist() {
     let c = Cluster::with_gpus(
         "",

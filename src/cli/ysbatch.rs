@@ -98,6 +98,10 @@ pub fn run(args: Args) -> CliResult {
     warn_of_missing_output_dirs(&request);
 
     let config = load_config()?;
+    if let Some(a) = &request.array {
+        crate::array::ArraySpec::parse(a, config.max_array_size)
+            .map_err(|e| CliError::usage(format!("--array: {e}")))?;
+    }
     let spool = Spool::new(&config.spool_dir);
     let state = spool.daemon_state();
     if state == DaemonState::NoSpool {

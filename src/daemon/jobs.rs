@@ -173,6 +173,14 @@ impl Daemon {
                         record.usage.oom_kills,
                         job.mem_mb.map(crate::units::format_memory_mb).unwrap_or_else(|| "share".into())
                     )),
+                    (None, JobState::Failed | JobState::Completed)
+                        if record.usage.pids_refused > 0 =>
+                    {
+                        Some(format!(
+                        "it reached its limit of {} processes (job_pids_max): {} forks were refused",
+                        self.config.job_pids_max, record.usage.pids_refused
+                        ))
+                    }
                     _ => None,
                 };
                 self.finish(id, state, record.end_time, exit, reason)?;

@@ -91,9 +91,10 @@ impl Daemon {
             admitted.time_limit,
             &type_names,
         )
-        .map(|why| {
+        .map(|why| format!("held for approval: {why}"));
+        let approvers = {
             let who = crate::sched::approval::coordinators(&policy, &admitted.account);
-            let who = if who.is_empty() {
+            if who.is_empty() {
                 "an administrator".to_string()
             } else {
                 format!(
@@ -101,9 +102,8 @@ impl Daemon {
                     admitted.account,
                     who.join(", ")
                 )
-            };
-            format!("held for approval: {why}; {who} may run `yscontrol approve`")
-        });
+            }
+        };
         if !request.work_dir.is_absolute() {
             return Ok(Reply::Rejected {
                 error: format!(
@@ -139,10 +139,13 @@ impl Daemon {
                 return Ok(Reply::Rejected { error: why });
             }
         };
-        let warning = match (warning, &approval) {
-            (Some(w), Some(a)) => Some(format!("{w}; {a}")),
-            (w, a) => w.or(a.clone()),
-        };
+        let mut warnings: Vec<String> = warning.into_iter().collect();
+        if !request.mail_type.is_empty() && self.config.notify_command.is_none() {
+            warnings.push(
+                "--mail-type: nobody will be told: this server has no notify_command in its config"
+                    .to_string(),
+            );
+        }
         let gid = self.users.get(uid).map_or(uid, |u| u.gid);
         let job = Job {
             id: 0,
@@ -258,9 +261,15 @@ impl Daemon {
             self.audit(now, user, "use-qos", Some(id), &detail)?;
         }
         self.snapshot = None;
+        if let Some(why) = &approval {
+            warnings.push(format!(
+                "job {id} is {why}. {} may let it run: yscontrol approve {id}",
+                capitalized(&approvers)
+            ));
+        }
         Ok(Reply::Submitted {
             job_id: id,
-            warning,
+            warning: (!warnings.is_empty()).then(|| warnings.join("; ")),
         })
     }
 
@@ -320,5 +329,14 @@ impl Daemon {
             None => self.reschedule = true,
         }
         self.jobs.insert(job);
+    }
+}
+
+/// "An administrator" at the start of a sentence.
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(c) => c.to_uppercase().chain(chars).collect(),
+        None => String::new(),
     }
 }

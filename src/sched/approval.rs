@@ -28,11 +28,11 @@ pub fn needed(
             };
             if hours > max {
                 let size = match time_limit {
-                    Some(_) => format!("{hours:.1} GPU-hours"),
-                    None => "no time limit".to_string(),
+                    Some(_) => format!("its {hours:.1} GPU-hours (GPUs x time limit) are"),
+                    None => "it has no time limit, so its GPU-hours are unbounded:".to_string(),
                 };
                 return Some(format!(
-                    "{size} is above {}'s approval_above_gpu_hours ({max})",
+                    "{size} more than account {}'s approval_above_gpu_hours ({max})",
                     a.name
                 ));
             }
@@ -58,7 +58,7 @@ pub fn needed(
                 "names no GPU type, so may run on"
             };
             return Some(format!(
-                "it {how} {t} GPUs, which {} reserves for approved jobs",
+                "it {how} {t} GPUs, which account {} keeps for approved jobs",
                 a.name
             ));
         }
@@ -122,15 +122,15 @@ mod tests {
         let why = needed(&p, "vision", &gpus(3, Some("t4")), Some(4 * 3600), &types).unwrap();
         assert_eq!(
             why,
-            "12.0 GPU-hours is above vision's approval_above_gpu_hours (8)"
+            "its 12.0 GPU-hours (GPUs x time limit) are more than account vision's approval_above_gpu_hours (8)"
         );
         let why = needed(&p, "vision", &gpus(1, Some("t4")), None, &types).unwrap();
-        assert!(why.starts_with("no time limit is above"), "{why}");
+        assert!(why.starts_with("it has no time limit, so"), "{why}");
         // research (above vision) reserves a100s.
         let why = needed(&p, "vision", &gpus(1, Some("a100")), Some(60), &types).unwrap();
         assert_eq!(
             why,
-            "it asks for a100 GPUs, which research reserves for approved jobs"
+            "it asks for a100 GPUs, which account research keeps for approved jobs"
         );
         let why = needed(&p, "vision", &gpus(1, None), Some(60), &types).unwrap();
         assert!(

@@ -215,6 +215,9 @@ pub struct Usage {
     pub cpu_usec: Option<u64>,
     /// Processes the kernel's OOM killer killed in this cgroup.
     pub oom_kills: u64,
+    /// Forks the process limit (`job_pids_max`) refused.
+    #[serde(default)]
+    pub pids_refused: u64,
 }
 
 /// A job's cgroup (in v1, one per controller hierarchy).

@@ -220,6 +220,10 @@ impl JobCgroup for JobGroup {
             oom_kills: memory
                 .and_then(|d| keyed(&d.join("memory.oom_control"), "oom_kill"))
                 .unwrap_or(0),
+            pids_refused: self
+                .dir("pids")
+                .and_then(|d| keyed(&d.join("pids.events"), "max"))
+                .unwrap_or(0),
         }
     }
 

@@ -159,6 +159,7 @@ impl JobCgroup for JobGroup {
             max_rss_bytes: read_u64(&self.dir.join("memory.peak")),
             cpu_usec: keyed(&self.dir.join("cpu.stat"), "usage_usec"),
             oom_kills: keyed(&self.dir.join("memory.events"), "oom_kill").unwrap_or(0),
+            pids_refused: keyed(&self.dir.join("pids.events"), "max").unwrap_or(0),
         }
     }
 
@@ -227,12 +228,14 @@ mod tests {
         .unwrap();
         fs::write(group.join("memory.peak"), "123456\n").unwrap();
         fs::write(group.join("cpu.stat"), "usage_usec 777\nuser_usec 700\n").unwrap();
+        fs::write(group.join("pids.events"), "max 5\n").unwrap();
         assert_eq!(
             g.usage(),
             Usage {
                 max_rss_bytes: Some(123_456),
                 cpu_usec: Some(777),
-                oom_kills: 1
+                oom_kills: 1,
+                pids_refused: 5,
             }
         );
         fs::write(group.join("cgroup.procs"), "41\n42\n").unwrap();
