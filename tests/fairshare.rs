@@ -135,3 +135,39 @@ fn a_reload_that_changes_shares_shows_in_ysshare_at_once() {
     assert_eq!(raw_shares(&c), "5", "the share view follows the reload");
     c.stop();
 }
+
+/// An account whose long job is still running weighs in now, not only
+/// when the job ends; with usage alike, the earlier submission goes first
+/// whatever the accounts are called.
+#[test]
+fn a_running_job_counts_against_its_account_while_it_runs() {
+    let me = ysched::cli::current_user_name();
+    let c = Cluster::with_gpus(
+        "cgroups = \"off\"",
+        &format!(
+            "[[gpus]]\ntype = \"a100\"\ncount = 2\nmemory = \"80GiB\"\n[[accounts]]\nname = \"a-heavy\"\nusers = [\"{me}\"]\n[[accounts]]\nname = \"b-fresh\"\nusers = [\"{me}\"]\n[[accounts]]\nname = \"other\"\nusers = [\"{me}\"]\n"
+        ),
+    );
+    let mut c = c;
+    c.start();
+    let long = c.submit(&["-A", "a-heavy", "-G", "1", "--wrap", "sleep 30"]);
+    c.wait_state(long, "RUNNING", LONG);
+    std::thread::sleep(Duration::from_secs(2));
+    let (x, y) = race(&c, "a-heavy", "b-fresh");
+    assert!(
+        started(&c, y) < started(&c, x),
+        "b-fresh's job, submitted later, ran first: a-heavy's running job counts"
+    );
+    let _ = c.run("yscancel", &[&long.to_string()]);
+
+    // Usage alike (none yet): the earlier submission first, though its
+    // account sorts after the other's by name.
+    let c2 = cluster("");
+    let mut c2 = c2;
+    c2.start();
+    let (first, second) = race(&c2, "heavy", "fresh");
+    assert!(
+        started(&c2, first) < started(&c2, second),
+        "ties go to the earlier submission"
+    );
+}

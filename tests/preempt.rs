@@ -155,6 +155,11 @@ fn a_job_that_ignores_sigterm_is_killed_after_its_grace_and_still_requeued() {
     let urgent = c.submit(&["-q", "critical", "--gpus", "1", "urgent.sh"]);
     assert_eq!(c.wait_done(once, LONG), "PREEMPTED");
     assert_eq!(c.wait_done(urgent, LONG), "COMPLETED");
+    assert_eq!(
+        c.field(once, "Preemptions"),
+        "1",
+        "counted though not requeued"
+    );
     let out = c.run(
         "ysacct",
         &["-j", &once.to_string(), "-n", "-P", "-o", "State,Reason"],

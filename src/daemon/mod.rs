@@ -1146,9 +1146,10 @@ impl Daemon {
     /// The association tree with usage decayed to `now`, and what the
     /// fair-share algorithm makes of it.
     fn fairshare_tree(
-        &self,
+        &mut self,
         now: i64,
     ) -> (sched::fairshare::Tree, Vec<sched::fairshare::NodeShare>) {
+        let usage = self.usage_with_running(now);
         // Runs of jobs of one association pass as one: comparing with the
         // job before is cheaper than hashing every job's pair.
         let mut previous = None;
@@ -1157,9 +1158,34 @@ impl Daemon {
             .all()
             .map(|j| (j.account.as_str(), j.user.as_str()))
             .filter(move |pair| previous.replace(*pair) != Some(*pair));
-        let tree = sched::fairshare::build_tree(&self.config, associations, &self.usage, now);
+        let tree = sched::fairshare::build_tree(&self.config, associations, &usage, now);
         let shares = tree.compute(self.config.fairshare.algorithm);
         (tree, shares)
+    }
+
+    /// The associations' usage as charged, plus what their running jobs
+    /// have used so far: an account flooding long jobs weighs in while
+    /// they run, not only once they end. Runs are charged to the stored
+    /// usage when they end, as before; this is what the pass sees now.
+    fn usage_with_running(
+        &mut self,
+        now: i64,
+    ) -> HashMap<(String, String), sched::fairshare::Usage> {
+        let fs = &self.config.fairshare;
+        let mut usage = self.usage.clone();
+        for job in self.jobs.running() {
+            if job.state != JobState::Running || job.start_time.is_none() {
+                continue;
+            }
+            let mut so_far = Job::clone(job);
+            so_far.end_time = Some(now.max(job.start_time.unwrap_or(now)));
+            let billing = sched::fairshare::charge(&so_far, &self.inventory.gpus, &self.config);
+            usage
+                .entry((job.account.clone(), job.user.clone()))
+                .or_default()
+                .charge(billing, now, fs.half_life, fs.reset);
+        }
+        usage
     }
 
     /// The queue as the views see it; after a change, what to build it

@@ -268,6 +268,12 @@ impl Daemon {
                     .is_none_or(|q| q.preempt_mode == PreemptMode::Requeue);
         let by_text = by.map(|b| format!(" by job {b}")).unwrap_or_default();
         if !requeue {
+            // Counted as a requeued victim is (ysacct Preemptions, reports).
+            if !asked {
+                if let Some(job) = self.jobs.job_mut(&id) {
+                    job.preempt_count += 1;
+                }
+            }
             return self.finish(
                 id,
                 JobState::Preempted,

@@ -140,6 +140,17 @@ pub enum Verdict {
     Downgrade(String),
 }
 
+/// Billing-seconds as tokens (billing-hours) for messages: one decimal,
+/// or as many as it takes for a cost below one token not to read as 0.
+pub fn format_tokens(billing_seconds: i64) -> String {
+    let t = billing_seconds as f64 / TOKEN;
+    if billing_seconds == 0 || t.abs() >= 1.0 {
+        return format!("{t:.1}");
+    }
+    let decimals = ((-t.abs().log10()).floor() as usize + 2).min(6);
+    format!("{t:.decimals$}")
+}
+
 /// Judges a job that may cost `cost` (billing-seconds; `None`: unbounded)
 /// against `account`'s standing for the period holding `now`.
 pub fn judge(
@@ -151,7 +162,7 @@ pub fn judge(
     period: Period,
     now: i64,
 ) -> Verdict {
-    let tokens = |bs: i64| bs as f64 / TOKEN;
+    let tokens = format_tokens;
     let when = period.name(now);
     let over_message = |why: String| match over {
         OverBudget::Refuse => Verdict::Refuse(why),
@@ -166,7 +177,7 @@ pub fn judge(
     };
     if cost > standing.left() {
         return over_message(format!(
-            "account '{account}' is over budget: the job may cost {:.1} tokens, but {:.1} of its {:.1} for {when} are left ({:.1} spent, {:.1} held by its pending and running jobs)",
+            "account '{account}' is over budget: the job may cost {} tokens, but {} of its {} for {when} are left ({} spent, {} held by its pending and running jobs)",
             tokens(cost),
             tokens(standing.left().max(0)),
             tokens(standing.budget),
@@ -180,7 +191,7 @@ pub fn judge(
     };
     if after.used_fraction() >= warning {
         return Verdict::Warn(format!(
-            "account '{account}' has used or holds {:.0}% of its {:.1}-token budget for {when}",
+            "account '{account}' has used or holds {:.0}% of its {}-token budget for {when}",
             after.used_fraction() * 100.0,
             tokens(standing.budget)
         ));
@@ -209,6 +220,16 @@ mod tests {
         );
         assert_eq!(Period::Month.name(t), "2026-11");
         assert_eq!(Period::Week.name(t), "the week of 2026-11-23");
+    }
+
+    #[test]
+    fn small_costs_do_not_read_as_nothing() {
+        assert_eq!(format_tokens(0), "0.0");
+        assert_eq!(format_tokens(36_000), "10.0");
+        assert_eq!(format_tokens(3_600), "1.0");
+        assert_eq!(format_tokens(60), "0.017");
+        assert_eq!(format_tokens(1), "0.00028");
+        assert_eq!(format_tokens(-10), "-0.0028");
     }
 
     #[test]

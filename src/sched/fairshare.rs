@@ -212,34 +212,55 @@ impl Tree {
         rank: &mut usize,
         users: usize,
     ) {
-        let mut kids = children[node].clone();
+        self.rank_merged(&[node], children, out, rank, users);
+    }
+
+    /// Ranks the children of `parents` as one set of siblings. Siblings
+    /// tied on level fair-share are not ordered by name: tied users share
+    /// the better rank, and tied accounts have their children ranked
+    /// together, so that no account comes first for its name (the job
+    /// order then falls to submit time).
+    fn rank_merged(
+        &self,
+        parents: &[usize],
+        children: &[Vec<usize>],
+        out: &mut [NodeShare],
+        rank: &mut usize,
+        users: usize,
+    ) {
+        let mut kids: Vec<usize> = parents
+            .iter()
+            .flat_map(|&p| children[p].iter().copied())
+            .collect();
         kids.sort_by(|&a, &b| {
             out[b]
                 .level_fs
                 .partial_cmp(&out[a].level_fs)
                 .unwrap_or(std::cmp::Ordering::Equal)
-                .then_with(|| self.nodes[a].account.cmp(&self.nodes[b].account))
-                .then_with(|| self.nodes[a].user.cmp(&self.nodes[b].user))
         });
-        let mut previous: Option<(f64, usize)> = None;
-        for k in kids {
-            if self.nodes[k].user.is_some() {
-                // Users tied on level fair-share share the better rank.
-                let given = match previous {
-                    Some((fs, r)) if fs == out[k].level_fs => r,
-                    _ => *rank,
-                };
-                out[k].fairshare = if users > 0 {
+        let mut i = 0;
+        while i < kids.len() {
+            let level = out[kids[i]].level_fs;
+            let end = kids[i..]
+                .iter()
+                .position(|&k| out[k].level_fs != level)
+                .map_or(kids.len(), |n| i + n);
+            let (tied_users, tied_accounts): (Vec<usize>, Vec<usize>) = kids[i..end]
+                .iter()
+                .partition(|&&k| self.nodes[k].user.is_some());
+            let given = *rank;
+            for &u in &tied_users {
+                out[u].fairshare = if users > 0 {
                     given as f64 / users as f64
                 } else {
                     0.0
                 };
-                previous = Some((out[k].level_fs, given));
-                *rank = rank.saturating_sub(1);
-            } else {
-                self.rank(k, children, out, rank, users);
-                previous = None;
             }
+            *rank = rank.saturating_sub(tied_users.len());
+            if !tied_accounts.is_empty() {
+                self.rank_merged(&tied_accounts, children, out, rank, users);
+            }
+            i = end;
         }
     }
 }
@@ -369,12 +390,14 @@ mod tests {
     #[test]
     fn fair_tree_ranks_whole_accounts_first() {
         // A used 40 for 40 % of shares (LF 1.0); B used 60 for 60 % (LF 1.0):
-        // tie, by name A first. Within A: a2 used 1/4 for 1/2 (LF 2), a1 3/4 (LF 2/3).
+        // a tie, so neither comes first for its name: their users are
+        // ranked together. a2 used 1/4 of A for 1/2 (LF 2), b1 all of B
+        // for all of it (LF 1), a1 3/4 of A (LF 2/3).
         let (t, [a1, a2, b1]) = tree([30.0, 10.0, 60.0]);
         let s = t.compute(Algorithm::FairTree);
         assert!(close(s[a2].fairshare, 1.0));
-        assert!(close(s[a1].fairshare, 2.0 / 3.0));
-        assert!(close(s[b1].fairshare, 1.0 / 3.0));
+        assert!(close(s[b1].fairshare, 2.0 / 3.0));
+        assert!(close(s[a1].fairshare, 1.0 / 3.0));
 
         // B idle: B's users all beat A's, however A's users compare.
         let (t, [a1, a2, b1]) = tree([30.0, 10.0, 0.0]);
