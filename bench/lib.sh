@@ -13,8 +13,39 @@ cpus = 8
 type = "gpu"
 count = 4
 memory = "16GiB"
-devices = "/dev/nvidia[0-3]"
+$(bench_devices "$1")
 CONFIG
+}
+
+# bench_devices DIR: the devices line of the four GPUs, so that each job's
+# cgroup confines it to its own as on a GPU server: the driver's
+# /dev/nvidia0-3 where they exist, else (as root) fake nodes with their
+# numbers made in DIR/dev; nothing in personal mode, which confines no
+# devices.
+bench_devices() {
+    if [ -c /dev/nvidia0 ] && [ -c /dev/nvidia3 ]; then
+        echo 'devices = "/dev/nvidia[0-3]"'
+    elif [ "$(id -u)" = 0 ]; then
+        mkdir -p "$1/dev"
+        for i in 0 1 2 3; do
+            [ -c "$1/dev/nvidia$i" ] || mknod -m 666 "$1/dev/nvidia$i" c 195 "$i"
+        done
+        echo "devices = \"$1/dev/nvidia[0-3]\""
+    fi
+}
+
+# need_hyperfine: hyperfine on PATH, installed from Debian's packages as
+# root where it is missing; else says so and fails (the listing figures
+# need it: no silent skip).
+need_hyperfine() {
+    command -v hyperfine >/dev/null && return 0
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        apt-get install -y hyperfine >/dev/null 2>&1 \
+            || { apt-get update >/dev/null 2>&1 && apt-get install -y hyperfine >/dev/null 2>&1; }
+    fi
+    command -v hyperfine >/dev/null && return 0
+    echo "hyperfine is needed for the listing figures: apt-get install hyperfine" >&2
+    return 1
 }
 
 # The time now, in seconds with nanoseconds.

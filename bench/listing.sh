@@ -19,10 +19,9 @@ N=${3:-10000}
 ROUNDS=${ROUNDS:-2}
 RUNS=${RUNS:-20}
 WORK=${WORK:-/tmp/ysched-listing}
-command -v hyperfine >/dev/null || { echo "hyperfine is needed (apt install hyperfine)"; exit 1; }
-
 # shellcheck source=bench/lib.sh
 . "$(dirname "$0")/lib.sh"
+need_hyperfine || exit 1
 
 seed=$WORK/seed-$N
 fill_seed "$OLD" "$seed" "$N" || exit 1

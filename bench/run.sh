@@ -112,7 +112,7 @@ bench_ysched() {
     put hold_par4_submit_rate_jobs_per_s "$(div "$NHOLD" "$(sub "$t1" "$t0")")"
     put pending_count "$(ysqueue -h -t PD -o %i | wc -l)"
     put rss_kb_with_hold "$(awk '/^VmRSS/{print $2}' /proc/"$pid"/status)"
-    if command -v hyperfine >/dev/null; then
+    if need_hyperfine; then
         hyperfine -N -w 2 -r 20 --export-json "$raw/hf_squeue.json" 'ysqueue' >/dev/null 2>&1
         hyperfine -N -w 2 -r 20 --export-json "$raw/hf_squeue_one.json" "ysqueue -h -j $(ysqueue -h -t PD -o %i | head -1)" >/dev/null 2>&1
         hyperfine -N -w 1 -r 10 --export-json "$raw/hf_sbatch_at10k.json" 'ysbatch -H -G 1 -t 1 -o /dev/null --wrap true' >/dev/null 2>&1
@@ -121,7 +121,7 @@ bench_ysched() {
             put "${f}_median_s" "$(python3 -c "import json;r=json.load(open('$raw/$f.json'))['results'][0];print('%.4f'%r['median'])")"
         done
     else
-        echo "hyperfine not installed: ysqueue latency not measured"
+        put listing_not_measured "hyperfine missing"
     fi
     t0=$(now)
     yscancel -u "$(id -un)"

@@ -1,5 +1,5 @@
 //! ysched: a Slurm-style GPU batch scheduler for teams that share GPU
-//! servers. See DESIGN.md in the repository for the architecture; each
+//! servers. README.md ("How it works") outlines the architecture; each
 //! module below owns one concern.
 
 pub mod array;

@@ -74,7 +74,7 @@ fn a_big_job_waits_for_approval_and_a_small_one_does_not() {
 #[test]
 fn only_a_coordinator_or_an_admin_approves() {
     if !common::is_root() {
-        eprintln!("skipped: needs root to create users");
+        common::skip(module_path!(), "needs root to create users");
         return;
     }
     let alice = TestUser::create("alice");

@@ -216,7 +216,7 @@ fn a_second_daemon_on_the_same_cgroup_subtree_is_refused_and_kills_nothing() {
     if !std::path::Path::new("/sys/fs/cgroup/pids").is_dir()
         && !std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
     {
-        eprintln!("skipped: no cgroup hierarchy to share");
+        common::skip(module_path!(), "no cgroup hierarchy to share");
         return;
     }
     let first = Cluster::started("");
@@ -345,7 +345,10 @@ fn a_full_spool_filesystem_refuses_new_work_and_records_what_it_holds() {
         .output()
         .unwrap();
     if !out.status.success() {
-        eprintln!("skipped: cannot mount a tmpfs: {}", stderr(&out));
+        common::skip(
+            module_path!(),
+            &format!("cannot mount a tmpfs: {}", stderr(&out)),
+        );
         return;
     }
     let _mounted = Mounted(c.spool.clone());

@@ -134,7 +134,10 @@ fn device_isolation(extra: &str, layout: &str) {
 fn a_job_opens_only_its_own_gpus_on_cgroup_v1() {
     require_root!();
     if !Path::new("/sys/fs/cgroup/devices/cgroup.procs").exists() {
-        eprintln!("skipped: no cgroup v1 devices controller on this host");
+        common::skip(
+            module_path!(),
+            "no cgroup v1 devices controller on this host",
+        );
         return;
     }
     device_isolation("cgroups = \"v1\"", "v1");
@@ -148,7 +151,7 @@ fn a_job_opens_only_its_own_gpus_on_cgroup_v2_through_bpf() {
         "/sys/fs/cgroup/unified/cgroup.controllers",
     ];
     if !v2.iter().any(|p| Path::new(p).exists()) {
-        eprintln!("skipped: no cgroup2 mount on this host");
+        common::skip(module_path!(), "no cgroup2 mount on this host");
         return;
     }
     device_isolation("cgroups = \"v2\"", "v2");
@@ -160,7 +163,7 @@ fn a_job_past_its_memory_ends_out_of_memory() {
     if !Path::new("/sys/fs/cgroup/memory/cgroup.procs").exists()
         && !Path::new("/sys/fs/cgroup/memory.max").exists()
     {
-        eprintln!("skipped: no memory controller");
+        common::skip(module_path!(), "no memory controller");
         return;
     }
     let c = Cluster::started("");
@@ -238,7 +241,7 @@ fn a_fork_bomb_stays_inside_its_job() {
     if !Path::new("/sys/fs/cgroup/pids/cgroup.procs").exists()
         && !Path::new("/sys/fs/cgroup/pids.max").exists()
     {
-        eprintln!("skipped: no pids controller");
+        common::skip(module_path!(), "no pids controller");
         return;
     }
     let c = Cluster::started("job_pids_max = 40");
@@ -272,7 +275,7 @@ fn a_job_that_reaches_its_process_limit_says_so() {
     if !Path::new("/sys/fs/cgroup/pids/cgroup.procs").exists()
         && !Path::new("/sys/fs/cgroup/pids.max").exists()
     {
-        eprintln!("skipped: no pids controller");
+        common::skip(module_path!(), "no pids controller");
         return;
     }
     let c = Cluster::started("job_pids_max = 20");
@@ -326,7 +329,7 @@ fn suspend_and_resume_through_cgroup_freeze_on_v2() {
         "/sys/fs/cgroup/unified/cgroup.procs",
     ];
     if !v2.iter().any(|p| Path::new(p).exists()) {
-        eprintln!("skipped: no cgroup2 mount on this host");
+        common::skip(module_path!(), "no cgroup2 mount on this host");
         return;
     }
     suspend_and_resume("cgroups = \"v2\"");

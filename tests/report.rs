@@ -340,7 +340,7 @@ fn chromium() -> Option<&'static str> {
             std::env::var_os("YSCHED_REQUIRE_CHROMIUM").is_none(),
             "YSCHED_REQUIRE_CHROMIUM is set but no chromium runs"
         );
-        eprintln!("skipped: no chromium to open the HTML report in");
+        common::skip(module_path!(), "no chromium to open the HTML report in");
     }
     found
 }

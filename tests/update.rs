@@ -14,7 +14,7 @@ fn field(c: &Cluster, id: u64, format: &str) -> String {
 #[test]
 fn users_lower_and_admins_raise() {
     if !common::is_root() {
-        eprintln!("skipped: needs root to create users");
+        common::skip(module_path!(), "needs root to create users");
         return;
     }
     let alice = TestUser::create("upd");

@@ -175,7 +175,17 @@ fn migrate(conn: &Connection, path: &Path) -> Result<(), DbError> {
         tx.execute_batch(sql)?;
         tx.pragma_update(None, "user_version", (i + 1) as i64)?;
         tx.commit()?;
-        tracing::info!(target: "ysched::db", "database schema migrated to version {}", i + 1);
+        tracing::debug!(target: "ysched::db", "database schema migrated to version {}", i + 1);
+    }
+    // One line for the whole upgrade (a new database goes through all).
+    match version {
+        v if v == known => {}
+        0 => {
+            tracing::info!(target: "ysched::db", "new database {} (schema version {known})", path.display())
+        }
+        v => {
+            tracing::info!(target: "ysched::db", "database schema upgraded from version {v} to {known}")
+        }
     }
     Ok(())
 }

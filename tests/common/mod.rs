@@ -88,12 +88,23 @@ pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
+/// Says that a test is skipped, and why, where `cargo test` shows it: on
+/// the process's own standard error (what a test prints is captured and
+/// shown only when it fails).
+pub fn skip(test: &str, reason: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "note: {test} skipped: {reason}");
+}
+
 /// Skips the calling test (with the reason printed) unless running as root.
 #[macro_export]
 macro_rules! require_root {
     () => {
         if !common::is_root() {
-            eprintln!("skipped: this test needs root (it creates users and runs jobs as them)");
+            common::skip(
+                module_path!(),
+                "this test needs root (it creates users and runs jobs as them)",
+            );
             return;
         }
     };
