@@ -43,7 +43,7 @@ const PALETTE: [&str; 8] = [
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1100px}\
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:2em}\
 table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ccc;padding:.25em .5em;text-align:right}\
-td.name,th.name{text-align:left;max-width:22em;overflow-wrap:anywhere}\
+td.name,th.name{text-align:left;max-width:22em;overflow-wrap:break-word}\
 .note{color:#666;font-size:.9em}.figures span{display:inline-block;margin-right:2em}\
 svg text{font-size:11px;font-family:system-ui,sans-serif}";
 
@@ -187,17 +187,27 @@ fn daily_chart(report: &UsageReport) -> String {
     svg
 }
 
+/// An axis's maximum as a person reads it: `45` jobs, `12.5` GPU-hours.
+fn axis_number(max: f64) -> String {
+    if max.fract() == 0.0 {
+        format!("{max:.0}")
+    } else {
+        format!("{max:.1}")
+    }
+}
+
 /// The y axis: a line, 0 and the maximum, and a label.
 fn axis(svg: &mut String, left: f64, top: f64, plot_h: f64, width: f64, max: f64, label: &str) {
     let _ = writeln!(
         svg,
         "<line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{bottom}\" stroke=\"#888\"/>\
          <line x1=\"{left}\" y1=\"{bottom}\" x2=\"{width}\" y2=\"{bottom}\" stroke=\"#888\"/>\
-         <text x=\"{}\" y=\"{}\" text-anchor=\"end\">{max:.1}</text>\
+         <text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\
          <text x=\"{}\" y=\"{bottom}\" text-anchor=\"end\">0</text>\
          <text x=\"4\" y=\"{}\" transform=\"rotate(-90 10 {})\" text-anchor=\"middle\">{label}</text>",
         left - 4.0,
         top + 10.0,
+        axis_number(max),
         left - 4.0,
         top + plot_h / 2.0,
         top + plot_h / 2.0,
@@ -398,6 +408,16 @@ fn waste_table(report: &UsageReport) -> String {
 mod tests {
     use super::*;
     use crate::report::usage::{build, EndedJob, Period};
+
+    #[test]
+    fn axes_read_as_counts_or_hours_and_names_keep_their_words() {
+        assert_eq!(axis_number(45.0), "45");
+        assert_eq!(axis_number(12.25), "12.2");
+        assert!(
+            !STYLE.contains("overflow-wrap:anywhere"),
+            "breaks words mid-way"
+        );
+    }
 
     #[test]
     fn hostile_names_come_out_escaped() {
