@@ -511,7 +511,17 @@ fn the_jobs_signal_comes_before_its_limit_and_instead_of_sigterm_when_preempted(
     assert_eq!(c.wait_done(near, LONG), "CANCELLED", "{show}");
 
     // Preempted: its --signal instead of SIGTERM, SIGKILL after the grace.
-    let victim = c.submit(&["-q", "low", "--gpus", "1", "--signal", "USR1", "warned.sh"]);
+    // B: as the script traps it in the batch shell (without B: it would go
+    // to the steps, as in Slurm).
+    let victim = c.submit(&[
+        "-q",
+        "low",
+        "--gpus",
+        "1",
+        "--signal",
+        "B:USR1",
+        "warned.sh",
+    ]);
     c.wait_state(victim, "RUNNING", LONG);
     wait_for("the victim to start", LONG, || {
         log_of(&c, victim).contains("start")

@@ -94,13 +94,25 @@ fn a_failing_script_is_failed_with_its_exit_code() {
 #[test]
 fn a_job_that_cannot_start_fails_with_the_reason() {
     let c = Cluster::started("");
-    let id = c.submit(&["-o", "/nonexistent-dir/out.txt", "--wrap", "true"]);
+    // Under a file, no directory can be made for the output.
+    let file = c.work.join("plain-file");
+    std::fs::write(&file, "").unwrap();
+    let out = format!("{}/out.txt", file.display());
+    let id = c.submit(&["-o", &out, "--wrap", "true"]);
     assert_eq!(c.wait_done(id, LONG), "FAILED");
     let reason = c.field(id, "Reason");
     assert!(
-        reason.contains("cannot open the output file /nonexistent-dir/out.txt"),
+        reason.contains(&format!("cannot open the output file {out}")),
         "{reason}"
     );
+    assert_eq!(c.field(id, "ExitCode"), "1:0", "a launch failure is no 0:0");
+
+    // A missing directory is made, as the job's user, for its output.
+    let nested = c.work.join("made/by/%j/out.txt");
+    let id = c.submit(&["-o", nested.to_str().unwrap(), "--wrap", "echo made"]);
+    assert_eq!(c.wait_done(id, LONG), "COMPLETED");
+    let written = c.work.join(format!("made/by/{id}/out.txt"));
+    assert_eq!(std::fs::read_to_string(written).unwrap(), "made\n");
 }
 
 #[test]

@@ -99,8 +99,9 @@ pub fn run(args: Args) -> CliResult {
 
     let config = load_config()?;
     if let Some(a) = &request.array {
+        // Against the server's limit: refused, as the daemon would (1).
         crate::array::ArraySpec::parse(a, config.max_array_size)
-            .map_err(|e| CliError::usage(format!("--array: {e}")))?;
+            .map_err(|e| CliError::failed(format!("--array: {e}")))?;
     }
     let spool = Spool::new(&config.spool_dir);
     let state = spool.daemon_state();

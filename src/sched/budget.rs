@@ -144,7 +144,7 @@ pub enum Verdict {
 /// or as many as it takes for a cost below one token not to read as 0.
 pub fn format_tokens(billing_seconds: i64) -> String {
     let t = billing_seconds as f64 / TOKEN;
-    if billing_seconds == 0 || t.abs() >= 1.0 {
+    if billing_seconds == 0 || t.abs() >= 0.05 {
         return format!("{t:.1}");
     }
     let decimals = ((-t.abs().log10()).floor() as usize + 2).min(6);
@@ -227,6 +227,7 @@ mod tests {
         assert_eq!(format_tokens(0), "0.0");
         assert_eq!(format_tokens(36_000), "10.0");
         assert_eq!(format_tokens(3_600), "1.0");
+        assert_eq!(format_tokens(1_800), "0.5");
         assert_eq!(format_tokens(60), "0.017");
         assert_eq!(format_tokens(1), "0.00028");
         assert_eq!(format_tokens(-10), "-0.0028");
