@@ -14,18 +14,7 @@ const LONG: Duration = Duration::from_secs(20);
 
 /// A submission's envelope as ysbatch writes it, as JSON to tamper with.
 fn spooled_envelope(c: &mut Cluster, args: &[&str]) -> serde_json::Value {
-    c.stop();
-    let out = c.run("ysbatch", args);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let entry = std::fs::read_dir(c.spool.join("incoming"))
-        .unwrap()
-        .flatten()
-        .find(|e| !e.file_name().to_string_lossy().starts_with('.'))
-        .expect("the spooled submission");
-    let body = std::fs::read(entry.path()).unwrap();
-    std::fs::remove_file(entry.path()).unwrap();
-    c.start();
-    serde_json::from_slice(&body).unwrap()
+    serde_json::from_slice(&common::spooled_submission(c, args)).unwrap()
 }
 
 /// Sends one request on the daemon's socket, as a hostile client would.

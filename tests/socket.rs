@@ -15,19 +15,7 @@ use common::{stderr, stdout, wait_for, Cluster, TestUser};
 /// A submission's envelope exactly as ysbatch writes it: submitted while
 /// the daemon is down, it waits in `incoming/`, from where it is taken.
 fn envelope_of_a_submission(c: &mut Cluster) -> Vec<u8> {
-    c.stop();
-    let out = c.run("ysbatch", &["-H", "-G", "1", "--wrap", "true"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let incoming = c.spool.join("incoming");
-    let entry = std::fs::read_dir(&incoming)
-        .unwrap()
-        .flatten()
-        .find(|e| !e.file_name().to_string_lossy().starts_with('.'))
-        .expect("the spooled submission");
-    let body = std::fs::read(entry.path()).unwrap();
-    std::fs::remove_file(entry.path()).unwrap();
-    c.start();
-    body
+    common::spooled_submission(c, &["-H", "-G", "1", "--wrap", "true"])
 }
 
 /// Sends `message` on the daemon's socket and returns all it answers.

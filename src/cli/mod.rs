@@ -54,6 +54,20 @@ impl<E: std::fmt::Display> From<E> for CliError {
 
 pub type CliResult = Result<(), CliError>;
 
+/// `-M/--clusters`, which Slurm tools pass to the listing commands:
+/// accepted, as ysched is one cluster (any name, `all` too, shows it).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct Clusters {
+    /// Accepted for Slurm tools: ysched is one cluster (all, or any name, shows it)
+    #[arg(
+        short = 'M',
+        long = "clusters",
+        value_name = "CLUSTER[,CLUSTER]",
+        hide_short_help = true
+    )]
+    pub clusters: Option<String>,
+}
+
 /// Runs a command's body and turns its outcome into the process exit code.
 pub fn main(command: &str, body: impl FnOnce() -> CliResult) -> ExitCode {
     match body() {

@@ -328,17 +328,7 @@ fn parse_format(text: &str) -> Result<Vec<(String, String, usize)>, CliError> {
     ];
     let mut columns = Vec::new();
     for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-        let (name, width) = match item.split_once('%') {
-            Some((n, w)) => {
-                let w = w
-                    .strip_prefix('-')
-                    .unwrap_or(w)
-                    .parse::<usize>()
-                    .map_err(|_| CliError::usage(format!("invalid width in '{item}'")))?;
-                (n, Some(w.clamp(1, 1000)))
-            }
-            None => (item, None),
-        };
+        let (name, width) = crate::report::split_width(item).map_err(CliError::usage)?;
         let key = name.to_ascii_lowercase();
         let key = match key.as_str() {
             "defacct" | "defaultacct" => "defaultaccount".to_string(),

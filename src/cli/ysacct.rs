@@ -67,14 +67,8 @@ pub struct Args {
     /// Print the jobs as JSON
     #[arg(long, conflicts_with_all = ["format", "parsable", "parsable2", "noheader"])]
     pub json: bool,
-    /// Accepted for Slurm tools: ysched is one cluster (all, or any name, shows it)
-    #[arg(
-        short = 'M',
-        long = "clusters",
-        value_name = "CLUSTER[,CLUSTER]",
-        hide_short_help = true
-    )]
-    pub clusters: Option<String>,
+    #[command(flatten)]
+    pub clusters: super::Clusters,
 }
 
 pub fn run(args: Args) -> CliResult {

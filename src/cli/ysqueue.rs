@@ -56,14 +56,8 @@ pub struct Args {
     /// Print the jobs as JSON
     #[arg(long, conflicts_with_all = ["format", "noheader"])]
     pub json: bool,
-    /// Accepted for Slurm tools: ysched is one cluster (all, or any name, shows it)
-    #[arg(
-        short = 'M',
-        long = "clusters",
-        value_name = "CLUSTER[,CLUSTER]",
-        hide_short_help = true
-    )]
-    pub clusters: Option<String>,
+    #[command(flatten)]
+    pub clusters: super::Clusters,
     /// Accepted for Slurm tools: every job is shown to whoever may see it
     #[arg(short = 'a', long = "all", hide_short_help = true)]
     pub all: bool,

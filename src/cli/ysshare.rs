@@ -53,14 +53,8 @@ pub struct Args {
     /// Columns to show, each with an optional %WIDTH: Account, User, RawShares, NormShares, RawUsage, NormUsage, EffectvUsage, FairShare, LevelFS, Budget, BudgetLeft
     #[arg(short = 'o', long, value_name = "FIELDS")]
     pub format: Option<String>,
-    /// Accepted for Slurm tools: ysched is one cluster
-    #[arg(
-        short = 'M',
-        long = "clusters",
-        value_name = "CLUSTER[,CLUSTER]",
-        hide_short_help = true
-    )]
-    pub clusters: Option<String>,
+    #[command(flatten)]
+    pub clusters: super::Clusters,
 }
 
 /// One `--format` column: a field's name as sshare writes it, and a width.
@@ -89,17 +83,7 @@ const SHARE_FIELDS: [&str; 11] = [
 pub fn parse_share_format(text: &str) -> Result<Vec<ShareColumn>, String> {
     let mut columns = Vec::new();
     for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-        let (name, width) = match item.split_once('%') {
-            Some((n, w)) => {
-                let w: usize = w
-                    .strip_prefix('-')
-                    .unwrap_or(w)
-                    .parse()
-                    .map_err(|_| format!("invalid width in '{item}'"))?;
-                (n, Some(w.clamp(1, 1000)))
-            }
-            None => (item, None),
-        };
+        let (name, width) = crate::report::split_width(item)?;
         let name = SHARE_FIELDS
             .iter()
             .find(|f| f.eq_ignore_ascii_case(name))

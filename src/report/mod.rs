@@ -752,23 +752,29 @@ pub fn parse_squeue_format(format: &str) -> Result<SqueueFormat, String> {
     })
 }
 
+/// One `--format` item as Slurm writes it: a field name and an optional
+/// `%WIDTH` (`%-WIDTH` too, which asks for the same width), 1 to 1000.
+pub fn split_width(item: &str) -> Result<(&str, Option<usize>), String> {
+    match item.split_once('%') {
+        Some((name, w)) => {
+            let w: usize = w
+                .strip_prefix('-')
+                .unwrap_or(w)
+                .parse()
+                .map_err(|_| format!("invalid width in '{item}'"))?;
+            Ok((name, Some(w.clamp(1, 1000))))
+        }
+        None => Ok((item, None)),
+    }
+}
+
 /// Parses sacct's `--format`: comma-separated field names, each with an
 /// optional `%WIDTH`.
 pub fn parse_sacct_format(format: &str) -> Result<Vec<Column>, String> {
     let mut columns = Vec::new();
     for item in format.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let (name, width) = match item.split_once('%') {
-            // Slurm's `%-N` asks for N as well (left-aligned, as here).
-            Some((n, w)) => {
-                let w: usize = w
-                    .strip_prefix('-')
-                    .unwrap_or(w)
-                    .parse()
-                    .map_err(|_| format!("invalid width in '{item}'"))?;
-                (n, Width::Exact(w.clamp(1, 1000)))
-            }
-            None => (item, Width::Auto),
-        };
+        let (name, width) = split_width(item)?;
+        let width = width.map_or(Width::Auto, Width::Exact);
         let (canonical, field) = Field::from_sacct_name(name).ok_or_else(|| {
             let known: Vec<&str> = Field::SACCT.iter().map(|(n, _)| *n).collect();
             format!("unknown field '{name}' (known: {})", known.join(", "))

@@ -311,6 +311,23 @@ impl Cluster {
     }
 }
 
+/// A submission's envelope exactly as `ysbatch ARGS` writes it while the
+/// daemon is down (taken out of `incoming/`); the daemon runs again after.
+pub fn spooled_submission(c: &mut Cluster, args: &[&str]) -> Vec<u8> {
+    c.stop();
+    let out = c.run("ysbatch", args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let entry = std::fs::read_dir(c.spool.join("incoming"))
+        .unwrap()
+        .flatten()
+        .find(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .expect("the spooled submission");
+    let body = std::fs::read(entry.path()).unwrap();
+    std::fs::remove_file(entry.path()).unwrap();
+    c.start();
+    body
+}
+
 /// The cgroup parent of the cluster in `dir`.
 pub fn cgroup_parent_of(dir: &Path) -> String {
     format!("ysched-{}", dir.file_name().unwrap().to_string_lossy())
