@@ -1,9 +1,9 @@
 //! `yscontrol update`: users lower what their jobs have, admins also raise
 //! it; everything else is refused with the reason.
 
-mod common;
+use crate::common;
 
-use common::{stderr, stdout, Cluster, TestUser};
+use crate::common::{stderr, stdout, Cluster, TestUser};
 
 fn field(c: &Cluster, id: u64, format: &str) -> String {
     stdout(&c.run("ysqueue", &["-h", "-j", &id.to_string(), "-o", format]))

@@ -2,13 +2,13 @@
 //! Jobs run as their submitter, users act only on their own jobs, and one
 //! user's views show nothing private of another.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::MetadataExt;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{stderr, stdout, Cluster, TestUser};
+use crate::common::{stderr, stdout, Cluster, TestUser};
 
 const LONG: Duration = Duration::from_secs(20);
 

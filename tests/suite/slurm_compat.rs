@@ -1,13 +1,11 @@
-//! The Slurm command layer as tools drive it: tests/slurm_compat.py (the
+//! The Slurm command layer as tools drive it: tests/suite/slurm_compat.py (the
 //! standard library only) runs sbatch, squeue, scancel, sacct, sinfo,
 //! scontrol and srun — links to ysched-slurm — against a real daemon, and
-//! tests/slurm_clients.py does so with the exact command lines and job
+//! tests/suite/slurm_clients.py does so with the exact command lines and job
 //! scripts of snakemake's, parsl's, submitit's and dask-jobqueue's Slurm
 //! support.
 
-mod common;
-
-use common::{bin_dir, stderr, stdout, Cluster};
+use crate::common::{bin_dir, stderr, stdout, Cluster};
 
 /// Runs `tests/SCRIPT` with the shims first on PATH; it prints "ok".
 fn drive(c: &Cluster, script: &str) {
@@ -23,7 +21,7 @@ fn drive(c: &Cluster, script: &str) {
         std::env::var("PATH").unwrap_or_default()
     );
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
+        .join("tests/suite")
         .join(script);
     let out = std::process::Command::new("python3")
         .arg(&script)

@@ -3,14 +3,14 @@
 //! hostile connections are answered or dropped and block nobody; a sender
 //! that gets no answer on the socket falls back to the spool files.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::Duration;
 
-use common::{stderr, stdout, wait_for, Cluster, TestUser};
+use crate::common::{stderr, stdout, wait_for, Cluster, TestUser};
 
 /// A submission's envelope exactly as ysbatch writes it: submitted while
 /// the daemon is down, it waits in `incoming/`, from where it is taken.

@@ -1,12 +1,12 @@
 //! Nothing lost: the daemon is killed with SIGKILL at awkward moments, and
 //! every accepted job still runs exactly once and is accounted.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{stderr, stdout, wait_for, Cluster};
+use crate::common::{stderr, stdout, wait_for, Cluster};
 
 /// Each job appends its id to runs.log; counts how often each id ran.
 fn runs(c: &Cluster) -> HashMap<u64, usize> {

@@ -4,7 +4,7 @@ sbatch with a generated #SBATCH header and read the id from "Submitted
 batch job N", poll sacct --parsable2 until a final state, cancel with
 scancel, run an array and read each task's output. Standard library only.
 
-Run by tests/slurm_compat.rs with PATH holding the shims (sbatch, squeue,
+Run by tests/suite/slurm_compat.rs with PATH holding the shims (sbatch, squeue,
 ...) and YS_CONF naming a running ysctld's config; exits non-zero with the
 reason on the first surprise."""
 

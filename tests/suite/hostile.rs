@@ -1,12 +1,10 @@
 //! Hostile and broken files in the spool: each is refused with a reason,
 //! removed, and disturbs nothing else.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use common::{stderr, stdout, wait_for, Cluster};
+use crate::common::{stderr, stdout, wait_for, Cluster};
 
 /// Drops a file straight into incoming/ (as a careless or hostile user would)
 /// with a reply file next to it, and returns the daemon's answer.

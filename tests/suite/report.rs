@@ -1,11 +1,11 @@
 //! `ysreport` over a database filled by a real daemon run, and over
 //! fixture rows for an older month whose figures are computed by hand.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
-use common::{stderr, stdout, Cluster};
+use crate::common::{stderr, stdout, Cluster};
 
 const LONG: Duration = Duration::from_secs(20);
 

@@ -7,12 +7,12 @@
 //! while a node the cgroup denies fails with EPERM ("Operation not
 //! permitted"): the difference proves the cgroup did it.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;
 
-use common::{stderr, stdout, Cluster};
+use crate::common::{stderr, stdout, Cluster};
 
 const LONG: Duration = Duration::from_secs(30);
 

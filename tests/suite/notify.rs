@@ -2,13 +2,11 @@
 //! `--mail-type` asks for, and budget crossings, as JSON on stdin; a slow
 //! command holds up nothing.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{stderr, wait_for, Cluster};
+use crate::common::{stderr, wait_for, Cluster};
 
 const LONG: Duration = Duration::from_secs(20);
 

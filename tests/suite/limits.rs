@@ -2,11 +2,11 @@
 //! with the reason, and holds up nobody else; some requests are refused at
 //! submit.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
-use common::{stderr, stdout, Cluster};
+use crate::common::{stderr, stdout, Cluster};
 
 const LONG: Duration = Duration::from_secs(30);
 

@@ -2,11 +2,9 @@
 //! index in the environment and the file names, at most `%N` at once,
 //! named as `ID_TASK` by every command.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{stderr, stdout, wait_for, Cluster};
+use crate::common::{stderr, stdout, wait_for, Cluster};
 
 const LONG: Duration = Duration::from_secs(30);
 

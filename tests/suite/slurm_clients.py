@@ -5,7 +5,7 @@ releases: snakemake-executor-plugin-slurm 2.8 (snakemake 9), parsl's
 SlurmProvider, submitit 1.5 and dask-jobqueue 0.9. Standard library only,
 so CI needs none of them installed; each step says which library does it.
 
-Run by tests/slurm_compat.rs with PATH holding the shims and YS_CONF naming
+Run by tests/suite/slurm_compat.rs with PATH holding the shims and YS_CONF naming
 a running ysctld's config; argv[1] is a work directory. Exits non-zero
 with the reason on the first surprise, prints "ok" at the end."""
 

@@ -2,11 +2,9 @@
 //! to one that did not, regains its place as its usage decays, and what is
 //! charged adds up to what the jobs used.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{stderr, stdout, Cluster};
+use crate::common::{stderr, stdout, Cluster};
 
 const LONG: Duration = Duration::from_secs(30);
 

@@ -1,11 +1,11 @@
 //! Submitting jobs and seeing them run: directives, the environment a job
 //! gets, outputs, states, and the errors a user sees for bad input.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
-use common::{stderr, stdout, Cluster};
+use crate::common::{stderr, stdout, Cluster};
 
 const LONG: Duration = Duration::from_secs(20);
 

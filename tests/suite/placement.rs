@@ -1,11 +1,11 @@
 //! Where jobs land: GPU groups (NVLink / PCIe switch), `--constraint` on
 //! GPU memory and features, and GPUs shared in shards.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
-use common::{stderr, stdout, Cluster};
+use crate::common::{stderr, stdout, Cluster};
 
 const LONG: Duration = Duration::from_secs(20);
 

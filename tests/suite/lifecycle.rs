@@ -1,11 +1,9 @@
 //! Stopping jobs and sharing GPUs: time limits, cancel, signals, process
 //! clean-up, and no GPU given to two jobs at once.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{stderr, stdout, wait_for, Cluster};
+use crate::common::{stderr, stdout, wait_for, Cluster};
 
 const LONG: Duration = Duration::from_secs(20);
 

@@ -2,11 +2,11 @@
 //! fewest low-priority jobs, which checkpoint on SIGTERM, are requeued with
 //! their ids, and resume from their checkpoints.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
-use common::{stderr, stdout, wait_for, Cluster};
+use crate::common::{stderr, stdout, wait_for, Cluster};
 
 const LONG: Duration = Duration::from_secs(30);
 

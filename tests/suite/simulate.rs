@@ -1,12 +1,12 @@
 //! `ysctld simulate`: a trace replayed in virtual time under either policy,
 //! the report as text or JSON, and bad traces refused with file and line.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{stderr, stdout};
+use crate::common::{stderr, stdout};
 
 const FOUR_GPUS: &str = "[[gpus]]\ntype = \"a100\"\ncount = 4\nmemory = \"80GiB\"\n";
 

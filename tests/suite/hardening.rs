@@ -1,14 +1,14 @@
 //! Defects found by trying ysched as a new user, an attacker and real
 //! Slurm clients would: each test here failed before its fix.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use common::{stderr, stdout, Cluster};
+use crate::common::{stderr, stdout, Cluster};
 
 const LONG: Duration = Duration::from_secs(20);
 

@@ -1,11 +1,9 @@
 //! The metrics file: Prometheus text that a Prometheus parser reads, with
 //! figures that match the queue.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{wait_for, Cluster};
+use crate::common::{wait_for, Cluster};
 
 const LONG: Duration = Duration::from_secs(20);
 

@@ -1,11 +1,9 @@
 //! Reservations and backfill through the daemon: what `ysqueue --start`
 //! promises, and which job may go ahead.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{stderr, stdout, Cluster};
+use crate::common::{stderr, stdout, Cluster};
 
 const LONG: Duration = Duration::from_secs(20);
 

@@ -1,11 +1,9 @@
 //! `--dependency`: jobs that wait for other jobs' outcomes, through the real
 //! daemon; refused when impossible, kept across a daemon restart.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{stderr, stdout, wait_for, Cluster};
+use crate::common::{stderr, stdout, wait_for, Cluster};
 
 const LONG: Duration = Duration::from_secs(20);
 

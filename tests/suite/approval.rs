@@ -1,11 +1,11 @@
 //! Approval: big jobs, or jobs on reserved GPU types, wait held until a
 //! coordinator of their account approves them; who approved is recorded.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
-use common::{stderr, stdout, Cluster, TestUser};
+use crate::common::{stderr, stdout, Cluster, TestUser};
 
 const LONG: Duration = Duration::from_secs(20);
 

@@ -1,9 +1,9 @@
 //! A bad configuration is refused with the file, the line and the key: at
 //! start (the daemon does not start) and at reload (the running one stays).
 
-mod common;
+use crate::common;
 
-use common::{stderr, stdout, Cluster};
+use crate::common::{stderr, stdout, Cluster};
 
 #[test]
 fn the_daemon_refuses_to_start_with_a_bad_config() {

@@ -1,11 +1,9 @@
 //! The server's GPUs as users see them (ysinfo, yscontrol show node), and
 //! GPUs taken out of service and put back (yscontrol drain / resume gpu).
 
-mod common;
-
 use std::time::Duration;
 
-use common::{stderr, stdout, wait_for, Cluster};
+use crate::common::{stderr, stdout, wait_for, Cluster};
 
 const LONG: Duration = Duration::from_secs(20);
 

@@ -2,7 +2,7 @@
 //! command's --help is in its man page's OPTIONS and the other way round,
 //! the man pages are well-formed, and the example config parses.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::Path;

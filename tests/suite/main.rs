@@ -1,0 +1,33 @@
+//! The integration tests, one binary: a real `ysctld` on a temporary
+//! spool, the real commands, real users (as root) and real cgroups, one
+//! module per concern. One binary links once; 25 of them took most of a
+//! fresh `cargo test`.
+
+#[macro_use]
+mod common;
+
+mod approval;
+mod arrays;
+mod backfill;
+mod config;
+mod crash;
+mod dependency;
+mod docs;
+mod fairshare;
+mod hardening;
+mod hostile;
+mod isolation;
+mod lifecycle;
+mod limits;
+mod metrics;
+mod node;
+mod notify;
+mod placement;
+mod preempt;
+mod report;
+mod simulate;
+mod slurm_compat;
+mod socket;
+mod submit;
+mod update;
+mod users;
