@@ -732,9 +732,7 @@ impl Daemon {
             for event in std::mem::take(&mut self.notifications) {
                 self.notifier.send(event);
             }
-            for name in &processed {
-                self.spool.discard(name);
-            }
+            self.spool.discard_all(&processed);
             self.launch_started()?;
             for q in queries {
                 // After a change, a query about a few named jobs gets a

@@ -573,7 +573,13 @@ impl SentRequest {
                 file.sync_all()?;
             }
             drop(file);
-            fs::rename(&temp, &final_path)
+            fs::rename(&temp, &final_path)?;
+            // The rename itself must survive a power cut once the user is
+            // told the job is spooled.
+            if durability == Durability::Now {
+                sync_dir(&incoming)?;
+            }
+            Ok(())
         })();
         if let Err(e) = result {
             let _ = fs::remove_file(&temp);
@@ -700,6 +706,7 @@ impl SentRequest {
         match file {
             Ok(f) => f
                 .sync_all()
+                .and_then(|()| sync_dir(&self.spool.incoming()))
                 .map_err(|source| SpoolError::Write { path, source }),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
             Err(source) => Err(SpoolError::Write { path, source }),
@@ -961,7 +968,28 @@ pub fn parse_request(name: &str, sender: u32, body: &[u8], max_size: u64) -> Inb
     }
 }
 
+/// Flushes a directory's entries (a rename or unlink in it) to disk.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
 impl Spool {
+    /// Removes processed or rejected entries from `incoming/`, and makes
+    /// their removal durable with one flush of the directory: a request
+    /// that came back after a power cut would be a second copy of one the
+    /// database recorded (its name would still be refused as applied, for
+    /// as long as request names are kept).
+    pub fn discard_all(&self, names: &[String]) {
+        for name in names {
+            self.discard(name);
+        }
+        if !names.is_empty() {
+            if let Err(e) = sync_dir(&self.incoming()) {
+                tracing::warn!(target: "ysched::spool", "cannot flush {}: {e}", self.incoming().display());
+            }
+        }
+    }
+
     /// Removes a processed or rejected entry from `incoming/`.
     pub fn discard(&self, name: &str) {
         let path = self.incoming().join(name);
