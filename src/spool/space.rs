@@ -2,9 +2,10 @@
 //! any user could fill the filesystem the database lives on; a database
 //! that cannot commit cannot record a job's end. Three defences:
 //!
-//! - what one user may hold in `incoming/` is bounded (count and bytes),
-//!   and an unfinished request larger than any request may be is removed
-//!   at once: the daemon looks every few seconds ([`Spool::police`]);
+//! - what one user may hold unfinished in `incoming/` is bounded (count
+//!   and bytes), and an unfinished request larger than any request may be
+//!   is removed at once: the daemon looks every few seconds
+//!   ([`Spool::police`]); complete requests it reads and answers anyway;
 //! - a reserve file (`SPOOL/reserve`, `spool_reserve` in the config) keeps
 //!   room that the daemon frees the moment a commit fails, so that what it
 //!   already holds (exits, cancels) can still be recorded;
@@ -18,10 +19,11 @@ use std::path::{Path, PathBuf};
 
 use super::Spool;
 
-/// The most entries one user may have in `incoming/` (or `replies/`) at once.
+/// The most unfinished requests one user may have in `incoming/` (and
+/// reply files left unclaimed in `replies/`) at once.
 pub const MAX_ENTRIES_PER_USER: usize = 256;
-/// The most bytes one user may have in `incoming/`, in requests of
-/// `max_spool_file` bytes at most.
+/// The most bytes of unfinished requests one user may have in
+/// `incoming/`, in requests of `max_spool_file` bytes at most.
 pub const MAX_FILES_OF_MAX_SIZE: u64 = 16;
 
 /// An entry removed by [`Spool::police`], for the log.
@@ -92,31 +94,43 @@ impl Spool {
     }
 
     /// Removes from the drop boxes what no user may hold there: unfinished
-    /// requests larger than `max_file`, and beyond what one user may hold
-    /// (entries and bytes), that user's newest. Root's entries are the
-    /// daemon's own and stay.
+    /// requests (temporary files) larger than `max_file`, and beyond what
+    /// one user may hold that user's newest unfinished requests, and reply
+    /// files left a minute unclaimed. Complete requests are never removed
+    /// here: each is the daemon's to read and answer (one over
+    /// `max_file` is refused then). Root's entries are the daemon's own.
     pub fn police(&self, max_file: u64) -> Vec<Removed> {
         let max_bytes = max_file.saturating_mul(MAX_FILES_OF_MAX_SIZE);
         let mut removed = Vec::new();
-        for (dir, bytes_count) in [(self.incoming(), true), (self.replies(), false)] {
-            let mut by_user: HashMap<u32, Vec<Entry>> = HashMap::new();
-            for entry in entries_of(&dir) {
-                if entry.temporary && bytes_count && entry.bytes > max_file {
-                    let why = format!(
-                        "an unfinished request of {} bytes, over max_spool_file ({max_file})",
-                        entry.bytes
-                    );
-                    remove(entry, why, &mut removed);
-                    continue;
-                }
-                by_user.entry(entry.uid).or_default().push(entry);
+        let mut unfinished: HashMap<u32, Vec<Entry>> = HashMap::new();
+        for entry in entries_of(&self.incoming())
+            .into_iter()
+            .filter(|e| e.temporary)
+        {
+            if entry.bytes > max_file {
+                let why = format!(
+                    "an unfinished request of {} bytes, over max_spool_file ({max_file})",
+                    entry.bytes
+                );
+                remove(entry, why, &mut removed);
+            } else {
+                unfinished.entry(entry.uid).or_default().push(entry);
             }
-            for (_, mut entries) in by_user {
+        }
+        let minute_ago = now_secs() - 60;
+        let mut unclaimed: HashMap<u32, Vec<Entry>> = HashMap::new();
+        for entry in entries_of(&self.replies()) {
+            if entry.modified < minute_ago {
+                unclaimed.entry(entry.uid).or_default().push(entry);
+            }
+        }
+        for (entries, count_bytes) in [(unfinished, true), (unclaimed, false)] {
+            for (_, mut entries) in entries {
                 entries.sort_by_key(|e| e.modified);
                 let (mut count, mut bytes) = (0usize, 0u64);
                 for entry in entries {
                     count += 1;
-                    bytes += if bytes_count { entry.bytes } else { 0 };
+                    bytes += if count_bytes { entry.bytes } else { 0 };
                     if count > MAX_ENTRIES_PER_USER {
                         let why = format!("more than {MAX_ENTRIES_PER_USER} entries of one user");
                         remove(entry, why, &mut removed);
@@ -129,6 +143,12 @@ impl Spool {
         }
         removed
     }
+}
+
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
 }
 
 fn entries_of(dir: &Path) -> Vec<Entry> {
@@ -167,6 +187,39 @@ fn remove(entry: Entry, why: String, removed: &mut Vec<Removed>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn complete_requests_stay_and_unfinished_ones_are_bounded() {
+        if !nix::unistd::geteuid().is_root() {
+            return; // needs chown to another user; the suite runs as root in CI
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::new(dir.path());
+        fs::create_dir(spool.incoming()).unwrap();
+        fs::create_dir(spool.replies()).unwrap();
+        let make = |name: String, bytes: usize| {
+            let path = spool.incoming().join(name);
+            fs::write(&path, vec![b' '; bytes]).unwrap();
+            std::os::unix::fs::chown(&path, Some(4242), Some(4242)).unwrap();
+        };
+        for i in 0..300 {
+            make(format!("job-{i}"), 10);
+            make(format!(".job-{i}.tmp"), 10);
+        }
+        make(".big.tmp".into(), 2_000);
+        let removed = spool.police(1_000);
+        let left: Vec<String> = fs::read_dir(spool.incoming())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(left.iter().filter(|n| !n.starts_with('.')).count(), 300);
+        assert_eq!(left.iter().filter(|n| n.starts_with('.')).count(), 256);
+        assert_eq!(removed.len(), 45);
+        assert!(removed
+            .iter()
+            .any(|r| r.why.contains("over max_spool_file")));
+    }
 
     #[test]
     fn the_reserve_is_real_blocks_and_can_be_released() {
