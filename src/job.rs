@@ -743,6 +743,44 @@ pub fn expand_step_pattern(
     out
 }
 
+/// A plain submission of one GPU, every field checked, for tests to adapt.
+#[cfg(test)]
+pub(crate) fn example_request() -> JobRequest {
+    JobRequest {
+        name: "train".into(),
+        account: None,
+        qos: None,
+        gpus: GpuRequest {
+            count: 1,
+            ..GpuRequest::default()
+        },
+        cpus: 1,
+        mem_mb: None,
+        time_limit: None,
+        output: None,
+        error: None,
+        open_append: false,
+        work_dir: "/tmp".into(),
+        submit_dir: "/tmp".into(),
+        environment: vec![("PATH".into(), "/bin".into())],
+        hold: false,
+        begin_time: None,
+        comment: None,
+        nice: 0,
+        dependency: None,
+        array: None,
+        no_requeue: false,
+        warn_signal: None,
+        checkpoint_file: None,
+        grace: None,
+        mail_type: MailTypes::default(),
+        mail_user: None,
+        exclusive: false,
+        script: "#!/bin/sh\ntrue\n".into(),
+        args: Vec::new(),
+    }
+}
+
 /// A pending job of alice's asking for two a100 GPUs, for tests to adapt.
 #[cfg(test)]
 pub(crate) fn example_job(id: JobId) -> Job {

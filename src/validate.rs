@@ -299,39 +299,9 @@ pub fn script(body: &str) -> Result<(), InvalidField> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::GpuRequest;
 
     fn request() -> JobRequest {
-        JobRequest {
-            name: "train".into(),
-            account: None,
-            qos: None,
-            gpus: GpuRequest::default(),
-            cpus: 1,
-            mem_mb: None,
-            time_limit: None,
-            output: None,
-            error: None,
-            open_append: false,
-            work_dir: "/tmp".into(),
-            submit_dir: "/tmp".into(),
-            environment: vec![("PATH".into(), "/bin".into())],
-            hold: false,
-            begin_time: None,
-            comment: None,
-            nice: 0,
-            dependency: None,
-            array: None,
-            no_requeue: false,
-            warn_signal: None,
-            checkpoint_file: None,
-            grace: None,
-            mail_type: MailTypes::default(),
-            mail_user: None,
-            exclusive: false,
-            script: "#!/bin/sh\ntrue\n".into(),
-            args: Vec::new(),
-        }
+        crate::job::example_request()
     }
 
     fn refused(change: impl FnOnce(&mut JobRequest)) -> String {

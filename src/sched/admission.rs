@@ -374,40 +374,7 @@ mod tests {
     }
 
     fn request() -> JobRequest {
-        JobRequest {
-            name: "t".into(),
-            account: None,
-            qos: None,
-            gpus: GpuRequest {
-                count: 1,
-                gpu_type: None,
-                ..GpuRequest::default()
-            },
-            cpus: 1,
-            mem_mb: None,
-            time_limit: None,
-            output: None,
-            error: None,
-            open_append: false,
-            work_dir: "/".into(),
-            submit_dir: "/".into(),
-            environment: vec![],
-            hold: false,
-            begin_time: None,
-            comment: None,
-            nice: 0,
-            dependency: None,
-            array: None,
-            no_requeue: false,
-            warn_signal: None,
-            checkpoint_file: None,
-            grace: None,
-            mail_type: Default::default(),
-            mail_user: None,
-            exclusive: false,
-            script: "#!/bin/sh\n".into(),
-            args: vec![],
-        }
+        crate::job::example_request()
     }
 
     fn check(req: &JobRequest, cfg: &Config) -> Result<Admitted, AdmissionError> {
