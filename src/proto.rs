@@ -280,6 +280,19 @@ pub struct JobOutcome {
     pub job_id: JobId,
     /// `None` when the action succeeded for this job.
     pub error: Option<String>,
+    /// The job had already ended (Slurm's scancel takes that as done).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub already_ended: bool,
+}
+
+impl JobOutcome {
+    pub fn new(job_id: JobId, error: Option<String>) -> JobOutcome {
+        JobOutcome {
+            job_id,
+            error,
+            already_ended: false,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

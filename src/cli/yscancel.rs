@@ -81,10 +81,10 @@ fn cancel(args: Args, command: &str, ended_is_done: bool) -> CliResult {
     let mut failed = false;
     for o in &outcomes {
         match &o.error {
-            Some(e) if ended_is_done && e.contains("has already finished") && args.verbose => {
+            Some(e) if ended_is_done && o.already_ended && args.verbose => {
                 eprintln!("{command}: {e}");
             }
-            Some(e) if ended_is_done && e.contains("has already finished") => {}
+            Some(_) if ended_is_done && o.already_ended => {}
             Some(e) => {
                 eprintln!("{command}: error: {e}");
                 failed = true;

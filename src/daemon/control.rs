@@ -206,10 +206,10 @@ impl Daemon {
                 JobRef::Id(id) => ids.push(id),
                 JobRef::Task(array, task) => match db::array_task(&self.db, array, task)? {
                     Some(id) => ids.push(id),
-                    None => unknown.push(JobOutcome {
-                        job_id: array,
-                        error: Some(format!("job {r} does not exist")),
-                    }),
+                    None => unknown.push(JobOutcome::new(
+                        array,
+                        Some(format!("job {r} does not exist")),
+                    )),
                 },
             }
         }
@@ -220,22 +220,25 @@ impl Daemon {
     /// Explains why `id` is not an active job the requester may act on, or
     /// returns `None` if it is one.
     fn refuse(&self, id: JobId, who: &Requester) -> Result<Option<String>, DaemonError> {
+        Ok(self.refusal(id, who)?.map(Refusal::into_message))
+    }
+
+    /// As `refuse`, with the kind of refusal.
+    fn refusal(&self, id: JobId, who: &Requester) -> Result<Option<Refusal>, DaemonError> {
+        let denied =
+            |user: &str| Refusal::Denied(format!("permission denied: job {id} belongs to {user}"));
         match self.jobs.get(&id) {
             Some(job) if job.uid == who.uid || who.admin => Ok(None),
-            Some(job) => Ok(Some(format!(
-                "permission denied: job {id} belongs to {}",
-                job.user
-            ))),
+            Some(job) => Ok(Some(denied(&job.user))),
             None => match db::job(&self.db, id) {
-                Ok(job) if job.uid != who.uid && !who.admin => Ok(Some(format!(
-                    "permission denied: job {id} belongs to {}",
-                    job.user
-                ))),
-                Ok(job) => Ok(Some(format!(
+                Ok(job) if job.uid != who.uid && !who.admin => Ok(Some(denied(&job.user))),
+                Ok(job) => Ok(Some(Refusal::Ended(format!(
                     "job {id} has already finished ({})",
                     job.state
-                ))),
-                Err(DbError::NotFound(_)) => Ok(Some(format!("job {id} does not exist"))),
+                )))),
+                Err(DbError::NotFound(_)) => {
+                    Ok(Some(Refusal::Missing(format!("job {id} does not exist"))))
+                }
                 Err(e) => Err(e.into()),
             },
         }
@@ -272,10 +275,11 @@ impl Daemon {
         } else {
             let mut ids = Vec::new();
             for id in expanded {
-                match self.refuse(id, who)? {
-                    Some(error) => outcomes.push(JobOutcome {
+                match self.refusal(id, who)? {
+                    Some(refusal) => outcomes.push(JobOutcome {
                         job_id: id,
-                        error: Some(error),
+                        already_ended: matches!(refusal, Refusal::Ended(_)),
+                        error: Some(refusal.into_message()),
                     }),
                     None if selector.matches(&self.jobs[&id]) => ids.push(id),
                     None => {}
@@ -288,7 +292,7 @@ impl Daemon {
                 Some(sig) => self.signal_job(id, sig),
                 None => self.cancel_job(id, who, now)?,
             };
-            outcomes.push(JobOutcome { job_id: id, error });
+            outcomes.push(JobOutcome::new(id, error));
         }
         outcomes.sort_by_key(|o| o.job_id);
         Ok(Reply::Control {
@@ -588,7 +592,7 @@ impl Daemon {
                 Some(e) => Some(e),
                 None => act(self, id)?,
             };
-            outcomes.push(JobOutcome { job_id: id, error });
+            outcomes.push(JobOutcome::new(id, error));
         }
         Ok(Reply::Control {
             outcomes,
@@ -638,7 +642,7 @@ impl Daemon {
             if error.is_none() {
                 approved.push(id);
             }
-            outcomes.push(JobOutcome { job_id: id, error });
+            outcomes.push(JobOutcome::new(id, error));
         }
         for id in approved {
             let job = self.jobs.job_mut(&id).expect("checked above");
@@ -706,10 +710,7 @@ impl Daemon {
         let mut outcomes = Vec::new();
         for &id in ids {
             if let Some(error) = self.refuse(id, who)? {
-                outcomes.push(JobOutcome {
-                    job_id: id,
-                    error: Some(error),
-                });
+                outcomes.push(JobOutcome::new(id, Some(error)));
                 continue;
             }
             let job = &self.jobs[&id];
@@ -721,10 +722,7 @@ impl Daemon {
             let new = match decide(id, current) {
                 Ok(h) => h,
                 Err(error) => {
-                    outcomes.push(JobOutcome {
-                        job_id: id,
-                        error: Some(error),
-                    });
+                    outcomes.push(JobOutcome::new(id, Some(error)));
                     continue;
                 }
             };
@@ -749,10 +747,7 @@ impl Daemon {
                     &format!("{detail} (job of {})", job.user),
                 )?;
             }
-            outcomes.push(JobOutcome {
-                job_id: id,
-                error: None,
-            });
+            outcomes.push(JobOutcome::new(id, None));
         }
         self.reschedule = true;
         self.snapshot = None;
@@ -782,5 +777,22 @@ fn outcomes_of(reply: Reply) -> Vec<JobOutcome> {
     match reply {
         Reply::Control { outcomes, .. } => outcomes,
         _ => Vec::new(),
+    }
+}
+
+/// Why a request may not act on a job.
+enum Refusal {
+    /// It is another user's.
+    Denied(String),
+    /// It has already ended.
+    Ended(String),
+    Missing(String),
+}
+
+impl Refusal {
+    fn into_message(self) -> String {
+        match self {
+            Refusal::Denied(m) | Refusal::Ended(m) | Refusal::Missing(m) => m,
+        }
     }
 }
