@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use ysched::config::Config;
 use ysched::gpu::Gpu;
-use ysched::job::{GpuRequest, Job, JobState};
+use ysched::model::job::{GpuRequest, Job, JobState};
 use ysched::sched::{self, fairshare, priority};
 
 fn main() {

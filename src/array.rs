@@ -9,11 +9,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::job::{Job, JobId, JobState};
-
-/// The most tasks one `--array` may make, unless the config says otherwise
-/// (Slurm's MaxArraySize is 1001: indices 0 to 1000).
-pub const DEFAULT_MAX_ARRAY_SIZE: u32 = 1001;
+use crate::model::job::{Job, JobId, JobState};
 
 /// No specification expands to more tasks than this, whatever the limit
 /// (a client parses before it knows the daemon's config).
@@ -339,12 +335,12 @@ mod tests {
         let task = |id: JobId, index: u32, state: JobState| Job {
             id,
             state,
-            array: Some(crate::job::ArrayTask {
+            array: Some(crate::model::job::ArrayTask {
                 job_id: 10,
                 task_id: index,
                 spec: "0-5%2".into(),
             }),
-            ..crate::job::example_job(id)
+            ..crate::model::job::example_job(id)
         };
         let jobs = [
             task(10, 0, JobState::Running),
@@ -356,19 +352,19 @@ mod tests {
         // One runs, so one more may start: task 2.
         assert_eq!(throttled(jobs.iter()), vec![13, 14]);
         let mut held = jobs.clone();
-        held[2].hold = Some(crate::job::Hold::User);
+        held[2].hold = Some(crate::model::job::Hold::User);
         assert_eq!(
             throttled(held.iter()),
             vec![14],
             "a held task takes no place"
         );
         let unthrottled = Job {
-            array: Some(crate::job::ArrayTask {
+            array: Some(crate::model::job::ArrayTask {
                 job_id: 20,
                 task_id: 0,
                 spec: "0-5".into(),
             }),
-            ..crate::job::example_job(20)
+            ..crate::model::job::example_job(20)
         };
         assert!(throttled([unthrottled].iter()).is_empty());
     }

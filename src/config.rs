@@ -7,11 +7,15 @@ use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+/// The most tasks one `--array` may make, unless the config says otherwise
+/// (Slurm's MaxArraySize is 1001: indices 0 to 1000).
+pub const DEFAULT_MAX_ARRAY_SIZE: u32 = 1001;
+
 use serde::{Deserialize, Deserializer};
 use thiserror::Error;
 use toml::Spanned;
 
-use crate::units;
+use crate::model::units;
 
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/ysched/ysched.toml";
 pub const DEFAULT_SPOOL_DIR: &str = "/var/spool/ysched";
@@ -90,8 +94,8 @@ pub struct Approval {
 pub struct Budget {
     /// In billing-seconds (the config gives tokens: billing-hours).
     pub amount: i64,
-    pub period: crate::sched::budget::Period,
-    pub over: crate::sched::budget::OverBudget,
+    pub period: crate::model::policy::Period,
+    pub over: crate::model::policy::OverBudget,
     /// The used fraction at which its users are warned.
     pub warning: f64,
 }
@@ -104,7 +108,7 @@ pub struct AccountLimits {
     pub max_gpus: Option<u32>,
     /// Other values of max_gpus at some times of the week (the first
     /// window that holds wins).
-    pub max_gpus_windows: Vec<crate::sched::window::Window>,
+    pub max_gpus_windows: Vec<crate::model::policy::Window>,
     /// The same, by GPU type.
     pub max_gpus_by_type: std::collections::BTreeMap<String, u32>,
     pub max_running_jobs: Option<u32>,
@@ -212,7 +216,7 @@ pub enum UsageReset {
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Fairshare {
-    pub algorithm: crate::sched::fairshare::Algorithm,
+    pub algorithm: crate::model::policy::Algorithm,
     /// Seconds; `None`: usage never decays.
     pub half_life: Option<u64>,
     pub reset: UsageReset,
@@ -293,7 +297,7 @@ pub struct Config {
     pub spool_reserve: u64,
     pub log_file: Option<PathBuf>,
     /// Job isolation: auto-detected cgroup v1 or v2, forced, or off.
-    pub cgroups: crate::exec::cgroup::Setting,
+    pub cgroups: crate::model::isolation::Setting,
     pub cgroup_root: PathBuf,
     /// The group, in each hierarchy, that holds this daemon's job groups.
     pub cgroup_parent: String,
@@ -493,7 +497,7 @@ struct RawConfig {
     #[serde(default, deserialize_with = "de_memory")]
     spool_reserve: Option<u64>,
     log_file: Option<PathBuf>,
-    cgroups: Option<crate::exec::cgroup::Setting>,
+    cgroups: Option<crate::model::isolation::Setting>,
     cgroup_root: Option<PathBuf>,
     cgroup_parent: Option<Spanned<String>>,
     job_pids_max: Option<u64>,
@@ -548,8 +552,8 @@ struct RawAccount {
     max_gpus_per_user: Option<u32>,
     max_running_jobs_per_user: Option<u32>,
     budget: Option<Spanned<f64>>,
-    budget_period: Option<crate::sched::budget::Period>,
-    over_budget: Option<crate::sched::budget::OverBudget>,
+    budget_period: Option<crate::model::policy::Period>,
+    over_budget: Option<crate::model::policy::OverBudget>,
     budget_warning: Option<Spanned<f64>>,
     #[serde(default)]
     coordinators: Vec<String>,
@@ -569,7 +573,7 @@ struct RawWindow {
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawFairshare {
-    algorithm: Option<crate::sched::fairshare::Algorithm>,
+    algorithm: Option<crate::model::policy::Algorithm>,
     #[serde(default, deserialize_with = "de_time_limit")]
     half_life: Option<Option<u64>>,
     reset: Option<UsageReset>,
@@ -799,7 +803,7 @@ impl RawConfig {
                 let span = w.span();
                 let w = w.into_inner();
                 max_gpus_windows.push(
-                    crate::sched::window::Window::parse(&w.days, &w.hours, w.max_gpus).map_err(
+                    crate::model::policy::Window::parse(&w.days, &w.hours, w.max_gpus).map_err(
                         |e| {
                             fail(
                                 Some(span),
@@ -838,9 +842,9 @@ impl RawConfig {
                         None => 0.8,
                     };
                     Some(Budget {
-                        amount: (b.get_ref() * crate::sched::budget::TOKEN).round() as i64,
-                        period: raw.budget_period.unwrap_or(crate::sched::budget::Period::Month),
-                        over: raw.over_budget.unwrap_or(crate::sched::budget::OverBudget::Refuse),
+                        amount: (b.get_ref() * crate::model::policy::TOKEN).round() as i64,
+                        period: raw.budget_period.unwrap_or(crate::model::policy::Period::Month),
+                        over: raw.over_budget.unwrap_or(crate::model::policy::OverBudget::Refuse),
                         warning,
                     })
                 }
@@ -1191,7 +1195,7 @@ impl RawConfig {
                 ))
             }
             Some(p) => p.into_inner(),
-            None => crate::exec::cgroup::DEFAULT_PARENT.to_string(),
+            None => crate::model::isolation::DEFAULT_PARENT.to_string(),
         };
         let spool_dir = self
             .spool_dir
@@ -1232,7 +1236,7 @@ impl RawConfig {
             algorithm: self
                 .fairshare
                 .algorithm
-                .unwrap_or(crate::sched::fairshare::Algorithm::FairTree),
+                .unwrap_or(crate::model::policy::Algorithm::FairTree),
             half_life: match self.fairshare.half_life {
                 Some(h) => h,
                 None => Some(7 * 86_400),
@@ -1272,7 +1276,7 @@ impl RawConfig {
             kill_invalid_dependency: self.kill_invalid_dependency,
             max_array_size: self
                 .max_array_size
-                .unwrap_or(crate::array::DEFAULT_MAX_ARRAY_SIZE),
+                .unwrap_or(DEFAULT_MAX_ARRAY_SIZE),
             backfill_depth: self.backfill_depth.unwrap_or(DEFAULT_BACKFILL_DEPTH),
             gpu_sample_secs: self.gpu_sample_secs.unwrap_or(30),
             metrics_file: self.metrics_file,
@@ -1330,10 +1334,10 @@ impl RawConfig {
             max_spool_file: self.max_spool_file.map_or(4 << 20, |mb| mb << 20),
             spool_reserve: self.spool_reserve.map_or(16 << 20, |mb| mb << 20),
             log_file: self.log_file,
-            cgroups: self.cgroups.unwrap_or(crate::exec::cgroup::Setting::Auto),
+            cgroups: self.cgroups.unwrap_or(crate::model::isolation::Setting::Auto),
             cgroup_root: self
                 .cgroup_root
-                .unwrap_or_else(|| PathBuf::from(crate::exec::cgroup::DEFAULT_ROOT)),
+                .unwrap_or_else(|| PathBuf::from(crate::model::isolation::DEFAULT_ROOT)),
             cgroup_parent,
             job_pids_max: self.job_pids_max.unwrap_or(4096),
             default_mem_per_gpu: self.default_mem_per_gpu,
@@ -1628,7 +1632,7 @@ priority = 1
         assert_eq!(c.accounts[1].shares, 2.5);
         assert_eq!(
             c.fairshare.algorithm,
-            crate::sched::fairshare::Algorithm::Classic
+            crate::model::policy::Algorithm::Classic
         );
         assert_eq!(c.fairshare.half_life, Some(86_400));
         assert_eq!(c.fairshare.reset, UsageReset::Monthly);
@@ -1642,7 +1646,7 @@ priority = 1
         assert_eq!(d.fairshare.half_life, Some(7 * 86_400));
         assert_eq!(
             d.fairshare.algorithm,
-            crate::sched::fairshare::Algorithm::FairTree
+            crate::model::policy::Algorithm::FairTree
         );
     }
 

@@ -6,7 +6,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::array::JobRef;
-use crate::job::{Job, JobId, JobRequest, JobState};
+use crate::model::job::{Job, JobId, JobRequest, JobState};
+use crate::report::view::JobView;
 use crate::report::Field;
 
 /// Bumped when a message changes incompatibly; a daemon refuses other versions
@@ -198,7 +199,7 @@ pub enum Query {
 pub struct JobUpdate {
     pub qos: Option<String>,
     /// `Some(None)`: UNLIMITED.
-    #[serde(default, with = "crate::job::time_request")]
+    #[serde(default, with = "crate::model::job::time_request")]
     pub time_limit: Option<Option<u64>>,
     pub priority: Option<i64>,
 }
@@ -211,41 +212,6 @@ pub struct AuditRow {
     pub action: String,
     pub job_id: Option<JobId>,
     pub detail: String,
-}
-
-/// A job as a command sees it. Another user's job comes `redacted`: its
-/// paths, environment-derived fields and comment are blanked.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct JobView {
-    /// Shared with the daemon's state, not copied into each snapshot.
-    #[serde(flatten)]
-    pub job: std::sync::Arc<Job>,
-    /// Why a pending job waits (Slurm's reason codes).
-    pub pending_reason: Option<std::borrow::Cow<'static, str>>,
-    pub priority: i64,
-    /// A pending job's priority factors (`ysqueue --priority`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub factors: Option<crate::sched::priority::Factors>,
-    /// When a pending job with a reservation is expected to start
-    /// (`ysqueue --start`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expected_start: Option<i64>,
-    pub redacted: bool,
-}
-
-impl JobView {
-    /// A job as the database has it: no queue facts (reason, priority,
-    /// expected start), nothing redacted yet.
-    pub fn stored(job: Job) -> JobView {
-        JobView {
-            job: std::sync::Arc::new(job),
-            pending_reason: None,
-            priority: 0,
-            factors: None,
-            expected_start: None,
-            redacted: false,
-        }
-    }
 }
 
 /// One association of the fair-share tree, as `ysshare` shows it.

@@ -8,8 +8,8 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{Args, Parser, ValueEnum};
 use thiserror::Error;
 
-use crate::job::{GpuRequest, JobRequest};
-use crate::units;
+use crate::model::job::{GpuRequest, JobRequest};
+use crate::model::units;
 
 pub use crate::validate::{MAX_CPUS_PER_JOB, MAX_GPUS_PER_JOB, MAX_NICE};
 
@@ -175,7 +175,7 @@ pub struct Partial {
     pub account: Option<String>,
     pub qos: Option<String>,
     pub gpus: Option<GpuRequest>,
-    pub constraint: Option<crate::job::GpuConstraint>,
+    pub constraint: Option<crate::model::job::GpuConstraint>,
     pub time_limit: Option<Option<u64>>,
     pub cpus: Option<u32>,
     pub mem: Option<Memory>,
@@ -194,11 +194,11 @@ pub struct Partial {
     pub array: Option<String>,
     /// `--no-requeue` (true) or `--requeue` (false).
     pub no_requeue: Option<bool>,
-    pub warn_signal: Option<crate::job::WarnSignal>,
+    pub warn_signal: Option<crate::model::job::WarnSignal>,
     pub checkpoint_file: Option<String>,
     /// `--grace`, in seconds.
     pub grace: Option<u64>,
-    pub mail_type: Option<crate::job::MailTypes>,
+    pub mail_type: Option<crate::model::job::MailTypes>,
     pub mail_user: Option<String>,
     /// `--exclusive`.
     pub exclusive: bool,
@@ -338,7 +338,7 @@ impl Partial {
             constraint: o
                 .constraint
                 .as_deref()
-                .map(crate::job::GpuConstraint::parse)
+                .map(crate::model::job::GpuConstraint::parse)
                 .transpose()?,
             time_limit,
             cpus,
@@ -362,7 +362,7 @@ impl Partial {
             warn_signal: o
                 .signal
                 .as_deref()
-                .map(crate::job::WarnSignal::parse)
+                .map(crate::model::job::WarnSignal::parse)
                 .transpose()
                 .map_err(|e| format!("--signal: {e}"))?,
             no_requeue: match (o.no_requeue, o.requeue) {
@@ -373,7 +373,7 @@ impl Partial {
             mail_type: o
                 .mail_type
                 .as_deref()
-                .map(crate::job::MailTypes::parse)
+                .map(crate::model::job::MailTypes::parse)
                 .transpose()
                 .map_err(|e| format!("--mail-type: {e}"))?,
             mail_user: o.mail_user,
@@ -454,7 +454,7 @@ fn parse_grace(text: &str) -> Result<u64, String> {
     } else if let Some(m) = t.strip_suffix('m') {
         m.trim().parse::<u64>().ok().map(|m| m * 60)
     } else {
-        crate::units::parse_time_limit(t).ok().flatten()
+        crate::model::units::parse_time_limit(t).ok().flatten()
     };
     seconds
         .filter(|&s| s <= 86_400)
@@ -860,7 +860,7 @@ mod tests {
         assert_eq!(p.warnings.len(), 1, "{:?}", p.warnings);
         assert_eq!(
             p.mail_type,
-            Some(crate::job::MailTypes::END),
+            Some(crate::model::job::MailTypes::END),
             "mail is supported"
         );
     }

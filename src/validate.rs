@@ -9,7 +9,7 @@
 
 use thiserror::Error;
 
-use crate::job::{GpuConstraint, JobRequest, MailTypes, WarnSignal};
+use crate::model::job::{GpuConstraint, JobRequest, MailTypes, WarnSignal};
 
 /// The most GPUs one job may ask for; anything above is a typo.
 pub const MAX_GPUS_PER_JOB: u32 = 1024;
@@ -301,7 +301,7 @@ mod tests {
     use super::*;
 
     fn request() -> JobRequest {
-        crate::job::example_request()
+        crate::model::job::example_request()
     }
 
     fn refused(change: impl FnOnce(&mut JobRequest)) -> String {

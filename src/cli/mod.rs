@@ -212,8 +212,8 @@ impl Rows {
     }
 
     /// Every row left, in one table (cheaper for long listings).
-    pub fn read_all(&mut self) -> Result<crate::spool::RowTable, CliError> {
-        let mut table = crate::spool::RowTable::default();
+    pub fn read_all(&mut self) -> Result<crate::report::table::RowTable, CliError> {
+        let mut table = crate::report::table::RowTable::default();
         match self {
             Rows::All(rows) => rows.for_each(|r| table.push_cells(&r)),
             Rows::Streamed(stream) => while stream.next_row_into(&mut table)? {},
@@ -306,17 +306,20 @@ pub fn split_list(values: &[String]) -> Vec<String> {
 }
 
 /// Parses job states given as names or codes.
-pub fn parse_states(values: &[String]) -> Result<Vec<crate::job::JobState>, CliError> {
+pub fn parse_states(values: &[String]) -> Result<Vec<crate::model::job::JobState>, CliError> {
     let words = split_list(values);
     // squeue's `--states=all`.
     if words.iter().any(|w| w.eq_ignore_ascii_case("all")) {
-        return Ok(crate::job::JobState::ALL.to_vec());
+        return Ok(crate::model::job::JobState::ALL.to_vec());
     }
     words
         .iter()
         .map(|s| {
-            crate::job::JobState::parse(s).ok_or_else(|| {
-                let names: Vec<&str> = crate::job::JobState::ALL.iter().map(|s| s.name()).collect();
+            crate::model::job::JobState::parse(s).ok_or_else(|| {
+                let names: Vec<&str> = crate::model::job::JobState::ALL
+                    .iter()
+                    .map(|s| s.name())
+                    .collect();
                 CliError::usage(format!(
                     "invalid state '{s}' (states: {}, or all)",
                     names.join(", ")

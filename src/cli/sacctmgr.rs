@@ -277,7 +277,10 @@ fn rows(config: &Config, entity: Entity, r: &Request) -> Vec<Row> {
                 vec![
                     ("name", q.name.clone()),
                     ("priority", q.priority.to_string()),
-                    ("gracetime", crate::units::format_duration(q.grace_time)),
+                    (
+                        "gracetime",
+                        crate::model::units::format_duration(q.grace_time),
+                    ),
                     ("preempt", q.preempt.join(",")),
                     (
                         "preemptmode",
@@ -287,7 +290,7 @@ fn rows(config: &Config, entity: Entity, r: &Request) -> Vec<Row> {
                     (
                         "maxwall",
                         q.max_time
-                            .map(crate::units::format_duration)
+                            .map(crate::model::units::format_duration)
                             .unwrap_or_default(),
                     ),
                 ]

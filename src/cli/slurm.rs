@@ -517,7 +517,7 @@ fn srun(args: SrunArgs) -> CliResult {
     let user = env("USER").unwrap_or_default();
     let node = env("SLURMD_NODENAME");
     let path_of = |pattern: &str| {
-        crate::job::expand_step_pattern(
+        crate::model::job::expand_step_pattern(
             pattern,
             job_id,
             Some(0),

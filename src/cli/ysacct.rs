@@ -3,9 +3,9 @@
 use clap::Parser;
 
 use super::{job_filter, load_config, print, print_listing, query_rows, CliError, CliResult};
+use crate::model::units;
 use crate::proto::Query;
 use crate::report;
-use crate::units;
 
 const DEFAULT_FORMAT: &str = "JobID,JobName,User,Account,State,ExitCode,Elapsed,AllocTRES";
 

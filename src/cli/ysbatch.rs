@@ -172,7 +172,7 @@ fn queued_for_daemon(name: &str, why: &str, parsable: bool) -> CliResult {
 /// The job's output directories are created when it starts (as its
 /// user); a missing one is worth a warning, since a typo in the path
 /// would otherwise show only in the output's unexpected place.
-fn warn_of_missing_output_dirs(request: &crate::job::JobRequest) {
+fn warn_of_missing_output_dirs(request: &crate::model::job::JobRequest) {
     for pattern in [&request.output, &request.error].into_iter().flatten() {
         let path = request.work_dir.join(pattern);
         let Some(dir) = path.parent() else { continue };
@@ -216,7 +216,10 @@ fn read_script<R: Read>(
 
 /// The daemon's admission checks, with what this host can know: accounts,
 /// QoS, declared GPUs, CPUs and memory.
-fn check_locally(request: &crate::job::JobRequest, config: &crate::config::Config) -> CliResult {
+fn check_locally(
+    request: &crate::model::job::JobRequest,
+    config: &crate::config::Config,
+) -> CliResult {
     let uid = nix::unistd::getuid().as_raw();
     let user = super::current_user_name();
     let inventory = Inventory::declared(config);

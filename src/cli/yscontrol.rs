@@ -3,8 +3,9 @@
 use clap::{Parser, Subcommand};
 
 use super::{ask, load_config, parse_job_ids, print, query, CliError, CliResult};
-use crate::proto::{Control, JobView, Query, Reply, Request};
-use crate::units;
+use crate::model::units;
+use crate::proto::{Control, Query, Reply, Request};
+use crate::report::view::JobView;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -209,7 +210,7 @@ pub fn run(args: Args) -> CliResult {
                     .map(|r| {
                         format!(
                             "{} {} {} {}{}\n",
-                            crate::units::format_timestamp(r.time),
+                            crate::model::units::format_timestamp(r.time),
                             r.actor,
                             r.action,
                             r.job_id.map(|j| format!("job={j} ")).unwrap_or_default(),
@@ -257,7 +258,7 @@ fn parse_update(words: &[String]) -> Result<(Vec<String>, crate::proto::JobUpdat
             "qos" => changes.qos = Some(value.to_string()),
             "timelimit" => {
                 changes.time_limit = Some(
-                    crate::units::parse_time_limit(value)
+                    crate::model::units::parse_time_limit(value)
                         .map_err(|e| CliError::usage(format!("timelimit={value}: {e}")))?,
                 )
             }
@@ -309,7 +310,7 @@ fn show_job(view: &JobView, now: i64) -> String {
         t.map(units::format_timestamp)
             .unwrap_or_else(|| "Unknown".into())
     };
-    let reason = if job.state.is_active() && job.state == crate::job::JobState::Pending {
+    let reason = if job.state.is_active() && job.state == crate::model::job::JobState::Pending {
         view.pending_reason.as_deref().unwrap_or("None").to_string()
     } else {
         job.reason.clone().unwrap_or_else(|| "None".into())
@@ -421,7 +422,7 @@ fn parse_gpus(words: &[String]) -> Result<Vec<u32>, CliError> {
 
 /// `scontrol show node`'s shape: the node, then a line per GPU.
 fn show_node(node: &crate::report::node::NodeInfo) -> String {
-    let mem = crate::units::format_memory_mb;
+    let mem = crate::model::units::format_memory_mb;
     let mut types: Vec<(String, u32)> = Vec::new();
     for g in &node.gpus {
         match types.iter_mut().find(|(t, _)| *t == g.gpu_type) {
@@ -478,7 +479,7 @@ fn show_node(node: &crate::report::node::NodeInfo) -> String {
                     " Reason=\"{}\" DrainedBy={} DrainedSince={}",
                     d.reason,
                     d.by,
-                    crate::units::format_timestamp(d.since)
+                    crate::model::units::format_timestamp(d.since)
                 ))
                 .unwrap_or_default()
         ));

@@ -349,10 +349,10 @@ fn describe(config: &Config, lines: &mut Vec<String>, problems: &mut Vec<Problem
     add(
         "memory",
         match config.memory_mb {
-            Some(mb) => format!("{} (config)", crate::units::format_memory_mb(mb)),
+            Some(mb) => format!("{} (config)", crate::model::units::format_memory_mb(mb)),
             None => format!(
                 "{} (detected)",
-                crate::units::format_memory_mb(daemon::host_memory_mb())
+                crate::model::units::format_memory_mb(daemon::host_memory_mb())
             ),
         },
     );
@@ -360,7 +360,7 @@ fn describe(config: &Config, lines: &mut Vec<String>, problems: &mut Vec<Problem
         Ok(isolation) => {
             let d = &isolation.detected;
             add("isolation", d.description.clone());
-            if system && d.placement.layout == crate::exec::cgroup::Layout::Off {
+            if system && d.placement.layout == crate::model::isolation::Layout::Off {
                 problems.push(Problem::Warning(format!(
                     "job isolation is off ({}): jobs are not confined to their GPUs, memory and CPUs",
                     d.description
@@ -369,7 +369,7 @@ fn describe(config: &Config, lines: &mut Vec<String>, problems: &mut Vec<Problem
             for missing in &d.missing {
                 add("  not enforced", missing.clone());
             }
-            if d.placement.layout != crate::exec::cgroup::Layout::Off {
+            if d.placement.layout != crate::model::isolation::Layout::Off {
                 let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
                 if let Some(point) = crate::exec::cgroup::slow_moves(&mounts) {
                     add(

@@ -94,7 +94,7 @@ fn render(info: &NodeInfo, fields: &[String], header: bool) -> String {
         out.push('\n');
     }
     if header {
-        let mem = crate::units::format_memory_mb;
+        let mem = crate::model::units::format_memory_mb;
         out.push_str(&format!(
             "\nnode {}: {} GPUs ({}), CPUs {}/{} allocated, memory {}/{} allocated\nisolation: {}\n",
             info.name,

@@ -4,9 +4,9 @@
 use clap::Parser;
 
 use super::{load_config, print, query, split_list, CliError, CliResult};
+use crate::model::units;
 use crate::proto::{Query, Reply};
 use crate::report::usage::{self, Period};
-use crate::units;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -167,7 +167,7 @@ fn monthly_budgets(
         .iter()
         .filter_map(|a| {
             let budget = a.budget.as_ref()?;
-            if budget.period != crate::sched::budget::Period::Month {
+            if budget.period != crate::model::policy::Period::Month {
                 return None;
             }
             // The account and every account below it.
@@ -187,7 +187,7 @@ fn monthly_budgets(
             Some(usage::budget_line(
                 report,
                 &a.name,
-                budget.amount as f64 / crate::sched::budget::TOKEN,
+                budget.amount as f64 / crate::model::policy::TOKEN,
                 &subtree,
             ))
         })

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use crate::db;
-use crate::job::{JobId, JobState};
+use crate::model::job::{JobId, JobState};
 use crate::sched::budget::{self, Standing, Verdict};
 use crate::sched::limits::Policy;
 use crate::sched::Reason;
@@ -159,8 +159,8 @@ impl Daemon {
                 .filter(|a| policy.chain(&a.name).iter().any(|x| x.name == account.name))
                 .map(|a| a.name.as_str())
                 .collect();
-            let under = |j: &&crate::job::Job| subtree.contains(j.account.as_str());
-            let cost = |j: &crate::job::Job| self.worst_case(&j.gpus, j.time_limit, &j.qos);
+            let under = |j: &&crate::model::job::Job| subtree.contains(j.account.as_str());
+            let cost = |j: &crate::model::job::Job| self.worst_case(&j.gpus, j.time_limit, &j.qos);
             let running: i64 = self
                 .jobs
                 .all()
@@ -187,7 +187,7 @@ impl Daemon {
 
     pub(super) fn worst_case(
         &self,
-        gpus: &crate::job::GpuRequest,
+        gpus: &crate::model::job::GpuRequest,
         time_limit: Option<u64>,
         qos: &str,
     ) -> Option<i64> {

@@ -5,7 +5,7 @@ use crate::array::JobRef;
 use crate::db::{self, DbError};
 use crate::exec::spec::StepCommand;
 use crate::exec::ExecError;
-use crate::job::{Hold, JobId, JobState};
+use crate::model::job::{Hold, JobId, JobState};
 use crate::proto::{Control, JobOutcome, JobSelector, Reply};
 
 use super::{Daemon, DaemonError};
@@ -489,13 +489,13 @@ impl Daemon {
             if raises && !who.admin {
                 return Err(format!(
                     "permission denied: only admins may raise job {shown}'s time limit ({})",
-                    crate::units::format_time_limit(job.time_limit)
+                    crate::model::units::format_time_limit(job.time_limit)
                 ));
             }
             said.push(format!(
                 "time limit {} → {}",
-                crate::units::format_time_limit(job.time_limit),
-                crate::units::format_time_limit(limit)
+                crate::model::units::format_time_limit(job.time_limit),
+                crate::model::units::format_time_limit(limit)
             ));
         }
         if let Some(p) = changes.priority {

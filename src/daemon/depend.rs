@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use crate::db;
-use crate::job::{JobId, JobState};
+use crate::model::job::{JobId, JobState};
 use crate::sched::dependency::{Dependency, Status};
 use crate::sched::Reason;
 
@@ -16,7 +16,8 @@ impl Daemon {
     /// database, cached (an end is final; a requeued job is active again
     /// and found in memory first). An array's id stands for all its tasks.
     fn state_of(&mut self, id: JobId) -> Result<Option<JobState>, DaemonError> {
-        let is_array = |j: &crate::job::Job| j.array.as_ref().is_some_and(|a| a.job_id == id);
+        let is_array =
+            |j: &crate::model::job::Job| j.array.as_ref().is_some_and(|a| a.job_id == id);
         match self.jobs.get(&id) {
             Some(job) if !is_array(job) => return Ok(Some(job.state)),
             Some(_) => {}

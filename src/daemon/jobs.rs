@@ -4,7 +4,7 @@
 use crate::db;
 use crate::exec::spec::{LaunchSpec, SignalTarget, StepCommand};
 use crate::exec::{Adoption, ExecError};
-use crate::job::{ExitStatus, JobId, JobState};
+use crate::model::job::{ExitStatus, JobId, JobState};
 
 use super::{Daemon, DaemonError};
 
@@ -44,7 +44,7 @@ impl Daemon {
     /// after this turn's commit).
     pub(super) fn notify_job(
         &mut self,
-        job: &crate::job::Job,
+        job: &crate::model::job::Job,
         event: super::notifications::JobEvent,
         now: i64,
     ) {
@@ -171,7 +171,7 @@ impl Daemon {
                     (None, JobState::OutOfMemory) => Some(format!(
                         "the OOM killer killed {} of its processes: it needed more than its {} of memory",
                         record.usage.oom_kills,
-                        job.mem_mb.map(crate::units::format_memory_mb).unwrap_or_else(|| "share".into())
+                        job.mem_mb.map(crate::model::units::format_memory_mb).unwrap_or_else(|| "share".into())
                     )),
                     (None, JobState::Failed | JobState::Completed)
                         if record.usage.pids_refused > 0 =>
@@ -259,7 +259,7 @@ impl Daemon {
     /// Charges active job `id`'s run from its start to `end` to its user
     /// and accounts; the caller commits it with the job's new state.
     pub(super) fn charge_run(&mut self, id: JobId, end: i64) -> Result<(i64, i64), DaemonError> {
-        let Some(mut job) = self.jobs.get(&id).map(|j| crate::job::Job::clone(j)) else {
+        let Some(mut job) = self.jobs.get(&id).map(|j| crate::model::job::Job::clone(j)) else {
             return Ok((0, 0));
         };
         job.end_time = Some(job.start_time.map_or(end, |s| end.max(s)));
@@ -268,7 +268,7 @@ impl Daemon {
 
     /// Charges `job` (with its end time set) and saves the usage.
     /// Returns (billing, GPU-seconds) of the run.
-    fn charge(&mut self, job: &crate::job::Job, at: i64) -> Result<(i64, i64), DaemonError> {
+    fn charge(&mut self, job: &crate::model::job::Job, at: i64) -> Result<(i64, i64), DaemonError> {
         let billing = crate::sched::fairshare::charge(job, &self.inventory.gpus, &self.config);
         let gpu_seconds = crate::sched::fairshare::gpu_seconds(job, &self.inventory.gpus);
         let fs = &self.config.fairshare;
@@ -401,7 +401,7 @@ impl Daemon {
 
     fn freeze(&self, id: JobId, frozen: bool) -> Result<(), String> {
         let placement = self.isolation.placement();
-        if placement.layout == crate::exec::cgroup::Layout::Off {
+        if placement.layout == crate::model::isolation::Layout::Off {
             return Err(format!(
                 "cannot {} job {id}: job isolation is off on this server, and suspending freezes the job's cgroup",
                 if frozen { "suspend" } else { "resume" }
@@ -499,11 +499,11 @@ impl Daemon {
                 let standing = self.standing(&a.name, &policy, now)?;
                 Some((
                     a.name.clone(),
-                    standing.left() as f64 / crate::sched::budget::TOKEN,
+                    standing.left() as f64 / crate::model::policy::TOKEN,
                 ))
             })
             .collect();
-        let jobs: Vec<&crate::job::Job> = self.jobs.all().collect();
+        let jobs: Vec<&crate::model::job::Job> = self.jobs.all().collect();
         let text = crate::report::metrics::render(&crate::report::metrics::Inputs {
             jobs: &jobs,
             gpus: &self.inventory.gpus,
@@ -533,7 +533,7 @@ impl Daemon {
     /// Sends the `--signal` of each job whose time limit is that close
     /// (once per run).
     fn warn_before_limits(&mut self, now: i64) {
-        let due: Vec<(JobId, crate::job::WarnSignal)> = self
+        let due: Vec<(JobId, crate::model::job::WarnSignal)> = self
             .jobs
             .running()
             .filter(|j| j.warn_at().is_some_and(|w| now >= w) && !self.warned.contains(&j.id))
@@ -547,7 +547,12 @@ impl Daemon {
 
     /// Delivers a job's warning signal: to its steps, or with `B:` to its
     /// batch shell.
-    pub(super) fn send_warning(&self, id: JobId, warning: crate::job::WarnSignal, why: &str) {
+    pub(super) fn send_warning(
+        &self,
+        id: JobId,
+        warning: crate::model::job::WarnSignal,
+        why: &str,
+    ) {
         let command = StepCommand::Signal {
             signal: warning.signal,
             target: SignalTarget::of_warning(warning.batch_only),
@@ -556,7 +561,7 @@ impl Daemon {
             Ok(()) => tracing::info!(
                 target: "ysched::daemon",
                 "job {id} sent SIG{} ({why}{})",
-                crate::units::signal_name(warning.signal),
+                crate::model::units::signal_name(warning.signal),
                 if warning.batch_only { ", to its batch shell" } else { ", to its steps" }
             ),
             Err(ExecError::Gone(_)) => {}

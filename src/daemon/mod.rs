@@ -35,11 +35,11 @@ use thiserror::Error;
 
 use crate::config::{Config, ConfigError};
 use crate::db::{self, DbError};
-use crate::exec::cgroup::Layout;
 use crate::exec::isolation::Isolation;
 use crate::exec::{ExitWatcher, Launcher};
 use crate::gpu::Inventory;
-use crate::job::{Job, JobId, JobState};
+use crate::model::isolation::Layout;
+use crate::model::job::{Job, JobId, JobState};
 use crate::proto::{Reply, Request};
 use crate::sched::{self, Reason};
 use crate::spool::socket::{self, SocketRequest};
@@ -275,7 +275,7 @@ pub(crate) struct Daemon {
     next_sample: Option<Instant>,
     /// For the metrics: the last samples, the last pass, preemptions so
     /// far, and when to write the file next.
-    last_samples: Option<Vec<crate::gpu::sampling::Sample>>,
+    last_samples: Option<Vec<crate::model::gpu::Sample>>,
     /// Processes on GPUs that were not their holder's, already logged.
     intruders_seen: HashSet<(u32, u32)>,
     last_pass_seconds: f64,
@@ -612,7 +612,7 @@ impl Daemon {
         self.load_budgets(now())?;
         self.drains = db::drains(&self.db)?;
         for (gpu, d) in &self.drains {
-            tracing::warn!(target: "ysched::daemon", "GPU {gpu} is drained since {} by {}: {}", crate::units::format_timestamp(d.since), d.by, d.reason);
+            tracing::warn!(target: "ysched::daemon", "GPU {gpu} is drained since {} by {}: {}", crate::model::units::format_timestamp(d.since), d.by, d.reason);
         }
         let (jobs, unreadable) = db::active_jobs(&self.db)?;
         for job in jobs {
@@ -1353,7 +1353,7 @@ mod tests {
     fn job(id: JobId, state: JobState) -> Job {
         Job {
             state,
-            ..crate::job::example_job(id)
+            ..crate::model::job::example_job(id)
         }
     }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::job::{Job, JobState, MailTypes};
+use crate::model::job::{Job, JobState, MailTypes};
 
 /// Events queued for the command, at most.
 const QUEUE: usize = 1_024;
@@ -118,7 +118,10 @@ pub fn for_job(job: &Job, event: JobEvent, now: i64, cluster: &str) -> Option<No
                 .map(|e| format!(", exit {}", e.code))
                 .unwrap_or_default(),
             elapsed
-                .map(|e| format!(", ran {}", crate::units::format_duration(e.max(0) as u64)))
+                .map(|e| format!(
+                    ", ran {}",
+                    crate::model::units::format_duration(e.max(0) as u64)
+                ))
                 .unwrap_or_default()
         ),
     };

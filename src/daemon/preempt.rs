@@ -7,7 +7,7 @@
 
 use crate::config::PreemptMode;
 use crate::db;
-use crate::job::{JobId, JobState};
+use crate::model::job::{JobId, JobState};
 use crate::sched::preempt::{self, Candidate};
 use crate::sched::profile::{Free, Types};
 use crate::sched::{Plan, Reason};
@@ -85,7 +85,7 @@ impl Daemon {
                     && ran >= qos.min_run_time as i64
                     && j.preempt_count < self.config.max_preemptions
                     // Freezing needs the job's cgroup.
-                    && (!suspend || self.isolation.placement().layout != crate::exec::cgroup::Layout::Off);
+                    && (!suspend || self.isolation.placement().layout != crate::model::isolation::Layout::Off);
                 eligible.then_some(Candidate {
                     job: j,
                     qos_priority: qos.priority,
@@ -158,9 +158,9 @@ impl Daemon {
         job.reason = Some(format!("preempted by job {by}"));
         let job = job.clone();
         let grace = self.grace_of(&job);
-        let first = job
-            .warn_signal
-            .map_or("TERM".to_string(), |w| crate::units::signal_name(w.signal));
+        let first = job.warn_signal.map_or("TERM".to_string(), |w| {
+            crate::model::units::signal_name(w.signal)
+        });
         let detail = format!("preempted by job {by}; SIG{first}, SIGKILL after {grace} s");
         let tx = self.tx()?;
         db::update_job(tx, &job)?;
@@ -231,7 +231,7 @@ impl Daemon {
     }
 
     /// Seconds between SIGTERM and SIGKILL when `job` is stopped.
-    pub(super) fn grace_of(&self, job: &crate::job::Job) -> u64 {
+    pub(super) fn grace_of(&self, job: &crate::model::job::Job) -> u64 {
         match job.kill_reason {
             Some(JobState::Preempted) => {
                 let qos = self
@@ -252,7 +252,7 @@ impl Daemon {
         &mut self,
         id: JobId,
         end: i64,
-        exit: Option<crate::job::ExitStatus>,
+        exit: Option<crate::model::job::ExitStatus>,
     ) -> Result<(), DaemonError> {
         let Some(job) = self.jobs.get(&id) else {
             return Ok(());
@@ -326,7 +326,7 @@ impl Daemon {
 }
 
 /// When the job last rewrote its `--checkpoint-file`, if it did in this run.
-fn checkpoint_file_time(job: &crate::job::Job) -> Option<i64> {
+fn checkpoint_file_time(job: &crate::model::job::Job) -> Option<i64> {
     let modified = std::fs::metadata(job.checkpoint_path()?)
         .ok()?
         .modified()

@@ -14,8 +14,9 @@ use rusqlite::Connection;
 
 use crate::array::JobRef;
 use crate::db::{self, DbError};
-use crate::job::{Job, JobId, JobState};
-use crate::proto::{JobFilter, JobView, Query, Reply, ShareRow};
+use crate::model::job::{Job, JobId, JobState};
+use crate::proto::{JobFilter, Query, Reply, ShareRow};
+use crate::report::view::JobView;
 use crate::report::{self, Field};
 use crate::sched::fairshare::{NodeShare, Tree, Usage};
 use crate::sched::{priority, Reason};
@@ -50,9 +51,9 @@ pub(super) struct NodeFacts {
     pub memory_mb: u64,
     pub isolation: String,
     pub gpu_source: String,
-    pub gpus: Vec<crate::gpu::Gpu>,
+    pub gpus: Vec<crate::model::gpu::Gpu>,
     pub drains: std::collections::BTreeMap<u32, db::Drain>,
-    pub samples: Option<Vec<crate::gpu::sampling::Sample>>,
+    pub samples: Option<Vec<crate::model::gpu::Sample>>,
 }
 
 impl SnapshotInputs {
@@ -362,8 +363,8 @@ pub fn share_rows(
                 norm_usage: s.norm_usage,
                 effective_usage: s.effective_usage,
                 level_fs: s.level_fs.is_finite().then_some(s.level_fs),
-                budget: budget.map(|b| b.budget as f64 / crate::sched::budget::TOKEN),
-                budget_left: budget.map(|b| b.left() as f64 / crate::sched::budget::TOKEN),
+                budget: budget.map(|b| b.budget as f64 / crate::model::policy::TOKEN),
+                budget_left: budget.map(|b| b.left() as f64 / crate::model::policy::TOKEN),
                 fairshare: s.fairshare,
             }
         })
@@ -921,7 +922,7 @@ pub fn answer_offline(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::{example_job, ArrayTask};
+    use crate::model::job::{example_job, ArrayTask};
 
     /// Running 5; pending 3, 9 and an array 10 (tasks 10, 11, 12), in the
     /// scheduler's order 12, 9, 3, 10 (11 unranked).

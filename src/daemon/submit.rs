@@ -3,7 +3,7 @@
 
 use crate::array::ArraySpec;
 use crate::db::{self, Payload};
-use crate::job::{ArrayTask, Hold, Job, JobRequest, JobState};
+use crate::model::job::{ArrayTask, Hold, Job, JobRequest, JobState};
 use crate::proto::Reply;
 use crate::sched::admission::{self, Capacity};
 use crate::sched::budget::Verdict;

@@ -9,7 +9,7 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
 use thiserror::Error;
 
 use crate::array::JobRef;
-use crate::job::{ArrayTask, ExitStatus, GpuRequest, Hold, Job, JobId, JobState};
+use crate::model::job::{ArrayTask, ExitStatus, GpuRequest, Hold, Job, JobId, JobState};
 use crate::proto::{JobFilter, Reply};
 
 pub use migrations::MIGRATIONS;
@@ -229,7 +229,7 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     };
     let constraint = match row.get::<_, Option<String>>(44)? {
         Some(c) => Some(
-            crate::job::GpuConstraint::parse(&c)
+            crate::model::job::GpuConstraint::parse(&c)
                 .map_err(|e| invalid(44, format!("GPU constraint: {e}")))?,
         ),
         None => None,
@@ -302,7 +302,7 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         checkpoint_file: row.get(52)?,
         grace: row.get::<_, Option<i64>>(53)?.map(|g| g as u64),
         gpu_seconds: row.get(54)?,
-        gpu_usage: crate::gpu::sampling::JobGpuUsage {
+        gpu_usage: crate::model::gpu::JobGpuUsage {
             samples: row.get(55)?,
             utilization_sum: row.get::<_, i64>(56)? as u64,
             utilization_max: row.get(57)?,
@@ -314,7 +314,7 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         mail_user: row.get(62)?,
         warn_signal: match row.get::<_, Option<String>>(51)? {
             Some(w) => Some(
-                crate::job::WarnSignal::parse(&w)
+                crate::model::job::WarnSignal::parse(&w)
                     .map_err(|e| invalid(51, format!("--signal: {e}")))?,
             ),
             None => None,
@@ -534,7 +534,7 @@ pub fn for_each_ended(
                     alloc.split(',').count() as u32
                 }
             },
-            gpu_usage: crate::gpu::sampling::JobGpuUsage {
+            gpu_usage: crate::model::gpu::JobGpuUsage {
                 samples: row.get(12)?,
                 utilization_sum: row.get::<_, i64>(13)? as u64,
                 utilization_max: row.get(14)?,
@@ -552,7 +552,7 @@ pub fn for_each_ended(
 pub fn add_gpu_samples(
     conn: &Connection,
     hour: i64,
-    samples: &[crate::gpu::sampling::Sample],
+    samples: &[crate::model::gpu::Sample],
 ) -> Result<(), DbError> {
     let mut stmt = conn.prepare_cached(
         "INSERT INTO gpu_hours (hour, gpu, samples, util_sum, mem_max_mb) VALUES (?1, ?2, 1, ?3, ?4) \
@@ -605,13 +605,7 @@ pub fn gpu_hours(
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-/// A GPU taken out of service: why, by whom, since when.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Drain {
-    pub reason: String,
-    pub by: String,
-    pub since: i64,
-}
+pub use crate::report::node::Drain;
 
 /// The drained GPUs.
 pub fn drains(conn: &Connection) -> Result<std::collections::BTreeMap<u32, Drain>, DbError> {
@@ -1097,7 +1091,7 @@ pub fn load_usage(
     conn: &Connection,
 ) -> Result<
     Vec<(
-        crate::sched::fairshare::Association,
+        crate::model::policy::Association,
         crate::sched::fairshare::Usage,
     )>,
     DbError,
@@ -1174,7 +1168,7 @@ mod tests {
     use super::*;
 
     fn sample_job() -> Job {
-        crate::job::example_job(0)
+        crate::model::job::example_job(0)
     }
 
     fn payload() -> Payload {
@@ -1254,7 +1248,7 @@ mod tests {
 
     #[test]
     fn gpu_hours_add_up_samples_and_idle_time() {
-        use crate::gpu::sampling::Sample;
+        use crate::model::gpu::Sample;
         let dir = tempfile::tempdir().unwrap();
         let conn = open(&dir.path().join("t.db")).unwrap();
         let sample = |gpu, pct, mb| Sample {

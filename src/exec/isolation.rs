@@ -8,7 +8,7 @@ use super::cgroup::{
 };
 use crate::config::Config;
 use crate::gpu::Inventory;
-use crate::job::Job;
+use crate::model::job::Job;
 
 pub struct Isolation {
     pub detected: Detected,

@@ -28,7 +28,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
 use thiserror::Error;
 
-use crate::job::JobId;
+use crate::model::job::JobId;
 use crate::spool::{Ownership, Spool};
 use spec::{
     ExitRecord, LaunchSpec, StepCommand, SupervisorState, CONTROL, EXIT, LOCK, SCRIPT, SPEC, STATE,

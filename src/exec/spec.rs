@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::cgroup::{Limits, Placement, Usage};
-use crate::job::{ExitStatus, JobId};
+use crate::model::job::{ExitStatus, JobId};
 
 pub const SPEC: &str = "spec.json";
 pub const SCRIPT: &str = "script";
@@ -61,7 +61,7 @@ pub struct LaunchSpec {
     pub gpus_confined: bool,
     /// Set for a task of a job array.
     #[serde(default)]
-    pub array: Option<crate::job::ArrayTask>,
+    pub array: Option<crate::model::job::ArrayTask>,
     /// Shard slots of its one GPU, for a `--gpus shard:N` job.
     #[serde(default)]
     pub shards: Option<u32>,

@@ -43,7 +43,7 @@ use super::spec::{
     ExitRecord, LaunchSpec, SignalTarget, StepCommand, SupervisorState, EXIT, SCRIPT, SPEC, STATE,
 };
 use super::{privileges, write_atomically, CONTROL_FD, LOCK_FD};
-use crate::job::ExitStatus;
+use crate::model::job::ExitStatus;
 
 /// How long one round of killing a finished job's processes may take
 /// before the supervisor logs what is stuck and tries again; and how many

@@ -4,50 +4,11 @@
 
 pub mod sampling;
 
-use std::fmt;
-use std::path::PathBuf;
-
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Gpu {
-    /// The scheduler's index, 0..n; what `SLURM_JOB_GPUS` shows.
-    pub index: u32,
-    pub gpu_type: String,
-    pub memory_mb: u64,
-    pub device: Option<PathBuf>,
-    /// GPUs with the same group share an NVLink or PCIe switch: a job's
-    /// GPUs are taken from one group where they fit.
-    #[serde(default)]
-    pub group: u32,
-    /// What `--constraint` can ask for.
-    #[serde(default)]
-    pub features: Vec<String>,
-    /// Slots for `--gpus shard:N` jobs (0: whole-GPU jobs only).
-    #[serde(default)]
-    pub shards: u32,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Source {
-    Declared,
-    Nvml,
-    /// No GPUs declared and NVML did not answer: a CPU-only node.
-    None,
-}
-
-impl fmt::Display for Source {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Source::Declared => "declared in the config",
-            Source::Nvml => "detected through NVML",
-            Source::None => "none (no [[gpus]] in the config and no NVIDIA driver answered)",
-        })
-    }
-}
+pub use crate::model::gpu::{Gpu, Source};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Inventory {
@@ -141,7 +102,7 @@ impl Inventory {
         }
         seen.iter()
             .map(|(g, n)| {
-                let mut details = vec![crate::units::format_memory_mb(g.memory_mb)];
+                let mut details = vec![crate::model::units::format_memory_mb(g.memory_mb)];
                 details.extend(g.features.iter().cloned());
                 if g.shards > 0 {
                     details.push(format!("{} shards", g.shards));
@@ -412,7 +373,10 @@ mod tests {
         assert_eq!(inv.source, Source::Declared);
         let idx: Vec<u32> = inv.gpus.iter().map(|g| g.index).collect();
         assert_eq!(idx, vec![0, 1, 2, 3]);
-        assert_eq!(inv.gpus[3].device, Some(PathBuf::from("/dev/nvidia5")));
+        assert_eq!(
+            inv.gpus[3].device,
+            Some(std::path::PathBuf::from("/dev/nvidia5"))
+        );
         assert_eq!(inv.describe(), "a100 x2, t4 x2");
     }
 }

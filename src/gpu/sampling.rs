@@ -4,17 +4,7 @@
 //! no driver answers there is no data, and reports say "n/a" — never a
 //! made-up number.
 
-use serde::{Deserialize, Serialize};
-
-/// One GPU at one moment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Sample {
-    /// The scheduler's index.
-    pub gpu: u32,
-    /// Percent of the last sample period a kernel ran.
-    pub utilization_pct: u32,
-    pub memory_used_mb: u64,
-}
+pub use crate::model::gpu::{JobGpuUsage, Sample};
 
 /// Where samples come from.
 pub trait Source: Send {
@@ -37,7 +27,7 @@ pub struct Intruder {
     pub gpu: u32,
     pub pid: u32,
     /// The job holding the GPU, if any.
-    pub holder: Option<crate::job::JobId>,
+    pub holder: Option<crate::model::job::JobId>,
 }
 
 /// What the system says of a process: its cgroup path and its uid.
@@ -53,10 +43,10 @@ pub struct ProcessOwner {
 /// look (`None`) are left out.
 pub fn intruders<'a>(
     processes: &[(u32, u32)],
-    jobs: impl IntoIterator<Item = &'a crate::job::Job>,
+    jobs: impl IntoIterator<Item = &'a crate::model::job::Job>,
     owner: impl Fn(u32) -> Option<ProcessOwner>,
 ) -> Vec<Intruder> {
-    let holders: Vec<&crate::job::Job> =
+    let holders: Vec<&crate::model::job::Job> =
         jobs.into_iter().filter(|j| j.state.holds_gpus()).collect();
     let mut out = Vec::new();
     for &(gpu, pid) in processes {
@@ -79,8 +69,8 @@ pub fn intruders<'a>(
 
 /// Whether `/proc/PID/cgroup` text puts the process in the job's cgroup
 /// (its `job_ID` group, or one below it) in any hierarchy.
-fn in_job_cgroup(cgroups: &str, job: crate::job::JobId) -> bool {
-    let group = format!("/{}", crate::exec::cgroup::group_name(job));
+fn in_job_cgroup(cgroups: &str, job: crate::model::job::JobId) -> bool {
+    let group = format!("/{}", crate::model::isolation::group_name(job));
     cgroups.lines().any(|line| {
         let path = line.splitn(3, ':').nth(2).unwrap_or("");
         path.ends_with(&group) || path.contains(&format!("{group}/"))
@@ -166,59 +156,14 @@ pub fn detect() -> Box<dyn Source> {
     }
 }
 
-/// A job's GPU use, summed over the samples taken while it ran.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JobGpuUsage {
-    /// Samples taken (each covers all of the job's GPUs).
-    pub samples: u32,
-    /// Sum over samples of the mean utilisation of its GPUs, in percent.
-    pub utilization_sum: u64,
-    pub utilization_max: u32,
-    pub memory_max_mb: u64,
-    /// Seconds its GPUs' mean utilisation stayed below the threshold.
-    pub low_secs: u64,
-}
-
-impl JobGpuUsage {
-    /// Adds one sample of the job's `gpus`, taken `interval_secs` after
-    /// the last; below `low_pct` counts as idle.
-    pub fn add(&mut self, samples: &[Sample], gpus: &[u32], interval_secs: u64, low_pct: u32) {
-        let mine: Vec<&Sample> = samples.iter().filter(|s| gpus.contains(&s.gpu)).collect();
-        if mine.is_empty() {
-            return;
-        }
-        let mean = mine
-            .iter()
-            .map(|s| u64::from(s.utilization_pct))
-            .sum::<u64>()
-            / mine.len() as u64;
-        self.samples += 1;
-        self.utilization_sum += mean;
-        self.utilization_max = self
-            .utilization_max
-            .max(mine.iter().map(|s| s.utilization_pct).max().unwrap_or(0));
-        self.memory_max_mb = self
-            .memory_max_mb
-            .max(mine.iter().map(|s| s.memory_used_mb).max().unwrap_or(0));
-        if mean < u64::from(low_pct) {
-            self.low_secs += interval_secs;
-        }
-    }
-
-    /// Mean utilisation in percent; `None` without samples.
-    pub fn mean(&self) -> Option<f64> {
-        (self.samples > 0).then(|| self.utilization_sum as f64 / f64::from(self.samples))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn processes_on_gpus_their_holder_does_not_own_are_intruders() {
-        let mut job = crate::job::example_job(17);
-        job.state = crate::job::JobState::Running;
+        let mut job = crate::model::job::example_job(17);
+        job.state = crate::model::job::JobState::Running;
         job.gpus_alloc = vec![0, 1];
         job.uid = 1000;
         job.cgroup = Some("/sys/fs/cgroup/<controller>/ysched/job_17".into());

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::job::{Job, JobState};
+use crate::model::job::{Job, JobState};
 
 /// One GPU over one hour.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,14 +113,14 @@ mod tests {
 
     #[test]
     fn idle_gpus_count_only_while_gpu_jobs_wait() {
-        let mut running = crate::job::example_job(1);
+        let mut running = crate::model::job::example_job(1);
         running.state = JobState::Running;
         running.gpus_alloc = vec![0, 1];
-        let mut waiting = crate::job::example_job(2);
+        let mut waiting = crate::model::job::example_job(2);
         waiting.gpus.count = 4;
         assert_eq!(idle_while_waiting([&running], 4), Vec::<u32>::new());
         assert_eq!(idle_while_waiting([&running, &waiting], 4), vec![2, 3]);
-        waiting.hold = Some(crate::job::Hold::User);
+        waiting.hold = Some(crate::model::job::Hold::User);
         assert!(idle_while_waiting([&running, &waiting], 4).is_empty());
     }
 

@@ -112,7 +112,7 @@ pub fn render(report: &UsageReport, cluster: &str) -> String {
 
 fn day_label(report: &UsageReport, i: usize) -> String {
     let start = report.period.days[i];
-    let date = crate::units::format_timestamp(start);
+    let date = crate::model::units::format_timestamp(start);
     date.get(5..10).unwrap_or(&date).to_string()
 }
 
@@ -338,7 +338,7 @@ fn lines_table(report: &UsageReport) -> String {
     );
     let wait = |w: Option<i64>| {
         w.map_or("–".into(), |s| {
-            crate::units::format_duration(s.max(0) as u64)
+            crate::model::units::format_duration(s.max(0) as u64)
         })
     };
     let row = |out: &mut String, l: &Line| {
@@ -395,7 +395,7 @@ fn waste_table(report: &UsageReport) -> String {
             escape(&w.account),
             escape(&w.user),
             w.gpus,
-            crate::units::format_duration(w.low_secs),
+            crate::model::units::format_duration(w.low_secs),
             w.gpu_util_mean.map_or("n/a".into(), |u| format!("{u:.1}%")),
             w.wasted_gpu_hours
         );
@@ -426,7 +426,7 @@ mod tests {
             id: 7,
             name: name.clone(),
             gpus: 2,
-            gpu_usage: crate::gpu::sampling::JobGpuUsage {
+            gpu_usage: crate::model::gpu::JobGpuUsage {
                 samples: 10,
                 utilization_sum: 20,
                 low_secs: 7_200,
@@ -434,7 +434,7 @@ mod tests {
             },
             account: "<b>acct</b>".into(),
             user: "alice".into(),
-            state: crate::job::JobState::Completed,
+            state: crate::model::job::JobState::Completed,
             submit_time: 0,
             begin_time: None,
             start_time: Some(60),
@@ -470,7 +470,7 @@ mod tests {
             gpu_usage: Default::default(),
             account: "vision".into(),
             user: "alice".into(),
-            state: crate::job::JobState::Completed,
+            state: crate::model::job::JobState::Completed,
             submit_time: 0,
             begin_time: None,
             start_time: Some(79_200),

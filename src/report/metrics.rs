@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::gpu::sampling::Sample;
-use crate::gpu::Gpu;
-use crate::job::Job;
+use crate::model::gpu::Gpu;
+use crate::model::gpu::Sample;
+use crate::model::job::Job;
 
 /// What the metrics are made of, as the daemon has it.
 pub struct Inputs<'a> {
@@ -201,7 +201,7 @@ pub fn render(inputs: &Inputs) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::JobState;
+    use crate::model::job::JobState;
 
     #[test]
     fn label_values_are_escaped() {
@@ -214,9 +214,9 @@ mod tests {
         let running = Job {
             state: JobState::Running,
             gpus_alloc: vec![0, 1],
-            ..crate::job::example_job(1)
+            ..crate::model::job::example_job(1)
         };
-        let pending = crate::job::example_job(2);
+        let pending = crate::model::job::example_job(2);
         let jobs = [&running, &pending];
         let text = render(&Inputs {
             jobs: &jobs,

@@ -9,13 +9,15 @@ pub mod history;
 pub mod html;
 pub mod metrics;
 pub mod node;
+pub mod table;
 pub mod usage;
+pub mod view;
 
 use serde::{Deserialize, Serialize};
 
-use crate::job::JobState;
-use crate::proto::JobView;
-use crate::units;
+use crate::model::job::JobState;
+use crate::model::units;
+use view::JobView;
 
 /// One thing a row can show about a job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -484,7 +486,7 @@ fn write_pending_reason(out: &mut String, view: &JobView) {
 }
 
 /// The GPUs a job asks for: `2`, `a100:2`, `shard:1`.
-fn write_gpus(out: &mut String, job: &crate::job::Job) {
+fn write_gpus(out: &mut String, job: &crate::model::job::Job) {
     if job.gpus.shard {
         out.push_str("shard:");
     }
@@ -862,9 +864,9 @@ impl Cells for Vec<String> {
     }
 }
 
-impl Cells for crate::spool::RowRef<'_> {
+impl Cells for table::RowRef<'_> {
     fn cell(&self, i: usize) -> &str {
-        crate::spool::RowRef::cell(self, i)
+        table::RowRef::cell(self, i)
     }
 }
 
@@ -1001,13 +1003,13 @@ pub fn render_parsable(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::Job;
+    use crate::model::job::Job;
 
     #[test]
     fn pending_tasks_of_an_array_fold_into_ranges() {
         let task = |id: u64, t: u32, state: JobState| {
             let mut v = view(id, state);
-            std::sync::Arc::make_mut(&mut v.job).array = Some(crate::job::ArrayTask {
+            std::sync::Arc::make_mut(&mut v.job).array = Some(crate::model::job::ArrayTask {
                 job_id: 10,
                 task_id: t,
                 spec: "0-9%2".into(),
@@ -1056,7 +1058,7 @@ mod tests {
                 work_dir: "/w".into(),
                 submit_dir: "/w".into(),
                 comment: None,
-                ..crate::job::example_job(id)
+                ..crate::model::job::example_job(id)
             }),
             pending_reason: (!running).then(|| "Resources".into()),
             priority: 100,
@@ -1153,7 +1155,7 @@ mod tests {
         fields.extend(('A'..='z').filter_map(Field::from_squeue_code));
         let mut array_task = view(30, JobState::Pending);
         let job = std::sync::Arc::make_mut(&mut array_task.job);
-        job.array = Some(crate::job::ArrayTask {
+        job.array = Some(crate::model::job::ArrayTask {
             job_id: 29,
             task_id: 4,
             spec: "0-9%2".into(),

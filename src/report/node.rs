@@ -7,10 +7,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::db::Drain;
-use crate::gpu::sampling::Sample;
-use crate::gpu::Gpu;
-use crate::job::Job;
+use crate::model::gpu::Gpu;
+use crate::model::gpu::Sample;
+use crate::model::job::Job;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct NodeInfo {
@@ -70,7 +69,7 @@ pub fn build(f: &Facts) -> NodeInfo {
     for job in f.jobs {
         if job.state.holds_gpus() {
             holding.push(job);
-        } else if job.state == crate::job::JobState::Pending {
+        } else if job.state == crate::model::job::JobState::Pending {
             claimed_gpus.extend(job.claim.iter().copied());
         }
     }
@@ -140,7 +139,7 @@ pub fn cell(gpu: &GpuInfo, field: &str) -> String {
     match field {
         "gpu" => gpu.index.to_string(),
         "type" => gpu.gpu_type.clone(),
-        "memory" => crate::units::format_memory_mb(gpu.memory_mb),
+        "memory" => crate::model::units::format_memory_mb(gpu.memory_mb),
         "group" => gpu.group.to_string(),
         "features" => {
             let mut f = gpu.features.clone();
@@ -163,19 +162,27 @@ pub fn cell(gpu: &GpuInfo, field: &str) -> String {
     }
 }
 
+/// A GPU taken out of service: why, by whom, since when.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Drain {
+    pub reason: String,
+    pub by: String,
+    pub since: i64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::JobState;
+    use crate::model::job::JobState;
 
     #[test]
     fn gpu_states_follow_jobs_claims_and_drains() {
         let gpus = crate::gpu::test_a100s(5);
-        let mut running = crate::job::example_job(7);
+        let mut running = crate::model::job::example_job(7);
         running.state = JobState::Running;
         running.gpus_alloc = vec![0, 1];
         running.user = "alice".into();
-        let mut urgent = crate::job::example_job(9);
+        let mut urgent = crate::model::job::example_job(9);
         urgent.claim = vec![2];
         let mut drains = BTreeMap::new();
         let drain = Drain {

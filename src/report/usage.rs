@@ -9,16 +9,16 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::job::JobState;
+use crate::model::job::JobState;
 
 /// What a report needs of one finished job.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EndedJob {
-    pub id: crate::job::JobId,
+    pub id: crate::model::job::JobId,
     pub name: String,
     /// GPUs it held (its last run's).
     pub gpus: u32,
-    pub gpu_usage: crate::gpu::sampling::JobGpuUsage,
+    pub gpu_usage: crate::model::gpu::JobGpuUsage,
     pub account: String,
     pub user: String,
     pub state: JobState,
@@ -124,7 +124,7 @@ pub struct Line {
 /// A job that held GPUs doing little for long: the waste ranking.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Waste {
-    pub job_id: crate::job::JobId,
+    pub job_id: crate::model::job::JobId,
     pub name: String,
     pub account: String,
     pub user: String,
@@ -682,7 +682,7 @@ const HEADER: [&str; 16] = [
 
 fn cells(l: &Line, readable: bool) -> Vec<String> {
     let wait = |w: Option<i64>| match (w, readable) {
-        (Some(s), true) => crate::units::format_duration(s.max(0) as u64),
+        (Some(s), true) => crate::model::units::format_duration(s.max(0) as u64),
         (Some(s), false) => s.to_string(),
         (None, _) => if readable { "-" } else { "" }.to_string(),
     };
@@ -802,7 +802,7 @@ pub fn render_text(report: &UsageReport) -> String {
                 w.account,
                 w.user,
                 w.gpus,
-                crate::units::format_duration(w.low_secs),
+                crate::model::units::format_duration(w.low_secs),
                 w.gpu_util_mean.map_or("n/a".into(), |u| format!("{u:.1}%")),
                 w.wasted_gpu_hours
             );
@@ -949,7 +949,7 @@ mod tests {
         let idle = |id, gpus, low_secs| EndedJob {
             id,
             gpus,
-            gpu_usage: crate::gpu::sampling::JobGpuUsage {
+            gpu_usage: crate::model::gpu::JobGpuUsage {
                 samples: 10,
                 utilization_sum: 50,
                 low_secs,

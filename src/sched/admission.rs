@@ -6,8 +6,8 @@ use thiserror::Error;
 
 use crate::config::Config;
 use crate::gpu::Inventory;
-use crate::job::JobRequest;
-use crate::units;
+use crate::model::job::JobRequest;
+use crate::model::units;
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum AdmissionError {
@@ -362,7 +362,7 @@ fn check_gpus(request: &JobRequest, inventory: &Inventory) -> Result<(), Admissi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::GpuRequest;
+    use crate::model::job::GpuRequest;
     use std::path::Path;
 
     fn config(extra: &str) -> Config {
@@ -374,7 +374,7 @@ mod tests {
     }
 
     fn request() -> JobRequest {
-        crate::job::example_request()
+        crate::model::job::example_request()
     }
 
     fn check(req: &JobRequest, cfg: &Config) -> Result<Admitted, AdmissionError> {

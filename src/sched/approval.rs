@@ -3,7 +3,7 @@
 //! coordinator of the account (or of one above it) approves them.
 
 use crate::config::Account;
-use crate::job::GpuRequest;
+use crate::model::job::GpuRequest;
 
 use super::limits::Policy;
 

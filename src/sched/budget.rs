@@ -7,66 +7,11 @@
 //! with the numbers, or (as the account's config says) admitted at the
 //! lowest QoS: it runs only when nobody else wants the GPUs.
 
-use serde::{Deserialize, Serialize};
-
 use crate::config::Config;
-use crate::gpu::Gpu;
-use crate::job::GpuRequest;
+use crate::model::gpu::Gpu;
+use crate::model::job::GpuRequest;
 
-/// One hour of billing-seconds: the unit budgets are given in.
-pub const TOKEN: f64 = 3_600.0;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Period {
-    Day,
-    Week,
-    Month,
-}
-
-impl Period {
-    /// When the period holding `t` began (UTC).
-    pub fn start(self, t: i64) -> i64 {
-        let day = t.div_euclid(86_400);
-        match self {
-            Period::Day => day * 86_400,
-            // 1970-01-01 was a Thursday; weeks start on Monday.
-            Period::Week => (day - (day + 3).rem_euclid(7)) * 86_400,
-            Period::Month => {
-                let date = jiff::Timestamp::from_second(t)
-                    .map(|ts| ts.to_zoned(jiff::tz::TimeZone::UTC).date())
-                    .unwrap_or_default();
-                date.first_of_month()
-                    .to_zoned(jiff::tz::TimeZone::UTC)
-                    .map(|z| z.timestamp().as_second())
-                    .unwrap_or(day * 86_400)
-            }
-        }
-    }
-
-    /// How the period holding `t` is named: `2026-11-29`, `week of 2026-11-23`, `2026-11`.
-    pub fn name(self, t: i64) -> String {
-        let date = |s: i64| {
-            jiff::Timestamp::from_second(s)
-                .map(|ts| ts.to_zoned(jiff::tz::TimeZone::UTC).date().to_string())
-                .unwrap_or_default()
-        };
-        let start = self.start(t);
-        match self {
-            Period::Day => date(start),
-            Period::Week => format!("the week of {}", date(start)),
-            Period::Month => date(start)[..7].to_string(),
-        }
-    }
-}
-
-/// What to do with a job its account's budget cannot cover.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OverBudget {
-    Refuse,
-    LowestQos,
-}
+pub use crate::model::policy::{OverBudget, Period, TOKEN};
 
 /// The most a job can cost, in billing-seconds: its time limit on its GPUs
 /// (for a job that names no type, the dearest type that could run it) ×

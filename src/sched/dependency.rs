@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use crate::job::{JobId, JobState};
+use crate::model::job::{JobId, JobState};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {

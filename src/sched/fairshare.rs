@@ -27,15 +27,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-/// An (account, user) association.
-pub type Association = (String, String);
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Algorithm {
-    FairTree,
-    Classic,
-}
+pub use crate::model::policy::{Algorithm, Association};
 
 /// One node of the association tree.
 #[derive(Clone, Debug, PartialEq)]
@@ -485,7 +477,7 @@ pub fn crossed_reset(reset: crate::config::UsageReset, from: i64, to: i64) -> bo
 
 /// The GPU-seconds a job's run used: its run time (less time suspended)
 /// on its GPUs, a shard job its slots' part of its card.
-pub fn gpu_seconds(job: &crate::job::Job, gpus: &[crate::gpu::Gpu]) -> i64 {
+pub fn gpu_seconds(job: &crate::model::job::Job, gpus: &[crate::model::gpu::Gpu]) -> i64 {
     let (Some(start), Some(end)) = (job.start_time, job.end_time) else {
         return 0;
     };
@@ -506,8 +498,8 @@ pub fn gpu_seconds(job: &crate::job::Job, gpus: &[crate::gpu::Gpu]) -> i64 {
 /// The usage charged for a job: GPU-seconds × each GPU's billing weight ×
 /// its QoS's usage factor, in whole billing-seconds.
 pub fn charge(
-    job: &crate::job::Job,
-    gpus: &[crate::gpu::Gpu],
+    job: &crate::model::job::Job,
+    gpus: &[crate::model::gpu::Gpu],
     config: &crate::config::Config,
 ) -> i64 {
     let (Some(start), Some(end)) = (job.start_time, job.end_time) else {
@@ -653,7 +645,7 @@ mod usage_tests {
         )
         .unwrap();
         let inv = crate::gpu::Inventory::declared(&config);
-        let mut job = crate::job::example_job(1);
+        let mut job = crate::model::job::example_job(1);
         job.qos = "medium".into(); // not declared: factor 1
         job.start_time = Some(100);
         job.end_time = Some(200);

@@ -7,10 +7,10 @@
 use super::window;
 use std::collections::HashMap;
 
-use super::Reason;
+use super::reason::Reason;
 use crate::config::{Account, Config};
-use crate::gpu::Gpu;
-use crate::job::Job;
+use crate::model::gpu::Gpu;
+use crate::model::job::Job;
 
 /// The accounts' limits, looked up by name.
 pub struct Policy<'a> {
@@ -308,8 +308,8 @@ pub fn refuse_at_submit(
             if time_limit.is_none_or(|t| t > max) {
                 return Some(format!(
                     "time limit {} exceeds the {} that account '{}' allows (its max_time)",
-                    crate::units::format_time_limit(time_limit),
-                    crate::units::format_duration(max),
+                    crate::model::units::format_time_limit(time_limit),
+                    crate::model::units::format_duration(max),
                     a.name
                 ));
             }
@@ -350,7 +350,7 @@ pub fn refuse_submission(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::example_job;
+    use crate::model::job::example_job;
     use std::path::Path;
 
     fn config() -> Config {

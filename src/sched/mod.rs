@@ -12,84 +12,15 @@ pub mod placement;
 pub mod preempt;
 pub mod priority;
 pub mod profile;
+pub mod reason;
 pub mod window;
 
 use std::collections::HashMap;
-use std::fmt;
 
-use crate::gpu::Gpu;
-use crate::job::{GpuRequest, Hold, Job, JobId};
+use crate::model::gpu::Gpu;
+use crate::model::job::{GpuRequest, Hold, Job, JobId};
 use profile::{Free, Profile, Slot, Types};
-
-/// Why a pending job waits, with Slurm's names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Reason {
-    /// Not looked at yet (just submitted).
-    None,
-    /// It would fit, but the resources are kept for a higher-priority job.
-    Priority,
-    /// Not enough free GPUs, CPUs or memory.
-    Resources,
-    BeginTime,
-    JobHeldUser,
-    JobHeldAdmin,
-    /// Its account (or one above it) holds as many GPUs as it may.
-    AssocGrpGRES,
-    /// Its account (or one above it) runs as many jobs as it may.
-    AssocGrpJobsLimit,
-    /// Its user holds as many GPUs in the account as they may.
-    AssocMaxGRESPerUser,
-    /// Its user runs as many jobs in the account as they may.
-    AssocMaxJobsLimit,
-    /// Waits for the jobs its `--dependency` names.
-    Dependency,
-    /// Its dependency can never be satisfied (an `afterok` job failed).
-    DependencyNeverSatisfied,
-    /// Its array already runs as many tasks as its `%N` allows.
-    JobArrayTaskLimit,
-    /// Held until a coordinator of its account approves it.
-    PendingApproval,
-    /// Starting it would eat into GPUs another QoS keeps for its own jobs.
-    ReservedForQos,
-    /// Its account's budget (or one above) cannot cover what it may cost.
-    AssocGrpBillingMinutes,
-    /// Its user holds as many GPUs with its QoS as the QoS allows.
-    QosMaxGresPerUser,
-    /// It preempted running jobs and waits for them to stop; their GPUs
-    /// are kept for it.
-    Preempting,
-}
-
-impl Reason {
-    pub fn name(self) -> &'static str {
-        match self {
-            Reason::None => "None",
-            Reason::Priority => "Priority",
-            Reason::Resources => "Resources",
-            Reason::BeginTime => "BeginTime",
-            Reason::JobHeldUser => "JobHeldUser",
-            Reason::JobHeldAdmin => "JobHeldAdmin",
-            Reason::AssocGrpGRES => "AssocGrpGRES",
-            Reason::AssocGrpJobsLimit => "AssocGrpJobsLimit",
-            Reason::AssocMaxGRESPerUser => "AssocMaxGRESPerUser",
-            Reason::AssocMaxJobsLimit => "AssocMaxJobsLimit",
-            Reason::Dependency => "Dependency",
-            Reason::DependencyNeverSatisfied => "DependencyNeverSatisfied",
-            Reason::JobArrayTaskLimit => "JobArrayTaskLimit",
-            Reason::PendingApproval => "PendingApproval",
-            Reason::ReservedForQos => "ReservedForQOS",
-            Reason::AssocGrpBillingMinutes => "AssocGrpBillingMinutes",
-            Reason::QosMaxGresPerUser => "QOSMaxGRESPerUser",
-            Reason::Preempting => "Preempting",
-        }
-    }
-}
-
-impl fmt::Display for Reason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+pub use reason::Reason;
 
 /// The consumable resources of the node.
 #[derive(Clone, Debug)]
@@ -307,8 +238,8 @@ pub fn plan(
 /// still in use, so nothing may start on them in this pass.
 fn expected_end(job: &Job, now: i64) -> Option<i64> {
     match job.state {
-        crate::job::JobState::Completing => Some(now + 1),
-        crate::job::JobState::Running => job.deadline().map(|d| d.max(now + 1)),
+        crate::model::job::JobState::Completing => Some(now + 1),
+        crate::model::job::JobState::Running => job.deadline().map(|d| d.max(now + 1)),
         // Suspended: frozen until someone resumes it.
         _ => None,
     }
@@ -317,7 +248,7 @@ fn expected_end(job: &Job, now: i64) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::{GpuRequest, JobState};
+    use crate::model::job::{GpuRequest, JobState};
 
     use crate::gpu::test_a100s as gpus;
 
@@ -332,7 +263,7 @@ mod tests {
             mem_mb: None,
             time_limit: limit,
             submit_time: id as i64,
-            ..crate::job::example_job(id)
+            ..crate::model::job::example_job(id)
         }
     }
 

@@ -1,8 +1,8 @@
 //! Which GPUs a job gets. All GPUs of one job are of one type: a training
 //! run split over an A100 and an RTX 3090 runs at the slower card's pace.
 
-use crate::gpu::Gpu;
-use crate::job::GpuRequest;
+use crate::model::gpu::Gpu;
+use crate::model::job::GpuRequest;
 
 /// A set of GPU indices, one bit each: cheap to copy and intersect, which
 /// the scheduler's timeline does for every point a job would span.
@@ -252,7 +252,7 @@ mod tests {
         ]);
         let all: GpuSet = (0..8).collect();
         let with = |c: &str, count| GpuRequest {
-            constraint: Some(crate::job::GpuConstraint::parse(c).unwrap()),
+            constraint: Some(crate::model::job::GpuConstraint::parse(c).unwrap()),
             ..req(count, None)
         };
         assert_eq!(place(&with("gpumem>=80G", 2), &all, &inv), Some(vec![2, 3]));

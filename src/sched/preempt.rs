@@ -4,7 +4,7 @@
 //! pure function of what runs and what is free; the daemon decides who
 //! may be a candidate (QoS rules, exempt time) and carries it out.
 
-use crate::job::{Job, JobId};
+use crate::model::job::{Job, JobId};
 
 use super::profile::{Free, Types};
 
@@ -142,8 +142,8 @@ fn greedy_then_pruned<'c, 'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::Gpu;
-    use crate::job::{GpuRequest, JobState};
+    use crate::model::gpu::Gpu;
+    use crate::model::job::{GpuRequest, JobState};
 
     use crate::gpu::test_a100s as gpus;
 
@@ -157,7 +157,7 @@ mod tests {
             cpus: 1,
             mem_mb: None,
             state: JobState::Running,
-            ..crate::job::example_job(id)
+            ..crate::model::job::example_job(id)
         }
     }
 

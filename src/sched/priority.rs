@@ -19,7 +19,7 @@ use std::cmp::Ordering;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{PriorityWeights, Qos};
-use crate::job::Job;
+use crate::model::job::Job;
 
 /// What priority depends on besides the job.
 pub struct Context<'a> {
@@ -167,7 +167,7 @@ pub fn order(a: (&Job, i64), b: (&Job, i64)) -> Ordering {
 mod tests {
     use super::*;
     use crate::config::default_qos_levels;
-    use crate::job::example_job;
+    use crate::model::job::example_job;
     use crate::sched::fairshare::FactorMap;
 
     fn weights() -> PriorityWeights {

@@ -4,8 +4,8 @@
 //! end, so no start can delay a reservation made before it (conservative
 //! backfill over the first reservations of the queue).
 
-use crate::gpu::Gpu;
-use crate::job::Job;
+use crate::model::gpu::Gpu;
+use crate::model::job::Job;
 
 use super::placement::{self, GpuSet};
 
@@ -41,7 +41,7 @@ impl<'a> Types<'a> {
 /// A job suspended by preemption keeps its GPUs and memory but runs on no
 /// CPU: its CPUs are free for the job that preempted it.
 pub fn frees_cpus(job: &Job) -> bool {
-    job.state == crate::job::JobState::Suspended && job.preempted_by.is_some()
+    job.state == crate::model::job::JobState::Suspended && job.preempted_by.is_some()
 }
 
 /// Resources free over one stretch of time.
@@ -319,7 +319,7 @@ impl Profile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::{GpuRequest, JobState};
+    use crate::model::job::{GpuRequest, JobState};
 
     use crate::gpu::test_a100s as gpus;
 
@@ -334,7 +334,7 @@ mod tests {
             cpus: 1,
             mem_mb: None,
             state: JobState::Running,
-            ..crate::job::example_job(id)
+            ..crate::model::job::example_job(id)
         }
     }
 

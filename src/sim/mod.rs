@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::config::{Account, AccountLimits, Config};
 use crate::gpu::Inventory;
-use crate::job::{GpuRequest, Job, JobId, JobState};
+use crate::model::job::{GpuRequest, Job, JobId, JobState};
 use crate::sched::{self, budget, fairshare, limits, priority};
 use trace::TraceJob;
 
@@ -550,7 +550,7 @@ fn fifo(
 impl Report {
     /// The report for people.
     pub fn render(&self) -> String {
-        let h = |s: f64| crate::units::format_duration(s.max(0.0).round() as u64);
+        let h = |s: f64| crate::model::units::format_duration(s.max(0.0).round() as u64);
         let mut out = format!(
             "policy {} on {} GPUs: {} jobs in {} (replayed in {:.2} s)\n\
              utilization            {:.1} % ({:.1} % while jobs waited; {:.1} GPU-hours idle then)\n\

@@ -17,6 +17,7 @@ mod fairshare;
 mod hardening;
 mod hostile;
 mod isolation;
+mod layers;
 mod lifecycle;
 mod limits;
 mod metrics;

@@ -5,8 +5,11 @@ use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::{group_name, io_err, keyed, read_u64, write, CgroupError, JobCgroup, Limits, Usage};
-use crate::job::JobId;
+use super::group::{
+    io_err, keyed, make_group, probe, read_u64, write, CgroupError, JobCgroup, Limits, Usage,
+};
+use crate::model::isolation::group_name;
+use crate::model::job::JobId;
 
 /// The controllers a job's groups are made in, when mounted. Not cpuset:
 /// CPUs are limited by a quota, and every hierarchy joined costs a move
@@ -41,8 +44,8 @@ pub(super) fn prepare(root: &Path, parent_name: &str) -> Result<Vec<String>, Cgr
     let found = hierarchies(root);
     for (_, dir) in &found {
         let parent = dir.join(parent_name);
-        super::make_group(&parent)?;
-        super::probe(&parent)?;
+        make_group(&parent)?;
+        probe(&parent)?;
     }
     let has = |c: &str| found.iter().any(|(names, _)| names.contains(&c));
     let mut missing = Vec::new();
@@ -75,7 +78,7 @@ impl JobGroup {
         let mut dirs = Vec::new();
         for (controllers, hierarchy) in hierarchies(root) {
             let dir = hierarchy.join(parent).join(group_name(job));
-            super::make_group(&dir)?;
+            make_group(&dir)?;
             dirs.push((controllers, dir));
         }
         let group = JobGroup { dirs };

@@ -6,10 +6,12 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::{
-    bpf, group_name, io_err, keyed, read_u64, write, CgroupError, JobCgroup, Limits, Usage,
+use super::bpf;
+use super::group::{
+    io_err, keyed, make_group, probe, read_u64, write, CgroupError, JobCgroup, Limits, Usage,
 };
-use crate::job::JobId;
+use crate::model::isolation::group_name;
+use crate::model::job::JobId;
 
 /// The controllers a job's limits need, and what each enforces.
 const CONTROLLERS: [(&str, &str); 3] = [
@@ -22,8 +24,8 @@ const CONTROLLERS: [(&str, &str); 3] = [
 /// returns what cannot be enforced.
 pub(super) fn prepare(root: &Path, parent_name: &str) -> Result<Vec<String>, CgroupError> {
     let parent = root.join(parent_name);
-    super::make_group(&parent)?;
-    super::probe(&parent)?;
+    make_group(&parent)?;
+    probe(&parent)?;
     prepare_parent(root, &parent)
 }
 
@@ -75,7 +77,7 @@ impl JobGroup {
         devices: bool,
     ) -> Result<JobGroup, CgroupError> {
         let dir = parent.join(group_name(job));
-        super::make_group(&dir)?;
+        make_group(&dir)?;
         let group = JobGroup { dir };
         group.apply(limits)?;
         if devices {
@@ -245,7 +247,7 @@ mod tests {
     #[test]
     fn controllers_are_delegated_where_the_host_offers_them() {
         let root = tempfile::tempdir().unwrap();
-        let parent = root.path().join(super::super::DEFAULT_PARENT);
+        let parent = root.path().join(crate::model::isolation::DEFAULT_PARENT);
         fs::create_dir(&parent).unwrap();
         fs::write(
             root.path().join("cgroup.controllers"),

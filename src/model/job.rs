@@ -178,7 +178,7 @@ impl GpuRequest {
     }
 
     /// Whether a GPU of `gpu`'s kind can serve this request.
-    pub fn accepts(&self, gpu: &crate::gpu::Gpu) -> bool {
+    pub fn accepts(&self, gpu: &super::gpu::Gpu) -> bool {
         self.gpu_type.as_ref().is_none_or(|t| *t == gpu.gpu_type)
             && (!self.shard || gpu.shards > 0)
             && self.constraint.as_ref().is_none_or(|c| c.accepts(gpu))
@@ -323,7 +323,7 @@ impl WarnSignal {
             None => (t, 60),
         };
         Ok(WarnSignal {
-            signal: crate::units::parse_signal(sig)?,
+            signal: crate::model::units::parse_signal(sig)?,
             before_secs: before,
             batch_only,
         })
@@ -336,7 +336,7 @@ impl fmt::Display for WarnSignal {
             f,
             "{}{}@{}",
             if self.batch_only { "B:" } else { "" },
-            crate::units::signal_name(self.signal),
+            crate::model::units::signal_name(self.signal),
             self.before_secs
         )
     }
@@ -361,7 +361,7 @@ impl GpuConstraint {
                 ));
             }
             if let Some(size) = term.strip_prefix("gpumem>=") {
-                let mb = crate::units::parse_memory_mb(size)
+                let mb = crate::model::units::parse_memory_mb(size)
                     .map_err(|e| format!("--constraint '{text}': gpumem: {e}"))?;
                 c.min_memory_mb = Some(c.min_memory_mb.map_or(mb, |m| m.max(mb)));
             } else if term.contains(['|', '=', '<', '>', '[', ']', '*', '(', ')']) {
@@ -384,7 +384,7 @@ impl GpuConstraint {
         Ok(c)
     }
 
-    pub fn accepts(&self, gpu: &crate::gpu::Gpu) -> bool {
+    pub fn accepts(&self, gpu: &super::gpu::Gpu) -> bool {
         self.min_memory_mb.is_none_or(|m| gpu.memory_mb >= m)
             && self.features.iter().all(|f| gpu.features.contains(f))
     }
@@ -394,7 +394,10 @@ impl fmt::Display for GpuConstraint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut terms: Vec<String> = self.features.clone();
         if let Some(mb) = self.min_memory_mb {
-            terms.push(format!("gpumem>={}", crate::units::format_memory_mb(mb)));
+            terms.push(format!(
+                "gpumem>={}",
+                crate::model::units::format_memory_mb(mb)
+            ));
         }
         f.write_str(&terms.join("&"))
     }
@@ -576,7 +579,7 @@ pub struct Job {
     pub gpu_seconds: i64,
     /// Its GPUs' utilisation, sampled while it ran (none without a driver).
     #[serde(default)]
-    pub gpu_usage: crate::gpu::sampling::JobGpuUsage,
+    pub gpu_usage: super::gpu::JobGpuUsage,
     /// How many running jobs it preempted to start.
     #[serde(default)]
     pub preemptions_caused: u32,
