@@ -11,6 +11,7 @@ pub mod exec;
 pub mod gpu;
 pub mod model;
 pub mod proto;
+pub mod query;
 pub mod report;
 pub mod sched;
 pub mod script;

@@ -182,7 +182,7 @@ pub fn query(command: &str, config: &Config, query: Query) -> Result<Reply, CliE
         );
         let uid = nix::unistd::getuid().as_raw();
         let user = current_user_name();
-        crate::daemon::answer_offline(&database, query, uid, config.is_admin(uid, &user))?
+        crate::query::answer_offline(&database, query, uid, config.is_admin(uid, &user))?
     };
     match reply {
         Reply::Rejected { error } => Err(CliError::failed(error)),

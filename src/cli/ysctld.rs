@@ -343,7 +343,7 @@ fn describe(config: &Config, lines: &mut Vec<String>, problems: &mut Vec<Problem
         "CPUs",
         match config.cpus {
             Some(n) => format!("{n} (config)"),
-            None => format!("{} (detected)", daemon::host_cpus()),
+            None => format!("{} (detected)", crate::exec::local::host_cpus()),
         },
     );
     add(
@@ -352,7 +352,7 @@ fn describe(config: &Config, lines: &mut Vec<String>, problems: &mut Vec<Problem
             Some(mb) => format!("{} (config)", crate::model::units::format_memory_mb(mb)),
             None => format!(
                 "{} (detected)",
-                crate::model::units::format_memory_mb(daemon::host_memory_mb())
+                crate::model::units::format_memory_mb(crate::exec::local::host_memory_mb())
             ),
         },
     );

@@ -10,10 +10,8 @@ use crate::sched::budget::{self, Standing, Verdict};
 use crate::sched::limits::Policy;
 use crate::sched::Reason;
 
-use super::{Daemon, DaemonError};
-
-/// Spent billing-seconds of one account, in the period starting at `.0`.
-pub(super) type Spending = HashMap<String, (i64, i64)>;
+use super::error::DaemonError;
+use super::state::{Daemon, Spending};
 
 impl Daemon {
     /// Sums, from the database, each budgeted account's spending in its
@@ -24,7 +22,7 @@ impl Daemon {
         for account in self.config.accounts.iter().filter(|a| a.budget.is_some()) {
             let since = account.budget.as_ref().map_or(0, |b| b.period.start(now));
             let mut spent = 0;
-            for (charged_to, billing) in db::billing_since(&self.db, since)? {
+            for (charged_to, billing) in db::billing_since(&self.store.db, since)? {
                 if policy
                     .chain(&charged_to)
                     .iter()
@@ -35,7 +33,7 @@ impl Daemon {
             }
             spending.insert(account.name.clone(), (since, spent));
         }
-        self.budgets = spending;
+        self.policy.budgets = spending;
         Ok(())
     }
 
@@ -48,7 +46,11 @@ impl Daemon {
         for a in policy.chain(account) {
             let Some(b) = &a.budget else { continue };
             let start = b.period.start(now);
-            let entry = self.budgets.entry(a.name.clone()).or_insert((start, 0));
+            let entry = self
+                .policy
+                .budgets
+                .entry(a.name.clone())
+                .or_insert((start, 0));
             if entry.0 != start {
                 *entry = (start, 0);
             }
@@ -107,7 +109,7 @@ impl Daemon {
             }
         }
         if self.notifier.is_on() {
-            self.notifications.extend(crossed);
+            self.turn.notifications.extend(crossed);
         }
     }
 
@@ -116,7 +118,7 @@ impl Daemon {
     pub(super) fn standing(&self, account: &str, policy: &Policy, now: i64) -> Option<Standing> {
         let a = self.config.accounts.iter().find(|a| a.name == account)?;
         let b = a.budget.as_ref()?;
-        let spent = match self.budgets.get(account) {
+        let spent = match self.policy.budgets.get(account) {
             Some(&(start, spent)) if start == b.period.start(now) => spent,
             _ => 0,
         };
@@ -147,7 +149,7 @@ impl Daemon {
             if b.over != budget::OverBudget::Refuse {
                 continue;
             }
-            let spent = match self.budgets.get(&account.name) {
+            let spent = match self.policy.budgets.get(&account.name) {
                 Some(&(start, spent)) if start == b.period.start(now) => spent,
                 _ => 0,
             };
@@ -192,7 +194,13 @@ impl Daemon {
         qos: &str,
     ) -> Option<i64> {
         let factor = self.config.qos_named(qos).map_or(1.0, |q| q.usage_factor);
-        budget::worst_case(gpus, time_limit, factor, &self.inventory.gpus, &self.config)
+        budget::worst_case(
+            gpus,
+            time_limit,
+            factor,
+            &self.executor.node().inventory.gpus,
+            &self.config,
+        )
     }
 
     /// The verdict on a job of `account` that may cost `cost`: the most

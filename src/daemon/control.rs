@@ -8,7 +8,8 @@ use crate::exec::ExecError;
 use crate::model::job::{Hold, JobId, JobState};
 use crate::proto::{Control, JobOutcome, JobSelector, Reply};
 
-use super::{Daemon, DaemonError};
+use super::error::DaemonError;
+use super::state::Daemon;
 
 /// Who asks.
 struct Requester<'a> {
@@ -119,7 +120,7 @@ impl Daemon {
                 ),
             });
         }
-        let count = self.inventory.gpus.len() as u32;
+        let count = self.executor.node().inventory.gpus.len() as u32;
         if let Some(bad) = gpus.iter().find(|&&g| g >= count) {
             return Ok(Reply::Rejected {
                 error: format!(
@@ -149,7 +150,7 @@ impl Daemon {
                         since: now,
                     };
                     db::set_drain(self.tx()?, gpu, &drain)?;
-                    self.drains.insert(gpu, drain);
+                    self.policy.drains.insert(gpu, drain);
                     lines.push(if holders.is_empty() {
                         format!("GPU {gpu} drained: {reason}")
                     } else {
@@ -168,7 +169,7 @@ impl Daemon {
                 }
                 None => {
                     if db::clear_drain(self.tx()?, gpu)? {
-                        self.drains.remove(&gpu);
+                        self.policy.drains.remove(&gpu);
                         lines.push(format!("GPU {gpu} back in service"));
                         self.audit(now, who.user, "resume-gpu", None, &format!("GPU {gpu}"))?;
                     } else {
@@ -204,7 +205,7 @@ impl Daemon {
             }
             match *r {
                 JobRef::Id(id) => ids.push(id),
-                JobRef::Task(array, task) => match db::array_task(&self.db, array, task)? {
+                JobRef::Task(array, task) => match db::array_task(&self.store.db, array, task)? {
                     Some(id) => ids.push(id),
                     None => unknown.push(JobOutcome::new(
                         array,
@@ -230,7 +231,7 @@ impl Daemon {
         match self.jobs.get(&id) {
             Some(job) if job.uid == who.uid || who.admin => Ok(None),
             Some(job) => Ok(Some(denied(&job.user))),
-            None => match db::job(&self.db, id) {
+            None => match db::job(&self.store.db, id) {
                 Ok(job) if job.uid != who.uid && !who.admin => Ok(Some(denied(&job.user))),
                 Ok(job) => Ok(Some(Refusal::Ended(format!(
                     "job {id} has already finished ({})",
@@ -343,7 +344,7 @@ impl Daemon {
                 job.state
             ));
         }
-        match self.launcher.command(
+        match self.executor.command(
             id,
             &StepCommand::Signal {
                 signal,
@@ -608,7 +609,7 @@ impl Daemon {
         let mut approved = Vec::new();
         for &id in ids {
             let error = match self.jobs.get(&id) {
-                None => Some(match db::job(&self.db, id) {
+                None => Some(match db::job(&self.store.db, id) {
                     Ok(job) => format!(
                         "job {} has already finished ({})",
                         job.display_id(),

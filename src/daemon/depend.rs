@@ -9,7 +9,8 @@ use crate::model::job::{JobId, JobState};
 use crate::sched::dependency::{Dependency, Status};
 use crate::sched::Reason;
 
-use super::{Daemon, DaemonError};
+use super::error::DaemonError;
+use super::state::Daemon;
 
 impl Daemon {
     /// A job's state: from memory while it is active, else from the
@@ -22,7 +23,7 @@ impl Daemon {
             Some(job) if !is_array(job) => return Ok(Some(job.state)),
             Some(_) => {}
             None => {
-                if let Some(state) = self.ended.get(&id) {
+                if let Some(state) = self.policy.ended.get(&id) {
                     if !self.jobs.all().any(is_array) {
                         return Ok(Some(*state));
                     }
@@ -30,14 +31,14 @@ impl Daemon {
             }
         }
         // Same connection as the turn's transaction: the states are current.
-        let tasks = db::array_states(&self.db, id)?;
+        let tasks = db::array_states(&self.store.db, id)?;
         let state = if tasks.is_empty() {
-            db::job_state(&self.db, id)?
+            db::job_state(&self.store.db, id)?
         } else {
             Some(array_state(&tasks))
         };
         if let Some(s) = state.filter(|s| !s.is_active()) {
-            self.ended.insert(id, s);
+            self.policy.ended.insert(id, s);
         }
         Ok(state)
     }
@@ -94,7 +95,7 @@ impl Daemon {
             .collect();
         let mut reasons = HashMap::new();
         if waiting.is_empty() {
-            self.ended.clear();
+            self.policy.ended.clear();
             return Ok(reasons);
         }
         // For singleton: per (user, name), the lowest pending id and whether
@@ -140,7 +141,7 @@ impl Daemon {
             }
         }
         // Forget ended jobs no dependency names any more.
-        self.ended.retain(|id, _| named.contains(id));
+        self.policy.ended.retain(|id, _| named.contains(id));
         for id in never {
             if self.config.kill_invalid_dependency {
                 self.finish(

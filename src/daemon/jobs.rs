@@ -2,11 +2,13 @@
 //! to the database and logged once, at INFO, with the job id.
 
 use crate::db;
-use crate::exec::spec::{LaunchSpec, SignalTarget, StepCommand};
-use crate::exec::{Adoption, ExecError};
+use crate::exec::executor::{Adoption, Launch};
+use crate::exec::spec::{SignalTarget, StepCommand};
+use crate::exec::ExecError;
 use crate::model::job::{ExitStatus, JobId, JobState};
 
-use super::{Daemon, DaemonError};
+use super::error::DaemonError;
+use super::state::Daemon;
 
 impl Daemon {
     /// Records the scheduler's decision; the process starts after the commit.
@@ -17,7 +19,7 @@ impl Daemon {
         now: i64,
     ) -> Result<(), DaemonError> {
         let node = self.config.node_name.clone();
-        let cgroup = self.isolation.placement().job_path(id);
+        let cgroup = self.executor.confinement_of(id);
         let Some(job) = self.jobs.job_mut(&id) else {
             return Ok(());
         };
@@ -35,7 +37,7 @@ impl Daemon {
         let tx = self.tx()?;
         db::update_job(tx, &job)?;
         db::add_event(tx, id, now, JobState::Running, Some(&detail))?;
-        self.to_launch.push(id);
+        self.turn.to_launch.push(id);
         self.notify_job(&job, super::notifications::JobEvent::Began, now);
         Ok(())
     }
@@ -52,17 +54,17 @@ impl Daemon {
             return;
         }
         if let Some(n) = super::notifications::for_job(job, event, now, &self.config.node_name) {
-            self.notifications.push(n);
+            self.turn.notifications.push(n);
         }
     }
 
     /// Starts the supervisors of the jobs marked running in this turn.
     pub(super) fn launch_started(&mut self) -> Result<(), DaemonError> {
-        let ids = std::mem::take(&mut self.to_launch);
+        let ids = std::mem::take(&mut self.turn.to_launch);
         if ids.is_empty() {
             return Ok(());
         }
-        let now = super::now();
+        let now = crate::model::units::now();
         for id in ids {
             if let Err(message) = self.launch(id) {
                 tracing::error!(target: "ysched::exec", "job {id} could not be launched: {message}");
@@ -77,46 +79,22 @@ impl Daemon {
         let Some(job) = self.jobs.get(&id).cloned() else {
             return Ok(());
         };
-        let payload = db::payload(&self.db, id).map_err(|e| e.to_string())?;
+        let payload = db::payload(&self.store.db, id).map_err(|e| e.to_string())?;
         let user = self
             .users
             .refresh(job.uid)
             .cloned()
             .ok_or_else(|| format!("user {} (uid {}) no longer exists", job.user, job.uid))?;
-        let spec = LaunchSpec {
-            job_id: id,
-            name: job.name.clone(),
-            user: job.user.clone(),
-            uid: job.uid,
-            gid: job.gid,
-            home: user.home,
-            shell: user.shell,
-            account: job.account.clone(),
-            qos: job.qos.clone(),
-            restart_count: job.restart_count,
-            gpus: job.gpus_alloc.clone(),
-            node_name: self.config.node_name.clone(),
-            work_dir: job.work_dir.clone(),
-            submit_dir: job.submit_dir.clone(),
-            stdout: job.stdout_path(),
-            stderr: job.stderr_path(),
-            open_append: job.open_append,
-            environment: payload.environment,
-            args: payload.args,
-            cpus: job.cpus,
-            mem_mb: job.mem_mb,
-            time_limit: job.time_limit,
-            submit_time: job.submit_time,
-            switch_user: self.ownership == crate::spool::Ownership::System,
-            cgroup: self.isolation.placement().clone(),
-            limits: self.isolation.limits(&job),
-            gpus_confined: self.isolation.detected.confines_devices(),
-            array: job.array.clone(),
-            shards: job.gpus.shard.then_some(job.gpus.count),
-        };
-        let supervisor = self
-            .launcher
-            .launch(&spec, &payload.script)
+        let started = self
+            .executor
+            .launch(Launch {
+                job: &job,
+                script: &payload.script,
+                args: &payload.args,
+                environment: &payload.environment,
+                home: &user.home,
+                shell: &user.shell,
+            })
             .map_err(|e| e.to_string())?;
         tracing::info!(
             target: "ysched::exec",
@@ -124,11 +102,9 @@ impl Daemon {
             job.name,
             job.user,
             db::format_index_list(&job.gpus_alloc),
-            supervisor.pid
+            started.supervisor_pid
         );
-        self.exits
-            .watch(id, supervisor)
-            .map_err(|e| format!("cannot watch the supervisor: {e}"))
+        Ok(())
     }
 
     /// A supervisor exited: read how the job ended and account it.
@@ -136,7 +112,7 @@ impl Daemon {
         if !self.jobs.get(&id).is_some_and(|j| j.state.holds_gpus()) {
             return Ok(());
         }
-        match self.launcher.read_exit(id) {
+        match self.executor.exit_of(id) {
             Some(record) => {
                 let job = self.jobs.job_mut(&id).expect("checked above");
                 job.max_rss_bytes = record.usage.max_rss_bytes;
@@ -186,7 +162,7 @@ impl Daemon {
                 self.finish(id, state, record.end_time, exit, reason)?;
             }
             None => {
-                let killed = self.kill_remains(id);
+                let killed = self.executor.clear_remains(id);
                 let reason = format!(
                     "the job's supervisor ended without recording the job's end{}",
                     if killed > 0 {
@@ -214,8 +190,8 @@ impl Daemon {
             return Ok(());
         };
         let mut job = std::sync::Arc::unwrap_or_clone(job);
-        self.ended.remove(&id);
-        self.warned.remove(&id);
+        self.policy.ended.remove(&id);
+        self.policy.warned.remove(&id);
         // Only a job that preempted can have suspended victims to resume;
         // the check spares a scan of every job per ending job (cancelling
         // 10,000 jobs scanned 50 million).
@@ -249,8 +225,8 @@ impl Daemon {
         tracing::info!(target: "ysched::daemon", "job {id} {state}{exit_text}{why}");
         // The exit record may only go once the end is committed: a crash
         // in between must find it again, not requeue a job that ran.
-        self.to_remove.push(id);
-        self.reasons.remove(&id);
+        self.turn.to_remove.push(id);
+        self.policy.reasons.remove(&id);
         self.reschedule = true;
         self.snapshot = None;
         Ok(())
@@ -269,10 +245,16 @@ impl Daemon {
     /// Charges `job` (with its end time set) and saves the usage.
     /// Returns (billing, GPU-seconds) of the run.
     fn charge(&mut self, job: &crate::model::job::Job, at: i64) -> Result<(i64, i64), DaemonError> {
-        let billing = crate::sched::fairshare::charge(job, &self.inventory.gpus, &self.config);
-        let gpu_seconds = crate::sched::fairshare::gpu_seconds(job, &self.inventory.gpus);
+        let billing = crate::sched::fairshare::charge(
+            job,
+            &self.executor.node().inventory.gpus,
+            &self.config,
+        );
+        let gpu_seconds =
+            crate::sched::fairshare::gpu_seconds(job, &self.executor.node().inventory.gpus);
         let fs = &self.config.fairshare;
         let usage = self
+            .policy
             .usage
             .entry((job.account.clone(), job.user.clone()))
             .or_default();
@@ -328,31 +310,12 @@ impl Daemon {
                 SignalTarget::of_warning(w.batch_only)
             }),
         };
-        match self.launcher.command(id, &command) {
+        match self.executor.command(id, &command) {
             Ok(()) => {}
             // It ended already; its exit event is on the way.
             Err(ExecError::Gone(_)) => {}
             Err(e) => tracing::error!(target: "ysched::exec", "cannot stop job {id}: {e}"),
         }
-    }
-
-    /// Kills what is left of a job whose supervisor is gone: everything in
-    /// its cgroup (then removed), or without one, its marked processes.
-    /// Returns how many processes there were.
-    pub(super) fn kill_remains(&self, id: JobId) -> usize {
-        let Some(group) = crate::exec::cgroup::open(self.isolation.placement(), id) else {
-            return self.launcher.kill_orphans(id);
-        };
-        let found = group.pids().len();
-        let stuck = group.kill_and_wait(std::time::Duration::from_secs(5));
-        if stuck.is_empty() {
-            if let Err(e) = group.remove() {
-                tracing::warn!(target: "ysched::exec", "job {id}: {e}");
-            }
-        } else {
-            tracing::error!(target: "ysched::exec", "job {id}: processes {stuck:?} survive SIGKILL; its cgroup {} stays", group.path());
-        }
-        found
     }
 
     /// Suspends (`freeze`) a running job or resumes a suspended one. A
@@ -400,41 +363,39 @@ impl Daemon {
     }
 
     fn freeze(&self, id: JobId, frozen: bool) -> Result<(), String> {
-        let placement = self.isolation.placement();
-        if placement.layout == crate::model::isolation::Layout::Off {
-            return Err(format!(
-                "cannot {} job {id}: job isolation is off on this server, and suspending freezes the job's cgroup",
-                if frozen { "suspend" } else { "resume" }
-            ));
-        }
-        let group = crate::exec::cgroup::open(placement, id)
-            .ok_or_else(|| format!("job {id} has no cgroup"))?;
-        group.set_frozen(frozen).map_err(|e| e.to_string())
+        self.executor.set_frozen(id, frozen).map_err(|e| {
+            let verb = if frozen { "suspend" } else { "resume" };
+            format!("cannot {verb} job {id}: {e}")
+        })
     }
 
     /// Samples the GPUs and adds each running job's share to its sums,
     /// committed with the turn. A source without data stops sampling.
     pub(super) fn sample_gpus(&mut self) -> Result<(), DaemonError> {
         let interval = self.config.gpu_sample_secs;
-        let Some(samples) = self.gpu_source.sample() else {
-            self.next_sample = None;
+        let Some(samples) = self.gpu_watch.gpu_source.sample() else {
+            self.gpu_watch.next_sample = None;
             return Ok(());
         };
-        self.next_sample =
+        self.gpu_watch.next_sample =
             Some(std::time::Instant::now() + std::time::Duration::from_secs(interval));
-        self.last_samples = Some(samples.clone());
-        if let Some(processes) = self.gpu_source.processes() {
+        self.gpu_watch.last_samples = Some(samples.clone());
+        if let Some(processes) = self.gpu_watch.gpu_source.processes() {
             let found = crate::gpu::sampling::intruders(
                 &processes,
                 self.jobs.all(),
                 crate::gpu::sampling::process_owner,
             );
-            if self.intruders_seen.len() > 10_000 {
-                self.intruders_seen.clear();
+            if self.gpu_watch.intruders_seen.len() > 10_000 {
+                self.gpu_watch.intruders_seen.clear();
             }
             for intruder in found {
                 // Once per process and GPU, not at every sample.
-                if self.intruders_seen.insert((intruder.gpu, intruder.pid)) {
+                if self
+                    .gpu_watch
+                    .intruders_seen
+                    .insert((intruder.gpu, intruder.pid))
+                {
                     tracing::warn!(
                         target: "ysched::gpu",
                         "GPU {} is used by process {}, which {}",
@@ -448,7 +409,7 @@ impl Daemon {
                 }
             }
         }
-        let hour = crate::report::history::hour_of(super::now());
+        let hour = crate::report::history::hour_of(crate::model::units::now());
         db::add_gpu_samples(self.tx()?, hour, &samples)?;
         let low = self.config.low_utilization_pct;
         let ids: Vec<JobId> = self
@@ -472,11 +433,13 @@ impl Daemon {
     /// its GPUs' hours when the set changes or on `flush` (so a crash loses
     /// at most a flush interval).
     pub(super) fn track_idle(&mut self, now: i64, flush: bool) -> Result<(), DaemonError> {
-        let mut idle =
-            crate::report::history::idle_while_waiting(self.jobs.all(), self.inventory.gpus.len());
+        let mut idle = crate::report::history::idle_while_waiting(
+            self.jobs.all(),
+            self.executor.node().inventory.gpus.len(),
+        );
         // Out of service is not idle.
-        idle.retain(|g| !self.drains.contains_key(g));
-        let owed = self.idle_watch.observe(now, idle, flush);
+        idle.retain(|g| !self.policy.drains.contains_key(g));
+        let owed = self.stats.idle_watch.observe(now, idle, flush);
         if !owed.is_empty() {
             db::add_idle_waiting(self.tx()?, &owed)?;
         }
@@ -486,7 +449,7 @@ impl Daemon {
     /// Writes the metrics file (temporary file, then rename: a scraper
     /// never reads half of it). A failure is logged; it stops nothing.
     pub(super) fn write_metrics(&mut self, now: i64) {
-        self.next_metrics = Some(
+        self.stats.next_metrics = Some(
             std::time::Instant::now()
                 + std::time::Duration::from_secs(self.config.metrics_every_secs),
         );
@@ -506,16 +469,16 @@ impl Daemon {
         let jobs: Vec<&crate::model::job::Job> = self.jobs.all().collect();
         let text = crate::report::metrics::render(&crate::report::metrics::Inputs {
             jobs: &jobs,
-            gpus: &self.inventory.gpus,
-            samples: self.last_samples.as_deref(),
-            last_pass_seconds: self.last_pass_seconds,
-            preemptions_total: self.preemptions_total,
+            gpus: &self.executor.node().inventory.gpus,
+            samples: self.gpu_watch.last_samples.as_deref(),
+            last_pass_seconds: self.stats.last_pass_seconds,
+            preemptions_total: self.stats.preemptions_total,
             budget_left: &budget_left,
-            drained: &self.drains.keys().copied().collect::<Vec<_>>(),
-            requests_total: self.requests_total,
-            ingest_seconds_sum: self.ingest_seconds_sum,
+            drained: &self.policy.drains.keys().copied().collect::<Vec<_>>(),
+            requests_total: self.stats.requests_total,
+            ingest_seconds_sum: self.stats.ingest_seconds_sum,
         });
-        if let Some(latest) = &self.metrics_latest {
+        if let Some(latest) = &self.stats.metrics_latest {
             if let Ok(mut served) = latest.lock() {
                 served.clone_from(&text);
             }
@@ -536,11 +499,13 @@ impl Daemon {
         let due: Vec<(JobId, crate::model::job::WarnSignal)> = self
             .jobs
             .running()
-            .filter(|j| j.warn_at().is_some_and(|w| now >= w) && !self.warned.contains(&j.id))
+            .filter(|j| {
+                j.warn_at().is_some_and(|w| now >= w) && !self.policy.warned.contains(&j.id)
+            })
             .filter_map(|j| Some((j.id, j.warn_signal?)))
             .collect();
         for (id, warning) in due {
-            self.warned.insert(id);
+            self.policy.warned.insert(id);
             self.send_warning(id, warning, "its time limit is near");
         }
     }
@@ -557,7 +522,7 @@ impl Daemon {
             signal: warning.signal,
             target: SignalTarget::of_warning(warning.batch_only),
         };
-        match self.launcher.command(id, &command) {
+        match self.executor.command(id, &command) {
             Ok(()) => tracing::info!(
                 target: "ysched::daemon",
                 "job {id} sent SIG{} ({why}{})",
@@ -586,11 +551,10 @@ impl Daemon {
     /// After a restart: finds a running job's supervisor again, or accounts
     /// for what happened while the daemon was away.
     pub(super) fn readopt(&mut self, id: JobId) -> Result<(), DaemonError> {
-        let now = super::now();
-        match self.launcher.adopt(id) {
-            Adoption::Alive(supervisor) => {
-                tracing::info!(target: "ysched::exec", "job {id} re-adopted (supervisor pid {})", supervisor.pid);
-                self.exits.watch(id, supervisor)?;
+        let now = crate::model::units::now();
+        match self.executor.adopt(id) {
+            Adoption::Alive { supervisor_pid } => {
+                tracing::info!(target: "ysched::exec", "job {id} re-adopted (supervisor pid {supervisor_pid})");
                 if self.jobs[&id].state == JobState::Completing {
                     // The stop may not have reached it before the crash;
                     // its grace starts again.
@@ -598,6 +562,12 @@ impl Daemon {
                 }
             }
             Adoption::Exited(_) | Adoption::Lost => self.job_exited(id, now)?,
+            // Neither running nor ended as far as anyone knows: it keeps
+            // its GPUs in the records, and its exit is reported when its
+            // node answers.
+            Adoption::Unreachable(why) => {
+                tracing::warn!(target: "ysched::exec", "job {id} could not be re-adopted yet: {why}");
+            }
             Adoption::NeverStarted => {
                 let job = self
                     .jobs
@@ -614,7 +584,7 @@ impl Daemon {
                 let detail = "requeued: ysctld stopped while launching it";
                 db::add_event(tx, id, now, JobState::Pending, Some(detail))?;
                 tracing::info!(target: "ysched::daemon", "job {id} {detail}");
-                self.to_remove.push(id);
+                self.turn.to_remove.push(id);
                 self.reschedule = true;
             }
         }

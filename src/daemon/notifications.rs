@@ -6,10 +6,8 @@
 //! queues (and drops, with a warning, beyond a full queue), so a slow mail
 //! server never holds up scheduling.
 
-use std::io::Write as _;
-use std::process::{Command, Stdio};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -206,38 +204,12 @@ fn deliver(command: &[String], timeout: Duration, event: &Notification) -> Resul
     // The variables end up in mail headers: one line each, whatever a job
     // name or address held (new ones are checked at submit; old rows not).
     let one_line = |v: &str| crate::report::escape_controls(v, false).into_owned();
-    let mut child = Command::new(&command[0])
-        .args(&command[1..])
-        .env("YSCHED_EVENT", one_line(&event.event))
-        .env("YSCHED_MAIL_USER", one_line(&event.mail_user))
-        .env("YSCHED_SUBJECT", one_line(&event.subject))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", command[0]))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        // A command that does not read its input is its own business.
-        let _ = stdin.write_all(json.as_bytes());
-        let _ = stdin.write_all(b"\n");
-    }
-    let deadline = Instant::now() + timeout;
-    loop {
-        match child.try_wait().map_err(|e| e.to_string())? {
-            Some(status) if status.success() => return Ok(()),
-            Some(status) => return Err(format!("{} exited with {status}", command[0])),
-            None if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "{} still ran after {} s and was killed",
-                    command[0],
-                    timeout.as_secs()
-                ));
-            }
-            None => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
+    let env = [
+        ("YSCHED_EVENT", one_line(&event.event)),
+        ("YSCHED_MAIL_USER", one_line(&event.mail_user)),
+        ("YSCHED_SUBJECT", one_line(&event.subject)),
+    ];
+    crate::exec::command::run_with_input(command, &env, format!("{json}\n").as_bytes(), timeout)
 }
 
 #[cfg(test)]
@@ -300,7 +272,7 @@ mod tests {
             job: None,
             budget: None,
         };
-        let started = Instant::now();
+        let started = std::time::Instant::now();
         let err = deliver(
             &["/bin/sleep".into(), "30".into()],
             Duration::from_millis(200),

@@ -12,7 +12,8 @@ use crate::sched::preempt::{self, Candidate};
 use crate::sched::profile::{Free, Types};
 use crate::sched::{Plan, Reason};
 
-use super::{Daemon, DaemonError};
+use super::error::DaemonError;
+use super::state::Daemon;
 
 impl Daemon {
     /// Preempts for the jobs of `plan` that wait for resources and may;
@@ -56,8 +57,13 @@ impl Daemon {
     fn victims_for(&self, id: JobId, now: i64) -> Option<preempt::Choice> {
         let urgent = &self.jobs[&id];
         let rights = &self.config.qos_named(&urgent.qos)?.preempt;
-        let types = Types::new(&self.inventory.gpus);
-        let mut free = Free::new(&self.inventory.gpus, self.cpus, self.mem_mb, &types);
+        let types = Types::new(&self.executor.node().inventory.gpus);
+        let mut free = Free::new(
+            &self.executor.node().inventory.gpus,
+            self.cpus,
+            self.mem_mb,
+            &types,
+        );
         for job in self.jobs.all() {
             if job.state.holds_gpus() {
                 free.take(job, &job.gpus_alloc, &types);
@@ -85,7 +91,7 @@ impl Daemon {
                     && ran >= qos.min_run_time as i64
                     && j.preempt_count < self.config.max_preemptions
                     // Freezing needs the job's cgroup.
-                    && (!suspend || self.isolation.placement().layout != crate::model::isolation::Layout::Off);
+                    && (!suspend || self.executor.node().isolation.can_suspend);
                 eligible.then_some(Candidate {
                     job: j,
                     qos_priority: qos.priority,
@@ -126,7 +132,7 @@ impl Daemon {
         );
         db::update_job(self.tx()?, &job)?;
         self.audit(now, "ysctld", "preempt", Some(urgent), &detail)?;
-        self.preemptions_total += 1;
+        self.stats.preemptions_total += 1;
         for victim in choice.victims {
             let suspend = self.jobs.get(&victim).is_some_and(|j| {
                 self.config
@@ -299,7 +305,7 @@ impl Daemon {
         job.preempted_by = None;
         job.checkpoint_at = None;
         job.suspended_secs = 0;
-        self.warned.remove(&id);
+        self.policy.warned.remove(&id);
         job.suspended_at = None;
         job.exit = exit;
         if !asked {
@@ -318,7 +324,7 @@ impl Daemon {
         tracing::info!(target: "ysched::daemon", "job {id} {detail}");
         // Its exit record goes once this is committed; it may run again
         // at once.
-        self.to_remove.push(id);
+        self.turn.to_remove.push(id);
         self.reschedule = true;
         self.snapshot = None;
         Ok(())

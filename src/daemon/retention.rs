@@ -13,7 +13,8 @@ use std::collections::BTreeMap;
 use crate::db;
 use crate::report::usage::{self, Builder, Period, Summary};
 
-use super::{Daemon, DaemonError};
+use super::error::DaemonError;
+use super::state::Daemon;
 
 /// Job rows deleted per loop turn.
 const PURGE_BATCH: u32 = 5_000;

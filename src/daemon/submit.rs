@@ -9,7 +9,8 @@ use crate::sched::admission::{self, Capacity};
 use crate::sched::budget::Verdict;
 use crate::sched::Reason;
 
-use super::{Daemon, DaemonError};
+use super::error::DaemonError;
+use super::state::Daemon;
 
 impl Daemon {
     pub(super) fn submit(
@@ -34,7 +35,7 @@ impl Daemon {
             return Ok(Reply::Rejected { error: why });
         }
         let capacity = Capacity {
-            inventory: &self.inventory,
+            inventory: &self.executor.node().inventory,
             cpus: self.cpus,
             mem_mb: self.mem_mb,
         };
@@ -82,7 +83,7 @@ impl Daemon {
             }
         }
         // Big jobs, or jobs on reserved GPU types, wait for a coordinator.
-        let types = self.inventory.type_counts();
+        let types = self.executor.node().inventory.type_counts();
         let type_names: Vec<&str> = types.iter().map(|(t, _)| t.as_str()).collect();
         let approval = crate::sched::approval::needed(
             &policy,
@@ -280,7 +281,7 @@ impl Daemon {
     fn make_exclusive(&self, request: &mut JobRequest) {
         request.cpus = self.cpus;
         request.mem_mb = Some(self.mem_mb);
-        let counts = self.inventory.type_counts();
+        let counts = self.executor.node().inventory.type_counts();
         let of_type = match &request.gpus.gpu_type {
             Some(t) => counts.iter().find(|(name, _)| name == t).map(|(_, n)| *n),
             None => counts.iter().map(|(_, n)| *n).max(),
@@ -318,13 +319,13 @@ impl Daemon {
             })
         } else {
             job.begin_time.filter(|&b| b > now).map(|b| {
-                self.wake_at = Some(self.wake_at.map_or(b, |w| w.min(b)));
+                self.policy.wake_at = Some(self.policy.wake_at.map_or(b, |w| w.min(b)));
                 Reason::BeginTime
             })
         };
         match waits {
             Some(reason) => {
-                self.reasons.insert(job.id, reason);
+                self.policy.reasons.insert(job.id, reason);
             }
             None => self.reschedule = true,
         }

@@ -34,7 +34,7 @@ use nix::sys::socket::{
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{ForkResult, Pid};
 
-use super::{pidfd_open, spawn_stepd, CONTROL_FD, LOCK_FD};
+use super::process::{pidfd_open, spawn_stepd, CONTROL_FD, LOCK_FD};
 
 /// The descriptor the server finds its end of the socket at.
 pub const SERVER_FD: RawFd = 3;

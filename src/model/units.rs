@@ -310,6 +310,14 @@ pub fn signal_name(signal: i32) -> String {
         .unwrap_or_else(|_| signal.to_string())
 }
 
+/// Seconds since the epoch: the clock of the records and the reports.
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use crate::proto::Reply;
 
-use super::{valid_name, Ownership, Spool};
+use super::dir::{valid_name, Ownership, Spool};
 
 /// The socket's file name in the spool.
 pub const SOCKET_NAME: &str = "ysctld.sock";

@@ -17,7 +17,7 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use super::Spool;
+use super::dir::Spool;
 
 /// The most unfinished requests one user may have in `incoming/` (and
 /// reply files left unclaimed in `replies/`) at once.
@@ -44,13 +44,13 @@ struct Entry {
 
 impl Spool {
     pub fn reserve_path(&self) -> PathBuf {
-        self.root.join("reserve")
+        self.root().join("reserve")
     }
 
     /// Bytes an unprivileged user could still write on the spool's
     /// filesystem (`None` if it cannot be told).
     pub fn free_bytes(&self) -> Option<u64> {
-        let st = nix::sys::statvfs::statvfs(&self.root).ok()?;
+        let st = nix::sys::statvfs::statvfs(self.root()).ok()?;
         Some(st.blocks_available() as u64 * st.fragment_size() as u64)
     }
 

@@ -36,15 +36,14 @@ const MAX_DAEMON_STRUCT_FIELDS: usize = 20;
 /// Functions longer than the limit that issue 18 is still splitting: the
 /// list may only shrink. A function on it that got short must leave it;
 /// one not on it may not grow long.
-const STILL_LONG: [(&str, &str); 20] = [
+const STILL_LONG: [(&str, &str); 19] = [
     ("src/cli/sacctmgr.rs", "rows"),
     ("src/cli/ysbatch.rs", "run"),
     ("src/cli/yscontrol.rs", "run"),
     ("src/cli/ysctld.rs", "describe"),
     ("src/cli/ysreport.rs", "run"),
     ("src/config.rs", "validate"),
-    ("src/daemon/mod.rs", "run"),
-    ("src/daemon/query.rs", "answer"),
+    ("src/query.rs", "answer"),
     ("src/daemon/submit.rs", "submit"),
     ("src/db/mod.rs", "job_from_row"),
     ("src/exec/env.rs", "job_environment"),
@@ -62,8 +61,8 @@ const STILL_LONG: [(&str, &str); 20] = [
     ("tests/suite/report.rs", "check_march_2025"),
 ];
 
-/// The daemon's structs over the limit, likewise.
-const STILL_WIDE: [(&str, &str); 1] = [("daemon/mod.rs", "Daemon")];
+/// The daemon's structs over the limit, likewise (none now).
+const STILL_WIDE: [(&str, &str); 0] = [];
 
 fn src_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")

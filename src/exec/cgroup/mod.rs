@@ -7,7 +7,7 @@
 //! /sys/fs/cgroup/pids/ysched/job_41/pids.max: Permission denied".
 
 pub mod bpf;
-mod group;
+pub(crate) mod group;
 mod v1;
 mod v2;
 

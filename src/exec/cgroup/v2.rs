@@ -184,7 +184,7 @@ impl JobCgroup for JobGroup {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::cgroup::DeviceRule;
+    use crate::exec::cgroup::group::DeviceRule;
 
     /// The limit files are written where a cgroupfs would have them; this
     /// host's v2 mount has no memory, pids or cpu controller, so the real

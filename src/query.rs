@@ -29,7 +29,7 @@ const MAX_ROWS: usize = 200_000;
 /// to the jobs and copies of small things. The build itself, a pass over
 /// every job (30 ms and more at 100,000), then runs on the query thread,
 /// and the loop goes on with its next turn.
-pub(super) struct SnapshotInputs {
+pub(crate) struct SnapshotInputs {
     /// In id order.
     pub jobs: Vec<Arc<Job>>,
     pub reasons: HashMap<JobId, Reason>,
@@ -45,7 +45,7 @@ pub(super) struct SnapshotInputs {
 }
 
 /// The server's side of the node view (`ysinfo`), owned.
-pub(super) struct NodeFacts {
+pub(crate) struct NodeFacts {
     pub name: String,
     pub cpus: u32,
     pub memory_mb: u64,
@@ -92,27 +92,27 @@ impl SnapshotInputs {
 
 /// A query snapshot built by the first query that needs it, on the query
 /// thread, and shared by the queries after it until the next change.
-pub(super) struct LazySnapshot {
+pub(crate) struct LazySnapshot {
     inputs: Mutex<Option<SnapshotInputs>>,
     built: OnceLock<Arc<QueueSnapshot>>,
 }
 
 impl LazySnapshot {
-    pub(super) fn new(inputs: SnapshotInputs) -> LazySnapshot {
+    pub(crate) fn new(inputs: SnapshotInputs) -> LazySnapshot {
         LazySnapshot {
             inputs: Mutex::new(Some(inputs)),
             built: OnceLock::new(),
         }
     }
 
-    pub(super) fn ready(snapshot: Arc<QueueSnapshot>) -> LazySnapshot {
+    pub(crate) fn ready(snapshot: Arc<QueueSnapshot>) -> LazySnapshot {
         LazySnapshot {
             inputs: Mutex::new(None),
             built: OnceLock::from(snapshot),
         }
     }
 
-    pub(super) fn get(&self) -> Arc<QueueSnapshot> {
+    pub(crate) fn get(&self) -> Arc<QueueSnapshot> {
         self.built
             .get_or_init(|| {
                 let inputs = self
@@ -406,7 +406,7 @@ impl Viewer {
     }
 }
 
-pub(super) struct Work {
+pub(crate) struct Work {
     name: String,
     viewer: Viewer,
     /// Seconds a finished job still shows in the queue (min_job_age_secs).
@@ -419,7 +419,7 @@ pub(super) struct Work {
 }
 
 impl Work {
-    pub(super) fn new(name: String, viewer: Viewer, min_job_age: u64, query: Query) -> Work {
+    pub(crate) fn new(name: String, viewer: Viewer, min_job_age: u64, query: Query) -> Work {
         Work {
             name,
             viewer,
@@ -430,7 +430,7 @@ impl Work {
         }
     }
 
-    pub(super) fn with_snapshot(mut self, snapshot: Arc<LazySnapshot>) -> Work {
+    pub(crate) fn with_snapshot(mut self, snapshot: Arc<LazySnapshot>) -> Work {
         self.lazy = Some(snapshot);
         self
     }
@@ -440,7 +440,7 @@ impl Work {
     /// `yscontrol show job` (and their Slurm spellings), as workflow tools
     /// poll them. Such a query can be answered from a snapshot of just
     /// those jobs. `None` for anything else.
-    pub(super) fn named_jobs(&self) -> Option<Vec<JobId>> {
+    pub(crate) fn named_jobs(&self) -> Option<Vec<JobId>> {
         /// More than this and the whole queue's snapshot is as cheap.
         const MAX_NAMED: usize = 64;
         let refs = match &self.query {
@@ -460,7 +460,7 @@ impl Work {
     }
 }
 
-pub(super) fn start(spool: Spool, database: &Path) -> std::io::Result<Sender<Work>> {
+pub(crate) fn start(spool: Spool, database: &Path) -> std::io::Result<Sender<Work>> {
     let conn = db::open_readonly(database).map_err(std::io::Error::other)?;
     let (tx, rx) = mpsc::channel::<Work>();
     std::thread::Builder::new()
@@ -634,7 +634,7 @@ fn stream_queue(
     filter: &JobFilter,
     fields: &[Field],
 ) {
-    let now = super::now();
+    let now = crate::model::units::now();
     let viewer = &work.viewer;
     let written = spool.stream_reply(&work.name, viewer.uid, now, |row| {
         let recent = recently_finished(work, conn, filter, now).map_err(StreamError::Db)?;
@@ -660,7 +660,7 @@ fn stream_accounting(
     filter: &JobFilter,
     fields: &[Field],
 ) {
-    let now = super::now();
+    let now = crate::model::units::now();
     let viewer = &work.viewer;
     let snapshot = work.snapshot.as_deref();
     let written = spool.stream_reply(&work.name, viewer.uid, now, |row| {
@@ -693,7 +693,7 @@ enum StreamError {
 
 fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
     let snapshot = work.snapshot.as_deref();
-    let now = super::now();
+    let now = crate::model::units::now();
     let viewer = &work.viewer;
     let visible = |v: JobView| view_for(v, viewer);
     // Cells rendered here, where the jobs are, or whole (redacted) jobs.

@@ -1,0 +1,324 @@
+//! What the event loop owns: the active jobs, the policy's inputs and
+//! outputs, what a turn leaves to do after its commit, and the timers.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rusqlite::Connection;
+
+use crate::config::Config;
+use crate::db::{self};
+use crate::exec::Executor;
+use crate::model::job::{Job, JobId, JobState};
+use crate::proto::Reply;
+use crate::sched::{self, Reason};
+use crate::spool::socket::SocketRequest;
+use crate::spool::{Ownership, Spool};
+
+use super::{metrics_http, notifications, users};
+use crate::query::{self};
+
+/// What the event loop reacts to.
+#[derive(Debug)]
+pub enum Event {
+    /// Names that appeared in `incoming/`.
+    Spool(Vec<String>),
+    /// A request that came on the daemon's socket.
+    Socket(SocketRequest),
+    /// The watcher lost events: look at everything in `incoming/`.
+    Rescan,
+    SupervisorExited(JobId),
+    Reload,
+    Shutdown,
+}
+
+/// Requests processed in at most this many per transaction, so replies to
+/// the first of a flood do not wait for the last.
+pub(super) const MAX_BATCH: usize = 2_000;
+
+pub(super) const MAINTENANCE_EVERY: Duration = Duration::from_secs(600);
+pub(super) const STALE_AFTER: Duration = Duration::from_secs(3_600);
+/// How often the idle-while-waiting time is written even if it did not change.
+pub(super) const IDLE_FLUSH_EVERY: Duration = Duration::from_secs(60);
+/// How often the drop boxes are looked at for what no user may hold
+/// there, and the spool's reserve made again if it was used.
+pub(super) const POLICE_EVERY: Duration = Duration::from_secs(5);
+
+/// The active jobs, each shared with the queue snapshot that may hold it
+/// (so that a snapshot costs a pointer per job, not a copy), and the ids
+/// of the running ones: what every turn checks for time limits, without
+/// walking 100,000 pending jobs each time (which made filling a queue
+/// quadratic).
+#[derive(Default)]
+pub(super) struct Jobs {
+    pub(super) all: BTreeMap<JobId, Arc<Job>>,
+    pub(super) running: BTreeSet<JobId>,
+    /// Jobs handed out by `job_mut` since the running set was last
+    /// brought up to date.
+    pub(super) touched: Vec<JobId>,
+}
+
+/// Reading is the map's; changes go through `insert`, `remove` and
+/// `job_mut`, which keep the running set right.
+impl std::ops::Deref for Jobs {
+    type Target = BTreeMap<JobId, Arc<Job>>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.all
+    }
+}
+
+impl Jobs {
+    pub(super) fn insert(&mut self, job: Job) {
+        self.touched.push(job.id);
+        self.all.insert(job.id, Arc::new(job));
+    }
+
+    pub(super) fn remove(&mut self, id: &JobId) -> Option<Arc<Job>> {
+        self.running.remove(id);
+        self.all.remove(id)
+    }
+
+    /// A job to change; copied first if a snapshot still holds it.
+    pub(super) fn job_mut(&mut self, id: &JobId) -> Option<&mut Job> {
+        let job = Arc::make_mut(self.all.get_mut(id)?);
+        self.touched.push(*id);
+        Some(job)
+    }
+
+    /// Every job, in id order.
+    pub(super) fn all(&self) -> impl Iterator<Item = &Job> + Clone {
+        self.all.values().map(|job| &**job)
+    }
+
+    /// The running jobs, in id order.
+    pub(super) fn running(&mut self) -> impl Iterator<Item = &Job> + Clone {
+        for id in self.touched.drain(..) {
+            if self
+                .all
+                .get(&id)
+                .is_some_and(|j| j.state == JobState::Running)
+            {
+                self.running.insert(id);
+            } else {
+                self.running.remove(&id);
+            }
+        }
+        let all = &self.all;
+        self.running
+            .iter()
+            .filter_map(move |id| all.get(id))
+            .map(|job| &**job)
+    }
+}
+
+/// A request waiting in the backlog: a spool file, by name, or one read
+/// from the socket.
+pub(super) enum Incoming {
+    File(String),
+    Socket(SocketRequest),
+}
+
+/// Where a reply goes: into the reply file the requester made, or back on
+/// its connection.
+pub(super) enum Requester {
+    File { name: String, uid: u32 },
+    Socket(std::os::unix::net::UnixStream),
+}
+
+/// What handling one request leaves to do after the commit.
+pub(super) enum Handled {
+    Nothing,
+    /// The answer, for whoever sent the request.
+    Reply(Reply),
+    Query(Box<query::Work>),
+}
+
+/// Spent billing-seconds of one account, in the period starting at `.0`.
+pub(super) type Spending = HashMap<String, (i64, i64)>;
+
+/// The state the event loop owns, by concern.
+pub(super) struct Daemon {
+    pub(super) config: Config,
+    pub(super) spool: Spool,
+    pub(super) ownership: Ownership,
+    /// Runs the jobs: this host's supervisors and cgroups.
+    pub(super) executor: Box<dyn Executor>,
+    /// What the scheduler may hand out: the node's CPUs and memory, or
+    /// what the config says.
+    pub(super) cpus: u32,
+    pub(super) mem_mb: u64,
+    pub(super) store: Store,
+    pub(super) users: users::Users,
+    /// Pending, running and completing jobs.
+    /// Shared with the queue snapshot the views read: a job changed while
+    /// a snapshot holds it is copied first (`Arc::make_mut`).
+    pub(super) jobs: Jobs,
+    pub(super) policy: PolicyState,
+    pub(super) turn: TurnWork,
+    pub(super) inbox: Backlog,
+    /// The queue as the views see it, until the next change; built on the
+    /// query thread the first time a query needs it.
+    pub(super) snapshot: Option<Arc<query::LazySnapshot>>,
+    pub(super) queries: Sender<query::Work>,
+    pub(super) reschedule: bool,
+    pub(super) shutdown: bool,
+    pub(super) gpu_watch: GpuWatch,
+    pub(super) stats: Stats,
+    /// Where notifications go, and those to send after this turn's commit.
+    pub(super) notifier: notifications::Notifier,
+    pub(super) timers: Timers,
+}
+
+/// The scheduling policy's inputs kept between passes, and what the last pass decided.
+#[derive(Default)]
+pub(super) struct PolicyState {
+    /// From the last scheduling pass.
+    pub(super) reasons: HashMap<JobId, Reason>,
+    /// When jobs with a reservation are expected to start, from the last pass.
+    pub(super) expected_starts: HashMap<JobId, i64>,
+    /// Each association's usage, as charged and last decayed.
+    pub(super) usage: HashMap<(String, String), sched::fairshare::Usage>,
+    /// What each budgeted account spent in its current period.
+    pub(super) budgets: Spending,
+    /// Final states of ended jobs that pending dependencies name.
+    pub(super) ended: HashMap<JobId, JobState>,
+    /// Running jobs sent their `--signal` warning before their time limit.
+    pub(super) warned: HashSet<JobId>,
+    /// Fair-share factors from the last pass.
+    pub(super) fairshare: sched::fairshare::FactorMap,
+    /// The last pass's fair-share tree, which the next query snapshot shows
+    /// (`ysshare`) instead of building its own: a pass follows every change
+    /// to jobs or usage, and building the tree walks every job.
+    pub(super) pass_tree: Option<(sched::fairshare::Tree, Vec<sched::fairshare::NodeShare>)>,
+    pub(super) order: Vec<JobId>,
+    pub(super) wake_at: Option<i64>,
+    /// GPUs out of service (yscontrol drain), as the database has them.
+    pub(super) drains: BTreeMap<u32, db::Drain>,
+}
+
+/// What a turn leaves to do after its commit.
+#[derive(Default)]
+pub(super) struct TurnWork {
+    /// Replies to send once the current transaction is committed.
+    pub(super) replies: Vec<(Requester, Reply)>,
+    /// Jobs marked running in this turn, to launch after the commit.
+    pub(super) to_launch: Vec<JobId>,
+    /// Jobs whose end was recorded in this turn: their directories go after the commit.
+    pub(super) to_remove: Vec<JobId>,
+    pub(super) notifications: Vec<notifications::Notification>,
+    /// Jobs whose exit a failed turn took in: looked at again.
+    pub(super) exits_to_retry: Vec<JobId>,
+}
+
+/// Requests seen but not yet processed (beyond one batch), and the spool names among them.
+#[derive(Default)]
+pub(super) struct Backlog {
+    /// Requests seen but not yet processed (beyond one batch), and the
+    /// spool names among them.
+    pub(super) backlog: Vec<Incoming>,
+    pub(super) backlog_set: HashSet<String>,
+}
+
+/// Where GPU utilisation comes from, when to sample it next (`None`: never, without a source or with sampling off), and what the last samples showed.
+pub(super) struct GpuWatch {
+    /// Where GPU utilisation comes from, and when to sample it next
+    /// (`None`: never, without a source or with sampling off).
+    pub(super) gpu_source: Box<dyn crate::gpu::sampling::Source>,
+    pub(super) next_sample: Option<Instant>,
+    /// For the metrics: the last samples, the last pass, preemptions so
+    /// far, and when to write the file next.
+    pub(super) last_samples: Option<Vec<crate::model::gpu::Sample>>,
+    /// Processes on GPUs that were not their holder's, already logged.
+    pub(super) intruders_seen: HashSet<(u32, u32)>,
+}
+
+/// For the metrics: the last samples' pass time, preemptions and requests so far, GPUs idle while jobs wait, and when to write them next.
+pub(super) struct Stats {
+    pub(super) last_pass_seconds: f64,
+    pub(super) preemptions_total: u64,
+    pub(super) next_metrics: Option<Instant>,
+    /// The text the metrics endpoint serves (`None`: no endpoint).
+    pub(super) metrics_latest: Option<metrics_http::Latest>,
+    /// Requests handled from the spool, and their latency summed.
+    pub(super) requests_total: u64,
+    pub(super) ingest_seconds_sum: f64,
+    /// GPUs free while jobs wait, charged to the GPUs' hours.
+    pub(super) idle_watch: crate::report::history::IdleWatch,
+    pub(super) next_idle_flush: Instant,
+}
+
+/// When to take the next maintenance steps.
+pub(super) struct Timers {
+    /// When to take the next retention step (purge_after_months).
+    pub(super) next_retention: Instant,
+    /// When to look at the drop boxes and the reserve next.
+    pub(super) next_police: Instant,
+}
+
+/// The database, and whether a turn's transaction is open.
+pub(super) struct Store {
+    pub(super) db: Connection,
+    pub(super) in_transaction: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(id: JobId, state: JobState) -> Job {
+        Job {
+            state,
+            ..crate::model::job::example_job(id)
+        }
+    }
+
+    fn running_ids(jobs: &mut Jobs) -> Vec<JobId> {
+        jobs.running().map(|j| j.id).collect()
+    }
+
+    #[test]
+    fn the_running_set_follows_every_change() {
+        let mut jobs = Jobs::default();
+        jobs.insert(job(1, JobState::Pending));
+        jobs.insert(job(2, JobState::Running));
+        jobs.insert(job(3, JobState::Pending));
+        assert_eq!(running_ids(&mut jobs), vec![2]);
+        // Started, stopping, suspended, ended.
+        jobs.job_mut(&3).unwrap().state = JobState::Running;
+        assert_eq!(running_ids(&mut jobs), vec![2, 3]);
+        jobs.job_mut(&2).unwrap().state = JobState::Completing;
+        assert_eq!(running_ids(&mut jobs), vec![3]);
+        jobs.job_mut(&3).unwrap().state = JobState::Suspended;
+        jobs.job_mut(&1).unwrap().state = JobState::Running;
+        assert_eq!(running_ids(&mut jobs), vec![1]);
+        jobs.job_mut(&3).unwrap().state = JobState::Running;
+        jobs.remove(&3);
+        assert_eq!(running_ids(&mut jobs), vec![1]);
+        // Removed before the set caught up with a change.
+        jobs.job_mut(&1).unwrap().state = JobState::Pending;
+        jobs.remove(&1);
+        assert_eq!(running_ids(&mut jobs), Vec::<JobId>::new());
+        assert_eq!(jobs.len(), 1, "job 2 is still active");
+    }
+
+    #[test]
+    fn a_job_held_by_a_snapshot_is_copied_when_changed() {
+        let mut jobs = Jobs::default();
+        jobs.insert(job(1, JobState::Pending));
+        let snapshot = jobs[&1].clone();
+        jobs.job_mut(&1).unwrap().state = JobState::Running;
+        assert_eq!(
+            snapshot.state,
+            JobState::Pending,
+            "the snapshot keeps its view"
+        );
+        assert_eq!(jobs[&1].state, JobState::Running);
+        drop(snapshot);
+        let before = Arc::as_ptr(&jobs[&1]);
+        jobs.job_mut(&1).unwrap().nice = 5;
+        assert_eq!(Arc::as_ptr(&jobs[&1]), before, "no copy without a snapshot");
+    }
+}

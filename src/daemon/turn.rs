@@ -1,0 +1,811 @@
+//! The event loop and its turn: take events, apply them in one
+//! transaction, commit, then reply, notify and launch.
+
+use std::collections::HashMap;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rusqlite::Connection;
+
+use crate::config::Config;
+use crate::db::{self};
+use crate::model::job::{Job, JobId, JobState};
+use crate::proto::{Reply, Request};
+use crate::sched::{self, Reason};
+use crate::spool::socket::{self};
+use crate::spool::{Inbound, Ownership};
+
+use super::error::DaemonError;
+use super::startup::start_notifier;
+use super::state::*;
+pub use crate::model::units::now;
+use crate::query::{self, QueueSnapshot};
+
+impl Daemon {
+    /// The open transaction, begun on first use in a loop turn.
+    pub(super) fn tx(&mut self) -> Result<&Connection, DaemonError> {
+        if !self.store.in_transaction {
+            self.store.db.execute_batch("BEGIN IMMEDIATE")?;
+            self.store.in_transaction = true;
+        }
+        Ok(&self.store.db)
+    }
+
+    pub(super) fn commit(&mut self) -> Result<(), DaemonError> {
+        if self.store.in_transaction {
+            self.store.db.execute_batch("COMMIT")?;
+            self.store.in_transaction = false;
+        }
+        for id in std::mem::take(&mut self.turn.to_remove) {
+            self.executor.forget(id);
+        }
+        Ok(())
+    }
+
+    /// At start: loads active jobs, re-adopts running ones, and takes in
+    /// whatever arrived in the spool while the daemon was down.
+    pub(super) fn recover(&mut self) -> Result<(), DaemonError> {
+        if !self.spool.keep_reserve(self.config.spool_reserve) {
+            tracing::warn!(
+                target: "ysched::spool",
+                "no room for the spool's reserve of {} bytes at {}: the filesystem is nearly full",
+                self.config.spool_reserve,
+                self.spool.reserve_path().display()
+            );
+        }
+        self.policy.usage = db::load_usage(&self.store.db)?.into_iter().collect();
+        self.stats.preemptions_total = db::count_audit(&self.store.db, "preempt")?;
+        self.load_budgets(now())?;
+        self.policy.drains = db::drains(&self.store.db)?;
+        for (gpu, d) in &self.policy.drains {
+            tracing::warn!(target: "ysched::daemon", "GPU {gpu} is drained since {} by {}: {}", crate::model::units::format_timestamp(d.since), d.by, d.reason);
+        }
+        let (jobs, unreadable) = db::active_jobs(&self.store.db)?;
+        for job in jobs {
+            self.jobs.insert(job);
+        }
+        for bad in unreadable {
+            tracing::error!(
+                target: "ysched::daemon",
+                "job {} quarantined (marked FAILED): its row does not read back: {}",
+                bad.id,
+                bad.problem.escape_debug()
+            );
+            db::quarantine_job(self.tx()?, &bad, now())?;
+        }
+        // A database from before preemptions were counted: a job with a
+        // suspended victim must count as a preemptor, or its end would not
+        // resume the victim.
+        let preemptors: Vec<JobId> = self
+            .jobs
+            .all()
+            .filter(|j| j.state == JobState::Suspended)
+            .filter_map(|j| j.preempted_by)
+            .collect();
+        for id in preemptors {
+            if let Some(job) = self.jobs.job_mut(&id) {
+                job.preemptions_caused = job.preemptions_caused.max(1);
+            }
+        }
+        let (pending, running) = self.jobs.all().fold((0, 0), |(p, r), j| {
+            if j.state == JobState::Pending {
+                (p + 1, r)
+            } else {
+                (p, r + 1)
+            }
+        });
+        tracing::info!(target: "ysched::daemon", "loaded {pending} pending and {running} running jobs");
+        let running: Vec<JobId> = self
+            .jobs
+            .all()
+            .filter(|j| j.state.holds_gpus())
+            .map(|j| j.id)
+            .collect();
+        for id in running {
+            self.readopt(id)?;
+        }
+        // Groups of jobs that are not running any more (their supervisor
+        // was killed along with the daemon, say): nothing may stay behind.
+        for id in self.executor.leftovers() {
+            if !self.jobs.get(&id).is_some_and(|j| j.state.holds_gpus()) {
+                let killed = self.executor.clear_remains(id);
+                tracing::info!(target: "ysched::exec", "removed the leftover cgroup of job {id} ({killed} processes killed)");
+            }
+        }
+        self.commit()?;
+        self.spool.remove_stale(STALE_AFTER);
+        self.enqueue(self.spool.list_incoming()?);
+        Ok(())
+    }
+
+    pub(super) fn enqueue(&mut self, names: Vec<String>) {
+        for name in names {
+            if self.inbox.backlog_set.insert(name.clone()) {
+                self.inbox.backlog.push(Incoming::File(name));
+            }
+        }
+    }
+
+    pub(super) fn event_loop(mut self, inbox: Receiver<Event>) -> Result<(), DaemonError> {
+        let mut next_maintenance = Instant::now() + MAINTENANCE_EVERY;
+        loop {
+            let timeout = self.next_timeout(next_maintenance);
+            let first = if self.inbox.backlog.is_empty() && !self.reschedule {
+                match inbox.recv_timeout(timeout) {
+                    Ok(e) => Some(e),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => return Ok(()),
+                }
+            } else {
+                None
+            };
+            let mut exited = Vec::new();
+            for event in first.into_iter().chain(inbox.try_iter()) {
+                match event {
+                    Event::Spool(names) => self.enqueue(names),
+                    Event::Socket(request) => self.inbox.backlog.push(Incoming::Socket(request)),
+                    Event::Rescan => {
+                        tracing::info!(target: "ysched::spool", "rescanning the spool");
+                        let names = self.spool.list_incoming()?;
+                        self.enqueue(names);
+                    }
+                    Event::SupervisorExited(id) => exited.push(id),
+                    Event::Reload => {
+                        let _ = self.reload(None);
+                    }
+                    Event::Shutdown => self.shutdown = true,
+                }
+            }
+            let mut queries = Vec::new();
+            let mut processed = Vec::new();
+            exited.append(&mut self.turn.exits_to_retry);
+            let exits_taken = exited.clone();
+            let applied =
+                self.apply_turn(exited, &mut next_maintenance, &mut queries, &mut processed);
+            match applied {
+                Ok(()) => {}
+                Err(e) if e.is_storage_failure() => self.after_failed_commit(&e, exits_taken)?,
+                Err(e) => return Err(e),
+            }
+            for (requester, reply) in std::mem::take(&mut self.turn.replies) {
+                match requester {
+                    Requester::File { name, uid } => {
+                        self.spool.write_reply(&name, uid, &reply);
+                    }
+                    Requester::Socket(connection) => socket::answer(&connection, &reply),
+                }
+            }
+            for event in std::mem::take(&mut self.turn.notifications) {
+                self.notifier.send(event);
+            }
+            self.spool.discard_all(&processed);
+            self.launch_started()?;
+            for q in queries {
+                // After a change, a query about a few named jobs gets a
+                // snapshot of those alone instead of waiting for the whole
+                // queue's (60-100 ms at 100,000 jobs).
+                let named = self.snapshot.is_none().then(|| q.named_jobs()).flatten();
+                let snapshot = match named.and_then(|ids| self.snapshot_of(&ids)) {
+                    Some(s) => Arc::new(query::LazySnapshot::ready(s)),
+                    None => self.snapshot(),
+                };
+                let _ = self.queries.send(q.with_snapshot(snapshot));
+            }
+            if self.shutdown {
+                tracing::info!(
+                    target: "ysched::daemon",
+                    "ysctld stopping; {} running jobs keep running and will be re-adopted",
+                    self.jobs.all().filter(|j| j.state.holds_gpus()).count()
+                );
+                return Ok(());
+            }
+        }
+    }
+
+    /// One turn's work, in one transaction, committed at its end: exits,
+    /// requests, time limits, maintenance, the scheduling pass. Replies
+    /// wait in `self.turn.replies`; queries and the spool names taken are
+    /// handed back through `queries` and `processed`.
+    pub(super) fn apply_turn(
+        &mut self,
+        exited: Vec<JobId>,
+        next_maintenance: &mut Instant,
+        queries: &mut Vec<query::Work>,
+        processed: &mut Vec<String>,
+    ) -> Result<(), DaemonError> {
+        let now = now();
+        let exited_any = !exited.is_empty();
+        for id in exited {
+            self.job_exited(id, now)?;
+        }
+        let take = self.inbox.backlog.len().min(MAX_BATCH);
+        let mut batch = std::mem::take(&mut self.inbox.backlog);
+        self.inbox.backlog = batch.split_off(take);
+        let mut batch = batch.into_iter();
+        let taken = self.take_requests(&mut batch, now, queries, processed);
+        // Requests not reached stay for the next turn.
+        let rest: Vec<Incoming> = batch.collect();
+        self.inbox.backlog.splice(0..0, rest);
+        taken?;
+        self.enforce_time_limits(now)?;
+        if self
+            .gpu_watch
+            .next_sample
+            .is_some_and(|t| Instant::now() >= t)
+        {
+            self.sample_gpus()?;
+        }
+        if self.stats.next_metrics.is_some_and(|t| Instant::now() >= t) {
+            self.write_metrics(now);
+        }
+        if self.config.purge_after_months.is_some() && Instant::now() >= self.timers.next_retention
+        {
+            let more = self.retention_step(now)?;
+            self.timers.next_retention = if more {
+                Instant::now()
+            } else {
+                Instant::now() + MAINTENANCE_EVERY
+            };
+        }
+        if Instant::now() >= self.timers.next_police {
+            self.police_spool();
+            self.timers.next_police = Instant::now() + POLICE_EVERY;
+        }
+        if Instant::now() >= *next_maintenance {
+            self.spool.remove_stale(STALE_AFTER);
+            *next_maintenance = Instant::now() + MAINTENANCE_EVERY;
+        }
+        let mut changed = exited_any;
+        if self.reschedule || self.policy.wake_at.is_some_and(|w| w <= now) {
+            self.schedule(now)?;
+            changed = true;
+        }
+        let flush = self.shutdown || Instant::now() >= self.stats.next_idle_flush;
+        if changed || flush {
+            self.track_idle(now, flush)?;
+            if flush {
+                self.stats.next_idle_flush = Instant::now() + IDLE_FLUSH_EVERY;
+            }
+        }
+        self.commit()?;
+        Ok(())
+    }
+
+    /// Handles the requests of one batch, in order, until one fails.
+    pub(super) fn take_requests(
+        &mut self,
+        batch: &mut std::vec::IntoIter<Incoming>,
+        now: i64,
+        queries: &mut Vec<query::Work>,
+        processed: &mut Vec<String>,
+    ) -> Result<(), DaemonError> {
+        for incoming in batch {
+            let max = self.config.max_spool_file;
+            let (inbound, connection) = match incoming {
+                Incoming::File(name) => {
+                    self.inbox.backlog_set.remove(&name);
+                    let inbound = self.spool.read_request(&name, max);
+                    processed.push(name);
+                    (inbound, None)
+                }
+                Incoming::Socket(r) => (
+                    crate::spool::parse_request(&r.name, r.uid, &r.body, max),
+                    Some(r.connection),
+                ),
+            };
+            let requester = match (&inbound, connection) {
+                (_, Some(c)) => Some(Requester::Socket(c)),
+                (Inbound::Request { name, uid, .. }, None) => Some(Requester::File {
+                    name: name.clone(),
+                    uid: *uid,
+                }),
+                (
+                    Inbound::Bad {
+                        name,
+                        uid: Some(uid),
+                        ..
+                    },
+                    None,
+                ) => Some(Requester::File {
+                    name: name.clone(),
+                    uid: *uid,
+                }),
+                _ => None,
+            };
+            if let Inbound::Request { name, .. } | Inbound::Bad { name, .. } = &inbound {
+                self.stats.requests_total += 1;
+                self.stats.ingest_seconds_sum +=
+                    crate::spool::age_of_name(name).map_or(0.0, |age| age.as_secs_f64().min(60.0));
+            }
+            let handled = match self.ingest(inbound, now) {
+                Ok(h) => h,
+                Err(e) => {
+                    // Answered with the turn's failure, if the turn fails.
+                    if let Some(r) = requester {
+                        let error = "not applied".to_string();
+                        self.turn.replies.push((r, Reply::Rejected { error }));
+                    }
+                    return Err(e);
+                }
+            };
+            match (handled, requester) {
+                (Handled::Nothing, _) | (_, None) => {}
+                (Handled::Reply(reply), Some(r)) => self.turn.replies.push((r, reply)),
+                (Handled::Query(q), Some(Requester::File { .. })) => queries.push(*q),
+                // Queries' replies are streamed into reply files.
+                (Handled::Query(_), Some(r)) => {
+                    let error =
+                        "queries are asked through the spool directory, not the daemon's socket"
+                            .to_string();
+                    self.turn.replies.push((r, Reply::Rejected { error }));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// After a turn whose transaction could not be committed (a full or
+    /// failing disk; SQLite has rolled it back): every request of the turn
+    /// is refused with the reason, the state goes back to what the
+    /// database holds, as at a restart, and the daemon carries on. Exits
+    /// the turn had taken in are taken in again next turn; jobs it had
+    /// started had not been launched yet, and are pending again.
+    pub(super) fn after_failed_commit(
+        &mut self,
+        failure: &DaemonError,
+        exits_taken: Vec<JobId>,
+    ) -> Result<(), DaemonError> {
+        if !self.store.db.is_autocommit() {
+            let _ = self.store.db.execute_batch("ROLLBACK");
+        }
+        self.store.in_transaction = false;
+        let freed = self.spool.release_reserve();
+        tracing::error!(
+            target: "ysched::db",
+            "a turn could not be recorded, so nothing of it was applied: {failure}{}",
+            if freed { "; the spool's reserve was released to make room" } else { "" }
+        );
+        let error = format!(
+            "not applied: ysctld could not record it ({failure}); the spool filesystem may be full. Nothing was changed; try again"
+        );
+        for (_, reply) in &mut self.turn.replies {
+            if !matches!(reply, Reply::Rejected { .. })
+                || matches!(reply, Reply::Rejected { error } if error == "not applied")
+            {
+                *reply = Reply::Rejected {
+                    error: error.clone(),
+                };
+            }
+        }
+        self.turn.notifications.clear();
+        self.turn.to_launch.clear();
+        self.turn.to_remove.clear();
+        self.turn.exits_to_retry = exits_taken;
+        self.reload_state(now())?;
+        // The disk may stay full a while: not a turn a millisecond.
+        std::thread::sleep(Duration::from_millis(500));
+        Ok(())
+    }
+
+    /// Removes what no user may hold in the drop boxes, and makes the
+    /// reserve again once there is room for it and some to spare.
+    pub(super) fn police_spool(&mut self) {
+        for r in self.spool.police(self.config.max_spool_file) {
+            tracing::warn!(target: "ysched::spool", "removed {} of uid {}: {}", r.path.display(), r.uid, r.why);
+        }
+        let reserve = self.config.spool_reserve;
+        if reserve > 0 && !self.spool.reserve_path().exists() {
+            let room = self.spool.free_bytes().unwrap_or(0);
+            if room > reserve.saturating_mul(2) && self.spool.keep_reserve(reserve) {
+                tracing::info!(target: "ysched::spool", "the spool's reserve of {reserve} bytes is back");
+            }
+        }
+    }
+
+    /// The jobs, usage, budgets and drains as the database has them.
+    pub(super) fn reload_state(&mut self, now: i64) -> Result<(), DaemonError> {
+        self.jobs = Jobs::default();
+        let (jobs, _unreadable) = db::active_jobs(&self.store.db)?;
+        for job in jobs {
+            self.jobs.insert(job);
+        }
+        self.policy.usage = db::load_usage(&self.store.db)?.into_iter().collect();
+        self.load_budgets(now)?;
+        self.policy.drains = db::drains(&self.store.db)?;
+        self.policy.ended.clear();
+        self.policy.pass_tree = None;
+        self.snapshot = None;
+        self.reschedule = true;
+        Ok(())
+    }
+
+    /// How long the loop may sleep: until the next time limit, `--begin`
+    /// time or maintenance, whichever comes first.
+    pub(super) fn next_timeout(&mut self, next_maintenance: Instant) -> Duration {
+        let now_s = now();
+        let mut next = next_maintenance.saturating_duration_since(Instant::now());
+        let retention = self
+            .config
+            .purge_after_months
+            .map(|_| self.timers.next_retention);
+        let police = Some(self.timers.next_police);
+        for t in [
+            self.gpu_watch.next_sample,
+            self.stats.next_metrics,
+            retention,
+            police,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            next = next.min(t.saturating_duration_since(Instant::now()));
+        }
+        let mut consider = |at: i64| {
+            let wait = Duration::from_secs((at - now_s).max(0) as u64);
+            next = next.min(wait);
+        };
+        for deadline in self.jobs.running().filter_map(Job::deadline) {
+            consider(deadline);
+        }
+        for (id, warn_at) in self
+            .jobs
+            .running()
+            .filter_map(|j| Some((j.id, j.warn_at()?)))
+        {
+            if !self.policy.warned.contains(&id) {
+                consider(warn_at);
+            }
+        }
+        if let Some(w) = self.policy.wake_at {
+            consider(w);
+        }
+        // Whole seconds are what job times are kept in; aim just past one.
+        if next < Duration::from_secs(1) {
+            next
+        } else {
+            next + Duration::from_millis(5)
+        }
+    }
+
+    /// Handles one request. Replies and queries are returned: they go out
+    /// after this turn's commit (queries to the query thread).
+    pub(super) fn ingest(&mut self, inbound: Inbound, now: i64) -> Result<Handled, DaemonError> {
+        match inbound {
+            Inbound::Skip => Ok(Handled::Nothing),
+            Inbound::Bad { name, uid, reason } => {
+                tracing::warn!(target: "ysched::spool", "rejected request {name} (uid {uid:?}): {reason}");
+                Ok(match uid {
+                    Some(_) => Handled::Reply(Reply::Rejected { error: reason }),
+                    None => Handled::Nothing,
+                })
+            }
+            Inbound::Request {
+                name,
+                uid,
+                envelope,
+            } => {
+                if self.ownership == Ownership::Personal && uid != nix::unistd::geteuid().as_raw() {
+                    let error = "this ysctld runs in personal mode and takes requests from its own user only".to_string();
+                    let reply = Reply::Rejected { error };
+                    return Ok(Handled::Reply(reply));
+                }
+                let user = match self.users.get(uid) {
+                    Some(u) => u.name.clone(),
+                    None => {
+                        let error = format!("uid {uid} has no user name on this server");
+                        let reply = Reply::Rejected { error };
+                        return Ok(Handled::Reply(reply));
+                    }
+                };
+                let request = envelope.request;
+                if let Request::Query(q) = request {
+                    let admin = self.config.is_admin(uid, &user);
+                    let policy = sched::limits::Policy::new(&self.config);
+                    let coordinated = self
+                        .config
+                        .accounts
+                        .iter()
+                        .filter(|a| sched::approval::may_approve(&policy, &a.name, &user))
+                        .map(|a| a.name.clone())
+                        .collect();
+                    let viewer = query::Viewer {
+                        uid,
+                        user,
+                        admin,
+                        coordinated,
+                        privacy: self.config.private_data,
+                    };
+                    return Ok(Handled::Query(Box::new(query::Work::new(
+                        name,
+                        viewer,
+                        self.config.min_job_age_secs,
+                        q,
+                    ))));
+                }
+                // A state change: apply it once, whatever crashes happened.
+                if let Some((owner, reply)) = db::find_request(self.tx()?, &name)? {
+                    let reply = if owner == uid {
+                        reply
+                    } else {
+                        Reply::Rejected {
+                            error: "request name already used by another user".into(),
+                        }
+                    };
+                    return Ok(Handled::Reply(reply));
+                }
+                let kind = request.kind();
+                let reply = match request {
+                    Request::Submit(job) => self.submit(*job, uid, &user, now)?,
+                    Request::Control(c) => self.control(c, uid, &user, now)?,
+                    Request::Query(_) => unreachable!("queries returned above"),
+                };
+                db::record_request(self.tx()?, &name, uid, now, kind, &reply)?;
+                Ok(Handled::Reply(reply))
+            }
+        }
+    }
+
+    /// Runs the scheduler and marks the jobs it starts as running.
+    pub(super) fn schedule(&mut self, now: i64) -> Result<(), DaemonError> {
+        self.reschedule = false;
+        let (tree, shares) = self.fairshare_tree(now);
+        self.policy.fairshare = sched::fairshare::factors(&tree, &shares);
+        self.policy.pass_tree = Some((tree, shares));
+        let mut held_back = self.dependency_waits(now)?;
+        for (id, reason) in self.budget_waits(now) {
+            held_back.entry(id).or_insert(reason);
+        }
+        for id in crate::array::throttled(self.jobs.all()) {
+            held_back
+                .entry(id)
+                .or_insert(sched::Reason::JobArrayTaskLimit);
+        }
+        let ctx = self.priority_context();
+        let mut rater = sched::priority::Rater::new(&ctx);
+        let pending: Vec<(&Job, i64)> = self
+            .jobs
+            .all()
+            .filter(|j| j.state == JobState::Pending && !held_back.contains_key(&j.id))
+            .map(|j| (j, rater.factors(j, now).priority()))
+            .collect();
+        let running: Vec<&Job> = self.jobs.all().filter(|j| j.state.holds_gpus()).collect();
+        let drained: Vec<u32> = self.policy.drains.keys().copied().collect();
+        let node = sched::Node {
+            gpus: &self.executor.node().inventory.gpus,
+            cpus: self.cpus,
+            mem_mb: self.mem_mb,
+            drained: &drained,
+        };
+        let policy = sched::limits::Policy::at(&self.config, now);
+        let pass = Instant::now();
+        let plan = sched::plan(&pending, &running, &node, &policy, now);
+        self.stats.last_pass_seconds = pass.elapsed().as_secs_f64();
+        for (id, gpus) in plan.starts.iter().cloned() {
+            self.mark_running(id, gpus, now)?;
+        }
+        let preempting = self.preempt(&plan, now)?;
+        self.policy.reasons = plan.reasons;
+        for id in preempting {
+            self.policy.reasons.insert(id, Reason::Preempting);
+        }
+        self.policy.expected_starts = plan.expected_starts;
+        // A job started now may satisfy an `after` dependency at once.
+        if !plan.starts.is_empty() && !held_back.is_empty() {
+            self.reschedule = true;
+        }
+        self.policy.reasons.extend(held_back);
+        self.policy.order = plan.order;
+        self.policy.wake_at = plan.wake_at;
+        self.snapshot = None;
+        Ok(())
+    }
+
+    /// The association tree with usage decayed to `now`, and what the
+    /// fair-share algorithm makes of it.
+    pub(super) fn fairshare_tree(
+        &mut self,
+        now: i64,
+    ) -> (sched::fairshare::Tree, Vec<sched::fairshare::NodeShare>) {
+        let usage = self.usage_with_running(now);
+        // Runs of jobs of one association pass as one: comparing with the
+        // job before is cheaper than hashing every job's pair.
+        let mut previous = None;
+        let associations = self
+            .jobs
+            .all()
+            .map(|j| (j.account.as_str(), j.user.as_str()))
+            .filter(move |pair| previous.replace(*pair) != Some(*pair));
+        let tree = sched::fairshare::build_tree(&self.config, associations, &usage, now);
+        let shares = tree.compute(self.config.fairshare.algorithm);
+        (tree, shares)
+    }
+
+    /// The associations' usage as charged, plus what their running jobs
+    /// have used so far: an account flooding long jobs weighs in while
+    /// they run, not only once they end. Runs are charged to the stored
+    /// usage when they end, as before; this is what the pass sees now.
+    pub(super) fn usage_with_running(
+        &mut self,
+        now: i64,
+    ) -> HashMap<(String, String), sched::fairshare::Usage> {
+        let fs = &self.config.fairshare;
+        let mut usage = self.policy.usage.clone();
+        for job in self.jobs.running() {
+            if job.state != JobState::Running || job.start_time.is_none() {
+                continue;
+            }
+            let mut so_far = Job::clone(job);
+            so_far.end_time = Some(now.max(job.start_time.unwrap_or(now)));
+            let billing = sched::fairshare::charge(
+                &so_far,
+                &self.executor.node().inventory.gpus,
+                &self.config,
+            );
+            usage
+                .entry((job.account.clone(), job.user.clone()))
+                .or_default()
+                .charge(billing, now, fs.half_life, fs.reset);
+        }
+        usage
+    }
+
+    /// The queue as the views see it; after a change, what to build it
+    /// from (the query thread builds it).
+    pub(super) fn snapshot(&mut self) -> Arc<query::LazySnapshot> {
+        if let Some(s) = &self.snapshot {
+            return s.clone();
+        }
+        let now = now();
+        let policy = sched::limits::Policy::new(&self.config);
+        let budgets: HashMap<String, sched::budget::Standing> = self
+            .config
+            .accounts
+            .iter()
+            .filter_map(|a| Some((a.name.clone(), self.standing(&a.name, &policy, now)?)))
+            .collect();
+        let built;
+        let (tree, shares) = match &self.policy.pass_tree {
+            Some((tree, shares)) => (tree, shares),
+            None => {
+                built = self.fairshare_tree(now);
+                (&built.0, &built.1)
+            }
+        };
+        let inputs = query::SnapshotInputs {
+            jobs: self.jobs.values().cloned().collect(),
+            reasons: self.policy.reasons.clone(),
+            expected_starts: self.policy.expected_starts.clone(),
+            queue_order: self.policy.order.clone(),
+            weights: self.config.priority.clone(),
+            qos: self.config.qos.clone(),
+            fairshare: self.policy.fairshare.clone(),
+            total_gpus: self.executor.node().inventory.gpus.len() as u32,
+            now,
+            shares: query::share_rows(tree, shares, &self.policy.usage, &budgets),
+            node: query::NodeFacts {
+                name: self.config.node_name.clone(),
+                cpus: self.cpus,
+                memory_mb: self.mem_mb,
+                isolation: self.executor.node().isolation.description.clone(),
+                gpu_source: self.executor.node().inventory.source.to_string(),
+                gpus: self.executor.node().inventory.gpus.clone(),
+                drains: self.policy.drains.clone(),
+                samples: self.gpu_watch.last_samples.clone(),
+            },
+        };
+        let snapshot = Arc::new(query::LazySnapshot::new(inputs));
+        self.snapshot = Some(snapshot.clone());
+        snapshot
+    }
+
+    /// What a job's priority is computed from, as the last pass left it.
+    pub(super) fn priority_context(&self) -> sched::priority::Context<'_> {
+        sched::priority::Context {
+            weights: &self.config.priority,
+            qos: &self.config.qos,
+            fairshare: &self.policy.fairshare,
+            total_gpus: self.executor.node().inventory.gpus.len() as u32,
+        }
+    }
+
+    /// A snapshot of just the active jobs among `ids`, built without a
+    /// pass over the queue; no node or fair-share view. `None` where an id
+    /// names an array with tasks still active (its tasks' ids follow it),
+    /// which only the whole queue's snapshot answers.
+    pub(super) fn snapshot_of(&self, ids: &[JobId]) -> Option<Arc<QueueSnapshot>> {
+        let mut named = Vec::with_capacity(ids.len());
+        for &id in ids {
+            match self.jobs.range(id..).next() {
+                Some((_, job)) if job.array.as_ref().is_some_and(|a| a.job_id == id) => {
+                    return None
+                }
+                Some((&found, job)) if found == id => named.push(job),
+                _ => {}
+            }
+        }
+        named.sort_unstable_by_key(|j| j.id);
+        named.dedup_by_key(|j| j.id);
+        let ctx = self.priority_context();
+        Some(Arc::new(QueueSnapshot::build(
+            named.into_iter(),
+            &self.policy.reasons,
+            &self.policy.expected_starts,
+            &self.policy.order,
+            &ctx,
+            now(),
+            Vec::new(),
+        )))
+    }
+
+    /// SIGHUP or `yscontrol reload`: validate first; a bad file changes nothing.
+    pub(super) fn reload(&mut self, requested_by: Option<&str>) -> Result<String, String> {
+        let path = self.config.path.clone();
+        let who = requested_by
+            .map(|u| format!(" (requested by {u})"))
+            .unwrap_or_default();
+        let result = match Config::load(&path) {
+            Err(e) => Err(format!("config not reloaded: {e}")),
+            Ok(new) if new.spool_dir != self.config.spool_dir => Err(format!(
+                "config not reloaded: spool_dir changed ({} → {}); restart ysctld to move the spool",
+                self.config.spool_dir.display(),
+                new.spool_dir.display()
+            )),
+            Ok(new) if new.gpus != self.config.gpus => {
+                Err("config not reloaded: [[gpus]] changed; restart ysctld to change the GPU inventory".to_string())
+            }
+            Ok(new) => {
+                let notify_changed = (&new.notify_command, new.notify_timeout_secs)
+                    != (&self.config.notify_command, self.config.notify_timeout_secs);
+                if notify_changed {
+                    match start_notifier(&new) {
+                        Ok(n) => self.notifier = n,
+                        Err(e) => tracing::error!(target: "ysched::daemon", "notifications stay as they were: {e}"),
+                    }
+                }
+                let later = self.config.needs_restart(&new);
+                self.cpus = new.cpus.unwrap_or_else(crate::exec::local::host_cpus);
+                self.mem_mb = new.memory_mb.unwrap_or_else(crate::exec::local::host_memory_mb);
+                self.config = new;
+                self.users.clear();
+                self.policy.pass_tree = None;
+                self.reschedule = true;
+                self.snapshot = None;
+                let not_applied = if later.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; not applied until ysctld restarts: {}",
+                        later.join(", ")
+                    )
+                };
+                match self.load_budgets(now()) {
+                    Ok(()) => Ok(format!(
+                        "config {} reloaded ({} CPUs, {} MiB){not_applied}",
+                        path.display(),
+                        self.cpus,
+                        self.mem_mb
+                    )),
+                    Err(e) => Err(format!("config {} reloaded, but budgets could not be summed: {e}", path.display())),
+                }
+            }
+        };
+        match &result {
+            Ok(m) => tracing::info!(target: "ysched::daemon", "{m}{who}"),
+            Err(m) => tracing::error!(target: "ysched::daemon", "{m}{who}"),
+        }
+        let text = match &result {
+            Ok(m) | Err(m) => m.clone(),
+        };
+        if let Err(e) = self.audit(
+            now(),
+            requested_by.unwrap_or("SIGHUP"),
+            "reload",
+            None,
+            &text,
+        ) {
+            tracing::error!(target: "ysched::daemon", "reload not audited: {e}");
+        }
+        result
+    }
+}

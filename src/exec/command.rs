@@ -1,0 +1,46 @@
+//! Helper commands the administrator configures (`notify_command`): run
+//! with their input on stdin and a time limit, their output discarded.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs `command` (program and arguments) with `env` added and `input` on
+/// its standard input; one that runs past `timeout` is killed. `Err` says
+/// what went wrong, naming the program.
+pub fn run_with_input(
+    command: &[String],
+    env: &[(&str, String)],
+    input: &[u8],
+    timeout: Duration,
+) -> Result<(), String> {
+    let program = command.first().ok_or("the command is empty")?;
+    let mut child = Command::new(program)
+        .args(&command[1..])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot run {program}: {e}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A command that does not read its input is its own business.
+        let _ = stdin.write_all(input);
+    }
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait().map_err(|e| e.to_string())? {
+            Some(status) if status.success() => return Ok(()),
+            Some(status) => return Err(format!("{program} exited with {status}")),
+            None if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "{program} still ran after {} s and was killed",
+                    timeout.as_secs()
+                ));
+            }
+            None => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
