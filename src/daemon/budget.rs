@@ -2,13 +2,9 @@
 //! its current period, updated at every charge; the verdict on a
 //! submission comes from `sched::budget`.
 
-use std::collections::HashMap;
-
 use crate::db;
-use crate::model::job::{JobId, JobState};
 use crate::sched::budget::{self, Standing, Verdict};
 use crate::sched::limits::Policy;
-use crate::sched::Reason;
 
 use super::error::DaemonError;
 use super::state::{Daemon, Spending};
@@ -133,58 +129,6 @@ impl Daemon {
             spent,
             committed,
         })
-    }
-
-    /// Pending jobs that a budget (one that refuses, at or above their
-    /// account) can no longer cover: what is left after what was spent and
-    /// what running jobs may still cost, given to pending jobs in submit
-    /// order. Submissions are judged against the budget, so this happens
-    /// when an admin lowers a budget; such jobs wait (Slurm's
-    /// AssocGrpBillingMinutes) rather than overspend it.
-    pub(super) fn budget_waits(&self, now: i64) -> HashMap<JobId, Reason> {
-        let policy = Policy::new(&self.config);
-        let mut waits = HashMap::new();
-        for account in self.config.accounts.iter() {
-            let Some(b) = &account.budget else { continue };
-            if b.over != budget::OverBudget::Refuse {
-                continue;
-            }
-            let spent = match self.policy.budgets.get(&account.name) {
-                Some(&(start, spent)) if start == b.period.start(now) => spent,
-                _ => 0,
-            };
-            // The budgeted account and the accounts below it, once.
-            let subtree: std::collections::HashSet<&str> = self
-                .config
-                .accounts
-                .iter()
-                .filter(|a| policy.chain(&a.name).iter().any(|x| x.name == account.name))
-                .map(|a| a.name.as_str())
-                .collect();
-            let under = |j: &&crate::model::job::Job| subtree.contains(j.account.as_str());
-            let cost = |j: &crate::model::job::Job| self.worst_case(&j.gpus, j.time_limit, &j.qos);
-            let running: i64 = self
-                .jobs
-                .all()
-                .filter(under)
-                .filter(|j| j.state.holds_gpus())
-                .map(|j| cost(j).unwrap_or(0))
-                .sum();
-            let mut left = b.amount - spent - running;
-            // self.jobs is ordered by id: submit order.
-            for job in self.jobs.all().filter(under) {
-                if job.state != JobState::Pending {
-                    continue;
-                }
-                match cost(job) {
-                    Some(c) if c <= left => left -= c,
-                    _ => {
-                        waits.insert(job.id, Reason::AssocGrpBillingMinutes);
-                    }
-                }
-            }
-        }
-        waits
     }
 
     pub(super) fn worst_case(

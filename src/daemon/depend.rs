@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use crate::db;
 use crate::model::job::{JobId, JobState};
 use crate::sched::dependency::{Dependency, Status};
-use crate::sched::Reason;
 
 use super::error::DaemonError;
 use super::state::Daemon;
@@ -81,81 +80,18 @@ impl Daemon {
         Ok(Ok(Some(dependency.to_string())))
     }
 
-    /// The pending jobs their dependencies hold back, with the reason.
-    /// Never-satisfiable ones are cancelled instead where the config says so.
-    pub(super) fn dependency_waits(
+    /// The states of the jobs that pending dependencies name, for the
+    /// pass; ended jobs no dependency names any more leave the cache.
+    pub(super) fn dependency_states(
         &mut self,
-        now: i64,
-    ) -> Result<HashMap<JobId, Reason>, DaemonError> {
-        let waiting: Vec<(JobId, u32, String, String)> = self
-            .jobs
-            .all()
-            .filter(|j| j.state == JobState::Pending)
-            .filter_map(|j| Some((j.id, j.uid, j.name.clone(), j.dependency.clone()?)))
-            .collect();
-        let mut reasons = HashMap::new();
-        if waiting.is_empty() {
-            self.policy.ended.clear();
-            return Ok(reasons);
+    ) -> Result<HashMap<JobId, Option<JobState>>, DaemonError> {
+        let named = crate::sched::pass::named_by_dependencies(self.jobs.all());
+        let mut states = HashMap::with_capacity(named.len());
+        for &id in &named {
+            states.insert(id, self.state_of(id)?);
         }
-        // For singleton: per (user, name), the lowest pending id and whether
-        // one is already running.
-        let mut namesakes: HashMap<(u32, &str), (JobId, bool)> = HashMap::new();
-        for j in self.jobs.all().filter(|j| j.state.is_active()) {
-            let entry = namesakes
-                .entry((j.uid, j.name.as_str()))
-                .or_insert((JobId::MAX, false));
-            if j.state == JobState::Pending {
-                entry.0 = entry.0.min(j.id);
-            } else {
-                entry.1 = true;
-            }
-        }
-        let namesakes: HashMap<(u32, String), (JobId, bool)> = namesakes
-            .into_iter()
-            .map(|((uid, name), v)| ((uid, name.to_string()), v))
-            .collect();
-        let mut never = Vec::new();
-        let mut named = std::collections::HashSet::new();
-        for (id, uid, name, text) in waiting {
-            let Ok(dependency) = Dependency::parse(&text) else {
-                tracing::warn!(target: "ysched::daemon", "job {id}: unreadable dependency '{text}'");
-                never.push(id);
-                continue;
-            };
-            let mut states = HashMap::new();
-            for dep in dependency.job_ids() {
-                named.insert(dep);
-                states.insert(dep, self.state_of(dep)?);
-            }
-            let earlier_namesake = dependency.has_singleton()
-                && namesakes
-                    .get(&(uid, name))
-                    .is_some_and(|&(lowest, running)| running || lowest < id);
-            match dependency.evaluate(|d| states.get(&d).copied().flatten(), earlier_namesake) {
-                Status::Satisfied => {}
-                Status::Waiting => {
-                    reasons.insert(id, Reason::Dependency);
-                }
-                Status::Never => never.push(id),
-            }
-        }
-        // Forget ended jobs no dependency names any more.
         self.policy.ended.retain(|id, _| named.contains(id));
-        for id in never {
-            if self.config.kill_invalid_dependency {
-                self.finish(
-                    id,
-                    JobState::Cancelled,
-                    now,
-                    None,
-                    Some("DependencyNeverSatisfied".into()),
-                )?;
-            } else {
-                reasons.insert(id, Reason::DependencyNeverSatisfied);
-            }
-        }
-        Ok(reasons)
+        Ok(states)
     }
 }
 

@@ -64,7 +64,7 @@ impl Daemon {
         if ids.is_empty() {
             return Ok(());
         }
-        let now = crate::model::units::now();
+        let now = self.now();
         for id in ids {
             if let Err(message) = self.launch(id) {
                 tracing::error!(target: "ysched::exec", "job {id} could not be launched: {message}");
@@ -409,7 +409,7 @@ impl Daemon {
                 }
             }
         }
-        let hour = crate::report::history::hour_of(crate::model::units::now());
+        let hour = crate::report::history::hour_of(self.now());
         db::add_gpu_samples(self.tx()?, hour, &samples)?;
         let low = self.config.low_utilization_pct;
         let ids: Vec<JobId> = self
@@ -551,7 +551,7 @@ impl Daemon {
     /// After a restart: finds a running job's supervisor again, or accounts
     /// for what happened while the daemon was away.
     pub(super) fn readopt(&mut self, id: JobId) -> Result<(), DaemonError> {
-        let now = crate::model::units::now();
+        let now = self.now();
         match self.executor.adopt(id) {
             Adoption::Alive { supervisor_pid } => {
                 tracing::info!(target: "ysched::exec", "job {id} re-adopted (supervisor pid {supervisor_pid})");

@@ -26,6 +26,9 @@ mod submit;
 mod turn;
 mod users;
 
+#[cfg(test)]
+mod replay_tests;
+
 pub use error::DaemonError;
 pub use startup::{run, Options};
 pub use state::Event;

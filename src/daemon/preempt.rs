@@ -5,109 +5,32 @@
 //! are requeued (or end PREEMPTED) and it starts. Every step is in the
 //! database, so a crash in the middle resumes it.
 
+use std::collections::HashMap;
+
 use crate::config::PreemptMode;
 use crate::db;
 use crate::model::job::{JobId, JobState};
-use crate::sched::preempt::{self, Candidate};
-use crate::sched::profile::{Free, Types};
-use crate::sched::{Plan, Reason};
+use crate::sched::preempt::{self};
 
 use super::error::DaemonError;
 use super::state::Daemon;
 
 impl Daemon {
-    /// Preempts for the jobs of `plan` that wait for resources and may;
-    /// returns those that did.
-    pub(super) fn preempt(&mut self, plan: &Plan, now: i64) -> Result<Vec<JobId>, DaemonError> {
-        let mut preempting = Vec::new();
-        for &id in &plan.order {
-            if !matches!(
-                plan.reasons.get(&id),
-                Some(Reason::Resources | Reason::Priority)
-            ) {
-                continue;
-            }
-            let Some(job) = self.jobs.get(&id) else {
-                continue;
-            };
-            let Some(qos) = self.config.qos_named(&job.qos) else {
-                continue;
-            };
-            if qos.preempt.is_empty() || !job.claim.is_empty() {
-                continue;
-            }
-            // A job about to end makes room soon enough.
-            if plan
-                .expected_starts
-                .get(&id)
-                .is_some_and(|&at| at - now <= self.config.preempt_wait as i64)
-            {
-                continue;
-            }
-            let Some(choice) = self.victims_for(id, now) else {
-                continue;
-            };
-            self.carry_out(id, choice, now)?;
-            preempting.push(id);
+    /// When each running job last saved a checkpoint file (for the
+    /// work a preemption would lose); only where some QoS may preempt.
+    pub(super) fn checkpoint_times(&self) -> HashMap<JobId, i64> {
+        if self.config.qos.iter().all(|q| q.preempt.is_empty()) {
+            return HashMap::new();
         }
-        Ok(preempting)
-    }
-
-    /// The cheapest victims for pending job `id`, if stopping some lets it start.
-    fn victims_for(&self, id: JobId, now: i64) -> Option<preempt::Choice> {
-        let urgent = &self.jobs[&id];
-        let rights = &self.config.qos_named(&urgent.qos)?.preempt;
-        let types = Types::new(&self.executor.node().inventory.gpus);
-        let mut free = Free::new(
-            &self.executor.node().inventory.gpus,
-            self.cpus,
-            self.mem_mb,
-            &types,
-        );
-        for job in self.jobs.all() {
-            if job.state.holds_gpus() {
-                free.take(job, &job.gpus_alloc, &types);
-                if crate::sched::profile::frees_cpus(job) {
-                    free.cpus += job.cpus;
-                }
-            }
-            if job.state == JobState::Pending && !job.claim.is_empty() {
-                free.take_gpus(&job.claim, &types);
-            }
-        }
-        let candidates: Vec<Candidate> = self
-            .jobs
+        self.jobs
             .all()
-            .filter(|j| j.state == JobState::Running && rights.contains(&j.qos))
-            .filter_map(|j| {
-                let qos = self.config.qos_named(&j.qos)?;
-                let ran = now - j.start_time?;
-                let saved = j.checkpoint_at.max(checkpoint_file_time(j));
-                let since_checkpoint = saved.map_or(ran, |c| now - c).clamp(0, ran);
-                // Suspending keeps the GPUs (and their memory) in use: it
-                // frees CPUs only, and loses no work.
-                let suspend = qos.preempt_mode == PreemptMode::Suspend;
-                let eligible = qos.preemptible
-                    && ran >= qos.min_run_time as i64
-                    && j.preempt_count < self.config.max_preemptions
-                    // Freezing needs the job's cgroup.
-                    && (!suspend || self.executor.node().isolation.can_suspend);
-                eligible.then_some(Candidate {
-                    job: j,
-                    qos_priority: qos.priority,
-                    lost_work: if suspend { 0 } else { since_checkpoint },
-                    suspend,
-                })
-            })
-            .collect();
-        if candidates.is_empty() {
-            return None;
-        }
-        preempt::choose(urgent, &free, &candidates, &types)
+            .filter(|j| j.state == JobState::Running)
+            .filter_map(|j| Some((j.id, checkpoint_file_time(j)?)))
+            .collect()
     }
 
     /// Signals the victims, keeps their GPUs for `urgent`, records it all.
-    fn carry_out(
+    pub(super) fn carry_out(
         &mut self,
         urgent: JobId,
         choice: preempt::Choice,

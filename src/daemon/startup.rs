@@ -86,6 +86,7 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         stats,
         notifier,
         timers: Timers {
+            clock: Clock::System,
             next_retention: Instant::now(),
             next_police: Instant::now(),
         },

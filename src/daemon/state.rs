@@ -250,8 +250,29 @@ pub(super) struct Stats {
     pub(super) next_idle_flush: Instant,
 }
 
-/// When to take the next maintenance steps.
+/// The clock of the records: the system's, or one a test moves.
+#[derive(Clone, Debug, Default)]
+pub(super) enum Clock {
+    #[default]
+    System,
+    #[cfg(test)]
+    Manual(Arc<std::sync::atomic::AtomicI64>),
+}
+
+impl Clock {
+    pub(super) fn now(&self) -> i64 {
+        match self {
+            Clock::System => crate::model::units::now(),
+            #[cfg(test)]
+            Clock::Manual(t) => t.load(std::sync::atomic::Ordering::SeqCst),
+        }
+    }
+}
+
+/// When to take the next maintenance steps, and the clock the records
+/// are written by.
 pub(super) struct Timers {
+    pub(super) clock: Clock,
     /// When to take the next retention step (purge_after_months).
     pub(super) next_retention: Instant,
     /// When to look at the drop boxes and the reserve next.

@@ -19,10 +19,14 @@ use crate::spool::{Inbound, Ownership};
 use super::error::DaemonError;
 use super::startup::start_notifier;
 use super::state::*;
-pub use crate::model::units::now;
 use crate::query::{self, QueueSnapshot};
 
 impl Daemon {
+    /// Now, as the records have it.
+    pub(super) fn now(&self) -> i64 {
+        self.timers.clock.now()
+    }
+
     /// The open transaction, begun on first use in a loop turn.
     pub(super) fn tx(&mut self) -> Result<&Connection, DaemonError> {
         if !self.store.in_transaction {
@@ -56,7 +60,7 @@ impl Daemon {
         }
         self.policy.usage = db::load_usage(&self.store.db)?.into_iter().collect();
         self.stats.preemptions_total = db::count_audit(&self.store.db, "preempt")?;
-        self.load_budgets(now())?;
+        self.load_budgets(self.now())?;
         self.policy.drains = db::drains(&self.store.db)?;
         for (gpu, d) in &self.policy.drains {
             tracing::warn!(target: "ysched::daemon", "GPU {gpu} is drained since {} by {}: {}", crate::model::units::format_timestamp(d.since), d.by, d.reason);
@@ -72,7 +76,8 @@ impl Daemon {
                 bad.id,
                 bad.problem.escape_debug()
             );
-            db::quarantine_job(self.tx()?, &bad, now())?;
+            let now = self.now();
+            db::quarantine_job(self.tx()?, &bad, now)?;
         }
         // A database from before preemptions were counted: a job with a
         // suspended victim must count as a preemptor, or its end would not
@@ -214,7 +219,7 @@ impl Daemon {
         queries: &mut Vec<query::Work>,
         processed: &mut Vec<String>,
     ) -> Result<(), DaemonError> {
-        let now = now();
+        let now = self.now();
         let exited_any = !exited.is_empty();
         for id in exited {
             self.job_exited(id, now)?;
@@ -382,7 +387,7 @@ impl Daemon {
         self.turn.to_launch.clear();
         self.turn.to_remove.clear();
         self.turn.exits_to_retry = exits_taken;
-        self.reload_state(now())?;
+        self.reload_state(self.now())?;
         // The disk may stay full a while: not a turn a millisecond.
         std::thread::sleep(Duration::from_millis(500));
         Ok(())
@@ -423,7 +428,7 @@ impl Daemon {
     /// How long the loop may sleep: until the next time limit, `--begin`
     /// time or maintenance, whichever comes first.
     pub(super) fn next_timeout(&mut self, next_maintenance: Instant) -> Duration {
-        let now_s = now();
+        let now_s = self.now();
         let mut next = next_maintenance.saturating_duration_since(Instant::now());
         let retention = self
             .config
@@ -549,52 +554,68 @@ impl Daemon {
     /// Runs the scheduler and marks the jobs it starts as running.
     pub(super) fn schedule(&mut self, now: i64) -> Result<(), DaemonError> {
         self.reschedule = false;
-        let (tree, shares) = self.fairshare_tree(now);
-        self.policy.fairshare = sched::fairshare::factors(&tree, &shares);
-        self.policy.pass_tree = Some((tree, shares));
-        let mut held_back = self.dependency_waits(now)?;
-        for (id, reason) in self.budget_waits(now) {
-            held_back.entry(id).or_insert(reason);
-        }
-        for id in crate::array::throttled(self.jobs.all()) {
-            held_back
-                .entry(id)
-                .or_insert(sched::Reason::JobArrayTaskLimit);
-        }
-        let ctx = self.priority_context();
-        let mut rater = sched::priority::Rater::new(&ctx);
-        let pending: Vec<(&Job, i64)> = self
-            .jobs
-            .all()
-            .filter(|j| j.state == JobState::Pending && !held_back.contains_key(&j.id))
-            .map(|j| (j, rater.factors(j, now).priority()))
-            .collect();
-        let running: Vec<&Job> = self.jobs.all().filter(|j| j.state.holds_gpus()).collect();
+        let named = self.dependency_states()?;
+        let usage = self.usage_with_running(now);
+        let checkpoints = self.checkpoint_times();
         let drained: Vec<u32> = self.policy.drains.keys().copied().collect();
-        let node = sched::Node {
-            gpus: &self.executor.node().inventory.gpus,
-            cpus: self.cpus,
-            mem_mb: self.mem_mb,
-            drained: &drained,
+        let jobs: Vec<&Job> = self.jobs.all().collect();
+        let state = sched::pass::State {
+            jobs: &jobs,
+            named: &named,
+            node: sched::Node {
+                gpus: &self.executor.node().inventory.gpus,
+                cpus: self.cpus,
+                mem_mb: self.mem_mb,
+                drained: &drained,
+            },
+            usage: &usage,
+            spent: &self.policy.budgets,
+            checkpoints: &checkpoints,
+            can_suspend: self.executor.node().isolation.can_suspend,
+            now,
         };
-        let policy = sched::limits::Policy::at(&self.config, now);
-        let pass = Instant::now();
-        let plan = sched::plan(&pending, &running, &node, &policy, now);
-        self.stats.last_pass_seconds = pass.elapsed().as_secs_f64();
+        let started = Instant::now();
+        let decisions = sched::pass(&state, &self.config);
+        self.stats.last_pass_seconds = started.elapsed().as_secs_f64();
+        self.apply(decisions, now)
+    }
+
+    /// Carries out a pass's decisions: cancels what can never run where
+    /// the config says so, marks the starts running, preempts, and keeps
+    /// the reasons, the order and the fair-share tree for the views.
+    fn apply(&mut self, decisions: sched::pass::Decisions, now: i64) -> Result<(), DaemonError> {
+        let sched::pass::Decisions {
+            plan,
+            mut held,
+            never,
+            preemptions,
+            tree,
+            shares,
+            factors,
+        } = decisions;
+        if self.config.kill_invalid_dependency {
+            for id in never {
+                held.remove(&id);
+                let reason = Some("DependencyNeverSatisfied".into());
+                self.finish(id, JobState::Cancelled, now, None, reason)?;
+            }
+        }
+        self.policy.fairshare = factors;
+        self.policy.pass_tree = Some((tree, shares));
         for (id, gpus) in plan.starts.iter().cloned() {
             self.mark_running(id, gpus, now)?;
         }
-        let preempting = self.preempt(&plan, now)?;
         self.policy.reasons = plan.reasons;
-        for id in preempting {
+        for (id, choice) in preemptions {
+            self.carry_out(id, choice, now)?;
             self.policy.reasons.insert(id, Reason::Preempting);
         }
         self.policy.expected_starts = plan.expected_starts;
         // A job started now may satisfy an `after` dependency at once.
-        if !plan.starts.is_empty() && !held_back.is_empty() {
+        if !plan.starts.is_empty() && !held.is_empty() {
             self.reschedule = true;
         }
-        self.policy.reasons.extend(held_back);
+        self.policy.reasons.extend(held);
         self.policy.order = plan.order;
         self.policy.wake_at = plan.wake_at;
         self.snapshot = None;
@@ -656,7 +677,7 @@ impl Daemon {
         if let Some(s) = &self.snapshot {
             return s.clone();
         }
-        let now = now();
+        let now = self.now();
         let policy = sched::limits::Policy::new(&self.config);
         let budgets: HashMap<String, sched::budget::Standing> = self
             .config
@@ -733,7 +754,7 @@ impl Daemon {
             &self.policy.expected_starts,
             &self.policy.order,
             &ctx,
-            now(),
+            self.now(),
             Vec::new(),
         )))
     }
@@ -779,7 +800,7 @@ impl Daemon {
                         later.join(", ")
                     )
                 };
-                match self.load_budgets(now()) {
+                match self.load_budgets(self.now()) {
                     Ok(()) => Ok(format!(
                         "config {} reloaded ({} CPUs, {} MiB){not_applied}",
                         path.display(),
@@ -798,7 +819,7 @@ impl Daemon {
             Ok(m) | Err(m) => m.clone(),
         };
         if let Err(e) = self.audit(
-            now(),
+            self.now(),
             requested_by.unwrap_or("SIGHUP"),
             "reload",
             None,

@@ -8,36 +8,19 @@
 //! strictly in submission order, and the first that does not fit stops the
 //! queue, as in a simple GPU queue.
 
+pub mod engine;
 pub mod trace;
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+pub use engine::Policy;
+
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
 use crate::config::{Account, AccountLimits, Config};
-use crate::gpu::Inventory;
-use crate::model::job::{GpuRequest, Job, JobId, JobState};
-use crate::sched::{self, budget, fairshare, limits, priority};
+use crate::model::job::Job;
+use crate::sched::fairshare;
 use trace::TraceJob;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Policy {
-    /// Submission order, no backfill, no fair-share.
-    Fifo,
-    /// ysched's policy: multifactor priority, fair-share, limits, budgets, backfill.
-    Ysched,
-}
-
-impl Policy {
-    pub fn name(self) -> &'static str {
-        match self {
-            Policy::Fifo => "fifo",
-            Policy::Ysched => "ysched",
-        }
-    }
-}
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Stats {
@@ -112,24 +95,6 @@ fn complete_config(config: &Config, jobs: &[TraceJob]) -> Config {
     config
 }
 
-fn job_of(id: JobId, t: &TraceJob, qos: &str) -> Job {
-    Job {
-        id,
-        user: t.user.clone(),
-        account: t.account.clone(),
-        qos: qos.to_string(),
-        name: format!("line{}", t.line),
-        gpus: GpuRequest {
-            count: t.gpus,
-            ..GpuRequest::default()
-        },
-        cpus: 0,
-        time_limit: Some(t.time_limit),
-        submit_time: t.submit,
-        ..Job::default()
-    }
-}
-
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -168,180 +133,33 @@ fn size_class(gpus: usize) -> &'static str {
 pub fn run(config: &Config, trace: &[TraceJob], skipped: trace::Skipped, policy: Policy) -> Report {
     let started_at = std::time::Instant::now();
     let config = complete_config(config, trace);
-    let inventory = Inventory::declared(&config);
-    let largest = inventory
-        .type_counts()
-        .iter()
-        .map(|(_, n)| *n)
-        .max()
-        .unwrap_or(0);
-    let node = sched::Node {
-        gpus: &inventory.gpus,
-        cpus: u32::MAX,
-        mem_mb: u64::MAX,
-        drained: &[],
-    };
-    let default_qos = config.default_qos.clone();
-    let lowest_qos = config
-        .qos
-        .iter()
-        .min_by_key(|q| q.priority)
-        .map(|q| q.name.clone())
-        .unwrap_or_default();
-    let limit_policy = limits::Policy::new(&config);
-    let fifo_config = Config {
-        accounts: Vec::new(),
-        ..config.clone()
-    };
-    let no_limits = limits::Policy::new(&fifo_config);
+    let sim = engine::Sim::new(&config, trace, policy, Vec::new());
+    let gpus = sim.gpus();
+    let (outcome, _) = sim.run();
+    report(&config, trace, outcome, gpus, policy, skipped, started_at)
+}
 
-    let mut clamped = 0;
-    let mut pending: BTreeMap<JobId, Job> = BTreeMap::new();
-    let mut running: BTreeMap<JobId, Job> = BTreeMap::new();
-    let mut ends: BinaryHeap<Reverse<(i64, JobId)>> = BinaryHeap::new();
-    let mut usage: HashMap<fairshare::Association, fairshare::Usage> = HashMap::new();
-    let mut spent: HashMap<String, (i64, i64)> = HashMap::new();
-    let mut runs: HashMap<JobId, u64> = HashMap::new();
-    let mut done: Vec<Job> = Vec::new();
-    let (mut backfilled, mut refused, mut downgraded) = (0, 0, 0);
-    let mut next = 0;
-    // GPUs in use, and since when the state (busy, anyone waiting) holds.
-    let mut busy: usize = 0;
-    let mut since: Option<(i64, bool)> = None;
-    // Seconds during which some job waited, and busy GPU-seconds in them.
-    let (mut waited_s, mut busy_while_waiting) = (0i64, 0f64);
-
-    loop {
-        let arrival = trace.get(next).map(|t| t.submit);
-        let end = ends.peek().map(|Reverse((t, _))| *t);
-        let now = match (arrival, end) {
-            (Some(a), Some(e)) => a.min(e),
-            (Some(a), None) => a,
-            (None, Some(e)) => e,
-            (None, None) => break,
-        };
-        if let Some((from, true)) = since {
-            waited_s += now - from;
-            busy_while_waiting += (now - from) as f64 * busy as f64;
-        }
-        while let Some(Reverse((t, id))) = ends.peek().copied() {
-            if t != now {
-                break;
-            }
-            ends.pop();
-            let mut job = running
-                .remove(&id)
-                .expect("an end belongs to a running job");
-            job.end_time = Some(t);
-            job.state = JobState::Completed;
-            busy -= job.gpus_alloc.len();
-            let billing = fairshare::charge(&job, &inventory.gpus, &config);
-            usage
-                .entry((job.account.clone(), job.user.clone()))
-                .or_default()
-                .charge(
-                    billing,
-                    t,
-                    config.fairshare.half_life,
-                    config.fairshare.reset,
-                );
-            for a in limit_policy.chain(&job.account) {
-                if let Some(b) = &a.budget {
-                    let start = b.period.start(t);
-                    let e = spent.entry(a.name.clone()).or_insert((start, 0));
-                    if e.0 != start {
-                        *e = (start, 0);
-                    }
-                    e.1 += billing;
-                }
-            }
-            done.push(job);
-        }
-        while let Some(t) = trace.get(next).filter(|t| t.submit == now) {
-            let id = next as JobId + 1;
-            next += 1;
-            let mut job = job_of(id, t, &default_qos);
-            if job.gpus.count > largest {
-                job.gpus.count = largest;
-                clamped += 1;
-            }
-            if policy == Policy::Ysched {
-                let cost =
-                    budget::worst_case(&job.gpus, job.time_limit, 1.0, &inventory.gpus, &config);
-                match judge(
-                    &config,
-                    &limit_policy,
-                    &spent,
-                    &pending,
-                    &running,
-                    &inventory,
-                    &job,
-                    cost,
-                    now,
-                ) {
-                    budget::Verdict::Refuse(_) => {
-                        refused += 1;
-                        continue;
-                    }
-                    budget::Verdict::Downgrade(_) => {
-                        downgraded += 1;
-                        job.qos = lowest_qos.clone();
-                    }
-                    _ => {}
-                }
-            }
-            runs.insert(id, t.run);
-            pending.insert(id, job);
-        }
-        let starts: Vec<(JobId, Vec<u32>)> = match policy {
-            Policy::Fifo => fifo(&pending, &running, &node, &no_limits, now),
-            Policy::Ysched => {
-                let associations = pending
-                    .values()
-                    .chain(running.values())
-                    .map(|j| (j.account.as_str(), j.user.as_str()));
-                let tree = fairshare::build_tree(&config, associations, &usage, now);
-                let factors = fairshare::factors(&tree, &tree.compute(config.fairshare.algorithm));
-                let ctx = priority::Context {
-                    weights: &config.priority,
-                    qos: &config.qos,
-                    fairshare: &factors,
-                    total_gpus: inventory.gpus.len() as u32,
-                };
-                let mut rater = priority::Rater::new(&ctx);
-                let queue: Vec<(&Job, i64)> = pending
-                    .values()
-                    .map(|j| (j, rater.factors(j, now).priority()))
-                    .collect();
-                let run_list: Vec<&Job> = running.values().collect();
-                let plan = sched::plan(
-                    &queue,
-                    &run_list,
-                    &node,
-                    &limits::Policy::at(&config, now),
-                    now,
-                );
-                backfilled += plan.backfilled.len();
-                plan.starts
-            }
-        };
-        for (id, gpus) in starts {
-            let mut job = pending
-                .remove(&id)
-                .expect("a start belongs to a pending job");
-            job.state = JobState::Running;
-            job.start_time = Some(now);
-            busy += gpus.len();
-            job.gpus_alloc = gpus;
-            ends.push(Reverse((now + runs[&id] as i64, id)));
-            running.insert(id, job);
-        }
-        since = Some((now, !pending.is_empty()));
-        if next >= trace.len() && ends.is_empty() {
-            break; // nothing left can change what is pending
-        }
-    }
-
+/// What a replay's outcome comes to.
+fn report(
+    config: &Config,
+    trace: &[TraceJob],
+    outcome: engine::Outcome,
+    gpu_count: u32,
+    policy: Policy,
+    skipped: trace::Skipped,
+    started_at: std::time::Instant,
+) -> Report {
+    let engine::Outcome {
+        done,
+        runs,
+        counts,
+        waited_s,
+        busy_while_waiting,
+    } = outcome;
+    let done: Vec<Job> = done
+        .into_iter()
+        .filter(|j| j.start_time.is_some())
+        .collect();
     let first_submit = trace.first().map_or(0, |t| t.submit);
     let last_end = done
         .iter()
@@ -376,7 +194,7 @@ pub fn run(config: &Config, trace: &[TraceJob], skipped: trace::Skipped, policy:
         .sum::<f64>()
         / done.len().max(1) as f64;
     // Jain's index over accounts of usage per normalized share.
-    let tree = fairshare::build_tree(&config, std::iter::empty(), &HashMap::new(), 0);
+    let tree = fairshare::build_tree(config, std::iter::empty(), &HashMap::new(), 0);
     let shares = tree.compute(config.fairshare.algorithm);
     let per_share: Vec<f64> = by_account
         .iter()
@@ -386,79 +204,21 @@ pub fn run(config: &Config, trace: &[TraceJob], skipped: trace::Skipped, policy:
             (share > 0.0).then(|| jobs.iter().map(|(_, g)| g).sum::<f64>() / share)
         })
         .collect();
-    let jain = {
-        let sum: f64 = per_share.iter().sum();
-        let squares: f64 = per_share.iter().map(|x| x * x).sum();
-        if squares > 0.0 {
-            sum * sum / (per_share.len() as f64 * squares)
-        } else {
-            1.0
-        }
-    };
-    let daily = {
-        const DAY: i64 = 86_400;
-        let share_of = |account: &str| {
-            tree.account_index(account)
-                .map_or(0.0, |i| shares[i].norm_shares)
-        };
-        // Per day: GPU-seconds per account, and which accounts were active.
-        let mut used: HashMap<i64, HashMap<&str, f64>> = HashMap::new();
-        let mut active: HashMap<i64, std::collections::HashSet<&str>> = HashMap::new();
-        for j in &done {
-            let (submit, start, end) = (
-                j.submit_time,
-                j.start_time.unwrap_or(0),
-                j.end_time.unwrap_or(0),
-            );
-            for day in submit.div_euclid(DAY)..=end.div_euclid(DAY) {
-                active.entry(day).or_default().insert(&j.account);
-                let (from, to) = ((day * DAY).max(start), ((day + 1) * DAY).min(end));
-                if to > from {
-                    *used.entry(day).or_default().entry(&j.account).or_default() +=
-                        (to - from) as f64 * j.gpus_alloc.len() as f64;
-                }
-            }
-        }
-        let indices: Vec<f64> = active
-            .iter()
-            .filter(|(_, a)| a.len() >= 2)
-            .map(|(day, accounts)| {
-                let x: Vec<f64> = accounts
-                    .iter()
-                    .filter(|a| share_of(a) > 0.0)
-                    .map(|a| {
-                        used.get(day).and_then(|u| u.get(a)).copied().unwrap_or(0.0) / share_of(a)
-                    })
-                    .collect();
-                let sum: f64 = x.iter().sum();
-                let squares: f64 = x.iter().map(|v| v * v).sum();
-                if squares > 0.0 {
-                    sum * sum / (x.len() as f64 * squares)
-                } else {
-                    1.0
-                }
-            })
-            .collect();
-        if indices.is_empty() {
-            1.0
-        } else {
-            indices.iter().sum::<f64>() / indices.len() as f64
-        }
-    };
+    let jain = jain_index(&per_share);
+    let daily = daily_fairness(&done, &tree, &shares);
     Report {
         policy,
-        gpus: inventory.gpus.len() as u32,
+        gpus: gpu_count,
         jobs: done.len(),
         utilization: all.iter().map(|(_, g)| g).sum::<f64>()
-            / (makespan as f64 * inventory.gpus.len().max(1) as f64),
+            / (makespan as f64 * gpu_count.max(1) as f64),
         makespan_s: makespan,
         utilization_while_waiting: if waited_s > 0 {
-            busy_while_waiting / (waited_s as f64 * inventory.gpus.len().max(1) as f64)
+            busy_while_waiting / (waited_s as f64 * gpu_count.max(1) as f64)
         } else {
             1.0
         },
-        idle_gpu_hours_while_waiting: (waited_s as f64 * inventory.gpus.len() as f64
-            - busy_while_waiting)
+        idle_gpu_hours_while_waiting: (waited_s as f64 * gpu_count as f64 - busy_while_waiting)
             / 3600.0,
         wait_mean_s: overall.wait_mean_s,
         wait_p50_s: overall.wait_p50_s,
@@ -466,10 +226,10 @@ pub fn run(config: &Config, trace: &[TraceJob], skipped: trace::Skipped, policy:
         bounded_slowdown_mean: slowdown,
         jain_fairness: jain,
         jain_fairness_daily: daily,
-        backfilled_jobs: backfilled,
-        budget_refused: refused,
-        budget_downgraded: downgraded,
-        clamped_jobs: clamped,
+        backfilled_jobs: counts.backfilled,
+        budget_refused: counts.refused,
+        budget_downgraded: counts.downgraded,
+        clamped_jobs: counts.clamped,
         skipped_rows: skipped,
         by_size: by_size.iter().map(|(k, v)| (k.clone(), stats(v))).collect(),
         accounts: by_account
@@ -480,71 +240,62 @@ pub fn run(config: &Config, trace: &[TraceJob], skipped: trace::Skipped, policy:
     }
 }
 
-/// The budget verdict for an arriving job, as the daemon would give it.
-#[allow(clippy::too_many_arguments)]
-fn judge(
-    config: &Config,
-    policy: &limits::Policy,
-    spent: &HashMap<String, (i64, i64)>,
-    pending: &BTreeMap<JobId, Job>,
-    running: &BTreeMap<JobId, Job>,
-    inventory: &Inventory,
-    job: &Job,
-    cost: Option<i64>,
-    now: i64,
-) -> budget::Verdict {
-    let mut verdict = budget::Verdict::Fits;
-    for a in policy.chain(&job.account) {
-        let Some(b) = &a.budget else { continue };
-        let committed = pending
-            .values()
-            .chain(running.values())
-            .filter(|j| policy.chain(&j.account).iter().any(|x| x.name == a.name))
-            .filter_map(|j| budget::worst_case(&j.gpus, j.time_limit, 1.0, &inventory.gpus, config))
-            .sum();
-        let standing = budget::Standing {
-            budget: b.amount,
-            spent: spent
-                .get(&a.name)
-                .filter(|(s, _)| *s == b.period.start(now))
-                .map_or(0, |(_, x)| *x),
-            committed,
-        };
-        match budget::judge(&a.name, cost, &standing, b.warning, b.over, b.period, now) {
-            v @ budget::Verdict::Refuse(_) => return v,
-            v @ budget::Verdict::Downgrade(_) => verdict = v,
-            _ => {}
-        }
+/// Jain's fairness index of `values`: 1 when all are equal, 1/n when one
+/// has everything.
+fn jain_index(values: &[f64]) -> f64 {
+    let sum: f64 = values.iter().sum();
+    let squares: f64 = values.iter().map(|x| x * x).sum();
+    if squares > 0.0 {
+        sum * sum / (values.len() as f64 * squares)
+    } else {
+        1.0
     }
-    verdict
 }
 
-/// Strict first-come-first-served: jobs start in submission order until
-/// the first that does not fit.
-fn fifo(
-    pending: &BTreeMap<JobId, Job>,
-    running: &BTreeMap<JobId, Job>,
-    node: &sched::Node,
-    no_limits: &limits::Policy,
-    now: i64,
-) -> Vec<(JobId, Vec<u32>)> {
-    let mut starts = Vec::new();
-    let mut busy: Vec<Job> = running.values().cloned().collect();
-    for job in pending.values() {
-        let refs: Vec<&Job> = busy.iter().collect();
-        let plan = sched::plan(&[(job, 0)], &refs, node, no_limits, now);
-        match plan.starts.into_iter().next() {
-            Some((id, gpus)) => {
-                let mut started = job.clone();
-                started.gpus_alloc = gpus.clone();
-                started.state = JobState::Running;
-                busy.push(started);
-                starts.push((id, gpus));
+/// Jain's index per day over the accounts with work queued or running
+/// that day, of GPU-seconds per normalized share, averaged over the days
+/// with two or more such accounts.
+fn daily_fairness(done: &[Job], tree: &fairshare::Tree, shares: &[fairshare::NodeShare]) -> f64 {
+    const DAY: i64 = 86_400;
+    let share_of = |account: &str| {
+        tree.account_index(account)
+            .map_or(0.0, |i| shares[i].norm_shares)
+    };
+    // Per day: GPU-seconds per account, and which accounts were active.
+    let mut used: HashMap<i64, HashMap<&str, f64>> = HashMap::new();
+    let mut active: HashMap<i64, std::collections::HashSet<&str>> = HashMap::new();
+    for j in done {
+        let (submit, start, end) = (
+            j.submit_time,
+            j.start_time.unwrap_or(0),
+            j.end_time.unwrap_or(0),
+        );
+        for day in submit.div_euclid(DAY)..=end.div_euclid(DAY) {
+            active.entry(day).or_default().insert(&j.account);
+            let (from, to) = ((day * DAY).max(start), ((day + 1) * DAY).min(end));
+            if to > from {
+                *used.entry(day).or_default().entry(&j.account).or_default() +=
+                    (to - from) as f64 * j.gpus_alloc.len() as f64;
             }
-            None => break,
         }
     }
-    starts
+    let indices: Vec<f64> = active
+        .iter()
+        .filter(|(_, a)| a.len() >= 2)
+        .map(|(day, accounts)| {
+            let x: Vec<f64> = accounts
+                .iter()
+                .filter(|a| share_of(a) > 0.0)
+                .map(|a| used.get(day).and_then(|u| u.get(a)).copied().unwrap_or(0.0) / share_of(a))
+                .collect();
+            jain_index(&x)
+        })
+        .collect();
+    if indices.is_empty() {
+        1.0
+    } else {
+        indices.iter().sum::<f64>() / indices.len() as f64
+    }
 }
 
 impl Report {
@@ -638,18 +389,22 @@ mod tests {
             time_limit: run,
             user: format!("{account}-user"),
             account: account.into(),
+            qos: None,
+            dependency: None,
         }
     }
 
     #[test]
     fn backfill_fills_the_hole_fifo_leaves() {
         // 4 GPUs: a 2-GPU job runs 100 s; a 4-GPU job waits for it; 1-GPU
-        // jobs of 50 s fit in the hole without delaying the big one.
+        // jobs of 50 s fit in the hole without delaying the big one. One
+        // account, so that the big job comes first by age (another account
+        // would come first by fair-share: the running job counts).
         let trace = vec![
             t(1, 0, 100, 2, "a"),
             t(2, 1, 100, 4, "a"),
-            t(3, 2, 50, 1, "b"),
-            t(4, 3, 50, 1, "b"),
+            t(3, 2, 50, 1, "a"),
+            t(4, 3, 50, 1, "a"),
         ];
         let fifo = run(&config(4, ""), &trace, Default::default(), Policy::Fifo);
         let ours = run(&config(4, ""), &trace, Default::default(), Policy::Ysched);

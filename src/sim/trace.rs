@@ -33,6 +33,12 @@ pub struct TraceJob {
     pub time_limit: u64,
     pub user: String,
     pub account: String,
+    /// A QoS other than the default (traces have none; workloads built
+    /// by hand may).
+    pub qos: Option<String>,
+    /// A `--dependency` on earlier jobs, by their ids (the n-th job of the
+    /// trace is job n).
+    pub dependency: Option<String>,
 }
 
 /// How trace rows become jobs.
@@ -196,6 +202,8 @@ pub fn parse(
             time_limit,
             user,
             account,
+            qos: None,
+            dependency: None,
         });
         if reading.max_jobs.is_some_and(|m| jobs.len() >= m) {
             break;

@@ -36,23 +36,22 @@ const MAX_DAEMON_STRUCT_FIELDS: usize = 20;
 /// Functions longer than the limit that issue 18 is still splitting: the
 /// list may only shrink. A function on it that got short must leave it;
 /// one not on it may not grow long.
-const STILL_LONG: [(&str, &str); 19] = [
+const STILL_LONG: [(&str, &str); 18] = [
     ("src/cli/sacctmgr.rs", "rows"),
     ("src/cli/ysbatch.rs", "run"),
     ("src/cli/yscontrol.rs", "run"),
     ("src/cli/ysctld.rs", "describe"),
     ("src/cli/ysreport.rs", "run"),
     ("src/config.rs", "validate"),
-    ("src/query.rs", "answer"),
     ("src/daemon/submit.rs", "submit"),
     ("src/db/mod.rs", "job_from_row"),
     ("src/exec/env.rs", "job_environment"),
+    ("src/query.rs", "answer"),
     ("src/report/metrics.rs", "render"),
     ("src/report/mod.rs", "text"),
     ("src/sched/admission.rs", "admit"),
-    ("src/sched/mod.rs", "plan"),
+    ("src/sched/plan.rs", "plan"),
     ("src/script.rs", "from_options"),
-    ("src/sim/mod.rs", "run"),
     ("src/sim/trace.rs", "parse"),
     (
         "tests/suite/limits.rs",

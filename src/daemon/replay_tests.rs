@@ -1,0 +1,304 @@
+//! The daemon's state machine on a fake node with a clock the test moves:
+//! one small workload (arrivals, a dependency, a preemption, a drain) run
+//! through the daemon — admission, the turn's transaction, launches,
+//! exits, requeue — and through the simulator gives the same starts at the
+//! same times, because both carry out the same `sched::pass`.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Instant;
+
+use crate::config::Config;
+use crate::db;
+use crate::exec::executor::{IsolationFacts, NodeFacts};
+use crate::exec::fake::{FakeExecutor, FakeNode};
+use crate::gpu::Inventory;
+use crate::model::job::{GpuRequest, JobId, JobState};
+use crate::proto::Reply;
+use crate::sim::engine::{DrainAt, Sim};
+use crate::sim::trace::TraceJob;
+use crate::sim::Policy;
+use crate::spool::{Ownership, Spool};
+
+use super::notifications::Notifier;
+use super::state::*;
+
+const CONFIG: &str = "default_qos = \"medium\"\n\
+    allow_root_jobs = true\n\
+    gpu_sample_secs = 0\n\
+    [[gpus]]\ntype = \"a100\"\ncount = 4\nmemory = \"80G\"\n\
+    [[qos]]\nname = \"high\"\npriority = 300\npreempt = [\"low\"]\npreemptible = false\n\
+    [[qos]]\nname = \"medium\"\npriority = 100\n\
+    [[qos]]\nname = \"low\"\npriority = 0\n\
+    [[accounts]]\nname = \"a\"\nshares = 1\nusers = [\"*\"]\n\
+    [[accounts]]\nname = \"b\"\nshares = 1\nusers = [\"*\"]\n";
+
+/// The daemon on a fake node, the clock it reads, and what it was told.
+struct Harness {
+    daemon: Daemon,
+    fake: FakeNode,
+    exits: Arc<Mutex<Vec<JobId>>>,
+    clock: Arc<AtomicI64>,
+    _queries: mpsc::Receiver<crate::query::Work>,
+    _dir: tempfile::TempDir,
+}
+
+fn harness(config: &Config) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = Spool::new(dir.path());
+    spool.prepare(Ownership::Personal).unwrap();
+    let db = db::open(&spool.database()).unwrap();
+    let node = NodeFacts {
+        name: config.node_name.clone(),
+        inventory: Inventory::declared(config),
+        cpus: 1_000,
+        mem_mb: 1 << 30,
+        isolation: IsolationFacts {
+            confined: true,
+            can_suspend: true,
+            ..Default::default()
+        },
+    };
+    let exits: Arc<Mutex<Vec<JobId>>> = Arc::default();
+    let heard = exits.clone();
+    let (executor, fake) = FakeExecutor::new(node, move |id| heard.lock().unwrap().push(id));
+    let clock = Arc::new(AtomicI64::new(0));
+    let (queries, receiver) = mpsc::channel();
+    let daemon = Daemon {
+        config: config.clone(),
+        spool,
+        ownership: Ownership::Personal,
+        executor: Box::new(executor),
+        cpus: 1_000,
+        mem_mb: 1 << 30,
+        store: Store {
+            db,
+            in_transaction: false,
+        },
+        users: Default::default(),
+        jobs: Jobs::default(),
+        policy: PolicyState::default(),
+        turn: TurnWork::default(),
+        inbox: Backlog::default(),
+        snapshot: None,
+        queries,
+        reschedule: true,
+        shutdown: false,
+        gpu_watch: GpuWatch {
+            gpu_source: Box::new(crate::gpu::sampling::NoData),
+            next_sample: None,
+            last_samples: None,
+            intruders_seen: HashSet::new(),
+        },
+        stats: Stats {
+            last_pass_seconds: 0.0,
+            preemptions_total: 0,
+            next_metrics: None,
+            metrics_latest: None,
+            requests_total: 0,
+            ingest_seconds_sum: 0.0,
+            idle_watch: Default::default(),
+            next_idle_flush: Instant::now(),
+        },
+        notifier: Notifier::off(),
+        timers: Timers {
+            clock: Clock::Manual(clock.clone()),
+            next_retention: Instant::now(),
+            next_police: Instant::now(),
+        },
+    };
+    Harness {
+        daemon,
+        fake,
+        exits,
+        clock,
+        _queries: receiver,
+        _dir: dir,
+    }
+}
+
+fn me() -> (u32, String) {
+    let uid = nix::unistd::getuid();
+    let user = nix::unistd::User::from_uid(uid).unwrap().unwrap();
+    (uid.as_raw(), user.name)
+}
+
+/// A workload job: (submit, run, GPUs, account, QoS, dependency).
+type Row = (
+    i64,
+    u64,
+    u32,
+    &'static str,
+    Option<&'static str>,
+    Option<&'static str>,
+);
+
+fn workload() -> (Vec<Row>, Vec<DrainAt>) {
+    let rows = vec![
+        (0, 100, 2, "a", Some("low"), None),
+        (0, 300, 2, "b", Some("low"), None),
+        (10, 50, 1, "a", None, Some("afterok:1")),
+        (20, 60, 2, "b", Some("high"), None),
+        (40, 30, 1, "b", None, None),
+        (45, 80, 2, "a", None, None),
+    ];
+    (rows, vec![DrainAt { time: 30, gpu: 3 }])
+}
+
+fn trace_of(rows: &[Row], user: &str) -> Vec<TraceJob> {
+    rows.iter()
+        .enumerate()
+        .map(
+            |(i, &(submit, run, gpus, account, qos, dependency))| TraceJob {
+                line: i + 1,
+                submit,
+                run,
+                gpus,
+                time_limit: run * 2,
+                user: user.to_string(),
+                account: account.to_string(),
+                qos: qos.map(str::to_string),
+                dependency: dependency.map(str::to_string),
+            },
+        )
+        .collect()
+}
+
+/// One turn as the event loop takes it, then the launches after the
+/// commit; again while exits arrive or a pass asks for another.
+fn settle(h: &mut Harness, started: &mut Vec<(i64, JobId)>, runs: &mut HashMap<JobId, usize>) {
+    let now = h.clock.load(Ordering::SeqCst);
+    for _ in 0..16 {
+        let exited = std::mem::take(&mut *h.exits.lock().unwrap());
+        if exited.is_empty() && !h.daemon.reschedule {
+            return;
+        }
+        let (mut maintenance, mut queries, mut processed) =
+            (Instant::now(), Vec::new(), Vec::new());
+        h.daemon
+            .apply_turn(exited, &mut maintenance, &mut queries, &mut processed)
+            .unwrap();
+        let before = h.fake.state().launched.len();
+        h.daemon.launch_started().unwrap();
+        for &id in &h.fake.state().launched[before..] {
+            started.push((now, id));
+            *runs.entry(id).or_default() += 1;
+        }
+    }
+    panic!("the daemon did not settle at {now}");
+}
+
+/// Runs the workload through the daemon; the starts, in order.
+fn through_the_daemon(
+    config: &Config,
+    rows: &[Row],
+    drains: &[DrainAt],
+    user: &str,
+    uid: u32,
+) -> Vec<(i64, JobId)> {
+    let mut h = harness(config);
+    let mut started = Vec::new();
+    let mut runs: HashMap<JobId, usize> = HashMap::new();
+    // When each run ends: (time, job) -> its run number.
+    let mut ends: BTreeMap<(i64, JobId), usize> = BTreeMap::new();
+    let mut next = 0;
+    loop {
+        let arrival = rows.get(next).map(|r| r.0);
+        let last = h.clock.load(Ordering::SeqCst);
+        let drain = drains.iter().map(|d| d.time).filter(|&t| t > last).min();
+        let wake = h.daemon.policy.wake_at.filter(|&w| w > last);
+        let end = ends.keys().next().map(|(t, _)| *t);
+        let Some(now) = [arrival, end, drain, wake].into_iter().flatten().min() else {
+            break;
+        };
+        h.clock.store(now, Ordering::SeqCst);
+        while let Some((&(t, id), &run)) = ends.iter().next().filter(|((t, _), _)| *t == now) {
+            ends.remove(&(t, id));
+            if runs.get(&id) == Some(&run) {
+                h.fake.end(id, 0, 0);
+            }
+        }
+        for d in drains.iter().filter(|d| d.time == now) {
+            let drain = db::Drain {
+                reason: "test".into(),
+                by: "root".into(),
+                since: now,
+            };
+            h.daemon.policy.drains.insert(d.gpu, drain);
+            h.daemon.reschedule = true;
+        }
+        while let Some(&(submit, run, gpus, account, qos, dependency)) =
+            rows.get(next).filter(|r| r.0 == now)
+        {
+            next += 1;
+            let mut request = crate::model::job::example_request();
+            request.gpus = GpuRequest {
+                count: gpus,
+                ..GpuRequest::default()
+            };
+            request.account = Some(account.into());
+            request.qos = qos.map(str::to_string);
+            request.dependency = dependency.map(str::to_string);
+            request.time_limit = Some(Some(run * 2));
+            let reply = h.daemon.submit(request, uid, user, submit).unwrap();
+            assert!(matches!(reply, Reply::Submitted { .. }), "{reply:?}");
+        }
+        let before = started.len();
+        settle(&mut h, &mut started, &mut runs);
+        for &(_, id) in &started[before..] {
+            ends.insert((now + rows[id as usize - 1].1 as i64, id), runs[&id]);
+        }
+    }
+    let states: Vec<JobState> = h.daemon.jobs.all().map(|j| j.state).collect();
+    assert!(states.is_empty(), "every job ended: {states:?}");
+    started
+}
+
+#[test]
+fn the_daemon_and_the_simulator_start_the_same_jobs_at_the_same_times() {
+    let (uid, user) = me();
+    let config = Config::parse(CONFIG, Path::new("replay.toml")).unwrap();
+    let (rows, drains) = workload();
+    let daemon = through_the_daemon(&config, &rows, &drains, &user, uid);
+
+    let trace = trace_of(&rows, &user);
+    let (outcome, simulated) = Sim::new(&config, &trace, Policy::Ysched, drains.clone()).run();
+    assert_eq!(
+        daemon, simulated,
+        "daemon's starts (time, job) vs the simulator's"
+    );
+
+    // The workload did what it is for.
+    assert!(
+        outcome.counts.preempted >= 1,
+        "a preemption happened: {:?}",
+        outcome.counts
+    );
+    let first = |id: JobId| simulated.iter().find(|(_, j)| *j == id).map(|(t, _)| *t);
+    assert!(
+        first(3) >= Some(100),
+        "job 3 waited for job 1 to end (afterok): {simulated:?}"
+    );
+    assert_eq!(
+        first(4),
+        Some(20),
+        "the high job preempted at once: {simulated:?}"
+    );
+    let restarted = simulated.iter().filter(|(_, j)| *j == 1 || *j == 2).count();
+    assert_eq!(
+        restarted, 3,
+        "one low job was requeued and ran again: {simulated:?}"
+    );
+    let after_drain: Vec<_> = outcome
+        .done
+        .iter()
+        .filter(|j| j.start_time.is_some_and(|s| s >= 30) && j.gpus_alloc.contains(&3))
+        .map(|j| j.id)
+        .collect();
+    assert!(
+        after_drain.is_empty(),
+        "no job started on drained GPU 3: {after_drain:?}"
+    );
+}

@@ -1,0 +1,340 @@
+//! The scheduling pass: one pure function from the state of the queue and
+//! the node, at a time, to what to do now — which pending jobs start and
+//! on which GPUs, which wait and why (dependencies, holds, budgets, array
+//! throttles, limits, time windows, drains, reservations), and which
+//! running jobs are preempted for whom. The daemon and the simulator both
+//! call it; each carries the decisions out in its own way (processes and
+//! records; a simulated clock).
+
+use std::collections::{HashMap, HashSet};
+
+use crate::config::{Config, PreemptMode};
+use crate::model::job::{Job, JobId, JobState};
+use crate::model::policy::{Association, OverBudget};
+
+use super::dependency::{Dependency, Status};
+use super::fairshare::{self, FactorMap, NodeShare, Tree, Usage};
+use super::plan::{plan, Node, Plan};
+use super::preempt::{self, Candidate, Choice};
+use super::profile::{Free, Types};
+use super::reason::Reason;
+use super::{budget, limits, priority};
+
+/// What a pass looks at.
+pub struct State<'a> {
+    /// The active jobs (pending, running, completing, suspended), in id
+    /// order, which is submit order.
+    pub jobs: &'a [&'a Job],
+    /// The states of the jobs pending dependencies name (`None`: no such
+    /// job); an array's id stands for its tasks.
+    pub named: &'a HashMap<JobId, Option<JobState>>,
+    pub node: Node<'a>,
+    /// Each association's usage, with what its running jobs used so far.
+    pub usage: &'a HashMap<Association, Usage>,
+    /// What each budgeted account spent in its current period: the
+    /// period's start and the billing-seconds.
+    pub spent: &'a HashMap<String, (i64, i64)>,
+    /// When each running job last saved a checkpoint.
+    pub checkpoints: &'a HashMap<JobId, i64>,
+    /// Whether the node can freeze a running job (suspend preemption).
+    pub can_suspend: bool,
+    pub now: i64,
+}
+
+/// What a pass decided.
+pub struct Decisions {
+    /// Starts, reservations, and why each job that entered placement waits.
+    pub plan: Plan,
+    /// Pending jobs held back before placement, with why.
+    pub held: HashMap<JobId, Reason>,
+    /// Pending jobs whose dependency can never be satisfied (held with
+    /// `DependencyNeverSatisfied`; the config may cancel them instead).
+    pub never: Vec<JobId>,
+    /// The jobs that preempt, in priority order, with their victims and
+    /// the GPUs kept for them.
+    pub preemptions: Vec<(JobId, Choice)>,
+    /// The fair-share tree the priorities came from.
+    pub tree: Tree,
+    pub shares: Vec<NodeShare>,
+    pub factors: FactorMap,
+}
+
+/// One scheduling pass over `state` under `config`.
+pub fn pass(state: &State<'_>, config: &Config) -> Decisions {
+    let now = state.now;
+    let (mut held, never) = dependency_waits(state.jobs, state.named);
+    for (id, reason) in budget_waits(state, config) {
+        held.entry(id).or_insert(reason);
+    }
+    for id in crate::array::throttled(state.jobs.iter().copied()) {
+        held.entry(id).or_insert(Reason::JobArrayTaskLimit);
+    }
+    let (tree, shares, factors) = fair_share(state, config);
+    let ctx = priority::Context {
+        weights: &config.priority,
+        qos: &config.qos,
+        fairshare: &factors,
+        total_gpus: state.node.gpus.len() as u32,
+    };
+    let mut rater = priority::Rater::new(&ctx);
+    let pending: Vec<(&Job, i64)> = state
+        .jobs
+        .iter()
+        .filter(|j| j.state == JobState::Pending && !held.contains_key(&j.id))
+        .map(|j| (*j, rater.factors(j, now).priority()))
+        .collect();
+    let running: Vec<&Job> = state
+        .jobs
+        .iter()
+        .copied()
+        .filter(|j| j.state.holds_gpus())
+        .collect();
+    let plan = plan(
+        &pending,
+        &running,
+        &state.node,
+        &limits::Policy::at(config, now),
+        now,
+    );
+    let preemptions = preemptions(state, config, &plan);
+    Decisions {
+        plan,
+        held,
+        never,
+        preemptions,
+        tree,
+        shares,
+        factors,
+    }
+}
+
+/// The fair-share tree of the associations with active jobs, and each
+/// association's factor.
+fn fair_share(state: &State<'_>, config: &Config) -> (Tree, Vec<NodeShare>, FactorMap) {
+    // Runs of jobs of one association pass as one: comparing with the job
+    // before is cheaper than hashing every job's pair.
+    let mut previous = None;
+    let associations = state
+        .jobs
+        .iter()
+        .map(|j| (j.account.as_str(), j.user.as_str()))
+        .filter(move |pair| previous.replace(*pair) != Some(*pair));
+    let tree = fairshare::build_tree(config, associations, state.usage, state.now);
+    let shares = tree.compute(config.fairshare.algorithm);
+    let factors = fairshare::factors(&tree, &shares);
+    (tree, shares, factors)
+}
+
+/// The pending jobs their dependencies hold back (waiting, or never to
+/// be satisfied), and the never-satisfiable ones.
+pub fn dependency_waits(
+    jobs: &[&Job],
+    named: &HashMap<JobId, Option<JobState>>,
+) -> (HashMap<JobId, Reason>, Vec<JobId>) {
+    let mut held = HashMap::new();
+    let mut never = Vec::new();
+    // For singleton: per (user, name), the lowest pending id and whether
+    // one is already running.
+    let mut namesakes: HashMap<(u32, &str), (JobId, bool)> = HashMap::new();
+    for j in jobs.iter().filter(|j| j.state.is_active()) {
+        let entry = namesakes
+            .entry((j.uid, j.name.as_str()))
+            .or_insert((JobId::MAX, false));
+        if j.state == JobState::Pending {
+            entry.0 = entry.0.min(j.id);
+        } else {
+            entry.1 = true;
+        }
+    }
+    for job in jobs.iter().filter(|j| j.state == JobState::Pending) {
+        let Some(text) = &job.dependency else {
+            continue;
+        };
+        let status = match Dependency::parse(text) {
+            Ok(dependency) => {
+                let earlier_namesake = dependency.has_singleton()
+                    && namesakes
+                        .get(&(job.uid, job.name.as_str()))
+                        .is_some_and(|&(lowest, running)| running || lowest < job.id);
+                dependency.evaluate(|d| named.get(&d).copied().flatten(), earlier_namesake)
+            }
+            Err(_) => Status::Never,
+        };
+        match status {
+            Status::Satisfied => {}
+            Status::Waiting => {
+                held.insert(job.id, Reason::Dependency);
+            }
+            Status::Never => {
+                held.insert(job.id, Reason::DependencyNeverSatisfied);
+                never.push(job.id);
+            }
+        }
+    }
+    (held, never)
+}
+
+/// The ids that pending jobs' dependencies name (whose states a pass
+/// needs); unreadable dependencies name none.
+pub fn named_by_dependencies<'a>(jobs: impl Iterator<Item = &'a Job>) -> HashSet<JobId> {
+    jobs.filter(|j| j.state == JobState::Pending)
+        .filter_map(|j| Dependency::parse(j.dependency.as_deref()?).ok())
+        .flat_map(|d| d.job_ids().collect::<Vec<_>>())
+        .collect()
+}
+
+/// The most a job can cost under its QoS's usage factor (`None`: no time
+/// limit, no worst case).
+pub fn worst_case(job: &Job, gpus: &[crate::model::gpu::Gpu], config: &Config) -> Option<i64> {
+    let factor = config.qos_named(&job.qos).map_or(1.0, |q| q.usage_factor);
+    budget::worst_case(&job.gpus, job.time_limit, factor, gpus, config)
+}
+
+/// Pending jobs of budgets that refuse when over: in submit order, each
+/// waits once what is spent, what runs (at its worst case) and the jobs
+/// before it would pass the budget.
+fn budget_waits(state: &State<'_>, config: &Config) -> HashMap<JobId, Reason> {
+    let policy = limits::Policy::new(config);
+    let mut waits = HashMap::new();
+    for account in &config.accounts {
+        let Some(b) = account
+            .budget
+            .as_ref()
+            .filter(|b| b.over == OverBudget::Refuse)
+        else {
+            continue;
+        };
+        let spent = match state.spent.get(&account.name) {
+            Some(&(start, spent)) if start == b.period.start(state.now) => spent,
+            _ => 0,
+        };
+        // The budgeted account and the accounts below it, once.
+        let subtree: HashSet<&str> = config
+            .accounts
+            .iter()
+            .filter(|a| policy.chain(&a.name).iter().any(|x| x.name == account.name))
+            .map(|a| a.name.as_str())
+            .collect();
+        let under: Vec<&Job> = state
+            .jobs
+            .iter()
+            .copied()
+            .filter(|j| subtree.contains(j.account.as_str()))
+            .collect();
+        let cost = |j: &Job| worst_case(j, state.node.gpus, config);
+        let running: i64 = under
+            .iter()
+            .filter(|j| j.state.holds_gpus())
+            .map(|j| cost(j).unwrap_or(0))
+            .sum();
+        let mut left = b.amount - spent - running;
+        for job in under.iter().filter(|j| j.state == JobState::Pending) {
+            match cost(job) {
+                Some(c) if c <= left => left -= c,
+                _ => {
+                    waits.insert(job.id, Reason::AssocGrpBillingMinutes);
+                }
+            }
+        }
+    }
+    waits
+}
+
+/// For each job of the plan that waits for resources and may preempt, in
+/// priority order: the cheapest victims whose stop lets it start. Victims
+/// and GPUs chosen for one are not chosen again for the next.
+fn preemptions(state: &State<'_>, config: &Config, plan: &Plan) -> Vec<(JobId, Choice)> {
+    let by_id: HashMap<JobId, &Job> = state.jobs.iter().map(|j| (j.id, *j)).collect();
+    let mut chosen: Vec<(JobId, Choice)> = Vec::new();
+    for &id in &plan.order {
+        if !matches!(
+            plan.reasons.get(&id),
+            Some(Reason::Resources | Reason::Priority)
+        ) {
+            continue;
+        }
+        let Some(job) = by_id.get(&id) else { continue };
+        let may = config
+            .qos_named(&job.qos)
+            .is_some_and(|q| !q.preempt.is_empty());
+        // A job about to start makes room soon enough without it.
+        let soon = plan
+            .expected_starts
+            .get(&id)
+            .is_some_and(|&at| at - state.now <= config.preempt_wait as i64);
+        if !may || !job.claim.is_empty() || soon {
+            continue;
+        }
+        if let Some(choice) = victims_for(state, config, job, &chosen) {
+            chosen.push((id, choice));
+        }
+    }
+    chosen
+}
+
+/// The cheapest victims for `urgent`, if stopping some lets it start,
+/// beside the choices already made in this pass.
+fn victims_for(
+    state: &State<'_>,
+    config: &Config,
+    urgent: &Job,
+    chosen: &[(JobId, Choice)],
+) -> Option<Choice> {
+    let rights = &config.qos_named(&urgent.qos)?.preempt;
+    let types = Types::new(state.node.gpus);
+    let mut free = Free::new(state.node.gpus, state.node.cpus, state.node.mem_mb, &types);
+    for job in state.jobs {
+        if job.state.holds_gpus() {
+            free.take(job, &job.gpus_alloc, &types);
+            if super::profile::frees_cpus(job) {
+                free.cpus += job.cpus;
+            }
+        }
+        if job.state == JobState::Pending && !job.claim.is_empty() {
+            free.take_gpus(&job.claim, &types);
+        }
+    }
+    for (_, choice) in chosen {
+        free.take_gpus(&choice.gpus, &types);
+    }
+    let stopped: HashSet<JobId> = chosen
+        .iter()
+        .flat_map(|(_, c)| c.victims.iter().copied())
+        .collect();
+    let candidates: Vec<Candidate> = state
+        .jobs
+        .iter()
+        .filter(|j| {
+            j.state == JobState::Running && rights.contains(&j.qos) && !stopped.contains(&j.id)
+        })
+        .filter_map(|j| candidate(state, config, j))
+        .collect();
+    if candidates.is_empty() {
+        return None;
+    }
+    preempt::choose(urgent, &free, &candidates, &types)
+}
+
+/// A running job as a possible victim, if its QoS lets it be one now.
+fn candidate<'a>(state: &State<'_>, config: &Config, job: &'a Job) -> Option<Candidate<'a>> {
+    let qos = config.qos_named(&job.qos)?;
+    let ran = state.now - job.start_time?;
+    let saved = job
+        .checkpoint_at
+        .max(state.checkpoints.get(&job.id).copied());
+    let since_checkpoint = saved.map_or(ran, |c| state.now - c).clamp(0, ran);
+    // Suspending keeps the GPUs (and their memory) in use: it frees CPUs
+    // only, and loses no work.
+    let suspend = qos.preempt_mode == PreemptMode::Suspend;
+    let eligible = qos.preemptible
+        && ran >= qos.min_run_time as i64
+        && job.preempt_count < config.max_preemptions
+        // Freezing needs the job's cgroup.
+        && (!suspend || state.can_suspend);
+    eligible.then_some(Candidate {
+        job,
+        qos_priority: qos.priority,
+        lost_work: if suspend { 0 } else { since_checkpoint },
+        suspend,
+    })
+}

@@ -1,0 +1,486 @@
+//! The backfill planner: which pending jobs start now and where, which
+//! get a reservation, and why the others wait.
+
+use std::collections::HashMap;
+
+use super::profile::{Free, Profile, Slot, Types};
+use super::reason::Reason;
+use super::{limits, placement, priority, profile};
+use crate::model::gpu::Gpu;
+use crate::model::job::{GpuRequest, Hold, Job, JobId};
+
+/// The consumable resources of the node.
+#[derive(Clone, Debug)]
+pub struct Node<'a> {
+    pub gpus: &'a [Gpu],
+    pub cpus: u32,
+    pub mem_mb: u64,
+    /// GPUs out of service: no job starts on them, now or later.
+    pub drained: &'a [u32],
+}
+
+/// The outcome of one scheduling pass.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    /// Jobs to start now, with their GPUs, in priority order.
+    pub starts: Vec<(JobId, Vec<u32>)>,
+    /// Why each pending job that does not start waits.
+    pub reasons: HashMap<JobId, Reason>,
+    /// Pending job ids in scheduling order (for `ysqueue`).
+    pub order: Vec<JobId>,
+    /// The earliest future time at which a pass could start something that
+    /// nothing else will wake the daemon for (a `--begin` time).
+    pub wake_at: Option<i64>,
+    /// Jobs started while a higher-priority job waited for resources.
+    pub backfilled: Vec<JobId>,
+    /// When the jobs given a reservation are expected to start (`ysqueue
+    /// --start`), should running jobs last their whole time limits.
+    pub expected_starts: HashMap<JobId, i64>,
+}
+
+/// One scheduling pass (backfill): jobs in priority order start where they
+/// fit from now until their time limit ends, on a timeline of what running
+/// jobs free and when ([`profile`]). The first `backfill_depth` jobs that
+/// cannot start get a reservation at the earliest time they fit, taken from
+/// the timeline, so a later job starts now only where it delays none of
+/// them; jobs past the depth start now or wait.
+///
+/// `pending` and `running` come with each job's priority (`running`'s is
+/// unused). A running job without a time limit never ends in this model;
+/// one that is completing ends now.
+pub fn plan(
+    pending: &[(&Job, i64)],
+    running: &[&Job],
+    node: &Node,
+    policy: &limits::Policy,
+    now: i64,
+) -> Plan {
+    let types = Types::new(node.gpus);
+    let mut free = Free::new(node.gpus, node.cpus, node.mem_mb, &types);
+    let mut held = limits::State::default();
+    // GPUs kept for a QoS, and how many of them its jobs use now.
+    let reserves = policy.reserves(node.gpus.len() as u32);
+    let mut reserve_used: Vec<u32> = vec![0; reserves.len()];
+    let use_reserve = |job: &Job, used: &mut [u32]| {
+        for (i, (qos, _)) in reserves.iter().enumerate() {
+            if job.qos == *qos {
+                used[i] += (job.gpus_alloc.len() as u32).max(job.gpus.gpus_held());
+            }
+        }
+    };
+    for job in running {
+        free.take(job, &job.gpus_alloc, &types);
+        if profile::frees_cpus(job) {
+            free.cpus += job.cpus;
+        }
+        held.add(policy, job, &job.gpus_alloc, node.gpus);
+        use_reserve(job, &mut reserve_used);
+    }
+    // When each running job is expected to release its resources.
+    let mut ends: Vec<(i64, &Job)> = running
+        .iter()
+        .filter_map(|j| expected_end(j, now).map(|t| (t, *j)))
+        .collect();
+    ends.sort_by_key(|(t, j)| (*t, j.id));
+    let mut profile = Profile::new(now, free, &ends, &types);
+    // GPUs kept for jobs that preempted others: no other job may have
+    // them, now or later; a claimant starts on its own once they are free.
+    let held_now: placement::GpuSet = running
+        .iter()
+        .flat_map(|j| j.gpus_alloc.iter().copied())
+        .collect();
+    for (job, _) in pending
+        .iter()
+        .filter(|(j, _)| !j.claim.is_empty() && j.hold.is_none())
+    {
+        profile.withhold(&job.claim, &types);
+    }
+    profile.withhold(node.drained, &types);
+
+    let mut ordered: Vec<(&Job, i64)> = pending.to_vec();
+    ordered.sort_by(|a, b| priority::order(*a, *b));
+
+    let mut plan = Plan {
+        order: ordered.iter().map(|(j, _)| j.id).collect(),
+        // A limit window that opens or closes changes what may start.
+        wake_at: policy.next_change(),
+        ..Plan::default()
+    };
+    let mut reservations = 0;
+    // A higher-priority job waits for resources: what starts now backfills.
+    let mut blocked_above = false;
+    // The shortest run, per shape of request, found not to fit from now:
+    // the timeline only fills up during a pass, so a job of that shape that
+    // runs as long or longer does not fit either. This keeps a pass over a
+    // long queue that cannot start linear.
+    let mut no_room: HashMap<(&GpuRequest, u32, u64), u64> = HashMap::new();
+
+    for (job, _) in ordered {
+        match job.hold {
+            Some(Hold::User) => {
+                plan.reasons.insert(job.id, Reason::JobHeldUser);
+                continue;
+            }
+            Some(Hold::Admin) => {
+                plan.reasons.insert(job.id, Reason::JobHeldAdmin);
+                continue;
+            }
+            Some(Hold::Approval) => {
+                plan.reasons.insert(job.id, Reason::PendingApproval);
+                continue;
+            }
+            None => {}
+        }
+        if let Some(begin) = job.begin_time.filter(|&b| b > now) {
+            plan.reasons.insert(job.id, Reason::BeginTime);
+            plan.wake_at = Some(plan.wake_at.map_or(begin, |w| w.min(begin)));
+            continue;
+        }
+        if !job.claim.is_empty() {
+            let ready = job.claim.iter().all(|g| !held_now.contains(*g));
+            let slot = Slot::now(job.claim.clone(), now);
+            if ready
+                && profile.now().cpus >= job.cpus
+                && profile.now().mem_mb >= job.mem_mb.unwrap_or(0)
+            {
+                profile.take(job, &slot, job.time_limit, &types);
+                use_reserve(job, &mut reserve_used);
+                held.add(policy, job, &slot.gpus, node.gpus);
+                plan.starts.push((job.id, slot.gpus));
+            } else {
+                plan.reasons.insert(job.id, Reason::Preempting);
+            }
+            continue;
+        }
+        // Over an account limit: it waits for its own jobs to end, and
+        // neither reserves anything nor holds up the jobs behind it.
+        if let Some(reason) = held.check(policy, job, None, node.gpus) {
+            plan.reasons.insert(job.id, reason);
+            continue;
+        }
+        let duration = job.time_limit;
+        let run = duration.unwrap_or(u64::MAX);
+        let shape = (&job.gpus, job.cpus, job.mem_mb.unwrap_or(0));
+        let fits_now = profile.now().fits(job, &types);
+        let slot = if fits_now && no_room.get(&shape).is_none_or(|&shortest| run < shortest) {
+            profile.earliest(job, duration, 1, &types)
+        } else {
+            None
+        };
+        let Some(slot) = slot else {
+            if fits_now {
+                no_room
+                    .entry(shape)
+                    .and_modify(|s| *s = (*s).min(run))
+                    .or_insert(run);
+            }
+            // Free now, but taken by a reservation before it would end.
+            let reason = if fits_now && profile.now().place(job, &types).is_some() {
+                Reason::Priority
+            } else {
+                Reason::Resources
+            };
+            if reservations < policy.backfill_depth {
+                if let Some(later) = profile.earliest(job, duration, usize::MAX, &types) {
+                    profile.take(job, &later, duration, &types);
+                    plan.expected_starts.insert(job.id, later.at);
+                    reservations += 1;
+                }
+            }
+            blocked_above = true;
+            plan.reasons.insert(job.id, reason);
+            continue;
+        };
+        if let Some(reason) = held.check(policy, job, Some(&slot.gpus), node.gpus) {
+            plan.reasons.insert(job.id, reason);
+            continue;
+        }
+        // Other QoS must leave free what a reserving QoS does not use yet.
+        let kept: u32 = reserves
+            .iter()
+            .zip(&reserve_used)
+            .filter(|((qos, _), _)| job.qos != *qos && !policy.may_borrow(qos, &job.qos))
+            .map(|((_, n), used)| n.saturating_sub(*used))
+            .sum();
+        if kept > 0
+            && job.gpus.gpus_held() > 0
+            && (profile.now().gpus.len() as u32).saturating_sub(job.gpus.gpus_held()) < kept
+        {
+            plan.reasons.insert(job.id, Reason::ReservedForQos);
+            continue;
+        }
+        profile.take(job, &slot, duration, &types);
+        use_reserve(job, &mut reserve_used);
+        held.add(policy, job, &slot.gpus, node.gpus);
+        if blocked_above {
+            plan.backfilled.push(job.id);
+        }
+        plan.starts.push((job.id, slot.gpus));
+    }
+    plan
+}
+
+/// When a running job's resources come back. Never `now` itself: until
+/// its processes are gone (a completing job, one past its limit) they are
+/// still in use, so nothing may start on them in this pass.
+fn expected_end(job: &Job, now: i64) -> Option<i64> {
+    match job.state {
+        crate::model::job::JobState::Completing => Some(now + 1),
+        crate::model::job::JobState::Running => job.deadline().map(|d| d.max(now + 1)),
+        // Suspended: frozen until someone resumes it.
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::job::{GpuRequest, JobState};
+
+    use crate::gpu::test_a100s as gpus;
+
+    fn job(id: JobId, count: u32, limit: Option<u64>) -> Job {
+        Job {
+            gpus: GpuRequest {
+                count,
+                gpu_type: None,
+                ..GpuRequest::default()
+            },
+            cpus: 1,
+            mem_mb: None,
+            time_limit: limit,
+            submit_time: id as i64,
+            ..crate::model::job::example_job(id)
+        }
+    }
+
+    fn running(id: JobId, alloc: &[u32], start: i64, limit: Option<u64>) -> Job {
+        let mut j = job(id, alloc.len() as u32, limit);
+        j.state = JobState::Running;
+        j.gpus_alloc = alloc.to_vec();
+        j.start_time = Some(start);
+        j
+    }
+
+    fn plan_without_limits(
+        pending: &[(&Job, i64)],
+        running: &[&Job],
+        node: &Node,
+        now: i64,
+    ) -> Plan {
+        let config = crate::config::Config::builtin(std::path::Path::new("test.toml"));
+        plan(pending, running, node, &limits::Policy::new(&config), now)
+    }
+
+    fn node(g: &[Gpu]) -> Node<'_> {
+        Node {
+            gpus: g,
+            cpus: 64,
+            mem_mb: 1 << 20,
+            drained: &[],
+        }
+    }
+
+    #[test]
+    fn jobs_start_in_priority_order_on_distinct_gpus() {
+        let g = gpus(4);
+        let (a, b, c) = (job(1, 2, None), job(2, 1, None), job(3, 2, None));
+        let p = plan_without_limits(&[(&c, 0), (&a, 0), (&b, 10)], &[], &node(&g), 100);
+        assert_eq!(p.starts, vec![(2, vec![0]), (1, vec![1, 2])]);
+        assert_eq!(p.reasons[&3], Reason::Resources);
+        assert_eq!(p.order, vec![2, 1, 3]);
+    }
+
+    #[test]
+    fn gpus_of_a_completing_job_are_not_handed_out_yet() {
+        let g = gpus(1);
+        let mut stopping = running(1, &[0], 0, Some(10));
+        stopping.state = JobState::Completing;
+        let next = job(2, 1, Some(5));
+        let p = plan_without_limits(&[(&next, 0)], &[&stopping], &node(&g), 100);
+        assert!(p.starts.is_empty(), "{p:?}");
+        assert_eq!(p.reasons[&2], Reason::Resources);
+        assert_eq!(p.expected_starts[&2], 101, "as soon as it is gone");
+    }
+
+    #[test]
+    fn gpus_kept_for_a_preempting_job_go_to_it_alone() {
+        let g = gpus(3);
+        let mut victim = running(1, &[0], 0, None);
+        victim.state = JobState::Completing;
+        let mut urgent = job(2, 2, None);
+        urgent.claim = vec![0, 1];
+        let other = job(3, 1, None);
+        let p = plan_without_limits(&[(&urgent, 1), (&other, 100)], &[&victim], &node(&g), 10);
+        assert_eq!(p.starts, vec![(3, vec![2])], "never GPU 1: {p:?}");
+        assert_eq!(p.reasons[&2], Reason::Preempting);
+        // The victim is gone: the urgent job starts on what it was kept.
+        let p = plan_without_limits(&[(&urgent, 1), (&other, 100)], &[], &node(&g), 10);
+        assert_eq!(p.starts, vec![(3, vec![2]), (2, vec![0, 1])]);
+    }
+
+    #[test]
+    fn a_freed_gpu_goes_to_the_next_job() {
+        let g = gpus(2);
+        let r = running(1, &[1], 0, None);
+        let next = job(2, 1, None);
+        let p = plan_without_limits(&[(&next, 0)], &[&r], &node(&g), 10);
+        assert_eq!(p.starts, vec![(2, vec![0])]);
+    }
+
+    #[test]
+    fn holds_and_begin_times_wait_with_reasons() {
+        let g = gpus(4);
+        let mut held = job(1, 1, None);
+        held.hold = Some(Hold::User);
+        let mut admin = job(2, 1, None);
+        admin.hold = Some(Hold::Admin);
+        let mut later = job(3, 1, None);
+        later.begin_time = Some(500);
+        let p = plan_without_limits(&[(&held, 0), (&admin, 0), (&later, 0)], &[], &node(&g), 100);
+        assert!(p.starts.is_empty());
+        assert_eq!(p.reasons[&1], Reason::JobHeldUser);
+        assert_eq!(p.reasons[&2], Reason::JobHeldAdmin);
+        assert_eq!(p.reasons[&3], Reason::BeginTime);
+        assert_eq!(p.wake_at, Some(500));
+        let p = plan_without_limits(&[(&later, 0)], &[], &node(&g), 500);
+        assert_eq!(p.starts.len(), 1, "starts once its time has come");
+    }
+
+    #[test]
+    fn backfill_never_delays_the_reserved_job() {
+        let g = gpus(4);
+        // 3 GPUs busy until t=100 and t=200; a 4-GPU job waits for t=200.
+        let r1 = running(1, &[0], 0, Some(100));
+        let r2 = running(2, &[1, 2], 0, Some(200));
+        let big = job(3, 4, Some(1000));
+        let long = job(4, 1, Some(500)); // would hold GPU 3 past 200: may not
+        let short = job(5, 1, Some(150)); // ends at 160 < 200: may run
+        let now = 10;
+        let p = plan_without_limits(
+            &[(&big, 10), (&long, 0), (&short, 0)],
+            &[&r1, &r2],
+            &node(&g),
+            now,
+        );
+        assert_eq!(p.starts, vec![(5, vec![3])]);
+        assert_eq!(p.reasons[&3], Reason::Resources);
+        assert_eq!(p.reasons[&4], Reason::Priority);
+        assert_eq!(p.backfilled, vec![5]);
+    }
+
+    #[test]
+    fn no_backfill_delays_any_of_the_reservations() {
+        let g = gpus(4);
+        // GPUs 0,1 busy until 1000, GPU 2 until 100; GPU 3 is free.
+        let r1 = running(1, &[0, 1], 0, Some(1000));
+        let r2 = running(2, &[2], 0, Some(100));
+        let all = job(3, 4, Some(100)); // can only start at 1000
+        let two = job(4, 2, Some(100)); // fits at 100, on 2 and 3
+        let long = job(5, 1, Some(400)); // on 3 until 410: would delay `two`
+        let short = job(6, 1, Some(50)); // on 3 until 60: delays nobody
+        let pending = [(&all, 40), (&two, 30), (&long, 20), (&short, 10)];
+        let p = plan_without_limits(&pending, &[&r1, &r2], &node(&g), 10);
+        assert_eq!(p.starts, vec![(6, vec![3])]);
+        assert_eq!(p.expected_starts[&3], 1000);
+        assert_eq!(p.expected_starts[&4], 100);
+        assert_eq!(p.reasons[&4], Reason::Resources);
+        assert_eq!(p.reasons[&5], Reason::Priority);
+        assert_eq!(p.expected_starts[&5], 200, "after `two`, on GPU 3");
+
+        // Without reservations whatever fits starts, big jobs or not.
+        let config =
+            crate::config::Config::parse("backfill_depth = 0\n", std::path::Path::new("x.toml"))
+                .unwrap();
+        let p = plan(
+            &pending,
+            &[&r1, &r2],
+            &node(&g),
+            &limits::Policy::new(&config),
+            10,
+        );
+        assert_eq!(p.starts, vec![(5, vec![3])]);
+        assert!(p.expected_starts.is_empty());
+    }
+
+    #[test]
+    fn backfill_may_use_gpus_the_reserved_job_does_not_need() {
+        let g = gpus(4);
+        let r1 = running(1, &[0, 1], 0, Some(100));
+        let r2 = running(2, &[2], 0, None);
+        let two = job(3, 2, Some(50)); // only GPU 3 is free: blocked until t=100, on 0,1
+        let one = job(4, 1, None); // no limit, but GPU 3 is spare at t=100
+        let p = plan_without_limits(&[(&two, 10), (&one, 0)], &[&r1, &r2], &node(&g), 10);
+        assert_eq!(p.reasons[&3], Reason::Resources);
+        assert_eq!(
+            p.starts,
+            vec![(4, vec![3])],
+            "GPU 3 is not needed by the reservation on 0,1"
+        );
+    }
+
+    #[test]
+    fn cpus_and_memory_are_consumed_too() {
+        let g = gpus(4);
+        let mut a = job(1, 1, None);
+        a.cpus = 40;
+        let mut b = job(2, 1, None);
+        b.cpus = 40;
+        let mut c = job(3, 0, None);
+        c.mem_mb = Some(2 << 20);
+        let p = plan_without_limits(&[(&a, 0), (&b, 0), (&c, 0)], &[], &node(&g), 0);
+        assert_eq!(p.starts, vec![(1, vec![0])]);
+        assert_eq!(p.reasons[&2], Reason::Resources);
+        assert_eq!(p.reasons[&3], Reason::Resources);
+    }
+
+    #[test]
+    fn a_qos_reserve_is_left_free_for_that_qos() {
+        let config = crate::config::Config::parse(
+            "[[gpus]]\ntype = \"a100\"\ncount = 4\nmemory = \"80G\"\n\
+             [[qos]]\nname = \"critical\"\npriority = 300\nreserve = \"50%\"\n\
+             [[qos]]\nname = \"medium\"\npriority = 100\n",
+            std::path::Path::new("x.toml"),
+        )
+        .unwrap();
+        let policy = limits::Policy::new(&config);
+        let g = gpus(4);
+        let medium = |id, count| Job {
+            qos: "medium".into(),
+            ..job(id, count, None)
+        };
+        let (a, b) = (medium(1, 2), medium(2, 1));
+        // Two of four are kept for critical: the second medium job waits.
+        let p = plan(&[(&a, 10), (&b, 5)], &[], &node(&g), &policy, 0);
+        assert_eq!(p.starts, vec![(1, vec![0, 1])]);
+        assert_eq!(p.reasons[&2], Reason::ReservedForQos);
+        // A critical job takes the kept GPUs.
+        let running_a = running(1, &[0, 1], 0, None);
+        let urgent = Job {
+            qos: "critical".into(),
+            ..job(3, 2, None)
+        };
+        let p = plan(
+            &[(&urgent, 100), (&b, 5)],
+            &[&running_a],
+            &node(&g),
+            &policy,
+            0,
+        );
+        assert_eq!(p.starts, vec![(3, vec![2, 3])]);
+        // What critical uses counts against its reserve: with one of its
+        // two GPUs in use, one more is kept.
+        let mut running_urgent = running(3, &[2], 0, None);
+        running_urgent.qos = "critical".into();
+        let p = plan(
+            &[(&b, 5)],
+            &[&running_a, &running_urgent],
+            &node(&g),
+            &policy,
+            0,
+        );
+        assert_eq!(p.reasons[&2], Reason::ReservedForQos, "GPU 3 is kept");
+        let p = plan(&[(&b, 5)], &[&running_urgent], &node(&g), &policy, 0);
+        assert_eq!(p.starts.len(), 1, "three free, one kept: {p:?}");
+    }
+}
