@@ -46,7 +46,16 @@ struct Harness {
 }
 
 fn harness(config: &Config) -> Harness {
-    let dir = tempfile::tempdir().unwrap();
+    harness_in(config, tempfile::tempdir().unwrap(), None)
+}
+
+/// A daemon on the spool in `dir`, on a new fake node or (after a
+/// restart) on the one that `fake` holds.
+fn harness_in(
+    config: &Config,
+    dir: tempfile::TempDir,
+    fake: Option<(FakeNode, Arc<Mutex<Vec<JobId>>>)>,
+) -> Harness {
     let spool = Spool::new(dir.path());
     spool.prepare(Ownership::Personal).unwrap();
     let db = db::open(&spool.database()).unwrap();
@@ -61,9 +70,16 @@ fn harness(config: &Config) -> Harness {
             ..Default::default()
         },
     };
-    let exits: Arc<Mutex<Vec<JobId>>> = Arc::default();
-    let heard = exits.clone();
-    let (executor, fake) = FakeExecutor::new(node, move |id| heard.lock().unwrap().push(id));
+    let (executor, fake, exits) = match fake {
+        Some((fake, exits)) => (FakeExecutor::rejoin(node, &fake), fake, exits),
+        None => {
+            let exits: Arc<Mutex<Vec<JobId>>> = Arc::default();
+            let heard = exits.clone();
+            let (executor, fake) =
+                FakeExecutor::new(node, move |id| heard.lock().unwrap().push(id));
+            (executor, fake, exits)
+        }
+    };
     let clock = Arc::new(AtomicI64::new(0));
     let (queries, receiver) = mpsc::channel();
     let daemon = Daemon {
@@ -301,4 +317,76 @@ fn the_daemon_and_the_simulator_start_the_same_jobs_at_the_same_times() {
         after_drain.is_empty(),
         "no job started on drained GPU 3: {after_drain:?}"
     );
+}
+
+fn submit(h: &mut Harness, gpus: u32, limit: u64) -> JobId {
+    let (uid, user) = me();
+    let mut request = crate::model::job::example_request();
+    request.gpus = GpuRequest {
+        count: gpus,
+        ..GpuRequest::default()
+    };
+    request.account = Some("a".into());
+    request.time_limit = Some(Some(limit));
+    let now = h.clock.load(Ordering::SeqCst);
+    match h.daemon.submit(request, uid, &user, now).unwrap() {
+        Reply::Submitted { job_id, .. } => job_id,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn stored_state(h: &Harness, id: JobId) -> Option<JobState> {
+    db::job_state(&h.daemon.store.db, id).unwrap()
+}
+
+#[test]
+fn a_restarted_daemon_readopts_what_runs_accounts_what_ended_and_times_out_the_rest() {
+    let config = Config::parse(CONFIG, Path::new("replay.toml")).unwrap();
+    let mut h = harness(&config);
+    let (mut started, mut runs) = (Vec::new(), HashMap::new());
+    let long = submit(&mut h, 2, 100);
+    let short = submit(&mut h, 1, 100);
+    settle(&mut h, &mut started, &mut runs);
+    assert_eq!(started, vec![(0, long), (0, short)]);
+    assert_eq!(stored_state(&h, long), Some(JobState::Running));
+
+    // The daemon dies; while it is away the short job ends.
+    let Harness {
+        daemon,
+        fake,
+        exits,
+        clock,
+        _queries,
+        _dir,
+    } = h;
+    drop(daemon);
+    clock.store(40, Ordering::SeqCst);
+    fake.end(short, 0, 0);
+    exits.lock().unwrap().clear();
+
+    let mut h = harness_in(&config, _dir, Some((fake, exits)));
+    h.clock.store(40, Ordering::SeqCst);
+    h.daemon.recover().unwrap();
+    assert_eq!(
+        stored_state(&h, short),
+        Some(JobState::Completed),
+        "the end it missed is accounted"
+    );
+    assert_eq!(
+        stored_state(&h, long),
+        Some(JobState::Running),
+        "the job that runs is readopted"
+    );
+    assert_eq!(
+        h.fake.state().launched,
+        vec![long, short],
+        "nothing was started twice"
+    );
+
+    // At its time limit it is stopped and ends TIMEOUT.
+    h.clock.store(100, Ordering::SeqCst);
+    h.daemon.reschedule = true;
+    settle(&mut h, &mut started, &mut runs);
+    assert_eq!(stored_state(&h, long), Some(JobState::Timeout));
+    assert!(h.daemon.jobs.all().next().is_none());
 }

@@ -96,6 +96,15 @@ impl FakeExecutor {
         )
     }
 
+    /// Another executor on the same fake node: what a restarted daemon
+    /// finds (the jobs that still run, the ends it missed).
+    pub fn rejoin(node: NodeFacts, hold: &FakeNode) -> FakeExecutor {
+        FakeExecutor {
+            node,
+            hold: hold.clone(),
+        }
+    }
+
     fn reachable(&self) -> Result<MutexGuard<'_, FakeState>, ExecError> {
         let state = self.hold.state();
         if state.unreachable {
