@@ -243,7 +243,7 @@ fn the_simulator_config_parses() {
 #[test]
 fn the_config_man_page_names_every_key_the_config_takes() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let source = std::fs::read_to_string(root.join("src/config.rs")).unwrap();
+    let source = std::fs::read_to_string(root.join("src/config/raw.rs")).unwrap();
     let page = std::fs::read_to_string(root.join("man/ysched.toml.5")).unwrap();
     let example = std::fs::read_to_string(root.join("etc/ysched.toml")).unwrap();
     // The fields of the Raw* structs serde reads the file into.
@@ -251,15 +251,19 @@ fn the_config_man_page_names_every_key_the_config_takes() {
     let mut in_raw = false;
     let mut rename: Option<String> = None;
     for line in source.lines() {
-        if line.starts_with("struct Raw") {
+        if line.starts_with("pub(super) struct Raw") {
             in_raw = true;
         } else if line == "}" {
             in_raw = false;
         } else if in_raw {
             let trimmed = line.trim();
+            let field = line
+                .strip_prefix("    pub(super) ")
+                .map(|f| format!("    {f}"));
+            let line = field.as_deref().unwrap_or(line);
             if let Some(r) = trimmed.split("rename = \"").nth(1) {
                 rename = r.split('"').next().map(str::to_string);
-            } else if let Some((name, _)) = trimmed.split_once(':') {
+            } else if let Some((name, _)) = line.trim().split_once(':') {
                 if line.starts_with("    ") && !line.starts_with("     ") && !name.contains(' ') {
                     keys.push(rename.take().unwrap_or_else(|| name.to_string()));
                 }
