@@ -43,11 +43,10 @@ pub struct Args {
     pub args: Vec<String>,
 }
 
-pub fn run(args: Args) -> CliResult {
-    let cli = Partial::from_options(args.options).map_err(CliError::usage)?;
-    let cwd = std::env::current_dir()
-        .map_err(|e| CliError::failed(format!("cannot read the current directory: {e}")))?;
-    let (script_text, source_name, default_name) = match (&args.wrap, &args.script) {
+/// The script's text, where it came from (for messages), and the job
+/// name it gives: `--wrap`'s command, the file, or standard input.
+fn script_source(args: &Args) -> Result<(String, String, String), CliError> {
+    Ok(match (&args.wrap, &args.script) {
         (Some(command), _) => {
             if command.trim().is_empty() {
                 return Err(CliError::usage("--wrap needs a command"));
@@ -70,7 +69,14 @@ pub fn run(args: Args) -> CliResult {
             let text = read_script(|| Ok(std::io::stdin()), "standard input")?;
             (text, "standard input".to_string(), "ysbatch".to_string())
         }
-    };
+    })
+}
+
+pub fn run(args: Args) -> CliResult {
+    let (script_text, source_name, default_name) = script_source(&args)?;
+    let cli = Partial::from_options(args.options).map_err(CliError::usage)?;
+    let cwd = std::env::current_dir()
+        .map_err(|e| CliError::failed(format!("cannot read the current directory: {e}")))?;
     if let Err(e) = crate::validate::script(&script_text) {
         return Err(CliError::failed(format!("{source_name}: {}", e.problem)));
     }

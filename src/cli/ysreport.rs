@@ -54,10 +54,9 @@ pub struct Args {
     pub html: Option<std::path::PathBuf>,
 }
 
-pub fn run(args: Args) -> CliResult {
-    let config = load_config()?;
-    let shortcut = match args
-        .report
+/// The sreport-style shortcut the words name, if any.
+fn shortcut_of(report: &[String]) -> Result<Option<Shortcut>, CliError> {
+    Ok(match report
         .iter()
         .map(|w| w.to_ascii_lowercase())
         .collect::<Vec<_>>()
@@ -69,14 +68,18 @@ pub fn run(args: Args) -> CliResult {
         _ => {
             return Err(CliError::usage(format!(
                 "unknown report '{}': ysreport knows 'cluster utilization' and 'user top' (or none, for the full report)",
-                args.report.join(" ")
+                report.join(" ")
             )))
         }
-    };
-    let now = jiff::Timestamp::now().to_zoned(config.timezone().clone());
-    let period = period_of(&args, now).map_err(CliError::usage)?;
-    let accounts = split_list(&args.accounts);
-    let users = split_list(&args.users);
+    })
+}
+
+/// The accounts and users asked for exist.
+fn check_names(
+    config: &crate::config::Config,
+    accounts: &[String],
+    users: &[String],
+) -> Result<(), CliError> {
     if let Some(unknown) = accounts.iter().find(|a| {
         !config.accounts.iter().any(|x| x.name == **a)
             && a.as_str() != crate::config::DEFAULT_ACCOUNT
@@ -99,6 +102,17 @@ pub fn run(args: Args) -> CliResult {
             "no user '{unknown}' on this system"
         )));
     }
+    Ok(())
+}
+
+pub fn run(args: Args) -> CliResult {
+    let config = load_config()?;
+    let shortcut = shortcut_of(&args.report)?;
+    let now = jiff::Timestamp::now().to_zoned(config.timezone().clone());
+    let period = period_of(&args, now).map_err(CliError::usage)?;
+    let accounts = split_list(&args.accounts);
+    let users = split_list(&args.users);
+    check_names(&config, &accounts, &users)?;
     let reply = query(
         "ysreport",
         &config,

@@ -3,7 +3,7 @@
 
 use crate::array::ArraySpec;
 use crate::db::{self, Payload};
-use crate::model::job::{ArrayTask, Hold, Job, JobRequest, JobState};
+use crate::model::job::{ArrayTask, Hold, Job, JobId, JobRequest, JobState};
 use crate::proto::Reply;
 use crate::sched::admission::{self, Capacity};
 use crate::sched::budget::Verdict;
@@ -13,6 +13,10 @@ use super::error::DaemonError;
 use super::state::Daemon;
 
 impl Daemon {
+    /// Takes in a submission: checked again (clients are untrusted),
+    /// admitted, judged by the budgets, and inserted (each task of an
+    /// array) in the turn's transaction. A refusal is a reply, not an
+    /// error.
     pub(super) fn submit(
         &mut self,
         mut request: JobRequest,
@@ -20,127 +24,19 @@ impl Daemon {
         user: &str,
         now: i64,
     ) -> Result<Reply, DaemonError> {
-        // The same rules as ysbatch's: anyone can write a request by hand,
-        // and what is stored must read back at the next start.
-        if let Err(e) = crate::validate::job_request(&request) {
-            let why = e.to_string();
-            tracing::info!(target: "ysched::daemon", "submission by {user} refused: {}", why.escape_debug());
-            return Ok(Reply::Rejected { error: why });
-        }
-        if request.exclusive {
-            self.make_exclusive(&mut request);
-        }
         if let Some(why) = self.short_of_space() {
             tracing::warn!(target: "ysched::daemon", "submission by {user} refused: {why}");
             return Ok(Reply::Rejected { error: why });
         }
-        let capacity = Capacity {
-            inventory: &self.executor.node().inventory,
-            cpus: self.cpus,
-            mem_mb: self.mem_mb,
-        };
-        let admitted = match admission::admit(&request, uid, user, &self.config, &capacity) {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::info!(target: "ysched::daemon", "submission by {user} refused: {e}");
-                return Ok(Reply::Rejected {
-                    error: e.to_string(),
-                });
-            }
-        };
-        let array = match request
-            .array
-            .as_deref()
-            .map(|a| ArraySpec::parse(a, self.config.max_array_size))
-            .transpose()
-        {
-            Ok(a) => a,
-            Err(e) => {
-                let why = format!("--array: {e}");
-                tracing::info!(target: "ysched::daemon", "submission by {user} refused: {why}");
-                return Ok(Reply::Rejected { error: why });
-            }
-        };
-        let tasks = array.as_ref().map_or(1, |a| a.indices.len() as u32);
-        let policy = crate::sched::limits::Policy::new(&self.config);
-        if policy
-            .chain(&admitted.account)
-            .iter()
-            .any(|a| a.limits.max_submitted_jobs.is_some())
-        {
-            // Count, for each account above, the active jobs below it.
-            let active = |account: &str| -> u32 {
-                self.jobs
-                    .all()
-                    .filter(|j| policy.chain(&j.account).iter().any(|a| a.name == account))
-                    .count() as u32
-            };
-            if let Some(why) =
-                crate::sched::limits::refuse_submission(&policy, &admitted.account, tasks, active)
-            {
-                tracing::info!(target: "ysched::daemon", "submission by {user} refused: {why}");
-                return Ok(Reply::Rejected { error: why });
-            }
-        }
-        // Big jobs, or jobs on reserved GPU types, wait for a coordinator.
-        let types = self.executor.node().inventory.type_counts();
-        let type_names: Vec<&str> = types.iter().map(|(t, _)| t.as_str()).collect();
-        let approval = crate::sched::approval::needed(
-            &policy,
-            &admitted.account,
-            &request.gpus,
-            admitted.time_limit,
-            &type_names,
-        )
-        .map(|why| format!("held for approval: {why}"));
-        let approvers = {
-            let who = crate::sched::approval::coordinators(&policy, &admitted.account);
-            if who.is_empty() {
-                "an administrator".to_string()
-            } else {
-                format!(
-                    "a coordinator of account {} ({}) or an administrator",
-                    admitted.account,
-                    who.join(", ")
-                )
-            }
-        };
-        if !request.work_dir.is_absolute() {
-            return Ok(Reply::Rejected {
-                error: format!(
-                    "working directory {} is not absolute",
-                    request.work_dir.display()
-                ),
-            });
-        }
-        // The budget: refused, downgraded to the lowest QoS, or a warning;
-        // an array is judged as a whole.
-        let mut qos = admitted.qos.clone();
-        let cost = self
-            .worst_case(&request.gpus, admitted.time_limit, &qos)
-            .map(|c| c.saturating_mul(i64::from(tasks)));
-        let warning = match self.judge_budget(&admitted.account, cost, now) {
-            Verdict::Fits => None,
-            Verdict::Warn(m) => Some(m),
-            Verdict::Refuse(why) => {
-                tracing::info!(target: "ysched::daemon", "submission by {user} refused: {why}");
-                return Ok(Reply::Rejected { error: why });
-            }
-            Verdict::Downgrade(why) => {
-                if let Some(lowest) = self.config.qos.iter().min_by_key(|q| q.priority) {
-                    qos = lowest.name.clone();
-                }
-                Some(why)
-            }
-        };
-        let dependency = match self.check_dependency(request.dependency.as_deref())? {
-            Ok(d) => d,
+        let screened = match self.screen(&mut request, uid, user)? {
+            Ok(screened) => screened,
             Err(why) => {
-                tracing::info!(target: "ysched::daemon", "submission by {user} refused: {why}");
+                tracing::info!(target: "ysched::daemon", "submission by {user} refused: {}", why.escape_debug());
                 return Ok(Reply::Rejected { error: why });
             }
         };
-        let mut warnings: Vec<String> = warning.into_iter().collect();
+        let (approval, approvers) = self.approval_for(&request, &screened.admitted);
+        let mut warnings = screened.warnings;
         if !request.mail_type.is_empty() && self.config.notify_command.is_none() {
             warnings.push(
                 "--mail-type: nobody will be told: this server has no notify_command in its config"
@@ -148,120 +44,24 @@ impl Daemon {
             );
         }
         let gid = self.users.get(uid).map_or(uid, |u| u.gid);
-        let job = Job {
-            id: 0,
-            uid,
-            gid,
-            user: user.to_string(),
-            account: admitted.account,
-            qos,
-            name: request.name,
-            state: JobState::Pending,
-            hold: if approval.is_some() {
-                Some(Hold::Approval)
-            } else {
-                request.hold.then_some(Hold::User)
-            },
-            gpus: request.gpus,
-            cpus: request.cpus,
-            mem_mb: admitted.mem_mb,
-            time_limit: admitted.time_limit,
-            submit_time: now,
-            begin_time: request.begin_time,
-            start_time: None,
-            end_time: None,
-            gpus_alloc: Vec::new(),
-            node: None,
-            exit: None,
-            restart_count: 0,
-            max_rss_bytes: None,
-            cpu_usec: None,
-            cgroup: None,
-            suspended_secs: 0,
-            suspended_at: None,
-            nice: request.nice,
-            billing: None,
-            reason: None,
-            kill_reason: None,
-            dependency,
-            array: None,
-            approved_by: None,
-            preempted_by: None,
-            claim: Vec::new(),
-            preempt_count: 0,
-            no_requeue: request.no_requeue,
-            checkpoint_at: None,
-            priority_override: None,
-            warn_signal: request.warn_signal,
-            checkpoint_file: request.checkpoint_file,
-            grace: request.grace,
-            gpu_seconds: 0,
-            gpu_usage: Default::default(),
-            preemptions_caused: 0,
-            mail_type: request.mail_type,
-            mail_user: request.mail_user,
-            work_dir: request.work_dir,
-            submit_dir: request.submit_dir,
-            std_out: request.output.unwrap_or_else(|| {
-                if array.is_some() {
-                    "ys-%A_%a.out"
-                } else {
-                    "ys-%j.out"
-                }
-                .to_string()
-            }),
-            std_err: request.error,
-            open_append: request.open_append,
-            comment: request.comment,
-        };
         let payload = Payload {
-            script: request.script,
-            args: request.args,
-            environment: request.environment,
+            script: std::mem::take(&mut request.script),
+            args: std::mem::take(&mut request.args),
+            environment: std::mem::take(&mut request.environment),
         };
-        let mut first = None;
-        let indices = array.as_ref().map_or(vec![0], |a| a.indices.clone());
-        for index in indices {
-            let mut task = job.clone();
-            task.array = array.as_ref().map(|a| ArrayTask {
-                // 0: the first task, whose id the array takes.
-                job_id: first.unwrap_or(0),
-                task_id: index,
-                spec: a.to_string(),
-            });
-            let id = db::insert_job(self.tx()?, &task, &payload)?;
-            if let Some(why) = &approval {
-                db::add_event(self.tx()?, id, now, JobState::Pending, Some(why))?;
-            }
-            let array_id = *first.get_or_insert(id);
-            if let Some(a) = &mut task.array {
-                a.job_id = array_id;
-            }
-            self.enqueue_submitted(Job { id, ..task }, now);
-        }
-        let id = first.expect("at least one task");
-        tracing::info!(
-            target: "ysched::daemon",
-            "job {id} submitted by {user}: {} account={} qos={} {}{}",
-            job.name,
-            job.account,
-            job.qos,
-            job.gpus,
-            array
-                .as_ref()
-                .map(|a| format!(" array={a} ({tasks} tasks)"))
-                .unwrap_or_default()
+        let array = screened.array;
+        let held = approval.is_some();
+        let job = job_of(
+            request,
+            screened.admitted,
+            screened.dependency,
+            (uid, gid, user),
+            held,
+            array.is_some(),
+            now,
         );
-        // A QoS not open to everyone (critical by default) is audited.
-        if self
-            .config
-            .qos_named(&job.qos)
-            .is_some_and(|q| q.allowed.is_some())
-        {
-            let detail = format!("job {id} submitted with QoS {} ({})", job.qos, job.gpus);
-            self.audit(now, user, "use-qos", Some(id), &detail)?;
-        }
-        self.snapshot = None;
+        let id = self.insert_tasks(&job, &payload, array.as_ref(), approval.as_deref(), now)?;
+        self.log_submitted(id, &job, array.as_ref(), user, now)?;
         if let Some(why) = &approval {
             warnings.push(format!(
                 "job {id} is {why}. {} may let it run: yscontrol approve {id}",
@@ -272,6 +72,210 @@ impl Daemon {
             job_id: id,
             warning: (!warnings.is_empty()).then(|| warnings.join("; ")),
         })
+    }
+
+    /// The checks a submission passes before anything is stored: the
+    /// field rules, admission (account, QoS, what the server has), the
+    /// array, the submitted-jobs limits, the budgets, the dependency.
+    /// `Ok(Err(why))` is a refusal.
+    fn screen(
+        &mut self,
+        request: &mut JobRequest,
+        uid: u32,
+        user: &str,
+    ) -> Result<Result<Screened, String>, DaemonError> {
+        // The same rules as ysbatch's: anyone can write a request by hand,
+        // and what is stored must read back at the next start.
+        if let Err(e) = crate::validate::job_request(request) {
+            return Ok(Err(e.to_string()));
+        }
+        if request.exclusive {
+            self.make_exclusive(request);
+        }
+        let capacity = Capacity {
+            inventory: &self.executor.node().inventory,
+            cpus: self.cpus,
+            mem_mb: self.mem_mb,
+        };
+        let mut admitted = match admission::admit(request, uid, user, &self.config, &capacity) {
+            Ok(a) => a,
+            Err(e) => return Ok(Err(e.to_string())),
+        };
+        let array = match request
+            .array
+            .as_deref()
+            .map(|a| ArraySpec::parse(a, self.config.max_array_size))
+            .transpose()
+        {
+            Ok(a) => a,
+            Err(e) => return Ok(Err(format!("--array: {e}"))),
+        };
+        let tasks = array.as_ref().map_or(1, |a| a.indices.len() as u32);
+        if let Some(why) = self.over_submit_limit(&admitted.account, tasks) {
+            return Ok(Err(why));
+        }
+        if !request.work_dir.is_absolute() {
+            return Ok(Err(format!(
+                "working directory {} is not absolute",
+                request.work_dir.display()
+            )));
+        }
+        let warning = match self.judge_submission(request, &mut admitted, tasks) {
+            Ok(warning) => warning,
+            Err(why) => return Ok(Err(why)),
+        };
+        let dependency = match self.check_dependency(request.dependency.as_deref())? {
+            Ok(d) => d,
+            Err(why) => return Ok(Err(why)),
+        };
+        Ok(Ok(Screened {
+            admitted,
+            array,
+            dependency,
+            warnings: warning.into_iter().collect(),
+        }))
+    }
+
+    /// Why `tasks` more jobs of `account` would pass a `max_submitted_jobs`
+    /// of it or of an account above it.
+    fn over_submit_limit(&self, account: &str, tasks: u32) -> Option<String> {
+        let policy = crate::sched::limits::Policy::new(&self.config);
+        if !policy
+            .chain(account)
+            .iter()
+            .any(|a| a.limits.max_submitted_jobs.is_some())
+        {
+            return None;
+        }
+        // Count, for each account above, the active jobs below it.
+        let active = |above: &str| -> u32 {
+            self.jobs
+                .all()
+                .filter(|j| policy.chain(&j.account).iter().any(|a| a.name == above))
+                .count() as u32
+        };
+        crate::sched::limits::refuse_submission(&policy, account, tasks, active)
+    }
+
+    /// The budget's verdict: refused (`Err`), moved to the lowest QoS, or
+    /// a warning; an array is judged as a whole.
+    fn judge_submission(
+        &self,
+        request: &JobRequest,
+        admitted: &mut admission::Admitted,
+        tasks: u32,
+    ) -> Result<Option<String>, String> {
+        let now = self.now();
+        let cost = self
+            .worst_case(&request.gpus, admitted.time_limit, &admitted.qos)
+            .map(|c| c.saturating_mul(i64::from(tasks)));
+        match self.judge_budget(&admitted.account, cost, now) {
+            Verdict::Fits => Ok(None),
+            Verdict::Warn(m) => Ok(Some(m)),
+            Verdict::Refuse(why) => Err(why),
+            Verdict::Downgrade(why) => {
+                if let Some(lowest) = self.config.qos.iter().min_by_key(|q| q.priority) {
+                    admitted.qos = lowest.name.clone();
+                }
+                Ok(Some(why))
+            }
+        }
+    }
+
+    /// Whether the job waits for a coordinator (big, or on reserved GPU
+    /// types), why, and who may approve it.
+    fn approval_for(
+        &self,
+        request: &JobRequest,
+        admitted: &admission::Admitted,
+    ) -> (Option<String>, String) {
+        let policy = crate::sched::limits::Policy::new(&self.config);
+        let types = self.executor.node().inventory.type_counts();
+        let type_names: Vec<&str> = types.iter().map(|(t, _)| t.as_str()).collect();
+        let approval = crate::sched::approval::needed(
+            &policy,
+            &admitted.account,
+            &request.gpus,
+            admitted.time_limit,
+            &type_names,
+        )
+        .map(|why| format!("held for approval: {why}"));
+        let who = crate::sched::approval::coordinators(&policy, &admitted.account);
+        let approvers = if who.is_empty() {
+            "an administrator".to_string()
+        } else {
+            format!(
+                "a coordinator of account {} ({}) or an administrator",
+                admitted.account,
+                who.join(", ")
+            )
+        };
+        (approval, approvers)
+    }
+
+    /// Inserts the job, or each task of its array (the first task's id is
+    /// the array's); returns the (first) id.
+    fn insert_tasks(
+        &mut self,
+        job: &Job,
+        payload: &Payload,
+        array: Option<&ArraySpec>,
+        approval: Option<&str>,
+        now: i64,
+    ) -> Result<JobId, DaemonError> {
+        let mut first = None;
+        let indices = array.map_or(vec![0], |a| a.indices.clone());
+        for index in indices {
+            let mut task = job.clone();
+            task.array = array.map(|a| ArrayTask {
+                // 0: the first task, whose id the array takes.
+                job_id: first.unwrap_or(0),
+                task_id: index,
+                spec: a.to_string(),
+            });
+            let id = db::insert_job(self.tx()?, &task, payload)?;
+            if let Some(why) = approval {
+                db::add_event(self.tx()?, id, now, JobState::Pending, Some(why))?;
+            }
+            let array_id = *first.get_or_insert(id);
+            if let Some(a) = &mut task.array {
+                a.job_id = array_id;
+            }
+            self.enqueue_submitted(Job { id, ..task }, now);
+        }
+        Ok(first.expect("at least one task"))
+    }
+
+    /// Logs the submission; one with a QoS not open to everyone
+    /// (critical by default) is audited.
+    fn log_submitted(
+        &mut self,
+        id: JobId,
+        job: &Job,
+        array: Option<&ArraySpec>,
+        user: &str,
+        now: i64,
+    ) -> Result<(), DaemonError> {
+        let tasks = array.map_or(1, |a| a.indices.len());
+        tracing::info!(
+            target: "ysched::daemon",
+            "job {id} submitted by {user}: {} account={} qos={} {}{}",
+            job.name,
+            job.account,
+            job.qos,
+            job.gpus,
+            array.map(|a| format!(" array={a} ({tasks} tasks)")).unwrap_or_default()
+        );
+        if self
+            .config
+            .qos_named(&job.qos)
+            .is_some_and(|q| q.allowed.is_some())
+        {
+            let detail = format!("job {id} submitted with QoS {} ({})", job.qos, job.gpus);
+            self.audit(now, user, "use-qos", Some(id), &detail)?;
+        }
+        self.snapshot = None;
+        Ok(())
     }
 
     /// `--exclusive`: asks for all of the server, so that the job starts
@@ -339,5 +343,92 @@ fn capitalized(text: &str) -> String {
     match chars.next() {
         Some(c) => c.to_uppercase().chain(chars).collect(),
         None => String::new(),
+    }
+}
+
+/// What a submission that passed the checks comes with.
+struct Screened {
+    admitted: admission::Admitted,
+    array: Option<ArraySpec>,
+    /// Its dependency, in canonical form.
+    dependency: Option<String>,
+    warnings: Vec<String>,
+}
+
+/// The job record of an admitted request, pending.
+fn job_of(
+    request: JobRequest,
+    admitted: admission::Admitted,
+    dependency: Option<String>,
+    (uid, gid, user): (u32, u32, &str),
+    held_for_approval: bool,
+    is_array: bool,
+    now: i64,
+) -> Job {
+    Job {
+        id: 0,
+        uid,
+        gid,
+        user: user.to_string(),
+        account: admitted.account,
+        qos: admitted.qos,
+        name: request.name,
+        state: JobState::Pending,
+        hold: if held_for_approval {
+            Some(Hold::Approval)
+        } else {
+            request.hold.then_some(Hold::User)
+        },
+        gpus: request.gpus,
+        cpus: request.cpus,
+        mem_mb: admitted.mem_mb,
+        time_limit: admitted.time_limit,
+        submit_time: now,
+        begin_time: request.begin_time,
+        start_time: None,
+        end_time: None,
+        gpus_alloc: Vec::new(),
+        node: None,
+        exit: None,
+        restart_count: 0,
+        max_rss_bytes: None,
+        cpu_usec: None,
+        cgroup: None,
+        suspended_secs: 0,
+        suspended_at: None,
+        nice: request.nice,
+        billing: None,
+        reason: None,
+        kill_reason: None,
+        dependency,
+        array: None,
+        approved_by: None,
+        preempted_by: None,
+        claim: Vec::new(),
+        preempt_count: 0,
+        no_requeue: request.no_requeue,
+        checkpoint_at: None,
+        priority_override: None,
+        warn_signal: request.warn_signal,
+        checkpoint_file: request.checkpoint_file,
+        grace: request.grace,
+        gpu_seconds: 0,
+        gpu_usage: Default::default(),
+        preemptions_caused: 0,
+        mail_type: request.mail_type,
+        mail_user: request.mail_user,
+        work_dir: request.work_dir,
+        submit_dir: request.submit_dir,
+        std_out: request.output.unwrap_or_else(|| {
+            if is_array {
+                "ys-%A_%a.out"
+            } else {
+                "ys-%j.out"
+            }
+            .to_string()
+        }),
+        std_err: request.error,
+        open_append: request.open_append,
+        comment: request.comment,
     }
 }

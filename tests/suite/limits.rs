@@ -62,6 +62,25 @@ fn a_team_at_its_limit_waits_and_others_go_ahead() {
     }
 }
 
+/// `ysbatch --parsable -A account -G 1 -t minutes -H --wrap true`.
+fn submit_held(c: &Cluster, account: &str, minutes: &str) -> std::process::Output {
+    c.run(
+        "ysbatch",
+        &[
+            "--parsable",
+            "-A",
+            account,
+            "-G",
+            "1",
+            "-t",
+            minutes,
+            "-H",
+            "--wrap",
+            "true",
+        ],
+    )
+}
+
 #[test]
 fn a_budget_refuses_or_downgrades_with_the_numbers() {
     let me = ysched::cli::current_user_name();
@@ -70,21 +89,7 @@ fn a_budget_refuses_or_downgrades_with_the_numbers() {
         "cgroups = \"off\"\n[[accounts]]\nname = \"strict\"\nusers = [\"{me}\"]\nbudget = 1\n[[accounts]]\nname = \"lenient\"\nusers = [\"{me}\"]\nbudget = 1\nover_budget = \"lowest_qos\"\nbudget_warning = 0.5\n"
     ));
     // Half an hour on one GPU: fits, but holds half the budget.
-    let out = c.run(
-        "ysbatch",
-        &[
-            "--parsable",
-            "-A",
-            "strict",
-            "-G",
-            "1",
-            "-t",
-            "30",
-            "-H",
-            "--wrap",
-            "true",
-        ],
-    );
+    let out = submit_held(&c, "strict", "30");
     assert!(out.status.success(), "{}", stderr(&out));
     // An hour more does not fit.
     let out = c.run(
@@ -108,42 +113,14 @@ fn a_budget_refuses_or_downgrades_with_the_numbers() {
     );
 
     // Lenient: a warning past half, then the lowest QoS instead of a refusal.
-    let out = c.run(
-        "ysbatch",
-        &[
-            "--parsable",
-            "-A",
-            "lenient",
-            "-G",
-            "1",
-            "-t",
-            "40",
-            "-H",
-            "--wrap",
-            "true",
-        ],
-    );
+    let out = submit_held(&c, "lenient", "40");
     assert!(out.status.success());
     assert!(
         stderr(&out).contains("account 'lenient' has used or holds 67% of its 1.0-token budget"),
         "{}",
         stderr(&out)
     );
-    let out = c.run(
-        "ysbatch",
-        &[
-            "--parsable",
-            "-A",
-            "lenient",
-            "-G",
-            "1",
-            "-t",
-            "60",
-            "-H",
-            "--wrap",
-            "true",
-        ],
-    );
+    let out = submit_held(&c, "lenient", "60");
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
         stderr(&out)

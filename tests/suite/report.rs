@@ -276,52 +276,7 @@ fn check_march_2025(c: &Cluster) {
         "{text}"
     );
 
-    // sreport's shortcuts: March has 744 hours on 4 GPUs.
-    let out = stdout(&c.run(
-        "ysreport",
-        &["cluster", "utilization", "--month", "2025-03"],
-    ));
-    assert!(
-        out.contains("GPUs 4, GPU-hours offered 2976.00, used 14.00 (0.5%), idle 2962.00"),
-        "{out}"
-    );
-    let out = stdout(&c.run("ysreport", &["user", "top", "--month", "2025-03"]));
-    let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines.len(), 3, "{out}");
-    assert!(
-        lines[1].contains("1. root") && lines[1].contains("7.00 GPU-hours"),
-        "{out}"
-    );
-    assert!(
-        lines[2].contains("2. root") && lines[2].contains("50.0%"),
-        "{out}"
-    );
-    let out = c.run("ysreport", &["cluster", "nonsense"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("knows 'cluster utilization' and 'user top'"));
-
-    // An honest empty month.
-    let out = c.run("ysreport", &["--month", "2025-04"]);
-    assert!(out.status.success());
-    assert!(stdout(&out).contains("No job ended in this period."));
-
-    // Bad input: the reason, exit 2, nothing else disturbed.
-    for (args, why) in [
-        (vec!["--month", "2026-13"], "month 13 does not exist"),
-        (
-            vec!["-S", "2026-11-10", "-E", "2026-11-01"],
-            "is not after the start",
-        ),
-        (
-            vec!["-A", "gold"],
-            "unknown account 'gold' (known: vision, nlp)",
-        ),
-        (vec!["-u", "nosuchuser42"], "no user 'nosuchuser42'"),
-    ] {
-        let out = c.run("ysreport", &args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        assert!(stderr(&out).contains(why), "{args:?}: {}", stderr(&out));
-    }
+    check_shortcuts_and_bad_input(c);
 }
 
 /// Headless Chromium, where installed: `.ci/run` installs Debian's and
@@ -495,4 +450,54 @@ fn ysacct_streams_a_long_listing_whole_and_in_order() {
         "{}",
         lines.last().unwrap()
     );
+}
+
+/// sreport's shortcuts over March 2025, an empty month, and bad input.
+fn check_shortcuts_and_bad_input(c: &Cluster) {
+    // sreport's shortcuts: March has 744 hours on 4 GPUs.
+    let out = stdout(&c.run(
+        "ysreport",
+        &["cluster", "utilization", "--month", "2025-03"],
+    ));
+    assert!(
+        out.contains("GPUs 4, GPU-hours offered 2976.00, used 14.00 (0.5%), idle 2962.00"),
+        "{out}"
+    );
+    let out = stdout(&c.run("ysreport", &["user", "top", "--month", "2025-03"]));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert!(
+        lines[1].contains("1. root") && lines[1].contains("7.00 GPU-hours"),
+        "{out}"
+    );
+    assert!(
+        lines[2].contains("2. root") && lines[2].contains("50.0%"),
+        "{out}"
+    );
+    let out = c.run("ysreport", &["cluster", "nonsense"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("knows 'cluster utilization' and 'user top'"));
+
+    // An honest empty month.
+    let out = c.run("ysreport", &["--month", "2025-04"]);
+    assert!(out.status.success());
+    assert!(stdout(&out).contains("No job ended in this period."));
+
+    // Bad input: the reason, exit 2, nothing else disturbed.
+    for (args, why) in [
+        (vec!["--month", "2026-13"], "month 13 does not exist"),
+        (
+            vec!["-S", "2026-11-10", "-E", "2026-11-01"],
+            "is not after the start",
+        ),
+        (
+            vec!["-A", "gold"],
+            "unknown account 'gold' (known: vision, nlp)",
+        ),
+        (vec!["-u", "nosuchuser42"], "no user 'nosuchuser42'"),
+    ] {
+        let out = c.run("ysreport", &args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&out).contains(why), "{args:?}: {}", stderr(&out));
+    }
 }
