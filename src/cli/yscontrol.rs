@@ -130,24 +130,7 @@ pub fn run(args: Args) -> CliResult {
                 },
             )
         }
-        Command::Checkpoint { mut jobs } => {
-            if jobs.is_empty() {
-                let own = std::env::var("YS_JOB_ID")
-                    .or_else(|_| std::env::var("SLURM_JOB_ID"))
-                    .map_err(|_| {
-                        CliError::usage(
-                            "give a job id (or run it inside a job, where YS_JOB_ID is set)",
-                        )
-                    })?;
-                jobs.push(own);
-            }
-            control(
-                &config,
-                Control::Checkpoint {
-                    job_ids: parse_job_ids(&jobs)?,
-                },
-            )
-        }
+        Command::Checkpoint { jobs } => checkpoint(&config, jobs),
         Command::Requeue { jobs } => control(
             &config,
             Control::Requeue {
@@ -174,24 +157,7 @@ pub fn run(args: Args) -> CliResult {
                 job_ids: parse_job_ids(&jobs)?,
             },
         ),
-        Command::Drain { gpus, reason } => {
-            let reason = reason.trim().to_string();
-            if reason.is_empty()
-                || reason.chars().count() > 200
-                || reason.chars().any(char::is_control)
-            {
-                return Err(CliError::usage(
-                    "--reason: say why in one line of 1 to 200 characters",
-                ));
-            }
-            control(
-                &config,
-                Control::Drain {
-                    gpus: parse_gpus(&gpus)?,
-                    reason,
-                },
-            )
-        }
+        Command::Drain { gpus, reason } => drain(&config, &gpus, &reason),
         Command::Show { what: Show::Node } => {
             let node = super::ysinfo::node_info(&config)?;
             print(&show_node(&node))
@@ -203,44 +169,87 @@ pub fn run(args: Args) -> CliResult {
         Command::Reload => control(&config, Control::Reload),
         Command::Show {
             what: Show::Audit { lines },
-        } => match query("yscontrol", &config, Query::Audit { limit: lines })? {
-            Reply::Audit { rows } => {
-                let text: String = rows
-                    .iter()
-                    .map(|r| {
-                        format!(
-                            "{} {} {} {}{}\n",
-                            crate::model::units::format_timestamp(r.time),
-                            r.actor,
-                            r.action,
-                            r.job_id.map(|j| format!("job={j} ")).unwrap_or_default(),
-                            r.detail
-                        )
-                    })
-                    .collect();
-                print(&text)
-            }
-            Reply::Rejected { error } => Err(CliError::failed(error)),
-            other => Err(CliError::failed(format!(
-                "unexpected reply from ysctld: {other:?}"
-            ))),
-        },
+        } => show_audit(&config, lines),
         Command::Show {
             what: Show::Job { job },
-        } => {
-            let ids = parse_job_ids(std::slice::from_ref(&job))?;
-            let [id] = ids.as_slice() else {
-                return Err(CliError::usage("give one job id"));
-            };
-            match query("yscontrol", &config, Query::Job(*id))? {
-                Reply::Jobs { jobs, now } if !jobs.is_empty() => {
-                    let text: String = jobs.iter().map(|j| show_job(j, now)).collect();
-                    print(&text)
-                }
-                Reply::Rejected { error } => Err(CliError::failed(error)),
-                _ => Err(CliError::failed(format!("job {id} does not exist"))),
-            }
+        } => show_one_job(&config, &job),
+    }
+}
+
+/// `yscontrol checkpoint [JOB...]`: the jobs named, or the one it runs in.
+fn checkpoint(config: &crate::config::Config, mut jobs: Vec<String>) -> CliResult {
+    if jobs.is_empty() {
+        let own = std::env::var("YS_JOB_ID")
+            .or_else(|_| std::env::var("SLURM_JOB_ID"))
+            .map_err(|_| {
+                CliError::usage("give a job id (or run it inside a job, where YS_JOB_ID is set)")
+            })?;
+        jobs.push(own);
+    }
+    control(
+        config,
+        Control::Checkpoint {
+            job_ids: parse_job_ids(&jobs)?,
+        },
+    )
+}
+
+/// `yscontrol drain GPU... --reason WHY`.
+fn drain(config: &crate::config::Config, gpus: &[String], reason: &str) -> CliResult {
+    let reason = reason.trim().to_string();
+    if reason.is_empty() || reason.chars().count() > 200 || reason.chars().any(char::is_control) {
+        return Err(CliError::usage(
+            "--reason: say why in one line of 1 to 200 characters",
+        ));
+    }
+    control(
+        config,
+        Control::Drain {
+            gpus: parse_gpus(gpus)?,
+            reason,
+        },
+    )
+}
+
+/// `yscontrol show audit`: the last actions, oldest first.
+fn show_audit(config: &crate::config::Config, lines: u32) -> CliResult {
+    match query("yscontrol", config, Query::Audit { limit: lines })? {
+        Reply::Audit { rows } => {
+            let text: String = rows
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{} {} {} {}{}\n",
+                        crate::model::units::format_timestamp(r.time),
+                        r.actor,
+                        r.action,
+                        r.job_id.map(|j| format!("job={j} ")).unwrap_or_default(),
+                        r.detail
+                    )
+                })
+                .collect();
+            print(&text)
         }
+        Reply::Rejected { error } => Err(CliError::failed(error)),
+        other => Err(CliError::failed(format!(
+            "unexpected reply from ysctld: {other:?}"
+        ))),
+    }
+}
+
+/// `yscontrol show job ID`.
+fn show_one_job(config: &crate::config::Config, job: &String) -> CliResult {
+    let ids = parse_job_ids(std::slice::from_ref(job))?;
+    let [id] = ids.as_slice() else {
+        return Err(CliError::usage("give one job id"));
+    };
+    match query("yscontrol", config, Query::Job(*id))? {
+        Reply::Jobs { jobs, now } if !jobs.is_empty() => {
+            let text: String = jobs.iter().map(|j| show_job(j, now)).collect();
+            print(&text)
+        }
+        Reply::Rejected { error } => Err(CliError::failed(error)),
+        _ => Err(CliError::failed(format!("job {id} does not exist"))),
     }
 }
 

@@ -264,6 +264,20 @@ fn writable(dir: &std::path::Path) -> Result<(), String> {
 fn describe(config: &Config, lines: &mut Vec<String>, problems: &mut Vec<Problem>) {
     let inventory = crate::gpu::Inventory::discover(config);
     let system = nix::unistd::geteuid().is_root();
+    check_basics(config, &inventory, problems);
+    describe_node(config, &inventory, system, lines);
+    describe_isolation(config, &inventory, system, lines, problems);
+    describe_policy(config, lines);
+    lines.push(String::new());
+}
+
+/// One `key  value` line of the description.
+fn add(lines: &mut Vec<String>, key: &str, value: String) {
+    lines.push(format!("  {key:<17}{value}"));
+}
+
+/// The spool is writable, there are GPUs, the notify command exists.
+fn check_basics(config: &Config, inventory: &crate::gpu::Inventory, problems: &mut Vec<Problem>) {
     if let Err(e) = writable(&config.spool_dir) {
         problems.push(Problem::Error(format!(
             "spool_dir {}: {e}",
@@ -290,8 +304,17 @@ fn describe(config: &Config, lines: &mut Vec<String>, problems: &mut Vec<Problem
             )));
         }
     }
-    let mut add = |key: &str, value: String| lines.push(format!("  {key:<17}{value}"));
+}
+
+/// The spool, the socket, the node: name, GPUs, CPUs, memory.
+fn describe_node(
+    config: &Config,
+    inventory: &crate::gpu::Inventory,
+    system: bool,
+    lines: &mut Vec<String>,
+) {
     add(
+        lines,
         "spool",
         format!(
             "{} ({} mode, as {})",
@@ -307,6 +330,7 @@ fn describe(config: &Config, lines: &mut Vec<String>, problems: &mut Vec<Problem
     let spool = crate::spool::Spool::new(&config.spool_dir);
     let socket = spool.socket_path();
     add(
+        lines,
         "requests",
         match crate::spool::socket::path_too_long(&socket) {
             None => format!(
@@ -321,6 +345,7 @@ fn describe(config: &Config, lines: &mut Vec<String>, problems: &mut Vec<Problem
         },
     );
     add(
+        lines,
         "node",
         format!(
             "{}, time zone {}",
@@ -329,17 +354,20 @@ fn describe(config: &Config, lines: &mut Vec<String>, problems: &mut Vec<Problem
         ),
     );
     add(
+        lines,
         "GPUs",
         format!("{} ({})", inventory.describe_details(), inventory.source),
     );
     let groups: std::collections::BTreeSet<u32> = inventory.gpus.iter().map(|g| g.group).collect();
     if groups.len() > 1 {
         add(
+            lines,
             "GPU groups",
             format!("{} (NVLink or PCIe switch, or group_size)", groups.len()),
         );
     }
     add(
+        lines,
         "CPUs",
         match config.cpus {
             Some(n) => format!("{n} (config)"),
@@ -347,6 +375,7 @@ fn describe(config: &Config, lines: &mut Vec<String>, problems: &mut Vec<Problem
         },
     );
     add(
+        lines,
         "memory",
         match config.memory_mb {
             Some(mb) => format!("{} (config)", crate::model::units::format_memory_mb(mb)),
@@ -356,10 +385,20 @@ fn describe(config: &Config, lines: &mut Vec<String>, problems: &mut Vec<Problem
             ),
         },
     );
-    match crate::exec::isolation::Isolation::prepare(config, &inventory) {
+}
+
+/// How jobs are confined here, and what is not enforced.
+fn describe_isolation(
+    config: &Config,
+    inventory: &crate::gpu::Inventory,
+    system: bool,
+    lines: &mut Vec<String>,
+    problems: &mut Vec<Problem>,
+) {
+    match crate::exec::isolation::Isolation::prepare(config, inventory) {
         Ok(isolation) => {
             let d = &isolation.detected;
-            add("isolation", d.description.clone());
+            add(lines, "isolation", d.description.clone());
             if system && d.placement.layout == crate::model::isolation::Layout::Off {
                 problems.push(Problem::Warning(format!(
                     "job isolation is off ({}): jobs are not confined to their GPUs, memory and CPUs",
@@ -367,12 +406,12 @@ fn describe(config: &Config, lines: &mut Vec<String>, problems: &mut Vec<Problem
                 )));
             }
             for missing in &d.missing {
-                add("  not enforced", missing.clone());
+                add(lines, "  not enforced", missing.clone());
             }
             if d.placement.layout != crate::model::isolation::Layout::Off {
                 let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
                 if let Some(point) = crate::exec::cgroup::slow_moves(&mounts) {
-                    add(
+                    add(lines,
                         "  job starts",
                         format!("each waits ~10 ms for the kernel to move it into its cgroup; `mount -o remount,favordynmods {point}` removes the wait (ysctld(8), ISOLATION)"),
                     );
@@ -380,11 +419,16 @@ fn describe(config: &Config, lines: &mut Vec<String>, problems: &mut Vec<Problem
             }
         }
         Err(e) => {
-            add("isolation", format!("ERROR: {e}"));
+            add(lines, "isolation", format!("ERROR: {e}"));
             problems.push(Problem::Error(e));
         }
     }
+}
+
+/// Sampling, accounts, QoS, admins, metrics, notifications, retention.
+fn describe_policy(config: &Config, lines: &mut Vec<String>) {
     add(
+        lines,
         "GPU utilisation",
         if config.gpu_sample_secs == 0 {
             "not sampled (gpu_sample_secs = 0)".into()
@@ -398,6 +442,7 @@ fn describe(config: &Config, lines: &mut Vec<String>, problems: &mut Vec<Problem
         },
     );
     add(
+        lines,
         "accounts",
         if config.accounts.is_empty() {
             format!(
@@ -415,6 +460,7 @@ fn describe(config: &Config, lines: &mut Vec<String>, problems: &mut Vec<Problem
     );
     let builtin = config.qos == config::default_qos_levels();
     add(
+        lines,
         "QoS",
         format!(
             "{} (default {}{})",
@@ -428,6 +474,7 @@ fn describe(config: &Config, lines: &mut Vec<String>, problems: &mut Vec<Problem
         ),
     );
     add(
+        lines,
         "admins",
         if config.admins.is_empty() {
             "root only".into()
@@ -436,22 +483,22 @@ fn describe(config: &Config, lines: &mut Vec<String>, problems: &mut Vec<Problem
         },
     );
     if let Some(f) = &config.metrics_file {
-        add("metrics file", f.display().to_string());
+        add(lines, "metrics file", f.display().to_string());
     }
     if let Some(a) = &config.metrics_listen {
-        add("metrics", format!("http://{a}/metrics"));
+        add(lines, "metrics", format!("http://{a}/metrics"));
     }
     if let Some(c) = &config.notify_command {
-        add("notifications", c.join(" "));
+        add(lines, "notifications", c.join(" "));
     }
     add(
+        lines,
         "retention",
         match config.purge_after_months {
             Some(m) => format!("jobs purged {m} whole months after their month, summarised first"),
             None => "every job kept".into(),
         },
     );
-    lines.push(String::new());
 }
 
 fn simulate(config: &Config, args: SimulateArgs) -> CliResult {
