@@ -43,9 +43,17 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
 /// The exposition text.
 pub fn render(inputs: &Inputs) -> String {
     let mut out = String::new();
+    render_jobs(&mut out, inputs);
+    render_gpus(&mut out, inputs);
+    render_samples(&mut out, inputs);
+    render_daemon(&mut out, inputs);
+    out
+}
 
+/// Jobs by state and account.
+fn render_jobs(out: &mut String, inputs: &Inputs) {
     family(
-        &mut out,
+        out,
         "ysched_jobs",
         "gauge",
         "Jobs in the queue, by state and account.",
@@ -64,17 +72,15 @@ pub fn render(inputs: &Inputs) -> String {
             escape(account)
         );
     }
+}
 
-    family(
-        &mut out,
-        "ysched_gpus",
-        "gauge",
-        "GPUs this server schedules.",
-    );
+/// The GPUs: how many, drained, held by account, idle while jobs wait.
+fn render_gpus(out: &mut String, inputs: &Inputs) {
+    family(out, "ysched_gpus", "gauge", "GPUs this server schedules.");
     let _ = writeln!(out, "ysched_gpus {}", inputs.gpus.len());
 
     family(
-        &mut out,
+        out,
         "ysched_gpus_drained",
         "gauge",
         "GPUs taken out of service (yscontrol drain).",
@@ -82,7 +88,7 @@ pub fn render(inputs: &Inputs) -> String {
     let _ = writeln!(out, "ysched_gpus_drained {}", inputs.drained.len());
 
     family(
-        &mut out,
+        out,
         "ysched_gpus_allocated",
         "gauge",
         "GPUs held by running jobs, by account.",
@@ -101,7 +107,7 @@ pub fn render(inputs: &Inputs) -> String {
 
     // Free GPUs while jobs that want GPUs wait: fragmentation or limits.
     family(
-        &mut out,
+        out,
         "ysched_gpus_idle_while_waiting",
         "gauge",
         "Free GPUs while GPU jobs are pending (0 when none wait).",
@@ -111,10 +117,13 @@ pub fn render(inputs: &Inputs) -> String {
         .filter(|g| !inputs.drained.contains(g))
         .count();
     let _ = writeln!(out, "ysched_gpus_idle_while_waiting {idle}");
+}
 
+/// Each GPU's last sample, where there is one.
+fn render_samples(out: &mut String, inputs: &Inputs) {
     if let Some(samples) = inputs.samples {
         family(
-            &mut out,
+            out,
             "ysched_gpu_utilization_ratio",
             "gauge",
             "Utilisation of each GPU at the last sample, 0 to 1.",
@@ -133,7 +142,7 @@ pub fn render(inputs: &Inputs) -> String {
             );
         }
         family(
-            &mut out,
+            out,
             "ysched_gpu_memory_used_bytes",
             "gauge",
             "Memory used on each GPU at the last sample.",
@@ -147,9 +156,12 @@ pub fn render(inputs: &Inputs) -> String {
             );
         }
     }
+}
 
+/// The daemon's own figures: pass time, ingest latency, preemptions, budgets.
+fn render_daemon(out: &mut String, inputs: &Inputs) {
     family(
-        &mut out,
+        out,
         "ysched_schedule_pass_seconds",
         "gauge",
         "Duration of the last scheduling pass.",
@@ -161,7 +173,7 @@ pub fn render(inputs: &Inputs) -> String {
     );
 
     family(
-        &mut out,
+        out,
         "ysched_ingest_latency_seconds",
         "summary",
         "From a command sending a request to ysctld handling it.",
@@ -173,7 +185,7 @@ pub fn render(inputs: &Inputs) -> String {
     );
 
     family(
-        &mut out,
+        out,
         "ysched_preemptions_total",
         "counter",
         "Preemptions decided (each may stop several jobs).",
@@ -182,7 +194,7 @@ pub fn render(inputs: &Inputs) -> String {
 
     if !inputs.budget_left.is_empty() {
         family(
-            &mut out,
+            out,
             "ysched_budget_left_tokens",
             "gauge",
             "Tokens (billing-hours) left in each budgeted account's period.",
@@ -195,7 +207,6 @@ pub fn render(inputs: &Inputs) -> String {
             );
         }
     }
-    out
 }
 
 #[cfg(test)]

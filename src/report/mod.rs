@@ -283,14 +283,74 @@ impl Field {
     /// where it is stored as shown: listings render tens of thousands of
     /// rows, and most of their cells need no allocation of their own.
     pub fn text(self, view: &JobView, now: i64) -> Cow<'_, str> {
-        let job = &view.job;
-        let time = |t: Option<i64>| -> Cow<'_, str> {
-            t.map_or(Cow::Borrowed("Unknown"), |t| {
-                units::format_timestamp(t).into()
-            })
+        // Every field in exactly one group: the compiler checks that
+        // none is left out.
+        let text = match self {
+            Field::JobId
+            | Field::JobIdRaw
+            | Field::ArrayJobId
+            | Field::ArrayTaskId
+            | Field::Name
+            | Field::User
+            | Field::Uid
+            | Field::Account
+            | Field::Qos
+            | Field::StateCompact
+            | Field::State
+            | Field::TimeUsed
+            | Field::Elapsed
+            | Field::ElapsedRaw
+            | Field::TimeLimit
+            | Field::TimeLeft
+            | Field::Nodes
+            | Field::NodeList
+            | Field::NodeListReason
+            | Field::Reason => self.identity_text(view, now),
+            Field::Gpus
+            | Field::TresPerNode
+            | Field::AllocTres
+            | Field::ReqTres
+            | Field::Cpus
+            | Field::ReqMem
+            | Field::Priority
+            | Field::PrioAge
+            | Field::PrioFairshare
+            | Field::PrioQos
+            | Field::PrioSize
+            | Field::Nice
+            | Field::Submit
+            | Field::Eligible
+            | Field::Start
+            | Field::End => self.resource_text(view, now),
+            Field::ExitCode
+            | Field::Restarts
+            | Field::Preemptions
+            | Field::GpuUtil
+            | Field::GpuUtilMax
+            | Field::GpuMemMax
+            | Field::GpuLowTime
+            | Field::MaxRss
+            | Field::TresUsage
+            | Field::MailType
+            | Field::AcctState
+            | Field::Billing
+            | Field::TotalCpu
+            | Field::Cgroup
+            | Field::WorkDir
+            | Field::StdOut
+            | Field::StdErr
+            | Field::Comment
+            | Field::Dependency
+            | Field::Partition => self.usage_text(view),
         };
+        text.unwrap_or(Cow::Borrowed(""))
+    }
+
+    /// Who and what the job is, its state and where it runs.
+    fn identity_text(self, view: &JobView, now: i64) -> Option<Cow<'_, str>> {
+        let job = &view.job;
         let pending = job.state == JobState::Pending;
-        match self {
+        Some(match self {
             Field::JobId => job.display_id().into(),
             Field::JobIdRaw => job.id.to_string().into(),
             Field::ArrayJobId => job
@@ -341,6 +401,20 @@ impl Field {
                 };
                 Cow::Borrowed(reason.unwrap_or("None"))
             }
+            _ => return None,
+        })
+    }
+
+    /// What it asked for and was given, its priority, its times.
+    fn resource_text(self, view: &JobView, now: i64) -> Option<Cow<'_, str>> {
+        let job = &view.job;
+        let pending = job.state == JobState::Pending;
+        let time = |t: Option<i64>| -> Cow<'_, str> {
+            t.map_or(Cow::Borrowed("Unknown"), |t| {
+                units::format_timestamp(t).into()
+            })
+        };
+        Some(match self {
             Field::Gpus => {
                 let mut text = String::new();
                 write_gpus(&mut text, job);
@@ -404,6 +478,14 @@ impl Field {
                     time(job.end_time)
                 }
             }
+            _ => return None,
+        })
+    }
+
+    /// How it ended and what it used; its paths and notes.
+    fn usage_text(self, view: &JobView) -> Option<Cow<'_, str>> {
+        let job = &view.job;
+        Some(match self {
             Field::ExitCode => job.exit.unwrap_or_default().to_string().into(),
             Field::Restarts => job.restart_count.to_string().into(),
             Field::Preemptions => job.preempt_count.to_string().into(),
@@ -474,7 +556,8 @@ impl Field {
             Field::Comment => Cow::Borrowed(job.comment.as_deref().unwrap_or_default()),
             Field::Dependency => Cow::Borrowed(job.dependency.as_deref().unwrap_or("(null)")),
             Field::Partition => Cow::Borrowed("ysched"),
-        }
+            _ => return None,
+        })
     }
 }
 
