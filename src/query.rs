@@ -695,31 +695,8 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
     let snapshot = work.snapshot.as_deref();
     let now = crate::model::units::now();
     let viewer = &work.viewer;
-    let visible = |v: JobView| view_for(v, viewer);
-    // Cells rendered here, where the jobs are, or whole (redacted) jobs.
-    let reply = |views: Vec<&JobView>, fields: &Option<Vec<Field>>| match fields {
-        Some(fields) => {
-            let mut maker = RowMaker::new(fields, viewer, now);
-            let mut rows = Vec::new();
-            let mut add = |cells: &[String]| -> Result<(), std::convert::Infallible> {
-                rows.push(cells.to_vec());
-                Ok(())
-            };
-            for v in views {
-                let Ok(()) = maker.push(v, &mut add);
-            }
-            let Ok(()) = maker.finish(&mut add);
-            Reply::Rows { rows, now }
-        }
-        None => Reply::Jobs {
-            jobs: views
-                .into_iter()
-                .filter(|v| viewer.sees(&v.job))
-                .cloned()
-                .map(visible)
-                .collect(),
-            now,
-        },
+    let reply = |views: Vec<&JobView>, fields: &Option<Vec<Field>>| {
+        rows_or_jobs(views, fields, viewer, now)
     };
     match &work.query {
         Query::Queue { filter, fields } => {
@@ -744,61 +721,7 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
             accounts,
             users,
             waste_after_secs,
-        } => {
-            let mut builder = crate::report::usage::Builder::new(period.clone(), *waste_after_secs);
-            let wanted = |account: &str, user: &str| {
-                viewer.sees_usage(account, user)
-                    && (accounts.is_empty() || accounts.iter().any(|a| a == account))
-                    && (users.is_empty() || users.iter().any(|u| u == user))
-            };
-            // Purged months come whole from their summaries.
-            let purged = db::purged_months(conn, period.from, period.to)?;
-            if let Some(cut) = purged
-                .iter()
-                .find(|m| m.start < period.from || m.end > period.to)
-            {
-                return Ok(Reply::Rejected {
-                    error: format!(
-                        "the period cuts through {}, whose job rows were purged (purge_after_months): \
-                         report it whole, with --month {}",
-                        cut.month, cut.month
-                    ),
-                });
-            }
-            let in_purged = |t: i64| purged.iter().any(|m| t >= m.start && t < m.end);
-            db::for_each_ended(conn, period.from, period.to, |job| {
-                if wanted(&job.account, &job.user) && !in_purged(job.end_time) {
-                    builder.add(&job);
-                }
-            })?;
-            let mut summarised = Vec::new();
-            for month in &purged {
-                for (account, user, summary) in db::month_summaries(conn, &month.month)? {
-                    if wanted(&account, &user) {
-                        builder.add_summary(&account, &user, &summary);
-                    }
-                }
-                builder.add_waste(
-                    month
-                        .waste
-                        .iter()
-                        .filter(|w| wanted(&w.account, &w.user))
-                        .cloned(),
-                );
-                summarised.push(month.month.clone());
-            }
-            builder.add_gpu_hours(&db::gpu_hours(
-                conn,
-                crate::report::history::hour_of(period.from),
-                period.to,
-            )?);
-            let mut report = builder.finish();
-            report.complete = viewer.admin && accounts.is_empty() && users.is_empty();
-            report.summarised_months = summarised;
-            Ok(Reply::Usage {
-                report: Box::new(report),
-            })
-        }
+        } => usage_report(conn, viewer, (period, accounts, users), *waste_after_secs),
         Query::Node => {
             let mut node = snapshot.map(|s| s.node.clone()).unwrap_or_default();
             // Under private_data = "jobs", others' jobs on a GPU are hidden.
@@ -841,39 +764,145 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
                 ),
             })
         }
-        Query::Job(r) => {
-            // An array's id shows every task.
-            let filter = JobFilter {
-                job_ids: vec![*r],
-                ..JobFilter::default()
+        Query::Job(r) => one_job(conn, snapshot, viewer, *r, now),
+    }
+}
+
+/// Cells rendered here, where the jobs are, or whole (redacted) jobs.
+fn rows_or_jobs(
+    views: Vec<&JobView>,
+    fields: &Option<Vec<Field>>,
+    viewer: &Viewer,
+    now: i64,
+) -> Reply {
+    match fields {
+        Some(fields) => {
+            let mut maker = RowMaker::new(fields, viewer, now);
+            let mut rows = Vec::new();
+            let mut add = |cells: &[String]| -> Result<(), std::convert::Infallible> {
+                rows.push(cells.to_vec());
+                Ok(())
             };
-            let mut views: Vec<JobView> = snapshot
-                .map(|s| s.matching(&filter).into_iter().cloned().collect())
-                .unwrap_or_default();
-            for job in db::find_jobs(conn, &filter, MAX_ROWS)? {
-                if !views.iter().any(|v| v.job.id == job.id) {
-                    views.push(JobView::stored(job));
-                }
+            for v in views {
+                let Ok(()) = maker.push(v, &mut add);
             }
-            let existed = !views.is_empty();
-            views.retain(|v| viewer.sees(&v.job));
-            if views.is_empty() {
-                return Ok(Reply::Rejected {
-                    error: if existed {
-                        format!("job {r} is another user's, and private_data = \"jobs\" hides it")
-                    } else {
-                        format!("job {r} does not exist")
-                    },
-                });
+            let Ok(()) = maker.finish(&mut add);
+            Reply::Rows { rows, now }
+        }
+        None => Reply::Jobs {
+            jobs: views
+                .into_iter()
+                .filter(|v| viewer.sees(&v.job))
+                .cloned()
+                .map(|v| view_for(v, viewer))
+                .collect(),
+            now,
+        },
+    }
+}
+
+/// The usage report of a period, for what the viewer may see of it;
+/// purged months come whole from their summaries.
+fn usage_report(
+    conn: &Connection,
+    viewer: &Viewer,
+    (period, accounts, users): (&crate::report::usage::Period, &[String], &[String]),
+    waste_after_secs: u64,
+) -> Result<Reply, DbError> {
+    let mut builder = crate::report::usage::Builder::new(period.clone(), waste_after_secs);
+    let wanted = |account: &str, user: &str| {
+        viewer.sees_usage(account, user)
+            && (accounts.is_empty() || accounts.iter().any(|a| a == account))
+            && (users.is_empty() || users.iter().any(|u| u == user))
+    };
+    // Purged months come whole from their summaries.
+    let purged = db::purged_months(conn, period.from, period.to)?;
+    if let Some(cut) = purged
+        .iter()
+        .find(|m| m.start < period.from || m.end > period.to)
+    {
+        return Ok(Reply::Rejected {
+            error: format!(
+                "the period cuts through {}, whose job rows were purged (purge_after_months): \
+                 report it whole, with --month {}",
+                cut.month, cut.month
+            ),
+        });
+    }
+    let in_purged = |t: i64| purged.iter().any(|m| t >= m.start && t < m.end);
+    db::for_each_ended(conn, period.from, period.to, |job| {
+        if wanted(&job.account, &job.user) && !in_purged(job.end_time) {
+            builder.add(&job);
+        }
+    })?;
+    let mut summarised = Vec::new();
+    for month in &purged {
+        for (account, user, summary) in db::month_summaries(conn, &month.month)? {
+            if wanted(&account, &user) {
+                builder.add_summary(&account, &user, &summary);
             }
-            views.sort_by_key(|v| v.job.id);
-            tracing::debug!(target: "ysched::daemon", "{} looked at job {r}", viewer.user);
-            Ok(Reply::Jobs {
-                jobs: views.into_iter().map(visible).collect(),
-                now,
-            })
+        }
+        builder.add_waste(
+            month
+                .waste
+                .iter()
+                .filter(|w| wanted(&w.account, &w.user))
+                .cloned(),
+        );
+        summarised.push(month.month.clone());
+    }
+    builder.add_gpu_hours(&db::gpu_hours(
+        conn,
+        crate::report::history::hour_of(period.from),
+        period.to,
+    )?);
+    let mut report = builder.finish();
+    report.complete = viewer.admin && accounts.is_empty() && users.is_empty();
+    report.summarised_months = summarised;
+    Ok(Reply::Usage {
+        report: Box::new(report),
+    })
+}
+
+/// One job (an array's id: every task), from the snapshot and the
+/// database.
+fn one_job(
+    conn: &Connection,
+    snapshot: Option<&QueueSnapshot>,
+    viewer: &Viewer,
+    r: crate::array::JobRef,
+    now: i64,
+) -> Result<Reply, DbError> {
+    // An array's id shows every task.
+    let filter = JobFilter {
+        job_ids: vec![r],
+        ..JobFilter::default()
+    };
+    let mut views: Vec<JobView> = snapshot
+        .map(|s| s.matching(&filter).into_iter().cloned().collect())
+        .unwrap_or_default();
+    for job in db::find_jobs(conn, &filter, MAX_ROWS)? {
+        if !views.iter().any(|v| v.job.id == job.id) {
+            views.push(JobView::stored(job));
         }
     }
+    let existed = !views.is_empty();
+    views.retain(|v| viewer.sees(&v.job));
+    if views.is_empty() {
+        return Ok(Reply::Rejected {
+            error: if existed {
+                format!("job {r} is another user's, and private_data = \"jobs\" hides it")
+            } else {
+                format!("job {r} does not exist")
+            },
+        });
+    }
+    views.sort_by_key(|v| v.job.id);
+    tracing::debug!(target: "ysched::daemon", "{} looked at job {r}", viewer.user);
+    Ok(Reply::Jobs {
+        jobs: views.into_iter().map(|v| view_for(v, viewer)).collect(),
+        now,
+    })
 }
 
 /// Answers a query straight from the database, for when no daemon runs

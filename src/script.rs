@@ -211,25 +211,7 @@ impl Partial {
     /// Checks the values of one set of options (a directive line or the
     /// command line). Errors are plain messages; the caller adds the line.
     pub fn from_options(o: SubmitOptions) -> Result<Partial, String> {
-        let mut warnings = Vec::new();
-        let gpu_specs: Vec<(&str, GpuRequest)> = [
-            ("--gpus", o.gpus.as_deref().map(parse_gpus).transpose()?),
-            (
-                "--gpus-per-node",
-                o.gpus_per_node.as_deref().map(parse_gpus).transpose()?,
-            ),
-            ("--gres", o.gres.as_deref().map(parse_gres).transpose()?),
-        ]
-        .into_iter()
-        .filter_map(|(flag, req)| req.map(|r| (flag, r)))
-        .collect();
-        if let [(flag_a, a), rest @ ..] = gpu_specs.as_slice() {
-            if let Some((flag_b, b)) = rest.iter().find(|(_, b)| b != a) {
-                return Err(format!(
-                    "conflicting GPU requests: {flag_a} asks for {a} but {flag_b} for {b}"
-                ));
-            }
-        }
+        let gpu = gpu_request(&o)?;
         let time_limit = o
             .time
             .as_deref()
@@ -241,48 +223,9 @@ impl Partial {
             .as_deref()
             .map(|c| parse_count(c, "--cpus-per-task", 1, MAX_CPUS_PER_JOB))
             .transpose()?;
-        let mem = match (o.mem.as_deref(), o.mem_per_gpu.as_deref()) {
-            (Some(_), Some(_)) => {
-                return Err("--mem and --mem-per-gpu exclude each other".to_string())
-            }
-            (Some(m), None) => Some(Memory::Total(
-                units::parse_memory_mb(m).map_err(|e| format!("--mem: {e}"))?,
-            )),
-            (None, Some(m)) => Some(Memory::PerGpu(
-                units::parse_memory_mb(m).map_err(|e| format!("--mem-per-gpu: {e}"))?,
-            )),
-            (None, None) => None,
-        };
-        if let Some(name) = &o.job_name {
-            check_text(name, "--job-name", 200)?;
-        }
-        if let Some(comment) = &o.comment {
-            check_text(comment, "--comment", 1000)?;
-        }
-        for (flag, value) in [
-            ("--checkpoint-file", &o.checkpoint_file),
-            ("--output", &o.output),
-            ("--error", &o.error),
-            ("--chdir", &o.chdir),
-        ] {
-            if let Some(v) = value {
-                if v.is_empty() || v.contains('\0') || v.contains('\n') {
-                    return Err(format!("{flag}: invalid path '{}'", v.escape_debug()));
-                }
-            }
-        }
-        let nice = match o.nice.as_deref().map(str::trim) {
-            None => None,
-            Some(n) => match n.parse::<i64>() {
-                Ok(v) if v.abs() <= MAX_NICE => Some(v),
-                Ok(v) => {
-                    return Err(format!(
-                        "--nice: {v} is out of range (-{MAX_NICE} to {MAX_NICE})"
-                    ))
-                }
-                Err(_) => return Err(format!("--nice: '{n}' is not a number")),
-            },
-        };
+        let mem = memory(&o)?;
+        check_texts(&o)?;
+        let nice = nice(&o)?;
         let dependency = o
             .dependency
             .as_deref()
@@ -290,43 +233,9 @@ impl Partial {
             .transpose()
             .map_err(|e| format!("--dependency: {e}"))?
             .map(|d| d.to_string());
-        let array = match o.array.as_deref() {
-            None => None,
-            Some(a) => match crate::array::ArraySpec::parse(a, crate::array::UNBOUNDED) {
-                Ok(spec) => Some(spec.to_string()),
-                // Too many for any array: said with the configured
-                // max_array_size once the config is read.
-                Err(crate::array::ArrayError::TooMany(_)) => Some(a.trim().to_string()),
-                Err(e) => return Err(format!("--array: {e}")),
-            },
-        };
-        if let Some(nodes) = &o.nodes {
-            if !matches!(nodes.trim(), "1" | "1-1") {
-                return Err(format!(
-                    "--nodes={nodes}: ysched runs a job on one server; ask for --nodes=1 or leave it out"
-                ));
-            }
-        }
-        if let Some(p) = &o.partition {
-            warnings.push(format!(
-                "--partition={p} ignored: ysched has a single partition"
-            ));
-        }
-        if let Some(n) = &o.ntasks {
-            if n.trim() != "1" {
-                warnings.push(format!(
-                    "--ntasks={n} ignored: the batch script runs as one task"
-                ));
-            }
-        }
-        if let Some(k) = &o.wckey {
-            warnings.push(format!(
-                "--wckey={k} ignored: ysched keeps no workload keys"
-            ));
-        }
-        if o.ntasks_per_node.is_some() {
-            warnings.push("--ntasks-per-node ignored: the batch script runs as one task".into());
-        }
+        let array = array(&o)?;
+        let mut warnings = Vec::new();
+        ignored(&o, &mut warnings)?;
         if let Some(user) = &o.mail_user {
             crate::validate::mail(Default::default(), Some(user)).map_err(|e| e.to_string())?;
         }
@@ -334,7 +243,7 @@ impl Partial {
             name: o.job_name,
             account: o.account,
             qos: o.qos,
-            gpus: gpu_specs.into_iter().next().map(|(_, r)| r),
+            gpus: gpu,
             constraint: o
                 .constraint
                 .as_deref()
@@ -419,6 +328,130 @@ impl Partial {
             warnings,
         }
     }
+}
+
+/// The GPUs asked for, by `--gpus`, `--gpus-per-node` or `--gres`, which
+/// must agree where several are given.
+fn gpu_request(o: &SubmitOptions) -> Result<Option<GpuRequest>, String> {
+    let gpu_specs: Vec<(&str, GpuRequest)> = [
+        ("--gpus", o.gpus.as_deref().map(parse_gpus).transpose()?),
+        (
+            "--gpus-per-node",
+            o.gpus_per_node.as_deref().map(parse_gpus).transpose()?,
+        ),
+        ("--gres", o.gres.as_deref().map(parse_gres).transpose()?),
+    ]
+    .into_iter()
+    .filter_map(|(flag, req)| req.map(|r| (flag, r)))
+    .collect();
+    if let [(flag_a, a), rest @ ..] = gpu_specs.as_slice() {
+        if let Some((flag_b, b)) = rest.iter().find(|(_, b)| b != a) {
+            return Err(format!(
+                "conflicting GPU requests: {flag_a} asks for {a} but {flag_b} for {b}"
+            ));
+        }
+    }
+    Ok(gpu_specs.into_iter().next().map(|(_, r)| r))
+}
+
+/// `--mem` or `--mem-per-gpu`, not both.
+fn memory(o: &SubmitOptions) -> Result<Option<Memory>, String> {
+    Ok(match (o.mem.as_deref(), o.mem_per_gpu.as_deref()) {
+        (Some(_), Some(_)) => return Err("--mem and --mem-per-gpu exclude each other".to_string()),
+        (Some(m), None) => Some(Memory::Total(
+            units::parse_memory_mb(m).map_err(|e| format!("--mem: {e}"))?,
+        )),
+        (None, Some(m)) => Some(Memory::PerGpu(
+            units::parse_memory_mb(m).map_err(|e| format!("--mem-per-gpu: {e}"))?,
+        )),
+        (None, None) => None,
+    })
+}
+
+/// Names, comments and paths: one line each, of bounded length.
+fn check_texts(o: &SubmitOptions) -> Result<(), String> {
+    if let Some(name) = &o.job_name {
+        check_text(name, "--job-name", 200)?;
+    }
+    if let Some(comment) = &o.comment {
+        check_text(comment, "--comment", 1000)?;
+    }
+    for (flag, value) in [
+        ("--checkpoint-file", &o.checkpoint_file),
+        ("--output", &o.output),
+        ("--error", &o.error),
+        ("--chdir", &o.chdir),
+    ] {
+        if let Some(v) = value {
+            if v.is_empty() || v.contains('\0') || v.contains('\n') {
+                return Err(format!("{flag}: invalid path '{}'", v.escape_debug()));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `--nice`, within Slurm's range.
+fn nice(o: &SubmitOptions) -> Result<Option<i64>, String> {
+    Ok(match o.nice.as_deref().map(str::trim) {
+        None => None,
+        Some(n) => match n.parse::<i64>() {
+            Ok(v) if v.abs() <= MAX_NICE => Some(v),
+            Ok(v) => {
+                return Err(format!(
+                    "--nice: {v} is out of range (-{MAX_NICE} to {MAX_NICE})"
+                ))
+            }
+            Err(_) => return Err(format!("--nice: '{n}' is not a number")),
+        },
+    })
+}
+
+/// `--array`, in canonical form.
+fn array(o: &SubmitOptions) -> Result<Option<String>, String> {
+    Ok(match o.array.as_deref() {
+        None => None,
+        Some(a) => match crate::array::ArraySpec::parse(a, crate::array::UNBOUNDED) {
+            Ok(spec) => Some(spec.to_string()),
+            // Too many for any array: said with the configured
+            // max_array_size once the config is read.
+            Err(crate::array::ArrayError::TooMany(_)) => Some(a.trim().to_string()),
+            Err(e) => return Err(format!("--array: {e}")),
+        },
+    })
+}
+
+/// Slurm options ysched takes and ignores (with a warning), or refuses
+/// (`--nodes` above 1).
+fn ignored(o: &SubmitOptions, warnings: &mut Vec<String>) -> Result<(), String> {
+    if let Some(nodes) = &o.nodes {
+        if !matches!(nodes.trim(), "1" | "1-1") {
+            return Err(format!(
+                "--nodes={nodes}: ysched runs a job on one server; ask for --nodes=1 or leave it out"
+            ));
+        }
+    }
+    if let Some(p) = &o.partition {
+        warnings.push(format!(
+            "--partition={p} ignored: ysched has a single partition"
+        ));
+    }
+    if let Some(n) = &o.ntasks {
+        if n.trim() != "1" {
+            warnings.push(format!(
+                "--ntasks={n} ignored: the batch script runs as one task"
+            ));
+        }
+    }
+    if let Some(k) = &o.wckey {
+        warnings.push(format!(
+            "--wckey={k} ignored: ysched keeps no workload keys"
+        ));
+    }
+    if o.ntasks_per_node.is_some() {
+        warnings.push("--ntasks-per-node ignored: the batch script runs as one task".into());
+    }
+    Ok(())
 }
 
 fn check_text(text: &str, flag: &'static str, max: usize) -> Result<(), String> {
