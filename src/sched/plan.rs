@@ -48,176 +48,246 @@ pub struct Plan {
 /// `pending` and `running` come with each job's priority (`running`'s is
 /// unused). A running job without a time limit never ends in this model;
 /// one that is completing ends now.
-pub fn plan(
-    pending: &[(&Job, i64)],
-    running: &[&Job],
-    node: &Node,
-    policy: &limits::Policy,
+pub fn plan<'a>(
+    pending: &[(&'a Job, i64)],
+    running: &'a [&'a Job],
+    node: &'a Node<'a>,
+    policy: &'a limits::Policy,
     now: i64,
 ) -> Plan {
-    let types = Types::new(node.gpus);
-    let mut free = Free::new(node.gpus, node.cpus, node.mem_mb, &types);
-    let mut held = limits::State::default();
-    // GPUs kept for a QoS, and how many of them its jobs use now.
-    let reserves = policy.reserves(node.gpus.len() as u32);
-    let mut reserve_used: Vec<u32> = vec![0; reserves.len()];
-    let use_reserve = |job: &Job, used: &mut [u32]| {
-        for (i, (qos, _)) in reserves.iter().enumerate() {
-            if job.qos == *qos {
-                used[i] += (job.gpus_alloc.len() as u32).max(job.gpus.gpus_held());
-            }
-        }
-    };
-    for job in running {
-        free.take(job, &job.gpus_alloc, &types);
-        if profile::frees_cpus(job) {
-            free.cpus += job.cpus;
-        }
-        held.add(policy, job, &job.gpus_alloc, node.gpus);
-        use_reserve(job, &mut reserve_used);
-    }
-    // When each running job is expected to release its resources.
-    let mut ends: Vec<(i64, &Job)> = running
-        .iter()
-        .filter_map(|j| expected_end(j, now).map(|t| (t, *j)))
-        .collect();
-    ends.sort_by_key(|(t, j)| (*t, j.id));
-    let mut profile = Profile::new(now, free, &ends, &types);
-    // GPUs kept for jobs that preempted others: no other job may have
-    // them, now or later; a claimant starts on its own once they are free.
-    let held_now: placement::GpuSet = running
-        .iter()
-        .flat_map(|j| j.gpus_alloc.iter().copied())
-        .collect();
-    for (job, _) in pending
-        .iter()
-        .filter(|(j, _)| !j.claim.is_empty() && j.hold.is_none())
-    {
-        profile.withhold(&job.claim, &types);
-    }
-    profile.withhold(node.drained, &types);
-
-    let mut ordered: Vec<(&Job, i64)> = pending.to_vec();
+    let mut ordered: Vec<(&'a Job, i64)> = pending.to_vec();
     ordered.sort_by(|a, b| priority::order(*a, *b));
-
-    let mut plan = Plan {
-        order: ordered.iter().map(|(j, _)| j.id).collect(),
-        // A limit window that opens or closes changes what may start.
-        wake_at: policy.next_change(),
-        ..Plan::default()
-    };
-    let mut reservations = 0;
-    // A higher-priority job waits for resources: what starts now backfills.
-    let mut blocked_above = false;
-    // The shortest run, per shape of request, found not to fit from now:
-    // the timeline only fills up during a pass, so a job of that shape that
-    // runs as long or longer does not fit either. This keeps a pass over a
-    // long queue that cannot start linear.
-    let mut no_room: HashMap<(&GpuRequest, u32, u64), u64> = HashMap::new();
-
+    let mut pass = Planner::new(pending, running, node, policy, now);
+    pass.plan.order = ordered.iter().map(|(j, _)| j.id).collect();
     for (job, _) in ordered {
+        pass.consider(job);
+    }
+    pass.plan
+}
+
+/// One pass in progress: the timeline as the jobs placed so far leave
+/// it, the limits they use, and the plan.
+struct Planner<'a, 'p> {
+    node: &'a Node<'a>,
+    policy: &'a limits::Policy<'p>,
+    now: i64,
+    types: Types<'a>,
+    profile: Profile,
+    held: limits::State,
+    /// GPUs kept for a QoS, and how many of them its jobs use now.
+    reserves: Vec<(&'p str, u32)>,
+    reserve_used: Vec<u32>,
+    /// GPUs held by running jobs: a claimant starts once none is.
+    held_now: placement::GpuSet,
+    reservations: usize,
+    /// A higher-priority job waits for resources: what starts now backfills.
+    blocked_above: bool,
+    /// The shortest run, per shape of request, found not to fit from now:
+    /// the timeline only fills up during a pass, so a job of that shape
+    /// that runs as long or longer does not fit either. This keeps a pass
+    /// over a long queue that cannot start linear.
+    no_room: HashMap<(&'a GpuRequest, u32, u64), u64>,
+    plan: Plan,
+}
+
+impl<'a, 'p> Planner<'a, 'p> {
+    /// The timeline from the running jobs: what they hold, when they are
+    /// expected to release it; GPUs claimed by preemptors and drained
+    /// ones withheld.
+    fn new(
+        pending: &[(&Job, i64)],
+        running: &'a [&'a Job],
+        node: &'a Node<'a>,
+        policy: &'a limits::Policy<'p>,
+        now: i64,
+    ) -> Self {
+        let types = Types::new(node.gpus);
+        let mut free = Free::new(node.gpus, node.cpus, node.mem_mb, &types);
+        let mut held = limits::State::default();
+        let reserves = policy.reserves(node.gpus.len() as u32);
+        let mut reserve_used: Vec<u32> = vec![0; reserves.len()];
+        for job in running {
+            free.take(job, &job.gpus_alloc, &types);
+            if profile::frees_cpus(job) {
+                free.cpus += job.cpus;
+            }
+            held.add(policy, job, &job.gpus_alloc, node.gpus);
+            use_reserve(&reserves, job, &mut reserve_used);
+        }
+        let mut ends: Vec<(i64, &Job)> = running
+            .iter()
+            .filter_map(|j| expected_end(j, now).map(|t| (t, *j)))
+            .collect();
+        ends.sort_by_key(|(t, j)| (*t, j.id));
+        let mut profile = Profile::new(now, free, &ends, &types);
+        // GPUs kept for jobs that preempted others: no other job may have
+        // them, now or later; a claimant starts on its own once they are free.
+        for (job, _) in pending
+            .iter()
+            .filter(|(j, _)| !j.claim.is_empty() && j.hold.is_none())
+        {
+            profile.withhold(&job.claim, &types);
+        }
+        profile.withhold(node.drained, &types);
+        Planner {
+            node,
+            policy,
+            now,
+            types,
+            profile,
+            held,
+            reserves,
+            reserve_used,
+            held_now: running
+                .iter()
+                .flat_map(|j| j.gpus_alloc.iter().copied())
+                .collect(),
+            reservations: 0,
+            blocked_above: false,
+            no_room: HashMap::new(),
+            // A limit window that opens or closes changes what may start.
+            plan: Plan {
+                wake_at: policy.next_change(),
+                ..Plan::default()
+            },
+        }
+    }
+
+    /// The next job in priority order: started, reserved, or waiting.
+    fn consider(&mut self, job: &'a Job) {
+        if let Some(reason) = self.waits_anyway(job) {
+            self.plan.reasons.insert(job.id, reason);
+        } else if !job.claim.is_empty() {
+            self.start_claimant(job);
+        } else if let Some(reason) = self.held.check(self.policy, job, None, self.node.gpus) {
+            // Over an account limit: it waits for its own jobs to end, and
+            // neither reserves anything nor holds up the jobs behind it.
+            self.plan.reasons.insert(job.id, reason);
+        } else {
+            self.place(job);
+        }
+    }
+
+    /// Held, or not to begin yet.
+    fn waits_anyway(&mut self, job: &Job) -> Option<Reason> {
         match job.hold {
-            Some(Hold::User) => {
-                plan.reasons.insert(job.id, Reason::JobHeldUser);
-                continue;
-            }
-            Some(Hold::Admin) => {
-                plan.reasons.insert(job.id, Reason::JobHeldAdmin);
-                continue;
-            }
-            Some(Hold::Approval) => {
-                plan.reasons.insert(job.id, Reason::PendingApproval);
-                continue;
-            }
+            Some(Hold::User) => return Some(Reason::JobHeldUser),
+            Some(Hold::Admin) => return Some(Reason::JobHeldAdmin),
+            Some(Hold::Approval) => return Some(Reason::PendingApproval),
             None => {}
         }
-        if let Some(begin) = job.begin_time.filter(|&b| b > now) {
-            plan.reasons.insert(job.id, Reason::BeginTime);
-            plan.wake_at = Some(plan.wake_at.map_or(begin, |w| w.min(begin)));
-            continue;
+        let begin = job.begin_time.filter(|&b| b > self.now)?;
+        self.plan.wake_at = Some(self.plan.wake_at.map_or(begin, |w| w.min(begin)));
+        Some(Reason::BeginTime)
+    }
+
+    /// A job that preempted others starts on its claimed GPUs once their
+    /// holders are gone.
+    fn start_claimant(&mut self, job: &Job) {
+        let ready = job.claim.iter().all(|g| !self.held_now.contains(*g));
+        let slot = Slot::now(job.claim.clone(), self.now);
+        let now = self.profile.now();
+        if ready && now.cpus >= job.cpus && now.mem_mb >= job.mem_mb.unwrap_or(0) {
+            self.take(job, slot, job.time_limit);
+        } else {
+            self.plan.reasons.insert(job.id, Reason::Preempting);
         }
-        if !job.claim.is_empty() {
-            let ready = job.claim.iter().all(|g| !held_now.contains(*g));
-            let slot = Slot::now(job.claim.clone(), now);
-            if ready
-                && profile.now().cpus >= job.cpus
-                && profile.now().mem_mb >= job.mem_mb.unwrap_or(0)
-            {
-                profile.take(job, &slot, job.time_limit, &types);
-                use_reserve(job, &mut reserve_used);
-                held.add(policy, job, &slot.gpus, node.gpus);
-                plan.starts.push((job.id, slot.gpus));
-            } else {
-                plan.reasons.insert(job.id, Reason::Preempting);
-            }
-            continue;
-        }
-        // Over an account limit: it waits for its own jobs to end, and
-        // neither reserves anything nor holds up the jobs behind it.
-        if let Some(reason) = held.check(policy, job, None, node.gpus) {
-            plan.reasons.insert(job.id, reason);
-            continue;
-        }
+    }
+
+    /// Starts the job where it fits from now to its time limit, or gives
+    /// it a reservation (within the depth) and says why it waits.
+    fn place(&mut self, job: &'a Job) {
         let duration = job.time_limit;
         let run = duration.unwrap_or(u64::MAX);
         let shape = (&job.gpus, job.cpus, job.mem_mb.unwrap_or(0));
-        let fits_now = profile.now().fits(job, &types);
-        let slot = if fits_now && no_room.get(&shape).is_none_or(|&shortest| run < shortest) {
-            profile.earliest(job, duration, 1, &types)
+        let fits_now = self.profile.now().fits(job, &self.types);
+        let worth_looking = self
+            .no_room
+            .get(&shape)
+            .is_none_or(|&shortest| run < shortest);
+        let slot = if fits_now && worth_looking {
+            self.profile.earliest(job, duration, 1, &self.types)
         } else {
             None
         };
         let Some(slot) = slot else {
             if fits_now {
-                no_room
+                self.no_room
                     .entry(shape)
                     .and_modify(|s| *s = (*s).min(run))
                     .or_insert(run);
             }
-            // Free now, but taken by a reservation before it would end.
-            let reason = if fits_now && profile.now().place(job, &types).is_some() {
-                Reason::Priority
-            } else {
-                Reason::Resources
-            };
-            if reservations < policy.backfill_depth {
-                if let Some(later) = profile.earliest(job, duration, usize::MAX, &types) {
-                    profile.take(job, &later, duration, &types);
-                    plan.expected_starts.insert(job.id, later.at);
-                    reservations += 1;
-                }
-            }
-            blocked_above = true;
-            plan.reasons.insert(job.id, reason);
-            continue;
+            return self.reserve(job, fits_now);
         };
-        if let Some(reason) = held.check(policy, job, Some(&slot.gpus), node.gpus) {
-            plan.reasons.insert(job.id, reason);
-            continue;
+        if let Some(reason) = self
+            .held
+            .check(self.policy, job, Some(&slot.gpus), self.node.gpus)
+        {
+            self.plan.reasons.insert(job.id, reason);
+        } else if self.kept_for_other_qos(job) {
+            self.plan.reasons.insert(job.id, Reason::ReservedForQos);
+        } else {
+            if self.blocked_above {
+                self.plan.backfilled.push(job.id);
+            }
+            self.take(job, slot, duration);
         }
-        // Other QoS must leave free what a reserving QoS does not use yet.
-        let kept: u32 = reserves
+    }
+
+    /// A job that cannot start now: a reservation at the earliest time it
+    /// fits, while the depth allows; what starts after it backfills.
+    fn reserve(&mut self, job: &Job, fits_now: bool) {
+        let duration = job.time_limit;
+        // Free now, but taken by a reservation before it would end.
+        let reason = if fits_now && self.profile.now().place(job, &self.types).is_some() {
+            Reason::Priority
+        } else {
+            Reason::Resources
+        };
+        if self.reservations < self.policy.backfill_depth {
+            if let Some(later) = self
+                .profile
+                .earliest(job, duration, usize::MAX, &self.types)
+            {
+                self.profile.take(job, &later, duration, &self.types);
+                self.plan.expected_starts.insert(job.id, later.at);
+                self.reservations += 1;
+            }
+        }
+        self.blocked_above = true;
+        self.plan.reasons.insert(job.id, reason);
+    }
+
+    /// Whether other QoS must leave free what a reserving QoS does not
+    /// use yet, and starting the job would take it.
+    fn kept_for_other_qos(&self, job: &Job) -> bool {
+        let kept: u32 = self
+            .reserves
             .iter()
-            .zip(&reserve_used)
-            .filter(|((qos, _), _)| job.qos != *qos && !policy.may_borrow(qos, &job.qos))
+            .zip(&self.reserve_used)
+            .filter(|((qos, _), _)| job.qos != *qos && !self.policy.may_borrow(qos, &job.qos))
             .map(|((_, n), used)| n.saturating_sub(*used))
             .sum();
-        if kept > 0
-            && job.gpus.gpus_held() > 0
-            && (profile.now().gpus.len() as u32).saturating_sub(job.gpus.gpus_held()) < kept
-        {
-            plan.reasons.insert(job.id, Reason::ReservedForQos);
-            continue;
-        }
-        profile.take(job, &slot, duration, &types);
-        use_reserve(job, &mut reserve_used);
-        held.add(policy, job, &slot.gpus, node.gpus);
-        if blocked_above {
-            plan.backfilled.push(job.id);
-        }
-        plan.starts.push((job.id, slot.gpus));
+        let wants = job.gpus.gpus_held();
+        kept > 0 && wants > 0 && (self.profile.now().gpus.len() as u32).saturating_sub(wants) < kept
     }
-    plan
+
+    /// Starts the job on `slot`.
+    fn take(&mut self, job: &Job, slot: Slot, duration: Option<u64>) {
+        self.profile.take(job, &slot, duration, &self.types);
+        use_reserve(&self.reserves, job, &mut self.reserve_used);
+        self.held.add(self.policy, job, &slot.gpus, self.node.gpus);
+        self.plan.starts.push((job.id, slot.gpus));
+    }
+}
+
+/// Counts the job's GPUs against its QoS's reserve.
+fn use_reserve(reserves: &[(&str, u32)], job: &Job, used: &mut [u32]) {
+    for (i, (qos, _)) in reserves.iter().enumerate() {
+        if job.qos == *qos {
+            used[i] += (job.gpus_alloc.len() as u32).max(job.gpus.gpus_held());
+        }
+    }
 }
 
 /// When a running job's resources come back. Never `now` itself: until
