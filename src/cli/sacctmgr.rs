@@ -168,139 +168,145 @@ fn wanted(filter: &[String], value: &str) -> bool {
 
 fn rows(config: &Config, entity: Entity, r: &Request) -> Vec<Row> {
     let cluster = config.node_name.clone();
-    let admin_level = |u: &str| {
-        if config.admins.iter().any(|a| a == u) || u == "root" {
-            "Administrator"
-        } else {
-            "None"
+    match entity {
+        Entity::User => user_rows(config, r),
+        Entity::Account | Entity::Association => account_rows(config, entity, r),
+        Entity::Qos => qos_rows(config, r),
+        Entity::Cluster => vec![vec![("cluster", cluster.clone()), ("controlhost", cluster)]],
+    }
+}
+
+/// One association's row: the account's shares, the QoS, the user's
+/// default account and admin level.
+fn assoc(config: &Config, account: &str, user: &str) -> Row {
+    let shares = config
+        .accounts
+        .iter()
+        .find(|a| a.name == account)
+        .map_or(1.0, |a| a.shares);
+    let admin = config.admins.iter().any(|a| a == user) || user == "root";
+    vec![
+        ("cluster", config.node_name.clone()),
+        ("account", account.to_string()),
+        ("user", user.to_string()),
+        ("share", format!("{shares}")),
+        ("qos", config.qos_names(",")),
+        ("defaultqos", config.default_qos.clone()),
+        (
+            "defaultaccount",
+            config
+                .accounts_for(user)
+                .first()
+                .map(|a| a.to_string())
+                .unwrap_or_default(),
+        ),
+        (
+            "adminlevel",
+            if admin { "Administrator" } else { "None" }.to_string(),
+        ),
+    ]
+}
+
+/// `sacctmgr show user`.
+fn user_rows(config: &Config, r: &Request) -> Vec<Row> {
+    let mut names = r.names.clone();
+    names.extend(r.users.iter().cloned());
+    let mut users = users_of(config);
+    // A named user with no account of their own may still use
+    // one open to everyone (or the default account).
+    for n in &names {
+        if !users.contains(n) && !config.accounts_for(n).is_empty() {
+            users.push(n.clone());
         }
-    };
-    let qos = config.qos_names(",");
-    let assoc = |account: &str, user: &str| -> Row {
-        let shares = config
+    }
+    let mut out = Vec::new();
+    for user in users.iter().filter(|u| wanted(&names, u)) {
+        let accounts: Vec<&str> = config
+            .accounts_for(user)
+            .into_iter()
+            .filter(|a| wanted(&r.accounts, a))
+            .collect();
+        if r.with_assoc {
+            out.extend(accounts.iter().map(|a| assoc(config, a, user)));
+        } else if !accounts.is_empty() || r.accounts.is_empty() {
+            out.push(assoc(config, accounts.first().copied().unwrap_or(""), user));
+        }
+    }
+    out
+}
+
+/// `sacctmgr show account` / `association`.
+fn account_rows(config: &Config, entity: Entity, r: &Request) -> Vec<Row> {
+    let mut names = r.names.clone();
+    names.extend(r.accounts.iter().cloned());
+    let accounts: Vec<(String, Option<String>, Vec<String>)> = if config.accounts.is_empty() {
+        vec![(
+            crate::config::DEFAULT_ACCOUNT.to_string(),
+            None,
+            vec!["*".into()],
+        )]
+    } else {
+        config
             .accounts
             .iter()
-            .find(|a| a.name == account)
-            .map_or(1.0, |a| a.shares);
-        vec![
-            ("cluster", cluster.clone()),
-            ("account", account.to_string()),
-            ("user", user.to_string()),
-            ("share", format!("{shares}")),
-            ("qos", qos.clone()),
-            ("defaultqos", config.default_qos.clone()),
-            (
-                "defaultaccount",
-                config
-                    .accounts_for(user)
-                    .first()
-                    .map(|a| a.to_string())
-                    .unwrap_or_default(),
-            ),
-            ("adminlevel", admin_level(user).to_string()),
-        ]
+            .map(|a| (a.name.clone(), a.parent.clone(), a.users.clone()))
+            .collect()
     };
-    match entity {
-        Entity::User => {
-            let mut names = r.names.clone();
-            names.extend(r.users.iter().cloned());
-            let mut users = users_of(config);
-            // A named user with no account of their own may still use
-            // one open to everyone (or the default account).
-            for n in &names {
-                if !users.contains(n) && !config.accounts_for(n).is_empty() {
-                    users.push(n.clone());
-                }
-            }
-            let mut out = Vec::new();
-            for user in users.iter().filter(|u| wanted(&names, u)) {
-                let accounts: Vec<&str> = config
-                    .accounts_for(user)
-                    .into_iter()
-                    .filter(|a| wanted(&r.accounts, a))
-                    .collect();
-                if r.with_assoc {
-                    out.extend(accounts.iter().map(|a| assoc(a, user)));
-                } else if !accounts.is_empty() || r.accounts.is_empty() {
-                    out.push(assoc(accounts.first().copied().unwrap_or(""), user));
-                }
-            }
-            out
+    let mut out = Vec::new();
+    for (name, parent, users) in accounts.iter().filter(|(n, ..)| wanted(&names, n)) {
+        let mut row = assoc(config, name, "");
+        row.push(("descr", name.clone()));
+        row.push(("org", name.clone()));
+        row.push((
+            "parentname",
+            parent.clone().unwrap_or_else(|| "root".into()),
+        ));
+        if entity == Entity::Account && !r.with_assoc {
+            out.push(row);
+            continue;
         }
-        Entity::Account | Entity::Association => {
-            let mut names = r.names.clone();
-            names.extend(r.accounts.iter().cloned());
-            let accounts: Vec<(String, Option<String>, Vec<String>)> = if config.accounts.is_empty()
-            {
-                vec![(
-                    crate::config::DEFAULT_ACCOUNT.to_string(),
-                    None,
-                    vec!["*".into()],
-                )]
-            } else {
-                config
-                    .accounts
-                    .iter()
-                    .map(|a| (a.name.clone(), a.parent.clone(), a.users.clone()))
-                    .collect()
-            };
-            let mut out = Vec::new();
-            for (name, parent, users) in accounts.iter().filter(|(n, ..)| wanted(&names, n)) {
-                let mut row = assoc(name, "");
-                row.push(("descr", name.clone()));
-                row.push(("org", name.clone()));
-                row.push((
-                    "parentname",
-                    parent.clone().unwrap_or_else(|| "root".into()),
-                ));
-                if entity == Entity::Account && !r.with_assoc {
-                    out.push(row);
-                    continue;
-                }
-                if r.users.is_empty() {
-                    out.push(row.clone());
-                }
-                for user in users.iter().filter(|u| *u != "*" && wanted(&r.users, u)) {
-                    let mut row = row.clone();
-                    row.retain(|(k, _)| *k != "user");
-                    row.push(("user", user.clone()));
-                    out.push(row);
-                }
-            }
-            out
+        if r.users.is_empty() {
+            out.push(row.clone());
         }
-        Entity::Qos => config
-            .qos
-            .iter()
-            .filter(|q| wanted(&r.names, &q.name))
-            .map(|q| {
-                vec![
-                    ("name", q.name.clone()),
-                    ("priority", q.priority.to_string()),
-                    (
-                        "gracetime",
-                        crate::model::units::format_duration(q.grace_time),
-                    ),
-                    ("preempt", q.preempt.join(",")),
-                    (
-                        "preemptmode",
-                        format!("{:?}", q.preempt_mode).to_ascii_lowercase(),
-                    ),
-                    ("usagefactor", format!("{:.6}", q.usage_factor)),
-                    (
-                        "maxwall",
-                        q.max_time
-                            .map(crate::model::units::format_duration)
-                            .unwrap_or_default(),
-                    ),
-                ]
-            })
-            .collect(),
-        Entity::Cluster => vec![vec![
-            ("cluster", cluster.clone()),
-            ("controlhost", cluster.clone()),
-        ]],
+        for user in users.iter().filter(|u| *u != "*" && wanted(&r.users, u)) {
+            let mut row = row.clone();
+            row.retain(|(k, _)| *k != "user");
+            row.push(("user", user.clone()));
+            out.push(row);
+        }
     }
+    out
+}
+
+/// `sacctmgr show qos`.
+fn qos_rows(config: &Config, r: &Request) -> Vec<Row> {
+    config
+        .qos
+        .iter()
+        .filter(|q| wanted(&r.names, &q.name))
+        .map(|q| {
+            vec![
+                ("name", q.name.clone()),
+                ("priority", q.priority.to_string()),
+                (
+                    "gracetime",
+                    crate::model::units::format_duration(q.grace_time),
+                ),
+                ("preempt", q.preempt.join(",")),
+                (
+                    "preemptmode",
+                    format!("{:?}", q.preempt_mode).to_ascii_lowercase(),
+                ),
+                ("usagefactor", format!("{:.6}", q.usage_factor)),
+                (
+                    "maxwall",
+                    q.max_time
+                        .map(crate::model::units::format_duration)
+                        .unwrap_or_default(),
+                ),
+            ]
+        })
+        .collect()
 }
 
 /// `format=Field[%WIDTH],...`: (key, header, width); widths as Slurm's

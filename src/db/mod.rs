@@ -200,23 +200,11 @@ const JOB_COLUMNS: &str = "id, uid, gid, user, account, qos, name, state, hold, 
      gpu_low_secs, preemptions_caused, mail_type, mail_user";
 
 fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
-    let invalid = |i: usize, what: String| {
-        rusqlite::Error::FromSqlConversionFailure(
-            i,
-            rusqlite::types::Type::Text,
-            Box::new(DbError::Invalid(what)),
-        )
-    };
-    let state: String = row.get(7)?;
-    let state =
-        JobState::parse(&state).ok_or_else(|| invalid(7, format!("job state '{state}'")))?;
-    let hold: Option<String> = row.get(8)?;
-    let hold = match hold {
-        Some(h) => Some(Hold::parse(&h).ok_or_else(|| invalid(8, format!("hold '{h}'")))?),
-        None => None,
-    };
-    let gpus_alloc: String = row.get(18)?;
-    let gpus_alloc = parse_index_list(&gpus_alloc).map_err(|e| invalid(18, e))?;
+    let state = required(row, 7, |s| {
+        JobState::parse(s).ok_or(format!("job state '{s}'"))
+    })?;
+    let hold = optional(row, 8, |h| Hold::parse(h).ok_or(format!("hold '{h}'")))?;
+    let gpus_alloc = required(row, 18, parse_index_list)?;
     let exit = match (
         row.get::<_, Option<i32>>(20)?,
         row.get::<_, Option<i32>>(21)?,
@@ -227,20 +215,15 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         }),
         (None, _) => None,
     };
-    let constraint = match row.get::<_, Option<String>>(44)? {
-        Some(c) => Some(
-            crate::model::job::GpuConstraint::parse(&c)
-                .map_err(|e| invalid(44, format!("GPU constraint: {e}")))?,
-        ),
-        None => None,
-    };
-    let kill_reason: Option<String> = row.get(24)?;
-    let kill_reason = match kill_reason {
-        Some(k) => {
-            Some(JobState::parse(&k).ok_or_else(|| invalid(24, format!("kill reason '{k}'")))?)
-        }
-        None => None,
-    };
+    let constraint = optional(row, 44, |c| {
+        crate::model::job::GpuConstraint::parse(c).map_err(|e| format!("GPU constraint: {e}"))
+    })?;
+    let kill_reason = optional(row, 24, |k| {
+        JobState::parse(k).ok_or(format!("kill reason '{k}'"))
+    })?;
+    let warn_signal = optional(row, 51, |w| {
+        crate::model::job::WarnSignal::parse(w).map_err(|e| format!("--signal: {e}"))
+    })?;
     Ok(Job {
         id: row.get::<_, i64>(0)? as JobId,
         uid: row.get(1)?,
@@ -284,17 +267,10 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         nice: row.get(36)?,
         billing: row.get(37)?,
         dependency: row.get(38)?,
-        array: match row.get::<_, Option<i64>>(39)? {
-            Some(array_id) => Some(ArrayTask {
-                job_id: array_id as JobId,
-                task_id: row.get(40)?,
-                spec: row.get::<_, Option<String>>(41)?.unwrap_or_default(),
-            }),
-            None => None,
-        },
+        array: array_task_of(row)?,
         approved_by: row.get(42)?,
         preempted_by: row.get::<_, Option<i64>>(45)?.map(|j| j as JobId),
-        claim: parse_index_list(&row.get::<_, String>(46)?).map_err(|e| invalid(46, e))?,
+        claim: required(row, 46, parse_index_list)?,
         preempt_count: row.get(47)?,
         no_requeue: row.get(48)?,
         checkpoint_at: row.get(49)?,
@@ -302,23 +278,67 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         checkpoint_file: row.get(52)?,
         grace: row.get::<_, Option<i64>>(53)?.map(|g| g as u64),
         gpu_seconds: row.get(54)?,
-        gpu_usage: crate::model::gpu::JobGpuUsage {
-            samples: row.get(55)?,
-            utilization_sum: row.get::<_, i64>(56)? as u64,
-            utilization_max: row.get(57)?,
-            memory_max_mb: row.get::<_, i64>(58)? as u64,
-            low_secs: row.get::<_, i64>(59)? as u64,
-        },
+        gpu_usage: gpu_usage(row)?,
         preemptions_caused: row.get(60)?,
         mail_type: row.get(61)?,
         mail_user: row.get(62)?,
-        warn_signal: match row.get::<_, Option<String>>(51)? {
-            Some(w) => Some(
-                crate::model::job::WarnSignal::parse(&w)
-                    .map_err(|e| invalid(51, format!("--signal: {e}")))?,
-            ),
-            None => None,
-        },
+        warn_signal,
+    })
+}
+
+/// Column `i`, text that `parse` makes a value of; what it cannot parse
+/// is the row's error, naming the column.
+fn required<T>(
+    row: &Row,
+    i: usize,
+    parse: impl FnOnce(&str) -> Result<T, String>,
+) -> rusqlite::Result<T> {
+    let text: String = row.get(i)?;
+    parse(&text).map_err(|what| invalid_column(i, what))
+}
+
+/// The same for a column that may be NULL.
+fn optional<T>(
+    row: &Row,
+    i: usize,
+    parse: impl FnOnce(&str) -> Result<T, String>,
+) -> rusqlite::Result<Option<T>> {
+    match row.get::<_, Option<String>>(i)? {
+        Some(text) => parse(&text)
+            .map(Some)
+            .map_err(|what| invalid_column(i, what)),
+        None => Ok(None),
+    }
+}
+
+fn invalid_column(i: usize, what: String) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(
+        i,
+        rusqlite::types::Type::Text,
+        Box::new(DbError::Invalid(what)),
+    )
+}
+
+/// The array task a row is, if it is one.
+fn array_task_of(row: &Row) -> rusqlite::Result<Option<ArrayTask>> {
+    Ok(match row.get::<_, Option<i64>>(39)? {
+        Some(array_id) => Some(ArrayTask {
+            job_id: array_id as JobId,
+            task_id: row.get(40)?,
+            spec: row.get::<_, Option<String>>(41)?.unwrap_or_default(),
+        }),
+        None => None,
+    })
+}
+
+/// The job's GPU use, summed over its samples.
+fn gpu_usage(row: &Row) -> rusqlite::Result<crate::model::gpu::JobGpuUsage> {
+    Ok(crate::model::gpu::JobGpuUsage {
+        samples: row.get(55)?,
+        utilization_sum: row.get::<_, i64>(56)? as u64,
+        utilization_max: row.get(57)?,
+        memory_max_mb: row.get::<_, i64>(58)? as u64,
+        low_secs: row.get::<_, i64>(59)? as u64,
     })
 }
 

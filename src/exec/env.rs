@@ -69,22 +69,7 @@ pub fn job_environment(spec: &LaunchSpec) -> Vec<(String, String)> {
     }
     set("YS_TIME_LIMIT_MINUTES", time_limit);
     if let Some(task) = &spec.array {
-        // The spec was checked at submit; an unreadable one leaves these out.
-        let (count, min, max, step) = match crate::array::ArraySpec::parse(&task.spec, u32::MAX) {
-            Ok(a) => (a.indices.len() as u32, a.min(), a.max(), a.step()),
-            Err(_) => (1, task.task_id, task.task_id, 1),
-        };
-        for (suffix, value) in [
-            ("ARRAY_JOB_ID", task.job_id.to_string()),
-            ("ARRAY_TASK_ID", task.task_id.to_string()),
-            ("ARRAY_TASK_COUNT", count.to_string()),
-            ("ARRAY_TASK_MIN", min.to_string()),
-            ("ARRAY_TASK_MAX", max.to_string()),
-            ("ARRAY_TASK_STEP", step.to_string()),
-        ] {
-            set(&format!("YS_{suffix}"), value.clone());
-            set(&format!("SLURM_{suffix}"), value);
-        }
+        set_array_task(&mut set, task);
     }
     for (key, value) in [
         ("SLURM_JOBID", id),
@@ -109,6 +94,32 @@ pub fn job_environment(spec: &LaunchSpec) -> Vec<(String, String)> {
         set("SLURM_SHARDS_ON_NODE", shards.to_string());
         set("YS_SHARDS", shards.to_string());
     }
+    set_gpus(&mut set, spec, gpus);
+    env
+}
+
+/// An array task's `*_ARRAY_*` variables.
+fn set_array_task(set: &mut impl FnMut(&str, String), task: &crate::model::job::ArrayTask) {
+    // The spec was checked at submit; an unreadable one leaves these out.
+    let (count, min, max, step) = match crate::array::ArraySpec::parse(&task.spec, u32::MAX) {
+        Ok(a) => (a.indices.len() as u32, a.min(), a.max(), a.step()),
+        Err(_) => (1, task.task_id, task.task_id, 1),
+    };
+    for (suffix, value) in [
+        ("ARRAY_JOB_ID", task.job_id.to_string()),
+        ("ARRAY_TASK_ID", task.task_id.to_string()),
+        ("ARRAY_TASK_COUNT", count.to_string()),
+        ("ARRAY_TASK_MIN", min.to_string()),
+        ("ARRAY_TASK_MAX", max.to_string()),
+        ("ARRAY_TASK_STEP", step.to_string()),
+    ] {
+        set(&format!("YS_{suffix}"), value.clone());
+        set(&format!("SLURM_{suffix}"), value);
+    }
+}
+
+/// Which GPUs CUDA shows the job, and in what order.
+fn set_gpus(set: &mut impl FnMut(&str, String), spec: &LaunchSpec, gpus: String) {
     // Confined to its GPUs by its cgroup, a job sees them numbered from 0,
     // as under Slurm; otherwise it is told its GPUs' global indices. Either
     // way CUDA is asked to number GPUs as NVML does, and a job without GPUs
@@ -124,7 +135,6 @@ pub fn job_environment(spec: &LaunchSpec) -> Vec<(String, String)> {
     set("CUDA_VISIBLE_DEVICES", visible.clone());
     set("CUDA_DEVICE_ORDER", "PCI_BUS_ID".to_string());
     set("GPU_DEVICE_ORDINAL", visible);
-    env
 }
 
 #[cfg(test)]

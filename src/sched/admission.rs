@@ -103,17 +103,54 @@ pub fn admit(
     config: &Config,
     capacity: &Capacity,
 ) -> Result<Admitted, AdmissionError> {
-    let config_name = config.path.display().to_string();
     if uid == 0 && !config.allow_root_jobs {
         return Err(AdmissionError::RootJob {
-            config: config_name,
+            config: config.path.display().to_string(),
         });
     }
     if request.nice < 0 && !config.is_admin(uid, user) {
         return Err(AdmissionError::NegativeNice(request.nice));
     }
+    let account = account_of(request, user, config)?;
+    let qos = qos_of(request, config)?;
+    check_qos_access(config, &qos, &account, uid, user)?;
+    if let Some(max) = config.qos_named(&qos).and_then(|q| q.max_gpus_per_user) {
+        if request.gpus.gpus_held() > max {
+            return Err(AdmissionError::AccountLimit(format!(
+                "QoS '{qos}' allows a user at most {max} GPUs at once (max_gpus_per_user); the job asks for {}",
+                request.gpus.gpus_held()
+            )));
+        }
+    }
+    check_gpus(request, capacity.inventory)?;
+    if request.cpus > capacity.cpus {
+        return Err(AdmissionError::Cpus {
+            requested: request.cpus,
+            available: capacity.cpus,
+        });
+    }
+    let mem_mb = memory_of(request, config, capacity)?;
+    let policy = super::limits::Policy::new(config);
+    let time_limit = time_limit_of(request, config, &policy, &account, &qos)?;
+    if let Some(why) =
+        super::limits::refuse_at_submit(&policy, &account, request.gpus.gpus_held(), time_limit)
+    {
+        return Err(AdmissionError::AccountLimit(why));
+    }
+    Ok(Admitted {
+        account,
+        qos,
+        time_limit,
+        mem_mb,
+    })
+}
+
+/// The account: the one asked for, if the user may use it, else the
+/// user's first.
+fn account_of(request: &JobRequest, user: &str, config: &Config) -> Result<String, AdmissionError> {
     let allowed = config.accounts_for(user);
-    let account = match &request.account {
+    let config_name = config.path.display().to_string();
+    Ok(match &request.account {
         Some(a) if allowed.contains(&a.as_str()) => a.clone(),
         Some(a) => {
             return Err(AdmissionError::Account {
@@ -135,8 +172,12 @@ pub fn admit(
                 })
             }
         },
-    };
-    let qos = match &request.qos {
+    })
+}
+
+/// The QoS: the one asked for, if it exists, else the default.
+fn qos_of(request: &JobRequest, config: &Config) -> Result<String, AdmissionError> {
+    Ok(match &request.qos {
         Some(q) if config.qos_named(q).is_some() => q.clone(),
         Some(q) => {
             return Err(AdmissionError::Qos {
@@ -145,23 +186,16 @@ pub fn admit(
             })
         }
         None => config.default_qos.clone(),
-    };
-    check_qos_access(config, &qos, &account, uid, user)?;
-    if let Some(max) = config.qos_named(&qos).and_then(|q| q.max_gpus_per_user) {
-        if request.gpus.gpus_held() > max {
-            return Err(AdmissionError::AccountLimit(format!(
-                "QoS '{qos}' allows a user at most {max} GPUs at once (max_gpus_per_user); the job asks for {}",
-                request.gpus.gpus_held()
-            )));
-        }
-    }
-    check_gpus(request, capacity.inventory)?;
-    if request.cpus > capacity.cpus {
-        return Err(AdmissionError::Cpus {
-            requested: request.cpus,
-            available: capacity.cpus,
-        });
-    }
+    })
+}
+
+/// The memory limit: as asked, or the config's default per GPU; within
+/// what the server has.
+fn memory_of(
+    request: &JobRequest,
+    config: &Config,
+    capacity: &Capacity,
+) -> Result<Option<u64>, AdmissionError> {
     let mem_mb = request.mem_mb.or_else(|| {
         let gpus = u64::from(request.gpus.gpus_held());
         config
@@ -177,17 +211,28 @@ pub fn admit(
             });
         }
     }
-    let policy = super::limits::Policy::new(config);
+    Ok(mem_mb)
+}
+
+/// The time limit: as asked, or the default (no more than the account
+/// allows); within the config's and the QoS's maximum.
+fn time_limit_of(
+    request: &JobRequest,
+    config: &Config,
+    policy: &super::limits::Policy,
+    account: &str,
+    qos: &str,
+) -> Result<Option<u64>, AdmissionError> {
     let time_limit = match request.time_limit {
         Some(limit) => limit,
         None => {
             // The default, but no more than the account allows.
             let account_max = policy
-                .chain(&account)
+                .chain(account)
                 .iter()
                 .filter_map(|a| a.limits.max_time)
                 .min();
-            let qos_level = config.qos_named(&qos);
+            let qos_level = config.qos_named(qos);
             let default = qos_level
                 .and_then(|q| q.default_time.or(q.max_time))
                 .or(config.default_time)
@@ -198,7 +243,7 @@ pub fn admit(
             }
         }
     };
-    let qos_max = config.qos_named(&qos).and_then(|q| q.max_time);
+    let qos_max = config.qos_named(qos).and_then(|q| q.max_time);
     for (max, source_of_max) in [
         (config.max_time, "max_time in the config".to_string()),
         (qos_max, format!("max_time of QoS '{qos}'")),
@@ -212,17 +257,7 @@ pub fn admit(
             });
         }
     }
-    if let Some(why) =
-        super::limits::refuse_at_submit(&policy, &account, request.gpus.gpus_held(), time_limit)
-    {
-        return Err(AdmissionError::AccountLimit(why));
-    }
-    Ok(Admitted {
-        account,
-        qos,
-        time_limit,
-        mem_mb,
-    })
+    Ok(time_limit)
 }
 
 /// Whether `user` may submit to `account` with `qos`: admins always may;

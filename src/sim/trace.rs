@@ -83,22 +83,19 @@ pub fn read(path: &Path, reading: &Reading) -> Result<(Vec<TraceJob>, Skipped), 
     parse(&text, &name, reading)
 }
 
-pub fn parse(
-    text: &str,
-    name: &str,
-    reading: &Reading,
-) -> Result<(Vec<TraceJob>, Skipped), TraceError> {
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty() && !l.starts_with(';'));
-    let Some((_, header)) = lines.next() else {
-        return Err(TraceError::Read {
-            path: name.to_string(),
-            message: "the file is empty".into(),
-        });
-    };
-    let columns: Vec<&str> = header.split(',').map(str::trim).collect();
+/// Where a trace's columns are, by their usual names.
+struct Columns {
+    submit_at: usize,
+    run_at: usize,
+    gpus_at: usize,
+    /// Processors, not GPUs: divided by `procs_per_gpu`.
+    scale: bool,
+    req_at: Option<usize>,
+    user_at: Option<usize>,
+    account_at: Option<usize>,
+}
+
+fn columns_of(columns: &[&str], name: &str) -> Result<Columns, TraceError> {
     let find = |names: &[&str]| columns.iter().position(|c| names.contains(c));
     let missing = |what: &str, names: &[&str]| TraceError::Line {
         path: name.to_string(),
@@ -115,102 +112,158 @@ pub fn parse(
     let req_at = find(&["req_time_s", "requested_time", "time_limit_s"]);
     let user_at = find(&["user", "user_id"]);
     let account_at = find(&["group", "account", "group_id"]);
+    Ok(Columns {
+        submit_at,
+        run_at,
+        gpus_at,
+        scale,
+        req_at,
+        user_at,
+        account_at,
+    })
+}
+
+/// A user or group cell as a name: letters, digits, `_` and `-`, with
+/// `prefix` before one that does not start with a letter; `default` for
+/// an empty cell or -1.
+fn label(value: Option<&str>, prefix: &str, default: &str) -> String {
+    match value {
+        Some(v) if !v.is_empty() && v != "-1" => {
+            let clean: String = v
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+                .collect();
+            if clean
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic())
+            {
+                clean
+            } else {
+                format!("{prefix}{clean}")
+            }
+        }
+        _ => default.to_string(),
+    }
+}
+
+pub fn parse(
+    text: &str,
+    name: &str,
+    reading: &Reading,
+) -> Result<(Vec<TraceJob>, Skipped), TraceError> {
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty() && !l.starts_with(';'));
+    let Some((_, header)) = lines.next() else {
+        return Err(TraceError::Read {
+            path: name.to_string(),
+            message: "the file is empty".into(),
+        });
+    };
+    let columns: Vec<&str> = header.split(',').map(str::trim).collect();
+    let at = columns_of(&columns, name)?;
 
     let mut jobs = Vec::new();
     let mut skipped = Skipped::default();
     for (index, row) in lines {
-        let line = index + 1;
-        let cells: Vec<&str> = row.split(',').map(str::trim).collect();
-        let cell = |at: usize| cells.get(at).copied().unwrap_or("");
-        let bad = |column: &str, value: &str| TraceError::Line {
-            path: name.to_string(),
-            line,
-            message: format!("column {column}: '{value}' is not a number"),
-        };
-        let number = |at: usize| -> Result<Option<f64>, TraceError> {
-            let v = cell(at);
-            if v.is_empty() {
-                return Ok(None);
-            }
-            v.parse::<f64>().map(Some).map_err(|_| bad(columns[at], v))
-        };
-        if cells.len() < columns.len() {
-            return Err(TraceError::Line {
-                path: name.to_string(),
-                line,
-                message: format!(
-                    "{} fields, but the header has {}",
-                    cells.len(),
-                    columns.len()
-                ),
-            });
+        match read_row(index + 1, row, &columns, &at, reading, name)? {
+            Read::Job(job) => jobs.push(*job),
+            Read::NoRunTime => skipped.no_run_time += 1,
+            Read::NoGpus => skipped.no_gpus += 1,
         }
-        let submit = number(submit_at)?.ok_or_else(|| bad(columns[submit_at], ""))?;
-        let run = match number(run_at)? {
-            Some(r) if r >= 0.0 => r.ceil() as u64,
-            _ => {
-                skipped.no_run_time += 1;
-                continue;
-            }
-        };
-        let size = number(gpus_at)?.unwrap_or(0.0);
-        let gpus = if scale {
-            (size / f64::from(reading.procs_per_gpu.max(1))).ceil()
-        } else {
-            size.ceil()
-        };
-        if gpus < 1.0 {
-            skipped.no_gpus += 1;
-            continue;
-        }
-        let requested = match req_at {
-            Some(at) => number(at)?.filter(|r| *r > 0.0).map(|r| r.ceil() as u64),
-            None => None,
-        };
-        let time_limit = requested
-            .unwrap_or_else(|| ((run as f64) * reading.limit_factor).ceil() as u64)
-            .max(run)
-            .max(1);
-        let label = |at: Option<usize>, prefix: &str, default: &str| match at.map(cell) {
-            Some(v) if !v.is_empty() && v != "-1" => {
-                let clean: String = v
-                    .chars()
-                    .filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
-                    .collect();
-                if clean
-                    .chars()
-                    .next()
-                    .is_some_and(|c| c.is_ascii_alphabetic())
-                {
-                    clean
-                } else {
-                    format!("{prefix}{clean}")
-                }
-            }
-            _ => default.to_string(),
-        };
-        let user = label(user_at, "u", "user");
-        let account = match reading.accounts_from {
-            AccountsFrom::Group => label(account_at, "g", "default"),
-            AccountsFrom::User => user.clone(),
-        };
-        jobs.push(TraceJob {
-            line,
-            submit: (submit / reading.arrival_scale.max(1e-9)).round() as i64,
-            run,
-            gpus: gpus.min(u32::MAX as f64) as u32,
-            time_limit,
-            user,
-            account,
-            qos: None,
-            dependency: None,
-        });
         if reading.max_jobs.is_some_and(|m| jobs.len() >= m) {
             break;
         }
     }
     jobs.sort_by_key(|j| (j.submit, j.line));
     Ok((jobs, skipped))
+}
+
+/// What one row of a trace is.
+enum Read {
+    Job(Box<TraceJob>),
+    /// It never ran (no run time).
+    NoRunTime,
+    /// It asked for no GPU.
+    NoGpus,
+}
+
+/// One row of the trace, at `line`.
+fn read_row(
+    line: usize,
+    row: &str,
+    columns: &[&str],
+    at: &Columns,
+    reading: &Reading,
+    name: &str,
+) -> Result<Read, TraceError> {
+    let cells: Vec<&str> = row.split(',').map(str::trim).collect();
+    let cell = |at: usize| cells.get(at).copied().unwrap_or("");
+    let bad = |column: &str, value: &str| TraceError::Line {
+        path: name.to_string(),
+        line,
+        message: format!("column {column}: '{value}' is not a number"),
+    };
+    let number = |at: usize| -> Result<Option<f64>, TraceError> {
+        let v = cell(at);
+        if v.is_empty() {
+            return Ok(None);
+        }
+        v.parse::<f64>().map(Some).map_err(|_| bad(columns[at], v))
+    };
+    if cells.len() < columns.len() {
+        return Err(TraceError::Line {
+            path: name.to_string(),
+            line,
+            message: format!(
+                "{} fields, but the header has {}",
+                cells.len(),
+                columns.len()
+            ),
+        });
+    }
+    let submit = number(at.submit_at)?.ok_or_else(|| bad(columns[at.submit_at], ""))?;
+    let run = match number(at.run_at)? {
+        Some(r) if r >= 0.0 => r.ceil() as u64,
+        _ => {
+            return Ok(Read::NoRunTime);
+        }
+    };
+    let size = number(at.gpus_at)?.unwrap_or(0.0);
+    let gpus = if at.scale {
+        (size / f64::from(reading.procs_per_gpu.max(1))).ceil()
+    } else {
+        size.ceil()
+    };
+    if gpus < 1.0 {
+        return Ok(Read::NoGpus);
+    }
+    let requested = match at.req_at {
+        Some(at) => number(at)?.filter(|r| *r > 0.0).map(|r| r.ceil() as u64),
+        None => None,
+    };
+    let time_limit = requested
+        .unwrap_or_else(|| ((run as f64) * reading.limit_factor).ceil() as u64)
+        .max(run)
+        .max(1);
+    let user = label(at.user_at.map(cell), "u", "user");
+    let account = match reading.accounts_from {
+        AccountsFrom::Group => label(at.account_at.map(cell), "g", "default"),
+        AccountsFrom::User => user.clone(),
+    };
+    Ok(Read::Job(Box::new(TraceJob {
+        line,
+        submit: (submit / reading.arrival_scale.max(1e-9)).round() as i64,
+        run,
+        gpus: gpus.min(u32::MAX as f64) as u32,
+        time_limit,
+        user,
+        account,
+        qos: None,
+        dependency: None,
+    })))
 }
 
 #[cfg(test)]
