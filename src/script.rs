@@ -248,7 +248,8 @@ impl Partial {
                 .constraint
                 .as_deref()
                 .map(crate::model::job::GpuConstraint::parse)
-                .transpose()?,
+                .transpose()
+                .map_err(|e| e.to_string())?,
             time_limit,
             cpus,
             mem,

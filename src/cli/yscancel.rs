@@ -109,7 +109,7 @@ fn cancel(args: Args, command: &str, ended_is_done: bool) -> CliResult {
 
 /// `TERM`, `SIGTERM`, `term` or `15`.
 pub fn parse_signal(text: &str) -> Result<i32, CliError> {
-    crate::model::units::parse_signal(text).map_err(CliError::usage)
+    crate::model::units::parse_signal(text).map_err(|e| CliError::usage(e.to_string()))
 }
 
 #[cfg(test)]

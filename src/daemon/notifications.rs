@@ -258,6 +258,7 @@ mod tests {
         assert_eq!(t("end,fail").names(), "END,FAIL");
         assert!(MailTypes::parse("END,SOMETIMES")
             .unwrap_err()
+            .to_string()
             .contains("unknown mail type 'SOMETIMES' (allowed: NONE, BEGIN, END"));
     }
 

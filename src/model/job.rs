@@ -8,6 +8,29 @@ use serde::{Deserialize, Serialize};
 
 pub type JobId = u64;
 
+/// What is wrong with a value of a job's request: a mail type, a
+/// `--signal`, a `--constraint`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestValueError {
+    #[error("unknown mail type '{0}' (allowed: NONE, BEGIN, END, FAIL, REQUEUE, TIME_LIMIT, ALL)")]
+    MailType(String),
+    #[error("'{0}' after @ is not a number of seconds (0 to 65535)")]
+    WarnBefore(String),
+    #[error(transparent)]
+    Signal(#[from] crate::model::units::UnitError),
+    #[error("--constraint '{0}': an empty term (write FEATURE&gpumem>=SIZE)")]
+    EmptyTerm(String),
+    #[error("--constraint '{text}': gpumem: {source}")]
+    GpuMemory {
+        text: String,
+        source: crate::model::units::UnitError,
+    },
+    #[error("--constraint '{text}': '{term}' is not understood; ysched takes features joined by '&' and gpumem>=SIZE")]
+    NotUnderstood { text: String, term: String },
+    #[error("--constraint '{text}': '{term}' is not a feature name")]
+    NotAFeature { text: String, term: String },
+}
+
 /// Job states, with Slurm's names and compact codes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -232,7 +255,7 @@ impl MailTypes {
     ];
 
     /// `END,FAIL`, `ALL`, `NONE`, case-insensitive.
-    pub fn parse(text: &str) -> Result<MailTypes, String> {
+    pub fn parse(text: &str) -> Result<MailTypes, RequestValueError> {
         let mut types = MailTypes::default();
         for word in text.split(',').map(str::trim) {
             let upper = word.to_ascii_uppercase();
@@ -241,11 +264,7 @@ impl MailTypes {
                 "ALL" => types.0 |= 31,
                 _ => match MailTypes::NAMES.iter().find(|(n, _)| *n == upper) {
                     Some((_, t)) => types.0 |= t.0,
-                    None => {
-                        return Err(format!(
-                            "unknown mail type '{word}' (allowed: NONE, BEGIN, END, FAIL, REQUEUE, TIME_LIMIT, ALL)"
-                        ))
-                    }
+                    None => return Err(RequestValueError::MailType(word.to_string())),
                 },
             }
         }
@@ -300,7 +319,7 @@ pub struct WarnSignal {
 }
 
 impl WarnSignal {
-    pub fn parse(text: &str) -> Result<WarnSignal, String> {
+    pub fn parse(text: &str) -> Result<WarnSignal, RequestValueError> {
         let t = text.trim();
         // Slurm's prefixes: B: the batch shell; R: (reservations) changes
         // nothing here.
@@ -316,9 +335,7 @@ impl WarnSignal {
                     .parse::<u32>()
                     .ok()
                     .filter(|&b| b <= 65_535)
-                    .ok_or_else(|| {
-                        format!("'{b}' after @ is not a number of seconds (0 to 65535)")
-                    })?,
+                    .ok_or_else(|| RequestValueError::WarnBefore(b.to_string()))?,
             ),
             None => (t, 60),
         };
@@ -352,22 +369,25 @@ pub struct GpuConstraint {
 }
 
 impl GpuConstraint {
-    pub fn parse(text: &str) -> Result<GpuConstraint, String> {
+    pub fn parse(text: &str) -> Result<GpuConstraint, RequestValueError> {
         let mut c = GpuConstraint::default();
         for term in text.split('&').map(str::trim) {
             if term.is_empty() {
-                return Err(format!(
-                    "--constraint '{text}': an empty term (write FEATURE&gpumem>=SIZE)"
-                ));
+                return Err(RequestValueError::EmptyTerm(text.to_string()));
             }
             if let Some(size) = term.strip_prefix("gpumem>=") {
-                let mb = crate::model::units::parse_memory_mb(size)
-                    .map_err(|e| format!("--constraint '{text}': gpumem: {e}"))?;
+                let mb = crate::model::units::parse_memory_mb(size).map_err(|source| {
+                    RequestValueError::GpuMemory {
+                        text: text.to_string(),
+                        source,
+                    }
+                })?;
                 c.min_memory_mb = Some(c.min_memory_mb.map_or(mb, |m| m.max(mb)));
             } else if term.contains(['|', '=', '<', '>', '[', ']', '*', '(', ')']) {
-                return Err(format!(
-                    "--constraint '{text}': '{term}' is not understood; ysched takes features joined by '&' and gpumem>=SIZE"
-                ));
+                return Err(RequestValueError::NotUnderstood {
+                    text: text.to_string(),
+                    term: term.to_string(),
+                });
             } else if term
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
@@ -376,9 +396,10 @@ impl GpuConstraint {
                     c.features.push(term.to_string());
                 }
             } else {
-                return Err(format!(
-                    "--constraint '{text}': '{term}' is not a feature name"
-                ));
+                return Err(RequestValueError::NotAFeature {
+                    text: text.to_string(),
+                    term: term.to_string(),
+                });
             }
         }
         Ok(c)
@@ -840,6 +861,7 @@ mod tests {
         );
         assert!(WarnSignal::parse("USR1@soon")
             .unwrap_err()
+            .to_string()
             .contains("'soon' after @"));
         assert!(WarnSignal::parse("NOPE").is_err());
     }

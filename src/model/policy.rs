@@ -82,10 +82,23 @@ pub struct Window {
 
 const DAY_NAMES: [&str; 7] = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
 
+/// What is wrong with a time window of a limit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WindowError {
+    #[error("'{0}' is not a day (mon, tue, wed, thu, fri, sat, sun, or all)")]
+    Day(String),
+    #[error("hours '{0}' is not a range like 06:00-12:00")]
+    NotARange(String),
+    #[error("hours '{0}' is an empty range")]
+    Empty(String),
+    #[error("'{0}' is not a time of day (HH:MM)")]
+    TimeOfDay(String),
+}
+
 impl Window {
     /// Parses `days` (`mon-fri`, `sat,sun`, `mon,wed-fri`, `all`) and
     /// `hours` (`06:00-12:00`, `22:00-06:00`).
-    pub fn parse(days: &str, hours: &str, max_gpus: u32) -> Result<Window, String> {
+    pub fn parse(days: &str, hours: &str, max_gpus: u32) -> Result<Window, WindowError> {
         Window {
             days: parse_days(days)?,
             start: 0,
@@ -95,14 +108,14 @@ impl Window {
         .with_hours(hours)
     }
 
-    fn with_hours(mut self, hours: &str) -> Result<Window, String> {
+    fn with_hours(mut self, hours: &str) -> Result<Window, WindowError> {
         let (a, b) = hours
             .split_once('-')
-            .ok_or_else(|| format!("hours '{hours}' is not a range like 06:00-12:00"))?;
+            .ok_or_else(|| WindowError::NotARange(hours.to_string()))?;
         self.start = parse_time_of_day(a)?;
         self.end = parse_time_of_day(b)?;
         if self.start == self.end {
-            return Err(format!("hours '{hours}' is an empty range"));
+            return Err(WindowError::Empty(hours.to_string()));
         }
         Ok(self)
     }
@@ -119,16 +132,14 @@ impl Window {
     }
 }
 
-pub(crate) fn parse_days(text: &str) -> Result<[bool; 7], String> {
+pub(crate) fn parse_days(text: &str) -> Result<[bool; 7], WindowError> {
     let mut days = [false; 7];
     let index = |name: &str| {
         let name = name.trim().to_ascii_lowercase();
         DAY_NAMES
             .iter()
             .position(|d| name.starts_with(d) && name.len() >= 3)
-            .ok_or_else(|| {
-                format!("'{name}' is not a day (mon, tue, wed, thu, fri, sat, sun, or all)")
-            })
+            .ok_or(WindowError::Day(name))
     };
     for part in text.split(',') {
         let part = part.trim();
@@ -154,9 +165,9 @@ pub(crate) fn parse_days(text: &str) -> Result<[bool; 7], String> {
     Ok(days)
 }
 
-fn parse_time_of_day(text: &str) -> Result<u32, String> {
+fn parse_time_of_day(text: &str) -> Result<u32, WindowError> {
     let text = text.trim();
-    let bad = || format!("'{text}' is not a time of day (HH:MM)");
+    let bad = || WindowError::TimeOfDay(text.to_string());
     let (h, m) = text.split_once(':').ok_or_else(bad)?;
     let (h, m): (u32, u32) = (h.parse().map_err(|_| bad())?, m.parse().map_err(|_| bad())?);
     // 24:00 is the end of the day.

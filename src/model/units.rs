@@ -3,7 +3,7 @@
 
 use thiserror::Error;
 
-#[derive(Debug, Error, PartialEq, Eq)]
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum UnitError {
     #[error(
         "invalid time limit '{0}' (formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, or UNLIMITED)"
@@ -13,6 +13,10 @@ pub enum UnitError {
     Memory(String),
     #[error("invalid time '{0}' (formats: now+N[seconds|minutes|hours|days|weeks], HH:MM[:SS], YYYY-MM-DD[THH:MM[:SS]], today, tomorrow, midnight, noon)")]
     BeginTime(String),
+    #[error("invalid signal number {0}")]
+    SignalNumber(i32),
+    #[error("invalid signal '{0}' (e.g. TERM, USR1, 10)")]
+    Signal(String),
 }
 
 /// A job's time limit in seconds; `None` is UNLIMITED.
@@ -284,13 +288,13 @@ pub fn parse_time_filter(text: &str, now: jiff::Zoned) -> Result<i64, UnitError>
 }
 
 /// A signal by name or number: `TERM`, `SIGTERM`, `term` or `15`.
-pub fn parse_signal(text: &str) -> Result<i32, String> {
+pub fn parse_signal(text: &str) -> Result<i32, UnitError> {
     use std::str::FromStr;
     let t = text.trim();
     if let Ok(n) = t.parse::<i32>() {
         return nix::sys::signal::Signal::try_from(n)
             .map(|s| s as i32)
-            .map_err(|_| format!("invalid signal number {n}"));
+            .map_err(|_| UnitError::SignalNumber(n));
     }
     let upper = t.to_ascii_uppercase();
     let name = if upper.starts_with("SIG") {
@@ -300,7 +304,7 @@ pub fn parse_signal(text: &str) -> Result<i32, String> {
     };
     nix::sys::signal::Signal::from_str(&name)
         .map(|s| s as i32)
-        .map_err(|_| format!("invalid signal '{t}' (e.g. TERM, USR1, 10)"))
+        .map_err(|_| UnitError::Signal(t.to_string()))
 }
 
 /// A signal's short name: `USR1` for 10.

@@ -244,6 +244,9 @@ fn budget_waits(state: &State<'_>, config: &Config) -> HashMap<JobId, Reason> {
 /// priority order: the cheapest victims whose stop lets it start. Victims
 /// and GPUs chosen for one are not chosen again for the next.
 fn preemptions(state: &State<'_>, config: &Config, plan: &Plan) -> Vec<(JobId, Choice)> {
+    if config.qos.iter().all(|q| q.preempt.is_empty()) {
+        return Vec::new();
+    }
     let by_id: HashMap<JobId, &Job> = state.jobs.iter().map(|j| (j.id, *j)).collect();
     let mut chosen: Vec<(JobId, Choice)> = Vec::new();
     for &id in &plan.order {

@@ -147,7 +147,7 @@ mod tests {
 
     #[test]
     fn bad_windows_say_what_is_wrong() {
-        let err = |d: &str, h: &str| Window::parse(d, h, 1).unwrap_err();
+        let err = |d: &str, h: &str| Window::parse(d, h, 1).unwrap_err().to_string();
         assert!(err("mon-fry", "06:00-12:00").contains("'fry' is not a day"));
         assert!(err("mon", "6-12").contains("'6' is not a time of day"));
         assert!(err("mon", "06:00").contains("not a range"));
