@@ -26,10 +26,41 @@ pub struct ArraySpec {
 /// tasks than an array may.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ArrayError {
-    #[error("{0}")]
-    Invalid(String),
-    #[error("{0}")]
-    TooMany(String),
+    #[error("'%{0}': the task limit must be a positive number")]
+    Throttle(String),
+    #[error("'{0}' is not a task index")]
+    NotAnIndex(String),
+    #[error("index {index} is too large: indices go from 0 to {} (max_array_size = {max_size})", max_size.saturating_sub(1))]
+    IndexTooLarge { index: u32, max_size: u32 },
+    #[error("'{0}' has an empty element")]
+    EmptyElement(String),
+    #[error("'{0}': the step must be a positive number")]
+    Step(String),
+    #[error("range {0}-{1} goes backwards")]
+    Backwards(u32, u32),
+    #[error("'{0}': a step needs a range (A-B:STEP)")]
+    StepWithoutRange(String),
+    /// More tasks than any array may have.
+    #[error("'{0}' makes more than {MAX_TASKS} tasks, more than any array may have")]
+    MoreThanAny(String),
+    /// More tasks than this server's `max_array_size`.
+    #[error("'{text}' makes more tasks than max_array_size ({max_size})")]
+    MoreThanMax { text: String, max_size: u32 },
+    /// As many distinct indices as that, once repeats are merged.
+    #[error("{tasks} tasks is more than max_array_size ({max_size})")]
+    TasksOverMax { tasks: usize, max_size: u32 },
+}
+
+impl ArrayError {
+    /// Too many tasks, rather than not an index list.
+    pub fn is_too_many(&self) -> bool {
+        matches!(
+            self,
+            ArrayError::MoreThanAny(_)
+                | ArrayError::MoreThanMax { .. }
+                | ArrayError::TasksOverMax { .. }
+        )
+    }
 }
 
 /// No max_array_size known: only what no array may exceed is checked.
@@ -40,16 +71,6 @@ impl ArraySpec {
     /// `max_size` (the config's max_array_size; [`UNBOUNDED`] where it is
     /// not known yet, as when directives are read before the config).
     pub fn parse(text: &str, max_size: u32) -> Result<ArraySpec, ArrayError> {
-        Self::parse_indices(text, max_size).map_err(|message| {
-            if message.contains("than max_array_size") || message.contains("than any array") {
-                ArrayError::TooMany(message)
-            } else {
-                ArrayError::Invalid(message)
-            }
-        })
-    }
-
-    fn parse_indices(text: &str, max_size: u32) -> Result<ArraySpec, String> {
         let text = text.trim();
         let (list, throttle) = match text.split_once('%') {
             Some((l, t)) => (l, Some(t)),
@@ -59,19 +80,16 @@ impl ArraySpec {
             None => None,
             Some(t) => match t.trim().parse::<u32>() {
                 Ok(n) if n > 0 => Some(n),
-                _ => return Err(format!("'%{t}': the task limit must be a positive number")),
+                _ => return Err(ArrayError::Throttle(t.to_string())),
             },
         };
-        let index = |s: &str| -> Result<u32, String> {
+        let index = |s: &str| -> Result<u32, ArrayError> {
             let s = s.trim();
             let n = s
                 .parse::<u32>()
-                .map_err(|_| format!("'{s}' is not a task index"))?;
+                .map_err(|_| ArrayError::NotAnIndex(s.to_string()))?;
             if n >= max_size && max_size != UNBOUNDED {
-                return Err(format!(
-                    "index {n} is too large: indices go from 0 to {} (max_array_size = {max_size})",
-                    max_size.saturating_sub(1)
-                ));
+                return Err(ArrayError::IndexTooLarge { index: n, max_size });
             }
             Ok(n)
         };
@@ -79,7 +97,7 @@ impl ArraySpec {
         for part in list.split(',') {
             let part = part.trim();
             if part.is_empty() {
-                return Err(format!("'{text}' has an empty element"));
+                return Err(ArrayError::EmptyElement(text.to_string()));
             }
             let (range, step) = match part.split_once(':') {
                 Some((r, s)) => {
@@ -88,7 +106,7 @@ impl ArraySpec {
                         .parse::<u32>()
                         .ok()
                         .filter(|&s| s > 0)
-                        .ok_or_else(|| format!("'{s}': the step must be a positive number"))?;
+                        .ok_or_else(|| ArrayError::Step(s.to_string()))?;
                     (r, step)
                 }
                 None => (part, 1),
@@ -97,34 +115,31 @@ impl ArraySpec {
                 Some((a, b)) => {
                     let (first, last) = (index(a)?, index(b)?);
                     if first > last {
-                        return Err(format!("range {first}-{last} goes backwards"));
+                        return Err(ArrayError::Backwards(first, last));
                     }
                     let count = ((last - first) / step) as usize + 1;
                     if indices.len() + count > MAX_TASKS {
-                        return Err(format!(
-                            "'{text}' makes more than {MAX_TASKS} tasks, more than any array may have"
-                        ));
+                        return Err(ArrayError::MoreThanAny(text.to_string()));
                     }
                     if indices.len() + count > max_size as usize {
-                        return Err(format!(
-                            "'{text}' makes more tasks than max_array_size ({max_size})"
-                        ));
+                        return Err(ArrayError::MoreThanMax {
+                            text: text.to_string(),
+                            max_size,
+                        });
                     }
                     indices.extend((first..=last).step_by(step as usize));
                 }
-                None if step != 1 => {
-                    return Err(format!("'{part}': a step needs a range (A-B:STEP)"))
-                }
+                None if step != 1 => return Err(ArrayError::StepWithoutRange(part.to_string())),
                 None => indices.push(index(range)?),
             }
         }
         indices.sort_unstable();
         indices.dedup();
         if indices.len() > max_size as usize {
-            return Err(format!(
-                "{} tasks is more than max_array_size ({max_size})",
-                indices.len()
-            ));
+            return Err(ArrayError::TasksOverMax {
+                tasks: indices.len(),
+                max_size,
+            });
         }
         Ok(ArraySpec {
             indices,
@@ -237,9 +252,9 @@ pub enum JobRef {
 
 impl JobRef {
     /// Parses `12`, `12_3` or `12_[1-3,7]` (several tasks).
-    pub fn parse(text: &str) -> Result<Vec<JobRef>, String> {
+    pub fn parse(text: &str) -> Result<Vec<JobRef>, JobRefError> {
         let text = text.trim();
-        let bad = || format!("invalid job id '{text}'");
+        let bad = || JobRefError::Invalid(text.to_string());
         let id = |s: &str| s.parse::<JobId>().ok().filter(|&i| i > 0).ok_or_else(bad);
         match text.split_once('_') {
             None => Ok(vec![JobRef::Id(id(text)?)]),
@@ -248,7 +263,7 @@ impl JobRef {
                 let tasks = match tasks.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
                     Some(list) => {
                         ArraySpec::parse(list, u32::MAX)
-                            .map_err(|e| format!("invalid job id '{text}': {e}"))?
+                            .map_err(|e| JobRefError::Tasks(text.to_string(), e))?
                             .indices
                     }
                     None => vec![tasks.parse::<u32>().map_err(|_| bad())?],
@@ -285,14 +300,25 @@ impl From<JobRef> for String {
 }
 
 impl TryFrom<String> for JobRef {
-    type Error = String;
+    type Error = JobRefError;
 
-    fn try_from(text: String) -> Result<JobRef, String> {
+    fn try_from(text: String) -> Result<JobRef, JobRefError> {
         match JobRef::parse(&text)?.as_slice() {
             [one] => Ok(*one),
-            _ => Err(format!("'{text}' names several jobs")),
+            _ => Err(JobRefError::Several(text)),
         }
     }
+}
+
+/// Why a job reference does not read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum JobRefError {
+    #[error("invalid job id '{0}'")]
+    Invalid(String),
+    #[error("invalid job id '{0}': {1}")]
+    Tasks(String, ArrayError),
+    #[error("'{0}' names several jobs")]
+    Several(String),
 }
 
 #[cfg(test)]

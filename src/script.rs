@@ -416,7 +416,7 @@ fn array(o: &SubmitOptions) -> Result<Option<String>, String> {
             Ok(spec) => Some(spec.to_string()),
             // Too many for any array: said with the configured
             // max_array_size once the config is read.
-            Err(crate::array::ArrayError::TooMany(_)) => Some(a.trim().to_string()),
+            Err(e) if e.is_too_many() => Some(a.trim().to_string()),
             Err(e) => return Err(format!("--array: {e}")),
         },
     })

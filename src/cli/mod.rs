@@ -289,7 +289,9 @@ pub fn parse_job_ids(words: &[String]) -> Result<Vec<crate::array::JobRef>, CliE
         }
         parts.push(part);
         for part in parts.iter().map(|p| p.trim()).filter(|p| !p.is_empty()) {
-            ids.extend(crate::array::JobRef::parse(part).map_err(CliError::usage)?);
+            ids.extend(
+                crate::array::JobRef::parse(part).map_err(|e| CliError::usage(e.to_string()))?,
+            );
         }
     }
     Ok(ids)

@@ -337,7 +337,8 @@ fn parse_format(text: &str) -> Result<Vec<(String, String, usize)>, CliError> {
     ];
     let mut columns = Vec::new();
     for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-        let (name, width) = crate::report::split_width(item).map_err(CliError::usage)?;
+        let (name, width) =
+            crate::report::split_width(item).map_err(|e| CliError::usage(e.to_string()))?;
         let key = name.to_ascii_lowercase();
         let key = match key.as_str() {
             "defacct" | "defaultacct" => "defaultaccount".to_string(),

@@ -74,7 +74,7 @@ pub struct Args {
 pub fn run(args: Args) -> CliResult {
     let config = load_config()?;
     let columns = report::parse_sacct_format(args.format.as_deref().unwrap_or(DEFAULT_FORMAT))
-        .map_err(CliError::usage)?;
+        .map_err(|e| CliError::usage(e.to_string()))?;
     // As sacct: your own jobs unless -a, -u or job ids say otherwise.
     let mut users = args.users.clone();
     if users.is_empty() && !args.all_users && args.jobs.is_empty() {

@@ -79,7 +79,9 @@ pub fn run(args: Args) -> CliResult {
     }
     let filter = job_filter(&args.jobs, &users, &args.accounts, &args.names, &states)?;
     let format = match &args.format {
-        Some(f) => Some(report::parse_squeue_format(f).map_err(CliError::usage)?),
+        Some(f) => {
+            Some(report::parse_squeue_format(f).map_err(|e| CliError::usage(e.to_string()))?)
+        }
         None => None,
     };
     let format = format.unwrap_or_else(|| default_format(args.priority, args.start));

@@ -83,7 +83,7 @@ const SHARE_FIELDS: [&str; 11] = [
 pub fn parse_share_format(text: &str) -> Result<Vec<ShareColumn>, String> {
     let mut columns = Vec::new();
     for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-        let (name, width) = crate::report::split_width(item)?;
+        let (name, width) = crate::report::split_width(item).map_err(|e| e.to_string())?;
         let name = SHARE_FIELDS
             .iter()
             .find(|f| f.eq_ignore_ascii_case(name))

@@ -786,7 +786,24 @@ pub struct SqueueFormat {
 }
 
 /// Parses Slurm's squeue format: `%[.][width]code`, `%%` for a percent sign.
-pub fn parse_squeue_format(format: &str) -> Result<SqueueFormat, String> {
+/// Why a listing's format does not read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FormatError {
+    #[error("format '{0}' ends after '%'")]
+    EndsAfterPercent(String),
+    #[error("unknown format code %{code} in '{format}'")]
+    UnknownCode { code: char, format: String },
+    #[error("format '{0}' has no % field")]
+    NoField(String),
+    #[error("invalid width in '{0}'")]
+    Width(String),
+    #[error("unknown field '{name}' (known: {known})")]
+    UnknownField { name: String, known: String },
+    #[error("empty --format")]
+    Empty,
+}
+
+pub fn parse_squeue_format(format: &str) -> Result<SqueueFormat, FormatError> {
     let mut parts = Vec::new();
     let mut literal = String::new();
     let mut chars = format.chars().peekable();
@@ -811,9 +828,11 @@ pub fn parse_squeue_format(format: &str) -> Result<SqueueFormat, String> {
         }
         let code = chars
             .next()
-            .ok_or_else(|| format!("format '{format}' ends after '%'"))?;
-        let field = Field::from_squeue_code(code)
-            .ok_or_else(|| format!("unknown format code %{code} in '{format}'"))?;
+            .ok_or_else(|| FormatError::EndsAfterPercent(format.to_string()))?;
+        let field = Field::from_squeue_code(code).ok_or_else(|| FormatError::UnknownCode {
+            code,
+            format: format.to_string(),
+        })?;
         let width = match digits.parse::<usize>() {
             Ok(w) if w > 0 => Width::Exact(w.min(1000)),
             _ => Width::Natural,
@@ -829,7 +848,7 @@ pub fn parse_squeue_format(format: &str) -> Result<SqueueFormat, String> {
         ));
     }
     if parts.is_empty() {
-        return Err(format!("format '{format}' has no % field"));
+        return Err(FormatError::NoField(format.to_string()));
     }
     Ok(SqueueFormat {
         parts,
@@ -839,14 +858,14 @@ pub fn parse_squeue_format(format: &str) -> Result<SqueueFormat, String> {
 
 /// One `--format` item as Slurm writes it: a field name and an optional
 /// `%WIDTH` (`%-WIDTH` too, which asks for the same width), 1 to 1000.
-pub fn split_width(item: &str) -> Result<(&str, Option<usize>), String> {
+pub fn split_width(item: &str) -> Result<(&str, Option<usize>), FormatError> {
     match item.split_once('%') {
         Some((name, w)) => {
             let w: usize = w
                 .strip_prefix('-')
                 .unwrap_or(w)
                 .parse()
-                .map_err(|_| format!("invalid width in '{item}'"))?;
+                .map_err(|_| FormatError::Width(item.to_string()))?;
             Ok((name, Some(w.clamp(1, 1000))))
         }
         None => Ok((item, None)),
@@ -855,14 +874,17 @@ pub fn split_width(item: &str) -> Result<(&str, Option<usize>), String> {
 
 /// Parses sacct's `--format`: comma-separated field names, each with an
 /// optional `%WIDTH`.
-pub fn parse_sacct_format(format: &str) -> Result<Vec<Column>, String> {
+pub fn parse_sacct_format(format: &str) -> Result<Vec<Column>, FormatError> {
     let mut columns = Vec::new();
     for item in format.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (name, width) = split_width(item)?;
         let width = width.map_or(Width::Auto, Width::Exact);
         let (canonical, field) = Field::from_sacct_name(name).ok_or_else(|| {
             let known: Vec<&str> = Field::SACCT.iter().map(|(n, _)| *n).collect();
-            format!("unknown field '{name}' (known: {})", known.join(", "))
+            FormatError::UnknownField {
+                name: name.to_string(),
+                known: known.join(", "),
+            }
         })?;
         columns.push(Column {
             field,
@@ -872,7 +894,7 @@ pub fn parse_sacct_format(format: &str) -> Result<Vec<Column>, String> {
         });
     }
     if columns.is_empty() {
-        return Err("empty --format".into());
+        return Err(FormatError::Empty);
     }
     Ok(columns)
 }
@@ -1171,6 +1193,7 @@ mod tests {
         );
         assert!(parse_squeue_format("%z")
             .unwrap_err()
+            .to_string()
             .contains("unknown format code %z"));
         assert!(parse_squeue_format("no codes").is_err());
     }
@@ -1192,6 +1215,7 @@ mod tests {
         assert!(table.starts_with("17 tr+ RUNNING 0:0 cpu=4"), "{table}");
         assert!(parse_sacct_format("JobID,Bogus")
             .unwrap_err()
+            .to_string()
             .contains("unknown field 'Bogus'"));
         let private = cells(
             &[Field::JobId, Field::WorkDir, Field::Comment],

@@ -68,18 +68,37 @@ pub enum Status {
 /// The most job ids one dependency may name.
 pub const MAX_JOBS: usize = 1000;
 
+/// Why a `--dependency` does not read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DependencyError {
+    #[error("empty dependency")]
+    Empty,
+    #[error("'{0}' mixes ',' (all of) and '?' (any of); use one of them")]
+    Mixed(String),
+    #[error(
+        "unknown dependency type '{0}' (allowed: after, afterany, afterok, afternotok, singleton)"
+    )]
+    Kind(String),
+    #[error("{kind}: '{id}' is not a job id")]
+    NotAnId { kind: String, id: String },
+    #[error("singleton takes no job ids")]
+    SingletonIds,
+    #[error("{0} needs job ids ({0}:ID[:ID...])")]
+    NoIds(String),
+    #[error("more than {MAX_JOBS} job ids")]
+    TooMany,
+}
+
 impl Dependency {
     /// Parses Slurm's syntax, e.g. `afterok:12:13,afterany:9` or
     /// `afterok:12?afternotok:12` or `singleton`.
-    pub fn parse(text: &str) -> Result<Dependency, String> {
+    pub fn parse(text: &str) -> Result<Dependency, DependencyError> {
         let text = text.trim();
         if text.is_empty() {
-            return Err("empty dependency".into());
+            return Err(DependencyError::Empty);
         }
         if text.contains(',') && text.contains('?') {
-            return Err(format!(
-                "'{text}' mixes ',' (all of) and '?' (any of); use one of them"
-            ));
+            return Err(DependencyError::Mixed(text.to_string()));
         }
         let any = text.contains('?');
         let mut conditions = Vec::new();
@@ -90,30 +109,28 @@ impl Dependency {
             let kind = Kind::ALL
                 .into_iter()
                 .find(|k| k.name().eq_ignore_ascii_case(word))
-                .ok_or_else(|| {
-                    format!(
-                        "unknown dependency type '{word}' (allowed: after, afterany, afterok, afternotok, singleton)"
-                    )
-                })?;
+                .ok_or_else(|| DependencyError::Kind(word.to_string()))?;
             let ids = fields
                 .map(|f| {
                     let f = f.trim();
                     // `afterok:12+30`: Slurm's delay after the condition; not supported.
-                    f.parse::<JobId>()
-                        .ok()
-                        .filter(|&id| id > 0)
-                        .ok_or_else(|| format!("{word}: '{f}' is not a job id"))
+                    f.parse::<JobId>().ok().filter(|&id| id > 0).ok_or_else(|| {
+                        DependencyError::NotAnId {
+                            kind: word.to_string(),
+                            id: f.to_string(),
+                        }
+                    })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             match (kind, ids.is_empty()) {
-                (Kind::Singleton, false) => return Err("singleton takes no job ids".into()),
+                (Kind::Singleton, false) => return Err(DependencyError::SingletonIds),
                 (Kind::Singleton, true) => {}
-                (_, true) => return Err(format!("{word} needs job ids ({word}:ID[:ID...])")),
+                (_, true) => return Err(DependencyError::NoIds(word.to_string())),
                 _ => {}
             }
             named += ids.len();
             if named > MAX_JOBS {
-                return Err(format!("more than {MAX_JOBS} job ids"));
+                return Err(DependencyError::TooMany);
             }
             conditions.push(Condition { kind, jobs: ids });
         }
@@ -231,7 +248,7 @@ mod tests {
 
     #[test]
     fn bad_dependencies_say_what_is_wrong() {
-        let err = |t: &str| Dependency::parse(t).unwrap_err();
+        let err = |t: &str| Dependency::parse(t).unwrap_err().to_string();
         assert!(err("afterwards:1").contains("unknown dependency type 'afterwards'"));
         assert!(err("afterok:x").contains("'x' is not a job id"));
         assert!(err("afterok:0").contains("'0' is not a job id"));
