@@ -82,26 +82,13 @@ fn harness_in(
     };
     let clock = Arc::new(AtomicI64::new(0));
     let (queries, receiver) = mpsc::channel();
-    let daemon = Daemon {
+    let daemon = Daemon::assemble(Parts {
         config: config.clone(),
         spool,
         ownership: Ownership::Personal,
         executor: Box::new(executor),
-        cpus: 1_000,
-        mem_mb: 1 << 30,
-        store: Store {
-            db,
-            in_transaction: false,
-        },
-        users: Default::default(),
-        jobs: Jobs::default(),
-        policy: PolicyState::default(),
-        turn: TurnWork::default(),
-        inbox: Backlog::default(),
-        snapshot: None,
+        db,
         queries,
-        reschedule: true,
-        shutdown: false,
         gpu_watch: GpuWatch {
             gpu_source: Box::new(crate::gpu::sampling::NoData),
             next_sample: None,
@@ -119,12 +106,8 @@ fn harness_in(
             next_idle_flush: Instant::now(),
         },
         notifier: Notifier::off(),
-        timers: Timers {
-            clock: Clock::Manual(clock.clone()),
-            next_retention: Instant::now(),
-            next_police: Instant::now(),
-        },
-    };
+        clock: Clock::Manual(clock.clone()),
+    });
     Harness {
         daemon,
         fake,

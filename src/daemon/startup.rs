@@ -15,7 +15,7 @@ use crate::spool::{Ownership, Spool};
 
 use super::error::DaemonError;
 use super::state::*;
-use super::{metrics_http, notifications, users};
+use super::{metrics_http, notifications};
 use crate::query::{self};
 
 #[derive(Clone, Debug)]
@@ -53,7 +53,6 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         node.cpus,
         node.mem_mb
     );
-    let (cpus, mem_mb) = (node.cpus, node.mem_mb);
     let gpu_watch = watch_gpus(&config);
     let stats = start_stats(&config)?;
     let notifier = start_notifier(&config)?;
@@ -62,35 +61,18 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
     spawn_signal_thread(events.clone())?;
     let queries = query::start(spool.clone(), &spool.database())?;
 
-    let mut daemon = Daemon {
+    let mut daemon = Daemon::assemble(Parts {
         config,
         spool,
         ownership,
         executor: Box::new(executor),
-        cpus,
-        mem_mb,
-        store: Store {
-            db,
-            in_transaction: false,
-        },
-        users: users::Users::default(),
-        jobs: Jobs::default(),
-        policy: PolicyState::default(),
-        turn: TurnWork::default(),
-        inbox: Backlog::default(),
-        snapshot: None,
+        db,
         queries,
-        reschedule: true,
-        shutdown: false,
         gpu_watch,
         stats,
         notifier,
-        timers: Timers {
-            clock: Clock::System,
-            next_retention: Instant::now(),
-            next_police: Instant::now(),
-        },
-    };
+        clock: Clock::System,
+    });
     daemon.recover()?;
     tracing::info!(target: "ysched::daemon", "ysctld ready");
     ready();

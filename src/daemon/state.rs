@@ -139,6 +139,58 @@ pub(super) enum Handled {
 /// Spent billing-seconds of one account, in the period starting at `.0`.
 pub(super) type Spending = HashMap<String, (i64, i64)>;
 
+/// What a daemon is made of; the rest starts empty.
+pub(super) struct Parts {
+    pub(super) config: Config,
+    pub(super) spool: Spool,
+    pub(super) ownership: Ownership,
+    pub(super) executor: Box<dyn Executor>,
+    pub(super) db: Connection,
+    pub(super) queries: Sender<query::Work>,
+    pub(super) gpu_watch: GpuWatch,
+    pub(super) stats: Stats,
+    pub(super) notifier: notifications::Notifier,
+    pub(super) clock: Clock,
+}
+
+impl Daemon {
+    /// A daemon of `parts` with no jobs loaded yet (`recover` loads them),
+    /// scheduling the node's CPUs and memory.
+    pub(super) fn assemble(parts: Parts) -> Daemon {
+        let node = parts.executor.node();
+        let (cpus, mem_mb) = (node.cpus, node.mem_mb);
+        Daemon {
+            config: parts.config,
+            spool: parts.spool,
+            ownership: parts.ownership,
+            executor: parts.executor,
+            cpus,
+            mem_mb,
+            store: Store {
+                db: parts.db,
+                in_transaction: false,
+            },
+            users: users::Users::default(),
+            jobs: Jobs::default(),
+            policy: PolicyState::default(),
+            turn: TurnWork::default(),
+            inbox: Backlog::default(),
+            snapshot: None,
+            queries: parts.queries,
+            reschedule: true,
+            shutdown: false,
+            gpu_watch: parts.gpu_watch,
+            stats: parts.stats,
+            notifier: parts.notifier,
+            timers: Timers {
+                clock: parts.clock,
+                next_retention: Instant::now(),
+                next_police: Instant::now(),
+            },
+        }
+    }
+}
+
 /// The state the event loop owns, by concern.
 pub(super) struct Daemon {
     pub(super) config: Config,

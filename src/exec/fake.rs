@@ -217,6 +217,17 @@ mod tests {
         }
     }
 
+    fn launch_of(job: &crate::model::job::Job) -> Launch<'_> {
+        Launch {
+            job,
+            script: "",
+            args: &[],
+            environment: &[],
+            home: "/".as_ref(),
+            shell: "/bin/sh".as_ref(),
+        }
+    }
+
     #[test]
     fn a_job_runs_until_the_test_ends_it_or_it_is_terminated() {
         let exits = Arc::new(Mutex::new(Vec::new()));
@@ -225,14 +236,7 @@ mod tests {
             FakeExecutor::new(node(), move |id| heard.lock().unwrap().push(id));
         let mut job = crate::model::job::example_job(1);
         job.gpus_alloc = vec![0];
-        let launch = Launch {
-            job: &job,
-            script: "",
-            args: &[],
-            environment: &[],
-            home: "/".as_ref(),
-            shell: "/bin/sh".as_ref(),
-        };
+        let launch = launch_of(&job);
         executor.launch(launch).unwrap();
         assert_eq!(executor.adopt(1), Adoption::Alive { supervisor_pid: 0 });
         assert!(fake.end(1, 3, 0));
@@ -268,14 +272,7 @@ mod tests {
     fn a_node_that_does_not_answer_fails_every_call_without_losing_its_jobs() {
         let (mut executor, fake) = FakeExecutor::new(node(), |_| {});
         let job = crate::model::job::example_job(5);
-        let launch = Launch {
-            job: &job,
-            script: "",
-            args: &[],
-            environment: &[],
-            home: "/".as_ref(),
-            shell: "/bin/sh".as_ref(),
-        };
+        let launch = launch_of(&job);
         executor.launch(launch).unwrap();
         fake.state().unreachable = true;
         assert!(matches!(
