@@ -242,14 +242,31 @@ fn budget_waits(state: &State<'_>, config: &Config) -> HashMap<JobId, Reason> {
 
 /// For each job of the plan that waits for resources and may preempt, in
 /// priority order: the cheapest victims whose stop lets it start. Victims
-/// and GPUs chosen for one are not chosen again for the next.
+/// and GPUs chosen for one are not chosen again for the next. What is
+/// free and who may be a victim are found once per pass: a long queue of
+/// jobs that may preempt costs a choice each, not a walk of every job.
 fn preemptions(state: &State<'_>, config: &Config, plan: &Plan) -> Vec<(JobId, Choice)> {
     if config.qos.iter().all(|q| q.preempt.is_empty()) {
         return Vec::new();
     }
+    let types = Types::new(state.node.gpus);
+    let mut free = free_before_preemption(state, &types);
+    let mut candidates: Vec<Candidate> = state
+        .jobs
+        .iter()
+        .filter(|j| j.state == JobState::Running)
+        .filter_map(|j| candidate(state, config, j))
+        .collect();
     let by_id: HashMap<JobId, &Job> = state.jobs.iter().map(|j| (j.id, *j)).collect();
     let mut chosen: Vec<(JobId, Choice)> = Vec::new();
+    // Requests no victims could make room for, until a choice changes
+    // what is free: the same request fails again, so it is not tried.
+    let mut no_room: HashSet<(&str, &crate::model::job::GpuRequest, u32, Option<u64>)> =
+        HashSet::new();
     for &id in &plan.order {
+        if candidates.is_empty() {
+            break;
+        }
         if !matches!(
             plan.reasons.get(&id),
             Some(Reason::Resources | Reason::Priority)
@@ -257,65 +274,62 @@ fn preemptions(state: &State<'_>, config: &Config, plan: &Plan) -> Vec<(JobId, C
             continue;
         }
         let Some(job) = by_id.get(&id) else { continue };
-        let may = config
+        let Some(rights) = config
             .qos_named(&job.qos)
-            .is_some_and(|q| !q.preempt.is_empty());
+            .map(|q| &q.preempt)
+            .filter(|r| !r.is_empty())
+        else {
+            continue;
+        };
         // A job about to start makes room soon enough without it.
         let soon = plan
             .expected_starts
             .get(&id)
             .is_some_and(|&at| at - state.now <= config.preempt_wait as i64);
-        if !may || !job.claim.is_empty() || soon {
+        let shape = (job.qos.as_str(), &job.gpus, job.cpus, job.mem_mb);
+        if !job.claim.is_empty() || soon || no_room.contains(&shape) {
             continue;
         }
-        if let Some(choice) = victims_for(state, config, job, &chosen) {
-            chosen.push((id, choice));
+        let allowed: Vec<Candidate> = candidates
+            .iter()
+            .filter(|c| rights.contains(&c.job.qos))
+            .cloned()
+            .collect();
+        if allowed.is_empty() {
+            continue;
+        }
+        match preempt::choose(job, &free, &allowed, &types) {
+            Some(choice) => {
+                free.take_gpus(&choice.gpus, &types);
+                candidates.retain(|c| !choice.victims.contains(&c.job.id));
+                no_room.clear();
+                chosen.push((id, choice));
+            }
+            None => {
+                no_room.insert(shape);
+            }
         }
     }
     chosen
 }
 
-/// The cheapest victims for `urgent`, if stopping some lets it start,
-/// beside the choices already made in this pass.
-fn victims_for(
-    state: &State<'_>,
-    config: &Config,
-    urgent: &Job,
-    chosen: &[(JobId, Choice)],
-) -> Option<Choice> {
-    let rights = &config.qos_named(&urgent.qos)?.preempt;
-    let types = Types::new(state.node.gpus);
-    let mut free = Free::new(state.node.gpus, state.node.cpus, state.node.mem_mb, &types);
+/// What is free for preemptors: the node less what jobs hold (a job that
+/// frees its CPUs while suspended gives them back) and the GPUs kept for
+/// earlier preemptors.
+fn free_before_preemption(state: &State<'_>, types: &Types) -> Free {
+    let mut free = Free::new(state.node.gpus, state.node.cpus, state.node.mem_mb, types);
     for job in state.jobs {
         if job.state.holds_gpus() {
-            free.take(job, &job.gpus_alloc, &types);
+            free.take(job, &job.gpus_alloc, types);
             if super::profile::frees_cpus(job) {
                 free.cpus += job.cpus;
             }
         }
         if job.state == JobState::Pending && !job.claim.is_empty() {
-            free.take_gpus(&job.claim, &types);
+            free.take_gpus(&job.claim, types);
         }
     }
-    for (_, choice) in chosen {
-        free.take_gpus(&choice.gpus, &types);
-    }
-    let stopped: HashSet<JobId> = chosen
-        .iter()
-        .flat_map(|(_, c)| c.victims.iter().copied())
-        .collect();
-    let candidates: Vec<Candidate> = state
-        .jobs
-        .iter()
-        .filter(|j| {
-            j.state == JobState::Running && rights.contains(&j.qos) && !stopped.contains(&j.id)
-        })
-        .filter_map(|j| candidate(state, config, j))
-        .collect();
-    if candidates.is_empty() {
-        return None;
-    }
-    preempt::choose(urgent, &free, &candidates, &types)
+    free
 }
 
 /// A running job as a possible victim, if its QoS lets it be one now.
