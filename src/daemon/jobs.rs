@@ -19,11 +19,11 @@ impl Daemon {
         now: i64,
     ) -> Result<(), DaemonError> {
         let node = self.config.node_name.clone();
-        let cgroup = self.executor.confinement_of(id);
+        let confinement = self.executor.confinement_of(id);
         let Some(job) = self.jobs.job_mut(&id) else {
             return Ok(());
         };
-        job.cgroup = cgroup;
+        job.cgroup = confinement;
         job.state = JobState::Running;
         job.start_time = Some(now);
         job.end_time = None;
@@ -162,11 +162,11 @@ impl Daemon {
                 self.finish(id, state, record.end_time, exit, reason)?;
             }
             None => {
-                let killed = self.executor.clear_remains(id);
+                let left = self.executor.clear_remains(id);
                 let reason = format!(
                     "the job's supervisor ended without recording the job's end{}",
-                    if killed > 0 {
-                        format!("; {killed} leftover processes killed")
+                    if left > 0 {
+                        format!("; {left} leftover processes killed")
                     } else {
                         String::new()
                     }

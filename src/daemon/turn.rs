@@ -114,8 +114,8 @@ impl Daemon {
         // was killed along with the daemon, say): nothing may stay behind.
         for id in self.executor.leftovers() {
             if !self.jobs.get(&id).is_some_and(|j| j.state.holds_gpus()) {
-                let killed = self.executor.clear_remains(id);
-                tracing::info!(target: "ysched::exec", "removed the leftover cgroup of job {id} ({killed} processes killed)");
+                let left = self.executor.clear_remains(id);
+                tracing::info!(target: "ysched::exec", "cleared what job {id} left behind ({left} processes)");
             }
         }
         self.commit()?;

@@ -44,3 +44,29 @@ pub fn run_with_input(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slow_command_is_stopped_after_its_timeout_and_a_failure_says_so() {
+        let started = Instant::now();
+        let sleep = ["/bin/sleep".to_string(), "30".to_string()];
+        let err = run_with_input(&sleep, &[], b"{}\n", Duration::from_millis(200)).unwrap_err();
+        assert!(err.contains("still ran after 0 s and was killed"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+        let err = run_with_input(
+            &["/bin/false".to_string()],
+            &[],
+            b"",
+            Duration::from_secs(5),
+        )
+        .unwrap_err();
+        assert!(err.contains("/bin/false exited with"), "{err}");
+        assert_eq!(
+            run_with_input(&[], &[], b"", Duration::from_secs(1)).unwrap_err(),
+            "the command is empty"
+        );
+    }
+}

@@ -507,7 +507,7 @@ fn after_a_crash_a_lost_jobs_processes_and_leftover_cgroups_are_cleaned_up() {
     assert_eq!(pgrep(), "", "its process was killed through its cgroup");
     assert!(!stray.exists(), "the stray group was removed");
     assert!(
-        c.log().contains("removed the leftover cgroup of job 999"),
+        c.log().contains("cleared what job 999 left behind"),
         "{}",
         c.log()
     );
