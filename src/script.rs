@@ -207,17 +207,81 @@ pub struct Partial {
     pub warnings: Vec<String>,
 }
 
+/// Why a submission option (on the command line or a directive line) is
+/// refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OptionError {
+    #[error("{flag}: {value} is out of range ({min} to {max})")]
+    OutOfRange {
+        flag: String,
+        value: i64,
+        min: i64,
+        max: i64,
+    },
+    #[error("{flag}: '{value}' is not a number")]
+    NotANumber { flag: String, value: String },
+    #[error("invalid GPU type in '{0}'")]
+    GpuType(String),
+    #[error("{flag} {spec}: a shard request needs at least 1 shard")]
+    NoShards { flag: String, spec: String },
+    #[error("--gres={0}: only the 'gpu' and 'shard' resources are known (e.g. --gres=gpu:2, --gres=gpu:a100:2 or --gres=shard:1)")]
+    GresResource(String),
+    #[error("--gres={0}: expected gpu[:TYPE][:N]")]
+    Gres(String),
+    #[error("conflicting GPU requests: {flag_a} asks for {a} but {flag_b} for {b}")]
+    ConflictingGpus {
+        flag_a: &'static str,
+        a: String,
+        flag_b: &'static str,
+        b: String,
+    },
+    #[error("--mem and --mem-per-gpu exclude each other")]
+    MemoryTwice,
+    #[error("{flag}: {source}")]
+    Unit {
+        flag: &'static str,
+        source: crate::model::units::UnitError,
+    },
+    #[error("{flag}: invalid path '{path}'")]
+    Path { flag: &'static str, path: String },
+    #[error("--nice: {0} is out of range (-{MAX_NICE} to {MAX_NICE})")]
+    Nice(i64),
+    #[error("--nice: '{0}' is not a number")]
+    NiceNotANumber(String),
+    #[error("--grace: '{0}' is not a duration such as 30s, 2m or 1:30")]
+    Grace(String),
+    #[error("--dependency: {0}")]
+    Dependency(#[from] crate::sched::dependency::DependencyError),
+    #[error("--array: {0}")]
+    Array(#[from] crate::array::ArrayError),
+    #[error("--nodes={0}: ysched runs a job on one server; ask for --nodes=1 or leave it out")]
+    Nodes(String),
+    #[error("{flag}: {source}")]
+    Value {
+        flag: &'static str,
+        source: crate::model::job::RequestValueError,
+    },
+    #[error(transparent)]
+    Constraint(crate::model::job::RequestValueError),
+    /// A name, comment or mail address that breaks the field rules.
+    #[error(transparent)]
+    Field(#[from] crate::validate::InvalidField),
+}
+
 impl Partial {
     /// Checks the values of one set of options (a directive line or the
     /// command line). Errors are plain messages; the caller adds the line.
-    pub fn from_options(o: SubmitOptions) -> Result<Partial, String> {
+    pub fn from_options(o: SubmitOptions) -> Result<Partial, OptionError> {
         let gpu = gpu_request(&o)?;
         let time_limit = o
             .time
             .as_deref()
             .map(units::parse_time_limit)
             .transpose()
-            .map_err(|e| format!("--time: {e}"))?;
+            .map_err(|source| OptionError::Unit {
+                flag: "--time",
+                source,
+            })?;
         let cpus = o
             .cpus_per_task
             .as_deref()
@@ -230,14 +294,13 @@ impl Partial {
             .dependency
             .as_deref()
             .map(crate::sched::dependency::Dependency::parse)
-            .transpose()
-            .map_err(|e| format!("--dependency: {e}"))?
+            .transpose()?
             .map(|d| d.to_string());
         let array = array(&o)?;
         let mut warnings = Vec::new();
         ignored(&o, &mut warnings)?;
         if let Some(user) = &o.mail_user {
-            crate::validate::mail(Default::default(), Some(user)).map_err(|e| e.to_string())?;
+            crate::validate::mail(Default::default(), Some(user))?;
         }
         Ok(Partial {
             name: o.job_name,
@@ -249,7 +312,7 @@ impl Partial {
                 .as_deref()
                 .map(crate::model::job::GpuConstraint::parse)
                 .transpose()
-                .map_err(|e| e.to_string())?,
+                .map_err(OptionError::Constraint)?,
             time_limit,
             cpus,
             mem,
@@ -274,7 +337,10 @@ impl Partial {
                 .as_deref()
                 .map(crate::model::job::WarnSignal::parse)
                 .transpose()
-                .map_err(|e| format!("--signal: {e}"))?,
+                .map_err(|source| OptionError::Value {
+                    flag: "--signal",
+                    source,
+                })?,
             no_requeue: match (o.no_requeue, o.requeue) {
                 (true, _) => Some(true),
                 (_, true) => Some(false),
@@ -285,7 +351,10 @@ impl Partial {
                 .as_deref()
                 .map(crate::model::job::MailTypes::parse)
                 .transpose()
-                .map_err(|e| format!("--mail-type: {e}"))?,
+                .map_err(|source| OptionError::Value {
+                    flag: "--mail-type",
+                    source,
+                })?,
             mail_user: o.mail_user,
             exclusive: o.exclusive.is_some(),
             parsable: o.parsable,
@@ -333,7 +402,7 @@ impl Partial {
 
 /// The GPUs asked for, by `--gpus`, `--gpus-per-node` or `--gres`, which
 /// must agree where several are given.
-fn gpu_request(o: &SubmitOptions) -> Result<Option<GpuRequest>, String> {
+fn gpu_request(o: &SubmitOptions) -> Result<Option<GpuRequest>, OptionError> {
     let gpu_specs: Vec<(&str, GpuRequest)> = [
         ("--gpus", o.gpus.as_deref().map(parse_gpus).transpose()?),
         (
@@ -347,30 +416,39 @@ fn gpu_request(o: &SubmitOptions) -> Result<Option<GpuRequest>, String> {
     .collect();
     if let [(flag_a, a), rest @ ..] = gpu_specs.as_slice() {
         if let Some((flag_b, b)) = rest.iter().find(|(_, b)| b != a) {
-            return Err(format!(
-                "conflicting GPU requests: {flag_a} asks for {a} but {flag_b} for {b}"
-            ));
+            return Err(OptionError::ConflictingGpus {
+                flag_a,
+                a: a.to_string(),
+                flag_b,
+                b: b.to_string(),
+            });
         }
     }
     Ok(gpu_specs.into_iter().next().map(|(_, r)| r))
 }
 
 /// `--mem` or `--mem-per-gpu`, not both.
-fn memory(o: &SubmitOptions) -> Result<Option<Memory>, String> {
+fn memory(o: &SubmitOptions) -> Result<Option<Memory>, OptionError> {
     Ok(match (o.mem.as_deref(), o.mem_per_gpu.as_deref()) {
-        (Some(_), Some(_)) => return Err("--mem and --mem-per-gpu exclude each other".to_string()),
-        (Some(m), None) => Some(Memory::Total(
-            units::parse_memory_mb(m).map_err(|e| format!("--mem: {e}"))?,
-        )),
-        (None, Some(m)) => Some(Memory::PerGpu(
-            units::parse_memory_mb(m).map_err(|e| format!("--mem-per-gpu: {e}"))?,
-        )),
+        (Some(_), Some(_)) => return Err(OptionError::MemoryTwice),
+        (Some(m), None) => Some(Memory::Total(units::parse_memory_mb(m).map_err(
+            |source| OptionError::Unit {
+                flag: "--mem",
+                source,
+            },
+        )?)),
+        (None, Some(m)) => Some(Memory::PerGpu(units::parse_memory_mb(m).map_err(
+            |source| OptionError::Unit {
+                flag: "--mem-per-gpu",
+                source,
+            },
+        )?)),
         (None, None) => None,
     })
 }
 
 /// Names, comments and paths: one line each, of bounded length.
-fn check_texts(o: &SubmitOptions) -> Result<(), String> {
+fn check_texts(o: &SubmitOptions) -> Result<(), OptionError> {
     if let Some(name) = &o.job_name {
         check_text(name, "--job-name", 200)?;
     }
@@ -385,7 +463,10 @@ fn check_texts(o: &SubmitOptions) -> Result<(), String> {
     ] {
         if let Some(v) = value {
             if v.is_empty() || v.contains('\0') || v.contains('\n') {
-                return Err(format!("{flag}: invalid path '{}'", v.escape_debug()));
+                return Err(OptionError::Path {
+                    flag,
+                    path: v.escape_debug().to_string(),
+                });
             }
         }
     }
@@ -393,23 +474,19 @@ fn check_texts(o: &SubmitOptions) -> Result<(), String> {
 }
 
 /// `--nice`, within Slurm's range.
-fn nice(o: &SubmitOptions) -> Result<Option<i64>, String> {
+fn nice(o: &SubmitOptions) -> Result<Option<i64>, OptionError> {
     Ok(match o.nice.as_deref().map(str::trim) {
         None => None,
         Some(n) => match n.parse::<i64>() {
             Ok(v) if v.abs() <= MAX_NICE => Some(v),
-            Ok(v) => {
-                return Err(format!(
-                    "--nice: {v} is out of range (-{MAX_NICE} to {MAX_NICE})"
-                ))
-            }
-            Err(_) => return Err(format!("--nice: '{n}' is not a number")),
+            Ok(v) => return Err(OptionError::Nice(v)),
+            Err(_) => return Err(OptionError::NiceNotANumber(n.to_string())),
         },
     })
 }
 
 /// `--array`, in canonical form.
-fn array(o: &SubmitOptions) -> Result<Option<String>, String> {
+fn array(o: &SubmitOptions) -> Result<Option<String>, OptionError> {
     Ok(match o.array.as_deref() {
         None => None,
         Some(a) => match crate::array::ArraySpec::parse(a, crate::array::UNBOUNDED) {
@@ -417,19 +494,17 @@ fn array(o: &SubmitOptions) -> Result<Option<String>, String> {
             // Too many for any array: said with the configured
             // max_array_size once the config is read.
             Err(e) if e.is_too_many() => Some(a.trim().to_string()),
-            Err(e) => return Err(format!("--array: {e}")),
+            Err(e) => return Err(OptionError::Array(e)),
         },
     })
 }
 
 /// Slurm options ysched takes and ignores (with a warning), or refuses
 /// (`--nodes` above 1).
-fn ignored(o: &SubmitOptions, warnings: &mut Vec<String>) -> Result<(), String> {
+fn ignored(o: &SubmitOptions, warnings: &mut Vec<String>) -> Result<(), OptionError> {
     if let Some(nodes) = &o.nodes {
         if !matches!(nodes.trim(), "1" | "1-1") {
-            return Err(format!(
-                "--nodes={nodes}: ysched runs a job on one server; ask for --nodes=1 or leave it out"
-            ));
+            return Err(OptionError::Nodes(nodes.clone()));
         }
     }
     if let Some(p) = &o.partition {
@@ -455,33 +530,41 @@ fn ignored(o: &SubmitOptions, warnings: &mut Vec<String>) -> Result<(), String> 
     Ok(())
 }
 
-fn check_text(text: &str, flag: &'static str, max: usize) -> Result<(), String> {
-    crate::validate::text(text, flag, max).map_err(|e| e.to_string())
+fn check_text(text: &str, flag: &'static str, max: usize) -> Result<(), OptionError> {
+    Ok(crate::validate::text(text, flag, max)?)
 }
 
-fn parse_count(text: &str, what: &str, min: u32, max: u32) -> Result<u32, String> {
+fn parse_count(text: &str, what: &str, min: u32, max: u32) -> Result<u32, OptionError> {
     let t = text.trim();
     match t.parse::<i64>() {
         Ok(n) if n >= min as i64 && n <= max as i64 => Ok(n as u32),
-        Ok(n) => Err(format!("{what}: {n} is out of range ({min} to {max})")),
-        Err(_) => Err(format!("{what}: '{t}' is not a number")),
+        Ok(n) => Err(OptionError::OutOfRange {
+            flag: what.to_string(),
+            value: n,
+            min: min.into(),
+            max: max.into(),
+        }),
+        Err(_) => Err(OptionError::NotANumber {
+            flag: what.to_string(),
+            value: t.to_string(),
+        }),
     }
 }
 
-fn check_gpu_type(t: &str, spec: &str) -> Result<String, String> {
+fn check_gpu_type(t: &str, spec: &str) -> Result<String, OptionError> {
     if t.is_empty()
         || t.len() > 64
         || !t
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
     {
-        return Err(format!("invalid GPU type in '{spec}'"));
+        return Err(OptionError::GpuType(spec.to_string()));
     }
     Ok(t.to_string())
 }
 
 /// `--grace`: `90s`, `2m`, or `M:S` as a time limit is written.
-fn parse_grace(text: &str) -> Result<u64, String> {
+fn parse_grace(text: &str) -> Result<u64, OptionError> {
     let t = text.trim();
     let seconds = if let Some(s) = t.strip_suffix('s') {
         s.trim().parse::<u64>().ok()
@@ -492,19 +575,20 @@ fn parse_grace(text: &str) -> Result<u64, String> {
     };
     seconds
         .filter(|&s| s <= 86_400)
-        .ok_or_else(|| format!("--grace: '{t}' is not a duration such as 30s, 2m or 1:30"))
+        .ok_or_else(|| OptionError::Grace(t.to_string()))
 }
 
 /// `--gpus` / `-G`: `N`, `TYPE:N`, or `shard:N` / `shard:TYPE:N` for
 /// slots of one shared GPU.
-pub fn parse_gpus(spec: &str) -> Result<GpuRequest, String> {
+pub fn parse_gpus(spec: &str) -> Result<GpuRequest, OptionError> {
     let spec = spec.trim();
     if let Some(rest) = spec.strip_prefix("shard:") {
         let mut request = parse_gpus(rest)?;
         if request.count == 0 {
-            return Err(format!(
-                "--gpus {spec}: a shard request needs at least 1 shard"
-            ));
+            return Err(OptionError::NoShards {
+                flag: "--gpus".into(),
+                spec: spec.to_string(),
+            });
         }
         request.shard = true;
         return Ok(request);
@@ -523,22 +607,42 @@ pub fn parse_gpus(spec: &str) -> Result<GpuRequest, String> {
     }
 }
 
+/// A shard request given as `--gres=shard:...`, named as given.
+fn as_gres(e: OptionError) -> OptionError {
+    match e {
+        OptionError::NoShards { spec, .. } => OptionError::NoShards {
+            flag: "--gres".into(),
+            spec,
+        },
+        OptionError::OutOfRange {
+            value, min, max, ..
+        } => OptionError::OutOfRange {
+            flag: "--gres".into(),
+            value,
+            min,
+            max,
+        },
+        OptionError::NotANumber { value, .. } => OptionError::NotANumber {
+            flag: "--gres".into(),
+            value,
+        },
+        other => other,
+    }
+}
+
 /// `--gres`: `gpu`, `gpu:N`, `gpu:TYPE`, `gpu:TYPE:N`.
-pub fn parse_gres(spec: &str) -> Result<GpuRequest, String> {
+pub fn parse_gres(spec: &str) -> Result<GpuRequest, OptionError> {
     let spec = spec.trim();
     let parts: Vec<&str> = spec.split(':').collect();
     if parts[0] == "shard" {
         return match parts.as_slice() {
             [_] => parse_gpus("shard:1"),
-            [_, rest @ ..] => parse_gpus(&format!("shard:{}", rest.join(":")))
-                .map_err(|e| e.replace("--gpus", "--gres")),
+            [_, rest @ ..] => parse_gpus(&format!("shard:{}", rest.join(":"))).map_err(as_gres),
             [] => unreachable!("split yields one part at least"),
         };
     }
     if parts[0] != "gpu" {
-        return Err(format!(
-            "--gres={spec}: only the 'gpu' and 'shard' resources are known (e.g. --gres=gpu:2, --gres=gpu:a100:2 or --gres=shard:1)"
-        ));
+        return Err(OptionError::GresResource(spec.to_string()));
     }
     let is_number = |s: &str| {
         s.trim_start_matches('-')
@@ -567,7 +671,7 @@ pub fn parse_gres(spec: &str) -> Result<GpuRequest, String> {
             gpu_type: Some(check_gpu_type(t, spec)?),
             ..GpuRequest::default()
         }),
-        _ => Err(format!("--gres={spec}: expected gpu[:TYPE][:N]")),
+        _ => Err(OptionError::Gres(spec.to_string())),
     }
 }
 
@@ -603,7 +707,8 @@ pub fn parse_directives(script: &str, source_name: &str) -> Result<Partial, Scri
         }
         let parsed = DirectiveLine::try_parse_from(&words)
             .map_err(|e| line_error(describe_clap_error(&e)))?;
-        let partial = Partial::from_options(parsed.options).map_err(line_error)?;
+        let partial =
+            Partial::from_options(parsed.options).map_err(|e| line_error(e.to_string()))?;
         merged = merged.overridden_by(partial);
     }
     Ok(merged)

@@ -74,7 +74,7 @@ fn script_source(args: &Args) -> Result<(String, String, String), CliError> {
 
 pub fn run(args: Args) -> CliResult {
     let (script_text, source_name, default_name) = script_source(&args)?;
-    let cli = Partial::from_options(args.options).map_err(CliError::usage)?;
+    let cli = Partial::from_options(args.options).map_err(|e| CliError::usage(e.to_string()))?;
     let cwd = std::env::current_dir()
         .map_err(|e| CliError::failed(format!("cannot read the current directory: {e}")))?;
     if let Err(e) = crate::validate::script(&script_text) {
