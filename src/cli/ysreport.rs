@@ -284,7 +284,7 @@ fn period_of(args: &Args, now: jiff::Zoned) -> Result<Period, String> {
                 units::format_timestamp(from),
                 units::format_timestamp(to)
             ),
-            days: usage::day_starts(from, to, now.time_zone())?,
+            days: usage::day_starts(from, to, now.time_zone()).map_err(|e| e.to_string())?,
         });
     }
     let (year, month) = match &args.month {
@@ -313,7 +313,7 @@ fn period_of(args: &Args, now: jiff::Zoned) -> Result<Period, String> {
         from,
         to,
         label: format!("{year:04}-{month:02}"),
-        days: usage::day_starts(from, to, &tz)?,
+        days: usage::day_starts(from, to, &tz).map_err(|e| e.to_string())?,
     })
 }
 

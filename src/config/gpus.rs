@@ -10,6 +10,14 @@ use super::error::{ConfigError, Source};
 use super::raw::{valid_name, RawGpu};
 use super::types::GpuDecl;
 
+/// Why a `devices` pattern does not name device files.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid device pattern '{pattern}': {why} (e.g. /dev/nvidia[0-3])")]
+pub struct PatternError {
+    pub pattern: String,
+    pub why: &'static str,
+}
+
 /// Every `[[gpus]]` table, each type once.
 pub(super) fn decls(raws: &[Spanned<RawGpu>], src: &Source) -> Result<Vec<GpuDecl>, ConfigError> {
     let mut gpus = Vec::new();
@@ -46,7 +54,7 @@ fn decl(spanned: &Spanned<RawGpu>, src: &Source) -> Result<GpuDecl, ConfigError>
     }
     let devices = match &raw.devices {
         Some(pattern) => expand_device_pattern(pattern.get_ref())
-            .map_err(|m| src.fail(Some(pattern.span()), "devices", m))?,
+            .map_err(|e| src.fail(Some(pattern.span()), "devices", e.to_string()))?,
         None => Vec::new(),
     };
     let count = match (raw.count, devices.len()) {
@@ -123,9 +131,11 @@ fn decl(spanned: &Spanned<RawGpu>, src: &Source) -> Result<GpuDecl, ConfigError>
 }
 
 /// Expands `/dev/nvidia[0-3]` or `/dev/nvidia[0,2-3]` into one path per device.
-pub fn expand_device_pattern(pattern: &str) -> Result<Vec<PathBuf>, String> {
-    let bad =
-        |why: &str| format!("invalid device pattern '{pattern}': {why} (e.g. /dev/nvidia[0-3])");
+pub fn expand_device_pattern(pattern: &str) -> Result<Vec<PathBuf>, PatternError> {
+    let bad = |why: &'static str| PatternError {
+        pattern: pattern.to_string(),
+        why,
+    };
     let Some(open) = pattern.find('[') else {
         if pattern.contains(']') {
             return Err(bad("unmatched ']'"));

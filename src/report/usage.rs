@@ -50,17 +50,13 @@ pub struct Period {
 
 /// Where each day of [from, to) starts in `tz`: the period's start, then
 /// each midnight (at most MAX_DAYS).
-pub fn day_starts(from: i64, to: i64, tz: &jiff::tz::TimeZone) -> Result<Vec<i64>, String> {
+pub fn day_starts(from: i64, to: i64, tz: &jiff::tz::TimeZone) -> Result<Vec<i64>, jiff::Error> {
     let mut days = vec![from];
-    let start = jiff::Timestamp::from_second(from).map_err(|e| e.to_string())?;
+    let start = jiff::Timestamp::from_second(from)?;
     let mut date = start.to_zoned(tz.clone()).date();
     while days.len() < MAX_DAYS {
-        date = date.tomorrow().map_err(|e| e.to_string())?;
-        let midnight = date
-            .to_zoned(tz.clone())
-            .map_err(|e| e.to_string())?
-            .timestamp()
-            .as_second();
+        date = date.tomorrow()?;
+        let midnight = date.to_zoned(tz.clone())?.timestamp().as_second();
         if midnight >= to {
             break;
         }
