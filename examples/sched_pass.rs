@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use ysched::config::Config;
-use ysched::gpu::Gpu;
+use ysched::model::gpu::Gpu;
 use ysched::model::job::{GpuRequest, Job, JobState};
 use ysched::sched::{self, fairshare, priority};
 
@@ -73,7 +73,8 @@ fn main() {
     let pending: Vec<Job> = (0..pending_count)
         .map(|i| template(i, [1, 2, 4, 8][(i % 4) as usize]))
         .collect();
-    let usage: HashMap<fairshare::Association, fairshare::Usage> = (0..account_count * 4)
+    let usage: HashMap<ysched::model::policy::Association, fairshare::Usage> = (0..account_count
+        * 4)
         .map(|u| {
             let usage = fairshare::Usage {
                 raw: (u as i64 + 1) * 3_600,

@@ -52,7 +52,7 @@ pub(crate) struct NodeFacts {
     pub isolation: String,
     pub gpu_source: String,
     pub gpus: Vec<crate::model::gpu::Gpu>,
-    pub drains: std::collections::BTreeMap<u32, db::Drain>,
+    pub drains: std::collections::BTreeMap<u32, crate::report::node::Drain>,
     pub samples: Option<Vec<crate::model::gpu::Sample>>,
 }
 

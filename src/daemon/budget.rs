@@ -59,7 +59,7 @@ impl Daemon {
                     "account {} has spent {:.0}% of its {:.1}-token budget for {}",
                     a.name,
                     after * 100.0,
-                    b.amount as f64 / budget::TOKEN,
+                    b.amount as f64 / crate::model::policy::TOKEN,
                     b.period.name(now)
                 );
             }
@@ -90,15 +90,15 @@ impl Daemon {
                         "ysched account {} has used {:.0}% of its {:.1}-token budget for {}",
                         a.name,
                         after * 100.0,
-                        b.amount as f64 / budget::TOKEN,
+                        b.amount as f64 / crate::model::policy::TOKEN,
                         b.period.name(now)
                     ),
                     job: None,
                     budget: Some(super::notifications::BudgetFacts {
                         account: a.name.clone(),
                         period: b.period.name(now),
-                        budget_tokens: b.amount as f64 / budget::TOKEN,
-                        used_tokens: entry.1 as f64 / budget::TOKEN,
+                        budget_tokens: b.amount as f64 / crate::model::policy::TOKEN,
+                        used_tokens: entry.1 as f64 / crate::model::policy::TOKEN,
                         used_fraction: after,
                     }),
                 });

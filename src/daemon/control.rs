@@ -144,7 +144,7 @@ impl Daemon {
                 .collect();
             match &reason {
                 Some(reason) => {
-                    let drain = db::Drain {
+                    let drain = crate::report::node::Drain {
                         reason: reason.clone(),
                         by: who.user.to_string(),
                         since: now,

@@ -4,7 +4,7 @@
 //! exits, requeue — and through the simulator gives the same starts at the
 //! same times, because both carry out the same `sched::pass`.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -89,22 +89,8 @@ fn harness_in(
         executor: Box::new(executor),
         db,
         queries,
-        gpu_watch: GpuWatch {
-            gpu_source: Box::new(crate::gpu::sampling::NoData),
-            next_sample: None,
-            last_samples: None,
-            intruders_seen: HashSet::new(),
-        },
-        stats: Stats {
-            last_pass_seconds: 0.0,
-            preemptions_total: 0,
-            next_metrics: None,
-            metrics_latest: None,
-            requests_total: 0,
-            ingest_seconds_sum: 0.0,
-            idle_watch: Default::default(),
-            next_idle_flush: Instant::now(),
-        },
+        gpu_watch: super::startup::watch_gpus(config),
+        stats: super::startup::start_stats(config).unwrap(),
         notifier: Notifier::off(),
         clock: Clock::Manual(clock.clone()),
     });
@@ -220,7 +206,7 @@ fn through_the_daemon(
             }
         }
         for d in drains.iter().filter(|d| d.time == now) {
-            let drain = db::Drain {
+            let drain = crate::report::node::Drain {
                 reason: "test".into(),
                 by: "root".into(),
                 since: now,

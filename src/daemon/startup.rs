@@ -84,7 +84,7 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
 
 /// The GPU utilisation source: NVML where a driver answers and sampling
 /// is on; the first sample at once (a source without data ends sampling).
-fn watch_gpus(config: &Config) -> GpuWatch {
+pub(super) fn watch_gpus(config: &Config) -> GpuWatch {
     let gpu_source: Box<dyn crate::gpu::sampling::Source> = if config.gpu_sample_secs > 0 {
         crate::gpu::sampling::detect()
     } else {
@@ -101,7 +101,7 @@ fn watch_gpus(config: &Config) -> GpuWatch {
 
 /// The metrics' counters, with the endpoint started if `metrics_listen`
 /// asks for one.
-fn start_stats(config: &Config) -> Result<Stats, DaemonError> {
+pub(super) fn start_stats(config: &Config) -> Result<Stats, DaemonError> {
     let metrics_on = config.metrics_file.is_some() || config.metrics_listen.is_some();
     let metrics_latest = match config.metrics_listen {
         Some(addr) => {

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 
 use crate::config::Config;
-use crate::db::{self};
 use crate::exec::Executor;
 use crate::model::job::{Job, JobId, JobState};
 use crate::proto::Reply;
@@ -248,7 +247,7 @@ pub(super) struct PolicyState {
     pub(super) order: Vec<JobId>,
     pub(super) wake_at: Option<i64>,
     /// GPUs out of service (yscontrol drain), as the database has them.
-    pub(super) drains: BTreeMap<u32, db::Drain>,
+    pub(super) drains: BTreeMap<u32, crate::report::node::Drain>,
 }
 
 /// What a turn leaves to do after its commit.

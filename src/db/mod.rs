@@ -625,7 +625,7 @@ pub fn gpu_hours(
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-pub use crate::report::node::Drain;
+use crate::report::node::Drain;
 
 /// The drained GPUs.
 pub fn drains(conn: &Connection) -> Result<std::collections::BTreeMap<u32, Drain>, DbError> {

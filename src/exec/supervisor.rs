@@ -38,12 +38,13 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{ForkResult, Pid};
 
-use super::cgroup::{self, JobCgroup, Layout, Usage};
+use super::cgroup::{self, JobCgroup, Usage};
 use super::privileges;
 use super::process::{write_atomically, CONTROL_FD, LOCK_FD};
 use super::spec::{
     ExitRecord, LaunchSpec, SignalTarget, StepCommand, SupervisorState, EXIT, SCRIPT, SPEC, STATE,
 };
+use crate::model::isolation::Layout;
 use crate::model::job::ExitStatus;
 
 /// How long one round of killing a finished job's processes may take

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
 
-pub use crate::model::gpu::{Gpu, Source};
+use crate::model::gpu::{Gpu, Source};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Inventory {

@@ -4,7 +4,7 @@
 //! no driver answers there is no data, and reports say "n/a" — never a
 //! made-up number.
 
-pub use crate::model::gpu::{JobGpuUsage, Sample};
+use crate::model::gpu::Sample;
 
 /// Where samples come from.
 pub trait Source: Send {
@@ -159,6 +159,7 @@ pub fn detect() -> Box<dyn Source> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::gpu::JobGpuUsage;
 
     #[test]
     fn processes_on_gpus_their_holder_does_not_own_are_intruders() {

@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::model::gpu::Gpu;
 use crate::model::job::GpuRequest;
 
-pub use crate::model::policy::{OverBudget, Period, TOKEN};
+use crate::model::policy::{OverBudget, Period, TOKEN};
 
 /// The most a job can cost, in billing-seconds: its time limit on its GPUs
 /// (for a job that names no type, the dearest type that could run it) ×

@@ -27,7 +27,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::model::policy::{Algorithm, Association};
+use crate::model::policy::Algorithm;
 
 /// One node of the association tree.
 #[derive(Clone, Debug, PartialEq)]

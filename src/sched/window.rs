@@ -9,7 +9,7 @@ use jiff::Timestamp;
 
 #[cfg(test)]
 use crate::model::policy::parse_days;
-pub use crate::model::policy::{describe_days, Window};
+use crate::model::policy::Window;
 
 /// A limit that holds on some days, between two times of day.
 /// The weekday (0 = Monday) and minute of the day of `now` in `tz`.
@@ -78,6 +78,7 @@ pub fn next_change(windows: &[Window], now: i64, tz: &TimeZone) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::policy::describe_days;
 
     fn utc() -> TimeZone {
         TimeZone::UTC

@@ -136,8 +136,8 @@ fn the_metrics_endpoint_serves_what_the_database_holds() {
 
 #[test]
 fn the_dashboard_and_alerts_name_metrics_that_exist() {
-    use ysched::gpu::sampling::Sample;
-    use ysched::gpu::Gpu;
+    use ysched::model::gpu::Gpu;
+    use ysched::model::gpu::Sample;
     let gpus = vec![Gpu {
         index: 0,
         gpu_type: "a100".into(),

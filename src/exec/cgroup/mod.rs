@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::model::isolation::{group_name, Layout, Setting, DEFAULT_PARENT, DEFAULT_ROOT};
+use crate::model::isolation::{group_name, Layout, Setting};
+#[cfg(test)]
+use crate::model::isolation::{DEFAULT_PARENT, DEFAULT_ROOT};
 use crate::model::job::JobId;
 use group::io_err;
 #[cfg(test)]
