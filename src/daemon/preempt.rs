@@ -17,9 +17,19 @@ use super::state::Daemon;
 
 impl Daemon {
     /// When each running job last saved a checkpoint file (for the
-    /// work a preemption would lose); only where some QoS may preempt.
+    /// work a preemption would lose); only while a pending job may
+    /// preempt, so that a pass does not stat every running job's file.
     pub(super) fn checkpoint_times(&self) -> HashMap<JobId, i64> {
-        if self.config.qos.iter().all(|q| q.preempt.is_empty()) {
+        let may_preempt = |qos: &str| {
+            self.config
+                .qos_named(qos)
+                .is_some_and(|q| !q.preempt.is_empty())
+        };
+        if !self
+            .jobs
+            .all()
+            .any(|j| j.state == JobState::Pending && may_preempt(&j.qos))
+        {
             return HashMap::new();
         }
         self.jobs
