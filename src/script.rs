@@ -782,8 +782,8 @@ pub fn resolve(
         .map(|b| units::parse_begin_time(b, (ctx.now)()))
         .transpose()
         .map_err(|e| opt_err(format!("--begin: {e}")))?;
-    let environment =
-        export_environment(partial.export.as_deref(), ctx.environment).map_err(opt_err)?;
+    let environment = export_environment(partial.export.as_deref(), ctx.environment)
+        .map_err(|e| opt_err(e.to_string()))?;
     let mut gpus = partial.gpus.unwrap_or_default();
     if let Some(constraint) = partial.constraint {
         if gpus.count == 0 {
@@ -835,12 +835,21 @@ pub fn resolve(
     })
 }
 
+/// An `--export` list that does not read.
+#[derive(Debug, Error, PartialEq)]
+pub enum ExportError {
+    #[error("--export={spec}: {item} may only come first")]
+    NotFirst { spec: String, item: String },
+    #[error("--export={spec}: '{name}' is not a variable name")]
+    BadName { spec: String, name: String },
+}
+
 /// Slurm's `--export`: `ALL` (default), `NONE`, or a list of `VAR` (from the
 /// submitter's environment) and `VAR=VALUE`, optionally starting with `ALL`.
 pub fn export_environment(
     spec: Option<&str>,
     env: Vec<(String, String)>,
-) -> Result<Vec<(String, String)>, String> {
+) -> Result<Vec<(String, String)>, ExportError> {
     let spec = spec.unwrap_or("ALL").trim();
     if spec.eq_ignore_ascii_case("ALL") {
         return Ok(env);
@@ -860,7 +869,10 @@ pub fn export_environment(
             continue;
         }
         if item.eq_ignore_ascii_case("NONE") || item.eq_ignore_ascii_case("ALL") {
-            return Err(format!("--export={spec}: {item} may only come first"));
+            return Err(ExportError::NotFirst {
+                spec: spec.to_string(),
+                item: item.to_string(),
+            });
         }
         let (name, value) = match item.split_once('=') {
             Some((n, v)) => (n, Some(v.to_string())),
@@ -870,7 +882,10 @@ pub fn export_environment(
             || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
             || name.as_bytes()[0].is_ascii_digit()
         {
-            return Err(format!("--export={spec}: '{name}' is not a variable name"));
+            return Err(ExportError::BadName {
+                spec: spec.to_string(),
+                name: name.to_string(),
+            });
         }
         let value = match value {
             Some(v) => v,

@@ -477,7 +477,8 @@ fn step_environment(
         .filter(|(k, _)| k.starts_with("SLURM_"))
         .cloned()
         .collect();
-    let mut chosen = crate::script::export_environment(spec, env).map_err(CliError::usage)?;
+    let mut chosen =
+        crate::script::export_environment(spec, env).map_err(|e| CliError::usage(e.to_string()))?;
     for (k, v) in slurm {
         if !chosen.iter().any(|(name, _)| *name == k) {
             chosen.push((k, v));

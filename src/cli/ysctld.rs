@@ -5,7 +5,7 @@
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Parser;
 
@@ -238,27 +238,44 @@ impl Checked {
 
 /// Whether this process could create files in `dir`, or in the nearest
 /// directory above it that exists (where `dir` would be made).
-fn writable(dir: &std::path::Path) -> Result<(), String> {
+fn writable(dir: &Path) -> Result<(), NotWritable> {
     let mut at = dir;
     while !at.exists() {
         match at.parent() {
             Some(p) => at = p,
-            None => return Err(format!("no directory of {} exists", dir.display())),
+            None => return Err(NotWritable::NoneExists(dir.to_path_buf())),
         }
     }
+    let at = at.to_path_buf();
     if !at.is_dir() {
-        return Err(format!("{} is not a directory", at.display()));
+        return Err(NotWritable::NotADirectory(at));
     }
-    let read_only = nix::sys::statvfs::statvfs(at)
+    let read_only = nix::sys::statvfs::statvfs(&at)
         .is_ok_and(|s| s.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY));
     if read_only {
-        return Err(format!("{} is on a read-only filesystem", at.display()));
+        return Err(NotWritable::ReadOnly(at));
     }
     nix::unistd::access(
-        at,
+        &at,
         nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK,
     )
-    .map_err(|e| format!("{} is not writable: {e}", at.display()))
+    .map_err(|errno| NotWritable::Denied { at, errno })
+}
+
+/// Why the spool directory could not be written.
+#[derive(Debug, thiserror::Error)]
+enum NotWritable {
+    #[error("no directory of {} exists", .0.display())]
+    NoneExists(PathBuf),
+    #[error("{} is not a directory", .0.display())]
+    NotADirectory(PathBuf),
+    #[error("{} is on a read-only filesystem", .0.display())]
+    ReadOnly(PathBuf),
+    #[error("{} is not writable: {errno}", at.display())]
+    Denied {
+        at: PathBuf,
+        errno: nix::errno::Errno,
+    },
 }
 
 fn describe(config: &Config, lines: &mut Vec<String>, problems: &mut Vec<Problem>) {
@@ -420,7 +437,7 @@ fn describe_isolation(
         }
         Err(e) => {
             add(lines, "isolation", format!("ERROR: {e}"));
-            problems.push(Problem::Error(e));
+            problems.push(Problem::Error(e.to_string()));
         }
     }
 }

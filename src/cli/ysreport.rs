@@ -109,7 +109,7 @@ pub fn run(args: Args) -> CliResult {
     let config = load_config()?;
     let shortcut = shortcut_of(&args.report)?;
     let now = jiff::Timestamp::now().to_zoned(config.timezone().clone());
-    let period = period_of(&args, now).map_err(CliError::usage)?;
+    let period = period_of(&args, now).map_err(|e| CliError::usage(e.to_string()))?;
     let accounts = split_list(&args.accounts);
     let users = split_list(&args.users);
     check_names(&config, &accounts, &users)?;
@@ -258,23 +258,22 @@ fn user_top(report: &usage::UsageReport) -> String {
 }
 
 /// The period the options name, in the time zone of `now`.
-fn period_of(args: &Args, now: jiff::Zoned) -> Result<Period, String> {
+fn period_of(args: &Args, now: jiff::Zoned) -> Result<Period, PeriodError> {
     if let Some(s) = &args.start {
-        let from =
-            units::parse_time_filter(s, now.clone()).map_err(|e| format!("--starttime: {e}"))?;
+        let from = units::parse_time_filter(s, now.clone()).map_err(|e| PeriodError::Time {
+            option: "--starttime",
+            why: e.to_string(),
+        })?;
         let to = match &args.end {
-            Some(e) => {
-                units::parse_time_filter(e, now.clone()).map_err(|e| format!("--endtime: {e}"))?
-            }
+            Some(e) => units::parse_time_filter(e, now.clone()).map_err(|e| PeriodError::Time {
+                option: "--endtime",
+                why: e.to_string(),
+            })?,
             // Up to now, this second included.
             None => now.timestamp().as_second() + 1,
         };
         if to <= from {
-            return Err(format!(
-                "the end ({}) is not after the start ({})",
-                units::format_timestamp(to),
-                units::format_timestamp(from)
-            ));
+            return Err(PeriodError::EndBeforeStart { from, to });
         }
         return Ok(Period {
             from,
@@ -284,7 +283,7 @@ fn period_of(args: &Args, now: jiff::Zoned) -> Result<Period, String> {
                 units::format_timestamp(from),
                 units::format_timestamp(to)
             ),
-            days: usage::day_starts(from, to, now.time_zone()).map_err(|e| e.to_string())?,
+            days: usage::day_starts(from, to, now.time_zone())?,
         });
     }
     let (year, month) = match &args.month {
@@ -292,34 +291,54 @@ fn period_of(args: &Args, now: jiff::Zoned) -> Result<Period, String> {
         None => {
             // The last full month.
             let first = now.date().first_of_month();
-            let previous = first.yesterday().map_err(|e| e.to_string())?;
+            let previous = first.yesterday()?;
             (previous.year(), previous.month())
         }
     };
     let tz = now.time_zone().clone();
     let start = jiff::civil::date(year, month, 1);
-    let next = start
-        .last_of_month()
-        .tomorrow()
-        .map_err(|e| e.to_string())?;
-    let at = |d: jiff::civil::Date| -> Result<i64, String> {
-        Ok(d.to_zoned(tz.clone())
-            .map_err(|e| e.to_string())?
-            .timestamp()
-            .as_second())
+    let next = start.last_of_month().tomorrow()?;
+    let at = |d: jiff::civil::Date| -> Result<i64, PeriodError> {
+        Ok(d.to_zoned(tz.clone())?.timestamp().as_second())
     };
     let (from, to) = (at(start)?, at(next)?);
     Ok(Period {
         from,
         to,
         label: format!("{year:04}-{month:02}"),
-        days: usage::day_starts(from, to, &tz).map_err(|e| e.to_string())?,
+        days: usage::day_starts(from, to, &tz)?,
     })
 }
 
+/// A period the options do not name well.
+#[derive(Debug, thiserror::Error, PartialEq)]
+enum PeriodError {
+    #[error("{option}: {why}")]
+    Time { option: &'static str, why: String },
+    #[error(
+        "the end ({}) is not after the start ({})",
+        units::format_timestamp(*to),
+        units::format_timestamp(*from)
+    )]
+    EndBeforeStart { from: i64, to: i64 },
+    #[error("--month: '{0}' is not a month like 2026-11")]
+    NotAMonth(String),
+    #[error("--month: month {0} does not exist (1 to 12)")]
+    NoSuchMonth(i8),
+    /// A date outside what the calendar arithmetic covers.
+    #[error("{0}")]
+    Calendar(String),
+}
+
+impl From<jiff::Error> for PeriodError {
+    fn from(e: jiff::Error) -> PeriodError {
+        PeriodError::Calendar(e.to_string())
+    }
+}
+
 /// `2026-11` → (2026, 11), with a clear error for `2026-13` or `Nov`.
-fn parse_month(text: &str) -> Result<(i16, i8), String> {
-    let bad = || format!("--month: '{text}' is not a month like 2026-11");
+fn parse_month(text: &str) -> Result<(i16, i8), PeriodError> {
+    let bad = || PeriodError::NotAMonth(text.to_string());
     let (y, m) = text.trim().split_once('-').ok_or_else(bad)?;
     let year: i16 = y
         .parse()
@@ -328,7 +347,7 @@ fn parse_month(text: &str) -> Result<(i16, i8), String> {
         .ok_or_else(bad)?;
     let month: i8 = m.parse().map_err(|_| bad())?;
     if !(1..=12).contains(&month) {
-        return Err(format!("--month: month {month} does not exist (1 to 12)"));
+        return Err(PeriodError::NoSuchMonth(month));
     }
     Ok((year, month))
 }
@@ -342,9 +361,11 @@ mod tests {
         assert_eq!(parse_month("2026-11"), Ok((2026, 11)));
         assert!(parse_month("2026-13")
             .unwrap_err()
+            .to_string()
             .contains("month 13 does not exist"));
         assert!(parse_month("Nov")
             .unwrap_err()
+            .to_string()
             .contains("not a month like 2026-11"));
     }
 

@@ -5,6 +5,7 @@ use clap::Parser;
 
 use super::{ask, load_config, print, split_list, CliError, CliResult};
 use crate::proto::{Query, Reply, Request, ShareRow};
+use crate::report::FormatError;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -80,23 +81,21 @@ const SHARE_FIELDS: [&str; 11] = [
 
 /// Parses `--format`: names in any case, each with an optional `%WIDTH`
 /// (`%-WIDTH` too, as Slurm writes it).
-pub fn parse_share_format(text: &str) -> Result<Vec<ShareColumn>, String> {
+pub fn parse_share_format(text: &str) -> Result<Vec<ShareColumn>, FormatError> {
     let mut columns = Vec::new();
     for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-        let (name, width) = crate::report::split_width(item).map_err(|e| e.to_string())?;
+        let (name, width) = crate::report::split_width(item)?;
         let name = SHARE_FIELDS
             .iter()
             .find(|f| f.eq_ignore_ascii_case(name))
-            .ok_or_else(|| {
-                format!(
-                    "unknown field '{name}' (known: {})",
-                    SHARE_FIELDS.join(", ")
-                )
+            .ok_or_else(|| FormatError::UnknownField {
+                name: name.to_string(),
+                known: SHARE_FIELDS.join(", "),
             })?;
         columns.push(ShareColumn { name, width });
     }
     if columns.is_empty() {
-        return Err("empty --format".into());
+        return Err(FormatError::Empty);
     }
     Ok(columns)
 }
@@ -108,7 +107,7 @@ pub fn run(args: Args) -> CliResult {
         .as_deref()
         .map(parse_share_format)
         .transpose()
-        .map_err(CliError::usage)?;
+        .map_err(|e| CliError::usage(e.to_string()))?;
     let mut users = split_list(&args.users);
     if args.users_only && users.is_empty() {
         users.push(super::current_user_name());

@@ -8,7 +8,7 @@ use crate::exec::ExecError;
 use crate::model::job::{Hold, JobId, JobState};
 use crate::proto::{Control, JobOutcome, JobSelector, Reply};
 
-use super::error::DaemonError;
+use super::error::{DaemonError, Refusal};
 use super::state::Daemon;
 
 /// Who asks.
@@ -93,7 +93,9 @@ impl Daemon {
                             outcomes: Vec::new(),
                             message: Some(message),
                         },
-                        Err(error) => Reply::Rejected { error },
+                        Err(e) => Reply::Rejected {
+                            error: e.to_string(),
+                        },
                     }
                 } else {
                     Reply::Rejected {
@@ -221,25 +223,26 @@ impl Daemon {
     /// Explains why `id` is not an active job the requester may act on, or
     /// returns `None` if it is one.
     fn refuse(&self, id: JobId, who: &Requester) -> Result<Option<String>, DaemonError> {
-        Ok(self.refusal(id, who)?.map(Refusal::into_message))
+        Ok(self.refusal(id, who)?.map(AccessRefusal::into_message))
     }
 
     /// As `refuse`, with the kind of refusal.
-    fn refusal(&self, id: JobId, who: &Requester) -> Result<Option<Refusal>, DaemonError> {
-        let denied =
-            |user: &str| Refusal::Denied(format!("permission denied: job {id} belongs to {user}"));
+    fn refusal(&self, id: JobId, who: &Requester) -> Result<Option<AccessRefusal>, DaemonError> {
+        let denied = |user: &str| {
+            AccessRefusal::Denied(format!("permission denied: job {id} belongs to {user}"))
+        };
         match self.jobs.get(&id) {
             Some(job) if job.uid == who.uid || who.admin => Ok(None),
             Some(job) => Ok(Some(denied(&job.user))),
             None => match db::job(&self.store.db, id) {
                 Ok(job) if job.uid != who.uid && !who.admin => Ok(Some(denied(&job.user))),
-                Ok(job) => Ok(Some(Refusal::Ended(format!(
+                Ok(job) => Ok(Some(AccessRefusal::Ended(format!(
                     "job {id} has already finished ({})",
                     job.state
                 )))),
-                Err(DbError::NotFound(_)) => {
-                    Ok(Some(Refusal::Missing(format!("job {id} does not exist"))))
-                }
+                Err(DbError::NotFound(_)) => Ok(Some(AccessRefusal::Missing(format!(
+                    "job {id} does not exist"
+                )))),
                 Err(e) => Err(e.into()),
             },
         }
@@ -279,7 +282,7 @@ impl Daemon {
                 match self.refusal(id, who)? {
                     Some(refusal) => outcomes.push(JobOutcome {
                         job_id: id,
-                        already_ended: matches!(refusal, Refusal::Ended(_)),
+                        already_ended: matches!(refusal, AccessRefusal::Ended(_)),
                         error: Some(refusal.into_message()),
                     }),
                     None if selector.matches(&self.jobs[&id]) => ids.push(id),
@@ -322,7 +325,7 @@ impl Daemon {
         if self.jobs[&id].state == JobState::Suspended {
             // Thawed first, so that it can take SIGTERM and end.
             if let Err(e) = self.set_suspended(id, false, who.user, now)? {
-                return Ok(Some(e));
+                return Ok(Some(e.0));
             }
         }
         match self.jobs[&id].state {
@@ -376,7 +379,10 @@ impl Daemon {
             });
         }
         self.each_job(ids, who, |daemon, id| {
-            let error = daemon.set_suspended(id, suspend, who.user, now)?.err();
+            let error = daemon
+                .set_suspended(id, suspend, who.user, now)?
+                .err()
+                .map(|refusal| refusal.0);
             if error.is_none() {
                 daemon.audit(now, who.user, verb, Some(id), &format!("{verb}d job {id}"))?;
             }
@@ -395,7 +401,7 @@ impl Daemon {
         self.each_job(ids, who, |daemon, id| {
             let said = match daemon.check_update(id, changes, who, now) {
                 Ok(said) => said,
-                Err(e) => return Ok(Some(e)),
+                Err(e) => return Ok(Some(e.0)),
             };
             let job = daemon
                 .jobs
@@ -433,7 +439,7 @@ impl Daemon {
         changes: &crate::proto::JobUpdate,
         who: &Requester,
         now: i64,
-    ) -> Result<String, String> {
+    ) -> Result<String, Refusal> {
         let job = &self.jobs[&id];
         let shown = job.display_id();
         let mut said = Vec::new();
@@ -442,13 +448,13 @@ impl Daemon {
                 return Err(format!(
                     "job {shown} is {}; only a pending job's QoS can change",
                     job.state
-                ));
+                )
+                .into());
             }
             let Some(new) = self.config.qos_named(q) else {
-                return Err(format!(
-                    "unknown QoS '{q}' (known: {})",
-                    self.config.qos_names(", ")
-                ));
+                return Err(
+                    format!("unknown QoS '{q}' (known: {})", self.config.qos_names(", ")).into(),
+                );
             };
             let old = self
                 .config
@@ -458,7 +464,8 @@ impl Daemon {
                 return Err(format!(
                     "permission denied: only admins may raise job {shown}'s QoS ({} → {q})",
                     job.qos
-                ));
+                )
+                .into());
             }
             if !who.admin {
                 crate::sched::admission::check_qos_access(
@@ -468,7 +475,7 @@ impl Daemon {
                     job.uid,
                     &job.user,
                 )
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| Refusal(e.to_string()))?;
             }
             said.push(format!("qos {} → {q}", job.qos));
         }
@@ -477,10 +484,9 @@ impl Daemon {
                 job.state,
                 JobState::Pending | JobState::Running | JobState::Suspended
             ) {
-                return Err(format!(
-                    "job {shown} is {}; its time limit cannot change",
-                    job.state
-                ));
+                return Err(
+                    format!("job {shown} is {}; its time limit cannot change", job.state).into(),
+                );
             }
             let raises = match (job.time_limit, limit) {
                 (Some(old), Some(new)) => new > old,
@@ -491,7 +497,8 @@ impl Daemon {
                 return Err(format!(
                     "permission denied: only admins may raise job {shown}'s time limit ({})",
                     crate::model::units::format_time_limit(job.time_limit)
-                ));
+                )
+                .into());
             }
             said.push(format!(
                 "time limit {} → {}",
@@ -504,14 +511,15 @@ impl Daemon {
                 return Err(format!(
                     "job {shown} is {}; only a pending job's priority can change",
                     job.state
-                ));
+                )
+                .into());
             }
             let ctx = self.priority_context();
             let current = crate::sched::priority::factors(job, &ctx, now).priority();
             if p > current && !who.admin {
                 return Err(format!(
                     "permission denied: only admins may raise job {shown}'s priority (now {current})"
-                ));
+                ).into());
             }
             said.push(format!("priority {current} → {p}"));
         }
@@ -676,26 +684,24 @@ impl Daemon {
         self.set_holds(ids, who, now, |id, current| match current {
             // An administrator's hold replaces it; a user's would lose it.
             Ok(Some(Hold::Approval)) if !who.admin => {
-                Err(format!("job {id} is already held, waiting for approval"))
+                Err(format!("job {id} is already held, waiting for approval").into())
             }
             Ok(_) => Ok(Some(hold)),
-            Err(state) => Err(format!(
-                "job {id} is {state}; only pending jobs can be held"
-            )),
+            Err(state) => Err(format!("job {id} is {state}; only pending jobs can be held").into()),
         })
     }
 
     fn release(&mut self, ids: &[JobId], who: &Requester, now: i64) -> Result<Reply, DaemonError> {
         let admin = who.admin;
         self.set_holds(ids, who, now, |id, current| match current {
-            Ok(Some(Hold::Admin)) if !admin => Err(format!(
-                "job {id} is held by an administrator; ask one to release it"
-            )),
-            Ok(None) => Err(format!("job {id} is not held")),
+            Ok(Some(Hold::Admin)) if !admin => {
+                Err(format!("job {id} is held by an administrator; ask one to release it").into())
+            }
+            Ok(None) => Err(format!("job {id} is not held").into()),
             Ok(Some(_)) => Ok(None),
-            Err(state) => Err(format!(
-                "job {id} is {state}; only pending jobs can be released"
-            )),
+            Err(state) => {
+                Err(format!("job {id} is {state}; only pending jobs can be released").into())
+            }
         })
     }
 
@@ -706,7 +712,7 @@ impl Daemon {
         ids: &[JobId],
         who: &Requester,
         now: i64,
-        decide: impl Fn(JobId, Result<Option<Hold>, JobState>) -> Result<Option<Hold>, String>,
+        decide: impl Fn(JobId, Result<Option<Hold>, JobState>) -> Result<Option<Hold>, Refusal>,
     ) -> Result<Reply, DaemonError> {
         let mut outcomes = Vec::new();
         for &id in ids {
@@ -722,7 +728,7 @@ impl Daemon {
             };
             let new = match decide(id, current) {
                 Ok(h) => h,
-                Err(error) => {
+                Err(Refusal(error)) => {
                     outcomes.push(JobOutcome::new(id, Some(error)));
                     continue;
                 }
@@ -782,7 +788,7 @@ fn outcomes_of(reply: Reply) -> Vec<JobOutcome> {
 }
 
 /// Why a request may not act on a job.
-enum Refusal {
+enum AccessRefusal {
     /// It is another user's.
     Denied(String),
     /// It has already ended.
@@ -790,10 +796,10 @@ enum Refusal {
     Missing(String),
 }
 
-impl Refusal {
+impl AccessRefusal {
     fn into_message(self) -> String {
         match self {
-            Refusal::Denied(m) | Refusal::Ended(m) | Refusal::Missing(m) => m,
+            AccessRefusal::Denied(m) | AccessRefusal::Ended(m) | AccessRefusal::Missing(m) => m,
         }
     }
 }

@@ -8,7 +8,7 @@ use crate::db;
 use crate::model::job::{JobId, JobState};
 use crate::sched::dependency::{Dependency, Status};
 
-use super::error::DaemonError;
+use super::error::{DaemonError, Refusal};
 use super::state::Daemon;
 
 impl Daemon {
@@ -48,13 +48,13 @@ impl Daemon {
     pub(super) fn check_dependency(
         &mut self,
         text: Option<&str>,
-    ) -> Result<Result<Option<String>, String>, DaemonError> {
+    ) -> Result<Result<Option<String>, Refusal>, DaemonError> {
         let Some(text) = text else {
             return Ok(Ok(None));
         };
         let dependency = match Dependency::parse(text) {
             Ok(d) => d,
-            Err(e) => return Ok(Err(format!("--dependency: {e}"))),
+            Err(e) => return Ok(Err(Refusal(format!("--dependency: {e}")))),
         };
         let mut states = HashMap::new();
         for id in dependency.job_ids() {
@@ -62,7 +62,11 @@ impl Daemon {
                 Some(state) => {
                     states.insert(id, state);
                 }
-                None => return Ok(Err(format!("--dependency: job {id} does not exist"))),
+                None => {
+                    return Ok(Err(Refusal(format!(
+                        "--dependency: job {id} does not exist"
+                    ))))
+                }
             }
         }
         if dependency.evaluate(|id| states.get(&id).copied(), false) == Status::Never {
@@ -72,10 +76,10 @@ impl Daemon {
                 .iter()
                 .map(|(id, state)| format!("job {id} is {state}"))
                 .collect();
-            return Ok(Err(format!(
+            return Ok(Err(Refusal(format!(
                 "--dependency {dependency} can never be satisfied: {}",
                 ended.join(", ")
-            )));
+            ))));
         }
         Ok(Ok(Some(dependency.to_string())))
     }

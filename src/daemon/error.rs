@@ -45,3 +45,57 @@ impl From<rusqlite::Error> for DaemonError {
         DaemonError::Db(DbError::Sqlite(e))
     }
 }
+
+/// Why the daemon says no to one request, or to one job of it: the
+/// sentence the requester is shown (it travels in `Reply::Rejected` and in
+/// per-job outcomes). Refusals come from many rules (admission, limits,
+/// budgets, dependencies, permissions, a config reload); each rule builds
+/// its sentence where the facts are, so this type carries the sentence.
+#[derive(Debug, Clone, PartialEq, Error)]
+#[error("{0}")]
+pub struct Refusal(pub String);
+
+impl From<String> for Refusal {
+    fn from(why: String) -> Refusal {
+        Refusal(why)
+    }
+}
+
+impl From<&str> for Refusal {
+    fn from(why: &str) -> Refusal {
+        Refusal(why.to_string())
+    }
+}
+
+/// Why a job marked running could not be handed to its executor; the job
+/// ends FAILED with this as its reason.
+#[derive(Debug, Error)]
+pub enum LaunchError {
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error("user {user} (uid {uid}) no longer exists")]
+    UserGone { user: String, uid: u32 },
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+}
+
+/// Why `yscontrol reload` or SIGHUP did not apply a config (or applied it
+/// only in part).
+#[derive(Debug, Error)]
+pub enum ReloadError {
+    #[error("config not reloaded: {0}")]
+    Invalid(#[from] ConfigError),
+    #[error(
+        "config not reloaded: spool_dir changed ({} → {}); restart ysctld to move the spool",
+        from.display(),
+        to.display()
+    )]
+    SpoolMoved { from: PathBuf, to: PathBuf },
+    #[error("config not reloaded: [[gpus]] changed; restart ysctld to change the GPU inventory")]
+    GpusChanged,
+    #[error("config {} reloaded, but budgets could not be summed: {source}", path.display())]
+    Budgets {
+        path: PathBuf,
+        source: Box<DaemonError>,
+    },
+}

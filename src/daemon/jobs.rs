@@ -7,7 +7,7 @@ use crate::exec::spec::{SignalTarget, StepCommand};
 use crate::exec::ExecError;
 use crate::model::job::{ExitStatus, JobId, JobState};
 
-use super::error::DaemonError;
+use super::error::{DaemonError, LaunchError, Refusal};
 use super::state::Daemon;
 
 impl Daemon {
@@ -66,36 +66,36 @@ impl Daemon {
         }
         let now = self.now();
         for id in ids {
-            if let Err(message) = self.launch(id) {
-                tracing::error!(target: "ysched::exec", "job {id} could not be launched: {message}");
+            if let Err(e) = self.launch(id) {
+                tracing::error!(target: "ysched::exec", "job {id} could not be launched: {e}");
                 let exit = Some(ExitStatus { code: 1, signal: 0 });
-                self.finish(id, JobState::Failed, now, exit, Some(message))?;
+                self.finish(id, JobState::Failed, now, exit, Some(e.to_string()))?;
             }
         }
         self.commit()
     }
 
-    fn launch(&mut self, id: JobId) -> Result<(), String> {
+    fn launch(&mut self, id: JobId) -> Result<(), LaunchError> {
         let Some(job) = self.jobs.get(&id).cloned() else {
             return Ok(());
         };
-        let payload = db::payload(&self.store.db, id).map_err(|e| e.to_string())?;
+        let payload = db::payload(&self.store.db, id)?;
         let user = self
             .users
             .refresh(job.uid)
             .cloned()
-            .ok_or_else(|| format!("user {} (uid {}) no longer exists", job.user, job.uid))?;
-        let started = self
-            .executor
-            .launch(Launch {
-                job: &job,
-                script: &payload.script,
-                args: &payload.args,
-                environment: &payload.environment,
-                home: &user.home,
-                shell: &user.shell,
-            })
-            .map_err(|e| e.to_string())?;
+            .ok_or_else(|| LaunchError::UserGone {
+                user: job.user.clone(),
+                uid: job.uid,
+            })?;
+        let started = self.executor.launch(Launch {
+            job: &job,
+            script: &payload.script,
+            args: &payload.args,
+            environment: &payload.environment,
+            home: &user.home,
+            shell: &user.shell,
+        })?;
         tracing::info!(
             target: "ysched::exec",
             "job {id} started: {} for {} on GPUs [{}] (supervisor pid {})",
@@ -328,7 +328,7 @@ impl Daemon {
         freeze: bool,
         by: &str,
         now: i64,
-    ) -> Result<Result<(), String>, DaemonError> {
+    ) -> Result<Result<(), Refusal>, DaemonError> {
         let (from, to, verb) = if freeze {
             (JobState::Running, JobState::Suspended, "suspend")
         } else {
@@ -336,10 +336,10 @@ impl Daemon {
         };
         let state = self.jobs[&id].state;
         if state != from {
-            return Ok(Err(format!(
+            return Ok(Err(Refusal(format!(
                 "job {id} is {state}; only {} jobs can be {verb}d",
                 from.name().to_lowercase()
-            )));
+            ))));
         }
         if let Err(e) = self.freeze(id, freeze) {
             return Ok(Err(e));
@@ -362,10 +362,10 @@ impl Daemon {
         Ok(Ok(()))
     }
 
-    fn freeze(&self, id: JobId, frozen: bool) -> Result<(), String> {
+    fn freeze(&self, id: JobId, frozen: bool) -> Result<(), Refusal> {
         self.executor.set_frozen(id, frozen).map_err(|e| {
             let verb = if frozen { "suspend" } else { "resume" };
-            format!("cannot {verb} job {id}: {e}")
+            Refusal(format!("cannot {verb} job {id}: {e}"))
         })
     }
 

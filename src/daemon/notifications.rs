@@ -198,9 +198,22 @@ impl Notifier {
     }
 }
 
+/// Why one notification did not reach the notifier.
+#[derive(Debug, thiserror::Error)]
+enum DeliveryError {
+    #[error("cannot encode the event: {0}")]
+    Encode(#[from] serde_json::Error),
+    #[error(transparent)]
+    Command(#[from] crate::exec::command::CommandError),
+}
+
 /// Runs the command once with the event on stdin, waiting at most `timeout`.
-fn deliver(command: &[String], timeout: Duration, event: &Notification) -> Result<(), String> {
-    let json = serde_json::to_string(event).map_err(|e| e.to_string())?;
+fn deliver(
+    command: &[String],
+    timeout: Duration,
+    event: &Notification,
+) -> Result<(), DeliveryError> {
+    let json = serde_json::to_string(event)?;
     // The variables end up in mail headers: one line each, whatever a job
     // name or address held (new ones are checked at submit; old rows not).
     let one_line = |v: &str| crate::report::escape_controls(v, false).into_owned();
@@ -209,7 +222,8 @@ fn deliver(command: &[String], timeout: Duration, event: &Notification) -> Resul
         ("YSCHED_MAIL_USER", one_line(&event.mail_user)),
         ("YSCHED_SUBJECT", one_line(&event.subject)),
     ];
-    crate::exec::command::run_with_input(command, &env, format!("{json}\n").as_bytes(), timeout)
+    crate::exec::command::run_with_input(command, &env, format!("{json}\n").as_bytes(), timeout)?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use crate::sched::admission::{self, Capacity};
 use crate::sched::budget::Verdict;
 use crate::sched::Reason;
 
-use super::error::DaemonError;
+use super::error::{DaemonError, Refusal};
 use super::state::Daemon;
 
 impl Daemon {
@@ -30,7 +30,7 @@ impl Daemon {
         }
         let screened = match self.screen(&mut request, uid, user)? {
             Ok(screened) => screened,
-            Err(why) => {
+            Err(Refusal(why)) => {
                 tracing::info!(target: "ysched::daemon", "submission by {user} refused: {}", why.escape_debug());
                 return Ok(Reply::Rejected { error: why });
             }
@@ -83,11 +83,11 @@ impl Daemon {
         request: &mut JobRequest,
         uid: u32,
         user: &str,
-    ) -> Result<Result<Screened, String>, DaemonError> {
+    ) -> Result<Result<Screened, Refusal>, DaemonError> {
         // The same rules as ysbatch's: anyone can write a request by hand,
         // and what is stored must read back at the next start.
         if let Err(e) = crate::validate::job_request(request) {
-            return Ok(Err(e.to_string()));
+            return Ok(Err(Refusal(e.to_string())));
         }
         if request.exclusive {
             self.make_exclusive(request);
@@ -99,7 +99,7 @@ impl Daemon {
         };
         let mut admitted = match admission::admit(request, uid, user, &self.config, &capacity) {
             Ok(a) => a,
-            Err(e) => return Ok(Err(e.to_string())),
+            Err(e) => return Ok(Err(Refusal(e.to_string()))),
         };
         let array = match request
             .array
@@ -108,17 +108,17 @@ impl Daemon {
             .transpose()
         {
             Ok(a) => a,
-            Err(e) => return Ok(Err(format!("--array: {e}"))),
+            Err(e) => return Ok(Err(Refusal(format!("--array: {e}")))),
         };
         let tasks = array.as_ref().map_or(1, |a| a.indices.len() as u32);
         if let Some(why) = self.over_submit_limit(&admitted.account, tasks) {
-            return Ok(Err(why));
+            return Ok(Err(Refusal(why)));
         }
         if !request.work_dir.is_absolute() {
-            return Ok(Err(format!(
+            return Ok(Err(Refusal(format!(
                 "working directory {} is not absolute",
                 request.work_dir.display()
-            )));
+            ))));
         }
         let warning = match self.judge_submission(request, &mut admitted, tasks) {
             Ok(warning) => warning,
@@ -164,7 +164,7 @@ impl Daemon {
         request: &JobRequest,
         admitted: &mut admission::Admitted,
         tasks: u32,
-    ) -> Result<Option<String>, String> {
+    ) -> Result<Option<String>, Refusal> {
         let now = self.now();
         let cost = self
             .worst_case(&request.gpus, admitted.time_limit, &admitted.qos)
@@ -172,7 +172,7 @@ impl Daemon {
         match self.judge_budget(&admitted.account, cost, now) {
             Verdict::Fits => Ok(None),
             Verdict::Warn(m) => Ok(Some(m)),
-            Verdict::Refuse(why) => Err(why),
+            Verdict::Refuse(why) => Err(Refusal(why)),
             Verdict::Downgrade(why) => {
                 if let Some(lowest) = self.config.qos.iter().min_by_key(|q| q.priority) {
                     admitted.qos = lowest.name.clone();

@@ -16,7 +16,7 @@ use crate::sched::{self, Reason};
 use crate::spool::socket::{self};
 use crate::spool::{Inbound, Ownership};
 
-use super::error::DaemonError;
+use super::error::{DaemonError, ReloadError};
 use super::startup::start_notifier;
 use super::state::*;
 use crate::query::{self, QueueSnapshot};
@@ -760,33 +760,34 @@ impl Daemon {
     }
 
     /// SIGHUP or `yscontrol reload`: validate first; a bad file changes nothing.
-    pub(super) fn reload(&mut self, requested_by: Option<&str>) -> Result<String, String> {
+    pub(super) fn reload(&mut self, requested_by: Option<&str>) -> Result<String, ReloadError> {
         let path = self.config.path.clone();
         let who = requested_by
             .map(|u| format!(" (requested by {u})"))
             .unwrap_or_default();
         let result = match Config::load(&path) {
-            Err(e) => Err(format!("config not reloaded: {e}")),
-            Ok(new) if new.spool_dir != self.config.spool_dir => Err(format!(
-                "config not reloaded: spool_dir changed ({} → {}); restart ysctld to move the spool",
-                self.config.spool_dir.display(),
-                new.spool_dir.display()
-            )),
-            Ok(new) if new.gpus != self.config.gpus => {
-                Err("config not reloaded: [[gpus]] changed; restart ysctld to change the GPU inventory".to_string())
-            }
+            Err(e) => Err(ReloadError::Invalid(e)),
+            Ok(new) if new.spool_dir != self.config.spool_dir => Err(ReloadError::SpoolMoved {
+                from: self.config.spool_dir.clone(),
+                to: new.spool_dir,
+            }),
+            Ok(new) if new.gpus != self.config.gpus => Err(ReloadError::GpusChanged),
             Ok(new) => {
                 let notify_changed = (&new.notify_command, new.notify_timeout_secs)
                     != (&self.config.notify_command, self.config.notify_timeout_secs);
                 if notify_changed {
                     match start_notifier(&new) {
                         Ok(n) => self.notifier = n,
-                        Err(e) => tracing::error!(target: "ysched::daemon", "notifications stay as they were: {e}"),
+                        Err(e) => {
+                            tracing::error!(target: "ysched::daemon", "notifications stay as they were: {e}")
+                        }
                     }
                 }
                 let later = self.config.needs_restart(&new);
                 self.cpus = new.cpus.unwrap_or_else(crate::exec::local::host_cpus);
-                self.mem_mb = new.memory_mb.unwrap_or_else(crate::exec::local::host_memory_mb);
+                self.mem_mb = new
+                    .memory_mb
+                    .unwrap_or_else(crate::exec::local::host_memory_mb);
                 self.config = new;
                 self.users.clear();
                 self.policy.pass_tree = None;
@@ -795,10 +796,7 @@ impl Daemon {
                 let not_applied = if later.is_empty() {
                     String::new()
                 } else {
-                    format!(
-                        "; not applied until ysctld restarts: {}",
-                        later.join(", ")
-                    )
+                    format!("; not applied until ysctld restarts: {}", later.join(", "))
                 };
                 match self.load_budgets(self.now()) {
                     Ok(()) => Ok(format!(
@@ -807,7 +805,10 @@ impl Daemon {
                         self.cpus,
                         self.mem_mb
                     )),
-                    Err(e) => Err(format!("config {} reloaded, but budgets could not be summed: {e}", path.display())),
+                    Err(e) => Err(ReloadError::Budgets {
+                        path: path.clone(),
+                        source: Box::new(e),
+                    }),
                 }
             }
         };
@@ -816,7 +817,8 @@ impl Daemon {
             Err(m) => tracing::error!(target: "ysched::daemon", "{m}{who}"),
         }
         let text = match &result {
-            Ok(m) | Err(m) => m.clone(),
+            Ok(m) => m.clone(),
+            Err(e) => e.to_string(),
         };
         if let Err(e) = self.audit(
             self.now(),

@@ -201,9 +201,11 @@ const JOB_COLUMNS: &str = "id, uid, gid, user, account, qos, name, state, hold, 
 
 fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     let state = required(row, 7, |s| {
-        JobState::parse(s).ok_or(format!("job state '{s}'"))
+        JobState::parse(s).ok_or_else(|| ColumnError::unknown("job state", s))
     })?;
-    let hold = optional(row, 8, |h| Hold::parse(h).ok_or(format!("hold '{h}'")))?;
+    let hold = optional(row, 8, |h| {
+        Hold::parse(h).ok_or_else(|| ColumnError::unknown("hold", h))
+    })?;
     let gpus_alloc = required(row, 18, parse_index_list)?;
     let exit = match (
         row.get::<_, Option<i32>>(20)?,
@@ -216,13 +218,13 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         (None, _) => None,
     };
     let constraint = optional(row, 44, |c| {
-        crate::model::job::GpuConstraint::parse(c).map_err(|e| format!("GPU constraint: {e}"))
+        crate::model::job::GpuConstraint::parse(c).map_err(ColumnError::invalid("GPU constraint"))
     })?;
     let kill_reason = optional(row, 24, |k| {
-        JobState::parse(k).ok_or(format!("kill reason '{k}'"))
+        JobState::parse(k).ok_or_else(|| ColumnError::unknown("kill reason", k))
     })?;
     let warn_signal = optional(row, 51, |w| {
-        crate::model::job::WarnSignal::parse(w).map_err(|e| format!("--signal: {e}"))
+        crate::model::job::WarnSignal::parse(w).map_err(ColumnError::invalid("--signal"))
     })?;
     Ok(Job {
         id: row.get::<_, i64>(0)? as JobId,
@@ -286,12 +288,42 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     })
 }
 
+/// A stored column's text that does not read back as its type.
+#[derive(Debug, Error)]
+enum ColumnError {
+    #[error("{what} '{text}'")]
+    Unknown { what: &'static str, text: String },
+    #[error("{what}: {why}")]
+    Invalid {
+        what: &'static str,
+        why: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl ColumnError {
+    fn unknown(what: &'static str, text: &str) -> ColumnError {
+        ColumnError::Unknown {
+            what,
+            text: text.to_string(),
+        }
+    }
+
+    fn invalid<E: std::error::Error + Send + Sync + 'static>(
+        what: &'static str,
+    ) -> impl FnOnce(E) -> ColumnError {
+        move |e| ColumnError::Invalid {
+            what,
+            why: Box::new(e),
+        }
+    }
+}
+
 /// Column `i`, text that `parse` makes a value of; what it cannot parse
 /// is the row's error, naming the column.
 fn required<T>(
     row: &Row,
     i: usize,
-    parse: impl FnOnce(&str) -> Result<T, String>,
+    parse: impl FnOnce(&str) -> Result<T, ColumnError>,
 ) -> rusqlite::Result<T> {
     let text: String = row.get(i)?;
     parse(&text).map_err(|what| invalid_column(i, what))
@@ -301,7 +333,7 @@ fn required<T>(
 fn optional<T>(
     row: &Row,
     i: usize,
-    parse: impl FnOnce(&str) -> Result<T, String>,
+    parse: impl FnOnce(&str) -> Result<T, ColumnError>,
 ) -> rusqlite::Result<Option<T>> {
     match row.get::<_, Option<String>>(i)? {
         Some(text) => parse(&text)
@@ -311,11 +343,11 @@ fn optional<T>(
     }
 }
 
-fn invalid_column(i: usize, what: String) -> rusqlite::Error {
+fn invalid_column(i: usize, what: ColumnError) -> rusqlite::Error {
     rusqlite::Error::FromSqlConversionFailure(
         i,
         rusqlite::types::Type::Text,
-        Box::new(DbError::Invalid(what)),
+        Box::new(DbError::Invalid(what.to_string())),
     )
 }
 
@@ -350,12 +382,15 @@ pub fn format_index_list(indices: &[u32]) -> String {
         .join(",")
 }
 
-fn parse_index_list(text: &str) -> Result<Vec<u32>, String> {
+fn parse_index_list(text: &str) -> Result<Vec<u32>, ColumnError> {
     if text.is_empty() {
         return Ok(Vec::new());
     }
     text.split(',')
-        .map(|s| s.parse().map_err(|_| format!("GPU list '{text}'")))
+        .map(|s| {
+            s.parse()
+                .map_err(|_| ColumnError::unknown("GPU list", text))
+        })
         .collect()
 }
 

@@ -2,8 +2,31 @@
 //! with their input on stdin and a time limit, their output discarded.
 
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+
+use thiserror::Error;
+
+/// Why a helper command did not succeed; each names the program.
+#[derive(Debug, Error)]
+pub enum CommandError {
+    #[error("the command is empty")]
+    Empty,
+    #[error("cannot run {program}: {source}")]
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error("cannot wait for {program}: {source}")]
+    Wait {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error("{program} exited with {status}")]
+    Failed { program: String, status: ExitStatus },
+    #[error("{program} still ran after {} s and was killed", timeout.as_secs())]
+    TimedOut { program: String, timeout: Duration },
+}
 
 /// Runs `command` (program and arguments) with `env` added and `input` on
 /// its standard input; one that runs past `timeout` is killed. `Err` says
@@ -13,8 +36,8 @@ pub fn run_with_input(
     env: &[(&str, String)],
     input: &[u8],
     timeout: Duration,
-) -> Result<(), String> {
-    let program = command.first().ok_or("the command is empty")?;
+) -> Result<(), CommandError> {
+    let program = command.first().ok_or(CommandError::Empty)?;
     let mut child = Command::new(program)
         .args(&command[1..])
         .envs(env.iter().map(|(k, v)| (k, v)))
@@ -22,23 +45,35 @@ pub fn run_with_input(
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| format!("cannot run {program}: {e}"))?;
+        .map_err(|source| CommandError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
     if let Some(mut stdin) = child.stdin.take() {
         // A command that does not read its input is its own business.
         let _ = stdin.write_all(input);
     }
     let deadline = Instant::now() + timeout;
     loop {
-        match child.try_wait().map_err(|e| e.to_string())? {
+        let waited = child.try_wait().map_err(|source| CommandError::Wait {
+            program: program.clone(),
+            source,
+        })?;
+        match waited {
             Some(status) if status.success() => return Ok(()),
-            Some(status) => return Err(format!("{program} exited with {status}")),
+            Some(status) => {
+                return Err(CommandError::Failed {
+                    program: program.clone(),
+                    status,
+                })
+            }
             None if Instant::now() >= deadline => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!(
-                    "{program} still ran after {} s and was killed",
-                    timeout.as_secs()
-                ));
+                return Err(CommandError::TimedOut {
+                    program: program.clone(),
+                    timeout,
+                });
             }
             None => std::thread::sleep(Duration::from_millis(20)),
         }
@@ -53,7 +88,9 @@ mod tests {
     fn a_slow_command_is_stopped_after_its_timeout_and_a_failure_says_so() {
         let started = Instant::now();
         let sleep = ["/bin/sleep".to_string(), "30".to_string()];
-        let err = run_with_input(&sleep, &[], b"{}\n", Duration::from_millis(200)).unwrap_err();
+        let err = run_with_input(&sleep, &[], b"{}\n", Duration::from_millis(200))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("still ran after 0 s and was killed"), "{err}");
         assert!(started.elapsed() < Duration::from_secs(10));
         let err = run_with_input(
@@ -62,10 +99,13 @@ mod tests {
             b"",
             Duration::from_secs(5),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("/bin/false exited with"), "{err}");
         assert_eq!(
-            run_with_input(&[], &[], b"", Duration::from_secs(1)).unwrap_err(),
+            run_with_input(&[], &[], b"", Duration::from_secs(1))
+                .unwrap_err()
+                .to_string(),
             "the command is empty"
         );
     }

@@ -34,6 +34,7 @@ use nix::sys::socket::{
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{ForkResult, Pid};
 
+use super::error::StepError;
 use super::process::{pidfd_open, spawn_stepd, CONTROL_FD, LOCK_FD};
 
 /// The descriptor the server finds its end of the socket at.
@@ -230,16 +231,16 @@ pub fn serve() -> i32 {
     }
 }
 
-fn serve_until_closed() -> Result<(), String> {
+fn serve_until_closed() -> Result<(), StepError> {
     super::supervisor::set_cloexec(SERVER_FD)?;
     // SAFETY: checked open above; started by the daemon for us alone.
     let socket = unsafe { OwnedFd::from_raw_fd(SERVER_FD) };
     let mut chld = SigSet::empty();
     chld.add(Signal::SIGCHLD);
     chld.thread_block()
-        .map_err(|e| format!("cannot block SIGCHLD: {e}"))?;
+        .map_err(StepError::os("cannot block SIGCHLD"))?;
     let exits = SignalFd::with_flags(&chld, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
-        .map_err(|e| format!("signalfd: {e}"))?;
+        .map_err(StepError::os("signalfd"))?;
     loop {
         let mut fds = [
             nix::poll::PollFd::new(socket.as_fd(), nix::poll::PollFlags::POLLIN),
@@ -247,7 +248,7 @@ fn serve_until_closed() -> Result<(), String> {
         ];
         match nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE) {
             Ok(_) | Err(Errno::EINTR) => {}
-            Err(e) => return Err(format!("poll: {e}")),
+            Err(e) => return Err(StepError::os("poll")(e)),
         }
         // The socket is read only when it has something: a blocking read
         // after a mere SIGCHLD would leave the next ended supervisors
@@ -264,7 +265,7 @@ fn serve_until_closed() -> Result<(), String> {
                 answer(&socket, &Answer::Refused(format!("bad request: {e}")), None)?;
                 continue;
             }
-            Err(e) => return Err(format!("cannot read a request: {e}")),
+            Err(e) => return Err(StepError::io("cannot read a request")(e)),
         };
         let (dir, passed) = match request {
             (None, _) => return Ok(()),
@@ -284,12 +285,16 @@ fn serve_until_closed() -> Result<(), String> {
         let dir = PathBuf::from(std::ffi::OsStr::from_bytes(&dir));
         match fork_supervisor(&dir, lock, control, &socket, &exits) {
             Ok((pid, pidfd)) => answer(&socket, &Answer::Started(pid), Some(pidfd.as_fd()))?,
-            Err(why) => answer(&socket, &Answer::Refused(why), None)?,
+            Err(why) => answer(&socket, &Answer::Refused(why.to_string()), None)?,
         }
     }
 }
 
-fn answer(socket: &OwnedFd, answer: &Answer, pidfd: Option<BorrowedFd<'_>>) -> Result<(), String> {
+fn answer(
+    socket: &OwnedFd,
+    answer: &Answer,
+    pidfd: Option<BorrowedFd<'_>>,
+) -> Result<(), StepError> {
     let bytes = answer.encode();
     let fds: Vec<RawFd> = pidfd.iter().map(|fd| fd.as_raw_fd()).collect();
     let cmsgs: Vec<ControlMessage> = if fds.is_empty() {
@@ -305,7 +310,7 @@ fn answer(socket: &OwnedFd, answer: &Answer, pidfd: Option<BorrowedFd<'_>>) -> R
         None,
     )
     .map(|_| ())
-    .map_err(|e| format!("cannot answer the daemon: {e}"))
+    .map_err(StepError::os("cannot answer the daemon"))
 }
 
 /// Reaps every supervisor that has ended (the daemon learnt of each end
@@ -325,9 +330,9 @@ fn fork_supervisor(
     control: OwnedFd,
     socket: &OwnedFd,
     exits: &SignalFd,
-) -> Result<(i32, OwnedFd), String> {
+) -> Result<(i32, OwnedFd), StepError> {
     // SAFETY: this process is single-threaded (see the module comment).
-    match unsafe { nix::unistd::fork() }.map_err(|e| format!("fork: {e}"))? {
+    match unsafe { nix::unistd::fork() }.map_err(StepError::os("fork"))? {
         ForkResult::Child => {
             let code = match become_supervisor(&lock, &control, socket, exits) {
                 Ok(()) => {
@@ -347,7 +352,7 @@ fn fork_supervisor(
                 // The daemon cannot watch it safely: it must not run.
                 let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
                 let _ = waitpid(child, None);
-                Err(format!("cannot open a pidfd for the supervisor: {e}"))
+                Err(StepError::io("cannot open a pidfd for the supervisor")(e))
             }
         },
     }
@@ -361,18 +366,20 @@ fn become_supervisor(
     control: &OwnedFd,
     socket: &OwnedFd,
     exits: &SignalFd,
-) -> Result<(), String> {
+) -> Result<(), StepError> {
     let close = |fd: RawFd| {
         // SAFETY: closing this child's copy of a descriptor the parent
         // owns; the child never uses the number again except through dup2.
         unsafe { libc::close(fd) };
     };
     // Copies above 4, so that placing one cannot overwrite the other.
-    let high = |fd: RawFd| -> Result<RawFd, String> {
+    let high = |fd: RawFd| -> Result<RawFd, StepError> {
         // SAFETY: fcntl on a descriptor this child holds.
         let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10) };
         if copy < 0 {
-            return Err(format!("cannot copy descriptor {fd}: {}", Errno::last()));
+            return Err(StepError::os(format!("cannot copy descriptor {fd}"))(
+                Errno::last(),
+            ));
         }
         Ok(copy)
     };
@@ -388,13 +395,15 @@ fn become_supervisor(
     for (from, to) in [(high_lock, LOCK_FD), (high_control, CONTROL_FD)] {
         // SAFETY: dup2 onto a number this child freed above.
         if unsafe { libc::dup2(from, to) } < 0 {
-            return Err(format!("cannot place descriptor {to}: {}", Errno::last()));
+            return Err(StepError::os(format!("cannot place descriptor {to}"))(
+                Errno::last(),
+            ));
         }
         close(from);
     }
     nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
-        .map_err(|e| format!("cannot unblock signals: {e}"))?;
-    nix::unistd::setsid().map_err(|e| format!("cannot start a new session: {e}"))?;
+        .map_err(StepError::os("cannot unblock signals"))?;
+    nix::unistd::setsid().map_err(StepError::os("cannot start a new session"))?;
     Ok(())
 }
 

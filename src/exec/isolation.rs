@@ -10,6 +10,21 @@ use crate::config::Config;
 use crate::gpu::Inventory;
 use crate::model::job::Job;
 
+/// A GPU's device file that the config names and that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "GPU {index} ({gpu_type}): device file {}: {source}; correct `devices` in its [[gpus]] table in {}",
+    device.display(),
+    config.display()
+)]
+pub struct DeviceFileError {
+    pub index: u32,
+    pub gpu_type: String,
+    pub device: PathBuf,
+    pub config: PathBuf,
+    pub source: std::io::Error,
+}
+
 pub struct Isolation {
     pub detected: Detected,
     /// Each GPU's device, by index; `None` where it has no device file here.
@@ -22,19 +37,19 @@ pub struct Isolation {
 impl Isolation {
     /// Detects the cgroup layout and reads the GPUs' device numbers. A
     /// device file the config names that does not exist is an error.
-    pub fn prepare(config: &Config, inventory: &Inventory) -> Result<Isolation, String> {
+    pub fn prepare(config: &Config, inventory: &Inventory) -> Result<Isolation, DeviceFileError> {
         let mut gpu_devices = Vec::with_capacity(inventory.gpus.len());
         for gpu in &inventory.gpus {
             let rule = match &gpu.device {
-                Some(path) => Some(DeviceRule::of_file(path).map_err(|e| {
-                    format!(
-                        "GPU {} ({}): device file {}: {e}; correct `devices` in its [[gpus]] table in {}",
-                        gpu.index,
-                        gpu.gpu_type,
-                        path.display(),
-                        config.path.display()
-                    )
-                })?),
+                Some(path) => {
+                    Some(DeviceRule::of_file(path).map_err(|source| DeviceFileError {
+                        index: gpu.index,
+                        gpu_type: gpu.gpu_type.to_string(),
+                        device: path.clone(),
+                        config: config.path.clone(),
+                        source,
+                    })?)
+                }
                 // Undeclared: the driver's usual name, if it is there.
                 None => DeviceRule::of_file(&default_device(gpu.index)).ok(),
             };

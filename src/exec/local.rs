@@ -48,7 +48,7 @@ impl LocalExecutor {
             return Err(ExecError::NoSupervisor(stepd));
         }
         let inventory = Inventory::discover(config);
-        let isolation = Isolation::prepare(config, &inventory).map_err(ExecError::Isolation)?;
+        let isolation = Isolation::prepare(config, &inventory)?;
         let subtree = cgroup::lock_subtree(isolation.placement())?;
         log_isolation(&isolation);
         let node = NodeFacts {

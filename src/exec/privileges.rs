@@ -29,19 +29,34 @@ impl Privileges for Kernel {
     }
 }
 
+/// Which step of becoming the user failed, and the kernel's answer.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum PrivilegeError {
+    #[error("cannot set the supplementary groups of {user}: {errno}")]
+    Groups { user: String, errno: Errno },
+    #[error("cannot set gid {gid}: {errno}")]
+    Gid { gid: u32, errno: Errno },
+    #[error("cannot set uid {uid}: {errno}")]
+    Uid { uid: u32, errno: Errno },
+}
+
 /// Becomes `user` (`uid`, `gid` and the user's groups). Refuses uid 0 as a
 /// target only by the caller's policy, not here.
-pub fn become_user(p: &mut impl Privileges, user: &CStr, uid: u32, gid: u32) -> Result<(), String> {
-    p.init_groups(user, gid).map_err(|e| {
-        format!(
-            "cannot set the supplementary groups of {}: {e}",
-            user.to_string_lossy()
-        )
-    })?;
+pub fn become_user(
+    p: &mut impl Privileges,
+    user: &CStr,
+    uid: u32,
+    gid: u32,
+) -> Result<(), PrivilegeError> {
+    p.init_groups(user, gid)
+        .map_err(|errno| PrivilegeError::Groups {
+            user: user.to_string_lossy().into_owned(),
+            errno,
+        })?;
     p.set_gid(gid)
-        .map_err(|e| format!("cannot set gid {gid}: {e}"))?;
+        .map_err(|errno| PrivilegeError::Gid { gid, errno })?;
     p.set_uid(uid)
-        .map_err(|e| format!("cannot set uid {uid}: {e}"))?;
+        .map_err(|errno| PrivilegeError::Uid { uid, errno })?;
     Ok(())
 }
 
@@ -89,7 +104,10 @@ mod tests {
             ..Recorder::default()
         };
         let e = become_user(&mut r, c"alice", 1000, 1001).unwrap_err();
-        assert_eq!(e, "cannot set gid 1001: EPERM: Operation not permitted");
+        assert_eq!(
+            e.to_string(),
+            "cannot set gid 1001: EPERM: Operation not permitted"
+        );
         assert_eq!(r.calls, vec!["groups alice 1001", "gid 1001"]);
     }
 }

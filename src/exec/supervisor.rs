@@ -39,6 +39,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{ForkResult, Pid};
 
 use super::cgroup::{self, JobCgroup, Usage};
+use super::error::StepError;
 use super::privileges;
 use super::process::{write_atomically, CONTROL_FD, LOCK_FD};
 use super::spec::{
@@ -86,19 +87,19 @@ pub fn run(job_dir: &Path) -> i32 {
     }
 }
 
-pub(super) fn set_cloexec(fd: RawFd) -> Result<(), String> {
+pub(super) fn set_cloexec(fd: RawFd) -> Result<(), StepError> {
     // SAFETY: fcntl on a descriptor number; fails with EBADF if it is not open.
     let r = unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     if r < 0 {
-        return Err(format!(
-            "descriptor {fd} is not open; ysstepd is started by ysctld, not by hand ({})",
-            Errno::last()
-        ));
+        return Err(StepError::NotStartedByDaemon {
+            fd,
+            errno: Errno::last(),
+        });
     }
     Ok(())
 }
 
-fn supervise(dir: &Path) -> Result<(), String> {
+fn supervise(dir: &Path) -> Result<(), StepError> {
     set_cloexec(LOCK_FD)?;
     set_cloexec(CONTROL_FD)?;
     // SAFETY: both descriptors were checked open above and are ours alone.
@@ -106,13 +107,13 @@ fn supervise(dir: &Path) -> Result<(), String> {
     let control = unsafe { UnixDatagram::from_raw_fd(CONTROL_FD) };
     control
         .set_nonblocking(true)
-        .map_err(|e| format!("control socket: {e}"))?;
+        .map_err(StepError::io("control socket"))?;
 
     let mask = handled_signals();
     mask.thread_block()
-        .map_err(|e| format!("cannot block signals: {e}"))?;
+        .map_err(StepError::os("cannot block signals"))?;
     let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
-        .map_err(|e| format!("signalfd: {e}"))?;
+        .map_err(StepError::os("signalfd"))?;
     // SAFETY: prctl with integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
         eprintln!(
@@ -122,9 +123,9 @@ fn supervise(dir: &Path) -> Result<(), String> {
     }
 
     let spec_text =
-        fs::read_to_string(dir.join(SPEC)).map_err(|e| format!("cannot read {SPEC}: {e}"))?;
-    let spec: LaunchSpec =
-        serde_json::from_str(&spec_text).map_err(|e| format!("invalid {SPEC}: {e}"))?;
+        fs::read_to_string(dir.join(SPEC)).map_err(StepError::io(format!("cannot read {SPEC}")))?;
+    let spec: LaunchSpec = serde_json::from_str(&spec_text)
+        .map_err(|source| StepError::Spec { file: SPEC, source })?;
     let mut state = SupervisorState {
         supervisor_pid: std::process::id() as i32,
         job_pid: None,
@@ -150,7 +151,7 @@ fn supervise(dir: &Path) -> Result<(), String> {
     };
     let group = group.as_deref();
     let record = match launch(&spec, &dir.join(SCRIPT), group) {
-        Err(message) => failed(message),
+        Err(e) => failed(e.to_string()),
         Ok(job) => {
             state.job_pid = Some(job.as_raw());
             write_state(dir, &state)?;
@@ -177,9 +178,10 @@ fn supervise(dir: &Path) -> Result<(), String> {
     write_exit(dir, &record)
 }
 
-fn write_exit(dir: &Path, record: &ExitRecord) -> Result<(), String> {
-    let body = serde_json::to_vec(&record).map_err(|e| e.to_string())?;
-    write_atomically(&dir.join(EXIT), &body).map_err(|e| format!("cannot write {EXIT}: {e}"))
+fn write_exit(dir: &Path, record: &ExitRecord) -> Result<(), StepError> {
+    let body =
+        serde_json::to_vec(&record).map_err(|source| StepError::Encode { file: EXIT, source })?;
+    write_atomically(&dir.join(EXIT), &body).map_err(StepError::io(format!("cannot write {EXIT}")))
 }
 
 fn now() -> i64 {
@@ -189,18 +191,26 @@ fn now() -> i64 {
         .unwrap_or(0)
 }
 
-fn write_state(dir: &Path, state: &SupervisorState) -> Result<(), String> {
-    let body = serde_json::to_vec(state).map_err(|e| e.to_string())?;
-    write_atomically(&dir.join(STATE), &body).map_err(|e| format!("cannot write {STATE}: {e}"))
+fn write_state(dir: &Path, state: &SupervisorState) -> Result<(), StepError> {
+    let body = serde_json::to_vec(state).map_err(|source| StepError::Encode {
+        file: STATE,
+        source,
+    })?;
+    write_atomically(&dir.join(STATE), &body)
+        .map_err(StepError::io(format!("cannot write {STATE}")))
 }
 
-fn cstring(what: &str, s: impl Into<Vec<u8>>) -> Result<CString, String> {
-    CString::new(s).map_err(|_| format!("{what} contains a NUL byte"))
+fn cstring(what: &'static str, s: impl Into<Vec<u8>>) -> Result<CString, StepError> {
+    CString::new(s).map_err(|_| StepError::Nul(what))
 }
 
 /// Forks the job and execs its script; returns its pid (and process group)
 /// once the exec succeeded, or the reason it could not start.
-fn launch(spec: &LaunchSpec, script: &Path, group: Option<&dyn JobCgroup>) -> Result<Pid, String> {
+fn launch(
+    spec: &LaunchSpec,
+    script: &Path,
+    group: Option<&dyn JobCgroup>,
+) -> Result<Pid, StepError> {
     use std::os::unix::ffi::OsStrExt;
     let path = cstring("script path", script.as_os_str().as_bytes())?;
     let mut argv = vec![path.clone()];
@@ -215,9 +225,9 @@ fn launch(spec: &LaunchSpec, script: &Path, group: Option<&dyn JobCgroup>) -> Re
     let user = cstring("user name", spec.user.as_bytes())?;
 
     let (read_end, write_end) =
-        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(StepError::os("pipe"))?;
     // SAFETY: this process is single-threaded (see the module comment).
-    match unsafe { nix::unistd::fork() }.map_err(|e| format!("fork: {e}"))? {
+    match unsafe { nix::unistd::fork() }.map_err(StepError::os("fork"))? {
         ForkResult::Child => {
             drop(read_end);
             // Into the cgroup first, as root: everything it starts follows.
@@ -245,7 +255,7 @@ fn launch(spec: &LaunchSpec, script: &Path, group: Option<&dyn JobCgroup>) -> Re
                 Ok(child)
             } else {
                 let _ = waitpid(child, None);
-                Err(message)
+                Err(StepError::Job(message))
             }
         }
     }
@@ -273,7 +283,7 @@ fn exec_job(
         } else if let Err(e) =
             privileges::become_user(&mut privileges::Kernel, user, spec.uid, spec.gid)
         {
-            return e;
+            return e.to_string();
         }
     }
     if let Err(e) = std::env::set_current_dir(&spec.work_dir) {

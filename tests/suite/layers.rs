@@ -450,6 +450,50 @@ fn no_function_is_longer_than_100_lines() {
     );
 }
 
+/// Library errors are typed (thiserror enums); text is made at the
+/// command line. The binaries, which print and exit, may use text.
+#[test]
+fn no_library_function_returns_a_string_error() {
+    let mut files = Vec::new();
+    rust_files(&src_dir(), &mut files);
+    let mut wrong = Vec::new();
+    for file in files
+        .iter()
+        .filter(|f| module_of(f).first().is_none_or(|m| m != "bin"))
+    {
+        let code = code_of(&std::fs::read_to_string(file).unwrap());
+        let flat: String = code.split_whitespace().collect::<Vec<_>>().join(" ");
+        for (at, _) in flat.match_indices("Result<") {
+            let rest = &flat[at + "Result<".len()..];
+            // The error type is what follows the last top-level comma.
+            let (mut depth, mut comma, mut end) = (0i32, None, None);
+            for (i, c) in rest.char_indices() {
+                match c {
+                    '<' | '(' | '[' => depth += 1,
+                    ')' | ']' => depth -= 1,
+                    '>' if depth == 0 => {
+                        end = Some(i);
+                        break;
+                    }
+                    '>' => depth -= 1,
+                    ',' if depth == 0 => comma = Some(i),
+                    _ => {}
+                }
+            }
+            if let (Some(comma), Some(end)) = (comma, end) {
+                if rest[comma + 1..end].trim() == "String" {
+                    wrong.push(format!("{}: Result<{}>", short(file), &rest[..end]));
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "library functions with text errors:\n{}",
+        wrong.join("\n")
+    );
+}
+
 /// `(file, struct, fields)` of the structs with named fields in `files`.
 fn struct_widths(files: &[PathBuf]) -> Vec<(String, String, usize)> {
     let mut found = Vec::new();
