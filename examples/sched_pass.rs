@@ -88,12 +88,8 @@ fn main() {
         })
         .collect();
     let now = 10_000;
-    let node = sched::Node {
-        gpus: &gpus,
-        cpus: 1 << 20,
-        mem_mb: 1 << 40,
-        drained: &[],
-    };
+    let layout = sched::pool::Layout::single("bench", 1 << 20, 1 << 40, &gpus);
+    let node = sched::Pool::of(&layout, &[]);
 
     let mut times = Vec::new();
     for _ in 0..5 {
@@ -185,7 +181,8 @@ fn main() {
     let state = sched::pass::State {
         jobs: &jobs,
         named: &named,
-        node: node.clone(),
+        layout: &layout,
+        drained: &[],
         usage: &usage,
         spent: &spent,
         checkpoints: &checkpoints,
@@ -197,7 +194,7 @@ fn main() {
             let start = Instant::now();
             let decisions = sched::pass(&state, &config);
             assert_eq!(
-                decisions.plan.reasons.len() + decisions.plan.starts.len(),
+                decisions.plan.reasons.len() + decisions.starts.len(),
                 pending.len()
             );
             start.elapsed().as_secs_f64() * 1e3

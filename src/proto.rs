@@ -129,6 +129,16 @@ pub enum Control {
     Undrain {
         gpus: Vec<u32>,
     },
+    /// Take a node out of service (admins): no job starts there; jobs
+    /// running there finish first.
+    NodeDrain {
+        node: String,
+        reason: String,
+    },
+    /// Put a drained node back in service (admins).
+    NodeResume {
+        node: String,
+    },
 }
 
 /// Filters for the read-only views.
@@ -289,8 +299,10 @@ pub enum Reply {
     Audit {
         rows: Vec<AuditRow>,
     },
-    Node {
-        node: Box<crate::report::node::NodeInfo>,
+    /// Every node of the pool (one on a single server), the
+    /// controller's own first.
+    Nodes {
+        nodes: Vec<crate::report::node::NodeInfo>,
     },
     Usage {
         report: Box<crate::report::usage::UsageReport>,

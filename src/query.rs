@@ -41,12 +41,15 @@ pub(crate) struct SnapshotInputs {
     pub total_gpus: u32,
     pub now: i64,
     pub shares: Vec<ShareRow>,
-    pub node: NodeFacts,
+    /// Every node, the controller's own first.
+    pub nodes: Vec<NodeFacts>,
 }
 
 /// The server's side of the node view (`ysinfo`), owned.
 pub(crate) struct NodeFacts {
     pub name: String,
+    pub drain: Option<String>,
+    pub down: Option<String>,
     pub cpus: u32,
     pub memory_mb: u64,
     pub isolation: String,
@@ -73,19 +76,31 @@ impl SnapshotInputs {
             self.now,
             self.shares,
         );
-        let jobs: Vec<&Job> = self.jobs.iter().map(|j| &**j).collect();
-        let node = &self.node;
-        snapshot.node = report::node::build(&report::node::Facts {
-            name: &node.name,
-            cpus: node.cpus,
-            memory_mb: node.memory_mb,
-            isolation: &node.isolation,
-            gpu_source: node.gpu_source.clone(),
-            gpus: &node.gpus,
-            jobs: &jobs,
-            drains: &node.drains,
-            samples: node.samples.as_deref(),
-        });
+        let first = self.nodes.first().map(|n| n.name.as_str());
+        for node in &self.nodes {
+            // A record from before nodes were recorded is the first node's.
+            let jobs: Vec<&Job> = self
+                .jobs
+                .iter()
+                .map(|j| &**j)
+                .filter(|j| j.node.as_deref().or(first) == Some(node.name.as_str()))
+                .collect();
+            snapshot
+                .nodes
+                .push(report::node::build(&report::node::Facts {
+                    name: &node.name,
+                    drain: node.drain.as_deref(),
+                    down: node.down.as_deref(),
+                    cpus: node.cpus,
+                    memory_mb: node.memory_mb,
+                    isolation: &node.isolation,
+                    gpu_source: node.gpu_source.clone(),
+                    gpus: &node.gpus,
+                    jobs: &jobs,
+                    drains: &node.drains,
+                    samples: node.samples.as_deref(),
+                }));
+        }
         snapshot
     }
 }
@@ -138,8 +153,8 @@ pub struct QueueSnapshot {
     order: Vec<u32>,
     /// Each job's place in `order`, by position in `jobs`.
     place: Vec<u32>,
-    /// The server's GPUs and who holds them.
-    pub node: crate::report::node::NodeInfo,
+    /// Each node's GPUs and who holds them.
+    pub nodes: Vec<crate::report::node::NodeInfo>,
     /// The fair-share tree, every association (filtered per requester).
     pub shares: Vec<ShareRow>,
 }
@@ -220,7 +235,7 @@ impl QueueSnapshot {
             jobs: views,
             order,
             place,
-            node: Default::default(),
+            nodes: Vec::new(),
             shares,
         }
     }
@@ -723,19 +738,17 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
             waste_after_secs,
         } => usage_report(conn, viewer, (period, accounts, users), *waste_after_secs),
         Query::Node => {
-            let mut node = snapshot.map(|s| s.node.clone()).unwrap_or_default();
+            let mut nodes = snapshot.map(|s| s.nodes.clone()).unwrap_or_default();
             // Under private_data = "jobs", others' jobs on a GPU are hidden.
             if viewer.privacy == crate::config::PrivateData::Jobs && !viewer.admin {
-                for gpu in &mut node.gpus {
+                for gpu in nodes.iter_mut().flat_map(|n| n.gpus.iter_mut()) {
                     if gpu.users.iter().any(|u| *u != viewer.user) {
                         gpu.jobs.clear();
                         gpu.users = vec!["(hidden)".into()];
                     }
                 }
             }
-            Ok(Reply::Node {
-                node: Box::new(node),
-            })
+            Ok(Reply::Nodes { nodes })
         }
         Query::Audit { limit } => {
             if !viewer.admin {
@@ -1038,8 +1051,10 @@ mod tests {
             total_gpus: 4,
             now: 100,
             shares: Vec::new(),
-            node: NodeFacts {
+            nodes: vec![NodeFacts {
                 name: "gpu01".into(),
+                drain: None,
+                down: None,
                 cpus: 8,
                 memory_mb: 1024,
                 isolation: "off".into(),
@@ -1047,14 +1062,14 @@ mod tests {
                 gpus: Vec::new(),
                 drains: Default::default(),
                 samples: None,
-            },
+            }],
         };
         let lazy = LazySnapshot::new(inputs);
         let first = lazy.get();
         assert!(Arc::ptr_eq(&first, &lazy.get()), "built once");
         let order: Vec<JobId> = first.in_order().map(|v| v.job.id).collect();
         assert_eq!(order, vec![5, 12, 9, 3, 10, 11]);
-        assert_eq!(first.node.name, "gpu01");
+        assert_eq!(first.nodes[0].name, "gpu01");
         let ready = LazySnapshot::ready(first.clone());
         assert!(Arc::ptr_eq(&ready.get(), &first));
     }

@@ -146,6 +146,12 @@ pub struct SubmitOptions {
     /// The whole server: all its CPUs and memory, and all its GPUs (of the type asked for); the job waits until nothing else runs there
     #[arg(long, value_name = "user|mcs|topo", num_args = 0..=1, require_equals = true, default_missing_value = "")]
     pub exclusive: Option<String>,
+    /// Run on this node of the pool (a name, or a hostlist such as gpu[02])
+    #[arg(short = 'w', long, value_name = "NODE")]
+    pub nodelist: Option<String>,
+    /// Never run on these nodes (names or a hostlist such as gpu[01-02])
+    #[arg(short = 'x', long, value_name = "NODES")]
+    pub exclude: Option<String>,
 }
 
 /// One directive line, parsed with the same options as the command line.
@@ -202,6 +208,9 @@ pub struct Partial {
     pub mail_user: Option<String>,
     /// `--exclusive`.
     pub exclusive: bool,
+    /// `--nodelist` and `--exclude`, expanded.
+    pub nodelist: Option<Vec<String>>,
+    pub exclude: Option<Vec<String>>,
     pub parsable: bool,
     /// Messages about options accepted but ignored.
     pub warnings: Vec<String>,
@@ -256,6 +265,12 @@ pub enum OptionError {
     Array(#[from] crate::array::ArrayError),
     #[error("--nodes={0}: ysched runs a job on one server; ask for --nodes=1 or leave it out")]
     Nodes(String),
+    #[error("{flag}={value}: {why}")]
+    Hostlist {
+        flag: &'static str,
+        value: String,
+        why: String,
+    },
     #[error("{flag}: {source}")]
     Value {
         flag: &'static str,
@@ -357,6 +372,16 @@ impl Partial {
                 })?,
             mail_user: o.mail_user,
             exclusive: o.exclusive.is_some(),
+            nodelist: o
+                .nodelist
+                .as_deref()
+                .map(|h| hostnames("--nodelist", h))
+                .transpose()?,
+            exclude: o
+                .exclude
+                .as_deref()
+                .map(|h| hostnames("--exclude", h))
+                .transpose()?,
             parsable: o.parsable,
             warnings,
         })
@@ -394,6 +419,8 @@ impl Partial {
             mail_type: later.mail_type.or(self.mail_type),
             mail_user: later.mail_user.or(self.mail_user),
             exclusive: later.exclusive || self.exclusive,
+            nodelist: later.nodelist.or(self.nodelist),
+            exclude: later.exclude.or(self.exclude),
             parsable: later.parsable || self.parsable,
             warnings,
         }
@@ -832,7 +859,26 @@ pub fn resolve(
         mail_type: partial.mail_type.unwrap_or_default(),
         mail_user: partial.mail_user,
         exclusive: partial.exclusive,
+        nodelist: partial.nodelist.unwrap_or_default(),
+        exclude: partial.exclude.unwrap_or_default(),
     })
+}
+
+/// The node names a hostlist (`gpu[01-03],cpu1`) stands for, each once,
+/// in order.
+fn hostnames(flag: &'static str, hostlist: &str) -> Result<Vec<String>, OptionError> {
+    let fail = |why: String| OptionError::Hostlist {
+        flag,
+        value: hostlist.to_string(),
+        why,
+    };
+    let mut names = crate::model::hostlist::expand(hostlist).map_err(|e| fail(e.to_string()))?;
+    let mut seen = std::collections::HashSet::new();
+    names.retain(|n| seen.insert(n.clone()));
+    if names.is_empty() {
+        return Err(fail("names no node".to_string()));
+    }
+    Ok(names)
 }
 
 /// An `--export` list that does not read.

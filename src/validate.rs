@@ -18,6 +18,8 @@ pub const MAX_NICE: i64 = 1_000_000;
 pub const MAX_NAME_CHARS: usize = 200;
 pub const MAX_COMMENT_CHARS: usize = 1000;
 pub const MAX_PATH_BYTES: usize = 4096;
+/// Node names in one --nodelist or --exclude.
+pub const MAX_NODE_NAMES: usize = 4096;
 /// Slurm's default `max_script_size`.
 pub const MAX_SCRIPT_BYTES: usize = 4 << 20;
 /// The job's environment, names and values together.
@@ -55,6 +57,17 @@ pub fn job_request(r: &JobRequest) -> Result<(), InvalidField> {
         }
     }
     gpus(r)?;
+    for (field, names) in [("--nodelist", &r.nodelist), ("--exclude", &r.exclude)] {
+        if names.len() > MAX_NODE_NAMES {
+            return Err(invalid(
+                field,
+                format!("{} nodes named; at most {MAX_NODE_NAMES}", names.len()),
+            ));
+        }
+        for name in names {
+            word(name, field)?;
+        }
+    }
     count(r.cpus, "--cpus-per-task", 1, MAX_CPUS_PER_JOB)?;
     if r.mem_mb == Some(0) {
         return Err(invalid("--mem", "must be more than 0"));

@@ -190,7 +190,7 @@ pub fn query(command: &str, config: &Config, query: Query) -> Result<Reply, CliE
         | Reply::Rows { .. }
         | Reply::Audit { .. }
         | Reply::Usage { .. }
-        | Reply::Node { .. }) => Ok(reply),
+        | Reply::Nodes { .. }) => Ok(reply),
         other => Err(CliError::failed(format!(
             "unexpected reply from ysctld: {other:?}"
         ))),

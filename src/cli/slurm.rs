@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use super::{load_config, print, CliError, CliResult};
+use crate::report::node::NodeInfo;
 
 /// The commands this binary can be.
 pub const COMMANDS: [&str; 9] = [
@@ -121,16 +122,16 @@ fn with_slurm_exit<A>(
     name = "sinfo",
     version,
     disable_help_flag = true,
-    about = "Slurm's sinfo over ysched: the server as one partition"
+    about = "Slurm's sinfo over ysched: the nodes as one partition"
 )]
 pub struct SinfoArgs {
-    /// Output format: %P partition, %a availability, %l time limit, %D nodes, %t state, %T long state, %N nodes, %G GPUs, %c CPUs, %m memory
+    /// Output format: %P partition, %a availability, %l time limit, %D nodes, %t state, %T long state, %N nodes, %G GPUs, %c CPUs, %m memory, %E reason
     #[arg(short = 'o', long = "format", value_name = "FORMAT")]
     pub format: Option<String>,
     /// Leave out the header
     #[arg(short = 'h', long)]
     pub noheader: bool,
-    /// Node-oriented output (one node either way)
+    /// Node-oriented output: one line per node
     #[arg(short = 'N', long = "Node")]
     pub node: bool,
     /// Accepted: one partition either way
@@ -149,25 +150,90 @@ const PARTITION: &str = "ysched";
 
 fn sinfo(args: SinfoArgs) -> CliResult {
     let config = load_config()?;
-    let node = super::ysinfo::node_info(&config)?;
-    let allocated = node.gpus.iter().filter(|g| !g.jobs.is_empty()).count();
-    let drained = node.gpus.iter().filter(|g| g.drain.is_some()).count();
-    let total = node.gpus.len();
-    let state = if total > 0 && drained == total {
-        "drain"
-    } else if total > 0 && allocated == total {
-        "alloc"
-    } else if allocated > 0 || node.cpus_allocated > 0 {
-        "mix"
+    let pool = super::ysinfo::nodes_info(&config)?;
+    let default = if args.node {
+        "%N %.6D %P %.11T"
     } else {
-        "idle"
+        "%9P %.5a %.10l %.6D %.6t %N"
     };
-    let long_state = match state {
+    let format = args.format.unwrap_or_else(|| default.to_string());
+    // Node-oriented: a line per node; else a line per state, as Slurm
+    // groups the nodes of a partition.
+    let groups: Vec<Vec<&NodeInfo>> = if args.node {
+        pool.iter().map(|n| vec![n]).collect()
+    } else {
+        let mut groups: Vec<Vec<&NodeInfo>> = Vec::new();
+        for n in &pool {
+            match groups.iter_mut().find(|g| g[0].state == n.state) {
+                Some(g) => g.push(n),
+                None => groups.push(vec![n]),
+            }
+        }
+        groups
+    };
+    let mut out = String::new();
+    if !args.noheader {
+        out.push_str(&render_format(&format, sinfo_header)?);
+        out.push('\n');
+    }
+    for group in groups {
+        out.push_str(&render_format(&format, |code| sinfo_cell(code, &group))?);
+        out.push('\n');
+    }
+    print(&out)
+}
+
+fn sinfo_header(code: char) -> Option<String> {
+    Some(
+        match code {
+            'P' | 'R' => "PARTITION",
+            'a' => "AVAIL",
+            'l' => "TIMELIMIT",
+            'D' => "NODES",
+            't' | 'T' => "STATE",
+            'N' => "NODELIST",
+            'G' => "GRES",
+            'c' => "CPUS",
+            'm' => "MEMORY",
+            'E' => "REASON",
+            _ => return None,
+        }
+        .to_string(),
+    )
+}
+
+/// One cell of sinfo's line for `nodes` (of one state).
+fn sinfo_cell(code: char, nodes: &[&NodeInfo]) -> Option<String> {
+    let first = nodes.first()?;
+    let long_state = |s: &str| match s {
         "drain" => "drained",
+        "drng" => "draining",
         "alloc" => "allocated",
         "mix" => "mixed",
+        "down" => "down",
         _ => "idle",
     };
+    Some(match code {
+        'P' => format!("{PARTITION}*"),
+        'R' => PARTITION.into(),
+        'a' => "up".into(),
+        'l' => "infinite".into(),
+        'D' => nodes.len().to_string(),
+        't' => first.state.clone(),
+        'T' => long_state(&first.state).into(),
+        'N' => crate::model::hostlist::compress(
+            &nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(),
+        ),
+        'G' => gres_of(first),
+        'c' => first.cpus.to_string(),
+        'm' => first.memory_mb.to_string(),
+        'E' => first.reason.clone().unwrap_or_else(|| "none".into()),
+        _ => return None,
+    })
+}
+
+/// `gpu:a100:4,gpu:t4:2`, Slurm's way of writing a node's GPUs.
+fn gres_of(node: &NodeInfo) -> String {
     let mut types: Vec<(String, usize)> = Vec::new();
     for g in &node.gpus {
         match types.iter_mut().find(|(t, _)| *t == g.gpu_type) {
@@ -175,55 +241,14 @@ fn sinfo(args: SinfoArgs) -> CliResult {
             None => types.push((g.gpu_type.clone(), 1)),
         }
     }
-    let gres = if types.is_empty() {
-        "(null)".to_string()
-    } else {
-        types
-            .iter()
-            .map(|(t, n)| format!("gpu:{t}:{n}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    };
-    let format = args
-        .format
-        .unwrap_or_else(|| "%9P %.5a %.10l %.6D %.6t %N".to_string());
-    let value = |code: char, header: bool| -> Option<String> {
-        Some(match (code, header) {
-            ('P', true) => "PARTITION".into(),
-            ('P', false) => format!("{PARTITION}*"),
-            ('R', true) => "PARTITION".into(),
-            ('R', false) => PARTITION.into(),
-            ('a', true) => "AVAIL".into(),
-            ('a', false) => "up".into(),
-            ('l', true) => "TIMELIMIT".into(),
-            ('l', false) => "infinite".into(),
-            ('D', true) => "NODES".into(),
-            ('D', false) => "1".into(),
-            ('t', true) | ('T', true) => "STATE".into(),
-            ('t', false) => state.into(),
-            ('T', false) => long_state.into(),
-            ('N', true) => "NODELIST".into(),
-            ('N', false) => node.name.clone(),
-            ('G', true) => "GRES".into(),
-            ('G', false) => gres.clone(),
-            ('c', true) => "CPUS".into(),
-            ('c', false) => node.cpus.to_string(),
-            ('m', true) => "MEMORY".into(),
-            ('m', false) => node.memory_mb.to_string(),
-            _ => return None,
-        })
-    };
-    let render = |header: bool| -> Result<String, CliError> {
-        render_format(&format, |code| value(code, header))
-    };
-    let mut out = String::new();
-    if !args.noheader {
-        out.push_str(&render(true)?);
-        out.push('\n');
+    if types.is_empty() {
+        return "(null)".to_string();
     }
-    out.push_str(&render(false)?);
-    out.push('\n');
-    print(&out)
+    types
+        .iter()
+        .map(|(t, n)| format!("gpu:{t}:{n}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Expands a Slurm-style format (`%[.][width]code`, other text as is).
@@ -291,7 +316,14 @@ fn scontrol(args: ScontrolArgs) -> CliResult {
                 what: S::Job { job: job.clone() },
             }
         }
-        ["show", "node", ..] | ["show", "nodes", ..] => C::Show { what: S::Node },
+        ["show", "node" | "nodes"] => C::Show {
+            what: S::Node { name: None },
+        },
+        ["show", "node" | "nodes", name, ..] => C::Show {
+            what: S::Node {
+                name: Some(name.to_string()),
+            },
+        },
         ["show", "config"] => C::Show { what: S::Config },
         ["show", "partition", ..] | ["show", "partitions", ..] => return show_partition(),
         ["requeue", _, ..] => C::Requeue { jobs: rest(1) },
@@ -331,15 +363,17 @@ fn ping() -> CliResult {
 
 fn show_partition() -> CliResult {
     let config = load_config()?;
-    let node = super::ysinfo::node_info(&config)?;
+    let pool = super::ysinfo::nodes_info(&config)?;
+    let names: Vec<&str> = pool.iter().map(|n| n.name.as_str()).collect();
+    let cpus: u32 = pool.iter().map(|n| n.cpus).sum();
+    let mem: u64 = pool.iter().map(|n| n.memory_mb).sum();
+    let gpus: usize = pool.iter().map(|n| n.gpus.len()).sum();
     print(&format!(
         "PartitionName={PARTITION}\n   AllowGroups=ALL Default=YES QoS=N/A\n   MaxNodes=1 MaxTime=UNLIMITED\n   \
-         Nodes={}\n   State=UP TotalCPUs={} TotalNodes=1\n   TRES=cpu={},mem={}M,node=1,gres/gpu={}\n",
-        node.name,
-        node.cpus,
-        node.cpus,
-        node.memory_mb,
-        node.gpus.len()
+         Nodes={}\n   State=UP TotalCPUs={cpus} TotalNodes={}\n   TRES=cpu={cpus},mem={mem}M,node={},gres/gpu={gpus}\n",
+        crate::model::hostlist::compress(&names),
+        pool.len(),
+        pool.len(),
     ))
 }
 

@@ -234,12 +234,16 @@ fn check_locally(
         // GPUs will be detected by the daemon; the count cannot be checked here.
         checked.gpus = Default::default();
     }
+    // Which nodes there are, the daemon knows.
+    checked.nodelist.clear();
+    checked.exclude.clear();
     let capacity = Capacity {
+        name: &config.node_name,
         inventory: &inventory,
         cpus: config.cpus.unwrap_or(u32::MAX),
         mem_mb: config.memory_mb.unwrap_or(u64::MAX),
     };
-    admission::admit(&checked, uid, &user, config, &capacity)
+    admission::admit(&checked, uid, &user, config, &[capacity])
         .map(|_| ())
         .map_err(|e| CliError::failed(e.to_string()))
 }

@@ -71,6 +71,11 @@ pub enum Command {
         #[arg(long, value_name = "TEXT", required = true)]
         reason: String,
     },
+    /// Administer the pool's nodes: drain one, or put it back in service (admins)
+    Node {
+        #[command(subcommand)]
+        action: NodeAction,
+    },
     /// Show a job in full, or the audit log
     Show {
         #[command(subcommand)]
@@ -81,9 +86,30 @@ pub enum Command {
 }
 
 #[derive(Subcommand, Debug)]
+pub enum NodeAction {
+    /// Take a node out of service: no job starts there; jobs there finish first
+    Drain {
+        #[arg(value_name = "NODE")]
+        node: String,
+        /// Why, for ysinfo and the audit log
+        #[arg(long, value_name = "TEXT", required = true)]
+        reason: String,
+    },
+    /// Put a drained node back in service
+    Resume {
+        #[arg(value_name = "NODE")]
+        node: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 pub enum Show {
-    /// The server: its GPUs and their state, CPUs, memory, isolation, as KEY=VALUE pairs
-    Node,
+    /// The nodes: their GPUs and their state, CPUs, memory, isolation, as KEY=VALUE pairs
+    Node {
+        /// Only this node
+        #[arg(value_name = "NODE")]
+        name: Option<String>,
+    },
     /// The configuration in effect, and what ysctld detected, as KEY = VALUE lines
     Config,
     /// One job, as KEY=VALUE pairs
@@ -158,21 +184,46 @@ pub fn run(args: Args) -> CliResult {
             },
         ),
         Command::Drain { gpus, reason } => drain(&config, &gpus, &reason),
-        Command::Show { what: Show::Node } => {
-            let node = super::ysinfo::node_info(&config)?;
-            print(&show_node(&node))
-        }
-        Command::Show { what: Show::Config } => {
-            let node = super::ysinfo::node_info(&config).ok();
-            print(&show_config(&config, node.as_ref()))
-        }
+        Command::Node {
+            action: NodeAction::Drain { node, reason },
+        } => control(
+            &config,
+            Control::NodeDrain {
+                node,
+                reason: one_line_reason(&reason)?,
+            },
+        ),
+        Command::Node {
+            action: NodeAction::Resume { node },
+        } => control(&config, Control::NodeResume { node }),
         Command::Reload => control(&config, Control::Reload),
-        Command::Show {
-            what: Show::Audit { lines },
-        } => show_audit(&config, lines),
-        Command::Show {
-            what: Show::Job { job },
-        } => show_one_job(&config, &job),
+        Command::Show { what } => show(&config, what),
+    }
+}
+
+/// `yscontrol show WHAT`.
+fn show(config: &crate::config::Config, what: Show) -> CliResult {
+    match what {
+        Show::Node { name } => {
+            let nodes = super::ysinfo::nodes_info(config)?;
+            let shown: Vec<_> = nodes
+                .iter()
+                .filter(|n| name.as_ref().is_none_or(|x| *x == n.name))
+                .collect();
+            if shown.is_empty() {
+                return Err(CliError::failed(format!(
+                    "node {} not found",
+                    name.unwrap_or_default()
+                )));
+            }
+            print(&shown.iter().map(|n| show_node(n)).collect::<String>())
+        }
+        Show::Config => {
+            let nodes = super::ysinfo::nodes_info(config).ok();
+            print(&show_config(config, nodes.as_ref().and_then(|n| n.first())))
+        }
+        Show::Audit { lines } => show_audit(config, lines),
+        Show::Job { job } => show_one_job(config, &job),
     }
 }
 
@@ -194,14 +245,20 @@ fn checkpoint(config: &crate::config::Config, mut jobs: Vec<String>) -> CliResul
     )
 }
 
-/// `yscontrol drain GPU... --reason WHY`.
-fn drain(config: &crate::config::Config, gpus: &[String], reason: &str) -> CliResult {
+/// A `--reason`: one line of 1 to 200 characters.
+fn one_line_reason(reason: &str) -> Result<String, CliError> {
     let reason = reason.trim().to_string();
     if reason.is_empty() || reason.chars().count() > 200 || reason.chars().any(char::is_control) {
         return Err(CliError::usage(
             "--reason: say why in one line of 1 to 200 characters",
         ));
     }
+    Ok(reason)
+}
+
+/// `yscontrol drain GPU... --reason WHY`.
+fn drain(config: &crate::config::Config, gpus: &[String], reason: &str) -> CliResult {
+    let reason = one_line_reason(reason)?;
     control(
         config,
         Control::Drain {
@@ -442,20 +499,23 @@ fn show_node(node: &crate::report::node::NodeInfo) -> String {
     let gres: Vec<String> = types.iter().map(|(t, n)| format!("gpu:{t}:{n}")).collect();
     let drained = node.gpus.iter().filter(|g| g.drain.is_some()).count();
     let allocated = node.gpus.iter().filter(|g| !g.jobs.is_empty()).count();
-    let state = if drained == node.gpus.len() && !node.gpus.is_empty() {
-        "DRAINED"
-    } else if allocated == node.gpus.len() && !node.gpus.is_empty() {
-        "ALLOCATED"
-    } else if allocated > 0 {
-        "MIXED"
-    } else {
-        "IDLE"
+    let state = match node.state.as_str() {
+        "down" => "DOWN",
+        "drain" => "DRAINED",
+        "drng" => "MIXED+DRAIN",
+        "alloc" => "ALLOCATED",
+        "mix" => "MIXED",
+        _ => "IDLE",
     };
     let mut out = format!(
-        "NodeName={} State={state}{} CPUTot={} CPUAlloc={} RealMemory={} AllocMem={}\n   \
+        "NodeName={} State={state}{}{} CPUTot={} CPUAlloc={} RealMemory={} AllocMem={}\n   \
          Gres={} GresUsed=gpu:{allocated} GresDrained=gpu:{drained}\n   Isolation={}\n   GpuSource={}\n",
         node.name,
-        if drained > 0 && state != "DRAINED" { "+DRAIN" } else { "" },
+        if drained > 0 && !state.contains("DRAIN") { "+DRAIN" } else { "" },
+        node.reason
+            .as_ref()
+            .map(|r| format!(" Reason=\"{r}\""))
+            .unwrap_or_default(),
         node.cpus,
         node.cpus_allocated,
         node.memory_mb,

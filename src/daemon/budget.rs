@@ -142,7 +142,7 @@ impl Daemon {
             gpus,
             time_limit,
             factor,
-            &self.executor.node().inventory.gpus,
+            self.nodes.all_gpus(),
             &self.config,
         )
     }

@@ -12,10 +12,10 @@ use super::error::{DaemonError, Refusal};
 use super::state::Daemon;
 
 /// Who asks.
-struct Requester<'a> {
-    uid: u32,
-    user: &'a str,
-    admin: bool,
+pub(super) struct Requester<'a> {
+    pub(super) uid: u32,
+    pub(super) user: &'a str,
+    pub(super) admin: bool,
 }
 
 impl Daemon {
@@ -85,6 +85,8 @@ impl Daemon {
                     .map(|r| with_outcomes(r, unknown))
             }
             Control::Drain { gpus, reason } => Ok(self.drain(&gpus, Some(reason), &who, now)?),
+            Control::NodeDrain { node, reason } => self.drain_node(&node, Some(reason), &who, now),
+            Control::NodeResume { node } => self.drain_node(&node, None, &who, now),
             Control::Undrain { gpus } => Ok(self.drain(&gpus, None, &who, now)?),
             Control::Reload => {
                 Ok(if who.admin {
@@ -122,7 +124,12 @@ impl Daemon {
                 ),
             });
         }
-        let count = self.executor.node().inventory.gpus.len() as u32;
+        // GPUs are drained on the controller's own server; a pool's other
+        // nodes are drained whole (`yscontrol node drain`).
+        let count = self
+            .nodes
+            .first()
+            .map_or(0, |n| n.facts().inventory.gpus.len() as u32);
         if let Some(bad) = gpus.iter().find(|&&g| g >= count) {
             return Ok(Reply::Rejected {
                 error: format!(
@@ -347,7 +354,7 @@ impl Daemon {
                 job.state
             ));
         }
-        match self.executor.command(
+        match self.command_job(
             id,
             &StepCommand::Signal {
                 signal,

@@ -75,6 +75,8 @@ pub enum LaunchError {
     Db(#[from] DbError),
     #[error("user {user} (uid {uid}) no longer exists")]
     UserGone { user: String, uid: u32 },
+    #[error("its node {0} is no longer in the pool")]
+    NodeGone(String),
     #[error(transparent)]
     Exec(#[from] ExecError),
 }

@@ -2,7 +2,7 @@
 //! to the database and logged once, at INFO, with the job id.
 
 use crate::db;
-use crate::exec::executor::{Adoption, Launch};
+use crate::exec::executor::{Adoption, Executor, Launch};
 use crate::exec::spec::{SignalTarget, StepCommand};
 use crate::exec::ExecError;
 use crate::model::job::{ExitStatus, JobId, JobState};
@@ -11,15 +11,34 @@ use super::error::{DaemonError, LaunchError, Refusal};
 use super::state::Daemon;
 
 impl Daemon {
+    /// The executor of the node job `id` runs on (or ran on); `None`
+    /// when that node is no longer in the pool.
+    pub(super) fn executor_of(&self, id: JobId) -> Option<&dyn Executor> {
+        let job = self.jobs.get(&id)?;
+        Some(self.nodes.of(job)?.executor.as_ref())
+    }
+
+    /// Delivers `command` to a running job through its node's executor.
+    pub(super) fn command_job(&self, id: JobId, command: &StepCommand) -> Result<(), ExecError> {
+        match self.executor_of(id) {
+            Some(executor) => executor.command(id, command),
+            None => Err(ExecError::Unreachable(format!(
+                "the node job {id} runs on is not in the pool"
+            ))),
+        }
+    }
+
     /// Records the scheduler's decision; the process starts after the commit.
     pub(super) fn mark_running(
         &mut self,
-        id: JobId,
-        gpus: Vec<u32>,
+        start: crate::sched::pass::Placement,
         now: i64,
     ) -> Result<(), DaemonError> {
-        let node = self.config.node_name.clone();
-        let confinement = self.executor.confinement_of(id);
+        let id = start.job;
+        let confinement = self
+            .nodes
+            .named(&start.node)
+            .and_then(|n| n.executor.confinement_of(id));
         let Some(job) = self.jobs.job_mut(&id) else {
             return Ok(());
         };
@@ -27,13 +46,21 @@ impl Daemon {
         job.state = JobState::Running;
         job.start_time = Some(now);
         job.end_time = None;
-        job.gpus_alloc = gpus;
-        job.node = Some(node);
+        job.gpus_alloc = start.gpus;
+        job.node = Some(start.node);
         job.reason = None;
         job.kill_reason = None;
         job.claim.clear();
         let job = job.clone();
-        let detail = format!("GPUs [{}]", db::format_index_list(&job.gpus_alloc));
+        let detail = if self.nodes.layout().is_single() {
+            format!("GPUs [{}]", db::format_index_list(&job.gpus_alloc))
+        } else {
+            format!(
+                "on {}, GPUs [{}]",
+                job.node.as_deref().unwrap_or("?"),
+                db::format_index_list(&job.gpus_alloc)
+            )
+        };
         let tx = self.tx()?;
         db::update_job(tx, &job)?;
         db::add_event(tx, id, now, JobState::Running, Some(&detail))?;
@@ -88,7 +115,11 @@ impl Daemon {
                 user: job.user.clone(),
                 uid: job.uid,
             })?;
-        let started = self.executor.launch(Launch {
+        let node = self
+            .nodes
+            .of_mut(&job)
+            .ok_or_else(|| LaunchError::NodeGone(job.node.clone().unwrap_or_default()))?;
+        let started = node.executor.launch(Launch {
             job: &job,
             script: &payload.script,
             args: &payload.args,
@@ -112,7 +143,7 @@ impl Daemon {
         if !self.jobs.get(&id).is_some_and(|j| j.state.holds_gpus()) {
             return Ok(());
         }
-        match self.executor.exit_of(id) {
+        match self.executor_of(id).and_then(|e| e.exit_of(id)) {
             Some(record) => {
                 let job = self.jobs.job_mut(&id).expect("checked above");
                 job.max_rss_bytes = record.usage.max_rss_bytes;
@@ -162,7 +193,7 @@ impl Daemon {
                 self.finish(id, state, record.end_time, exit, reason)?;
             }
             None => {
-                let left = self.executor.clear_remains(id);
+                let left = self.executor_of(id).map_or(0, |e| e.clear_remains(id));
                 let reason = format!(
                     "the job's supervisor ended without recording the job's end{}",
                     if left > 0 {
@@ -225,7 +256,7 @@ impl Daemon {
         tracing::info!(target: "ysched::daemon", "job {id} {state}{exit_text}{why}");
         // The exit record may only go once the end is committed: a crash
         // in between must find it again, not requeue a job that ran.
-        self.turn.to_remove.push(id);
+        self.turn.to_remove.push((id, job.node.clone()));
         self.policy.reasons.remove(&id);
         self.reschedule = true;
         self.snapshot = None;
@@ -245,13 +276,9 @@ impl Daemon {
     /// Charges `job` (with its end time set) and saves the usage.
     /// Returns (billing, GPU-seconds) of the run.
     fn charge(&mut self, job: &crate::model::job::Job, at: i64) -> Result<(i64, i64), DaemonError> {
-        let billing = crate::sched::fairshare::charge(
-            job,
-            &self.executor.node().inventory.gpus,
-            &self.config,
-        );
-        let gpu_seconds =
-            crate::sched::fairshare::gpu_seconds(job, &self.executor.node().inventory.gpus);
+        let gpus = self.nodes.gpus_of(job);
+        let billing = crate::sched::fairshare::charge(job, gpus, &self.config);
+        let gpu_seconds = crate::sched::fairshare::gpu_seconds(job, gpus);
         let fs = &self.config.fairshare;
         let usage = self
             .policy
@@ -310,7 +337,7 @@ impl Daemon {
                 SignalTarget::of_warning(w.batch_only)
             }),
         };
-        match self.executor.command(id, &command) {
+        match self.command_job(id, &command) {
             Ok(()) => {}
             // It ended already; its exit event is on the way.
             Err(ExecError::Gone(_)) => {}
@@ -363,7 +390,13 @@ impl Daemon {
     }
 
     fn freeze(&self, id: JobId, frozen: bool) -> Result<(), Refusal> {
-        self.executor.set_frozen(id, frozen).map_err(|e| {
+        let frozen_or_not = match self.executor_of(id) {
+            Some(executor) => executor.set_frozen(id, frozen),
+            None => Err(ExecError::Unreachable(format!(
+                "the node job {id} runs on is not in the pool"
+            ))),
+        };
+        frozen_or_not.map_err(|e| {
             let verb = if frozen { "suspend" } else { "resume" };
             Refusal(format!("cannot {verb} job {id}: {e}"))
         })
@@ -433,12 +466,33 @@ impl Daemon {
     /// its GPUs' hours when the set changes or on `flush` (so a crash loses
     /// at most a flush interval).
     pub(super) fn track_idle(&mut self, now: i64, flush: bool) -> Result<(), DaemonError> {
-        let mut idle = crate::report::history::idle_while_waiting(
-            self.jobs.all(),
-            self.executor.node().inventory.gpus.len(),
-        );
-        // Out of service is not idle.
-        idle.retain(|g| !self.policy.drains.contains_key(g));
+        // In pool numbers: one GPU of the pool, one number.
+        let layout = self.nodes.layout();
+        let in_pool: Vec<crate::model::job::Job> = if layout.is_single() {
+            Vec::new()
+        } else {
+            self.jobs
+                .all()
+                .filter(|j| j.state.holds_gpus())
+                .map(|j| layout.to_pool(j))
+                .collect()
+        };
+        let jobs: Vec<&crate::model::job::Job> = if layout.is_single() {
+            self.jobs.all().collect()
+        } else {
+            let pending = self.jobs.all().filter(|j| !j.state.holds_gpus());
+            in_pool.iter().chain(pending).collect()
+        };
+        let mut idle =
+            crate::report::history::idle_while_waiting(jobs, self.nodes.all_gpus().len());
+        // Out of service is not idle: drained GPUs, nodes drained or down.
+        let closed: std::collections::HashSet<u32> = layout
+            .gpus
+            .iter()
+            .filter(|g| !layout.nodes[g.node as usize].open)
+            .map(|g| g.index)
+            .collect();
+        idle.retain(|g| !self.policy.drains.contains_key(g) && !closed.contains(g));
         let owed = self.stats.idle_watch.observe(now, idle, flush);
         if !owed.is_empty() {
             db::add_idle_waiting(self.tx()?, &owed)?;
@@ -469,7 +523,7 @@ impl Daemon {
         let jobs: Vec<&crate::model::job::Job> = self.jobs.all().collect();
         let text = crate::report::metrics::render(&crate::report::metrics::Inputs {
             jobs: &jobs,
-            gpus: &self.executor.node().inventory.gpus,
+            gpus: self.nodes.all_gpus(),
             samples: self.gpu_watch.last_samples.as_deref(),
             last_pass_seconds: self.stats.last_pass_seconds,
             preemptions_total: self.stats.preemptions_total,
@@ -522,7 +576,7 @@ impl Daemon {
             signal: warning.signal,
             target: SignalTarget::of_warning(warning.batch_only),
         };
-        match self.executor.command(id, &command) {
+        match self.command_job(id, &command) {
             Ok(()) => tracing::info!(
                 target: "ysched::daemon",
                 "job {id} sent SIG{} ({why}{})",
@@ -552,7 +606,15 @@ impl Daemon {
     /// for what happened while the daemon was away.
     pub(super) fn readopt(&mut self, id: JobId) -> Result<(), DaemonError> {
         let now = self.now();
-        match self.executor.adopt(id) {
+        let job = self.jobs[&id].clone();
+        let adoption = match self.nodes.of_mut(&job) {
+            Some(node) => node.executor.adopt(id),
+            None => Adoption::Unreachable(format!(
+                "its node {} is not in the pool",
+                job.node.as_deref().unwrap_or("?")
+            )),
+        };
+        match adoption {
             Adoption::Alive { supervisor_pid } => {
                 tracing::info!(target: "ysched::exec", "job {id} re-adopted (supervisor pid {supervisor_pid})");
                 if self.jobs[&id].state == JobState::Completing {
@@ -576,7 +638,7 @@ impl Daemon {
                 job.state = JobState::Pending;
                 job.start_time = None;
                 job.gpus_alloc.clear();
-                job.node = None;
+                let node = job.node.take();
                 job.kill_reason = None;
                 let job = job.clone();
                 let tx = self.tx()?;
@@ -584,7 +646,7 @@ impl Daemon {
                 let detail = "requeued: ysctld stopped while launching it";
                 db::add_event(tx, id, now, JobState::Pending, Some(detail))?;
                 tracing::info!(target: "ysched::daemon", "job {id} {detail}");
-                self.turn.to_remove.push(id);
+                self.turn.to_remove.push((id, node));
                 self.reschedule = true;
             }
         }

@@ -17,6 +17,8 @@ mod depend;
 mod error;
 mod jobs;
 mod metrics_http;
+mod node_admin;
+mod nodes;
 mod notifications;
 mod preempt;
 mod retention;
@@ -26,6 +28,8 @@ mod submit;
 mod turn;
 mod users;
 
+#[cfg(test)]
+mod pool_tests;
 #[cfg(test)]
 mod replay_tests;
 

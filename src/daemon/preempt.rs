@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use crate::config::PreemptMode;
 use crate::db;
 use crate::model::job::{JobId, JobState};
-use crate::sched::preempt::{self};
+use crate::sched::pass::Preemption;
 
 use super::error::DaemonError;
 use super::state::Daemon;
@@ -40,15 +40,12 @@ impl Daemon {
     }
 
     /// Signals the victims, keeps their GPUs for `urgent`, records it all.
-    pub(super) fn carry_out(
-        &mut self,
-        urgent: JobId,
-        choice: preempt::Choice,
-        now: i64,
-    ) -> Result<(), DaemonError> {
+    pub(super) fn carry_out(&mut self, choice: Preemption, now: i64) -> Result<(), DaemonError> {
+        let urgent = choice.job;
         let (user, qos) = {
             let job = self.jobs.job_mut(&urgent).expect("checked by the caller");
             job.claim = choice.gpus.clone();
+            job.node = Some(choice.node.clone());
             job.preemptions_caused += choice.victims.len() as u32;
             (job.user.clone(), job.qos.clone())
         };
@@ -59,8 +56,13 @@ impl Daemon {
             .map(|v| v.to_string())
             .collect::<Vec<_>>()
             .join(", ");
+        let on = if self.nodes.layout().is_single() {
+            String::new()
+        } else {
+            format!(" on {}", choice.node)
+        };
         let detail = format!(
-            "job {urgent} ({qos}, {user}) preempts job(s) {victims}; GPUs [{}] kept for it",
+            "job {urgent} ({qos}, {user}) preempts job(s) {victims}; GPUs [{}]{on} kept for it",
             db::format_index_list(&choice.gpus)
         );
         db::update_job(self.tx()?, &job)?;
@@ -233,7 +235,7 @@ impl Daemon {
         job.start_time = None;
         job.end_time = None;
         job.gpus_alloc.clear();
-        job.node = None;
+        let node = job.node.take();
         job.kill_reason = None;
         job.preempted_by = None;
         job.checkpoint_at = None;
@@ -257,7 +259,7 @@ impl Daemon {
         tracing::info!(target: "ysched::daemon", "job {id} {detail}");
         // Its exit record goes once this is committed; it may run again
         // at once.
-        self.turn.to_remove.push(id);
+        self.turn.to_remove.push((id, node));
         self.reschedule = true;
         self.snapshot = None;
         Ok(())

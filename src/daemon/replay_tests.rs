@@ -86,7 +86,7 @@ fn harness_in(
         config: config.clone(),
         spool,
         ownership: Ownership::Personal,
-        executor: Box::new(executor),
+        nodes: super::nodes::Nodes::single(Box::new(executor)),
         db,
         queries,
         gpu_watch: super::startup::watch_gpus(config),

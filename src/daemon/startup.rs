@@ -14,6 +14,7 @@ use crate::spool::socket::{self};
 use crate::spool::{Ownership, Spool};
 
 use super::error::DaemonError;
+use super::nodes::Nodes;
 use super::state::*;
 use super::{metrics_http, notifications};
 use crate::query::{self};
@@ -65,7 +66,7 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         config,
         spool,
         ownership,
-        executor: Box::new(executor),
+        nodes: Nodes::single(Box::new(executor)),
         db,
         queries,
         gpu_watch,

@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 
 use crate::config::Config;
-use crate::exec::Executor;
 use crate::model::job::{Job, JobId, JobState};
 use crate::proto::Reply;
 use crate::sched::{self, Reason};
 use crate::spool::socket::SocketRequest;
 use crate::spool::{Ownership, Spool};
 
+use super::nodes::Nodes;
 use super::{metrics_http, notifications, users};
 use crate::query::{self};
 
@@ -143,7 +143,7 @@ pub(super) struct Parts {
     pub(super) config: Config,
     pub(super) spool: Spool,
     pub(super) ownership: Ownership,
-    pub(super) executor: Box<dyn Executor>,
+    pub(super) nodes: Nodes,
     pub(super) db: Connection,
     pub(super) queries: Sender<query::Work>,
     pub(super) gpu_watch: GpuWatch,
@@ -153,18 +153,13 @@ pub(super) struct Parts {
 }
 
 impl Daemon {
-    /// A daemon of `parts` with no jobs loaded yet (`recover` loads them),
-    /// scheduling the node's CPUs and memory.
+    /// A daemon of `parts` with no jobs loaded yet (`recover` loads them).
     pub(super) fn assemble(parts: Parts) -> Daemon {
-        let node = parts.executor.node();
-        let (cpus, mem_mb) = (node.cpus, node.mem_mb);
         Daemon {
             config: parts.config,
             spool: parts.spool,
             ownership: parts.ownership,
-            executor: parts.executor,
-            cpus,
-            mem_mb,
+            nodes: parts.nodes,
             store: Store {
                 db: parts.db,
                 in_transaction: false,
@@ -195,12 +190,9 @@ pub(super) struct Daemon {
     pub(super) config: Config,
     pub(super) spool: Spool,
     pub(super) ownership: Ownership,
-    /// Runs the jobs: this host's supervisors and cgroups.
-    pub(super) executor: Box<dyn Executor>,
-    /// What the scheduler may hand out: the node's CPUs and memory, or
-    /// what the config says.
-    pub(super) cpus: u32,
-    pub(super) mem_mb: u64,
+    /// The servers that run the jobs, each behind its executor: this
+    /// host's supervisors and cgroups, and in a pool the nodes' agents.
+    pub(super) nodes: Nodes,
     pub(super) store: Store,
     pub(super) users: users::Users,
     /// Pending, running and completing jobs.
@@ -257,8 +249,9 @@ pub(super) struct TurnWork {
     pub(super) replies: Vec<(Requester, Reply)>,
     /// Jobs marked running in this turn, to launch after the commit.
     pub(super) to_launch: Vec<JobId>,
-    /// Jobs whose end was recorded in this turn: their directories go after the commit.
-    pub(super) to_remove: Vec<JobId>,
+    /// Jobs whose end was recorded in this turn, with the node they ran
+    /// on: what their executor kept of them goes after the commit.
+    pub(super) to_remove: Vec<(JobId, Option<String>)>,
     pub(super) notifications: Vec<notifications::Notification>,
     /// Jobs whose exit a failed turn took in: looked at again.
     pub(super) exits_to_retry: Vec<JobId>,

@@ -5,7 +5,7 @@ use crate::array::ArraySpec;
 use crate::db::{self, Payload};
 use crate::model::job::{ArrayTask, Hold, Job, JobId, JobRequest, JobState};
 use crate::proto::Reply;
-use crate::sched::admission::{self, Capacity};
+use crate::sched::admission::{self};
 use crate::sched::budget::Verdict;
 use crate::sched::Reason;
 
@@ -92,12 +92,8 @@ impl Daemon {
         if request.exclusive {
             self.make_exclusive(request);
         }
-        let capacity = Capacity {
-            inventory: &self.executor.node().inventory,
-            cpus: self.cpus,
-            mem_mb: self.mem_mb,
-        };
-        let mut admitted = match admission::admit(request, uid, user, &self.config, &capacity) {
+        let capacities = self.nodes.capacities();
+        let mut admitted = match admission::admit(request, uid, user, &self.config, &capacities) {
             Ok(a) => a,
             Err(e) => return Ok(Err(Refusal(e.to_string()))),
         };
@@ -190,7 +186,7 @@ impl Daemon {
         admitted: &admission::Admitted,
     ) -> (Option<String>, String) {
         let policy = crate::sched::limits::Policy::new(&self.config);
-        let types = self.executor.node().inventory.type_counts();
+        let types = crate::gpu::type_counts(self.nodes.all_gpus());
         let type_names: Vec<&str> = types.iter().map(|(t, _)| t.as_str()).collect();
         let approval = crate::sched::approval::needed(
             &policy,
@@ -278,14 +274,27 @@ impl Daemon {
         Ok(())
     }
 
-    /// `--exclusive`: asks for all of the server, so that the job starts
+    /// `--exclusive`: asks for all of a server, so that the job starts
     /// only when nothing else runs there, with everything it has: its
     /// CPUs and memory, and its GPUs of the type asked for (of the most
-    /// numerous type, when none is; not shards).
+    /// numerous type, when none is; not shards). In a pool, the largest
+    /// server it may run on (by its GPUs, then CPUs).
     fn make_exclusive(&self, request: &mut JobRequest) {
-        request.cpus = self.cpus;
-        request.mem_mb = Some(self.mem_mb);
-        let counts = self.executor.node().inventory.type_counts();
+        let allowed = |name: &str| {
+            (request.nodelist.is_empty() || request.nodelist.iter().any(|n| n == name))
+                && !request.exclude.iter().any(|n| n == name)
+        };
+        let Some(node) = self
+            .nodes
+            .iter()
+            .filter(|n| allowed(n.name()))
+            .max_by_key(|n| (n.facts().inventory.gpus.len(), n.cpus))
+        else {
+            return;
+        };
+        request.cpus = node.cpus;
+        request.mem_mb = Some(node.mem_mb);
+        let counts = node.facts().inventory.type_counts();
         let of_type = match &request.gpus.gpu_type {
             Some(t) => counts.iter().find(|(name, _)| name == t).map(|(_, n)| *n),
             None => counts.iter().map(|(_, n)| *n).max(),
@@ -417,6 +426,8 @@ fn job_of(
         preemptions_caused: 0,
         mail_type: request.mail_type,
         mail_user: request.mail_user,
+        nodelist: request.nodelist,
+        exclude: request.exclude,
         work_dir: request.work_dir,
         submit_dir: request.submit_dir,
         std_out: request.output.unwrap_or_else(|| {

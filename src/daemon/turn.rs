@@ -41,8 +41,14 @@ impl Daemon {
             self.store.db.execute_batch("COMMIT")?;
             self.store.in_transaction = false;
         }
-        for id in std::mem::take(&mut self.turn.to_remove) {
-            self.executor.forget(id);
+        for (id, node) in std::mem::take(&mut self.turn.to_remove) {
+            let node = match node {
+                Some(name) => self.nodes.named(&name),
+                None => self.nodes.first(),
+            };
+            if let Some(node) = node {
+                node.executor.forget(id);
+            }
         }
         Ok(())
     }
@@ -62,6 +68,7 @@ impl Daemon {
         self.stats.preemptions_total = db::count_audit(&self.store.db, "preempt")?;
         self.load_budgets(self.now())?;
         self.policy.drains = db::drains(&self.store.db)?;
+        self.load_node_drains()?;
         for (gpu, d) in &self.policy.drains {
             tracing::warn!(target: "ysched::daemon", "GPU {gpu} is drained since {} by {}: {}", crate::model::units::format_timestamp(d.since), d.by, d.reason);
         }
@@ -112,10 +119,12 @@ impl Daemon {
         }
         // Groups of jobs that are not running any more (their supervisor
         // was killed along with the daemon, say): nothing may stay behind.
-        for id in self.executor.leftovers() {
-            if !self.jobs.get(&id).is_some_and(|j| j.state.holds_gpus()) {
-                let left = self.executor.clear_remains(id);
-                tracing::info!(target: "ysched::exec", "cleared what job {id} left behind ({left} processes)");
+        for node in self.nodes.iter() {
+            for id in node.executor.leftovers() {
+                if !self.jobs.get(&id).is_some_and(|j| j.state.holds_gpus()) {
+                    let left = node.executor.clear_remains(id);
+                    tracing::info!(target: "ysched::exec", "cleared what job {id} left behind on {} ({left} processes)", node.name());
+                }
             }
         }
         self.commit()?;
@@ -418,6 +427,7 @@ impl Daemon {
         self.policy.usage = db::load_usage(&self.store.db)?.into_iter().collect();
         self.load_budgets(now)?;
         self.policy.drains = db::drains(&self.store.db)?;
+        self.load_node_drains()?;
         self.policy.ended.clear();
         self.policy.pass_tree = None;
         self.snapshot = None;
@@ -562,16 +572,12 @@ impl Daemon {
         let state = sched::pass::State {
             jobs: &jobs,
             named: &named,
-            node: sched::Node {
-                gpus: &self.executor.node().inventory.gpus,
-                cpus: self.cpus,
-                mem_mb: self.mem_mb,
-                drained: &drained,
-            },
+            layout: self.nodes.layout(),
+            drained: &drained,
             usage: &usage,
             spent: &self.policy.budgets,
             checkpoints: &checkpoints,
-            can_suspend: self.executor.node().isolation.can_suspend,
+            can_suspend: self.nodes.iter().all(|n| n.facts().isolation.can_suspend),
             now,
         };
         let started = Instant::now();
@@ -586,6 +592,7 @@ impl Daemon {
     fn apply(&mut self, decisions: sched::pass::Decisions, now: i64) -> Result<(), DaemonError> {
         let sched::pass::Decisions {
             plan,
+            starts,
             mut held,
             never,
             preemptions,
@@ -602,17 +609,19 @@ impl Daemon {
         }
         self.policy.fairshare = factors;
         self.policy.pass_tree = Some((tree, shares));
-        for (id, gpus) in plan.starts.iter().cloned() {
-            self.mark_running(id, gpus, now)?;
+        let started = !starts.is_empty();
+        for start in starts {
+            self.mark_running(start, now)?;
         }
         self.policy.reasons = plan.reasons;
-        for (id, choice) in preemptions {
-            self.carry_out(id, choice, now)?;
+        for preemption in preemptions {
+            let id = preemption.job;
+            self.carry_out(preemption, now)?;
             self.policy.reasons.insert(id, Reason::Preempting);
         }
         self.policy.expected_starts = plan.expected_starts;
         // A job started now may satisfy an `after` dependency at once.
-        if !plan.starts.is_empty() && !held.is_empty() {
+        if started && !held.is_empty() {
             self.reschedule = true;
         }
         self.policy.reasons.extend(held);
@@ -658,11 +667,7 @@ impl Daemon {
             }
             let mut so_far = Job::clone(job);
             so_far.end_time = Some(now.max(job.start_time.unwrap_or(now)));
-            let billing = sched::fairshare::charge(
-                &so_far,
-                &self.executor.node().inventory.gpus,
-                &self.config,
-            );
+            let billing = sched::fairshare::charge(&so_far, self.nodes.gpus_of(job), &self.config);
             usage
                 .entry((job.account.clone(), job.user.clone()))
                 .or_default()
@@ -701,23 +706,49 @@ impl Daemon {
             weights: self.config.priority.clone(),
             qos: self.config.qos.clone(),
             fairshare: self.policy.fairshare.clone(),
-            total_gpus: self.executor.node().inventory.gpus.len() as u32,
+            total_gpus: self.nodes.all_gpus().len() as u32,
             now,
             shares: query::share_rows(tree, shares, &self.policy.usage, &budgets),
-            node: query::NodeFacts {
-                name: self.config.node_name.clone(),
-                cpus: self.cpus,
-                memory_mb: self.mem_mb,
-                isolation: self.executor.node().isolation.description.clone(),
-                gpu_source: self.executor.node().inventory.source.to_string(),
-                gpus: self.executor.node().inventory.gpus.clone(),
-                drains: self.policy.drains.clone(),
-                samples: self.gpu_watch.last_samples.clone(),
-            },
+            nodes: self.node_facts(),
         };
         let snapshot = Arc::new(query::LazySnapshot::new(inputs));
         self.snapshot = Some(snapshot.clone());
         snapshot
+    }
+
+    /// Each node's side of the node view: the controller's own with its
+    /// GPU drains and samples.
+    fn node_facts(&self) -> Vec<query::NodeFacts> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| {
+                let facts = node.facts();
+                query::NodeFacts {
+                    name: facts.name.clone(),
+                    drain: node
+                        .drain
+                        .as_ref()
+                        .map(|d| format!("{} ({})", d.reason, d.by)),
+                    down: node.down.clone(),
+                    cpus: node.cpus,
+                    memory_mb: node.mem_mb,
+                    isolation: facts.isolation.description.clone(),
+                    gpu_source: facts.inventory.source.to_string(),
+                    gpus: facts.inventory.gpus.clone(),
+                    drains: if i == 0 {
+                        self.policy.drains.clone()
+                    } else {
+                        Default::default()
+                    },
+                    samples: if i == 0 {
+                        self.gpu_watch.last_samples.clone()
+                    } else {
+                        None
+                    },
+                }
+            })
+            .collect()
     }
 
     /// What a job's priority is computed from, as the last pass left it.
@@ -726,7 +757,7 @@ impl Daemon {
             weights: &self.config.priority,
             qos: &self.config.qos,
             fairshare: &self.policy.fairshare,
-            total_gpus: self.executor.node().inventory.gpus.len() as u32,
+            total_gpus: self.nodes.all_gpus().len() as u32,
         }
     }
 
@@ -784,10 +815,14 @@ impl Daemon {
                     }
                 }
                 let later = self.config.needs_restart(&new);
-                self.cpus = new.cpus.unwrap_or_else(crate::exec::local::host_cpus);
-                self.mem_mb = new
+                let cpus = new.cpus.unwrap_or_else(crate::exec::local::host_cpus);
+                let mem_mb = new
                     .memory_mb
                     .unwrap_or_else(crate::exec::local::host_memory_mb);
+                self.nodes.change(&self.config.node_name, |node| {
+                    node.cpus = cpus;
+                    node.mem_mb = mem_mb;
+                });
                 self.config = new;
                 self.users.clear();
                 self.policy.pass_tree = None;
@@ -802,8 +837,8 @@ impl Daemon {
                     Ok(()) => Ok(format!(
                         "config {} reloaded ({} CPUs, {} MiB){not_applied}",
                         path.display(),
-                        self.cpus,
-                        self.mem_mb
+                        cpus,
+                        mem_mb
                     )),
                     Err(e) => Err(ReloadError::Budgets {
                         path: path.clone(),

@@ -181,6 +181,29 @@ CREATE TABLE purged_months (
 ALTER TABLE jobs ADD COLUMN mail_type INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN mail_user TEXT;
 "#,
+    // 12: -w/--nodelist and -x/--exclude, node names joined by commas.
+    r#"
+ALTER TABLE jobs ADD COLUMN nodelist TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN exclude_nodes TEXT NOT NULL DEFAULT '';
+"#,
+    // 13: the pool's nodes: how each joins (a one-time token, kept as a
+    // hash), the certificate it was given, what it last reported, and
+    // whether it is drained or removed.
+    r#"
+CREATE TABLE nodes (
+    name          TEXT    PRIMARY KEY,
+    added         INTEGER NOT NULL,
+    added_by      TEXT    NOT NULL,
+    token_hash    TEXT,
+    token_expires INTEGER,
+    certificate   TEXT,
+    facts         TEXT,
+    drain_reason  TEXT,
+    drain_by      TEXT,
+    drain_since   INTEGER,
+    removed       INTEGER
+);
+"#,
     // 12: GPUs taken out of service (yscontrol drain).
     r#"
 CREATE TABLE gpu_drains (

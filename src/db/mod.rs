@@ -1,7 +1,9 @@
 //! The SQLite accounting database: schema, migrations and every query.
 //! Policy never lives here; this module stores and finds.
 
+mod error;
 mod migrations;
+mod nodes;
 
 use std::path::{Path, PathBuf};
 
@@ -12,36 +14,9 @@ use crate::array::JobRef;
 use crate::model::job::{ArrayTask, ExitStatus, GpuRequest, Hold, Job, JobId, JobState};
 use crate::proto::{JobFilter, Reply};
 
+pub use error::DbError;
 pub use migrations::MIGRATIONS;
-
-#[derive(Debug, Error)]
-pub enum DbError {
-    #[error("database error: {0}")]
-    Sqlite(#[from] rusqlite::Error),
-    #[error("job {0} does not exist")]
-    NotFound(JobId),
-    #[error(
-        "database {path} has schema version {found}, newer than this ysched knows ({known}); \
-         run the ysched release that wrote it, or restore a backup"
-    )]
-    TooNew {
-        path: PathBuf,
-        found: i64,
-        known: i64,
-    },
-    #[error(
-        "database {path} cannot be used: {message}; stop ysctld, move the file aside and restore \
-         a backup (ysched will not start afresh over it)"
-    )]
-    Corrupt { path: PathBuf, message: String },
-    #[error("stored value is invalid: {0}")]
-    Invalid(String),
-    #[error("cannot create the database {path}: {source}")]
-    Create {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-}
+pub use nodes::{node_drains, set_node_drain};
 
 /// What a job runs, kept apart from the record every view may read.
 #[derive(Clone, Debug, PartialEq)]
@@ -197,7 +172,7 @@ const JOB_COLUMNS: &str = "id, uid, gid, user, account, qos, name, state, hold, 
      array_job_id, array_task_id, array_spec, approved_by, gpu_shard, gpu_constraint, preempted_by, claimed_gpus, \
      preempt_count, no_requeue, checkpoint_at, priority_override, warn_signal, \
      checkpoint_file, grace, gpu_seconds, gpu_samples, gpu_util_sum, gpu_util_max, gpu_mem_max_mb, \
-     gpu_low_secs, preemptions_caused, mail_type, mail_user";
+     gpu_low_secs, preemptions_caused, mail_type, mail_user, nodelist, exclude_nodes";
 
 fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     let state = required(row, 7, |s| {
@@ -285,7 +260,17 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         mail_type: row.get(61)?,
         mail_user: row.get(62)?,
         warn_signal,
+        nodelist: names(&row.get::<_, String>(63)?),
+        exclude: names(&row.get::<_, String>(64)?),
     })
+}
+
+/// Node names as stored: joined by commas (a name holds none).
+fn names(text: &str) -> Vec<String> {
+    text.split(',')
+        .filter(|n| !n.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 /// A stored column's text that does not read back as its type.
@@ -402,9 +387,9 @@ pub fn insert_job(conn: &Connection, job: &Job, payload: &Payload) -> Result<Job
         "INSERT INTO jobs (uid, gid, user, account, qos, name, state, hold, gpu_count, gpu_type, cpus, mem_mb, \
          time_limit, submit_time, begin_time, work_dir, submit_dir, std_out, std_err, open_append, comment, nice, dependency, \
          array_job_id, array_task_id, array_spec, gpu_shard, gpu_constraint, no_requeue, warn_signal, checkpoint_file, grace, \
-         mail_type, mail_user) \
+         mail_type, mail_user, nodelist, exclude_nodes) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, \
-         ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34)",
+         ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36)",
     )?
     .execute(params![
         job.uid,
@@ -441,6 +426,8 @@ pub fn insert_job(conn: &Connection, job: &Job, payload: &Payload) -> Result<Job
         job.grace.map(|g| g as i64),
         job.mail_type,
         job.mail_user,
+        job.nodelist.join(","),
+        job.exclude.join(","),
     ])?;
     let id = conn.last_insert_rowid() as JobId;
     if job.array.as_ref().is_some_and(|a| a.job_id == 0) {

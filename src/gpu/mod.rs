@@ -57,6 +57,7 @@ impl Inventory {
                     group: next_group + i / size,
                     features: decl.features.clone(),
                     shards: decl.shards,
+                    node: 0,
                 });
             }
             next_group += decl.count.div_ceil(size);
@@ -71,14 +72,7 @@ impl Inventory {
 
     /// Type names with their counts, in inventory order: `a100 ×4, rtx3090 ×2`.
     pub fn type_counts(&self) -> Vec<(String, u32)> {
-        let mut out: Vec<(String, u32)> = Vec::new();
-        for gpu in &self.gpus {
-            match out.iter_mut().find(|(t, _)| *t == gpu.gpu_type) {
-                Some((_, n)) => *n += 1,
-                None => out.push((gpu.gpu_type.clone(), 1)),
-            }
-        }
-        out
+        type_counts(&self.gpus)
     }
 
     /// Each type with its memory, features and shards: `a100 x8 (80G,
@@ -123,6 +117,18 @@ impl Inventory {
             .collect::<Vec<_>>()
             .join(", ")
     }
+}
+
+/// Type names of `gpus` with their counts, in order of first appearance.
+pub fn type_counts(gpus: &[Gpu]) -> Vec<(String, u32)> {
+    let mut out: Vec<(String, u32)> = Vec::new();
+    for gpu in gpus {
+        match out.iter_mut().find(|(t, _)| *t == gpu.gpu_type) {
+            Some((_, n)) => *n += 1,
+            None => out.push((gpu.gpu_type.clone(), 1)),
+        }
+    }
+    out
 }
 
 /// `n` a100 GPUs numbered from 0, in one group, for tests.
@@ -231,6 +237,7 @@ mod nvml {
                 group: i,
                 features: Vec::new(),
                 shards: 0,
+                node: 0,
             });
         }
         let links = topology_links(&nvml, count);

@@ -23,6 +23,14 @@ pub struct Gpu {
     /// Slots for `--gpus shard:N` jobs (0: whole-GPU jobs only).
     #[serde(default)]
     pub shards: u32,
+    /// The slot of its server in a pool's inventory (see
+    /// `sched::pool::Layout`); 0 in a server's own inventory.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub node: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

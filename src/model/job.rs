@@ -492,6 +492,12 @@ pub struct JobRequest {
     /// this into all its CPUs, memory and GPUs).
     #[serde(default)]
     pub exclusive: bool,
+    /// `-w/--nodelist`: the node it must run on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodelist: Vec<String>,
+    /// `-x/--exclude`: nodes it must not run on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude: Vec<String>,
     pub script: String,
     pub args: Vec<String>,
 }
@@ -529,8 +535,10 @@ pub struct Job {
     pub begin_time: Option<i64>,
     pub start_time: Option<i64>,
     pub end_time: Option<i64>,
-    /// Global GPU indices while or after it ran.
+    /// Its GPUs while or after it ran, as its node numbers them.
     pub gpus_alloc: Vec<u32>,
+    /// The node it runs or ran on; for a pending job that preempted
+    /// others, the node of its claim.
     pub node: Option<String>,
     pub exit: Option<ExitStatus>,
     pub restart_count: u32,
@@ -610,6 +618,12 @@ pub struct Job {
     /// `--mail-user`: who is told (default: the job's user).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mail_user: Option<String>,
+    /// `-w/--nodelist`: the node it must run on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodelist: Vec<String>,
+    /// `-x/--exclude`: nodes it must not run on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude: Vec<String>,
 }
 
 impl Job {
@@ -799,6 +813,8 @@ pub(crate) fn example_request() -> JobRequest {
         grace: None,
         mail_type: MailTypes::default(),
         mail_user: None,
+        nodelist: Vec::new(),
+        exclude: Vec::new(),
         exclusive: false,
         script: "#!/bin/sh\ntrue\n".into(),
         args: Vec::new(),

@@ -4,6 +4,7 @@
 //! written in. It depends on nothing else in the crate.
 
 pub mod gpu;
+pub mod hostlist;
 pub mod isolation;
 pub mod job;
 pub mod policy;

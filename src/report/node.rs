@@ -14,6 +14,13 @@ use crate::model::job::Job;
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct NodeInfo {
     pub name: String,
+    /// Slurm's word for the node: `idle`, `mix`, `alloc`, `drain` (drained
+    /// and empty), `drng` (drained, jobs still on it), `down`.
+    #[serde(default)]
+    pub state: String,
+    /// Why it is drained or down.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     pub cpus: u32,
     pub cpus_allocated: u32,
     pub memory_mb: u64,
@@ -48,9 +55,13 @@ pub struct GpuInfo {
     pub memory_used_mb: Option<u64>,
 }
 
-/// What the daemon knows of the server, at one moment.
+/// What the daemon knows of one server, at one moment.
 pub struct Facts<'a> {
     pub name: &'a str,
+    /// The node drained by an administrator, and why.
+    pub drain: Option<&'a str>,
+    /// The node not answering, and why.
+    pub down: Option<&'a str>,
     pub cpus: u32,
     pub memory_mb: u64,
     pub isolation: &'a str,
@@ -61,6 +72,7 @@ pub struct Facts<'a> {
     pub samples: Option<&'a [Sample]>,
 }
 
+/// `f.jobs` are the jobs on this node (and those claiming its GPUs).
 pub fn build(f: &Facts) -> NodeInfo {
     // One pass over the jobs, however many GPUs: a queue may be 100,000
     // pending jobs long.
@@ -73,7 +85,7 @@ pub fn build(f: &Facts) -> NodeInfo {
             claimed_gpus.extend(job.claim.iter().copied());
         }
     }
-    let gpus = f
+    let gpus: Vec<GpuInfo> = f
         .gpus
         .iter()
         .map(|g| {
@@ -110,10 +122,13 @@ pub fn build(f: &Facts) -> NodeInfo {
             }
         })
         .collect();
+    let cpus_allocated = holding.iter().map(|j| j.cpus).sum::<u32>().min(f.cpus);
     NodeInfo {
         name: f.name.to_string(),
+        state: node_state(f, &gpus, cpus_allocated).to_string(),
+        reason: f.down.or(f.drain).map(str::to_string),
         cpus: f.cpus,
-        cpus_allocated: holding.iter().map(|j| j.cpus).sum::<u32>().min(f.cpus),
+        cpus_allocated,
         memory_mb: f.memory_mb,
         memory_allocated_mb: holding.iter().filter_map(|j| j.mem_mb).sum(),
         isolation: f.isolation.to_string(),
@@ -122,9 +137,36 @@ pub fn build(f: &Facts) -> NodeInfo {
     }
 }
 
+/// Slurm's state word for a node with `gpus` as built: down before
+/// drained, drained before how full it is; a node whose every GPU is
+/// drained is drained too.
+fn node_state(f: &Facts, gpus: &[GpuInfo], cpus_allocated: u32) -> &'static str {
+    let allocated = gpus.iter().filter(|g| !g.jobs.is_empty()).count();
+    let drained = gpus.iter().filter(|g| g.drain.is_some()).count();
+    let busy = allocated > 0 || cpus_allocated > 0;
+    if f.down.is_some() {
+        "down"
+    } else if f.drain.is_some() || (!gpus.is_empty() && drained == gpus.len()) {
+        if busy {
+            "drng"
+        } else {
+            "drain"
+        }
+    } else if (!gpus.is_empty() && allocated == gpus.len())
+        || (f.cpus > 0 && cpus_allocated >= f.cpus)
+    {
+        "alloc"
+    } else if busy {
+        "mix"
+    } else {
+        "idle"
+    }
+}
+
 /// `ysinfo`'s columns, by name.
-pub const FIELDS: [&str; 10] = [
-    "gpu", "type", "memory", "group", "features", "state", "jobs", "users", "util", "reason",
+pub const FIELDS: [&str; 11] = [
+    "node", "gpu", "type", "memory", "group", "features", "state", "jobs", "users", "util",
+    "reason",
 ];
 
 /// One cell of a GPU's row.
@@ -195,6 +237,8 @@ mod tests {
         let jobs = [&running, &urgent];
         let info = build(&Facts {
             name: "gpu01",
+            drain: None,
+            down: None,
             cpus: 16,
             memory_mb: 1024,
             isolation: "cgroup v2",

@@ -60,6 +60,12 @@ pub enum AdmissionError {
     },
     #[error("{0}")]
     AccountLimit(String),
+    #[error("unknown node '{name}' (nodes: {known})")]
+    UnknownNode { name: String, known: String },
+    #[error("--nodelist={0} names several nodes, and a job runs on one")]
+    NodeCount(String),
+    #[error("no node can run it: {0}")]
+    NoNode(String),
     #[error("user {user} may not use QoS '{qos}': it is for {who}. An admin can open it to you in the config's [[qos]] table (users, accounts)")]
     QosAccess {
         user: String,
@@ -78,9 +84,10 @@ pub enum AdmissionError {
     },
 }
 
-/// What the server can hand out, as the daemon measured or the config says.
+/// What a server can hand out, as the daemon measured or the config says.
 #[derive(Clone, Debug)]
 pub struct Capacity<'a> {
+    pub name: &'a str,
     pub inventory: &'a Inventory,
     pub cpus: u32,
     pub mem_mb: u64,
@@ -96,12 +103,14 @@ pub struct Admitted {
     pub mem_mb: Option<u64>,
 }
 
+/// Admits a request: the account and QoS it may use, limits, and a node
+/// of `nodes` (one it may run on) that can satisfy it.
 pub fn admit(
     request: &JobRequest,
     uid: u32,
     user: &str,
     config: &Config,
-    capacity: &Capacity,
+    nodes: &[Capacity],
 ) -> Result<Admitted, AdmissionError> {
     if uid == 0 && !config.allow_root_jobs {
         return Err(AdmissionError::RootJob {
@@ -122,14 +131,8 @@ pub fn admit(
             )));
         }
     }
-    check_gpus(request, capacity.inventory)?;
-    if request.cpus > capacity.cpus {
-        return Err(AdmissionError::Cpus {
-            requested: request.cpus,
-            available: capacity.cpus,
-        });
-    }
-    let mem_mb = memory_of(request, config, capacity)?;
+    let mem_mb = memory_of(request, config);
+    check_nodes(request, mem_mb, nodes)?;
     let policy = super::limits::Policy::new(config);
     let time_limit = time_limit_of(request, config, &policy, &account, &qos)?;
     if let Some(why) =
@@ -189,29 +192,93 @@ fn qos_of(request: &JobRequest, config: &Config) -> Result<String, AdmissionErro
     })
 }
 
-/// The memory limit: as asked, or the config's default per GPU; within
-/// what the server has.
-fn memory_of(
-    request: &JobRequest,
-    config: &Config,
-    capacity: &Capacity,
-) -> Result<Option<u64>, AdmissionError> {
-    let mem_mb = request.mem_mb.or_else(|| {
+/// The memory limit: as asked, or the config's default per GPU.
+fn memory_of(request: &JobRequest, config: &Config) -> Option<u64> {
+    request.mem_mb.or_else(|| {
         let gpus = u64::from(request.gpus.gpus_held());
         config
             .default_mem_per_gpu
             .filter(|_| gpus > 0)
             .map(|per_gpu| per_gpu * gpus)
-    });
-    if let Some(mem) = mem_mb {
-        if mem > capacity.mem_mb {
-            return Err(AdmissionError::Memory {
-                requested: units::format_memory_mb(mem),
-                available: units::format_memory_mb(capacity.mem_mb),
+    })
+}
+
+/// Whether a node the request may run on (`--nodelist`, `--exclude`)
+/// can satisfy it: its GPUs, CPUs and memory. With one such node, what
+/// it lacks; with several, what each lacks.
+fn check_nodes(
+    request: &JobRequest,
+    mem_mb: Option<u64>,
+    nodes: &[Capacity],
+) -> Result<(), AdmissionError> {
+    let known = || {
+        let names: Vec<&str> = nodes.iter().map(|n| n.name).collect();
+        if names.is_empty() {
+            "none yet".to_string()
+        } else {
+            names.join(", ")
+        }
+    };
+    for name in request.nodelist.iter().chain(&request.exclude) {
+        if !nodes.iter().any(|n| n.name == name) {
+            return Err(AdmissionError::UnknownNode {
+                name: name.clone(),
+                known: known(),
             });
         }
     }
-    Ok(mem_mb)
+    if request.nodelist.len() > 1 {
+        return Err(AdmissionError::NodeCount(request.nodelist.join(",")));
+    }
+    let allowed: Vec<&Capacity> = nodes
+        .iter()
+        .filter(|n| request.nodelist.is_empty() || request.nodelist.iter().any(|x| x == n.name))
+        .filter(|n| !request.exclude.iter().any(|x| x == n.name))
+        .collect();
+    let mut lacking = Vec::new();
+    for node in &allowed {
+        match check_node(request, mem_mb, node) {
+            Ok(()) => return Ok(()),
+            Err(e) => lacking.push((node.name, e)),
+        }
+    }
+    match lacking.len() {
+        0 => Err(AdmissionError::NoNode(if nodes.is_empty() {
+            "the pool has no nodes yet".to_string()
+        } else {
+            format!("--exclude leaves none of {}", known())
+        })),
+        1 => Err(lacking.remove(0).1),
+        _ => Err(AdmissionError::NoNode(
+            lacking
+                .iter()
+                .map(|(name, e)| format!("{name}: {e}"))
+                .collect::<Vec<_>>()
+                .join("; "),
+        )),
+    }
+}
+
+/// What one server lacks for the request, if anything.
+fn check_node(
+    request: &JobRequest,
+    mem_mb: Option<u64>,
+    node: &Capacity,
+) -> Result<(), AdmissionError> {
+    check_gpus(request, node.inventory)?;
+    if request.cpus > node.cpus {
+        return Err(AdmissionError::Cpus {
+            requested: request.cpus,
+            available: node.cpus,
+        });
+    }
+    if let Some(mem) = mem_mb.filter(|&m| m > node.mem_mb) {
+        return Err(AdmissionError::Memory {
+            requested: units::format_memory_mb(mem),
+            available: units::format_memory_mb(node.mem_mb),
+        });
+    }
+    Ok(())
 }
 
 /// The time limit: as asked, or the default (no more than the account
@@ -419,11 +486,12 @@ mod tests {
             1000,
             "alice",
             cfg,
-            &Capacity {
+            &[Capacity {
+                name: "gpu01",
                 inventory: &inv,
                 cpus: 8,
                 mem_mb: 64 * 1024,
-            },
+            }],
         )
     }
 
@@ -519,11 +587,12 @@ mod tests {
     fn root_and_time_limits() {
         let cfg = config("max_time = \"2:00:00\"");
         let inv = Inventory::declared(&cfg);
-        let cap = Capacity {
+        let cap = [Capacity {
+            name: "gpu01",
             inventory: &inv,
             cpus: 8,
             mem_mb: 1024,
-        };
+        }];
         assert!(matches!(
             admit(&request(), 0, "root", &cfg, &cap),
             Err(AdmissionError::RootJob { .. })
@@ -548,11 +617,12 @@ mod tests {
         );
         let mut r = request();
         r.qos = Some("critical".into());
-        let cap = Capacity {
+        let cap = [Capacity {
+            name: "gpu01",
             inventory: &inv,
             cpus: 8,
             mem_mb: 1 << 20,
-        };
+        }];
         assert_eq!(
             admit(&r, 1001, "carol", &cfg, &cap).unwrap_err().to_string(),
             "user carol may not use QoS 'critical': it is for coordinators of account vision (alice), \
@@ -583,5 +653,56 @@ mod tests {
             check(&r, &cfg).unwrap_err().to_string(),
             "time limit 1:00:00 exceeds the maximum of 30:00 (max_time of QoS 'debug')"
         );
+    }
+
+    #[test]
+    fn a_pool_admits_what_one_node_it_may_use_can_run() {
+        let cfg = config("");
+        let big = Inventory::declared(&cfg);
+        let small = Inventory {
+            gpus: big.gpus[..1].to_vec(),
+            source: big.source,
+        };
+        let nodes = [
+            Capacity {
+                name: "gpu01",
+                inventory: &small,
+                cpus: 4,
+                mem_mb: 1024,
+            },
+            Capacity {
+                name: "gpu02",
+                inventory: &big,
+                cpus: 64,
+                mem_mb: 1 << 20,
+            },
+        ];
+        let mut r = request();
+        r.gpus.count = 3;
+        assert!(admit(&r, 1000, "alice", &cfg, &nodes).is_ok(), "on gpu02");
+        r.nodelist = vec!["gpu01".into()];
+        assert_eq!(
+            admit(&r, 1000, "alice", &cfg, &nodes)
+                .unwrap_err()
+                .to_string(),
+            "3 GPUs requested but this server has at most 1 (GPUs: a100 x1)"
+        );
+        r.nodelist = vec!["gpu09".into()];
+        assert_eq!(
+            admit(&r, 1000, "alice", &cfg, &nodes)
+                .unwrap_err()
+                .to_string(),
+            "unknown node 'gpu09' (nodes: gpu01, gpu02)"
+        );
+        r.nodelist.clear();
+        r.exclude = vec!["gpu02".into()];
+        assert!(admit(&r, 1000, "alice", &cfg, &nodes).is_err());
+        r.exclude.clear();
+        r.gpus.count = 9;
+        let e = admit(&r, 1000, "alice", &cfg, &nodes)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("no node can run it: gpu01: 9 GPUs"), "{e}");
+        assert!(admit(&r, 1000, "alice", &cfg, &[]).is_err(), "no nodes");
     }
 }

@@ -11,6 +11,7 @@ pub mod limits;
 pub mod pass;
 pub mod placement;
 pub mod plan;
+pub mod pool;
 pub mod preempt;
 pub mod priority;
 pub mod profile;
@@ -18,5 +19,5 @@ pub mod reason;
 pub mod window;
 
 pub use pass::pass;
-pub use plan::{plan, Node, Plan};
+pub use plan::{plan, Plan, Pool};
 pub use reason::Reason;

@@ -14,7 +14,8 @@ use crate::model::policy::{Association, OverBudget};
 
 use super::dependency::{Dependency, Status};
 use super::fairshare::{self, FactorMap, NodeShare, Tree, Usage};
-use super::plan::{plan, Node, Plan};
+use super::plan::{plan, Plan, Pool};
+use super::pool::Layout;
 use super::preempt::{self, Candidate, Choice};
 use super::profile::{Free, Types};
 use super::reason::Reason;
@@ -28,7 +29,11 @@ pub struct State<'a> {
     /// The states of the jobs pending dependencies name (`None`: no such
     /// job); an array's id stands for its tasks.
     pub named: &'a HashMap<JobId, Option<JobState>>,
-    pub node: Node<'a>,
+    /// The pool's nodes and GPUs; jobs' allocations are in their nodes'
+    /// own numbers, as recorded.
+    pub layout: &'a Layout,
+    /// GPUs out of service, in pool numbers.
+    pub drained: &'a [u32],
     /// Each association's usage, with what its running jobs used so far.
     pub usage: &'a HashMap<Association, Usage>,
     /// What each budgeted account spent in its current period: the
@@ -36,15 +41,18 @@ pub struct State<'a> {
     pub spent: &'a HashMap<String, (i64, i64)>,
     /// When each running job last saved a checkpoint.
     pub checkpoints: &'a HashMap<JobId, i64>,
-    /// Whether the node can freeze a running job (suspend preemption).
+    /// Whether the nodes can freeze a running job (suspend preemption).
     pub can_suspend: bool,
     pub now: i64,
 }
 
 /// What a pass decided.
 pub struct Decisions {
-    /// Starts, reservations, and why each job that entered placement waits.
+    /// Reservations, and why each job that entered placement waits (its
+    /// starts, in pool numbers, are moved to `starts`).
     pub plan: Plan,
+    /// Jobs to start now, in priority order, where.
+    pub starts: Vec<Placement>,
     /// Pending jobs held back before placement, with why.
     pub held: HashMap<JobId, Reason>,
     /// Pending jobs whose dependency can never be satisfied (held with
@@ -52,16 +60,61 @@ pub struct Decisions {
     pub never: Vec<JobId>,
     /// The jobs that preempt, in priority order, with their victims and
     /// the GPUs kept for them.
-    pub preemptions: Vec<(JobId, Choice)>,
+    pub preemptions: Vec<Preemption>,
     /// The fair-share tree the priorities came from.
     pub tree: Tree,
     pub shares: Vec<NodeShare>,
     pub factors: FactorMap,
 }
 
-/// One scheduling pass over `state` under `config`.
+/// A job to start: its node and GPUs, in that node's own numbers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub job: JobId,
+    pub node: String,
+    pub gpus: Vec<u32>,
+}
+
+/// A job that preempts others: the victims, and the node and GPUs (in
+/// that node's own numbers) kept for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Preemption {
+    pub job: JobId,
+    pub victims: Vec<JobId>,
+    pub node: String,
+    pub gpus: Vec<u32>,
+}
+
+/// One scheduling pass over `state` under `config`: on a pool, over the
+/// jobs with their allocations in pool numbers, and back.
 pub fn pass(state: &State<'_>, config: &Config) -> Decisions {
+    if state.layout.is_single() {
+        return pass_in_pool_numbers(state, config);
+    }
+    let in_pool: Vec<Job> = state
+        .jobs
+        .iter()
+        .filter(|j| !j.gpus_alloc.is_empty() || !j.claim.is_empty())
+        .map(|j| state.layout.to_pool(j))
+        .collect();
+    let by_id: HashMap<JobId, &Job> = in_pool.iter().map(|j| (j.id, j)).collect();
+    let jobs: Vec<&Job> = state
+        .jobs
+        .iter()
+        .map(|j| by_id.get(&j.id).copied().unwrap_or(j))
+        .collect();
+    pass_in_pool_numbers(
+        &State {
+            jobs: &jobs,
+            ..*state
+        },
+        config,
+    )
+}
+
+fn pass_in_pool_numbers(state: &State<'_>, config: &Config) -> Decisions {
     let now = state.now;
+    let pool = Pool::of(state.layout, state.drained);
     let (mut held, never) = dependency_waits(state.jobs, state.named);
     for (id, reason) in budget_waits(state, config) {
         held.entry(id).or_insert(reason);
@@ -74,7 +127,7 @@ pub fn pass(state: &State<'_>, config: &Config) -> Decisions {
         weights: &config.priority,
         qos: &config.qos,
         fairshare: &factors,
-        total_gpus: state.node.gpus.len() as u32,
+        total_gpus: state.layout.gpus.len() as u32,
     };
     let mut rater = priority::Rater::new(&ctx);
     let pending: Vec<(&Job, i64)> = state
@@ -89,16 +142,39 @@ pub fn pass(state: &State<'_>, config: &Config) -> Decisions {
         .copied()
         .filter(|j| j.state.holds_gpus())
         .collect();
-    let plan = plan(
+    let mut plan = plan(
         &pending,
         &running,
-        &state.node,
+        &pool,
         &limits::Policy::at(config, now),
         now,
     );
-    let preemptions = preemptions(state, config, &plan);
+    let preemptions = preemptions(state, config, &plan)
+        .into_iter()
+        .map(|(job, choice)| {
+            let (node, gpus) = state.layout.to_node(choice.node, &choice.gpus);
+            Preemption {
+                job,
+                victims: choice.victims,
+                node,
+                gpus,
+            }
+        })
+        .collect();
+    let starts = std::mem::take(&mut plan.starts)
+        .into_iter()
+        .map(|s| {
+            let (node, gpus) = state.layout.to_node(s.node, &s.gpus);
+            Placement {
+                job: s.job,
+                node,
+                gpus,
+            }
+        })
+        .collect();
     Decisions {
         plan,
+        starts,
         held,
         never,
         preemptions,
@@ -221,7 +297,7 @@ fn budget_waits(state: &State<'_>, config: &Config) -> HashMap<JobId, Reason> {
             .copied()
             .filter(|j| subtree.contains(j.account.as_str()))
             .collect();
-        let cost = |j: &Job| worst_case(j, state.node.gpus, config);
+        let cost = |j: &Job| worst_case(j, &state.layout.gpus, config);
         let running: i64 = under
             .iter()
             .filter(|j| j.state.holds_gpus())
@@ -249,7 +325,7 @@ fn preemptions(state: &State<'_>, config: &Config, plan: &Plan) -> Vec<(JobId, C
     if config.qos.iter().all(|q| q.preempt.is_empty()) {
         return Vec::new();
     }
-    let types = Types::new(state.node.gpus);
+    let types = Types::new(&state.layout.gpus, &state.layout.nodes);
     let mut free = free_before_preemption(state, &types);
     let mut candidates: Vec<Candidate> = state
         .jobs
@@ -317,12 +393,13 @@ fn preemptions(state: &State<'_>, config: &Config, plan: &Plan) -> Vec<(JobId, C
 /// frees its CPUs while suspended gives them back) and the GPUs kept for
 /// earlier preemptors.
 fn free_before_preemption(state: &State<'_>, types: &Types) -> Free {
-    let mut free = Free::new(state.node.gpus, state.node.cpus, state.node.mem_mb, types);
+    let mut free = Free::new(types);
+    free.take_gpus(state.drained, types);
     for job in state.jobs {
         if job.state.holds_gpus() {
-            free.take(job, &job.gpus_alloc, types);
+            free.take_held(job, types);
             if super::profile::frees_cpus(job) {
-                free.cpus += job.cpus;
+                free.give_cpus(job, types);
             }
         }
         if job.state == JobState::Pending && !job.claim.is_empty() {

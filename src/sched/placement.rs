@@ -78,11 +78,13 @@ impl FromIterator<u32> for GpuSet {
 }
 
 /// Picks GPUs for `request` among `free` (indices into `inventory`), or
-/// `None` when they are not there. Only GPUs the request accepts (type,
-/// `--constraint`) count. Among types, the one whose free pool is the
-/// smallest that fits (best fit keeps large pools whole for large jobs),
-/// ties in config order; within it, see [`pick_in_groups`]. Shard requests
-/// are placed by [`pick_shared`].
+/// `None` when they are not there. All of them on one node, of one type:
+/// only GPUs the request accepts (type, `--constraint`) count, pooled by
+/// node and type. The pool chosen is the smallest that fits (best fit
+/// keeps large pools, and whole nodes, free for large jobs); ties go to
+/// the type first in config order, then to a pool where the job fits in
+/// one NVLink or PCIe group, then to the first node. Within it, see
+/// [`pick_in_groups`]. Shard requests are placed by [`pick_shared`].
 pub fn place(request: &GpuRequest, free: &GpuSet, inventory: &[Gpu]) -> Option<Vec<u32>> {
     let count = request.count as usize;
     if count == 0 {
@@ -91,23 +93,42 @@ pub fn place(request: &GpuRequest, free: &GpuSet, inventory: &[Gpu]) -> Option<V
     if request.shard {
         return None;
     }
-    let mut pools: Vec<(&str, Vec<&Gpu>)> = Vec::new();
+    let mut pools: Vec<((u32, &str), Vec<&Gpu>)> = Vec::new();
     for gpu in free.iter().filter_map(|i| inventory.get(i as usize)) {
         if !request.accepts(gpu) {
             continue;
         }
-        match pools.iter_mut().find(|(t, _)| *t == gpu.gpu_type) {
+        let key = (gpu.node, gpu.gpu_type.as_str());
+        match pools.iter_mut().find(|(k, _)| *k == key) {
             Some((_, pool)) => pool.push(gpu),
-            None => pools.push((&gpu.gpu_type, vec![gpu])),
+            None => pools.push((key, vec![gpu])),
         }
     }
-    // Config order of types, for ties.
-    pools.sort_by_key(|(t, _)| inventory.iter().position(|g| g.gpu_type == *t));
+    let type_order = |t: &str| inventory.iter().position(|g| g.gpu_type == t);
     let (_, pool) = pools
         .into_iter()
         .filter(|(_, pool)| pool.len() >= count)
-        .min_by_key(|(_, pool)| pool.len())?;
+        .min_by_key(|((node, t), pool)| {
+            (
+                pool.len(),
+                type_order(t),
+                !fits_one_group(pool, count),
+                *node,
+            )
+        })?;
     Some(pick_in_groups(&pool, count))
+}
+
+/// Whether some group of `pool` holds `count` GPUs.
+fn fits_one_group(pool: &[&Gpu], count: usize) -> bool {
+    let mut sizes: Vec<(u32, usize)> = Vec::new();
+    for gpu in pool {
+        match sizes.iter_mut().find(|(g, _)| *g == gpu.group) {
+            Some((_, n)) => *n += 1,
+            None => sizes.push((gpu.group, 1)),
+        }
+    }
+    sizes.iter().any(|(_, n)| *n >= count)
 }
 
 /// `count` GPUs of `pool` (in index order), close together: from the one

@@ -3,27 +3,46 @@
 
 use std::collections::HashMap;
 
+use super::pool::NodeRoom;
 use super::profile::{Free, Profile, Slot, Types};
 use super::reason::Reason;
 use super::{limits, placement, priority, profile};
 use crate::model::gpu::Gpu;
 use crate::model::job::{GpuRequest, Hold, Job, JobId};
 
-/// The consumable resources of the node.
+/// The consumable resources of the pool, in pool numbers (see
+/// [`super::pool::Layout`]).
 #[derive(Clone, Debug)]
-pub struct Node<'a> {
+pub struct Pool<'a> {
     pub gpus: &'a [Gpu],
-    pub cpus: u32,
-    pub mem_mb: u64,
+    pub nodes: &'a [NodeRoom],
     /// GPUs out of service: no job starts on them, now or later.
     pub drained: &'a [u32],
+}
+
+impl<'a> Pool<'a> {
+    pub fn of(layout: &'a super::pool::Layout, drained: &'a [u32]) -> Pool<'a> {
+        Pool {
+            gpus: &layout.gpus,
+            nodes: &layout.nodes,
+            drained,
+        }
+    }
+}
+
+/// A job to start now: the node's slot and the GPUs, in pool numbers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Start {
+    pub job: JobId,
+    pub node: usize,
+    pub gpus: Vec<u32>,
 }
 
 /// The outcome of one scheduling pass.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
-    /// Jobs to start now, with their GPUs, in priority order.
-    pub starts: Vec<(JobId, Vec<u32>)>,
+    /// Jobs to start now, where, in priority order.
+    pub starts: Vec<Start>,
     /// Why each pending job that does not start waits.
     pub reasons: HashMap<JobId, Reason>,
     /// Pending job ids in scheduling order (for `ysqueue`).
@@ -51,7 +70,7 @@ pub struct Plan {
 pub fn plan<'a>(
     pending: &[(&'a Job, i64)],
     running: &'a [&'a Job],
-    node: &'a Node<'a>,
+    node: &'a Pool<'a>,
     policy: &'a limits::Policy,
     now: i64,
 ) -> Plan {
@@ -68,7 +87,7 @@ pub fn plan<'a>(
 /// One pass in progress: the timeline as the jobs placed so far leave
 /// it, the limits they use, and the plan.
 struct Planner<'a, 'p> {
-    node: &'a Node<'a>,
+    node: &'a Pool<'a>,
     policy: &'a limits::Policy<'p>,
     now: i64,
     types: Types<'a>,
@@ -97,19 +116,19 @@ impl<'a, 'p> Planner<'a, 'p> {
     fn new(
         pending: &[(&Job, i64)],
         running: &'a [&'a Job],
-        node: &'a Node<'a>,
+        node: &'a Pool<'a>,
         policy: &'a limits::Policy<'p>,
         now: i64,
     ) -> Self {
-        let types = Types::new(node.gpus);
-        let mut free = Free::new(node.gpus, node.cpus, node.mem_mb, &types);
+        let types = Types::new(node.gpus, node.nodes);
+        let mut free = Free::new(&types);
         let mut held = limits::State::default();
         let reserves = policy.reserves(node.gpus.len() as u32);
         let mut reserve_used: Vec<u32> = vec![0; reserves.len()];
         for job in running {
-            free.take(job, &job.gpus_alloc, &types);
+            free.take_held(job, &types);
             if profile::frees_cpus(job) {
-                free.cpus += job.cpus;
+                free.give_cpus(job, &types);
             }
             held.add(policy, job, &job.gpus_alloc, node.gpus);
             use_reserve(&reserves, job, &mut reserve_used);
@@ -185,9 +204,10 @@ impl<'a, 'p> Planner<'a, 'p> {
     /// holders are gone.
     fn start_claimant(&mut self, job: &Job) {
         let ready = job.claim.iter().all(|g| !self.held_now.contains(*g));
-        let slot = Slot::now(job.claim.clone(), self.now);
+        let node = self.types.slot_of(job);
+        let slot = Slot::now(node, job.claim.clone(), self.now);
         let now = self.profile.now();
-        if ready && now.cpus >= job.cpus && now.mem_mb >= job.mem_mb.unwrap_or(0) {
+        if ready && now.cpus[node] >= job.cpus && now.mem_mb[node] >= job.mem_mb.unwrap_or(0) {
             self.take(job, slot, job.time_limit);
         } else {
             self.plan.reasons.insert(job.id, Reason::Preempting);
@@ -277,7 +297,11 @@ impl<'a, 'p> Planner<'a, 'p> {
         self.profile.take(job, &slot, duration, &self.types);
         use_reserve(&self.reserves, job, &mut self.reserve_used);
         self.held.add(self.policy, job, &slot.gpus, self.node.gpus);
-        self.plan.starts.push((job.id, slot.gpus));
+        self.plan.starts.push(Start {
+            job: job.id,
+            node: slot.node,
+            gpus: slot.gpus,
+        });
     }
 }
 
@@ -306,6 +330,7 @@ fn expected_end(job: &Job, now: i64) -> Option<i64> {
 mod tests {
     use super::*;
     use crate::model::job::{GpuRequest, JobState};
+    use crate::sched::pool::Layout;
 
     use crate::gpu::test_a100s as gpus;
 
@@ -335,20 +360,21 @@ mod tests {
     fn plan_without_limits(
         pending: &[(&Job, i64)],
         running: &[&Job],
-        node: &Node,
+        layout: &Layout,
         now: i64,
     ) -> Plan {
         let config = crate::config::Config::builtin(std::path::Path::new("test.toml"));
-        plan(pending, running, node, &limits::Policy::new(&config), now)
+        let pool = Pool::of(layout, &[]);
+        plan(pending, running, &pool, &limits::Policy::new(&config), now)
     }
 
-    fn node(g: &[Gpu]) -> Node<'_> {
-        Node {
-            gpus: g,
-            cpus: 64,
-            mem_mb: 1 << 20,
-            drained: &[],
-        }
+    fn node(g: &[Gpu]) -> Layout {
+        Layout::single("gpu01", 64, 1 << 20, g)
+    }
+
+    /// The starts as (job, GPUs).
+    fn starts(p: &Plan) -> Vec<(JobId, Vec<u32>)> {
+        p.starts.iter().map(|s| (s.job, s.gpus.clone())).collect()
     }
 
     #[test]
@@ -356,7 +382,7 @@ mod tests {
         let g = gpus(4);
         let (a, b, c) = (job(1, 2, None), job(2, 1, None), job(3, 2, None));
         let p = plan_without_limits(&[(&c, 0), (&a, 0), (&b, 10)], &[], &node(&g), 100);
-        assert_eq!(p.starts, vec![(2, vec![0]), (1, vec![1, 2])]);
+        assert_eq!(starts(&p), vec![(2, vec![0]), (1, vec![1, 2])]);
         assert_eq!(p.reasons[&3], Reason::Resources);
         assert_eq!(p.order, vec![2, 1, 3]);
     }
@@ -382,11 +408,11 @@ mod tests {
         urgent.claim = vec![0, 1];
         let other = job(3, 1, None);
         let p = plan_without_limits(&[(&urgent, 1), (&other, 100)], &[&victim], &node(&g), 10);
-        assert_eq!(p.starts, vec![(3, vec![2])], "never GPU 1: {p:?}");
+        assert_eq!(starts(&p), vec![(3, vec![2])], "never GPU 1: {p:?}");
         assert_eq!(p.reasons[&2], Reason::Preempting);
         // The victim is gone: the urgent job starts on what it was kept.
         let p = plan_without_limits(&[(&urgent, 1), (&other, 100)], &[], &node(&g), 10);
-        assert_eq!(p.starts, vec![(3, vec![2]), (2, vec![0, 1])]);
+        assert_eq!(starts(&p), vec![(3, vec![2]), (2, vec![0, 1])]);
     }
 
     #[test]
@@ -395,7 +421,7 @@ mod tests {
         let r = running(1, &[1], 0, None);
         let next = job(2, 1, None);
         let p = plan_without_limits(&[(&next, 0)], &[&r], &node(&g), 10);
-        assert_eq!(p.starts, vec![(2, vec![0])]);
+        assert_eq!(starts(&p), vec![(2, vec![0])]);
     }
 
     #[test]
@@ -433,7 +459,7 @@ mod tests {
             &node(&g),
             now,
         );
-        assert_eq!(p.starts, vec![(5, vec![3])]);
+        assert_eq!(starts(&p), vec![(5, vec![3])]);
         assert_eq!(p.reasons[&3], Reason::Resources);
         assert_eq!(p.reasons[&4], Reason::Priority);
         assert_eq!(p.backfilled, vec![5]);
@@ -451,7 +477,7 @@ mod tests {
         let short = job(6, 1, Some(50)); // on 3 until 60: delays nobody
         let pending = [(&all, 40), (&two, 30), (&long, 20), (&short, 10)];
         let p = plan_without_limits(&pending, &[&r1, &r2], &node(&g), 10);
-        assert_eq!(p.starts, vec![(6, vec![3])]);
+        assert_eq!(starts(&p), vec![(6, vec![3])]);
         assert_eq!(p.expected_starts[&3], 1000);
         assert_eq!(p.expected_starts[&4], 100);
         assert_eq!(p.reasons[&4], Reason::Resources);
@@ -465,11 +491,11 @@ mod tests {
         let p = plan(
             &pending,
             &[&r1, &r2],
-            &node(&g),
+            &Pool::of(&node(&g), &[]),
             &limits::Policy::new(&config),
             10,
         );
-        assert_eq!(p.starts, vec![(5, vec![3])]);
+        assert_eq!(starts(&p), vec![(5, vec![3])]);
         assert!(p.expected_starts.is_empty());
     }
 
@@ -483,7 +509,7 @@ mod tests {
         let p = plan_without_limits(&[(&two, 10), (&one, 0)], &[&r1, &r2], &node(&g), 10);
         assert_eq!(p.reasons[&3], Reason::Resources);
         assert_eq!(
-            p.starts,
+            starts(&p),
             vec![(4, vec![3])],
             "GPU 3 is not needed by the reservation on 0,1"
         );
@@ -499,7 +525,7 @@ mod tests {
         let mut c = job(3, 0, None);
         c.mem_mb = Some(2 << 20);
         let p = plan_without_limits(&[(&a, 0), (&b, 0), (&c, 0)], &[], &node(&g), 0);
-        assert_eq!(p.starts, vec![(1, vec![0])]);
+        assert_eq!(starts(&p), vec![(1, vec![0])]);
         assert_eq!(p.reasons[&2], Reason::Resources);
         assert_eq!(p.reasons[&3], Reason::Resources);
     }
@@ -521,8 +547,14 @@ mod tests {
         };
         let (a, b) = (medium(1, 2), medium(2, 1));
         // Two of four are kept for critical: the second medium job waits.
-        let p = plan(&[(&a, 10), (&b, 5)], &[], &node(&g), &policy, 0);
-        assert_eq!(p.starts, vec![(1, vec![0, 1])]);
+        let p = plan(
+            &[(&a, 10), (&b, 5)],
+            &[],
+            &Pool::of(&node(&g), &[]),
+            &policy,
+            0,
+        );
+        assert_eq!(starts(&p), vec![(1, vec![0, 1])]);
         assert_eq!(p.reasons[&2], Reason::ReservedForQos);
         // A critical job takes the kept GPUs.
         let running_a = running(1, &[0, 1], 0, None);
@@ -533,11 +565,11 @@ mod tests {
         let p = plan(
             &[(&urgent, 100), (&b, 5)],
             &[&running_a],
-            &node(&g),
+            &Pool::of(&node(&g), &[]),
             &policy,
             0,
         );
-        assert_eq!(p.starts, vec![(3, vec![2, 3])]);
+        assert_eq!(starts(&p), vec![(3, vec![2, 3])]);
         // What critical uses counts against its reserve: with one of its
         // two GPUs in use, one more is kept.
         let mut running_urgent = running(3, &[2], 0, None);
@@ -545,12 +577,68 @@ mod tests {
         let p = plan(
             &[(&b, 5)],
             &[&running_a, &running_urgent],
-            &node(&g),
+            &Pool::of(&node(&g), &[]),
             &policy,
             0,
         );
         assert_eq!(p.reasons[&2], Reason::ReservedForQos, "GPU 3 is kept");
-        let p = plan(&[(&b, 5)], &[&running_urgent], &node(&g), &policy, 0);
+        let p = plan(
+            &[(&b, 5)],
+            &[&running_urgent],
+            &Pool::of(&node(&g), &[]),
+            &policy,
+            0,
+        );
         assert_eq!(p.starts.len(), 1, "three free, one kept: {p:?}");
+    }
+
+    #[test]
+    fn a_job_gets_all_its_gpus_and_cpus_on_one_node_packing_the_fullest() {
+        let (a, b) = (gpus(4), gpus(4));
+        let layout = Layout::new([
+            crate::sched::pool::Member {
+                name: "gpu01",
+                cpus: 8,
+                mem_mb: 1 << 20,
+                open: true,
+                gpus: &a,
+            },
+            crate::sched::pool::Member {
+                name: "gpu02",
+                cpus: 8,
+                mem_mb: 1 << 20,
+                open: true,
+                gpus: &b,
+            },
+        ]);
+        // gpu01 has 3 of 4 GPUs busy; gpu02 is empty.
+        let mut busy = running(1, &[0, 1, 2], 0, None);
+        busy.node = Some("gpu01".into());
+        let busy = layout.to_pool(&busy);
+        let one = job(2, 1, None);
+        let two = job(3, 2, None);
+        let mut wide = job(4, 0, None);
+        wide.cpus = 8;
+        let p = plan_without_limits(&[(&one, 30), (&two, 20), (&wide, 10)], &[&busy], &layout, 0);
+        let where_: Vec<(JobId, usize, Vec<u32>)> = p
+            .starts
+            .iter()
+            .map(|s| (s.job, s.node, s.gpus.clone()))
+            .collect();
+        // One GPU fills gpu01; two go to gpu02, whole; the 8-CPU job finds
+        // no node with 8 CPUs left.
+        assert_eq!(where_, vec![(2, 0, vec![3]), (3, 1, vec![4, 5])]);
+        assert_eq!(p.reasons[&4], Reason::Resources);
+        // Five GPUs fit on no node.
+        let five = job(5, 5, None);
+        let p = plan_without_limits(&[(&five, 0)], &[], &layout, 0);
+        assert!(p.starts.is_empty());
+        // --nodelist and --exclude choose the node.
+        let mut pinned = job(6, 1, None);
+        pinned.nodelist = vec!["gpu02".into()];
+        let mut avoiding = job(7, 1, None);
+        avoiding.exclude = vec!["gpu01".into()];
+        let p = plan_without_limits(&[(&pinned, 2), (&avoiding, 1)], &[], &layout, 0);
+        assert!(p.starts.iter().all(|s| s.node == 1), "{p:?}");
     }
 }

@@ -22,10 +22,12 @@ pub struct Candidate<'a> {
     pub suspend: bool,
 }
 
-/// The victims chosen and the GPUs the urgent job will get.
+/// The victims chosen, and the node and GPUs the urgent job will get.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Choice {
     pub victims: Vec<JobId>,
+    /// The node's slot in the pass's pool.
+    pub node: usize,
     pub gpus: Vec<u32>,
 }
 
@@ -46,11 +48,16 @@ fn cost(set: &[&Candidate]) -> Cost {
 }
 
 /// Where `urgent` would go if `set` stopped, on top of `free`.
-fn place_without(urgent: &Job, free: &Free, set: &[&Candidate], types: &Types) -> Option<Vec<u32>> {
+fn place_without(
+    urgent: &Job,
+    free: &Free,
+    set: &[&Candidate],
+    types: &Types,
+) -> Option<(usize, Vec<u32>)> {
     let mut after = free.clone();
     for c in set {
         if c.suspend {
-            after.cpus += c.job.cpus;
+            after.give_cpus(c.job, types);
         } else {
             after.give(c.job, types);
         }
@@ -81,10 +88,14 @@ pub fn choose(
     } else {
         greedy_then_pruned(urgent, free, &sorted, types)?
     };
-    let gpus = place_without(urgent, free, &set, types)?;
+    let (node, gpus) = place_without(urgent, free, &set, types)?;
     let mut victims: Vec<JobId> = set.iter().map(|c| c.job.id).collect();
     victims.sort_unstable();
-    Some(Choice { victims, gpus })
+    Some(Choice {
+        victims,
+        node,
+        gpus,
+    })
 }
 
 fn cheapest_of_all<'c, 'a>(
@@ -146,6 +157,7 @@ mod tests {
     use crate::model::job::{GpuRequest, JobState};
 
     use crate::gpu::test_a100s as gpus;
+    use crate::sched::pool::Layout;
 
     fn job(id: JobId, count: u32, alloc: &[u32]) -> Job {
         Job {
@@ -161,20 +173,24 @@ mod tests {
         }
     }
 
-    fn busy(g: &[Gpu], types: &Types, running: &[&Job]) -> Free {
-        let mut free = Free::new(g, 64, 1 << 20, types);
+    fn busy(types: &Types, running: &[&Job]) -> Free {
+        let mut free = Free::new(types);
         for j in running {
-            free.take(j, &j.gpus_alloc, types);
+            free.take_held(j, types);
         }
         free
     }
 
+    fn node(g: &[Gpu]) -> Layout {
+        Layout::single("gpu01", 64, 1 << 20, g)
+    }
+
     #[test]
     fn the_set_needed_and_no_more_least_work_lost_first() {
-        let g = gpus(4);
-        let types = Types::new(&g);
+        let layout = node(&gpus(4));
+        let types = Types::new(&layout.gpus, &layout.nodes);
         let (a, b, c) = (job(1, 1, &[0]), job(2, 1, &[1]), job(3, 2, &[2, 3]));
-        let free = busy(&g, &types, &[&a, &b, &c]);
+        let free = busy(&types, &[&a, &b, &c]);
         let urgent = job(9, 2, &[]);
         let cand = |j, lost| Candidate {
             job: j,
@@ -193,7 +209,7 @@ mod tests {
         assert_eq!(choice.victims, vec![1, 2]);
         assert_eq!(choice.gpus, vec![0, 1]);
         // One GPU free already: one 1-GPU job is enough.
-        let free = busy(&g, &types, &[&b, &c]);
+        let free = busy(&types, &[&b, &c]);
         let choice = choose(&urgent, &free, &all[1..], &types).unwrap();
         assert_eq!(choice.victims, vec![2]);
         // Nothing to gain: none.
@@ -202,11 +218,11 @@ mod tests {
 
     #[test]
     fn lower_qos_goes_first_and_greedy_pruning_agrees() {
-        let g = gpus(16);
-        let types = Types::new(&g);
+        let layout = node(&gpus(16));
+        let types = Types::new(&layout.gpus, &layout.nodes);
         let jobs: Vec<Job> = (0..16).map(|i| job(i + 1, 1, &[i as u32])).collect();
         let refs: Vec<&Job> = jobs.iter().collect();
-        let free = busy(&g, &types, &refs);
+        let free = busy(&types, &refs);
         // Jobs 1-8 are medium, 9-16 low; the low ones lost more work.
         let all: Vec<Candidate> = jobs
             .iter()

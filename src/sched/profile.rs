@@ -4,21 +4,28 @@
 //! end, so no start can delay a reservation made before it (conservative
 //! backfill over the first reservations of the queue).
 
+use std::collections::HashMap;
+
 use crate::model::gpu::Gpu;
 use crate::model::job::Job;
 
 use super::placement::{self, GpuSet};
+use super::pool::{self, NodeRoom};
 
-/// GPU types numbered once per pass, with the inventory they number.
+/// GPU types numbered once per pass, with the pool's inventory and nodes
+/// they number.
 pub struct Types<'a> {
     pub gpus: &'a [Gpu],
+    pub nodes: &'a [NodeRoom],
     pub names: Vec<&'a str>,
     /// Type id of each GPU, by index.
     pub of_gpu: Vec<usize>,
+    /// Node slots by name.
+    slots: HashMap<&'a str, usize>,
 }
 
 impl<'a> Types<'a> {
-    pub fn new(gpus: &'a [Gpu]) -> Types<'a> {
+    pub fn new(gpus: &'a [Gpu], nodes: &'a [NodeRoom]) -> Types<'a> {
         let mut names: Vec<&str> = Vec::new();
         let of_gpu = gpus
             .iter()
@@ -30,11 +37,31 @@ impl<'a> Types<'a> {
                 }
             })
             .collect();
+        let slots = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.as_str(), i))
+            .collect();
         Types {
             gpus,
+            nodes,
             names,
             of_gpu,
+            slots,
         }
+    }
+
+    /// The node slot of a job that holds resources (or claims them): where
+    /// its GPUs are, else its node by name, else the first.
+    pub fn slot_of(&self, job: &Job) -> usize {
+        let gpu = job.gpus_alloc.first().or(job.claim.first());
+        if let Some(g) = gpu.and_then(|&g| self.gpus.get(g as usize)) {
+            return g.node as usize;
+        }
+        job.node
+            .as_deref()
+            .and_then(|n| self.slots.get(n).copied())
+            .unwrap_or(0)
     }
 }
 
@@ -48,11 +75,13 @@ pub fn frees_cpus(job: &Job) -> bool {
 #[derive(Clone, Debug)]
 pub struct Free {
     pub gpus: GpuSet,
-    pub cpus: u32,
-    pub mem_mb: u64,
-    /// Free GPUs of each type (by `Types` id): a job needing more than any
-    /// type has free is turned down without looking at single GPUs, which
-    /// keeps a pass over a long blocked queue linear.
+    /// Free CPUs and memory of each node, by slot.
+    pub cpus: Vec<u32>,
+    pub mem_mb: Vec<u64>,
+    /// Free GPUs of each type (by `Types` id), over the pool: a job
+    /// needing more than any type has free is turned down without
+    /// looking at single GPUs, which keeps a pass over a long blocked
+    /// queue linear.
     per_type: Vec<u32>,
     /// Shard slots in use on each GPU (by index). A GPU with slots in use
     /// is not in `gpus`: whole-GPU jobs never share a card.
@@ -60,18 +89,35 @@ pub struct Free {
 }
 
 impl Free {
-    pub fn new(gpus: &[Gpu], cpus: u32, mem_mb: u64, types: &Types) -> Free {
+    pub fn new(types: &Types) -> Free {
         let mut per_type = vec![0; types.names.len()];
         for &t in &types.of_gpu {
             per_type[t] += 1;
         }
         Free {
-            gpus: gpus.iter().map(|g| g.index).collect(),
-            cpus,
-            mem_mb,
+            gpus: types.gpus.iter().map(|g| g.index).collect(),
+            cpus: types.nodes.iter().map(|n| n.cpus).collect(),
+            mem_mb: types.nodes.iter().map(|n| n.mem_mb).collect(),
             per_type,
-            shards_used: vec![0; gpus.len()],
+            shards_used: vec![0; types.gpus.len()],
         }
+    }
+
+    /// The nodes `job` may start on with its CPUs and memory free there.
+    pub fn rooms(&self, job: &Job, types: &Types) -> GpuSet {
+        let mem = job.mem_mb.unwrap_or(0);
+        types
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, n)| {
+                n.open
+                    && self.cpus[*i] >= job.cpus
+                    && self.mem_mb[*i] >= mem
+                    && pool::allows(job, &n.name)
+            })
+            .map(|(i, _)| i as u32)
+            .collect()
     }
 
     /// GPUs a shard request could share now: accepted by it, not taken
@@ -95,31 +141,48 @@ impl Free {
         total.saturating_sub(self.shards_used.get(gpu as usize).copied().unwrap_or(0))
     }
 
-    /// The GPUs `job` could use now, before placement chooses among them.
-    fn usable(&self, job: &Job, types: &Types) -> GpuSet {
-        if job.gpus.shard {
+    /// The GPUs `job` could use now on the nodes of `rooms`, before
+    /// placement chooses among them.
+    fn usable(&self, job: &Job, rooms: &GpuSet, types: &Types) -> GpuSet {
+        let mut gpus = if job.gpus.shard {
             self.shareable(job, types)
         } else {
             self.gpus.clone()
+        };
+        if rooms.len() < types.nodes.len() {
+            gpus = on_nodes(&gpus, rooms, types);
         }
+        gpus
     }
 
-    /// Where `job` would go on what is free now, ignoring the future.
-    pub fn place(&self, job: &Job, types: &Types) -> Option<Vec<u32>> {
+    /// Where `job` would go on what is free now, ignoring the future: its
+    /// node's slot and its GPUs.
+    pub fn place(&self, job: &Job, types: &Types) -> Option<(usize, Vec<u32>)> {
         if !self.fits(job, types) {
             return None;
         }
-        choose(job, &self.usable(job, types), self, types)
+        let rooms = self.rooms(job, types);
+        choose(job, &self.usable(job, &rooms, types), &rooms, self, types)
     }
 
-    /// Enough CPUs, memory and GPUs (of one type) for `job`, wherever they are.
+    /// Enough GPUs of one type in the pool for `job`, and a node with its
+    /// CPUs and memory: what every placement needs, checked cheaply.
     pub fn fits(&self, job: &Job, types: &Types) -> bool {
         let count = job.gpus.count;
-        let fits_rest = job.cpus <= self.cpus && job.mem_mb.unwrap_or(0) <= self.mem_mb;
-        if job.gpus.shard && count > 0 {
-            return fits_rest && !self.shareable(job, types).is_empty();
+        let mem = job.mem_mb.unwrap_or(0);
+        let room = (0..types.nodes.len()).any(|i| {
+            types.nodes[i].open
+                && self.cpus[i] >= job.cpus
+                && self.mem_mb[i] >= mem
+                && pool::allows(job, &types.nodes[i].name)
+        });
+        if !room {
+            return false;
         }
-        let gpus_ok = count == 0
+        if job.gpus.shard && count > 0 {
+            return !self.shareable(job, types).is_empty();
+        }
+        count == 0
             || match &job.gpus.gpu_type {
                 Some(t) => types
                     .names
@@ -127,8 +190,7 @@ impl Free {
                     .position(|n| n == t)
                     .is_some_and(|i| self.per_type[i] >= count),
                 None => self.per_type.iter().any(|&n| n >= count),
-            };
-        gpus_ok && job.cpus <= self.cpus && job.mem_mb.unwrap_or(0) <= self.mem_mb
+            }
     }
 
     /// Takes GPUs only, whole.
@@ -140,7 +202,8 @@ impl Free {
         }
     }
 
-    pub fn take(&mut self, job: &Job, gpus: &[u32], types: &Types) {
+    /// Takes `job`'s resources: `gpus`, and its CPUs and memory on `node`.
+    pub fn take(&mut self, job: &Job, node: usize, gpus: &[u32], types: &Types) {
         for &g in gpus {
             if self.gpus.remove(g) {
                 self.per_type[types.of_gpu[g as usize]] -= 1;
@@ -151,8 +214,19 @@ impl Free {
                 }
             }
         }
-        self.cpus = self.cpus.saturating_sub(job.cpus);
-        self.mem_mb = self.mem_mb.saturating_sub(job.mem_mb.unwrap_or(0));
+        self.cpus[node] = self.cpus[node].saturating_sub(job.cpus);
+        self.mem_mb[node] = self.mem_mb[node].saturating_sub(job.mem_mb.unwrap_or(0));
+    }
+
+    /// Takes what a running (or stopping) job holds, on its node.
+    pub fn take_held(&mut self, job: &Job, types: &Types) {
+        self.take(job, types.slot_of(job), &job.gpus_alloc, types);
+    }
+
+    /// Gives back a job's CPUs only (a job suspended for a preemptor).
+    pub fn give_cpus(&mut self, job: &Job, types: &Types) {
+        let node = types.slot_of(job);
+        self.cpus[node] = self.cpus[node].saturating_add(job.cpus);
     }
 
     pub fn give(&mut self, job: &Job, types: &Types) {
@@ -171,18 +245,53 @@ impl Free {
                 self.per_type[types.of_gpu[g as usize]] += 1;
             }
         }
-        self.cpus += job.cpus;
-        self.mem_mb += job.mem_mb.unwrap_or(0);
+        let node = types.slot_of(job);
+        self.cpus[node] = self.cpus[node].saturating_add(job.cpus);
+        self.mem_mb[node] = self.mem_mb[node].saturating_add(job.mem_mb.unwrap_or(0));
     }
 }
 
-/// Picks `job`'s GPUs among `usable` ones: whole GPUs by placement, or
-/// the card a shard job shares (the most shared one, by `now`'s slots).
-fn choose(job: &Job, usable: &GpuSet, now: &Free, types: &Types) -> Option<Vec<u32>> {
-    if job.gpus.shard && job.gpus.count > 0 {
-        placement::pick_shared(usable, |g| now.free_slots(g, types)).map(|g| vec![g])
+/// The GPUs of `gpus` on the nodes of `rooms`.
+fn on_nodes(gpus: &GpuSet, rooms: &GpuSet, types: &Types) -> GpuSet {
+    gpus.iter()
+        .filter(|&g| {
+            types
+                .gpus
+                .get(g as usize)
+                .is_some_and(|gpu| rooms.contains(gpu.node))
+        })
+        .collect()
+}
+
+/// Picks `job`'s node and GPUs among `usable` ones on the nodes of
+/// `rooms`: whole GPUs by placement, the card a shard job shares (the most
+/// shared one, by `now`'s slots), or for a job without GPUs the node with
+/// the fewest CPUs left that holds it (packing, so that whole nodes stay
+/// free for large jobs).
+fn choose(
+    job: &Job,
+    usable: &GpuSet,
+    rooms: &GpuSet,
+    now: &Free,
+    types: &Types,
+) -> Option<(usize, Vec<u32>)> {
+    let node_of = |gpus: Vec<u32>| {
+        let node = gpus
+            .first()
+            .and_then(|&g| types.gpus.get(g as usize))
+            .map_or(0, |g| g.node as usize);
+        (node, gpus)
+    };
+    if job.gpus.count == 0 {
+        let node = rooms
+            .iter()
+            .min_by_key(|&n| (now.cpus[n as usize] - job.cpus, n))?;
+        return Some((node as usize, Vec::new()));
+    }
+    if job.gpus.shard {
+        placement::pick_shared(usable, |g| now.free_slots(g, types)).map(|g| node_of(vec![g]))
     } else {
-        placement::place(&job.gpus, usable, types.gpus)
+        placement::place(&job.gpus, usable, types.gpus).map(node_of)
     }
 }
 
@@ -190,16 +299,19 @@ fn choose(job: &Job, usable: &GpuSet, now: &Free, types: &Types) -> Option<Vec<u
 #[derive(Clone, Debug, PartialEq)]
 pub struct Slot {
     pub at: i64,
+    /// The node's slot.
+    pub node: usize,
     pub gpus: Vec<u32>,
     /// Index of the point it starts at (0: now).
     point: usize,
 }
 
 impl Slot {
-    /// Starting now on `gpus`.
-    pub fn now(gpus: Vec<u32>, now: i64) -> Slot {
+    /// Starting now on `gpus` of `node`.
+    pub fn now(node: usize, gpus: Vec<u32>, now: i64) -> Slot {
         Slot {
             at: now,
+            node,
             gpus,
             point: 0,
         }
@@ -265,7 +377,8 @@ impl Profile {
                 continue;
             }
             let end = duration.map(|d| start.at.saturating_add(d as i64));
-            let mut gpus = start.free.usable(job, types);
+            let mut rooms = start.free.rooms(job, types);
+            let mut gpus = start.free.usable(job, &rooms, types);
             // The first later point where too little is free: every start
             // up to it would span it too, so the next to try is after it.
             let mut short_at = None;
@@ -273,19 +386,26 @@ impl Profile {
                 if end.is_some_and(|e| later.at >= e) {
                     break;
                 }
-                if !later.free.fits(job, types) {
+                if later.free.fits(job, types) {
+                    rooms.intersect_with(&later.free.rooms(job, types));
+                }
+                if rooms.is_empty() || !later.free.fits(job, types) {
                     short_at = Some(j);
                     break;
                 }
-                gpus.intersect_with(&later.free.usable(job, types));
+                gpus.intersect_with(&later.free.usable(job, &rooms, types));
             }
             if let Some(j) = short_at {
                 i = j + 1;
                 continue;
             }
-            if let Some(gpus) = choose(job, &gpus, &start.free, types) {
+            if rooms.len() < types.nodes.len() {
+                gpus = on_nodes(&gpus, &rooms, types);
+            }
+            if let Some((node, gpus)) = choose(job, &gpus, &rooms, &start.free, types) {
                 return Some(Slot {
                     at: start.at,
+                    node,
                     gpus,
                     point: i,
                 });
@@ -311,7 +431,7 @@ impl Profile {
             .iter_mut()
             .take_while(|p| end.is_none_or(|e| p.at < e))
         {
-            point.free.take(job, &slot.gpus, types);
+            point.free.take(job, slot.node, &slot.gpus, types);
         }
     }
 }
@@ -322,6 +442,12 @@ mod tests {
     use crate::model::job::{GpuRequest, JobState};
 
     use crate::gpu::test_a100s as gpus;
+    use crate::sched::pool::Layout;
+
+    /// One node of `g` with 8 CPUs and 1 GiB.
+    fn node(g: &[Gpu]) -> Layout {
+        Layout::single("gpu01", 8, 1024, g)
+    }
 
     fn job(id: u64, count: u32, alloc: &[u32]) -> Job {
         Job {
@@ -340,11 +466,11 @@ mod tests {
 
     #[test]
     fn a_reservation_blocks_only_the_time_it_covers() {
-        let g = gpus(2);
-        let types = Types::new(&g);
-        let mut free = Free::new(&g, 8, 1024, &types);
+        let layout = node(&gpus(2));
+        let types = Types::new(&layout.gpus, &layout.nodes);
+        let mut free = Free::new(&types);
         let running = job(1, 1, &[0]);
-        free.take(&running, &[0], &types);
+        free.take(&running, 0, &[0], &types);
         let mut profile = Profile::new(0, free, &[(100, &running)], &types);
         // A 2-GPU job can start when job 1 ends, at 100; reserve it for 50 s.
         let big = job(2, 2, &[]);
@@ -383,7 +509,8 @@ mod tests {
                 ..Gpu::default()
             })
             .collect();
-        let types = Types::new(&g);
+        let layout = node(&g);
+        let types = Types::new(&layout.gpus, &layout.nodes);
         let shard = |id, n| Job {
             gpus: GpuRequest {
                 count: n,
@@ -392,27 +519,27 @@ mod tests {
             },
             ..job(id, n, &[])
         };
-        let mut free = Free::new(&g, 8, 1024, &types);
+        let mut free = Free::new(&types);
         let a = shard(1, 2);
-        let at_a = free.place(&a, &types).unwrap();
+        let (_, at_a) = free.place(&a, &types).unwrap();
         assert_eq!(at_a, vec![0]);
-        free.take(&a, &at_a, &types);
+        free.take(&a, 0, &at_a, &types);
         let b = shard(2, 1);
         assert_eq!(
             free.place(&b, &types),
-            Some(vec![0]),
+            Some((0, vec![0])),
             "onto the shared card"
         );
-        free.take(&b, &[0], &types);
+        free.take(&b, 0, &[0], &types);
         let whole = job(3, 1, &[]);
         assert_eq!(
             free.place(&whole, &types),
-            Some(vec![1]),
+            Some((0, vec![1])),
             "never a shared card"
         );
         let two = job(4, 2, &[]);
         assert_eq!(free.place(&two, &types), None);
-        free.take(&whole, &[1], &types);
+        free.take(&whole, 0, &[1], &types);
         let c = shard(5, 2);
         assert_eq!(
             free.place(&c, &types),
@@ -435,6 +562,6 @@ mod tests {
             },
             &types,
         );
-        assert_eq!(free.place(&whole, &types), Some(vec![0]));
+        assert_eq!(free.place(&whole, &types), Some((0, vec![0])));
     }
 }

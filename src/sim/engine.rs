@@ -16,6 +16,7 @@ use serde::Serialize;
 use crate::model::job::{GpuRequest, Job, JobId, JobState};
 use crate::model::policy::Association;
 use crate::sched::fairshare::{self, Usage};
+use crate::sched::pool::Layout;
 use crate::sched::{self, budget, limits, pass};
 
 use super::trace::TraceJob;
@@ -75,6 +76,9 @@ pub struct Sim<'a> {
     /// The config without accounts: FIFO knows no limits.
     fifo_config: Config,
     inventory: Inventory,
+    /// The simulated server as the pass sees it: the inventory, CPUs and
+    /// memory without limit.
+    layout: Layout,
     policy: Policy,
     trace: &'a [TraceJob],
     drains: Vec<DrainAt>,
@@ -110,6 +114,7 @@ impl<'a> Sim<'a> {
                 ..config.clone()
             },
             inventory: Inventory::declared(config),
+            layout: Layout::single("sim", u32::MAX, u64::MAX, &Inventory::declared(config).gpus),
             policy,
             trace,
             drains,
@@ -294,16 +299,10 @@ impl<'a> Sim<'a> {
             .filter(|d| d.time <= now)
             .map(|d| d.gpu)
             .collect();
-        let node = sched::Node {
-            gpus: &self.inventory.gpus,
-            cpus: u32::MAX,
-            mem_mb: u64::MAX,
-            drained: &drained,
-        };
         if self.policy == Policy::Fifo {
             let starts = fifo(
                 &self.jobs,
-                &node,
+                &sched::Pool::of(&self.layout, &drained),
                 &limits::Policy::new(&self.fifo_config),
                 now,
             );
@@ -317,7 +316,8 @@ impl<'a> Sim<'a> {
             let state = pass::State {
                 jobs: &jobs,
                 named: &named,
-                node,
+                layout: &self.layout,
+                drained: &drained,
                 usage: &usage,
                 spent: &self.spent,
                 checkpoints: &HashMap::new(),
@@ -340,10 +340,11 @@ impl<'a> Sim<'a> {
             }
         }
         let again = !decisions.preemptions.is_empty()
-            || (!decisions.plan.starts.is_empty() && !decisions.held.is_empty());
-        self.start(decisions.plan.starts, now);
-        for (urgent, choice) in decisions.preemptions {
-            self.preempt(urgent, choice, now);
+            || (!decisions.starts.is_empty() && !decisions.held.is_empty());
+        let starts = decisions.starts.into_iter().map(|s| (s.job, s.gpus));
+        self.start(starts.collect(), now);
+        for preemption in decisions.preemptions {
+            self.preempt(preemption, now);
         }
         again
     }
@@ -405,8 +406,8 @@ impl<'a> Sim<'a> {
 
     /// Stops the victims at once and keeps their GPUs for `urgent`: a
     /// requeued victim waits again from the start of its run.
-    fn preempt(&mut self, urgent: JobId, choice: crate::sched::preempt::Choice, now: i64) {
-        if let Some(job) = self.jobs.get_mut(&urgent) {
+    fn preempt(&mut self, choice: pass::Preemption, now: i64) {
+        if let Some(job) = self.jobs.get_mut(&choice.job) {
             job.claim = choice.gpus;
         }
         for victim in choice.victims {
@@ -500,7 +501,7 @@ fn judge(
 /// where it fits now, until one does not.
 fn fifo(
     jobs: &BTreeMap<JobId, Job>,
-    node: &sched::Node,
+    node: &sched::Pool,
     no_limits: &limits::Policy,
     now: i64,
 ) -> Vec<(JobId, Vec<u32>)> {
@@ -514,7 +515,7 @@ fn fifo(
         let refs: Vec<&Job> = busy.iter().collect();
         let plan = sched::plan(&[(job, 0)], &refs, node, no_limits, now);
         match plan.starts.into_iter().next() {
-            Some((id, gpus)) => {
+            Some(sched::plan::Start { job: id, gpus, .. }) => {
                 let mut started = job.clone();
                 started.gpus_alloc = gpus.clone();
                 started.state = JobState::Running;

@@ -97,8 +97,71 @@ fn drained_gpus_take_no_new_job_and_come_back_when_resumed() {
     assert!(stderr(&out).contains("unknown field 'colour'"));
     let json: serde_json::Value =
         serde_json::from_str(&stdout(&c.run("ysinfo", &["--json"]))).unwrap();
-    assert_eq!(json["gpus"][0]["drain"]["reason"], "ECC errors");
+    assert_eq!(json[0]["gpus"][0]["drain"]["reason"], "ECC errors");
+    assert_eq!(json[0]["name"], "gpu01");
     wait_for("nothing left running", LONG, || {
         states(&c).contains("1 idle")
     });
+}
+
+#[test]
+fn a_drained_node_takes_no_new_job_and_says_why() {
+    // The test cluster's node is named gpu01.
+    let mut c = Cluster::started("");
+    let node_line = |c: &Cluster| {
+        let out = c.run("ysinfo", &["-N", "-h"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert!(
+        node_line(&c).starts_with("gpu01 idle "),
+        "{}",
+        node_line(&c)
+    );
+
+    let out = c.run(
+        "yscontrol",
+        &["node", "drain", "gpu01", "--reason", "new fans"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("node gpu01 drained: new fans"));
+    let job = c.submit(&["--gpus", "1", "--wrap", "true"]);
+    std::thread::sleep(Duration::from_millis(500));
+    let reason = stdout(&c.run("ysqueue", &["-h", "-j", &job.to_string(), "-o", "%T"]));
+    assert_eq!(reason.trim(), "PENDING", "nothing starts on a drained node");
+    assert!(
+        node_line(&c).starts_with("gpu01 drain ") && node_line(&c).ends_with("0/4 new fans (root)"),
+        "{}",
+        node_line(&c)
+    );
+    // The drain outlives a restart.
+    c.stop();
+    c.start();
+    assert!(node_line(&c).contains(" drain "), "{}", node_line(&c));
+    let shown = stdout(&c.run("yscontrol", &["show", "node", "gpu01"]));
+    assert!(
+        shown.contains("State=DRAINED Reason=\"new fans (root)\""),
+        "{shown}"
+    );
+
+    // Bad input: an unknown node, no reason, not an admin's request.
+    let out = c.run("yscontrol", &["node", "drain", "gpu09", "--reason", "x"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("unknown node 'gpu09' (nodes: gpu01)"),
+        "{}",
+        stderr(&out)
+    );
+    let out = c.run("yscontrol", &["node", "drain", "gpu01"]);
+    assert_eq!(out.status.code(), Some(2));
+
+    let out = c.run("yscontrol", &["node", "resume", "gpu01"]);
+    assert!(stdout(&out).contains("node gpu01 back in service"));
+    assert_eq!(c.wait_done(job, LONG), "COMPLETED");
+    let audit = stdout(&c.run("yscontrol", &["show", "audit"]));
+    assert!(audit.contains("drain-node gpu01: new fans"), "{audit}");
+    assert!(audit.contains("resume-node gpu01"), "{audit}");
 }

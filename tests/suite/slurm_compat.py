@@ -129,6 +129,10 @@ def main():
     # The partition, the controller, a job in full.
     if run("sinfo", "-o", "%P").stdout != "PARTITION\nysched*\n":
         sys.exit("sinfo -o %P: " + run("sinfo", "-o", "%P").stdout)
+    # One line per node, NAME STATE, as pool scripts read it.
+    lines = run("sinfo", "-N", "-h", "-o", "%N %t").stdout.splitlines()
+    if len(lines) != 1 or len(lines[0].split()) != 2:
+        sys.exit("sinfo -N -h -o '%N %t': " + repr(lines))
     if "is UP" not in run("scontrol", "ping").stdout:
         sys.exit("scontrol ping")
     if f"JobId={job} JobName=compat" not in run("scontrol", "show", "job", job).stdout:

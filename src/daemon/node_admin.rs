@@ -1,0 +1,95 @@
+//! Administering the nodes: drain one (it runs what it runs, takes
+//! nothing new) or put it back in service. A drain is recorded, so it
+//! outlives a restart, and audited.
+
+use crate::db;
+use crate::proto::Reply;
+use crate::report::node::Drain;
+
+use super::control::Requester;
+use super::error::DaemonError;
+use super::state::Daemon;
+
+impl Daemon {
+    /// Drains node `name` (`reason` given) or resumes it (admins).
+    pub(super) fn drain_node(
+        &mut self,
+        name: &str,
+        reason: Option<String>,
+        who: &Requester,
+        now: i64,
+    ) -> Result<Reply, DaemonError> {
+        let verb = if reason.is_some() { "drain" } else { "resume" };
+        if !who.admin {
+            return Ok(Reply::Rejected {
+                error: format!(
+                    "permission denied: only root and the config's admins may {verb} nodes"
+                ),
+            });
+        }
+        if self.nodes.named(name).is_none() {
+            let known: Vec<&str> = self.nodes.iter().map(|n| n.name()).collect();
+            return Ok(Reply::Rejected {
+                error: format!("unknown node '{name}' (nodes: {})", known.join(", ")),
+            });
+        }
+        let drain = reason.map(|reason| Drain {
+            reason,
+            by: who.user.to_string(),
+            since: now,
+        });
+        let was = db::set_node_drain(self.tx()?, name, drain.as_ref(), now)?;
+        let message = match &drain {
+            Some(d) => {
+                let running = self
+                    .jobs
+                    .all()
+                    .filter(|j| j.state.holds_gpus() && j.node.as_deref() == Some(name))
+                    .count();
+                self.audit(
+                    now,
+                    who.user,
+                    "drain-node",
+                    None,
+                    &format!("{name}: {}", d.reason),
+                )?;
+                if running == 0 {
+                    format!("node {name} drained: {}", d.reason)
+                } else {
+                    format!(
+                        "node {name} draining: {}; {running} job(s) run on there until they end",
+                        d.reason
+                    )
+                }
+            }
+            None if was => {
+                self.audit(now, who.user, "resume-node", None, name)?;
+                format!("node {name} back in service")
+            }
+            None => format!("node {name} was not drained"),
+        };
+        self.nodes.change(name, |node| node.drain = drain);
+        tracing::info!(target: "ysched::daemon", "{message} (by {})", who.user);
+        self.reschedule = true;
+        self.snapshot = None;
+        Ok(Reply::Control {
+            outcomes: Vec::new(),
+            message: Some(message),
+        })
+    }
+
+    /// At start: the drains recorded for the nodes there are.
+    pub(super) fn load_node_drains(&mut self) -> Result<(), DaemonError> {
+        for (name, drain) in db::node_drains(&self.store.db)? {
+            tracing::warn!(
+                target: "ysched::daemon",
+                "node {name} is drained since {} by {}: {}",
+                crate::model::units::format_timestamp(drain.since),
+                drain.by,
+                drain.reason
+            );
+            self.nodes.change(&name, |node| node.drain = Some(drain));
+        }
+        Ok(())
+    }
+}

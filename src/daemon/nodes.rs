@@ -1,0 +1,157 @@
+//! The servers the daemon runs jobs on, each behind its executor: the
+//! controller's own (a `LocalExecutor`), and in a pool the nodes that
+//! joined it. Which of them take new jobs (not drained, not down), the
+//! CPUs and memory each hands out, and the pool's layout that the
+//! scheduling pass sees, rebuilt whenever one of those changes.
+
+use crate::exec::executor::{Executor, NodeFacts};
+use crate::model::gpu::Gpu;
+use crate::model::job::Job;
+use crate::sched::admission::Capacity;
+use crate::sched::pool::{Layout, Member};
+
+/// One server and what the daemon knows of it.
+pub(super) struct Node {
+    pub(super) executor: Box<dyn Executor>,
+    /// What the scheduler may hand out there: its CPUs and memory, or
+    /// what its config says.
+    pub(super) cpus: u32,
+    pub(super) mem_mb: u64,
+    /// Drained by an administrator: runs what it runs, takes nothing new.
+    pub(super) drain: Option<crate::report::node::Drain>,
+    /// Not answering (or not connected): takes nothing new.
+    pub(super) down: Option<String>,
+}
+
+impl Node {
+    pub(super) fn new(executor: Box<dyn Executor>) -> Node {
+        let facts = executor.node();
+        let (cpus, mem_mb) = (facts.cpus, facts.mem_mb);
+        Node {
+            executor,
+            cpus,
+            mem_mb,
+            drain: None,
+            down: None,
+        }
+    }
+
+    pub(super) fn facts(&self) -> &NodeFacts {
+        self.executor.node()
+    }
+
+    pub(super) fn name(&self) -> &str {
+        &self.facts().name
+    }
+
+    /// Whether new jobs may start here.
+    pub(super) fn open(&self) -> bool {
+        self.drain.is_none() && self.down.is_none()
+    }
+
+    pub(super) fn capacity(&self) -> Capacity<'_> {
+        Capacity {
+            name: &self.facts().name,
+            inventory: &self.facts().inventory,
+            cpus: self.cpus,
+            mem_mb: self.mem_mb,
+        }
+    }
+}
+
+/// The nodes, in the order the pass numbers them.
+pub(super) struct Nodes {
+    nodes: Vec<Node>,
+    layout: Layout,
+}
+
+impl Nodes {
+    pub(super) fn new(nodes: Vec<Node>) -> Nodes {
+        let mut all = Nodes {
+            nodes,
+            layout: Layout::default(),
+        };
+        all.relayout();
+        all
+    }
+
+    /// One server: the controller's own.
+    pub(super) fn single(executor: Box<dyn Executor>) -> Nodes {
+        Nodes::new(vec![Node::new(executor)])
+    }
+
+    /// Builds the layout again: after a node came, went, or changed its
+    /// CPUs, memory, drain or reachability.
+    pub(super) fn relayout(&mut self) {
+        self.layout = Layout::new(self.nodes.iter().map(|n| Member {
+            name: n.name(),
+            cpus: n.cpus,
+            mem_mb: n.mem_mb,
+            open: n.open(),
+            gpus: &n.facts().inventory.gpus,
+        }));
+    }
+
+    pub(super) fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Node> {
+        self.nodes.iter()
+    }
+
+    pub(super) fn named(&self, name: &str) -> Option<&Node> {
+        self.nodes.iter().find(|n| n.name() == name)
+    }
+
+    /// A node to change; the layout is built again after `change`.
+    pub(super) fn change<T>(
+        &mut self,
+        name: &str,
+        change: impl FnOnce(&mut Node) -> T,
+    ) -> Option<T> {
+        let node = self.nodes.iter_mut().find(|n| n.name() == name)?;
+        let result = change(node);
+        self.relayout();
+        Some(result)
+    }
+
+    /// The controller's own server: the first node. A pure controller has
+    /// none, and so no local executor.
+    pub(super) fn first(&self) -> Option<&Node> {
+        self.nodes.first()
+    }
+
+    /// The node a job runs (or ran, or will run) on: its recorded node, or
+    /// the first for a record from before nodes were recorded.
+    pub(super) fn of(&self, job: &Job) -> Option<&Node> {
+        match job.node.as_deref() {
+            Some(name) => self.named(name),
+            None => self.first(),
+        }
+    }
+
+    pub(super) fn of_mut(&mut self, job: &Job) -> Option<&mut Node> {
+        match job.node.as_deref() {
+            Some(name) => self.nodes.iter_mut().find(|n| n.name() == name),
+            None => self.nodes.first_mut(),
+        }
+    }
+
+    /// The GPUs of a job's node, as that node numbers them (where the
+    /// job's allocation points); none when the node is gone.
+    pub(super) fn gpus_of(&self, job: &Job) -> &[Gpu] {
+        self.of(job)
+            .map_or(&[], |n| n.facts().inventory.gpus.as_slice())
+    }
+
+    /// Every node's capacity, for admission.
+    pub(super) fn capacities(&self) -> Vec<Capacity<'_>> {
+        self.nodes.iter().map(Node::capacity).collect()
+    }
+
+    /// All GPUs of the pool (as the pass numbers them).
+    pub(super) fn all_gpus(&self) -> &[Gpu] {
+        &self.layout.gpus
+    }
+}

@@ -1,0 +1,265 @@
+//! The daemon over a pool of fake nodes: one pass places each job on one
+//! node (its GPUs, CPUs and memory there), `--nodelist` and `--exclude`
+//! choose nodes, a drained node takes nothing new, each launch and exit
+//! goes through the job's own node, and the records and views say where
+//! each job ran.
+
+use std::path::Path;
+use std::sync::atomic::AtomicI64;
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Instant;
+
+use crate::config::Config;
+use crate::db;
+use crate::exec::executor::{IsolationFacts, NodeFacts};
+use crate::exec::fake::{FakeExecutor, FakeNode};
+use crate::gpu::Inventory;
+use crate::model::job::{GpuRequest, JobId, JobRequest, JobState};
+use crate::proto::{Control, Reply};
+use crate::spool::{Ownership, Spool};
+
+use super::error::Refusal;
+use super::nodes::{Node, Nodes};
+use super::notifications::Notifier;
+use super::state::*;
+
+const CONFIG: &str = "node_name = \"gpu01\"\n\
+    allow_root_jobs = true\n\
+    gpu_sample_secs = 0\n\
+    admins = [\"*\"]\n\
+    [[gpus]]\ntype = \"a100\"\ncount = 4\nmemory = \"80G\"\n\
+    [[accounts]]\nname = \"a\"\nshares = 1\nusers = [\"*\"]\n";
+
+struct Pool {
+    daemon: Daemon,
+    nodes: Vec<FakeNode>,
+    exits: Arc<Mutex<Vec<JobId>>>,
+    _queries: mpsc::Receiver<crate::query::Work>,
+    _dir: tempfile::TempDir,
+}
+
+/// A daemon over fake nodes named gpu01, gpu02…, each with 4 A100s and
+/// `cpus[i]` CPUs.
+fn pool(cpus: &[u32]) -> Pool {
+    let config = Config::parse(CONFIG, Path::new("pool.toml")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let spool = Spool::new(dir.path());
+    spool.prepare(Ownership::Personal).unwrap();
+    let exits: Arc<Mutex<Vec<JobId>>> = Arc::default();
+    let (mut members, mut fakes) = (Vec::new(), Vec::new());
+    for (i, &n) in cpus.iter().enumerate() {
+        let facts = NodeFacts {
+            name: format!("gpu{:02}", i + 1),
+            inventory: Inventory::declared(&config),
+            cpus: n,
+            mem_mb: 1 << 20,
+            isolation: IsolationFacts {
+                confined: true,
+                can_suspend: true,
+                ..Default::default()
+            },
+        };
+        let heard = exits.clone();
+        let (executor, fake) = FakeExecutor::new(facts, move |id| heard.lock().unwrap().push(id));
+        members.push(Node::new(Box::new(executor)));
+        fakes.push(fake);
+    }
+    let (queries, receiver) = mpsc::channel();
+    let mut daemon = Daemon::assemble(Parts {
+        config: config.clone(),
+        db: db::open(&spool.database()).unwrap(),
+        spool,
+        ownership: Ownership::Personal,
+        nodes: Nodes::new(members),
+        queries,
+        gpu_watch: super::startup::watch_gpus(&config),
+        stats: super::startup::start_stats(&config).unwrap(),
+        notifier: Notifier::off(),
+        clock: Clock::Manual(Arc::new(AtomicI64::new(0))),
+    });
+    daemon.recover().unwrap();
+    Pool {
+        daemon,
+        nodes: fakes,
+        exits,
+        _queries: receiver,
+        _dir: dir,
+    }
+}
+
+fn me() -> (u32, String) {
+    let uid = nix::unistd::getuid();
+    let user = nix::unistd::User::from_uid(uid).unwrap().unwrap();
+    (uid.as_raw(), user.name)
+}
+
+fn request(gpus: u32) -> JobRequest {
+    let mut request = crate::model::job::example_request();
+    request.gpus = GpuRequest {
+        count: gpus,
+        ..GpuRequest::default()
+    };
+    request.account = Some("a".into());
+    request
+}
+
+impl Pool {
+    fn submit(&mut self, request: JobRequest) -> Result<JobId, Refusal> {
+        let (uid, user) = me();
+        match self.daemon.submit(request, uid, &user, 0).unwrap() {
+            Reply::Submitted { job_id, .. } => Ok(job_id),
+            Reply::Rejected { error } => Err(Refusal(error)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Turns until nothing is left to do, launching after each.
+    fn settle(&mut self) {
+        for _ in 0..16 {
+            let exited = std::mem::take(&mut *self.exits.lock().unwrap());
+            if exited.is_empty() && !self.daemon.reschedule {
+                return;
+            }
+            let (mut maintenance, mut queries, mut processed) =
+                (Instant::now(), Vec::new(), Vec::new());
+            self.daemon
+                .apply_turn(exited, &mut maintenance, &mut queries, &mut processed)
+                .unwrap();
+            self.daemon.launch_started().unwrap();
+        }
+        panic!("the daemon did not settle");
+    }
+
+    /// Where job `id` runs: its node and GPUs, as recorded.
+    fn placed(&self, id: JobId) -> (Option<String>, Vec<u32>, JobState) {
+        let job = db::job(&self.daemon.store.db, id).unwrap();
+        (job.node, job.gpus_alloc, job.state)
+    }
+
+    fn control(&mut self, control: Control) -> Reply {
+        let (uid, user) = me();
+        let reply = self.daemon.control(control, uid, &user, 0).unwrap();
+        self.daemon.commit().unwrap();
+        reply
+    }
+}
+
+#[test]
+fn jobs_spread_over_the_nodes_each_on_its_own_node_numbers() {
+    let mut p = pool(&[16, 16]);
+    let ids: Vec<JobId> = (0..3).map(|_| p.submit(request(3)).unwrap()).collect();
+    p.settle();
+    assert_eq!(
+        p.placed(ids[0]),
+        (Some("gpu01".into()), vec![0, 1, 2], JobState::Running)
+    );
+    assert_eq!(
+        p.placed(ids[1]),
+        (Some("gpu02".into()), vec![0, 1, 2], JobState::Running),
+        "the second node, numbered as it numbers its GPUs"
+    );
+    assert_eq!(
+        p.placed(ids[2]).2,
+        JobState::Pending,
+        "3 GPUs fit on no node"
+    );
+    assert_eq!(p.nodes[0].state().launched, vec![ids[0]]);
+    assert_eq!(p.nodes[1].state().launched, vec![ids[1]]);
+
+    // The job on gpu02 ends there: the third starts in its place.
+    assert!(p.nodes[1].end(ids[1], 0, 0));
+    p.settle();
+    assert_eq!(p.placed(ids[1]).2, JobState::Completed);
+    assert_eq!(
+        p.placed(ids[2]),
+        (Some("gpu02".into()), vec![0, 1, 2], JobState::Running)
+    );
+    assert_eq!(p.nodes[1].state().launched, vec![ids[1], ids[2]]);
+
+    // A cancel reaches the job on its node only.
+    let (uid, user) = me();
+    let cancel = Control::Cancel {
+        selector: crate::proto::JobSelector {
+            job_ids: vec![crate::array::JobRef::Id(ids[2])],
+            ..Default::default()
+        },
+        signal: None,
+    };
+    p.daemon.control(cancel, uid, &user, 0).unwrap();
+    assert!(p.nodes[0].state().commands.is_empty());
+    assert_eq!(p.nodes[1].state().commands.len(), 1);
+}
+
+#[test]
+fn nodelist_exclude_and_a_drained_node_choose_where_jobs_go() {
+    let mut p = pool(&[16, 16, 16]);
+    let mut pinned = request(1);
+    pinned.nodelist = vec!["gpu03".into()];
+    let mut avoiding = request(4);
+    avoiding.exclude = vec!["gpu01".into()];
+    let pinned = p.submit(pinned).unwrap();
+    let avoiding = p.submit(avoiding).unwrap();
+    p.settle();
+    assert_eq!(p.placed(pinned).0.as_deref(), Some("gpu03"));
+    assert_eq!(p.placed(avoiding).0.as_deref(), Some("gpu02"));
+
+    let mut unknown = request(1);
+    unknown.nodelist = vec!["gpu09".into()];
+    assert_eq!(
+        p.submit(unknown).unwrap_err().0,
+        "unknown node 'gpu09' (nodes: gpu01, gpu02, gpu03)"
+    );
+
+    // gpu01 drained: a 4-GPU job fits nowhere else and waits.
+    let drained = p.control(Control::NodeDrain {
+        node: "gpu01".into(),
+        reason: "new fans".into(),
+    });
+    assert!(
+        matches!(&drained, Reply::Control { message: Some(m), .. } if m == "node gpu01 drained: new fans"),
+        "{drained:?}"
+    );
+    let waits = p.submit(request(4)).unwrap();
+    p.settle();
+    assert_eq!(p.placed(waits).2, JobState::Pending);
+    let snapshot = p.daemon.snapshot().get();
+    let states: Vec<(&str, &str)> = snapshot
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.state.as_str()))
+        .collect();
+    assert_eq!(
+        states,
+        vec![("gpu01", "drain"), ("gpu02", "alloc"), ("gpu03", "mix")]
+    );
+    p.control(Control::NodeResume {
+        node: "gpu01".into(),
+    });
+    p.settle();
+    assert_eq!(
+        p.placed(waits),
+        (Some("gpu01".into()), vec![0, 1, 2, 3], JobState::Running)
+    );
+    assert!(
+        db::node_drains(&p.daemon.store.db).unwrap().is_empty(),
+        "the drain's end is recorded"
+    );
+}
+
+#[test]
+fn a_job_too_big_for_every_node_is_refused_with_what_each_lacks() {
+    let mut p = pool(&[4, 8]);
+    let mut wide = request(1);
+    wide.cpus = 12;
+    let error = p.submit(wide).unwrap_err().0;
+    assert_eq!(
+        error,
+        "no node can run it: gpu01: 12 CPUs requested but this server offers 4; \
+         gpu02: 12 CPUs requested but this server offers 8"
+    );
+    let mut fits = request(1);
+    fits.cpus = 8;
+    let id = p.submit(fits).unwrap();
+    p.settle();
+    assert_eq!(p.placed(id).0.as_deref(), Some("gpu02"));
+}
