@@ -10,6 +10,7 @@ pub mod db;
 pub mod exec;
 pub mod gpu;
 pub mod model;
+pub mod net;
 pub mod proto;
 pub mod query;
 pub mod report;

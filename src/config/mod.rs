@@ -10,10 +10,12 @@
 mod accounts;
 mod error;
 mod gpus;
+mod pool;
 mod qos;
 mod raw;
 mod types;
 mod validate;
+mod values;
 
 use std::path::{Path, PathBuf};
 

@@ -70,6 +70,8 @@ pub(super) struct RawConfig {
     pub(super) priority: RawPriority,
     #[serde(default)]
     pub(super) billing: std::collections::BTreeMap<String, Spanned<f64>>,
+    #[serde(default)]
+    pub(super) pool: RawPool,
 }
 
 #[derive(Deserialize)]
@@ -195,4 +197,14 @@ pub(super) fn valid_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPool {
+    pub(super) listen: Option<Spanned<String>>,
+    pub(super) advertise: Option<Spanned<String>>,
+    pub(super) lease: Option<Spanned<String>>,
+    pub(super) token_lifetime: Option<Spanned<String>>,
+    pub(super) controller: Option<Spanned<String>>,
 }

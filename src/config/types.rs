@@ -208,6 +208,9 @@ pub struct PriorityWeights {
 pub struct Config {
     /// The file this was read from (for messages).
     pub path: PathBuf,
+    /// `[pool]`: several servers under this controller, or where this
+    /// node's controller is.
+    pub pool: Pool,
     pub spool_dir: PathBuf,
     pub node_name: String,
     pub admins: Vec<String>,
@@ -330,6 +333,8 @@ impl Config {
         check("cgroup_parent", self.cgroup_parent != new.cgroup_parent);
         check("job_pids_max", self.job_pids_max != new.job_pids_max);
         check("metrics_listen", self.metrics_listen != new.metrics_listen);
+        check("[pool] listen", self.pool.listen != new.pool.listen);
+        check("[pool] lease", self.pool.lease != new.pool.lease);
         check("log_file", self.log_file != new.log_file);
         check("max_spool_file", self.max_spool_file != new.max_spool_file);
         check(
@@ -412,4 +417,39 @@ pub enum PrivateData {
     Jobs,
     /// Everyone sees every job whole, and reports cover everyone.
     None,
+}
+
+/// How long a node may go unheard before it is down, unless the config
+/// says: three missed heartbeats' worth of a 10 s heartbeat.
+pub const DEFAULT_LEASE_SECS: f64 = 30.0;
+/// How long a join token is good for, unless the config says.
+pub const DEFAULT_TOKEN_LIFETIME_SECS: u64 = 3_600;
+
+/// The pool as configured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pool {
+    /// Where the controller listens for nodes; `None`: no pool.
+    pub listen: Option<std::net::SocketAddr>,
+    /// The address the join line names (`HOST:PORT`); by default the
+    /// listening address, or this host's name when that is a wildcard.
+    pub advertise: Option<String>,
+    /// A node unheard for this long is down; a node that has not heard
+    /// back for this long stops its jobs.
+    pub lease: std::time::Duration,
+    pub token_lifetime_secs: u64,
+    /// On a node: the controller's `HOST:PORT`, over what it learnt at
+    /// its join.
+    pub controller: Option<String>,
+}
+
+impl Default for Pool {
+    fn default() -> Pool {
+        Pool {
+            listen: None,
+            advertise: None,
+            lease: std::time::Duration::from_secs_f64(DEFAULT_LEASE_SECS),
+            token_lifetime_secs: DEFAULT_TOKEN_LIFETIME_SECS,
+            controller: None,
+        }
+    }
 }

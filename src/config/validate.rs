@@ -8,7 +8,8 @@ use toml::Spanned;
 use super::error::{ConfigError, Source};
 use super::raw::*;
 use super::types::*;
-use super::{accounts, gpus, qos};
+use super::values::{parse_command, parse_listen};
+use super::{accounts, gpus, pool, qos};
 use crate::model::units;
 
 impl RawConfig {
@@ -62,7 +63,9 @@ impl RawConfig {
             ),
             None => None,
         };
+        let pool = pool::pool(self.pool, &src)?;
         Ok(Config {
+            pool,
             path: path.to_path_buf(),
             spool_dir,
             timezone,
@@ -333,47 +336,5 @@ fn timezone_of(
         }
         // The system's, found when first asked for.
         None => std::sync::OnceLock::new(),
-    })
-}
-
-/// A command or address value that does not read as one.
-#[derive(Debug, thiserror::Error, PartialEq)]
-pub(super) enum ValueError {
-    #[error("notify_command = '{0}' has an unclosed quote")]
-    UnclosedQuote(String),
-    #[error("notify_command is empty; leave it out for no notifications")]
-    EmptyCommand,
-    #[error("notify_command: '{0}' is not an absolute path (ysctld runs it without a shell or PATH search)")]
-    RelativeProgram(String),
-    #[error("{key} = '{text}' is not an address and port such as 127.0.0.1:9464 or [::1]:9464 (or a port alone, on 127.0.0.1)")]
-    Listen { key: &'static str, text: String },
-}
-
-/// `notify_command`: a program with arguments, split as a shell would
-/// (quotes, no expansion); the program an absolute path.
-fn parse_command(text: &str) -> Result<Vec<String>, ValueError> {
-    let words = shlex::split(text).ok_or_else(|| ValueError::UnclosedQuote(text.to_string()))?;
-    match words.first() {
-        None => Err(ValueError::EmptyCommand),
-        Some(program) if !program.starts_with('/') => {
-            Err(ValueError::RelativeProgram(program.clone()))
-        }
-        Some(_) => Ok(words),
-    }
-}
-
-/// A listening address (`key` names it): `ADDRESS:PORT`, or a bare port
-/// on 127.0.0.1.
-pub(super) fn parse_listen(
-    key: &'static str,
-    text: &str,
-) -> Result<std::net::SocketAddr, ValueError> {
-    let text = text.trim();
-    if let Ok(port) = text.parse::<u16>() {
-        return Ok(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
-    }
-    text.parse().map_err(|_| ValueError::Listen {
-        key,
-        text: text.to_string(),
     })
 }

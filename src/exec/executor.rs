@@ -19,7 +19,7 @@ use super::error::ExecError;
 use super::spec::{ExitRecord, StepCommand};
 
 /// What a node has and how it confines jobs.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NodeFacts {
     pub name: String,
     pub inventory: Inventory,
@@ -29,7 +29,7 @@ pub struct NodeFacts {
 }
 
 /// How a node confines its jobs.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct IsolationFacts {
     /// In words, for the log and `ysinfo`: what was found and chosen.
     pub description: String,

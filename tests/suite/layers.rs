@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 /// Each top-level module's layer, lowest first; a module may use only
 /// modules of a lower layer (and its own files).
-const LAYERS: [(&str, u32); 14] = [
+const LAYERS: [(&str, u32); 15] = [
     ("model", 0),
     ("config", 1),
     ("array", 2),
@@ -24,6 +24,7 @@ const LAYERS: [(&str, u32); 14] = [
     ("exec", 8),
     ("sim", 9),
     ("query", 9),
+    ("net", 9),
 ];
 
 /// Above every library layer: the daemon, the commands and the

@@ -1,0 +1,133 @@
+//! What the controller and a node's agent say to each other. Every frame
+//! is an [`Envelope`]: the protocol version, the controller's epoch (new
+//! at each `ysctld` start) and the agent's incarnation (new at each
+//! `ysnoded` start), so that a message from a run that has since been
+//! replaced is recognised and dropped.
+
+use serde::{Deserialize, Serialize};
+
+use crate::exec::executor::NodeFacts;
+use crate::exec::spec::{ExitRecord, StepCommand};
+use crate::model::job::{Job, JobId};
+
+/// This release's protocol; controller and agents must speak the same.
+pub const PROTOCOL: u32 = 1;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Envelope<T> {
+    pub protocol: u32,
+    /// The controller's run (0 on a node's first frame, before it knows).
+    pub epoch: u64,
+    /// The agent's run.
+    pub incarnation: u64,
+    pub body: T,
+}
+
+/// One run of one job: launches are idempotent on it, and a report about
+/// an earlier run of a requeued job is told apart from the current one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RunKey {
+    pub job: JobId,
+    pub restart: u32,
+}
+
+impl RunKey {
+    pub fn of(job: &Job) -> RunKey {
+        RunKey {
+            job: job.id,
+            restart: job.restart_count,
+        }
+    }
+}
+
+impl std::fmt::Display for RunKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "job {} (run {})", self.job, self.restart)
+    }
+}
+
+/// A job for a node to start: the record with its allocation (in the
+/// node's numbers), and what runs. The node resolves the user itself
+/// and refuses the launch if the name does not have the same uid there.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LaunchOrder {
+    pub job: Job,
+    pub script: String,
+    pub args: Vec<String>,
+    pub environment: Vec<(String, String)>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum FromNode {
+    /// On a connection without a certificate: join with a one-time token,
+    /// asking for a certificate for this key (a PKCS #10 request).
+    Join {
+        node: String,
+        token: String,
+        request_pem: String,
+    },
+    /// First on a certified connection: what the node has, and the runs
+    /// its supervisors hold (running, or ended and not yet acknowledged:
+    /// their `Exited` follow).
+    Hello {
+        facts: NodeFacts,
+        running: Vec<(RunKey, i32)>,
+        version: String,
+    },
+    /// Every third of the lease: the runs it holds, whether it has fenced
+    /// itself (its lease ran out: its jobs were stopped), and a number the
+    /// controller's acknowledgement echoes.
+    Heartbeat {
+        seq: u64,
+        running: Vec<RunKey>,
+        fenced: bool,
+    },
+    /// A run's processes started.
+    Started { run: RunKey, supervisor_pid: i32 },
+    /// How a run ended; sent again after each reconnection until the
+    /// controller says `Forget`.
+    Exited { run: RunKey, record: ExitRecord },
+    /// A certificate for a new key, before the current one expires.
+    Renew { request_pem: String },
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum ToNode {
+    /// The node's certificate and the authority's, after a join.
+    Joined {
+        certificate_pem: String,
+        authority_pem: String,
+    },
+    /// After `Hello`: the node is in the pool; the lease it holds.
+    Welcome {
+        lease_ms: u64,
+    },
+    /// The answer to a heartbeat: the node's lease runs from when it sent it.
+    HeartbeatAck {
+        seq: u64,
+    },
+    Launch(Box<LaunchOrder>),
+    Command {
+        run: RunKey,
+        command: StepCommand,
+    },
+    Freeze {
+        run: RunKey,
+        frozen: bool,
+    },
+    /// Kill what is left of a run whose supervisor is gone.
+    Clear {
+        run: RunKey,
+    },
+    /// The run's end is recorded: the node may drop what it kept of it.
+    Forget {
+        run: RunKey,
+    },
+    Renewed {
+        certificate_pem: String,
+    },
+    /// The connection is refused (then closed), and why.
+    Refused {
+        reason: String,
+    },
+}
