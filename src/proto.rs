@@ -139,6 +139,16 @@ pub enum Control {
     NodeResume {
         node: String,
     },
+    /// Let a server join the pool (admins): the answer is the line to run
+    /// there, with a one-time token.
+    NodeAdd {
+        node: String,
+    },
+    /// Take a node out of the pool; its certificate is refused from then
+    /// on (admins).
+    NodeRemove {
+        node: String,
+    },
 }
 
 /// Filters for the read-only views.

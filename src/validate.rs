@@ -127,6 +127,28 @@ pub fn job_request(r: &JobRequest) -> Result<(), InvalidField> {
 
 /// A name or comment: not empty, not too long, no control characters
 /// (which would forge lines and move the cursor in every listing).
+/// A node's name: what `node_name` and `yscontrol node add` take; a
+/// host name's characters, at most 63 (one DNS label).
+pub fn node_name(name: &str) -> Result<(), InvalidField> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+        && !name.starts_with(['-', '.']);
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            "node name",
+            format!(
+                "'{}' is not a node name (letters, digits, '_', '-', '.'; at most 63)",
+                name.escape_debug()
+            ),
+        ))
+    }
+}
+
 pub fn text(value: &str, field: &'static str, max_chars: usize) -> Result<(), InvalidField> {
     if value.is_empty() {
         return Err(invalid(field, "must not be empty"));

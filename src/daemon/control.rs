@@ -87,6 +87,8 @@ impl Daemon {
             Control::Drain { gpus, reason } => Ok(self.drain(&gpus, Some(reason), &who, now)?),
             Control::NodeDrain { node, reason } => self.drain_node(&node, Some(reason), &who, now),
             Control::NodeResume { node } => self.drain_node(&node, None, &who, now),
+            Control::NodeAdd { node } => self.add_node(&node, &who, now),
+            Control::NodeRemove { node } => self.remove_node(&node, &who, now),
             Control::Undrain { gpus } => Ok(self.drain(&gpus, None, &who, now)?),
             Control::Reload => {
                 Ok(if who.admin {
@@ -128,7 +130,7 @@ impl Daemon {
         // nodes are drained whole (`yscontrol node drain`).
         let count = self
             .nodes
-            .first()
+            .local()
             .map_or(0, |n| n.facts().inventory.gpus.len() as u32);
         if let Some(bad) = gpus.iter().find(|&&g| g >= count) {
             return Ok(Reply::Rejected {

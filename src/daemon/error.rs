@@ -23,6 +23,10 @@ pub enum DaemonError {
     Exec(#[from] ExecError),
     #[error("cannot serve metrics on {0} (metrics_listen): {1}")]
     MetricsListen(std::net::SocketAddr, std::io::Error),
+    #[error("cannot listen for the pool's nodes on {0} ([pool] listen): {1}")]
+    PoolListen(std::net::SocketAddr, std::io::Error),
+    #[error("the pool: {0}")]
+    Pool(#[from] crate::net::NetError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }

@@ -93,10 +93,19 @@ impl Daemon {
         }
         let now = self.now();
         for id in ids {
-            if let Err(e) = self.launch(id) {
-                tracing::error!(target: "ysched::exec", "job {id} could not be launched: {e}");
-                let exit = Some(ExitStatus { code: 1, signal: 0 });
-                self.finish(id, JobState::Failed, now, exit, Some(e.to_string()))?;
+            match self.launch(id) {
+                Ok(()) => {}
+                // Its node went away between the pass and the launch:
+                // nothing started; it waits for a node again.
+                Err(LaunchError::Exec(ExecError::Unreachable(why))) => {
+                    let detail = format!("requeued: its node did not take the launch ({why})");
+                    self.unlaunch(id, &detail, now)?;
+                }
+                Err(e) => {
+                    tracing::error!(target: "ysched::exec", "job {id} could not be launched: {e}");
+                    let exit = Some(ExitStatus { code: 1, signal: 0 });
+                    self.finish(id, JobState::Failed, now, exit, Some(e.to_string()))?;
+                }
             }
         }
         self.commit()
@@ -631,25 +640,30 @@ impl Daemon {
                 tracing::warn!(target: "ysched::exec", "job {id} could not be re-adopted yet: {why}");
             }
             Adoption::NeverStarted => {
-                let job = self
-                    .jobs
-                    .job_mut(&id)
-                    .expect("readopt is called for active jobs");
-                job.state = JobState::Pending;
-                job.start_time = None;
-                job.gpus_alloc.clear();
-                let node = job.node.take();
-                job.kill_reason = None;
-                let job = job.clone();
-                let tx = self.tx()?;
-                db::update_job(tx, &job)?;
-                let detail = "requeued: ysctld stopped while launching it";
-                db::add_event(tx, id, now, JobState::Pending, Some(detail))?;
-                tracing::info!(target: "ysched::daemon", "job {id} {detail}");
-                self.turn.to_remove.push((id, node));
-                self.reschedule = true;
+                self.unlaunch(id, "requeued: ysctld stopped while launching it", now)?;
             }
         }
+        Ok(())
+    }
+
+    /// A job marked running whose processes never started: back to
+    /// pending, as it was (the same run).
+    pub(super) fn unlaunch(&mut self, id: JobId, detail: &str, now: i64) -> Result<(), DaemonError> {
+        let Some(job) = self.jobs.job_mut(&id) else {
+            return Ok(());
+        };
+        job.state = JobState::Pending;
+        job.start_time = None;
+        job.gpus_alloc.clear();
+        let node = job.node.take();
+        job.kill_reason = None;
+        let job = job.clone();
+        let tx = self.tx()?;
+        db::update_job(tx, &job)?;
+        db::add_event(tx, id, now, JobState::Pending, Some(detail))?;
+        tracing::info!(target: "ysched::daemon", "job {id} {detail}");
+        self.turn.to_remove.push((id, node));
+        self.reschedule = true;
         Ok(())
     }
 }

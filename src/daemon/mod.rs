@@ -19,6 +19,7 @@ mod jobs;
 mod metrics_http;
 mod node_admin;
 mod nodes;
+mod pool;
 mod notifications;
 mod preempt;
 mod retention;

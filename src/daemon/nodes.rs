@@ -21,6 +21,19 @@ pub(super) struct Node {
     pub(super) drain: Option<crate::report::node::Drain>,
     /// Not answering (or not connected): takes nothing new.
     pub(super) down: Option<String>,
+    /// For a node of the pool: its agent's link, and when it was heard.
+    pub(super) remote: Option<RemoteNode>,
+}
+
+/// A node of the pool, as the controller follows it.
+pub(super) struct RemoteNode {
+    pub(super) link: crate::net::remote::Link,
+    /// When its agent was last heard (this host's monotonic clock); until
+    /// then, since the controller started: each node gets a full lease to
+    /// reconnect after a restart.
+    pub(super) last_heard: std::time::Instant,
+    /// Whether its jobs were already ended for its silence.
+    pub(super) lost: bool,
 }
 
 impl Node {
@@ -33,6 +46,7 @@ impl Node {
             mem_mb,
             drain: None,
             down: None,
+            remote: None,
         }
     }
 
@@ -62,17 +76,26 @@ impl Node {
 /// The nodes, in the order the pass numbers them.
 pub(super) struct Nodes {
     nodes: Vec<Node>,
+    /// The controller's own server's name, if it runs jobs.
+    local: Option<String>,
     layout: Layout,
 }
 
 impl Nodes {
+    /// `nodes`, the first the controller's own server.
     pub(super) fn new(nodes: Vec<Node>) -> Nodes {
         let mut all = Nodes {
+            local: nodes.first().map(|n| n.name().to_string()),
             nodes,
             layout: Layout::default(),
         };
         all.relayout();
         all
+    }
+
+    /// A pure controller: no server of its own; nodes join.
+    pub(super) fn none() -> Nodes {
+        Nodes::new(Vec::new())
     }
 
     /// One server: the controller's own.
@@ -100,6 +123,24 @@ impl Nodes {
         self.nodes.iter()
     }
 
+    pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = &mut Node> {
+        self.nodes.iter_mut()
+    }
+
+    /// Adds a node (a pool node that joined); the layout is built again.
+    pub(super) fn add(&mut self, node: Node) {
+        self.nodes.push(node);
+        self.relayout();
+    }
+
+    /// Takes node `name` out of the pool.
+    pub(super) fn remove(&mut self, name: &str) -> Option<Node> {
+        let i = self.nodes.iter().position(|n| n.name() == name)?;
+        let node = self.nodes.remove(i);
+        self.relayout();
+        Some(node)
+    }
+
     pub(super) fn named(&self, name: &str) -> Option<&Node> {
         self.nodes.iter().find(|n| n.name() == name)
     }
@@ -116,26 +157,29 @@ impl Nodes {
         Some(result)
     }
 
-    /// The controller's own server: the first node. A pure controller has
-    /// none, and so no local executor.
-    pub(super) fn first(&self) -> Option<&Node> {
-        self.nodes.first()
+    /// The controller's own server, if it runs jobs (a pure controller
+    /// has none, and so no local executor).
+    pub(super) fn local(&self) -> Option<&Node> {
+        self.named(self.local.as_deref()?)
     }
 
-    /// The node a job runs (or ran, or will run) on: its recorded node, or
-    /// the first for a record from before nodes were recorded.
-    pub(super) fn of(&self, job: &Job) -> Option<&Node> {
-        match job.node.as_deref() {
+    /// The node `name`, or the controller's own for a record from before
+    /// nodes were recorded (`None`).
+    pub(super) fn named_or_local(&self, name: Option<&str>) -> Option<&Node> {
+        match name {
             Some(name) => self.named(name),
-            None => self.first(),
+            None => self.local(),
         }
+    }
+
+    /// The node a job runs (or ran, or will run) on.
+    pub(super) fn of(&self, job: &Job) -> Option<&Node> {
+        self.named_or_local(job.node.as_deref())
     }
 
     pub(super) fn of_mut(&mut self, job: &Job) -> Option<&mut Node> {
-        match job.node.as_deref() {
-            Some(name) => self.nodes.iter_mut().find(|n| n.name() == name),
-            None => self.nodes.first_mut(),
-        }
+        let name = job.node.clone().or_else(|| self.local.clone())?;
+        self.nodes.iter_mut().find(|n| n.name() == name)
     }
 
     /// The GPUs of a job's node, as that node numbers them (where the

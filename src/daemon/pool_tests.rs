@@ -71,6 +71,7 @@ fn pool(cpus: &[u32]) -> Pool {
         spool,
         ownership: Ownership::Personal,
         nodes: Nodes::new(members),
+        pool: None,
         queries,
         gpu_watch: super::startup::watch_gpus(&config),
         stats: super::startup::start_stats(&config).unwrap(),

@@ -223,13 +223,29 @@ impl Daemon {
                 Some(format!("preempted{by_text}")),
             );
         }
+        let reason = (!asked).then(|| format!("requeued after preemption{by_text}"));
+        self.requeue_run(id, end, exit, reason, !asked)
+    }
+
+    /// Puts a job whose run is over back in the queue, with its id, its
+    /// submit time and one more restart: what the run used is charged,
+    /// `reason` (if any) says why, and `preempted` counts it as a
+    /// preemption. What its node kept of the run goes after the commit.
+    pub(super) fn requeue_run(
+        &mut self,
+        id: JobId,
+        end: i64,
+        exit: Option<crate::model::job::ExitStatus>,
+        reason: Option<String>,
+        preempted: bool,
+    ) -> Result<(), DaemonError> {
         let (billing, gpu_seconds) = self.charge_run(id, end)?;
-        let job = self.jobs.job_mut(&id).expect("checked above");
+        let job = self.jobs.job_mut(&id).expect("an active job");
         job.billing = Some(job.billing.unwrap_or(0) + billing);
         job.gpu_seconds += gpu_seconds;
         job.state = JobState::Pending;
         job.restart_count += 1;
-        if !asked {
+        if preempted {
             job.preempt_count += 1;
         }
         job.start_time = None;
@@ -240,13 +256,13 @@ impl Daemon {
         job.preempted_by = None;
         job.checkpoint_at = None;
         job.suspended_secs = 0;
-        self.policy.warned.remove(&id);
         job.suspended_at = None;
         job.exit = exit;
-        if !asked {
-            job.reason = Some(format!("requeued after preemption{by_text}"));
+        if reason.is_some() {
+            job.reason = reason;
         }
         let job = job.clone();
+        self.policy.warned.remove(&id);
         let detail = format!(
             "{} (restart {})",
             job.reason.as_deref().unwrap_or("requeued"),

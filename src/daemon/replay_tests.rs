@@ -87,6 +87,7 @@ fn harness_in(
         spool,
         ownership: Ownership::Personal,
         nodes: super::nodes::Nodes::single(Box::new(executor)),
+        pool: None,
         db,
         queries,
         gpu_watch: super::startup::watch_gpus(config),

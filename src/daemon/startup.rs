@@ -25,22 +25,26 @@ pub struct Options {
     pub stepd: Option<PathBuf>,
 }
 
-/// Runs the daemon until SIGTERM/SIGINT. `ready` is called once it accepts
-/// requests (the point where a daemonizing parent may exit).
-pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(), DaemonError> {
-    let ownership = Ownership::of_this_process();
-    let spool = Spool::new(&config.spool_dir);
-    spool.prepare(ownership)?;
-    let _lock = spool.lock_daemon()?;
-    let stepd = match options.stepd {
-        Some(p) => p,
-        None => std::env::current_exe()?.with_file_name("ysstepd"),
-    };
-    let db = db::open(&spool.database())?;
-    let (events, inbox) = mpsc::channel();
-    let exit_events = events.clone();
-    let executor = LocalExecutor::start(&config, &spool, ownership, stepd, move |id| {
-        let _ = exit_events.send(Event::SupervisorExited(id));
+/// The controller's own server as a node, behind the local executor; a
+/// pool's controller without `[[gpus]]` has none (a pure controller).
+fn own_node(
+    config: &Config,
+    spool: &Spool,
+    ownership: Ownership,
+    stepd: PathBuf,
+    events: Sender<Event>,
+) -> Result<Nodes, DaemonError> {
+    if config.pool.listen.is_some() && config.gpus.is_empty() {
+        tracing::info!(
+            target: "ysched::daemon",
+            "ysctld {} starting: spool {}, a pure controller (a pool without [[gpus]] of its own)",
+            env!("CARGO_PKG_VERSION"),
+            spool.root().display()
+        );
+        return Ok(Nodes::none());
+    }
+    let executor = LocalExecutor::start(config, spool, ownership, stepd, move |id| {
+        let _ = events.send(Event::SupervisorExited(id));
     })?;
     let node = executor.node();
     tracing::info!(
@@ -54,6 +58,24 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         node.cpus,
         node.mem_mb
     );
+    Ok(Nodes::single(Box::new(executor)))
+}
+
+/// Runs the daemon until SIGTERM/SIGINT. `ready` is called once it accepts
+/// requests (the point where a daemonizing parent may exit).
+pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(), DaemonError> {
+    let ownership = Ownership::of_this_process();
+    let spool = Spool::new(&config.spool_dir);
+    spool.prepare(ownership)?;
+    let _lock = spool.lock_daemon()?;
+    let stepd = match options.stepd {
+        Some(p) => p,
+        None => std::env::current_exe()?.with_file_name("ysstepd"),
+    };
+    let db = db::open(&spool.database())?;
+    let (events, inbox) = mpsc::channel();
+    let nodes = own_node(&config, &spool, ownership, stepd, events.clone())?;
+    let pool = super::pool::start(&config, &spool, events.clone())?;
     let gpu_watch = watch_gpus(&config);
     let stats = start_stats(&config)?;
     let notifier = start_notifier(&config)?;
@@ -66,7 +88,8 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         config,
         spool,
         ownership,
-        nodes: Nodes::single(Box::new(executor)),
+        nodes,
+        pool,
         db,
         queries,
         gpu_watch,
@@ -74,6 +97,7 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         notifier,
         clock: Clock::System,
     });
+    daemon.load_pool_nodes()?;
     daemon.recover()?;
     tracing::info!(target: "ysched::daemon", "ysctld ready");
     ready();

@@ -29,6 +29,8 @@ pub enum Event {
     /// The watcher lost events: look at everything in `incoming/`.
     Rescan,
     SupervisorExited(JobId),
+    /// A node's agent sent something, or its connection ended.
+    Pool(crate::net::server::ServerEvent),
     Reload,
     Shutdown,
 }
@@ -144,6 +146,7 @@ pub(super) struct Parts {
     pub(super) spool: Spool,
     pub(super) ownership: Ownership,
     pub(super) nodes: Nodes,
+    pub(super) pool: Option<super::pool::PoolState>,
     pub(super) db: Connection,
     pub(super) queries: Sender<query::Work>,
     pub(super) gpu_watch: GpuWatch,
@@ -160,6 +163,7 @@ impl Daemon {
             spool: parts.spool,
             ownership: parts.ownership,
             nodes: parts.nodes,
+            pool: parts.pool,
             store: Store {
                 db: parts.db,
                 in_transaction: false,
@@ -193,6 +197,9 @@ pub(super) struct Daemon {
     /// The servers that run the jobs, each behind its executor: this
     /// host's supervisors and cgroups, and in a pool the nodes' agents.
     pub(super) nodes: Nodes,
+    /// The pool's server, certificate authority and connections, when
+    /// the config turns the pool on.
+    pub(super) pool: Option<super::pool::PoolState>,
     pub(super) store: Store,
     pub(super) users: users::Users,
     /// Pending, running and completing jobs.

@@ -42,11 +42,7 @@ impl Daemon {
             self.store.in_transaction = false;
         }
         for (id, node) in std::mem::take(&mut self.turn.to_remove) {
-            let node = match node {
-                Some(name) => self.nodes.named(&name),
-                None => self.nodes.first(),
-            };
-            if let Some(node) = node {
+            if let Some(node) = self.nodes.named_or_local(node.as_deref()) {
                 node.executor.forget(id);
             }
         }
@@ -165,6 +161,11 @@ impl Daemon {
                         self.enqueue(names);
                     }
                     Event::SupervisorExited(id) => exited.push(id),
+                    Event::Pool(e) => {
+                        if let Some(pool) = &mut self.pool {
+                            pool.events.push(e);
+                        }
+                    }
                     Event::Reload => {
                         let _ = self.reload(None);
                     }
@@ -229,10 +230,13 @@ impl Daemon {
         processed: &mut Vec<String>,
     ) -> Result<(), DaemonError> {
         let now = self.now();
+        let mut exited = exited;
+        exited.extend(self.take_pool_events(now)?);
         let exited_any = !exited.is_empty();
         for id in exited {
             self.job_exited(id, now)?;
         }
+        self.check_leases(now)?;
         let take = self.inbox.backlog.len().min(MAX_BATCH);
         let mut batch = std::mem::take(&mut self.inbox.backlog);
         self.inbox.backlog = batch.split_off(take);
@@ -450,6 +454,7 @@ impl Daemon {
             self.stats.next_metrics,
             retention,
             police,
+            self.next_lease_deadline(),
         ]
         .into_iter()
         .flatten()
@@ -719,11 +724,12 @@ impl Daemon {
     /// Each node's side of the node view: the controller's own with its
     /// GPU drains and samples.
     fn node_facts(&self) -> Vec<query::NodeFacts> {
+        let local = self.nodes.local().map(|n| n.name().to_string());
         self.nodes
             .iter()
-            .enumerate()
-            .map(|(i, node)| {
+            .map(|node| {
                 let facts = node.facts();
+                let is_local = local.as_deref() == Some(node.name());
                 query::NodeFacts {
                     name: facts.name.clone(),
                     drain: node
@@ -736,12 +742,12 @@ impl Daemon {
                     isolation: facts.isolation.description.clone(),
                     gpu_source: facts.inventory.source.to_string(),
                     gpus: facts.inventory.gpus.clone(),
-                    drains: if i == 0 {
+                    drains: if is_local {
                         self.policy.drains.clone()
                     } else {
                         Default::default()
                     },
-                    samples: if i == 0 {
+                    samples: if is_local {
                         self.gpu_watch.last_samples.clone()
                     } else {
                         None

@@ -58,3 +58,107 @@ pub fn set_node_drain(
     ])?;
     Ok(was)
 }
+
+/// A node of the pool as recorded.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeRecord {
+    pub name: String,
+    pub added: i64,
+    pub added_by: String,
+    /// The SHA-256 of its unused join token, and when that expires.
+    pub token_hash: Option<String>,
+    pub token_expires: Option<i64>,
+    /// The serial of the certificate it was given at its join.
+    pub certificate: Option<String>,
+    /// What it last reported (JSON of `NodeFacts`).
+    pub facts: Option<String>,
+    pub removed: Option<i64>,
+}
+
+const NODE_COLUMNS: &str =
+    "name, added, added_by, token_hash, token_expires, certificate, facts, removed";
+
+fn node_of(r: &rusqlite::Row) -> rusqlite::Result<NodeRecord> {
+    Ok(NodeRecord {
+        name: r.get(0)?,
+        added: r.get(1)?,
+        added_by: r.get(2)?,
+        token_hash: r.get(3)?,
+        token_expires: r.get(4)?,
+        certificate: r.get(5)?,
+        facts: r.get(6)?,
+        removed: r.get(7)?,
+    })
+}
+
+pub fn node_record(conn: &Connection, name: &str) -> Result<Option<NodeRecord>, DbError> {
+    let sql = format!("SELECT {NODE_COLUMNS} FROM nodes WHERE name = ?1");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut rows = stmt.query_map([name], node_of)?;
+    Ok(rows.next().transpose()?)
+}
+
+/// The nodes that joined and were not removed, by name.
+pub fn joined_nodes(conn: &Connection) -> Result<Vec<NodeRecord>, DbError> {
+    let sql = format!(
+        "SELECT {NODE_COLUMNS} FROM nodes \
+         WHERE certificate IS NOT NULL AND removed IS NULL ORDER BY name"
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map([], node_of)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Expects node `name` to join with the token of `token_hash` until
+/// `expires`: a new row, or a removed node's (or one not yet joined)
+/// made ready again.
+pub fn expect_node(
+    conn: &Connection,
+    name: &str,
+    token_hash: &str,
+    expires: i64,
+    by: &str,
+    now: i64,
+) -> Result<(), DbError> {
+    conn.prepare_cached(
+        "INSERT INTO nodes (name, added, added_by, token_hash, token_expires) \
+         VALUES (?1, ?2, ?3, ?4, ?5) \
+         ON CONFLICT (name) DO UPDATE SET added = excluded.added, added_by = excluded.added_by, \
+         token_hash = excluded.token_hash, token_expires = excluded.token_expires, \
+         certificate = NULL, removed = NULL",
+    )?
+    .execute(params![name, now, by, token_hash, expires])?;
+    Ok(())
+}
+
+/// Node `name` joined: its token is used up, its certificate recorded.
+pub fn node_joined(conn: &Connection, name: &str, certificate: &str) -> Result<(), DbError> {
+    conn.prepare_cached(
+        "UPDATE nodes SET token_hash = NULL, token_expires = NULL, certificate = ?2 WHERE name = ?1",
+    )?
+    .execute(params![name, certificate])?;
+    Ok(())
+}
+
+/// A renewed certificate replaces the one before.
+pub fn set_node_certificate(conn: &Connection, name: &str, certificate: &str) -> Result<(), DbError> {
+    conn.prepare_cached("UPDATE nodes SET certificate = ?2 WHERE name = ?1")?
+        .execute(params![name, certificate])?;
+    Ok(())
+}
+
+pub fn set_node_facts(conn: &Connection, name: &str, facts: &str) -> Result<(), DbError> {
+    conn.prepare_cached("UPDATE nodes SET facts = ?2 WHERE name = ?1")?
+        .execute(params![name, facts])?;
+    Ok(())
+}
+
+/// Node `name` leaves the pool: its certificate is no longer accepted.
+pub fn remove_node(conn: &Connection, name: &str, now: i64) -> Result<(), DbError> {
+    conn.prepare_cached(
+        "UPDATE nodes SET removed = ?2, certificate = NULL, token_hash = NULL, \
+         drain_reason = NULL WHERE name = ?1",
+    )?
+    .execute(params![name, now])?;
+    Ok(())
+}

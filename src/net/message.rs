@@ -66,12 +66,15 @@ pub enum FromNode {
         token: String,
         request_pem: String,
     },
-    /// First on a certified connection: what the node has, and the runs
-    /// its supervisors hold (running, or ended and not yet acknowledged:
-    /// their `Exited` follow).
+    /// First on a certified connection: what the node has, and every run
+    /// it holds: running (with its supervisor's pid), ended and not yet
+    /// forgotten (with how), or lost (its supervisor gone without a
+    /// record). From this the controller settles each run it had there.
     Hello {
         facts: NodeFacts,
         running: Vec<(RunKey, i32)>,
+        ended: Vec<(RunKey, ExitRecord)>,
+        lost: Vec<RunKey>,
         version: String,
     },
     /// Every third of the lease: the runs it holds, whether it has fenced
@@ -84,9 +87,11 @@ pub enum FromNode {
     },
     /// A run's processes started.
     Started { run: RunKey, supervisor_pid: i32 },
-    /// How a run ended; sent again after each reconnection until the
-    /// controller says `Forget`.
+    /// How a run ended; told again at each reconnection (in `Hello`)
+    /// until the controller says `Forget`.
     Exited { run: RunKey, record: ExitRecord },
+    /// A run whose supervisor is gone without recording its end.
+    Lost { run: RunKey },
     /// A certificate for a new key, before the current one expires.
     Renew { request_pem: String },
 }
@@ -97,6 +102,9 @@ pub enum ToNode {
     Joined {
         certificate_pem: String,
         authority_pem: String,
+        /// The users the controller knows, name and uid, for the node to
+        /// check that each is the same user there.
+        users: Vec<(String, u32)>,
     },
     /// After `Hello`: the node is in the pool; the lease it holds.
     Welcome {

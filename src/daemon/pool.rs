@@ -1,0 +1,805 @@
+//! The pool, as the controller runs it: nodes join with a one-time token
+//! and are given a certificate; each joined node's agent connects, says
+//! what it has and what it holds, and from then on is one more node of
+//! the pass, behind a `RemoteExecutor`. Frames from the agents come in as
+//! events and are applied in the turn's transaction, like requests.
+//!
+//! Exactly once: a job is marked running (committed) before its launch is
+//! sent; a launch is idempotent on the run (job, restart count); an agent
+//! tells every run it holds, ended ones included, at each `Hello` and
+//! again until the controller says `Forget` (after the end is
+//! committed). Never twice at once: a node unheard for a lease is down
+//! (no new jobs), and its jobs are ended NODE_FAIL (and requeued) only
+//! after half a lease more; an agent that has not heard back for a lease
+//! has killed its jobs by then (`agent`).
+
+use std::collections::HashMap;
+use std::sync::mpsc::Sender;
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::db;
+use crate::exec::executor::NodeFacts;
+use crate::model::job::{JobId, JobState};
+use crate::net::frame::{decode, encode};
+use crate::net::message::{Envelope, FromNode, RunKey, ToNode, PROTOCOL};
+use crate::net::pki::{hash_token, new_token, Authority, Subject};
+use crate::net::remote::{Link, RemoteExecutor};
+use crate::net::server::{self, ConnId, ServerEvent, ServerHandle};
+use crate::net::tls;
+use crate::proto::Reply;
+use crate::spool::Spool;
+
+use super::control::Requester;
+use super::error::DaemonError;
+use super::nodes::{Node, RemoteNode};
+use super::state::{Daemon, Event};
+
+/// The controller's end of the pool.
+pub(super) struct PoolState {
+    pub(super) server: ServerHandle,
+    pub(super) authority: Authority,
+    /// This run of the controller.
+    pub(super) epoch: u64,
+    pub(super) lease: Duration,
+    /// What the agents sent since the last turn.
+    pub(super) events: Vec<ServerEvent>,
+    /// The node each certified connection speaks for.
+    pub(super) conns: HashMap<ConnId, String>,
+    /// `HOST:PORT` for the join line.
+    pub(super) advertise: String,
+}
+
+/// Starts the pool's server when the config turns the pool on.
+pub(super) fn start(
+    config: &Config,
+    spool: &Spool,
+    events: Sender<Event>,
+) -> Result<Option<PoolState>, DaemonError> {
+    let Some(listen) = config.pool.listen else {
+        return Ok(None);
+    };
+    let authority = Authority::load_or_create(&spool.root().join("pool"), &config.node_name)?;
+    let tls = tls::server_config(authority.der(), authority.server_identity()?)?;
+    let listener = std::net::TcpListener::bind(listen)
+        .map_err(|e| DaemonError::PoolListen(listen, e))?;
+    let bound = listener.local_addr().unwrap_or(listen);
+    let server = server::spawn(listener, tls, move |e| {
+        let _ = events.send(Event::Pool(e));
+    })?;
+    let advertise = config.pool.advertise.clone().unwrap_or_else(|| {
+        if bound.ip().is_unspecified() {
+            format!("{}:{}", config.node_name, bound.port())
+        } else {
+            bound.to_string()
+        }
+    });
+    tracing::info!(
+        target: "ysched::pool",
+        "the pool listens on {bound} (nodes join at {advertise}); authority {}",
+        authority.fingerprint()
+    );
+    Ok(Some(PoolState {
+        server,
+        authority,
+        epoch: epoch(),
+        lease: config.pool.lease,
+        events: Vec::new(),
+        conns: HashMap::new(),
+        advertise,
+    }))
+}
+
+/// A number no earlier run of this controller used: the time, in
+/// microseconds.
+fn epoch() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_micros() as u64)
+}
+
+impl Daemon {
+    /// At start: the nodes that joined, each down until its agent says
+    /// hello (with a full lease to do so).
+    pub(super) fn load_pool_nodes(&mut self) -> Result<(), DaemonError> {
+        if self.pool.is_none() {
+            return Ok(());
+        }
+        for record in db::joined_nodes(&self.store.db)? {
+            let Some(facts) = record
+                .facts
+                .as_deref()
+                .and_then(|f| serde_json::from_str::<NodeFacts>(f).ok())
+            else {
+                continue;
+            };
+            self.attach_node(facts, Link::default());
+        }
+        Ok(())
+    }
+
+    /// Adds node `facts.name` to the nodes (or gives it new facts),
+    /// behind a remote executor on `link`.
+    fn attach_node(&mut self, facts: NodeFacts, link: Link) {
+        let name = facts.name.clone();
+        let executor = Box::new(RemoteExecutor::new(facts, link.clone()));
+        let remote = RemoteNode {
+            link,
+            last_heard: Instant::now(),
+            lost: false,
+        };
+        if self.nodes.named(&name).is_some() {
+            self.nodes.change(&name, |node| {
+                let mut fresh = Node::new(executor);
+                fresh.drain = node.drain.take();
+                fresh.down = node.down.take();
+                fresh.remote = Some(remote);
+                *node = fresh;
+            });
+        } else {
+            let mut node = Node::new(executor);
+            node.down = Some("its agent has not connected yet".into());
+            node.remote = Some(remote);
+            self.nodes.add(node);
+        }
+    }
+
+    /// Applies what the agents sent since the last turn; the runs that
+    /// ended are accounted with the exits.
+    pub(super) fn take_pool_events(&mut self, now: i64) -> Result<Vec<JobId>, DaemonError> {
+        let Some(pool) = &mut self.pool else {
+            return Ok(Vec::new());
+        };
+        let events = std::mem::take(&mut pool.events);
+        let mut ended = Vec::new();
+        for event in events {
+            match event {
+                ServerEvent::Frame {
+                    conn, peer, body, ..
+                } => self.on_frame(conn, peer, &body, now, &mut ended)?,
+                ServerEvent::Closed { conn, why } => self.on_closed(conn, &why),
+            }
+        }
+        Ok(ended)
+    }
+
+    fn on_frame(
+        &mut self,
+        conn: ConnId,
+        peer: Option<Subject>,
+        body: &[u8],
+        now: i64,
+        ended: &mut Vec<JobId>,
+    ) -> Result<(), DaemonError> {
+        let envelope: Envelope<FromNode> = match decode(body) {
+            Ok(e) => e,
+            Err(e) => {
+                self.refuse_connection(conn, &format!("a message that does not read: {e}"));
+                return Ok(());
+            }
+        };
+        if envelope.protocol != PROTOCOL {
+            let why = crate::net::NetError::Protocol {
+                ours: PROTOCOL,
+                theirs: envelope.protocol,
+            };
+            self.refuse_connection(conn, &why.to_string());
+            return Ok(());
+        }
+        let Some(peer) = peer else {
+            if let FromNode::Join {
+                node,
+                token,
+                request_pem,
+            } = envelope.body
+            {
+                return self.join(conn, &node, &token, &request_pem, now);
+            }
+            self.refuse_connection(conn, "this connection has no certificate: join first");
+            return Ok(());
+        };
+        if let Some(why) = self.check_certificate(&peer)? {
+            self.refuse_connection(conn, &why);
+            return Ok(());
+        }
+        self.node_message(conn, &peer.name, envelope, now, ended)
+    }
+
+    /// Why a node's certificate is not accepted, if it is not: its node
+    /// removed, or given another certificate since (a new join).
+    fn check_certificate(&self, peer: &Subject) -> Result<Option<String>, DaemonError> {
+        let record = db::node_record(&self.store.db, &peer.name)?;
+        Ok(match record {
+            None => Some(format!("no node {} is in the pool", peer.name)),
+            Some(r) if r.removed.is_some() => Some(format!(
+                "node {} was removed from the pool; an administrator adds it again with yscontrol node add {}",
+                peer.name, peer.name
+            )),
+            Some(r) if r.certificate.as_deref() != Some(peer.serial.as_str()) => Some(format!(
+                "the certificate of node {} is no longer valid (the node joined again or was removed); join it anew",
+                peer.name
+            )),
+            Some(_) => None,
+        })
+    }
+
+    /// A certified node's message.
+    fn node_message(
+        &mut self,
+        conn: ConnId,
+        name: &str,
+        envelope: Envelope<FromNode>,
+        now: i64,
+        ended: &mut Vec<JobId>,
+    ) -> Result<(), DaemonError> {
+        if let FromNode::Hello {
+            facts,
+            running,
+            ended: their_ended,
+            lost,
+            version,
+        } = envelope.body
+        {
+            let hello = Hello {
+                facts,
+                running,
+                ended: their_ended,
+                lost,
+                version,
+            };
+            return self.hello(conn, name, envelope.incarnation, hello, now, ended);
+        }
+        let Some(link) = self.current_link(conn, name, envelope.incarnation) else {
+            // From a connection or a run of the agent since replaced.
+            return Ok(());
+        };
+        match envelope.body {
+            FromNode::Heartbeat {
+                seq,
+                running,
+                fenced,
+            } => self.heartbeat(name, &link, seq, &running, fenced),
+            FromNode::Started {
+                run,
+                supervisor_pid,
+            } => {
+                tracing::debug!(target: "ysched::pool", "{run} started on {name} (supervisor pid {supervisor_pid})");
+            }
+            FromNode::Exited { run, record } => {
+                link.state().exits.insert(run.job, (run.restart, record));
+                self.settle_run(name, &link, run, ended);
+            }
+            FromNode::Lost { run } => {
+                link.state().lost.insert(run.job);
+                self.settle_run(name, &link, run, ended);
+            }
+            FromNode::Renew { request_pem } => self.renew(name, &link, &request_pem)?,
+            FromNode::Join { .. } | FromNode::Hello { .. } => {}
+        }
+        let _ = now;
+        Ok(())
+    }
+
+    /// The link of node `name` if `conn` is its current connection and
+    /// `incarnation` its agent's current run.
+    fn current_link(&self, conn: ConnId, name: &str, incarnation: u64) -> Option<Link> {
+        let pool = self.pool.as_ref()?;
+        if pool.conns.get(&conn).map(String::as_str) != Some(name) {
+            return None;
+        }
+        let link = self.nodes.named(name)?.remote.as_ref()?.link.clone();
+        let current = link.state().incarnation == incarnation;
+        current.then_some(link)
+    }
+
+    /// A run ended (or was lost) on node `name`: accounted if it is the
+    /// job's current run there, else forgotten at once.
+    fn settle_run(&mut self, name: &str, link: &Link, run: RunKey, ended: &mut Vec<JobId>) {
+        let current = self.jobs.get(&run.job).is_some_and(|j| {
+            j.state.holds_gpus() && j.node.as_deref() == Some(name) && j.restart_count == run.restart
+        });
+        if current {
+            ended.push(run.job);
+        } else {
+            {
+                let mut state = link.state();
+                state.exits.remove(&run.job);
+                state.lost.remove(&run.job);
+            }
+            let _ = link.send(name, ToNode::Forget { run });
+        }
+    }
+
+    fn on_closed(&mut self, conn: ConnId, why: &str) {
+        let Some(pool) = &mut self.pool else { return };
+        let Some(name) = pool.conns.remove(&conn) else {
+            return;
+        };
+        if let Some(remote) = self.nodes.named(&name).and_then(|n| n.remote.as_ref()) {
+            let mut state = remote.link.state();
+            if state.conn.as_ref().is_some_and(|(_, c)| *c == conn) {
+                state.conn = None;
+            }
+        }
+        tracing::warn!(target: "ysched::pool", "node {name} disconnected: {why}");
+    }
+
+    /// Refuses what came on `conn`, saying why, and closes it.
+    fn refuse_connection(&mut self, conn: ConnId, why: &str) {
+        let Some(pool) = &mut self.pool else { return };
+        tracing::warn!(target: "ysched::pool", "connection refused: {why}");
+        pool.conns.remove(&conn);
+        let envelope = Envelope {
+            protocol: PROTOCOL,
+            epoch: pool.epoch,
+            incarnation: 0,
+            body: ToNode::Refused {
+                reason: why.to_string(),
+            },
+        };
+        pool.server.close(conn, encode(&envelope).ok());
+    }
+
+    /// Sends `body` on `conn` (outside a node's link: a join's answer).
+    fn answer(&self, conn: ConnId, body: ToNode, then_close: bool) {
+        let Some(pool) = &self.pool else { return };
+        let envelope = Envelope {
+            protocol: PROTOCOL,
+            epoch: pool.epoch,
+            incarnation: 0,
+            body,
+        };
+        if let Ok(frame) = encode(&envelope) {
+            if then_close {
+                pool.server.close(conn, Some(frame));
+            } else {
+                pool.server.send(conn, frame);
+            }
+        }
+    }
+}
+
+/// What an agent says at each connection.
+pub(super) struct Hello {
+    pub(super) facts: NodeFacts,
+    pub(super) running: Vec<(RunKey, i32)>,
+    pub(super) ended: Vec<(RunKey, crate::exec::spec::ExitRecord)>,
+    pub(super) lost: Vec<RunKey>,
+    pub(super) version: String,
+}
+
+impl Daemon {
+    /// A node joins: its token checked (the node expected, not yet
+    /// joined, the token unexpired and right), its key certified under
+    /// the name the token was made for.
+    fn join(
+        &mut self,
+        conn: ConnId,
+        name: &str,
+        token: &str,
+        request_pem: &str,
+        now: i64,
+    ) -> Result<(), DaemonError> {
+        let record = db::node_record(&self.store.db, name)?;
+        let refusal = match &record {
+            None => Some(format!(
+                "no node {name} is expected: an administrator adds it with yscontrol node add {name}"
+            )),
+            Some(r) if r.removed.is_some() => Some(format!(
+                "node {name} was removed; an administrator adds it again with yscontrol node add {name}"
+            )),
+            Some(r) if r.token_hash.is_none() => Some(format!(
+                "the join token of node {name} was used already; an administrator makes a new one with yscontrol node add {name}"
+            )),
+            Some(r) if r.token_expires.is_some_and(|e| e < now) => Some(format!(
+                "the join token of node {name} expired at {}; an administrator makes a new one with yscontrol node add {name}",
+                crate::model::units::format_timestamp(r.token_expires.unwrap_or(0))
+            )),
+            Some(r) if r.token_hash.as_deref() != Some(hash_token(token).as_str()) => {
+                Some(format!("wrong join token for node {name}"))
+            }
+            Some(_) => None,
+        };
+        if let Some(why) = refusal {
+            self.audit(now, name, "join-refused", None, &why)?;
+            self.refuse_connection(conn, &why);
+            return Ok(());
+        }
+        let pool = self.pool.as_ref().expect("joins come from the pool");
+        let signed = pool.authority.sign_node(name, request_pem);
+        let (certificate_pem, serial) = match signed {
+            Ok(s) => s,
+            Err(e) => {
+                self.refuse_connection(conn, &format!("cannot certify the node's key: {e}"));
+                return Ok(());
+            }
+        };
+        let authority_pem = pool.authority.pem().to_string();
+        db::node_joined(self.tx()?, name, &serial)?;
+        self.audit(now, name, "join", None, &format!("node {name} joined the pool"))?;
+        tracing::info!(target: "ysched::pool", "node {name} joined the pool (certificate {serial})");
+        let users = self.known_users();
+        self.answer(
+            conn,
+            ToNode::Joined {
+                certificate_pem,
+                authority_pem,
+                users,
+            },
+            true,
+        );
+        Ok(())
+    }
+
+    /// The users the config names, with their uids here: a joining node
+    /// checks each is the same user there.
+    fn known_users(&self) -> Vec<(String, u32)> {
+        let mut names: Vec<&str> = self
+            .config
+            .accounts
+            .iter()
+            .flat_map(|a| a.users.iter().map(String::as_str))
+            .filter(|u| *u != "*")
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+            .into_iter()
+            .filter_map(|n| {
+                let user = nix::unistd::User::from_name(n).ok().flatten()?;
+                Some((user.name, user.uid.as_raw()))
+            })
+            .collect()
+    }
+
+    /// An agent connected: its node is (again) in the pool, with what it
+    /// has now; each run recorded there is settled from what it holds.
+    fn hello(
+        &mut self,
+        conn: ConnId,
+        name: &str,
+        incarnation: u64,
+        hello: Hello,
+        now: i64,
+        ended: &mut Vec<JobId>,
+    ) -> Result<(), DaemonError> {
+        if hello.facts.name != name {
+            let why = format!(
+                "the node's certificate is for {name}, and its config says node_name = \"{}\"",
+                hello.facts.name
+            );
+            self.refuse_connection(conn, &why);
+            return Ok(());
+        }
+        let facts_json = serde_json::to_string(&hello.facts).map_err(crate::net::NetError::from)?;
+        db::set_node_facts(self.tx()?, name, &facts_json)?;
+        let link = self
+            .nodes
+            .named(name)
+            .and_then(|n| n.remote.as_ref())
+            .map(|r| r.link.clone())
+            .unwrap_or_default();
+        let (server, epoch, lease) = {
+            let pool = self.pool.as_mut().expect("hello comes from the pool");
+            // An earlier connection of the node is done with.
+            let older: Vec<ConnId> = pool
+                .conns
+                .iter()
+                .filter(|(c, n)| **c != conn && n.as_str() == name)
+                .map(|(c, _)| *c)
+                .collect();
+            for c in older {
+                pool.conns.remove(&c);
+                pool.server.close(c, None);
+            }
+            pool.conns.insert(conn, name.to_string());
+            (pool.server.clone(), pool.epoch, pool.lease)
+        };
+        {
+            let mut state = link.state();
+            state.conn = Some((server, conn));
+            state.epoch = epoch;
+            state.incarnation = incarnation;
+            state.running = Some(
+                hello
+                    .running
+                    .iter()
+                    .map(|(run, pid)| (run.job, (run.restart, *pid)))
+                    .collect(),
+            );
+            state.exits = hello
+                .ended
+                .iter()
+                .map(|(run, record)| (run.job, (run.restart, record.clone())))
+                .collect();
+            state.lost = hello.lost.iter().map(|r| r.job).collect();
+        }
+        self.attach_node(hello.facts.clone(), link.clone());
+        self.nodes.change(name, |node| node.down = None);
+        let _ = link.send(
+            name,
+            ToNode::Welcome {
+                lease_ms: lease.as_millis() as u64,
+            },
+        );
+        tracing::info!(
+            target: "ysched::pool",
+            "node {name} connected (ysnoded {}): {} running, {} ended, {} lost",
+            hello.version,
+            hello.running.len(),
+            hello.ended.len(),
+            hello.lost.len()
+        );
+        self.settle_after_hello(name, &link, &hello, now, ended)
+    }
+
+    /// After a hello: runs the node holds that are not the current run of
+    /// a job recorded there are killed and forgotten; jobs recorded there
+    /// are re-adopted from what the node said.
+    fn settle_after_hello(
+        &mut self,
+        name: &str,
+        link: &Link,
+        hello: &Hello,
+        now: i64,
+        ended: &mut Vec<JobId>,
+    ) -> Result<(), DaemonError> {
+        let current = |daemon: &Daemon, run: &RunKey| {
+            daemon.jobs.get(&run.job).is_some_and(|j| {
+                j.state.holds_gpus() && j.node.as_deref() == Some(name) && j.restart_count == run.restart
+            })
+        };
+        let held = hello
+            .running
+            .iter()
+            .map(|(r, _)| *r)
+            .chain(hello.ended.iter().map(|(r, _)| *r))
+            .chain(hello.lost.iter().copied());
+        for run in held.collect::<Vec<_>>() {
+            if !current(self, &run) {
+                tracing::info!(target: "ysched::pool", "{run} on {name} is not a current run: stopped and forgotten");
+                let _ = link.send(name, ToNode::Clear { run });
+                let _ = link.send(name, ToNode::Forget { run });
+                let mut state = link.state();
+                state.exits.remove(&run.job);
+                state.lost.remove(&run.job);
+                if let Some(running) = &mut state.running {
+                    running.remove(&run.job);
+                }
+            }
+        }
+        let recorded: Vec<JobId> = self
+            .jobs
+            .all()
+            .filter(|j| j.state.holds_gpus() && j.node.as_deref() == Some(name))
+            .map(|j| j.id)
+            .collect();
+        for id in recorded {
+            let exited = link.state().exits.contains_key(&id) || link.state().lost.contains(&id);
+            if exited {
+                ended.push(id);
+            } else {
+                self.readopt(id)?;
+            }
+        }
+        let _ = now;
+        self.reschedule = true;
+        self.snapshot = None;
+        Ok(())
+    }
+
+    /// A heartbeat: the node is heard, its lease renewed by the answer.
+    fn heartbeat(&mut self, name: &str, link: &Link, seq: u64, running: &[RunKey], fenced: bool) {
+        link.state().running = Some(
+            running
+                .iter()
+                .map(|r| (r.job, (r.restart, 0)))
+                .collect(),
+        );
+        let _ = link.send(name, ToNode::HeartbeatAck { seq });
+        let was_down = self.nodes.named(name).and_then(|n| n.down.clone());
+        self.nodes.change(name, |node| {
+            if let Some(remote) = &mut node.remote {
+                remote.last_heard = Instant::now();
+                remote.lost = false;
+            }
+            node.down = fenced.then(|| "its agent stopped its jobs: it had lost its lease".into());
+        });
+        if was_down.is_some() && !fenced {
+            tracing::info!(target: "ysched::pool", "node {name} is up again");
+            self.reschedule = true;
+            self.snapshot = None;
+        }
+    }
+
+    /// A new certificate for a node whose certificate nears its end.
+    fn renew(&mut self, name: &str, link: &Link, request_pem: &str) -> Result<(), DaemonError> {
+        let Some(pool) = &self.pool else { return Ok(()) };
+        let (certificate_pem, serial) = pool.authority.sign_node(name, request_pem)?;
+        db::set_node_certificate(self.tx()?, name, &serial)?;
+        tracing::info!(target: "ysched::pool", "node {name} renewed its certificate ({serial})");
+        let _ = link.send(name, ToNode::Renewed { certificate_pem });
+        Ok(())
+    }
+}
+
+impl Daemon {
+    /// Nodes unheard for a lease go down; half a lease later their jobs
+    /// end NODE_FAIL and are requeued (unless they asked not to be), by
+    /// which time the node's agent, not having heard back either, has
+    /// stopped them.
+    pub(super) fn check_leases(&mut self, now: i64) -> Result<(), DaemonError> {
+        let Some(pool) = &self.pool else {
+            return Ok(());
+        };
+        let lease = pool.lease;
+        let margin = lease / 2;
+        let (mut changed, mut lost) = (false, Vec::new());
+        for node in self.nodes.iter_mut() {
+            let name = node.name().to_string();
+            let Some(remote) = &mut node.remote else {
+                continue;
+            };
+            let silent = remote.last_heard.elapsed();
+            if silent > lease && node.down.is_none() {
+                tracing::warn!(target: "ysched::pool", "node {name} is down: not heard from for {}", humantime::format_duration(round(silent)));
+                node.down = Some(format!("not heard from for more than {}", humantime::format_duration(lease)));
+                changed = true;
+            }
+            if silent > lease + margin && !remote.lost {
+                remote.lost = true;
+                lost.push(name);
+            }
+        }
+        if !changed && lost.is_empty() {
+            return Ok(());
+        }
+        self.nodes.relayout();
+        self.reschedule = true;
+        self.snapshot = None;
+        for name in lost {
+            self.lose_jobs_of(&name, now)?;
+        }
+        Ok(())
+    }
+
+    /// Ends the jobs that ran on node `name` NODE_FAIL; each is requeued
+    /// unless it asked not to be (`--no-requeue`).
+    fn lose_jobs_of(&mut self, name: &str, now: i64) -> Result<(), DaemonError> {
+        let lost: Vec<(JobId, bool)> = self
+            .jobs
+            .all()
+            .filter(|j| j.state.holds_gpus() && j.node.as_deref() == Some(name))
+            .map(|j| (j.id, j.no_requeue))
+            .collect();
+        for (id, no_requeue) in lost {
+            let why = format!("its node {name} was lost (NODE_FAIL)");
+            db::add_event_named(self.tx()?, id, now, "NODE_FAIL", Some(&why))?;
+            if no_requeue {
+                self.finish(id, JobState::NodeFail, now, None, Some(why))?;
+            } else {
+                self.requeue_run(id, now, None, Some(format!("requeued: {why}")), false)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// When the next node would go down or be lost, for the loop's wait.
+    pub(super) fn next_lease_deadline(&self) -> Option<Instant> {
+        let lease = self.pool.as_ref()?.lease;
+        self.nodes
+            .iter()
+            .filter_map(|n| {
+                let remote = n.remote.as_ref()?;
+                let at = if n.down.is_none() {
+                    remote.last_heard + lease
+                } else if !remote.lost {
+                    remote.last_heard + lease + lease / 2
+                } else {
+                    return None;
+                };
+                Some(at + Duration::from_millis(10))
+            })
+            .min()
+    }
+}
+
+fn round(d: Duration) -> Duration {
+    Duration::from_secs(d.as_secs())
+}
+
+impl Daemon {
+    /// `yscontrol node add NAME` (admins): a one-time token for it, and
+    /// the line to run on that server.
+    pub(super) fn add_node(
+        &mut self,
+        name: &str,
+        who: &Requester,
+        now: i64,
+    ) -> Result<Reply, DaemonError> {
+        let rejected = |error: String| Ok(Reply::Rejected { error });
+        if !who.admin {
+            return rejected("permission denied: only root and the config's admins may add nodes".into());
+        }
+        let Some(pool) = &self.pool else {
+            return rejected(format!(
+                "the pool is off: set [pool] listen = \"HOST:PORT\" in {} and restart ysctld",
+                self.config.path.display()
+            ));
+        };
+        if let Err(e) = crate::validate::node_name(name) {
+            return rejected(e.to_string());
+        }
+        if name == self.config.node_name {
+            return rejected(format!("{name} is the controller's own name (node_name)"));
+        }
+        let record = db::node_record(&self.store.db, name)?;
+        if record
+            .as_ref()
+            .is_some_and(|r| r.certificate.is_some() && r.removed.is_none())
+        {
+            return rejected(format!(
+                "node {name} is in the pool already; to join it anew, yscontrol node remove {name} first"
+            ));
+        }
+        let token = new_token()?;
+        let lifetime = self.config.pool.token_lifetime_secs;
+        let line = format!(
+            "ysnoded --join {} --token {token} --authority {}",
+            pool.advertise,
+            pool.authority.fingerprint()
+        );
+        db::expect_node(self.tx()?, name, &hash_token(&token), now + lifetime as i64, who.user, now)?;
+        self.audit(now, who.user, "add-node", None, &format!("node {name} may join for {lifetime} s"))?;
+        Ok(Reply::Control {
+            outcomes: Vec::new(),
+            message: Some(line),
+        })
+    }
+
+    /// `yscontrol node remove NAME` (admins): the node leaves the pool and
+    /// its certificate is no longer accepted. Refused while jobs run there.
+    pub(super) fn remove_node(
+        &mut self,
+        name: &str,
+        who: &Requester,
+        now: i64,
+    ) -> Result<Reply, DaemonError> {
+        let rejected = |error: String| Ok(Reply::Rejected { error });
+        if !who.admin {
+            return rejected("permission denied: only root and the config's admins may remove nodes".into());
+        }
+        let record = db::node_record(&self.store.db, name)?;
+        if record.is_none_or(|r| r.removed.is_some()) || self.pool.is_none() {
+            return rejected(format!("no node {name} is in the pool"));
+        }
+        let running: Vec<String> = self
+            .jobs
+            .all()
+            .filter(|j| j.state.holds_gpus() && j.node.as_deref() == Some(name))
+            .map(|j| j.display_id())
+            .collect();
+        if !running.is_empty() {
+            return rejected(format!(
+                "jobs run on node {name} ({}): drain it (yscontrol node drain {name} --reason ...) and let them end, or cancel them, first",
+                running.join(", ")
+            ));
+        }
+        db::remove_node(self.tx()?, name, now)?;
+        self.audit(now, who.user, "remove-node", None, name)?;
+        if let Some(node) = self.nodes.remove(name) {
+            if let Some((server, conn)) = node.remote.and_then(|r| r.link.state().conn.clone()) {
+                let _ = server;
+                self.refuse_connection(conn, &format!("node {name} was removed from the pool"));
+            }
+        }
+        self.reschedule = true;
+        self.snapshot = None;
+        Ok(Reply::Control {
+            outcomes: Vec::new(),
+            message: Some(format!(
+                "node {name} removed from the pool; its certificate is no longer accepted"
+            )),
+        })
+    }
+}
