@@ -2,6 +2,7 @@
 //! servers. README.md ("How it works") outlines the architecture; each
 //! module below owns one concern.
 
+pub mod agent;
 pub mod array;
 pub mod cli;
 pub mod config;

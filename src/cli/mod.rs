@@ -10,6 +10,7 @@ pub mod yscancel;
 pub mod yscontrol;
 pub mod ysctld;
 pub mod ysinfo;
+pub mod ysnoded;
 pub mod ysqueue;
 pub mod ysreport;
 pub mod ysshare;

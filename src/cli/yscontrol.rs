@@ -71,7 +71,7 @@ pub enum Command {
         #[arg(long, value_name = "TEXT", required = true)]
         reason: String,
     },
-    /// Administer the pool's nodes: drain one, or put it back in service (admins)
+    /// Administer the pool's nodes: add, remove, drain, resume (admins)
     Node {
         #[command(subcommand)]
         action: NodeAction,
@@ -87,6 +87,16 @@ pub enum Command {
 
 #[derive(Subcommand, Debug)]
 pub enum NodeAction {
+    /// Let a server join the pool: prints the line to run there (ysnoded with a one-time token), to which --config FILE is added
+    Add {
+        #[arg(value_name = "NODE")]
+        node: String,
+    },
+    /// Take a node out of the pool; its certificate is refused from then on
+    Remove {
+        #[arg(value_name = "NODE")]
+        node: String,
+    },
     /// Take a node out of service: no job starts there; jobs there finish first
     Drain {
         #[arg(value_name = "NODE")]
@@ -196,6 +206,12 @@ pub fn run(args: Args) -> CliResult {
         Command::Node {
             action: NodeAction::Resume { node },
         } => control(&config, Control::NodeResume { node }),
+        Command::Node {
+            action: NodeAction::Add { node },
+        } => control(&config, Control::NodeAdd { node }),
+        Command::Node {
+            action: NodeAction::Remove { node },
+        } => control(&config, Control::NodeRemove { node }),
         Command::Reload => control(&config, Control::Reload),
         Command::Show { what } => show(&config, what),
     }

@@ -648,7 +648,12 @@ impl Daemon {
 
     /// A job marked running whose processes never started: back to
     /// pending, as it was (the same run).
-    pub(super) fn unlaunch(&mut self, id: JobId, detail: &str, now: i64) -> Result<(), DaemonError> {
+    pub(super) fn unlaunch(
+        &mut self,
+        id: JobId,
+        detail: &str,
+        now: i64,
+    ) -> Result<(), DaemonError> {
         let Some(job) = self.jobs.job_mut(&id) else {
             return Ok(());
         };

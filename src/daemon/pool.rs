@@ -61,8 +61,8 @@ pub(super) fn start(
     };
     let authority = Authority::load_or_create(&spool.root().join("pool"), &config.node_name)?;
     let tls = tls::server_config(authority.der(), authority.server_identity()?)?;
-    let listener = std::net::TcpListener::bind(listen)
-        .map_err(|e| DaemonError::PoolListen(listen, e))?;
+    let listener =
+        std::net::TcpListener::bind(listen).map_err(|e| DaemonError::PoolListen(listen, e))?;
     let bound = listener.local_addr().unwrap_or(listen);
     let server = server::spawn(listener, tls, move |e| {
         let _ = events.send(Event::Pool(e));
@@ -296,7 +296,9 @@ impl Daemon {
     /// job's current run there, else forgotten at once.
     fn settle_run(&mut self, name: &str, link: &Link, run: RunKey, ended: &mut Vec<JobId>) {
         let current = self.jobs.get(&run.job).is_some_and(|j| {
-            j.state.holds_gpus() && j.node.as_deref() == Some(name) && j.restart_count == run.restart
+            j.state.holds_gpus()
+                && j.node.as_deref() == Some(name)
+                && j.restart_count == run.restart
         });
         if current {
             ended.push(run.job);
@@ -416,7 +418,13 @@ impl Daemon {
         };
         let authority_pem = pool.authority.pem().to_string();
         db::node_joined(self.tx()?, name, &serial)?;
-        self.audit(now, name, "join", None, &format!("node {name} joined the pool"))?;
+        self.audit(
+            now,
+            name,
+            "join",
+            None,
+            &format!("node {name} joined the pool"),
+        )?;
         tracing::info!(target: "ysched::pool", "node {name} joined the pool (certificate {serial})");
         let users = self.known_users();
         self.answer(
@@ -546,7 +554,9 @@ impl Daemon {
     ) -> Result<(), DaemonError> {
         let current = |daemon: &Daemon, run: &RunKey| {
             daemon.jobs.get(&run.job).is_some_and(|j| {
-                j.state.holds_gpus() && j.node.as_deref() == Some(name) && j.restart_count == run.restart
+                j.state.holds_gpus()
+                    && j.node.as_deref() == Some(name)
+                    && j.restart_count == run.restart
             })
         };
         let held = hello
@@ -590,12 +600,7 @@ impl Daemon {
 
     /// A heartbeat: the node is heard, its lease renewed by the answer.
     fn heartbeat(&mut self, name: &str, link: &Link, seq: u64, running: &[RunKey], fenced: bool) {
-        link.state().running = Some(
-            running
-                .iter()
-                .map(|r| (r.job, (r.restart, 0)))
-                .collect(),
-        );
+        link.state().running = Some(running.iter().map(|r| (r.job, (r.restart, 0))).collect());
         let _ = link.send(name, ToNode::HeartbeatAck { seq });
         let was_down = self.nodes.named(name).and_then(|n| n.down.clone());
         self.nodes.change(name, |node| {
@@ -614,7 +619,9 @@ impl Daemon {
 
     /// A new certificate for a node whose certificate nears its end.
     fn renew(&mut self, name: &str, link: &Link, request_pem: &str) -> Result<(), DaemonError> {
-        let Some(pool) = &self.pool else { return Ok(()) };
+        let Some(pool) = &self.pool else {
+            return Ok(());
+        };
         let (certificate_pem, serial) = pool.authority.sign_node(name, request_pem)?;
         db::set_node_certificate(self.tx()?, name, &serial)?;
         tracing::info!(target: "ysched::pool", "node {name} renewed its certificate ({serial})");
@@ -643,7 +650,10 @@ impl Daemon {
             let silent = remote.last_heard.elapsed();
             if silent > lease && node.down.is_none() {
                 tracing::warn!(target: "ysched::pool", "node {name} is down: not heard from for {}", humantime::format_duration(round(silent)));
-                node.down = Some(format!("not heard from for more than {}", humantime::format_duration(lease)));
+                node.down = Some(format!(
+                    "not heard from for more than {}",
+                    humantime::format_duration(lease)
+                ));
                 changed = true;
             }
             if silent > lease + margin && !remote.lost {
@@ -719,7 +729,9 @@ impl Daemon {
     ) -> Result<Reply, DaemonError> {
         let rejected = |error: String| Ok(Reply::Rejected { error });
         if !who.admin {
-            return rejected("permission denied: only root and the config's admins may add nodes".into());
+            return rejected(
+                "permission denied: only root and the config's admins may add nodes".into(),
+            );
         }
         let Some(pool) = &self.pool else {
             return rejected(format!(
@@ -749,8 +761,21 @@ impl Daemon {
             pool.advertise,
             pool.authority.fingerprint()
         );
-        db::expect_node(self.tx()?, name, &hash_token(&token), now + lifetime as i64, who.user, now)?;
-        self.audit(now, who.user, "add-node", None, &format!("node {name} may join for {lifetime} s"))?;
+        db::expect_node(
+            self.tx()?,
+            name,
+            &hash_token(&token),
+            now + lifetime as i64,
+            who.user,
+            now,
+        )?;
+        self.audit(
+            now,
+            who.user,
+            "add-node",
+            None,
+            &format!("node {name} may join for {lifetime} s"),
+        )?;
         Ok(Reply::Control {
             outcomes: Vec::new(),
             message: Some(line),
@@ -767,7 +792,9 @@ impl Daemon {
     ) -> Result<Reply, DaemonError> {
         let rejected = |error: String| Ok(Reply::Rejected { error });
         if !who.admin {
-            return rejected("permission denied: only root and the config's admins may remove nodes".into());
+            return rejected(
+                "permission denied: only root and the config's admins may remove nodes".into(),
+            );
         }
         let record = db::node_record(&self.store.db, name)?;
         if record.is_none_or(|r| r.removed.is_some()) || self.pool.is_none() {

@@ -11,7 +11,7 @@ use rusqlite::Connection;
 use crate::config::Config;
 use crate::db::{self};
 use crate::model::job::{Job, JobId, JobState};
-use crate::proto::{Reply, Request};
+use crate::proto::{Control, Reply, Request};
 use crate::sched::{self, Reason};
 use crate::spool::socket::{self};
 use crate::spool::{Inbound, Ownership};
@@ -555,12 +555,25 @@ impl Daemon {
                     return Ok(Handled::Reply(reply));
                 }
                 let kind = request.kind();
+                // A join token is shown once and kept nowhere: the reply
+                // recorded (for a retry of the same request) leaves it out.
+                let secret = matches!(request, Request::Control(Control::NodeAdd { .. }));
                 let reply = match request {
                     Request::Submit(job) => self.submit(*job, uid, &user, now)?,
                     Request::Control(c) => self.control(c, uid, &user, now)?,
                     Request::Query(_) => unreachable!("queries returned above"),
                 };
-                db::record_request(self.tx()?, &name, uid, now, kind, &reply)?;
+                let recorded = match &reply {
+                    Reply::Control { outcomes, .. } if secret => Reply::Control {
+                        outcomes: outcomes.clone(),
+                        message: Some(
+                            "the join line was shown once; yscontrol node add again for a new one"
+                                .into(),
+                        ),
+                    },
+                    _ => reply.clone(),
+                };
+                db::record_request(self.tx()?, &name, uid, now, kind, &recorded)?;
                 Ok(Handled::Reply(reply))
             }
         }

@@ -141,7 +141,11 @@ pub fn node_joined(conn: &Connection, name: &str, certificate: &str) -> Result<(
 }
 
 /// A renewed certificate replaces the one before.
-pub fn set_node_certificate(conn: &Connection, name: &str, certificate: &str) -> Result<(), DbError> {
+pub fn set_node_certificate(
+    conn: &Connection,
+    name: &str,
+    certificate: &str,
+) -> Result<(), DbError> {
     conn.prepare_cached("UPDATE nodes SET certificate = ?2 WHERE name = ?1")?
         .execute(params![name, certificate])?;
     Ok(())

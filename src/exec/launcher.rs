@@ -309,6 +309,24 @@ impl Launcher {
         }
     }
 
+    /// The jobs whose directories are here, with the run each was
+    /// launched as (from its spec).
+    pub fn recorded(&self) -> Vec<(JobId, u32)> {
+        let Ok(entries) = fs::read_dir(self.spool.jobs()) else {
+            return Vec::new();
+        };
+        let mut found: Vec<(JobId, u32)> = entries
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<JobId>().ok())
+            .filter_map(|id| {
+                let text = fs::read(self.spool.job_dir(id).join(SPEC)).ok()?;
+                let spec: LaunchSpec = serde_json::from_slice(&text).ok()?;
+                Some((id, spec.restart_count))
+            })
+            .collect();
+        found.sort_unstable();
+        found
+    }
+
     pub fn read_exit(&self, id: JobId) -> Option<ExitRecord> {
         let text = fs::read(self.spool.job_dir(id).join(EXIT)).ok()?;
         serde_json::from_slice(&text).ok()

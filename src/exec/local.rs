@@ -69,6 +69,12 @@ impl LocalExecutor {
         })
     }
 
+    /// The jobs this host has directories of, each with its run: what a
+    /// node's agent finds when it starts.
+    pub fn recorded_runs(&self) -> Vec<(JobId, u32)> {
+        self.launcher.recorded()
+    }
+
     /// What the supervisor needs: the job and what the daemon kept apart
     /// from it, with this host's confinement.
     fn spec_of(&self, launch: &Launch<'_>) -> LaunchSpec {

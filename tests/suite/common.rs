@@ -8,7 +8,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-pub const BINARIES: [&str; 11] = [
+pub const BINARIES: [&str; 12] = [
     "ysctld",
     "ysstepd",
     "ysbatch",
@@ -20,6 +20,7 @@ pub const BINARIES: [&str; 11] = [
     "ysreport",
     "ysinfo",
     "ysched-slurm",
+    "ysnoded",
 ];
 
 /// The binaries, hard-linked (or copied) into a directory every user can
@@ -79,6 +80,7 @@ fn built_binary(name: &str) -> PathBuf {
         "ysreport" => env!("CARGO_BIN_EXE_ysreport"),
         "ysinfo" => env!("CARGO_BIN_EXE_ysinfo"),
         "ysched-slurm" => env!("CARGO_BIN_EXE_ysched-slurm"),
+        "ysnoded" => env!("CARGO_BIN_EXE_ysnoded"),
         other => panic!("unknown binary {other}"),
     };
     PathBuf::from(path)
@@ -334,7 +336,7 @@ pub fn cgroup_parent_of(dir: &Path) -> String {
 }
 
 /// Removes a test's cgroups, killing what a test left running in them.
-fn remove_cgroup_parents(parent: &str) {
+pub fn remove_cgroup_parents(parent: &str) {
     let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
         return;
     };

@@ -27,9 +27,10 @@ const LAYERS: [(&str, u32); 15] = [
     ("net", 9),
 ];
 
-/// Above every library layer: the daemon, the commands and the
-/// binaries; the commands may use the daemon only to start it.
-const TOP: [(&str, u32); 3] = [("daemon", 11), ("cli", 12), ("bin", 13)];
+/// Above every library layer: the daemon and the node agent, the
+/// commands and the binaries; the commands may use the daemon and the
+/// agent only to start them.
+const TOP: [(&str, u32); 4] = [("daemon", 11), ("agent", 11), ("cli", 12), ("bin", 13)];
 
 const MAX_FUNCTION_LINES: usize = 100;
 const MAX_DAEMON_STRUCT_FIELDS: usize = 20;

@@ -24,6 +24,7 @@ mod metrics;
 mod node;
 mod notify;
 mod placement;
+mod pool;
 mod preempt;
 mod report;
 mod simulate;

@@ -1,0 +1,307 @@
+//! The runs a node holds, through this host's executor (the fork server,
+//! a `ysstepd` supervisor per job, cgroups — as on a single server):
+//! launched at the controller's word, checked against this host's users,
+//! each reported when it ends and kept until the controller says it has
+//! recorded the end. A job's directory is the journal: an agent killed
+//! and restarted finds every run again in its state directory.
+
+use std::collections::BTreeMap;
+
+use crate::exec::executor::{Adoption, Executor, Launch};
+use crate::exec::local::LocalExecutor;
+use crate::exec::spec::{ExitRecord, SignalTarget, StepCommand};
+use crate::model::job::JobId;
+use crate::net::message::{FromNode, LaunchOrder, RunKey, ToNode};
+
+/// One run this node holds.
+#[derive(Clone, Debug)]
+struct Run {
+    restart: u32,
+    supervisor_pid: i32,
+    /// How it ended, until forgotten.
+    ended: Option<ExitRecord>,
+    /// Its supervisor is gone without a record.
+    lost: bool,
+}
+
+impl Run {
+    fn running(&self) -> bool {
+        self.ended.is_none() && !self.lost
+    }
+}
+
+pub struct Runs {
+    executor: LocalExecutor,
+    runs: BTreeMap<JobId, Run>,
+}
+
+impl Runs {
+    /// The executor, and every run found in its directories.
+    pub fn adopt(mut executor: LocalExecutor) -> Runs {
+        let mut runs = BTreeMap::new();
+        for (id, restart) in executor.recorded_runs() {
+            let run = |pid, ended, lost| Run {
+                restart,
+                supervisor_pid: pid,
+                ended,
+                lost,
+            };
+            match executor.adopt(id) {
+                Adoption::Alive { supervisor_pid } => {
+                    runs.insert(id, run(supervisor_pid, None, false));
+                }
+                Adoption::Exited(record) => {
+                    runs.insert(id, run(0, Some(record), false));
+                }
+                Adoption::Lost => {
+                    executor.clear_remains(id);
+                    runs.insert(id, run(0, None, true));
+                }
+                // Its directory was written and nothing started.
+                Adoption::NeverStarted | Adoption::Unreachable(_) => executor.forget(id),
+            }
+        }
+        Runs { executor, runs }
+    }
+
+    pub fn executor(&self) -> &LocalExecutor {
+        &self.executor
+    }
+
+    /// What a `Hello` says of the runs.
+    pub fn hello(&self, version: &str) -> FromNode {
+        let key = |id: &JobId, run: &Run| RunKey {
+            job: *id,
+            restart: run.restart,
+        };
+        FromNode::Hello {
+            facts: self.executor.node().clone(),
+            running: self
+                .runs
+                .iter()
+                .filter(|(_, r)| r.running())
+                .map(|(id, r)| (key(id, r), r.supervisor_pid))
+                .collect(),
+            ended: self
+                .runs
+                .iter()
+                .filter_map(|(id, r)| Some((key(id, r), r.ended.clone()?)))
+                .collect(),
+            lost: self
+                .runs
+                .iter()
+                .filter(|(_, r)| r.lost)
+                .map(|(id, r)| key(id, r))
+                .collect(),
+            version: version.to_string(),
+        }
+    }
+
+    /// The runs whose processes run.
+    pub fn running(&self) -> Vec<RunKey> {
+        self.runs
+            .iter()
+            .filter(|(_, r)| r.running())
+            .map(|(id, r)| RunKey {
+                job: *id,
+                restart: r.restart,
+            })
+            .collect()
+    }
+
+    /// Carries out an order of the controller; what to tell it.
+    pub fn order(&mut self, order: ToNode, fenced: bool) -> Vec<FromNode> {
+        match order {
+            ToNode::Launch(launch) => self.launch(*launch, fenced),
+            ToNode::Command { run, command } if self.is_current(run) => {
+                if let Err(e) = self.executor.command(run.job, &command) {
+                    tracing::warn!(target: "ysched::agent", "{run}: {e}");
+                }
+                Vec::new()
+            }
+            ToNode::Freeze { run, frozen } if self.is_current(run) => {
+                if let Err(e) = self.executor.set_frozen(run.job, frozen) {
+                    tracing::warn!(target: "ysched::agent", "{run}: {e}");
+                }
+                Vec::new()
+            }
+            ToNode::Clear { run } if self.is_current(run) => {
+                let _ = self.executor.command(run.job, &kill_now());
+                self.executor.clear_remains(run.job);
+                Vec::new()
+            }
+            ToNode::Forget { run } if self.is_current(run) => {
+                if self.runs.get(&run.job).is_some_and(Run::running) {
+                    // Forgetting a live run would leave it unaccounted.
+                    tracing::warn!(target: "ysched::agent", "{run} still runs: not forgotten");
+                } else {
+                    self.executor.forget(run.job);
+                    self.runs.remove(&run.job);
+                }
+                Vec::new()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn is_current(&self, run: RunKey) -> bool {
+        self.runs
+            .get(&run.job)
+            .is_some_and(|r| r.restart == run.restart)
+    }
+
+    /// Starts a run, once: a launch of a run this node holds already is
+    /// answered with what it knows of it.
+    fn launch(&mut self, order: LaunchOrder, fenced: bool) -> Vec<FromNode> {
+        let run = RunKey::of(&order.job);
+        if let Some(known) = self.runs.get(&run.job) {
+            if known.restart == run.restart {
+                return vec![self.report(run)];
+            }
+            if known.running() {
+                tracing::error!(target: "ysched::agent", "{run}: an earlier run of the job still runs here");
+                return vec![FromNode::Lost { run }];
+            }
+            // An earlier run's end, recorded by now: the controller only
+            // launches again after it did.
+            self.executor.forget(run.job);
+            self.runs.remove(&run.job);
+        }
+        if fenced {
+            tracing::warn!(target: "ysched::agent", "{run} not started: this node has lost its lease");
+            return vec![FromNode::Lost { run }];
+        }
+        let user = match same_user(&order, &self.executor.node().name) {
+            Ok(user) => user,
+            Err(why) => return vec![self.refused(run, why)],
+        };
+        let launched = self.executor.launch(Launch {
+            job: &order.job,
+            script: &order.script,
+            args: &order.args,
+            environment: &order.environment,
+            home: &user.dir,
+            shell: &user.shell,
+        });
+        match launched {
+            Ok(started) => {
+                self.runs.insert(
+                    run.job,
+                    Run {
+                        restart: run.restart,
+                        supervisor_pid: started.supervisor_pid,
+                        ended: None,
+                        lost: false,
+                    },
+                );
+                tracing::info!(target: "ysched::agent", "{run} started for {} (supervisor pid {})", order.job.user, started.supervisor_pid);
+                vec![FromNode::Started {
+                    run,
+                    supervisor_pid: started.supervisor_pid,
+                }]
+            }
+            Err(e) => vec![self.refused(run, e.to_string())],
+        }
+    }
+
+    /// A run that could not start: it ends at once, saying why.
+    fn refused(&mut self, run: RunKey, why: String) -> FromNode {
+        tracing::warn!(target: "ysched::agent", "{run} not started: {why}");
+        let record = ExitRecord {
+            exit: Default::default(),
+            end_time: now(),
+            launch_error: Some(why),
+            terminated: false,
+            usage: Default::default(),
+        };
+        self.runs.insert(
+            run.job,
+            Run {
+                restart: run.restart,
+                supervisor_pid: 0,
+                ended: Some(record.clone()),
+                lost: false,
+            },
+        );
+        FromNode::Exited { run, record }
+    }
+
+    /// What this node knows of a run it holds.
+    fn report(&self, run: RunKey) -> FromNode {
+        match self.runs.get(&run.job) {
+            Some(Run {
+                ended: Some(record),
+                ..
+            }) => FromNode::Exited {
+                run,
+                record: record.clone(),
+            },
+            Some(Run { lost: true, .. }) | None => FromNode::Lost { run },
+            Some(r) => FromNode::Started {
+                run,
+                supervisor_pid: r.supervisor_pid,
+            },
+        }
+    }
+
+    /// A supervisor exited: how its run ended, to tell the controller.
+    pub fn exited(&mut self, id: JobId) -> Option<FromNode> {
+        let record = self.executor.exit_of(id);
+        let run = self.runs.get_mut(&id)?;
+        let key = RunKey {
+            job: id,
+            restart: run.restart,
+        };
+        match record {
+            Some(record) => {
+                run.ended = Some(record.clone());
+                Some(FromNode::Exited { run: key, record })
+            }
+            None => {
+                run.lost = true;
+                self.executor.clear_remains(id);
+                Some(FromNode::Lost { run: key })
+            }
+        }
+    }
+
+    /// The lease ran out: every run is killed now, so that none can still
+    /// run when the controller, which stopped hearing this node, runs the
+    /// job elsewhere.
+    pub fn fence(&mut self) -> usize {
+        let running = self.running();
+        for run in &running {
+            let _ = self.executor.command(run.job, &kill_now());
+        }
+        running.len()
+    }
+}
+
+/// SIGKILL to the whole job, with no grace.
+fn kill_now() -> StepCommand {
+    StepCommand::Terminate {
+        grace_secs: 0,
+        signal: Some(libc::SIGKILL),
+        target: SignalTarget::Job,
+    }
+}
+
+/// The job's user here, if it is the same user (name and uid) as on the
+/// controller.
+fn same_user(order: &LaunchOrder, node: &str) -> Result<nix::unistd::User, String> {
+    let job = &order.job;
+    match nix::unistd::User::from_name(&job.user) {
+        Ok(Some(user)) if user.uid.as_raw() == job.uid => Ok(user),
+        Ok(Some(user)) => Err(format!(
+            "user {} is uid {} on node {node} and uid {} on the controller; a job runs only where its user is the same",
+            job.user, user.uid, job.uid
+        )),
+        Ok(None) | Err(_) => Err(format!("user {} does not exist on node {node}", job.user)),
+    }
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}

@@ -1,0 +1,324 @@
+//! The agent's loop: one connection to the controller, made again
+//! whenever it breaks (backing off to a third of the lease); a hello at
+//! each connection with every run the node holds; a heartbeat every third
+//! of the lease; the controller's orders carried out; each run's end sent
+//! when it happens (and told again at each hello until forgotten).
+//!
+//! The lease: it runs from when the node sent the last heartbeat the
+//! controller answered (the node's own monotonic clock). When it runs out
+//! the node stops its jobs — the controller, which stopped hearing the
+//! node at least as long ago, ends them and may run them elsewhere only
+//! half a lease later — and starts none until the controller answers.
+
+use std::collections::HashMap;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::os::fd::AsFd;
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::eventfd::EventFd;
+
+use super::error::AgentError;
+use super::identity::Identity;
+use super::runs::Runs;
+use crate::model::job::JobId;
+use crate::net::conn::Conn;
+use crate::net::frame::{decode, encode};
+use crate::net::message::{Envelope, FromNode, ToNode, PROTOCOL};
+use crate::net::tls;
+
+/// Connects to the controller at `address` (`HOST:PORT`), TLS as `config`.
+pub fn connect(address: &str, config: Arc<rustls::ClientConfig>) -> Result<Conn, AgentError> {
+    let fail = |why: String| AgentError::Unreachable {
+        address: address.to_string(),
+        why,
+    };
+    let addresses = address.to_socket_addrs().map_err(|e| fail(e.to_string()))?;
+    let mut last = String::from("the name resolves to no address");
+    for a in addresses {
+        match TcpStream::connect_timeout(&a, Duration::from_secs(5)) {
+            Ok(sock) => {
+                let tls = rustls::ClientConnection::new(config, tls::server_name())
+                    .map_err(|e| fail(e.to_string()))?;
+                return Conn::new(sock, tls).map_err(|e| fail(e.to_string()));
+            }
+            Err(e) => last = format!("{a}: {e}"),
+        }
+    }
+    Err(fail(last))
+}
+
+/// One connection's state.
+struct Link {
+    conn: Conn,
+    welcomed: bool,
+    next_heartbeat: Instant,
+}
+
+pub struct Session {
+    runs: Runs,
+    identity: Identity,
+    tls: Arc<rustls::ClientConfig>,
+    incarnation: u64,
+    epoch: u64,
+    lease: Duration,
+    /// The lease runs out at this moment (monotonic).
+    lease_until: Instant,
+    fenced: bool,
+    seq: u64,
+    /// When each heartbeat not yet answered was sent.
+    sent: HashMap<u64, Instant>,
+    link: Option<Link>,
+    next_connect: Instant,
+    backoff: Duration,
+    /// Supervisors' exits, from the executor's watcher.
+    exits: Receiver<JobId>,
+    wake: Arc<EventFd>,
+}
+
+impl Session {
+    pub fn new(
+        runs: Runs,
+        identity: Identity,
+        lease: Duration,
+        exits: Receiver<JobId>,
+        wake: Arc<EventFd>,
+    ) -> Result<Session, AgentError> {
+        let tls = tls::node_config(
+            &identity.authority_pem,
+            &identity.certificate_pem,
+            &identity.key_pem,
+        )?;
+        Ok(Session {
+            runs,
+            identity,
+            tls,
+            incarnation: incarnation(),
+            epoch: 0,
+            lease,
+            // Runs re-adopted at a start have a lease from now: the
+            // controller gave this node a lease at its last answer, which
+            // cannot have been later.
+            lease_until: Instant::now() + lease,
+            fenced: false,
+            seq: 0,
+            sent: HashMap::new(),
+            link: None,
+            next_connect: Instant::now(),
+            backoff: Duration::from_millis(200),
+            exits,
+            wake,
+        })
+    }
+
+    /// Runs until the controller refuses this node (removed, revoked):
+    /// that is returned as the error to exit with.
+    pub fn run(&mut self) -> Result<(), AgentError> {
+        loop {
+            if self.link.is_none() && Instant::now() >= self.next_connect {
+                self.reconnect();
+            }
+            self.wait();
+            self.take_exits();
+            if self.link.is_some() {
+                self.serve_link()?;
+            }
+            self.tick();
+        }
+    }
+
+    fn reconnect(&mut self) {
+        match connect(&self.identity.controller, self.tls.clone()) {
+            Ok(conn) => {
+                let mut link = Link {
+                    conn,
+                    welcomed: false,
+                    next_heartbeat: Instant::now(),
+                };
+                let hello = self.runs.hello(env!("CARGO_PKG_VERSION"));
+                // The hello counts as a heartbeat: its welcome renews the lease.
+                self.seq += 1;
+                self.sent.clear();
+                self.sent.insert(self.seq, Instant::now());
+                if self.send_on(&mut link, hello).is_ok() {
+                    self.link = Some(link);
+                    self.backoff = Duration::from_millis(200);
+                    return;
+                }
+            }
+            Err(e) => tracing::warn!(target: "ysched::agent", "{e}"),
+        }
+        self.next_connect = Instant::now() + self.backoff;
+        self.backoff = (self.backoff * 2).min((self.lease / 3).max(Duration::from_millis(200)));
+    }
+
+    fn send_on(&self, link: &mut Link, body: FromNode) -> Result<(), AgentError> {
+        let envelope = Envelope {
+            protocol: PROTOCOL,
+            epoch: self.epoch,
+            incarnation: self.incarnation,
+            body,
+        };
+        link.conn.send(&encode(&envelope)?)?;
+        link.conn.flush()?;
+        Ok(())
+    }
+
+    fn send(&mut self, body: FromNode) {
+        let Some(mut link) = self.link.take() else {
+            return;
+        };
+        match self.send_on(&mut link, body) {
+            Ok(()) => self.link = Some(link),
+            Err(e) => self.disconnected(&e.to_string()),
+        }
+    }
+
+    fn disconnected(&mut self, why: &str) {
+        tracing::warn!(target: "ysched::agent", "lost the controller: {why}");
+        self.link = None;
+        self.next_connect = Instant::now() + self.backoff;
+    }
+
+    /// Waits for the connection, an exit, or the next timer.
+    fn wait(&self) {
+        let now = Instant::now();
+        let mut until = if self.fenced {
+            now + Duration::from_secs(1)
+        } else {
+            self.lease_until.max(now + Duration::from_millis(10))
+        };
+        if let Some(link) = &self.link {
+            until = until.min(link.next_heartbeat);
+        } else {
+            until = until.min(self.next_connect);
+        }
+        let mut fds = vec![PollFd::new(self.wake.as_fd(), PollFlags::POLLIN)];
+        if let Some(link) = &self.link {
+            let mut flags = PollFlags::POLLIN;
+            if link.conn.wants_write() {
+                flags |= PollFlags::POLLOUT;
+            }
+            fds.push(PollFd::new(link.conn.fd(), flags));
+        }
+        let ms = until
+            .saturating_duration_since(now)
+            .as_millis()
+            .clamp(1, 1_000) as u16;
+        let _ = poll(&mut fds, PollTimeout::from(ms));
+    }
+
+    fn take_exits(&mut self) {
+        let _ = self.wake.read();
+        let ended: Vec<JobId> = self.exits.try_iter().collect();
+        for id in ended {
+            if let Some(report) = self.runs.exited(id) {
+                self.send(report);
+            }
+        }
+    }
+
+    /// Reads and carries out what the controller sent.
+    fn serve_link(&mut self) -> Result<(), AgentError> {
+        let Some(mut link) = self.link.take() else {
+            return Ok(());
+        };
+        let frames = match link.conn.read().and_then(|f| link.conn.flush().map(|()| f)) {
+            Ok(frames) => frames,
+            Err(e) => {
+                self.disconnected(&e.to_string());
+                return Ok(());
+            }
+        };
+        let closed = link.conn.is_closed();
+        self.link = Some(link);
+        for body in frames {
+            let envelope: Envelope<ToNode> = match decode(&body) {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::warn!(target: "ysched::agent", "the controller sent what does not read: {e}");
+                    continue;
+                }
+            };
+            self.from_controller(envelope)?;
+        }
+        if closed {
+            self.disconnected("the controller closed the connection");
+        }
+        Ok(())
+    }
+
+    fn from_controller(&mut self, envelope: Envelope<ToNode>) -> Result<(), AgentError> {
+        match envelope.body {
+            ToNode::Refused { reason } => return Err(AgentError::Refused(reason)),
+            ToNode::Welcome { lease_ms } => {
+                self.epoch = envelope.epoch;
+                self.lease = Duration::from_millis(lease_ms.max(1_000));
+                if let Some(link) = &mut self.link {
+                    link.welcomed = true;
+                }
+                tracing::info!(target: "ysched::agent", "in the pool: lease {}", humantime::format_duration(self.lease));
+                self.renewed(self.seq);
+            }
+            ToNode::HeartbeatAck { seq } if envelope.epoch == self.epoch => self.renewed(seq),
+            ToNode::Renewed { .. } | ToNode::Joined { .. } | ToNode::HeartbeatAck { .. } => {}
+            order if envelope.epoch == self.epoch => {
+                for report in self.runs.order(order, self.fenced) {
+                    self.send(report);
+                }
+            }
+            // From a controller since replaced.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The controller answered heartbeat `seq`: the lease runs from when
+    /// it was sent.
+    fn renewed(&mut self, seq: u64) {
+        if let Some(sent) = self.sent.remove(&seq) {
+            self.lease_until = self.lease_until.max(sent + self.lease);
+            self.sent.retain(|s, _| *s > seq);
+        }
+        if self.fenced && Instant::now() < self.lease_until {
+            tracing::info!(target: "ysched::agent", "the controller answers again: jobs may start here again");
+            self.fenced = false;
+        }
+    }
+
+    /// Heartbeats, and the lease's end.
+    fn tick(&mut self) {
+        let now = Instant::now();
+        if now >= self.lease_until && !self.fenced {
+            let killed = self.runs.fence();
+            tracing::error!(target: "ysched::agent", "no answer from the controller for a lease ({}): {killed} job(s) stopped here; none starts until it answers", humantime::format_duration(self.lease));
+            self.fenced = true;
+        }
+        let due = self
+            .link
+            .as_ref()
+            .is_some_and(|l| l.welcomed && now >= l.next_heartbeat);
+        if due {
+            self.seq += 1;
+            self.sent.insert(self.seq, now);
+            let heartbeat = FromNode::Heartbeat {
+                seq: self.seq,
+                running: self.runs.running(),
+                fenced: self.fenced,
+            };
+            if let Some(link) = &mut self.link {
+                link.next_heartbeat = now + self.lease / 3;
+            }
+            self.send(heartbeat);
+        }
+    }
+}
+
+/// A number no earlier run of this agent used: the time, in microseconds.
+fn incarnation() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_micros() as u64)
+}

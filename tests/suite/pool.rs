@@ -1,0 +1,428 @@
+//! A pool on one machine: a controller on a bridge the test makes, and
+//! node agents (`ysnoded`) in network namespaces of their own, each with
+//! its own state directory, cgroup parent and fake GPU device nodes,
+//! joined with the line `yscontrol node add` prints plus `--config`.
+//! Network faults are made by taking a node's link down or by a
+//! blackhole route in its namespace (one way). Root only: namespaces,
+//! bridges and cgroups need it; elsewhere each test says it is skipped.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::common::{self, bin_dir, stderr, stdout, Cluster, TestUser};
+
+const LONG: Duration = Duration::from_secs(40);
+/// Short, so that losing a node takes seconds.
+const LEASE_SECS: u32 = 3;
+
+static NEXT_NET: AtomicU32 = AtomicU32::new(0);
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A bridge with the controller's address, and a namespace per node on
+/// it; all removed when dropped.
+struct Net {
+    tag: String,
+    subnet: u32,
+    namespaces: Vec<String>,
+}
+
+impl Net {
+    fn new() -> Net {
+        let n = NEXT_NET.fetch_add(1, Ordering::SeqCst);
+        let tag = format!("{}{n}", std::process::id() % 10_000);
+        let subnet = 100 + (std::process::id() % 50) * 3 + n;
+        let net = Net {
+            tag,
+            subnet,
+            namespaces: Vec::new(),
+        };
+        let _ = Command::new("ip")
+            .args(["link", "del", &net.bridge()])
+            .output();
+        ip(&["link", "add", &net.bridge(), "type", "bridge"]);
+        ip(&[
+            "addr",
+            "add",
+            &format!("{}/24", net.controller_ip()),
+            "dev",
+            &net.bridge(),
+        ]);
+        ip(&["link", "set", &net.bridge(), "up"]);
+        net
+    }
+
+    fn bridge(&self) -> String {
+        format!("ysb{}", self.tag)
+    }
+
+    fn controller_ip(&self) -> String {
+        format!(
+            "10.{}.{}.1",
+            200 + self.subnet / 256 % 50,
+            self.subnet % 256
+        )
+    }
+
+    /// The host end of node `i`'s link.
+    fn veth(&self, i: usize) -> String {
+        format!("ysv{}n{i}", self.tag)
+    }
+
+    /// A namespace for node `i`, linked to the bridge.
+    fn add_node(&mut self, i: usize) -> String {
+        let ns = format!("ysns{}n{i}", self.tag);
+        let _ = Command::new("ip").args(["netns", "del", &ns]).output();
+        ip(&["netns", "add", &ns]);
+        let inner = format!("ysi{}n{i}", self.tag);
+        ip(&[
+            "link",
+            "add",
+            &self.veth(i),
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &inner,
+        ]);
+        ip(&["link", "set", &inner, "netns", &ns]);
+        ip(&["link", "set", &self.veth(i), "master", &self.bridge()]);
+        ip(&["link", "set", &self.veth(i), "up"]);
+        let addr = format!("{}/24", self.address_of(i));
+        ip(&[
+            "netns", "exec", &ns, "ip", "addr", "add", &addr, "dev", &inner,
+        ]);
+        ip(&["netns", "exec", &ns, "ip", "link", "set", &inner, "up"]);
+        ip(&["netns", "exec", &ns, "ip", "link", "set", "lo", "up"]);
+        self.namespaces.push(ns.clone());
+        ns
+    }
+
+    fn address_of(&self, i: usize) -> String {
+        let base = self.controller_ip();
+        let prefix = base.rsplit_once('.').unwrap().0;
+        format!("{prefix}.{}", 10 + i)
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for ns in &self.namespaces {
+            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        }
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.bridge()])
+            .output();
+    }
+}
+
+/// A node's agent: its config, state directory and fake GPUs, and the
+/// process while it runs.
+struct Agent {
+    name: String,
+    ns: String,
+    dir: tempfile::TempDir,
+    config: PathBuf,
+    child: Option<Child>,
+}
+
+impl Agent {
+    fn new(name: &str, ns: &str, gpus: u32) -> Agent {
+        let dir = tempfile::Builder::new()
+            .prefix("ysched-node-")
+            .tempdir()
+            .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let devices = dir.path().join("dev");
+        std::fs::create_dir(&devices).unwrap();
+        for i in 0..gpus {
+            nix::sys::stat::mknod(
+                &devices.join(format!("nvidia{i}")),
+                nix::sys::stat::SFlag::S_IFCHR,
+                nix::sys::stat::Mode::from_bits_truncate(0o666),
+                nix::sys::stat::makedev(195, u64::from(i)),
+            )
+            .unwrap();
+        }
+        let config = dir.path().join("node.toml");
+        let text = format!(
+            "spool_dir = \"{}\"\nnode_name = \"{name}\"\nallow_root_jobs = true\ncpus = 8\n\
+             memory = \"16GiB\"\nkill_wait = 1\ncgroup_parent = \"{}\"\n\
+             [[gpus]]\ntype = \"a100\"\nmemory = \"80GiB\"\ndevices = \"{}/nvidia[0-{}]\"\n",
+            dir.path().join("state").display(),
+            common::cgroup_parent_of(dir.path()),
+            devices.display(),
+            gpus - 1
+        );
+        std::fs::write(&config, text).unwrap();
+        Agent {
+            name: name.to_string(),
+            ns: ns.to_string(),
+            dir,
+            config,
+            child: None,
+        }
+    }
+
+    fn log(&self) -> PathBuf {
+        self.dir.path().join("ysnoded.log")
+    }
+
+    /// `ysnoded` in the node's namespace with `args` and `--config`.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.ns])
+            .arg(bin_dir().join("ysnoded"))
+            .args(args)
+            .arg("--config")
+            .arg(&self.config);
+        c
+    }
+
+    /// `ysnoded` with the join line's words, joining only or running on.
+    fn command_words(&self, words: &[String], join_only: bool) -> Command {
+        let mut args: Vec<&str> = words.iter().map(String::as_str).collect();
+        if join_only {
+            args.push("--join-only");
+        }
+        self.command(&args)
+    }
+
+    /// Starts the agent with `args` (the join line's words, or none).
+    fn start(&mut self, args: &[&str]) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log())
+            .unwrap();
+        let child = self
+            .command(args)
+            .env("YS_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+    }
+
+    /// Kills the agent with SIGKILL.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(self.log()).unwrap_or_default()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill();
+        common::remove_cgroup_parents(&common::cgroup_parent_of(self.dir.path()));
+    }
+}
+
+/// The controller on the bridge (no GPUs of its own), and `count` agents
+/// joined with the printed line.
+struct Pool {
+    net: Net,
+    controller: Cluster,
+    agents: Vec<Agent>,
+}
+
+impl Pool {
+    fn new(count: usize, extra: &str) -> Pool {
+        let mut net = Net::new();
+        let pool = format!(
+            "[pool]\nlisten = \"{}:6820\"\nlease = \"{LEASE_SECS}s\"\n",
+            net.controller_ip()
+        );
+        let mut controller = Cluster::with_gpus(extra, &pool);
+        controller.start();
+        let mut agents = Vec::new();
+        for i in 0..count {
+            let ns = net.add_node(i);
+            agents.push(Agent::new(&format!("gpu1{i}"), &ns, 2));
+        }
+        let mut pool = Pool {
+            net,
+            controller,
+            agents,
+        };
+        for i in 0..count {
+            let line = pool.join_line(&format!("gpu1{i}"));
+            pool.agents[i].start(&line.iter().map(String::as_str).collect::<Vec<_>>()[1..]);
+        }
+        pool.wait_states(&(0..count).map(|i| (i, "idle")).collect::<Vec<_>>());
+        pool
+    }
+
+    /// The words of the join line for node `name`.
+    fn join_line(&self, name: &str) -> Vec<String> {
+        let out = self.controller.run("yscontrol", &["node", "add", name]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let line = stdout(&out);
+        assert!(line.starts_with("ysnoded --join "), "{line}");
+        line.split_whitespace().map(str::to_string).collect()
+    }
+
+    /// `sinfo -N -h -o '%N %t'`, as scripts read a pool.
+    fn node_states(&self) -> String {
+        let shims = self.controller.dir.path().join("shims");
+        let _ = std::fs::create_dir(&shims);
+        let sinfo = shims.join("sinfo");
+        let _ = std::os::unix::fs::symlink(bin_dir().join("ysched-slurm"), &sinfo);
+        let out = Command::new(&sinfo)
+            .args(["-N", "-h", "-o", "%N %t"])
+            .env("YS_CONF", &self.controller.config)
+            .output()
+            .unwrap();
+        stdout(&out)
+    }
+
+    fn wait_states(&self, wanted: &[(usize, &str)]) {
+        let lines: Vec<String> = wanted
+            .iter()
+            .map(|(i, s)| format!("{} {s}", self.agents[*i].name))
+            .collect();
+        let deadline = Instant::now() + LONG;
+        loop {
+            let seen = self.node_states();
+            if lines.iter().all(|l| seen.lines().any(|s| s.trim() == l)) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "nodes not {lines:?}: sinfo says {seen:?}; controller log:\n{}\nagent logs:\n{}",
+                self.controller.log(),
+                self.agents
+                    .iter()
+                    .map(Agent::log_text)
+                    .collect::<Vec<_>>()
+                    .join("\n---\n")
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+macro_rules! require_root_for_pool {
+    () => {
+        if !common::is_root() {
+            common::skip(
+                module_path!(),
+                "pool tests need root (network namespaces, a bridge, cgroups)",
+            );
+            return;
+        }
+    };
+}
+
+#[test]
+fn nodes_join_with_the_printed_line_and_run_their_users_jobs_once_each() {
+    require_root_for_pool!();
+    let p = Pool::new(2, "");
+    assert_eq!(
+        p.node_states().lines().map(str::trim).collect::<Vec<_>>(),
+        vec!["gpu10 idle", "gpu11 idle"]
+    );
+
+    // A token is good once.
+    let words = |line: &[String]| line[1..].to_vec();
+    let line = p.join_line("gpu12");
+    let joined = Agent::new("gpu12", &p.agents[1].ns, 1);
+    let first = joined.command_words(&words(&line), true).output().unwrap();
+    assert!(first.status.success(), "{}", stderr(&first));
+    assert!(stdout(&first).contains("node gpu12 joined the pool"));
+    let elsewhere = Agent::new("gpu12", &p.agents[1].ns, 1);
+    let second = elsewhere
+        .command_words(&words(&line), true)
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(1), "{}", stderr(&second));
+    assert!(
+        stderr(&second).contains("the join token of node gpu12 was used already"),
+        "{}",
+        stderr(&second)
+    );
+    // Joining again from a node that has joined: refused there.
+    let again = joined.command_words(&words(&line), true).output().unwrap();
+    assert_eq!(again.status.code(), Some(1));
+    assert!(
+        stderr(&again).contains("has joined a pool already"),
+        "{}",
+        stderr(&again)
+    );
+    // A wrong fingerprint: the controller is not trusted, nothing is sent.
+    let mut line = p.join_line("gpu13");
+    let at = line.iter().position(|w| w == "--authority").unwrap() + 1;
+    line[at] = format!("sha256:{}", "0".repeat(64));
+    let mistaken = Agent::new("gpu13", &p.agents[1].ns, 1);
+    let wrong = mistaken
+        .command_words(&words(&line), true)
+        .output()
+        .unwrap();
+    assert_eq!(wrong.status.code(), Some(1));
+    assert!(
+        stderr(&wrong).contains(&format!("not the sha256:{}", "0".repeat(64))),
+        "{}",
+        stderr(&wrong)
+    );
+    let remove = p.controller.run("yscontrol", &["node", "remove", "gpu12"]);
+    assert!(remove.status.success(), "{}", stderr(&remove));
+
+    // A real user's jobs on each node: its own files, its node's name.
+    let user = TestUser::create("pool");
+    let script = p.controller.script(
+        "where.sh",
+        "#!/bin/sh\necho node=$SLURMD_NODENAME list=$SLURM_JOB_NODELIST gpus=$CUDA_VISIBLE_DEVICES id=$(id -un)\n",
+    );
+    let mut ids = Vec::new();
+    for node in ["gpu10", "gpu11"] {
+        let out = p.controller.run_as(
+            &user.name,
+            "ysbatch",
+            &[
+                "--parsable",
+                "-G",
+                "1",
+                "-w",
+                node,
+                script.to_str().unwrap(),
+            ],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        ids.push(stdout(&out).trim().parse::<u64>().unwrap());
+    }
+    for (id, node) in ids.iter().zip(["gpu10", "gpu11"]) {
+        assert_eq!(p.controller.wait_done(*id, LONG), "COMPLETED");
+        assert_eq!(p.controller.field(*id, "NodeList"), node);
+        let out = p.controller.work.join(format!("ys-{id}.out"));
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert_eq!(
+            text.trim(),
+            format!("node={node} list={node} gpus=0 id={}", user.name)
+        );
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(std::fs::metadata(&out).unwrap().uid(), user.uid);
+    }
+    assert_eq!(
+        p.node_states().lines().map(str::trim).collect::<Vec<_>>(),
+        vec!["gpu10 idle", "gpu11 idle"]
+    );
+    let _ = &p.net;
+}
