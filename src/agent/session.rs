@@ -242,7 +242,7 @@ impl Session {
                     continue;
                 }
             };
-            self.from_controller(envelope)?;
+            self.on_message(envelope)?;
         }
         if closed {
             self.disconnected("the controller closed the connection");
@@ -250,7 +250,7 @@ impl Session {
         Ok(())
     }
 
-    fn from_controller(&mut self, envelope: Envelope<ToNode>) -> Result<(), AgentError> {
+    fn on_message(&mut self, envelope: Envelope<ToNode>) -> Result<(), AgentError> {
         match envelope.body {
             ToNode::Refused { reason } => return Err(AgentError::Refused(reason)),
             ToNode::Welcome { lease_ms } => {
