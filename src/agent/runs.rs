@@ -173,7 +173,7 @@ impl Runs {
         }
         let user = match same_user(&order, &self.executor.node().name) {
             Ok(user) => user,
-            Err(why) => return vec![self.refused(run, why)],
+            Err(why) => return vec![self.refused(run, why.to_string())],
         };
         let launched = self.executor.launch(Launch {
             job: &order.job,
@@ -286,17 +286,36 @@ fn kill_now() -> StepCommand {
     }
 }
 
+/// Why a job's user is not the same user on this node.
+#[derive(Debug, thiserror::Error)]
+enum OtherUser {
+    #[error("user {user} is uid {here} on node {node} and uid {there} on the controller; a job runs only where its user is the same")]
+    Uid {
+        user: String,
+        here: u32,
+        there: u32,
+        node: String,
+    },
+    #[error("user {user} does not exist on node {node}")]
+    Missing { user: String, node: String },
+}
+
 /// The job's user here, if it is the same user (name and uid) as on the
 /// controller.
-fn same_user(order: &LaunchOrder, node: &str) -> Result<nix::unistd::User, String> {
+fn same_user(order: &LaunchOrder, node: &str) -> Result<nix::unistd::User, OtherUser> {
     let job = &order.job;
     match nix::unistd::User::from_name(&job.user) {
         Ok(Some(user)) if user.uid.as_raw() == job.uid => Ok(user),
-        Ok(Some(user)) => Err(format!(
-            "user {} is uid {} on node {node} and uid {} on the controller; a job runs only where its user is the same",
-            job.user, user.uid, job.uid
-        )),
-        Ok(None) | Err(_) => Err(format!("user {} does not exist on node {node}", job.user)),
+        Ok(Some(user)) => Err(OtherUser::Uid {
+            user: job.user.clone(),
+            here: user.uid.as_raw(),
+            there: job.uid,
+            node: node.to_string(),
+        }),
+        Ok(None) | Err(_) => Err(OtherUser::Missing {
+            user: job.user.clone(),
+            node: node.to_string(),
+        }),
     }
 }
 

@@ -64,8 +64,9 @@ pub struct Session {
     incarnation: u64,
     epoch: u64,
     lease: Duration,
-    /// The lease runs out at this moment (monotonic).
-    lease_until: Instant,
+    /// The lease runs from here (monotonic): when the node sent the last
+    /// heartbeat the controller answered, or when the agent started.
+    lease_from: Instant,
     fenced: bool,
     seq: u64,
     /// When each heartbeat not yet answered was sent.
@@ -101,7 +102,7 @@ impl Session {
             // Runs re-adopted at a start have a lease from now: the
             // controller gave this node a lease at its last answer, which
             // cannot have been later.
-            lease_until: Instant::now() + lease,
+            lease_from: Instant::now(),
             fenced: false,
             seq: 0,
             sent: HashMap::new(),
@@ -188,7 +189,7 @@ impl Session {
         let mut until = if self.fenced {
             now + Duration::from_secs(1)
         } else {
-            self.lease_until.max(now + Duration::from_millis(10))
+            self.lease_until().max(now + Duration::from_millis(10))
         };
         if let Some(link) = &self.link {
             until = until.min(link.next_heartbeat);
@@ -275,14 +276,20 @@ impl Session {
         Ok(())
     }
 
+    /// When the lease runs out: the controller's lease (from its welcome,
+    /// the config's until then) after the last answered heartbeat.
+    fn lease_until(&self) -> Instant {
+        self.lease_from + self.lease
+    }
+
     /// The controller answered heartbeat `seq`: the lease runs from when
     /// it was sent.
     fn renewed(&mut self, seq: u64) {
         if let Some(sent) = self.sent.remove(&seq) {
-            self.lease_until = self.lease_until.max(sent + self.lease);
+            self.lease_from = self.lease_from.max(sent);
             self.sent.retain(|s, _| *s > seq);
         }
-        if self.fenced && Instant::now() < self.lease_until {
+        if self.fenced && Instant::now() < self.lease_until() {
             tracing::info!(target: "ysched::agent", "the controller answers again: jobs may start here again");
             self.fenced = false;
         }
@@ -291,7 +298,7 @@ impl Session {
     /// Heartbeats, and the lease's end.
     fn tick(&mut self) {
         let now = Instant::now();
-        if now >= self.lease_until && !self.fenced {
+        if now >= self.lease_until() && !self.fenced {
             let killed = self.runs.fence();
             tracing::error!(target: "ysched::agent", "no answer from the controller for a lease ({}): {killed} job(s) stopped here; none starts until it answers", humantime::format_duration(self.lease));
             self.fenced = true;

@@ -21,6 +21,7 @@ mod node_admin;
 mod nodes;
 mod notifications;
 mod pool;
+mod pool_state;
 mod preempt;
 mod retention;
 mod startup;

@@ -127,9 +127,16 @@ impl Nodes {
         self.nodes.iter_mut()
     }
 
-    /// Adds a node (a pool node that joined); the layout is built again.
+    /// Adds a node (a pool node that joined), in name order after the
+    /// controller's own; the layout is built again.
     pub(super) fn add(&mut self, node: Node) {
-        self.nodes.push(node);
+        let local = self.local.as_deref();
+        let at = self
+            .nodes
+            .iter()
+            .position(|n| Some(n.name()) != local && n.name() > node.name())
+            .unwrap_or(self.nodes.len());
+        self.nodes.insert(at, node);
         self.relayout();
     }
 

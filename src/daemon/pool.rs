@@ -25,7 +25,7 @@ use crate::net::frame::{decode, encode};
 use crate::net::message::{Envelope, FromNode, RunKey, ToNode, PROTOCOL};
 use crate::net::pki::{hash_token, new_token, Authority, Subject};
 use crate::net::remote::{Link, RemoteExecutor};
-use crate::net::server::{self, ConnId, ServerEvent, ServerHandle};
+use crate::net::server::{self, ConnId, ServerEvent};
 use crate::net::tls;
 use crate::proto::Reply;
 use crate::spool::Spool;
@@ -33,22 +33,8 @@ use crate::spool::Spool;
 use super::control::Requester;
 use super::error::DaemonError;
 use super::nodes::{Node, RemoteNode};
+use super::pool_state::PoolState;
 use super::state::{Daemon, Event};
-
-/// The controller's end of the pool.
-pub(super) struct PoolState {
-    pub(super) server: ServerHandle,
-    pub(super) authority: Authority,
-    /// This run of the controller.
-    pub(super) epoch: u64,
-    pub(super) lease: Duration,
-    /// What the agents sent since the last turn.
-    pub(super) events: Vec<ServerEvent>,
-    /// The node each certified connection speaks for.
-    pub(super) conns: HashMap<ConnId, String>,
-    /// `HOST:PORT` for the join line.
-    pub(super) advertise: String,
-}
 
 /// Starts the pool's server when the config turns the pool on.
 pub(super) fn start(

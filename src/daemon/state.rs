@@ -146,7 +146,7 @@ pub(super) struct Parts {
     pub(super) spool: Spool,
     pub(super) ownership: Ownership,
     pub(super) nodes: Nodes,
-    pub(super) pool: Option<super::pool::PoolState>,
+    pub(super) pool: Option<super::pool_state::PoolState>,
     pub(super) db: Connection,
     pub(super) queries: Sender<query::Work>,
     pub(super) gpu_watch: GpuWatch,
@@ -199,7 +199,7 @@ pub(super) struct Daemon {
     pub(super) nodes: Nodes,
     /// The pool's server, certificate authority and connections, when
     /// the config turns the pool on.
-    pub(super) pool: Option<super::pool::PoolState>,
+    pub(super) pool: Option<super::pool_state::PoolState>,
     pub(super) store: Store,
     pub(super) users: users::Users,
     /// Pending, running and completing jobs.

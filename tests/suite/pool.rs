@@ -178,10 +178,12 @@ impl Agent {
         self.dir.path().join("ysnoded.log")
     }
 
-    /// `ysnoded` in the node's namespace with `args` and `--config`.
+    /// `ysnoded` in the node's network namespace (only: `ip netns exec`
+    /// would also hide the host's cgroups behind a /sys of its own) with
+    /// `args` and `--config`.
     fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.ns])
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--net=/run/netns/{}", self.ns))
             .arg(bin_dir().join("ysnoded"))
             .args(args)
             .arg("--config")
@@ -208,6 +210,31 @@ impl Agent {
         let child = self
             .command(args)
             .env("YS_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+    }
+
+    /// Starts the agent in a mount namespace of its own, where `passwd`
+    /// is /etc/passwd: a node whose users differ.
+    fn start_with_passwd(&mut self, passwd: &std::path::Path) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log())
+            .unwrap();
+        let script = format!(
+            "mount --bind {} /etc/passwd && exec nsenter --net=/run/netns/{} {} --config {}",
+            passwd.display(),
+            self.ns,
+            bin_dir().join("ysnoded").display(),
+            self.config.display()
+        );
+        let child = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -425,4 +452,323 @@ fn nodes_join_with_the_printed_line_and_run_their_users_jobs_once_each() {
         vec!["gpu10 idle", "gpu11 idle"]
     );
     let _ = &p.net;
+}
+
+/// The lines of the work directory's `name`.
+fn lines_of(p: &Pool, name: &str) -> Vec<String> {
+    std::fs::read_to_string(p.controller.work.join(name))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn an_agent_killed_with_9_during_a_job_readopts_it_and_it_completes_once() {
+    require_root_for_pool!();
+    let mut p = Pool::new(1, "");
+    p.controller.script(
+        "once.sh",
+        "#!/bin/sh\necho $SLURM_JOB_ID >> runs.log\nsleep 3\necho $SLURM_JOB_ID >> done.log\n",
+    );
+    let id = p.controller.submit(&["-G", "1", "once.sh"]);
+    p.controller.wait_state(id, "RUNNING", LONG);
+    std::thread::sleep(Duration::from_millis(500));
+    p.agents[0].kill();
+    std::thread::sleep(Duration::from_millis(500));
+    p.agents[0].start(&[]);
+    assert_eq!(p.controller.wait_done(id, LONG), "COMPLETED");
+    assert_eq!(
+        lines_of(&p, "runs.log"),
+        vec![id.to_string()],
+        "started once"
+    );
+    assert_eq!(
+        lines_of(&p, "done.log"),
+        vec![id.to_string()],
+        "ran to its end"
+    );
+    assert_eq!(p.controller.field(id, "NodeList"), "gpu10");
+    assert!(
+        p.controller
+            .log()
+            .contains("node gpu10 connected (ysnoded 0.1.0): 1 running"),
+        "the restarted agent said it held the run"
+    );
+    p.wait_states(&[(0, "idle")]);
+}
+
+/// A job that runs until stopped the first time, and ends at once when
+/// run again: each start and, while the first runs, a heartbeat file.
+const TWICE: &str = "#!/bin/sh\n\
+echo \"start $SLURMD_NODENAME $SLURM_RESTART_COUNT $(date +%s.%N)\" >> runs.log\n\
+if [ \"$SLURM_RESTART_COUNT\" = 0 ]; then\n\
+  while :; do date +%s.%N > alive0; sleep 0.1; done\n\
+fi\n";
+
+#[test]
+fn a_one_way_partition_longer_than_the_lease_fences_the_node_before_the_job_runs_elsewhere() {
+    require_root_for_pool!();
+    let p = Pool::new(2, "");
+    p.controller.script("twice.sh", TWICE);
+    let id = p.controller.submit(&["-G", "2", "twice.sh"]);
+    p.controller.wait_state(id, "RUNNING", LONG);
+    let first = p.controller.field(id, "NodeList");
+    let cut = p.agents.iter().position(|a| a.name == first).unwrap();
+    let other = 1 - cut;
+    // What the node sends the controller is lost; what it is sent arrives.
+    let blackhole = ["route", "add", "blackhole", &p.net.controller_ip()];
+    ip(&[
+        &["netns", "exec", &p.agents[cut].ns, "ip"][..],
+        &blackhole[..],
+    ]
+    .concat());
+    let cut_at = Instant::now();
+    p.wait_states(&[(cut, "down")]);
+    assert!(cut_at.elapsed() >= Duration::from_secs(u64::from(LEASE_SECS) - 1));
+    assert_eq!(p.controller.wait_done(id, LONG), "COMPLETED");
+    let runs = lines_of(&p, "runs.log");
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    let fields = |l: &str| l.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+    let (run0, run1) = (fields(&runs[0]), fields(&runs[1]));
+    assert_eq!((run0[1].as_str(), run0[2].as_str()), (first.as_str(), "0"));
+    assert_eq!(
+        run1[1], p.agents[other].name,
+        "requeued onto the other node"
+    );
+    assert_eq!(run1[2], "1");
+    // Never two at once: the first run's last sign of life came before
+    // the second started.
+    let alive: f64 = std::fs::read_to_string(p.controller.work.join("alive0"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let second: f64 = run1[3].parse().unwrap();
+    assert!(
+        alive < second,
+        "run 0 alive at {alive}, run 1 started at {second}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let later: f64 = std::fs::read_to_string(p.controller.work.join("alive0"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        alive,
+        later,
+        "the first run's processes are gone; agent log:\n{}",
+        p.agents[cut].log_text()
+    );
+    assert!(p.agents[cut].log_text().contains("job(s) stopped here"));
+    let events = p.controller.run(
+        "ysacct",
+        &[
+            "-j",
+            &id.to_string(),
+            "-o",
+            "JobID,State,Restarts,NodeList",
+            "-P",
+            "-n",
+        ],
+    );
+    assert!(stdout(&events).contains("COMPLETED"), "{}", stdout(&events));
+
+    // The link back: the node reports the stopped run, which is forgotten.
+    let restore = ["route", "del", "blackhole", &p.net.controller_ip()];
+    ip(&[
+        &["netns", "exec", &p.agents[cut].ns, "ip"][..],
+        &restore[..],
+    ]
+    .concat());
+    p.wait_states(&[(cut, "idle"), (other, "idle")]);
+    assert_eq!(lines_of(&p, "runs.log").len(), 2, "nothing ran again");
+}
+
+#[test]
+fn a_one_way_partition_shorter_than_the_lease_loses_nothing() {
+    require_root_for_pool!();
+    let p = Pool::new(1, "");
+    p.controller.script(
+        "short.sh",
+        "#!/bin/sh\necho $SLURM_JOB_ID >> runs.log\nsleep 2\n",
+    );
+    let id = p.controller.submit(&["-G", "1", "short.sh"]);
+    p.controller.wait_state(id, "RUNNING", LONG);
+    let blackhole = ["route", "add", "blackhole", &p.net.controller_ip()];
+    ip(&[
+        &["netns", "exec", &p.agents[0].ns, "ip"][..],
+        &blackhole[..],
+    ]
+    .concat());
+    std::thread::sleep(Duration::from_millis(1_500));
+    let restore = ["route", "del", "blackhole", &p.net.controller_ip()];
+    ip(&[&["netns", "exec", &p.agents[0].ns, "ip"][..], &restore[..]].concat());
+    assert_eq!(p.controller.wait_done(id, LONG), "COMPLETED");
+    assert_eq!(p.controller.field(id, "Restarts"), "0");
+    assert_eq!(lines_of(&p, "runs.log"), vec![id.to_string()]);
+    assert!(
+        !p.controller.log().contains("is down"),
+        "{}",
+        p.controller.log()
+    );
+    p.wait_states(&[(0, "idle")]);
+}
+
+#[test]
+fn a_controller_killed_while_its_nodes_run_jobs_records_each_end_once() {
+    require_root_for_pool!();
+    let mut p = Pool::new(1, "");
+    p.controller.script(
+        "nap.sh",
+        "#!/bin/sh\necho $SLURM_JOB_ID >> runs.log\nsleep $1\n",
+    );
+    let quick = p.controller.submit(&["-G", "1", "nap.sh", "1"]);
+    let slow = p.controller.submit(&["-G", "1", "nap.sh", "4"]);
+    p.controller.wait_state(slow, "RUNNING", LONG);
+    p.controller.crash();
+    // The quick job ends while no controller runs.
+    std::thread::sleep(Duration::from_millis(2_000));
+    p.controller.start();
+    assert_eq!(p.controller.wait_done(quick, LONG), "COMPLETED");
+    assert_eq!(p.controller.wait_done(slow, LONG), "COMPLETED");
+    let mut runs = lines_of(&p, "runs.log");
+    runs.sort();
+    let mut wanted = vec![quick.to_string(), slow.to_string()];
+    wanted.sort();
+    assert_eq!(runs, wanted, "each ran once");
+    for id in [quick, slow] {
+        assert_eq!(p.controller.field(id, "Restarts"), "0");
+    }
+    p.wait_states(&[(0, "idle")]);
+}
+
+#[test]
+fn nodes_are_drained_resumed_and_removed_at_run_time() {
+    require_root_for_pool!();
+    let mut p = Pool::new(2, "");
+    let drain = p.controller.run(
+        "yscontrol",
+        &["node", "drain", "gpu10", "--reason", "new fans"],
+    );
+    assert!(drain.status.success(), "{}", stderr(&drain));
+    p.wait_states(&[(0, "drain"), (1, "idle")]);
+    let a = p.controller.submit(&["-G", "2", "--wrap", "sleep 2"]);
+    let b = p.controller.submit(&["-G", "2", "--wrap", "sleep 1"]);
+    p.controller.wait_state(a, "RUNNING", LONG);
+    assert_eq!(p.controller.field(a, "NodeList"), "gpu11");
+    assert_eq!(
+        p.controller.state(b),
+        "PENDING",
+        "gpu10 is drained, gpu11 busy"
+    );
+    let refused = p.controller.run("yscontrol", &["node", "remove", "gpu11"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        stderr(&refused).contains("jobs run on node gpu11"),
+        "{}",
+        stderr(&refused)
+    );
+    let resume = p.controller.run("yscontrol", &["node", "resume", "gpu10"]);
+    assert!(resume.status.success());
+    assert_eq!(p.controller.wait_done(b, LONG), "COMPLETED");
+    assert_eq!(p.controller.field(b, "NodeList"), "gpu10");
+    assert_eq!(p.controller.wait_done(a, LONG), "COMPLETED");
+    let removed = p.controller.run("yscontrol", &["node", "remove", "gpu11"]);
+    assert!(removed.status.success(), "{}", stderr(&removed));
+    // Its agent is refused, and stops.
+    let agent = p.agents[1].child.as_mut().unwrap();
+    let deadline = Instant::now() + LONG;
+    while agent.try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the removed node's agent still runs"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(p.agents[1].log_text().contains("was removed from the pool"));
+    assert_eq!(p.node_states().trim(), "gpu10 idle");
+    // Unknown names: a clear error.
+    let unknown = p
+        .controller
+        .run("yscontrol", &["node", "drain", "gpu99", "--reason", "x"]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(stderr(&unknown).contains("unknown node 'gpu99'"));
+    let bad = p.controller.run("yscontrol", &["node", "add", "no/such"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(
+        stderr(&bad).contains("is not a node name"),
+        "{}",
+        stderr(&bad)
+    );
+}
+
+#[test]
+fn a_node_whose_link_goes_down_is_lost_and_its_no_requeue_job_ends_node_fail() {
+    require_root_for_pool!();
+    let p = Pool::new(1, "");
+    let id = p
+        .controller
+        .submit(&["-G", "1", "--no-requeue", "--wrap", "sleep 30"]);
+    p.controller.wait_state(id, "RUNNING", LONG);
+    ip(&["link", "set", &p.net.veth(0), "down"]);
+    p.wait_states(&[(0, "down")]);
+    assert_eq!(p.controller.wait_done(id, LONG), "NODE_FAIL");
+    let reason = p.controller.field(id, "Reason");
+    assert!(reason.contains("its node gpu10 was lost"), "{reason}");
+    ip(&["link", "set", &p.net.veth(0), "up"]);
+    p.wait_states(&[(0, "idle")]);
+}
+
+#[test]
+fn a_user_with_another_uid_on_a_node_is_refused_there_with_the_reason() {
+    require_root_for_pool!();
+    let mut p = Pool::new(1, "");
+    let user = TestUser::create("uid");
+    // On gpu10 the user's name has another uid: its agent runs with a
+    // passwd of its own (in a mount namespace of its own).
+    p.agents[0].kill();
+    let passwd = p.agents[0].dir.path().join("passwd");
+    let text = std::fs::read_to_string("/etc/passwd").unwrap();
+    let shifted: String = text
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            if f[0] == user.name {
+                let mut f: Vec<String> = f.iter().map(|s| s.to_string()).collect();
+                f[2] = (user.uid + 777).to_string();
+                f.join(":")
+            } else {
+                l.to_string()
+            }
+        })
+        .map(|l| l + "\n")
+        .collect();
+    std::fs::write(&passwd, shifted).unwrap();
+    p.agents[0].start_with_passwd(&passwd);
+    p.wait_states(&[(0, "idle")]);
+    let out = p.controller.run_as(
+        &user.name,
+        "ysbatch",
+        &["--parsable", "-G", "1", "--wrap", "true"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id: u64 = stdout(&out).trim().parse().unwrap();
+    assert_eq!(p.controller.wait_done(id, LONG), "FAILED");
+    let reason = p.controller.field(id, "Reason");
+    assert!(
+        reason.contains(&format!(
+            "user {} is uid {} on node gpu10 and uid {} on the controller",
+            user.name,
+            user.uid + 777,
+            user.uid
+        )),
+        "{reason}"
+    );
+    let shown = p.controller.run(
+        "ysqueue",
+        &["-t", "all", "-h", "-j", &id.to_string(), "-o", "%T %r"],
+    );
+    assert!(stdout(&shown).contains("FAILED"), "{}", stdout(&shown));
 }
