@@ -69,10 +69,12 @@ pub fn run(options: Options, warn: &mut dyn FnMut(String)) -> Result<(), AgentEr
     );
     let (exits, ended) = mpsc::channel();
     let waker = wake.clone();
-    let executor = LocalExecutor::start(&config, &spool, ownership, stepd, move |id| {
+    let mut executor = LocalExecutor::start(&config, &spool, ownership, stepd, move |id| {
         let _ = exits.send(id);
         let _ = waker.write(1);
     })?;
+    let lease_file = dir.join("lease");
+    executor.watch_lease(lease_file.clone());
     let runs = runs::Runs::adopt(executor);
     let facts = runs.executor();
     tracing::info!(
@@ -85,6 +87,7 @@ pub fn run(options: Options, warn: &mut dyn FnMut(String)) -> Result<(), AgentEr
         crate::exec::Executor::node(facts).mem_mb,
         identity.controller
     );
-    let mut session = session::Session::new(runs, identity, config.pool.lease, ended, wake)?;
+    let mut session =
+        session::Session::new(runs, identity, config.pool.lease, lease_file, ended, wake)?;
     session.run()
 }

@@ -64,9 +64,11 @@ pub struct Session {
     incarnation: u64,
     epoch: u64,
     lease: Duration,
-    /// The lease runs from here (monotonic): when the node sent the last
-    /// heartbeat the controller answered, or when the agent started.
-    lease_from: Instant,
+    /// When the lease runs out (monotonic): a lease after the node sent
+    /// the last heartbeat the controller answered.
+    lease_until: Instant,
+    /// Where the jobs' supervisors read the lease (see `exec::lease`).
+    lease_file: std::path::PathBuf,
     fenced: bool,
     seq: u64,
     /// When each heartbeat not yet answered was sent.
@@ -84,6 +86,7 @@ impl Session {
         runs: Runs,
         identity: Identity,
         lease: Duration,
+        lease_file: std::path::PathBuf,
         exits: Receiver<JobId>,
         wake: Arc<EventFd>,
     ) -> Result<Session, AgentError> {
@@ -92,17 +95,19 @@ impl Session {
             &identity.certificate_pem,
             &identity.key_pem,
         )?;
-        Ok(Session {
+        let session = Session {
             runs,
             identity,
             tls,
             incarnation: incarnation(),
             epoch: 0,
             lease,
-            // Runs re-adopted at a start have a lease from now: the
-            // controller gave this node a lease at its last answer, which
-            // cannot have been later.
-            lease_from: Instant::now(),
+            // An agent restarted keeps the lease it had (the supervisors'
+            // file says what is left of it); a new one has none until the
+            // controller answers.
+            lease_until: Instant::now()
+                + crate::exec::lease::remaining(&lease_file).unwrap_or_default(),
+            lease_file,
             fenced: false,
             seq: 0,
             sent: HashMap::new(),
@@ -111,7 +116,17 @@ impl Session {
             backoff: Duration::from_millis(200),
             exits,
             wake,
-        })
+        };
+        session.publish_lease();
+        Ok(session)
+    }
+
+    /// Tells the jobs' supervisors when the lease runs out.
+    fn publish_lease(&self) {
+        let left = self.lease_until().saturating_duration_since(Instant::now());
+        if let Err(e) = crate::exec::lease::renew(&self.lease_file, left) {
+            tracing::error!(target: "ysched::agent", "cannot write {}: {e}", self.lease_file.display());
+        }
     }
 
     /// Runs until the controller refuses this node (removed, revoked):
@@ -276,18 +291,17 @@ impl Session {
         Ok(())
     }
 
-    /// When the lease runs out: the controller's lease (from its welcome,
-    /// the config's until then) after the last answered heartbeat.
     fn lease_until(&self) -> Instant {
-        self.lease_from + self.lease
+        self.lease_until
     }
 
     /// The controller answered heartbeat `seq`: the lease runs from when
     /// it was sent.
     fn renewed(&mut self, seq: u64) {
         if let Some(sent) = self.sent.remove(&seq) {
-            self.lease_from = self.lease_from.max(sent);
+            self.lease_until = self.lease_until.max(sent + self.lease);
             self.sent.retain(|s, _| *s > seq);
+            self.publish_lease();
         }
         if self.fenced && Instant::now() < self.lease_until() {
             tracing::info!(target: "ysched::agent", "the controller answers again: jobs may start here again");
@@ -300,7 +314,11 @@ impl Session {
         let now = Instant::now();
         if now >= self.lease_until() && !self.fenced {
             let killed = self.runs.fence();
-            tracing::error!(target: "ysched::agent", "no answer from the controller for a lease ({}): {killed} job(s) stopped here; none starts until it answers", humantime::format_duration(self.lease));
+            if killed > 0 {
+                tracing::error!(target: "ysched::agent", "no answer from the controller for a lease ({}): {killed} job(s) stopped here; none starts until it answers", humantime::format_duration(self.lease));
+            } else {
+                tracing::info!(target: "ysched::agent", "no lease from the controller (yet): no job starts here until it answers");
+            }
             self.fenced = true;
         }
         let due = self

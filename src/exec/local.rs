@@ -28,6 +28,8 @@ pub struct LocalExecutor {
     ownership: Ownership,
     launcher: Launcher,
     exits: ExitWatcher,
+    /// On a pool's node: the lease its jobs' supervisors watch.
+    lease_file: Option<PathBuf>,
     /// Held for the daemon's life: leftover groups are ours only while
     /// the subtree is.
     _subtree: SubtreeLock,
@@ -65,8 +67,15 @@ impl LocalExecutor {
             ownership,
             launcher: Launcher::new(spool.clone(), stepd, ownership),
             exits,
+            lease_file: None,
             _subtree: subtree,
         })
+    }
+
+    /// Makes every job launched from now on watch the node's lease in
+    /// `path` (see `exec::lease`).
+    pub fn watch_lease(&mut self, path: PathBuf) {
+        self.lease_file = Some(path);
     }
 
     /// The jobs this host has directories of, each with its run: what a
@@ -109,6 +118,7 @@ impl LocalExecutor {
             gpus_confined: self.isolation.detected.confines_devices(),
             array: job.array.clone(),
             shards: job.gpus.shard.then_some(job.gpus.count),
+            lease_file: self.lease_file.clone(),
         }
     }
 }

@@ -2,8 +2,9 @@
 //! re-adoption after a daemon restart. Policy lives elsewhere; this module
 //! launches what it is told to and reports what happened.
 //!
-//! This is the seam where node agents on other servers will plug in: the
-//! daemon only launches, terminates, signals, adopts and reads exits.
+//! This is the seam the pool's nodes plug into (`net::remote`, and on
+//! each node its agent runs this host's executor): the daemon only
+//! launches, terminates, signals, adopts and reads exits.
 
 pub mod cgroup;
 pub mod command;
@@ -14,6 +15,7 @@ pub mod fake;
 pub mod forkserver;
 pub mod isolation;
 pub mod launcher;
+pub mod lease;
 pub mod local;
 pub mod privileges;
 pub mod process;

@@ -65,6 +65,10 @@ pub struct LaunchSpec {
     /// Shard slots of its one GPU, for a `--gpus shard:N` job.
     #[serde(default)]
     pub shards: Option<u32>,
+    /// On a pool's node: the node's lease (see `exec::lease`); the job is
+    /// killed when it runs out.
+    #[serde(default)]
+    pub lease_file: Option<PathBuf>,
 }
 
 /// What the supervisor records about itself, for re-adoption.

@@ -53,6 +53,8 @@ use crate::model::job::ExitStatus;
 /// rounds before it gives up on them.
 const KILL_ROUND: Duration = Duration::from_secs(10);
 const KILL_ROUNDS: u32 = 30;
+/// How often a supervisor on a pool's node looks at the node's lease.
+const LEASE_LOOK: Duration = Duration::from_secs(1);
 
 /// Signals the supervisor receives through its signalfd instead of dying of
 /// them: SIGCHLD for the job's end; the others are ignored, so that a stray
@@ -155,7 +157,8 @@ fn supervise(dir: &Path) -> Result<(), StepError> {
         Ok(job) => {
             state.job_pid = Some(job.as_raw());
             write_state(dir, &state)?;
-            let (exit, terminated) = wait_for_job(job, &signals, &control, group);
+            let lease = spec.lease_file.as_deref();
+            let (exit, terminated) = wait_for_job(job, &signals, &control, group, lease);
             kill_leftovers(job, group);
             let mut usage = group.map(|g| g.usage()).unwrap_or_default();
             if usage.cpu_usec.is_none() {
@@ -361,11 +364,19 @@ fn wait_for_job(
     signals: &SignalFd,
     control: &UnixDatagram,
     group: Option<&dyn JobCgroup>,
+    lease: Option<&Path>,
 ) -> (ExitStatus, bool) {
     let mut kill_at: Option<Instant> = None;
     let mut terminated = false;
     loop {
-        let timeout = match kill_at {
+        // With a lease to watch, a look at it every second.
+        let next = match (kill_at, lease) {
+            (Some(t), Some(_)) => Some(t.min(Instant::now() + LEASE_LOOK)),
+            (Some(t), None) => Some(t),
+            (None, Some(_)) => Some(Instant::now() + LEASE_LOOK),
+            (None, None) => None,
+        };
+        let timeout = match next {
             Some(t) => {
                 let ms = t
                     .saturating_duration_since(Instant::now())
@@ -375,6 +386,11 @@ fn wait_for_job(
             }
             None => nix::poll::PollTimeout::NONE,
         };
+        if !terminated && lease.is_some_and(super::lease::expired) {
+            eprintln!("ysstepd: the node's lease ran out: the job is killed");
+            terminated = true;
+            kill_at = Some(Instant::now());
+        }
         let mut fds = [
             nix::poll::PollFd::new(signals.as_fd(), nix::poll::PollFlags::POLLIN),
             nix::poll::PollFd::new(control.as_fd(), nix::poll::PollFlags::POLLIN),

@@ -772,3 +772,33 @@ fn a_user_with_another_uid_on_a_node_is_refused_there_with_the_reason() {
     );
     assert!(stdout(&shown).contains("FAILED"), "{}", stdout(&shown));
 }
+
+#[test]
+fn the_jobs_of_a_dead_agent_stop_with_its_lease_before_they_run_elsewhere() {
+    require_root_for_pool!();
+    let mut p = Pool::new(2, "");
+    p.controller.script("twice.sh", TWICE);
+    let id = p.controller.submit(&["-G", "2", "twice.sh"]);
+    p.controller.wait_state(id, "RUNNING", LONG);
+    let first = p.controller.field(id, "NodeList");
+    let dead = p.agents.iter().position(|a| a.name == first).unwrap();
+    p.agents[dead].kill();
+    assert_eq!(p.controller.wait_done(id, LONG), "COMPLETED");
+    let runs = lines_of(&p, "runs.log");
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    let second: f64 = runs[1].split_whitespace().nth(3).unwrap().parse().unwrap();
+    let alive: f64 = std::fs::read_to_string(p.controller.work.join("alive0"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        alive < second,
+        "its supervisor stopped run 0 (last alive {alive}) before run 1 started ({second})"
+    );
+    // The agent back: it reports the run its supervisor stopped; nothing
+    // runs again.
+    p.agents[dead].start(&[]);
+    p.wait_states(&[(dead, "idle")]);
+    assert_eq!(lines_of(&p, "runs.log").len(), 2);
+}
