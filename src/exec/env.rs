@@ -180,6 +180,7 @@ mod tests {
             gpus_confined: false,
             array: None,
             shards: None,
+            lease_file: None,
         }
     }
 
