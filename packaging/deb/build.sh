@@ -24,7 +24,7 @@ install -d "$pkg/DEBIAN" "$pkg/usr/bin" "$pkg/usr/sbin" "$pkg/usr/lib/ysched/slu
 for b in ysbatch ysqueue yscancel ysacct yscontrol ysshare ysreport ysinfo ysched-slurm; do
     install -m 755 "$bin/$b" "$pkg/usr/bin/"
 done
-install -m 755 "$bin/ysctld" "$bin/ysstepd" "$pkg/usr/sbin/"
+install -m 755 "$bin/ysctld" "$bin/ysstepd" "$bin/ysnoded" "$pkg/usr/sbin/"
 strip "$pkg"/usr/bin/* "$pkg"/usr/sbin/* 2>/dev/null || true
 for name in sbatch squeue scancel sacct sshare sinfo scontrol srun sacctmgr; do
     ln -s ../../../bin/ysched-slurm "$pkg/usr/lib/ysched/slurm-compat/$name"
@@ -39,7 +39,9 @@ install -m 755 contrib/gpu-check/nvml-check.sh "$pkg/usr/lib/ysched/nvml-check"
     sed '/^\[\[gpus\]\]$/,/^$/ { /^$/! s/^/# / }' etc/ysched.toml
 } > "$pkg/etc/ysched/ysched.toml"
 chmod 644 "$pkg/etc/ysched/ysched.toml"
-install -m 644 packaging/systemd/ysctld.service "$pkg/lib/systemd/system/"
+install -m 644 packaging/systemd/ysctld.service packaging/systemd/ysnoded.service "$pkg/lib/systemd/system/"
+# A pool node's config, for a server that runs ysnoded instead of ysctld.
+install -m 644 etc/ysnoded.toml "$pkg/usr/share/doc/ysched/ysnoded.toml.example"
 install -m 644 packaging/tmpfiles/ysched.conf "$pkg/usr/lib/tmpfiles.d/"
 install -m 644 README.md "$pkg/usr/share/doc/ysched/"
 install -m 644 contrib/slurm-compat/README.md "$pkg/usr/share/doc/ysched/slurm-compat.md"
@@ -83,6 +85,7 @@ Description: Slurm-style GPU batch scheduler for teams sharing GPU servers
  and budgets, and preempts lower-priority jobs with a grace for checkpoints.
  Commands: ysbatch, ysqueue, yscancel, ysacct, yscontrol, ysshare, ysreport,
  ysinfo, and Slurm's sbatch, squeue, ... in /usr/lib/ysched/slurm-compat.
+ Several servers form one pool: ysctld on one, ysnoded on each of the others.
 CONTROL
 cat > "$pkg/DEBIAN/postinst" <<'POSTINST'
 #!/bin/sh
@@ -108,6 +111,10 @@ if [ "$1" = configure ]; then
         if [ -d /run/systemd/system ] && systemctl is-active --quiet ysctld.service; then
             deb-systemd-invoke restart ysctld.service || true
         fi
+        # A pool's node: its agent too (its jobs run on and are re-adopted).
+        if [ -d /run/systemd/system ] && systemctl is-active --quiet ysnoded.service; then
+            deb-systemd-invoke restart ysnoded.service || true
+        fi
     fi
 fi
 exit 0
@@ -119,6 +126,7 @@ set -e
 # jobs are never stopped by the package.
 if [ "$1" = remove ] && [ -d /run/systemd/system ]; then
     deb-systemd-invoke stop ysctld.service || true
+    deb-systemd-invoke stop ysnoded.service || true
 fi
 exit 0
 PRERM
@@ -130,10 +138,13 @@ if [ -d /run/systemd/system ]; then
 fi
 if [ "$1" = remove ]; then
     deb-systemd-helper mask ysctld.service >/dev/null || true
+    deb-systemd-helper mask ysnoded.service >/dev/null || true
 fi
 if [ "$1" = purge ]; then
     deb-systemd-helper purge ysctld.service >/dev/null || true
     deb-systemd-helper unmask ysctld.service >/dev/null || true
+    deb-systemd-helper purge ysnoded.service >/dev/null || true
+    deb-systemd-helper unmask ysnoded.service >/dev/null || true
     echo "ysched: the spool and accounting database in /var/spool/ysched are kept; remove them by hand if you mean to"
 fi
 exit 0

@@ -31,8 +31,9 @@ trap cleanup EXIT
 cleanup
 
 dpkg -i "$OLD" >/dev/null
-for f in /usr/sbin/ysctld /usr/sbin/ysstepd /usr/bin/ysbatch /usr/bin/ysinfo \
+for f in /usr/sbin/ysctld /usr/sbin/ysstepd /usr/sbin/ysnoded /usr/bin/ysbatch /usr/bin/ysinfo \
          /usr/lib/ysched/slurm-compat/sbatch /lib/systemd/system/ysctld.service \
+         /lib/systemd/system/ysnoded.service \
          /usr/share/man/man1/ysbatch.1.gz /usr/share/man/man5/ysched.toml.5.gz; do
     [ -e "$f" ] || fail "$f not installed"
 done

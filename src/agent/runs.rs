@@ -94,6 +94,7 @@ impl Runs {
                 .map(|(id, r)| key(id, r))
                 .collect(),
             version: version.to_string(),
+            clock: now(),
         }
     }
 
@@ -223,7 +224,11 @@ impl Runs {
                 lost: false,
             },
         );
-        FromNode::Exited { run, record }
+        FromNode::Exited {
+            run,
+            record,
+            clock: now(),
+        }
     }
 
     /// What this node knows of a run it holds.
@@ -235,6 +240,7 @@ impl Runs {
             }) => FromNode::Exited {
                 run,
                 record: record.clone(),
+                clock: now(),
             },
             Some(Run { lost: true, .. }) | None => FromNode::Lost { run },
             Some(r) => FromNode::Started {
@@ -255,7 +261,11 @@ impl Runs {
         match record {
             Some(record) => {
                 run.ended = Some(record.clone());
-                Some(FromNode::Exited { run: key, record })
+                Some(FromNode::Exited {
+                    run: key,
+                    record,
+                    clock: now(),
+                })
             }
             None => {
                 run.lost = true;

@@ -224,12 +224,17 @@ impl Daemon {
             ended: their_ended,
             lost,
             version,
+            clock,
         } = envelope.body
         {
+            let skew = self.now() - clock;
             let hello = Hello {
                 facts,
                 running,
-                ended: their_ended,
+                ended: their_ended
+                    .into_iter()
+                    .map(|(run, record)| (run, shifted(record, skew)))
+                    .collect(),
                 lost,
                 version,
             };
@@ -251,7 +256,8 @@ impl Daemon {
             } => {
                 tracing::debug!(target: "ysched::pool", "{run} started on {name} (supervisor pid {supervisor_pid})");
             }
-            FromNode::Exited { run, record } => {
+            FromNode::Exited { run, record, clock } => {
+                let record = shifted(record, now - clock);
                 link.state().exits.insert(run.job, (run.restart, record));
                 self.settle_run(name, &link, run, ended);
             }
@@ -698,6 +704,17 @@ impl Daemon {
             })
             .min()
     }
+}
+
+/// A node's record with its times moved by `skew` seconds (the
+/// controller's clock less the node's), so that ends are in the
+/// controller's time whatever the node's clock says.
+fn shifted(
+    mut record: crate::exec::spec::ExitRecord,
+    skew: i64,
+) -> crate::exec::spec::ExitRecord {
+    record.end_time = record.end_time.saturating_add(skew);
+    record
 }
 
 fn round(d: Duration) -> Duration {

@@ -76,6 +76,10 @@ pub enum FromNode {
         ended: Vec<(RunKey, ExitRecord)>,
         lost: Vec<RunKey>,
         version: String,
+        /// The node's wall clock as it sends this (Unix seconds): the
+        /// controller moves the node's times by the difference, so clocks
+        /// minutes apart still give right end times.
+        clock: i64,
     },
     /// Every third of the lease: the runs it holds, whether it has fenced
     /// itself (its lease ran out: its jobs were stopped), and a number the
@@ -88,8 +92,12 @@ pub enum FromNode {
     /// A run's processes started.
     Started { run: RunKey, supervisor_pid: i32 },
     /// How a run ended; told again at each reconnection (in `Hello`)
-    /// until the controller says `Forget`.
-    Exited { run: RunKey, record: ExitRecord },
+    /// until the controller says `Forget`. `clock` as in `Hello`.
+    Exited {
+        run: RunKey,
+        record: ExitRecord,
+        clock: i64,
+    },
     /// A run whose supervisor is gone without recording its end.
     Lost { run: RunKey },
     /// A certificate for a new key, before the current one expires.

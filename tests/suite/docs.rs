@@ -8,8 +8,9 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 
-const PAGES: [(&str, &str); 9] = [
+const PAGES: [(&str, &str); 10] = [
     ("ysctld", "man/ysctld.8"),
+    ("ysnoded", "man/ysnoded.8"),
     ("ysbatch", "man/ysbatch.1"),
     ("ysqueue", "man/ysqueue.1"),
     ("yscancel", "man/yscancel.1"),
@@ -238,6 +239,14 @@ fn the_simulator_config_parses() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("contrib/sim/a100-16.toml");
     let config = ysched::config::Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(config.gpus[0].count, 16);
+}
+
+#[test]
+fn the_example_node_config_parses_as_a_node() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("etc/ysnoded.toml");
+    let config = ysched::config::Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.node_name, "gpu02");
+    assert!(config.pool.listen.is_none(), "a node does not listen");
 }
 
 #[test]
