@@ -75,16 +75,17 @@ pub fn run(options: Options, warn: &mut dyn FnMut(String)) -> Result<(), AgentEr
     })?;
     let lease_file = dir.join("lease");
     executor.watch_lease(lease_file.clone());
-    let runs = runs::Runs::adopt(executor);
-    let facts = runs.executor();
+    let recorded = executor.recorded_runs();
+    let runs = runs::Runs::adopt(Box::new(executor), recorded);
+    let facts = runs.executor().node();
     tracing::info!(
         target: "ysched::agent",
         "ysnoded {} for node {}: GPUs {}, {} CPUs, {} MiB; controller {}",
         env!("CARGO_PKG_VERSION"),
         config.node_name,
-        crate::exec::Executor::node(facts).inventory.describe(),
-        crate::exec::Executor::node(facts).cpus,
-        crate::exec::Executor::node(facts).mem_mb,
+        facts.inventory.describe(),
+        facts.cpus,
+        facts.mem_mb,
         identity.controller
     );
     let mut session =

@@ -8,7 +8,6 @@
 use std::collections::BTreeMap;
 
 use crate::exec::executor::{Adoption, Executor, Launch};
-use crate::exec::local::LocalExecutor;
 use crate::exec::spec::{ExitRecord, SignalTarget, StepCommand};
 use crate::model::job::JobId;
 use crate::net::message::{FromNode, LaunchOrder, RunKey, ToNode};
@@ -31,15 +30,16 @@ impl Run {
 }
 
 pub struct Runs {
-    executor: LocalExecutor,
+    executor: Box<dyn Executor>,
     runs: BTreeMap<JobId, Run>,
 }
 
 impl Runs {
-    /// The executor, and every run found in its directories.
-    pub fn adopt(mut executor: LocalExecutor) -> Runs {
+    /// The executor, and the runs it has `recorded` (job, run) found
+    /// again: this host's executor finds them in its job directories.
+    pub fn adopt(mut executor: Box<dyn Executor>, recorded: Vec<(JobId, u32)>) -> Runs {
         let mut runs = BTreeMap::new();
-        for (id, restart) in executor.recorded_runs() {
+        for (id, restart) in recorded {
             let run = |pid, ended, lost| Run {
                 restart,
                 supervisor_pid: pid,
@@ -64,8 +64,8 @@ impl Runs {
         Runs { executor, runs }
     }
 
-    pub fn executor(&self) -> &LocalExecutor {
-        &self.executor
+    pub fn executor(&self) -> &dyn Executor {
+        self.executor.as_ref()
     }
 
     /// What a `Hello` says of the runs.

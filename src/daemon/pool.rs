@@ -709,10 +709,7 @@ impl Daemon {
 /// A node's record with its times moved by `skew` seconds (the
 /// controller's clock less the node's), so that ends are in the
 /// controller's time whatever the node's clock says.
-fn shifted(
-    mut record: crate::exec::spec::ExitRecord,
-    skew: i64,
-) -> crate::exec::spec::ExitRecord {
+fn shifted(mut record: crate::exec::spec::ExitRecord, skew: i64) -> crate::exec::spec::ExitRecord {
     record.end_time = record.end_time.saturating_add(skew);
     record
 }
