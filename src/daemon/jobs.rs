@@ -502,6 +502,7 @@ impl Daemon {
             .map(|g| g.index)
             .collect();
         idle.retain(|g| !self.policy.drains.contains_key(g) && !closed.contains(g));
+        self.stats.idle_while_waiting = idle.len();
         let owed = self.stats.idle_watch.observe(now, idle, flush);
         if !owed.is_empty() {
             db::add_idle_waiting(self.tx()?, &owed)?;
@@ -540,6 +541,8 @@ impl Daemon {
             drained: &self.policy.drains.keys().copied().collect::<Vec<_>>(),
             requests_total: self.stats.requests_total,
             ingest_seconds_sum: self.stats.ingest_seconds_sum,
+            idle_while_waiting: self.stats.idle_while_waiting,
+            nodes: &self.node_loads(),
         });
         if let Some(latest) = &self.stats.metrics_latest {
             if let Ok(mut served) = latest.lock() {
@@ -670,5 +673,45 @@ impl Daemon {
         self.turn.to_remove.push((id, node));
         self.reschedule = true;
         Ok(())
+    }
+
+    /// Each node's load, for the metrics.
+    fn node_loads(&self) -> Vec<crate::report::metrics::NodeLoad> {
+        self.nodes
+            .iter()
+            .map(|node| {
+                let name = node.name();
+                let on_it: Vec<&crate::model::job::Job> = self
+                    .jobs
+                    .all()
+                    .filter(|j| j.state.holds_gpus())
+                    .filter(|j| self.nodes.of(j).is_some_and(|n| n.name() == name))
+                    .collect();
+                let gpus = node.facts().inventory.gpus.len();
+                let held: std::collections::HashSet<u32> =
+                    on_it.iter().flat_map(|j| j.gpus_alloc.iter().copied()).collect();
+                let state = if node.down.is_some() {
+                    "down"
+                } else if node.drain.is_some() {
+                    if on_it.is_empty() {
+                        "drain"
+                    } else {
+                        "drng"
+                    }
+                } else if gpus > 0 && held.len() >= gpus {
+                    "alloc"
+                } else if on_it.is_empty() {
+                    "idle"
+                } else {
+                    "mix"
+                };
+                crate::report::metrics::NodeLoad {
+                    name: name.to_string(),
+                    state: state.to_string(),
+                    gpus,
+                    gpus_allocated: held.len(),
+                }
+            })
+            .collect()
     }
 }

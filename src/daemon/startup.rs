@@ -145,6 +145,7 @@ pub(super) fn start_stats(config: &Config) -> Result<Stats, DaemonError> {
         requests_total: 0,
         ingest_seconds_sum: 0.0,
         idle_watch: Default::default(),
+        idle_while_waiting: 0,
         next_idle_flush: Instant::now() + IDLE_FLUSH_EVERY,
     })
 }

@@ -299,6 +299,8 @@ pub(super) struct Stats {
     /// GPUs free while jobs wait, charged to the GPUs' hours.
     pub(super) idle_watch: crate::report::history::IdleWatch,
     pub(super) next_idle_flush: Instant,
+    /// How many were free while jobs waited at the last look.
+    pub(super) idle_while_waiting: usize,
 }
 
 /// The clock of the records: the system's, or one a test moves.

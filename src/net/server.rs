@@ -5,9 +5,10 @@
 //! daemon decides what each frame means.
 //!
 //! What a stranger can do is bounded: at most `MAX_UNPROVEN` connections
-//! may be in their handshake, or without a certificate (joining), at a
-//! time, each for at most `HANDSHAKE_TIME`; more are closed at once. A
-//! refused handshake is logged, at most once a minute with a count.
+//! (`MAX_UNPROVEN_PER_ADDRESS` from one address) may be in their
+//! handshake, or without a certificate (joining), at a time, each for at
+//! most `HANDSHAKE_TIME`; more are closed at once. A refused handshake is
+//! logged, at most once a minute with a count.
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
@@ -27,7 +28,10 @@ use super::pki::{subject_of, Subject};
 pub type ConnId = u64;
 
 const MAX_CONNECTIONS: usize = 4_096;
-const MAX_UNPROVEN: usize = 64;
+/// Connections not yet proven (in their handshake, or joining), in all
+/// and from one address: a flood from one host cannot keep others out.
+const MAX_UNPROVEN: usize = 256;
+const MAX_UNPROVEN_PER_ADDRESS: usize = 8;
 const HANDSHAKE_TIME: Duration = Duration::from_secs(10);
 
 /// What the server thread hands the daemon.
@@ -242,8 +246,15 @@ impl Server {
 
     fn accept(&mut self) {
         while let Ok((sock, address)) = self.listener.accept() {
-            let unproven = self.conns.values().filter(|e| e.unproven()).count();
-            if self.conns.len() >= MAX_CONNECTIONS || unproven >= MAX_UNPROVEN {
+            let unproven: Vec<&Entry> = self.conns.values().filter(|e| e.unproven()).collect();
+            let from_there = unproven
+                .iter()
+                .filter(|e| e.conn.peer_address().map(|a| a.ip()) == Some(address.ip()))
+                .count();
+            if self.conns.len() >= MAX_CONNECTIONS
+                || unproven.len() >= MAX_UNPROVEN
+                || from_there >= MAX_UNPROVEN_PER_ADDRESS
+            {
                 self.refused
                     .note(format!("{address}: too many connections not yet proven"));
                 continue;

@@ -26,6 +26,21 @@ pub struct Inputs<'a> {
     pub ingest_seconds_sum: f64,
     /// Tokens left in each budgeted account's current period.
     pub budget_left: &'a [(String, f64)],
+    /// Free GPUs while GPU jobs wait (0 when none wait), counted by the
+    /// daemon over the pool.
+    pub idle_while_waiting: usize,
+    /// Each node: its name, Slurm's state word, its GPUs and how many
+    /// running jobs hold.
+    pub nodes: &'a [NodeLoad],
+}
+
+/// One node, for the metrics.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeLoad {
+    pub name: String,
+    pub state: String,
+    pub gpus: usize,
+    pub gpus_allocated: usize,
 }
 
 fn escape(value: &str) -> String {
@@ -76,7 +91,7 @@ fn render_jobs(out: &mut String, inputs: &Inputs) {
 
 /// The GPUs: how many, drained, held by account, idle while jobs wait.
 fn render_gpus(out: &mut String, inputs: &Inputs) {
-    family(out, "ysched_gpus", "gauge", "GPUs this server schedules.");
+    family(out, "ysched_gpus", "gauge", "GPUs this controller schedules, on all its nodes.");
     let _ = writeln!(out, "ysched_gpus {}", inputs.gpus.len());
 
     family(
@@ -112,11 +127,51 @@ fn render_gpus(out: &mut String, inputs: &Inputs) {
         "gauge",
         "Free GPUs while GPU jobs are pending (0 when none wait).",
     );
-    let idle = super::history::idle_while_waiting(inputs.jobs.iter().copied(), inputs.gpus.len())
-        .into_iter()
-        .filter(|g| !inputs.drained.contains(g))
-        .count();
-    let _ = writeln!(out, "ysched_gpus_idle_while_waiting {idle}");
+    let _ = writeln!(
+        out,
+        "ysched_gpus_idle_while_waiting {}",
+        inputs.idle_while_waiting
+    );
+    render_nodes(out, inputs);
+}
+
+/// Each node: in service or not (with its state word), its GPUs, how
+/// many are held.
+fn render_nodes(out: &mut String, inputs: &Inputs) {
+    family(
+        out,
+        "ysched_node_up",
+        "gauge",
+        "Whether each node takes new jobs (1) or is drained or down (0), with Slurm's state word.",
+    );
+    for n in inputs.nodes {
+        let up = !matches!(n.state.as_str(), "drain" | "drng" | "down");
+        let _ = writeln!(
+            out,
+            "ysched_node_up{{node=\"{}\",state=\"{}\"}} {}",
+            escape(&n.name),
+            n.state,
+            u8::from(up)
+        );
+    }
+    family(out, "ysched_node_gpus", "gauge", "Each node's GPUs.");
+    for n in inputs.nodes {
+        let _ = writeln!(out, "ysched_node_gpus{{node=\"{}\"}} {}", escape(&n.name), n.gpus);
+    }
+    family(
+        out,
+        "ysched_node_gpus_allocated",
+        "gauge",
+        "Each node's GPUs held by running jobs.",
+    );
+    for n in inputs.nodes {
+        let _ = writeln!(
+            out,
+            "ysched_node_gpus_allocated{{node=\"{}\"}} {}",
+            escape(&n.name),
+            n.gpus_allocated
+        );
+    }
 }
 
 /// Each GPU's last sample, where there is one.
@@ -239,6 +294,13 @@ mod tests {
             ingest_seconds_sum: 0.002,
             preemptions_total: 3,
             budget_left: &[],
+            idle_while_waiting: 2,
+            nodes: &[NodeLoad {
+                name: "gpu01".into(),
+                state: "mix".into(),
+                gpus: 4,
+                gpus_allocated: 2,
+            }],
         });
         assert!(
             text.contains("ysched_jobs{state=\"running\",account=\"vision\"} 1\n"),
@@ -253,6 +315,11 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("ysched_preemptions_total 3\n"), "{text}");
+        assert!(
+            text.contains("ysched_node_up{node=\"gpu01\",state=\"mix\"} 1\n")
+                && text.contains("ysched_node_gpus_allocated{node=\"gpu01\"} 2\n"),
+            "{text}"
+        );
         assert!(
             !text.contains("utilization"),
             "not sampled: no made-up numbers"

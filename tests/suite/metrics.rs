@@ -158,6 +158,8 @@ fn the_dashboard_and_alerts_name_metrics_that_exist() {
         requests_total: 0,
         ingest_seconds_sum: 0.0,
         budget_left: &[("vision".into(), 1.0)],
+        idle_while_waiting: 0,
+        nodes: &[],
     });
     let written: Vec<&str> = text
         .lines()

@@ -273,9 +273,14 @@ struct Pool {
 
 impl Pool {
     fn new(count: usize, extra: &str) -> Pool {
+        Pool::with(count, extra, "")
+    }
+
+    /// `pool_keys` are added to the `[pool]` table.
+    fn with(count: usize, extra: &str, pool_keys: &str) -> Pool {
         let mut net = Net::new();
         let pool = format!(
-            "[pool]\nlisten = \"{}:6820\"\nlease = \"{LEASE_SECS}s\"\n",
+            "[pool]\nlisten = \"{}:6820\"\nlease = \"{LEASE_SECS}s\"\n{pool_keys}",
             net.controller_ip()
         );
         let mut controller = Cluster::with_gpus(extra, &pool);
@@ -801,4 +806,43 @@ fn the_jobs_of_a_dead_agent_stop_with_its_lease_before_they_run_elsewhere() {
     p.agents[dead].start(&[]);
     p.wait_states(&[(dead, "idle")]);
     assert_eq!(lines_of(&p, "runs.log").len(), 2);
+}
+
+#[test]
+fn an_expired_token_is_refused_and_a_flood_of_strangers_disturbs_no_node() {
+    require_root_for_pool!();
+    let mut p = Pool::with(1, "", "token_lifetime = \"1s\"\n");
+    let line = p.join_line("gpu11");
+    std::thread::sleep(Duration::from_millis(2_100));
+    let ns = p.net.add_node(1);
+    let late = Agent::new("gpu11", &ns, 1);
+    let out = late.command_words(&line[1..], true).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("the join token of node gpu11 expired"),
+        "{}",
+        stderr(&out)
+    );
+
+    // Strangers: many connections from one host, speaking no TLS.
+    use std::io::Write;
+    let address = format!("{}:6820", p.net.controller_ip());
+    let strangers: Vec<std::net::TcpStream> = (0..100)
+        .filter_map(|_| {
+            let mut s = std::net::TcpStream::connect(&address).ok()?;
+            let _ = s.write_all(b"GET / HTTP/1.0\r\n\r\n");
+            Some(s)
+        })
+        .collect();
+    assert!(strangers.len() > 8);
+    // The node there keeps running jobs, and another joins.
+    let id = p.controller.submit(&["-G", "1", "--wrap", "true"]);
+    assert_eq!(p.controller.wait_done(id, LONG), "COMPLETED");
+    let line = p.join_line("gpu11");
+    let mut joining = Agent::new("gpu11", &ns, 1);
+    joining.start(&line[1..].iter().map(String::as_str).collect::<Vec<_>>());
+    p.agents.push(joining);
+    p.wait_states(&[(0, "idle"), (1, "idle")]);
+    drop(strangers);
+    let _ = &mut p;
 }
