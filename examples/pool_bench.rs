@@ -155,10 +155,12 @@ fn start_node(dir: &Path, name: &str, run_for: Duration) -> FakeNode {
     });
     let runs = Runs::adopt(Box::new(executor), Vec::new());
     let lease_file = state.join("pool/lease");
+    let identity_dir = state.join("pool");
     std::thread::spawn(move || {
         let mut session = Session::new(
             runs,
             identity,
+            identity_dir,
             Duration::from_secs(30),
             lease_file,
             ended,

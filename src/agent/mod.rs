@@ -88,7 +88,14 @@ pub fn run(options: Options, warn: &mut dyn FnMut(String)) -> Result<(), AgentEr
         facts.mem_mb,
         identity.controller
     );
-    let mut session =
-        session::Session::new(runs, identity, config.pool.lease, lease_file, ended, wake)?;
+    let mut session = session::Session::new(
+        runs,
+        identity,
+        dir,
+        config.pool.lease,
+        lease_file,
+        ended,
+        wake,
+    )?;
     session.run()
 }

@@ -329,7 +329,7 @@ fn same_user(order: &LaunchOrder, node: &str) -> Result<nix::unistd::User, Other
     }
 }
 
-fn now() -> i64 {
+pub(super) fn now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)

@@ -60,6 +60,10 @@ struct Link {
 pub struct Session {
     runs: Runs,
     identity: Identity,
+    /// Where the identity is kept, for a renewed certificate.
+    identity_dir: std::path::PathBuf,
+    /// The key of a renewal asked for, until its certificate comes.
+    renewing: Option<String>,
     tls: Arc<rustls::ClientConfig>,
     incarnation: u64,
     epoch: u64,
@@ -85,6 +89,7 @@ impl Session {
     pub fn new(
         runs: Runs,
         identity: Identity,
+        identity_dir: std::path::PathBuf,
         lease: Duration,
         lease_file: std::path::PathBuf,
         exits: Receiver<JobId>,
@@ -98,6 +103,8 @@ impl Session {
         let session = Session {
             runs,
             identity,
+            identity_dir,
+            renewing: None,
             tls,
             incarnation: incarnation(),
             epoch: 0,
@@ -277,9 +284,11 @@ impl Session {
                 }
                 tracing::info!(target: "ysched::agent", "in the pool: lease {}", humantime::format_duration(self.lease));
                 self.renewed(self.seq);
+                self.renew_certificate_if_due();
             }
             ToNode::HeartbeatAck { seq } if envelope.epoch == self.epoch => self.renewed(seq),
-            ToNode::Renewed { .. } | ToNode::Joined { .. } | ToNode::HeartbeatAck { .. } => {}
+            ToNode::Renewed { certificate_pem } => self.renewed_certificate(certificate_pem),
+            ToNode::Joined { .. } | ToNode::HeartbeatAck { .. } => {}
             order if envelope.epoch == self.epoch => {
                 for report in self.runs.order(order, self.fenced) {
                     self.send(report);
@@ -289,6 +298,65 @@ impl Session {
             _ => {}
         }
         Ok(())
+    }
+
+    /// Asks for a certificate for a new key once less than a third of
+    /// the current one's life is left.
+    fn renew_certificate_if_due(&mut self) {
+        use rustls::pki_types::pem::PemObject;
+        let Ok(der) = rustls::pki_types::CertificateDer::from_pem_slice(
+            self.identity.certificate_pem.as_bytes(),
+        ) else {
+            return;
+        };
+        let Ok(subject) = crate::net::pki::subject_of(&der) else {
+            return;
+        };
+        let left = subject.not_after - super::runs::now();
+        if left > crate::net::pki::NODE_CERTIFICATE_DAYS * 86_400 / 3 || self.renewing.is_some() {
+            return;
+        }
+        match crate::net::pki::new_request(&subject.name) {
+            Ok((key_pem, request_pem)) => {
+                tracing::info!(target: "ysched::agent", "the node's certificate ends in {} days: renewing it", left / 86_400);
+                self.renewing = Some(key_pem);
+                self.send(FromNode::Renew { request_pem });
+            }
+            Err(e) => {
+                tracing::error!(target: "ysched::agent", "cannot make a key to renew the certificate: {e}")
+            }
+        }
+    }
+
+    /// The renewed certificate: kept with its key, used from the next
+    /// connection on.
+    fn renewed_certificate(&mut self, certificate_pem: String) {
+        let Some(key_pem) = self.renewing.take() else {
+            return;
+        };
+        let identity = Identity {
+            key_pem,
+            certificate_pem,
+            ..self.identity.clone()
+        };
+        let kept = super::identity::save(&self.identity_dir, &identity).and_then(|()| {
+            tls::node_config(
+                &identity.authority_pem,
+                &identity.certificate_pem,
+                &identity.key_pem,
+            )
+            .map_err(Into::into)
+        });
+        match kept {
+            Ok(config) => {
+                self.tls = config;
+                self.identity = identity;
+                tracing::info!(target: "ysched::agent", "the node's certificate was renewed");
+            }
+            Err(e) => {
+                tracing::error!(target: "ysched::agent", "cannot keep the renewed certificate: {e}")
+            }
+        }
     }
 
     fn lease_until(&self) -> Instant {

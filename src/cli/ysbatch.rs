@@ -230,18 +230,27 @@ fn check_locally(
     let user = super::current_user_name();
     let inventory = Inventory::declared(config);
     let mut checked = request.clone();
-    if inventory.gpus.is_empty() {
-        // GPUs will be detected by the daemon; the count cannot be checked here.
+    let pool = config.pool.listen.is_some();
+    if inventory.gpus.is_empty() || pool {
+        // GPUs will be detected by the daemon, or are the pool's nodes':
+        // the count cannot be checked here.
         checked.gpus = Default::default();
     }
     // Which nodes there are, the daemon knows.
     checked.nodelist.clear();
     checked.exclude.clear();
+    let (cpus, mem_mb) = match pool {
+        true => (u32::MAX, u64::MAX),
+        false => (
+            config.cpus.unwrap_or(u32::MAX),
+            config.memory_mb.unwrap_or(u64::MAX),
+        ),
+    };
     let capacity = Capacity {
         name: &config.node_name,
         inventory: &inventory,
-        cpus: config.cpus.unwrap_or(u32::MAX),
-        mem_mb: config.memory_mb.unwrap_or(u64::MAX),
+        cpus,
+        mem_mb,
     };
     admission::admit(&checked, uid, &user, config, &[capacity])
         .map(|_| ())

@@ -12,6 +12,14 @@ use super::error::{DaemonError, Refusal};
 use super::state::Daemon;
 
 /// Who asks.
+/// The refusal a request gets that only admins may make (`what` they
+/// may do), if `who` is not one.
+pub(super) fn admins_only(who: &Requester, what: &str) -> Option<Reply> {
+    (!who.admin).then(|| Reply::Rejected {
+        error: format!("permission denied: only root and the config's admins may {what}"),
+    })
+}
+
 pub(super) struct Requester<'a> {
     pub(super) uid: u32,
     pub(super) user: &'a str,
@@ -119,12 +127,8 @@ impl Daemon {
         now: i64,
     ) -> Result<Reply, DaemonError> {
         let verb = if reason.is_some() { "drain" } else { "resume" };
-        if !who.admin {
-            return Ok(Reply::Rejected {
-                error: format!(
-                    "permission denied: only root and the config's admins may {verb} GPUs"
-                ),
-            });
+        if let Some(refused) = admins_only(who, &format!("{verb} GPUs")) {
+            return Ok(refused);
         }
         // GPUs are drained on the controller's own server; a pool's other
         // nodes are drained whole (`yscontrol node drain`).

@@ -688,8 +688,10 @@ impl Daemon {
                     .filter(|j| self.nodes.of(j).is_some_and(|n| n.name() == name))
                     .collect();
                 let gpus = node.facts().inventory.gpus.len();
-                let held: std::collections::HashSet<u32> =
-                    on_it.iter().flat_map(|j| j.gpus_alloc.iter().copied()).collect();
+                let held: std::collections::HashSet<u32> = on_it
+                    .iter()
+                    .flat_map(|j| j.gpus_alloc.iter().copied())
+                    .collect();
                 let state = if node.down.is_some() {
                     "down"
                 } else if node.drain.is_some() {

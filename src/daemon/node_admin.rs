@@ -6,7 +6,7 @@ use crate::db;
 use crate::proto::Reply;
 use crate::report::node::Drain;
 
-use super::control::Requester;
+use super::control::{admins_only, Requester};
 use super::error::DaemonError;
 use super::state::Daemon;
 
@@ -20,12 +20,8 @@ impl Daemon {
         now: i64,
     ) -> Result<Reply, DaemonError> {
         let verb = if reason.is_some() { "drain" } else { "resume" };
-        if !who.admin {
-            return Ok(Reply::Rejected {
-                error: format!(
-                    "permission denied: only root and the config's admins may {verb} nodes"
-                ),
-            });
+        if let Some(refused) = admins_only(who, &format!("{verb} nodes")) {
+            return Ok(refused);
         }
         if self.nodes.named(name).is_none() {
             let known: Vec<&str> = self.nodes.iter().map(|n| n.name()).collect();

@@ -30,7 +30,7 @@ use crate::net::tls;
 use crate::proto::Reply;
 use crate::spool::Spool;
 
-use super::control::Requester;
+use super::control::{admins_only, Requester};
 use super::error::DaemonError;
 use super::nodes::{Node, RemoteNode};
 use super::pool_state::PoolState;
@@ -728,10 +728,8 @@ impl Daemon {
         now: i64,
     ) -> Result<Reply, DaemonError> {
         let rejected = |error: String| Ok(Reply::Rejected { error });
-        if !who.admin {
-            return rejected(
-                "permission denied: only root and the config's admins may add nodes".into(),
-            );
+        if let Some(refused) = admins_only(who, "add nodes") {
+            return Ok(refused);
         }
         let Some(pool) = &self.pool else {
             return rejected(format!(
@@ -791,10 +789,8 @@ impl Daemon {
         now: i64,
     ) -> Result<Reply, DaemonError> {
         let rejected = |error: String| Ok(Reply::Rejected { error });
-        if !who.admin {
-            return rejected(
-                "permission denied: only root and the config's admins may remove nodes".into(),
-            );
+        if let Some(refused) = admins_only(who, "remove nodes") {
+            return Ok(refused);
         }
         let record = db::node_record(&self.store.db, name)?;
         if record.is_none_or(|r| r.removed.is_some()) || self.pool.is_none() {

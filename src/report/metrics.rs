@@ -91,7 +91,12 @@ fn render_jobs(out: &mut String, inputs: &Inputs) {
 
 /// The GPUs: how many, drained, held by account, idle while jobs wait.
 fn render_gpus(out: &mut String, inputs: &Inputs) {
-    family(out, "ysched_gpus", "gauge", "GPUs this controller schedules, on all its nodes.");
+    family(
+        out,
+        "ysched_gpus",
+        "gauge",
+        "GPUs this controller schedules, on all its nodes.",
+    );
     let _ = writeln!(out, "ysched_gpus {}", inputs.gpus.len());
 
     family(
@@ -156,7 +161,12 @@ fn render_nodes(out: &mut String, inputs: &Inputs) {
     }
     family(out, "ysched_node_gpus", "gauge", "Each node's GPUs.");
     for n in inputs.nodes {
-        let _ = writeln!(out, "ysched_node_gpus{{node=\"{}\"}} {}", escape(&n.name), n.gpus);
+        let _ = writeln!(
+            out,
+            "ysched_node_gpus{{node=\"{}\"}} {}",
+            escape(&n.name),
+            n.gpus
+        );
     }
     family(
         out,

@@ -202,13 +202,18 @@ impl Agent {
 
     /// Starts the agent with `args` (the join line's words, or none).
     fn start(&mut self, args: &[&str]) {
+        let command = self.command(args);
+        self.spawn_logged(command);
+    }
+
+    /// Runs `command` as the agent, its output into the agent's log.
+    fn spawn_logged(&mut self, mut command: Command) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.log())
             .unwrap();
-        let child = self
-            .command(args)
+        let child = command
             .env("YS_LOG", "debug")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -221,11 +226,6 @@ impl Agent {
     /// Starts the agent in a mount namespace of its own, where `passwd`
     /// is /etc/passwd: a node whose users differ.
     fn start_with_passwd(&mut self, passwd: &std::path::Path) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log())
-            .unwrap();
         let script = format!(
             "mount --bind {} /etc/passwd && exec nsenter --net=/run/netns/{} {} --config {}",
             passwd.display(),
@@ -233,14 +233,9 @@ impl Agent {
             bin_dir().join("ysnoded").display(),
             self.config.display()
         );
-        let child = Command::new("unshare")
-            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
+        let mut command = Command::new("unshare");
+        command.args(["--mount", "--propagation", "private", "sh", "-c", &script]);
+        self.spawn_logged(command);
     }
 
     /// Kills the agent with SIGKILL.
