@@ -322,7 +322,16 @@ fn main() {
     run(
         dir.path(),
         "ysbatch",
-        &["--parsable", "-G", "1", &format!("--array=0-{}", 4 * gpus - 1), "-t", "10", "--wrap", "true"],
+        &[
+            "--parsable",
+            "-G",
+            "1",
+            &format!("--array=0-{}", 4 * gpus - 1),
+            "-t",
+            "10",
+            "--wrap",
+            "true",
+        ],
     );
     std::thread::sleep(Duration::from_millis(1_500));
     let metrics = std::fs::read_to_string(dir.path().join("metrics.prom")).unwrap_or_default();
