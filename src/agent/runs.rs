@@ -214,6 +214,7 @@ impl Runs {
             launch_error: Some(why),
             terminated: false,
             usage: Default::default(),
+            stuck: 0,
         };
         self.runs.insert(
             run.job,

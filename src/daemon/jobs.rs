@@ -199,6 +199,9 @@ impl Daemon {
                     }
                     _ => None,
                 };
+                if record.stuck > 0 {
+                    self.drain_for_stuck(id, record.stuck, now)?;
+                }
                 self.finish(id, state, record.end_time, exit, reason)?;
             }
             None => {

@@ -88,4 +88,40 @@ impl Daemon {
         }
         Ok(())
     }
+
+    /// A job whose processes SIGKILL did not end (stuck in the kernel)
+    /// drains its node, saying so: what holds them may hold its GPUs too.
+    pub(super) fn drain_for_stuck(
+        &mut self,
+        id: crate::model::job::JobId,
+        stuck: usize,
+        now: i64,
+    ) -> Result<(), DaemonError> {
+        let Some(name) = self
+            .jobs
+            .get(&id)
+            .and_then(|job| self.nodes.of(job))
+            .map(|node| node.name().to_string())
+        else {
+            return Ok(());
+        };
+        let drain = Drain {
+            reason: format!("job {id} left {stuck} process(es) SIGKILL does not end"),
+            by: "ysctld".into(),
+            since: now,
+        };
+        tracing::error!(target: "ysched::daemon", "node {name} drained: {}", drain.reason);
+        db::set_node_drain(self.tx()?, &name, Some(&drain), now)?;
+        self.audit(
+            now,
+            "ysctld",
+            "drain-node",
+            Some(id),
+            &format!("{name}: {}", drain.reason),
+        )?;
+        self.nodes.change(&name, |node| node.drain = Some(drain));
+        self.reschedule = true;
+        self.snapshot = None;
+        Ok(())
+    }
 }

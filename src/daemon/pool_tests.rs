@@ -264,3 +264,26 @@ fn a_job_too_big_for_every_node_is_refused_with_what_each_lacks() {
     p.settle();
     assert_eq!(p.placed(id).0.as_deref(), Some("gpu02"));
 }
+
+#[test]
+fn a_job_whose_processes_outlive_sigkill_drains_its_node() {
+    let mut p = pool(&[16, 16]);
+    let id = p.submit(request(1)).unwrap();
+    p.settle();
+    let (node, _, _) = p.placed(id);
+    let node = node.unwrap();
+    let slot = if node == "gpu01" { 0 } else { 1 };
+    assert!(p.nodes[slot].end_stuck(id, 2));
+    p.settle();
+    let drains = db::node_drains(&p.daemon.store.db).unwrap();
+    let drain = drains.get(&node).expect("the node is drained");
+    assert_eq!(
+        drain.reason,
+        format!("job {id} left 2 process(es) SIGKILL does not end")
+    );
+    // Nothing new starts there.
+    let next = p.submit(request(4)).unwrap();
+    p.settle();
+    let other = if slot == 0 { "gpu02" } else { "gpu01" };
+    assert_eq!(p.placed(next).0.as_deref(), Some(other));
+}

@@ -54,6 +54,20 @@ impl FakeNode {
         }
         ended
     }
+
+    /// Ends a running job leaving `stuck` processes SIGKILL did not end.
+    pub fn end_stuck(&self, job: JobId, stuck: usize) -> bool {
+        let mut state = self.state();
+        let ended = end_job(&mut state, job, ExitStatus { code: 0, signal: 9 }, true);
+        if let Some(record) = state.exits.get_mut(&job) {
+            record.stuck = stuck;
+        }
+        drop(state);
+        if ended {
+            (self.on_exit)(job);
+        }
+        ended
+    }
 }
 
 fn end_job(state: &mut FakeState, job: JobId, exit: ExitStatus, terminated: bool) -> bool {
@@ -67,6 +81,7 @@ fn end_job(state: &mut FakeState, job: JobId, exit: ExitStatus, terminated: bool
         launch_error: None,
         terminated,
         usage: Usage::default(),
+        stuck: 0,
     };
     state.exits.insert(job, record);
     true

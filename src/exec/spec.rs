@@ -91,6 +91,14 @@ pub struct ExitRecord {
     /// What its cgroup measured (all empty without one).
     #[serde(default)]
     pub usage: Usage,
+    /// Processes of the job that SIGKILL did not end (stuck in the
+    /// kernel): the node should take no new job until someone looks.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stuck: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// Which of a job's processes a signal reaches (Slurm's `--signal` and

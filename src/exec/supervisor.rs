@@ -50,9 +50,10 @@ use crate::model::job::ExitStatus;
 
 /// How long one round of killing a finished job's processes may take
 /// before the supervisor logs what is stuck and tries again; and how many
-/// rounds before it gives up on them.
+/// rounds before it gives up on them and reports them (the node is then
+/// drained: processes SIGKILL cannot end are stuck in the kernel).
 const KILL_ROUND: Duration = Duration::from_secs(10);
-const KILL_ROUNDS: u32 = 30;
+const KILL_ROUNDS: u32 = 3;
 /// How often a supervisor on a pool's node looks at the node's lease.
 const LEASE_LOOK: Duration = Duration::from_secs(1);
 
@@ -140,6 +141,7 @@ fn supervise(dir: &Path) -> Result<(), StepError> {
         launch_error: Some(message),
         terminated: false,
         usage: Usage::default(),
+        stuck: 0,
     };
     let group = match spec.cgroup.layout {
         Layout::Off => None,
@@ -159,7 +161,7 @@ fn supervise(dir: &Path) -> Result<(), StepError> {
             write_state(dir, &state)?;
             let lease = spec.lease_file.as_deref();
             let (exit, terminated) = wait_for_job(job, &signals, &control, group, lease);
-            kill_leftovers(job, group);
+            let stuck = kill_leftovers(job, group);
             let mut usage = group.map(|g| g.usage()).unwrap_or_default();
             if usage.cpu_usec.is_none() {
                 usage.cpu_usec = children_cpu_usec();
@@ -170,6 +172,7 @@ fn supervise(dir: &Path) -> Result<(), StepError> {
                 launch_error: None,
                 terminated,
                 usage,
+                stuck,
             }
         }
     };
@@ -534,13 +537,14 @@ fn children() -> Vec<Pid> {
 /// that leaves processes (stuck in uninterruptible sleep) logged with what
 /// they are, until they go or the rounds run out. Without one, its process
 /// group and this supervisor's children are killed (bounded at a second).
-fn kill_leftovers(job: Pid, group: Option<&dyn JobCgroup>) {
+/// Kills what is left of the job; how many of its processes survive.
+fn kill_leftovers(job: Pid, group: Option<&dyn JobCgroup>) -> usize {
     let _ = signal::killpg(job, Signal::SIGKILL);
     if let Some(g) = group {
         for round in 1..=KILL_ROUNDS {
             let stuck = g.kill_and_wait(KILL_ROUND);
             if stuck.is_empty() {
-                return;
+                return 0;
             }
             eprintln!(
                 "ysstepd: {} processes of the job survive SIGKILL after {} s (round {round} of {KILL_ROUNDS}): {}",
@@ -553,12 +557,12 @@ fn kill_leftovers(job: Pid, group: Option<&dyn JobCgroup>) {
             "ysstepd: giving up on the job's stuck processes; its cgroup {} stays",
             g.path()
         );
-        return;
+        return g.pids().len();
     }
     for _ in 0..100 {
         let left = children();
         if left.is_empty() {
-            return;
+            return 0;
         }
         for child in &left {
             let _ = signal::kill(*child, Signal::SIGKILL);
@@ -571,6 +575,7 @@ fn kill_leftovers(job: Pid, group: Option<&dyn JobCgroup>) {
         }
     }
     eprintln!("ysstepd: processes of job (pgid {job}) did not die within 1 s of SIGKILL; giving up on them");
+    children().len()
 }
 
 /// The CPU time (user and system) of the job's processes, where no cgroup
