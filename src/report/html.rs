@@ -443,6 +443,7 @@ mod tests {
             preempt_count: 0,
             preemptions_caused: 0,
             end_time: 7_260,
+            node: None,
         };
         let period = Period {
             from: 0,
@@ -479,6 +480,7 @@ mod tests {
             preempt_count: 0,
             preemptions_caused: 0,
             end_time: 86_400 + 7_200,
+            node: None,
         };
         let period = Period {
             from: 0,

@@ -33,6 +33,19 @@ pub struct EndedJob {
     /// Running jobs it preempted to start.
     pub preemptions_caused: u32,
     pub end_time: i64,
+    /// The node its last run was on (`None`: it never ran, or a record
+    /// from before nodes were recorded).
+    pub node: Option<String>,
+}
+
+/// What the jobs that ran on one node used in the period.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeLine {
+    pub node: String,
+    pub jobs: u64,
+    pub gpu_hours: f64,
+    /// Tokens (billing-hours) charged.
+    pub tokens: f64,
 }
 
 /// The period a report covers: [from, to), Unix seconds.
@@ -166,6 +179,9 @@ pub struct UsageReport {
     /// Months whose job rows were purged, answered from their summaries.
     #[serde(default)]
     pub summarised_months: Vec<String>,
+    /// Per node of a pool, by name (jobs that never ran are on none).
+    #[serde(default)]
+    pub nodes: Vec<NodeLine>,
 }
 
 /// Jobs whose wait fell in [from, to) seconds.
@@ -415,6 +431,8 @@ pub struct Builder {
     period: Period,
     daily: BTreeMap<String, Vec<f64>>,
     gpu_hours: Vec<super::history::GpuHour>,
+    /// Per node: jobs, GPU-seconds, billing-seconds.
+    nodes: BTreeMap<String, (u64, i64, i64)>,
 }
 
 impl Builder {
@@ -429,6 +447,15 @@ impl Builder {
     pub fn add(&mut self, job: &EndedJob) {
         self.total.add(job);
         self.spread_over_days(job);
+        if let Some(node) = &job.node {
+            let entry = match self.nodes.get_mut(node) {
+                Some(e) => e,
+                None => self.nodes.entry(node.clone()).or_default(),
+            };
+            entry.0 += 1;
+            entry.1 += job.gpu_seconds;
+            entry.2 += job.billing;
+        }
         if job.gpus > 0 && job.gpu_usage.low_secs > self.waste_after_secs {
             self.waste.push(Waste {
                 job_id: job.id,
@@ -533,7 +560,18 @@ impl Builder {
         let gpu_sampled = self.total.util_samples > 0;
         let mut waste = self.waste;
         rank(&mut waste);
+        let nodes = self
+            .nodes
+            .into_iter()
+            .map(|(node, (jobs, gpu_seconds, billing))| NodeLine {
+                node,
+                jobs,
+                gpu_hours: gpu_seconds as f64 / 3600.0,
+                tokens: billing as f64 / crate::model::policy::TOKEN,
+            })
+            .collect();
         UsageReport {
+            nodes,
             waste,
             gpu_sampled,
             daily_gpu_hours,
@@ -654,6 +692,7 @@ fn assemble(
         budgets: Vec::new(),
         complete: false,
         summarised_months: Vec::new(),
+        nodes: Vec::new(),
     }
 }
 
@@ -745,6 +784,18 @@ pub fn render_text(report: &UsageReport) -> String {
         let _ = writeln!(out, "{}", line.join("  ").trim_end());
     }
     out.push('\n');
+    // A pool's nodes (one server: nothing to break down).
+    if report.nodes.len() > 1 {
+        out.push_str("By node\n");
+        for n in &report.nodes {
+            let _ = writeln!(
+                out,
+                "  {:<16} {:>7} jobs  {:>10.1} GPU-hours  {:>10.2} tokens",
+                n.node, n.jobs, n.gpu_hours, n.tokens
+            );
+        }
+        out.push('\n');
+    }
     if !report.budgets.is_empty() {
         out.push_str("Budgets (tokens)\n");
         for b in &report.budgets {
@@ -876,6 +927,7 @@ mod tests {
             preempt_count: 0,
             preemptions_caused: 0,
             end_time: 1_000 + wait + 60,
+            node: None,
         }
     }
 

@@ -451,6 +451,15 @@ fn nodes_join_with_the_printed_line_and_run_their_users_jobs_once_each() {
         p.node_states().lines().map(str::trim).collect::<Vec<_>>(),
         vec!["gpu10 idle", "gpu11 idle"]
     );
+    // Usage by node, in the report.
+    let report = p.controller.run("ysreport", &["-S", "2000-01-01"]);
+    assert!(report.status.success(), "{}", stderr(&report));
+    let text = stdout(&report);
+    let by_node = text.split("By node\n").nth(1).unwrap_or_default();
+    assert!(
+        by_node.contains("gpu10") && by_node.contains("gpu11") && by_node.contains("1 jobs"),
+        "{text}"
+    );
     let _ = &p.net;
 }
 
