@@ -425,10 +425,15 @@ impl Daemon {
         self.gpu_watch.next_sample =
             Some(std::time::Instant::now() + std::time::Duration::from_secs(interval));
         self.gpu_watch.last_samples = Some(samples.clone());
+        // The samples are of this server's GPUs: only the jobs that run
+        // here hold them (a pool's other nodes number theirs alike).
+        let local = self.nodes.local().map(|n| n.name().to_string());
+        let here =
+            |j: &&crate::model::job::Job| j.node.as_ref().or(local.as_ref()) == local.as_ref();
         if let Some(processes) = self.gpu_watch.gpu_source.processes() {
             let found = crate::gpu::sampling::intruders(
                 &processes,
-                self.jobs.all(),
+                self.jobs.all().filter(here),
                 crate::gpu::sampling::process_owner,
             );
             if self.gpu_watch.intruders_seen.len() > 10_000 {
@@ -461,6 +466,7 @@ impl Daemon {
             .jobs
             .all()
             .filter(|j| j.state == JobState::Running && !j.gpus_alloc.is_empty())
+            .filter(here)
             .map(|j| j.id)
             .collect();
         for id in ids {
