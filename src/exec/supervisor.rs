@@ -54,8 +54,9 @@ use crate::model::job::ExitStatus;
 /// drained: processes SIGKILL cannot end are stuck in the kernel).
 const KILL_ROUND: Duration = Duration::from_secs(10);
 const KILL_ROUNDS: u32 = 3;
-/// How often a supervisor on a pool's node looks at the node's lease.
-const LEASE_LOOK: Duration = Duration::from_secs(1);
+/// How often a supervisor on a pool's node looks at the node's lease:
+/// well within the half lease between the lease's end and the job's rerun.
+const LEASE_LOOK: Duration = Duration::from_millis(250);
 
 /// Signals the supervisor receives through its signalfd instead of dying of
 /// them: SIGCHLD for the job's end; the others are ignored, so that a stray
@@ -372,7 +373,7 @@ fn wait_for_job(
     let mut kill_at: Option<Instant> = None;
     let mut terminated = false;
     loop {
-        // With a lease to watch, a look at it every second.
+        // With a lease to watch, a look at it every LEASE_LOOK.
         let next = match (kill_at, lease) {
             (Some(t), Some(_)) => Some(t.min(Instant::now() + LEASE_LOOK)),
             (Some(t), None) => Some(t),

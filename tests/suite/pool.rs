@@ -268,14 +268,14 @@ struct Pool {
 
 impl Pool {
     fn new(count: usize, extra: &str) -> Pool {
-        Pool::with(count, extra, "")
+        Pool::with(count, extra, &format!("lease = \"{LEASE_SECS}s\"\n"))
     }
 
-    /// `pool_keys` are added to the `[pool]` table.
+    /// `pool_keys` make the `[pool]` table with its `listen`.
     fn with(count: usize, extra: &str, pool_keys: &str) -> Pool {
         let mut net = Net::new();
         let pool = format!(
-            "[pool]\nlisten = \"{}:6820\"\nlease = \"{LEASE_SECS}s\"\n{pool_keys}",
+            "[pool]\nlisten = \"{}:6820\"\n{pool_keys}",
             net.controller_ip()
         );
         let mut controller = Cluster::with_gpus(extra, &pool);
@@ -598,7 +598,9 @@ fn a_one_way_partition_longer_than_the_lease_fences_the_node_before_the_job_runs
 #[test]
 fn a_one_way_partition_shorter_than_the_lease_loses_nothing() {
     require_root_for_pool!();
-    let p = Pool::new(1, "");
+    // A lease long enough that TCP's retransmissions after the cut come
+    // well within it, on a loaded machine too.
+    let p = Pool::with(1, "", "lease = \"8s\"\n");
     p.controller.script(
         "short.sh",
         "#!/bin/sh\necho $SLURM_JOB_ID >> runs.log\nsleep 2\n",
@@ -815,7 +817,11 @@ fn the_jobs_of_a_dead_agent_stop_with_its_lease_before_they_run_elsewhere() {
 #[test]
 fn an_expired_token_is_refused_and_a_flood_of_strangers_disturbs_no_node() {
     require_root_for_pool!();
-    let mut p = Pool::with(1, "", "token_lifetime = \"1s\"\n");
+    let mut p = Pool::with(
+        1,
+        "",
+        &format!("lease = \"{LEASE_SECS}s\"\ntoken_lifetime = \"1s\"\n"),
+    );
     let line = p.join_line("gpu11");
     std::thread::sleep(Duration::from_millis(2_100));
     let ns = p.net.add_node(1);
