@@ -750,18 +750,8 @@ fn cells(l: &Line, readable: bool) -> Vec<String> {
     ]
 }
 
-/// The report as aligned text: accounts, then users, then the total.
-pub fn render_text(report: &UsageReport) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "Usage for {} (jobs that ended in it: {})",
-        report.period.label, report.total.jobs
-    );
-    if report.total.jobs == 0 {
-        out.push_str("No job ended in this period.\n");
-        return out;
-    }
+/// The usage table: a line per account, per user, and the total.
+fn render_usage_table(out: &mut String, report: &UsageReport) {
     let mut rows: Vec<Vec<String>> = vec![HEADER.iter().map(|h| h.to_string()).collect()];
     rows.extend(report.accounts.iter().map(|l| cells(l, true)));
     rows.extend(report.users.iter().map(|l| cells(l, true)));
@@ -784,6 +774,21 @@ pub fn render_text(report: &UsageReport) -> String {
         let _ = writeln!(out, "{}", line.join("  ").trim_end());
     }
     out.push('\n');
+}
+
+/// The report as aligned text: accounts, then users, then the total.
+pub fn render_text(report: &UsageReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Usage for {} (jobs that ended in it: {})",
+        report.period.label, report.total.jobs
+    );
+    if report.total.jobs == 0 {
+        out.push_str("No job ended in this period.\n");
+        return out;
+    }
+    render_usage_table(&mut out, report);
     // A pool's nodes (one server: nothing to break down).
     if report.nodes.len() > 1 {
         out.push_str("By node\n");

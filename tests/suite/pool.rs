@@ -359,15 +359,10 @@ macro_rules! require_root_for_pool {
     };
 }
 
-#[test]
-fn nodes_join_with_the_printed_line_and_run_their_users_jobs_once_each() {
-    require_root_for_pool!();
-    let p = Pool::new(2, "");
-    assert_eq!(
-        p.node_states().lines().map(str::trim).collect::<Vec<_>>(),
-        vec!["gpu10 idle", "gpu11 idle"]
-    );
-
+/// Joins with `yscontrol node add`'s line: a token is good once, a node
+/// joins once, and a wrong fingerprint sends nothing (leaves node gpu12
+/// joined).
+fn tokens_are_good_once_and_only_with_the_right_authority(p: &Pool) {
     // A token is good once.
     let words = |line: &[String]| line[1..].to_vec();
     let line = p.join_line("gpu12");
@@ -409,6 +404,18 @@ fn nodes_join_with_the_printed_line_and_run_their_users_jobs_once_each() {
         "{}",
         stderr(&wrong)
     );
+}
+
+#[test]
+fn nodes_join_with_the_printed_line_and_run_their_users_jobs_once_each() {
+    require_root_for_pool!();
+    let p = Pool::new(2, "");
+    assert_eq!(
+        p.node_states().lines().map(str::trim).collect::<Vec<_>>(),
+        vec!["gpu10 idle", "gpu11 idle"]
+    );
+
+    tokens_are_good_once_and_only_with_the_right_authority(&p);
     let remove = p.controller.run("yscontrol", &["node", "remove", "gpu12"]);
     assert!(remove.status.success(), "{}", stderr(&remove));
 
