@@ -10,6 +10,7 @@ pub mod error;
 pub mod identity;
 pub mod join;
 pub mod runs;
+pub mod sampler;
 pub mod session;
 
 use std::path::PathBuf;
@@ -97,5 +98,11 @@ pub fn run(options: Options, warn: &mut dyn FnMut(String)) -> Result<(), AgentEr
         ended,
         wake,
     )?;
+    if config.gpu_sample_secs > 0 {
+        let source = crate::gpu::sampling::detect();
+        tracing::info!(target: "ysched::agent", "GPU utilisation: {}", source.describe());
+        let every = std::time::Duration::from_secs(config.gpu_sample_secs);
+        session.sample_gpus_with(sampler::Sampler::new(source, every));
+    }
     session.run()
 }

@@ -83,6 +83,8 @@ pub struct Session {
     /// Supervisors' exits, from the executor's watcher.
     exits: Receiver<JobId>,
     wake: Arc<EventFd>,
+    /// The node's GPUs, read and sent while connected.
+    sampler: Option<super::sampler::Sampler>,
 }
 
 impl Session {
@@ -123,9 +125,15 @@ impl Session {
             backoff: Duration::from_millis(200),
             exits,
             wake,
+            sampler: None,
         };
         session.publish_lease();
         Ok(session)
+    }
+
+    /// Reads the node's GPUs with `sampler` and sends the readings.
+    pub fn sample_gpus_with(&mut self, sampler: super::sampler::Sampler) {
+        self.sampler = Some(sampler);
     }
 
     /// Tells the jobs' supervisors when the lease runs out.
@@ -215,6 +223,10 @@ impl Session {
         };
         if let Some(link) = &self.link {
             until = until.min(link.next_heartbeat);
+            let next_reading = self.sampler.as_ref().and_then(|s| s.next());
+            if let Some(next) = next_reading.filter(|_| link.welcomed) {
+                until = until.min(next);
+            }
         } else {
             until = until.min(self.next_connect);
         }
@@ -405,6 +417,15 @@ impl Session {
                 link.next_heartbeat = now + self.lease / 3;
             }
             self.send(heartbeat);
+        }
+        let welcomed = self.link.as_ref().is_some_and(|l| l.welcomed);
+        if let Some(reading) = self
+            .sampler
+            .as_mut()
+            .filter(|_| welcomed)
+            .and_then(|s| s.due(now))
+        {
+            self.send(reading);
         }
     }
 }

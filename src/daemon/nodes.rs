@@ -23,6 +23,8 @@ pub(super) struct Node {
     pub(super) down: Option<String>,
     /// For a node of the pool: its agent's link, and when it was heard.
     pub(super) remote: Option<RemoteNode>,
+    /// Its GPUs at the last reading, in its own numbers.
+    pub(super) samples: Option<Vec<crate::model::gpu::Sample>>,
 }
 
 /// A node of the pool, as the controller follows it.
@@ -47,6 +49,7 @@ impl Node {
             drain: None,
             down: None,
             remote: None,
+            samples: None,
         }
     }
 

@@ -266,6 +266,12 @@ impl Daemon {
                 self.settle_run(name, &link, run, ended);
             }
             FromNode::Renew { request_pem } => self.renew(name, &link, &request_pem)?,
+            // A node's readings, of its own GPUs only (numbers beyond its
+            // inventory are dropped there), every second to every hour.
+            FromNode::Gpus {
+                reading,
+                every_secs,
+            } => self.take_reading(name, reading, every_secs.clamp(1, 3_600))?,
             FromNode::Join { .. } | FromNode::Hello { .. } => {}
         }
         let _ = now;

@@ -287,3 +287,73 @@ fn a_job_whose_processes_outlive_sigkill_drains_its_node() {
     let other = if slot == 0 { "gpu02" } else { "gpu01" };
     assert_eq!(p.placed(next).0.as_deref(), Some(other));
 }
+
+fn usage(p: &Pool, id: JobId) -> crate::model::gpu::JobGpuUsage {
+    db::job(&p.daemon.store.db, id).unwrap().gpu_usage
+}
+
+#[test]
+fn a_nodes_gpu_readings_are_charged_to_its_own_jobs_only() {
+    use crate::gpu::sampling::{GpuProcess, ProcessOwner, Reading};
+    use crate::model::gpu::Sample;
+    let mut p = pool(&[16, 16]);
+    let mut on = |node: &str| {
+        let mut r = request(2);
+        r.nodelist = vec![node.into()];
+        p.submit(r).unwrap()
+    };
+    let (here, there) = (on("gpu01"), on("gpu02"));
+    p.settle();
+    let sample = |gpu, pct| Sample {
+        gpu,
+        utilization_pct: pct,
+        memory_used_mb: 1_000,
+    };
+    // gpu02's GPUs 0 and 1 (its job's), and a GPU 9 it does not have.
+    let reading = Reading {
+        samples: vec![sample(0, 90), sample(1, 70), sample(9, 100)],
+        processes: Some(vec![GpuProcess {
+            gpu: 1,
+            pid: 4242,
+            owner: ProcessOwner {
+                cgroup: "0::/user.slice/session-1.scope\n".into(),
+                uid: 0,
+            },
+        }]),
+    };
+    p.daemon.take_reading("gpu02", reading, 30).unwrap();
+    p.daemon.commit().unwrap();
+
+    assert_eq!(usage(&p, there).samples, 1);
+    assert_eq!(usage(&p, there).mean(), Some(80.0));
+    assert_eq!(
+        usage(&p, here).samples,
+        0,
+        "gpu01's job shares GPU numbers, not GPUs"
+    );
+    // The hour's history in pool numbers: gpu02's GPUs follow gpu01's 4.
+    let hours = db::gpu_hours(&p.daemon.store.db, 0, 3_600).unwrap();
+    let gpus: Vec<u32> = hours.iter().map(|h| h.gpu).collect();
+    assert_eq!(gpus, vec![4, 5], "GPU 9 of gpu02 does not exist: dropped");
+    // Processes not the holder's are named once, with their node.
+    assert!(p
+        .daemon
+        .gpu_watch
+        .intruders_seen
+        .contains(&("gpu02".to_string(), 1, 4242)));
+    // The node's view shows its GPUs' utilisation; gpu01's has none.
+    let snapshot = p.daemon.snapshot().get();
+    let utilization = |node: usize| -> Vec<Option<u32>> {
+        let gpus = &snapshot.nodes[node].gpus;
+        gpus.iter().map(|g| g.utilization_pct).collect()
+    };
+    assert_eq!(utilization(1), vec![Some(90), Some(70), None, None]);
+    assert_eq!(utilization(0), vec![None; 4]);
+    // A node's reading about a node not in the pool changes nothing.
+    let stranger = Reading {
+        samples: vec![sample(0, 5)],
+        processes: None,
+    };
+    p.daemon.take_reading("gpu09", stranger, 30).unwrap();
+    assert_eq!(usage(&p, there).samples, 1);
+}

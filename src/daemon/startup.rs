@@ -119,7 +119,6 @@ pub(super) fn watch_gpus(config: &Config) -> GpuWatch {
     GpuWatch {
         next_sample: (config.gpu_sample_secs > 0).then(Instant::now),
         gpu_source,
-        last_samples: None,
         intruders_seen: HashSet::new(),
     }
 }

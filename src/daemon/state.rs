@@ -273,17 +273,15 @@ pub(super) struct Backlog {
     pub(super) backlog_set: HashSet<String>,
 }
 
-/// Where GPU utilisation comes from, when to sample it next (`None`: never, without a source or with sampling off), and what the last samples showed.
+/// Where this server's GPU utilisation comes from, and when to sample it
+/// next (`None`: never, without a source or with sampling off). Each
+/// node keeps its own last reading.
 pub(super) struct GpuWatch {
-    /// Where GPU utilisation comes from, and when to sample it next
-    /// (`None`: never, without a source or with sampling off).
     pub(super) gpu_source: Box<dyn crate::gpu::sampling::Source>,
     pub(super) next_sample: Option<Instant>,
-    /// For the metrics: the last samples, the last pass, preemptions so
-    /// far, and when to write the file next.
-    pub(super) last_samples: Option<Vec<crate::model::gpu::Sample>>,
-    /// Processes on GPUs that were not their holder's, already logged.
-    pub(super) intruders_seen: HashSet<(u32, u32)>,
+    /// Processes on GPUs that were not their holder's, already logged:
+    /// (node, GPU, pid).
+    pub(super) intruders_seen: HashSet<(String, u32, u32)>,
 }
 
 /// For the metrics: the last samples' pass time, preemptions and requests so far, GPUs idle while jobs wait, and when to write them next.

@@ -760,11 +760,7 @@ impl Daemon {
                     } else {
                         Default::default()
                     },
-                    samples: if is_local {
-                        self.gpu_watch.last_samples.clone()
-                    } else {
-                        None
-                    },
+                    samples: node.samples.clone(),
                 }
             })
             .collect()

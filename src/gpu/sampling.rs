@@ -31,35 +31,60 @@ pub struct Intruder {
 }
 
 /// What the system says of a process: its cgroup path and its uid.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ProcessOwner {
     pub cgroup: String,
     pub uid: u32,
 }
 
+/// A process computing on a GPU, and whose it is: what a node sends the
+/// controller, which alone knows which job holds which GPU.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GpuProcess {
+    pub gpu: u32,
+    pub pid: u32,
+    pub owner: ProcessOwner,
+}
+
+/// The processes on GPUs, as (GPU, pid), with their owners as `owner`
+/// tells them; processes that ended before it could look (`None`) are
+/// left out.
+pub fn owned(
+    processes: &[(u32, u32)],
+    owner: impl Fn(u32) -> Option<ProcessOwner>,
+) -> Vec<GpuProcess> {
+    processes
+        .iter()
+        .filter_map(|&(gpu, pid)| {
+            Some(GpuProcess {
+                gpu,
+                pid,
+                owner: owner(pid)?,
+            })
+        })
+        .collect()
+}
+
 /// The processes on GPUs that are not their holder's: a process belongs
 /// to the job when it is in the job's cgroup, or (a job without one) when
-/// it runs as the job's user. Processes that ended before `owner` could
-/// look (`None`) are left out.
+/// it runs as the job's user.
 pub fn intruders<'a>(
-    processes: &[(u32, u32)],
+    processes: &[GpuProcess],
     jobs: impl IntoIterator<Item = &'a crate::model::job::Job>,
-    owner: impl Fn(u32) -> Option<ProcessOwner>,
 ) -> Vec<Intruder> {
     let holders: Vec<&crate::model::job::Job> =
         jobs.into_iter().filter(|j| j.state.holds_gpus()).collect();
     let mut out = Vec::new();
-    for &(gpu, pid) in processes {
-        let Some(who) = owner(pid) else { continue };
-        let holder = holders.iter().find(|j| j.gpus_alloc.contains(&gpu));
+    for p in processes {
+        let holder = holders.iter().find(|j| j.gpus_alloc.contains(&p.gpu));
         let belongs = holder.is_some_and(|job| match &job.cgroup {
-            Some(_) => in_job_cgroup(&who.cgroup, job.id),
-            None => who.uid == job.uid,
+            Some(_) => in_job_cgroup(&p.owner.cgroup, job.id),
+            None => p.owner.uid == job.uid,
         });
         if !belongs {
             out.push(Intruder {
-                gpu,
-                pid,
+                gpu: p.gpu,
+                pid: p.pid,
                 holder: holder.map(|j| j.id),
             });
         }
@@ -89,6 +114,21 @@ pub fn process_owner(pid: u32) -> Option<ProcessOwner> {
         .parse()
         .ok()?;
     Some(ProcessOwner { cgroup, uid })
+}
+
+/// What a source says at one moment: each GPU's sample, and (where it
+/// can tell) the processes on them with their owners on this host.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Reading {
+    pub samples: Vec<Sample>,
+    pub processes: Option<Vec<GpuProcess>>,
+}
+
+/// Reads `source` now; `None` when it has no data.
+pub fn read(source: &mut dyn Source) -> Option<Reading> {
+    let samples = source.sample()?;
+    let processes = source.processes().map(|p| owned(&p, process_owner));
+    Some(Reading { samples, processes })
 }
 
 /// No driver: no data.
@@ -185,7 +225,7 @@ mod tests {
         };
         // pid 1 is the job's; 2 runs outside it on its GPU; 3 is on a GPU
         // no job holds (and job_170 is not job_17); 4 has ended.
-        let found = intruders(&[(0, 1), (1, 2), (3, 3), (1, 4)], [&job], owners);
+        let found = intruders(&owned(&[(0, 1), (1, 2), (3, 3), (1, 4)], owners), [&job]);
         assert_eq!(
             found,
             vec![
@@ -203,7 +243,7 @@ mod tests {
         );
         // Without a cgroup, the job's user is what counts.
         job.cgroup = None;
-        assert_eq!(intruders(&[(1, 2)], [&job], owners), vec![]);
+        assert_eq!(intruders(&owned(&[(1, 2)], owners), [&job]), vec![]);
     }
 
     /// A scripted source, for tests only.

@@ -53,7 +53,7 @@ impl fmt::Display for Source {
 }
 
 /// One GPU at one moment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Sample {
     /// The scheduler's index.
     pub gpu: u32,

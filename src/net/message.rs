@@ -102,6 +102,12 @@ pub enum FromNode {
     Lost { run: RunKey },
     /// A certificate for a new key, before the current one expires.
     Renew { request_pem: String },
+    /// The node's GPUs now, in its own GPU numbers: read every
+    /// `every_secs` (its config's `gpu_sample_secs`) where a driver answers.
+    Gpus {
+        reading: crate::gpu::sampling::Reading,
+        every_secs: u64,
+    },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

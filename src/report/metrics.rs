@@ -14,8 +14,8 @@ use crate::model::job::Job;
 pub struct Inputs<'a> {
     pub jobs: &'a [&'a Job],
     pub gpus: &'a [Gpu],
-    /// The last GPU samples (`None`: not sampled).
-    pub samples: Option<&'a [Sample]>,
+    /// Each node's GPUs at their last reading (none: not sampled).
+    pub samples: &'a [GpuSample<'a>],
     pub last_pass_seconds: f64,
     pub preemptions_total: u64,
     /// GPUs out of service.
@@ -32,6 +32,15 @@ pub struct Inputs<'a> {
     /// Each node: its name, Slurm's state word, its GPUs and how many
     /// running jobs hold.
     pub nodes: &'a [NodeLoad],
+}
+
+/// One GPU's last sample, and where the GPU is.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuSample<'a> {
+    pub node: &'a str,
+    pub gpu_type: &'a str,
+    /// In the node's own GPU numbers.
+    pub sample: Sample,
 }
 
 /// One node, for the metrics.
@@ -186,40 +195,39 @@ fn render_nodes(out: &mut String, inputs: &Inputs) {
 
 /// Each GPU's last sample, where there is one.
 fn render_samples(out: &mut String, inputs: &Inputs) {
-    if let Some(samples) = inputs.samples {
-        family(
+    if inputs.samples.is_empty() {
+        return;
+    }
+    family(
+        out,
+        "ysched_gpu_utilization_ratio",
+        "gauge",
+        "Utilisation of each GPU at the last sample, 0 to 1.",
+    );
+    for g in inputs.samples {
+        let _ = writeln!(
             out,
-            "ysched_gpu_utilization_ratio",
-            "gauge",
-            "Utilisation of each GPU at the last sample, 0 to 1.",
+            "ysched_gpu_utilization_ratio{{node=\"{}\",gpu=\"{}\",type=\"{}\"}} {}",
+            escape(g.node),
+            g.sample.gpu,
+            escape(g.gpu_type),
+            f64::from(g.sample.utilization_pct) / 100.0
         );
-        for s in samples {
-            let t = inputs
-                .gpus
-                .get(s.gpu as usize)
-                .map_or("", |g| g.gpu_type.as_str());
-            let _ = writeln!(
-                out,
-                "ysched_gpu_utilization_ratio{{gpu=\"{}\",type=\"{}\"}} {}",
-                s.gpu,
-                escape(t),
-                f64::from(s.utilization_pct) / 100.0
-            );
-        }
-        family(
+    }
+    family(
+        out,
+        "ysched_gpu_memory_used_bytes",
+        "gauge",
+        "Memory used on each GPU at the last sample.",
+    );
+    for g in inputs.samples {
+        let _ = writeln!(
             out,
-            "ysched_gpu_memory_used_bytes",
-            "gauge",
-            "Memory used on each GPU at the last sample.",
+            "ysched_gpu_memory_used_bytes{{node=\"{}\",gpu=\"{}\"}} {}",
+            escape(g.node),
+            g.sample.gpu,
+            g.sample.memory_used_mb * (1 << 20)
         );
-        for s in samples {
-            let _ = writeln!(
-                out,
-                "ysched_gpu_memory_used_bytes{{gpu=\"{}\"}} {}",
-                s.gpu,
-                s.memory_used_mb * (1 << 20)
-            );
-        }
     }
 }
 
@@ -297,7 +305,7 @@ mod tests {
         let text = render(&Inputs {
             jobs: &jobs,
             gpus: &gpus,
-            samples: None,
+            samples: &[],
             last_pass_seconds: 0.0125,
             drained: &[],
             requests_total: 4,
@@ -334,5 +342,46 @@ mod tests {
             !text.contains("utilization"),
             "not sampled: no made-up numbers"
         );
+    }
+
+    #[test]
+    fn each_gpus_last_sample_names_its_node() {
+        let sample = |node, gpu| GpuSample {
+            node,
+            gpu_type: "a100",
+            sample: Sample {
+                gpu,
+                utilization_pct: 25,
+                memory_used_mb: 2,
+            },
+        };
+        let samples = [sample("gpu01", 0), sample("gpu02", 0)];
+        let text = render(&Inputs {
+            jobs: &[],
+            gpus: &[],
+            samples: &samples,
+            last_pass_seconds: 0.0,
+            drained: &[],
+            requests_total: 0,
+            ingest_seconds_sum: 0.0,
+            preemptions_total: 0,
+            budget_left: &[],
+            idle_while_waiting: 0,
+            nodes: &[],
+        });
+        for node in ["gpu01", "gpu02"] {
+            assert!(
+                text.contains(&format!(
+                    "ysched_gpu_utilization_ratio{{node=\"{node}\",gpu=\"0\",type=\"a100\"}} 0.25\n"
+                )),
+                "{text}"
+            );
+            assert!(
+                text.contains(&format!(
+                    "ysched_gpu_memory_used_bytes{{node=\"{node}\",gpu=\"0\"}} 2097152\n"
+                )),
+                "{text}"
+            );
+        }
     }
 }

@@ -25,6 +25,7 @@ mod node;
 mod notify;
 mod placement;
 mod pool;
+mod pool_loopback;
 mod preempt;
 mod report;
 mod simulate;

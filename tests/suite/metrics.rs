@@ -143,15 +143,19 @@ fn the_dashboard_and_alerts_name_metrics_that_exist() {
         gpu_type: "a100".into(),
         ..Gpu::default()
     }];
-    let samples = [Sample {
-        gpu: 0,
-        utilization_pct: 50,
-        memory_used_mb: 1,
+    let samples = [ysched::report::metrics::GpuSample {
+        node: "gpu01",
+        gpu_type: "a100",
+        sample: Sample {
+            gpu: 0,
+            utilization_pct: 50,
+            memory_used_mb: 1,
+        },
     }];
     let text = ysched::report::metrics::render(&ysched::report::metrics::Inputs {
         jobs: &[],
         gpus: &gpus,
-        samples: Some(&samples),
+        samples: &samples,
         last_pass_seconds: 0.0,
         preemptions_total: 0,
         drained: &[],

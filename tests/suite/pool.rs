@@ -515,11 +515,13 @@ fn an_agent_killed_with_9_during_a_job_readopts_it_and_it_completes_once() {
 }
 
 /// A job that runs until stopped the first time, and ends at once when
-/// run again: each start and, while the first runs, a heartbeat file.
+/// run again: each start and, while the first runs, a heartbeat file
+/// (renamed into place: a kill between the shell's truncation and
+/// date's write must not leave it empty).
 const TWICE: &str = "#!/bin/sh\n\
 echo \"start $SLURMD_NODENAME $SLURM_RESTART_COUNT $(date +%s.%N)\" >> runs.log\n\
 if [ \"$SLURM_RESTART_COUNT\" = 0 ]; then\n\
-  while :; do date +%s.%N > alive0; sleep 0.1; done\n\
+  while :; do date +%s.%N > alive0.new; mv alive0.new alive0; sleep 0.1; done\n\
 fi\n";
 
 #[test]

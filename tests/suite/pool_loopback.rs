@@ -1,0 +1,139 @@
+//! A node's agent in this test's own process — its real join, TLS
+//! connection and session, over a fake executor and a scripted GPU source
+//! (there is no GPU here) — against a real pure controller on loopback.
+//! What needs no root and no network namespace: what a node's GPUs say
+//! reaching the controller's views, metrics and accounting.
+
+use std::path::Path;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use ysched::agent::join::JoinLine;
+use ysched::agent::runs::Runs;
+use ysched::agent::sampler::Sampler;
+use ysched::agent::session::Session;
+use ysched::config::Config;
+use ysched::exec::executor::{IsolationFacts, NodeFacts};
+use ysched::exec::fake::{FakeExecutor, FakeNode};
+use ysched::gpu::sampling::Source;
+use ysched::gpu::Inventory;
+use ysched::model::gpu::Sample;
+
+use crate::common::*;
+
+const LONG: Duration = Duration::from_secs(20);
+
+/// Two A100s, always busy at 75 % and 5 %.
+struct Steady;
+
+impl Source for Steady {
+    fn describe(&self) -> String {
+        "steady".into()
+    }
+
+    fn sample(&mut self) -> Option<Vec<Sample>> {
+        let at = |gpu, utilization_pct| Sample {
+            gpu,
+            utilization_pct,
+            memory_used_mb: 2_048,
+        };
+        Some(vec![at(0, 75), at(1, 5)])
+    }
+}
+
+/// Joins node `name` with `yscontrol node add`'s line and runs its
+/// session on a thread of its own, reading `source` every second.
+fn start_node(c: &Cluster, name: &str, source: Box<dyn Source>) -> FakeNode {
+    let state = c.dir.path().join(name);
+    let text = format!(
+        "spool_dir = \"{}\"\nnode_name = \"{name}\"\ncpus = 8\nmemory = \"16GiB\"\n\
+         [[gpus]]\ntype = \"a100\"\ncount = 2\nmemory = \"80GiB\"\n",
+        state.display()
+    );
+    let config = Config::parse(&text, Path::new("node.toml")).unwrap();
+    let out = c.run("yscontrol", &["node", "add", name]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // ysnoded --join ADDRESS --token TOKEN --authority FINGERPRINT
+    let words: Vec<String> = stdout(&out)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    let line = JoinLine {
+        controller: words[2].clone(),
+        token: words[4].clone(),
+        authority: words[6].clone(),
+    };
+    let identity = ysched::agent::join::join(&config, &line, &mut |w| eprintln!("{w}")).unwrap();
+    let facts = NodeFacts {
+        name: name.to_string(),
+        inventory: Inventory::declared(&config),
+        cpus: 8,
+        mem_mb: 16 << 10,
+        isolation: IsolationFacts {
+            confined: true,
+            ..Default::default()
+        },
+    };
+    let wake = Arc::new(EventFd::from_flags(EfdFlags::EFD_NONBLOCK).unwrap());
+    let (exits, ended) = mpsc::channel();
+    let waker = wake.clone();
+    let (executor, fake) = FakeExecutor::new(facts, move |id| {
+        let _ = exits.send(id);
+        let _ = waker.write(1);
+    });
+    let runs = Runs::adopt(Box::new(executor), Vec::new());
+    let pool_dir = state.join("pool");
+    // The session runs until the test process ends.
+    std::thread::spawn(move || {
+        let mut session = Session::new(
+            runs,
+            identity,
+            pool_dir.clone(),
+            Duration::from_secs(10),
+            pool_dir.join("lease"),
+            ended,
+            wake,
+        )
+        .unwrap();
+        session.sample_gpus_with(Sampler::new(source, Duration::from_secs(1)));
+        let _ = session.run();
+    });
+    fake
+}
+
+#[test]
+fn a_nodes_gpu_readings_reach_the_controllers_views_and_its_jobs() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let pool = format!("[pool]\nlisten = \"127.0.0.1:{port}\"\nlease = \"10s\"\n");
+    let mut c = Cluster::with_gpus(&pool, "");
+    c.start();
+    let node = start_node(&c, "gpu02", Box::new(Steady));
+    let utilization = || stdout(&c.run("ysinfo", &["-h", "-o", "node,gpu,util"]));
+    wait_for("gpu02's GPU readings", LONG, || {
+        utilization().contains("75%")
+    });
+    let lines: Vec<Vec<String>> = utilization()
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect();
+    assert_eq!(
+        lines,
+        vec![vec!["gpu02", "0", "75%"], vec!["gpu02", "1", "5%"]]
+    );
+
+    let id = c.submit(&["-G", "1", "--wrap", "true"]);
+    c.wait_state(id, "RUNNING", LONG);
+    wait_for("a reading charged to the job", LONG, || {
+        c.field(id, "GPUUtil") != "n/a"
+    });
+    assert!(node.end(id, 0, 0));
+    assert_eq!(c.wait_done(id, LONG), "COMPLETED");
+    assert_eq!(c.field(id, "NodeList"), "gpu02");
+    assert_eq!(c.field(id, "GPUUtil"), "75.0%", "GPU 0, the job's");
+    assert_eq!(c.field(id, "GPUMemMax"), "2G");
+}
