@@ -870,6 +870,7 @@ fn usage_report(
         period.to,
     )?);
     let mut report = builder.finish();
+    report.checkpoints = db::preemptions::lines(conn, period.from, period.to, wanted)?;
     report.complete = viewer.admin && accounts.is_empty() && users.is_empty();
     report.summarised_months = summarised;
     Ok(Reply::Usage {

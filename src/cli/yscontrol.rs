@@ -392,11 +392,7 @@ fn show_job(view: &JobView, now: i64) -> String {
         t.map(units::format_timestamp)
             .unwrap_or_else(|| "Unknown".into())
     };
-    let reason = if job.state.is_active() && job.state == crate::model::job::JobState::Pending {
-        view.pending_reason.as_deref().unwrap_or("None").to_string()
-    } else {
-        job.reason.clone().unwrap_or_else(|| "None".into())
-    };
+    let reason = crate::report::Field::Reason.value(view, now);
     let lines = [
         format!("JobId={} JobName={}", job.id, job.name),
         format!(

@@ -16,6 +16,7 @@ use crate::model::policy::{OverBudget, Period, Window, TOKEN};
 pub(super) fn accounts(
     raws: Vec<RawAccount>,
     gpus: &[Spanned<RawGpu>],
+    pool_size: Option<u32>,
     src: &Source,
 ) -> Result<Vec<Account>, ConfigError> {
     let declared: Vec<&str> = gpus
@@ -25,8 +26,8 @@ pub(super) fn accounts(
     let mut accounts = Vec::new();
     let mut seen = HashSet::new();
     for raw in raws {
-        let name = raw.name.get_ref();
-        if !valid_name(name) {
+        let name = raw.name.get_ref().clone();
+        if !valid_name(&name) {
             return Err(src.fail(
                 Some(raw.name.span()),
                 "name",
@@ -40,7 +41,18 @@ pub(super) fn accounts(
                 format!("account '{name}' is declared twice"),
             ));
         }
-        accounts.push(account(raw, &declared, src)?);
+        let borrow_span = raw.borrow_limit.as_ref().map(|b| b.span());
+        let (account, parent_span) = account(raw, &declared, src)?;
+        if let (Some(size), Some(borrow)) = (pool_size, account.limits.borrow_limit) {
+            if borrow > size {
+                return Err(src.fail(
+                    borrow_span,
+                    "borrow_limit",
+                    format!("account '{name}' may borrow {borrow} GPUs, more than the {size} the [[gpus]] tables declare"),
+                ));
+            }
+        }
+        accounts.push((account, parent_span));
     }
     check_tree(&accounts, src)?;
     Ok(accounts.into_iter().map(|(a, _)| a).collect())
@@ -64,7 +76,8 @@ fn account(
         Some(s) => *s.get_ref(),
         None => 1.0,
     };
-    let limits = limits(&name, &mut raw, declared, src)?;
+    let mut limits = limits(&name, &mut raw, declared, src)?;
+    (limits.borrow_limit, limits.lend_limit) = elastic(&name, &raw, limits.max_gpus, src)?;
     let budget = budget(&name, &raw, src)?;
     let approval = approval(&name, &mut raw, declared, src)?;
     let account = Account {
@@ -121,7 +134,73 @@ fn limits(
         max_time: raw.max_time.flatten(),
         max_gpus_per_user: raw.max_gpus_per_user,
         max_running_jobs_per_user: raw.max_running_jobs_per_user,
+        ..AccountLimits::default()
     })
+}
+
+/// Its elastic quota: how far beyond its guarantee (`max_gpus`) it may
+/// borrow, and how much of its idle guarantee it lends.
+fn elastic(
+    name: &str,
+    raw: &RawAccount,
+    guarantee: Option<u32>,
+    src: &Source,
+) -> Result<(Option<u32>, Option<u32>), ConfigError> {
+    let count = |key: &str, value: &Spanned<i64>| -> Result<u32, ConfigError> {
+        u32::try_from(*value.get_ref()).map_err(|_| {
+            src.fail(
+                Some(value.span()),
+                key,
+                format!(
+                    "account '{name}': {key} is a number of GPUs, 0 or more, not {}",
+                    value.get_ref()
+                ),
+            )
+        })
+    };
+    let needs_guarantee = |key: &str, span| {
+        src.fail(
+            Some(span),
+            key,
+            format!("account '{name}' sets {key} but no max_gpus: {key} applies to the GPUs guaranteed by max_gpus"),
+        )
+    };
+    let borrow_limit = match &raw.borrow_limit {
+        Some(b) if guarantee.is_none() => return Err(needs_guarantee("borrow_limit", b.span())),
+        Some(b) => Some(count("borrow_limit", b)?),
+        None => None,
+    };
+    let lend_limit = match (&raw.lend, &raw.lend_limit) {
+        (Some(lend), Some(limit)) if !*lend.get_ref() => {
+            return Err(src.fail(
+                Some(limit.span()),
+                "lend_limit",
+                format!("account '{name}' sets lend = false and a lend_limit: it lends nothing, or at most lend_limit GPUs, not both"),
+            ))
+        }
+        (_, Some(limit)) => {
+            let Some(guarantee) = guarantee else {
+                return Err(needs_guarantee("lend_limit", limit.span()));
+            };
+            let n = count("lend_limit", limit)?;
+            if n > guarantee {
+                return Err(src.fail(
+                    Some(limit.span()),
+                    "lend_limit",
+                    format!("account '{name}' lends up to {n} GPUs but is guaranteed only {guarantee} (max_gpus): lend_limit is at most max_gpus"),
+                ));
+            }
+            Some(n)
+        }
+        (Some(lend), None) if !*lend.get_ref() => {
+            if guarantee.is_none() {
+                return Err(needs_guarantee("lend", lend.span()));
+            }
+            Some(0)
+        }
+        _ => None,
+    };
+    Ok((borrow_limit, lend_limit))
 }
 
 /// Its budget of tokens per period, if it has one.

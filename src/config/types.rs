@@ -90,6 +90,13 @@ pub struct AccountLimits {
     /// The same limits for each user of the account.
     pub max_gpus_per_user: Option<u32>,
     pub max_running_jobs_per_user: Option<u32>,
+    /// Elastic quota: GPUs its jobs may hold beyond `max_gpus` (its
+    /// guarantee) on GPUs others leave idle, given back when reclaimed.
+    /// `None`: max_gpus is a hard cap.
+    pub borrow_limit: Option<u32>,
+    /// How much of its idle guarantee other accounts' jobs may borrow at
+    /// once (`lend = false` is 0; `None`: all of it).
+    pub lend_limit: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

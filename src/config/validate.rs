@@ -17,11 +17,9 @@ impl RawConfig {
         let src = Source { text, path };
         let fail = |span, key: &str, message| src.fail(span, key, message);
         let gpus = gpus::decls(&self.gpus, &src)?;
-
-        let accounts = accounts::accounts(self.accounts, &self.gpus, &src)?;
-
+        let pool_size = declared_pool_size(self.pool.listen.is_some(), &gpus);
+        let accounts = accounts::accounts(self.accounts, &self.gpus, pool_size, &src)?;
         let qos = qos::levels(self.qos, &accounts, &src)?;
-
         let default_qos = default_qos_of(self.default_qos, &qos, &src)?;
         let (default_time, max_time) = (self.default_time.flatten(), self.max_time.flatten());
         check_times(default_time, max_time, &qos, &src)?;
@@ -232,6 +230,12 @@ fn check_times(
         ));
     }
     Ok(())
+}
+
+/// The pool's size, where the config alone says it: its own GPUs when
+/// declared and no other node may join.
+fn declared_pool_size(pool_on: bool, gpus: &[GpuDecl]) -> Option<u32> {
+    (!pool_on && !gpus.is_empty()).then(|| gpus.iter().map(|g| g.count).sum())
 }
 
 /// This server's name in the pool: the config's, else the host's.

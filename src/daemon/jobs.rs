@@ -51,8 +51,9 @@ impl Daemon {
         job.reason = None;
         job.kill_reason = None;
         job.claim.clear();
+        job.borrowed = start.borrowing;
         let job = job.clone();
-        let detail = if self.nodes.layout().is_single() {
+        let mut detail = if self.nodes.layout().is_single() {
             format!("GPUs [{}]", db::format_index_list(&job.gpus_alloc))
         } else {
             format!(
@@ -61,6 +62,9 @@ impl Daemon {
                 db::format_index_list(&job.gpus_alloc)
             )
         };
+        if job.borrowed {
+            detail.push_str(", borrowed beyond its account's guarantee");
+        }
         let tx = self.tx()?;
         db::update_job(tx, &job)?;
         db::add_event(tx, id, now, JobState::Running, Some(&detail))?;
@@ -241,6 +245,7 @@ impl Daemon {
         if job.preemptions_caused > 0 {
             self.resume_suspended_by(id, end)?;
         }
+        self.settle_rerun(&job, exit, true)?;
         job.state = state;
         job.end_time = Some(job.start_time.map_or(end, |s| end.max(s)));
         job.exit = exit;

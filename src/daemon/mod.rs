@@ -27,6 +27,7 @@ mod preempt;
 mod retention;
 mod startup;
 mod state;
+mod stops;
 mod submit;
 mod turn;
 mod users;

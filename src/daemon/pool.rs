@@ -686,7 +686,13 @@ impl Daemon {
             if no_requeue {
                 self.finish(id, JobState::NodeFail, now, None, Some(why))?;
             } else {
-                self.requeue_run(id, now, None, Some(format!("requeued: {why}")), false)?;
+                self.requeue_run(
+                    id,
+                    (now, now),
+                    None,
+                    Some(format!("requeued: {why}")),
+                    false,
+                )?;
             }
         }
         Ok(())

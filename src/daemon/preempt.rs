@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use crate::config::PreemptMode;
 use crate::db;
-use crate::model::job::{JobId, JobState};
+use crate::model::job::{Job, JobId, JobState};
 use crate::sched::pass::Preemption;
 
 use super::error::DaemonError;
@@ -35,8 +35,33 @@ impl Daemon {
         self.jobs
             .all()
             .filter(|j| j.state == JobState::Running)
-            .filter_map(|j| Some((j.id, checkpoint_file_time(j)?)))
+            .filter_map(|j| Some((j.id, super::stops::checkpoint_file_time(j)?)))
             .collect()
+    }
+
+    /// Keeps each running job's borrowing mark as the pass found it: a job
+    /// stops borrowing once its account's other jobs end, and may start
+    /// again when a time window lowers the guarantee.
+    pub(super) fn mark_borrowing(
+        &mut self,
+        borrowing: &std::collections::HashSet<JobId>,
+    ) -> Result<(), DaemonError> {
+        let changed: Vec<JobId> = self
+            .jobs
+            .running()
+            .filter(|j| j.state == JobState::Running && j.borrowed != borrowing.contains(&j.id))
+            .map(|j| j.id)
+            .collect();
+        for id in changed {
+            let Some(job) = self.jobs.job_mut(&id) else {
+                continue;
+            };
+            job.borrowed = !job.borrowed;
+            let job = job.clone();
+            db::update_job(self.tx()?, &job)?;
+            self.snapshot = None;
+        }
+        Ok(())
     }
 
     /// Signals the victims, keeps their GPUs for `urgent`, records it all.
@@ -61,12 +86,23 @@ impl Daemon {
         } else {
             format!(" on {}", choice.node)
         };
+        let (action, verb) = if choice.reclaim {
+            (
+                "reclaim",
+                format!(
+                    "reclaims its account's guarantee ({}) from borrowing job(s)",
+                    job.account
+                ),
+            )
+        } else {
+            ("preempt", "preempts job(s)".to_string())
+        };
         let detail = format!(
-            "job {urgent} ({qos}, {user}) preempts job(s) {victims}; GPUs [{}]{on} kept for it",
+            "job {urgent} ({qos}, {user}) {verb} {victims}; GPUs [{}]{on} kept for it",
             db::format_index_list(&choice.gpus)
         );
         db::update_job(self.tx()?, &job)?;
-        self.audit(now, "ysctld", "preempt", Some(urgent), &detail)?;
+        self.audit(now, "ysctld", action, Some(urgent), &detail)?;
         self.stats.preemptions_total += 1;
         for victim in choice.victims {
             let suspend = self.jobs.get(&victim).is_some_and(|j| {
@@ -74,10 +110,12 @@ impl Daemon {
                     .qos_named(&j.qos)
                     .is_some_and(|q| q.preempt_mode == PreemptMode::Suspend)
             });
-            if suspend {
+            if choice.reclaim {
+                self.stop_preempted(victim, urgent, "reclaimed", now)?;
+            } else if suspend {
                 self.suspend_preempted(victim, urgent, now)?;
             } else {
-                self.stop_preempted(victim, urgent, now)?;
+                self.stop_preempted(victim, urgent, "preempted", now)?;
             }
         }
         self.snapshot = None;
@@ -85,8 +123,15 @@ impl Daemon {
     }
 
     /// Signals a victim: SIGTERM to all of it now, SIGKILL after its QoS's
-    /// grace. It keeps its GPUs (COMPLETING) until it is gone.
-    fn stop_preempted(&mut self, id: JobId, by: JobId, now: i64) -> Result<(), DaemonError> {
+    /// grace. It keeps its GPUs (COMPLETING) until it is gone. `how` says
+    /// why: `preempted`, or `reclaimed` for a borrowing job.
+    fn stop_preempted(
+        &mut self,
+        id: JobId,
+        by: JobId,
+        how: &str,
+        now: i64,
+    ) -> Result<(), DaemonError> {
         let Some(job) = self.jobs.job_mut(&id) else {
             return Ok(());
         };
@@ -96,13 +141,19 @@ impl Daemon {
         job.state = JobState::Completing;
         job.kill_reason = Some(JobState::Preempted);
         job.preempted_by = Some(by);
-        job.reason = Some(format!("preempted by job {by}"));
+        job.reason = Some(format!("{how} by job {by}"));
         let job = job.clone();
         let grace = self.grace_of(&job);
         let first = job.warn_signal.map_or("TERM".to_string(), |w| {
             crate::model::units::signal_name(w.signal)
         });
-        let detail = format!("preempted by job {by}; SIG{first}, SIGKILL after {grace} s");
+        let detail = format!("{how} by job {by}; SIG{first}, SIGKILL after {grace} s");
+        let kind = if how == "reclaimed" {
+            "reclaim"
+        } else {
+            "preempt"
+        };
+        self.record_stop(&job, by, kind, grace, now)?;
         let tx = self.tx()?;
         db::update_job(tx, &job)?;
         db::add_event(tx, id, now, JobState::Preempted, Some(&detail))?;
@@ -201,12 +252,20 @@ impl Daemon {
         let by = job.preempted_by;
         // `yscontrol requeue`: requeued, whatever its QoS says.
         let asked = job.kill_reason == Some(JobState::Pending);
-        let requeue = asked
-            || !job.no_requeue
-                && self
-                    .config
-                    .qos_named(&job.qos)
-                    .is_none_or(|q| q.preempt_mode == PreemptMode::Requeue);
+        let qos_requeues = self
+            .config
+            .qos_named(&job.qos)
+            .is_none_or(|q| q.preempt_mode == PreemptMode::Requeue);
+        let no_requeue = job.no_requeue;
+        let settled = self.settle_stop(id, end, exit)?;
+        // A reclaimed job gives borrowed GPUs back: it runs again later,
+        // whatever its QoS does with preempted jobs.
+        let requeue = asked || !no_requeue && (qos_requeues || settled.reclaimed);
+        let how = if settled.reclaimed {
+            "reclaim"
+        } else {
+            "preemption"
+        };
         let by_text = by.map(|b| format!(" by job {b}")).unwrap_or_default();
         if !requeue {
             // Counted as a requeued victim is (ysacct Preemptions, reports).
@@ -223,23 +282,29 @@ impl Daemon {
                 Some(format!("preempted{by_text}")),
             );
         }
-        let reason = (!asked).then(|| format!("requeued after preemption{by_text}"));
-        self.requeue_run(id, end, exit, reason, !asked)
+        let reason = (!asked).then(|| format!("requeued after {how}{by_text}"));
+        let charged_until = settled.charged_until.unwrap_or(end);
+        self.requeue_run(id, (end, charged_until), exit, reason, !asked)
     }
 
     /// Puts a job whose run is over back in the queue, with its id, its
-    /// submit time and one more restart: what the run used is charged,
-    /// `reason` (if any) says why, and `preempted` counts it as a
-    /// preemption. What its node kept of the run goes after the commit.
+    /// submit time and one more restart: what the run used up to
+    /// `charged_until` (its end, but for a reclaimed run that lost work)
+    /// is charged, `reason` (if any) says why, and `preempted` counts it
+    /// as a preemption. What its node kept of the run goes after the
+    /// commit.
     pub(super) fn requeue_run(
         &mut self,
         id: JobId,
-        end: i64,
+        (end, charged_until): (i64, i64),
         exit: Option<crate::model::job::ExitStatus>,
         reason: Option<String>,
         preempted: bool,
     ) -> Result<(), DaemonError> {
-        let (billing, gpu_seconds) = self.charge_run(id, end)?;
+        let (billing, gpu_seconds) = self.charge_run(id, charged_until)?;
+        if let Some(job) = self.jobs.get(&id).map(|j| Job::clone(j)) {
+            self.settle_rerun(&job, exit, false)?;
+        }
         let job = self.jobs.job_mut(&id).expect("an active job");
         job.billing = Some(job.billing.unwrap_or(0) + billing);
         job.gpu_seconds += gpu_seconds;
@@ -280,17 +345,4 @@ impl Daemon {
         self.snapshot = None;
         Ok(())
     }
-}
-
-/// When the job last rewrote its `--checkpoint-file`, if it did in this run.
-fn checkpoint_file_time(job: &crate::model::job::Job) -> Option<i64> {
-    let modified = std::fs::metadata(job.checkpoint_path()?)
-        .ok()?
-        .modified()
-        .ok()?;
-    let at = modified
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()?
-        .as_secs() as i64;
-    (at >= job.start_time?).then_some(at)
 }

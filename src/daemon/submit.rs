@@ -424,6 +424,7 @@ fn job_of(
         gpu_seconds: 0,
         gpu_usage: Default::default(),
         preemptions_caused: 0,
+        borrowed: false,
         mail_type: request.mail_type,
         mail_user: request.mail_user,
         nodelist: request.nodelist,

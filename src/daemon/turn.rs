@@ -614,10 +614,12 @@ impl Daemon {
             mut held,
             never,
             preemptions,
+            borrowing,
             tree,
             shares,
             factors,
         } = decisions;
+        self.mark_borrowing(&borrowing)?;
         if self.config.kill_invalid_dependency {
             for id in never {
                 held.remove(&id);

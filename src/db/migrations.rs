@@ -213,4 +213,27 @@ CREATE TABLE gpu_drains (
     since   INTEGER NOT NULL
 );
 "#,
+    // 15: elastic quotas: whether a running job borrows beyond its
+    // account's guarantee; every run stopped by a preemption or reclaim,
+    // and how it went (checkpoint success).
+    r#"
+ALTER TABLE jobs ADD COLUMN borrowed INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE preemptions (
+    job           INTEGER NOT NULL,
+    restart       INTEGER NOT NULL,
+    at            INTEGER NOT NULL,
+    kind          TEXT    NOT NULL,
+    by_job        INTEGER,
+    account       TEXT    NOT NULL,
+    user          TEXT    NOT NULL,
+    gpus          INTEGER NOT NULL,
+    grace         INTEGER NOT NULL,
+    exited_at     INTEGER,
+    clean         INTEGER,
+    lost_gpu_secs INTEGER,
+    resumed       INTEGER,
+    PRIMARY KEY (job, restart)
+);
+CREATE INDEX preemptions_at ON preemptions (at);
+"#,
 ];

@@ -4,6 +4,7 @@
 mod error;
 mod migrations;
 mod nodes;
+pub mod preemptions;
 
 use std::path::{Path, PathBuf};
 
@@ -175,7 +176,7 @@ const JOB_COLUMNS: &str = "id, uid, gid, user, account, qos, name, state, hold, 
      array_job_id, array_task_id, array_spec, approved_by, gpu_shard, gpu_constraint, preempted_by, claimed_gpus, \
      preempt_count, no_requeue, checkpoint_at, priority_override, warn_signal, \
      checkpoint_file, grace, gpu_seconds, gpu_samples, gpu_util_sum, gpu_util_max, gpu_mem_max_mb, \
-     gpu_low_secs, preemptions_caused, mail_type, mail_user, nodelist, exclude_nodes";
+     gpu_low_secs, preemptions_caused, mail_type, mail_user, nodelist, exclude_nodes, borrowed";
 
 fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     let state = required(row, 7, |s| {
@@ -265,6 +266,7 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         warn_signal,
         nodelist: names(&row.get::<_, String>(63)?),
         exclude: names(&row.get::<_, String>(64)?),
+        borrowed: row.get(65)?,
     })
 }
 
@@ -459,7 +461,7 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
              preempted_by = ?21, claimed_gpus = ?22, preempt_count = ?23, checkpoint_at = ?24, \
              priority_override = ?25, qos = ?26, time_limit = ?27, gpu_seconds = ?28, \
              gpu_samples = ?29, gpu_util_sum = ?30, gpu_util_max = ?31, gpu_mem_max_mb = ?32, \
-             gpu_low_secs = ?33, preemptions_caused = ?34 WHERE id = ?1",
+             gpu_low_secs = ?33, preemptions_caused = ?34, borrowed = ?35 WHERE id = ?1",
         )?
         .execute(params![
             job.id as i64,
@@ -496,6 +498,7 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
             job.gpu_usage.memory_max_mb as i64,
             job.gpu_usage.low_secs as i64,
             job.preemptions_caused,
+            job.borrowed,
         ])?;
     if changed == 0 {
         return Err(DbError::NotFound(job.id));

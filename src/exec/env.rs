@@ -94,6 +94,10 @@ pub fn job_environment(spec: &LaunchSpec) -> Vec<(String, String)> {
         set("SLURM_SHARDS_ON_NODE", shards.to_string());
         set("YS_SHARDS", shards.to_string());
     }
+    if spec.borrowed {
+        // It runs on GPUs another account lends: checkpoint often.
+        set("YS_BORROWED", "1".to_string());
+    }
     set_gpus(&mut set, spec, gpus);
     env
 }
@@ -181,6 +185,7 @@ mod tests {
             array: None,
             shards: None,
             lease_file: None,
+            borrowed: false,
         }
     }
 

@@ -119,6 +119,7 @@ impl LocalExecutor {
             array: job.array.clone(),
             shards: job.gpus.shard.then_some(job.gpus.count),
             lease_file: self.lease_file.clone(),
+            borrowed: job.borrowed,
         }
     }
 }

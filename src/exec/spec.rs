@@ -69,6 +69,10 @@ pub struct LaunchSpec {
     /// killed when it runs out.
     #[serde(default)]
     pub lease_file: Option<PathBuf>,
+    /// It starts beyond its account's guarantee (elastic quotas): the
+    /// first to be reclaimed (`YS_BORROWED=1`).
+    #[serde(default)]
+    pub borrowed: bool,
 }
 
 /// What the supervisor records about itself, for re-adoption.

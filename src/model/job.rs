@@ -624,6 +624,11 @@ pub struct Job {
     /// `-x/--exclude`: nodes it must not run on.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exclude: Vec<String>,
+    /// While it runs: it takes its account beyond its guarantee, on GPUs
+    /// other accounts lend (elastic quotas), and is the first to give
+    /// them back.
+    #[serde(default)]
+    pub borrowed: bool,
 }
 
 impl Job {

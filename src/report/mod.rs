@@ -63,6 +63,8 @@ pub enum Field {
     ExitCode,
     Restarts,
     Preemptions,
+    /// Whether a running job borrows beyond its account's guarantee.
+    Borrowed,
     GpuUtil,
     GpuUtilMax,
     GpuMemMax,
@@ -132,6 +134,7 @@ impl Field {
             Field::ExitCode => "EXIT_CODE",
             Field::Restarts => "RESTARTS",
             Field::Preemptions => "PREEMPTIONS",
+            Field::Borrowed => "BORROWED",
             Field::GpuUtil => "GPU_UTIL",
             Field::GpuUtilMax => "GPU_UTIL_MAX",
             Field::GpuMemMax => "GPU_MEM_MAX",
@@ -224,6 +227,7 @@ impl Field {
         ("Restarts", Field::Restarts),
         ("Preemptions", Field::Preemptions),
         ("Preempted", Field::Preemptions),
+        ("Borrowed", Field::Borrowed),
         ("GPUUtil", Field::GpuUtil),
         ("GPUUtilMax", Field::GpuUtilMax),
         ("GPUMemMax", Field::GpuMemMax),
@@ -325,6 +329,7 @@ impl Field {
             Field::ExitCode
             | Field::Restarts
             | Field::Preemptions
+            | Field::Borrowed
             | Field::GpuUtil
             | Field::GpuUtilMax
             | Field::GpuMemMax
@@ -396,6 +401,9 @@ impl Field {
             Field::Reason => {
                 let reason = if pending {
                     view.pending_reason.as_deref()
+                } else if job.reason.is_none() && job.borrowed && job.state.holds_gpus() {
+                    // Running on GPUs another account lends.
+                    Some("Borrowed")
                 } else {
                     job.reason.as_deref()
                 };
@@ -489,6 +497,12 @@ impl Field {
             Field::ExitCode => job.exit.unwrap_or_default().to_string().into(),
             Field::Restarts => job.restart_count.to_string().into(),
             Field::Preemptions => job.preempt_count.to_string().into(),
+            Field::Borrowed => if job.borrowed && job.state.holds_gpus() {
+                "yes"
+            } else {
+                "no"
+            }
+            .into(),
             // No samples (no driver, or too short a run): not known.
             Field::GpuUtil => match job.gpu_usage.mean() {
                 Some(m) => format!("{m:.1}%").into(),

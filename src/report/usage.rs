@@ -130,6 +130,26 @@ pub struct Line {
     pub idle_gpu_hours: f64,
 }
 
+/// How the runs of an account's jobs stopped by preemption or reclaim
+/// went: did they checkpoint within their grace, did the next run resume.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointLine {
+    pub account: String,
+    /// Runs stopped by a preemption or a reclaim in the period.
+    pub stops: u64,
+    /// Of them, by a reclaim of a lender's guarantee.
+    pub reclaims: u64,
+    /// Victims that exited by themselves within their grace.
+    pub clean_in_grace: u64,
+    /// Victims whose next run resumed: it exited 0 or saved a checkpoint.
+    pub resumed: u64,
+    /// Victims whose next run has not ended yet.
+    pub unsettled: u64,
+    /// GPU-hours of work lost: since the last checkpoint, for victims that
+    /// did not exit within their grace.
+    pub gpu_hours_lost: f64,
+}
+
 /// A job that held GPUs doing little for long: the waste ranking.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Waste {
@@ -182,6 +202,10 @@ pub struct UsageReport {
     /// Per node of a pool, by name (jobs that never ran are on none).
     #[serde(default)]
     pub nodes: Vec<NodeLine>,
+    /// Per account, the preemptions and reclaims of the period and how
+    /// they went.
+    #[serde(default)]
+    pub checkpoints: Vec<CheckpointLine>,
 }
 
 /// Jobs whose wait fell in [from, to) seconds.
@@ -693,6 +717,7 @@ fn assemble(
         complete: false,
         summarised_months: Vec::new(),
         nodes: Vec::new(),
+        checkpoints: Vec::new(),
     }
 }
 
@@ -777,6 +802,34 @@ fn render_usage_table(out: &mut String, report: &UsageReport) {
 }
 
 /// The report as aligned text: accounts, then users, then the total.
+/// How preemptions and reclaims went, per account: runs stopped, clean
+/// exits within the grace, resumed runs, GPU-hours lost.
+fn render_checkpoints(out: &mut String, lines: &[CheckpointLine]) {
+    if lines.is_empty() {
+        return;
+    }
+    out.push_str("Preemptions and checkpoints\n");
+    let _ = writeln!(
+        out,
+        "  {:<16} {:>7} {:>8} {:>14} {:>8} {:>9} {:>10}",
+        "ACCOUNT", "STOPPED", "RECLAIMS", "CLEAN_IN_GRACE", "RESUMED", "UNSETTLED", "GPU_H_LOST"
+    );
+    for l in lines {
+        let _ = writeln!(
+            out,
+            "  {:<16} {:>7} {:>8} {:>14} {:>8} {:>9} {:>10.2}",
+            l.account,
+            l.stops,
+            l.reclaims,
+            l.clean_in_grace,
+            l.resumed,
+            l.unsettled,
+            l.gpu_hours_lost
+        );
+    }
+    out.push('\n');
+}
+
 pub fn render_text(report: &UsageReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -801,6 +854,7 @@ pub fn render_text(report: &UsageReport) -> String {
         }
         out.push('\n');
     }
+    render_checkpoints(&mut out, &report.checkpoints);
     if !report.budgets.is_empty() {
         out.push_str("Budgets (tokens)\n");
         for b in &report.budgets {

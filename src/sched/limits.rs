@@ -16,10 +16,15 @@ use crate::model::job::Job;
 pub struct Policy<'a> {
     /// How many blocked jobs get a reservation in a pass.
     pub backfill_depth: usize,
+    /// A job preempted this often no longer borrows: it waits for its
+    /// own account's GPUs.
+    pub max_preemptions: u32,
     accounts: HashMap<&'a str, &'a Account>,
     /// Whether any account has a limit the scheduler checks (decided once:
     /// a pass asks for every pending job).
     limited: bool,
+    /// Whether any account may borrow beyond its guarantee.
+    elastic: bool,
     /// QoS levels that keep GPUs for their own jobs.
     reserves: Vec<(&'a str, crate::config::Reserve)>,
     /// GPUs one user's running jobs of a QoS may hold at once.
@@ -46,12 +51,17 @@ impl<'a> Policy<'a> {
         }) || config.qos.iter().any(|q| q.max_gpus_per_user.is_some());
         Policy {
             backfill_depth: config.backfill_depth,
+            max_preemptions: config.max_preemptions,
             accounts: config
                 .accounts
                 .iter()
                 .map(|a| (a.name.as_str(), a))
                 .collect(),
             limited,
+            elastic: config
+                .accounts
+                .iter()
+                .any(|a| a.limits.borrow_limit.is_some()),
             reserves: config
                 .qos
                 .iter()
@@ -102,6 +112,21 @@ impl<'a> Policy<'a> {
             Some(now) => window::max_gpus_at(&l.max_gpus_windows, l.max_gpus, now, self.timezone),
             None => l.max_gpus,
         }
+    }
+
+    /// Whether some account may borrow beyond its guarantee: only then is
+    /// there borrowing to plan or reclaim.
+    pub fn is_elastic(&self) -> bool {
+        self.elastic
+    }
+
+    /// The accounts with a guarantee (`max_gpus`), whose idle part others
+    /// may borrow.
+    pub fn guaranteed(&self) -> impl Iterator<Item = &'a Account> + '_ {
+        self.accounts
+            .values()
+            .copied()
+            .filter(|a| a.limits.max_gpus.is_some())
     }
 
     /// When a limit window next opens or closes, if any account has one.
@@ -171,6 +196,11 @@ pub struct State {
 }
 
 impl State {
+    /// The GPUs an account's running jobs (and those below it) hold.
+    pub fn gpus_of(&self, account: &str) -> u32 {
+        self.accounts.get(account).map_or(0, |h| h.gpus)
+    }
+
     /// Counts a job that runs on `gpus` (indices into `inventory`).
     pub fn add(&mut self, policy: &Policy, job: &Job, gpus: &[u32], inventory: &[Gpu]) {
         if policy.is_empty() {
@@ -234,9 +264,12 @@ impl State {
         for account in &chain {
             let l = &account.limits;
             let held = self.accounts.get(&account.name).unwrap_or(&empty);
+            // Up to its guarantee, and beyond it what it may borrow
+            // (whether there is anything to borrow is `elastic`'s).
+            let borrow = l.borrow_limit.unwrap_or(0);
             if policy
                 .max_gpus(account)
-                .is_some_and(|max| held.gpus + wanted > max)
+                .is_some_and(|max| held.gpus + wanted > max.saturating_add(borrow))
             {
                 return Some(Reason::AssocGrpGRES);
             }

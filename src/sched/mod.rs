@@ -6,6 +6,7 @@ pub mod admission;
 pub mod approval;
 pub mod budget;
 pub mod dependency;
+pub mod elastic;
 pub mod fairshare;
 pub mod limits;
 pub mod pass;

@@ -19,7 +19,7 @@ use super::pool::Layout;
 use super::preempt::{self, Candidate, Choice};
 use super::profile::{Free, Types};
 use super::reason::Reason;
-use super::{budget, limits, priority};
+use super::{budget, elastic, limits, priority};
 
 /// What a pass looks at.
 pub struct State<'a> {
@@ -61,6 +61,9 @@ pub struct Decisions {
     /// The jobs that preempt, in priority order, with their victims and
     /// the GPUs kept for them.
     pub preemptions: Vec<Preemption>,
+    /// The running jobs that borrow beyond their accounts' guarantees now
+    /// (elastic quotas): the first a lender's job takes back.
+    pub borrowing: HashSet<JobId>,
     /// The fair-share tree the priorities came from.
     pub tree: Tree,
     pub shares: Vec<NodeShare>,
@@ -73,6 +76,8 @@ pub struct Placement {
     pub job: JobId,
     pub node: String,
     pub gpus: Vec<u32>,
+    /// It runs beyond its account's guarantee, on GPUs others lend.
+    pub borrowing: bool,
 }
 
 /// A job that preempts others: the victims, and the node and GPUs (in
@@ -83,6 +88,9 @@ pub struct Preemption {
     pub victims: Vec<JobId>,
     pub node: String,
     pub gpus: Vec<u32>,
+    /// The job takes back its account's guarantee from borrowing jobs,
+    /// rather than preempting by its QoS.
+    pub reclaim: bool,
 }
 
 /// One scheduling pass over `state` under `config`: on a pool, over the
@@ -142,22 +150,19 @@ fn pass_in_pool_numbers(state: &State<'_>, config: &Config) -> Decisions {
         .copied()
         .filter(|j| j.state.holds_gpus())
         .collect();
-    let mut plan = plan(
-        &pending,
-        &running,
-        &pool,
-        &limits::Policy::at(config, now),
-        now,
-    );
-    let preemptions = preemptions(state, config, &plan)
+    let policy = limits::Policy::at(config, now);
+    let borrowing = elastic::borrowing_now(&policy, &running);
+    let mut plan = plan(&pending, &running, &pool, &policy, now);
+    let preemptions = preemptions(state, config, &plan, &policy, &borrowing)
         .into_iter()
-        .map(|(job, choice)| {
+        .map(|(job, choice, reclaim)| {
             let (node, gpus) = state.layout.to_node(choice.node, &choice.gpus);
             Preemption {
                 job,
                 victims: choice.victims,
                 node,
                 gpus,
+                reclaim,
             }
         })
         .collect();
@@ -169,6 +174,7 @@ fn pass_in_pool_numbers(state: &State<'_>, config: &Config) -> Decisions {
                 job: s.job,
                 node,
                 gpus,
+                borrowing: s.borrowing,
             }
         })
         .collect();
@@ -178,6 +184,7 @@ fn pass_in_pool_numbers(state: &State<'_>, config: &Config) -> Decisions {
         held,
         never,
         preemptions,
+        borrowing,
         tree,
         shares,
         factors,
@@ -317,69 +324,73 @@ fn budget_waits(state: &State<'_>, config: &Config) -> HashMap<JobId, Reason> {
 }
 
 /// For each job of the plan that waits for resources and may preempt, in
-/// priority order: the cheapest victims whose stop lets it start. Victims
-/// and GPUs chosen for one are not chosen again for the next. What is
-/// free and who may be a victim are found once per pass: a long queue of
-/// jobs that may preempt costs a choice each, not a walk of every job.
-fn preemptions(state: &State<'_>, config: &Config, plan: &Plan) -> Vec<(JobId, Choice)> {
-    if config.qos.iter().all(|q| q.preempt.is_empty()) {
+/// priority order: the cheapest victims whose stop lets it start. A job
+/// may preempt the jobs its QoS names, and a job within its account's
+/// guarantee the jobs of other accounts that borrow (a reclaim, when all
+/// its victims borrow). Victims and GPUs chosen for one are not chosen
+/// again for the next. What is free and who may be a victim are found
+/// once per pass: a long queue of jobs that may preempt costs a choice
+/// each, not a walk of every job.
+fn preemptions(
+    state: &State<'_>,
+    config: &Config,
+    plan: &Plan,
+    policy: &limits::Policy,
+    borrowing: &HashSet<JobId>,
+) -> Vec<(JobId, Choice, bool)> {
+    let reclaiming = !borrowing.is_empty();
+    if !reclaiming && config.qos.iter().all(|q| q.preempt.is_empty()) {
         return Vec::new();
     }
     let types = Types::new(&state.layout.gpus, &state.layout.nodes);
     let mut free = free_before_preemption(state, &types);
-    let mut candidates: Vec<Candidate> = state
+    let mut candidates: Vec<(Candidate, bool)> = state
         .jobs
         .iter()
         .filter(|j| j.state == JobState::Running)
-        .filter_map(|j| candidate(state, config, j))
+        .filter_map(|j| candidate(state, config, j, borrowing))
         .collect();
+    let held = held_now(state, policy);
     let by_id: HashMap<JobId, &Job> = state.jobs.iter().map(|j| (j.id, *j)).collect();
-    let mut chosen: Vec<(JobId, Choice)> = Vec::new();
+    let mut chosen = Vec::new();
     // Requests no victims could make room for, until a choice changes
     // what is free: the same request fails again, so it is not tried.
-    let mut no_room: HashSet<(&str, &crate::model::job::GpuRequest, u32, Option<u64>)> =
+    let mut no_room: HashSet<(&str, &str, &crate::model::job::GpuRequest, u32, Option<u64>)> =
         HashSet::new();
     for &id in &plan.order {
         if candidates.is_empty() {
             break;
         }
-        if !matches!(
-            plan.reasons.get(&id),
-            Some(Reason::Resources | Reason::Priority)
-        ) {
-            continue;
-        }
-        let Some(job) = by_id.get(&id) else { continue };
-        let Some(rights) = config
-            .qos_named(&job.qos)
-            .map(|q| &q.preempt)
-            .filter(|r| !r.is_empty())
+        let Some(job) = by_id
+            .get(&id)
+            .copied()
+            .filter(|j| waits_for_room(j, plan, state.now, config.preempt_wait))
         else {
             continue;
         };
-        // A job about to start makes room soon enough without it.
-        let soon = plan
-            .expected_starts
-            .get(&id)
-            .is_some_and(|&at| at - state.now <= config.preempt_wait as i64);
-        let shape = (job.qos.as_str(), &job.gpus, job.cpus, job.mem_mb);
-        if !job.claim.is_empty() || soon || no_room.contains(&shape) {
+        let shape = (
+            job.qos.as_str(),
+            job.account.as_str(),
+            &job.gpus,
+            job.cpus,
+            job.mem_mb,
+        );
+        if no_room.contains(&shape) {
             continue;
         }
-        let allowed: Vec<Candidate> = candidates
-            .iter()
-            .filter(|c| rights.contains(&c.job.qos))
-            .cloned()
-            .collect();
+        let reclaims =
+            reclaiming && elastic::within_guarantee(policy, &held, job, job.gpus.gpus_held());
+        let allowed = victims_allowed(job, &candidates, config, policy, reclaims);
         if allowed.is_empty() {
             continue;
         }
         match preempt::choose(job, &free, &allowed, &types) {
             Some(choice) => {
                 free.take_gpus(&choice.gpus, &types);
-                candidates.retain(|c| !choice.victims.contains(&c.job.id));
+                candidates.retain(|(c, _)| !choice.victims.contains(&c.job.id));
                 no_room.clear();
-                chosen.push((id, choice));
+                let reclaim = reclaims && choice.victims.iter().all(|v| borrowing.contains(v));
+                chosen.push((id, choice, reclaim));
             }
             None => {
                 no_room.insert(shape);
@@ -387,6 +398,54 @@ fn preemptions(state: &State<'_>, config: &Config, plan: &Plan) -> Vec<(JobId, C
         }
     }
     chosen
+}
+
+/// Whether a job of the plan waits for GPUs it might preempt for: not
+/// started, not already preempting, and not about to start anyway.
+fn waits_for_room(job: &Job, plan: &Plan, now: i64, preempt_wait: u64) -> bool {
+    let soon = plan
+        .expected_starts
+        .get(&job.id)
+        .is_some_and(|&at| at - now <= preempt_wait as i64);
+    matches!(
+        plan.reasons.get(&job.id),
+        Some(Reason::Resources | Reason::Priority)
+    ) && job.claim.is_empty()
+        && !soon
+}
+
+/// The victims `job` may choose from: those its QoS may preempt, and when
+/// it reclaims its guarantee, the borrowing jobs of other accounts.
+fn victims_allowed<'a>(
+    job: &Job,
+    candidates: &[(Candidate<'a>, bool)],
+    config: &Config,
+    policy: &limits::Policy,
+    reclaims: bool,
+) -> Vec<Candidate<'a>> {
+    let rights: &[String] = config.qos_named(&job.qos).map_or(&[], |q| &q.preempt);
+    let own: Vec<&str> = policy
+        .chain(&job.account)
+        .iter()
+        .map(|a| a.name.as_str())
+        .collect();
+    candidates
+        .iter()
+        .filter(|(c, by_qos)| {
+            (*by_qos && rights.contains(&c.job.qos))
+                || (reclaims && c.borrowing && !own.contains(&c.job.account.as_str()))
+        })
+        .map(|(c, _)| c.clone())
+        .collect()
+}
+
+/// What the running jobs hold against the accounts' limits.
+fn held_now(state: &State<'_>, policy: &limits::Policy) -> limits::State {
+    let mut held = limits::State::default();
+    for job in state.jobs.iter().filter(|j| j.state.holds_gpus()) {
+        held.add(policy, job, &job.gpus_alloc, &state.layout.gpus);
+    }
+    held
 }
 
 /// What is free for preemptors: the node less what jobs hold (a job that
@@ -409,8 +468,14 @@ fn free_before_preemption(state: &State<'_>, types: &Types) -> Free {
     free
 }
 
-/// A running job as a possible victim, if its QoS lets it be one now.
-fn candidate<'a>(state: &State<'_>, config: &Config, job: &'a Job) -> Option<Candidate<'a>> {
+/// A running job as a possible victim: with whether its QoS lets it be
+/// one now; a borrowing job may be reclaimed whatever its QoS says.
+fn candidate<'a>(
+    state: &State<'_>,
+    config: &Config,
+    job: &'a Job,
+    borrowing: &HashSet<JobId>,
+) -> Option<(Candidate<'a>, bool)> {
     let qos = config.qos_named(&job.qos)?;
     let ran = state.now - job.start_time?;
     let saved = job
@@ -420,15 +485,25 @@ fn candidate<'a>(state: &State<'_>, config: &Config, job: &'a Job) -> Option<Can
     // Suspending keeps the GPUs (and their memory) in use: it frees CPUs
     // only, and loses no work.
     let suspend = qos.preempt_mode == PreemptMode::Suspend;
-    let eligible = qos.preemptible
+    let by_qos = qos.preemptible
         && ran >= qos.min_run_time as i64
         && job.preempt_count < config.max_preemptions
         // Freezing needs the job's cgroup.
         && (!suspend || state.can_suspend);
-    eligible.then_some(Candidate {
-        job,
-        qos_priority: qos.priority,
-        lost_work: if suspend { 0 } else { since_checkpoint },
-        suspend,
-    })
+    let borrows = borrowing.contains(&job.id);
+    (by_qos || borrows).then_some((
+        Candidate {
+            job,
+            qos_priority: qos.priority,
+            // A reclaimed job is stopped, never frozen: its GPUs go back.
+            lost_work: if suspend && !borrows {
+                0
+            } else {
+                since_checkpoint
+            },
+            suspend: suspend && !borrows,
+            borrowing: borrows,
+        },
+        by_qos,
+    ))
 }

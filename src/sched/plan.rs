@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use super::pool::NodeRoom;
 use super::profile::{Free, Profile, Slot, Types};
 use super::reason::Reason;
-use super::{limits, placement, priority, profile};
+use super::{elastic, limits, placement, priority, profile};
 use crate::model::gpu::Gpu;
 use crate::model::job::{GpuRequest, Hold, Job, JobId};
 
@@ -36,6 +36,8 @@ pub struct Start {
     pub job: JobId,
     pub node: usize,
     pub gpus: Vec<u32>,
+    /// It takes its account beyond its guarantee (elastic quotas).
+    pub borrowing: bool,
 }
 
 /// The outcome of one scheduling pass.
@@ -98,6 +100,9 @@ struct Planner<'a, 'p> {
     reserve_used: Vec<u32>,
     /// GPUs held by running jobs: a claimant starts once none is.
     held_now: placement::GpuSet,
+    /// Accounts with a job waiting within its guarantee, whose idle
+    /// guarantee is not lent.
+    wanting: std::collections::HashSet<&'p str>,
     reservations: usize,
     /// A higher-priority job waits for resources: what starts now backfills.
     blocked_above: bool,
@@ -148,6 +153,8 @@ impl<'a, 'p> Planner<'a, 'p> {
             profile.withhold(&job.claim, &types);
         }
         profile.withhold(node.drained, &types);
+        let waiting: Vec<&Job> = pending.iter().map(|(j, _)| *j).collect();
+        let wanting = elastic::wanting(policy, &held, &waiting);
         Planner {
             node,
             policy,
@@ -161,6 +168,7 @@ impl<'a, 'p> Planner<'a, 'p> {
                 .iter()
                 .flat_map(|j| j.gpus_alloc.iter().copied())
                 .collect(),
+            wanting,
             reservations: 0,
             blocked_above: false,
             no_room: HashMap::new(),
@@ -182,9 +190,29 @@ impl<'a, 'p> Planner<'a, 'p> {
             // Over an account limit: it waits for its own jobs to end, and
             // neither reserves anything nor holds up the jobs behind it.
             self.plan.reasons.insert(job.id, reason);
+        } else if !self.borrows(job) {
+            self.place(job, false);
+        } else if job.preempt_count >= self.policy.max_preemptions {
+            // Reclaimed as often as any job may be preempted: it waits
+            // for its own account's GPUs.
+            self.plan.reasons.insert(job.id, Reason::AssocGrpGRES);
         } else {
-            self.place(job);
+            self.place(job, true);
         }
+    }
+
+    /// Whether starting `job` now would take its account beyond its
+    /// guarantee.
+    fn borrows(&self, job: &Job) -> bool {
+        elastic::borrows(self.policy, &self.held, job, job.gpus.gpus_held())
+    }
+
+    /// Whether a borrowing job would take GPUs that lenders keep: their
+    /// idle guarantees that are wanted now or not lent.
+    fn kept_for_lenders(&self, job: &Job) -> bool {
+        let kept = elastic::kept_for_lenders(self.policy, &self.held, job, &self.wanting);
+        let free = self.profile.now().gpus.len() as u32;
+        kept > 0 && free.saturating_sub(job.gpus.gpus_held()) < kept
     }
 
     /// Held, or not to begin yet.
@@ -208,15 +236,18 @@ impl<'a, 'p> Planner<'a, 'p> {
         let slot = Slot::now(node, job.claim.clone(), self.now);
         let now = self.profile.now();
         if ready && now.cpus[node] >= job.cpus && now.mem_mb[node] >= job.mem_mb.unwrap_or(0) {
-            self.take(job, slot, job.time_limit);
+            let borrowing = self.borrows(job);
+            self.take(job, slot, job.time_limit, borrowing);
         } else {
             self.plan.reasons.insert(job.id, Reason::Preempting);
         }
     }
 
     /// Starts the job where it fits from now to its time limit, or gives
-    /// it a reservation (within the depth) and says why it waits.
-    fn place(&mut self, job: &'a Job) {
+    /// it a reservation (within the depth) and says why it waits. A
+    /// borrowing job starts only on what lenders leave, and never
+    /// reserves: it takes what is idle now or waits.
+    fn place(&mut self, job: &'a Job, borrowing: bool) {
         let duration = job.time_limit;
         let run = duration.unwrap_or(u64::MAX);
         let shape = (&job.gpus, job.cpus, job.mem_mb.unwrap_or(0));
@@ -237,6 +268,10 @@ impl<'a, 'p> Planner<'a, 'p> {
                     .and_modify(|s| *s = (*s).min(run))
                     .or_insert(run);
             }
+            if borrowing {
+                self.plan.reasons.insert(job.id, Reason::Resources);
+                return;
+            }
             return self.reserve(job, fits_now);
         };
         if let Some(reason) = self
@@ -246,11 +281,13 @@ impl<'a, 'p> Planner<'a, 'p> {
             self.plan.reasons.insert(job.id, reason);
         } else if self.kept_for_other_qos(job) {
             self.plan.reasons.insert(job.id, Reason::ReservedForQos);
+        } else if borrowing && self.kept_for_lenders(job) {
+            self.plan.reasons.insert(job.id, Reason::AssocGrpGRES);
         } else {
             if self.blocked_above {
                 self.plan.backfilled.push(job.id);
             }
-            self.take(job, slot, duration);
+            self.take(job, slot, duration, borrowing);
         }
     }
 
@@ -293,7 +330,7 @@ impl<'a, 'p> Planner<'a, 'p> {
     }
 
     /// Starts the job on `slot`.
-    fn take(&mut self, job: &Job, slot: Slot, duration: Option<u64>) {
+    fn take(&mut self, job: &Job, slot: Slot, duration: Option<u64>, borrowing: bool) {
         self.profile.take(job, &slot, duration, &self.types);
         use_reserve(&self.reserves, job, &mut self.reserve_used);
         self.held.add(self.policy, job, &slot.gpus, self.node.gpus);
@@ -301,6 +338,7 @@ impl<'a, 'p> Planner<'a, 'p> {
             job: job.id,
             node: slot.node,
             gpus: slot.gpus,
+            borrowing,
         });
     }
 }
@@ -413,6 +451,45 @@ mod tests {
         // The victim is gone: the urgent job starts on what it was kept.
         let p = plan_without_limits(&[(&urgent, 1), (&other, 100)], &[], &node(&g), 10);
         assert_eq!(starts(&p), vec![(3, vec![2]), (2, vec![0, 1])]);
+    }
+
+    #[test]
+    fn a_borrowing_job_leaves_a_waiting_lender_its_guarantee() {
+        let config = crate::config::Config::parse(
+            "[[gpus]]\ntype = \"a100\"\ncount = 4\nmemory = \"80G\"\n\
+             [[accounts]]\nname = \"a\"\nmax_gpus = 2\nborrow_limit = 2\n\
+             [[accounts]]\nname = \"b\"\nmax_gpus = 2\n",
+            std::path::Path::new("x.toml"),
+        )
+        .unwrap();
+        let g = gpus(4);
+        let of = |account: &str, j: Job| Job {
+            account: account.into(),
+            ..j
+        };
+        let (a1, a2) = (
+            of("a", running(1, &[0], 0, None)),
+            of("a", running(2, &[1], 0, None)),
+        );
+        let a3 = of("a", job(3, 1, None));
+        let b1 = of("b", job(4, 2, None));
+        let layout = node(&g);
+        let pool = Pool::of(&layout, &[]);
+        let policy = limits::Policy::new(&config);
+        // a's job comes first, but b waits for its idle guarantee: a may
+        // not borrow it.
+        let p = plan(&[(&a3, 100), (&b1, 0)], &[&a1, &a2], &pool, &policy, 10);
+        assert_eq!(starts(&p), vec![(4, vec![2, 3])]);
+        assert_eq!(p.reasons[&3], Reason::AssocGrpGRES);
+        // b wants nothing: a borrows, and is marked so.
+        let p = plan(&[(&a3, 100)], &[&a1, &a2], &pool, &policy, 10);
+        assert_eq!(starts(&p), vec![(3, vec![2])]);
+        assert!(p.starts[0].borrowing);
+        // Nothing free: a borrowing job waits without a reservation.
+        let b_runs = of("b", running(5, &[2, 3], 0, Some(60)));
+        let p = plan(&[(&a3, 100)], &[&a1, &a2, &b_runs], &pool, &policy, 10);
+        assert_eq!(p.reasons[&3], Reason::Resources);
+        assert!(p.expected_starts.is_empty(), "{p:?}");
     }
 
     #[test]

@@ -20,6 +20,9 @@ pub struct Candidate<'a> {
     /// Suspended rather than stopped: it frees its CPUs only (its GPUs and
     /// memory stay in use), and loses no work.
     pub suspend: bool,
+    /// It runs on borrowed GPUs (elastic quotas): it goes before any job
+    /// that does not.
+    pub borrowing: bool,
 }
 
 /// The victims chosen, and the node and GPUs the urgent job will get.
@@ -36,10 +39,12 @@ pub struct Choice {
 const EXHAUSTIVE_UP_TO: usize = 12;
 
 /// The cost of stopping a set, compared in this order.
-type Cost = (i64, i64, usize, usize);
+type Cost = (bool, i64, i64, usize, usize);
 
 fn cost(set: &[&Candidate]) -> Cost {
     (
+        // Borrowing jobs alone, where they are enough.
+        set.iter().any(|c| !c.borrowing),
         set.iter().map(|c| c.qos_priority).max().unwrap_or(i64::MIN),
         set.iter().map(|c| c.lost_work.max(0)).sum(),
         set.len(),
@@ -77,6 +82,7 @@ pub fn choose(
     let mut sorted: Vec<&Candidate> = candidates.iter().collect();
     sorted.sort_by_key(|c| {
         (
+            !c.borrowing,
             c.qos_priority,
             c.lost_work,
             c.job.gpus_alloc.len(),
@@ -197,6 +203,7 @@ mod tests {
             qos_priority: 0,
             lost_work: lost,
             suspend: false,
+            borrowing: false,
         };
         // Equal work lost per job: the one 2-GPU job loses less in all.
         let all = [cand(&a, 100), cand(&b, 100), cand(&c, 100)];
@@ -231,6 +238,7 @@ mod tests {
                 qos_priority: if j.id <= 8 { 100 } else { 0 },
                 lost_work: if j.id <= 8 { 10 } else { 1_000 + j.id as i64 },
                 suspend: false,
+                borrowing: false,
             })
             .collect();
         let urgent = job(99, 3, &[]);

@@ -13,6 +13,7 @@ mod config;
 mod crash;
 mod dependency;
 mod docs;
+mod elastic;
 mod fairshare;
 mod hardening;
 mod hostile;

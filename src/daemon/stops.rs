@@ -1,0 +1,131 @@
+//! The record of every run a preemption or a reclaim stopped, and how it
+//! went: did the victim exit within its grace (it checkpointed), how much
+//! GPU time it lost, and did its next run resume (`ysreport`'s checkpoint
+//! success). A reclaimed run that lost work is not charged for it.
+
+use crate::db;
+use crate::model::job::{ExitStatus, Job, JobId};
+
+use super::error::DaemonError;
+use super::state::Daemon;
+
+/// How a stopped run ended, as its requeue needs it.
+pub(super) struct Settled {
+    /// It was stopped by a reclaim of a lender's guarantee.
+    pub reclaimed: bool,
+    /// Charge the run up to here, not to its end: a reclaimed run is not
+    /// charged for the work it lost.
+    pub charged_until: Option<i64>,
+}
+
+impl Daemon {
+    /// Records that `job`'s run is being stopped for job `by`; `kind` is
+    /// `preempt` or `reclaim`.
+    pub(super) fn record_stop(
+        &mut self,
+        job: &Job,
+        by: JobId,
+        kind: &str,
+        grace: u64,
+        now: i64,
+    ) -> Result<(), DaemonError> {
+        let stopped = db::preemptions::Stopped {
+            job: job.id,
+            restart: job.restart_count,
+            at: now,
+            kind,
+            by,
+            account: &job.account,
+            user: &job.user,
+            gpus: job.gpus_alloc.len() as u32,
+            grace,
+        };
+        db::preemptions::record(self.tx()?, &stopped)?;
+        Ok(())
+    }
+
+    /// A stopped run is gone at `end`: it exited cleanly if it did so by
+    /// itself within its grace; otherwise what it did since its last
+    /// checkpoint is lost.
+    pub(super) fn settle_stop(
+        &mut self,
+        id: JobId,
+        end: i64,
+        exit: Option<ExitStatus>,
+    ) -> Result<Settled, DaemonError> {
+        let none = Settled {
+            reclaimed: false,
+            charged_until: None,
+        };
+        let Some(job) = self.jobs.get(&id).map(|j| Job::clone(j)) else {
+            return Ok(none);
+        };
+        let tx = self.tx()?;
+        let Some((at, kind, grace)) = db::preemptions::pending_exit(tx, id, job.restart_count)?
+        else {
+            return Ok(none);
+        };
+        let killed = exit.is_some_and(|e| e.signal == libc::SIGKILL);
+        let clean = !killed && end <= at + grace as i64 + 1;
+        let start = job.start_time.unwrap_or(end);
+        let saved = last_saved(&job).unwrap_or(start).clamp(start, end);
+        let lost = if clean {
+            0
+        } else {
+            (end - saved) * job.gpus_alloc.len() as i64
+        };
+        let exit = db::preemptions::Exit {
+            at: end,
+            clean,
+            lost_gpu_secs: lost,
+        };
+        db::preemptions::settle_exit(tx, id, job.restart_count, &exit)?;
+        let reclaimed = kind == "reclaim";
+        Ok(Settled {
+            reclaimed,
+            charged_until: (reclaimed && lost > 0).then_some(saved),
+        })
+    }
+
+    /// `job`'s run after a stopped one has ended (or the job ended before
+    /// it ran again): it resumed if it exited 0 or saved a checkpoint. A
+    /// job that ends for good (`last`) never resumes from a stop of its
+    /// last run.
+    pub(super) fn settle_rerun(
+        &mut self,
+        job: &Job,
+        exit: Option<ExitStatus>,
+        last: bool,
+    ) -> Result<(), DaemonError> {
+        let tx = self.tx()?;
+        if last {
+            db::preemptions::settle_resume(tx, job.id, job.restart_count, false)?;
+        }
+        if job.restart_count == 0 {
+            return Ok(());
+        }
+        let resumed = job.start_time.is_some()
+            && (exit.is_some_and(|e| e.code == 0 && e.signal == 0) || last_saved(job).is_some());
+        db::preemptions::settle_resume(tx, job.id, job.restart_count - 1, resumed)?;
+        Ok(())
+    }
+}
+
+/// When the running job last saved a checkpoint in this run: reported
+/// with `yscontrol checkpoint`, or its `--checkpoint-file` rewritten.
+pub(super) fn last_saved(job: &Job) -> Option<i64> {
+    job.checkpoint_at.max(checkpoint_file_time(job))
+}
+
+/// When the job last rewrote its `--checkpoint-file`, if it did in this run.
+pub(super) fn checkpoint_file_time(job: &Job) -> Option<i64> {
+    let modified = std::fs::metadata(job.checkpoint_path()?)
+        .ok()?
+        .modified()
+        .ok()?;
+    let at = modified
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_secs() as i64;
+    (at >= job.start_time?).then_some(at)
+}
