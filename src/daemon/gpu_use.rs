@@ -177,6 +177,11 @@ impl Daemon {
             })
             .collect();
         let jobs: Vec<&crate::model::job::Job> = self.jobs.all().collect();
+        let checkpoints = crate::db::preemptions::lines(&self.store.db, 0, i64::MAX, |_, _| true)
+            .unwrap_or_else(|e| {
+                tracing::warn!(target: "ysched::daemon", "the metrics leave out preemption outcomes: {e}");
+                Vec::new()
+            });
         let text = crate::report::metrics::render(&crate::report::metrics::Inputs {
             jobs: &jobs,
             gpus: self.nodes.all_gpus(),
@@ -189,6 +194,7 @@ impl Daemon {
             ingest_seconds_sum: self.stats.ingest_seconds_sum,
             idle_while_waiting: self.stats.idle_while_waiting,
             nodes: &self.node_loads(),
+            checkpoints: &checkpoints,
         });
         if let Some(latest) = &self.stats.metrics_latest {
             if let Ok(mut served) = latest.lock() {

@@ -98,6 +98,10 @@ pub fn render(report: &UsageReport, cluster: &str) -> String {
 
     out.push_str("<h2>Accounts and users</h2>\n");
     out.push_str(&lines_table(report));
+    if !report.checkpoints.is_empty() {
+        out.push_str("<h2>Preemptions and checkpoints</h2>\n");
+        out.push_str(&checkpoints_table(report));
+    }
     out.push_str("<h2>Waste: jobs whose GPUs sat idle longest</h2>\n");
     out.push_str(&waste_table(report));
     let _ = writeln!(
@@ -369,6 +373,30 @@ fn lines_table(report: &UsageReport) -> String {
         row(&mut out, l);
     }
     row(&mut out, &report.total);
+    out.push_str("</table>\n");
+    out
+}
+
+/// Per account: runs stopped by preemption or reclaim, how many
+/// checkpointed within their grace and resumed, and the GPU-hours lost.
+fn checkpoints_table(report: &UsageReport) -> String {
+    let mut out = String::from(
+        "<table id=\"checkpoints\"><tr><th class=\"name\">Account</th><th>Stopped</th><th>Reclaims</th>\
+         <th>Clean in grace</th><th>Resumed</th><th>Not settled</th><th>GPU-hours lost</th></tr>\n",
+    );
+    for l in &report.checkpoints {
+        let _ = writeln!(
+            out,
+            "<tr><td class=\"name\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td></tr>",
+            escape(&l.account),
+            l.stops,
+            l.reclaims,
+            l.clean_in_grace,
+            l.resumed,
+            l.unsettled,
+            l.gpu_hours_lost
+        );
+    }
     out.push_str("</table>\n");
     out
 }

@@ -32,6 +32,9 @@ pub struct Inputs<'a> {
     /// Each node: its name, Slurm's state word, its GPUs and how many
     /// running jobs hold.
     pub nodes: &'a [NodeLoad],
+    /// Per account, every run stopped by a preemption or reclaim and how
+    /// it went, from the accounting database.
+    pub checkpoints: &'a [super::usage::CheckpointLine],
 }
 
 /// One GPU's last sample, and where the GPU is.
@@ -71,7 +74,62 @@ pub fn render(inputs: &Inputs) -> String {
     render_gpus(&mut out, inputs);
     render_samples(&mut out, inputs);
     render_daemon(&mut out, inputs);
+    render_checkpoints(&mut out, inputs.checkpoints);
     out
+}
+
+/// One number of an account's checkpoint line.
+type Value = fn(&super::usage::CheckpointLine) -> f64;
+
+/// How preemptions and reclaims went, per account: counters over the
+/// accounting database's whole history.
+fn render_checkpoints(out: &mut String, lines: &[super::usage::CheckpointLine]) {
+    if lines.is_empty() {
+        return;
+    }
+    family(
+        out,
+        "ysched_stopped_runs_total",
+        "counter",
+        "Runs stopped to make room, by account and kind (preempt or reclaim).",
+    );
+    for l in lines {
+        let account = escape(&l.account);
+        for (kind, n) in [("preempt", l.stops - l.reclaims), ("reclaim", l.reclaims)] {
+            let _ = writeln!(
+                out,
+                "ysched_stopped_runs_total{{account=\"{account}\",kind=\"{kind}\"}} {n}"
+            );
+        }
+    }
+    let per_account: [(&str, &str, Value); 3] = [
+        (
+            "ysched_stopped_runs_clean_total",
+            "Stopped runs that exited by themselves within their grace (checkpointed).",
+            |l| l.clean_in_grace as f64,
+        ),
+        (
+            "ysched_stopped_runs_resumed_total",
+            "Stopped runs whose next run resumed (exited 0 or saved a checkpoint).",
+            |l| l.resumed as f64,
+        ),
+        (
+            "ysched_stopped_runs_lost_gpu_hours_total",
+            "GPU-hours of work lost by stopped runs (since their last checkpoint).",
+            |l| l.gpu_hours_lost,
+        ),
+    ];
+    for (name, help, value) in per_account {
+        family(out, name, "counter", help);
+        for l in lines {
+            let _ = writeln!(
+                out,
+                "{name}{{account=\"{}\"}} {}",
+                escape(&l.account),
+                value(l)
+            );
+        }
+    }
 }
 
 /// Jobs by state and account.
@@ -319,6 +377,15 @@ mod tests {
                 gpus: 4,
                 gpus_allocated: 2,
             }],
+            checkpoints: &[crate::report::usage::CheckpointLine {
+                account: "vision".into(),
+                stops: 3,
+                reclaims: 1,
+                clean_in_grace: 2,
+                resumed: 2,
+                unsettled: 0,
+                gpu_hours_lost: 0.5,
+            }],
         });
         assert!(
             text.contains("ysched_jobs{state=\"running\",account=\"vision\"} 1\n"),
@@ -333,6 +400,14 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("ysched_preemptions_total 3\n"), "{text}");
+        for line in [
+            "ysched_stopped_runs_total{account=\"vision\",kind=\"preempt\"} 2\n",
+            "ysched_stopped_runs_total{account=\"vision\",kind=\"reclaim\"} 1\n",
+            "ysched_stopped_runs_clean_total{account=\"vision\"} 2\n",
+            "ysched_stopped_runs_lost_gpu_hours_total{account=\"vision\"} 0.5\n",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
         assert!(
             text.contains("ysched_node_up{node=\"gpu01\",state=\"mix\"} 1\n")
                 && text.contains("ysched_node_gpus_allocated{node=\"gpu01\"} 2\n"),
@@ -368,6 +443,7 @@ mod tests {
             budget_left: &[],
             idle_while_waiting: 0,
             nodes: &[],
+            checkpoints: &[],
         });
         for node in ["gpu01", "gpu02"] {
             assert!(

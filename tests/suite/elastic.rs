@@ -110,6 +110,19 @@ fn a_lender_takes_its_guarantee_back_from_the_borrowing_jobs_only() {
         .unwrap_or_else(|| panic!("no checkpoint line for a:\n{report}"));
     let cells: Vec<&str> = line.split_whitespace().collect();
     assert_eq!(cells[..6], ["a", "2", "2", "2", "2", "0"], "{report}");
+    let page = c.work.join("report.html");
+    let out = c.run(
+        "ysreport",
+        &["-S", "now-1hour", "--html", page.to_str().unwrap()],
+    );
+    assert!(out.status.success());
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains(
+            "<td class=\"name\">a</td><td>2</td><td>2</td><td>2</td><td>2</td><td>0</td>"
+        ),
+        "{html}"
+    );
 }
 
 #[test]

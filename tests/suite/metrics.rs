@@ -164,6 +164,11 @@ fn the_dashboard_and_alerts_name_metrics_that_exist() {
         budget_left: &[("vision".into(), 1.0)],
         idle_while_waiting: 0,
         nodes: &[],
+        checkpoints: &[ysched::report::usage::CheckpointLine {
+            account: "vision".into(),
+            stops: 1,
+            ..Default::default()
+        }],
     });
     let written: Vec<&str> = text
         .lines()
