@@ -271,6 +271,34 @@ pub struct JobOutcome {
     pub already_ended: bool,
 }
 
+/// What `ysbatch --test-only` learns: the job as it would be admitted,
+/// when and where it would start, and what it would cost.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TestOnly {
+    /// The id it would get now.
+    pub job_id: JobId,
+    pub account: String,
+    /// The QoS it would run with (the lowest, when a budget demotes it).
+    pub qos: String,
+    pub gpus: u32,
+    pub cpus: u32,
+    pub time_limit: Option<u64>,
+    /// When it would start, should every running job last its time limit
+    /// (`None`: no estimate; `unknown` says why).
+    pub start: Option<i64>,
+    pub unknown: Option<String>,
+    pub node: Option<String>,
+    pub gpu_ids: Vec<u32>,
+    /// It would borrow beyond its account's guarantee.
+    pub borrowing: bool,
+    /// The most it may cost, in tokens (`None`: no time limit).
+    pub tokens: Option<f64>,
+    /// Why it would wait for a coordinator's approval.
+    pub approval: Option<String>,
+    /// What a budget says: a warning, or why it would be demoted.
+    pub warnings: Vec<String>,
+}
+
 impl JobOutcome {
     pub fn new(job_id: JobId, error: Option<String>) -> JobOutcome {
         JobOutcome {
@@ -290,6 +318,8 @@ pub enum Reply {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         warning: Option<String>,
     },
+    /// `ysbatch --test-only`: what would happen; nothing was stored.
+    TestOnly(Box<TestOnly>),
     /// The request as a whole was refused.
     Rejected {
         error: String,

@@ -852,6 +852,7 @@ pub fn resolve(
         array: partial.array,
         script,
         args,
+        test_only: false,
         no_requeue: partial.no_requeue.unwrap_or(false),
         warn_signal: partial.warn_signal,
         checkpoint_file: partial.checkpoint_file,

@@ -8,6 +8,7 @@ use clap::Parser;
 
 use super::{load_config, print, reply_timeout, warn, CliError, CliResult};
 use crate::gpu::Inventory;
+use crate::model::units;
 use crate::proto::{Envelope, Reply, Request};
 use crate::sched::admission::{self, Capacity};
 use crate::script::{self, Partial, SubmitContext, SubmitOptions};
@@ -31,6 +32,12 @@ pub struct Args {
     /// Run this command line as the job's script (with /bin/sh)
     #[arg(long, value_name = "COMMAND", conflicts_with = "script")]
     pub wrap: Option<String>,
+    /// Submit nothing: check the job as a submission is checked, and say when and where it would start (should running jobs last their time limits), what it may cost and whether it needs approval
+    #[arg(long = "test-only")]
+    pub test_only: bool,
+    /// With --test-only: the answer as JSON on standard output
+    #[arg(long, requires = "test_only")]
+    pub json: bool,
     /// The job script (default: standard input)
     #[arg(value_name = "SCRIPT")]
     pub script: Option<PathBuf>,
@@ -93,7 +100,8 @@ pub fn run(args: Args) -> CliResult {
         now: &jiff::Zoned::now,
         default_name,
     };
-    let request = script::resolve(partial, script_text, args.args, context)?;
+    let mut request = script::resolve(partial, script_text, args.args, context)?;
+    request.test_only = args.test_only;
     crate::validate::job_request(&request).map_err(|e| CliError::usage(e.to_string()))?;
     if !request.work_dir.is_dir() {
         return Err(CliError::failed(format!(
@@ -118,6 +126,11 @@ pub fn run(args: Args) -> CliResult {
         )));
     }
     if state == DaemonState::Stopped {
+        if request.test_only {
+            return Err(CliError::failed(
+                "ysctld is not running: --test-only needs its queue to say when the job would start",
+            ));
+        }
         // Nobody can answer: check what can be checked here, so that a job
         // that would be refused is not left in the spool.
         check_locally(&request, &config)?;
@@ -145,15 +158,81 @@ pub fn run(args: Args) -> CliResult {
                 print(&format!("Submitted batch job {job_id}\n"))
             }
         }
+        Some(Reply::TestOnly(answer)) => print_test_only(&answer, args.json),
         Some(Reply::Rejected { error }) => Err(CliError::failed(error)),
         Some(other) => Err(CliError::failed(format!(
             "unexpected reply from ysctld: {other:?}"
         ))),
+        None if args.test_only => Err(CliError::failed(
+            "ysctld has not answered yet; nothing was submitted",
+        )),
         None => {
             sent.make_durable()?;
             queued_for_daemon(sent.name(), "ysctld has not answered yet", parsable)
         }
     }
+}
+
+/// `--test-only`'s answer: sbatch's line (`Job N to start at T using C
+/// processors on nodes N in partition P`) on standard error, then what
+/// ysched knows besides; or all of it as JSON on standard output.
+fn print_test_only(answer: &crate::proto::TestOnly, json: bool) -> CliResult {
+    if json {
+        let text = serde_json::to_string_pretty(answer)
+            .map_err(|e| CliError::failed(format!("cannot write the answer as JSON: {e}")))?;
+        return print(&format!("{text}\n"));
+    }
+    let id = answer.job_id;
+    match (answer.start, &answer.node) {
+        (Some(start), Some(node)) => {
+            let gpus = crate::db::format_index_list(&answer.gpu_ids);
+            warn(
+                "ysbatch",
+                &format!(
+                    "Job {id} to start at {} using {} processors on nodes {node} in partition ysched (GPUs {gpus}{})",
+                    units::format_timestamp(start),
+                    answer.cpus,
+                    if answer.borrowing {
+                        ", borrowed beyond its account's guarantee"
+                    } else {
+                        ""
+                    }
+                ),
+            );
+        }
+        _ => warn(
+            "ysbatch",
+            &format!(
+                "Job {id}: {}",
+                answer
+                    .unknown
+                    .as_deref()
+                    .unwrap_or("no start can be foreseen")
+            ),
+        ),
+    }
+    let cost = answer.tokens.map_or_else(
+        || "no time limit, so no upper bound".to_string(),
+        |t| format!("at most {t:.2} tokens"),
+    );
+    warn(
+        "ysbatch",
+        &format!(
+            "account {}, QoS {}, {} GPU(s), time limit {}: {cost}",
+            answer.account,
+            answer.qos,
+            answer.gpus,
+            units::format_time_limit(answer.time_limit)
+        ),
+    );
+    if let Some(why) = &answer.approval {
+        warn("ysbatch", &format!("it would be {why}"));
+    }
+    for w in &answer.warnings {
+        warn("ysbatch", w);
+    }
+    warn("ysbatch", "--test-only: nothing was submitted");
+    Ok(())
 }
 
 /// A submission spooled without an answer has no job id yet: say so on

@@ -15,7 +15,7 @@ impl Daemon {
     /// A job's state: from memory while it is active, else from the
     /// database, cached (an end is final; a requeued job is active again
     /// and found in memory first). An array's id stands for all its tasks.
-    fn state_of(&mut self, id: JobId) -> Result<Option<JobState>, DaemonError> {
+    pub(super) fn state_of(&mut self, id: JobId) -> Result<Option<JobState>, DaemonError> {
         let is_array =
             |j: &crate::model::job::Job| j.array.as_ref().is_some_and(|a| a.job_id == id);
         match self.jobs.get(&id) {

@@ -29,6 +29,7 @@ mod startup;
 mod state;
 mod stops;
 mod submit;
+mod test_only;
 mod turn;
 mod users;
 

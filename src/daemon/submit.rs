@@ -44,6 +44,19 @@ impl Daemon {
             );
         }
         let gid = self.users.get(uid).map_or(uid, |u| u.gid);
+        if request.test_only {
+            // As if approved: when it would start once it may.
+            let job = job_of(
+                request,
+                screened.admitted,
+                screened.dependency,
+                (uid, gid, user),
+                false,
+                screened.array.is_some(),
+                now,
+            );
+            return self.test_only(job, approval, warnings, now);
+        }
         let payload = Payload {
             script: std::mem::take(&mut request.script),
             args: std::mem::take(&mut request.args),
@@ -356,7 +369,7 @@ fn capitalized(text: &str) -> String {
 }
 
 /// What a submission that passed the checks comes with.
-struct Screened {
+pub(super) struct Screened {
     admitted: admission::Admitted,
     array: Option<ArraySpec>,
     /// Its dependency, in canonical form.

@@ -856,6 +856,15 @@ pub fn add_audit(
     Ok(())
 }
 
+/// The id the next job inserted will get (ids are never reused).
+pub fn next_job_id(conn: &Connection) -> Result<JobId, DbError> {
+    let last: Option<i64> = conn
+        .prepare_cached("SELECT seq FROM sqlite_sequence WHERE name = 'jobs'")?
+        .query_row([], |r| r.get(0))
+        .optional()?;
+    Ok(last.unwrap_or(0) as JobId + 1)
+}
+
 /// A job's state history: (time, state, detail), oldest first.
 pub fn job_events(
     conn: &Connection,

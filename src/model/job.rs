@@ -500,6 +500,9 @@ pub struct JobRequest {
     pub exclude: Vec<String>,
     pub script: String,
     pub args: Vec<String>,
+    /// `--test-only`: judge it and say when it would start; store nothing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub test_only: bool,
 }
 
 /// How a job's process ended.
@@ -823,6 +826,7 @@ pub(crate) fn example_request() -> JobRequest {
         exclusive: false,
         script: "#!/bin/sh\ntrue\n".into(),
         args: Vec::new(),
+        test_only: false,
     }
 }
 

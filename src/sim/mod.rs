@@ -9,6 +9,7 @@
 //! queue, as in a simple GPU queue.
 
 pub mod engine;
+pub mod forecast;
 pub mod trace;
 
 pub use engine::Policy;

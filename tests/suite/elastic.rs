@@ -160,3 +160,78 @@ fn borrow_limit_and_lend_false_hold() {
     }
     c.run("yscancel", &["-A", "a"]);
 }
+
+#[test]
+fn test_only_foresees_the_start_and_submits_nothing() {
+    let me = ysched::cli::current_user_name();
+    let c = Cluster::started(&format!(
+        "cgroups = \"off\"\n[[accounts]]\nname = \"team\"\nusers = [\"{me}\"]\nmax_gpus_per_job = 4\napproval_above_gpu_hours = 1\ncoordinators = [\"{me}\"]\n"
+    ));
+    // All 4 GPUs until its 4-second limit.
+    let first = c.submit(&["-A", "team", "-G", "4", "-t", "0:04", "--wrap", "sleep 60"]);
+    c.wait_state(first, "RUNNING", LONG);
+    let ask = ["-A", "team", "-G", "2", "-t", "0:10", "--wrap", "true"];
+    let out = c.run("ysbatch", &[&["--test-only", "--json"], &ask[..]].concat());
+    assert!(out.status.success(), "{}", crate::common::stderr(&out));
+    let answer: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(answer["job_id"], first + 1, "{answer}");
+    assert_eq!(answer["node"], "gpu01");
+    assert_eq!(answer["gpu_ids"].as_array().unwrap().len(), 2);
+    assert_eq!(answer["approval"], serde_json::Value::Null);
+    // 2 GPUs × 10 s at weight 1: 20 GPU-seconds.
+    let tokens = answer["tokens"].as_f64().unwrap();
+    assert!((tokens - 20.0 / 3600.0).abs() < 1e-6, "{answer}");
+    let foreseen = answer["start"].as_i64().unwrap();
+    let queue = stdout(&c.run("ysqueue", &["-h", "-o", "%i"]));
+    assert_eq!(queue.trim(), first.to_string(), "nothing was submitted");
+
+    // Submitted for real, it starts when foreseen: when the first job's
+    // limit ends it (give or take the second it takes to go).
+    let real = c.submit(&ask);
+    assert_eq!(real, first + 1);
+    assert_eq!(c.wait_done(real, LONG), "COMPLETED");
+    let started = c.field(real, "Start");
+    let near: Vec<String> = (-1..=3)
+        .map(|d| ysched::model::units::format_timestamp(foreseen + d))
+        .collect();
+    assert!(
+        near.contains(&started),
+        "foreseen {near:?}, started {started}"
+    );
+
+    // The text form, approval, and the same refusal as a real submit.
+    let out = c.run(
+        "ysbatch",
+        &[
+            "--test-only",
+            "-A",
+            "team",
+            "-G",
+            "4",
+            "-t",
+            "1:00:00",
+            "--wrap",
+            "true",
+        ],
+    );
+    let text = crate::common::stderr(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(&format!("Job {} to start at", real + 1)),
+        "{text}"
+    );
+    assert!(text.contains("held for approval"), "{text}");
+    assert!(text.contains("nothing was submitted"), "{text}");
+    let refused = |test_only: bool| {
+        let mut args = vec!["-A", "team", "-G", "5", "--wrap", "true"];
+        if test_only {
+            args.insert(0, "--test-only");
+        }
+        let out = c.run("ysbatch", &args);
+        assert_eq!(out.status.code(), Some(1));
+        crate::common::stderr(&out)
+    };
+    assert_eq!(refused(true), refused(false));
+    let why = refused(true);
+    assert!(why.contains("5 GPUs"), "{why}");
+}
