@@ -58,6 +58,8 @@ pub struct Counts {
     pub downgraded: usize,
     pub clamped: usize,
     pub preempted: usize,
+    /// Of them, borrowing jobs a lender reclaimed its guarantee from.
+    pub reclaimed: usize,
 }
 
 /// A GPU out of service from a time on: what `yscontrol drain` does.
@@ -341,7 +343,10 @@ impl<'a> Sim<'a> {
         }
         let again = !decisions.preemptions.is_empty()
             || (!decisions.starts.is_empty() && !decisions.held.is_empty());
-        let starts = decisions.starts.into_iter().map(|s| (s.job, s.gpus));
+        let starts = decisions
+            .starts
+            .into_iter()
+            .map(|s| (s.job, s.gpus, s.borrowing));
         self.start(starts.collect(), now);
         for preemption in decisions.preemptions {
             self.preempt(preemption, now);
@@ -384,8 +389,8 @@ impl<'a> Sim<'a> {
         usage
     }
 
-    fn start(&mut self, starts: Vec<(JobId, Vec<u32>)>, now: i64) {
-        for (id, gpus) in starts {
+    fn start(&mut self, starts: Vec<(JobId, Vec<u32>, bool)>, now: i64) {
+        for (id, gpus, borrowing) in starts {
             let job = self
                 .jobs
                 .get_mut(&id)
@@ -393,6 +398,7 @@ impl<'a> Sim<'a> {
             job.state = JobState::Running;
             job.start_time = Some(now);
             job.claim.clear();
+            job.borrowed = borrowing;
             self.busy += gpus.len();
             job.gpus_alloc = gpus;
             self.ends.push(Reverse((
@@ -415,8 +421,11 @@ impl<'a> Sim<'a> {
                 continue;
             };
             self.out.counts.preempted += 1;
+            self.out.counts.reclaimed += usize::from(choice.reclaim);
             let mode = self.config.qos_named(&job.qos).map(|q| q.preempt_mode);
-            if mode == Some(PreemptMode::Cancel) {
+            // A reclaimed job gives borrowed GPUs back and runs again,
+            // whatever its QoS does with preempted jobs (as the daemon).
+            if mode == Some(PreemptMode::Cancel) && !choice.reclaim {
                 self.finish(job, JobState::Preempted, now);
                 continue;
             }
@@ -430,6 +439,7 @@ impl<'a> Sim<'a> {
                 state: JobState::Pending,
                 start_time: None,
                 gpus_alloc: Vec::new(),
+                borrowed: false,
                 preempt_count: job.preempt_count + 1,
                 restart_count: job.restart_count + 1,
                 ..job
@@ -504,7 +514,7 @@ fn fifo(
     node: &sched::Pool,
     no_limits: &limits::Policy,
     now: i64,
-) -> Vec<(JobId, Vec<u32>)> {
+) -> Vec<(JobId, Vec<u32>, bool)> {
     let mut starts = Vec::new();
     let mut busy: Vec<Job> = jobs
         .values()
@@ -520,7 +530,7 @@ fn fifo(
                 started.gpus_alloc = gpus.clone();
                 started.state = JobState::Running;
                 busy.push(started);
-                starts.push((id, gpus));
+                starts.push((id, gpus, false));
             }
             None => break,
         }
