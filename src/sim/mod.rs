@@ -198,19 +198,7 @@ fn report(
         })
         .sum::<f64>()
         / done.len().max(1) as f64;
-    // Jain's index over accounts of usage per normalized share.
-    let tree = fairshare::build_tree(config, std::iter::empty(), &HashMap::new(), 0);
-    let shares = tree.compute(config.fairshare.algorithm);
-    let per_share: Vec<f64> = by_account
-        .iter()
-        .filter_map(|(name, jobs)| {
-            let i = tree.account_index(name)?;
-            let share = shares[i].norm_shares;
-            (share > 0.0).then(|| jobs.iter().map(|(_, g)| g).sum::<f64>() / share)
-        })
-        .collect();
-    let jain = jain_index(&per_share);
-    let daily = daily_fairness(&done, &tree, &shares);
+    let (jain, daily) = fairness(config, &by_account, &done);
     Report {
         policy,
         gpus: gpu_count,
@@ -245,6 +233,26 @@ fn report(
             .collect(),
         elapsed_s: started_at.elapsed().as_secs_f64(),
     }
+}
+
+/// Jain's index over accounts of usage per normalized share: over the
+/// whole replay, and per day while they competed.
+fn fairness(
+    config: &Config,
+    by_account: &BTreeMap<String, Vec<(f64, f64)>>,
+    done: &[Job],
+) -> (f64, f64) {
+    let tree = fairshare::build_tree(config, std::iter::empty(), &HashMap::new(), 0);
+    let shares = tree.compute(config.fairshare.algorithm);
+    let per_share: Vec<f64> = by_account
+        .iter()
+        .filter_map(|(name, jobs)| {
+            let i = tree.account_index(name)?;
+            let share = shares[i].norm_shares;
+            (share > 0.0).then(|| jobs.iter().map(|(_, g)| g).sum::<f64>() / share)
+        })
+        .collect();
+    (jain_index(&per_share), daily_fairness(done, &tree, &shares))
 }
 
 /// Jain's fairness index of `values`: 1 when all are equal, 1/n when one
