@@ -9,6 +9,7 @@
 pub mod error;
 pub mod identity;
 pub mod join;
+pub mod requests;
 pub mod runs;
 pub mod sampler;
 pub mod session;
@@ -89,6 +90,14 @@ pub fn run(options: Options, warn: &mut dyn FnMut(String)) -> Result<(), AgentEr
         facts.mem_mb,
         identity.controller
     );
+    let controller = identity.controller.clone();
+    // Commands run here (ysbatch) find out they are on a node.
+    if let Err(e) = spool.mark_pool_node(&controller) {
+        warn(format!(
+            "cannot write {}: {e}; ysbatch here will not know it is on a pool's node",
+            spool.pool_node_file().display()
+        ));
+    }
     let mut session = session::Session::new(
         runs,
         identity,
@@ -98,6 +107,12 @@ pub fn run(options: Options, warn: &mut dyn FnMut(String)) -> Result<(), AgentEr
         ended,
         wake,
     )?;
+    session.forward_requests(requests::Requests::new(
+        spool,
+        config.max_spool_file,
+        &config.node_name,
+        &controller,
+    ));
     if config.gpu_sample_secs > 0 {
         let source = crate::gpu::sampling::detect();
         tracing::info!(target: "ysched::agent", "GPU utilisation: {}", source.describe());

@@ -85,6 +85,8 @@ pub struct Session {
     wake: Arc<EventFd>,
     /// The node's GPUs, read and sent while connected.
     sampler: Option<super::sampler::Sampler>,
+    /// Submissions made on the node, passed on while connected.
+    requests: Option<super::requests::Requests>,
 }
 
 impl Session {
@@ -126,6 +128,7 @@ impl Session {
             exits,
             wake,
             sampler: None,
+            requests: None,
         };
         session.publish_lease();
         Ok(session)
@@ -134,6 +137,24 @@ impl Session {
     /// Reads the node's GPUs with `sampler` and sends the readings.
     pub fn sample_gpus_with(&mut self, sampler: super::sampler::Sampler) {
         self.sampler = Some(sampler);
+    }
+
+    /// Passes the submissions made on the node on to the controller.
+    pub fn forward_requests(&mut self, requests: super::requests::Requests) {
+        self.requests = Some(requests);
+    }
+
+    /// Sends the submissions waiting in the node's spool, once welcomed.
+    fn forward_submissions(&mut self) {
+        if !self.link.as_ref().is_some_and(|l| l.welcomed) {
+            return;
+        }
+        let Some(requests) = &mut self.requests else {
+            return;
+        };
+        for submit in requests.take() {
+            self.send(submit);
+        }
     }
 
     /// Tells the jobs' supervisors when the lease runs out.
@@ -157,6 +178,7 @@ impl Session {
                 self.serve_link()?;
             }
             self.tick();
+            self.forward_submissions();
         }
     }
 
@@ -210,6 +232,9 @@ impl Session {
     fn disconnected(&mut self, why: &str) {
         tracing::warn!(target: "ysched::agent", "lost the controller: {why}");
         self.link = None;
+        if let Some(requests) = &mut self.requests {
+            requests.disconnected();
+        }
         self.next_connect = Instant::now() + self.backoff;
     }
 
@@ -231,6 +256,9 @@ impl Session {
             until = until.min(self.next_connect);
         }
         let mut fds = vec![PollFd::new(self.wake.as_fd(), PollFlags::POLLIN)];
+        if let Some(fd) = self.requests.as_ref().and_then(|r| r.fd()) {
+            fds.push(PollFd::new(fd, PollFlags::POLLIN));
+        }
         if let Some(link) = &self.link {
             let mut flags = PollFlags::POLLIN;
             if link.conn.wants_write() {
@@ -300,6 +328,11 @@ impl Session {
             }
             ToNode::HeartbeatAck { seq } if envelope.epoch == self.epoch => self.renewed(seq),
             ToNode::Renewed { certificate_pem } => self.renewed_certificate(certificate_pem),
+            ToNode::Answer { name, reply } => {
+                if let Some(requests) = &mut self.requests {
+                    requests.answered(&name, &reply);
+                }
+            }
             ToNode::Joined { .. } | ToNode::HeartbeatAck { .. } => {}
             order if envelope.epoch == self.epoch => {
                 for report in self.runs.order(order, self.fenced) {

@@ -118,6 +118,7 @@ pub fn run(args: Args) -> CliResult {
             .map_err(|e| CliError::failed(format!("--array: {e}")))?;
     }
     let spool = Spool::new(&config.spool_dir);
+    let on_node = spool.pool_controller().is_some() || config.pool.controller.is_some();
     let state = spool.daemon_state();
     if state == DaemonState::NoSpool {
         return Err(CliError::failed(format!(
@@ -128,47 +129,80 @@ pub fn run(args: Args) -> CliResult {
     if state == DaemonState::Stopped {
         if request.test_only {
             return Err(CliError::failed(
-                "ysctld is not running: --test-only needs its queue to say when the job would start",
+                "no daemon is running: --test-only needs the controller's queue to say when the job would start",
             ));
         }
         // Nobody can answer: check what can be checked here, so that a job
-        // that would be refused is not left in the spool.
-        check_locally(&request, &config)?;
+        // that would be refused is not left in the spool. On a pool's
+        // node the controller's config judges, not this one.
+        if !on_node {
+            check_locally(&request, &config)?;
+        }
     }
     let durability = if state == DaemonState::Running {
         Durability::OnDemand
     } else {
         Durability::Now
     };
-    let mut sent = spool.send(
+    let sent = spool.send(
         &Envelope::new(Request::Submit(Box::new(request))),
         durability,
     )?;
+    let daemon = if on_node { "ysnoded" } else { "ysctld" };
     if state == DaemonState::Stopped {
-        return queued_for_daemon(sent.name(), "ysctld is not running", parsable);
+        return queued_for_daemon(sent.name(), &format!("{daemon} is not running"), parsable);
     }
+    let shown = Shown {
+        daemon,
+        parsable,
+        test_only: args.test_only,
+        json: args.json,
+    };
+    answer(sent, &shown)
+}
+
+/// How the answer is shown, and whose it is.
+struct Shown {
+    daemon: &'static str,
+    parsable: bool,
+    test_only: bool,
+    json: bool,
+}
+
+/// Waits for the daemon's answer and shows it: the job id, the
+/// test-only forecast, the refusal; without an answer in time the
+/// submission stays spooled (a test-only one is taken back).
+fn answer(mut sent: crate::spool::SentRequest, shown: &Shown) -> CliResult {
+    let daemon = shown.daemon;
     match sent.wait(reply_timeout(Duration::from_secs(5)))? {
         Some(Reply::Submitted { job_id, warning }) => {
             if let Some(w) = warning {
                 warn("ysbatch", &w);
             }
-            if parsable {
+            if shown.parsable {
                 print(&format!("{job_id}\n"))
             } else {
                 print(&format!("Submitted batch job {job_id}\n"))
             }
         }
-        Some(Reply::TestOnly(answer)) => print_test_only(&answer, args.json),
+        Some(Reply::TestOnly(answer)) => print_test_only(&answer, shown.json),
         Some(Reply::Rejected { error }) => Err(CliError::failed(error)),
         Some(other) => Err(CliError::failed(format!(
-            "unexpected reply from ysctld: {other:?}"
+            "unexpected reply from {daemon}: {other:?}"
         ))),
-        None if args.test_only => Err(CliError::failed(
-            "ysctld has not answered yet; nothing was submitted",
-        )),
+        None if shown.test_only => {
+            sent.withdraw();
+            Err(CliError::failed(format!(
+                "{daemon} has not answered yet; nothing was submitted"
+            )))
+        }
         None => {
             sent.make_durable()?;
-            queued_for_daemon(sent.name(), "ysctld has not answered yet", parsable)
+            queued_for_daemon(
+                sent.name(),
+                &format!("{daemon} has not answered yet"),
+                shown.parsable,
+            )
         }
     }
 }
@@ -242,7 +276,7 @@ fn queued_for_daemon(name: &str, why: &str, parsable: bool) -> CliResult {
     warn(
         "ysbatch",
         &format!(
-            "{why}; the job is spooled as {name} and will be taken in (and given its id) when ysctld starts"
+            "{why}; the job is spooled as {name} and will be taken in (and given its id) when it answers"
         ),
     );
     if parsable {

@@ -56,8 +56,10 @@ impl Config {
 }
 
 /// Finds the config file as every command does: `$YS_CONF`, else
-/// `/etc/ysched/ysched.toml`, else the user's `~/.config/ysched/ysched.toml`
-/// (personal mode). Returns the path and whether it exists.
+/// `/etc/ysched/ysched.toml`, else a pool node's `/etc/ysched/ysnoded.toml`
+/// (commands there pass submissions on through `ysnoded`), else the
+/// user's `~/.config/ysched/ysched.toml` (personal mode). Returns the path
+/// and whether it exists.
 pub fn locate() -> (PathBuf, bool) {
     if let Some(path) = std::env::var_os("YS_CONF").filter(|p| !p.is_empty()) {
         let path = PathBuf::from(path);
@@ -67,6 +69,10 @@ pub fn locate() -> (PathBuf, bool) {
     let system = PathBuf::from(DEFAULT_CONFIG_PATH);
     if system.exists() {
         return (system, true);
+    }
+    let node = PathBuf::from(NODE_CONFIG_PATH);
+    if node.exists() {
+        return (node, true);
     }
     let user_dir = std::env::var_os("XDG_CONFIG_HOME")
         .filter(|p| !p.is_empty())

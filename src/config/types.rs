@@ -9,6 +9,8 @@ use serde::Deserialize;
 pub const DEFAULT_MAX_ARRAY_SIZE: u32 = 1001;
 
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/ysched/ysched.toml";
+/// A pool node's config, as its packaged `ysnoded` unit reads it.
+pub const NODE_CONFIG_PATH: &str = "/etc/ysched/ysnoded.toml";
 pub const DEFAULT_SPOOL_DIR: &str = "/var/spool/ysched";
 /// The account every user may use when the config lists none.
 pub const DEFAULT_ACCOUNT: &str = "default";

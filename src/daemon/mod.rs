@@ -15,6 +15,7 @@ mod budget;
 mod control;
 mod depend;
 mod error;
+mod forwarded;
 mod gpu_use;
 mod jobs;
 mod metrics_http;

@@ -272,6 +272,12 @@ impl Daemon {
                 reading,
                 every_secs,
             } => self.take_reading(name, reading, every_secs.clamp(1, 3_600))?,
+            FromNode::Submit {
+                name: request,
+                uid,
+                user,
+                request: job,
+            } => self.node_submit(name, request, (uid, &user), *job, now)?,
             FromNode::Join { .. } | FromNode::Hello { .. } => {}
         }
         let _ = now;

@@ -125,8 +125,16 @@ pub(super) enum Incoming {
 /// Where a reply goes: into the reply file the requester made, or back on
 /// its connection.
 pub(super) enum Requester {
-    File { name: String, uid: u32 },
+    File {
+        name: String,
+        uid: u32,
+    },
     Socket(std::os::unix::net::UnixStream),
+    /// A pool's node, for a request made there.
+    Node {
+        node: String,
+        name: String,
+    },
 }
 
 /// What handling one request leaves to do after the commit.

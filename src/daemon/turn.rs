@@ -189,6 +189,7 @@ impl Daemon {
                         self.spool.write_reply(&name, uid, &reply);
                     }
                     Requester::Socket(connection) => socket::answer(&connection, &reply),
+                    Requester::Node { node, name } => self.answer_node(&node, name, reply),
                 }
             }
             for event in std::mem::take(&mut self.turn.notifications) {

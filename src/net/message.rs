@@ -108,6 +108,15 @@ pub enum FromNode {
         reading: crate::gpu::sampling::Reading,
         every_secs: u64,
     },
+    /// A job submitted on the node (`ysbatch` there), by the user whose
+    /// uid owns the request in the node's spool, under the request's
+    /// unique name: sent again until answered, applied once.
+    Submit {
+        name: String,
+        uid: u32,
+        user: String,
+        request: Box<crate::model::job::JobRequest>,
+    },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -151,5 +160,10 @@ pub enum ToNode {
     /// The connection is refused (then closed), and why.
     Refused {
         reason: String,
+    },
+    /// The controller's answer to a request forwarded from the node.
+    Answer {
+        name: String,
+        reply: Box<crate::proto::Reply>,
     },
 }

@@ -250,7 +250,7 @@ impl SentRequest {
             // The rename itself must survive a power cut once the user is
             // told the job is spooled.
             if durability == Durability::Now {
-                sync_dir(&incoming)?;
+                sync_entries(&incoming)?;
             }
             Ok(())
         })();
@@ -379,7 +379,7 @@ impl SentRequest {
         match file {
             Ok(f) => f
                 .sync_all()
-                .and_then(|()| sync_dir(&self.spool.incoming()))
+                .and_then(|()| sync_entries(&self.spool.incoming()))
                 .map_err(|source| SpoolError::Write { path, source }),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
             Err(source) => Err(SpoolError::Write { path, source }),
@@ -400,6 +400,17 @@ impl Drop for SentRequest {
         if self.reply_made {
             let _ = fs::remove_file(&self.reply_path);
         }
+    }
+}
+
+/// Flushes the spool directory's entries, where this user may: a system
+/// spool's drop box (mode 1733) cannot be opened (read) by its users.
+/// Their request's data is on disk either way; its name is once the
+/// kernel writes the directory back, seconds later.
+fn sync_entries(dir: &Path) -> io::Result<()> {
+    match sync_dir(dir) {
+        Err(e) if e.kind() == ErrorKind::PermissionDenied => Ok(()),
+        other => other,
     }
 }
 

@@ -60,6 +60,29 @@ impl Spool {
     pub fn database(&self) -> PathBuf {
         self.root.join("ysched.db")
     }
+    /// On a pool's node, the file saying so, readable by everyone: the
+    /// controller's address (written by `ysnoded`).
+    pub fn pool_node_file(&self) -> PathBuf {
+        self.root().join("pool-node")
+    }
+
+    /// Whether this is a pool's node's spool, and its controller's
+    /// address: its requests are passed on by `ysnoded`, not answered by a
+    /// `ysctld` here.
+    pub fn pool_controller(&self) -> Option<String> {
+        let text = fs::read_to_string(self.pool_node_file()).ok()?;
+        Some(text.trim().to_string()).filter(|t| !t.is_empty())
+    }
+
+    /// Marks the spool as a pool's node's (see `pool_controller`).
+    pub fn mark_pool_node(&self, controller: &str) -> io::Result<()> {
+        let path = self.pool_node_file();
+        let temp = self.root().join(".pool-node.tmp");
+        fs::write(&temp, format!("{controller}\n"))?;
+        fs::set_permissions(&temp, fs::Permissions::from_mode(0o644))?;
+        fs::rename(&temp, &path)
+    }
+
     pub fn pid_file(&self) -> PathBuf {
         self.root.join("ysctld.pid")
     }

@@ -865,3 +865,69 @@ fn an_expired_token_is_refused_and_a_flood_of_strangers_disturbs_no_node() {
     drop(strangers);
     let _ = &mut p;
 }
+
+#[test]
+fn ysbatch_on_a_node_submits_to_the_controller_as_its_user() {
+    require_root_for_pool!();
+    let mut p = Pool::new(1, "");
+    let user = TestUser::create("fwd");
+    let script = p.controller.script(
+        "who.sh",
+        "#!/bin/sh\necho node=$SLURMD_NODENAME id=$(id -un)\n",
+    );
+    // The node's own config: its spool, which ysnoded watches.
+    let (node_config, work) = (p.agents[0].config.clone(), p.controller.work.clone());
+    let on_node = |args: &[&str]| {
+        Command::new("runuser")
+            .args(["-u", &user.name, "--", "env"])
+            .arg(format!("YS_CONF={}", node_config.display()))
+            .arg(bin_dir().join(args[0]))
+            .args(&args[1..])
+            .current_dir(&work)
+            .output()
+            .unwrap()
+    };
+    let out = on_node(&["ysbatch", "--parsable", "-G", "1", script.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id: u64 = stdout(&out)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{}\n{}", stdout(&out), p.agents[0].log_text()));
+    assert_eq!(p.controller.wait_done(id, LONG), "COMPLETED");
+    assert_eq!(p.controller.field(id, "User"), user.name);
+    let text = std::fs::read_to_string(p.controller.work.join(format!("ys-{id}.out"))).unwrap();
+    assert_eq!(text.trim(), format!("node=gpu10 id={}", user.name));
+    // Refused on the node as on the controller, with the controller's words.
+    let out = on_node(&["ysbatch", "-G", "9", "--wrap", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("9 GPUs"), "{}", stderr(&out));
+    // What only the controller answers says where to ask.
+    let out = on_node(&["ysqueue"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("gpu10 is a node of the pool"),
+        "{}",
+        stderr(&out)
+    );
+    // With ysnoded down the submission waits in the node's spool, and
+    // goes when it is back.
+    p.agents[0].kill();
+    let out = on_node(&["ysbatch", "--parsable", "-G", "1", script.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).starts_with("queued for the daemon: job-"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stderr(&out).contains("ysnoded is not running"),
+        "{}",
+        stderr(&out)
+    );
+    p.agents[0].start(&[]);
+    // Refusals take no id: it is the next.
+    let later = id + 1;
+    assert_eq!(p.controller.wait_done(later, LONG), "COMPLETED");
+    assert_eq!(p.controller.field(later, "User"), user.name);
+    let _ = &p.net;
+}
