@@ -124,10 +124,15 @@ pub enum Control {
     Drain {
         gpus: Vec<u32>,
         reason: String,
+        /// The node they are on (`None`: the controller's own server).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node: Option<String>,
     },
     /// Put drained GPUs back in service (admins).
     Undrain {
         gpus: Vec<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node: Option<String>,
     },
     /// Take a node out of service (admins): no job starts there; jobs
     /// running there finish first.

@@ -58,13 +58,13 @@ pub enum Command {
     },
     /// Let suspended jobs run on, or with `gpu`, put drained GPUs back in service (admins)
     Resume {
-        /// Job ids, or `gpu` and GPU indices (yscontrol resume gpu 2)
+        /// Job ids, or `gpu` and GPU indices (yscontrol resume gpu 2, or gpu gpu02:1)
         #[arg(value_name = "JOBID|gpu GPU", required = true)]
         jobs: Vec<String>,
     },
     /// Take GPUs out of service (admins): no job starts on them; jobs there finish first
     Drain {
-        /// GPU indices, as ysinfo shows them (2, or 2,3)
+        /// GPU indices, as ysinfo shows them (2, or 2,3); on a pool's other node NODE:GPU (gpu02:1,3)
         #[arg(value_name = "GPU", required = true)]
         gpus: Vec<String>,
         /// Why, for ysinfo and the audit log
@@ -180,12 +180,8 @@ pub fn run(args: Args) -> CliResult {
             },
         ),
         Command::Resume { jobs } if jobs.first().is_some_and(|w| w.eq_ignore_ascii_case("gpu")) => {
-            control(
-                &config,
-                Control::Undrain {
-                    gpus: parse_gpus(&jobs[1..])?,
-                },
-            )
+            let (node, gpus) = parse_gpus(&jobs[1..])?;
+            control(&config, Control::Undrain { gpus, node })
         }
         Command::Resume { jobs } => control(
             &config,
@@ -275,13 +271,8 @@ fn one_line_reason(reason: &str) -> Result<String, CliError> {
 /// `yscontrol drain GPU... --reason WHY`.
 fn drain(config: &crate::config::Config, gpus: &[String], reason: &str) -> CliResult {
     let reason = one_line_reason(reason)?;
-    control(
-        config,
-        Control::Drain {
-            gpus: parse_gpus(gpus)?,
-            reason,
-        },
-    )
+    let (node, gpus) = parse_gpus(gpus)?;
+    control(config, Control::Drain { gpus, reason, node })
 }
 
 /// `yscontrol show audit`: the last actions, oldest first.
@@ -483,19 +474,36 @@ fn show_job(view: &JobView, now: i64) -> String {
 }
 
 /// GPU indices: `2`, `2,3`, `2 3`.
-fn parse_gpus(words: &[String]) -> Result<Vec<u32>, CliError> {
-    let gpus: Vec<u32> = super::split_list(words)
-        .iter()
-        .map(|w| {
-            w.parse::<u32>().map_err(|_| {
-                CliError::usage(format!("'{w}' is not a GPU index (ysinfo lists them)"))
-            })
-        })
-        .collect::<Result<_, _>>()?;
+fn parse_gpus(words: &[String]) -> Result<(Option<String>, Vec<u32>), CliError> {
+    let mut node: Option<String> = None;
+    let mut gpus: Vec<u32> = Vec::new();
+    for word in super::split_list(words) {
+        let index = match word.split_once(':') {
+            Some((name, index)) => {
+                // The node comes first and once: gpu02:2,3.
+                if node.as_deref().is_some_and(|n| n != name)
+                    || (node.is_none() && !gpus.is_empty())
+                {
+                    return Err(CliError::usage(
+                        "GPUs of one node at a time, the node first: NODE:GPU,GPU (gpu02:2,3)",
+                    ));
+                }
+                node = Some(name.to_string());
+                index.to_string()
+            }
+            None => word.clone(),
+        };
+        let index = index.parse::<u32>().map_err(|_| {
+            CliError::usage(format!(
+                "'{word}' is not a GPU: give its index (2), or its node and index (gpu02:2), as ysinfo lists them"
+            ))
+        })?;
+        gpus.push(index);
+    }
     if gpus.is_empty() {
         return Err(CliError::usage("name the GPUs, by index"));
     }
-    Ok(gpus)
+    Ok((node, gpus))
 }
 
 /// `scontrol show node`'s shape: the node, then a line per GPU.

@@ -92,12 +92,14 @@ impl Daemon {
                 self.suspend_or_resume(&ids, &who, false, now)
                     .map(|r| with_outcomes(r, unknown))
             }
-            Control::Drain { gpus, reason } => Ok(self.drain(&gpus, Some(reason), &who, now)?),
+            Control::Drain { gpus, reason, node } => {
+                Ok(self.drain(node, &gpus, Some(reason), &who, now)?)
+            }
             Control::NodeDrain { node, reason } => self.drain_node(&node, Some(reason), &who, now),
             Control::NodeResume { node } => self.drain_node(&node, None, &who, now),
             Control::NodeAdd { node } => self.add_node(&node, &who, now),
             Control::NodeRemove { node } => self.remove_node(&node, &who, now),
-            Control::Undrain { gpus } => Ok(self.drain(&gpus, None, &who, now)?),
+            Control::Undrain { gpus, node } => Ok(self.drain(node, &gpus, None, &who, now)?),
             Control::Reload => {
                 Ok(if who.admin {
                     match self.reload(Some(user)) {
@@ -118,9 +120,11 @@ impl Daemon {
         }
     }
 
-    /// Drains GPUs (`reason` given) or puts them back in service (admins).
+    /// Drains GPUs of `node` (the controller's own server when `None`) or,
+    /// without a `reason`, puts them back in service (admins).
     fn drain(
         &mut self,
+        node: Option<String>,
         gpus: &[u32],
         reason: Option<String>,
         who: &Requester,
@@ -130,68 +134,18 @@ impl Daemon {
         if let Some(refused) = admins_only(who, &format!("{verb} GPUs")) {
             return Ok(refused);
         }
-        // GPUs are drained on the controller's own server; a pool's other
-        // nodes are drained whole (`yscontrol node drain`).
-        let count = self
-            .nodes
-            .local()
-            .map_or(0, |n| n.facts().inventory.gpus.len() as u32);
-        if let Some(bad) = gpus.iter().find(|&&g| g >= count) {
-            return Ok(Reply::Rejected {
-                error: format!(
-                    "GPU {bad} does not exist: this server has GPUs 0 to {}",
-                    count.saturating_sub(1)
-                ),
-            });
-        }
-        if gpus.is_empty() {
-            return Ok(Reply::Rejected {
-                error: format!("name the GPUs to {verb}"),
-            });
-        }
+        let node = match self.gpus_named(node, gpus, verb) {
+            Ok(node) => node,
+            Err(refused) => return Ok(refused),
+        };
         let mut lines = Vec::new();
         for &gpu in gpus {
-            let holders: Vec<String> = self
-                .jobs
-                .all()
-                .filter(|j| j.state.holds_gpus() && j.gpus_alloc.contains(&gpu))
-                .map(|j| j.display_id())
-                .collect();
-            match &reason {
-                Some(reason) => {
-                    let drain = crate::report::node::Drain {
-                        reason: reason.clone(),
-                        by: who.user.to_string(),
-                        since: now,
-                    };
-                    db::set_drain(self.tx()?, gpu, &drain)?;
-                    self.policy.drains.insert(gpu, drain);
-                    lines.push(if holders.is_empty() {
-                        format!("GPU {gpu} drained: {reason}")
-                    } else {
-                        format!(
-                            "GPU {gpu} draining: {reason}; job {} runs on there until it ends",
-                            holders.join(", ")
-                        )
-                    });
-                    self.audit(
-                        now,
-                        who.user,
-                        "drain",
-                        None,
-                        &format!("GPU {gpu}: {reason}"),
-                    )?;
-                }
-                None => {
-                    if db::clear_drain(self.tx()?, gpu)? {
-                        self.policy.drains.remove(&gpu);
-                        lines.push(format!("GPU {gpu} back in service"));
-                        self.audit(now, who.user, "resume-gpu", None, &format!("GPU {gpu}"))?;
-                    } else {
-                        lines.push(format!("GPU {gpu} was not drained"));
-                    }
-                }
-            }
+            let key = (node.clone(), gpu);
+            let line = match &reason {
+                Some(reason) => self.drain_gpu(key, reason, who.user, now)?,
+                None => self.resume_gpu(key, who.user, now)?,
+            };
+            lines.push(line);
         }
         self.reschedule = true;
         self.snapshot = None;
@@ -199,6 +153,110 @@ impl Daemon {
             outcomes: Vec::new(),
             message: Some(lines.join("\n")),
         })
+    }
+
+    /// The node whose GPUs a drain names, once they are known to exist;
+    /// else the refusal.
+    fn gpus_named(&self, node: Option<String>, gpus: &[u32], verb: &str) -> Result<String, Reply> {
+        let refuse = |error: String| Reply::Rejected { error };
+        let node = match node.or_else(|| self.nodes.local().map(|l| l.name().to_string())) {
+            Some(name) => name,
+            None => {
+                return Err(refuse(format!(
+                    "this controller has no GPUs of its own: name the node, as NODE:GPU (yscontrol {verb} gpu02:1)"
+                )))
+            }
+        };
+        let Some(named) = self.nodes.named(&node) else {
+            return Err(refuse(format!(
+                "no node {node} is in the pool (ysinfo -N lists them)"
+            )));
+        };
+        let count = named.facts().inventory.gpus.len() as u32;
+        let server = if self.is_only_server(&node) {
+            "this server".to_string()
+        } else {
+            node.clone()
+        };
+        if let Some(bad) = gpus.iter().find(|&&g| g >= count) {
+            return Err(refuse(match count {
+                0 => format!("GPU {bad} does not exist: {server} has no GPUs"),
+                _ => format!(
+                    "GPU {bad} does not exist: {server} has GPUs 0 to {}",
+                    count - 1
+                ),
+            }));
+        }
+        if gpus.is_empty() {
+            return Err(refuse(format!("name the GPUs to {verb}")));
+        }
+        Ok(node)
+    }
+
+    /// Takes one GPU out of service; a job on it runs to its end.
+    fn drain_gpu(
+        &mut self,
+        key: crate::db::DrainKey,
+        reason: &str,
+        by: &str,
+        now: i64,
+    ) -> Result<String, DaemonError> {
+        let (node, gpu) = key.clone();
+        let holders: Vec<String> = self
+            .jobs
+            .all()
+            .filter(|j| j.state.holds_gpus() && j.node.as_deref() == Some(node.as_str()))
+            .filter(|j| j.gpus_alloc.contains(&gpu))
+            .map(|j| j.display_id())
+            .collect();
+        let drain = crate::report::node::Drain {
+            reason: reason.to_string(),
+            by: by.to_string(),
+            since: now,
+        };
+        db::set_drain(self.tx()?, &key, &drain)?;
+        self.policy.drains.insert(key, drain);
+        let of = self.gpu_of(&node, gpu);
+        self.audit(now, by, "drain", None, &format!("{of}: {reason}"))?;
+        Ok(if holders.is_empty() {
+            format!("{of} drained: {reason}")
+        } else {
+            format!(
+                "{of} draining: {reason}; job {} runs on there until it ends",
+                holders.join(", ")
+            )
+        })
+    }
+
+    /// Puts one GPU back in service.
+    fn resume_gpu(
+        &mut self,
+        key: crate::db::DrainKey,
+        by: &str,
+        now: i64,
+    ) -> Result<String, DaemonError> {
+        let of = self.gpu_of(&key.0, key.1);
+        if !db::clear_drain(self.tx()?, &key)? {
+            return Ok(format!("{of} was not drained"));
+        }
+        self.policy.drains.remove(&key);
+        self.audit(now, by, "resume-gpu", None, &of)?;
+        Ok(format!("{of} back in service"))
+    }
+
+    /// How a GPU is named to people: `GPU 2` on a single server, `GPU 2
+    /// of gpu02` in a pool.
+    fn gpu_of(&self, node: &str, gpu: u32) -> String {
+        if self.is_only_server(node) {
+            format!("GPU {gpu}")
+        } else {
+            format!("GPU {gpu} of {node}")
+        }
+    }
+
+    /// Whether `node` is the controller's own server and there is no other.
+    fn is_only_server(&self, node: &str) -> bool {
+        self.nodes.layout().is_single() && self.nodes.local().is_some_and(|l| l.name() == node)
     }
 
     /// The jobs the references name: an array's id names its active tasks

@@ -147,7 +147,8 @@ impl Daemon {
             .filter(|g| !layout.nodes[g.node as usize].open)
             .map(|g| g.index)
             .collect();
-        idle.retain(|g| !self.policy.drains.contains_key(g) && !closed.contains(g));
+        let drained = self.drained_pool_gpus();
+        idle.retain(|g| !drained.contains(g) && !closed.contains(g));
         self.stats.idle_while_waiting = idle.len();
         let owed = self.stats.idle_watch.observe(now, idle, flush);
         if !owed.is_empty() {
@@ -189,7 +190,7 @@ impl Daemon {
             last_pass_seconds: self.stats.last_pass_seconds,
             preemptions_total: self.stats.preemptions_total,
             budget_left: &budget_left,
-            drained: &self.policy.drains.keys().copied().collect::<Vec<_>>(),
+            drained: &self.drained_pool_gpus(),
             requests_total: self.stats.requests_total,
             ingest_seconds_sum: self.stats.ingest_seconds_sum,
             idle_while_waiting: self.stats.idle_while_waiting,

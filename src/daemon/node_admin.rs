@@ -75,6 +75,34 @@ impl Daemon {
     }
 
     /// At start: the drains recorded for the nodes there are.
+    /// The drained GPUs as recorded; those recorded before the pool
+    /// (node '') are the controller's own server's.
+    pub(super) fn load_gpu_drains(&mut self) -> Result<(), DaemonError> {
+        let local = self.config.node_name.clone();
+        self.policy.drains = db::drains(&self.store.db)?
+            .into_iter()
+            .map(|((node, gpu), d)| {
+                let node = if node.is_empty() { local.clone() } else { node };
+                ((node, gpu), d)
+            })
+            .collect();
+        Ok(())
+    }
+
+    /// The drained GPUs of the nodes in the pool now, in pool numbers
+    /// (what the scheduling pass and the metrics count).
+    pub(super) fn drained_pool_gpus(&self) -> Vec<u32> {
+        let layout = self.nodes.layout();
+        self.policy
+            .drains
+            .keys()
+            .filter_map(|(node, gpu)| {
+                let room = &layout.nodes[layout.slot(node)?];
+                (*gpu < room.gpu_count).then_some(room.first_gpu + gpu)
+            })
+            .collect()
+    }
+
     pub(super) fn load_node_drains(&mut self) -> Result<(), DaemonError> {
         for (name, drain) in db::node_drains(&self.store.db)? {
             tracing::warn!(

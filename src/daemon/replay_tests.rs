@@ -212,7 +212,8 @@ fn through_the_daemon(
                 by: "root".into(),
                 since: now,
             };
-            h.daemon.policy.drains.insert(d.gpu, drain);
+            let node = h.daemon.config.node_name.clone();
+            h.daemon.policy.drains.insert((node, d.gpu), drain);
             h.daemon.reschedule = true;
         }
         while let Some(&(submit, run, gpus, account, qos, dependency)) =

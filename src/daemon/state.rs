@@ -254,7 +254,8 @@ pub(super) struct PolicyState {
     pub(super) order: Vec<JobId>,
     pub(super) wake_at: Option<i64>,
     /// GPUs out of service (yscontrol drain), as the database has them.
-    pub(super) drains: BTreeMap<u32, crate::report::node::Drain>,
+    /// Drained GPUs: (node, its GPU number).
+    pub(super) drains: BTreeMap<crate::db::DrainKey, crate::report::node::Drain>,
 }
 
 /// What a turn leaves to do after its commit.

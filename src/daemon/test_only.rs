@@ -74,7 +74,7 @@ impl Daemon {
         let mut jobs: Vec<Job> = self.jobs.all().map(Job::clone).collect();
         jobs.push(job);
         let usage = self.usage_with_running(now);
-        let drained: Vec<u32> = self.policy.drains.keys().copied().collect();
+        let drained = self.drained_pool_gpus();
         let ctx = forecast::Context {
             layout: self.nodes.layout(),
             drained: &drained,

@@ -63,10 +63,10 @@ impl Daemon {
         self.policy.usage = db::load_usage(&self.store.db)?.into_iter().collect();
         self.stats.preemptions_total = db::count_audit(&self.store.db, "preempt")?;
         self.load_budgets(self.now())?;
-        self.policy.drains = db::drains(&self.store.db)?;
+        self.load_gpu_drains()?;
         self.load_node_drains()?;
-        for (gpu, d) in &self.policy.drains {
-            tracing::warn!(target: "ysched::daemon", "GPU {gpu} is drained since {} by {}: {}", crate::model::units::format_timestamp(d.since), d.by, d.reason);
+        for ((node, gpu), d) in &self.policy.drains {
+            tracing::warn!(target: "ysched::daemon", "GPU {gpu} of {node} is drained since {} by {}: {}", crate::model::units::format_timestamp(d.since), d.by, d.reason);
         }
         let (jobs, unreadable) = db::active_jobs(&self.store.db)?;
         for job in jobs {
@@ -431,7 +431,7 @@ impl Daemon {
         }
         self.policy.usage = db::load_usage(&self.store.db)?.into_iter().collect();
         self.load_budgets(now)?;
-        self.policy.drains = db::drains(&self.store.db)?;
+        self.load_gpu_drains()?;
         self.load_node_drains()?;
         self.policy.ended.clear();
         self.policy.pass_tree = None;
@@ -586,7 +586,7 @@ impl Daemon {
         let named = self.dependency_states()?;
         let usage = self.usage_with_running(now);
         let checkpoints = self.checkpoint_times();
-        let drained: Vec<u32> = self.policy.drains.keys().copied().collect();
+        let drained = self.drained_pool_gpus();
         let jobs: Vec<&Job> = self.jobs.all().collect();
         let state = sched::pass::State {
             jobs: &jobs,
@@ -737,15 +737,12 @@ impl Daemon {
         snapshot
     }
 
-    /// Each node's side of the node view: the controller's own with its
-    /// GPU drains and samples.
+    /// Each node's side of the node view, with its GPU drains and samples.
     fn node_facts(&self) -> Vec<query::NodeFacts> {
-        let local = self.nodes.local().map(|n| n.name().to_string());
         self.nodes
             .iter()
             .map(|node| {
                 let facts = node.facts();
-                let is_local = local.as_deref() == Some(node.name());
                 query::NodeFacts {
                     name: facts.name.clone(),
                     drain: node
@@ -758,11 +755,13 @@ impl Daemon {
                     isolation: facts.isolation.description.clone(),
                     gpu_source: facts.inventory.source.to_string(),
                     gpus: facts.inventory.gpus.clone(),
-                    drains: if is_local {
-                        self.policy.drains.clone()
-                    } else {
-                        Default::default()
-                    },
+                    drains: self
+                        .policy
+                        .drains
+                        .iter()
+                        .filter(|((n, _), _)| n == node.name())
+                        .map(|((_, gpu), d)| (*gpu, d.clone()))
+                        .collect(),
                     samples: node.samples.clone(),
                 }
             })

@@ -236,4 +236,20 @@ CREATE TABLE preemptions (
 );
 CREATE INDEX preemptions_at ON preemptions (at);
 "#,
+    // 16: GPU drains on any node of a pool: (node, GPU). Drains recorded
+    // before are the controller's own server's (node '').
+    r#"
+CREATE TABLE gpu_drains_by_node (
+    node    TEXT    NOT NULL,
+    gpu     INTEGER NOT NULL,
+    reason  TEXT    NOT NULL,
+    by      TEXT    NOT NULL,
+    since   INTEGER NOT NULL,
+    PRIMARY KEY (node, gpu)
+) WITHOUT ROWID;
+INSERT INTO gpu_drains_by_node (node, gpu, reason, by, since)
+    SELECT '', gpu, reason, by, since FROM gpu_drains;
+DROP TABLE gpu_drains;
+ALTER TABLE gpu_drains_by_node RENAME TO gpu_drains;
+"#,
 ];

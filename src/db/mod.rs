@@ -656,36 +656,40 @@ pub fn gpu_hours(
 
 use crate::report::node::Drain;
 
+/// A drained GPU: its node (empty for the controller's own server, as
+/// drains were recorded before the pool) and its number there.
+pub type DrainKey = (String, u32);
+
 /// The drained GPUs.
-pub fn drains(conn: &Connection) -> Result<std::collections::BTreeMap<u32, Drain>, DbError> {
-    let mut stmt = conn.prepare_cached("SELECT gpu, reason, by, since FROM gpu_drains")?;
+pub fn drains(conn: &Connection) -> Result<std::collections::BTreeMap<DrainKey, Drain>, DbError> {
+    let mut stmt = conn.prepare_cached("SELECT node, gpu, reason, by, since FROM gpu_drains")?;
     let rows = stmt.query_map([], |r| {
         Ok((
-            r.get(0)?,
+            (r.get(0)?, r.get(1)?),
             Drain {
-                reason: r.get(1)?,
-                by: r.get(2)?,
-                since: r.get(3)?,
+                reason: r.get(2)?,
+                by: r.get(3)?,
+                since: r.get(4)?,
             },
         ))
     })?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-pub fn set_drain(conn: &Connection, gpu: u32, drain: &Drain) -> Result<(), DbError> {
+pub fn set_drain(conn: &Connection, (node, gpu): &DrainKey, drain: &Drain) -> Result<(), DbError> {
     conn.prepare_cached(
-        "INSERT INTO gpu_drains (gpu, reason, by, since) VALUES (?1, ?2, ?3, ?4) \
-         ON CONFLICT (gpu) DO UPDATE SET reason = excluded.reason, by = excluded.by",
+        "INSERT INTO gpu_drains (node, gpu, reason, by, since) VALUES (?1, ?2, ?3, ?4, ?5) \
+         ON CONFLICT (node, gpu) DO UPDATE SET reason = excluded.reason, by = excluded.by",
     )?
-    .execute(params![gpu, drain.reason, drain.by, drain.since])?;
+    .execute(params![node, gpu, drain.reason, drain.by, drain.since])?;
     Ok(())
 }
 
 /// Whether the GPU was drained.
-pub fn clear_drain(conn: &Connection, gpu: u32) -> Result<bool, DbError> {
+pub fn clear_drain(conn: &Connection, (node, gpu): &DrainKey) -> Result<bool, DbError> {
     Ok(conn
-        .prepare_cached("DELETE FROM gpu_drains WHERE gpu = ?1")?
-        .execute([gpu])?
+        .prepare_cached("DELETE FROM gpu_drains WHERE node = ?1 AND gpu = ?2")?
+        .execute(params![node, gpu])?
         > 0)
 }
 
@@ -1368,6 +1372,37 @@ mod tests {
         let old = job(&conn, 1).unwrap();
         assert_eq!(old.name, "old");
         assert_eq!(old.max_rss_bytes, None, "new columns start empty");
+    }
+
+    #[test]
+    fn gpu_drains_of_before_the_pool_are_the_controllers_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            for sql in &MIGRATIONS[..15] {
+                conn.execute_batch(sql).unwrap();
+            }
+            conn.pragma_update(None, "user_version", 15).unwrap();
+            conn.execute(
+                "INSERT INTO gpu_drains (gpu, reason, by, since) VALUES (2, 'ECC', 'root', 7)",
+                [],
+            )
+            .unwrap();
+        }
+        let conn = open(&path).unwrap();
+        let drains = drains(&conn).unwrap();
+        let old = &drains[&(String::new(), 2)];
+        assert_eq!((old.reason.as_str(), old.since), ("ECC", 7));
+        let remote = ("gpu02".to_string(), 2);
+        set_drain(&conn, &remote, old).unwrap();
+        assert_eq!(
+            super::drains(&conn).unwrap().len(),
+            2,
+            "same GPU, two nodes"
+        );
+        assert!(clear_drain(&conn, &remote).unwrap());
+        assert!(!clear_drain(&conn, &remote).unwrap());
     }
 
     #[test]

@@ -709,6 +709,7 @@ fn nodes_are_drained_resumed_and_removed_at_run_time() {
     }
     assert!(p.agents[1].log_text().contains("was removed from the pool"));
     assert_eq!(p.node_states().trim(), "gpu10 idle");
+    gpus_of_a_node_are_drained_one_by_one(&mut p);
     // Unknown names: a clear error.
     let unknown = p
         .controller
@@ -722,6 +723,46 @@ fn nodes_are_drained_resumed_and_removed_at_run_time() {
         "{}",
         stderr(&bad)
     );
+}
+
+/// One GPU of gpu10 (2 GPUs) out of service: a 2-GPU job waits for it,
+/// a 1-GPU job runs on the other; the drain outlives a controller
+/// restart; back in service, the 2-GPU job runs.
+fn gpus_of_a_node_are_drained_one_by_one(p: &mut Pool) {
+    let out = p
+        .controller
+        .run("yscontrol", &["drain", "gpu10:1", "--reason", "ECC errors"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("GPU 1 of gpu10 drained: ECC errors"),
+        "{}",
+        stdout(&out)
+    );
+    p.controller.stop();
+    p.controller.start();
+    p.wait_states(&[(0, "idle")]);
+    let c = &p.controller;
+    let info = stdout(&c.run("ysinfo", &[]));
+    assert!(info.contains("ECC errors"), "{info}");
+    let two = c.submit(&["-G", "2", "--wrap", "true"]);
+    let one = c.submit(&["-G", "1", "--wrap", "echo $CUDA_VISIBLE_DEVICES"]);
+    assert_eq!(c.wait_done(one, LONG), "COMPLETED");
+    assert_eq!(c.output_of(one).trim(), "0", "GPU 1 is drained");
+    assert_eq!(c.state(two), "PENDING");
+    let bad = c.run("yscontrol", &["drain", "gpu10:7", "--reason", "x"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(
+        stderr(&bad).contains("GPU 7 does not exist: gpu10 has GPUs 0 to 1"),
+        "{}",
+        stderr(&bad)
+    );
+    let out = c.run("yscontrol", &["resume", "gpu", "gpu10:1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(c.wait_done(two, LONG), "COMPLETED");
+    // A pure controller has no GPUs of its own: the node must be named.
+    let bare = c.run("yscontrol", &["drain", "1", "--reason", "x"]);
+    assert_eq!(bare.status.code(), Some(1));
+    assert!(stderr(&bare).contains("name the node"), "{}", stderr(&bare));
 }
 
 #[test]
