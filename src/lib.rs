@@ -19,4 +19,5 @@ pub mod sched;
 pub mod script;
 pub mod sim;
 pub mod spool;
+pub mod token;
 pub mod validate;

@@ -18,6 +18,10 @@ pub const PROTOCOL_VERSION: u32 = 1;
 pub struct Envelope {
     pub version: u32,
     pub request: Request,
+    /// The sender's signed token (`SLURM_JWT`), where its identity must
+    /// be proven beyond the kernel's word: on a pool's node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
 }
 
 impl Envelope {
@@ -25,6 +29,7 @@ impl Envelope {
         Envelope {
             version: PROTOCOL_VERSION,
             request,
+            token: None,
         }
     }
 }
@@ -143,6 +148,14 @@ pub enum Control {
     /// Put a drained node back in service (admins).
     NodeResume {
         node: String,
+    },
+    /// A signed token for the sender (`ystoken`, `scontrol token`), or
+    /// for `user` (admins: service accounts), lasting `lifespan` seconds.
+    Token {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lifespan: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        user: Option<String>,
     },
     /// Let a server join the pool (admins): the answer is the line to run
     /// there, with a one-time token.
@@ -325,6 +338,12 @@ pub enum Reply {
     },
     /// `ysbatch --test-only`: what would happen; nothing was stored.
     TestOnly(Box<TestOnly>),
+    /// A signed token: who it names and until when.
+    Token {
+        token: String,
+        user: String,
+        expires: i64,
+    },
     /// The request as a whole was refused.
     Rejected {
         error: String,

@@ -21,7 +21,7 @@ pkg=$stage/ysched
 install -d "$pkg/DEBIAN" "$pkg/usr/bin" "$pkg/usr/sbin" "$pkg/usr/lib/ysched/slurm-compat" \
     "$pkg/etc/ysched" "$pkg/lib/systemd/system" "$pkg/usr/lib/tmpfiles.d" \
     "$pkg/usr/share/doc/ysched" "$pkg/usr/share/man/man1" "$pkg/usr/share/man/man5" "$pkg/usr/share/man/man8"
-for b in ysbatch ysqueue yscancel ysacct yscontrol ysshare ysreport ysinfo ysched-slurm; do
+for b in ysbatch ysqueue yscancel ysacct yscontrol ysshare ysreport ysinfo ystoken ysched-slurm; do
     install -m 755 "$bin/$b" "$pkg/usr/bin/"
 done
 install -m 755 "$bin/ysctld" "$bin/ysstepd" "$bin/ysnoded" "$pkg/usr/sbin/"
@@ -84,7 +84,7 @@ Description: Slurm-style GPU batch scheduler for teams sharing GPU servers
  as its user, charges GPU-hours to accounts with fair-share, enforces quotas
  and budgets, and preempts lower-priority jobs with a grace for checkpoints.
  Commands: ysbatch, ysqueue, yscancel, ysacct, yscontrol, ysshare, ysreport,
- ysinfo, and Slurm's sbatch, squeue, ... in /usr/lib/ysched/slurm-compat.
+ ysinfo, ystoken, and Slurm's sbatch, squeue, ... in /usr/lib/ysched/slurm-compat.
  Several servers form one pool: ysctld on one, ysnoded on each of the others.
 CONTROL
 cat > "$pkg/DEBIAN/postinst" <<'POSTINST'

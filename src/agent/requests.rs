@@ -126,6 +126,7 @@ impl Requests {
                         uid,
                         user,
                         request,
+                        token: envelope.token,
                     })
                 }
                 other => {

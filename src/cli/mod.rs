@@ -14,6 +14,7 @@ pub mod ysnoded;
 pub mod ysqueue;
 pub mod ysreport;
 pub mod ysshare;
+pub mod ystoken;
 
 use std::io::Write;
 use std::process::ExitCode;

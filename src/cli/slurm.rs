@@ -333,15 +333,40 @@ fn scontrol(args: ScontrolArgs) -> CliResult {
         ["resume", _, ..] => C::Resume { jobs: rest(1) },
         ["update", _, ..] => C::Update { words: rest(1) },
         ["reconfigure"] => C::Reload,
+        ["token", ..] => return token(&words[1..]),
         _ => {
             return Err(CliError::failed(format!(
             "'{}' is not supported by ysched's scontrol (it knows show job/node/config/partition, \
-                 requeue, hold, release, suspend, resume, update, ping, reconfigure)",
+                 requeue, hold, release, suspend, resume, update, ping, reconfigure, token)",
             words.join(" ")
         )))
         }
     };
     super::yscontrol::run(Y { command })
+}
+
+/// `scontrol token [lifespan=SECONDS] [username=USER]`: `SLURM_JWT=...`.
+fn token(words: &[String]) -> CliResult {
+    let mut args = super::ystoken::Args {
+        lifespan: None,
+        user: None,
+    };
+    for word in words {
+        match word.split_once('=') {
+            Some((key, value)) if key.eq_ignore_ascii_case("lifespan") => {
+                args.lifespan = Some(value.to_string())
+            }
+            Some((key, value)) if key.eq_ignore_ascii_case("username") => {
+                args.user = Some(value.to_string())
+            }
+            _ => {
+                return Err(CliError::failed(format!(
+                    "scontrol token: '{word}' is not lifespan=SECONDS or username=USER"
+                )))
+            }
+        }
+    }
+    super::ystoken::run(args)
 }
 
 /// `scontrol ping`: whether the controller answers.

@@ -144,10 +144,14 @@ pub fn run(args: Args) -> CliResult {
     } else {
         Durability::Now
     };
-    let sent = spool.send(
-        &Envelope::new(Request::Submit(Box::new(request))),
-        durability,
-    )?;
+    // A token is a credential: it proves who submits on a pool's node,
+    // and goes into no job's environment.
+    let token = take_token(&mut request);
+    let mut envelope = Envelope::new(Request::Submit(Box::new(request)));
+    if on_node {
+        envelope.token = token;
+    }
+    let sent = spool.send(&envelope, durability)?;
     let daemon = if on_node { "ysnoded" } else { "ysctld" };
     if state == DaemonState::Stopped {
         return queued_for_daemon(sent.name(), &format!("{daemon} is not running"), parsable);
@@ -159,6 +163,16 @@ pub fn run(args: Args) -> CliResult {
         json: args.json,
     };
     answer(sent, &shown)
+}
+
+/// The sender's token (`SLURM_JWT`, as Slurm's clients set it), taken
+/// out of the job's environment.
+fn take_token(request: &mut crate::model::job::JobRequest) -> Option<String> {
+    let at = request
+        .environment
+        .iter()
+        .position(|(k, _)| k == "SLURM_JWT")?;
+    Some(request.environment.remove(at).1).filter(|t| !t.trim().is_empty())
 }
 
 /// How the answer is shown, and whose it is.

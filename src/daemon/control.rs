@@ -98,6 +98,7 @@ impl Daemon {
             Control::NodeDrain { node, reason } => self.drain_node(&node, Some(reason), &who, now),
             Control::NodeResume { node } => self.drain_node(&node, None, &who, now),
             Control::NodeAdd { node } => self.add_node(&node, &who, now),
+            Control::Token { lifespan, user } => self.make_token(lifespan, user, &who, now),
             Control::NodeRemove { node } => self.remove_node(&node, &who, now),
             Control::Undrain { gpus, node } => Ok(self.drain(node, &gpus, None, &who, now)?),
             Control::Reload => {

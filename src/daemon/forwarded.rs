@@ -1,9 +1,11 @@
 //! Submissions made on a pool's node (`ysbatch` there), which its agent
 //! forwards with the sender's uid and name, as the node's kernel reported
-//! them: the controller trusts a certified node for who its users are, as
-//! Slurm trusts its nodes' munge credentials. The user must be the same
-//! here (name and uid); the submission is then judged and recorded as one
-//! made here, once per request name, and answered after the commit.
+//! them, and the sender's signed token. The node's word is not enough:
+//! root there could claim anyone, and root on one node gains nothing on
+//! another. The token, which only the controller signs and only the user
+//! holds, must name the same user, who must be the same user here (name
+//! and uid); the submission is then judged and recorded as one made here,
+//! once per request name, and answered after the commit.
 
 use crate::db;
 use crate::model::job::JobRequest;
@@ -14,23 +16,50 @@ use crate::spool::Ownership;
 use super::error::DaemonError;
 use super::state::{Daemon, Requester};
 
+/// Who a node says sent a submission, and the sender's own proof.
+pub(super) struct Sender<'a> {
+    pub(super) uid: u32,
+    pub(super) user: &'a str,
+    pub(super) token: Option<&'a str>,
+}
+
 impl Daemon {
     /// Takes in request `name`, a submission node `node` forwarded.
     pub(super) fn node_submit(
         &mut self,
         node: &str,
         name: String,
-        (uid, user): (u32, &str),
+        sender: &Sender,
         request: JobRequest,
         now: i64,
     ) -> Result<(), DaemonError> {
-        let reply = self.forwarded_reply(node, &name, (uid, user), request, now)?;
+        let reply = match self.proven(node, sender, now) {
+            Some(refusal) => refusal,
+            None => self.forwarded_reply(node, &name, (sender.uid, sender.user), request, now)?,
+        };
         let requester = Requester::Node {
             node: node.to_string(),
             name,
         };
         self.turn.replies.push((requester, reply));
         Ok(())
+    }
+
+    /// The refusal of a sender whose token does not prove it is the user
+    /// the node names, if it does not.
+    fn proven(&self, node: &str, sender: &Sender, now: i64) -> Option<Reply> {
+        let how = "run ystoken on the controller (or scontrol token there) and export the SLURM_JWT=... it prints, then ysbatch again";
+        let why = match sender.token.map(|t| self.check_token(t, now)) {
+            None => format!("a submission made on node {node} needs your token: {how}"),
+            Some(Ok(claims)) if claims.sun == sender.user => return None,
+            Some(Ok(claims)) => format!(
+                "the token is {}'s, not {}'s: {how}",
+                claims.sun, sender.user
+            ),
+            Some(Err(e)) => format!("{e}: {how}"),
+        };
+        tracing::warn!(target: "ysched::pool", "a submission from node {node} as {} refused: {why}", sender.user);
+        Some(Reply::Rejected { error: why })
     }
 
     fn forwarded_reply(

@@ -31,6 +31,7 @@ mod state;
 mod stops;
 mod submit;
 mod test_only;
+mod tokens;
 mod turn;
 mod users;
 

@@ -277,7 +277,15 @@ impl Daemon {
                 uid,
                 user,
                 request: job,
-            } => self.node_submit(name, request, (uid, &user), *job, now)?,
+                token,
+            } => {
+                let sender = super::forwarded::Sender {
+                    uid,
+                    user: &user,
+                    token: token.as_deref(),
+                };
+                self.node_submit(name, request, &sender, *job, now)?
+            }
             FromNode::Join { .. } | FromNode::Hello { .. } => {}
         }
         let _ = now;

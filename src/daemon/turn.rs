@@ -558,7 +558,10 @@ impl Daemon {
                 let kind = request.kind();
                 // A join token is shown once and kept nowhere: the reply
                 // recorded (for a retry of the same request) leaves it out.
-                let secret = matches!(request, Request::Control(Control::NodeAdd { .. }));
+                let secret = matches!(
+                    request,
+                    Request::Control(Control::NodeAdd { .. } | Control::Token { .. })
+                );
                 let reply = match request {
                     Request::Submit(job) => self.submit(*job, uid, &user, now)?,
                     Request::Control(c) => self.control(c, uid, &user, now)?,
@@ -571,6 +574,9 @@ impl Daemon {
                             "the join line was shown once; yscontrol node add again for a new one"
                                 .into(),
                         ),
+                    },
+                    Reply::Token { .. } => Reply::Rejected {
+                        error: "the token was shown once; ask for a new one".into(),
                     },
                     _ => reply.clone(),
                 };

@@ -116,6 +116,10 @@ pub enum FromNode {
         uid: u32,
         user: String,
         request: Box<crate::model::job::JobRequest>,
+        /// The user's signed token: the node's word for who the user is
+        /// is not enough (root there could claim anyone).
+        #[serde(default)]
+        token: Option<String>,
     },
 }
 

@@ -83,6 +83,11 @@ impl Spool {
         fs::rename(&temp, &path)
     }
 
+    /// The controller's key for signing user tokens (root only).
+    pub fn token_key(&self) -> PathBuf {
+        self.root().join("token.key")
+    }
+
     pub fn pid_file(&self) -> PathBuf {
         self.root.join("ysctld.pid")
     }

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-pub const BINARIES: [&str; 12] = [
+pub const BINARIES: [&str; 13] = [
     "ysctld",
     "ysstepd",
     "ysbatch",
@@ -21,6 +21,7 @@ pub const BINARIES: [&str; 12] = [
     "ysinfo",
     "ysched-slurm",
     "ysnoded",
+    "ystoken",
 ];
 
 /// The binaries, hard-linked (or copied) into a directory every user can
@@ -81,6 +82,7 @@ fn built_binary(name: &str) -> PathBuf {
         "ysinfo" => env!("CARGO_BIN_EXE_ysinfo"),
         "ysched-slurm" => env!("CARGO_BIN_EXE_ysched-slurm"),
         "ysnoded" => env!("CARGO_BIN_EXE_ysnoded"),
+        "ystoken" => env!("CARGO_BIN_EXE_ystoken"),
         other => panic!("unknown binary {other}"),
     };
     PathBuf::from(path)

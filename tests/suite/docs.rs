@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 
-const PAGES: [(&str, &str); 10] = [
+const PAGES: [(&str, &str); 11] = [
     ("ysctld", "man/ysctld.8"),
     ("ysnoded", "man/ysnoded.8"),
     ("ysbatch", "man/ysbatch.1"),
@@ -19,6 +19,7 @@ const PAGES: [(&str, &str); 10] = [
     ("ysshare", "man/ysshare.1"),
     ("ysreport", "man/ysreport.1"),
     ("ysinfo", "man/ysinfo.1"),
+    ("ystoken", "man/ystoken.1"),
 ];
 
 /// Subcommands whose flags a page documents in a section of their own.

@@ -9,12 +9,13 @@ use std::path::{Path, PathBuf};
 
 /// Each top-level module's layer, lowest first; a module may use only
 /// modules of a lower layer (and its own files).
-const LAYERS: [(&str, u32); 15] = [
+const LAYERS: [(&str, u32); 16] = [
     ("model", 0),
     ("config", 1),
     ("array", 2),
     ("validate", 2),
     ("gpu", 2),
+    ("token", 2),
     ("sched", 3),
     ("script", 4),
     ("report", 4),

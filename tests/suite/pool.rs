@@ -912,23 +912,50 @@ fn ysbatch_on_a_node_submits_to_the_controller_as_its_user() {
     require_root_for_pool!();
     let mut p = Pool::new(1, "");
     let user = TestUser::create("fwd");
+    let other = TestUser::create("fwdo");
     let script = p.controller.script(
         "who.sh",
-        "#!/bin/sh\necho node=$SLURMD_NODENAME id=$(id -un)\n",
+        "#!/bin/sh\necho node=$SLURMD_NODENAME id=$(id -un) jwt=${SLURM_JWT:-none}\n",
     );
+    // The user's token, made on the controller.
+    let token_of = |name: &str| {
+        let out = p.controller.run_as(name, "ystoken", &[]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let line = stdout(&out);
+        line.trim().strip_prefix("SLURM_JWT=").unwrap().to_string()
+    };
+    let (mine, theirs) = (token_of(&user.name), token_of(&other.name));
     // The node's own config: its spool, which ysnoded watches.
     let (node_config, work) = (p.agents[0].config.clone(), p.controller.work.clone());
-    let on_node = |args: &[&str]| {
-        Command::new("runuser")
-            .args(["-u", &user.name, "--", "env"])
-            .arg(format!("YS_CONF={}", node_config.display()))
-            .arg(bin_dir().join(args[0]))
+    let on_node = |token: Option<&str>, args: &[&str]| {
+        let mut c = Command::new("runuser");
+        c.args(["-u", &user.name, "--", "env"])
+            .arg(format!("YS_CONF={}", node_config.display()));
+        if let Some(t) = token {
+            c.arg(format!("SLURM_JWT={t}"));
+        }
+        c.arg(bin_dir().join(args[0]))
             .args(&args[1..])
             .current_dir(&work)
             .output()
             .unwrap()
     };
-    let out = on_node(&["ysbatch", "--parsable", "-G", "1", script.to_str().unwrap()]);
+    let submit = ["ysbatch", "--parsable", "-G", "1", script.to_str().unwrap()];
+    // The node's word is not enough: without a token, or with another
+    // user's or a forged one, refused.
+    let refused = |token: Option<&str>, why: &str| {
+        let out = on_node(token, &submit);
+        assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+        assert!(stderr(&out).contains(why), "{}", stderr(&out));
+    };
+    refused(None, "needs your token: run ystoken on the controller");
+    refused(
+        Some(&theirs),
+        &format!("the token is {}'s, not {}'s", other.name, user.name),
+    );
+    let forged = format!("{}x", &mine[..mine.len() - 1]);
+    refused(Some(&forged), "not one this controller signed");
+    let out = on_node(Some(&mine), &submit);
     assert!(out.status.success(), "{}", stderr(&out));
     let id: u64 = stdout(&out)
         .trim()
@@ -937,23 +964,50 @@ fn ysbatch_on_a_node_submits_to_the_controller_as_its_user() {
     assert_eq!(p.controller.wait_done(id, LONG), "COMPLETED");
     assert_eq!(p.controller.field(id, "User"), user.name);
     let text = std::fs::read_to_string(p.controller.work.join(format!("ys-{id}.out"))).unwrap();
-    assert_eq!(text.trim(), format!("node=gpu10 id={}", user.name));
+    assert_eq!(
+        text.trim(),
+        format!("node=gpu10 id={} jwt=none", user.name),
+        "the token is in no job's environment"
+    );
     // Refused on the node as on the controller, with the controller's words.
-    let out = on_node(&["ysbatch", "-G", "9", "--wrap", "true"]);
+    let out = on_node(Some(&mine), &["ysbatch", "-G", "9", "--wrap", "true"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("9 GPUs"), "{}", stderr(&out));
     // What only the controller answers says where to ask.
-    let out = on_node(&["ysqueue"]);
+    let out = on_node(None, &["ysqueue"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).contains("gpu10 is a node of the pool"),
         "{}",
         stderr(&out)
     );
-    // With ysnoded down the submission waits in the node's spool, and
-    // goes when it is back.
+    submissions_wait_for_the_agent_and_tokens_are_kept_secret(&mut p, &user, &other, &mine, id);
+    let _ = &p.net;
+}
+
+/// With ysnoded down a submission on the node waits in the node's spool,
+/// and goes when it is back; tokens for others are the admins' to make,
+/// and the audit keeps none.
+fn submissions_wait_for_the_agent_and_tokens_are_kept_secret(
+    p: &mut Pool,
+    user: &TestUser,
+    other: &TestUser,
+    mine: &str,
+    id: u64,
+) {
+    let work = p.controller.work.clone();
+    let script = work.join("who.sh");
+    let node_config = p.agents[0].config.clone();
     p.agents[0].kill();
-    let out = on_node(&["ysbatch", "--parsable", "-G", "1", script.to_str().unwrap()]);
+    let out = Command::new("runuser")
+        .args(["-u", &user.name, "--", "env"])
+        .arg(format!("YS_CONF={}", node_config.display()))
+        .arg(format!("SLURM_JWT={mine}"))
+        .arg(bin_dir().join("ysbatch"))
+        .args(["--parsable", "-G", "1", script.to_str().unwrap()])
+        .current_dir(&work)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
         stdout(&out).starts_with("queued for the daemon: job-"),
@@ -970,5 +1024,21 @@ fn ysbatch_on_a_node_submits_to_the_controller_as_its_user() {
     let later = id + 1;
     assert_eq!(p.controller.wait_done(later, LONG), "COMPLETED");
     assert_eq!(p.controller.field(later, "User"), user.name);
+    // Tokens for others are the admins' to make; the audit keeps no token.
+    let out = p
+        .controller
+        .run_as(&user.name, "ystoken", &["-u", &other.name]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("permission denied"),
+        "{}",
+        stderr(&out)
+    );
+    let audit = stdout(&p.controller.run("yscontrol", &["show", "audit"]));
+    assert!(
+        audit.contains(&format!("token for {}, 1800 s", user.name)),
+        "{audit}"
+    );
+    assert!(!audit.contains(mine), "{audit}");
     let _ = &p.net;
 }

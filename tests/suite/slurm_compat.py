@@ -139,6 +139,10 @@ def main():
         sys.exit("scontrol show job")
     if "MinJobAge" not in run("scontrol", "show", "config").stdout:
         sys.exit("scontrol show config")
+    # A token, as `scontrol token` prints it: SLURM_JWT=header.claims.signature.
+    token = run("scontrol", "token", "lifespan=60").stdout.strip()
+    if not token.startswith("SLURM_JWT=") or token.count(".") != 2:
+        sys.exit("scontrol token: " + repr(token))
 
     # Unsupported or wrong: exit 1 and a message, never a silent result.
     for args in (["sbatch", "--no-such-option", "job.sh"], ["scontrol", "create", "reservation"],

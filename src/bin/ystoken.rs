@@ -1,0 +1,6 @@
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    let args = ysched::cli::ystoken::Args::parse();
+    ysched::cli::main("ystoken", || ysched::cli::ystoken::run(args))
+}
