@@ -346,7 +346,7 @@ impl Session {
     }
 
     /// Asks for a certificate for a new key once less than a third of
-    /// the current one's life is left.
+    /// the current one's life is left (at each welcome and heartbeat).
     fn renew_certificate_if_due(&mut self) {
         use rustls::pki_types::pem::PemObject;
         let Ok(der) = rustls::pki_types::CertificateDer::from_pem_slice(
@@ -357,13 +357,14 @@ impl Session {
         let Ok(subject) = crate::net::pki::subject_of(&der) else {
             return;
         };
-        let left = subject.not_after - super::runs::now();
-        if left > crate::net::pki::NODE_CERTIFICATE_DAYS * 86_400 / 3 || self.renewing.is_some() {
+        let now = super::runs::now();
+        if !subject.due_for_renewal(now) || self.renewing.is_some() {
             return;
         }
+        let left = subject.not_after - now;
         match crate::net::pki::new_request(&subject.name) {
             Ok((key_pem, request_pem)) => {
-                tracing::info!(target: "ysched::agent", "the node's certificate ends in {} days: renewing it", left / 86_400);
+                tracing::info!(target: "ysched::agent", "the node's certificate ends in {}: renewing it", humantime::format_duration(Duration::from_secs(left.max(0) as u64)));
                 self.renewing = Some(key_pem);
                 self.send(FromNode::Renew { request_pem });
             }
@@ -450,6 +451,8 @@ impl Session {
                 link.next_heartbeat = now + self.lease / 3;
             }
             self.send(heartbeat);
+            // A connection may last longer than the certificate has left.
+            self.renew_certificate_if_due();
         }
         let welcomed = self.link.as_ref().is_some_and(|l| l.welcomed);
         if let Some(reading) = self

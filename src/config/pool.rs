@@ -7,7 +7,9 @@ use toml::Spanned;
 
 use super::error::{ConfigError, Source};
 use super::raw::RawPool;
-use super::types::{Pool, DEFAULT_LEASE_SECS, DEFAULT_TOKEN_LIFETIME_SECS};
+use super::types::{
+    Pool, DEFAULT_CERTIFICATE_LIFETIME, DEFAULT_LEASE_SECS, DEFAULT_TOKEN_LIFETIME_SECS,
+};
 use super::values::parse_listen;
 
 /// The `[pool]` table, checked.
@@ -31,13 +33,39 @@ pub(super) fn pool(raw: RawPool, src: &Source) -> Result<Pool, ConfigError> {
     }
     let token_lifetime = duration(raw.token_lifetime.as_ref(), "token_lifetime", src)?
         .map_or(DEFAULT_TOKEN_LIFETIME_SECS, |d| d.as_secs().max(1));
+    let certificate_lifetime = certificate_lifetime(raw.certificate_lifetime.as_ref(), lease, src)?;
     Ok(Pool {
         listen,
         advertise: address(raw.advertise, "advertise", src)?,
         lease,
         token_lifetime_secs: token_lifetime,
+        certificate_lifetime,
         controller: address(raw.controller, "controller", src)?,
     })
+}
+
+/// How long node certificates last: at least a few leases (a node renews
+/// at a third left, between heartbeats), at most ten years.
+fn certificate_lifetime(
+    value: Option<&Spanned<String>>,
+    lease: std::time::Duration,
+    src: &Source,
+) -> Result<std::time::Duration, ConfigError> {
+    let Some(lifetime) = duration(value, "certificate_lifetime", src)? else {
+        return Ok(DEFAULT_CERTIFICATE_LIFETIME);
+    };
+    let least = (lease * 3).max(std::time::Duration::from_secs(10));
+    if lifetime < least || lifetime.as_secs() > 10 * 366 * 86_400 {
+        return Err(src.fail(
+            value.map(|v| v.span()),
+            "certificate_lifetime",
+            format!(
+                "must be from {} (three leases) to 10 years: nodes renew their certificates when a third is left",
+                humantime::format_duration(least)
+            ),
+        ));
+    }
+    Ok(lifetime)
 }
 
 /// `30s`, `1m30s`, `1h`: what humantime reads.
@@ -80,4 +108,36 @@ fn address(
         ));
     }
     Ok(Some(text.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+    use std::path::Path;
+
+    fn pool(keys: &str) -> Result<Config, crate::config::ConfigError> {
+        Config::parse(
+            &format!("[pool]\nlisten = \"127.0.0.1:6820\"\n{keys}"),
+            Path::new("x.toml"),
+        )
+    }
+
+    #[test]
+    fn leases_and_certificate_lifetimes_have_bounds() {
+        let ok = pool("lease = \"3s\"\ncertificate_lifetime = \"30d\"\n").unwrap();
+        assert_eq!(ok.pool.certificate_lifetime.as_secs(), 30 * 86_400);
+        let e = pool("lease = \"10s\"\ncertificate_lifetime = \"20s\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("certificate_lifetime") && e.contains("from 30s"),
+            "{e}"
+        );
+        let e = pool("certificate_lifetime = \"soon\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is not a duration"), "{e}");
+        let e = pool("lease = \"0s\"\n").unwrap_err().to_string();
+        assert!(e.contains("must be from 1s to 1h"), "{e}");
+    }
 }

@@ -209,5 +209,6 @@ pub(super) struct RawPool {
     pub(super) advertise: Option<Spanned<String>>,
     pub(super) lease: Option<Spanned<String>>,
     pub(super) token_lifetime: Option<Spanned<String>>,
+    pub(super) certificate_lifetime: Option<Spanned<String>>,
     pub(super) controller: Option<Spanned<String>>,
 }

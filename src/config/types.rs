@@ -446,10 +446,17 @@ pub struct Pool {
     /// back for this long stops its jobs.
     pub lease: std::time::Duration,
     pub token_lifetime_secs: u64,
+    /// How long the certificates the controller gives nodes last (they
+    /// renew them when a third is left).
+    pub certificate_lifetime: std::time::Duration,
     /// On a node: the controller's `HOST:PORT`, over what it learnt at
     /// its join.
     pub controller: Option<String>,
 }
+
+/// A node's certificate: a year.
+pub const DEFAULT_CERTIFICATE_LIFETIME: std::time::Duration =
+    std::time::Duration::from_secs(365 * 86_400);
 
 impl Default for Pool {
     fn default() -> Pool {
@@ -458,6 +465,7 @@ impl Default for Pool {
             advertise: None,
             lease: std::time::Duration::from_secs_f64(DEFAULT_LEASE_SECS),
             token_lifetime_secs: DEFAULT_TOKEN_LIFETIME_SECS,
+            certificate_lifetime: DEFAULT_CERTIFICATE_LIFETIME,
             controller: None,
         }
     }

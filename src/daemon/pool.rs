@@ -188,6 +188,9 @@ impl Daemon {
             self.refuse_connection(conn, &why);
             return Ok(());
         }
+        if matches!(envelope.body, FromNode::Hello { .. }) {
+            self.hello_certified(&peer)?;
+        }
         self.node_message(conn, &peer.name, envelope, now, ended)
     }
 
@@ -201,12 +204,29 @@ impl Daemon {
                 "node {} was removed from the pool; an administrator adds it again with yscontrol node add {}",
                 peer.name, peer.name
             )),
-            Some(r) if r.certificate.as_deref() != Some(peer.serial.as_str()) => Some(format!(
-                "the certificate of node {} is no longer valid (the node joined again or was removed); join it anew",
-                peer.name
-            )),
+            Some(r)
+                if r.certificate.as_deref() != Some(peer.serial.as_str())
+                    && r.previous_certificate.as_deref() != Some(peer.serial.as_str()) =>
+            {
+                Some(format!(
+                    "the certificate of node {} is no longer valid (the node joined again or was removed); join it anew",
+                    peer.name
+                ))
+            }
             Some(_) => None,
         })
+    }
+
+    /// A node says hello with its current certificate: the one it had
+    /// before a renewal is no longer good.
+    fn hello_certified(&mut self, peer: &Subject) -> Result<(), DaemonError> {
+        let record = db::node_record(&self.store.db, &peer.name)?;
+        let current =
+            record.is_some_and(|r| r.certificate.as_deref() == Some(peer.serial.as_str()));
+        if current {
+            db::certificate_used(self.tx()?, &peer.name)?;
+        }
+        Ok(())
     }
 
     /// A certified node's message.
@@ -420,7 +440,9 @@ impl Daemon {
             return Ok(());
         }
         let pool = self.pool.as_ref().expect("joins come from the pool");
-        let signed = pool.authority.sign_node(name, request_pem);
+        let signed =
+            pool.authority
+                .sign_node(name, request_pem, self.config.pool.certificate_lifetime);
         let (certificate_pem, serial) = match signed {
             Ok(s) => s,
             Err(e) => {
@@ -634,7 +656,8 @@ impl Daemon {
         let Some(pool) = &self.pool else {
             return Ok(());
         };
-        let (certificate_pem, serial) = pool.authority.sign_node(name, request_pem)?;
+        let lifetime = self.config.pool.certificate_lifetime;
+        let (certificate_pem, serial) = pool.authority.sign_node(name, request_pem, lifetime)?;
         db::set_node_certificate(self.tx()?, name, &serial)?;
         tracing::info!(target: "ysched::pool", "node {name} renewed its certificate ({serial})");
         let _ = link.send(name, ToNode::Renewed { certificate_pem });

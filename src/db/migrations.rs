@@ -252,4 +252,9 @@ INSERT INTO gpu_drains_by_node (node, gpu, reason, by, since)
 DROP TABLE gpu_drains;
 ALTER TABLE gpu_drains_by_node RENAME TO gpu_drains;
 "#,
+    // 17: a node's certificate before its renewal, good until the node
+    // connects with the new one.
+    r#"
+ALTER TABLE nodes ADD COLUMN previous_certificate TEXT;
+"#,
 ];

@@ -18,8 +18,8 @@ use crate::proto::{JobFilter, Reply};
 pub use error::DbError;
 pub use migrations::MIGRATIONS;
 pub use nodes::{
-    expect_node, joined_nodes, node_drains, node_joined, node_record, remove_node,
-    set_node_certificate, set_node_drain, set_node_facts, NodeRecord,
+    certificate_used, expect_node, joined_nodes, node_drains, node_joined, node_record,
+    remove_node, set_node_certificate, set_node_drain, set_node_facts, NodeRecord,
 };
 
 /// What a job runs, kept apart from the record every view may read.

@@ -68,15 +68,19 @@ pub struct NodeRecord {
     /// The SHA-256 of its unused join token, and when that expires.
     pub token_hash: Option<String>,
     pub token_expires: Option<i64>,
-    /// The serial of the certificate it was given at its join.
+    /// The serial of the certificate it was given at its join (or last
+    /// renewal).
     pub certificate: Option<String>,
+    /// The one before a renewal: still good until the node connects with
+    /// the new one (its open connection was made with it).
+    pub previous_certificate: Option<String>,
     /// What it last reported (JSON of `NodeFacts`).
     pub facts: Option<String>,
     pub removed: Option<i64>,
 }
 
-const NODE_COLUMNS: &str =
-    "name, added, added_by, token_hash, token_expires, certificate, facts, removed";
+const NODE_COLUMNS: &str = "name, added, added_by, token_hash, token_expires, certificate, facts, \
+     removed, previous_certificate";
 
 fn node_of(r: &rusqlite::Row) -> rusqlite::Result<NodeRecord> {
     Ok(NodeRecord {
@@ -88,6 +92,7 @@ fn node_of(r: &rusqlite::Row) -> rusqlite::Result<NodeRecord> {
         certificate: r.get(5)?,
         facts: r.get(6)?,
         removed: r.get(7)?,
+        previous_certificate: r.get(8)?,
     })
 }
 
@@ -125,7 +130,7 @@ pub fn expect_node(
          VALUES (?1, ?2, ?3, ?4, ?5) \
          ON CONFLICT (name) DO UPDATE SET added = excluded.added, added_by = excluded.added_by, \
          token_hash = excluded.token_hash, token_expires = excluded.token_expires, \
-         certificate = NULL, removed = NULL",
+         certificate = NULL, previous_certificate = NULL, removed = NULL",
     )?
     .execute(params![name, now, by, token_hash, expires])?;
     Ok(())
@@ -140,14 +145,27 @@ pub fn node_joined(conn: &Connection, name: &str, certificate: &str) -> Result<(
     Ok(())
 }
 
-/// A renewed certificate replaces the one before.
+/// A renewed certificate replaces the one before, which stays good until
+/// the node uses the new one (`certificate_used`).
 pub fn set_node_certificate(
     conn: &Connection,
     name: &str,
     certificate: &str,
 ) -> Result<(), DbError> {
-    conn.prepare_cached("UPDATE nodes SET certificate = ?2 WHERE name = ?1")?
-        .execute(params![name, certificate])?;
+    conn.prepare_cached(
+        "UPDATE nodes SET previous_certificate = certificate, certificate = ?2 WHERE name = ?1",
+    )?
+    .execute(params![name, certificate])?;
+    Ok(())
+}
+
+/// Node `name` connected with its current certificate: the one before is
+/// no longer good.
+pub fn certificate_used(conn: &Connection, name: &str) -> Result<(), DbError> {
+    conn.prepare_cached(
+        "UPDATE nodes SET previous_certificate = NULL WHERE name = ?1 AND previous_certificate IS NOT NULL",
+    )?
+    .execute([name])?;
     Ok(())
 }
 
@@ -160,8 +178,8 @@ pub fn set_node_facts(conn: &Connection, name: &str, facts: &str) -> Result<(), 
 /// Node `name` leaves the pool: its certificate is no longer accepted.
 pub fn remove_node(conn: &Connection, name: &str, now: i64) -> Result<(), DbError> {
     conn.prepare_cached(
-        "UPDATE nodes SET removed = ?2, certificate = NULL, token_hash = NULL, \
-         drain_reason = NULL WHERE name = ?1",
+        "UPDATE nodes SET removed = ?2, certificate = NULL, previous_certificate = NULL, \
+         token_hash = NULL, drain_reason = NULL WHERE name = ?1",
     )?
     .execute(params![name, now])?;
     Ok(())

@@ -26,9 +26,13 @@ pub const SERVER_NAME: &str = "ysctld.ysched.invalid";
 const AUTHORITY: &str = "authority.pem";
 const AUTHORITY_KEY: &str = "authority-key.pem";
 
-/// How long a node's certificate is good for; a node renews it when less
-/// than a third is left.
+/// How long a node's certificate is good for by default (`[pool]
+/// certificate_lifetime`); a node renews it when less than a third is left.
 pub const NODE_CERTIFICATE_DAYS: i64 = 365;
+
+/// Certificates start this long before they are made: a node whose clock
+/// is behind still accepts its new one.
+const BACKDATE_SECS: i64 = 3_600;
 
 /// The controller's certificate authority.
 pub struct Authority {
@@ -124,7 +128,12 @@ impl Authority {
     /// (whose signature proves the node holds it). Nothing else of the
     /// request is taken: the name is the one the token was made for.
     /// Returns the certificate and its serial number (hex).
-    pub fn sign_node(&self, node: &str, request_pem: &str) -> Result<(String, String), NetError> {
+    pub fn sign_node(
+        &self,
+        node: &str,
+        request_pem: &str,
+        lifetime: std::time::Duration,
+    ) -> Result<(String, String), NetError> {
         let request = CertificateSigningRequestParams::from_pem(request_pem)?;
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.distinguished_name = rcgen::DistinguishedName::new();
@@ -132,9 +141,9 @@ impl Authority {
         params.subject_alt_names = vec![SanType::DnsName(node.try_into()?)];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        params.not_before = time::OffsetDateTime::now_utc() - time::Duration::hours(1);
-        params.not_after =
-            time::OffsetDateTime::now_utc() + time::Duration::days(NODE_CERTIFICATE_DAYS);
+        let now = time::OffsetDateTime::now_utc();
+        params.not_before = now - time::Duration::seconds(BACKDATE_SECS);
+        params.not_after = now + time::Duration::seconds(lifetime.as_secs() as i64);
         let serial = random_serial();
         let hex = hex(&serial.to_bytes());
         params.serial_number = Some(serial);
@@ -160,7 +169,18 @@ pub fn new_request(node: &str) -> Result<(String, String), NetError> {
 pub struct Subject {
     pub name: String,
     pub serial: String,
+    pub not_before: i64,
     pub not_after: i64,
+}
+
+impl Subject {
+    /// Whether less than a third of the certificate's life is left at
+    /// `now`: time to renew it. Its life is counted from when it was
+    /// made, not from its backdated start.
+    pub fn due_for_renewal(&self, now: i64) -> bool {
+        let life = self.not_after - (self.not_before + BACKDATE_SECS);
+        self.not_after - now < life / 3
+    }
 }
 
 pub fn subject_of(der: &[u8]) -> Result<Subject, NetError> {
@@ -176,6 +196,7 @@ pub fn subject_of(der: &[u8]) -> Result<Subject, NetError> {
     Ok(Subject {
         name,
         serial: hex(cert.raw_serial()),
+        not_before: cert.validity().not_before.timestamp(),
         not_after: cert.validity().not_after.timestamp(),
     })
 }
@@ -262,13 +283,14 @@ mod tests {
 
         // The request names another node; the certificate says gpu01.
         let (_key, request) = new_request("intruder").unwrap();
-        let (pem, serial) = authority.sign_node("gpu01", &request).unwrap();
+        let year = std::time::Duration::from_secs(NODE_CERTIFICATE_DAYS as u64 * 86_400);
+        let (pem, serial) = authority.sign_node("gpu01", &request, year).unwrap();
         let der = CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
         let subject = subject_of(&der).unwrap();
         assert_eq!(subject.name, "gpu01");
         assert_eq!(subject.serial, serial);
         assert!(subject.not_after > 0);
-        assert!(authority.sign_node("gpu01", "not a request").is_err());
+        assert!(authority.sign_node("gpu01", "not a request", year).is_err());
 
         let token = new_token().unwrap();
         assert_eq!(token.len(), 64);

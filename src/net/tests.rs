@@ -59,7 +59,9 @@ fn a_node_joins_by_fingerprint_then_is_known_by_its_certificate() {
         other => panic!("{other:?}"),
     };
     let request: String = decode(&body).unwrap();
-    let (certificate, serial) = authority.sign_node("gpu01", &request).unwrap();
+    let (certificate, serial) = authority
+        .sign_node("gpu01", &request, std::time::Duration::from_secs(86_400))
+        .unwrap();
     handle.send(conn, encode(&certificate).unwrap());
     let answer: String = decode(&joining.wait_frame(soon()).unwrap()).unwrap();
     assert_eq!(answer, certificate);

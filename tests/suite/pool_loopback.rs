@@ -137,3 +137,39 @@ fn a_nodes_gpu_readings_reach_the_controllers_views_and_its_jobs() {
     assert_eq!(c.field(id, "GPUUtil"), "75.0%", "GPU 0, the job's");
     assert_eq!(c.field(id, "GPUMemMax"), "2G");
 }
+
+#[test]
+fn a_node_renews_its_certificate_and_connects_with_the_new_one_after_the_old_expired() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    // Certificates of 12 s: renewed when 4 s are left.
+    let pool = format!(
+        "[pool]\nlisten = \"127.0.0.1:{port}\"\nlease = \"3s\"\ncertificate_lifetime = \"12s\"\n"
+    );
+    let mut c = Cluster::with_gpus(&pool, "");
+    c.start();
+    let node = start_node(&c, "gpu03", Box::new(Steady));
+    let joined = std::time::Instant::now();
+    wait_for("gpu03 to renew its certificate", LONG, || {
+        c.log().contains("node gpu03 renewed its certificate")
+    });
+    // Its connection goes on with the certificate it opened with.
+    let id = c.submit(&["-G", "1", "--wrap", "true"]);
+    c.wait_state(id, "RUNNING", LONG);
+    assert!(node.end(id, 0, 0));
+    assert_eq!(c.wait_done(id, LONG), "COMPLETED");
+    // Once the first certificate has expired, a new connection is made
+    // with the renewed one.
+    let expired = Duration::from_secs(13).saturating_sub(joined.elapsed());
+    std::thread::sleep(expired);
+    c.stop();
+    c.start();
+    let id = c.submit(&["-G", "1", "--wrap", "true"]);
+    c.wait_state(id, "RUNNING", LONG);
+    assert!(node.end(id, 0, 0));
+    assert_eq!(c.wait_done(id, LONG), "COMPLETED");
+    assert_eq!(c.field(id, "NodeList"), "gpu03");
+}
