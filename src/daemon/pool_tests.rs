@@ -41,7 +41,12 @@ struct Pool {
 /// A daemon over fake nodes named gpu01, gpu02…, each with 4 A100s and
 /// `cpus[i]` CPUs.
 fn pool(cpus: &[u32]) -> Pool {
-    let config = Config::parse(CONFIG, Path::new("pool.toml")).unwrap();
+    pool_with(CONFIG, cpus)
+}
+
+/// The same, under the config `text`.
+fn pool_with(text: &str, cpus: &[u32]) -> Pool {
+    let config = Config::parse(text, Path::new("pool.toml")).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let spool = Spool::new(dir.path());
     spool.prepare(Ownership::Personal).unwrap();
@@ -356,4 +361,46 @@ fn a_nodes_gpu_readings_are_charged_to_its_own_jobs_only() {
     };
     p.daemon.take_reading("gpu09", stranger, 30).unwrap();
     assert_eq!(usage(&p, there).samples, 1);
+}
+
+#[test]
+fn a_lender_takes_its_guarantee_back_on_one_node_when_borrowers_are_spread() {
+    let config = "node_name = \"gpu01\"\nallow_root_jobs = true\ngpu_sample_secs = 0\n\
+        [[gpus]]\ntype = \"a100\"\ncount = 4\nmemory = \"80G\"\n\
+        [[accounts]]\nname = \"a\"\nusers = [\"*\"]\nmax_gpus = 4\nborrow_limit = 4\n\
+        [[accounts]]\nname = \"b\"\nusers = [\"*\"]\nmax_gpus = 4\n";
+    let mut p = pool_with(config, &[16, 16]);
+    // a: 1-4 on gpu01, 5-6 on gpu02; 3 ends; 7 takes its place on gpu01.
+    let mut a: Vec<JobId> = (0..6).map(|_| p.submit(request(1)).unwrap()).collect();
+    p.settle();
+    assert!(p.nodes[0].end(a[2], 0, 0));
+    p.settle();
+    a.push(p.submit(request(1)).unwrap());
+    p.settle();
+    assert_eq!(p.placed(a[6]).0.as_deref(), Some("gpu01"));
+    // a holds 6 of its 4 + 4: the last two started borrow, one per node.
+    let marked: Vec<JobId> = a
+        .iter()
+        .copied()
+        .filter(|id| db::job(&p.daemon.store.db, *id).unwrap().borrowed)
+        .collect();
+    assert_eq!(marked, vec![a[5], a[6]]);
+    // b wants 4 GPUs on one node: the borrowers alone free 3 on gpu02;
+    // two of a's jobs on gpu02 (a's 2 beyond its guarantee) free 4.
+    let mut within = request(4);
+    within.account = Some("b".into());
+    let b = p.submit(within).unwrap();
+    p.settle();
+    assert_eq!(
+        p.placed(b),
+        (Some("gpu02".into()), vec![0, 1, 2, 3], JobState::Running)
+    );
+    let requeued: Vec<JobId> = a
+        .iter()
+        .copied()
+        .filter(|id| p.placed(*id).2 == JobState::Pending)
+        .collect();
+    assert_eq!(requeued, vec![a[4], a[5]], "a keeps its guarantee of 4");
+    let audit = db::audit_tail(&p.daemon.store.db, 10).unwrap();
+    assert!(audit.iter().any(|r| r.action == "reclaim"), "{audit:?}");
 }

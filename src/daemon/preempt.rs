@@ -86,7 +86,8 @@ impl Daemon {
         } else {
             format!(" on {}", choice.node)
         };
-        let (action, verb) = if choice.reclaim {
+        let all_reclaimed = choice.reclaimed.len() == choice.victims.len();
+        let (action, verb) = if all_reclaimed {
             (
                 "reclaim",
                 format!(
@@ -110,7 +111,7 @@ impl Daemon {
                     .qos_named(&j.qos)
                     .is_some_and(|q| q.preempt_mode == PreemptMode::Suspend)
             });
-            if choice.reclaim {
+            if choice.reclaimed.contains(&victim) {
                 self.stop_preempted(victim, urgent, "reclaimed", now)?;
             } else if suspend {
                 self.suspend_preempted(victim, urgent, now)?;

@@ -76,6 +76,34 @@ pub fn kept_for_lenders(policy: &Policy, held: &State, job: &Job, wanting: &Hash
         .sum()
 }
 
+/// The account whose guarantee `job` borrows beyond, when it does: the
+/// first of its chain that may borrow.
+pub fn borrowing_account<'a>(policy: &Policy<'a>, job: &Job) -> Option<&'a str> {
+    policy
+        .chain(&job.account)
+        .into_iter()
+        .find(|a| a.limits.borrow_limit.is_some())
+        .map(|a| a.name.as_str())
+}
+
+/// How many GPUs each account that may borrow holds beyond its guarantee
+/// now: what reclaims may take from it, from any of its jobs, and no more.
+pub fn excess(policy: &Policy, running: &[&Job]) -> HashMap<String, u32> {
+    let mut held: HashMap<&str, u32> = HashMap::new();
+    for job in running {
+        if let Some(a) = borrowing_account(policy, job) {
+            *held.entry(a).or_default() += job.gpus_alloc.len() as u32;
+        }
+    }
+    held.into_iter()
+        .filter_map(|(name, gpus)| {
+            let account = policy.chain(name).into_iter().next()?;
+            let over = gpus.saturating_sub(policy.max_gpus(account)?);
+            (over > 0).then(|| (name.to_string(), over))
+        })
+        .collect()
+}
+
 /// The running jobs that borrow now: in each account over its guarantee,
 /// the latest started, as many as cover the excess. Ending (or
 /// reclaiming) them all brings the account back to its guarantee, never
@@ -201,6 +229,31 @@ mod tests {
         let b_runs = job(5, "b", &[3]);
         let s = held(&p, &[&b_runs]);
         assert_eq!(kept_for_lenders(&p, &s, &borrower, &HashSet::new()), 0);
+    }
+
+    #[test]
+    fn the_guarantee_in_force_is_the_windows() {
+        // a is guaranteed 1 GPU by day and 3 at night (UTC).
+        let c = Config::parse(
+            "timezone = \"UTC\"\n[[gpus]]\ntype = \"a100\"\ncount = 4\nmemory = \"80G\"\n\
+             [[accounts]]\nname = \"a\"\nusers = [\"*\"]\nmax_gpus = 1\nborrow_limit = 3\n\
+             max_gpus_windows = [{ days = \"all\", hours = \"20:00-08:00\", max_gpus = 3 }]\n",
+            Path::new("x.toml"),
+        )
+        .unwrap();
+        let running = [job(1, "a", &[0]), job(2, "a", &[1]), job(3, "a", &[2])];
+        let refs: Vec<&Job> = running.iter().collect();
+        let noon = 1_795_996_800 + 12 * 3600;
+        let night = noon + 10 * 3600;
+        let by_day = Policy::at(&c, noon);
+        assert_eq!(borrowing_now(&by_day, &refs), HashSet::from([2, 3]));
+        let at_night = Policy::at(&c, night);
+        assert!(borrowing_now(&at_night, &refs).is_empty());
+        let s = held(&at_night, &refs);
+        assert!(
+            borrows(&at_night, &s, &job(4, "a", &[]), 1),
+            "a fourth borrows"
+        );
     }
 
     #[test]

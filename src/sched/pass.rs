@@ -88,9 +88,10 @@ pub struct Preemption {
     pub victims: Vec<JobId>,
     pub node: String,
     pub gpus: Vec<u32>,
-    /// The job takes back its account's guarantee from borrowing jobs,
-    /// rather than preempting by its QoS.
-    pub reclaim: bool,
+    /// The victims taken as a reclaim of the job's account's guarantee
+    /// (stopped and requeued whatever their QoS says); the others are
+    /// preempted by the job's QoS.
+    pub reclaimed: Vec<JobId>,
 }
 
 /// One scheduling pass over `state` under `config`: on a pool, over the
@@ -155,14 +156,14 @@ fn pass_in_pool_numbers(state: &State<'_>, config: &Config) -> Decisions {
     let mut plan = plan(&pending, &running, &pool, &policy, now);
     let preemptions = preemptions(state, config, &plan, &policy, &borrowing)
         .into_iter()
-        .map(|(job, choice, reclaim)| {
+        .map(|(job, choice, reclaimed)| {
             let (node, gpus) = state.layout.to_node(choice.node, &choice.gpus);
             Preemption {
                 job,
                 victims: choice.victims,
                 node,
                 gpus,
-                reclaim,
+                reclaimed,
             }
         })
         .collect();
@@ -326,29 +327,37 @@ fn budget_waits(state: &State<'_>, config: &Config) -> HashMap<JobId, Reason> {
 /// For each job of the plan that waits for resources and may preempt, in
 /// priority order: the cheapest victims whose stop lets it start. A job
 /// may preempt the jobs its QoS names, and a job within its account's
-/// guarantee the jobs of other accounts that borrow (a reclaim, when all
-/// its victims borrow). Victims and GPUs chosen for one are not chosen
-/// again for the next. What is free and who may be a victim are found
-/// once per pass: a long queue of jobs that may preempt costs a choice
-/// each, not a walk of every job.
+/// guarantee the jobs of other accounts over theirs (a reclaim, when all
+/// its victims are such): the jobs marked borrowing first, any of them
+/// where the room must be on one node, never more GPUs of an account
+/// than it holds beyond its guarantee. Victims and GPUs chosen for one
+/// are not chosen again for the next. What is free and who may be a
+/// victim are found once per pass: a long queue of jobs that may preempt
+/// costs a choice each, not a walk of every job.
 fn preemptions(
     state: &State<'_>,
     config: &Config,
     plan: &Plan,
     policy: &limits::Policy,
     borrowing: &HashSet<JobId>,
-) -> Vec<(JobId, Choice, bool)> {
-    let reclaiming = !borrowing.is_empty();
-    if !reclaiming && config.qos.iter().all(|q| q.preempt.is_empty()) {
+) -> Vec<(JobId, Choice, Vec<JobId>)> {
+    let running: Vec<&Job> = state
+        .jobs
+        .iter()
+        .copied()
+        .filter(|j| j.state.holds_gpus())
+        .collect();
+    let mut excess = elastic::excess(policy, &running);
+    if excess.is_empty() && config.qos.iter().all(|q| q.preempt.is_empty()) {
         return Vec::new();
     }
     let types = Types::new(&state.layout.gpus, &state.layout.nodes);
     let mut free = free_before_preemption(state, &types);
-    let mut candidates: Vec<(Candidate, bool)> = state
+    let mut victims: Vec<Victim> = state
         .jobs
         .iter()
         .filter(|j| j.state == JobState::Running)
-        .filter_map(|j| candidate(state, config, j, borrowing))
+        .filter_map(|j| victim(state, config, policy, j, borrowing, &excess))
         .collect();
     let held = held_now(state, policy);
     let by_id: HashMap<JobId, &Job> = state.jobs.iter().map(|j| (j.id, *j)).collect();
@@ -358,7 +367,7 @@ fn preemptions(
     let mut no_room: HashSet<(&str, &str, &crate::model::job::GpuRequest, u32, Option<u64>)> =
         HashSet::new();
     for &id in &plan.order {
-        if candidates.is_empty() {
+        if victims.is_empty() {
             break;
         }
         let Some(job) = by_id
@@ -378,26 +387,125 @@ fn preemptions(
         if no_room.contains(&shape) {
             continue;
         }
-        let reclaims =
-            reclaiming && elastic::within_guarantee(policy, &held, job, job.gpus.gpus_held());
-        let allowed = victims_allowed(job, &candidates, config, policy, reclaims);
-        if allowed.is_empty() {
+        let reclaims = !excess.is_empty()
+            && elastic::within_guarantee(policy, &held, job, job.gpus.gpus_held());
+        let Some(choice) = choose_victims(
+            job,
+            &free,
+            &victims,
+            &types,
+            (config, policy, reclaims),
+            &excess,
+        ) else {
+            no_room.insert(shape);
             continue;
-        }
-        match preempt::choose(job, &free, &allowed, &types) {
-            Some(choice) => {
-                free.take_gpus(&choice.gpus, &types);
-                candidates.retain(|(c, _)| !choice.victims.contains(&c.job.id));
-                no_room.clear();
-                let reclaim = reclaims && choice.victims.iter().all(|v| borrowing.contains(v));
-                chosen.push((id, choice, reclaim));
-            }
-            None => {
-                no_room.insert(shape);
-            }
-        }
+        };
+        free.take_gpus(&choice.gpus, &types);
+        let reclaimed = taken_back(job, &choice, &victims, config, &mut excess);
+        victims.retain(|v| !choice.victims.contains(&v.candidate.job.id));
+        no_room.clear();
+        chosen.push((id, choice, reclaimed));
     }
     chosen
+}
+
+/// The victims of `choice` that `job` takes as a reclaim (those its QoS
+/// gives it no right to), counted against what their accounts hold
+/// beyond their guarantees.
+fn taken_back(
+    job: &Job,
+    choice: &Choice,
+    victims: &[Victim],
+    config: &Config,
+    excess: &mut HashMap<String, u32>,
+) -> Vec<JobId> {
+    let rights: &[String] = config.qos_named(&job.qos).map_or(&[], |q| &q.preempt);
+    let mut reclaimed = Vec::new();
+    for v in victims
+        .iter()
+        .filter(|v| choice.victims.contains(&v.candidate.job.id))
+    {
+        if v.by_qos && rights.contains(&v.candidate.job.qos) {
+            continue;
+        }
+        reclaimed.push(v.candidate.job.id);
+        if let Some(over) = v.lender.as_deref().and_then(|a| excess.get_mut(a)) {
+            *over = over.saturating_sub(v.candidate.job.gpus_alloc.len() as u32);
+        }
+    }
+    reclaimed
+}
+
+/// A running job as a possible victim: whether its QoS lets it be one
+/// now, and the account over its guarantee it counts against, if any.
+struct Victim<'a> {
+    candidate: Candidate<'a>,
+    by_qos: bool,
+    lender: Option<String>,
+    /// The work stopping it loses (a frozen job loses none).
+    stopping_loses: i64,
+}
+
+/// The cheapest victims for `job`: by its QoS's rights and, when it
+/// reclaims, the jobs of other accounts over their guarantees — first
+/// any of them within what each account holds beyond its guarantee, then
+/// the marked borrowing ones alone.
+fn choose_victims(
+    job: &Job,
+    free: &Free,
+    victims: &[Victim],
+    types: &Types,
+    (config, policy, reclaims): (&Config, &limits::Policy, bool),
+    excess: &HashMap<String, u32>,
+) -> Option<Choice> {
+    let rights: &[String] = config.qos_named(&job.qos).map_or(&[], |q| &q.preempt);
+    let own: Vec<&str> = policy
+        .chain(&job.account)
+        .iter()
+        .map(|a| a.name.as_str())
+        .collect();
+    let by_qos = |v: &Victim| v.by_qos && rights.contains(&v.candidate.job.qos);
+    let reclaimable = |v: &Victim| {
+        reclaims && v.lender.is_some() && !own.contains(&v.candidate.job.account.as_str())
+    };
+    let pick = |keep: &dyn Fn(&Victim) -> bool| -> Option<Choice> {
+        let allowed: Vec<Candidate> = victims
+            .iter()
+            .filter(|v| keep(v))
+            .map(|v| match by_qos(v) {
+                true => v.candidate.clone(),
+                // Reclaimed: stopped, never frozen; its GPUs go back.
+                false => Candidate {
+                    suspend: false,
+                    lost_work: v.stopping_loses,
+                    ..v.candidate.clone()
+                },
+            })
+            .collect();
+        if allowed.is_empty() {
+            return None;
+        }
+        preempt::choose(job, free, &allowed, types)
+    };
+    // Within what each account holds beyond its guarantee.
+    let within_excess = |choice: &Choice| {
+        let mut taken: HashMap<&str, u32> = HashMap::new();
+        for v in victims
+            .iter()
+            .filter(|v| choice.victims.contains(&v.candidate.job.id))
+        {
+            if let (false, Some(a)) = (by_qos(v), v.lender.as_deref()) {
+                *taken.entry(a).or_default() += v.candidate.job.gpus_alloc.len() as u32;
+            }
+        }
+        taken
+            .iter()
+            .all(|(a, n)| excess.get(*a).is_some_and(|over| n <= over))
+    };
+    if let Some(choice) = pick(&|v| by_qos(v) || reclaimable(v)).filter(within_excess) {
+        return Some(choice);
+    }
+    pick(&|v| by_qos(v) || (reclaimable(v) && v.candidate.borrowing)).filter(within_excess)
 }
 
 /// Whether a job of the plan waits for GPUs it might preempt for: not
@@ -412,31 +520,6 @@ fn waits_for_room(job: &Job, plan: &Plan, now: i64, preempt_wait: u64) -> bool {
         Some(Reason::Resources | Reason::Priority)
     ) && job.claim.is_empty()
         && !soon
-}
-
-/// The victims `job` may choose from: those its QoS may preempt, and when
-/// it reclaims its guarantee, the borrowing jobs of other accounts.
-fn victims_allowed<'a>(
-    job: &Job,
-    candidates: &[(Candidate<'a>, bool)],
-    config: &Config,
-    policy: &limits::Policy,
-    reclaims: bool,
-) -> Vec<Candidate<'a>> {
-    let rights: &[String] = config.qos_named(&job.qos).map_or(&[], |q| &q.preempt);
-    let own: Vec<&str> = policy
-        .chain(&job.account)
-        .iter()
-        .map(|a| a.name.as_str())
-        .collect();
-    candidates
-        .iter()
-        .filter(|(c, by_qos)| {
-            (*by_qos && rights.contains(&c.job.qos))
-                || (reclaims && c.borrowing && !own.contains(&c.job.account.as_str()))
-        })
-        .map(|(c, _)| c.clone())
-        .collect()
 }
 
 /// What the running jobs hold against the accounts' limits.
@@ -468,20 +551,26 @@ fn free_before_preemption(state: &State<'_>, types: &Types) -> Free {
     free
 }
 
-/// A running job as a possible victim: with whether its QoS lets it be
-/// one now; a borrowing job may be reclaimed whatever its QoS says.
-fn candidate<'a>(
+/// A running job as a possible victim, if its QoS lets it be one now or
+/// its account holds more than its guarantee (reclaimable whatever its
+/// QoS says).
+fn victim<'a>(
     state: &State<'_>,
     config: &Config,
+    policy: &limits::Policy,
     job: &'a Job,
     borrowing: &HashSet<JobId>,
-) -> Option<(Candidate<'a>, bool)> {
+    excess: &HashMap<String, u32>,
+) -> Option<Victim<'a>> {
     let qos = config.qos_named(&job.qos)?;
     let ran = state.now - job.start_time?;
     let saved = job
         .checkpoint_at
         .max(state.checkpoints.get(&job.id).copied());
     let since_checkpoint = saved.map_or(ran, |c| state.now - c).clamp(0, ran);
+    let lender = elastic::borrowing_account(policy, job)
+        .filter(|a| excess.contains_key(*a))
+        .map(str::to_string);
     // Suspending keeps the GPUs (and their memory) in use: it frees CPUs
     // only, and loses no work.
     let suspend = qos.preempt_mode == PreemptMode::Suspend;
@@ -489,21 +578,17 @@ fn candidate<'a>(
         && ran >= qos.min_run_time as i64
         && job.preempt_count < config.max_preemptions
         // Freezing needs the job's cgroup.
-        && (!suspend || state.can_suspend);
-    let borrows = borrowing.contains(&job.id);
-    (by_qos || borrows).then_some((
-        Candidate {
+        && (qos.preempt_mode != PreemptMode::Suspend || state.can_suspend);
+    (by_qos || lender.is_some()).then_some(Victim {
+        candidate: Candidate {
             job,
             qos_priority: qos.priority,
-            // A reclaimed job is stopped, never frozen: its GPUs go back.
-            lost_work: if suspend && !borrows {
-                0
-            } else {
-                since_checkpoint
-            },
-            suspend: suspend && !borrows,
-            borrowing: borrows,
+            lost_work: if suspend { 0 } else { since_checkpoint },
+            suspend,
+            borrowing: borrowing.contains(&job.id),
         },
         by_qos,
-    ))
+        lender,
+        stopping_loses: since_checkpoint,
+    })
 }

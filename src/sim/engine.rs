@@ -421,11 +421,12 @@ impl<'a> Sim<'a> {
                 continue;
             };
             self.out.counts.preempted += 1;
-            self.out.counts.reclaimed += usize::from(choice.reclaim);
+            let reclaimed = choice.reclaimed.contains(&victim);
+            self.out.counts.reclaimed += usize::from(reclaimed);
             let mode = self.config.qos_named(&job.qos).map(|q| q.preempt_mode);
             // A reclaimed job gives borrowed GPUs back and runs again,
             // whatever its QoS does with preempted jobs (as the daemon).
-            if mode == Some(PreemptMode::Cancel) && !choice.reclaim {
+            if mode == Some(PreemptMode::Cancel) && !reclaimed {
                 self.finish(job, JobState::Preempted, now);
                 continue;
             }
