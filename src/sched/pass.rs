@@ -153,8 +153,9 @@ fn pass_in_pool_numbers(state: &State<'_>, config: &Config) -> Decisions {
         .collect();
     let policy = limits::Policy::at(config, now);
     let borrowing = elastic::borrowing_now(&policy, &running);
+    let excess = elastic::excess(&policy, &running);
     let mut plan = plan(&pending, &running, &pool, &policy, now);
-    let preemptions = preemptions(state, config, &plan, &policy, &borrowing)
+    let preemptions = preemptions(state, config, &plan, &policy, (&borrowing, excess))
         .into_iter()
         .map(|(job, choice, reclaimed)| {
             let (node, gpus) = state.layout.to_node(choice.node, &choice.gpus);
@@ -339,15 +340,8 @@ fn preemptions(
     config: &Config,
     plan: &Plan,
     policy: &limits::Policy,
-    borrowing: &HashSet<JobId>,
+    (borrowing, mut excess): (&HashSet<JobId>, HashMap<String, u32>),
 ) -> Vec<(JobId, Choice, Vec<JobId>)> {
-    let running: Vec<&Job> = state
-        .jobs
-        .iter()
-        .copied()
-        .filter(|j| j.state.holds_gpus())
-        .collect();
-    let mut excess = elastic::excess(policy, &running);
     if excess.is_empty() && config.qos.iter().all(|q| q.preempt.is_empty()) {
         return Vec::new();
     }
