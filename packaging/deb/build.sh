@@ -84,7 +84,8 @@ Description: Slurm-style GPU batch scheduler for teams sharing GPU servers
  as its user, charges GPU-hours to accounts with fair-share, enforces quotas
  and budgets, and preempts lower-priority jobs with a grace for checkpoints.
  Commands: ysbatch, ysqueue, yscancel, ysacct, yscontrol, ysshare, ysreport,
- ysinfo, ystoken, and Slurm's sbatch, squeue, ... in /usr/lib/ysched/slurm-compat.
+ ysinfo, ystoken, and Slurm's sbatch, squeue, ... in
+ /usr/lib/ysched/slurm-compat.
  Several servers form one pool: ysctld on one, ysnoded on each of the others.
 CONTROL
 cat > "$pkg/DEBIAN/postinst" <<'POSTINST'
