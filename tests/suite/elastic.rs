@@ -86,7 +86,7 @@ fn a_lender_takes_its_guarantee_back_from_the_borrowing_jobs_only() {
         assert_eq!(c.field(id, "Preemptions"), preempted, "job {id}");
         assert_eq!(c.field(id, "Restarts"), restarts, "job {id}");
         assert!(
-            log_of(&c, id).contains("done step=30"),
+            log_of(&c, id).contains("done step=100"),
             "{}",
             log_of(&c, id)
         );
