@@ -99,12 +99,8 @@ impl Daemon {
         }
         // Sent again until answered: applied once.
         let key = format!("{node}:{name}");
-        if let Some((owner, reply)) = db::find_request(self.tx()?, &key)? {
-            return if owner == uid {
-                Ok(reply)
-            } else {
-                refuse("request name already used by another user".into())
-            };
+        if let Some(reply) = self.applied_before(&key, uid)? {
+            return Ok(reply);
         }
         let reply = self.submit(request, uid, user, now)?;
         if let Reply::Submitted { job_id, .. } = &reply {

@@ -18,17 +18,25 @@ use super::state::Daemon;
 impl Daemon {
     /// When each running job last saved a checkpoint file (for the
     /// work a preemption would lose); only while a pending job may
-    /// preempt, so that a pass does not stat every running job's file.
+    /// preempt (or reclaim), so that a pass does not stat every running
+    /// job's file.
     pub(super) fn checkpoint_times(&self) -> HashMap<JobId, i64> {
         let may_preempt = |qos: &str| {
             self.config
                 .qos_named(qos)
                 .is_some_and(|q| !q.preempt.is_empty())
         };
-        if !self
-            .jobs
-            .all()
-            .any(|j| j.state == JobState::Pending && may_preempt(&j.qos))
+        // With elastic quotas any job within its guarantee may reclaim.
+        let may_reclaim = self
+            .config
+            .accounts
+            .iter()
+            .any(|a| a.limits.borrow_limit.is_some());
+        if !may_reclaim
+            && !self
+                .jobs
+                .all()
+                .any(|j| j.state == JobState::Pending && may_preempt(&j.qos))
         {
             return HashMap::new();
         }

@@ -44,26 +44,16 @@ impl Daemon {
             );
         }
         let gid = self.users.get(uid).map_or(uid, |u| u.gid);
-        if request.test_only {
-            // As if approved: when it would start once it may.
-            let job = job_of(
-                request,
-                screened.admitted,
-                screened.dependency,
-                (uid, gid, user),
-                false,
-                screened.array.is_some(),
-                now,
-            );
-            return self.test_only(job, approval, warnings, now);
-        }
+        let test_only = request.test_only;
         let payload = Payload {
             script: std::mem::take(&mut request.script),
             args: std::mem::take(&mut request.args),
             environment: std::mem::take(&mut request.environment),
         };
         let array = screened.array;
-        let held = approval.is_some();
+        // A test-only one is foreseen as if approved: when it would start
+        // once it may.
+        let held = approval.is_some() && !test_only;
         let job = job_of(
             request,
             screened.admitted,
@@ -73,6 +63,9 @@ impl Daemon {
             array.is_some(),
             now,
         );
+        if test_only {
+            return self.test_only(job, approval, warnings, now);
+        }
         let id = self.insert_tasks(&job, &payload, array.as_ref(), approval.as_deref(), now)?;
         self.log_submitted(id, &job, array.as_ref(), user, now)?;
         if let Some(why) = &approval {
@@ -369,7 +362,7 @@ fn capitalized(text: &str) -> String {
 }
 
 /// What a submission that passed the checks comes with.
-pub(super) struct Screened {
+struct Screened {
     admitted: admission::Admitted,
     array: Option<ArraySpec>,
     /// Its dependency, in canonical form.

@@ -545,14 +545,7 @@ impl Daemon {
                     ))));
                 }
                 // A state change: apply it once, whatever crashes happened.
-                if let Some((owner, reply)) = db::find_request(self.tx()?, &name)? {
-                    let reply = if owner == uid {
-                        reply
-                    } else {
-                        Reply::Rejected {
-                            error: "request name already used by another user".into(),
-                        }
-                    };
+                if let Some(reply) = self.applied_before(&name, uid)? {
                     return Ok(Handled::Reply(reply));
                 }
                 let kind = request.kind();
@@ -584,6 +577,25 @@ impl Daemon {
                 Ok(Handled::Reply(reply))
             }
         }
+    }
+
+    /// The reply recorded for request `name` if it was applied before
+    /// (sent again after a crash or a lost answer), or the refusal of a
+    /// name another user's request took.
+    pub(super) fn applied_before(
+        &mut self,
+        name: &str,
+        uid: u32,
+    ) -> Result<Option<Reply>, DaemonError> {
+        Ok(db::find_request(self.tx()?, name)?.map(|(owner, reply)| {
+            if owner == uid {
+                reply
+            } else {
+                Reply::Rejected {
+                    error: "request name already used by another user".into(),
+                }
+            }
+        }))
     }
 
     /// Runs the scheduler and marks the jobs it starts as running.

@@ -90,6 +90,9 @@ pub fn borrowing_account<'a>(policy: &Policy<'a>, job: &Job) -> Option<&'a str> 
 /// now: what reclaims may take from it, from any of its jobs, and no more.
 pub fn excess(policy: &Policy, running: &[&Job]) -> HashMap<String, u32> {
     let mut held: HashMap<&str, u32> = HashMap::new();
+    if !policy.is_elastic() {
+        return HashMap::new();
+    }
     for job in running {
         if let Some(a) = borrowing_account(policy, job) {
             *held.entry(a).or_default() += job.gpus_alloc.len() as u32;
