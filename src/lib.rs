@@ -2,6 +2,9 @@
 //! servers. README.md ("How it works") outlines the architecture; each
 //! module below owns one concern.
 
+// serde_json's json! of slurmrestd's wide objects (src/web) nests deep.
+#![recursion_limit = "256"]
+
 pub mod agent;
 pub mod array;
 pub mod cli;
@@ -21,3 +24,4 @@ pub mod sim;
 pub mod spool;
 pub mod token;
 pub mod validate;
+pub mod web;

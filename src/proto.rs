@@ -19,9 +19,51 @@ pub struct Envelope {
     pub version: u32,
     pub request: Request,
     /// The sender's signed token (`SLURM_JWT`), where its identity must
-    /// be proven beyond the kernel's word: on a pool's node.
+    /// be proven beyond the kernel's word: on a pool's node, and for the
+    /// web server, which asks on behalf of whoever the token names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    /// The way the request came when not from a command (the audit log
+    /// records it): `rest` or `portal`, with a token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<Channel>,
+}
+
+/// How a request reached the daemon, as the audit log names it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Channel {
+    /// A command on this server (the socket or the spool).
+    #[default]
+    Cli,
+    /// A command on a pool's node, passed on by its agent.
+    Node,
+    /// The JSON API of `yswebd`.
+    Rest,
+    /// The web portal of `yswebd`.
+    Portal,
+}
+
+impl Channel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Channel::Cli => "cli",
+            Channel::Node => "node",
+            Channel::Rest => "rest",
+            Channel::Portal => "portal",
+        }
+    }
+
+    /// The channel a stored name stands for (`cli` for anything else:
+    /// rows from before channels were recorded).
+    pub fn from_name(name: &str) -> Channel {
+        match name {
+            "node" => Channel::Node,
+            "rest" => Channel::Rest,
+            "portal" => Channel::Portal,
+            _ => Channel::Cli,
+        }
+    }
 }
 
 impl Envelope {
@@ -30,6 +72,17 @@ impl Envelope {
             version: PROTOCOL_VERSION,
             request,
             token: None,
+            channel: None,
+        }
+    }
+
+    /// A request made on behalf of whoever `token` names, through `channel`.
+    pub fn on_behalf(request: Request, token: String, channel: Channel) -> Envelope {
+        Envelope {
+            version: PROTOCOL_VERSION,
+            request,
+            token: Some(token),
+            channel: Some(channel),
         }
     }
 }
@@ -169,6 +222,32 @@ pub enum Control {
     },
 }
 
+impl Control {
+    /// What the audit log calls it.
+    pub fn action(&self) -> &'static str {
+        match self {
+            Control::Cancel { signal: None, .. } => "cancel",
+            Control::Cancel { .. } => "signal",
+            Control::Hold { .. } => "hold",
+            Control::Release { .. } => "release",
+            Control::Approve { .. } => "approve",
+            Control::Update { .. } => "update",
+            Control::Checkpoint { .. } => "checkpoint",
+            Control::Requeue { .. } => "requeue",
+            Control::Suspend { .. } => "suspend",
+            Control::Resume { .. } => "resume",
+            Control::Reload => "reload",
+            Control::Drain { .. } => "drain",
+            Control::Undrain { .. } => "undrain",
+            Control::NodeDrain { .. } => "node drain",
+            Control::NodeResume { .. } => "node resume",
+            Control::Token { .. } => "token",
+            Control::NodeAdd { .. } => "node add",
+            Control::NodeRemove { .. } => "node remove",
+        }
+    }
+}
+
 /// Filters for the read-only views.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct JobFilter {
@@ -250,6 +329,9 @@ pub struct AuditRow {
     pub action: String,
     pub job_id: Option<JobId>,
     pub detail: String,
+    /// How the request that did it came (`cli` for rows from before).
+    #[serde(default)]
+    pub channel: Channel,
 }
 
 /// One association of the fair-share tree, as `ysshare` shows it.
@@ -346,6 +428,11 @@ pub enum Reply {
     },
     /// The request as a whole was refused.
     Rejected {
+        error: String,
+    },
+    /// The token the request came with is not taken (expired, forged,
+    /// or naming no user here): nothing was looked at.
+    Unauthenticated {
         error: String,
     },
     /// Per-job results of a control request.

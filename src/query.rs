@@ -424,6 +424,9 @@ impl Viewer {
 pub(crate) struct Work {
     name: String,
     viewer: Viewer,
+    /// Whose the reply file is: the sender's (the viewer, or the web
+    /// server asking for the user its token names).
+    reply_to: u32,
     /// Seconds a finished job still shows in the queue (min_job_age_secs).
     min_job_age: u64,
     query: Query,
@@ -437,12 +440,19 @@ impl Work {
     pub(crate) fn new(name: String, viewer: Viewer, min_job_age: u64, query: Query) -> Work {
         Work {
             name,
+            reply_to: viewer.uid,
             viewer,
             min_job_age,
             query,
             lazy: None,
             snapshot: None,
         }
+    }
+
+    /// The reply goes to `uid` (who sent the request).
+    pub(crate) fn replying_to(mut self, uid: u32) -> Work {
+        self.reply_to = uid;
+        self
     }
 
     pub(crate) fn with_snapshot(mut self, snapshot: Arc<LazySnapshot>) -> Work {
@@ -511,7 +521,7 @@ pub(crate) fn start(spool: Spool, database: &Path) -> std::io::Result<Sender<Wor
                         }
                     }
                 };
-                spool.write_reply(&work.name, work.viewer.uid, &reply);
+                spool.write_reply(&work.name, work.reply_to, &reply);
             }
         })?;
     Ok(tx)
@@ -651,7 +661,7 @@ fn stream_queue(
 ) {
     let now = crate::model::units::now();
     let viewer = &work.viewer;
-    let written = spool.stream_reply(&work.name, viewer.uid, now, |row| {
+    let written = spool.stream_reply(&work.name, work.reply_to, now, |row| {
         let recent = recently_finished(work, conn, filter, now).map_err(StreamError::Db)?;
         let mut rows = RowMaker::new(fields, viewer, now);
         let mut emit = |cells: &[String]| row(cells).map_err(StreamError::Gone);
@@ -678,7 +688,7 @@ fn stream_accounting(
     let now = crate::model::units::now();
     let viewer = &work.viewer;
     let snapshot = work.snapshot.as_deref();
-    let written = spool.stream_reply(&work.name, viewer.uid, now, |row| {
+    let written = spool.stream_reply(&work.name, work.reply_to, now, |row| {
         let mut rows = RowMaker::new(fields, viewer, now);
         let mut emit = |cells: &[String]| row(cells).map_err(StreamError::Gone);
         db::for_each_job(conn, filter, |job| -> Result<(), StreamError> {
@@ -930,6 +940,7 @@ pub fn answer_offline(
     let conn = db::open_readonly(database)?;
     let work = Work {
         name: String::new(),
+        reply_to: uid,
         min_job_age: 0,
         viewer: Viewer {
             uid,

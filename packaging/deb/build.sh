@@ -24,7 +24,7 @@ install -d "$pkg/DEBIAN" "$pkg/usr/bin" "$pkg/usr/sbin" "$pkg/usr/lib/ysched/slu
 for b in ysbatch ysqueue yscancel ysacct yscontrol ysshare ysreport ysinfo ystoken ysched-slurm; do
     install -m 755 "$bin/$b" "$pkg/usr/bin/"
 done
-install -m 755 "$bin/ysctld" "$bin/ysstepd" "$bin/ysnoded" "$pkg/usr/sbin/"
+install -m 755 "$bin/ysctld" "$bin/ysstepd" "$bin/ysnoded" "$bin/yswebd" "$pkg/usr/sbin/"
 strip "$pkg"/usr/bin/* "$pkg"/usr/sbin/* 2>/dev/null || true
 for name in sbatch squeue scancel sacct sshare sinfo scontrol srun sacctmgr; do
     ln -s ../../../bin/ysched-slurm "$pkg/usr/lib/ysched/slurm-compat/$name"
@@ -39,7 +39,8 @@ install -m 755 contrib/gpu-check/nvml-check.sh "$pkg/usr/lib/ysched/nvml-check"
     sed '/^\[\[gpus\]\]$/,/^$/ { /^$/! s/^/# / }' etc/ysched.toml
 } > "$pkg/etc/ysched/ysched.toml"
 chmod 644 "$pkg/etc/ysched/ysched.toml"
-install -m 644 packaging/systemd/ysctld.service packaging/systemd/ysnoded.service "$pkg/lib/systemd/system/"
+install -m 644 packaging/systemd/ysctld.service packaging/systemd/ysnoded.service \
+    packaging/systemd/yswebd.service "$pkg/lib/systemd/system/"
 # A pool node's config, for a server that runs ysnoded instead of ysctld.
 install -m 644 etc/ysnoded.toml "$pkg/usr/share/doc/ysched/ysnoded.toml.example"
 install -m 644 packaging/tmpfiles/ysched.conf "$pkg/usr/lib/tmpfiles.d/"
@@ -87,6 +88,7 @@ Description: Slurm-style GPU batch scheduler for teams sharing GPU servers
  ysinfo, ystoken, and Slurm's sbatch, squeue, ... in
  /usr/lib/ysched/slurm-compat.
  Several servers form one pool: ysctld on one, ysnoded on each of the others.
+ yswebd serves slurmrestd's JSON API, with tokens from ystoken.
 CONTROL
 cat > "$pkg/DEBIAN/postinst" <<'POSTINST'
 #!/bin/sh
@@ -96,6 +98,12 @@ if [ "$1" = configure ]; then
         systemd-tmpfiles --create /usr/lib/tmpfiles.d/ysched.conf || true
     else
         install -d -m 755 /var/spool/ysched
+    fi
+    # The account yswebd runs as ([web] user); the web server stays off
+    # until [web] listen is set and yswebd.service is enabled.
+    if ! getent passwd ysweb >/dev/null && command -v useradd >/dev/null; then
+        useradd --system --user-group --no-create-home --home-dir /nonexistent \
+            --shell /usr/sbin/nologin ysweb || true
     fi
     if [ -d /run/systemd/system ]; then
         systemctl --system daemon-reload || true
@@ -116,6 +124,9 @@ if [ "$1" = configure ]; then
         if [ -d /run/systemd/system ] && systemctl is-active --quiet ysnoded.service; then
             deb-systemd-invoke restart ysnoded.service || true
         fi
+        if [ -d /run/systemd/system ] && systemctl is-active --quiet yswebd.service; then
+            deb-systemd-invoke restart yswebd.service || true
+        fi
     fi
 fi
 exit 0
@@ -128,6 +139,7 @@ set -e
 if [ "$1" = remove ] && [ -d /run/systemd/system ]; then
     deb-systemd-invoke stop ysctld.service || true
     deb-systemd-invoke stop ysnoded.service || true
+    deb-systemd-invoke stop yswebd.service || true
 fi
 exit 0
 PRERM
@@ -140,12 +152,15 @@ fi
 if [ "$1" = remove ]; then
     deb-systemd-helper mask ysctld.service >/dev/null || true
     deb-systemd-helper mask ysnoded.service >/dev/null || true
+    deb-systemd-helper mask yswebd.service >/dev/null || true
 fi
 if [ "$1" = purge ]; then
     deb-systemd-helper purge ysctld.service >/dev/null || true
     deb-systemd-helper unmask ysctld.service >/dev/null || true
     deb-systemd-helper purge ysnoded.service >/dev/null || true
     deb-systemd-helper unmask ysnoded.service >/dev/null || true
+    deb-systemd-helper purge yswebd.service >/dev/null || true
+    deb-systemd-helper unmask yswebd.service >/dev/null || true
     echo "ysched: the spool and accounting database in /var/spool/ysched are kept; remove them by hand if you mean to"
 fi
 exit 0

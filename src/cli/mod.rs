@@ -15,6 +15,7 @@ pub mod ysqueue;
 pub mod ysreport;
 pub mod ysshare;
 pub mod ystoken;
+pub mod yswebd;
 
 use std::io::Write;
 use std::process::ExitCode;

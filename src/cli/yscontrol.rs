@@ -282,8 +282,13 @@ fn show_audit(config: &crate::config::Config, lines: u32) -> CliResult {
             let text: String = rows
                 .iter()
                 .map(|r| {
+                    // The channel where it is not a command here.
+                    let via = match r.channel {
+                        crate::proto::Channel::Cli => String::new(),
+                        other => format!("via={} ", other.as_str()),
+                    };
                     format!(
-                        "{} {} {} {}{}\n",
+                        "{} {} {} {via}{}{}\n",
                         crate::model::units::format_timestamp(r.time),
                         r.actor,
                         r.action,

@@ -16,6 +16,7 @@ mod raw;
 mod types;
 mod validate;
 mod values;
+mod web;
 
 use std::path::{Path, PathBuf};
 

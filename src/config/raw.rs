@@ -72,6 +72,8 @@ pub(super) struct RawConfig {
     pub(super) billing: std::collections::BTreeMap<String, Spanned<f64>>,
     #[serde(default)]
     pub(super) pool: RawPool,
+    #[serde(default)]
+    pub(super) web: RawWeb,
 }
 
 #[derive(Deserialize)]
@@ -200,6 +202,20 @@ pub(super) fn valid_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawWeb {
+    pub(super) listen: Option<Spanned<String>>,
+    pub(super) certificate: Option<Spanned<std::path::PathBuf>>,
+    pub(super) key: Option<Spanned<std::path::PathBuf>>,
+    pub(super) user: Option<Spanned<String>>,
+    pub(super) proxy_header: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(super) proxy_addresses: Vec<Spanned<String>>,
+    pub(super) max_connections: Option<Spanned<i64>>,
+    pub(super) max_body_kb: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize, Default)]

@@ -220,6 +220,8 @@ pub struct Config {
     /// `[pool]`: several servers under this controller, or where this
     /// node's controller is.
     pub pool: Pool,
+    /// `[web]`: the web server's settings (`yswebd`).
+    pub web: Web,
     pub spool_dir: PathBuf,
     pub node_name: String,
     pub admins: Vec<String>,
@@ -452,6 +454,42 @@ pub struct Pool {
     /// On a node: the controller's `HOST:PORT`, over what it learnt at
     /// its join.
     pub controller: Option<String>,
+}
+
+/// `[web]`: where `yswebd` listens, with which certificate, and whom it
+/// trusts to say who a user is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Web {
+    /// `None`: no web server (the default).
+    pub listen: Option<std::net::SocketAddr>,
+    /// A PEM certificate chain and its key: HTTPS. Without: plain HTTP.
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// The account `yswebd` runs as. It may make tokens for others, which
+    /// it does for the users a trusted proxy names.
+    pub user: Option<String>,
+    /// A header a reverse proxy sets to the signed-in user's name
+    /// (`X-Remote-User`), believed only from `proxy_addresses`.
+    pub proxy_header: Option<String>,
+    pub proxy_addresses: Vec<std::net::IpAddr>,
+    /// Connections served at once; more wait in the kernel's backlog or
+    /// are answered 503.
+    pub max_connections: usize,
+    /// The largest request body taken, in bytes.
+    pub max_body: usize,
+}
+
+impl Default for Web {
+    fn default() -> Web {
+        Web {
+            listen: None,
+            tls: None,
+            user: None,
+            proxy_header: None,
+            proxy_addresses: Vec::new(),
+            max_connections: 64,
+            max_body: 1 << 20,
+        }
+    }
 }
 
 /// A node's certificate: a year.

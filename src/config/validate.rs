@@ -62,8 +62,10 @@ impl RawConfig {
             None => None,
         };
         let pool = pool::pool(self.pool, &src)?;
+        let web = super::web::web(self.web, &src)?;
         Ok(Config {
             pool,
+            web,
             path: path.to_path_buf(),
             spool_dir,
             timezone,

@@ -33,10 +33,13 @@ impl Daemon {
         request: JobRequest,
         now: i64,
     ) -> Result<(), DaemonError> {
+        self.turn.channel = crate::proto::Channel::Node;
         let reply = match self.proven(node, sender, now) {
-            Some(refusal) => refusal,
-            None => self.forwarded_reply(node, &name, (sender.uid, sender.user), request, now)?,
+            Some(refusal) => Ok(refusal),
+            None => self.forwarded_reply(node, &name, (sender.uid, sender.user), request, now),
         };
+        self.turn.channel = crate::proto::Channel::Cli;
+        let reply = reply?;
         let requester = Requester::Node {
             node: node.to_string(),
             name,

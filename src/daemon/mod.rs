@@ -17,6 +17,7 @@ mod depend;
 mod error;
 mod forwarded;
 mod gpu_use;
+mod identity;
 mod jobs;
 mod metrics_http;
 mod node_admin;

@@ -181,8 +181,9 @@ impl Daemon {
         job: Option<JobId>,
         detail: &str,
     ) -> Result<(), DaemonError> {
-        db::add_audit(self.tx()?, now, actor, action, job, detail)?;
-        tracing::info!(target: "ysched::audit", "{actor} {action}: {detail}");
+        let channel = self.turn.channel;
+        db::add_audit(self.tx()?, now, actor, action, job, detail, channel)?;
+        tracing::info!(target: "ysched::audit", "{actor} {action} ({}): {detail}", channel.as_str());
         Ok(())
     }
 

@@ -271,6 +271,8 @@ pub(super) struct TurnWork {
     pub(super) notifications: Vec<notifications::Notification>,
     /// Jobs whose exit a failed turn took in: looked at again.
     pub(super) exits_to_retry: Vec<JobId>,
+    /// How the request being handled came, for the audit log.
+    pub(super) channel: crate::proto::Channel,
 }
 
 /// Requests seen but not yet processed (beyond one batch), and the spool names among them.

@@ -11,7 +11,8 @@ use super::error::DaemonError;
 use super::state::Daemon;
 
 impl Daemon {
-    /// A token for `who`, or for `user` (admins), lasting `lifespan`.
+    /// A token for `who`, or for `user` (admins, and the web server's
+    /// account, for the users its trusted proxy names), lasting `lifespan`.
     pub(super) fn make_token(
         &mut self,
         lifespan: Option<u64>,
@@ -21,8 +22,14 @@ impl Daemon {
     ) -> Result<Reply, DaemonError> {
         let user = match user {
             Some(u) if u != who.user => {
+                // Never for root or an administrator: the web server's
+                // account is no administrator's equal.
+                let web_server = self.config.web.user.as_deref() == Some(who.user)
+                    && u != "root"
+                    && !self.config.admins.contains(&u);
                 if let Some(refused) =
                     super::control::admins_only(who, "make tokens for other users")
+                        .filter(|_| !web_server)
                 {
                     return Ok(refused);
                 }

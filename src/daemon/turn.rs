@@ -11,10 +11,10 @@ use rusqlite::Connection;
 use crate::config::Config;
 use crate::db::{self};
 use crate::model::job::{Job, JobId, JobState};
-use crate::proto::{Control, Reply, Request};
+use crate::proto::{Channel, Control, Reply, Request};
 use crate::sched::{self, Reason};
 use crate::spool::socket::{self};
-use crate::spool::{Inbound, Ownership};
+use crate::spool::Inbound;
 
 use super::error::{DaemonError, ReloadError};
 use super::startup::start_notifier;
@@ -503,79 +503,95 @@ impl Daemon {
             }
             Inbound::Request {
                 name,
-                uid,
+                uid: sender,
                 envelope,
             } => {
-                if self.ownership == Ownership::Personal && uid != nix::unistd::geteuid().as_raw() {
-                    let error = "this ysctld runs in personal mode and takes requests from its own user only".to_string();
-                    let reply = Reply::Rejected { error };
-                    return Ok(Handled::Reply(reply));
-                }
-                let user = match self.users.get(uid) {
-                    Some(u) => u.name.clone(),
-                    None => {
-                        let error = format!("uid {uid} has no user name on this server");
-                        let reply = Reply::Rejected { error };
-                        return Ok(Handled::Reply(reply));
-                    }
+                let identity = match self.identify(sender, &envelope, now) {
+                    Ok(identity) => identity,
+                    Err(refusal) => return Ok(Handled::Reply(refusal)),
                 };
-                let request = envelope.request;
-                if let Request::Query(q) = request {
-                    let admin = self.config.is_admin(uid, &user);
-                    let policy = sched::limits::Policy::new(&self.config);
-                    let coordinated = self
-                        .config
-                        .accounts
-                        .iter()
-                        .filter(|a| sched::approval::may_approve(&policy, &a.name, &user))
-                        .map(|a| a.name.clone())
-                        .collect();
-                    let viewer = query::Viewer {
-                        uid,
-                        user,
-                        admin,
-                        coordinated,
-                        privacy: self.config.private_data,
-                    };
-                    return Ok(Handled::Query(Box::new(query::Work::new(
-                        name,
-                        viewer,
-                        self.config.min_job_age_secs,
-                        q,
-                    ))));
-                }
-                // A state change: apply it once, whatever crashes happened.
-                if let Some(reply) = self.applied_before(&name, uid)? {
-                    return Ok(Handled::Reply(reply));
-                }
-                let kind = request.kind();
-                // A join token is shown once and kept nowhere: the reply
-                // recorded (for a retry of the same request) leaves it out.
-                let secret = matches!(
-                    request,
-                    Request::Control(Control::NodeAdd { .. } | Control::Token { .. })
-                );
-                let reply = match request {
-                    Request::Submit(job) => self.submit(*job, uid, &user, now)?,
-                    Request::Control(c) => self.control(c, uid, &user, now)?,
-                    Request::Query(_) => unreachable!("queries returned above"),
-                };
-                let recorded = match &reply {
-                    Reply::Control { outcomes, .. } if secret => Reply::Control {
-                        outcomes: outcomes.clone(),
-                        message: Some(
-                            "the join line was shown once; yscontrol node add again for a new one"
-                                .into(),
-                        ),
-                    },
-                    Reply::Token { .. } => Reply::Rejected {
-                        error: "the token was shown once; ask for a new one".into(),
-                    },
-                    _ => reply.clone(),
-                };
-                db::record_request(self.tx()?, &name, uid, now, kind, &recorded)?;
-                Ok(Handled::Reply(reply))
+                self.turn.channel = identity.channel;
+                let handled = self.handle(name, identity, sender, envelope.request, now);
+                self.turn.channel = Channel::Cli;
+                handled
             }
+        }
+    }
+
+    /// Handles a request from `identity`: a query goes to the query
+    /// thread; a state change is applied once and recorded.
+    fn handle(
+        &mut self,
+        name: String,
+        identity: super::identity::Identity,
+        sender: u32,
+        request: Request,
+        now: i64,
+    ) -> Result<Handled, DaemonError> {
+        let super::identity::Identity { uid, user, channel } = identity;
+        if let Request::Query(q) = request {
+            let viewer = self.viewer(uid, user);
+            let min_age = self.config.min_job_age_secs;
+            let work = query::Work::new(name, viewer, min_age, q).replying_to(sender);
+            return Ok(Handled::Query(Box::new(work)));
+        }
+        // A state change: apply it once, whatever crashes happened.
+        if let Some(reply) = self.applied_before(&name, uid)? {
+            return Ok(Handled::Reply(reply));
+        }
+        let kind = request.kind();
+        let action = match &request {
+            Request::Control(c) => c.action(),
+            _ => "submit",
+        };
+        // A join token is shown once and kept nowhere: the reply
+        // recorded (for a retry of the same request) leaves it out.
+        let secret = matches!(
+            request,
+            Request::Control(Control::NodeAdd { .. } | Control::Token { .. })
+        );
+        let reply = match request {
+            Request::Submit(job) => self.submit(*job, uid, &user, now)?,
+            Request::Control(c) => self.control(c, uid, &user, now)?,
+            Request::Query(_) => unreachable!("queries returned above"),
+        };
+        if matches!(channel, Channel::Rest | Channel::Portal) {
+            self.audit_web(now, &user, action, &reply)?;
+        }
+        let recorded = match &reply {
+            Reply::Control { outcomes, .. } if secret => Reply::Control {
+                outcomes: outcomes.clone(),
+                message: Some(
+                    "the join line was shown once; yscontrol node add again for a new one".into(),
+                ),
+            },
+            Reply::Token { .. } => Reply::Rejected {
+                error: "the token was shown once; ask for a new one".into(),
+            },
+            _ => reply.clone(),
+        };
+        db::record_request(self.tx()?, &name, uid, now, kind, &recorded)?;
+        Ok(Handled::Reply(reply))
+    }
+
+    /// Who `user` is to the read-only views: an administrator, the
+    /// coordinator of which accounts.
+    fn viewer(&self, uid: u32, user: String) -> query::Viewer {
+        let admin = self.config.is_admin(uid, &user);
+        let policy = sched::limits::Policy::new(&self.config);
+        let coordinated = self
+            .config
+            .accounts
+            .iter()
+            .filter(|a| sched::approval::may_approve(&policy, &a.name, &user))
+            .map(|a| a.name.clone())
+            .collect();
+        query::Viewer {
+            uid,
+            user,
+            admin,
+            coordinated,
+            privacy: self.config.private_data,
         }
     }
 

@@ -257,4 +257,8 @@ ALTER TABLE gpu_drains_by_node RENAME TO gpu_drains;
     r#"
 ALTER TABLE nodes ADD COLUMN previous_certificate TEXT;
 "#,
+    // 18: how each audited request came: cli, node, rest or portal.
+    r#"
+ALTER TABLE audit ADD COLUMN channel TEXT NOT NULL DEFAULT 'cli';
+"#,
 ];

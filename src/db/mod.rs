@@ -820,7 +820,7 @@ pub fn forget_requests_before(conn: &Connection, before: i64) -> Result<usize, D
 /// The last `limit` lines of the audit log, oldest first.
 pub fn audit_tail(conn: &Connection, limit: u32) -> Result<Vec<crate::proto::AuditRow>, DbError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT time, actor, action, job_id, detail FROM \
+        "SELECT time, actor, action, job_id, detail, channel FROM \
          (SELECT * FROM audit ORDER BY id DESC LIMIT ?1) ORDER BY id",
     )?;
     let rows = stmt.query_map([limit], |r| {
@@ -830,6 +830,7 @@ pub fn audit_tail(conn: &Connection, limit: u32) -> Result<Vec<crate::proto::Aud
             action: r.get(2)?,
             job_id: r.get::<_, Option<i64>>(3)?.map(|j| j as JobId),
             detail: r.get(4)?,
+            channel: crate::proto::Channel::from_name(&r.get::<_, String>(5)?),
         })
     })?;
     Ok(rows.collect::<Result<_, _>>()?)
@@ -844,7 +845,8 @@ pub fn count_audit(conn: &Connection, action: &str) -> Result<u64, DbError> {
     Ok(n as u64)
 }
 
-/// One line of the audit log: who did what to which job.
+/// One line of the audit log: who did what to which job, through which
+/// channel.
 pub fn add_audit(
     conn: &Connection,
     time: i64,
@@ -852,11 +854,20 @@ pub fn add_audit(
     action: &str,
     job: Option<JobId>,
     detail: &str,
+    channel: crate::proto::Channel,
 ) -> Result<(), DbError> {
     conn.prepare_cached(
-        "INSERT INTO audit (time, actor, action, job_id, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO audit (time, actor, action, job_id, detail, channel) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?
-    .execute(params![time, actor, action, job.map(|j| j as i64), detail])?;
+    .execute(params![
+        time,
+        actor,
+        action,
+        job.map(|j| j as i64),
+        detail,
+        channel.as_str()
+    ])?;
     Ok(())
 }
 

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-pub const BINARIES: [&str; 13] = [
+pub const BINARIES: [&str; 14] = [
     "ysctld",
     "ysstepd",
     "ysbatch",
@@ -22,6 +22,7 @@ pub const BINARIES: [&str; 13] = [
     "ysched-slurm",
     "ysnoded",
     "ystoken",
+    "yswebd",
 ];
 
 /// The binaries, hard-linked (or copied) into a directory every user can
@@ -83,6 +84,7 @@ fn built_binary(name: &str) -> PathBuf {
         "ysched-slurm" => env!("CARGO_BIN_EXE_ysched-slurm"),
         "ysnoded" => env!("CARGO_BIN_EXE_ysnoded"),
         "ystoken" => env!("CARGO_BIN_EXE_ystoken"),
+        "yswebd" => env!("CARGO_BIN_EXE_yswebd"),
         other => panic!("unknown binary {other}"),
     };
     PathBuf::from(path)

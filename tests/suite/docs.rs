@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 
-const PAGES: [(&str, &str); 11] = [
+const PAGES: [(&str, &str); 12] = [
     ("ysctld", "man/ysctld.8"),
     ("ysnoded", "man/ysnoded.8"),
     ("ysbatch", "man/ysbatch.1"),
@@ -20,6 +20,7 @@ const PAGES: [(&str, &str); 11] = [
     ("ysreport", "man/ysreport.1"),
     ("ysinfo", "man/ysinfo.1"),
     ("ystoken", "man/ystoken.1"),
+    ("yswebd", "man/yswebd.8"),
 ];
 
 /// Subcommands whose flags a page documents in a section of their own.

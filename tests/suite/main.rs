@@ -35,3 +35,4 @@ mod socket;
 mod submit;
 mod update;
 mod users;
+mod web;

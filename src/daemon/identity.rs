@@ -1,0 +1,96 @@
+//! Who a request is from. A command's request is its sender's, as the
+//! kernel says (the socket's peer, the spool file's owner). A request
+//! carrying a token (`yswebd` asking for a user of the API or the portal)
+//! is the user the token names, whoever passed it on: only the
+//! controller signs tokens, and only their user holds them. Either way
+//! the request then meets exactly the rules of the command line; what the
+//! web changes is audited with its channel.
+
+use crate::proto::{Channel, Envelope, Reply};
+use crate::spool::Ownership;
+
+use super::error::DaemonError;
+use super::state::Daemon;
+
+/// The user a request acts as, and how it came.
+pub(super) struct Identity {
+    pub(super) uid: u32,
+    pub(super) user: String,
+    pub(super) channel: Channel,
+}
+
+impl Daemon {
+    /// Who sent `envelope` (from `sender`'s uid), or the refusal.
+    pub(super) fn identify(
+        &mut self,
+        sender: u32,
+        envelope: &Envelope,
+        now: i64,
+    ) -> Result<Identity, Reply> {
+        let refuse = |error: String| Reply::Rejected { error };
+        let (uid, channel) = match &envelope.token {
+            None => (sender, Channel::Cli),
+            Some(token) => {
+                let unauthenticated = |error: String| Reply::Unauthenticated { error };
+                let claims = self
+                    .check_token(token, now)
+                    .map_err(|e| unauthenticated(e.to_string()))?;
+                let uid = nix::unistd::User::from_name(&claims.sun)
+                    .ok()
+                    .flatten()
+                    .map(|u| u.uid.as_raw())
+                    .ok_or_else(|| {
+                        unauthenticated(format!(
+                            "the token names {}, who is no user on this server",
+                            claims.sun
+                        ))
+                    })?;
+                let channel = match envelope.channel {
+                    Some(Channel::Portal) => Channel::Portal,
+                    _ => Channel::Rest,
+                };
+                (uid, channel)
+            }
+        };
+        if self.ownership == Ownership::Personal && uid != nix::unistd::geteuid().as_raw() {
+            return Err(refuse(
+                "this ysctld runs in personal mode and takes requests from its own user only"
+                    .into(),
+            ));
+        }
+        let user = match self.users.get(uid) {
+            Some(u) => u.name.clone(),
+            None => return Err(refuse(format!("uid {uid} has no user name on this server"))),
+        };
+        Ok(Identity { uid, user, channel })
+    }
+
+    /// Records in the audit log a change asked for through the web.
+    pub(super) fn audit_web(
+        &mut self,
+        now: i64,
+        user: &str,
+        action: &str,
+        reply: &Reply,
+    ) -> Result<(), DaemonError> {
+        let (job, detail) = match reply {
+            Reply::Submitted { job_id, .. } => (Some(*job_id), format!("job {job_id} submitted")),
+            Reply::Rejected { error } => (None, format!("refused: {error}")),
+            Reply::Control { outcomes, .. } => {
+                let each: Vec<String> = outcomes
+                    .iter()
+                    .map(|o| match &o.error {
+                        None => format!("{}: done", o.job_id),
+                        Some(e) => format!("{}: {e}", o.job_id),
+                    })
+                    .collect();
+                let job = (outcomes.len() == 1).then(|| outcomes[0].job_id);
+                (job, each.join("; "))
+            }
+            // Audited where it was made.
+            Reply::Token { .. } => return Ok(()),
+            _ => (None, String::new()),
+        };
+        self.audit(now, user, action, job, &detail)
+    }
+}

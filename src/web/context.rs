@@ -1,0 +1,140 @@
+//! What every handler shares: the config, the way to the daemon, and who
+//! the caller is. `yswebd` decides nothing itself: it passes each request
+//! to `ysctld` with the caller's token, and the daemon judges it by the
+//! command line's rules, as the user the token names.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::proto::{Channel, Control, Envelope, Reply, Request};
+use crate::spool::{DaemonState, Durability, Spool};
+
+use super::http::{self, Response};
+
+/// How long the daemon has to answer one request.
+const ANSWER_WITHIN: Duration = Duration::from_secs(30);
+/// Tokens made for the users a proxy names last this long, and are made
+/// again when less than half is left.
+const PROXY_TOKEN_LIFESPAN: u64 = 3_600;
+
+pub struct Context {
+    pub config: Config,
+    pub spool: Spool,
+    /// Tokens made for users a trusted proxy named: user → (token, expiry).
+    proxy_tokens: Mutex<HashMap<String, (String, i64)>>,
+}
+
+/// Who the caller is: their token, and the channel they came through.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    pub token: String,
+    pub channel: Channel,
+}
+
+impl Context {
+    pub fn new(config: Config) -> Context {
+        let spool = Spool::new(&config.spool_dir);
+        Context {
+            config,
+            spool,
+            proxy_tokens: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Asks the daemon `request` for `caller`.
+    pub fn ask(&self, request: Request, caller: &Caller) -> Result<Reply, Response> {
+        let envelope = Envelope::on_behalf(request, caller.token.clone(), caller.channel);
+        self.send(&envelope)
+    }
+
+    fn send(&self, envelope: &Envelope) -> Result<Reply, Response> {
+        if self.spool.daemon_state() != DaemonState::Running {
+            return Err(Response::error(
+                503,
+                "ysctld is not running; nothing was changed",
+            ));
+        }
+        let unavailable = |e: crate::spool::SpoolError| {
+            tracing::warn!(target: "ysched::web", "cannot reach ysctld: {e}");
+            Response::error(503, &format!("cannot reach ysctld: {e}"))
+        };
+        let mut sent = self
+            .spool
+            .send(envelope, Durability::OnDemand)
+            .map_err(unavailable)?;
+        match sent.wait(ANSWER_WITHIN).map_err(unavailable)? {
+            Some(Reply::Streamed { .. }) => Err(Response::error(
+                500,
+                "ysctld streamed an answer yswebd did not ask for",
+            )),
+            Some(reply) => Ok(reply),
+            None if matches!(envelope.request, Request::Query(_)) => {
+                sent.withdraw();
+                Err(Response::error(504, "ysctld did not answer in time"))
+            }
+            None => {
+                // Accepted all the same: it stays in the spool.
+                let _ = sent.make_durable();
+                Err(Response::error(
+                    504,
+                    "ysctld did not answer in time; the request stays in the spool and will be applied",
+                ))
+            }
+        }
+    }
+
+    /// A token for `user`, whom a trusted proxy named: made by the daemon
+    /// for this server's account, kept until half its life is spent.
+    pub fn proxy_token(&self, user: &str, now: i64) -> Result<String, Response> {
+        if let Some((token, expires)) = self.lock_tokens().get(user) {
+            if *expires - now > PROXY_TOKEN_LIFESPAN as i64 / 2 {
+                return Ok(token.clone());
+            }
+        }
+        let request = Request::Control(Control::Token {
+            lifespan: Some(PROXY_TOKEN_LIFESPAN),
+            user: Some(user.to_string()),
+        });
+        match self.send(&Envelope::new(request))? {
+            Reply::Token { token, expires, .. } => {
+                self.lock_tokens()
+                    .insert(user.to_string(), (token.clone(), expires));
+                Ok(token)
+            }
+            Reply::Rejected { error } | Reply::Unauthenticated { error } => Err(Response::error(
+                403,
+                &format!("the proxy's user {user} cannot be signed in: {error}"),
+            )),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    fn lock_tokens(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, i64)>> {
+        self.proxy_tokens
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// An answer of a kind the request does not get.
+pub fn unexpected(reply: &Reply) -> Response {
+    tracing::error!(target: "ysched::web", "unexpected answer from ysctld: {reply:?}");
+    Response::error(500, "ysctld gave an answer of the wrong kind")
+}
+
+/// A refusal of the daemon, as HTTP: a token it does not take is 401,
+/// a permission problem 403, the rest 400.
+pub fn refusal(reply: &Reply) -> Response {
+    match reply {
+        Reply::Unauthenticated { error } => http::Response::error(401, error),
+        Reply::Rejected { error }
+            if error.contains("permission denied") || error.contains("personal mode") =>
+        {
+            http::Response::error(403, error)
+        }
+        Reply::Rejected { error } => http::Response::error(400, error),
+        other => unexpected(other),
+    }
+}

@@ -1,0 +1,175 @@
+//! ysched's own API (`/ysched/v1/…`), for what slurmrestd has no
+//! operation: the fair-share tree, usage by account, user and GPU type
+//! over a period, token budgets with their balance, burn rate and alert
+//! threshold, and the waste ranking. The answers are the daemon's, as
+//! `ysshare` and `ysreport --json` get them.
+
+use serde_json::{json, Value};
+
+use crate::proto::{Query, Reply, Request};
+use crate::report::usage::{Period, UsageReport, WASTE_ROWS};
+
+use super::context::{refusal, Caller, Context};
+use super::http::{Request as HttpRequest, Response};
+
+/// `/ysched/v1/…` (after the version), for `caller`.
+pub fn route(
+    ctx: &Context,
+    http: &HttpRequest,
+    rest: &str,
+    caller: &Caller,
+) -> Result<Response, Response> {
+    if http.method != "GET" {
+        return Err(super::rest::not_allowed(&http.method));
+    }
+    match rest.trim_end_matches('/') {
+        "shares" => shares(ctx, caller).map(|rows| Response::json(200, &json!({ "shares": rows }))),
+        "usage" => usage(ctx, http, caller).map(|r| Response::json(200, &json!(r))),
+        "waste" => waste(ctx, http, caller),
+        "budgets" => budgets(ctx, caller),
+        _ => Err(Response::error(
+            404,
+            &format!("no such operation: {}", http.path),
+        )),
+    }
+}
+
+fn shares(ctx: &Context, caller: &Caller) -> Result<Vec<crate::proto::ShareRow>, Response> {
+    let query = Query::Shares {
+        accounts: Vec::new(),
+        users: Vec::new(),
+        all_users: true,
+    };
+    match ctx.ask(Request::Query(query), caller)? {
+        Reply::Shares { rows } => Ok(rows),
+        other => Err(refusal(&other)),
+    }
+}
+
+/// The period `start` and `end` name (Unix seconds, or what `ysreport
+/// --starttime` takes); by default this month so far.
+fn period(ctx: &Context, http: &HttpRequest) -> Result<Period, Response> {
+    let tz = ctx.config.timezone().clone();
+    let now = jiff::Timestamp::now().to_zoned(tz.clone());
+    let time = |name: &str| -> Result<Option<i64>, Response> {
+        http.query(name)
+            .map(|t| match t.parse::<i64>() {
+                Ok(n) => Ok(n),
+                Err(_) => crate::model::units::parse_time_filter(t, now.clone())
+                    .map_err(|e| Response::error(400, &format!("{name}: {e}"))),
+            })
+            .transpose()
+    };
+    let month_start = now
+        .date()
+        .first_of_month()
+        .to_zoned(tz.clone())
+        .map_err(|e| Response::error(500, &e.to_string()))?
+        .timestamp()
+        .as_second();
+    let from = time("start")?.unwrap_or(month_start);
+    let to = time("end")?.unwrap_or(now.timestamp().as_second() + 1);
+    if to <= from {
+        return Err(Response::error(400, "end: the end is not after the start"));
+    }
+    let days = crate::report::usage::day_starts(from, to, &tz)
+        .map_err(|e| Response::error(400, &format!("the period does not read: {e}")))?;
+    Ok(Period {
+        from,
+        to,
+        label: format!(
+            "{} to {}",
+            crate::model::units::format_timestamp(from),
+            crate::model::units::format_timestamp(to)
+        ),
+        days,
+    })
+}
+
+fn usage(ctx: &Context, http: &HttpRequest, caller: &Caller) -> Result<UsageReport, Response> {
+    let list = |name: &str| -> Vec<String> {
+        http.query(name)
+            .map(|v| {
+                v.split(',')
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let query = Query::Usage {
+        period: period(ctx, http)?,
+        accounts: list("account"),
+        users: list("user"),
+        waste_after_secs: 3_600,
+    };
+    match ctx.ask(Request::Query(query), caller)? {
+        Reply::Usage { report } => Ok(*report),
+        other => Err(refusal(&other)),
+    }
+}
+
+fn waste(ctx: &Context, http: &HttpRequest, caller: &Caller) -> Result<Response, Response> {
+    let report = usage(ctx, http, caller)?;
+    let rows: Vec<_> = report.waste.iter().take(WASTE_ROWS).collect();
+    Ok(Response::json(
+        200,
+        &json!({ "period": report.period, "gpu_sampled": report.gpu_sampled, "waste": rows }),
+    ))
+}
+
+/// Each budgeted account the caller may see: its budget for the current
+/// period, what is used and left, the burn rate so far, when it would
+/// run out at that rate, and the threshold at which users are warned.
+fn budgets(ctx: &Context, caller: &Caller) -> Result<Response, Response> {
+    let now = crate::model::units::now();
+    let rows = shares(ctx, caller)?;
+    let mut list = Vec::new();
+    for row in rows.iter().filter(|r| r.user.is_none()) {
+        let (Some(budget), Some(left)) = (row.budget, row.budget_left) else {
+            continue;
+        };
+        let Some(config) = ctx
+            .config
+            .accounts
+            .iter()
+            .find(|a| a.name == row.account)
+            .and_then(|a| a.budget.as_ref())
+        else {
+            continue;
+        };
+        list.push(balance(&row.account, budget, left, config, now));
+    }
+    Ok(Response::json(200, &json!({ "now": now, "budgets": list })))
+}
+
+fn balance(
+    account: &str,
+    budget: f64,
+    left: f64,
+    config: &crate::config::Budget,
+    now: i64,
+) -> Value {
+    let start = config.period.start(now);
+    let used = budget - left;
+    let elapsed_days = ((now - start) as f64 / 86_400.0).max(1.0 / 24.0);
+    let per_day = used / elapsed_days;
+    let runs_out = (per_day > 0.0 && left > 0.0).then(|| now + (left / per_day * 86_400.0) as i64);
+    json!({
+        "account": account,
+        "period": config.period.name(now),
+        "period_start": start,
+        "budget": budget,
+        "used": used,
+        "left": left,
+        "used_fraction": if budget > 0.0 { used / budget } else { 0.0 },
+        "burn_per_day": per_day,
+        "runs_out_at": runs_out,
+        "warning_at": config.warning,
+        "warning": budget > 0.0 && used / budget >= config.warning,
+        "over_budget": match config.over {
+            crate::model::policy::OverBudget::Refuse => "refuse",
+            crate::model::policy::OverBudget::LowestQos => "lowest_qos",
+        },
+    })
+}

@@ -1,0 +1,325 @@
+//! slurmrestd's operations on slurmrestd's paths: list jobs, one job,
+//! submit, cancel or signal, nodes, ping, and the accounting query. Each
+//! is one request to the daemon on behalf of the caller.
+
+use serde_json::{json, Value};
+
+use crate::array::JobRef;
+use crate::proto::{Control, JobFilter, JobSelector, Query, Reply, Request};
+
+use super::context::{refusal, Caller, Context};
+use super::http::{Request as HttpRequest, Response};
+use super::slurm;
+
+/// `/slurm/VERSION/…` (after the version), for `caller`.
+pub fn slurm(
+    ctx: &Context,
+    http: &HttpRequest,
+    rest: &str,
+    caller: &Caller,
+) -> Result<Response, Response> {
+    let path = rest.trim_end_matches('/');
+    let command = format!("{} {}", http.method, http.path);
+    match (http.method.as_str(), path) {
+        ("GET", "jobs") => list_jobs(ctx, caller, &command),
+        ("GET", "ping") => ping(ctx, caller, &command),
+        ("GET", "nodes") => nodes(ctx, caller, None, &command),
+        ("POST", "job/submit") => submit(ctx, http, caller, &command),
+        ("GET", p) if p.starts_with("job/") => one_job(ctx, caller, &p[4..], &command),
+        ("DELETE", p) if p.starts_with("job/") => cancel(ctx, http, caller, &p[4..], &command),
+        ("GET", p) if p.starts_with("node/") => nodes(ctx, caller, Some(&p[5..]), &command),
+        (_, "jobs" | "ping" | "nodes" | "job/submit") => Err(not_allowed(&http.method)),
+        (_, p) if p.starts_with("job/") || p.starts_with("node/") => Err(not_allowed(&http.method)),
+        _ => Err(Response::error(
+            404,
+            &format!("no such operation: {}", http.path),
+        )),
+    }
+}
+
+/// `/slurmdb/VERSION/…`: the accounting query.
+pub fn slurmdb(
+    ctx: &Context,
+    http: &HttpRequest,
+    rest: &str,
+    caller: &Caller,
+) -> Result<Response, Response> {
+    let command = format!("{} {}", http.method, http.path);
+    match (http.method.as_str(), rest.trim_end_matches('/')) {
+        ("GET", "jobs") => accounting(ctx, http, caller, None, &command),
+        ("GET", p) if p.starts_with("job/") => {
+            let id = job_ref(&p[4..])?;
+            accounting(ctx, http, caller, Some(id), &command)
+        }
+        (_, "jobs") => Err(not_allowed(&http.method)),
+        _ => Err(Response::error(
+            404,
+            &format!("no such operation: {}", http.path),
+        )),
+    }
+}
+
+pub fn not_allowed(method: &str) -> Response {
+    Response::error(405, &format!("{method} is not allowed here"))
+}
+
+fn job_ref(text: &str) -> Result<JobRef, Response> {
+    match JobRef::parse(text) {
+        Ok(refs) if refs.len() == 1 => Ok(refs[0]),
+        Ok(_) => Err(Response::error(
+            400,
+            &format!("'{text}' names several jobs"),
+        )),
+        Err(e) => Err(Response::error(400, &e.to_string())),
+    }
+}
+
+fn jobs_of(reply: Reply) -> Result<Vec<crate::report::view::JobView>, Response> {
+    match reply {
+        Reply::Jobs { jobs, .. } => Ok(jobs),
+        Reply::Rejected { ref error } if error.contains("does not exist") => {
+            Err(Response::error(404, error))
+        }
+        other => Err(refusal(&other)),
+    }
+}
+
+/// The jobs the controller holds, and those that ended less than
+/// `min_job_age` ago, as slurmctld lists them.
+fn list_jobs(ctx: &Context, caller: &Caller, command: &str) -> Result<Response, Response> {
+    let query = Query::Queue {
+        filter: JobFilter {
+            states: crate::model::job::JobState::ALL.to_vec(),
+            ..JobFilter::default()
+        },
+        fields: None,
+    };
+    let jobs = jobs_of(ctx.ask(Request::Query(query), caller)?)?;
+    let list: Vec<Value> = jobs.iter().map(slurm::job_info).collect();
+    Ok(job_info_answer(list, command))
+}
+
+fn job_info_answer(list: Vec<Value>, command: &str) -> Response {
+    let now = crate::model::units::now();
+    let body = json!({
+        "jobs": list,
+        "last_backfill": slurm::number(Some(now)),
+        "last_update": slurm::number(Some(now)),
+    });
+    Response::json(200, &slurm::answer(body, command, &[]))
+}
+
+fn one_job(ctx: &Context, caller: &Caller, id: &str, command: &str) -> Result<Response, Response> {
+    let r = job_ref(id)?;
+    let jobs = jobs_of(ctx.ask(Request::Query(Query::Job(r)), caller)?)?;
+    Ok(job_info_answer(
+        jobs.iter().map(slurm::job_info).collect(),
+        command,
+    ))
+}
+
+fn nodes(
+    ctx: &Context,
+    caller: &Caller,
+    name: Option<&str>,
+    command: &str,
+) -> Result<Response, Response> {
+    let reply = ctx.ask(Request::Query(Query::Node), caller)?;
+    let Reply::Nodes { nodes } = reply else {
+        return Err(refusal(&reply));
+    };
+    let list: Vec<Value> = nodes
+        .iter()
+        .filter(|n| name.is_none_or(|want| n.name == want))
+        .map(slurm::node)
+        .collect();
+    if let (Some(want), true) = (name, list.is_empty()) {
+        return Err(Response::error(404, &format!("node {want} does not exist")));
+    }
+    let body =
+        json!({ "nodes": list, "last_update": slurm::number(Some(crate::model::units::now())) });
+    Ok(Response::json(200, &slurm::answer(body, command, &[])))
+}
+
+fn ping(ctx: &Context, caller: &Caller, command: &str) -> Result<Response, Response> {
+    let started = std::time::Instant::now();
+    let reply = ctx.ask(Request::Query(Query::Node), caller)?;
+    let Reply::Nodes { nodes } = reply else {
+        return Err(refusal(&reply));
+    };
+    let host = nodes.first().map(|n| n.name.clone()).unwrap_or_default();
+    let body = json!({ "pings": [{
+        "hostname": host,
+        "pinged": "UP",
+        "responding": true,
+        "latency": started.elapsed().as_micros() as u64,
+        "mode": "primary",
+        "primary": true,
+    }] });
+    Ok(Response::json(200, &slurm::answer(body, command, &[])))
+}
+
+fn submit(
+    ctx: &Context,
+    http: &HttpRequest,
+    caller: &Caller,
+    command: &str,
+) -> Result<Response, Response> {
+    let home = crate::token::claimed_user(&caller.token)
+        .and_then(|user| nix::unistd::User::from_name(&user).ok().flatten())
+        .map_or_else(|| std::path::PathBuf::from("/"), |u| u.dir);
+    let submission = super::submit::read(&http.body, &home)?;
+    let reply = ctx.ask(Request::Submit(Box::new(submission.request)), caller)?;
+    match reply {
+        Reply::Submitted { job_id, warning } => {
+            let body = json!({
+                "job_id": job_id,
+                "step_id": "batch",
+                "job_submit_user_msg": warning.unwrap_or_default(),
+            });
+            Ok(Response::json(
+                200,
+                &slurm::answer(body, command, &submission.warnings),
+            ))
+        }
+        other => Err(refusal(&other)),
+    }
+}
+
+fn cancel(
+    ctx: &Context,
+    http: &HttpRequest,
+    caller: &Caller,
+    id: &str,
+    command: &str,
+) -> Result<Response, Response> {
+    let r = job_ref(id)?;
+    let signal = match http.query("signal") {
+        None => None,
+        Some(name) => Some(
+            crate::model::units::parse_signal(name)
+                .map_err(|e| Response::error(400, &format!("signal: {e}")))?,
+        ),
+    };
+    let control = Control::Cancel {
+        selector: JobSelector {
+            job_ids: vec![r],
+            ..JobSelector::default()
+        },
+        signal,
+    };
+    let Reply::Control { outcomes, .. } = ctx.ask(Request::Control(control), caller)? else {
+        return Err(Response::error(
+            500,
+            "ysctld gave an answer of the wrong kind",
+        ));
+    };
+    let mut status = 200;
+    let mut entries = Vec::new();
+    let mut errors = Vec::new();
+    for o in &outcomes {
+        let (code, message) = match &o.error {
+            None => (0, String::new()),
+            Some(e) if e.contains("permission denied") => (1, e.clone()),
+            Some(e) => (2, e.clone()),
+        };
+        if code != 0 {
+            status = if code == 1 {
+                403
+            } else if e_missing(&message) {
+                404
+            } else {
+                400
+            };
+            errors.push(json!({ "description": message, "error_number": status, "error": super::http::reason(status), "source": "yswebd" }));
+        }
+        entries.push(json!({
+            "error": { "string": message, "code": code, "message": message },
+            "step_id": "",
+            "job_id": slurm::number(Some(o.job_id as i64)),
+            "federation": { "sibling": "" },
+        }));
+    }
+    let mut body = slurm::answer(json!({ "status": entries }), command, &[]);
+    body["errors"] = Value::Array(errors);
+    Ok(Response::json(status, &body))
+}
+
+fn e_missing(message: &str) -> bool {
+    message.contains("does not exist")
+        || message.contains("no such job")
+        || message.contains("unknown")
+}
+
+/// The accounting query, with slurmrestd's filters: `users`, `account`,
+/// `job_name`, `state`, `start_time`, `end_time` (Unix seconds or what
+/// `ysacct -S` takes).
+fn accounting(
+    ctx: &Context,
+    http: &HttpRequest,
+    caller: &Caller,
+    id: Option<JobRef>,
+    command: &str,
+) -> Result<Response, Response> {
+    let filter = accounting_filter(ctx, http, id)?;
+    let query = Query::Accounting {
+        filter,
+        fields: None,
+    };
+    let reply = ctx.ask(Request::Query(query), caller)?;
+    let jobs = jobs_of(reply)?;
+    if id.is_some() && jobs.is_empty() {
+        return Err(Response::error(
+            404,
+            "no such job in the accounting records",
+        ));
+    }
+    let list: Vec<Value> = jobs.iter().map(slurm::accounting_job).collect();
+    Ok(Response::json(
+        200,
+        &slurm::answer(json!({ "jobs": list }), command, &[]),
+    ))
+}
+
+fn accounting_filter(
+    ctx: &Context,
+    http: &HttpRequest,
+    id: Option<JobRef>,
+) -> Result<JobFilter, Response> {
+    let list = |name: &str| -> Vec<String> {
+        http.query(name)
+            .map(|v| {
+                v.split(',')
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let now = jiff::Timestamp::now().to_zoned(ctx.config.timezone().clone());
+    let time = |name: &str| -> Result<Option<i64>, Response> {
+        http.query(name)
+            .map(|t| match t.parse::<i64>() {
+                Ok(n) => Ok(n),
+                Err(_) => crate::model::units::parse_time_filter(t, now.clone())
+                    .map_err(|e| Response::error(400, &format!("{name}: {e}"))),
+            })
+            .transpose()
+    };
+    let mut states = Vec::new();
+    for s in list("state") {
+        states
+            .push(crate::model::job::JobState::parse(&s).ok_or_else(|| {
+                Response::error(400, &format!("state: '{s}' is not a job state"))
+            })?);
+    }
+    Ok(JobFilter {
+        job_ids: id.into_iter().collect(),
+        users: list("users"),
+        accounts: list("account"),
+        names: list("job_name"),
+        states,
+        start: time("start_time")?,
+        end: time("end_time")?,
+    })
+}

@@ -1,0 +1,537 @@
+//! `yswebd`, the JSON API, end to end: a real `ysctld`, `yswebd` running
+//! as an unprivileged account, users made for the test with their tokens
+//! from `ystoken`, and HTTP on loopback. Each case asserts what a client
+//! sees (status, JSON) and what happened (job states, files, the audit
+//! log).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{self, bin_dir, stderr, stdout, wait_for, Cluster, TestUser};
+
+/// A running `yswebd`, stopped when dropped.
+struct WebServer {
+    child: Child,
+    port: u16,
+    log: std::path::PathBuf,
+}
+
+impl Drop for WebServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl WebServer {
+    /// `yswebd` as `user`, on a free loopback port, once it answers.
+    fn start(c: &Cluster, user: &str) -> WebServer {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let log = c.dir.path().join(format!("yswebd-{port}.log"));
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new("runuser")
+            .args(["-u", user, "--", "env"])
+            .arg(format!("YS_CONF={}", c.config.display()))
+            .arg("YS_LOG=debug")
+            .arg(bin_dir().join("yswebd"))
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap();
+        let server = WebServer { child, port, log };
+        wait_for("yswebd to listen", Duration::from_secs(10), || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        server
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// One request; the status and the body.
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> (u16, String) {
+        let mut raw = format!(
+            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        for (name, value) in headers {
+            raw.push_str(&format!("{name}: {value}\r\n"));
+        }
+        raw.push_str("\r\n");
+        let mut bytes = raw.into_bytes();
+        bytes.extend_from_slice(body);
+        self.raw(&bytes)
+    }
+
+    fn raw(&self, request: &[u8]) -> (u16, String) {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(40)))
+            .unwrap();
+        let _ = stream.write_all(request);
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        let text = String::from_utf8_lossy(&answer).into_owned();
+        let status = text
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no HTTP answer: {text:?}"));
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        (status, body)
+    }
+
+    fn get(&self, path: &str, token: &str) -> (u16, serde_json::Value) {
+        let (status, body) = self.call("GET", path, &[("X-SLURM-USER-TOKEN", token)], b"");
+        (status, json(&body))
+    }
+}
+
+fn json(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
+}
+
+/// `user`'s token, from `ystoken` run as them.
+fn token_of(c: &Cluster, user: &str, args: &[&str]) -> String {
+    let out = c.run_as(user, "ystoken", args);
+    assert!(out.status.success(), "ystoken as {user}: {}", stderr(&out));
+    stdout(&out)
+        .trim()
+        .strip_prefix("SLURM_JWT=")
+        .unwrap()
+        .to_string()
+}
+
+fn submit_body(c: &Cluster, script: &str, name: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "script": script,
+        "job": {
+            "name": name,
+            "current_working_directory": c.work,
+            "environment": ["PATH=/usr/bin:/bin"],
+            "tres_per_job": "gres/gpu:1",
+            "time_limit": 10,
+        }
+    }))
+    .unwrap()
+}
+
+fn submitted(web: &WebServer, token: &str, body: &[u8]) -> u64 {
+    let (status, answer) = web.call(
+        "POST",
+        "/slurm/v0.0.45/job/submit",
+        &[("X-SLURM-USER-TOKEN", token)],
+        body,
+    );
+    assert_eq!(status, 200, "{answer}");
+    json(&answer)["job_id"].as_u64().unwrap()
+}
+
+fn cluster_with_web(web_user: &str, extra: &str) -> Cluster {
+    Cluster::started(&format!(
+        "{extra}\n[web]\nuser = \"{web_user}\"\nmax_body_kb = 64\n"
+    ))
+}
+
+#[test]
+fn users_submit_watch_and_cancel_through_the_api_by_the_command_line_rules() {
+    require_root!();
+    let (alice, bob, www) = (
+        TestUser::create("wa"),
+        TestUser::create("wb"),
+        TestUser::create("ww"),
+    );
+    let c = cluster_with_web(&www.name, "");
+    let web = WebServer::start(&c, &www.name);
+    let (a, b) = (token_of(&c, &alice.name, &[]), token_of(&c, &bob.name, &[]));
+
+    // The description needs no token; the API does.
+    let (status, doc) = web.call("GET", "/openapi.json", &[], b"");
+    assert_eq!(status, 200);
+    assert!(json(&doc)["paths"]["/slurm/v0.0.45/job/submit"]["post"].is_object());
+    let (status, body) = web.call("GET", "/slurm/v0.0.45/jobs", &[], b"");
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("ystoken"), "{body}");
+
+    // Alice's job runs as her and writes its output.
+    let id = submitted(
+        &web,
+        &a,
+        &submit_body(&c, "#!/bin/sh\necho from the api; id -un\n", "api-one"),
+    );
+    assert_eq!(c.wait_done(id, Duration::from_secs(30)), "COMPLETED");
+    let out = std::fs::read_to_string(c.work.join(format!("ys-{id}.out"))).unwrap();
+    assert_eq!(out, format!("from the api\n{}\n", alice.name));
+    let (status, one) = web.get(&format!("/slurm/v0.0.44/job/{id}"), &a);
+    assert_eq!(status, 200, "{one}");
+    assert_eq!(
+        one["jobs"][0]["job_state"],
+        serde_json::json!(["COMPLETED"])
+    );
+    assert_eq!(one["jobs"][0]["user_name"], alice.name.as_str());
+    assert_eq!(one["jobs"][0]["exit_code"]["return_code"]["number"], 0);
+
+    // Bob may not cancel Alice's job; she may.
+    let long = submitted(
+        &web,
+        &a,
+        &submit_body(&c, "#!/bin/sh\nsleep 300\n", "api-long"),
+    );
+    c.wait_state(long, "RUNNING", Duration::from_secs(20));
+    let path = format!("/slurm/v0.0.45/job/{long}");
+    let (status, refused) = web.call("DELETE", &path, &[("X-SLURM-USER-TOKEN", &b)], b"");
+    assert_eq!(status, 403, "{refused}");
+    assert!(refused.contains("permission denied"), "{refused}");
+    assert_eq!(c.state(long), "RUNNING");
+    let (status, done) = web.call("DELETE", &path, &[("X-SLURM-USER-TOKEN", &a)], b"");
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(c.wait_done(long, Duration::from_secs(20)), "CANCELLED");
+
+    // The listing and the accounting query; the nodes.
+    let (status, jobs) = web.get("/slurm/v0.0.45/jobs/", &a);
+    assert_eq!(status, 200);
+    let ids: Vec<u64> = jobs["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["job_id"].as_u64().unwrap())
+        .collect();
+    assert!(ids.contains(&id) && ids.contains(&long), "{jobs}");
+    let (status, acct) = web.get(&format!("/slurmdb/v0.0.45/jobs?users={}", alice.name), &a);
+    assert_eq!(status, 200, "{acct}");
+    let states: Vec<&str> = acct["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["state"]["current"][0].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["COMPLETED", "CANCELLED"], "{acct}");
+    let (status, nodes) = web.get("/slurm/v0.0.45/nodes", &b);
+    assert_eq!(status, 200);
+    assert_eq!(nodes["nodes"][0]["name"], "gpu01");
+    assert_eq!(nodes["nodes"][0]["gres"], "gpu:a100:4");
+
+    // The audit log names the channel of what came through the web.
+    let audit = stdout(&c.run("yscontrol", &["show", "audit"]));
+    assert!(
+        audit.contains(&format!("{} submit via=rest job={id}", alice.name)),
+        "{audit}"
+    );
+    assert!(
+        audit.contains(&format!(
+            "{} cancel via=rest job={long} {long}: permission denied",
+            bob.name
+        )),
+        "{audit}"
+    );
+    assert!(!web.log().contains(&a), "a token was logged");
+}
+
+#[test]
+fn tokens_that_are_forged_expired_foreign_or_someone_elses_are_refused() {
+    require_root!();
+    let (alice, www) = (TestUser::create("wt"), TestUser::create("wx"));
+    let c = cluster_with_web(&www.name, "");
+    let web = WebServer::start(&c, &www.name);
+    let good = token_of(&c, &alice.name, &[]);
+    let (status, _) = web.get("/slurm/v0.0.45/jobs", &good);
+    assert_eq!(status, 200);
+
+    // Signed with another key.
+    let dir = tempfile::tempdir().unwrap();
+    let foreign = ysched::token::TokenKey::load_or_create(&dir.path().join("k"))
+        .unwrap()
+        .mint(&alice.name, ysched::model::units::now(), 600)
+        .unwrap();
+    let (status, body) = web.get("/slurm/v0.0.45/jobs", &foreign);
+    assert_eq!(status, 401, "{body}");
+    assert!(body["errors"][0]["description"]
+        .as_str()
+        .unwrap()
+        .contains("not one this controller signed"));
+    // A claim changed: the signature no longer holds.
+    let parts: Vec<&str> = good.split('.').collect();
+    use base64::Engine as _;
+    let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(br#"{"sun":"root","iat":1,"exp":99999999999}"#);
+    let (status, _) = web.get(
+        "/slurm/v0.0.45/jobs",
+        &format!("{}.{claims}.{}", parts[0], parts[2]),
+    );
+    assert_eq!(status, 401);
+    // Garbage, and a name that is not the token's.
+    let (status, _) = web.get("/slurm/v0.0.45/jobs", "not-a-token");
+    assert_eq!(status, 401);
+    let (status, body) = web.call(
+        "GET",
+        "/slurm/v0.0.45/jobs",
+        &[("X-SLURM-USER-TOKEN", &good), ("X-SLURM-USER-NAME", "root")],
+        b"",
+    );
+    assert_eq!(status, 401);
+    assert!(body.contains("not root's"), "{body}");
+    // Expired.
+    let short = token_of(&c, &alice.name, &["--lifespan", "1"]);
+    std::thread::sleep(Duration::from_millis(2_100));
+    let (status, body) = web.get("/slurm/v0.0.45/jobs", &short);
+    assert_eq!(status, 401);
+    assert!(
+        body["errors"][0]["description"]
+            .as_str()
+            .unwrap()
+            .contains("expired"),
+        "{body}"
+    );
+    // Bearer works as the header does.
+    let (status, _) = web.call(
+        "GET",
+        "/ysched/v1/shares",
+        &[("Authorization", &format!("Bearer {good}"))],
+        b"",
+    );
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn bad_requests_get_the_right_status_and_a_message() {
+    require_root!();
+    let (alice, www) = (TestUser::create("wr"), TestUser::create("wy"));
+    let c = cluster_with_web(&www.name, "");
+    let web = WebServer::start(&c, &www.name);
+    let a = token_of(&c, &alice.name, &[]);
+    let auth = [("X-SLURM-USER-TOKEN", a.as_str())];
+    let submit = |body: &[u8]| web.call("POST", "/slurm/v0.0.45/job/submit", &auth, body);
+
+    let cases: [(&[u8], u16, &str); 5] = [
+        (b"{not json", 400, "not JSON"),
+        (
+            br##"{"script":"#!/bin/sh\n","job":{"name":"n","frobnicate":1}}"##,
+            400,
+            "unknown field 'job.frobnicate'",
+        ),
+        (
+            b"{\"script\":\"#!/bin/sh\\n\\u0000\",\"job\":{}}",
+            400,
+            "NUL",
+        ),
+        (br#"{"script":"true\n","job":{}}"#, 400, "#!"),
+        (
+            br##"{"script":"#!/bin/sh\n","job":{"time_limit":"soon"}}"##,
+            400,
+            "job.time_limit",
+        ),
+    ];
+    for (body, want, says) in cases {
+        let (status, answer) = submit(body);
+        assert_eq!(status, want, "{}: {answer}", String::from_utf8_lossy(body));
+        assert!(answer.contains(says), "{says} not in {answer}");
+    }
+    // An account she is not in: the daemon's own refusal.
+    let body = serde_json::json!({"script": "#!/bin/sh\ntrue\n", "job": {"account": "nosuch", "current_working_directory": c.work}});
+    let (status, answer) = submit(&serde_json::to_vec(&body).unwrap());
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.contains("nosuch"), "{answer}");
+    // Too large, announced: refused before it is read.
+    let (status, answer) =
+        web.raw(b"POST /slurm/v0.0.45/job/submit HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n");
+    assert_eq!(status, 413, "{answer}");
+    let (status, _) = web.raw(
+        b"POST /slurm/v0.0.45/job/submit HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    );
+    assert_eq!(status, 411);
+    let (status, _) = web.raw(b"\x16\x03\x01garbage\r\n\r\n");
+    assert_eq!(status, 400);
+    let (status, _) = web.call("PUT", "/slurm/v0.0.45/jobs", &auth, b"");
+    assert_eq!(status, 405);
+    let (status, answer) = web.call("GET", "/slurm/v0.0.39/jobs", &auth, b"");
+    assert_eq!(status, 404);
+    assert!(answer.contains("v0.0.45"), "{answer}");
+    let (status, _) = web.call("GET", "/slurm/v0.0.45/job/999999", &auth, b"");
+    assert_eq!(status, 404);
+    let (status, _) = web.call("GET", "/slurm/v0.0.45/job/abc", &auth, b"");
+    assert_eq!(status, 400);
+    // Nothing of it reached the queue.
+    assert_eq!(stdout(&c.run("ysqueue", &["-h"])), "");
+}
+
+#[test]
+fn a_flood_of_connections_is_bounded_and_scheduling_goes_on() {
+    require_root!();
+    let www = TestUser::create("wf");
+    let c = Cluster::started(&format!(
+        "[web]\nuser = \"{}\"\nmax_connections = 4\n",
+        www.name
+    ));
+    let web = WebServer::start(&c, &www.name);
+    // Idle connections that never send a request: 4 workers, 4 queued.
+    let idle: Vec<TcpStream> = (0..200)
+        .filter_map(|_| TcpStream::connect(("127.0.0.1", web.port)).ok())
+        .collect();
+    assert!(idle.len() >= 100, "only {} connections opened", idle.len());
+    let (status, body) = web.call("GET", "/openapi.json", &[], b"");
+    assert_eq!(status, 503, "{body}");
+    // Its threads: the workers and the listener, whatever the flood.
+    let listen = format!("127.0.0.1:{}", web.port);
+    let most = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|p| {
+            let cmdline = std::fs::read(p.path().join("cmdline")).unwrap_or_default();
+            let comm = std::fs::read_to_string(p.path().join("comm")).unwrap_or_default();
+            comm.trim() == "yswebd"
+                && cmdline
+                    .split(|b| *b == 0)
+                    .any(|arg| arg == listen.as_bytes())
+        })
+        .filter_map(|p| std::fs::read_to_string(p.path().join("status")).ok())
+        .filter_map(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|n| n.trim().parse::<u32>().ok())
+        })
+        .max()
+        .unwrap_or(0);
+    assert!(
+        (5..=6).contains(&most),
+        "yswebd has {most} threads: {}",
+        web.log()
+    );
+    // Meanwhile the daemon schedules as ever.
+    let started = Instant::now();
+    let id = c.submit(&["--wrap", "true"]);
+    assert_eq!(c.wait_done(id, Duration::from_secs(20)), "COMPLETED");
+    assert!(started.elapsed() < Duration::from_secs(20));
+    drop(idle);
+    // The idle ones time out (10 s); then requests are served again.
+    wait_for("yswebd to serve again", Duration::from_secs(30), || {
+        web.call("GET", "/openapi.json", &[], b"").0 == 200
+    });
+}
+
+#[test]
+fn https_with_the_configured_certificate() {
+    require_root!();
+    if Command::new("curl").arg("--version").output().is_err() {
+        common::skip(module_path!(), "curl is not installed");
+        return;
+    }
+    let (alice, www) = (TestUser::create("wh"), TestUser::create("wz"));
+    let dir = tempfile::tempdir().unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    let (cert_path, key_path) = (dir.path().join("web.crt"), dir.path().join("web.key"));
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let c = Cluster::started(&format!(
+        "[web]\nuser = \"{}\"\ncertificate = \"{}\"\nkey = \"{}\"\n",
+        www.name,
+        cert_path.display(),
+        key_path.display()
+    ));
+    let web = WebServer::start(&c, &www.name);
+    let token = token_of(&c, &alice.name, &[]);
+    let url = format!("https://localhost:{}/slurm/v0.0.45/ping", web.port);
+    let out = Command::new("curl")
+        .args(["-sS", "--cacert"])
+        .arg(&cert_path)
+        .args([
+            "-H",
+            &format!("X-SLURM-USER-TOKEN: {token}"),
+            "-D",
+            "-",
+            &url,
+        ])
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}{}", text, stderr(&out));
+    assert!(
+        text.contains("HTTP/1.1 200") && text.contains("Strict-Transport-Security"),
+        "{text}"
+    );
+    assert!(text.contains("\"pinged\": \"UP\""), "{text}");
+    // Plain HTTP to the HTTPS port gets nothing served.
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "15",
+        ])
+        .arg(format!("http://localhost:{}/openapi.json", web.port))
+        .output()
+        .unwrap();
+    assert_ne!(stdout(&out), "200");
+}
+
+#[test]
+fn a_trusted_proxy_names_the_user_and_an_untrusted_one_is_ignored() {
+    require_root!();
+    let (alice, www) = (TestUser::create("wp"), TestUser::create("wq"));
+    let proxied = |addresses: &str| {
+        Cluster::started(&format!(
+            "[web]\nuser = \"{}\"\nproxy_header = \"X-Remote-User\"\nproxy_addresses = [{addresses}]\n",
+            www.name
+        ))
+    };
+    let c = proxied("\"127.0.0.1\"");
+    let web = WebServer::start(&c, &www.name);
+    let (status, body) = web.call(
+        "POST",
+        "/slurm/v0.0.45/job/submit",
+        &[("X-Remote-User", &alice.name)],
+        &submit_body(&c, "#!/bin/sh\nid -un\n", "via-proxy"),
+    );
+    assert_eq!(status, 200, "{body}");
+    let id = json(&body)["job_id"].as_u64().unwrap();
+    assert_eq!(c.wait_done(id, Duration::from_secs(30)), "COMPLETED");
+    assert_eq!(c.field(id, "User"), alice.name);
+    // Never root, nor an administrator, through the proxy.
+    let (status, body) = web.call(
+        "GET",
+        "/slurm/v0.0.45/jobs",
+        &[("X-Remote-User", "root")],
+        b"",
+    );
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("permission denied"), "{body}");
+    drop(web);
+    drop(c);
+
+    // The header from an address that is no trusted proxy counts for nothing.
+    let c = proxied("\"192.0.2.1\"");
+    let web = WebServer::start(&c, &www.name);
+    let (status, _) = web.call(
+        "GET",
+        "/slurm/v0.0.45/jobs",
+        &[("X-Remote-User", &alice.name)],
+        b"",
+    );
+    assert_eq!(status, 401);
+    assert!(web.log().contains("no trusted proxy"), "{}", web.log());
+}
