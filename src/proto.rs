@@ -309,6 +309,9 @@ pub enum Query {
     Audit { limit: u32 },
     /// The server: its GPUs and who holds them (ysinfo, yscontrol show node).
     Node,
+    /// The last `bytes` of a job's output file, read with the asker's
+    /// rights (the portal's output tail).
+    Output { job: JobRef, bytes: u32 },
 }
 
 /// What `yscontrol update` changes; `None`: leave it.
@@ -457,6 +460,15 @@ pub enum Reply {
     },
     Usage {
         report: Box<crate::report::usage::UsageReport>,
+    },
+    /// The end of a job's output file.
+    Output {
+        job_id: JobId,
+        path: String,
+        /// Lossy UTF-8, control characters but newlines and tabs escaped.
+        text: String,
+        /// There was more before it.
+        truncated: bool,
     },
     /// One row of rendered cells per job, for the fields asked for.
     Rows {

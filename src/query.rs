@@ -788,6 +788,7 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
             })
         }
         Query::Job(r) => one_job(conn, snapshot, viewer, *r, now),
+        Query::Output { job, bytes } => output_tail(conn, snapshot, viewer, *job, *bytes),
     }
 }
 
@@ -927,6 +928,56 @@ fn one_job(
         jobs: views.into_iter().map(|v| view_for(v, viewer)).collect(),
         now,
     })
+}
+
+/// The end of a job's output file, for one who sees the job's details,
+/// read with their own rights (the file's mode decides, as for `tail`).
+fn output_tail(
+    conn: &Connection,
+    snapshot: Option<&QueueSnapshot>,
+    viewer: &Viewer,
+    r: crate::array::JobRef,
+    bytes: u32,
+) -> Result<Reply, DbError> {
+    let filter = JobFilter {
+        job_ids: vec![r],
+        ..JobFilter::default()
+    };
+    let job = match snapshot.and_then(|s| s.matching(&filter).first().map(|v| v.job.clone())) {
+        Some(job) => Some((*job).clone()),
+        None => db::find_jobs(conn, &filter, 1)?.into_iter().next(),
+    };
+    let refuse = |error: String| Ok(Reply::Rejected { error });
+    let Some(job) = job.filter(|j| viewer.sees(j)) else {
+        return refuse(format!("job {r} does not exist"));
+    };
+    if !viewer.sees_details(&job) {
+        return refuse(format!(
+            "permission denied: job {r} is {}'s, and so is its output",
+            job.user
+        ));
+    }
+    let path = job.stdout_path();
+    let Some(gid) = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(viewer.uid))
+        .ok()
+        .flatten()
+        .map(|u| u.gid.as_raw())
+    else {
+        return refuse(format!(
+            "uid {} has no user name on this server",
+            viewer.uid
+        ));
+    };
+    let bytes = bytes.clamp(1, 1 << 20) as usize;
+    match crate::exec::tail::tail_as(&path, &viewer.user, viewer.uid, gid, bytes) {
+        Ok((text, truncated)) => Ok(Reply::Output {
+            job_id: job.id,
+            path: path.display().to_string(),
+            text: report::escape_controls(&String::from_utf8_lossy(&text), true).into_owned(),
+            truncated,
+        }),
+        Err(e) => refuse(e.to_string()),
+    }
 }
 
 /// Answers a query straight from the database, for when no daemon runs

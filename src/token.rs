@@ -121,16 +121,22 @@ impl TokenKey {
     }
 }
 
-/// The user `token` claims to be for, unverified: for comparing with a
-/// name sent beside it. Only [`TokenKey::verify`] says it is true.
-pub fn claimed_user(token: &str) -> Option<String> {
+/// What `token` claims, unverified: for comparing with a name sent beside
+/// it, or for a cookie's lifetime. Only [`TokenKey::verify`] says it is
+/// true.
+pub fn unverified_claims(token: &str) -> Option<Claims> {
     let mut validation = Validation::new(Algorithm::HS256);
     validation.insecure_disable_signature_validation();
     validation.validate_exp = false;
     validation.set_required_spec_claims::<&str>(&[]);
     jsonwebtoken::decode::<Claims>(token.trim(), &DecodingKey::from_secret(&[]), &validation)
         .ok()
-        .map(|data| data.claims.sun)
+        .map(|data| data.claims)
+}
+
+/// The user `token` claims to be for, unverified.
+pub fn claimed_user(token: &str) -> Option<String> {
+    unverified_claims(token).map(|c| c.sun)
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ pub mod privileges;
 pub mod process;
 pub mod spec;
 pub mod supervisor;
+pub mod tail;
 
 pub use error::ExecError;
 pub use executor::Executor;

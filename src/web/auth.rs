@@ -12,7 +12,9 @@ use super::http::{Request, Response};
 /// The portal's session cookie: the token itself, HttpOnly, SameSite.
 pub const SESSION_COOKIE: &str = "ysched_session";
 
-/// The caller of `request`, or the 401 that says how to sign in.
+/// The caller of an API request, or the 401 that says how to sign in.
+/// The API takes tokens in headers only: a browser sends its cookie
+/// with requests other sites make, a header it never adds by itself.
 pub fn caller(ctx: &Context, request: &Request, channel: Channel) -> Result<Caller, Response> {
     if let Some(user) = proxied_user(ctx, request) {
         let token = ctx.proxy_token(&user, crate::model::units::now())?;
@@ -25,7 +27,6 @@ pub fn caller(ctx: &Context, request: &Request, channel: Channel) -> Result<Call
                 .header("authorization")
                 .and_then(|a| a.strip_prefix("Bearer "))
         })
-        .or_else(|| request.cookie(SESSION_COOKIE))
         .map(str::trim)
         .filter(|t| !t.is_empty());
     let Some(token) = token else {
@@ -50,6 +51,24 @@ pub fn caller(ctx: &Context, request: &Request, channel: Channel) -> Result<Call
         token: token.to_string(),
         channel,
     })
+}
+
+/// The portal's caller: the user a trusted proxy names, or the session
+/// cookie's token; `None`: not signed in.
+pub fn portal_caller(ctx: &Context, request: &Request) -> Result<Option<Caller>, Response> {
+    let channel = Channel::Portal;
+    if let Some(user) = proxied_user(ctx, request) {
+        let token = ctx.proxy_token(&user, crate::model::units::now())?;
+        return Ok(Some(Caller { token, channel }));
+    }
+    Ok(request
+        .cookie(SESSION_COOKIE)
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|token| Caller {
+            token: token.to_string(),
+            channel,
+        }))
 }
 
 /// The user a trusted proxy signed in, if the config names a header, the

@@ -222,7 +222,15 @@ impl Response {
             self.content_type,
             self.body.len()
         );
-        for (name, value) in SECURITY_HEADERS.iter().chain(
+        // A page may set a policy of its own instead of the default one.
+        let own_policy = self
+            .headers
+            .iter()
+            .any(|(n, _)| *n == "Content-Security-Policy");
+        let defaults = SECURITY_HEADERS
+            .iter()
+            .filter(|(n, _)| !(own_policy && *n == "Content-Security-Policy"));
+        for (name, value) in defaults.chain(
             self.headers
                 .iter()
                 .map(|(n, v)| (*n, v.as_str()))
@@ -244,7 +252,7 @@ impl Response {
 }
 
 /// Sent with every answer: no inline script or outside resource, no
-/// framing, no sniffing, nothing cached, no referrer.
+/// framing, no sniffing, nothing cached, no referrer to other sites.
 const SECURITY_HEADERS: [(&str, &str); 5] = [
     (
         "Content-Security-Policy",
@@ -252,7 +260,7 @@ const SECURITY_HEADERS: [(&str, &str); 5] = [
     ),
     ("X-Content-Type-Options", "nosniff"),
     ("X-Frame-Options", "DENY"),
-    ("Referrer-Policy", "no-referrer"),
+    ("Referrer-Policy", "same-origin"),
     ("Cache-Control", "no-store"),
 ];
 

@@ -210,6 +210,24 @@ fn ysched_paths(paths: &mut Paths) {
     );
     add(
         paths,
+        "/ysched/v1/job/{job_id}/output".into(),
+        "get",
+        operation(
+            "The end of a job's output, read with the caller's rights",
+            "ysched",
+            json!([
+                parameter("job_id", "path", "a job id"),
+                parameter(
+                    "bytes",
+                    "query",
+                    "how much of its end (default 16384, at most 1048576)"
+                )
+            ]),
+            None,
+        ),
+    );
+    add(
+        paths,
         "/ysched/v1/budgets".into(),
         "get",
         operation(

@@ -27,6 +27,12 @@ pub fn route(
         "usage" => usage(ctx, http, caller).map(|r| Response::json(200, &json!(r))),
         "waste" => waste(ctx, http, caller),
         "budgets" => budgets(ctx, caller),
+        p if p.starts_with("job/") && p.ends_with("/output") => output(
+            ctx,
+            http,
+            caller,
+            &p["job/".len()..p.len() - "/output".len()],
+        ),
         _ => Err(Response::error(
             404,
             &format!("no such operation: {}", http.path),
@@ -34,7 +40,7 @@ pub fn route(
     }
 }
 
-fn shares(ctx: &Context, caller: &Caller) -> Result<Vec<crate::proto::ShareRow>, Response> {
+pub fn shares(ctx: &Context, caller: &Caller) -> Result<Vec<crate::proto::ShareRow>, Response> {
     let query = Query::Shares {
         accounts: Vec::new(),
         users: Vec::new(),
@@ -46,13 +52,26 @@ fn shares(ctx: &Context, caller: &Caller) -> Result<Vec<crate::proto::ShareRow>,
     }
 }
 
+/// This month so far.
+pub fn this_month(ctx: &Context) -> Result<Period, Response> {
+    period_between(ctx, None, None)
+}
+
 /// The period `start` and `end` name (Unix seconds, or what `ysreport
 /// --starttime` takes); by default this month so far.
 fn period(ctx: &Context, http: &HttpRequest) -> Result<Period, Response> {
+    period_between(ctx, http.query("start"), http.query("end"))
+}
+
+fn period_between(
+    ctx: &Context,
+    start: Option<&str>,
+    end: Option<&str>,
+) -> Result<Period, Response> {
     let tz = ctx.config.timezone().clone();
     let now = jiff::Timestamp::now().to_zoned(tz.clone());
-    let time = |name: &str| -> Result<Option<i64>, Response> {
-        http.query(name)
+    let time = |name: &str, value: Option<&str>| -> Result<Option<i64>, Response> {
+        value
             .map(|t| match t.parse::<i64>() {
                 Ok(n) => Ok(n),
                 Err(_) => crate::model::units::parse_time_filter(t, now.clone())
@@ -67,8 +86,8 @@ fn period(ctx: &Context, http: &HttpRequest) -> Result<Period, Response> {
         .map_err(|e| Response::error(500, &e.to_string()))?
         .timestamp()
         .as_second();
-    let from = time("start")?.unwrap_or(month_start);
-    let to = time("end")?.unwrap_or(now.timestamp().as_second() + 1);
+    let from = time("start", start)?.unwrap_or(month_start);
+    let to = time("end", end)?.unwrap_or(now.timestamp().as_second() + 1);
     if to <= from {
         return Err(Response::error(400, "end: the end is not after the start"));
     }
@@ -118,12 +137,57 @@ fn waste(ctx: &Context, http: &HttpRequest, caller: &Caller) -> Result<Response,
     ))
 }
 
+/// The end of a job's output file (`?bytes=`, default 16 KiB, at most
+/// 1 MiB), read with the caller's rights: another user's output only
+/// where the caller could read the file itself.
+fn output(
+    ctx: &Context,
+    http: &HttpRequest,
+    caller: &Caller,
+    id: &str,
+) -> Result<Response, Response> {
+    let job = match crate::array::JobRef::parse(id) {
+        Ok(refs) if refs.len() == 1 => refs[0],
+        _ => return Err(Response::error(400, &format!("'{id}' is not one job id"))),
+    };
+    let bytes = match http.query("bytes") {
+        None => 16 << 10,
+        Some(b) => b
+            .parse::<u32>()
+            .ok()
+            .filter(|b| (1..=1 << 20).contains(b))
+            .ok_or_else(|| Response::error(400, "bytes: give 1 to 1048576"))?,
+    };
+    match ctx.ask(Request::Query(Query::Output { job, bytes }), caller)? {
+        Reply::Output {
+            job_id,
+            path,
+            text,
+            truncated,
+        } => Ok(Response::json(
+            200,
+            &json!({ "job_id": job_id, "path": path, "text": text, "truncated": truncated }),
+        )),
+        Reply::Rejected { error } if error.contains("does not exist") => {
+            Err(Response::error(404, &error))
+        }
+        other => Err(refusal(&other)),
+    }
+}
+
 /// Each budgeted account the caller may see: its budget for the current
 /// period, what is used and left, the burn rate so far, when it would
 /// run out at that rate, and the threshold at which users are warned.
 fn budgets(ctx: &Context, caller: &Caller) -> Result<Response, Response> {
     let now = crate::model::units::now();
     let rows = shares(ctx, caller)?;
+    let list = balances(ctx, &rows, now);
+    Ok(Response::json(200, &json!({ "now": now, "budgets": list })))
+}
+
+/// The balance of each budgeted account among `rows` (the fair-share
+/// tree as the caller may see it).
+pub fn balances(ctx: &Context, rows: &[crate::proto::ShareRow], now: i64) -> Vec<Value> {
     let mut list = Vec::new();
     for row in rows.iter().filter(|r| r.user.is_none()) {
         let (Some(budget), Some(left)) = (row.budget, row.budget_left) else {
@@ -140,7 +204,7 @@ fn budgets(ctx: &Context, caller: &Caller) -> Result<Response, Response> {
         };
         list.push(balance(&row.account, budget, left, config, now));
     }
-    Ok(Response::json(200, &json!({ "now": now, "budgets": list })))
+    list
 }
 
 fn balance(

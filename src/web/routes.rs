@@ -1,16 +1,21 @@
 //! Which handler answers a request: the OpenAPI document (no token
-//! needed), slurmrestd's paths, ysched's own; everything else is 404.
+//! needed), slurmrestd's paths, ysched's own, the portal's pages;
+//! everything else is 404.
 
 use crate::proto::Channel;
 
 use super::context::Context;
 use super::http::{Request, Response};
+use super::session::Sessions;
 
 /// The answer to `request`.
-pub fn respond(ctx: &Context, request: &Request) -> Response {
+pub fn respond(ctx: &Context, sessions: &Sessions, request: &Request) -> Response {
+    if let Some(page) = super::portal::respond(ctx, sessions, request) {
+        return page;
+    }
     let path = request.path.as_str();
     let answer = match path {
-        "/" => Ok(Response::json(200, &index())),
+        "/api" => Ok(Response::json(200, &index())),
         "/openapi.json" | "/openapi/v3" | "/openapi" => match request.method.as_str() {
             "GET" | "HEAD" => Ok(Response::json(200, &super::openapi::document())),
             other => Err(super::rest::not_allowed(other)),

@@ -36,7 +36,7 @@ pub fn serve(ctx: Context) -> Result<(), WebError> {
     if tls.is_none() && !address.ip().is_loopback() {
         tracing::warn!(target: "ysched::web", "serving plain HTTP on {address}, beyond this host: tokens cross the network readable; set [web] certificate and key");
     }
-    let ctx = Arc::new(ctx);
+    let ctx = Arc::new((ctx, super::session::Sessions::new()));
     let (queue, taken) = sync_channel::<TcpStream>(web.max_connections);
     let taken = Arc::new(Mutex::new(taken));
     for n in 0..web.max_connections {
@@ -70,7 +70,7 @@ fn busy(mut stream: TcpStream, tls: bool) {
 }
 
 fn work(
-    ctx: &Context,
+    ctx: &(Context, super::session::Sessions),
     taken: &Mutex<Receiver<TcpStream>>,
     tls: Option<&Arc<rustls::ServerConfig>>,
 ) {
@@ -97,7 +97,7 @@ fn work(
 
 /// One request and its answer on `stream`.
 fn exchange(
-    ctx: &Context,
+    (ctx, sessions): &(Context, super::session::Sessions),
     mut stream: impl std::io::Read + std::io::Write,
     peer: std::net::IpAddr,
     tls: bool,
@@ -105,7 +105,7 @@ fn exchange(
     let started = std::time::Instant::now();
     let (response, method, path) = match read_request(&mut stream, ctx.config.web.max_body, peer) {
         Ok(request) => {
-            let response = super::routes::respond(ctx, &request);
+            let response = super::routes::respond(ctx, sessions, &request);
             (response, request.method, request.path)
         }
         Err(ReadError::Closed) => return,

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 use crate::common::{self, bin_dir, stderr, stdout, wait_for, Cluster, TestUser};
 
 /// A running `yswebd`, stopped when dropped.
-struct WebServer {
+pub(crate) struct WebServer {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
     log: std::path::PathBuf,
 }
 
@@ -27,7 +27,7 @@ impl Drop for WebServer {
 
 impl WebServer {
     /// `yswebd` as `user`, on a free loopback port, once it answers.
-    fn start(c: &Cluster, user: &str) -> WebServer {
+    pub(crate) fn start(c: &Cluster, user: &str) -> WebServer {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -53,7 +53,7 @@ impl WebServer {
         server
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
@@ -110,7 +110,7 @@ fn json(body: &str) -> serde_json::Value {
 }
 
 /// `user`'s token, from `ystoken` run as them.
-fn token_of(c: &Cluster, user: &str, args: &[&str]) -> String {
+pub(crate) fn token_of(c: &Cluster, user: &str, args: &[&str]) -> String {
     let out = c.run_as(user, "ystoken", args);
     assert!(out.status.success(), "ystoken as {user}: {}", stderr(&out));
     stdout(&out)
@@ -188,6 +188,13 @@ fn users_submit_watch_and_cancel_through_the_api_by_the_command_line_rules() {
     );
     assert_eq!(one["jobs"][0]["user_name"], alice.name.as_str());
     assert_eq!(one["jobs"][0]["exit_code"]["return_code"]["number"], 0);
+
+    // Its output: hers to read, not Bob's.
+    let (status, tail) = web.get(&format!("/ysched/v1/job/{id}/output"), &a);
+    assert_eq!(status, 200, "{tail}");
+    assert_eq!(tail["text"], format!("from the api\n{}\n", alice.name));
+    let (status, refused) = web.get(&format!("/ysched/v1/job/{id}/output"), &b);
+    assert_eq!(status, 403, "{refused}");
 
     // Bob may not cancel Alice's job; she may.
     let long = submitted(

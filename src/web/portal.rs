@@ -1,0 +1,319 @@
+//! The portal's pages and forms: sign in and out, the queue (live), the
+//! GPU map, "my jobs", one job with its output's end, the submit form
+//! with its cost, accounting, and the approval queue. Each page asks the
+//! daemon as the signed-in user, through the channel `portal`; every form
+//! that changes something carries the session's CSRF token.
+
+use crate::array::JobRef;
+use crate::model::job::{Hold, JobState};
+use crate::proto::{Control, JobFilter, JobSelector, Query, Reply, Request};
+use crate::report::view::JobView;
+
+use super::auth::portal_caller;
+use super::context::{Caller, Context};
+use super::http::{Request as HttpRequest, Response};
+use super::page::{problem_page, redirect, Page};
+use super::pages::{self, OutputTail};
+use super::session::{self, Sessions};
+
+/// The answer to a portal path, or `None` for a path that is not one.
+pub fn respond(ctx: &Context, sessions: &Sessions, request: &HttpRequest) -> Option<Response> {
+    let path = request.path.as_str();
+    let method = request.method.as_str();
+    let answer = match (method, path) {
+        ("GET" | "HEAD", "/static/portal.css") => {
+            Ok(asset("text/css; charset=utf-8", super::assets::CSS))
+        }
+        ("GET" | "HEAD", "/static/portal.js") => {
+            Ok(asset("text/javascript; charset=utf-8", super::assets::JS))
+        }
+        ("GET" | "HEAD", "/login") => Ok(Response::html(200, pages::login(None))),
+        ("POST", "/login") => Ok(login(ctx, sessions, request)),
+        ("POST", "/logout") => signed_in(ctx, sessions, request, logout),
+        ("GET" | "HEAD", "/") => Ok(redirect("/queue")),
+        ("GET" | "HEAD", "/queue") => signed_in(ctx, sessions, request, queue),
+        ("GET" | "HEAD", "/gpus") => signed_in(ctx, sessions, request, gpus),
+        ("GET" | "HEAD", "/mine") => signed_in(ctx, sessions, request, mine),
+        ("GET" | "HEAD", "/approvals") => signed_in(ctx, sessions, request, approvals),
+        ("GET" | "HEAD", "/submit") => signed_in(ctx, sessions, request, |p| {
+            submit_page(p, &[], String::new())
+        }),
+        ("POST", "/submit") => signed_in(ctx, sessions, request, |p| submit(p, false)),
+        ("POST", "/submit/preview") => signed_in(ctx, sessions, request, |p| submit(p, true)),
+        ("GET" | "HEAD", "/accounting") => {
+            signed_in(ctx, sessions, request, super::portal_views::accounting)
+        }
+        ("GET" | "HEAD", "/accounting/report") => {
+            signed_in(ctx, sessions, request, super::portal_views::report)
+        }
+        ("GET" | "HEAD", p) if p.starts_with("/job/") => signed_in(ctx, sessions, request, job),
+        ("POST", p) if p.starts_with("/job/") => signed_in(ctx, sessions, request, job_action),
+        _ => return None,
+    };
+    Some(answer.unwrap_or_else(|refused| refused))
+}
+
+/// Runs `handler` for a signed-in user; anyone else goes to sign in. A
+/// POST must carry the session's CSRF token and come from this site.
+fn signed_in(
+    ctx: &Context,
+    sessions: &Sessions,
+    request: &HttpRequest,
+    handler: impl FnOnce(&Page) -> Result<Response, Response>,
+) -> Result<Response, Response> {
+    let Some(caller) = portal_caller(ctx, request)? else {
+        return Ok(redirect("/login"));
+    };
+    let user = crate::token::claimed_user(&caller.token).unwrap_or_default();
+    let csrf = sessions.csrf(&caller.token);
+    if request.method == "POST" {
+        sessions.check(request, &session::form(request), &caller.token)?;
+    }
+    let page = Page {
+        ctx,
+        request,
+        caller,
+        user,
+        csrf,
+    };
+    handler(&page)
+}
+
+fn asset(content_type: &'static str, text: &'static str) -> Response {
+    let mut r = Response::html(200, text.to_string());
+    r.content_type = content_type;
+    r.with_header("Cache-Control", "max-age=3600".into())
+}
+
+/// `POST /login`: the token checked by asking the daemon with it; the
+/// cookie keeps it until it expires. Failures are limited per address.
+fn login(ctx: &Context, sessions: &Sessions, request: &HttpRequest) -> Response {
+    if !sessions.may_try(request.peer) {
+        return Response::html(
+            429,
+            pages::login(Some("Too many failed sign-ins from here: wait a minute.")),
+        )
+        .with_header("Retry-After", "60".into());
+    }
+    let form = session::form(request);
+    let token = form
+        .iter()
+        .find(|(k, _)| k == "token")
+        .map(|(_, v)| v.trim().to_string())
+        .unwrap_or_default();
+    let caller = Caller {
+        token: token.clone(),
+        channel: crate::proto::Channel::Portal,
+    };
+    let probe = Request::Query(Query::Shares {
+        accounts: Vec::new(),
+        users: Vec::new(),
+        all_users: false,
+    });
+    let refused = match ctx.ask(probe, &caller) {
+        Ok(Reply::Unauthenticated { error }) => error,
+        Ok(Reply::Shares { .. }) => {
+            let expires = crate::token::unverified_claims(&token).map_or(0, |c| c.exp);
+            let max_age = expires - crate::model::units::now();
+            let tls = ctx.config.web.tls.is_some();
+            return redirect("/queue")
+                .with_header("Set-Cookie", session::cookie(&token, max_age, tls));
+        }
+        Ok(Reply::Rejected { error }) => error,
+        Ok(_) => "ysctld gave an answer of the wrong kind".into(),
+        Err(response) => return response,
+    };
+    sessions.failed(request.peer);
+    tracing::info!(target: "ysched::web", "a sign-in from {} refused: {refused}", request.peer);
+    Response::html(401, pages::login(Some(&refused)))
+}
+
+fn logout(page: &Page) -> Result<Response, Response> {
+    Ok(redirect("/login").with_header("Set-Cookie", session::cookie("", 0, page.tls())))
+}
+
+fn queue(page: &Page) -> Result<Response, Response> {
+    let (jobs, now) = page.jobs(JobFilter::default())?;
+    let views: Vec<&JobView> = jobs.iter().collect();
+    let rows = pages::job_rows(&views, now, Some(&page.viewer()));
+    let body = pages::job_table(&rows, "/queue");
+    Ok(page.page("Queue", "/queue", &body, Some(&rows)))
+}
+
+fn mine(page: &Page) -> Result<Response, Response> {
+    let filter = JobFilter {
+        users: vec![page.user.clone()],
+        states: JobState::ALL.to_vec(),
+        ..JobFilter::default()
+    };
+    let (jobs, now) = page.jobs(filter)?;
+    let views: Vec<&JobView> = jobs.iter().collect();
+    let rows = pages::job_rows(&views, now, Some(&page.viewer()));
+    let body = pages::job_table(&rows, "/mine");
+    Ok(page.page("My jobs", "/mine", &body, Some(&rows)))
+}
+
+fn approvals(page: &Page) -> Result<Response, Response> {
+    let (jobs, now) = page.jobs(JobFilter::default())?;
+    let waiting: Vec<&JobView> = jobs
+        .iter()
+        .filter(|v| v.job.hold == Some(Hold::Approval))
+        .collect();
+    let body = pages::approvals(&waiting, now, &page.viewer());
+    Ok(page.page("Approvals", "/approvals", &body, None))
+}
+
+fn gpus(page: &Page) -> Result<Response, Response> {
+    let Reply::Nodes { nodes } = page.ask(Request::Query(Query::Node))? else {
+        return Err(Response::html(
+            500,
+            "ysctld gave an answer of the wrong kind".into(),
+        ));
+    };
+    let map = pages::gpu_map(&nodes);
+    let body = format!("<div id=\"map\" data-refresh=\"/gpus\">{map}</div>");
+    Ok(page.page("GPUs", "/gpus", &body, Some(&map)))
+}
+
+fn job_ref(page: &Page) -> Result<(JobRef, Option<String>), Response> {
+    let rest = &page.request.path["/job/".len()..];
+    let (id, action) = match rest.split_once('/') {
+        Some((id, action)) => (id, Some(action.to_string())),
+        None => (rest, None),
+    };
+    match JobRef::parse(id) {
+        Ok(refs) if refs.len() == 1 => Ok((refs[0], action)),
+        _ => {
+            let mut r = page.page(
+                "No such job",
+                "",
+                &pages::problem(&format!("'{id}' is not a job id")),
+                None,
+            );
+            r.status = 404;
+            Err(r)
+        }
+    }
+}
+
+fn job(page: &Page) -> Result<Response, Response> {
+    let (r, _) = job_ref(page)?;
+    let (jobs, now) = match page.ask(Request::Query(Query::Job(r)))? {
+        Reply::Jobs { jobs, now } => (jobs, now),
+        other => return Ok(problem_page(page, &format!("Job {r}"), &other)),
+    };
+    let Some(view) = jobs.first() else {
+        return Ok(problem_page(
+            page,
+            &format!("Job {r}"),
+            &Reply::Rejected {
+                error: format!("job {r} does not exist"),
+            },
+        ));
+    };
+    let output = match page.ask(Request::Query(Query::Output {
+        job: r,
+        bytes: 16 << 10,
+    }))? {
+        Reply::Output {
+            path,
+            text,
+            truncated,
+            ..
+        } => OutputTail::Shown {
+            path,
+            text,
+            truncated,
+        },
+        Reply::Rejected { error } => OutputTail::Withheld(error),
+        other => OutputTail::Withheld(format!(
+            "ysctld gave an answer of the wrong kind: {other:?}"
+        )),
+    };
+    let body = pages::job_page(view, now, &page.viewer(), output);
+    Ok(page.page(&format!("Job {}", view.job.display_id()), "", &body, None))
+}
+
+/// `POST /job/ID/ACTION`: cancel, hold, release or approve, as the user;
+/// back to where the button was, or the refusal.
+fn job_action(page: &Page) -> Result<Response, Response> {
+    let (r, action) = job_ref(page)?;
+    let ids = vec![r];
+    let control = match action.as_deref() {
+        Some("cancel") => Control::Cancel {
+            selector: JobSelector {
+                job_ids: ids,
+                ..JobSelector::default()
+            },
+            signal: None,
+        },
+        Some("hold") => Control::Hold { job_ids: ids },
+        Some("release") => Control::Release { job_ids: ids },
+        Some("approve") => Control::Approve { job_ids: ids },
+        _ => return Err(Response::html(404, pages::problem("no such action"))),
+    };
+    match page.ask(Request::Control(control))? {
+        Reply::Control { outcomes, .. } => {
+            if let Some(error) = outcomes.iter().find_map(|o| o.error.clone()) {
+                return Ok(problem_page(
+                    page,
+                    &format!("Job {r}"),
+                    &Reply::Rejected { error },
+                ));
+            }
+            let back = page
+                .request
+                .header("referer")
+                .and_then(|r| {
+                    r.split_once("://")
+                        .and_then(|(_, rest)| rest.find('/').map(|i| rest[i..].to_string()))
+                })
+                .filter(|p| p.starts_with('/') && !p.starts_with("//"))
+                .unwrap_or_else(|| format!("/job/{r}"));
+            Ok(redirect(&back))
+        }
+        other => Ok(problem_page(page, &format!("Job {r}"), &other)),
+    }
+}
+
+fn submit_page(
+    page: &Page,
+    values: &[(String, String)],
+    preview: String,
+) -> Result<Response, Response> {
+    let choices = super::portal_views::choices(page)?;
+    let body = pages::submit_form(&choices, values, &page.csrf, &preview);
+    Ok(page.page("Submit a job", "/submit", &body, Some(&preview)))
+}
+
+/// `POST /submit` (or its preview): the form into a job description, as
+/// the JSON API takes it; the preview asks what the job would do without
+/// storing it.
+fn submit(page: &Page, preview_only: bool) -> Result<Response, Response> {
+    let values = session::form(page.request);
+    let home = nix::unistd::User::from_name(&page.user)
+        .ok()
+        .flatten()
+        .map_or_else(|| std::path::PathBuf::from("/"), |u| u.dir);
+    let body = match super::portal_views::description(&values) {
+        Ok(body) => body,
+        Err(why) => return submit_page(page, &values, pages::problem(&why.to_string())),
+    };
+    let mut submission = match super::submit::read(&body, &home) {
+        Ok(s) => s,
+        Err(response) => {
+            let why = serde_json::from_slice::<serde_json::Value>(&response.body)
+                .ok()
+                .and_then(|v| v["errors"][0]["description"].as_str().map(str::to_string))
+                .unwrap_or_else(|| "the job does not read".into());
+            return submit_page(page, &values, pages::problem(&why));
+        }
+    };
+    submission.request.test_only = preview_only;
+    match page.ask(Request::Submit(Box::new(submission.request)))? {
+        Reply::TestOnly(test) => submit_page(page, &values, pages::preview(&test)),
+        Reply::Submitted { job_id, .. } => Ok(redirect(&format!("/job/{job_id}"))),
+        Reply::Rejected { error } => submit_page(page, &values, pages::problem(&error)),
+        other => Ok(problem_page(page, "Submit a job", &other)),
+    }
+}
