@@ -175,7 +175,7 @@ pub struct Response {
 
 impl Response {
     pub fn json(status: u16, value: &serde_json::Value) -> Response {
-        let mut body = serde_json::to_vec_pretty(value).unwrap_or_default();
+        let mut body = serde_json::to_vec(value).unwrap_or_default();
         body.push(b'\n');
         Response {
             status,
@@ -366,7 +366,7 @@ mod tests {
             "Content-Security-Policy: default-src 'none'",
             "X-Frame-Options: DENY",
             "Strict-Transport-Security",
-            "\"description\": \"no such job\"",
+            "\"description\":\"no such job\"",
         ] {
             assert!(text.contains(needle), "{needle} missing in {text}");
         }

@@ -178,6 +178,21 @@ pub fn job_rows(jobs: &[&JobView], now: i64, viewer: Option<&Viewer>) -> String 
     rows
 }
 
+/// Which page of a long list this is, with links to the others.
+pub fn pager(path: &str, number: usize, pages: usize, jobs: usize) -> String {
+    let link = |n: usize, label: &str| format!("<a href=\"{path}?page={n}\">{label}</a>");
+    let mut out = format!("<p class=\"note\" id=\"pager\">Page {number} of {pages} ({jobs} jobs) ");
+    if number > 1 {
+        out.push_str(&link(number - 1, "‹ previous"));
+        out.push(' ');
+    }
+    if number < pages {
+        out.push_str(&link(number + 1, "next ›"));
+    }
+    out.push_str("</p>");
+    out
+}
+
 /// A job table whose body reloads itself from `refresh`.
 pub fn job_table(rows: &str, refresh: &str) -> String {
     format!(

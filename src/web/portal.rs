@@ -132,12 +132,12 @@ fn logout(page: &Page) -> Result<Response, Response> {
     Ok(redirect("/login").with_header("Set-Cookie", session::cookie("", 0, page.tls())))
 }
 
+/// Jobs a page of a job list shows.
+const PAGE_ROWS: usize = 200;
+
 fn queue(page: &Page) -> Result<Response, Response> {
     let (jobs, now) = page.jobs(JobFilter::default())?;
-    let views: Vec<&JobView> = jobs.iter().collect();
-    let rows = pages::job_rows(&views, now, Some(&page.viewer()));
-    let body = pages::job_table(&rows, "/queue");
-    Ok(page.page("Queue", "/queue", &body, Some(&rows)))
+    Ok(job_list(page, "Queue", "/queue", &jobs, now))
 }
 
 fn mine(page: &Page) -> Result<Response, Response> {
@@ -147,10 +147,31 @@ fn mine(page: &Page) -> Result<Response, Response> {
         ..JobFilter::default()
     };
     let (jobs, now) = page.jobs(filter)?;
-    let views: Vec<&JobView> = jobs.iter().collect();
-    let rows = pages::job_rows(&views, now, Some(&page.viewer()));
-    let body = pages::job_table(&rows, "/mine");
-    Ok(page.page("My jobs", "/mine", &body, Some(&rows)))
+    Ok(job_list(page, "My jobs", "/mine", &jobs, now))
+}
+
+/// One page (`?page=N`, from 1) of `jobs`, with the way to the others;
+/// the live refresh reloads the same page.
+fn job_list(page: &Page, title: &str, path: &str, jobs: &[JobView], now: i64) -> Response {
+    let pages_in_all = jobs.len().div_ceil(PAGE_ROWS).max(1);
+    let number = page
+        .request
+        .query("page")
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or(1)
+        .clamp(1, pages_in_all);
+    let shown: Vec<&JobView> = jobs
+        .iter()
+        .skip((number - 1) * PAGE_ROWS)
+        .take(PAGE_ROWS)
+        .collect();
+    let rows = pages::job_rows(&shown, now, Some(&page.viewer()));
+    let here = format!("{path}?page={number}");
+    let mut body = pages::job_table(&rows, &here);
+    if pages_in_all > 1 {
+        body.push_str(&pages::pager(path, number, pages_in_all, jobs.len()));
+    }
+    page.page(title, path, &body, Some(&rows))
 }
 
 fn approvals(page: &Page) -> Result<Response, Response> {

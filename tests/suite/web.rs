@@ -478,7 +478,7 @@ fn https_with_the_configured_certificate() {
         text.contains("HTTP/1.1 200") && text.contains("Strict-Transport-Security"),
         "{text}"
     );
-    assert!(text.contains("\"pinged\": \"UP\""), "{text}");
+    assert!(text.contains("\"pinged\":\"UP\""), "{text}");
     // Plain HTTP to the HTTPS port gets nothing served.
     let out = Command::new("curl")
         .args([
@@ -541,4 +541,60 @@ fn a_trusted_proxy_names_the_user_and_an_untrusted_one_is_ignored() {
     );
     assert_eq!(status, 401);
     assert!(web.log().contains("no trusted proxy"), "{}", web.log());
+}
+
+#[test]
+fn failed_portal_sign_ins_are_limited_and_a_good_one_sets_a_safe_cookie() {
+    require_root!();
+    let (alice, www) = (TestUser::create("wl"), TestUser::create("wm"));
+    let c = cluster_with_web(&www.name, "");
+    let web = WebServer::start(&c, &www.name);
+    let form = [("Content-Type", "application/x-www-form-urlencoded")];
+    for _ in 0..10 {
+        let (status, body) = web.call("POST", "/login", &form, b"token=forged");
+        assert_eq!(status, 401, "{body}");
+        assert!(body.contains("not a token"), "{body}");
+    }
+    let (status, _) = web.call("POST", "/login", &form, b"token=forged");
+    assert_eq!(status, 429);
+    // The good token from another address would pass; from this one it
+    // waits out the minute too. A fresh server takes it at once.
+    drop(web);
+    let web = WebServer::start(&c, &www.name);
+    let token = token_of(&c, &alice.name, &[]);
+    let mut stream = TcpStream::connect(("127.0.0.1", web.port)).unwrap();
+    let body = format!("token={token}");
+    write!(
+        stream,
+        "POST /login HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 303"), "{answer}");
+    let cookie = answer
+        .lines()
+        .find(|l| l.starts_with("Set-Cookie: "))
+        .unwrap_or_else(|| panic!("no cookie: {answer}"));
+    for flag in [
+        "ysched_session=",
+        "HttpOnly",
+        "SameSite=Strict",
+        "Path=/",
+        "Max-Age=",
+    ] {
+        assert!(cookie.contains(flag), "{flag} missing: {cookie}");
+    }
+    // Pages without a session go to sign in; the API never takes the cookie.
+    let (status, _) = web.call("GET", "/queue", &[], b"");
+    assert_eq!(status, 303);
+    let session = format!("ysched_session={token}");
+    let (status, _) = web.call("GET", "/slurm/v0.0.45/jobs", &[("Cookie", &session)], b"");
+    assert_eq!(status, 401);
+    let (status, page) = web.call("GET", "/queue", &[("Cookie", &session)], b"");
+    assert_eq!(status, 200, "{page}");
+    // A state change without the form's CSRF token is refused.
+    let (status, _) = web.call("POST", "/job/1/cancel", &[("Cookie", &session)], b"");
+    assert_eq!(status, 403);
 }
