@@ -281,6 +281,13 @@ pub enum Query {
         filter: JobFilter,
         fields: Option<Vec<Field>>,
     },
+    /// One page of the queue (the portal): the jobs the viewer sees, from
+    /// the `offset`-th, at most `limit`, and how many there are.
+    QueuePage {
+        filter: JobFilter,
+        offset: u32,
+        limit: u32,
+    },
     /// Jobs from the accounting database, finished or not (ysacct).
     Accounting {
         filter: JobFilter,
@@ -445,6 +452,12 @@ pub enum Reply {
     },
     Jobs {
         jobs: Vec<JobView>,
+        now: i64,
+    },
+    /// A page of the queue, and how many jobs the whole queue shows.
+    JobPage {
+        jobs: Vec<JobView>,
+        total: u64,
         now: i64,
     },
     Shares {

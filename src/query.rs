@@ -729,6 +729,27 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
             let views = queue_views(snapshot, filter, &recent);
             Ok(reply(views, fields))
         }
+        Query::QueuePage {
+            filter,
+            offset,
+            limit,
+        } => {
+            let recent = recently_finished(work, conn, filter, now)?;
+            let views = queue_views(snapshot, filter, &recent);
+            let visible: Vec<&JobView> =
+                views.into_iter().filter(|v| viewer.sees(&v.job)).collect();
+            let jobs = visible
+                .iter()
+                .skip(*offset as usize)
+                .take(*limit as usize)
+                .map(|v| view_for((*v).clone(), viewer))
+                .collect();
+            Ok(Reply::JobPage {
+                jobs,
+                total: visible.len() as u64,
+                now,
+            })
+        }
         Query::Accounting { filter, fields } => {
             let stored: Vec<JobView> = db::find_jobs(conn, filter, MAX_ROWS)?
                 .into_iter()

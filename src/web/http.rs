@@ -185,6 +185,16 @@ impl Response {
         }
     }
 
+    /// JSON already written.
+    pub fn json_bytes(status: u16, body: Vec<u8>) -> Response {
+        Response {
+            status,
+            content_type: "application/json",
+            headers: Vec::new(),
+            body,
+        }
+    }
+
     /// An error in slurmrestd's shape: `errors` with a description.
     pub fn error(status: u16, message: &str) -> Response {
         let value = serde_json::json!({

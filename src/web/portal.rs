@@ -133,11 +133,10 @@ fn logout(page: &Page) -> Result<Response, Response> {
 }
 
 /// Jobs a page of a job list shows.
-const PAGE_ROWS: usize = 200;
+const PAGE_ROWS: u32 = 200;
 
 fn queue(page: &Page) -> Result<Response, Response> {
-    let (jobs, now) = page.jobs(JobFilter::default())?;
-    Ok(job_list(page, "Queue", "/queue", &jobs, now))
+    job_list(page, "Queue", "/queue", JobFilter::default())
 }
 
 fn mine(page: &Page) -> Result<Response, Response> {
@@ -146,32 +145,49 @@ fn mine(page: &Page) -> Result<Response, Response> {
         states: JobState::ALL.to_vec(),
         ..JobFilter::default()
     };
-    let (jobs, now) = page.jobs(filter)?;
-    Ok(job_list(page, "My jobs", "/mine", &jobs, now))
+    job_list(page, "My jobs", "/mine", filter)
 }
 
-/// One page (`?page=N`, from 1) of `jobs`, with the way to the others;
-/// the live refresh reloads the same page.
-fn job_list(page: &Page, title: &str, path: &str, jobs: &[JobView], now: i64) -> Response {
-    let pages_in_all = jobs.len().div_ceil(PAGE_ROWS).max(1);
-    let number = page
+/// One page (`?page=N`, from 1) of the jobs `filter` selects, with the
+/// way to the others; the daemon sends that page only, so a queue of
+/// 100,000 jobs costs what 200 do. The live refresh reloads the same page.
+fn job_list(page: &Page, title: &str, path: &str, filter: JobFilter) -> Result<Response, Response> {
+    let wanted = page
         .request
         .query("page")
-        .and_then(|n| n.parse::<usize>().ok())
+        .and_then(|n| n.parse::<u32>().ok())
         .unwrap_or(1)
-        .clamp(1, pages_in_all);
-    let shown: Vec<&JobView> = jobs
-        .iter()
-        .skip((number - 1) * PAGE_ROWS)
-        .take(PAGE_ROWS)
-        .collect();
+        .max(1);
+    let ask = |number: u32| {
+        let query = Query::QueuePage {
+            filter: filter.clone(),
+            offset: (number - 1).saturating_mul(PAGE_ROWS),
+            limit: PAGE_ROWS,
+        };
+        match page.ask(Request::Query(query))? {
+            Reply::JobPage { jobs, total, now } => Ok((jobs, total, now)),
+            other => Err(problem_page(page, title, &other)),
+        }
+    };
+    let (mut jobs, total, mut now) = ask(wanted)?;
+    let pages_in_all = (total.div_ceil(u64::from(PAGE_ROWS)).max(1)) as u32;
+    let number = wanted.min(pages_in_all);
+    if number != wanted {
+        (jobs, _, now) = ask(number)?;
+    }
+    let shown: Vec<&JobView> = jobs.iter().collect();
     let rows = pages::job_rows(&shown, now, Some(&page.viewer()));
     let here = format!("{path}?page={number}");
     let mut body = pages::job_table(&rows, &here);
     if pages_in_all > 1 {
-        body.push_str(&pages::pager(path, number, pages_in_all, jobs.len()));
+        body.push_str(&pages::pager(
+            path,
+            number as usize,
+            pages_in_all as usize,
+            total as usize,
+        ));
     }
-    page.page(title, path, &body, Some(&rows))
+    Ok(page.page(title, path, &body, Some(&rows)))
 }
 
 fn approvals(page: &Page) -> Result<Response, Response> {

@@ -95,27 +95,26 @@ fn list_jobs(ctx: &Context, caller: &Caller, command: &str) -> Result<Response, 
         fields: None,
     };
     let jobs = jobs_of(ctx.ask(Request::Query(query), caller)?)?;
-    let list: Vec<Value> = jobs.iter().map(slurm::job_info).collect();
-    Ok(job_info_answer(list, command))
+    Ok(job_info_answer(&jobs, command))
 }
 
-fn job_info_answer(list: Vec<Value>, command: &str) -> Response {
+fn job_info_answer(jobs: &[crate::report::view::JobView], command: &str) -> Response {
     let now = crate::model::units::now();
-    let body = json!({
-        "jobs": list,
+    let rest = json!({
         "last_backfill": slurm::number(Some(now)),
         "last_update": slurm::number(Some(now)),
     });
-    Response::json(200, &slurm::answer(body, command, &[]))
+    let rest = slurm::answer(rest, command, &[]);
+    Response::json_bytes(
+        200,
+        slurm::list_answer("jobs", jobs.iter().map(slurm::job_info), &rest),
+    )
 }
 
 fn one_job(ctx: &Context, caller: &Caller, id: &str, command: &str) -> Result<Response, Response> {
     let r = job_ref(id)?;
     let jobs = jobs_of(ctx.ask(Request::Query(Query::Job(r)), caller)?)?;
-    Ok(job_info_answer(
-        jobs.iter().map(slurm::job_info).collect(),
-        command,
-    ))
+    Ok(job_info_answer(&jobs, command))
 }
 
 fn nodes(

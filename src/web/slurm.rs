@@ -58,6 +58,32 @@ pub fn answer(mut body: Value, command: &str, warnings: &[String]) -> Value {
     body
 }
 
+/// An answer whose `key` is a long list, written item by item (each
+/// item's JSON is built and dropped in turn: 100,000 jobs never sit in
+/// memory as JSON values), then `rest`'s fields.
+pub fn list_answer(key: &str, items: impl Iterator<Item = Value>, rest: &Value) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4096);
+    out.extend_from_slice(format!("{{\"{key}\":[").as_bytes());
+    for (n, item) in items.enumerate() {
+        if n > 0 {
+            out.push(b',');
+        }
+        // Writing a Value into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut out, &item);
+    }
+    out.push(b']');
+    let tail = serde_json::to_vec(rest).unwrap_or_default();
+    match tail.strip_prefix(b"{") {
+        Some(fields) if fields != b"}" => {
+            out.push(b',');
+            out.extend_from_slice(fields);
+        }
+        _ => out.push(b'}'),
+    }
+    out.push(b'\n');
+    out
+}
+
 fn exit_code(job: &Job) -> Value {
     match &job.exit {
         None => {
@@ -294,6 +320,20 @@ fn tres_list(job: &Job) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_list_is_written_as_the_same_json() {
+        let items = (1..=3).map(|n| json!({ "job_id": n }));
+        let bytes = list_answer("jobs", items, &json!({ "errors": [], "meta": { "a": 1 } }));
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(
+            v,
+            json!({ "jobs": [{"job_id": 1}, {"job_id": 2}, {"job_id": 3}], "errors": [], "meta": {"a": 1} })
+        );
+        let empty: Value =
+            serde_json::from_slice(&list_answer("jobs", std::iter::empty(), &json!({}))).unwrap();
+        assert_eq!(empty, json!({ "jobs": [] }));
+    }
 
     #[test]
     fn a_running_job_reads_as_slurmrestd_writes_it() {

@@ -206,6 +206,16 @@ impl Browser {
         .unwrap_or_else(|e| panic!("type into {css}: {e}"));
     }
 
+    /// Resizes the window (a phone's: 390 × 844).
+    pub fn resize(&self, width: u32, height: u32) {
+        self.send(
+            "POST",
+            &self.session_path("/window/rect"),
+            Some(json!({ "width": width, "height": height })),
+        )
+        .unwrap_or_else(|e| panic!("resize: {e}"));
+    }
+
     /// Runs `script` in the page (for what no button does: a forged
     /// request).
     pub fn execute(&self, script: &str) -> Value {

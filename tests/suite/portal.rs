@@ -256,6 +256,16 @@ fn a_coordinator_approves(s: &Scene, b: &Browser) {
         format!("0 a100\njob {big}\n{}", s.alice.name)
     );
     s.shot(b, "gpus");
+    // On a phone: the page fits its width; the table scrolls in its box.
+    b.resize(390, 844);
+    b.open(&format!("{}/queue", s.base));
+    let width = b.execute("return document.documentElement.scrollWidth;");
+    assert!(
+        width.as_u64().unwrap() <= 390,
+        "the page is {width} px wide on a phone"
+    );
+    s.shot(b, "phone-queue");
+    b.resize(1280, 1000);
     let _ = s.c.run("yscancel", &["--user", &s.alice.name]);
     let _ = s.c.run("yscancel", &["--user", &s.bob.name]);
 }
