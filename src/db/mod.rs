@@ -547,8 +547,8 @@ pub fn for_each_ended(
     let mut stmt = conn.prepare_cached(
         "SELECT account, user, state, submit_time, begin_time, start_time, gpu_seconds, \
          COALESCE(billing, 0), preempt_count, id, name, gpus_alloc, gpu_samples, gpu_util_sum, \
-         gpu_util_max, gpu_mem_max_mb, gpu_low_secs, end_time, preemptions_caused, node FROM jobs \
-         WHERE end_time >= ?1 AND end_time < ?2 ORDER BY end_time",
+         gpu_util_max, gpu_mem_max_mb, gpu_low_secs, end_time, preemptions_caused, node, gpu_type \
+         FROM jobs WHERE end_time >= ?1 AND end_time < ?2 ORDER BY end_time",
     )?;
     let mut rows = stmt.query(params![from, to])?;
     while let Some(row) = rows.next()? {
@@ -592,6 +592,7 @@ pub fn for_each_ended(
             end_time: row.get(17)?,
             preemptions_caused: row.get(18)?,
             node: row.get(19)?,
+            gpu_type: row.get(20)?,
         });
     }
     Ok(())

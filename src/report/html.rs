@@ -472,6 +472,7 @@ mod tests {
             preemptions_caused: 0,
             end_time: 7_260,
             node: None,
+            gpu_type: None,
         };
         let period = Period {
             from: 0,
@@ -509,6 +510,7 @@ mod tests {
             preemptions_caused: 0,
             end_time: 86_400 + 7_200,
             node: None,
+            gpu_type: None,
         };
         let period = Period {
             from: 0,

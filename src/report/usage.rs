@@ -36,6 +36,18 @@ pub struct EndedJob {
     /// The node its last run was on (`None`: it never ran, or a record
     /// from before nodes were recorded).
     pub node: Option<String>,
+    /// The GPU type it asked for (`None`: any).
+    pub gpu_type: Option<String>,
+}
+
+/// What the jobs that asked for one GPU type used in the period.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TypeLine {
+    /// The type asked for; `any` for jobs that named none.
+    pub gpu_type: String,
+    pub jobs: u64,
+    pub gpu_hours: f64,
+    pub tokens: f64,
 }
 
 /// What the jobs that ran on one node used in the period.
@@ -202,6 +214,9 @@ pub struct UsageReport {
     /// Per node of a pool, by name (jobs that never ran are on none).
     #[serde(default)]
     pub nodes: Vec<NodeLine>,
+    /// Per GPU type asked for (jobs that held GPUs).
+    #[serde(default)]
+    pub gpu_types: Vec<TypeLine>,
     /// Per account, the preemptions and reclaims of the period and how
     /// they went.
     #[serde(default)]
@@ -457,6 +472,8 @@ pub struct Builder {
     gpu_hours: Vec<super::history::GpuHour>,
     /// Per node: jobs, GPU-seconds, billing-seconds.
     nodes: BTreeMap<String, (u64, i64, i64)>,
+    /// The same per GPU type asked for.
+    types: BTreeMap<String, (u64, i64, i64)>,
 }
 
 impl Builder {
@@ -475,6 +492,16 @@ impl Builder {
             let entry = match self.nodes.get_mut(node) {
                 Some(e) => e,
                 None => self.nodes.entry(node.clone()).or_default(),
+            };
+            entry.0 += 1;
+            entry.1 += job.gpu_seconds;
+            entry.2 += job.billing;
+        }
+        if job.gpus > 0 {
+            let kind = job.gpu_type.as_deref().unwrap_or("any");
+            let entry = match self.types.get_mut(kind) {
+                Some(e) => e,
+                None => self.types.entry(kind.to_string()).or_default(),
             };
             entry.0 += 1;
             entry.1 += job.gpu_seconds;
@@ -594,8 +621,19 @@ impl Builder {
                 tokens: billing as f64 / crate::model::policy::TOKEN,
             })
             .collect();
+        let gpu_types = self
+            .types
+            .into_iter()
+            .map(|(gpu_type, (jobs, gpu_seconds, billing))| TypeLine {
+                gpu_type,
+                jobs,
+                gpu_hours: gpu_seconds as f64 / 3600.0,
+                tokens: billing as f64 / crate::model::policy::TOKEN,
+            })
+            .collect();
         UsageReport {
             nodes,
+            gpu_types,
             waste,
             gpu_sampled,
             daily_gpu_hours,
@@ -717,6 +755,7 @@ fn assemble(
         complete: false,
         summarised_months: Vec::new(),
         nodes: Vec::new(),
+        gpu_types: Vec::new(),
         checkpoints: Vec::new(),
     }
 }
@@ -987,6 +1026,7 @@ mod tests {
             preemptions_caused: 0,
             end_time: 1_000 + wait + 60,
             node: None,
+            gpu_type: None,
         }
     }
 
@@ -1008,6 +1048,11 @@ mod tests {
         });
         let r = build(period, 3_600, jobs);
         assert_eq!(r.total.jobs, 22);
+        assert_eq!(r.gpu_types.len(), 1);
+        assert_eq!(
+            (r.gpu_types[0].gpu_type.as_str(), r.gpu_types[0].jobs),
+            ("any", 22)
+        );
         assert!((r.total.gpu_hours - 22.0).abs() < 1e-9);
         let vision = &r.accounts[1];
         assert_eq!(vision.account, "vision");

@@ -461,6 +461,18 @@ pub fn accounting(
             line.idle_gpu_hours
         );
     }
+    out.push_str("</table></div>");
+    let _ = write!(out, "<h2>By GPU type</h2><div class=\"scroll\"><table><tr><th>GPU type</th><th class=\"num\">Jobs</th><th class=\"num\">GPU-hours</th><th class=\"num\">Tokens</th></tr>");
+    for t in &report.gpu_types {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{:.2}</td><td class=\"num\">{:.2}</td></tr>",
+            escape(&t.gpu_type),
+            t.jobs,
+            t.gpu_hours,
+            t.tokens
+        );
+    }
     out.push_str("</table></div><p><a href=\"/accounting/report\">The full report, with charts</a> (usage over time, per account, waits, each GPU, waste).</p>");
     out
 }

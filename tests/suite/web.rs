@@ -189,6 +189,11 @@ fn users_submit_watch_and_cancel_through_the_api_by_the_command_line_rules() {
     assert_eq!(one["jobs"][0]["user_name"], alice.name.as_str());
     assert_eq!(one["jobs"][0]["exit_code"]["return_code"]["number"], 0);
 
+    // Usage by GPU type, this month.
+    let (status, usage) = web.get("/ysched/v1/usage", &a);
+    assert_eq!(status, 200, "{usage}");
+    assert_eq!(usage["gpu_types"][0]["gpu_type"], "any", "{usage}");
+    assert_eq!(usage["gpu_types"][0]["jobs"], 1, "{usage}");
     // Its output: hers to read, not Bob's.
     let (status, tail) = web.get(&format!("/ysched/v1/job/{id}/output"), &a);
     assert_eq!(status, 200, "{tail}");
