@@ -289,7 +289,7 @@ pub struct ScontrolArgs {
     /// Accepted: one line per record either way
     #[arg(short = 'o', long)]
     pub oneliner: bool,
-    /// show job ID | show node | show config | show partition | requeue ID... | hold ID... | release ID... | suspend ID... | resume ID... | update JobId=ID KEY=VALUE... | ping | reconfigure
+    /// show job ID | show node | show config | show partition | show hostnames [LIST] | show hostlist NAMES | requeue ID... | hold ID... | release ID... | suspend ID... | resume ID... | update JobId=ID KEY=VALUE... | ping | reconfigure
     #[arg(value_name = "COMMAND", num_args = 1.., required = true, allow_hyphen_values = true)]
     pub words: Vec<String>,
 }
@@ -326,6 +326,8 @@ fn scontrol(args: ScontrolArgs) -> CliResult {
         },
         ["show", "config"] => C::Show { what: S::Config },
         ["show", "partition", ..] | ["show", "partitions", ..] => return show_partition(),
+        ["show", "hostnames", ..] => return show_hostnames(words.get(2).map(String::as_str)),
+        ["show", "hostlist", names, ..] => return show_hostlist(names),
         ["requeue", _, ..] => C::Requeue { jobs: rest(1) },
         ["hold", _, ..] => C::Hold { jobs: rest(1) },
         ["release", _, ..] => C::Release { jobs: rest(1) },
@@ -336,13 +338,39 @@ fn scontrol(args: ScontrolArgs) -> CliResult {
         ["token", ..] => return token(&words[1..]),
         _ => {
             return Err(CliError::failed(format!(
-            "'{}' is not supported by ysched's scontrol (it knows show job/node/config/partition, \
+            "'{}' is not supported by ysched's scontrol (it knows show job/node/config/partition/hostnames/hostlist, \
                  requeue, hold, release, suspend, resume, update, ping, reconfigure, token)",
             words.join(" ")
         )))
         }
     };
     super::yscontrol::run(Y { command })
+}
+
+/// `scontrol show hostnames [HOSTLIST]`: each node a hostlist names, a
+/// line each; without one, the job's (`SLURM_JOB_NODELIST`).
+fn show_hostnames(hostlist: Option<&str>) -> CliResult {
+    let from_job = std::env::var("SLURM_JOB_NODELIST").ok();
+    let Some(hostlist) = hostlist.or(from_job.as_deref()) else {
+        return Err(CliError::failed(
+            "scontrol show hostnames: give a hostlist (gpu[01-03]), or run it inside a job (SLURM_JOB_NODELIST)",
+        ));
+    };
+    let names = crate::model::hostlist::expand(hostlist)
+        .map_err(|e| CliError::failed(format!("scontrol show hostnames: {e}")))?;
+    print(&names.iter().map(|n| format!("{n}\n")).collect::<String>())
+}
+
+/// `scontrol show hostlist NAME,NAME...`: the names as one compressed
+/// hostlist (`gpu[01-03]`).
+fn show_hostlist(names: &str) -> CliResult {
+    let mut all = Vec::new();
+    for part in names.split(',').filter(|p| !p.is_empty()) {
+        let expanded = crate::model::hostlist::expand(part)
+            .map_err(|e| CliError::failed(format!("scontrol show hostlist: {e}")))?;
+        all.extend(expanded);
+    }
+    print(&format!("{}\n", crate::model::hostlist::compress(&all)))
 }
 
 /// `scontrol token [lifespan=SECONDS] [username=USER]`: `SLURM_JWT=...`.

@@ -53,3 +53,39 @@ fn snakemake_parsl_submitit_and_dask_jobqueue_work_unmodified() {
     let c = Cluster::started("");
     drive(&c, "slurm_clients.py");
 }
+
+#[test]
+fn scontrol_expands_and_compresses_hostlists_as_slurm_does() {
+    let scontrol = |args: &[&str], env: Option<&str>| {
+        let mut command = std::process::Command::new(bin_dir().join("ysched-slurm"));
+        command
+            .arg("scontrol")
+            .args(args)
+            .env_remove("SLURM_JOB_NODELIST");
+        if let Some(list) = env {
+            command.env("SLURM_JOB_NODELIST", list);
+        }
+        command.output().unwrap()
+    };
+    let out = scontrol(&["show", "hostnames", "gpu[01-03],cpu1"], None);
+    assert_eq!(
+        stdout(&out),
+        "gpu01\ngpu02\ngpu03\ncpu1\n",
+        "{}",
+        stderr(&out)
+    );
+    let out = scontrol(&["show", "hostnames"], Some("n[8-10]"));
+    assert_eq!(stdout(&out), "n8\nn9\nn10\n");
+    let out = scontrol(&["show", "hostlist", "gpu01,gpu02,gpu03,gpu05"], None);
+    assert_eq!(stdout(&out), "gpu[01-03,05]\n");
+    let out = scontrol(&["show", "hostnames", "gpu[01-"], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("unclosed '['"), "{}", stderr(&out));
+    let out = scontrol(&["show", "hostnames"], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("SLURM_JOB_NODELIST"),
+        "{}",
+        stderr(&out)
+    );
+}
