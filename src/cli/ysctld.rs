@@ -45,6 +45,21 @@ pub struct Args {
 pub enum Command {
     /// Replay a workload trace through the scheduling policy in virtual time
     Simulate(SimulateArgs),
+    /// Write Slurm's configuration for this setup into DIR: slurm.conf, gres.conf, qos.sh and a sacctmgr load file
+    ExportSlurm(ExportArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ExportArgs {
+    /// The directory to write into (made if missing)
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Slurm's ClusterName
+    #[arg(long, value_name = "NAME", default_value = "ysched")]
+    pub cluster: String,
+    /// Replace files already there
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -96,8 +111,10 @@ pub fn run(args: Args) -> CliResult {
         super::print(&checked.report())?;
         return checked.outcome();
     }
-    if let Some(Command::Simulate(sim)) = args.command {
-        return simulate(&config, sim);
+    match args.command {
+        Some(Command::Simulate(sim)) => return simulate(&config, sim),
+        Some(Command::ExportSlurm(export)) => return export_slurm(&config, &export),
+        None => {}
     }
     if args.foreground {
         init_logging(args.verbose);
@@ -550,5 +567,94 @@ fn simulate(config: &Config, args: SimulateArgs) -> CliResult {
         super::print(&format!("{}\n", serde_json::to_string_pretty(&report)?))
     } else {
         super::print(&report.render())
+    }
+}
+
+/// `ysctld export-slurm DIR`: this server and the pool's nodes (as they
+/// last reported), the accounts and the QoS, as Slurm's files.
+fn export_slurm(config: &Config, args: &ExportArgs) -> CliResult {
+    let mut nodes = vec![this_node(config)];
+    let database = config.database_path();
+    if database.exists() {
+        let conn = crate::db::open_readonly(&database)?;
+        for record in crate::db::joined_nodes(&conn)? {
+            let facts = record
+                .facts
+                .as_deref()
+                .and_then(|f| serde_json::from_str::<crate::exec::executor::NodeFacts>(f).ok());
+            match facts {
+                Some(f) => nodes.push(export_node(&record.name, &f.inventory, f.cpus, f.mem_mb)),
+                None => super::warn(
+                    "ysctld",
+                    &format!(
+                        "node {} has not reported what it has yet: left out",
+                        record.name
+                    ),
+                ),
+            }
+        }
+    }
+    let export = crate::report::slurm_conf::export(config, &nodes, &args.cluster);
+    std::fs::create_dir_all(&args.dir)
+        .map_err(|e| CliError::failed(format!("cannot create {}: {e}", args.dir.display())))?;
+    let there: Vec<String> = export
+        .files
+        .iter()
+        .map(|(name, _)| args.dir.join(name))
+        .filter(|p| p.exists())
+        .map(|p| p.display().to_string())
+        .collect();
+    if !there.is_empty() && !args.force {
+        return Err(CliError::failed(format!(
+            "{} already exist; nothing was written (--force replaces them)",
+            there.join(", ")
+        )));
+    }
+    for (name, text) in &export.files {
+        let path = args.dir.join(name);
+        std::fs::write(&path, text)
+            .map_err(|e| CliError::failed(format!("cannot write {}: {e}", path.display())))?;
+    }
+    super::print(&format!(
+        "wrote slurm.conf, gres.conf, qos.sh and sacctmgr.cfg for {} node(s) into {}\n\
+         then: sh qos.sh && sacctmgr -i load file=sacctmgr.cfg; what Slurm cannot say is in their comments\n",
+        nodes.len(),
+        args.dir.display()
+    ))
+}
+
+fn this_node(config: &Config) -> crate::report::slurm_conf::ExportNode {
+    let inventory = crate::gpu::Inventory::discover(config);
+    let cpus = config.cpus.unwrap_or_else(crate::exec::local::host_cpus);
+    let memory = config
+        .memory_mb
+        .unwrap_or_else(crate::exec::local::host_memory_mb);
+    export_node(&config.node_name, &inventory, cpus, memory)
+}
+
+fn export_node(
+    name: &str,
+    inventory: &crate::gpu::Inventory,
+    cpus: u32,
+    memory_mb: u64,
+) -> crate::report::slurm_conf::ExportNode {
+    let mut gpus: Vec<(String, u32, Vec<PathBuf>)> = Vec::new();
+    for gpu in &inventory.gpus {
+        match gpus.iter_mut().find(|(t, _, _)| *t == gpu.gpu_type) {
+            Some(entry) => entry.1 += 1,
+            None => gpus.push((gpu.gpu_type.clone(), 1, Vec::new())),
+        }
+        if let (Some(device), Some(entry)) = (
+            &gpu.device,
+            gpus.iter_mut().find(|(t, _, _)| *t == gpu.gpu_type),
+        ) {
+            entry.2.push(device.clone());
+        }
+    }
+    crate::report::slurm_conf::ExportNode {
+        name: name.to_string(),
+        cpus,
+        memory_mb,
+        gpus,
     }
 }

@@ -9,6 +9,7 @@ pub mod history;
 pub mod html;
 pub mod metrics;
 pub mod node;
+pub mod slurm_conf;
 pub mod table;
 pub mod usage;
 pub mod view;

@@ -89,3 +89,51 @@ fn scontrol_expands_and_compresses_hostlists_as_slurm_does() {
         stderr(&out)
     );
 }
+
+#[test]
+fn export_slurm_writes_slurms_files_and_keeps_what_is_there() {
+    let c = Cluster::new(
+        "[[accounts]]\nname = \"vision\"\nshares = 60\nusers = [\"alice\"]\nmax_gpus = 2\n",
+    );
+    let dir = c.dir.path().join("slurm");
+    let export = |extra: &[&str]| {
+        let mut args = vec![
+            "--config",
+            c.config.to_str().unwrap(),
+            "export-slurm",
+            dir.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        c.run("ysctld", &args)
+    };
+    let out = export(&[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let conf = std::fs::read_to_string(dir.join("slurm.conf")).unwrap();
+    assert!(
+        conf.contains("NodeName=gpu01 CPUs=16 RealMemory=65536 Gres=gpu:a100:4"),
+        "{conf}"
+    );
+    let load = std::fs::read_to_string(dir.join("sacctmgr.cfg")).unwrap();
+    assert!(load.contains("Account - 'vision':Description='vision':Organization='vision':Fairshare=60:GrpTRES=gres/gpu=2"), "{load}");
+    assert!(
+        load.contains("User - 'alice':DefaultAccount='vision'"),
+        "{load}"
+    );
+    assert!(std::fs::read_to_string(dir.join("qos.sh"))
+        .unwrap()
+        .contains("sacctmgr -i add qos"));
+    // A second export does not overwrite what is there without --force.
+    std::fs::write(dir.join("slurm.conf"), "edited").unwrap();
+    let out = export(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("already exist"), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("slurm.conf")).unwrap(),
+        "edited"
+    );
+    assert!(export(&["--force"]).status.success());
+    assert_ne!(
+        std::fs::read_to_string(dir.join("slurm.conf")).unwrap(),
+        "edited"
+    );
+}

@@ -217,29 +217,7 @@ fn users_submit_watch_and_cancel_through_the_api_by_the_command_line_rules() {
     assert_eq!(status, 200, "{done}");
     assert_eq!(c.wait_done(long, Duration::from_secs(20)), "CANCELLED");
 
-    // The listing and the accounting query; the nodes.
-    let (status, jobs) = web.get("/slurm/v0.0.45/jobs/", &a);
-    assert_eq!(status, 200);
-    let ids: Vec<u64> = jobs["jobs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|j| j["job_id"].as_u64().unwrap())
-        .collect();
-    assert!(ids.contains(&id) && ids.contains(&long), "{jobs}");
-    let (status, acct) = web.get(&format!("/slurmdb/v0.0.45/jobs?users={}", alice.name), &a);
-    assert_eq!(status, 200, "{acct}");
-    let states: Vec<&str> = acct["jobs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|j| j["state"]["current"][0].as_str().unwrap())
-        .collect();
-    assert_eq!(states, ["COMPLETED", "CANCELLED"], "{acct}");
-    let (status, nodes) = web.get("/slurm/v0.0.45/nodes", &b);
-    assert_eq!(status, 200);
-    assert_eq!(nodes["nodes"][0]["name"], "gpu01");
-    assert_eq!(nodes["nodes"][0]["gres"], "gpu:a100:4");
+    listings_accounting_and_nodes(&web, (&a, &b), &alice.name, (id, long));
 
     // The audit log names the channel of what came through the web.
     let audit = stdout(&c.run("yscontrol", &["show", "audit"]));
@@ -255,6 +233,39 @@ fn users_submit_watch_and_cancel_through_the_api_by_the_command_line_rules() {
         "{audit}"
     );
     assert!(!web.log().contains(&a), "a token was logged");
+}
+
+/// The listing, the accounting query and the nodes, after job `id` ended
+/// and `long` was cancelled (both Alice's).
+fn listings_accounting_and_nodes(
+    web: &WebServer,
+    (a, b): (&str, &str),
+    alice: &str,
+    (id, long): (u64, u64),
+) {
+    // The listing and the accounting query; the nodes.
+    let (status, jobs) = web.get("/slurm/v0.0.45/jobs/", a);
+    assert_eq!(status, 200);
+    let ids: Vec<u64> = jobs["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["job_id"].as_u64().unwrap())
+        .collect();
+    assert!(ids.contains(&id) && ids.contains(&long), "{jobs}");
+    let (status, acct) = web.get(&format!("/slurmdb/v0.0.45/jobs?users={}", alice), a);
+    assert_eq!(status, 200, "{acct}");
+    let states: Vec<&str> = acct["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["state"]["current"][0].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["COMPLETED", "CANCELLED"], "{acct}");
+    let (status, nodes) = web.get("/slurm/v0.0.45/nodes", b);
+    assert_eq!(status, 200);
+    assert_eq!(nodes["nodes"][0]["name"], "gpu01");
+    assert_eq!(nodes["nodes"][0]["gres"], "gpu:a100:4");
 }
 
 #[test]
