@@ -314,14 +314,23 @@ impl Daemon {
     /// Why no job can be taken in now, if the spool's filesystem has less
     /// room than its reserve besides: what is left is for recording the
     /// jobs already held.
+    /// Why no new job is taken now, if the spool's filesystem is nearly
+    /// full: less free than the reserve, or the reserve released to record
+    /// what the daemon already holds (the room it freed is for that, not
+    /// for new work, until the reserve is made again).
     fn short_of_space(&self) -> Option<String> {
         let reserve = self.config.spool_reserve;
+        if reserve == 0 {
+            return None;
+        }
         let free = self.spool.free_bytes()?;
-        (reserve > 0 && free < reserve).then(|| {
+        let released = !self.spool.reserve_path().exists();
+        (free < reserve || released).then(|| {
             format!(
-                "the spool filesystem of {} is nearly full ({} KiB free); ysctld takes no new jobs until an administrator frees space",
+                "the spool filesystem of {} is nearly full ({} KiB free{}); ysctld takes no new jobs until an administrator frees space",
                 self.spool.root().display(),
-                free >> 10
+                free >> 10,
+                if released { ", its reserve in use" } else { "" }
             )
         })
     }
