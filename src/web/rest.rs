@@ -225,7 +225,7 @@ fn cancel(
         if code != 0 {
             status = if code == 1 {
                 403
-            } else if e_missing(&message) {
+            } else if names_no_job(&message) {
                 404
             } else {
                 400
@@ -244,7 +244,8 @@ fn cancel(
     Ok(Response::json(status, &body))
 }
 
-fn e_missing(message: &str) -> bool {
+/// Whether a job's outcome says there is no such job (404, not 400).
+fn names_no_job(message: &str) -> bool {
     message.contains("does not exist")
         || message.contains("no such job")
         || message.contains("unknown")
