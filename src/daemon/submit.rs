@@ -316,15 +316,15 @@ impl Daemon {
     /// jobs already held.
     /// Why no new job is taken now, if the spool's filesystem is nearly
     /// full: less free than the reserve, or the reserve released to record
-    /// what the daemon already holds (the room it freed is for that, not
-    /// for new work, until the reserve is made again).
+    /// what the daemon already holds and not yet room to make it again
+    /// (the room it freed is for that, not for new work).
     fn short_of_space(&self) -> Option<String> {
         let reserve = self.config.spool_reserve;
         if reserve == 0 {
             return None;
         }
         let free = self.spool.free_bytes()?;
-        let released = !self.spool.reserve_path().exists();
+        let released = !self.spool.reserve_path().exists() && free < reserve.saturating_mul(2);
         (free < reserve || released).then(|| {
             format!(
                 "the spool filesystem of {} is nearly full ({} KiB free{}); ysctld takes no new jobs until an administrator frees space",

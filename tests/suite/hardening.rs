@@ -342,8 +342,12 @@ fn a_full_spool_filesystem_refuses_new_work_and_records_what_it_holds() {
     }
     let _mounted = Mounted(c.spool.clone());
     c.start();
-    let running = c.submit(&["--wrap", "sleep 2"]);
-    c.wait_state(running, "RUNNING", LONG);
+    // Filled only once the job's process runs: a job marked running is
+    // launched after the commit, and a launch into a full spool fails.
+    let started = c.work.join("started");
+    let script = format!("touch {}; sleep 2", started.display());
+    let running = c.submit(&["--wrap", &script]);
+    common::wait_for("the job's process to run", LONG, || started.exists());
 
     let filler = fill(&c.spool);
     let out = c.run("ysbatch", &["--wrap", "true"]);
