@@ -471,9 +471,37 @@ pub struct Builder {
     daily: BTreeMap<String, Vec<f64>>,
     gpu_hours: Vec<super::history::GpuHour>,
     /// Per node: jobs, GPU-seconds, billing-seconds.
-    nodes: BTreeMap<String, (u64, i64, i64)>,
+    nodes: BTreeMap<String, Tally>,
     /// The same per GPU type asked for.
-    types: BTreeMap<String, (u64, i64, i64)>,
+    types: BTreeMap<String, Tally>,
+}
+
+/// Jobs, GPU-seconds and billing-seconds, under one key.
+type Tally = (u64, i64, i64);
+
+/// Counts `job` under `key`, without copying a key already there.
+fn tally(map: &mut BTreeMap<String, Tally>, key: &str, job: &EndedJob) {
+    let entry = match map.get_mut(key) {
+        Some(e) => e,
+        None => map.entry(key.to_string()).or_default(),
+    };
+    entry.0 += 1;
+    entry.1 += job.gpu_seconds;
+    entry.2 += job.billing;
+}
+
+/// Each key's jobs, GPU-hours and tokens, made into a line by `line`.
+fn lines<T>(map: BTreeMap<String, Tally>, line: impl Fn(String, u64, f64, f64) -> T) -> Vec<T> {
+    map.into_iter()
+        .map(|(key, (jobs, gpu_seconds, billing))| {
+            line(
+                key,
+                jobs,
+                gpu_seconds as f64 / 3600.0,
+                billing as f64 / crate::model::policy::TOKEN,
+            )
+        })
+        .collect()
 }
 
 impl Builder {
@@ -489,23 +517,14 @@ impl Builder {
         self.total.add(job);
         self.spread_over_days(job);
         if let Some(node) = &job.node {
-            let entry = match self.nodes.get_mut(node) {
-                Some(e) => e,
-                None => self.nodes.entry(node.clone()).or_default(),
-            };
-            entry.0 += 1;
-            entry.1 += job.gpu_seconds;
-            entry.2 += job.billing;
+            tally(&mut self.nodes, node, job);
         }
         if job.gpus > 0 {
-            let kind = job.gpu_type.as_deref().unwrap_or("any");
-            let entry = match self.types.get_mut(kind) {
-                Some(e) => e,
-                None => self.types.entry(kind.to_string()).or_default(),
-            };
-            entry.0 += 1;
-            entry.1 += job.gpu_seconds;
-            entry.2 += job.billing;
+            tally(
+                &mut self.types,
+                job.gpu_type.as_deref().unwrap_or("any"),
+                job,
+            );
         }
         if job.gpus > 0 && job.gpu_usage.low_secs > self.waste_after_secs {
             self.waste.push(Waste {
@@ -611,26 +630,18 @@ impl Builder {
         let gpu_sampled = self.total.util_samples > 0;
         let mut waste = self.waste;
         rank(&mut waste);
-        let nodes = self
-            .nodes
-            .into_iter()
-            .map(|(node, (jobs, gpu_seconds, billing))| NodeLine {
-                node,
-                jobs,
-                gpu_hours: gpu_seconds as f64 / 3600.0,
-                tokens: billing as f64 / crate::model::policy::TOKEN,
-            })
-            .collect();
-        let gpu_types = self
-            .types
-            .into_iter()
-            .map(|(gpu_type, (jobs, gpu_seconds, billing))| TypeLine {
-                gpu_type,
-                jobs,
-                gpu_hours: gpu_seconds as f64 / 3600.0,
-                tokens: billing as f64 / crate::model::policy::TOKEN,
-            })
-            .collect();
+        let nodes = lines(self.nodes, |node, jobs, gpu_hours, tokens| NodeLine {
+            node,
+            jobs,
+            gpu_hours,
+            tokens,
+        });
+        let gpu_types = lines(self.types, |gpu_type, jobs, gpu_hours, tokens| TypeLine {
+            gpu_type,
+            jobs,
+            gpu_hours,
+            tokens,
+        });
         UsageReport {
             nodes,
             gpu_types,

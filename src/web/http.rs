@@ -38,6 +38,18 @@ impl Request {
             .map(|(_, v)| v.as_str())
     }
 
+    /// A comma-separated query parameter, as a list (empty when absent).
+    pub fn query_list(&self, name: &str) -> Vec<String> {
+        self.query(name)
+            .map(|v| {
+                v.split(',')
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// A cookie sent with the request.
     pub fn cookie(&self, name: &str) -> Option<&str> {
         self.headers
@@ -48,6 +60,22 @@ impl Request {
             .find(|(n, _)| *n == name)
             .map(|(_, v)| v)
     }
+}
+
+/// A time parameter `name`: Unix seconds, or what `ysacct -S` takes
+/// (read in `now`'s zone); a bad one is a 400 naming it.
+pub fn time_param(
+    name: &str,
+    value: Option<&str>,
+    now: &jiff::Zoned,
+) -> Result<Option<i64>, Response> {
+    value
+        .map(|t| match t.parse::<i64>() {
+            Ok(n) => Ok(n),
+            Err(_) => crate::model::units::parse_time_filter(t, now.clone())
+                .map_err(|e| Response::error(400, &format!("{name}: {e}"))),
+        })
+        .transpose()
 }
 
 /// Why no request could be read: answered with the status, or (`Closed`)

@@ -70,15 +70,7 @@ fn period_between(
 ) -> Result<Period, Response> {
     let tz = ctx.config.timezone().clone();
     let now = jiff::Timestamp::now().to_zoned(tz.clone());
-    let time = |name: &str, value: Option<&str>| -> Result<Option<i64>, Response> {
-        value
-            .map(|t| match t.parse::<i64>() {
-                Ok(n) => Ok(n),
-                Err(_) => crate::model::units::parse_time_filter(t, now.clone())
-                    .map_err(|e| Response::error(400, &format!("{name}: {e}"))),
-            })
-            .transpose()
-    };
+    let time = |name: &str, value: Option<&str>| super::http::time_param(name, value, &now);
     let month_start = now
         .date()
         .first_of_month()
@@ -106,20 +98,10 @@ fn period_between(
 }
 
 fn usage(ctx: &Context, http: &HttpRequest, caller: &Caller) -> Result<UsageReport, Response> {
-    let list = |name: &str| -> Vec<String> {
-        http.query(name)
-            .map(|v| {
-                v.split(',')
-                    .map(|s| s.trim().to_string())
-                    .filter(|s| !s.is_empty())
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
     let query = Query::Usage {
         period: period(ctx, http)?,
-        accounts: list("account"),
-        users: list("user"),
+        accounts: http.query_list("account"),
+        users: http.query_list("user"),
         waste_after_secs: 3_600,
     };
     match ctx.ask(Request::Query(query), caller)? {

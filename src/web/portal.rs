@@ -191,7 +191,12 @@ fn job_list(page: &Page, title: &str, path: &str, filter: JobFilter) -> Result<R
 }
 
 fn approvals(page: &Page) -> Result<Response, Response> {
-    let (jobs, now) = page.jobs(JobFilter::default())?;
+    // Only pending jobs wait for approval.
+    let pending = JobFilter {
+        states: vec![JobState::Pending],
+        ..JobFilter::default()
+    };
+    let (jobs, now) = page.jobs(pending)?;
     let waiting: Vec<&JobView> = jobs
         .iter()
         .filter(|v| v.job.hold == Some(Hold::Approval))

@@ -286,28 +286,10 @@ fn accounting_filter(
     http: &HttpRequest,
     id: Option<JobRef>,
 ) -> Result<JobFilter, Response> {
-    let list = |name: &str| -> Vec<String> {
-        http.query(name)
-            .map(|v| {
-                v.split(',')
-                    .map(|s| s.trim().to_string())
-                    .filter(|s| !s.is_empty())
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
     let now = jiff::Timestamp::now().to_zoned(ctx.config.timezone().clone());
-    let time = |name: &str| -> Result<Option<i64>, Response> {
-        http.query(name)
-            .map(|t| match t.parse::<i64>() {
-                Ok(n) => Ok(n),
-                Err(_) => crate::model::units::parse_time_filter(t, now.clone())
-                    .map_err(|e| Response::error(400, &format!("{name}: {e}"))),
-            })
-            .transpose()
-    };
+    let time = |name: &str| super::http::time_param(name, http.query(name), &now);
     let mut states = Vec::new();
-    for s in list("state") {
+    for s in http.query_list("state") {
         states
             .push(crate::model::job::JobState::parse(&s).ok_or_else(|| {
                 Response::error(400, &format!("state: '{s}' is not a job state"))
@@ -315,9 +297,9 @@ fn accounting_filter(
     }
     Ok(JobFilter {
         job_ids: id.into_iter().collect(),
-        users: list("users"),
-        accounts: list("account"),
-        names: list("job_name"),
+        users: http.query_list("users"),
+        accounts: http.query_list("account"),
+        names: http.query_list("job_name"),
         states,
         start: time("start_time")?,
         end: time("end_time")?,
