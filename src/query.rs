@@ -78,13 +78,19 @@ impl SnapshotInputs {
         );
         let first = self.nodes.first().map(|n| n.name.as_str());
         for node in &self.nodes {
-            // A record from before nodes were recorded is the first node's.
-            let jobs: Vec<&Job> = self
+            // A record from before nodes were recorded is the first node's;
+            // a job over several nodes shows its part of each.
+            let shares: Vec<std::borrow::Cow<'_, Job>> = self
                 .jobs
                 .iter()
-                .map(|j| &**j)
-                .filter(|j| j.node.as_deref().or(first) == Some(node.name.as_str()))
+                .filter_map(|j| match j.node.as_deref() {
+                    None if first == Some(node.name.as_str()) => {
+                        Some(std::borrow::Cow::Borrowed(&**j))
+                    }
+                    _ => j.share_on(&node.name),
+                })
                 .collect();
+            let jobs: Vec<&Job> = shares.iter().map(|j| &**j).collect();
             snapshot
                 .nodes
                 .push(report::node::build(&report::node::Facts {

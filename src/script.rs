@@ -11,7 +11,7 @@ use thiserror::Error;
 use crate::model::job::{GpuRequest, JobRequest};
 use crate::model::units;
 
-pub use crate::validate::{MAX_CPUS_PER_JOB, MAX_GPUS_PER_JOB, MAX_NICE};
+pub use crate::validate::{MAX_CPUS_PER_JOB, MAX_GPUS_PER_JOB, MAX_NICE, MAX_NODES, MAX_TASKS};
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum ScriptError {
@@ -125,15 +125,18 @@ pub struct SubmitOptions {
     /// Accepted for Slurm scripts; ysched has one partition (ignored)
     #[arg(short = 'p', long, value_name = "NAME", hide_short_help = true)]
     pub partition: Option<String>,
-    /// Accepted for Slurm scripts; must be 1
-    #[arg(short = 'N', long, value_name = "N", hide_short_help = true)]
+    /// Servers the job runs on at once: N, or MIN-MAX (GPUs, CPUs and memory are then per server); the script runs on the first, srun starts tasks on all
+    #[arg(short = 'N', long, value_name = "N[-MAX]")]
     pub nodes: Option<String>,
-    /// Accepted for Slurm scripts; the batch script is one task (ignored)
-    #[arg(short = 'n', long, value_name = "N", hide_short_help = true)]
+    /// Tasks srun starts in all (default: one per node, or --ntasks-per-node each)
+    #[arg(short = 'n', long, value_name = "N")]
     pub ntasks: Option<String>,
-    /// Accepted for Slurm scripts (ignored)
-    #[arg(long = "ntasks-per-node", value_name = "N", hide_short_help = true)]
+    /// Tasks srun starts on each node
+    #[arg(long = "ntasks-per-node", value_name = "N")]
     pub ntasks_per_node: Option<String>,
+    /// GPUs of each task (its CUDA_VISIBLE_DEVICES under srun); with no other GPU request, the job's GPUs per node are this times the tasks per node
+    #[arg(long = "gpus-per-task", value_name = "N")]
+    pub gpus_per_task: Option<String>,
     /// Accepted for Slurm scripts (ignored: ysched keeps no workload keys)
     #[arg(long, value_name = "KEY", hide_short_help = true)]
     pub wckey: Option<String>,
@@ -152,6 +155,135 @@ pub struct SubmitOptions {
     /// Never run on these nodes (names or a hostlist such as gpu[01-02])
     #[arg(short = 'x', long, value_name = "NODES")]
     pub exclude: Option<String>,
+    /// Run the script in this container image: a registry reference (nvcr.io/nvidia/pytorch:24.01-py3, or nvcr.io#nvidia/pytorch:24.01-py3), a local image's name, or the path of an image archive
+    #[arg(long = "container-image", value_name = "IMAGE")]
+    pub container_image: Option<String>,
+    /// Mounted into the container with your rights: SRC:DST[:ro|rw], comma-separated
+    #[arg(long = "container-mounts", value_name = "SRC:DST[:ro],...")]
+    pub container_mounts: Option<String>,
+    /// Where the script starts in the container (default: its working directory if mounted, else the image's)
+    #[arg(long = "container-workdir", value_name = "DIR")]
+    pub container_workdir: Option<String>,
+    /// Variables whose value from the job wins over the image's (comma-separated names)
+    #[arg(long = "container-env", value_name = "NAME[,NAME]")]
+    pub container_env: Option<String>,
+    /// Do not mount your home directory in the container
+    #[arg(long = "no-container-mount-home")]
+    pub no_container_mount_home: bool,
+    /// Mount your home directory in the container (the default)
+    #[arg(long = "container-mount-home", hide_short_help = true)]
+    pub container_mount_home: bool,
+    /// The container's files may change, in a layer thrown away at the end (the default)
+    #[arg(long = "container-writable", hide_short_help = true)]
+    pub container_writable: bool,
+    /// The container's files are read-only (mounts as declared)
+    #[arg(long = "container-readonly")]
+    pub container_readonly: bool,
+}
+
+/// The `--container-*` options of one line or the command line, checked;
+/// `None`: not given there.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ContainerOptions {
+    pub image: Option<String>,
+    pub mounts: Option<Vec<crate::model::container::ContainerMount>>,
+    pub workdir: Option<String>,
+    pub env: Option<Vec<String>>,
+    pub mount_home: Option<bool>,
+    pub writable: Option<bool>,
+}
+
+impl ContainerOptions {
+    fn of(o: &SubmitOptions) -> Result<ContainerOptions, OptionError> {
+        use crate::model::container as c;
+        let either = |yes: bool, no: bool, flags: &'static str| match (yes, no) {
+            (true, true) => Err(OptionError::Conflict(flags)),
+            (true, false) => Ok(Some(true)),
+            (false, true) => Ok(Some(false)),
+            (false, false) => Ok(None),
+        };
+        Ok(ContainerOptions {
+            image: o
+                .container_image
+                .as_deref()
+                .map(|i| c::ContainerRequest::new(i).map(|r| r.image))
+                .transpose()?,
+            mounts: o
+                .container_mounts
+                .as_deref()
+                .map(c::parse_mounts)
+                .transpose()?,
+            workdir: o
+                .container_workdir
+                .as_deref()
+                .map(c::parse_workdir)
+                .transpose()?,
+            env: o
+                .container_env
+                .as_deref()
+                .map(c::parse_env_names)
+                .transpose()?,
+            mount_home: either(
+                o.container_mount_home,
+                o.no_container_mount_home,
+                "--container-mount-home and --no-container-mount-home",
+            )?,
+            writable: either(
+                o.container_writable,
+                o.container_readonly,
+                "--container-writable and --container-readonly",
+            )?,
+        })
+    }
+
+    fn overridden_by(self, later: ContainerOptions) -> ContainerOptions {
+        ContainerOptions {
+            image: later.image.or(self.image),
+            mounts: later.mounts.or(self.mounts),
+            workdir: later.workdir.or(self.workdir),
+            env: later.env.or(self.env),
+            mount_home: later.mount_home.or(self.mount_home),
+            writable: later.writable.or(self.writable),
+        }
+    }
+
+    /// The request, with an archive path made absolute against `cwd`;
+    /// `--container-*` options without an image are refused.
+    fn request(
+        self,
+        cwd: &Path,
+    ) -> Result<Option<crate::model::container::ContainerRequest>, ScriptError> {
+        let Some(image) = self.image else {
+            let given = [
+                (self.mounts.is_some(), "--container-mounts"),
+                (self.workdir.is_some(), "--container-workdir"),
+                (self.env.is_some(), "--container-env"),
+                (self.mount_home.is_some(), "--[no-]container-mount-home"),
+                (
+                    self.writable.is_some(),
+                    "--container-writable/--container-readonly",
+                ),
+            ];
+            return match given.iter().find(|(set, _)| *set) {
+                Some((_, flag)) => Err(ScriptError::Option(format!(
+                    "{flag} needs --container-image (the image the job runs in)"
+                ))),
+                None => Ok(None),
+            };
+        };
+        let image = match image.strip_prefix("./") {
+            Some(relative) => cwd.join(relative).to_string_lossy().into_owned(),
+            None => image,
+        };
+        let mut request = crate::model::container::ContainerRequest::new(&image)
+            .map_err(|e| ScriptError::Option(e.to_string()))?;
+        request.mounts = self.mounts.unwrap_or_default();
+        request.workdir = self.workdir;
+        request.env = self.env.unwrap_or_default();
+        request.mount_home = self.mount_home.unwrap_or(true);
+        request.writable = self.writable.unwrap_or(true);
+        Ok(Some(request))
+    }
 }
 
 /// One directive line, parsed with the same options as the command line.
@@ -211,9 +343,46 @@ pub struct Partial {
     /// `--nodelist` and `--exclude`, expanded.
     pub nodelist: Option<Vec<String>>,
     pub exclude: Option<Vec<String>>,
+    /// `--nodes`, `--ntasks`, `--ntasks-per-node`, `--gpus-per-task`.
+    pub tasks: TaskOptions,
+    /// `--container-image` and the other `--container-*` options.
+    pub container: ContainerOptions,
+    /// The GPU request came from `--gpus`, which Slurm counts for the
+    /// whole job (the others count per node).
+    pub gpus_for_job: bool,
     pub parsable: bool,
     /// Messages about options accepted but ignored.
     pub warnings: Vec<String>,
+}
+
+/// `--nodes` as (MIN, MAX), `--ntasks`, `--ntasks-per-node` and
+/// `--gpus-per-task`, where given.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskOptions {
+    pub nodes: Option<(u32, u32)>,
+    pub ntasks: Option<u32>,
+    pub ntasks_per_node: Option<u32>,
+    pub gpus_per_task: Option<u32>,
+}
+
+impl TaskOptions {
+    fn of(o: &SubmitOptions) -> Result<TaskOptions, OptionError> {
+        Ok(TaskOptions {
+            nodes: o.nodes.as_deref().map(nodes).transpose()?,
+            ntasks: count_of(&o.ntasks, "--ntasks", MAX_TASKS)?,
+            ntasks_per_node: count_of(&o.ntasks_per_node, "--ntasks-per-node", MAX_TASKS)?,
+            gpus_per_task: count_of(&o.gpus_per_task, "--gpus-per-task", MAX_GPUS_PER_JOB)?,
+        })
+    }
+
+    fn overridden_by(self, later: TaskOptions) -> TaskOptions {
+        TaskOptions {
+            nodes: later.nodes.or(self.nodes),
+            ntasks: later.ntasks.or(self.ntasks),
+            ntasks_per_node: later.ntasks_per_node.or(self.ntasks_per_node),
+            gpus_per_task: later.gpus_per_task.or(self.gpus_per_task),
+        }
+    }
 }
 
 /// Why a submission option (on the command line or a directive line) is
@@ -246,6 +415,10 @@ pub enum OptionError {
     },
     #[error("--mem and --mem-per-gpu exclude each other")]
     MemoryTwice,
+    #[error("{0} exclude each other")]
+    Conflict(&'static str),
+    #[error(transparent)]
+    Container(#[from] crate::model::container::ContainerError),
     #[error("{flag}: {source}")]
     Unit {
         flag: &'static str,
@@ -263,7 +436,7 @@ pub enum OptionError {
     Dependency(#[from] crate::sched::dependency::DependencyError),
     #[error("--array: {0}")]
     Array(#[from] crate::array::ArrayError),
-    #[error("--nodes={0}: ysched runs a job on one server; ask for --nodes=1 or leave it out")]
+    #[error("--nodes={0}: expected N or MIN-MAX, from 1 to {MAX_NODES}")]
     Nodes(String),
     #[error("{flag}={value}: {why}")]
     Hostlist {
@@ -314,10 +487,13 @@ impl Partial {
         let array = array(&o)?;
         let mut warnings = Vec::new();
         ignored(&o, &mut warnings)?;
+        let tasks = TaskOptions::of(&o)?;
         if let Some(user) = &o.mail_user {
             crate::validate::mail(Default::default(), Some(user))?;
         }
         Ok(Partial {
+            // Before the fields below move out of `o`.
+            container: ContainerOptions::of(&o)?,
             name: o.job_name,
             account: o.account,
             qos: o.qos,
@@ -343,10 +519,7 @@ impl Partial {
             dependency,
             array,
             checkpoint_file: o.checkpoint_file,
-            grace: match o.grace.as_deref() {
-                None => None,
-                Some(g) => Some(parse_grace(g)?),
-            },
+            grace: o.grace.as_deref().map(parse_grace).transpose()?,
             warn_signal: o
                 .signal
                 .as_deref()
@@ -356,11 +529,7 @@ impl Partial {
                     flag: "--signal",
                     source,
                 })?,
-            no_requeue: match (o.no_requeue, o.requeue) {
-                (true, _) => Some(true),
-                (_, true) => Some(false),
-                _ => None,
-            },
+            no_requeue: (o.no_requeue || o.requeue).then_some(o.no_requeue),
             mail_type: o
                 .mail_type
                 .as_deref()
@@ -382,6 +551,8 @@ impl Partial {
                 .as_deref()
                 .map(|h| hostnames("--exclude", h))
                 .transpose()?,
+            tasks,
+            gpus_for_job: o.gpus.is_some(),
             parsable: o.parsable,
             warnings,
         })
@@ -392,6 +563,11 @@ impl Partial {
     pub fn overridden_by(self, later: Partial) -> Partial {
         let mut warnings = self.warnings;
         warnings.extend(later.warnings);
+        let gpus_for_job = if later.gpus.is_some() {
+            later.gpus_for_job
+        } else {
+            self.gpus_for_job
+        };
         Partial {
             name: later.name.or(self.name),
             account: later.account.or(self.account),
@@ -421,6 +597,9 @@ impl Partial {
             exclusive: later.exclusive || self.exclusive,
             nodelist: later.nodelist.or(self.nodelist),
             exclude: later.exclude.or(self.exclude),
+            tasks: self.tasks.overridden_by(later.tasks),
+            container: self.container.overridden_by(later.container),
+            gpus_for_job,
             parsable: later.parsable || self.parsable,
             warnings,
         }
@@ -526,33 +705,31 @@ fn array(o: &SubmitOptions) -> Result<Option<String>, OptionError> {
     })
 }
 
-/// Slurm options ysched takes and ignores (with a warning), or refuses
-/// (`--nodes` above 1).
+/// `--nodes`: N or MIN-MAX, within bounds.
+fn nodes(text: &str) -> Result<(u32, u32), OptionError> {
+    crate::model::tasks::parse_nodes(text)
+        .filter(|&(min, max)| min >= 1 && max <= MAX_NODES)
+        .ok_or_else(|| OptionError::Nodes(text.trim().to_string()))
+}
+
+/// A count option, when given.
+fn count_of(text: &Option<String>, flag: &str, max: u32) -> Result<Option<u32>, OptionError> {
+    text.as_deref()
+        .map(|t| parse_count(t, flag, 1, max))
+        .transpose()
+}
+
+/// Slurm options ysched takes and ignores (with a warning).
 fn ignored(o: &SubmitOptions, warnings: &mut Vec<String>) -> Result<(), OptionError> {
-    if let Some(nodes) = &o.nodes {
-        if !matches!(nodes.trim(), "1" | "1-1") {
-            return Err(OptionError::Nodes(nodes.clone()));
-        }
-    }
     if let Some(p) = &o.partition {
         warnings.push(format!(
             "--partition={p} ignored: ysched has a single partition"
         ));
     }
-    if let Some(n) = &o.ntasks {
-        if n.trim() != "1" {
-            warnings.push(format!(
-                "--ntasks={n} ignored: the batch script runs as one task"
-            ));
-        }
-    }
     if let Some(k) = &o.wckey {
         warnings.push(format!(
             "--wckey={k} ignored: ysched keeps no workload keys"
         ));
-    }
-    if o.ntasks_per_node.is_some() {
-        warnings.push("--ntasks-per-node ignored: the batch script runs as one task".into());
     }
     Ok(())
 }
@@ -811,7 +988,9 @@ pub fn resolve(
         .map_err(|e| opt_err(format!("--begin: {e}")))?;
     let environment = export_environment(partial.export.as_deref(), ctx.environment)
         .map_err(|e| opt_err(e.to_string()))?;
-    let mut gpus = partial.gpus.unwrap_or_default();
+    let tasks = task_layout(&partial)?;
+    let container = partial.container.clone().request(&work_dir)?;
+    let mut gpus = gpus_per_node(&partial, &tasks)?;
     if let Some(constraint) = partial.constraint {
         if gpus.count == 0 {
             return Err(opt_err(format!(
@@ -835,7 +1014,7 @@ pub fn resolve(
         account: partial.account,
         qos: partial.qos,
         gpus,
-        cpus: partial.cpus.unwrap_or(1),
+        cpus: partial.cpus.unwrap_or(1) * tasks.max_tasks_per_node(tasks.nodes_min),
         mem_mb,
         time_limit: partial.time_limit,
         output: partial.output,
@@ -862,7 +1041,80 @@ pub fn resolve(
         exclusive: partial.exclusive,
         nodelist: partial.nodelist.unwrap_or_default(),
         exclude: partial.exclude.unwrap_or_default(),
+        tasks,
+        container,
     })
+}
+
+/// The nodes and tasks asked for, checked against each other.
+fn task_layout(partial: &Partial) -> Result<crate::model::tasks::TaskLayout, ScriptError> {
+    let t = &partial.tasks;
+    let (nodes_min, nodes_max) = t.nodes.unwrap_or((1, 1));
+    let layout = crate::model::tasks::TaskLayout {
+        nodes_min,
+        nodes_max,
+        ntasks: t.ntasks,
+        ntasks_per_node: t.ntasks_per_node,
+        gpus_per_task: t.gpus_per_task,
+    };
+    layout
+        .check()
+        .map_err(|e| ScriptError::Option(e.to_string()))?;
+    Ok(layout)
+}
+
+/// The GPUs each node gives the job: `--gres` and `--gpus-per-node` as
+/// they are; `--gpus`, for the whole job, split evenly over its nodes;
+/// else `--gpus-per-task` times the tasks each node runs.
+fn gpus_per_node(
+    partial: &Partial,
+    tasks: &crate::model::tasks::TaskLayout,
+) -> Result<GpuRequest, ScriptError> {
+    let refuse = |why: String| Err(ScriptError::Option(why));
+    let per_task = tasks.gpus_per_task;
+    let Some(mut gpus) = partial.gpus.clone() else {
+        let Some(per_task) = per_task else {
+            return Ok(GpuRequest::default());
+        };
+        let counts = tasks.tasks_per_node(tasks.nodes_min);
+        let even = counts.iter().all(|&c| c == counts[0])
+            && (tasks.nodes_min == tasks.nodes_max || tasks.ntasks.is_none());
+        if !even {
+            return refuse(format!(
+                "--gpus-per-task={per_task}: the nodes would run different numbers of tasks \
+                 ({}); give --ntasks-per-node, or --gres=gpu:N per node",
+                crate::model::tasks::tasks_per_node_text(&counts)
+            ));
+        }
+        return Ok(GpuRequest {
+            count: per_task * counts[0],
+            ..GpuRequest::default()
+        });
+    };
+    if partial.gpus_for_job && tasks.is_multi_node() && !gpus.shard {
+        let nodes = tasks.nodes_min;
+        if tasks.nodes_max != nodes || gpus.count % nodes != 0 {
+            return refuse(format!(
+                "--gpus={} counts the whole job's GPUs, which must split evenly over a fixed \
+                 --nodes ({}); give --gpus-per-node or --gres=gpu:N per node instead",
+                gpus.count,
+                tasks.nodes_text()
+            ));
+        }
+        gpus.count /= nodes;
+    }
+    if let Some(per_task) = per_task {
+        let most = tasks.max_tasks_per_node(tasks.nodes_min);
+        if gpus.count < per_task * most {
+            return refuse(format!(
+                "--gpus-per-task={per_task} with {most} task(s) on a node needs {} GPUs per \
+                 node, and the job asks for {}",
+                per_task * most,
+                gpus.count
+            ));
+        }
+    }
+    Ok(gpus)
 }
 
 /// The node names a hostlist (`gpu[01-03],cpu1`) stands for, each once,
@@ -1051,8 +1303,51 @@ mod tests {
         assert_eq!(e.to_string(), "train.sh: line 2: unbalanced quotes");
         let e = directives("#!/bin/sh\n#YS -G 2 --gres gpu:4\n").unwrap_err();
         assert!(e.to_string().contains("conflicting GPU requests"), "{e}");
-        let e = directives("#!/bin/sh\n#SBATCH -N 2\n").unwrap_err();
-        assert!(e.to_string().contains("one server"), "{e}");
+        let e = directives("#!/bin/sh\n#SBATCH -N 0\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "train.sh: line 2: --nodes=0: expected N or MIN-MAX, from 1 to 4096"
+        );
+    }
+
+    fn resolved(script: &str) -> Result<JobRequest, ScriptError> {
+        let partial = directives(script)?;
+        resolve(
+            partial,
+            script.to_string(),
+            Vec::new(),
+            SubmitContext {
+                cwd: Path::new("/tmp"),
+                environment: Vec::new(),
+                default_name: "train.sh".into(),
+                now: &jiff::Zoned::now,
+            },
+        )
+    }
+
+    #[test]
+    fn nodes_and_tasks_make_a_layout_with_resources_per_node() {
+        let r =
+            resolved("#!/bin/sh\n#SBATCH -N 3 --gres=gpu:8 --ntasks-per-node=8 -c 4\n").unwrap();
+        assert_eq!((r.tasks.nodes_min, r.tasks.nodes_max), (3, 3));
+        assert_eq!((r.gpus.count, r.cpus), (8, 32), "per node");
+        let r = resolved("#!/bin/sh\n#SBATCH -N 2 --gpus=16\n").unwrap();
+        assert_eq!(r.gpus.count, 8, "--gpus counts the whole job");
+        let r = resolved("#!/bin/sh\n#SBATCH -N 2 --ntasks=8 --gpus-per-task=1\n").unwrap();
+        assert_eq!(r.gpus.count, 4);
+        let e = resolved("#!/bin/sh\n#SBATCH -N 2 --gpus=3\n").unwrap_err();
+        assert!(e.to_string().contains("must split evenly"), "{e}");
+        let e = resolved("#!/bin/sh\n#SBATCH -N 3 -n 2\n").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("--ntasks=2 is fewer than --nodes=3: every node needs a task"),
+            "{e}"
+        );
+        let e = resolved("#!/bin/sh\n#SBATCH -N 2 --ntasks=3 --gpus-per-task=1\n").unwrap_err();
+        assert!(
+            e.to_string().contains("different numbers of tasks (2,1)"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -15,6 +15,10 @@ use crate::model::job::{GpuConstraint, JobRequest, MailTypes, WarnSignal};
 pub const MAX_GPUS_PER_JOB: u32 = 1024;
 pub const MAX_CPUS_PER_JOB: u32 = 65_536;
 pub const MAX_NICE: i64 = 1_000_000;
+/// Nodes one job may ask for.
+pub const MAX_NODES: u32 = 4096;
+/// Tasks one job may ask for.
+pub const MAX_TASKS: u32 = 1 << 20;
 pub const MAX_NAME_CHARS: usize = 200;
 pub const MAX_COMMENT_CHARS: usize = 1000;
 pub const MAX_PATH_BYTES: usize = 4096;
@@ -69,6 +73,7 @@ pub fn job_request(r: &JobRequest) -> Result<(), InvalidField> {
         }
     }
     count(r.cpus, "--cpus-per-task", 1, MAX_CPUS_PER_JOB)?;
+    tasks(r)?;
     if r.mem_mb == Some(0) {
         return Err(invalid("--mem", "must be more than 0"));
     }
@@ -118,9 +123,52 @@ pub fn job_request(r: &JobRequest) -> Result<(), InvalidField> {
         warn_signal(w)?;
     }
     mail(r.mail_type, r.mail_user.as_deref())?;
+    if let Some(c) = &r.container {
+        container(c)?;
+    }
     script(&r.script)?;
     if r.args.iter().any(|a| a.contains('\0')) {
         return Err(invalid("script arguments", "a NUL byte"));
+    }
+    Ok(())
+}
+
+/// The `--container-*` options, under the option the error names.
+fn container(c: &crate::model::container::ContainerRequest) -> Result<(), InvalidField> {
+    c.check().map_err(|e| {
+        let text = e.to_string();
+        let flags = [
+            "--container-image",
+            "--container-mounts",
+            "--container-workdir",
+            "--container-env",
+        ];
+        let field = flags
+            .into_iter()
+            .find(|f| text.starts_with(&format!("{f}: ")))
+            .unwrap_or("--container-image");
+        let problem = text.strip_prefix(&format!("{field}: ")).unwrap_or(&text);
+        invalid(field, problem)
+    })
+}
+
+/// `-N`, `--ntasks` and the like: in bounds, agreeing with each other,
+/// and not a shard request over several nodes.
+fn tasks(r: &JobRequest) -> Result<(), InvalidField> {
+    let t = &r.tasks;
+    if t.nodes_max > MAX_NODES {
+        return Err(invalid("--nodes", format!("at most {MAX_NODES}")));
+    }
+    if t.ntasks.is_some_and(|n| n > MAX_TASKS) || t.ntasks_per_node.is_some_and(|n| n > MAX_TASKS) {
+        return Err(invalid("--ntasks", format!("at most {MAX_TASKS}")));
+    }
+    t.check()
+        .map_err(|e| invalid("--nodes/--ntasks", e.to_string()))?;
+    if t.is_multi_node() && r.gpus.shard {
+        return Err(invalid(
+            "--gpus",
+            "a shard job shares one GPU of one node; it cannot span --nodes",
+        ));
     }
     Ok(())
 }

@@ -183,6 +183,7 @@ impl Runs {
             environment: &order.environment,
             home: &user.dir,
             shell: &user.shell,
+            part: order.part.as_ref(),
         });
         match launched {
             Ok(started) => {
@@ -215,6 +216,7 @@ impl Runs {
             terminated: false,
             usage: Default::default(),
             stuck: 0,
+            image: None,
         };
         self.runs.insert(
             run.job,

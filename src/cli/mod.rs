@@ -4,6 +4,7 @@
 
 pub mod sacctmgr;
 pub mod slurm;
+pub mod srun;
 pub mod ysacct;
 pub mod ysbatch;
 pub mod yscancel;

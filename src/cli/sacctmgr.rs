@@ -176,29 +176,46 @@ fn rows(config: &Config, entity: Entity, r: &Request) -> Vec<Row> {
     }
 }
 
-/// One association's row: the account's shares, the QoS, the user's
-/// default account and admin level.
+/// One association's row, as Slurm holds what `ysctld export-slurm`
+/// loads: an account's shares (whole) and GPU limit with every QoS; a
+/// user's share of 1 in the account, per-user GPU limit, the QoS the user
+/// may use there and the default one; the user's default account and
+/// admin level. Lists of QoS are sorted, as Slurm prints them.
 fn assoc(config: &Config, account: &str, user: &str) -> Row {
-    let shares = config
-        .accounts
-        .iter()
-        .find(|a| a.name == account)
-        .map_or(1.0, |a| a.shares);
+    use crate::report::slurm_conf::{qos_of_user, slurm_shares};
+    let record = config.accounts.iter().find(|a| a.name == account);
     let admin = config.admins.iter().any(|a| a == user) || user == "root";
+    let (share, qos, default_qos, gpus) = if user.is_empty() || account == "root" {
+        let mut all: Vec<String> = config.qos.iter().map(|q| q.name.clone()).collect();
+        all.sort();
+        let shares = record.map_or(1.0, |a| slurm_shares(a.shares));
+        let default = (account == "root" && !user.is_empty()).then(String::new);
+        (shares, all, default, record.and_then(|a| a.limits.max_gpus))
+    } else {
+        let mut allowed = qos_of_user(config, account, user);
+        allowed.sort();
+        let per_user = record.and_then(|a| a.limits.max_gpus_per_user);
+        (1.0, allowed, Some(config.default_qos.clone()), per_user)
+    };
     vec![
         ("cluster", config.node_name.clone()),
         ("account", account.to_string()),
         ("user", user.to_string()),
-        ("share", format!("{shares}")),
-        ("qos", config.qos_names(",")),
-        ("defaultqos", config.default_qos.clone()),
+        ("share", format!("{share}")),
+        (
+            "grptres",
+            gpus.map(|g| format!("gres/gpu={g}")).unwrap_or_default(),
+        ),
+        ("qos", qos.join(",")),
+        ("defaultqos", default_qos.unwrap_or_default()),
         (
             "defaultaccount",
-            config
-                .accounts_for(user)
-                .first()
-                .map(|a| a.to_string())
-                .unwrap_or_default(),
+            // An administrator of no account is in Slurm's root one.
+            match config.accounts_for(user).first() {
+                Some(a) => a.to_string(),
+                None if admin => "root".to_string(),
+                None => String::new(),
+            },
         ),
         (
             "adminlevel",
@@ -253,14 +270,26 @@ fn account_rows(config: &Config, entity: Entity, r: &Request) -> Vec<Row> {
             .collect()
     };
     let mut out = Vec::new();
+    if entity == Entity::Association && names.is_empty() && wanted(&r.users, "root") {
+        // Slurm's root account, with root and the administrators in it
+        // (as the export loads them), heads every listing.
+        out.push(assoc(config, "root", ""));
+        out.push(assoc(config, "root", "root"));
+        for admin in config.admins.iter().filter(|a| *a != "root" && *a != "*") {
+            out.push(assoc(config, "root", admin));
+        }
+    }
     for (name, parent, users) in accounts.iter().filter(|(n, ..)| wanted(&names, n)) {
-        let mut row = assoc(config, name, "");
-        row.push(("descr", name.clone()));
-        row.push(("org", name.clone()));
-        row.push((
-            "parentname",
-            parent.clone().unwrap_or_else(|| "root".into()),
-        ));
+        let described = |mut row: Row| {
+            row.push(("descr", name.clone()));
+            row.push(("org", name.clone()));
+            row.push((
+                "parentname",
+                parent.clone().unwrap_or_else(|| "root".into()),
+            ));
+            row
+        };
+        let row = described(assoc(config, name, ""));
         if entity == Entity::Account && !r.with_assoc {
             out.push(row);
             continue;
@@ -269,10 +298,7 @@ fn account_rows(config: &Config, entity: Entity, r: &Request) -> Vec<Row> {
             out.push(row.clone());
         }
         for user in users.iter().filter(|u| *u != "*" && wanted(&r.users, u)) {
-            let mut row = row.clone();
-            row.retain(|(k, _)| *k != "user");
-            row.push(("user", user.clone()));
-            out.push(row);
+            out.push(described(assoc(config, name, user)));
         }
     }
     out
@@ -288,11 +314,12 @@ fn qos_rows(config: &Config, r: &Request) -> Vec<Row> {
             vec![
                 ("name", q.name.clone()),
                 ("priority", q.priority.to_string()),
-                (
-                    "gracetime",
-                    crate::model::units::format_duration(q.grace_time),
-                ),
-                ("preempt", q.preempt.join(",")),
+                ("gracetime", slurm_duration(q.grace_time)),
+                ("preempt", {
+                    let mut preempt = q.preempt.clone();
+                    preempt.sort();
+                    preempt.join(",")
+                }),
                 (
                     "preemptmode",
                     format!("{:?}", q.preempt_mode).to_ascii_lowercase(),
@@ -300,19 +327,35 @@ fn qos_rows(config: &Config, r: &Request) -> Vec<Row> {
                 ("usagefactor", format!("{:.6}", q.usage_factor)),
                 (
                     "maxwall",
-                    q.max_time
-                        .map(crate::model::units::format_duration)
-                        .unwrap_or_default(),
+                    q.max_time.map(slurm_duration).unwrap_or_default(),
                 ),
             ]
         })
         .collect()
 }
 
+/// A duration as sacctmgr prints one: `HH:MM:SS`, with `D-` before it
+/// from a day on.
+fn slurm_duration(secs: u64) -> String {
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    let hms = format!(
+        "{:02}:{:02}:{:02}",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    );
+    if days > 0 {
+        format!("{days}-{hms}")
+    } else {
+        hms
+    }
+}
+
 /// `format=Field[%WIDTH],...`: (key, header, width); widths as Slurm's
 /// (10 unless given; `%-N` too).
 fn parse_format(text: &str) -> Result<Vec<(String, String, usize)>, CliError> {
-    const HEADERS: [(&str, &str); 16] = [
+    const HEADERS: [(&str, &str); 17] = [
+        ("grptres", "GrpTRES"),
         ("user", "User"),
         ("defaultaccount", "Def Acct"),
         ("adminlevel", "Admin"),
@@ -465,7 +508,10 @@ mod tests {
         assert!(out.lines().any(|l| l.starts_with("critical|")), "{out}");
         assert!(out.lines().all(|l| l.ends_with('|')));
         let out = listing("-P -n list assoc where account=vision format=account,user,share");
-        assert_eq!(out, "vision||2\nvision|alice|2\nvision|bob|2\n");
+        assert_eq!(
+            out, "vision||2\nvision|alice|1\nvision|bob|1\n",
+            "a user is one share among the account's users"
+        );
     }
 
     #[test]

@@ -54,7 +54,11 @@ pub fn main(name: &str, args: Vec<OsString>) -> ExitCode {
         ),
         "sinfo" => with_slurm_exit(name, SinfoArgs::try_parse_from(argv(args)), sinfo),
         "scontrol" => with_slurm_exit(name, ScontrolArgs::try_parse_from(argv(args)), scontrol),
-        "srun" => with_slurm_exit(name, SrunArgs::try_parse_from(argv(args)), srun),
+        "srun" => with_slurm_exit(
+            name,
+            SrunArgs::try_parse_from(attached_kill_on_bad_exit(argv(args))),
+            srun,
+        ),
         "sacctmgr" => with_slurm_exit(
             name,
             Ok::<_, clap::Error>(
@@ -430,26 +434,36 @@ fn show_partition() -> CliResult {
     ))
 }
 
-/// `srun` inside a batch job: the command as the job's one task. Slurm's
-/// step options are parsed as srun parses them (`-n1`, `--opt=value`,
-/// `--opt value`), up to the first word that is not an option: the
-/// command. Those that change what one task on this job's allocation does
-/// are honoured; those that place tasks and bind CPUs mean nothing for a
-/// step that is the allocation's one task, and are accepted.
+/// `srun` inside a batch job: a step of the job's tasks. Slurm's step
+/// options are parsed as srun parses them (`-n1`, `--opt=value`, `--opt
+/// value`), up to the first word that is not an option: the command. One
+/// task on one node becomes the command itself; several tasks, or a job
+/// over several nodes, start through `srun`'s step coordinator
+/// (`cli::srun`), on every node of the job. Options that bind CPUs or
+/// memory are accepted and change nothing.
 #[derive(Parser, Debug)]
 #[command(
     name = "srun",
     version,
     infer_long_args = true,
-    about = "Slurm's srun over ysched: inside a batch job, runs a command as its single task"
+    about = "Slurm's srun over ysched: inside a batch job, runs a command as the job's tasks, on all its nodes"
 )]
 pub struct SrunArgs {
-    /// Tasks: only 1 (ysched runs a job as one task)
+    /// Tasks in all (default: the job's --ntasks, else one per node)
     #[arg(short = 'n', long, value_name = "N")]
     pub ntasks: Option<u32>,
-    /// Nodes: only 1
-    #[arg(short = 'N', long, value_name = "N")]
+    /// Nodes of the job the step runs on: N or MIN-MAX (default: all)
+    #[arg(short = 'N', long, value_name = "N[-MAX]")]
     pub nodes: Option<String>,
+    /// Tasks on each node
+    #[arg(long = "ntasks-per-node", value_name = "N")]
+    pub ntasks_per_node: Option<u32>,
+    /// GPUs of each task: its CUDA_VISIBLE_DEVICES is its own share of its node's
+    #[arg(long = "gpus-per-task", value_name = "N")]
+    pub gpus_per_task: Option<u32>,
+    /// Stop the other tasks when one exits non-zero: 1 (the default) or 0
+    #[arg(short = 'K', long = "kill-on-bad-exit", value_name = "0|1", num_args = 0..=1, require_equals = true, default_missing_value = "1")]
+    pub kill_on_bad_exit: Option<String>,
     /// Standard output to this file (%j job id, %t task, %n node, %N node name, %u user, %x name, %A %a arrays)
     #[arg(short = 'o', long, value_name = "PATTERN")]
     pub output: Option<String>,
@@ -468,7 +482,7 @@ pub struct SrunArgs {
     /// Prefix each output line with the task id ("0: ")
     #[arg(short = 'l', long)]
     pub label: bool,
-    /// Accepted: output is never buffered by srun here
+    /// Pass each task's output on as it comes, not line by line
     #[arg(short = 'u', long)]
     pub unbuffered: bool,
     /// A name for the step (shown nowhere)
@@ -509,12 +523,8 @@ pub struct StepPlacement {
     gres: Option<String>,
     #[arg(short = 'G', long, value_name = "N", hide = true)]
     gpus: Option<String>,
-    #[arg(long = "gpus-per-task", value_name = "N", hide = true)]
-    gpus_per_task: Option<String>,
     #[arg(long = "gpu-bind", value_name = "TYPE", hide = true)]
     gpu_bind: Option<String>,
-    #[arg(long = "ntasks-per-node", value_name = "N", hide = true)]
-    ntasks_per_node: Option<String>,
     #[arg(long = "ntasks-per-gpu", value_name = "N", hide = true)]
     ntasks_per_gpu: Option<String>,
     #[arg(short = 'm', long = "distribution", value_name = "TYPE", hide = true)]
@@ -543,14 +553,146 @@ pub struct StepPlacement {
     overlap: bool,
     #[arg(short = 'O', long, hide = true)]
     overcommit: bool,
-    #[arg(short = 'K', long = "kill-on-bad-exit", value_name = "0|1", num_args = 0..=1, require_equals = true, hide = true)]
-    kill_on_bad_exit: Option<Option<String>>,
     #[arg(short = 'W', long = "wait", value_name = "SECONDS", hide = true)]
     wait: Option<String>,
     #[arg(short = 'v', long, action = clap::ArgAction::Count, hide = true)]
     verbose: u8,
     #[arg(short = 'Q', long, hide = true)]
     quiet: bool,
+}
+
+/// Slurm's `-K0` and `-K1` (srun's optional value, attached) as
+/// `--kill-on-bad-exit=0|1`, up to the command: clap takes an optional
+/// value only after `=`, else `srun -K python x.py` would read `python`.
+fn attached_kill_on_bad_exit(args: Vec<OsString>) -> Vec<OsString> {
+    // Options whose value may follow as the next word.
+    const TAKE_VALUES: &[&str] = &[
+        "-n",
+        "-N",
+        "-o",
+        "-e",
+        "-i",
+        "-D",
+        "-J",
+        "-c",
+        "-G",
+        "-t",
+        "-w",
+        "-x",
+        "-p",
+        "-m",
+        "-W",
+        "--ntasks",
+        "--nodes",
+        "--output",
+        "--error",
+        "--input",
+        "--chdir",
+        "--export",
+        "--job-name",
+        "--ntasks-per-node",
+        "--gpus-per-task",
+    ];
+    let mut options = true;
+    let mut value_next = false;
+    args.into_iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let text = a.to_string_lossy();
+            let is_value = std::mem::replace(&mut value_next, false);
+            if i > 0 && options && !text.starts_with('-') && !is_value {
+                options = false;
+            }
+            value_next = options && TAKE_VALUES.contains(&text.as_ref());
+            match text.as_ref() {
+                "-K0" | "-K1" if options => format!("--kill-on-bad-exit={}", &text[2..]).into(),
+                _ => a,
+            }
+        })
+        .collect()
+}
+
+/// Whether the step has several tasks or nodes (else it is the job's one
+/// task, and srun becomes the command).
+fn is_wide_step(args: &SrunArgs) -> bool {
+    let number = |k: &str| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(1)
+    };
+    let nodes = args
+        .nodes
+        .as_deref()
+        .and_then(crate::model::tasks::parse_nodes)
+        .map_or(number("SLURM_JOB_NUM_NODES"), |(_, max)| max);
+    nodes > 1
+        || args.ntasks.unwrap_or_else(|| number("SLURM_NTASKS")) > 1
+        || args.ntasks_per_node.is_some_and(|n| n > 1)
+}
+
+/// A step of several tasks or nodes, through the step coordinator.
+fn wide_step(args: SrunArgs, path_of: &dyn Fn(&str) -> String) -> CliResult {
+    if args
+        .input
+        .as_deref()
+        .is_some_and(|i| !i.eq_ignore_ascii_case("none"))
+    {
+        return Err(CliError::failed(
+            "srun: --input with several tasks is not supported here: each task reads /dev/null",
+        ));
+    }
+    let nodes = match args.nodes.as_deref() {
+        None => None,
+        Some(text) => Some(crate::model::tasks::parse_nodes(text).ok_or_else(|| {
+            CliError::usage(format!("srun: --nodes={text}: expected N or MIN-MAX"))
+        })?),
+    };
+    let kill_on_bad_exit = match args.kill_on_bad_exit.as_deref().map(str::trim) {
+        None | Some("1") => true,
+        Some("0") => false,
+        Some(other) => {
+            return Err(CliError::usage(format!(
+                "srun: --kill-on-bad-exit={other}: expected 0 or 1"
+            )))
+        }
+    };
+    let open = |pattern: &str| {
+        let path = path_of(pattern);
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| CliError::failed(format!("srun: cannot open {path}: {e}")))
+    };
+    let mut env = step_environment(args.export.as_deref(), std::env::vars().collect())?;
+    env.retain(|(k, _)| k != "YS_STEP_KEY");
+    let cwd = match &args.chdir {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir()?,
+    };
+    super::srun::run_step(super::srun::StepRequest {
+        ntasks: args.ntasks,
+        nodes,
+        ntasks_per_node: args.ntasks_per_node,
+        gpus_per_task: args.gpus_per_task.or_else(|| {
+            std::env::var("SLURM_GPUS_PER_TASK")
+                .ok()
+                .and_then(|g| g.parse().ok())
+        }),
+        label: args.label,
+        unbuffered: args.unbuffered,
+        kill_on_bad_exit,
+        argv: args
+            .command
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        env,
+        cwd,
+        stdout: args.output.as_deref().map(open).transpose()?,
+        stderr: args.error.as_deref().map(open).transpose()?,
+    })
 }
 
 /// What srun's `--export` leaves of `env`: Slurm's rules, with the job's
@@ -584,18 +726,6 @@ fn srun(args: SrunArgs) -> CliResult {
             "ysched runs srun only inside a batch job (no SLURM_JOB_ID here); submit the work with sbatch",
         ));
     };
-    if args.ntasks.is_some_and(|n| n != 1) {
-        return Err(CliError::failed(
-            "ysched runs a job as one task: --ntasks must be 1 (multi-task and multi-node steps are not supported)",
-        ));
-    }
-    if let Some(n) = &args.nodes {
-        if !matches!(n.trim(), "1" | "1-1") {
-            return Err(CliError::failed(
-                "ysched runs a job on one node: --nodes must be 1",
-            ));
-        }
-    }
     let env = |k: &str| std::env::var(k).ok();
     let array = match (env("SLURM_ARRAY_JOB_ID"), env("SLURM_ARRAY_TASK_ID")) {
         (Some(a), Some(t)) => a.parse().ok().zip(t.parse().ok()),
@@ -615,6 +745,9 @@ fn srun(args: SrunArgs) -> CliResult {
             node.as_deref(),
         )
     };
+    if is_wide_step(&args) {
+        return wide_step(args, &path_of);
+    }
     let open = |pattern: &str| -> Result<std::fs::File, CliError> {
         let path = path_of(pattern);
         std::fs::OpenOptions::new()
@@ -740,6 +873,15 @@ fn run_labelled(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_attached_k_value_is_read_up_to_the_command() {
+        let words = |s: &str| s.split(' ').map(OsString::from).collect::<Vec<_>>();
+        assert_eq!(
+            attached_kill_on_bad_exit(words("srun -n 3 -K0 sh -K1")),
+            words("srun -n 3 --kill-on-bad-exit=0 sh -K1")
+        );
+    }
 
     #[test]
     fn sinfo_formats_pad_and_align_as_slurm_does() {

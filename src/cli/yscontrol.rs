@@ -425,9 +425,20 @@ fn show_job(view: &JobView, now: i64) -> String {
             }
         ),
         format!(
-            "NodeList={} NumCPUs={} Mem={} TRES=gres/{} GPUs=[{}]",
+            "NodeList={} BatchHost={} NumNodes={} NumTasks={}",
+            job.node
+                .as_ref()
+                .map_or_else(|| "(null)".to_string(), |_| job.nodelist()),
             job.node.as_deref().unwrap_or("(null)"),
-            job.cpus,
+            job.node_count(),
+            job.tasks
+                .tasks_per_node(job.node_count())
+                .iter()
+                .sum::<u32>()
+        ),
+        format!(
+            "NumCPUs={} Mem={} TRES=gres/{} GPUs=[{}]",
+            job.cpus * job.node_count(),
             job.mem_mb
                 .map(units::format_memory_mb)
                 .unwrap_or_else(|| "(none)".into()),
@@ -443,6 +454,15 @@ fn show_job(view: &JobView, now: i64) -> String {
             format!("   ArrayJobId={} ArrayTaskId={}", task.job_id, task.task_id),
         );
     }
+    out.extend(optional_job_lines(view));
+    out.join("\n") + "\n\n"
+}
+
+/// The lines `show job` prints only when they have something to say, and
+/// the paths only to those who may see them.
+fn optional_job_lines(view: &JobView) -> Vec<String> {
+    let job = &view.job;
+    let mut out = Vec::new();
     if let Some(by) = &job.approved_by {
         out.push(format!("   ApprovedBy={by}"));
     }
@@ -475,7 +495,7 @@ fn show_job(view: &JobView, now: i64) -> String {
             out.push(format!("   Comment={c}"));
         }
     }
-    out.join("\n") + "\n\n"
+    out
 }
 
 /// GPU indices: `2`, `2,3`, `2 3`.

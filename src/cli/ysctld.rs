@@ -617,7 +617,8 @@ fn export_slurm(config: &Config, args: &ExportArgs) -> CliResult {
     }
     super::print(&format!(
         "wrote slurm.conf, gres.conf, qos.sh and sacctmgr.cfg for {} node(s) into {}\n\
-         then: sh qos.sh && sacctmgr -i load file=sacctmgr.cfg; what Slurm cannot say is in their comments\n",
+         then: start slurmdbd, then slurmctld with this slurm.conf (it registers the cluster and its gres/gpu), \
+         then sh qos.sh && sacctmgr -i load file=sacctmgr.cfg; what Slurm cannot say is in their comments\n",
         nodes.len(),
         args.dir.display()
     ))

@@ -8,6 +8,7 @@
 //! ([`types`]), the errors ([`error`]).
 
 mod accounts;
+mod containers;
 mod error;
 mod gpus;
 mod pool;

@@ -74,6 +74,8 @@ pub(super) struct RawConfig {
     pub(super) pool: RawPool,
     #[serde(default)]
     pub(super) web: RawWeb,
+    #[serde(default)]
+    pub(super) containers: RawContainers,
 }
 
 #[derive(Deserialize)]
@@ -227,4 +229,16 @@ pub(super) struct RawPool {
     pub(super) token_lifetime: Option<Spanned<String>>,
     pub(super) certificate_lifetime: Option<Spanned<String>>,
     pub(super) controller: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawContainers {
+    pub(super) runtime: Option<Spanned<std::path::PathBuf>>,
+    pub(super) podman: Option<Spanned<std::path::PathBuf>>,
+    pub(super) storage: Option<Spanned<std::path::PathBuf>>,
+    #[serde(default)]
+    pub(super) mounts: Vec<Spanned<String>>,
+    pub(super) allowed_registries: Option<Vec<Spanned<String>>>,
+    pub(super) allow_root: Option<bool>,
 }

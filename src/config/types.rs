@@ -222,6 +222,8 @@ pub struct Config {
     pub pool: Pool,
     /// `[web]`: the web server's settings (`yswebd`).
     pub web: Web,
+    /// `[containers]`: the runtime and images of jobs' containers.
+    pub containers: Containers,
     pub spool_dir: PathBuf,
     pub node_name: String,
     pub admins: Vec<String>,
@@ -454,6 +456,62 @@ pub struct Pool {
     /// On a node: the controller's `HOST:PORT`, over what it learnt at
     /// its join.
     pub controller: Option<String>,
+}
+
+/// `[containers]`: how jobs run in container images (`--container-image`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Containers {
+    /// The OCI runtime (crun).
+    pub runtime: PathBuf,
+    /// The image store's tool: pulls, loads and describes images.
+    pub podman: PathBuf,
+    /// Where images are kept (podman's `--root`); `None`: podman's own
+    /// default, /var/lib/containers/storage.
+    pub storage: Option<PathBuf>,
+    /// Mounted into every container, with the job's user's rights.
+    pub mounts: Vec<crate::model::container::ContainerMount>,
+    /// Registries images may be pulled from; `None`: any.
+    pub allowed_registries: Option<Vec<String>>,
+    /// Jobs of root may run in containers (as root inside).
+    pub allow_root: bool,
+}
+
+impl Default for Containers {
+    fn default() -> Containers {
+        Containers {
+            runtime: PathBuf::from("/usr/bin/crun"),
+            podman: PathBuf::from("/usr/bin/podman"),
+            storage: None,
+            mounts: Vec::new(),
+            allowed_registries: None,
+            allow_root: false,
+        }
+    }
+}
+
+impl Containers {
+    /// Whether images may be pulled from `registry`.
+    pub fn may_pull_from(&self, registry: &str) -> bool {
+        self.allowed_registries
+            .as_ref()
+            .is_none_or(|list| list.iter().any(|r| r == "*" || r == registry))
+    }
+
+    /// What is missing to run containers on this host, as a message
+    /// naming the package; `None` when both tools are there.
+    pub fn missing(&self) -> Option<String> {
+        let lacking: Vec<String> = [(&self.runtime, "crun"), (&self.podman, "podman")]
+            .into_iter()
+            .filter(|(path, _)| !path.is_file())
+            .map(|(path, package)| format!("{} (package {package})", path.display()))
+            .collect();
+        (!lacking.is_empty()).then(|| {
+            format!(
+                "no container runtime on this server: {} not installed (Debian: apt install crun podman)",
+                lacking.join(" and ")
+            )
+        })
+    }
 }
 
 /// `[web]`: where `yswebd` listens, with which certificate, and whom it

@@ -62,10 +62,10 @@ impl RawConfig {
             None => None,
         };
         let pool = pool::pool(self.pool, &src)?;
-        let web = super::web::web(self.web, &src)?;
         Ok(Config {
             pool,
-            web,
+            web: super::web::web(self.web, &src)?,
+            containers: super::containers::containers(self.containers, &src)?,
             path: path.to_path_buf(),
             spool_dir,
             timezone,

@@ -206,8 +206,11 @@ impl Daemon {
         let holders: Vec<String> = self
             .jobs
             .all()
-            .filter(|j| j.state.holds_gpus() && j.node.as_deref() == Some(node.as_str()))
-            .filter(|j| j.gpus_alloc.contains(&gpu))
+            .filter(|j| j.state.holds_gpus())
+            .filter(|j| {
+                j.share_on(&node)
+                    .is_some_and(|share| share.gpus_alloc.contains(&gpu))
+            })
             .map(|j| j.display_id())
             .collect();
         let drain = crate::report::node::Drain {

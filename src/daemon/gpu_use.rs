@@ -46,10 +46,19 @@ impl Daemon {
         // A record from before nodes were recorded ran on the controller.
         let local = self.nodes.local().map(|n| n.name().to_string());
         let here = |j: &&crate::model::job::Job| {
-            j.node.as_ref().or(local.as_ref()).map(String::as_str) == Some(name)
+            j.node.as_ref().or(local.as_ref()).map(String::as_str) == Some(name) || j.runs_on(name)
         };
         if let Some(processes) = &reading.processes {
-            let found = crate::gpu::sampling::intruders(processes, self.jobs.all().filter(here));
+            let shares: Vec<crate::model::job::Job> = self
+                .jobs
+                .all()
+                .filter(here)
+                .map(|j| {
+                    j.share_on(name)
+                        .map_or_else(|| j.clone(), |s| s.into_owned())
+                })
+                .collect();
+            let found = crate::gpu::sampling::intruders(processes, shares.iter());
             self.log_intruders(name, local.as_deref() == Some(name), found);
         }
         let hour = crate::report::history::hour_of(self.now());
@@ -72,7 +81,10 @@ impl Daemon {
             .collect();
         for id in ids {
             let job = self.jobs.job_mut(&id).expect("listed above");
-            let gpus = job.gpus_alloc.clone();
+            let gpus = match job.share_on(name) {
+                Some(share) => share.gpus_alloc.clone(),
+                None => job.gpus_alloc.clone(),
+            };
             job.gpu_usage.add(&reading.samples, &gpus, interval, low);
             let job = job.clone();
             db::update_job(self.tx()?, &job)?;

@@ -10,6 +10,14 @@ use crate::model::job::{ExitStatus, JobId, JobState};
 use super::error::{DaemonError, LaunchError, Refusal};
 use super::state::Daemon;
 
+/// What the parts of a job on its other nodes start with.
+pub(super) struct PeerLaunch {
+    job: crate::model::job::Job,
+    environment: Vec<(String, String)>,
+    user: super::users::UserInfo,
+    step_key: String,
+}
+
 impl Daemon {
     /// The executor of the node job `id` runs on (or ran on); `None`
     /// when that node is no longer in the pool.
@@ -18,8 +26,12 @@ impl Daemon {
         Some(self.nodes.of(job)?.executor.as_ref())
     }
 
-    /// Delivers `command` to a running job through its node's executor.
+    /// Delivers `command` to a running job through its node's executor
+    /// (and to its parts on other nodes, for a job over several).
     pub(super) fn command_job(&self, id: JobId, command: &StepCommand) -> Result<(), ExecError> {
+        if let Some(job) = self.jobs.get(&id).filter(|j| !j.peers.is_empty()) {
+            self.command_peers(job, command);
+        }
         match self.executor_of(id) {
             Some(executor) => executor.command(id, command),
             None => Err(ExecError::Unreachable(format!(
@@ -48,6 +60,7 @@ impl Daemon {
         job.end_time = None;
         job.gpus_alloc = start.gpus;
         job.node = Some(start.node);
+        job.peers = start.peers;
         job.reason = None;
         job.kill_reason = None;
         job.claim.clear();
@@ -55,6 +68,13 @@ impl Daemon {
         let job = job.clone();
         let mut detail = if self.nodes.layout().is_single() {
             format!("GPUs [{}]", db::format_index_list(&job.gpus_alloc))
+        } else if !job.peers.is_empty() {
+            let shares: Vec<String> = job
+                .gpus_by_node()
+                .iter()
+                .map(|(n, g)| format!("{n} [{}]", db::format_index_list(g)))
+                .collect();
+            format!("on {}, GPUs {}", job.nodelist(), shares.join(" "))
         } else {
             format!(
                 "on {}, GPUs [{}]",
@@ -98,7 +118,12 @@ impl Daemon {
         let now = self.now();
         for id in ids {
             match self.launch(id) {
-                Ok(()) => {}
+                Ok(None) => {}
+                Ok(Some(peers)) => self.launch_peers(
+                    &peers.job,
+                    (&peers.environment, &peers.step_key),
+                    &peers.user,
+                )?,
                 // Its node went away between the pass and the launch:
                 // nothing started; it waits for a node again.
                 Err(LaunchError::Exec(ExecError::Unreachable(why))) => {
@@ -115,9 +140,11 @@ impl Daemon {
         self.commit()
     }
 
-    fn launch(&mut self, id: JobId) -> Result<(), LaunchError> {
+    /// Starts job `id`'s batch script on its (first) node; for a job over
+    /// several nodes, what its other parts need to start.
+    fn launch(&mut self, id: JobId) -> Result<Option<PeerLaunch>, LaunchError> {
         let Some(job) = self.jobs.get(&id).cloned() else {
-            return Ok(());
+            return Ok(None);
         };
         let payload = db::payload(&self.store.db, id)?;
         let user = self
@@ -128,17 +155,24 @@ impl Daemon {
                 user: job.user.clone(),
                 uid: job.uid,
             })?;
+        let step_key = if job.peers.is_empty() {
+            String::new()
+        } else {
+            crate::net::pki::new_token().map_err(|e| ExecError::Unreachable(e.to_string()))?
+        };
+        let (batch, part) = self.placed_part(&job, 0, &step_key).unzip();
         let node = self
             .nodes
             .of_mut(&job)
             .ok_or_else(|| LaunchError::NodeGone(job.node.clone().unwrap_or_default()))?;
         let started = node.executor.launch(Launch {
-            job: &job,
+            job: batch.as_ref().unwrap_or(&job),
             script: &payload.script,
             args: &payload.args,
             environment: &payload.environment,
             home: &user.home,
             shell: &user.shell,
+            part: part.as_ref(),
         })?;
         tracing::info!(
             target: "ysched::exec",
@@ -148,19 +182,43 @@ impl Daemon {
             db::format_index_list(&job.gpus_alloc),
             started.supervisor_pid
         );
-        Ok(())
+        if job.peers.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(PeerLaunch {
+            job: crate::model::job::Job::clone(&job),
+            environment: payload.environment,
+            user,
+            step_key,
+        }))
     }
 
-    /// A supervisor exited: read how the job ended and account it.
+    /// A supervisor exited (or, for a job over several nodes, one of its
+    /// parts): read how the job ended and account it.
     pub(super) fn job_exited(&mut self, id: JobId, now: i64) -> Result<(), DaemonError> {
-        if !self.jobs.get(&id).is_some_and(|j| j.state.holds_gpus()) {
-            return Ok(());
+        match self.jobs.get(&id) {
+            Some(j) if j.state.holds_gpus() && !j.peers.is_empty() => self.part_ended(id, now),
+            Some(j) if j.state.holds_gpus() => self.batch_exited(id, now),
+            _ => Ok(()),
         }
+    }
+
+    /// The batch script's supervisor exited: how it ended is the job's end.
+    pub(super) fn batch_exited(&mut self, id: JobId, now: i64) -> Result<(), DaemonError> {
         match self.executor_of(id).and_then(|e| e.exit_of(id)) {
             Some(record) => {
                 let job = self.jobs.job_mut(&id).expect("checked above");
                 job.max_rss_bytes = record.usage.max_rss_bytes;
                 job.cpu_usec = record.usage.cpu_usec;
+                let ran_in = record.image.clone();
+                if ran_in.is_some() {
+                    job.image = ran_in.clone();
+                }
+                if let Some(image) = ran_in {
+                    let (user, detail) = (job.user.clone(), format!("job {id} ran in {image}"));
+                    self.audit(now, &user, "container-image", Some(id), &detail)?;
+                }
+                let job = self.jobs.job_mut(&id).expect("checked above");
                 let state = if record.launch_error.is_some() {
                     JobState::Failed
                 } else if let Some(reason) = job.kill_reason {
@@ -273,11 +331,22 @@ impl Daemon {
         tracing::info!(target: "ysched::daemon", "job {id} {state}{exit_text}{why}");
         // The exit record may only go once the end is committed: a crash
         // in between must find it again, not requeue a job that ran.
-        self.turn.to_remove.push((id, job.node.clone()));
+        self.forget_after_commit(&job);
         self.policy.reasons.remove(&id);
         self.reschedule = true;
         self.snapshot = None;
         Ok(())
+    }
+
+    /// What the executors of `job`'s nodes kept of it goes once this
+    /// turn's records are committed.
+    pub(super) fn forget_after_commit(&mut self, job: &crate::model::job::Job) {
+        if job.node.is_none() {
+            self.turn.to_remove.push((job.id, None));
+        }
+        for node in job.node_names() {
+            self.turn.to_remove.push((job.id, Some(node.to_string())));
+        }
     }
 
     /// Charges active job `id`'s run from its start to `end` to its user
@@ -293,9 +362,34 @@ impl Daemon {
     /// Charges `job` (with its end time set) and saves the usage.
     /// Returns (billing, GPU-seconds) of the run.
     fn charge(&mut self, job: &crate::model::job::Job, at: i64) -> Result<(i64, i64), DaemonError> {
-        let gpus = self.nodes.gpus_of(job);
-        let billing = crate::sched::fairshare::charge(job, gpus, &self.config);
-        let gpu_seconds = crate::sched::fairshare::gpu_seconds(job, gpus);
+        let (billing, gpu_seconds) = if job.peers.is_empty() {
+            let gpus = self.nodes.gpus_of(job);
+            (
+                crate::sched::fairshare::charge(job, gpus, &self.config),
+                crate::sched::fairshare::gpu_seconds(job, gpus),
+            )
+        } else {
+            // Each node's GPUs from its own inventory, numbered in turn.
+            let gpus: Vec<crate::model::gpu::Gpu> = job
+                .gpus_by_node()
+                .into_iter()
+                .flat_map(|(name, share)| {
+                    let inventory = self
+                        .nodes
+                        .named(name)
+                        .map_or(&[][..], |n| n.facts().inventory.gpus.as_slice());
+                    share
+                        .iter()
+                        .map(|&g| inventory.get(g as usize).cloned().unwrap_or_default())
+                })
+                .collect();
+            let mut renumbered = job.clone();
+            renumbered.gpus_alloc = (0..gpus.len() as u32).collect();
+            (
+                crate::sched::fairshare::charge(&renumbered, &gpus, &self.config),
+                crate::sched::fairshare::gpu_seconds(&renumbered, &gpus),
+            )
+        };
         let fs = &self.config.fairshare;
         let usage = self
             .policy
@@ -406,13 +500,28 @@ impl Daemon {
         Ok(Ok(()))
     }
 
+    /// Freezes or thaws a job where it runs: on each of its nodes.
     fn freeze(&self, id: JobId, frozen: bool) -> Result<(), Refusal> {
-        let frozen_or_not = match self.executor_of(id) {
+        let peers = self
+            .jobs
+            .get(&id)
+            .map(|j| j.peers.clone())
+            .unwrap_or_default();
+        let mut frozen_or_not = match self.executor_of(id) {
             Some(executor) => executor.set_frozen(id, frozen),
             None => Err(ExecError::Unreachable(format!(
                 "the node job {id} runs on is not in the pool"
             ))),
         };
+        for peer in &peers {
+            let done = match self.nodes.named(peer) {
+                Some(node) => node.executor.set_frozen(id, frozen),
+                None => Err(ExecError::Unreachable(format!(
+                    "its node {peer} is not in the pool"
+                ))),
+            };
+            frozen_or_not = frozen_or_not.and(done);
+        }
         frozen_or_not.map_err(|e| {
             let verb = if frozen { "suspend" } else { "resume" };
             Refusal(format!("cannot {verb} job {id}: {e}"))
@@ -479,6 +588,14 @@ impl Daemon {
     pub(super) fn readopt(&mut self, id: JobId) -> Result<(), DaemonError> {
         let now = self.now();
         let job = self.jobs[&id].clone();
+        if !job.peers.is_empty() {
+            if self.readopt_parts(id) {
+                self.part_ended(id, now)?;
+            } else if job.state == JobState::Completing {
+                self.send_terminate(id, self.grace_of(&job));
+            }
+            return Ok(());
+        }
         let adoption = match self.nodes.of_mut(&job) {
             Some(node) => node.executor.adopt(id),
             None => Adoption::Unreachable(format!(
@@ -520,17 +637,19 @@ impl Daemon {
         let Some(job) = self.jobs.job_mut(&id) else {
             return Ok(());
         };
+        let ran = job.clone();
         job.state = JobState::Pending;
         job.start_time = None;
         job.gpus_alloc.clear();
-        let node = job.node.take();
+        job.node = None;
+        job.peers.clear();
         job.kill_reason = None;
         let job = job.clone();
         let tx = self.tx()?;
         db::update_job(tx, &job)?;
         db::add_event(tx, id, now, JobState::Pending, Some(detail))?;
         tracing::info!(target: "ysched::daemon", "job {id} {detail}");
-        self.turn.to_remove.push((id, node));
+        self.forget_after_commit(&ran);
         self.reschedule = true;
         Ok(())
     }

@@ -23,6 +23,7 @@ mod metrics_http;
 mod node_admin;
 mod nodes;
 mod notifications;
+mod peers;
 mod pool;
 mod pool_state;
 mod preempt;

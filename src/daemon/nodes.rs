@@ -155,6 +155,11 @@ impl Nodes {
         self.nodes.iter().find(|n| n.name() == name)
     }
 
+    /// A node's executor to use (the layout does not change).
+    pub(super) fn named_mut(&mut self, name: &str) -> Option<&mut Node> {
+        self.nodes.iter_mut().find(|n| n.name() == name)
+    }
+
     /// A node to change; the layout is built again after `change`.
     pub(super) fn change<T>(
         &mut self,

@@ -72,6 +72,7 @@ pub(super) fn start(
         lease: config.pool.lease,
         events: Vec::new(),
         conns: HashMap::new(),
+        addresses: HashMap::new(),
         advertise,
     }))
 }
@@ -141,8 +142,11 @@ impl Daemon {
         for event in events {
             match event {
                 ServerEvent::Frame {
-                    conn, peer, body, ..
-                } => self.on_frame(conn, peer, &body, now, &mut ended)?,
+                    conn,
+                    peer,
+                    body,
+                    address,
+                } => self.on_frame(conn, (peer, address), &body, now, &mut ended)?,
                 ServerEvent::Closed { conn, why } => self.on_closed(conn, &why),
             }
         }
@@ -152,7 +156,7 @@ impl Daemon {
     fn on_frame(
         &mut self,
         conn: ConnId,
-        peer: Option<Subject>,
+        (peer, address): (Option<Subject>, Option<std::net::SocketAddr>),
         body: &[u8],
         now: i64,
         ended: &mut Vec<JobId>,
@@ -187,6 +191,9 @@ impl Daemon {
         if let Some(why) = self.check_certificate(&peer)? {
             self.refuse_connection(conn, &why);
             return Ok(());
+        }
+        if let (Some(address), Some(pool)) = (address, self.pool.as_mut()) {
+            pool.addresses.insert(peer.name.clone(), address.ip());
         }
         if matches!(envelope.body, FromNode::Hello { .. }) {
             self.hello_certified(&peer)?;
@@ -328,9 +335,7 @@ impl Daemon {
     /// job's current run there, else forgotten at once.
     fn settle_run(&mut self, name: &str, link: &Link, run: RunKey, ended: &mut Vec<JobId>) {
         let current = self.jobs.get(&run.job).is_some_and(|j| {
-            j.state.holds_gpus()
-                && j.node.as_deref() == Some(name)
-                && j.restart_count == run.restart
+            j.state.holds_gpus() && j.runs_on(name) && j.restart_count == run.restart
         });
         if current {
             ended.push(run.job);
@@ -588,9 +593,7 @@ impl Daemon {
     ) -> Result<(), DaemonError> {
         let current = |daemon: &Daemon, run: &RunKey| {
             daemon.jobs.get(&run.job).is_some_and(|j| {
-                j.state.holds_gpus()
-                    && j.node.as_deref() == Some(name)
-                    && j.restart_count == run.restart
+                j.state.holds_gpus() && j.runs_on(name) && j.restart_count == run.restart
             })
         };
         let held = hello
@@ -612,15 +615,19 @@ impl Daemon {
                 }
             }
         }
-        let recorded: Vec<JobId> = self
+        let recorded: Vec<(JobId, bool)> = self
             .jobs
             .all()
-            .filter(|j| j.state.holds_gpus() && j.node.as_deref() == Some(name))
-            .map(|j| j.id)
+            .filter(|j| j.state.holds_gpus() && j.runs_on(name))
+            .map(|j| (j.id, !j.peers.is_empty()))
             .collect();
-        for id in recorded {
+        for (id, multi_node) in recorded {
             let exited = link.state().exits.contains_key(&id) || link.state().lost.contains(&id);
-            if exited {
+            if multi_node {
+                if self.readopt_part(id, name) {
+                    ended.push(id);
+                }
+            } else if exited {
                 ended.push(id);
             } else {
                 self.readopt(id)?;
@@ -711,13 +718,18 @@ impl Daemon {
     /// Ends the jobs that ran on node `name` NODE_FAIL; each is requeued
     /// unless it asked not to be (`--no-requeue`).
     fn lose_jobs_of(&mut self, name: &str, now: i64) -> Result<(), DaemonError> {
-        let lost: Vec<(JobId, bool)> = self
+        let lost: Vec<(JobId, bool, bool)> = self
             .jobs
             .all()
-            .filter(|j| j.state.holds_gpus() && j.node.as_deref() == Some(name))
-            .map(|j| (j.id, j.no_requeue))
+            .filter(|j| j.state.holds_gpus() && j.runs_on(name))
+            .map(|j| (j.id, j.no_requeue, !j.peers.is_empty()))
             .collect();
-        for (id, no_requeue) in lost {
+        for (id, no_requeue, multi_node) in lost {
+            if multi_node {
+                // Its other parts stop first; then it ends or requeues.
+                self.part_ended(id, now)?;
+                continue;
+            }
             let why = format!("its node {name} was lost (NODE_FAIL)");
             db::add_event_named(self.tx()?, id, now, "NODE_FAIL", Some(&why))?;
             if no_requeue {
@@ -848,7 +860,7 @@ impl Daemon {
         let running: Vec<String> = self
             .jobs
             .all()
-            .filter(|j| j.state.holds_gpus() && j.node.as_deref() == Some(name))
+            .filter(|j| j.state.holds_gpus() && j.runs_on(name))
             .map(|j| j.display_id())
             .collect();
         if !running.is_empty() {

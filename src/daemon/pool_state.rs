@@ -19,6 +19,9 @@ pub(super) struct PoolState {
     pub(super) events: Vec<ServerEvent>,
     /// The node each certified connection speaks for.
     pub(super) conns: HashMap<ConnId, String>,
+    /// The address each node's agent connects from: where the other
+    /// nodes of a job reach it (`MASTER_ADDR`, srun's task servers).
+    pub(super) addresses: HashMap<String, std::net::IpAddr>,
     /// `HOST:PORT` for the join line.
     pub(super) advertise: String,
 }

@@ -58,6 +58,7 @@ fn pool_with(text: &str, cpus: &[u32]) -> Pool {
             inventory: Inventory::declared(&config),
             cpus: n,
             mem_mb: 1 << 20,
+            containers: false,
             isolation: IsolationFacts {
                 confined: true,
                 can_suspend: true,
@@ -403,4 +404,120 @@ fn a_lender_takes_its_guarantee_back_on_one_node_when_borrowers_are_spread() {
     assert_eq!(requeued, vec![a[4], a[5]], "a keeps its guarantee of 4");
     let audit = db::audit_tail(&p.daemon.store.db, 10).unwrap();
     assert!(audit.iter().any(|r| r.action == "reclaim"), "{audit:?}");
+}
+
+/// A request for `per_node` GPUs on each of `nodes` nodes.
+fn over_nodes(nodes: u32, per_node: u32) -> JobRequest {
+    let mut r = request(per_node);
+    r.tasks.nodes_min = nodes;
+    r.tasks.nodes_max = nodes;
+    r
+}
+
+#[test]
+fn a_job_over_three_nodes_holds_all_and_ends_once_every_part_has() {
+    let mut p = pool(&[16, 16, 16]);
+    let id = p.submit(over_nodes(3, 2)).unwrap();
+    p.settle();
+    let job = db::job(&p.daemon.store.db, id).unwrap();
+    assert_eq!(job.state, JobState::Running);
+    assert_eq!(job.nodelist(), "gpu[01-03]");
+    assert_eq!(job.gpus_alloc, vec![0, 1, 0, 1, 0, 1]);
+    for (i, node) in p.nodes.iter().enumerate() {
+        let state = node.state();
+        assert_eq!(state.running.get(&id), Some(&vec![0, 1]), "node {i}");
+        let (script, part) = &state.parts[&id];
+        assert_eq!(part.index as usize, i);
+        assert_eq!(part.tasks_per_node, vec![1, 1, 1]);
+        assert_eq!(i > 0, script == super::peers::HOLDER_SCRIPT, "node {i}");
+    }
+    // A 2-GPU job still fits beside it; 2 × 3 more do not.
+    let beside = p.submit(request(2)).unwrap();
+    let waits = p.submit(over_nodes(3, 2)).unwrap();
+    p.settle();
+    assert_eq!(p.placed(beside).2, JobState::Running);
+    assert_eq!(p.placed(waits).2, JobState::Pending);
+
+    // Suspended and resumed on every node.
+    let ids = vec![crate::array::JobRef::Id(id)];
+    p.control(Control::Suspend {
+        job_ids: ids.clone(),
+    });
+    assert!(p.nodes.iter().all(|n| n.state().frozen.contains(&id)));
+    p.control(Control::Resume { job_ids: ids });
+    assert!(p.nodes.iter().all(|n| n.state().frozen.is_empty()));
+
+    // The batch script ends: the other parts stop at once, the job keeps
+    // its GPUs until they have, then completes.
+    assert!(p.nodes[0].end(id, 0, 0));
+    p.settle();
+    assert_eq!(p.placed(id).2, JobState::Completed);
+    for node in &p.nodes[1..] {
+        let state = node.state();
+        assert!(
+            state.commands.iter().any(|(j, c)| *j == id
+                && matches!(
+                    c,
+                    crate::exec::spec::StepCommand::Terminate { grace_secs: 0, .. }
+                )),
+            "{:?}",
+            state.commands
+        );
+        assert!(!state.running.contains_key(&id));
+    }
+    assert_eq!(p.placed(waits).2, JobState::Running);
+
+    // A part that ends before the batch script ends the whole job
+    // NODE_FAIL, and it runs again.
+    assert!(p.nodes[1].end(waits, 1, 0));
+    p.settle();
+    let job = db::job(&p.daemon.store.db, waits).unwrap();
+    assert!(p
+        .nodes
+        .iter()
+        .all(|n| n.state().launched.iter().filter(|&&j| j == waits).count() == 2));
+    assert_eq!(job.restart_count, 1, "{job:?}");
+    assert_eq!(job.state, JobState::Running);
+}
+
+#[test]
+fn a_job_over_more_nodes_than_the_pool_has_is_refused_with_its_size() {
+    let mut p = pool(&[16, 16]);
+    assert_eq!(
+        p.submit(over_nodes(3, 1)).unwrap_err().0,
+        "--nodes=3: the pool has 2 node(s) (gpu[01-02])"
+    );
+    let mut wide = over_nodes(2, 1);
+    wide.cpus = 12;
+    let mut p = pool(&[16, 8]);
+    assert_eq!(
+        p.submit(wide).unwrap_err().0,
+        "--nodes=2: only 1 node(s) can hold what it asks of each (gpu02: 12 CPUs requested but this server offers 8)"
+    );
+}
+
+#[test]
+fn a_job_over_several_nodes_preempted_for_an_urgent_one_requeues_whole() {
+    let mut p = pool(&[16, 16]);
+    let wide = p.submit(over_nodes(2, 4)).unwrap();
+    p.settle();
+    assert_eq!(p.placed(wide).2, JobState::Running);
+    let mut urgent = request(4);
+    urgent.qos = Some("critical".into());
+    let urgent = p.submit(urgent).unwrap();
+    p.settle();
+    let job = db::job(&p.daemon.store.db, wide).unwrap();
+    assert_eq!(
+        (job.state, job.restart_count),
+        (JobState::Pending, 1),
+        "{job:?}"
+    );
+    assert!(job.peers.is_empty() && job.gpus_alloc.is_empty());
+    for node in &p.nodes {
+        assert!(
+            !node.state().running.contains_key(&wide),
+            "stopped on every node"
+        );
+    }
+    assert_eq!(p.placed(urgent).2, JobState::Running);
 }

@@ -316,6 +316,7 @@ impl Daemon {
             self.settle_rerun(&job, exit, false)?;
         }
         let job = self.jobs.job_mut(&id).expect("an active job");
+        let ran = job.clone();
         job.billing = Some(job.billing.unwrap_or(0) + billing);
         job.gpu_seconds += gpu_seconds;
         job.state = JobState::Pending;
@@ -326,7 +327,8 @@ impl Daemon {
         job.start_time = None;
         job.end_time = None;
         job.gpus_alloc.clear();
-        let node = job.node.take();
+        job.node = None;
+        job.peers.clear();
         job.kill_reason = None;
         job.preempted_by = None;
         job.checkpoint_at = None;
@@ -350,7 +352,7 @@ impl Daemon {
         tracing::info!(target: "ysched::daemon", "job {id} {detail}");
         // Its exit record goes once this is committed; it may run again
         // at once.
-        self.turn.to_remove.push((id, node));
+        self.forget_after_commit(&ran);
         self.reschedule = true;
         self.snapshot = None;
         Ok(())

@@ -254,6 +254,9 @@ pub(super) struct PolicyState {
     pub(super) order: Vec<JobId>,
     pub(super) wake_at: Option<i64>,
     /// GPUs out of service (yscontrol drain), as the database has them.
+    /// Parts of jobs over several nodes found gone without a record of
+    /// their end (after a restart): job, its run, node.
+    pub(super) lost_parts: HashSet<(JobId, u32, String)>,
     /// Drained GPUs: (node, its GPU number).
     pub(super) drains: BTreeMap<crate::db::DrainKey, crate::report::node::Drain>,
 }

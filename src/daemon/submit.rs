@@ -80,6 +80,25 @@ impl Daemon {
         })
     }
 
+    /// Why a `--container-image` job cannot be taken: no node has a
+    /// runtime, or it is root's and the site keeps root out of containers.
+    fn container_refusal(&self, request: &JobRequest, uid: u32) -> Option<String> {
+        request.container.as_ref()?;
+        if !self.nodes.iter().any(|n| n.facts().containers) {
+            let why = self.config.containers.missing().unwrap_or_else(|| {
+                "no node of the pool has a container runtime (crun and podman)".into()
+            });
+            return Some(format!("--container-image: {why}"));
+        }
+        if uid == 0 && !self.config.containers.allow_root {
+            return Some(
+                "--container-image: root's jobs do not run in containers here (allow_root in [containers])"
+                    .into(),
+            );
+        }
+        None
+    }
+
     /// The checks a submission passes before anything is stored: the
     /// field rules, admission (account, QoS, what the server has), the
     /// array, the submitted-jobs limits, the budgets, the dependency.
@@ -94,6 +113,9 @@ impl Daemon {
         // and what is stored must read back at the next start.
         if let Err(e) = crate::validate::job_request(request) {
             return Ok(Err(Refusal(e.to_string())));
+        }
+        if let Some(why) = self.container_refusal(request, uid) {
+            return Ok(Err(Refusal(why)));
         }
         if request.exclusive {
             self.make_exclusive(request);
@@ -197,7 +219,7 @@ impl Daemon {
         let approval = crate::sched::approval::needed(
             &policy,
             &admitted.account,
-            &request.gpus,
+            &request.gpus.times(request.tasks.nodes_min),
             admitted.time_limit,
             &type_names,
         )
@@ -444,6 +466,10 @@ fn job_of(
         mail_user: request.mail_user,
         nodelist: request.nodelist,
         exclude: request.exclude,
+        tasks: request.tasks,
+        peers: Vec::new(),
+        container: request.container,
+        image: None,
         work_dir: request.work_dir,
         submit_dir: request.submit_dir,
         std_out: request.output.unwrap_or_else(|| {

@@ -261,4 +261,18 @@ ALTER TABLE nodes ADD COLUMN previous_certificate TEXT;
     r#"
 ALTER TABLE audit ADD COLUMN channel TEXT NOT NULL DEFAULT 'cli';
 "#,
+    // 19: jobs over several nodes: the layout asked for (-N, --ntasks,
+    // --ntasks-per-node, --gpus-per-task, as JSON; '' for one task on
+    // one node) and the nodes after the first it holds, joined by commas.
+    r#"
+ALTER TABLE jobs ADD COLUMN task_layout TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN peers TEXT NOT NULL DEFAULT '';
+"#,
+    // 20: containers: the `--container-*` request as JSON ('' for none),
+    // and the image its last run resolved it to.
+    r#"
+ALTER TABLE jobs ADD COLUMN container TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN image_reference TEXT;
+ALTER TABLE jobs ADD COLUMN image_digest TEXT;
+"#,
 ];

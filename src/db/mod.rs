@@ -176,7 +176,8 @@ const JOB_COLUMNS: &str = "id, uid, gid, user, account, qos, name, state, hold, 
      array_job_id, array_task_id, array_spec, approved_by, gpu_shard, gpu_constraint, preempted_by, claimed_gpus, \
      preempt_count, no_requeue, checkpoint_at, priority_override, warn_signal, \
      checkpoint_file, grace, gpu_seconds, gpu_samples, gpu_util_sum, gpu_util_max, gpu_mem_max_mb, \
-     gpu_low_secs, preemptions_caused, mail_type, mail_user, nodelist, exclude_nodes, borrowed";
+     gpu_low_secs, preemptions_caused, mail_type, mail_user, nodelist, exclude_nodes, borrowed, task_layout, peers, \
+     container, image_reference, image_digest";
 
 fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     let state = required(row, 7, |s| {
@@ -267,7 +268,55 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         nodelist: names(&row.get::<_, String>(63)?),
         exclude: names(&row.get::<_, String>(64)?),
         borrowed: row.get(65)?,
+        tasks: required(row, 66, |t| {
+            if t.is_empty() {
+                return Ok(Default::default());
+            }
+            serde_json::from_str(t).map_err(|_| ColumnError::unknown("task layout", t))
+        })?,
+        peers: names(&row.get::<_, String>(67)?),
+        container: container_of(row)?,
+        image: image_of(row)?,
     })
+}
+
+/// Its `--container-*` request, stored as JSON ('' for none).
+fn container_of(row: &Row) -> rusqlite::Result<Option<crate::model::container::ContainerRequest>> {
+    required(row, 68, |c| {
+        if c.is_empty() {
+            return Ok(None);
+        }
+        serde_json::from_str(c)
+            .map(Some)
+            .map_err(|_| ColumnError::unknown("container request", c))
+    })
+}
+
+/// The image its last run resolved its request to.
+fn image_of(row: &Row) -> rusqlite::Result<Option<crate::model::container::ImageRecord>> {
+    Ok(match (row.get::<_, Option<String>>(69)?, row.get(70)?) {
+        (Some(reference), Some(digest)) => {
+            Some(crate::model::container::ImageRecord { reference, digest })
+        }
+        _ => None,
+    })
+}
+
+/// A job's container request as stored: '' for none.
+fn container_text(container: &Option<crate::model::container::ContainerRequest>) -> String {
+    container
+        .as_ref()
+        .and_then(|c| serde_json::to_string(c).ok())
+        .unwrap_or_default()
+}
+
+/// A job's task layout as stored: '' for the plain one (one task on one
+/// node), which most jobs have.
+fn task_layout_text(layout: &crate::model::tasks::TaskLayout) -> String {
+    if *layout == Default::default() {
+        return String::new();
+    }
+    serde_json::to_string(layout).unwrap_or_default()
 }
 
 /// Node names as stored: joined by commas (a name holds none).
@@ -392,9 +441,9 @@ pub fn insert_job(conn: &Connection, job: &Job, payload: &Payload) -> Result<Job
         "INSERT INTO jobs (uid, gid, user, account, qos, name, state, hold, gpu_count, gpu_type, cpus, mem_mb, \
          time_limit, submit_time, begin_time, work_dir, submit_dir, std_out, std_err, open_append, comment, nice, dependency, \
          array_job_id, array_task_id, array_spec, gpu_shard, gpu_constraint, no_requeue, warn_signal, checkpoint_file, grace, \
-         mail_type, mail_user, nodelist, exclude_nodes) \
+         mail_type, mail_user, nodelist, exclude_nodes, task_layout, container) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, \
-         ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36)",
+         ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36, ?37, ?38)",
     )?
     .execute(params![
         job.uid,
@@ -433,6 +482,8 @@ pub fn insert_job(conn: &Connection, job: &Job, payload: &Payload) -> Result<Job
         job.mail_user,
         job.nodelist.join(","),
         job.exclude.join(","),
+        task_layout_text(&job.tasks),
+        container_text(&job.container),
     ])?;
     let id = conn.last_insert_rowid() as JobId;
     if job.array.as_ref().is_some_and(|a| a.job_id == 0) {
@@ -461,7 +512,8 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
              preempted_by = ?21, claimed_gpus = ?22, preempt_count = ?23, checkpoint_at = ?24, \
              priority_override = ?25, qos = ?26, time_limit = ?27, gpu_seconds = ?28, \
              gpu_samples = ?29, gpu_util_sum = ?30, gpu_util_max = ?31, gpu_mem_max_mb = ?32, \
-             gpu_low_secs = ?33, preemptions_caused = ?34, borrowed = ?35 WHERE id = ?1",
+             gpu_low_secs = ?33, preemptions_caused = ?34, borrowed = ?35, peers = ?36, \
+             image_reference = ?37, image_digest = ?38 WHERE id = ?1",
         )?
         .execute(params![
             job.id as i64,
@@ -499,6 +551,9 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
             job.gpu_usage.low_secs as i64,
             job.preemptions_caused,
             job.borrowed,
+            job.peers.join(","),
+            job.image.as_ref().map(|i| i.reference.as_str()),
+            job.image.as_ref().map(|i| i.digest.as_str()),
         ])?;
     if changed == 0 {
         return Err(DbError::NotFound(job.id));

@@ -4,6 +4,7 @@
 //! nothing the submitter exported may override.
 
 use super::spec::LaunchSpec;
+use crate::model::tasks::{tasks_per_node_text, NodePart};
 
 /// Variables that set up ysched's own commands, not facts of a job: they
 /// pass, so that `ysbatch` or `yscontrol` inside a job talk to the daemon
@@ -44,6 +45,13 @@ pub fn job_environment(spec: &LaunchSpec) -> Vec<(String, String)> {
         .join(",");
     let restarts = spec.restart_count.to_string();
     let submit_dir = spec.submit_dir.display().to_string();
+    let part = spec
+        .part
+        .clone()
+        .unwrap_or_else(|| NodePart::single(&spec.node_name));
+    let nodelist = crate::model::hostlist::compress(&part.nodes);
+    let node_count = part.nodes.len() as u32;
+    let most_tasks = part.most_tasks();
     let time_limit = spec
         .time_limit
         .map(|s| s.div_ceil(60).to_string())
@@ -56,12 +64,15 @@ pub fn job_environment(spec: &LaunchSpec) -> Vec<(String, String)> {
         ("JOB_USER", spec.user.clone()),
         ("JOB_UID", spec.uid.to_string()),
         ("JOB_GPUS", gpus.clone()),
-        ("JOB_CPUS_PER_NODE", spec.cpus.to_string()),
-        ("JOB_NODELIST", spec.node_name.clone()),
+        (
+            "JOB_CPUS_PER_NODE",
+            tasks_per_node_text(&vec![spec.cpus; node_count as usize]),
+        ),
+        ("JOB_NODELIST", nodelist.clone()),
         ("SUBMIT_DIR", submit_dir.clone()),
         ("SUBMIT_HOST", spec.node_name.clone()),
         ("RESTART_COUNT", restarts.clone()),
-        ("CPUS_PER_TASK", spec.cpus.to_string()),
+        ("CPUS_PER_TASK", (spec.cpus / most_tasks).max(1).to_string()),
     ];
     for (suffix, value) in &job {
         set(&format!("YS_{suffix}"), value.clone());
@@ -71,16 +82,13 @@ pub fn job_environment(spec: &LaunchSpec) -> Vec<(String, String)> {
     if let Some(task) = &spec.array {
         set_array_task(&mut set, task);
     }
+    set_nodes(&mut set, spec, &part, nodelist);
     for (key, value) in [
         ("SLURM_JOBID", id),
-        ("SLURM_NTASKS", "1".to_string()),
-        ("SLURM_NPROCS", "1".to_string()),
-        ("SLURM_JOB_NUM_NODES", "1".to_string()),
-        ("SLURM_NNODES", "1".to_string()),
-        ("SLURM_NODEID", "0".to_string()),
         ("SLURM_PROCID", "0".to_string()),
         ("SLURM_LOCALID", "0".to_string()),
         ("SLURMD_NODENAME", spec.node_name.clone()),
+        ("SLURM_CPUS_ON_NODE", spec.cpus.to_string()),
         ("SLURM_CLUSTER_NAME", "ysched".to_string()),
         ("SLURM_JOB_PARTITION", "ysched".to_string()),
     ] {
@@ -100,6 +108,44 @@ pub fn job_environment(spec: &LaunchSpec) -> Vec<(String, String)> {
     }
     set_gpus(&mut set, spec, gpus);
     env
+}
+
+/// The job's nodes and tasks, and this node's place among them; for a job
+/// over several nodes, what srun and torchrun's rendezvous need: where
+/// each node is reached, and a port on the first (free for this job, as
+/// far as job ids go).
+fn set_nodes(
+    set: &mut impl FnMut(&str, String),
+    spec: &LaunchSpec,
+    part: &NodePart,
+    nodelist: String,
+) {
+    let node_count = part.nodes.len();
+    for (key, value) in [
+        ("SLURM_NTASKS", part.task_count().to_string()),
+        ("SLURM_NPROCS", part.task_count().to_string()),
+        ("SLURM_JOB_NUM_NODES", node_count.to_string()),
+        ("SLURM_NNODES", node_count.to_string()),
+        ("SLURM_NODELIST", nodelist),
+        (
+            "SLURM_TASKS_PER_NODE",
+            tasks_per_node_text(&part.tasks_per_node),
+        ),
+        ("SLURM_NODEID", part.index.to_string()),
+    ] {
+        set(key, value);
+    }
+    if let Some(g) = part.gpus_per_task {
+        set("SLURM_GPUS_PER_TASK", g.to_string());
+    }
+    if node_count > 1 {
+        set("YS_NODE_ADDRS", part.addresses.join(","));
+        set("YS_STEP_KEY", part.step_key.clone());
+        if let Some(first) = part.addresses.first() {
+            set("MASTER_ADDR", first.clone());
+        }
+        set("MASTER_PORT", (20_000 + spec.job_id % 10_000).to_string());
+    }
 }
 
 /// An array task's `*_ARRAY_*` variables.
@@ -186,6 +232,8 @@ mod tests {
             shards: None,
             lease_file: None,
             borrowed: false,
+            part: None,
+            container: None,
         }
     }
 

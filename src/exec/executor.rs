@@ -26,6 +26,10 @@ pub struct NodeFacts {
     pub cpus: u32,
     pub mem_mb: u64,
     pub isolation: IsolationFacts,
+    /// Whether jobs can run in container images here (crun and podman
+    /// are installed).
+    #[serde(default)]
+    pub containers: bool,
 }
 
 /// How a node confines its jobs.
@@ -53,6 +57,8 @@ pub struct Launch<'a> {
     pub environment: &'a [(String, String)],
     pub home: &'a std::path::Path,
     pub shell: &'a std::path::Path,
+    /// Its place among the job's nodes (`None`: one node, one task).
+    pub part: Option<&'a crate::model::tasks::NodePart>,
 }
 
 /// A job whose processes started.

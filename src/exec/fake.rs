@@ -23,6 +23,9 @@ pub struct FakeState {
     pub frozen: BTreeSet<JobId>,
     /// Every launch, in order.
     pub launched: Vec<JobId>,
+    /// The script and place among its nodes of each job launched over
+    /// several nodes.
+    pub parts: BTreeMap<JobId, (String, crate::model::tasks::NodePart)>,
     /// Every command delivered, in order.
     pub commands: Vec<(JobId, StepCommand)>,
     /// How ended jobs ended, until the daemon forgets them.
@@ -82,6 +85,7 @@ fn end_job(state: &mut FakeState, job: JobId, exit: ExitStatus, terminated: bool
         terminated,
         usage: Usage::default(),
         stuck: 0,
+        image: None,
     };
     state.exits.insert(job, record);
     true
@@ -146,6 +150,11 @@ impl Executor for FakeExecutor {
         let id = launch.job.id;
         state.running.insert(id, launch.job.gpus_alloc.clone());
         state.launched.push(id);
+        if let Some(part) = launch.part.filter(|p| p.nodes.len() > 1) {
+            state
+                .parts
+                .insert(id, (launch.script.to_string(), part.clone()));
+        }
         Ok(Started { supervisor_pid: 0 })
     }
 
@@ -228,6 +237,7 @@ mod tests {
             },
             cpus: 4,
             mem_mb: 4096,
+            containers: false,
             isolation: Default::default(),
         }
     }
@@ -240,6 +250,7 @@ mod tests {
             environment: &[],
             home: "/".as_ref(),
             shell: "/bin/sh".as_ref(),
+            part: None,
         }
     }
 

@@ -29,6 +29,8 @@ pub struct Isolation {
     pub detected: Detected,
     /// Each GPU's device, by index; `None` where it has no device file here.
     gpu_devices: Vec<Option<DeviceRule>>,
+    /// Each GPU's device file, by index, where it has one.
+    gpu_paths: Vec<Option<PathBuf>>,
     /// Devices every job may open.
     shared: Vec<DeviceRule>,
     pids_max: Option<u64>,
@@ -39,7 +41,12 @@ impl Isolation {
     /// device file the config names that does not exist is an error.
     pub fn prepare(config: &Config, inventory: &Inventory) -> Result<Isolation, DeviceFileError> {
         let mut gpu_devices = Vec::with_capacity(inventory.gpus.len());
+        let mut gpu_paths = Vec::with_capacity(inventory.gpus.len());
         for gpu in &inventory.gpus {
+            let path = gpu
+                .device
+                .clone()
+                .unwrap_or_else(|| default_device(gpu.index));
             let rule = match &gpu.device {
                 Some(path) => {
                     Some(DeviceRule::of_file(path).map_err(|source| DeviceFileError {
@@ -53,6 +60,7 @@ impl Isolation {
                 // Undeclared: the driver's usual name, if it is there.
                 None => DeviceRule::of_file(&default_device(gpu.index)).ok(),
             };
+            gpu_paths.push(rule.is_some().then_some(path));
             gpu_devices.push(rule);
         }
         let mut shared = STANDARD_DEVICES.to_vec();
@@ -64,6 +72,7 @@ impl Isolation {
         Ok(Isolation {
             detected: cgroup::detect(config.cgroups, &config.cgroup_root, &config.cgroup_parent),
             gpu_devices,
+            gpu_paths,
             shared,
             pids_max: (config.job_pids_max > 0).then_some(config.job_pids_max),
         })
@@ -88,6 +97,29 @@ impl Isolation {
             pids_max: self.pids_max,
             devices,
         }
+    }
+}
+
+impl Isolation {
+    /// The device files a container of `job` gets: its GPUs' and NVIDIA's
+    /// control devices, where they exist (the standard ones the runtime
+    /// makes itself).
+    pub fn container_devices(&self, job: &Job) -> Vec<crate::exec::container::ContainerDevice> {
+        let gpus = job
+            .gpus_alloc
+            .iter()
+            .filter_map(|&g| self.gpu_paths.get(g as usize).cloned().flatten());
+        let control = NVIDIA_CONTROL_DEVICES.iter().map(PathBuf::from);
+        gpus.chain(control)
+            .filter_map(|path| {
+                let rule = DeviceRule::of_file(&path).ok()?;
+                Some(crate::exec::container::ContainerDevice {
+                    major: rule.major,
+                    minor: rule.minor?,
+                    path,
+                })
+            })
+            .collect()
     }
 }
 

@@ -12,6 +12,7 @@ use crate::model::job::JobId;
 use crate::spool::{Ownership, Spool};
 
 use super::cgroup::{self, SubtreeLock};
+use super::container::ContainerLaunch;
 use super::error::ExecError;
 use super::executor::{Adoption, Executor, IsolationFacts, Launch, NodeFacts, Started};
 use super::isolation::Isolation;
@@ -30,6 +31,10 @@ pub struct LocalExecutor {
     exits: ExitWatcher,
     /// On a pool's node: the lease its jobs' supervisors watch.
     lease_file: Option<PathBuf>,
+    /// `[containers]`: how `--container-image` jobs run here.
+    containers: crate::config::Containers,
+    /// Where pulls of one image wait for each other.
+    pull_locks: PathBuf,
     /// Held for the daemon's life: leftover groups are ours only while
     /// the subtree is.
     _subtree: SubtreeLock,
@@ -59,6 +64,7 @@ impl LocalExecutor {
             cpus: config.cpus.unwrap_or_else(host_cpus),
             mem_mb: config.memory_mb.unwrap_or_else(host_memory_mb),
             isolation: facts_of(&isolation),
+            containers: config.containers.missing().is_none(),
         };
         let exits = ExitWatcher::start(on_exit).map_err(ExecError::Watch)?;
         Ok(LocalExecutor {
@@ -68,6 +74,8 @@ impl LocalExecutor {
             launcher: Launcher::new(spool.clone(), stepd, ownership),
             exits,
             lease_file: None,
+            containers: config.containers.clone(),
+            pull_locks: spool.root().join("image-pulls"),
             _subtree: subtree,
         })
     }
@@ -120,6 +128,13 @@ impl LocalExecutor {
             shards: job.gpus.shard.then_some(job.gpus.count),
             lease_file: self.lease_file.clone(),
             borrowed: job.borrowed,
+            part: launch.part.cloned(),
+            container: job.container.as_ref().map(|request| ContainerLaunch {
+                request: request.clone(),
+                site: self.containers.clone(),
+                devices: self.isolation.container_devices(job),
+                pull_locks: self.pull_locks.clone(),
+            }),
         }
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod cgroup;
 pub mod command;
+pub mod container;
 pub mod env;
 pub mod error;
 pub mod executor;
@@ -22,6 +23,7 @@ pub mod process;
 pub mod spec;
 pub mod supervisor;
 pub mod tail;
+pub mod tasks;
 
 pub use error::ExecError;
 pub use executor::Executor;

@@ -73,6 +73,12 @@ pub struct LaunchSpec {
     /// first to be reclaimed (`YS_BORROWED=1`).
     #[serde(default)]
     pub borrowed: bool,
+    /// Its place among the job's nodes (`None`: one node, one task).
+    #[serde(default)]
+    pub part: Option<crate::model::tasks::NodePart>,
+    /// Run in a container image (`--container-image`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<super::container::ContainerLaunch>,
 }
 
 /// What the supervisor records about itself, for re-adoption.
@@ -99,6 +105,9 @@ pub struct ExitRecord {
     /// kernel): the node should take no new job until someone looks.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub stuck: usize,
+    /// The image it ran in, for a job in a container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<crate::model::container::ImageRecord>,
 }
 
 fn is_zero(n: &usize) -> bool {

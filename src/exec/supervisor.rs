@@ -39,6 +39,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{ForkResult, Pid};
 
 use super::cgroup::{self, JobCgroup, Usage};
+use super::container;
 use super::error::StepError;
 use super::privileges;
 use super::process::{write_atomically, CONTROL_FD, LOCK_FD};
@@ -143,6 +144,7 @@ fn supervise(dir: &Path) -> Result<(), StepError> {
         terminated: false,
         usage: Usage::default(),
         stuck: 0,
+        image: None,
     };
     let group = match spec.cgroup.layout {
         Layout::Off => None,
@@ -155,34 +157,74 @@ fn supervise(dir: &Path) -> Result<(), StepError> {
         },
     };
     let group = group.as_deref();
-    let record = match launch(&spec, &dir.join(SCRIPT), group) {
+    let container = match spec
+        .container
+        .as_ref()
+        .map(|c| container::launch::prepare(&spec, c, dir))
+    {
+        None => None,
+        Some(Ok(prepared)) => Some(prepared),
+        Some(Err(e)) => {
+            let record = failed(format!("container: {e}"));
+            if let Some(g) = group {
+                let _ = g.remove();
+            }
+            return write_exit(dir, &record);
+        }
+    };
+    let record = match launch(&spec, &dir.join(SCRIPT), group, container.as_ref()) {
         Err(e) => failed(e.to_string()),
         Ok(job) => {
             state.job_pid = Some(job.as_raw());
             write_state(dir, &state)?;
-            let lease = spec.lease_file.as_deref();
-            let (exit, terminated) = wait_for_job(job, &signals, &control, group, lease);
-            let stuck = kill_leftovers(job, group);
-            let mut usage = group.map(|g| g.usage()).unwrap_or_default();
-            if usage.cpu_usec.is_none() {
-                usage.cpu_usec = children_cpu_usec();
-            }
-            ExitRecord {
-                exit,
-                end_time: now(),
-                launch_error: None,
-                terminated,
-                usage,
-                stuck,
-            }
+            let watch = Watch {
+                group,
+                lease: spec.lease_file.as_deref(),
+                holder: spec.part.as_ref().is_some_and(|p| !p.is_batch()),
+                runtime: container.is_some(),
+            };
+            let mut record = watch_job(job, &signals, &control, &watch);
+            record.image = container.as_ref().map(|c| c.image.record.clone());
+            record
         }
     };
+    if let Some(c) = &container {
+        c.bundle.remove();
+    }
     if let Some(g) = group {
         if let Err(e) = g.remove() {
             eprintln!("ysstepd: job {}: {e}", spec.job_id);
         }
     }
     write_exit(dir, &record)
+}
+
+/// Waits for the job's end, kills what it left, and records how it ended
+/// and what its cgroup measured.
+fn watch_job(
+    job: Pid,
+    signals: &SignalFd,
+    control: &UnixDatagram,
+    watch: &Watch<'_>,
+) -> ExitRecord {
+    let (mut exit, terminated) = wait_for_job(job, signals, control, watch);
+    if watch.runtime {
+        exit = exit.of_runtime();
+    }
+    let stuck = kill_leftovers(job, watch.group);
+    let mut usage = watch.group.map(|g| g.usage()).unwrap_or_default();
+    if usage.cpu_usec.is_none() {
+        usage.cpu_usec = children_cpu_usec();
+    }
+    ExitRecord {
+        exit,
+        end_time: now(),
+        launch_error: None,
+        terminated,
+        usage,
+        stuck,
+        image: None,
+    }
 }
 
 fn write_exit(dir: &Path, record: &ExitRecord) -> Result<(), StepError> {
@@ -217,11 +259,26 @@ fn launch(
     spec: &LaunchSpec,
     script: &Path,
     group: Option<&dyn JobCgroup>,
+    container: Option<&container::launch::Prepared>,
 ) -> Result<Pid, StepError> {
     use std::os::unix::ffi::OsStrExt;
-    let path = cstring("script path", script.as_os_str().as_bytes())?;
+    // A part of a job on one of its other nodes runs this program's task
+    // server, for srun, instead of a script.
+    let holder = spec.part.as_ref().is_some_and(|p| !p.is_batch());
+    let program = if holder {
+        std::env::current_exe().map_err(|source| StepError::Io {
+            what: "finding ysstepd".into(),
+            source,
+        })?
+    } else {
+        script.to_path_buf()
+    };
+    let path = cstring("script path", program.as_os_str().as_bytes())?;
     let mut argv = vec![path.clone()];
-    for a in &spec.args {
+    if holder {
+        argv.push(cstring("an argument", "--serve-tasks")?);
+    }
+    for a in spec.args.iter().filter(|_| !holder) {
         argv.push(cstring("an argument", a.as_bytes())?);
     }
     let env = super::env::job_environment(spec);
@@ -244,9 +301,10 @@ fn launch(
                     .map_err(|e| format!("cannot join the job's cgroup: {e}")),
                 None => Ok(()),
             };
-            let message = match joined {
-                Ok(()) => exec_job(spec, &user, &path, &argv, &envp),
-                Err(e) => e,
+            let message = match (joined, container) {
+                (Err(e), _) => e,
+                (Ok(()), None) => exec_job(spec, &user, &path, &argv, &envp),
+                (Ok(()), Some(c)) => enter_container(spec, c, script),
             };
             let mut pipe = fs::File::from(write_end);
             let _ = pipe.write_all(message.as_bytes());
@@ -268,6 +326,34 @@ fn launch(
     }
 }
 
+/// In the forked child: the signals a job starts with (none blocked,
+/// SIGPIPE default) and a session of its own.
+fn new_session() -> Result<(), StepError> {
+    let _ = signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+    // SAFETY: restoring default dispositions; no handler code is involved.
+    unsafe {
+        let _ = signal::signal(Signal::SIGPIPE, signal::SigHandler::SigDfl);
+    }
+    nix::unistd::setsid()
+        .map(drop)
+        .map_err(|e| StepError::Job(format!("cannot start a new session: {e}")))
+}
+
+/// In the forked child: becomes crun running the job's container.
+/// Returns only on failure, with why.
+fn enter_container(
+    spec: &LaunchSpec,
+    prepared: &container::launch::Prepared,
+    script: &Path,
+) -> String {
+    if let Err(e) = new_session() {
+        return e.to_string();
+    }
+    container::launch::become_container(spec, prepared, script, || {
+        open_outputs(spec).map_err(|e| container::ContainerError::Output(e.to_string()))
+    })
+}
+
 /// In the forked child: becomes the job. Returns only on failure, with why.
 fn exec_job(
     spec: &LaunchSpec,
@@ -276,13 +362,8 @@ fn exec_job(
     argv: &[CString],
     envp: &[CString],
 ) -> String {
-    let _ = signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
-    // SAFETY: restoring default dispositions; no handler code is involved.
-    unsafe {
-        let _ = signal::signal(Signal::SIGPIPE, signal::SigHandler::SigDfl);
-    }
-    if let Err(e) = nix::unistd::setsid() {
-        return format!("cannot start a new session: {e}");
+    if let Err(e) = new_session() {
+        return e.to_string();
     }
     if spec.switch_user {
         if spec.uid == 0 {
@@ -299,6 +380,47 @@ fn exec_job(
             spec.work_dir.display()
         );
     }
+    let (stdin, stdout, stderr) = match open_outputs(spec) {
+        Ok(files) => files,
+        Err(e) => return e.to_string(),
+    };
+    if let Err(e) = dup_standard(&stdin, &stdout, &stderr) {
+        return e.to_string();
+    }
+    match nix::unistd::execve(path, argv, envp) {
+        Err(Errno::ENOEXEC) => {
+            "cannot execute the job script: it has no valid #! interpreter line".to_string()
+        }
+        Err(e) => format!("cannot execute the job script: {e}"),
+        Ok(never) => match never {},
+    }
+}
+
+/// Puts the job's files on descriptors 0, 1 and 2.
+pub(crate) fn dup_standard(
+    stdin: &fs::File,
+    stdout: &fs::File,
+    stderr: &fs::File,
+) -> Result<(), StepError> {
+    for (file, target) in [
+        (stdin.as_raw_fd(), 0),
+        (stdout.as_raw_fd(), 1),
+        (stderr.as_raw_fd(), 2),
+    ] {
+        // SAFETY: dup2 onto the standard descriptors of this child.
+        if unsafe { libc::dup2(file, target) } < 0 {
+            return Err(StepError::Job(format!(
+                "cannot set up descriptor {target}: {}",
+                Errno::last()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The job's standard input (/dev/null), output and error files, opened
+/// (and their directory made) with the identity of the calling process.
+pub(super) fn open_outputs(spec: &LaunchSpec) -> Result<(fs::File, fs::File, fs::File), StepError> {
     let open = |p: &Path| {
         let mut o = OpenOptions::new();
         o.write(true).create(true).mode(0o644);
@@ -322,44 +444,46 @@ fn exec_job(
                 .and_then(|()| o.open(p)),
             other => other,
         };
-        opened.map_err(|e| format!("cannot open the output file {}: {e}", p.display()))
+        opened.map_err(|e| {
+            StepError::Job(format!("cannot open the output file {}: {e}", p.display()))
+        })
     };
-    let stdout = match open(&spec.stdout) {
-        Ok(f) => f,
-        Err(e) => return e,
-    };
+    let stdout = open(&spec.stdout)?;
     let stderr = match &spec.stderr {
-        Some(p) => match open(p) {
-            Ok(f) => f,
-            Err(e) => return e,
-        },
+        Some(p) => open(p)?,
         None => match stdout.try_clone() {
             Ok(f) => f,
-            Err(e) => return format!("cannot duplicate the output file: {e}"),
+            Err(e) => {
+                return Err(StepError::Job(format!(
+                    "cannot duplicate the output file: {e}"
+                )))
+            }
         },
     };
     let stdin = match fs::File::open("/dev/null") {
         Ok(f) => f,
-        Err(e) => return format!("cannot open /dev/null: {e}"),
+        Err(e) => return Err(StepError::Job(format!("cannot open /dev/null: {e}"))),
     };
-    for (file, target) in [
-        (stdin.as_raw_fd(), 0),
-        (stdout.as_raw_fd(), 1),
-        (stderr.as_raw_fd(), 2),
-    ] {
-        // SAFETY: dup2 onto the standard descriptors of this child.
-        if unsafe { libc::dup2(file, target) } < 0 {
-            return format!("cannot set up descriptor {target}: {}", Errno::last());
-        }
-    }
-    match nix::unistd::execve(path, argv, envp) {
-        Err(Errno::ENOEXEC) => {
-            "cannot execute the job script: it has no valid #! interpreter line".to_string()
-        }
-        Err(e) => format!("cannot execute the job script: {e}"),
-        Ok(never) => match never {},
-    }
+    Ok((stdin, stdout, stderr))
 }
+
+/// What a job's wait watches besides its main process.
+struct Watch<'a> {
+    group: Option<&'a dyn JobCgroup>,
+    /// The node's lease, on a pool's node.
+    lease: Option<&'a Path>,
+    /// The main process only holds the job's part on a node after its
+    /// first (it ignores the signals): once stopping, the part ends as
+    /// soon as nothing else is left in its group.
+    holder: bool,
+    /// The main process is the container runtime, which passes the
+    /// signals it gets to the container's first process: signals for the
+    /// whole job skip it, or that process would get them twice.
+    runtime: bool,
+}
+
+/// How often a stopping holder looks whether its group is empty.
+const HOLDER_LOOK: Duration = Duration::from_millis(100);
 
 /// Waits for the job's main process, forwarding commands from the daemon.
 /// Returns its exit status and whether it was asked to terminate.
@@ -367,19 +491,28 @@ fn wait_for_job(
     job: Pid,
     signals: &SignalFd,
     control: &UnixDatagram,
-    group: Option<&dyn JobCgroup>,
-    lease: Option<&Path>,
+    watch: &Watch<'_>,
 ) -> (ExitStatus, bool) {
+    let (group, lease) = (watch.group, watch.lease);
     let mut kill_at: Option<Instant> = None;
     let mut terminated = false;
+    // The main process's end, while what it left has the rest of its grace.
+    let mut ended: Option<ExitStatus> = None;
     loop {
         // With a lease to watch, a look at it every LEASE_LOOK.
-        let next = match (kill_at, lease) {
+        let mut next = match (kill_at, lease) {
             (Some(t), Some(_)) => Some(t.min(Instant::now() + LEASE_LOOK)),
             (Some(t), None) => Some(t),
             (None, Some(_)) => Some(Instant::now() + LEASE_LOOK),
             (None, None) => None,
         };
+        if terminated && (watch.holder || ended.is_some()) {
+            let soon = Instant::now() + HOLDER_LOOK;
+            next = Some(next.map_or(soon, |t| t.min(soon)));
+            if watch.holder && holds_alone(job, group) {
+                kill_at = Some(Instant::now());
+            }
+        }
         let timeout = match next {
             Some(t) => {
                 let ms = t
@@ -402,8 +535,11 @@ fn wait_for_job(
         let _ = nix::poll::poll(&mut fds, timeout);
 
         while let Ok(Some(_)) = signals.read_signal() {}
-        if let Some(status) = reap(job) {
-            return (status, terminated);
+        ended = reap(job).or(ended);
+        if let Some(status) = ended {
+            if !in_grace(terminated, kill_at, group) {
+                return (status, terminated);
+            }
         }
         let mut buf = [0u8; 512];
         while let Ok(n) = control.recv(&mut buf) {
@@ -419,13 +555,13 @@ fn wait_for_job(
                             Some(s) => (s, target),
                             None => (Signal::SIGTERM, SignalTarget::Job),
                         };
-                        signal_job(job, group, Signal::SIGCONT);
-                        signal_target(job, group, first, target);
+                        signal_job(job, watch, Signal::SIGCONT);
+                        signal_target(job, watch, first, target);
                         kill_at = Some(Instant::now() + Duration::from_secs(grace_secs));
                     }
                 }
                 Ok(StepCommand::Signal { signal, target }) => match Signal::try_from(signal) {
-                    Ok(s) => signal_target(job, group, s, target),
+                    Ok(s) => signal_target(job, watch, s, target),
                     Err(_) => eprintln!("ysstepd: ignoring unknown signal number {signal}"),
                 },
                 Err(e) => eprintln!("ysstepd: ignoring malformed command: {e}"),
@@ -435,11 +571,26 @@ fn wait_for_job(
             match group {
                 // Frozen or forking processes too.
                 Some(g) => g.kill_all(),
-                None => signal_job(job, None, Signal::SIGKILL),
+                None => signal_job(job, watch, Signal::SIGKILL),
             }
             kill_at = None;
         }
     }
+}
+
+/// Whether a job being stopped still has processes within their grace:
+/// when its batch shell dies of the first signal, the steps it started
+/// still get the whole grace to save their work, as in Slurm.
+fn in_grace(terminated: bool, kill_at: Option<Instant>, group: Option<&dyn JobCgroup>) -> bool {
+    terminated
+        && kill_at.is_some_and(|t| Instant::now() < t)
+        && group.is_some_and(|g| !g.is_empty())
+}
+
+/// Whether the holder `job` is all that is left of its part (without a
+/// group, nothing tells: it is).
+fn holds_alone(job: Pid, group: Option<&dyn JobCgroup>) -> bool {
+    group.is_none_or(|g| g.pids().iter().all(|&p| p == job.as_raw()))
 }
 
 /// Reaps every child that has ended; returns the job's status once it has.
@@ -466,36 +617,69 @@ fn reap(job: Pid) -> Option<ExitStatus> {
 /// holds them all; without one, its process group and every other process
 /// that became this supervisor's child (double-forked processes that left
 /// the group). Once, because a script that traps a signal runs its trap
-/// for each delivery.
-fn signal_job(job: Pid, group: Option<&dyn JobCgroup>, sig: Signal) {
-    if let Some(g) = group {
-        g.signal_all(sig);
+/// for each delivery: a container runtime, which passes signals on, is
+/// left out.
+fn signal_job(job: Pid, watch: &Watch<'_>, sig: Signal) {
+    if let Some(g) = watch.group {
+        if !watch.runtime {
+            g.signal_all(sig);
+            return;
+        }
+        for pid in g.pids().into_iter().filter(|&p| p != job.as_raw()) {
+            let _ = signal::kill(Pid::from_raw(pid), sig);
+        }
         return;
     }
-    let _ = signal::killpg(job, sig);
-    for child in children() {
+    if watch.runtime {
+        for pid in descendants(job) {
+            let _ = signal::kill(pid, sig);
+        }
+    } else {
+        let _ = signal::killpg(job, sig);
+    }
+    for child in children()
+        .into_iter()
+        .filter(|&c| c != job || !watch.runtime)
+    {
         let _ = signal::kill(child, sig);
     }
 }
 
 /// Signals the processes `target` names: the whole job, the batch shell
-/// alone, or everything but the batch shell.
-fn signal_target(job: Pid, group: Option<&dyn JobCgroup>, sig: Signal, target: SignalTarget) {
+/// alone, or everything but the batch shell. In a container the batch
+/// shell is the runtime's child, and the runtime passes a signal on to it.
+fn signal_target(job: Pid, watch: &Watch<'_>, sig: Signal, target: SignalTarget) {
     match target {
-        SignalTarget::Job => signal_job(job, group, sig),
+        SignalTarget::Job => signal_job(job, watch, sig),
         SignalTarget::BatchShell => {
             let _ = signal::kill(job, sig);
         }
         SignalTarget::Steps => {
-            let steps: Vec<Pid> = match group {
+            let mut shells = vec![job];
+            if watch.runtime {
+                shells.extend(children_of(job));
+            }
+            let steps: Vec<Pid> = match watch.group {
                 Some(g) => g.pids().into_iter().map(Pid::from_raw).collect(),
                 None => descendants(job).into_iter().chain(children()).collect(),
             };
-            for pid in steps.into_iter().filter(|&p| p != job) {
+            for pid in steps.into_iter().filter(|p| !shells.contains(p)) {
                 let _ = signal::kill(pid, sig);
             }
         }
     }
+}
+
+/// The direct children of `pid` (from /proc).
+fn children_of(pid: Pid) -> Vec<Pid> {
+    fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .map(|text| {
+            text.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .map(Pid::from_raw)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Every descendant of `pid` that has not left it (from /proc).
@@ -522,15 +706,7 @@ fn descendants(pid: Pid) -> Vec<Pid> {
 
 /// This process's children, from /proc (reparented orphans included).
 fn children() -> Vec<Pid> {
-    let me = std::process::id();
-    fs::read_to_string(format!("/proc/{me}/task/{me}/children"))
-        .map(|text| {
-            text.split_whitespace()
-                .filter_map(|p| p.parse().ok())
-                .map(Pid::from_raw)
-                .collect()
-        })
-        .unwrap_or_default()
+    children_of(Pid::this())
 }
 
 /// After the script ended: kills what it left behind. With a cgroup, the

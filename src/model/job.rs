@@ -192,6 +192,14 @@ pub struct GpuRequest {
 impl GpuRequest {
     /// Whole GPUs the job keeps from other jobs: a shard job keeps the one
     /// card it shares from whole-GPU jobs.
+    /// The same request `nodes` times over (a job's, from a node's).
+    pub fn times(&self, nodes: u32) -> GpuRequest {
+        GpuRequest {
+            count: self.count * nodes,
+            ..self.clone()
+        }
+    }
+
     pub fn gpus_held(&self) -> u32 {
         if self.shard {
             u32::from(self.count > 0)
@@ -498,6 +506,12 @@ pub struct JobRequest {
     /// `-x/--exclude`: nodes it must not run on.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exclude: Vec<String>,
+    /// `-N`, `--ntasks` and the like; GPUs, CPUs and memory are per node.
+    #[serde(default)]
+    pub tasks: super::tasks::TaskLayout,
+    /// `--container-image` and the other `--container-*` options.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<super::container::ContainerRequest>,
     pub script: String,
     pub args: Vec<String>,
     /// `--test-only`: judge it and say when it would start; store nothing.
@@ -510,6 +524,20 @@ pub struct JobRequest {
 pub struct ExitStatus {
     pub code: i32,
     pub signal: i32,
+}
+
+impl ExitStatus {
+    /// As a container runtime reports it: it exits with 128 + N when the
+    /// container's process was killed by signal N (as a shell does).
+    pub fn of_runtime(self) -> ExitStatus {
+        match self.code {
+            129..=192 if self.signal == 0 => ExitStatus {
+                code: 0,
+                signal: self.code - 128,
+            },
+            _ => self,
+        }
+    }
 }
 
 impl fmt::Display for ExitStatus {
@@ -632,9 +660,124 @@ pub struct Job {
     /// them back.
     #[serde(default)]
     pub borrowed: bool,
+    /// `-N`, `--ntasks` and the like; `gpus`, `cpus` and `mem_mb` are per
+    /// node.
+    #[serde(default)]
+    pub tasks: super::tasks::TaskLayout,
+    /// While it holds resources on several nodes: the nodes after the
+    /// first (`node`, where its batch script runs), in order. Its
+    /// `gpus_alloc` is each node's GPUs in turn, `gpus.count` per node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub peers: Vec<String>,
+    /// `--container-image` and the other `--container-*` options.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<super::container::ContainerRequest>,
+    /// The image its last run resolved `container` to, on its node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<super::container::ImageRecord>,
 }
 
 impl Job {
+    /// The nodes it holds (or held), the batch node first.
+    pub fn node_names(&self) -> impl Iterator<Item = &str> {
+        self.node
+            .as_deref()
+            .into_iter()
+            .chain(self.peers.iter().map(String::as_str))
+    }
+
+    /// Whether it holds (or held) resources on node `name`.
+    pub fn runs_on(&self, name: &str) -> bool {
+        self.node_names().any(|n| n == name)
+    }
+
+    /// Its nodes in Slurm's compressed form (`gpu[01-03]`).
+    pub fn nodelist(&self) -> String {
+        super::hostlist::compress(&self.node_names().collect::<Vec<_>>())
+    }
+
+    /// How many nodes it holds, or will ask for at least.
+    pub fn node_count(&self) -> u32 {
+        match &self.node {
+            Some(_) if self.state.holds_gpus() || self.start_time.is_some() => {
+                1 + self.peers.len() as u32
+            }
+            _ => self.tasks.nodes_min,
+        }
+    }
+
+    /// Each of its nodes with the GPUs it holds there (that node's own
+    /// numbers), the batch node first.
+    pub fn gpus_by_node(&self) -> Vec<(&str, &[u32])> {
+        let nodes: Vec<&str> = self.node_names().collect();
+        if nodes.len() <= 1 {
+            return nodes
+                .into_iter()
+                .map(|n| (n, self.gpus_alloc.as_slice()))
+                .collect();
+        }
+        let per_node = self.gpus_alloc.len() / nodes.len();
+        nodes
+            .into_iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let chunk = self.gpus_alloc.get(i * per_node..(i + 1) * per_node);
+                (n, chunk.unwrap_or(&[]))
+            })
+            .collect()
+    }
+
+    /// Its part on its `index`th node: that node's name and GPUs in the
+    /// record, and where the part stands among the job's nodes.
+    pub fn part(&self, index: usize) -> Option<(Job, super::tasks::NodePart)> {
+        let shares = self.gpus_by_node();
+        let (name, gpus) = shares.get(index)?;
+        let nodes: Vec<String> = shares.iter().map(|(n, _)| n.to_string()).collect();
+        let mut share = self.clone();
+        share.node = Some(name.to_string());
+        share.gpus_alloc = gpus.to_vec();
+        share.peers.clear();
+        if index > 0 {
+            // The task server writes nothing of its own; above all it must
+            // not truncate the job's output file, which the nodes may
+            // share (srun writes the tasks' output there).
+            share.std_out = "/dev/null".into();
+            share.std_err = None;
+            share.open_append = true;
+        }
+        let part = super::tasks::NodePart {
+            tasks_per_node: self.tasks.tasks_per_node(nodes.len() as u32),
+            nodes,
+            index: index as u32,
+            gpus_per_task: self.tasks.gpus_per_task,
+            addresses: Vec::new(),
+            step_key: String::new(),
+        };
+        Some((share, part))
+    }
+
+    /// Its part on node `name`, if it holds one there (itself, for a job
+    /// on one node).
+    pub fn share_on(&self, name: &str) -> Option<std::borrow::Cow<'_, Job>> {
+        if self.peers.is_empty() {
+            return (self.node.as_deref() == Some(name))
+                .then_some(std::borrow::Cow::Borrowed(self));
+        }
+        let index = self.node_names().position(|n| n == name)?;
+        self.part(index)
+            .map(|(share, _)| std::borrow::Cow::Owned(share))
+    }
+
+    /// The GPUs it asks for over all its nodes (at the fewest nodes).
+    pub fn gpus_wanted(&self) -> u32 {
+        self.gpus.gpus_held() * self.tasks.nodes_min
+    }
+
+    /// Its GPU request for the whole job (per node times nodes).
+    pub fn gpus_for_job(&self) -> GpuRequest {
+        self.gpus.times(self.tasks.nodes_min)
+    }
+
     /// The id users see: `12_3` for task 3 of array 12, else the id.
     pub fn display_id(&self) -> String {
         let mut id = String::new();
@@ -824,6 +967,8 @@ pub(crate) fn example_request() -> JobRequest {
         nodelist: Vec::new(),
         exclude: Vec::new(),
         exclusive: false,
+        tasks: super::tasks::TaskLayout::default(),
+        container: None,
         script: "#!/bin/sh\ntrue\n".into(),
         args: Vec::new(),
         test_only: false,
@@ -889,6 +1034,33 @@ mod tests {
             .to_string()
             .contains("'soon' after @"));
         assert!(WarnSignal::parse("NOPE").is_err());
+    }
+
+    #[test]
+    fn a_job_over_several_nodes_is_cut_into_parts_that_leave_its_output_alone() {
+        let mut job = example_job(9);
+        job.node = Some("gpu01".into());
+        job.peers = vec!["gpu02".into(), "gpu03".into()];
+        job.gpus_alloc = vec![0, 1, 2, 3, 0, 1];
+        job.state = JobState::Running;
+        assert_eq!(job.nodelist(), "gpu[01-03]");
+        assert_eq!(job.node_count(), 3);
+        let (batch, part) = job.part(0).unwrap();
+        assert_eq!(
+            (batch.gpus_alloc, batch.std_out),
+            (vec![0, 1], "ys-%j.out".to_string())
+        );
+        assert!(part.is_batch());
+        let (peer, part) = job.part(2).unwrap();
+        assert_eq!(peer.node.as_deref(), Some("gpu03"));
+        assert_eq!(peer.gpus_alloc, vec![0, 1]);
+        assert_eq!(
+            (peer.std_out.as_str(), peer.open_append),
+            ("/dev/null", true)
+        );
+        assert_eq!(part.index, 2);
+        assert!(job.part(3).is_none());
+        assert!(job.share_on("gpu02").is_some() && job.share_on("gpu09").is_none());
     }
 
     #[test]

@@ -3,9 +3,11 @@
 //! kinds, the policy values the config names — and the units they are
 //! written in. It depends on nothing else in the crate.
 
+pub mod container;
 pub mod gpu;
 pub mod hostlist;
 pub mod isolation;
 pub mod job;
 pub mod policy;
+pub mod tasks;
 pub mod units;

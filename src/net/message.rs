@@ -55,6 +55,9 @@ pub struct LaunchOrder {
     pub script: String,
     pub args: Vec<String>,
     pub environment: Vec<(String, String)>,
+    /// Its place among the job's nodes (`None`: one node, one task).
+    #[serde(default)]
+    pub part: Option<crate::model::tasks::NodePart>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

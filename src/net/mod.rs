@@ -16,6 +16,7 @@ pub mod message;
 pub mod pki;
 pub mod remote;
 pub mod server;
+pub mod steps;
 pub mod tls;
 
 pub use error::NetError;

@@ -97,6 +97,7 @@ impl Executor for RemoteExecutor {
             script: launch.script.to_string(),
             args: launch.args.to_vec(),
             environment: launch.environment.to_vec(),
+            part: launch.part.cloned(),
         };
         self.link
             .send(&self.facts.name, ToNode::Launch(Box::new(order)))?;

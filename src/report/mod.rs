@@ -94,6 +94,9 @@ pub enum Field {
     /// `--dependency`, as given (canonical form).
     Dependency,
     Partition,
+    /// The container image: as resolved by its run (`NAME@sha256:…`), or
+    /// as asked for until it ran.
+    ContainerImage,
 }
 
 impl Field {
@@ -156,6 +159,7 @@ impl Field {
             Field::ArrayJobId => "ARRAY_JOB_ID",
             Field::ArrayTaskId => "ARRAY_TASK_ID",
             Field::Partition => "PARTITION",
+            Field::ContainerImage => "CONTAINER_IMAGE",
         }
     }
 
@@ -246,6 +250,7 @@ impl Field {
         ("Dependency", Field::Dependency),
         ("Priority", Field::Priority),
         ("Partition", Field::Partition),
+        ("ContainerImage", Field::ContainerImage),
     ];
 
     pub fn from_sacct_name(name: &str) -> Option<(&'static str, Field)> {
@@ -347,7 +352,8 @@ impl Field {
             | Field::StdErr
             | Field::Comment
             | Field::Dependency
-            | Field::Partition => self.usage_text(view),
+            | Field::Partition
+            | Field::ContainerImage => self.usage_text(view),
         };
         text.unwrap_or(Cow::Borrowed(""))
     }
@@ -384,8 +390,9 @@ impl Field {
                 None => "UNLIMITED".into(),
                 Some(l) => units::format_duration(l.saturating_sub(job.elapsed(now))).into(),
             },
-            Field::Nodes => "1".into(),
+            Field::Nodes => job.node_count().to_string().into(),
             Field::NodeList => match &job.node {
+                Some(_) if !job.peers.is_empty() => job.nodelist().into(),
                 Some(node) => Cow::Borrowed(node),
                 None if pending => Cow::Borrowed(""),
                 None => Cow::Borrowed("None assigned"),
@@ -395,6 +402,8 @@ impl Field {
                     let mut text = String::new();
                     write_pending_reason(&mut text, view);
                     text.into()
+                } else if !job.peers.is_empty() {
+                    job.nodelist().into()
                 } else {
                     Cow::Borrowed(job.node.as_deref().unwrap_or_default())
                 }
@@ -571,6 +580,11 @@ impl Field {
             Field::Comment => Cow::Borrowed(job.comment.as_deref().unwrap_or_default()),
             Field::Dependency => Cow::Borrowed(job.dependency.as_deref().unwrap_or("(null)")),
             Field::Partition => Cow::Borrowed("ysched"),
+            Field::ContainerImage => match (&job.image, &job.container) {
+                (Some(image), _) => image.to_string().into(),
+                (None, Some(request)) => Cow::Borrowed(request.image.as_str()),
+                (None, None) => Cow::Borrowed(""),
+            },
             _ => return None,
         })
     }

@@ -151,7 +151,7 @@ fn gres_conf(nodes: &[ExportNode]) -> String {
 /// list (which names the others).
 fn qos_script(config: &Config) -> String {
     let mut out =
-        format!("#!/bin/sh\n{HEADER}# Run once, before `sacctmgr load sacctmgr.cfg`.\nset -e\n");
+        format!("#!/bin/sh\n{HEADER}# Run once, with slurmdbd and slurmctld (on the exported slurm.conf)\n# running, before `sacctmgr load sacctmgr.cfg`.\nset -e\n");
     for q in &config.qos {
         let mut line = format!(
             "sacctmgr -i add qos {} Priority={} UsageFactor={} GraceTime={} PreemptMode={} PreemptExemptTime={}",
@@ -221,7 +221,7 @@ fn associations(config: &Config, cluster: &str) -> String {
     let mut out = String::from(HEADER);
     let _ = writeln!(
         out,
-        "# Load with: sacctmgr -i load file=sacctmgr.cfg (after qos.sh)"
+        "# Load with: sacctmgr -i load file=sacctmgr.cfg, after slurmctld has run once on the\n# exported slurm.conf (it registers the cluster and its gres/gpu TRES, which\n# GrpTRES=gres/gpu needs) and after qos.sh"
     );
     let _ = writeln!(
         out,
@@ -233,7 +233,7 @@ fn associations(config: &Config, cluster: &str) -> String {
         out,
         "User - 'root':DefaultAccount='root':AdminLevel='Administrator':Fairshare=1"
     );
-    for admin in &config.admins {
+    for admin in config.admins.iter().filter(|a| *a != "root") {
         let _ = writeln!(
             out,
             "User - '{admin}':DefaultAccount='root':AdminLevel='Administrator':Fairshare=1"
@@ -289,7 +289,7 @@ fn account_line(a: &Account) -> String {
         a.name,
         a.name,
         a.name,
-        a.shares.round().max(1.0)
+        slurm_shares(a.shares)
     );
     if let Some(g) = l.max_gpus {
         let _ = write!(line, ":GrpTRES=gres/gpu={g}");
@@ -309,22 +309,27 @@ fn account_line(a: &Account) -> String {
     line
 }
 
-fn user_line(config: &Config, account: &Account, user: &str) -> String {
-    let allowed: Vec<String> = config
+/// The QoS `user` may use in `account`, in config order.
+pub fn qos_of_user(config: &Config, account: &str, user: &str) -> Vec<String> {
+    config
         .qos
         .iter()
         .filter(|q| {
-            crate::sched::admission::check_qos_access(
-                config,
-                &q.name,
-                &account.name,
-                u32::MAX,
-                user,
-            )
-            .is_ok()
+            crate::sched::admission::check_qos_access(config, &q.name, account, u32::MAX, user)
+                .is_ok()
         })
         .map(|q| q.name.clone())
-        .collect();
+        .collect()
+}
+
+/// An account's fair-share shares as Slurm takes them: a whole number,
+/// at least 1.
+pub fn slurm_shares(shares: f64) -> f64 {
+    shares.round().max(1.0)
+}
+
+fn user_line(config: &Config, account: &Account, user: &str) -> String {
+    let allowed = qos_of_user(config, &account.name, user);
     let mut line = format!(
         "User - '{user}':DefaultAccount='{}':Fairshare=1:QOS='{}':DefaultQOS='{}'",
         account.name,

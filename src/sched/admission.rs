@@ -66,6 +66,18 @@ pub enum AdmissionError {
     NodeCount(String),
     #[error("no node can run it: {0}")]
     NoNode(String),
+    #[error("--nodes={asked}: the pool has {size} node(s){which}")]
+    PoolTooSmall {
+        asked: String,
+        size: usize,
+        which: String,
+    },
+    #[error("--nodes={asked}: only {fit} node(s) can hold what it asks of each ({lacking})")]
+    TooFewFit {
+        asked: String,
+        fit: usize,
+        lacking: String,
+    },
     #[error("user {user} may not use QoS '{qos}': it is for {who}. An admin can open it to you in the config's [[qos]] table (users, accounts)")]
     QosAccess {
         user: String,
@@ -123,11 +135,11 @@ pub fn admit(
     let account = account_of(request, user, config)?;
     let qos = qos_of(request, config)?;
     check_qos_access(config, &qos, &account, uid, user)?;
+    let total_gpus = request.gpus.gpus_held() * request.tasks.nodes_min;
     if let Some(max) = config.qos_named(&qos).and_then(|q| q.max_gpus_per_user) {
-        if request.gpus.gpus_held() > max {
+        if total_gpus > max {
             return Err(AdmissionError::AccountLimit(format!(
-                "QoS '{qos}' allows a user at most {max} GPUs at once (max_gpus_per_user); the job asks for {}",
-                request.gpus.gpus_held()
+                "QoS '{qos}' allows a user at most {max} GPUs at once (max_gpus_per_user); the job asks for {total_gpus}"
             )));
         }
     }
@@ -135,9 +147,7 @@ pub fn admit(
     check_nodes(request, mem_mb, nodes)?;
     let policy = super::limits::Policy::new(config);
     let time_limit = time_limit_of(request, config, &policy, &account, &qos)?;
-    if let Some(why) =
-        super::limits::refuse_at_submit(&policy, &account, request.gpus.gpus_held(), time_limit)
-    {
+    if let Some(why) = super::limits::refuse_at_submit(&policy, &account, total_gpus, time_limit) {
         return Err(AdmissionError::AccountLimit(why));
     }
     Ok(Admitted {
@@ -227,7 +237,7 @@ fn check_nodes(
             });
         }
     }
-    if request.nodelist.len() > 1 {
+    if request.nodelist.len() > 1 && !request.tasks.is_multi_node() {
         return Err(AdmissionError::NodeCount(request.nodelist.join(",")));
     }
     let allowed: Vec<&Capacity> = nodes
@@ -235,6 +245,9 @@ fn check_nodes(
         .filter(|n| request.nodelist.is_empty() || request.nodelist.iter().any(|x| x == n.name))
         .filter(|n| !request.exclude.iter().any(|x| x == n.name))
         .collect();
+    if request.tasks.is_multi_node() {
+        return check_several_nodes(request, mem_mb, nodes, &allowed);
+    }
     let mut lacking = Vec::new();
     for node in &allowed {
         match check_node(request, mem_mb, node) {
@@ -257,6 +270,52 @@ fn check_nodes(
                 .join("; "),
         )),
     }
+}
+
+/// Whether at least `--nodes`' minimum of the `allowed` nodes can each
+/// hold the request's share (GPUs, CPUs and memory are per node).
+fn check_several_nodes(
+    request: &JobRequest,
+    mem_mb: Option<u64>,
+    pool: &[Capacity],
+    allowed: &[&Capacity],
+) -> Result<(), AdmissionError> {
+    let wanted = request.tasks.nodes_min as usize;
+    let asked = request.tasks.nodes_text();
+    if allowed.len() < wanted {
+        let names: Vec<&str> = allowed.iter().map(|n| n.name).collect();
+        let narrowed = allowed.len() < pool.len();
+        return Err(AdmissionError::PoolTooSmall {
+            asked,
+            size: allowed.len(),
+            which: match (names.is_empty(), narrowed) {
+                (true, _) => String::new(),
+                (false, false) => format!(" ({})", crate::model::hostlist::compress(&names)),
+                (false, true) => format!(
+                    " it may use ({} of {}, after --nodelist and --exclude)",
+                    crate::model::hostlist::compress(&names),
+                    pool.len()
+                ),
+            },
+        });
+    }
+    let lacking: Vec<String> = allowed
+        .iter()
+        .filter_map(|n| {
+            check_node(request, mem_mb, n)
+                .err()
+                .map(|e| format!("{}: {e}", n.name))
+        })
+        .collect();
+    let fit = allowed.len() - lacking.len();
+    if fit < wanted {
+        return Err(AdmissionError::TooFewFit {
+            asked,
+            fit,
+            lacking: lacking.join("; "),
+        });
+    }
+    Ok(())
 }
 
 /// What one server lacks for the request, if anything.

@@ -42,7 +42,7 @@ pub fn wanting<'a>(policy: &Policy<'a>, held: &State, pending: &[&Job]) -> HashS
         return out;
     }
     for job in pending {
-        if within_guarantee(policy, held, job, job.gpus.gpus_held()) {
+        if within_guarantee(policy, held, job, job.gpus_wanted()) {
             out.extend(policy.chain(&job.account).iter().map(|a| a.name.as_str()));
         }
     }

@@ -256,9 +256,9 @@ impl State {
             }
             None => {
                 if let Some(t) = &job.gpus.gpu_type {
-                    wanted_by_type.insert(t, job.gpus.gpus_held());
+                    wanted_by_type.insert(t, job.gpus_wanted());
                 }
-                job.gpus.gpus_held()
+                job.gpus_wanted()
             }
         };
         for account in &chain {

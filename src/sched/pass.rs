@@ -70,12 +70,15 @@ pub struct Decisions {
     pub factors: FactorMap,
 }
 
-/// A job to start: its node and GPUs, in that node's own numbers.
+/// A job to start: its node and GPUs, in that node's own numbers; for a
+/// job over several nodes, the others too, each node's GPUs in turn.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placement {
     pub job: JobId,
     pub node: String,
     pub gpus: Vec<u32>,
+    /// The nodes after the first.
+    pub peers: Vec<String>,
     /// It runs beyond its account's guarantee, on GPUs others lend.
     pub borrowing: bool,
 }
@@ -171,11 +174,18 @@ fn pass_in_pool_numbers(state: &State<'_>, config: &Config) -> Decisions {
     let starts = std::mem::take(&mut plan.starts)
         .into_iter()
         .map(|s| {
-            let (node, gpus) = state.layout.to_node(s.node, &s.gpus);
+            let mut shares = state.layout.to_nodes(&s.nodes, &s.gpus).into_iter();
+            let (node, mut gpus) = shares.next().unwrap_or_default();
+            let mut peers = Vec::new();
+            for (peer, more) in shares {
+                peers.push(peer);
+                gpus.extend(more);
+            }
             Placement {
                 job: s.job,
                 node,
                 gpus,
+                peers,
                 borrowing: s.borrowing,
             }
         })
@@ -272,7 +282,7 @@ pub fn named_by_dependencies<'a>(jobs: impl Iterator<Item = &'a Job>) -> HashSet
 /// limit, no worst case).
 pub fn worst_case(job: &Job, gpus: &[crate::model::gpu::Gpu], config: &Config) -> Option<i64> {
     let factor = config.qos_named(&job.qos).map_or(1.0, |q| q.usage_factor);
-    budget::worst_case(&job.gpus, job.time_limit, factor, gpus, config)
+    budget::worst_case(&job.gpus_for_job(), job.time_limit, factor, gpus, config)
 }
 
 /// Pending jobs of budgets that refuse when over: in submit order, each
@@ -367,6 +377,8 @@ fn preemptions(
         let Some(job) = by_id
             .get(&id)
             .copied()
+            // A job over several nodes waits for them; it stops no one.
+            .filter(|j| !j.tasks.is_multi_node())
             .filter(|j| waits_for_room(j, plan, state.now, config.preempt_wait))
         else {
             continue;
@@ -381,8 +393,8 @@ fn preemptions(
         if no_room.contains(&shape) {
             continue;
         }
-        let reclaims = !excess.is_empty()
-            && elastic::within_guarantee(policy, &held, job, job.gpus.gpus_held());
+        let reclaims =
+            !excess.is_empty() && elastic::within_guarantee(policy, &held, job, job.gpus_wanted());
         let Some(choice) = choose_victims(
             job,
             &free,

@@ -34,7 +34,8 @@ impl<'a> Pool<'a> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Start {
     pub job: JobId,
-    pub node: usize,
+    /// Its nodes' slots, the batch node first.
+    pub nodes: Vec<usize>,
     pub gpus: Vec<u32>,
     /// It takes its account beyond its guarantee (elastic quotas).
     pub borrowing: bool,
@@ -204,7 +205,7 @@ impl<'a, 'p> Planner<'a, 'p> {
     /// Whether starting `job` now would take its account beyond its
     /// guarantee.
     fn borrows(&self, job: &Job) -> bool {
-        elastic::borrows(self.policy, &self.held, job, job.gpus.gpus_held())
+        elastic::borrows(self.policy, &self.held, job, job.gpus_wanted())
     }
 
     /// Whether a borrowing job would take GPUs that lenders keep: their
@@ -212,7 +213,7 @@ impl<'a, 'p> Planner<'a, 'p> {
     fn kept_for_lenders(&self, job: &Job) -> bool {
         let kept = elastic::kept_for_lenders(self.policy, &self.held, job, &self.wanting);
         let free = self.profile.now().gpus.len() as u32;
-        kept > 0 && free.saturating_sub(job.gpus.gpus_held()) < kept
+        kept > 0 && free.saturating_sub(job.gpus_wanted()) < kept
     }
 
     /// Held, or not to begin yet.
@@ -325,7 +326,7 @@ impl<'a, 'p> Planner<'a, 'p> {
             .filter(|((qos, _), _)| job.qos != *qos && !self.policy.may_borrow(qos, &job.qos))
             .map(|((_, n), used)| n.saturating_sub(*used))
             .sum();
-        let wants = job.gpus.gpus_held();
+        let wants = job.gpus_wanted();
         kept > 0 && wants > 0 && (self.profile.now().gpus.len() as u32).saturating_sub(wants) < kept
     }
 
@@ -336,7 +337,7 @@ impl<'a, 'p> Planner<'a, 'p> {
         self.held.add(self.policy, job, &slot.gpus, self.node.gpus);
         self.plan.starts.push(Start {
             job: job.id,
-            node: slot.node,
+            nodes: slot.nodes,
             gpus: slot.gpus,
             borrowing,
         });
@@ -347,7 +348,7 @@ impl<'a, 'p> Planner<'a, 'p> {
 fn use_reserve(reserves: &[(&str, u32)], job: &Job, used: &mut [u32]) {
     for (i, (qos, _)) in reserves.iter().enumerate() {
         if job.qos == *qos {
-            used[i] += (job.gpus_alloc.len() as u32).max(job.gpus.gpus_held());
+            used[i] += (job.gpus_alloc.len() as u32).max(job.gpus_wanted());
         }
     }
 }
@@ -700,7 +701,7 @@ mod tests {
         let where_: Vec<(JobId, usize, Vec<u32>)> = p
             .starts
             .iter()
-            .map(|s| (s.job, s.node, s.gpus.clone()))
+            .map(|s| (s.job, s.nodes[0], s.gpus.clone()))
             .collect();
         // One GPU fills gpu01; two go to gpu02, whole; the 8-CPU job finds
         // no node with 8 CPUs left.
@@ -716,6 +717,65 @@ mod tests {
         let mut avoiding = job(7, 1, None);
         avoiding.exclude = vec!["gpu01".into()];
         let p = plan_without_limits(&[(&pinned, 2), (&avoiding, 1)], &[], &layout, 0);
-        assert!(p.starts.iter().all(|s| s.node == 1), "{p:?}");
+        assert!(p.starts.iter().all(|s| s.nodes == [1]), "{p:?}");
+    }
+
+    /// Three nodes of two GPUs each.
+    fn three_nodes(g: &[Gpu]) -> Layout {
+        let member = |name| crate::sched::pool::Member {
+            name,
+            cpus: 8,
+            mem_mb: 1 << 20,
+            open: true,
+            gpus: g,
+        };
+        Layout::new([member("gpu01"), member("gpu02"), member("gpu03")])
+    }
+
+    fn over_nodes(id: JobId, nodes: (u32, u32), per_node: u32, limit: Option<u64>) -> Job {
+        let mut j = job(id, per_node, limit);
+        j.tasks.nodes_min = nodes.0;
+        j.tasks.nodes_max = nodes.1;
+        j
+    }
+
+    #[test]
+    fn a_job_over_several_nodes_starts_on_all_at_once_or_waits_with_a_reservation() {
+        let g = gpus(2);
+        let layout = three_nodes(&g);
+        // GPU 0 of gpu01 is busy until 100.
+        let mut busy = running(1, &[0], 0, Some(100));
+        busy.node = Some("gpu01".into());
+        let two = over_nodes(2, (2, 2), 2, Some(50));
+        let p = plan_without_limits(&[(&two, 10)], &[&busy], &layout, 0);
+        let s = &p.starts[0];
+        assert_eq!(
+            (s.nodes.clone(), s.gpus.clone()),
+            (vec![1, 2], vec![2, 3, 4, 5])
+        );
+        // Three whole nodes: not now (no partial hold), at 100; a short
+        // job backfills on the free GPU of gpu01, a long one does not.
+        let all = over_nodes(3, (3, 3), 2, Some(50));
+        let short = job(4, 1, Some(100));
+        let long = job(5, 1, Some(101));
+        let p = plan_without_limits(&[(&all, 10), (&long, 5), (&short, 1)], &[&busy], &layout, 0);
+        assert_eq!(p.starts.iter().map(|s| s.job).collect::<Vec<_>>(), vec![4]);
+        assert_eq!(p.reasons[&3], Reason::Resources);
+        assert_eq!(p.expected_starts[&3], 100);
+        assert_eq!(p.reasons[&5], Reason::Priority);
+        // 2-3 nodes: as many as are free, at least two.
+        let flexible = over_nodes(6, (2, 3), 2, None);
+        let p = plan_without_limits(&[(&flexible, 1)], &[&busy], &layout, 0);
+        assert_eq!(p.starts[0].nodes, vec![1, 2]);
+        let p = plan_without_limits(&[(&flexible, 1)], &[], &layout, 0);
+        assert_eq!(p.starts[0].nodes, vec![0, 1, 2]);
+        // Each node holds its CPUs: 6 of 8 on each leaves no room for 3 more.
+        let mut cpus = over_nodes(7, (3, 3), 0, None);
+        cpus.cpus = 6;
+        let mut other = job(8, 0, None);
+        other.cpus = 3;
+        let p = plan_without_limits(&[(&cpus, 10), (&other, 1)], &[], &layout, 0);
+        assert_eq!(p.starts.len(), 1, "{p:?}");
+        assert_eq!(p.starts[0].nodes.len(), 3);
     }
 }

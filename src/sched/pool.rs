@@ -101,13 +101,32 @@ impl Layout {
         self.nodes.len() <= 1
     }
 
-    /// `job` with its allocation and claim in pool numbers.
+    /// `job` with its allocation and claim in pool numbers (each node's
+    /// share of a job on several nodes from that node's first GPU).
     pub fn to_pool(&self, job: &Job) -> Job {
-        let first = self.nodes.get(self.slot_of(job)).map_or(0, |n| n.first_gpu);
+        let first_of = |name: Option<&str>| {
+            let slot = name.and_then(|n| self.slot(n)).unwrap_or(0);
+            self.nodes.get(slot).map_or(0, |n| n.first_gpu)
+        };
         let mut copy = job.clone();
-        for g in copy.gpus_alloc.iter_mut().chain(copy.claim.iter_mut()) {
+        let first = first_of(job.node.as_deref());
+        for g in copy.claim.iter_mut() {
             *g += first;
         }
+        if job.peers.is_empty() {
+            for g in copy.gpus_alloc.iter_mut() {
+                *g += first;
+            }
+            return copy;
+        }
+        copy.gpus_alloc = job
+            .gpus_by_node()
+            .into_iter()
+            .flat_map(|(name, gpus)| {
+                let first = first_of(Some(name));
+                gpus.iter().map(move |g| g + first)
+            })
+            .collect();
         copy
     }
 
@@ -117,6 +136,24 @@ impl Layout {
         let node = &self.nodes[slot];
         let local = gpus.iter().map(|g| g - node.first_gpu).collect();
         (node.name.clone(), local)
+    }
+
+    /// Pool GPU numbers on the nodes of `slots` as each node's name and
+    /// its own numbers, in the order of `slots`.
+    pub fn to_nodes(&self, slots: &[usize], gpus: &[u32]) -> Vec<(String, Vec<u32>)> {
+        slots
+            .iter()
+            .map(|&slot| {
+                let node = &self.nodes[slot];
+                let end = node.first_gpu + node.gpu_count;
+                let mine: Vec<u32> = gpus
+                    .iter()
+                    .filter(|&&g| g >= node.first_gpu && g < end)
+                    .copied()
+                    .collect();
+                self.to_node(slot, &mine)
+            })
+            .collect()
     }
 
     /// The GPUs of one node, as it numbers them.

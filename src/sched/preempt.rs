@@ -67,7 +67,9 @@ fn place_without(
             after.give(c.job, types);
         }
     }
-    after.place(urgent, types)
+    after
+        .place(urgent, types)
+        .map(|(nodes, gpus)| (nodes[0], gpus))
 }
 
 /// The cheapest set of `candidates` to stop so that `urgent` fits, with

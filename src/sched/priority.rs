@@ -106,7 +106,7 @@ impl<'c, 'a, 'j> Rater<'c, 'a, 'j> {
         let size = if ctx.total_gpus == 0 {
             0.0
         } else {
-            (job.gpus.gpus_held() as f64 / ctx.total_gpus as f64).min(1.0)
+            (job.gpus_wanted() as f64 / ctx.total_gpus as f64).min(1.0)
         };
         let fairshare = self.fairshare_factor(&job.account, &job.user);
         let w = ctx.weights;

@@ -63,6 +63,17 @@ impl<'a> Types<'a> {
             .and_then(|n| self.slots.get(n).copied())
             .unwrap_or(0)
     }
+
+    /// The slots of every node a job holds, its batch node first.
+    pub fn slots_of(&self, job: &Job) -> Vec<usize> {
+        let mut slots = vec![self.slot_of(job)];
+        slots.extend(
+            job.peers
+                .iter()
+                .filter_map(|n| self.slots.get(n.as_str()).copied()),
+        );
+        slots
+    }
 }
 
 /// A job suspended by preemption keeps its GPUs and memory but runs on no
@@ -156,8 +167,8 @@ impl Free {
     }
 
     /// Where `job` would go on what is free now, ignoring the future: its
-    /// node's slot and its GPUs.
-    pub fn place(&self, job: &Job, types: &Types) -> Option<(usize, Vec<u32>)> {
+    /// nodes' slots and its GPUs.
+    pub fn place(&self, job: &Job, types: &Types) -> Option<(Vec<usize>, Vec<u32>)> {
         if !self.fits(job, types) {
             return None;
         }
@@ -170,15 +181,19 @@ impl Free {
     pub fn fits(&self, job: &Job, types: &Types) -> bool {
         let count = job.gpus.count;
         let mem = job.mem_mb.unwrap_or(0);
-        let room = (0..types.nodes.len()).any(|i| {
-            types.nodes[i].open
-                && self.cpus[i] >= job.cpus
-                && self.mem_mb[i] >= mem
-                && pool::allows(job, &types.nodes[i].name)
-        });
-        if !room {
+        let rooms = (0..types.nodes.len())
+            .filter(|&i| {
+                types.nodes[i].open
+                    && self.cpus[i] >= job.cpus
+                    && self.mem_mb[i] >= mem
+                    && pool::allows(job, &types.nodes[i].name)
+            })
+            .take(job.tasks.nodes_min as usize)
+            .count();
+        if rooms < job.tasks.nodes_min as usize {
             return false;
         }
+        let count = count * job.tasks.nodes_min;
         if job.gpus.shard && count > 0 {
             return !self.shareable(job, types).is_empty();
         }
@@ -202,8 +217,9 @@ impl Free {
         }
     }
 
-    /// Takes `job`'s resources: `gpus`, and its CPUs and memory on `node`.
-    pub fn take(&mut self, job: &Job, node: usize, gpus: &[u32], types: &Types) {
+    /// Takes `job`'s resources: `gpus`, and its CPUs and memory on each
+    /// of `nodes`.
+    pub fn take(&mut self, job: &Job, nodes: &[usize], gpus: &[u32], types: &Types) {
         for &g in gpus {
             if self.gpus.remove(g) {
                 self.per_type[types.of_gpu[g as usize]] -= 1;
@@ -214,19 +230,22 @@ impl Free {
                 }
             }
         }
-        self.cpus[node] = self.cpus[node].saturating_sub(job.cpus);
-        self.mem_mb[node] = self.mem_mb[node].saturating_sub(job.mem_mb.unwrap_or(0));
+        for &node in nodes {
+            self.cpus[node] = self.cpus[node].saturating_sub(job.cpus);
+            self.mem_mb[node] = self.mem_mb[node].saturating_sub(job.mem_mb.unwrap_or(0));
+        }
     }
 
-    /// Takes what a running (or stopping) job holds, on its node.
+    /// Takes what a running (or stopping) job holds, on its nodes.
     pub fn take_held(&mut self, job: &Job, types: &Types) {
-        self.take(job, types.slot_of(job), &job.gpus_alloc, types);
+        self.take(job, &types.slots_of(job), &job.gpus_alloc, types);
     }
 
     /// Gives back a job's CPUs only (a job suspended for a preemptor).
     pub fn give_cpus(&mut self, job: &Job, types: &Types) {
-        let node = types.slot_of(job);
-        self.cpus[node] = self.cpus[node].saturating_add(job.cpus);
+        for node in types.slots_of(job) {
+            self.cpus[node] = self.cpus[node].saturating_add(job.cpus);
+        }
     }
 
     pub fn give(&mut self, job: &Job, types: &Types) {
@@ -245,9 +264,10 @@ impl Free {
                 self.per_type[types.of_gpu[g as usize]] += 1;
             }
         }
-        let node = types.slot_of(job);
-        self.cpus[node] = self.cpus[node].saturating_add(job.cpus);
-        self.mem_mb[node] = self.mem_mb[node].saturating_add(job.mem_mb.unwrap_or(0));
+        for node in types.slots_of(job) {
+            self.cpus[node] = self.cpus[node].saturating_add(job.cpus);
+            self.mem_mb[node] = self.mem_mb[node].saturating_add(job.mem_mb.unwrap_or(0));
+        }
     }
 }
 
@@ -274,19 +294,22 @@ fn choose(
     rooms: &GpuSet,
     now: &Free,
     types: &Types,
-) -> Option<(usize, Vec<u32>)> {
+) -> Option<(Vec<usize>, Vec<u32>)> {
+    if job.tasks.is_multi_node() {
+        return choose_nodes(job, usable, rooms, now, types);
+    }
     let node_of = |gpus: Vec<u32>| {
         let node = gpus
             .first()
             .and_then(|&g| types.gpus.get(g as usize))
             .map_or(0, |g| g.node as usize);
-        (node, gpus)
+        (vec![node], gpus)
     };
     if job.gpus.count == 0 {
         let node = rooms
             .iter()
             .min_by_key(|&n| (now.cpus[n as usize] - job.cpus, n))?;
-        return Some((node as usize, Vec::new()));
+        return Some((vec![node as usize], Vec::new()));
     }
     if job.gpus.shard {
         placement::pick_shared(usable, |g| now.free_slots(g, types)).map(|g| node_of(vec![g]))
@@ -295,12 +318,61 @@ fn choose(
     }
 }
 
+/// Nodes and GPUs for a job over several nodes: at least `--nodes`'
+/// minimum of the `rooms`, up to its maximum, each with `gpus.count` of
+/// the `usable` GPUs, all of one type (a data-parallel run goes at its
+/// slowest card's pace). The first type in config order that has enough
+/// such nodes wins; its nodes are taken fullest first (best fit, as for
+/// one node), then in pool order, and on each node the GPUs as
+/// [`placement::place`] picks them there. Without GPUs: the nodes with
+/// the fewest CPUs left that hold it.
+fn choose_nodes(
+    job: &Job,
+    usable: &GpuSet,
+    rooms: &GpuSet,
+    now: &Free,
+    types: &Types,
+) -> Option<(Vec<usize>, Vec<u32>)> {
+    let (min, max) = (job.tasks.nodes_min as usize, job.tasks.nodes_max as usize);
+    if job.gpus.count == 0 {
+        let mut nodes: Vec<usize> = rooms.iter().map(|n| n as usize).collect();
+        nodes.sort_by_key(|&n| (now.cpus[n] - job.cpus, n));
+        nodes.truncate(max);
+        return (nodes.len() >= min).then(|| (nodes, Vec::new()));
+    }
+    for type_name in &types.names {
+        // (free GPUs of the type there, node, the GPUs it would get)
+        let mut fitting: Vec<(usize, usize, Vec<u32>)> = Vec::new();
+        for node in rooms.iter().map(|n| n as usize) {
+            let on_node: GpuSet = usable
+                .iter()
+                .filter(|&g| {
+                    let gpu = &types.gpus[g as usize];
+                    gpu.node as usize == node && gpu.gpu_type == *type_name
+                })
+                .collect();
+            if let Some(gpus) = placement::place(&job.gpus, &on_node, types.gpus) {
+                fitting.push((on_node.len(), node, gpus));
+            }
+        }
+        if fitting.len() < min {
+            continue;
+        }
+        fitting.sort_by_key(|(free, node, _)| (*free, *node));
+        fitting.truncate(max);
+        let nodes = fitting.iter().map(|(_, n, _)| *n).collect();
+        let gpus = fitting.into_iter().flat_map(|(_, _, g)| g).collect();
+        return Some((nodes, gpus));
+    }
+    None
+}
+
 /// Where a job can run from a point of the timeline on.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Slot {
     pub at: i64,
-    /// The node's slot.
-    pub node: usize,
+    /// The slots of its nodes, the batch node first.
+    pub nodes: Vec<usize>,
     pub gpus: Vec<u32>,
     /// Index of the point it starts at (0: now).
     point: usize,
@@ -311,7 +383,7 @@ impl Slot {
     pub fn now(node: usize, gpus: Vec<u32>, now: i64) -> Slot {
         Slot {
             at: now,
-            node,
+            nodes: vec![node],
             gpus,
             point: 0,
         }
@@ -389,7 +461,7 @@ impl Profile {
                 if later.free.fits(job, types) {
                     rooms.intersect_with(&later.free.rooms(job, types));
                 }
-                if rooms.is_empty() || !later.free.fits(job, types) {
+                if rooms.len() < job.tasks.nodes_min as usize || !later.free.fits(job, types) {
                     short_at = Some(j);
                     break;
                 }
@@ -402,10 +474,10 @@ impl Profile {
             if rooms.len() < types.nodes.len() {
                 gpus = on_nodes(&gpus, &rooms, types);
             }
-            if let Some((node, gpus)) = choose(job, &gpus, &rooms, &start.free, types) {
+            if let Some((nodes, gpus)) = choose(job, &gpus, &rooms, &start.free, types) {
                 return Some(Slot {
                     at: start.at,
-                    node,
+                    nodes,
                     gpus,
                     point: i,
                 });
@@ -431,7 +503,7 @@ impl Profile {
             .iter_mut()
             .take_while(|p| end.is_none_or(|e| p.at < e))
         {
-            point.free.take(job, slot.node, &slot.gpus, types);
+            point.free.take(job, &slot.nodes, &slot.gpus, types);
         }
     }
 }
@@ -470,7 +542,7 @@ mod tests {
         let types = Types::new(&layout.gpus, &layout.nodes);
         let mut free = Free::new(&types);
         let running = job(1, 1, &[0]);
-        free.take(&running, 0, &[0], &types);
+        free.take(&running, &[0], &[0], &types);
         let mut profile = Profile::new(0, free, &[(100, &running)], &types);
         // A 2-GPU job can start when job 1 ends, at 100; reserve it for 50 s.
         let big = job(2, 2, &[]);
@@ -523,23 +595,23 @@ mod tests {
         let a = shard(1, 2);
         let (_, at_a) = free.place(&a, &types).unwrap();
         assert_eq!(at_a, vec![0]);
-        free.take(&a, 0, &at_a, &types);
+        free.take(&a, &[0], &at_a, &types);
         let b = shard(2, 1);
         assert_eq!(
             free.place(&b, &types),
-            Some((0, vec![0])),
+            Some((vec![0], vec![0])),
             "onto the shared card"
         );
-        free.take(&b, 0, &[0], &types);
+        free.take(&b, &[0], &[0], &types);
         let whole = job(3, 1, &[]);
         assert_eq!(
             free.place(&whole, &types),
-            Some((0, vec![1])),
+            Some((vec![0], vec![1])),
             "never a shared card"
         );
         let two = job(4, 2, &[]);
         assert_eq!(free.place(&two, &types), None);
-        free.take(&whole, 0, &[1], &types);
+        free.take(&whole, &[0], &[1], &types);
         let c = shard(5, 2);
         assert_eq!(
             free.place(&c, &types),
@@ -562,6 +634,6 @@ mod tests {
             },
             &types,
         );
-        assert_eq!(free.place(&whole, &types), Some((0, vec![0])));
+        assert_eq!(free.place(&whole, &types), Some((vec![0], vec![0])));
     }
 }

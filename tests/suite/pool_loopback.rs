@@ -70,6 +70,7 @@ fn start_node(c: &Cluster, name: &str, source: Box<dyn Source>) -> FakeNode {
         inventory: Inventory::declared(&config),
         cpus: 8,
         mem_mb: 16 << 10,
+        containers: false,
         isolation: IsolationFacts {
             confined: true,
             ..Default::default()

@@ -80,6 +80,20 @@ def main():
     if open(f"step-{job}-0.out").read() != "task 0 of 1\n":
         sys.exit(f"step-{job}-0.out: {open(f'step-{job}-0.out').read()!r}")
 
+    # Several tasks on this one server: srun starts them all, labels
+    # their lines and exits as the worst did.
+    with open("tasks.sh", "w") as f:
+        f.write(
+            "#!/bin/sh\n"
+            "#SBATCH --ntasks=3 -o tasks.out\n"
+            "srun --label sh -c 'echo $SLURM_PROCID/$SLURM_LOCALID of $SLURM_NTASKS'\n"
+            "srun -K0 sh -c 'exit $SLURM_PROCID'; echo worst=$?\n"
+        )
+    wait_final(submit("tasks.sh"))
+    lines = sorted(open("tasks.out").read().splitlines())
+    if lines != ["0: 0/0 of 3", "1: 1/1 of 3", "2: 2/2 of 3", "worst=2"]:
+        sys.exit(f"tasks.out: {lines!r}")
+
     # The same script on stdin, and --parsable.
     out = run("sbatch", "--parsable", stdin=open("job.sh").read()).stdout.strip()
     if not re.fullmatch(r"\d+(;\w+)?", out):

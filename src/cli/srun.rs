@@ -1,0 +1,422 @@
+//! `srun` for a step of several tasks, or over several nodes: the tasks on
+//! this node (the job's first, where its batch script runs) start here;
+//! those on the job's other nodes start through each node's task server
+//! (`net::steps`). Every task's output comes back here, to srun's own
+//! output (`--label` prefixes each line with the task id); a signal srun
+//! gets goes to every task; a task that fails stops the others
+//! (`--kill-on-bad-exit`, on by default as in Slurm); srun exits with the
+//! worst task's status.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::exec::tasks::{self, RunningTasks, StepOrder, TaskEvent};
+use crate::model::tasks::{LayoutError, TaskLayout};
+use crate::net::steps::{self, Relayed, StepLink, START_WAIT};
+
+use super::{CliError, CliResult};
+
+/// How long tasks have between SIGTERM and SIGKILL when one of them
+/// failed.
+const BAD_EXIT_GRACE: Duration = Duration::from_secs(5);
+/// A line longer than this goes out before its end.
+const MAX_PARTIAL_LINE: usize = 64 << 10;
+
+/// What a step asks for, from srun's options.
+pub struct StepRequest {
+    pub ntasks: Option<u32>,
+    /// `--nodes` as (MIN, MAX).
+    pub nodes: Option<(u32, u32)>,
+    pub ntasks_per_node: Option<u32>,
+    pub gpus_per_task: Option<u32>,
+    pub label: bool,
+    /// `--unbuffered`: output as it comes, not line by line.
+    pub unbuffered: bool,
+    pub kill_on_bad_exit: bool,
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: std::path::PathBuf,
+    /// `--output` and `--error`, opened (`None`: srun's own).
+    pub stdout: Option<std::fs::File>,
+    pub stderr: Option<std::fs::File>,
+}
+
+/// The job's nodes as its batch script sees them.
+struct JobNodes {
+    job: u64,
+    names: Vec<String>,
+    addresses: Vec<String>,
+    key: String,
+    /// The job's own `--ntasks` (`SLURM_NTASKS`).
+    ntasks: Option<u32>,
+}
+
+impl JobNodes {
+    fn from_environment() -> Result<JobNodes, CliError> {
+        let var = |k: &str| std::env::var(k).ok();
+        let job = var("SLURM_JOB_ID")
+            .and_then(|j| j.parse().ok())
+            .ok_or_else(|| CliError::failed("srun: not inside a job (no SLURM_JOB_ID)"))?;
+        let list = var("SLURM_JOB_NODELIST").unwrap_or_default();
+        let names = crate::model::hostlist::expand(&list)
+            .map_err(|e| CliError::failed(format!("srun: SLURM_JOB_NODELIST={list}: {e}")))?;
+        let addresses: Vec<String> = var("YS_NODE_ADDRS")
+            .map(|a| a.split(',').map(String::from).collect())
+            .filter(|a: &Vec<String>| a.len() == names.len())
+            .unwrap_or_else(|| names.clone());
+        Ok(JobNodes {
+            job,
+            names,
+            addresses,
+            key: var("YS_STEP_KEY").unwrap_or_default(),
+            ntasks: var("SLURM_NTASKS").and_then(|n| n.parse().ok()),
+        })
+    }
+}
+
+/// Runs a step of several tasks or nodes; returns srun's exit status.
+pub fn run_step(mut request: StepRequest) -> CliResult {
+    let job = JobNodes::from_environment()?;
+    let here = std::env::var("SLURMD_NODENAME").unwrap_or_default();
+    if job.names.len() > 1 && job.names.first() != Some(&here) {
+        return Err(CliError::failed(format!(
+            "srun: a step over the job's nodes starts on its first node, {}, not on {here}",
+            job.names[0]
+        )));
+    }
+    let counts = layout(&request, &job)?;
+    let orders = orders(&request, &job, &counts);
+    let (tx, rx) = mpsc::channel();
+    let local = start_local(&orders[0], &tx);
+    let mut links = Vec::new();
+    for (i, order) in orders.iter().enumerate().skip(1) {
+        match connect(&job, i, order.clone(), &tx) {
+            Ok(link) => links.push(link),
+            Err(e) => {
+                local.signal(libc::SIGKILL);
+                for link in &mut links {
+                    let _ = link.signal(libc::SIGKILL);
+                }
+                return Err(e);
+            }
+        }
+    }
+    drop(tx);
+    let step = Step {
+        local,
+        links: Arc::new(Mutex::new(links)),
+    };
+    step.forward_signals();
+    let total: u32 = counts.iter().sum();
+    let mut output = Output {
+        label: request.label,
+        unbuffered: request.unbuffered,
+        partial: HashMap::new(),
+        stdout: match request.stdout.take() {
+            Some(f) => Box::new(f),
+            None => Box::new(std::io::stdout()),
+        },
+        stderr: match request.stderr.take() {
+            Some(f) => Box::new(f),
+            None => Box::new(std::io::stderr()),
+        },
+    };
+    let worst = step.collect(rx, total, &request, &mut output);
+    // The worst task's status is srun's (its output is written already).
+    std::process::exit(worst.min(255))
+}
+
+/// Tasks on each of the step's nodes.
+fn layout(request: &StepRequest, job: &JobNodes) -> Result<Vec<u32>, CliError> {
+    let available = job.names.len() as u32;
+    let (min, max) = request.nodes.unwrap_or((1, available));
+    if min > available {
+        return Err(CliError::failed(format!(
+            "srun: --nodes={min}: the job has {available} node(s) ({})",
+            crate::model::hostlist::compress(&job.names)
+        )));
+    }
+    let ntasks = request
+        .ntasks
+        .or(match (request.nodes, request.ntasks_per_node) {
+            (None, None) => job.ntasks,
+            _ => None,
+        });
+    let nodes = match (request.nodes, ntasks) {
+        (Some(_), _) => max.min(available),
+        (None, Some(n)) => n.clamp(1, available),
+        (None, None) => available,
+    };
+    let step = TaskLayout {
+        nodes_min: nodes,
+        nodes_max: nodes,
+        ntasks,
+        ntasks_per_node: request.ntasks_per_node,
+        gpus_per_task: request.gpus_per_task,
+    };
+    step.check()
+        .map_err(|e: LayoutError| CliError::failed(format!("srun: {e}")))?;
+    Ok(step.tasks_per_node(nodes))
+}
+
+/// Each node's part of the step, task ids in block order.
+fn orders(request: &StepRequest, job: &JobNodes, counts: &[u32]) -> Vec<StepOrder> {
+    let nodes: Vec<String> = job.names[..counts.len()].to_vec();
+    let ntasks = counts.iter().sum();
+    let mut next = 0;
+    counts
+        .iter()
+        .enumerate()
+        .map(|(i, &count)| {
+            let tasks = (next..next + count).collect();
+            next += count;
+            StepOrder {
+                step: 0,
+                argv: request.argv.clone(),
+                env: request.env.clone(),
+                cwd: request.cwd.clone(),
+                node_index: i as u32,
+                tasks,
+                ntasks,
+                nodes: nodes.clone(),
+                gpus_per_task: request.gpus_per_task,
+            }
+        })
+        .collect()
+}
+
+type Events = Sender<(usize, Relayed)>;
+
+/// This node's tasks, their events tagged with node 0.
+fn start_local(order: &StepOrder, events: &Events) -> RunningTasks {
+    let (tx, rx) = mpsc::channel();
+    let node_env: Vec<(String, String)> = std::env::vars().collect();
+    let running = tasks::start(order, &node_env, &tx);
+    let events = events.clone();
+    std::thread::spawn(move || {
+        for event in rx {
+            if events.send((0, Relayed::Task(event))).is_err() {
+                return;
+            }
+        }
+    });
+    running
+}
+
+/// Node `i`'s part of the step, through its task server.
+fn connect(
+    job: &JobNodes,
+    i: usize,
+    order: StepOrder,
+    events: &Events,
+) -> Result<StepLink, CliError> {
+    let fail =
+        |e: crate::net::NetError| CliError::failed(format!("srun: node {}: {e}", job.names[i]));
+    let (mut link, reader) =
+        StepLink::connect(&job.addresses[i], job.job, &job.key, START_WAIT).map_err(fail)?;
+    link.launch(order).map_err(fail)?;
+    let events = events.clone();
+    std::thread::spawn(move || steps::forward_events(reader, i, events));
+    Ok(link)
+}
+
+/// Whether process `pid` is a job's supervisor (`ysstepd`).
+fn is_supervisor(pid: libc::pid_t) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "ysstepd")
+}
+
+/// A started step: its tasks here and its links to the other nodes.
+struct Step {
+    local: RunningTasks,
+    links: Arc<Mutex<Vec<StepLink>>>,
+}
+
+impl Step {
+    fn signal(&self, signal: i32) {
+        self.local.signal(signal);
+        for link in self
+            .links
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter_mut()
+        {
+            let _ = link.signal(signal);
+        }
+    }
+
+    /// A signal srun gets from its user (Ctrl-C, `kill`) goes on to every
+    /// task. One from the job's supervisor (a cancel, a time limit, a
+    /// preemption's warning) does not: each node's supervisor gives it to
+    /// every task there itself, and a task must get it once.
+    fn forward_signals(&self) {
+        use signal_hook::consts::*;
+        use signal_hook::iterator::exfiltrator::WithOrigin;
+        let Ok(mut signals) = signal_hook::iterator::SignalsInfo::<WithOrigin>::new([
+            SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP,
+        ]) else {
+            return;
+        };
+        let links = self.links.clone();
+        let groups = self.local.clone();
+        std::thread::spawn(move || {
+            for origin in signals.forever() {
+                if origin.process.is_some_and(|p| is_supervisor(p.pid)) {
+                    continue;
+                }
+                let sig = origin.signal;
+                groups.signal(sig);
+                for link in links.lock().unwrap_or_else(|p| p.into_inner()).iter_mut() {
+                    let _ = link.signal(sig);
+                }
+            }
+        });
+    }
+
+    /// Writes every task's output until all `total` tasks have ended;
+    /// the worst exit status (128 + the signal for a task killed by one).
+    fn collect(
+        &self,
+        rx: Receiver<(usize, Relayed)>,
+        total: u32,
+        request: &StepRequest,
+        output: &mut Output,
+    ) -> i32 {
+        let mut ended: HashMap<u32, i32> = HashMap::new();
+        let mut lost_nodes: Vec<usize> = Vec::new();
+        let mut kill_at: Option<Instant> = None;
+        let mut stopping = false;
+        while (ended.len() as u32) < total {
+            let wait = kill_at.map_or(Duration::from_secs(3600), |t| {
+                t.saturating_duration_since(Instant::now())
+            });
+            let (node, event) = match rx.recv_timeout(wait) {
+                Ok(e) => e,
+                Err(RecvTimeoutError::Timeout) => {
+                    self.signal(libc::SIGKILL);
+                    kill_at = None;
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+            };
+            let status = match event {
+                Relayed::Task(TaskEvent::Output { task, stderr, data }) => {
+                    output.write(task, stderr, &data);
+                    continue;
+                }
+                Relayed::Task(TaskEvent::Exited { task, code, signal }) => {
+                    output.flush_task(task);
+                    let status = if signal != 0 { 128 + signal } else { code };
+                    ended.insert(task, status);
+                    status
+                }
+                Relayed::Task(TaskEvent::Failed { task, why }) => {
+                    eprintln!("srun: error: task {task}: {why}");
+                    ended.insert(task, 1);
+                    1
+                }
+                Relayed::Lost(why) => {
+                    if !lost_nodes.contains(&node) {
+                        lost_nodes.push(node);
+                        eprintln!("srun: error: lost the tasks of node {node}: {why}");
+                    }
+                    continue;
+                }
+            };
+            if status != 0 && request.kill_on_bad_exit && !stopping {
+                stopping = true;
+                self.signal(libc::SIGTERM);
+                kill_at = Some(Instant::now() + BAD_EXIT_GRACE);
+            }
+        }
+        output.flush_all();
+        let unfinished = (ended.len() as u32) < total;
+        let worst = ended.values().copied().max().unwrap_or(0);
+        if unfinished {
+            worst.max(1)
+        } else {
+            worst
+        }
+    }
+}
+
+/// srun's output: each task's streams line by line, so that tasks'
+/// lines never mix (with `--label`, each prefixed with its task id);
+/// with `--unbuffered`, as it comes.
+struct Output {
+    label: bool,
+    unbuffered: bool,
+    partial: HashMap<(u32, bool), Vec<u8>>,
+    stdout: Box<dyn Write>,
+    stderr: Box<dyn Write>,
+}
+
+impl Output {
+    fn write(&mut self, task: u32, stderr: bool, data: &[u8]) {
+        if self.unbuffered && !self.label {
+            self.emit(stderr, data);
+            return;
+        }
+        let mut buffer = self.partial.remove(&(task, stderr)).unwrap_or_default();
+        buffer.extend_from_slice(data);
+        while let Some(end) = buffer.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = buffer.drain(..=end).collect();
+            self.emit_line(task, stderr, &line);
+        }
+        if buffer.len() > MAX_PARTIAL_LINE {
+            // A very long line goes out in pieces.
+            let piece = std::mem::take(&mut buffer);
+            self.emit_line(task, stderr, &piece);
+        }
+        self.partial.insert((task, stderr), buffer);
+    }
+
+    /// What is left of a task's last line once it has ended.
+    fn flush_task(&mut self, task: u32) {
+        for stderr in [false, true] {
+            if let Some(line) = self
+                .partial
+                .remove(&(task, stderr))
+                .filter(|r| !r.is_empty())
+            {
+                self.emit_line(task, stderr, &line);
+            }
+        }
+    }
+
+    fn emit_line(&mut self, task: u32, stderr: bool, line: &[u8]) {
+        if self.label {
+            let mut text = labelled(task, line);
+            if !text.ends_with(b"\n") {
+                text.push(b'\n');
+            }
+            self.emit(stderr, &text);
+        } else {
+            self.emit(stderr, line);
+        }
+    }
+
+    fn flush_all(&mut self) {
+        let tasks: Vec<u32> = self.partial.keys().map(|(t, _)| *t).collect();
+        for task in tasks {
+            self.flush_task(task);
+        }
+    }
+
+    fn emit(&mut self, stderr: bool, data: &[u8]) {
+        let to = if stderr {
+            &mut self.stderr
+        } else {
+            &mut self.stdout
+        };
+        let _ = to.write_all(data).and_then(|()| to.flush());
+    }
+}
+
+fn labelled(task: u32, line: &[u8]) -> Vec<u8> {
+    let mut text = format!("{task}: ").into_bytes();
+    text.extend_from_slice(line);
+    text
+}

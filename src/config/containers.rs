@@ -1,0 +1,115 @@
+//! The `[containers]` table: the OCI runtime and image store jobs'
+//! containers use, the mounts every container gets, and the registries
+//! images may be pulled from.
+
+use std::path::PathBuf;
+
+use toml::Spanned;
+
+use super::error::{ConfigError, Source};
+use super::raw::RawContainers;
+use super::types::Containers;
+use crate::model::container::{parse_mounts, ContainerMount};
+
+/// The `[containers]` table, checked.
+pub(super) fn containers(raw: RawContainers, src: &Source) -> Result<Containers, ConfigError> {
+    let defaults = Containers::default();
+    let absolute = |value: Option<Spanned<PathBuf>>, key: &str| match value {
+        None => Ok(None),
+        Some(p) if p.get_ref().is_absolute() => Ok(Some(p.into_inner())),
+        Some(p) => Err(src.fail(
+            Some(p.span()),
+            &format!("[containers] {key}"),
+            format!("'{}' is not an absolute path", p.get_ref().display()),
+        )),
+    };
+    let mut mounts = Vec::new();
+    for m in &raw.mounts {
+        mounts.extend(site_mounts(m, src)?);
+    }
+    let allowed_registries = match raw.allowed_registries {
+        None => None,
+        Some(list) => Some(
+            list.into_iter()
+                .map(|r| registry(r, src))
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+    };
+    Ok(Containers {
+        runtime: absolute(raw.runtime, "runtime")?.unwrap_or(defaults.runtime),
+        podman: absolute(raw.podman, "podman")?.unwrap_or(defaults.podman),
+        storage: absolute(raw.storage, "storage")?,
+        mounts,
+        allowed_registries,
+        allow_root: raw.allow_root.unwrap_or(false),
+    })
+}
+
+fn site_mounts(m: &Spanned<String>, src: &Source) -> Result<Vec<ContainerMount>, ConfigError> {
+    parse_mounts(m.get_ref()).map_err(|e| {
+        let message = e.to_string().replacen("--container-mounts: ", "", 1);
+        src.fail(Some(m.span()), "[containers] mounts", message)
+    })
+}
+
+/// A registry's host (`nvcr.io`, `registry.lab:5000`) or `*` for any.
+fn registry(r: Spanned<String>, src: &Source) -> Result<String, ConfigError> {
+    let name = r.get_ref().trim();
+    let ok = name == "*"
+        || (!name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b".-:_".contains(&b)));
+    if !ok {
+        return Err(src.fail(
+            Some(r.span()),
+            "[containers] allowed_registries",
+            format!("'{name}' is not a registry host such as nvcr.io or registry.lab:5000 (or * for any)"),
+        ));
+    }
+    Ok(name.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+    use std::path::Path;
+
+    #[test]
+    fn defaults_and_errors_that_name_the_line() {
+        let c = Config::parse("", Path::new("y.toml")).unwrap().containers;
+        assert_eq!(c.runtime, Path::new("/usr/bin/crun"));
+        assert!(c.may_pull_from("nvcr.io"));
+        let c = Config::parse(
+            "[containers]\nmounts = [\"/datasets:/datasets:ro\", \"/outputs\"]\nallowed_registries = [\"nvcr.io\"]\nstorage = \"/var/lib/ysched/images\"\n",
+            Path::new("y.toml"),
+        )
+        .unwrap()
+        .containers;
+        assert_eq!(c.mounts.len(), 2);
+        assert!(c.mounts[0].read_only);
+        assert!(c.may_pull_from("nvcr.io"));
+        assert!(!c.may_pull_from("docker.io"));
+        let e = Config::parse(
+            "[containers]\nmounts = [\"/a:/b:rx\"]\n",
+            Path::new("y.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("line 2") && e.contains("'rx' in '/a:/b:rx' is not one of ro, rw"),
+            "{e}"
+        );
+        let e = Config::parse("[containers]\nruntime = \"crun\"\n", Path::new("y.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("'crun' is not an absolute path"), "{e}");
+        let e = Config::parse(
+            "[containers]\nallowed_registries = [\"a b\"]\n",
+            Path::new("y.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("not a registry host"), "{e}");
+    }
+}

@@ -1,0 +1,333 @@
+//! Jobs over several nodes. The batch script runs on the first node; on
+//! each of the others (its peers) the job holds a part of its own: a run
+//! whose cgroup has that node's share of GPUs, CPUs and memory, and whose
+//! one process ignores signals and waits (Slurm's extern step), so that
+//! `srun`'s tasks there run inside it. The job is over when every part
+//! is: the batch script's end decides its state; a part that ends before
+//! the batch script does, or a node lost under it, ends the whole job
+//! NODE_FAIL (requeued unless it asked not to be). Until every part has
+//! ended, the job keeps all its GPUs, so that nothing of it still runs
+//! where the next job starts.
+
+use crate::exec::executor::Launch;
+use crate::exec::spec::{SignalTarget, StepCommand};
+use crate::exec::ExecError;
+use crate::model::job::{Job, JobId, JobState};
+
+use super::error::DaemonError;
+use super::state::Daemon;
+
+/// The script sent with a peer's part: its supervisor runs the task
+/// server (`ysstepd --serve-tasks`) instead, which ignores the signals
+/// meant for tasks (and SIGTERM: the supervisor ends it once the tasks
+/// are gone).
+pub(super) const HOLDER_SCRIPT: &str =
+    "#!/bin/sh\n# ysstepd runs the task server of this part of the job, not this script.\nexit 1\n";
+
+/// How a part of a job stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PartState {
+    Running,
+    Ended,
+    /// Its node was lost, or left the pool: nothing of it runs there.
+    Lost,
+}
+
+impl Daemon {
+    /// Job `job`'s part on its `index`th node, with where each of its
+    /// nodes is reached and this run's step key (for a job over several).
+    pub(super) fn placed_part(
+        &self,
+        job: &Job,
+        index: usize,
+        key: &str,
+    ) -> Option<(Job, crate::model::tasks::NodePart)> {
+        let (share, mut part) = job.part(index)?;
+        if part.nodes.len() > 1 {
+            part.addresses = part.nodes.iter().map(|n| self.node_address(n)).collect();
+            part.step_key = key.to_string();
+        }
+        Some((share, part))
+    }
+
+    /// Where node `name` is reached from the others: the address its
+    /// agent connects from; for the controller's own node, the address
+    /// the pool listens on when it names one; else its name.
+    fn node_address(&self, name: &str) -> String {
+        if let Some(ip) = self.pool.as_ref().and_then(|p| p.addresses.get(name)) {
+            return ip.to_string();
+        }
+        let local = self.nodes.local().is_some_and(|n| n.name() == name);
+        match self.config.pool.listen {
+            Some(listen) if local && !listen.ip().is_unspecified() => listen.ip().to_string(),
+            _ => name.to_string(),
+        }
+    }
+
+    /// Starts the parts of job `job` on its peers, after its batch part.
+    /// A peer that does not take its part ends the job NODE_FAIL.
+    pub(super) fn launch_peers(
+        &mut self,
+        job: &Job,
+        (environment, key): (&[(String, String)], &str),
+        user: &super::users::UserInfo,
+    ) -> Result<(), DaemonError> {
+        for index in 1..=job.peers.len() {
+            let Some((share, part)) = self.placed_part(job, index, key) else {
+                continue;
+            };
+            let name = share.node.clone().unwrap_or_default();
+            let launched = match self.nodes.named_mut(&name) {
+                Some(node) => node.executor.launch(Launch {
+                    job: &share,
+                    script: HOLDER_SCRIPT,
+                    args: &[],
+                    environment,
+                    home: &user.home,
+                    shell: &user.shell,
+                    part: Some(&part),
+                }),
+                None => Err(ExecError::Unreachable(format!("{name} left the pool"))),
+            };
+            if let Err(e) = launched {
+                let why = format!("its part on {name} could not start: {e}");
+                tracing::warn!(target: "ysched::exec", "job {}: {why}", job.id);
+                let now = self.now();
+                self.terminate(job.id, JobState::NodeFail, &why, now)?;
+                return Ok(());
+            }
+        }
+        tracing::info!(target: "ysched::exec", "job {} holds its parts on {}", job.id, job.peers.join(", "));
+        Ok(())
+    }
+
+    /// Delivers `command` to the job's parts on its peers: signals and
+    /// stops go to what runs in each part, not to its holder; what is
+    /// for the batch shell alone goes nowhere here.
+    pub(super) fn command_peers(&self, job: &Job, command: &StepCommand) {
+        let for_peers = match command {
+            StepCommand::Signal { target, .. } | StepCommand::Terminate { target, .. }
+                if *target == SignalTarget::BatchShell =>
+            {
+                match command {
+                    StepCommand::Terminate { grace_secs, .. } => StepCommand::Terminate {
+                        grace_secs: *grace_secs,
+                        signal: None,
+                        target: SignalTarget::Steps,
+                    },
+                    _ => return,
+                }
+            }
+            StepCommand::Signal { signal, .. } => StepCommand::Signal {
+                signal: *signal,
+                target: SignalTarget::Steps,
+            },
+            StepCommand::Terminate {
+                grace_secs, signal, ..
+            } => StepCommand::Terminate {
+                grace_secs: *grace_secs,
+                signal: *signal,
+                target: SignalTarget::Steps,
+            },
+        };
+        for peer in &job.peers {
+            let Some(node) = self.nodes.named(peer) else {
+                continue;
+            };
+            match node.executor.command(job.id, &for_peers) {
+                Ok(()) | Err(ExecError::Gone(_)) => {}
+                Err(e) => {
+                    tracing::warn!(target: "ysched::exec", "job {}: cannot reach its part on {peer}: {e}", job.id)
+                }
+            }
+        }
+    }
+
+    /// How the part of `job` on node `name` stands.
+    fn part_state(&self, job: &Job, name: &str) -> PartState {
+        let Some(node) = self.nodes.named(name) else {
+            return PartState::Lost;
+        };
+        let lost_run = |r: &super::nodes::RemoteNode| r.link.state().lost.contains(&job.id);
+        if node.remote.as_ref().is_some_and(|r| r.lost || lost_run(r))
+            || self
+                .policy
+                .lost_parts
+                .contains(&(job.id, job.restart_count, name.to_string()))
+        {
+            return PartState::Lost;
+        }
+        match node.executor.exit_of(job.id) {
+            Some(_) => PartState::Ended,
+            None => PartState::Running,
+        }
+    }
+
+    /// A part of multi-node job `id` ended (or its node was lost). While
+    /// others run, the job stops: all of it, NODE_FAIL, if the batch
+    /// script still runs; the rest of it, if the batch script ended.
+    /// Once every part has ended, the job ends as its batch script did,
+    /// or NODE_FAIL (requeued unless it asked not to be).
+    pub(super) fn part_ended(&mut self, id: JobId, now: i64) -> Result<(), DaemonError> {
+        let Some(job) = self.jobs.get(&id).map(|j| Job::clone(j)) else {
+            return Ok(());
+        };
+        let batch_node = job.node.clone().unwrap_or_default();
+        let batch = self.part_state(&job, &batch_node);
+        let peers: Vec<(String, PartState)> = job
+            .peers
+            .iter()
+            .map(|p| (p.clone(), self.part_state(&job, p)))
+            .collect();
+        let running: Vec<&str> = peers
+            .iter()
+            .filter(|(_, s)| *s == PartState::Running)
+            .map(|(p, _)| p.as_str())
+            .collect();
+        let failed = std::iter::once((batch_node.as_str(), batch))
+            .chain(peers.iter().map(|(p, s)| (p.as_str(), *s)))
+            .find(|(_, s)| *s == PartState::Lost)
+            .or_else(|| {
+                let early = batch == PartState::Running;
+                peers
+                    .iter()
+                    .find(|(_, s)| early && *s != PartState::Running)
+                    .map(|(p, s)| (p.as_str(), *s))
+            });
+        if let Some((node, state)) = failed {
+            if job.kill_reason != Some(JobState::NodeFail) {
+                let why = match state {
+                    PartState::Lost => format!("its node {node} was lost (NODE_FAIL)"),
+                    _ => format!("its part on {node} ended before its batch script (NODE_FAIL)"),
+                };
+                self.stop_all_parts(id, &why, now)?;
+            }
+        }
+        if batch == PartState::Running || !running.is_empty() {
+            if batch != PartState::Running && job.state == JobState::Running {
+                // The batch script is done: what is left of the job goes.
+                self.mark_completing(id, "its batch script ended; its other nodes stop", now)?;
+                self.command_peers(&job, &stop_now());
+            }
+            return Ok(());
+        }
+        self.all_parts_ended(id, batch, now)
+    }
+
+    /// Every part of job `id` has ended: its end is recorded.
+    fn all_parts_ended(
+        &mut self,
+        id: JobId,
+        batch: PartState,
+        now: i64,
+    ) -> Result<(), DaemonError> {
+        let Some(job) = self.jobs.get(&id).map(|j| Job::clone(j)) else {
+            return Ok(());
+        };
+        if job.kill_reason != Some(JobState::NodeFail) {
+            return self.batch_exited(id, now);
+        }
+        let why = job
+            .reason
+            .clone()
+            .unwrap_or_else(|| "a node of it failed (NODE_FAIL)".into());
+        crate::db::add_event_named(self.tx()?, id, now, "NODE_FAIL", Some(&why))?;
+        let exit = (batch == PartState::Ended)
+            .then(|| self.executor_of(id).and_then(|e| e.exit_of(id)))
+            .flatten()
+            .map(|r| r.exit);
+        if job.no_requeue {
+            return self.finish(id, JobState::NodeFail, now, exit, Some(why));
+        }
+        self.requeue_run(
+            id,
+            (now, now),
+            exit,
+            Some(format!("requeued: {why}")),
+            false,
+        )
+    }
+
+    /// Stops every part of job `id` for a failed node: it ends NODE_FAIL
+    /// once all have ended.
+    fn stop_all_parts(&mut self, id: JobId, why: &str, now: i64) -> Result<(), DaemonError> {
+        let Some(job) = self.jobs.job_mut(&id) else {
+            return Ok(());
+        };
+        job.kill_reason = Some(JobState::NodeFail);
+        job.reason = Some(why.to_string());
+        if job.state != JobState::Running {
+            // Stopping already (cancelled, timed out): the stop goes on,
+            // and the end is NODE_FAIL.
+            return Ok(());
+        }
+        self.mark_completing(id, why, now)?;
+        tracing::warn!(target: "ysched::daemon", "job {id} stopping: {why}");
+        self.send_terminate(id, self.config.kill_wait);
+        Ok(())
+    }
+
+    /// The job goes COMPLETING, keeping its GPUs until its processes are
+    /// gone.
+    fn mark_completing(&mut self, id: JobId, detail: &str, now: i64) -> Result<(), DaemonError> {
+        let Some(job) = self.jobs.job_mut(&id) else {
+            return Ok(());
+        };
+        if job.state != JobState::Running {
+            return Ok(());
+        }
+        job.state = JobState::Completing;
+        let job = job.clone();
+        let tx = self.tx()?;
+        crate::db::update_job(tx, &job)?;
+        crate::db::add_event(tx, id, now, JobState::Completing, Some(detail))?;
+        self.snapshot = None;
+        Ok(())
+    }
+
+    /// After a restart, or when node `name` says hello: the job's part
+    /// there found again. Whether it has ended (a part that never
+    /// started, or whose supervisor is gone, counts as lost).
+    pub(super) fn readopt_part(&mut self, id: JobId, name: &str) -> bool {
+        let Some(restart) = self.jobs.get(&id).map(|j| j.restart_count) else {
+            return false;
+        };
+        let Some(node) = self.nodes.named_mut(name) else {
+            return true;
+        };
+        use crate::exec::executor::Adoption;
+        match node.executor.adopt(id) {
+            Adoption::Alive { .. } | Adoption::Unreachable(_) => false,
+            Adoption::Exited(_) => true,
+            Adoption::Lost | Adoption::NeverStarted => {
+                tracing::warn!(target: "ysched::exec", "job {id}: its part on {name} is gone");
+                self.policy
+                    .lost_parts
+                    .insert((id, restart, name.to_string()));
+                true
+            }
+        }
+    }
+
+    /// After a restart: every part of multi-node job `id` found again;
+    /// whether any has ended.
+    pub(super) fn readopt_parts(&mut self, id: JobId) -> bool {
+        let Some(job) = self.jobs.get(&id).map(|j| Job::clone(j)) else {
+            return false;
+        };
+        let mut ended = false;
+        for name in job.node_names() {
+            ended |= self.readopt_part(id, name);
+        }
+        ended
+    }
+}
+
+/// What ends the parts that outlive their batch script: at once.
+fn stop_now() -> StepCommand {
+    StepCommand::Terminate {
+        grace_secs: 0,
+        signal: None,
+        target: SignalTarget::Steps,
+    }
+}

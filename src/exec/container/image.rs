@@ -1,0 +1,296 @@
+//! A job's image on this node, through podman's image store: found, or
+//! loaded from an archive the user may read, or pulled from an allowed
+//! registry (once per node however many jobs want it at once), then
+//! described: its layers, environment, working directory and digest.
+//!
+//! podman is used for what it does well (registries, archive formats,
+//! layer storage); the container itself is run by crun, in the job's own
+//! cgroup (see `super`).
+
+use std::fs;
+use std::io::{Seek, SeekFrom};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde::Deserialize;
+
+use crate::config::Containers;
+use crate::model::container::{registry_of, ImageRecord, ImageSource};
+
+use super::ContainerError;
+
+/// What a run needs of its image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Image {
+    pub record: ImageRecord,
+    /// Its layers' directories, the top one first.
+    pub layers: Vec<PathBuf>,
+    /// `NAME=VALUE`, as the image sets them.
+    pub env: Vec<String>,
+    pub workdir: Option<String>,
+}
+
+/// podman with the site's image store.
+pub struct Store<'a> {
+    pub site: &'a Containers,
+}
+
+/// The part of `podman image inspect` read here.
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct Inspected {
+    id: String,
+    #[serde(default)]
+    digest: String,
+    #[serde(default)]
+    config: InspectedConfig,
+    graph_driver: GraphDriver,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct InspectedConfig {
+    #[serde(default)]
+    env: Option<Vec<String>>,
+    #[serde(default)]
+    working_dir: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct GraphDriver {
+    name: String,
+    data: std::collections::BTreeMap<String, String>,
+}
+
+impl Store<'_> {
+    fn podman(&self) -> Command {
+        let mut command = Command::new(&self.site.podman);
+        if let Some(root) = &self.site.storage {
+            command
+                .arg("--root")
+                .arg(root)
+                .arg("--runroot")
+                .arg(root.join("run"));
+        }
+        command.stdin(Stdio::null());
+        command
+    }
+
+    /// Runs podman; its standard output, or its last error line.
+    fn run(&self, mut command: Command, what: &str) -> Result<String, ContainerError> {
+        let out = command.output().map_err(|e| ContainerError::Podman {
+            what: what.to_string(),
+            message: format!("cannot run {}: {e}", self.site.podman.display()),
+        })?;
+        if out.status.success() {
+            return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+        }
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let message = stderr
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("no message")
+            .trim()
+            .trim_start_matches("Error: ")
+            .to_string();
+        Err(ContainerError::Podman {
+            what: what.to_string(),
+            message,
+        })
+    }
+
+    fn exists(&self, reference: &str) -> bool {
+        let mut command = self.podman();
+        command
+            .args(["image", "exists", "--", reference])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        command.status().is_ok_and(|s| s.success())
+    }
+
+    /// The image a request names, made present on this node. `archive`
+    /// is the archive opened with the user's rights, for an archive image.
+    pub fn prepare(
+        &self,
+        source: &ImageSource<'_>,
+        archive: Option<&fs::File>,
+        locks: &Path,
+    ) -> Result<Image, ContainerError> {
+        match source {
+            ImageSource::Archive(path) => {
+                let file = archive.ok_or_else(|| ContainerError::Podman {
+                    what: format!("loading {path}"),
+                    message: "the archive was not opened".into(),
+                })?;
+                let name = self.load(path, file)?;
+                let mut image = self.describe(&name)?;
+                image.record.reference = path.to_string();
+                Ok(image)
+            }
+            ImageSource::Reference(reference) => {
+                if !self.exists(reference) {
+                    self.pull(reference, locks)?;
+                }
+                self.describe(reference)
+            }
+        }
+    }
+
+    /// Pulls `reference` unless another job on this node is pulling it:
+    /// then waits for that pull and uses its result.
+    fn pull(&self, reference: &str, locks: &Path) -> Result<(), ContainerError> {
+        let registry = registry_of(reference);
+        if !self.site.may_pull_from(registry) {
+            return Err(ContainerError::RegistryRefused {
+                image: reference.to_string(),
+                registry: registry.to_string(),
+            });
+        }
+        fs::create_dir_all(locks).map_err(|e| ContainerError::io("making", locks, e))?;
+        let lock_path = locks.join(format!("{}.lock", lock_name(reference)));
+        let lock = fs::File::create(&lock_path)
+            .map_err(|e| ContainerError::io("opening", &lock_path, e))?;
+        // SAFETY: flock on a descriptor this function owns; released when
+        // `lock` is closed at the end of this function.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(ContainerError::io("locking", &lock_path, e));
+        }
+        if self.exists(reference) {
+            return Ok(());
+        }
+        let mut command = self.podman();
+        command.args(["pull", "--quiet", "--", reference]);
+        self.run(command, &format!("pulling {reference}"))
+            .map(drop)
+            .map_err(|e| ContainerError::Missing {
+                image: reference.to_string(),
+                why: e.to_string(),
+            })
+    }
+
+    /// Loads an image archive (`podman save`, `docker save`, OCI), or
+    /// imports a root filesystem tar; returns the name it is stored under.
+    fn load(&self, path: &str, file: &fs::File) -> Result<String, ContainerError> {
+        let input = |file: &fs::File| -> Result<Stdio, ContainerError> {
+            let mut copy = file
+                .try_clone()
+                .map_err(|e| ContainerError::io("reading", Path::new(path), e))?;
+            copy.seek(SeekFrom::Start(0))
+                .map_err(|e| ContainerError::io("reading", Path::new(path), e))?;
+            Ok(Stdio::from(copy))
+        };
+        let mut command = self.podman();
+        command.arg("load").stdin(input(file)?);
+        let loaded = match self.run(command, &format!("loading {path}")) {
+            Ok(out) => out,
+            Err(load_error) => return self.import(path, file, input(file)?, load_error),
+        };
+        loaded
+            .lines()
+            .filter_map(|l| l.split_once(": ").map(|(_, names)| names))
+            .flat_map(|names| names.split(','))
+            .map(str::trim)
+            .find(|n| !n.is_empty())
+            .map(str::to_string)
+            .ok_or_else(|| ContainerError::NotAnImage {
+                path: path.to_string(),
+                why: "podman load named no image".into(),
+            })
+    }
+
+    /// A root filesystem as a tar file, imported under a name made of its
+    /// path (the record keeps the path, and the digest tells versions
+    /// apart).
+    fn import(
+        &self,
+        path: &str,
+        file: &fs::File,
+        input: Stdio,
+        load_error: ContainerError,
+    ) -> Result<String, ContainerError> {
+        let mut tar_magic = [0u8; 5];
+        let is_tar = {
+            use std::os::unix::fs::FileExt;
+            file.read_exact_at(&mut tar_magic, 257).is_ok() && &tar_magic == b"ustar"
+        };
+        if !is_tar {
+            return Err(ContainerError::NotAnImage {
+                path: path.to_string(),
+                why: load_error.to_string(),
+            });
+        }
+        let name = format!("localhost/ysched-archive:{}", lock_name(path));
+        let mut command = self.podman();
+        command.args(["import", "--quiet", "-", &name]).stdin(input);
+        self.run(command, &format!("importing {path}"))
+            .map_err(|e| ContainerError::NotAnImage {
+                path: path.to_string(),
+                why: e.to_string(),
+            })?;
+        Ok(name)
+    }
+
+    /// Its layers, environment, working directory and digest.
+    fn describe(&self, reference: &str) -> Result<Image, ContainerError> {
+        let mut command = self.podman();
+        command.args(["image", "inspect", "--", reference]);
+        let text = self.run(command, &format!("describing {reference}"))?;
+        let bad = |why: String| ContainerError::Podman {
+            what: format!("describing {reference}"),
+            message: why,
+        };
+        let mut list: Vec<Inspected> =
+            serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        let inspected = list.pop().ok_or_else(|| bad("no image".into()))?;
+        if inspected.graph_driver.name != "overlay" {
+            return Err(bad(format!(
+                "the image store uses podman's {} driver; ysched needs overlay",
+                inspected.graph_driver.name
+            )));
+        }
+        let data = &inspected.graph_driver.data;
+        let layers: Vec<PathBuf> = data
+            .get("UpperDir")
+            .into_iter()
+            .chain(data.get("LowerDir"))
+            .flat_map(|dirs| dirs.split(':'))
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .collect();
+        if layers.is_empty() {
+            return Err(bad("it has no layers".into()));
+        }
+        let digest = if inspected.digest.is_empty() {
+            format!("sha256:{}", inspected.id)
+        } else {
+            inspected.digest
+        };
+        Ok(Image {
+            record: ImageRecord {
+                reference: reference.to_string(),
+                digest,
+            },
+            layers,
+            env: inspected.config.env.unwrap_or_default(),
+            workdir: inspected.config.working_dir.filter(|w| !w.is_empty()),
+        })
+    }
+}
+
+/// A file name for `text`: its characters that are safe, and a hash that
+/// keeps different texts apart.
+fn lock_name(text: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut hasher);
+    let safe: String = text
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .take(64)
+        .collect();
+    format!("{}-{:016x}", safe.to_ascii_lowercase(), hasher.finish())
+}

@@ -1,0 +1,343 @@
+//! The two halves of starting a job in its container: [`prepare`], in
+//! the supervisor (the image made present and described, the bundle and
+//! its configuration written), and [`become_container`], in the job's
+//! forked child (mounts made in a private namespace, then crun executed).
+
+use std::ffi::CString;
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+
+use nix::mount::{MntFlags, MsFlags};
+use nix::sched::CloneFlags;
+
+use super::image::{Image, Store};
+use super::mounts::{self, FsIdentity};
+use super::{Bundle, ContainerError, ContainerLaunch, RuntimeConfig, SCRIPT_INSIDE};
+use crate::exec::spec::LaunchSpec;
+use crate::model::container::ImageSource;
+
+/// One mount to make: from the host path `source`, opened with the
+/// user's rights unless it is the system's own (`as_user` false).
+#[derive(Clone, Debug)]
+pub struct PlannedMount {
+    pub source: PathBuf,
+    pub destination: String,
+    pub read_only: bool,
+    pub as_user: bool,
+}
+
+/// A container ready to be entered.
+pub struct Prepared {
+    pub image: Image,
+    pub bundle: Bundle,
+    pub mounts: Vec<PlannedMount>,
+    pub argv: Vec<CString>,
+}
+
+/// Makes the image present and writes the bundle: everything that may
+/// take long or fail before the job's process is forked.
+pub fn prepare(
+    spec: &LaunchSpec,
+    launch: &ContainerLaunch,
+    job_dir: &Path,
+) -> Result<Prepared, ContainerError> {
+    let who = FsIdentity {
+        user: &spec.user,
+        uid: spec.uid,
+        gid: spec.gid,
+    };
+    let source = launch.request.source();
+    let archive = match &source {
+        ImageSource::Archive(path) => {
+            Some(mounts::as_user(&who, || File::open(path))?.map_err(|e| {
+                ContainerError::Mount {
+                    path: path.to_string(),
+                    why: format!("{e} (it is read with your rights)"),
+                }
+            })?)
+        }
+        ImageSource::Reference(_) => None,
+    };
+    let store = Store { site: &launch.site };
+    let image = store.prepare(&source, archive.as_ref(), &launch.pull_locks)?;
+    let bundle = Bundle::new(job_dir);
+    bundle.make()?;
+    let planned = planned_mounts(spec, launch);
+    let env = super::environment(
+        crate::exec::env::job_environment(spec),
+        &image.env,
+        &launch.request.env,
+    );
+    let cwd = working_directory(spec, launch, &planned, &image);
+    let groups = user_groups(spec)?;
+    let (passwd, group) =
+        super::account_files(&image.layers, (&spec.user, spec.uid, spec.gid), &spec.home);
+    for (path, text) in [(bundle.passwd(), passwd), (bundle.group(), group)] {
+        fs::write(&path, text).map_err(|e| ContainerError::io("writing", &path, e))?;
+    }
+    let mut args = vec![SCRIPT_INSIDE.to_string()];
+    args.extend(spec.args.iter().cloned());
+    let config = RuntimeConfig {
+        args,
+        env: &env,
+        cwd: &cwd,
+        user: (spec.uid, spec.gid, groups),
+        read_only: !launch.request.writable,
+        devices: &launch.devices,
+        as_root: spec.uid == 0,
+    };
+    let path = bundle.dir.join("config.json");
+    fs::write(&path, config.to_json()?).map_err(|e| ContainerError::io("writing", &path, e))?;
+    let name = format!("ysched-{}-{}", spec.job_id, spec.restart_count);
+    let argv = super::runtime_argv(&launch.site, &bundle, &name)
+        .into_iter()
+        .map(|a| {
+            CString::new(a).map_err(|_| ContainerError::Identity("a NUL byte in a path".into()))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Prepared {
+        image,
+        bundle,
+        mounts: planned,
+        argv,
+    })
+}
+
+/// The site's mounts, the user's home (unless not wanted), the job's.
+fn planned_mounts(spec: &LaunchSpec, launch: &ContainerLaunch) -> Vec<PlannedMount> {
+    let mut planned: Vec<PlannedMount> = launch
+        .site
+        .mounts
+        .iter()
+        .map(|m| PlannedMount {
+            source: PathBuf::from(&m.source),
+            destination: m.destination.clone(),
+            read_only: m.read_only,
+            as_user: true,
+        })
+        .collect();
+    // A user whose home does not exist (a service account) goes without.
+    if launch.request.mount_home && spec.home.is_dir() && spec.home != Path::new("/") {
+        planned.push(PlannedMount {
+            source: spec.home.clone(),
+            destination: spec.home.display().to_string(),
+            read_only: false,
+            as_user: true,
+        });
+    }
+    planned.extend(launch.request.mounts.iter().map(|m| PlannedMount {
+        source: PathBuf::from(&m.source),
+        destination: m.destination.clone(),
+        read_only: m.read_only,
+        as_user: true,
+    }));
+    for file in ["/etc/hosts", "/etc/resolv.conf"] {
+        if Path::new(file).is_file() {
+            planned.push(PlannedMount {
+                source: file.into(),
+                destination: file.into(),
+                read_only: true,
+                as_user: false,
+            });
+        }
+    }
+    planned
+}
+
+/// `--container-workdir`; else the job's working directory when a mount
+/// brings it in; else the image's; else `/`.
+fn working_directory(
+    spec: &LaunchSpec,
+    launch: &ContainerLaunch,
+    planned: &[PlannedMount],
+    image: &Image,
+) -> String {
+    if let Some(w) = &launch.request.workdir {
+        return w.clone();
+    }
+    let inside = planned.iter().find_map(|m| {
+        let rest = spec.work_dir.strip_prefix(&m.source).ok()?;
+        Some(Path::new(&m.destination).join(rest))
+    });
+    match inside {
+        Some(dir) => dir.display().to_string(),
+        None => image.workdir.clone().unwrap_or_else(|| "/".into()),
+    }
+}
+
+fn user_groups(spec: &LaunchSpec) -> Result<Vec<u32>, ContainerError> {
+    let name = CString::new(spec.user.as_str())
+        .map_err(|_| ContainerError::Identity("a NUL in the user name".into()))?;
+    let groups = nix::unistd::getgrouplist(&name, nix::unistd::Gid::from_raw(spec.gid))
+        .map_err(|e| ContainerError::Identity(format!("the groups of {}: {e}", spec.user)))?;
+    Ok(groups.into_iter().map(|g| g.as_raw()).collect())
+}
+
+/// In the job's forked child, in its cgroup and session, as root: opens
+/// the output files and the mounts' sources with the user's rights, makes
+/// the container's file system in a private mount namespace, puts the
+/// output on descriptors 1 and 2, and executes crun. Returns only on
+/// failure, with why.
+pub fn become_container(
+    spec: &LaunchSpec,
+    prepared: &Prepared,
+    script: &Path,
+    open_outputs: impl FnOnce() -> Result<(File, File, File), ContainerError>,
+) -> String {
+    let who = FsIdentity {
+        user: &spec.user,
+        uid: spec.uid,
+        gid: spec.gid,
+    };
+    // First: a mount can only be made from what was opened in the
+    // namespace it is made in.
+    if let Err(e) = private_namespace() {
+        return e.to_string();
+    }
+    let opened = mounts::as_user(&who, || -> Result<_, ContainerError> {
+        Ok((open_outputs()?, open_sources(&prepared.mounts, true)?))
+    });
+    let ((stdin, stdout, stderr), mut sources) = match opened.and_then(|o| o) {
+        Ok(opened) => opened,
+        Err(e) => return e.to_string(),
+    };
+    match open_sources(&prepared.mounts, false) {
+        Ok(system) => sources.extend(system),
+        Err(e) => return e.to_string(),
+    }
+    if let Err(e) = make_file_system(prepared, script, &sources) {
+        return e.to_string();
+    }
+    if let Err(e) = crate::exec::supervisor::dup_standard(&stdin, &stdout, &stderr) {
+        return e.to_string();
+    }
+    let env = [CString::new("PATH=/usr/sbin:/usr/bin:/sbin:/bin").unwrap_or_default()];
+    match nix::unistd::execve(&prepared.argv[0], &prepared.argv, &env) {
+        Err(e) => format!(
+            "cannot execute the container runtime {}: {e}",
+            prepared.argv[0].to_string_lossy()
+        ),
+        Ok(never) => match never {},
+    }
+}
+
+/// The sources of the mounts opened by the current identity: the user's
+/// (`by_user`) or the system's.
+fn open_sources(
+    planned: &[PlannedMount],
+    by_user: bool,
+) -> Result<Vec<(File, PlannedMount)>, ContainerError> {
+    planned
+        .iter()
+        .filter(|m| m.as_user == by_user)
+        .map(|m| Ok((mounts::open_source(&m.source)?, m.clone())))
+        .collect()
+}
+
+/// A mount namespace of this process's own, where host mounts still
+/// appear but its own stay; cgroup2 hidden from crun on a hybrid host.
+fn private_namespace() -> Result<(), ContainerError> {
+    let os = |what: &str| {
+        let what = what.to_string();
+        move |e: nix::errno::Errno| ContainerError::Mount {
+            path: what.clone(),
+            why: e.to_string(),
+        }
+    };
+    nix::sched::unshare(CloneFlags::CLONE_NEWNS).map_err(os("a private mount namespace"))?;
+    nix::mount::mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_SLAVE,
+        None::<&str>,
+    )
+    .map_err(os("/ (as a slave)"))?;
+    if super::hybrid_with_controllers() {
+        nix::mount::umount2("/sys/fs/cgroup/unified", MntFlags::MNT_DETACH)
+            .map_err(os("/sys/fs/cgroup/unified (hidden from crun)"))?;
+    }
+    Ok(())
+}
+
+/// The container's file system: the layers and every mount.
+fn make_file_system(
+    prepared: &Prepared,
+    script: &Path,
+    sources: &[(File, PlannedMount)],
+) -> Result<(), ContainerError> {
+    mount_layers(prepared)?;
+    let rootfs = prepared.bundle.rootfs();
+    let root = File::open(&rootfs).map_err(|e| ContainerError::io("opening", &rootfs, e))?;
+    for (file, m) in sources {
+        let is_dir = file.metadata().is_ok_and(|meta| meta.is_dir());
+        let target = mounts::open_destination(&root, &m.destination, !is_dir)?;
+        mounts::bind(file, &target, m.read_only, &m.source.display().to_string())?;
+    }
+    for (source, destination) in [
+        (script.to_path_buf(), SCRIPT_INSIDE),
+        (prepared.bundle.passwd(), "/etc/passwd"),
+        (prepared.bundle.group(), "/etc/group"),
+    ] {
+        let file = File::open(&source).map_err(|e| ContainerError::io("opening", &source, e))?;
+        let target = mounts::open_destination(&root, destination, true)?;
+        mounts::bind(&file, &target, true, destination)?;
+    }
+    Ok(())
+}
+
+/// The image's layers under the run's own writable layer, at the
+/// bundle's root. Layer paths are given relative to their common parent
+/// where they share one: the mount's options are limited to a page.
+fn mount_layers(prepared: &Prepared) -> Result<(), ContainerError> {
+    let layers = &prepared.image.layers;
+    let parent = layers
+        .first()
+        .and_then(|l| l.parent())
+        .and_then(|p| p.parent())
+        .map(Path::to_path_buf);
+    let relative: Option<Vec<String>> = parent.as_ref().and_then(|p| {
+        layers
+            .iter()
+            .map(|l| l.strip_prefix(p).ok().map(|r| r.display().to_string()))
+            .collect()
+    });
+    let lower = match (&parent, relative) {
+        (Some(p), Some(rel)) => {
+            std::env::set_current_dir(p).map_err(|e| ContainerError::io("entering", p, e))?;
+            rel.join(":")
+        }
+        _ => layers
+            .iter()
+            .map(|l| l.display().to_string())
+            .collect::<Vec<_>>()
+            .join(":"),
+    };
+    let options = format!(
+        "lowerdir={lower},upperdir={},workdir={}",
+        prepared.bundle.upper().display(),
+        prepared.bundle.work().display()
+    );
+    if options.len() >= 4000 {
+        return Err(ContainerError::Mount {
+            path: prepared.image.record.reference.clone(),
+            why: format!(
+                "its {} layers are more than one mount can join",
+                layers.len()
+            ),
+        });
+    }
+    let rootfs = prepared.bundle.rootfs();
+    let result = nix::mount::mount(
+        Some("overlay"),
+        &rootfs,
+        Some("overlay"),
+        MsFlags::MS_NODEV,
+        Some(options.as_str()),
+    );
+    let _ = std::env::set_current_dir("/");
+    result.map_err(|e| ContainerError::Mount {
+        path: format!("the image's layers at {}", rootfs.display()),
+        why: e.to_string(),
+    })
+}

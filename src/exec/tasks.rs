@@ -1,0 +1,303 @@
+//! The tasks of a step on this node: what `srun` starts inside a job. Each
+//! task is a child process with the step's command and environment, this
+//! node's own GPUs and names, and its place in the step (`SLURM_PROCID`,
+//! `SLURM_LOCALID`, `SLURM_NODEID`). Its output and its end come back as
+//! events on a channel, so that the same code serves `srun` on the batch
+//! node and the task server on every other node of the job.
+
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::mpsc::Sender;
+
+use serde::{Deserialize, Serialize};
+
+/// One step's tasks on one node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepOrder {
+    pub step: u32,
+    pub argv: Vec<String>,
+    /// The environment `srun` runs with; this node's own variables (its
+    /// GPUs, its name) replace those of the node `srun` runs on.
+    pub env: Vec<(String, String)>,
+    pub cwd: PathBuf,
+    /// This node's place among the step's nodes.
+    pub node_index: u32,
+    /// The step's task ids on this node, in order (`SLURM_PROCID`).
+    pub tasks: Vec<u32>,
+    pub ntasks: u32,
+    pub nodes: Vec<String>,
+    /// `--gpus-per-task`: each task sees only its own share of the
+    /// node's GPUs.
+    pub gpus_per_task: Option<u32>,
+}
+
+/// What a task did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TaskEvent {
+    Output {
+        task: u32,
+        stderr: bool,
+        data: Vec<u8>,
+    },
+    /// Its process ended: its exit code, or the signal that killed it.
+    Exited { task: u32, code: i32, signal: i32 },
+    /// It could not start.
+    Failed { task: u32, why: String },
+}
+
+impl TaskEvent {
+    pub fn task(&self) -> u32 {
+        match self {
+            TaskEvent::Output { task, .. }
+            | TaskEvent::Exited { task, .. }
+            | TaskEvent::Failed { task, .. } => *task,
+        }
+    }
+}
+
+/// The variables that describe the node a task runs on: taken from the
+/// node's own environment, never from the one `srun` sends.
+const NODE_VARIABLES: [&str; 7] = [
+    "CUDA_VISIBLE_DEVICES",
+    "SLURM_JOB_GPUS",
+    "YS_JOB_GPUS",
+    "GPU_DEVICE_ORDINAL",
+    "SLURMD_NODENAME",
+    "SLURM_NODEID",
+    "YS_STEP_KEY",
+];
+
+/// The tasks started, by process group, to signal.
+#[derive(Clone, Debug, Default)]
+pub struct RunningTasks {
+    groups: Vec<i32>,
+}
+
+impl RunningTasks {
+    /// Sends `signal` to every task's process group (what it started
+    /// too); those already gone are skipped.
+    pub fn signal(&self, signal: i32) {
+        for &group in &self.groups {
+            // SAFETY: kill(2) with a negative pid signals a process group.
+            unsafe {
+                libc::kill(-group, signal);
+            }
+        }
+    }
+}
+
+/// Starts `order`'s tasks here, with `node_env` (this node's part's
+/// environment) for the node's own variables; their output and ends go to
+/// `events`.
+pub fn start(
+    order: &StepOrder,
+    node_env: &[(String, String)],
+    events: &Sender<TaskEvent>,
+) -> RunningTasks {
+    let mut running = RunningTasks::default();
+    let visible: Vec<String> = node_env
+        .iter()
+        .find(|(k, _)| k == "CUDA_VISIBLE_DEVICES")
+        .map(|(_, v)| {
+            v.split(',')
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default();
+    for (localid, &task) in order.tasks.iter().enumerate() {
+        let env = task_environment(order, node_env, &visible, task, localid as u32);
+        match spawn(order, env, task, events.clone()) {
+            Ok(group) => running.groups.push(group),
+            Err(e) => {
+                let program = order.argv.first().map_or("", String::as_str);
+                let why = format!("{program}: {e}");
+                let _ = events.send(TaskEvent::Failed { task, why });
+            }
+        }
+    }
+    running
+}
+
+/// The environment of task `task`, the `localid`th on this node.
+fn task_environment(
+    order: &StepOrder,
+    node_env: &[(String, String)],
+    visible: &[String],
+    task: u32,
+    localid: u32,
+) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = order
+        .env
+        .iter()
+        .filter(|(k, _)| !NODE_VARIABLES.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    env.extend(
+        node_env
+            .iter()
+            .filter(|(k, _)| NODE_VARIABLES.contains(&k.as_str()) && k != "YS_STEP_KEY")
+            .cloned(),
+    );
+    let mut set = |k: &str, v: String| {
+        env.retain(|(name, _)| name != k);
+        env.push((k.to_string(), v));
+    };
+    let nodelist = crate::model::hostlist::compress(&order.nodes);
+    set("SLURM_PROCID", task.to_string());
+    set("SLURM_LOCALID", localid.to_string());
+    set("SLURM_NODEID", order.node_index.to_string());
+    set("SLURM_STEP_ID", order.step.to_string());
+    set("SLURM_STEPID", order.step.to_string());
+    set("SLURM_STEP_NUM_TASKS", order.ntasks.to_string());
+    set("SLURM_STEP_NUM_NODES", order.nodes.len().to_string());
+    set("SLURM_STEP_NODELIST", nodelist);
+    if let Some(g) = order.gpus_per_task {
+        let from = (localid * g) as usize;
+        let mine: Vec<&str> = visible
+            .iter()
+            .skip(from)
+            .take(g as usize)
+            .map(String::as_str)
+            .collect();
+        set("CUDA_VISIBLE_DEVICES", mine.join(","));
+    }
+    env
+}
+
+/// Starts one task in a process group of its own; its output is read,
+/// and its end reported, by a thread of its own.
+fn spawn(
+    order: &StepOrder,
+    env: Vec<(String, String)>,
+    task: u32,
+    events: Sender<TaskEvent>,
+) -> std::io::Result<i32> {
+    let Some(program) = order.argv.first() else {
+        return Err(std::io::Error::other("no command to run"));
+    };
+    let mut child = Command::new(program)
+        .args(&order.argv[1..])
+        .env_clear()
+        .envs(env)
+        .current_dir(&order.cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()?;
+    let group = child.id() as i32;
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    std::thread::spawn(move || {
+        let err_events = events.clone();
+        let err_reader =
+            stderr.map(|s| std::thread::spawn(move || pump(s, task, true, &err_events)));
+        if let Some(s) = stdout {
+            pump(s, task, false, &events);
+        }
+        if let Some(r) = err_reader {
+            let _ = r.join();
+        }
+        let event = match child.wait() {
+            Ok(status) => TaskEvent::Exited {
+                task,
+                code: status.code().unwrap_or(0),
+                signal: status.signal().unwrap_or(0),
+            },
+            Err(e) => TaskEvent::Failed {
+                task,
+                why: format!("cannot wait for it: {e}"),
+            },
+        };
+        let _ = events.send(event);
+    });
+    Ok(group)
+}
+
+/// Sends what `from` gives as output events until it ends.
+fn pump(mut from: impl Read, task: u32, stderr: bool, events: &Sender<TaskEvent>) {
+    let mut buf = vec![0u8; 16 << 10];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                let data = buf[..n].to_vec();
+                if events
+                    .send(TaskEvent::Output { task, stderr, data })
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn order(argv: &[&str], tasks: Vec<u32>, gpus_per_task: Option<u32>) -> StepOrder {
+        StepOrder {
+            step: 0,
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            env: vec![
+                ("PATH".into(), "/usr/bin:/bin".into()),
+                ("CUDA_VISIBLE_DEVICES".into(), "elsewhere".into()),
+            ],
+            cwd: "/".into(),
+            node_index: 1,
+            tasks,
+            ntasks: 4,
+            nodes: vec!["gpu01".into(), "gpu02".into()],
+            gpus_per_task,
+        }
+    }
+
+    /// Every event until each task has ended, per task: output, and how
+    /// it ended.
+    fn run(order: &StepOrder, node_env: &[(String, String)]) -> Vec<(u32, String, i32)> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        start(order, node_env, &tx);
+        drop(tx);
+        let mut seen: std::collections::BTreeMap<u32, (String, i32)> = Default::default();
+        for event in rx {
+            let entry = seen.entry(event.task()).or_default();
+            match event {
+                TaskEvent::Output { data, .. } => entry.0 += &String::from_utf8_lossy(&data),
+                TaskEvent::Exited { code, .. } => entry.1 = code,
+                TaskEvent::Failed { why, .. } => entry.0 += &why,
+            }
+        }
+        seen.into_iter().map(|(t, (o, c))| (t, o, c)).collect()
+    }
+
+    #[test]
+    fn each_task_knows_its_place_and_its_own_gpus() {
+        let node_env = vec![("CUDA_VISIBLE_DEVICES".to_string(), "0,1,2,3".to_string())];
+        let script = "echo $SLURM_PROCID/$SLURM_LOCALID/$SLURM_NODEID/$SLURM_STEP_NUM_TASKS:$CUDA_VISIBLE_DEVICES; exit $SLURM_LOCALID";
+        let o = order(&["/bin/sh", "-c", script], vec![2, 3], Some(2));
+        assert_eq!(
+            run(&o, &node_env),
+            vec![
+                (2, "2/0/1/4:0,1\n".to_string(), 0),
+                (3, "3/1/1/4:2,3\n".to_string(), 1)
+            ]
+        );
+        let o = order(
+            &["/bin/sh", "-c", "echo $CUDA_VISIBLE_DEVICES"],
+            vec![0],
+            None,
+        );
+        assert_eq!(
+            run(&o, &node_env)[0].1,
+            "0,1,2,3\n",
+            "the node's own, not srun's"
+        );
+        let o = order(&["/no/such/program"], vec![0], None);
+        assert!(run(&o, &node_env)[0].1.contains("/no/such/program"));
+    }
+}

@@ -1,0 +1,471 @@
+//! Jobs in container images (`--container-image`), run by Debian's crun
+//! with images in podman's store, as root on the real kernel: the image
+//! is built here with no registry (Debian's busybox-static imported as a
+//! root file system), into a store that lives with the test.
+//!
+//! The script runs inside as its user, in the job's cgroup, with only its
+//! own fake GPU; mounts are made with the user's rights; cancel, time
+//! limit and the memory limit reach the container's processes; a missing
+//! image or a refused registry fails the job with a reason.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::common::{self, stderr, stdout, Cluster, TestUser};
+
+const LONG: Duration = Duration::from_secs(60);
+const IMAGE: &str = "localhost/ystest:1";
+
+/// Whether crun, podman and busybox-static are here; CI installs them
+/// and sets YSCHED_REQUIRE_CONTAINERS, so there these tests cannot skip.
+fn containers_available(test: &str) -> bool {
+    let have = ["/usr/bin/crun", "/usr/bin/podman", "/bin/busybox"]
+        .iter()
+        .all(|p| Path::new(p).exists());
+    if !have {
+        assert!(
+            std::env::var_os("YSCHED_REQUIRE_CONTAINERS").is_none(),
+            "YSCHED_REQUIRE_CONTAINERS is set but crun, podman or busybox-static is missing"
+        );
+        common::skip(test, "crun, podman or busybox-static is not installed");
+    }
+    have
+}
+
+/// A root file system of busybox: a shell and the usual tools, a marker
+/// file that says which image this is, and root in /etc/passwd.
+fn rootfs_tar(dir: &Path) -> PathBuf {
+    let root = dir.join("rootfs");
+    for d in ["bin", "etc", "tmp"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    std::fs::set_permissions(root.join("tmp"), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    std::fs::copy("/bin/busybox", root.join("bin/busybox")).unwrap();
+    let tools = [
+        "sh", "cat", "ls", "id", "echo", "sleep", "env", "pwd", "touch", "head", "tr", "grep",
+        "whoami", "mkdir", "true",
+    ];
+    for tool in tools {
+        std::os::unix::fs::symlink("busybox", root.join("bin").join(tool)).unwrap();
+    }
+    std::fs::write(root.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n").unwrap();
+    std::fs::write(root.join("etc/group"), "root:x:0:\n").unwrap();
+    std::fs::write(root.join("image-marker"), "ysched test image\n").unwrap();
+    let tar = dir.join("rootfs.tar");
+    let out = Command::new("tar")
+        .arg("-C")
+        .arg(&root)
+        .arg("-cf")
+        .arg(&tar)
+        .arg(".")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "tar: {}", stderr(&out));
+    tar
+}
+
+/// podman on the test's own image store.
+fn podman(store: &Path) -> Command {
+    let mut c = Command::new("/usr/bin/podman");
+    c.arg("--root")
+        .arg(store)
+        .arg("--runroot")
+        .arg(store.join("run"));
+    c
+}
+
+/// A cluster with four fake GPUs and an image store holding IMAGE;
+/// `containers` is added to its `[containers]` table.
+struct Setup {
+    c: Cluster,
+    store: PathBuf,
+    devices: tempfile::TempDir,
+}
+
+impl Setup {
+    fn new(containers: &str) -> Setup {
+        let devices = tempfile::Builder::new()
+            .prefix("ysched-dev-")
+            .tempdir()
+            .unwrap();
+        std::fs::set_permissions(devices.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        for i in 0..4 {
+            nix::sys::stat::mknod(
+                &devices.path().join(format!("nvidia{i}")),
+                nix::sys::stat::SFlag::S_IFCHR,
+                nix::sys::stat::Mode::from_bits_truncate(0o666),
+                nix::sys::stat::makedev(195, i),
+            )
+            .unwrap();
+        }
+        let gpus = format!(
+            "[[gpus]]\ntype = \"a100\"\nmemory = \"80GiB\"\ndevices = \"{}/nvidia[0-3]\"\n",
+            devices.path().display()
+        );
+        let scratch = tempfile::Builder::new()
+            .prefix("ysched-images-")
+            .tempdir()
+            .unwrap()
+            .keep();
+        let store = scratch.join("store");
+        let extra = format!(
+            "[containers]\nstorage = \"{}\"\n{containers}\n",
+            store.display()
+        );
+        let mut c = Cluster::with_gpus(&extra, &gpus);
+        let tar = rootfs_tar(&scratch);
+        let out = podman(&store)
+            .arg("import")
+            .arg(&tar)
+            .arg(IMAGE)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "podman import: {}", stderr(&out));
+        std::fs::rename(&tar, c.dir.path().join("rootfs.tar")).unwrap();
+        let _ = std::fs::remove_dir_all(scratch.join("rootfs"));
+        c.start();
+        std::fs::write(c.work.join("devdir"), devices.path().display().to_string()).unwrap();
+        Setup { c, store, devices }
+    }
+
+    fn submit_as(&self, user: &TestUser, args: &[&str]) -> u64 {
+        let out = self
+            .c
+            .run_as(&user.name, "ysbatch", &[&["--parsable"], args].concat());
+        assert!(out.status.success(), "ysbatch {args:?}: {}", stderr(&out));
+        stdout(&out).trim().parse().unwrap()
+    }
+
+    fn work_mount(&self) -> String {
+        format!("--container-mounts={}:/work", self.c.work.display())
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        self.c.stop();
+        let _ = podman(&self.store)
+            .args(["rmi", "--all", "--force"])
+            .output();
+        let _ = Command::new("umount")
+            .arg("-R")
+            .arg(self.store.join("overlay"))
+            .output();
+        if let Some(scratch) = self.store.parent() {
+            let _ = std::fs::remove_dir_all(scratch);
+        }
+        let _ = &self.devices;
+    }
+}
+
+/// What the script inside prints about where it is.
+const INSIDE: &str = r#"#!/bin/sh
+echo "marker=$(cat /image-marker)"
+echo "uid=$(id -u) user=$(whoami) pwd=$(pwd)"
+echo "visible=$CUDA_VISIBLE_DEVICES job=$SLURM_JOB_ID"
+dev=$(cat /work/devdir)
+echo "devices=$(ls $dev | tr '\n' ' ')"
+for f in $dev/nvidia*; do
+  msg=$( (exec 3<"$f") 2>&1 )
+  case "$msg" in
+    *"No such device or address"*) echo "$(basename $f) opens" ;;
+    *) echo "$(basename $f) $msg" ;;
+  esac
+done
+grep -E 'memory|devices' /proc/self/cgroup | head -2
+exit 3
+"#;
+
+#[test]
+fn a_job_runs_in_its_image_as_its_user_in_its_cgroup_with_only_its_gpu() {
+    require_root!();
+    if !containers_available(module_path!()) {
+        return;
+    }
+    let s = Setup::new("");
+    let ana = TestUser::create("ctr");
+    s.c.script("inside.sh", INSIDE);
+    let id = s.submit_as(
+        &ana,
+        &[
+            "-G",
+            "1",
+            "--container-image",
+            IMAGE,
+            &s.work_mount(),
+            "inside.sh",
+        ],
+    );
+    assert_eq!(s.c.wait_done(id, LONG), "FAILED");
+    assert_eq!(
+        s.c.field(id, "ExitCode"),
+        "3:0",
+        "{}",
+        s.c.field(id, "Reason")
+    );
+    let out = s.c.output_of(id);
+    assert!(out.contains("marker=ysched test image"), "{out}");
+    assert!(
+        out.contains(&format!("uid={} user={} pwd=/work", ana.uid, ana.name)),
+        "{out}"
+    );
+    assert!(out.contains(&format!("visible=0 job={id}")), "{out}");
+    // Only its own GPU exists inside, and the job's cgroup lets it open it.
+    let gpu = out
+        .lines()
+        .find_map(|l| l.strip_prefix("devices="))
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    assert!(gpu.starts_with("nvidia") && !gpu.contains(' '), "{out}");
+    assert!(out.contains(&format!("{gpu} opens")), "{out}");
+    assert!(
+        out.contains(&format!("job_{id}")),
+        "in the job's cgroup: {out}"
+    );
+    let image = s.c.field(id, "ContainerImage");
+    assert!(image.starts_with(&format!("{IMAGE}@sha256:")), "{image}");
+    let json = stdout(&s.c.run("ysacct", &["-j", &id.to_string(), "--json"]));
+    assert!(json.contains("sha256:"), "{json}");
+    let audit = stdout(&s.c.run("yscontrol", &["show", "audit"]));
+    assert!(
+        audit.contains(&format!("job {id} ran in {image}")),
+        "{audit}"
+    );
+    // Nothing of the container is left: no process, no mount, no layer.
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts.contains(&format!("jobs/{id}/container")),
+        "{mounts}"
+    );
+}
+
+#[test]
+fn mounts_are_made_with_the_users_rights_and_read_only_where_declared() {
+    require_root!();
+    if !containers_available(module_path!()) {
+        return;
+    }
+    let s = Setup::new("");
+    let ana = TestUser::create("ctm");
+    let private = s.c.dir.path().join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let shared = s.c.dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::write(shared.join("data.txt"), "dataset\n").unwrap();
+    s.c.script(
+        "ro.sh",
+        "#!/bin/sh\ncat /data/data.txt\ntouch /data/new 2>&1 || echo refused\ntouch /work/ok && echo wrote\n",
+    );
+    let mounts = format!(
+        "--container-mounts={}:/work,{}:/data:ro",
+        s.c.work.display(),
+        shared.display()
+    );
+    let ro = s.submit_as(&ana, &["--container-image", IMAGE, &mounts, "ro.sh"]);
+    assert_eq!(s.c.wait_done(ro, LONG), "COMPLETED");
+    let out = s.c.output_of(ro);
+    assert!(out.contains("dataset"), "{out}");
+    assert!(out.contains("Read-only file system"), "{out}");
+    assert!(out.contains("wrote"), "{out}");
+    assert!(!shared.join("new").exists());
+    // Root could mount it; the user may not read it, so neither may the job.
+    let mounts = format!("--container-mounts={}:/secret", private.display());
+    let denied = s.submit_as(&ana, &["--container-image", IMAGE, &mounts, "ro.sh"]);
+    assert_eq!(s.c.wait_done(denied, LONG), "FAILED");
+    let reason = s.c.field(denied, "Reason");
+    assert!(
+        reason.contains(&format!("cannot mount {}", private.display()))
+            && reason.contains("Permission denied"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn cancel_time_limit_and_memory_reach_the_processes_in_the_container() {
+    require_root!();
+    if !containers_available(module_path!()) {
+        return;
+    }
+    let s = Setup::new("");
+    let ana = TestUser::create("cts");
+    s.c.script(
+        "trap.sh",
+        "#!/bin/sh\ntrap 'echo got TERM; exit 5' TERM\necho started\nsleep 300 &\nwait\n",
+    );
+    let mount = s.work_mount();
+    let cancelled = s.submit_as(&ana, &["--container-image", IMAGE, &mount, "trap.sh"]);
+    common::wait_for("the job to start", LONG, || {
+        s.c.output_of(cancelled).contains("started")
+    });
+    let out = s.c.run_as(&ana.name, "yscancel", &[&cancelled.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(s.c.wait_done(cancelled, LONG), "CANCELLED");
+    let out = s.c.output_of(cancelled);
+    assert_eq!(
+        out.matches("got TERM").count(),
+        1,
+        "the trap ran once: {out}"
+    );
+    let timed = s.submit_as(
+        &ana,
+        &[
+            "-t",
+            "0:03",
+            "--container-image",
+            IMAGE,
+            &mount,
+            "--wrap",
+            "sleep 300",
+        ],
+    );
+    assert_eq!(s.c.wait_done(timed, LONG), "TIMEOUT");
+    let big = s.submit_as(
+        &ana,
+        &[
+            "--mem",
+            "32M",
+            "--container-image",
+            IMAGE,
+            &mount,
+            "--wrap",
+            "x=$(head -c 100000000 /dev/zero | tr '\\0' a); echo ${#x}",
+        ],
+    );
+    assert_eq!(s.c.wait_done(big, LONG), "OUT_OF_MEMORY");
+    let left = Command::new("pgrep")
+        .args(["-u", &ana.name])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&left).trim().is_empty(),
+        "processes left: {}",
+        stdout(&left)
+    );
+}
+
+#[test]
+fn images_from_archives_and_the_errors_that_end_a_job_with_a_reason() {
+    require_root!();
+    if !containers_available(module_path!()) {
+        return;
+    }
+    let s = Setup::new("allowed_registries = [\"localhost\", \"nvcr.io\"]");
+    let ana = TestUser::create("cta");
+    let archive = s.c.dir.path().join("yolo.tar");
+    let out = podman(&s.store)
+        .args(["save", "--format", "oci-archive", "-o"])
+        .arg(&archive)
+        .arg(IMAGE)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "podman save: {}", stderr(&out));
+    std::fs::set_permissions(&archive, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let loaded = s.submit_as(
+        &ana,
+        &[
+            "--container-image",
+            archive.to_str().unwrap(),
+            "--wrap",
+            "cat /image-marker",
+        ],
+    );
+    assert_eq!(s.c.wait_done(loaded, LONG), "COMPLETED");
+    assert!(s.c.output_of(loaded).contains("ysched test image"));
+    let image = s.c.field(loaded, "ContainerImage");
+    assert!(
+        image.starts_with(&format!("{}@sha256:", archive.display())),
+        "{image}"
+    );
+    // A root file system as a plain tar file is imported.
+    let rootfs = s.c.dir.path().join("rootfs.tar");
+    std::fs::set_permissions(&rootfs, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let imported = s.submit_as(
+        &ana,
+        &[
+            "--container-image",
+            rootfs.to_str().unwrap(),
+            "--wrap",
+            "cat /image-marker",
+        ],
+    );
+    assert_eq!(s.c.wait_done(imported, LONG), "COMPLETED");
+    let failures = [
+        (
+            "localhost/nosuch:1",
+            "is not on this node and could not be pulled",
+        ),
+        (
+            "docker.io/library/busybox:1",
+            "registry docker.io is not in this site's allowed_registries",
+        ),
+    ];
+    let junk = s.c.dir.path().join("junk.tar");
+    std::fs::write(&junk, "not an image at all\n").unwrap();
+    std::fs::set_permissions(&junk, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let secret = s.c.dir.path().join("secret.tar");
+    std::fs::copy(&archive, &secret).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let junk_text = junk.display().to_string();
+    let secret_text = secret.display().to_string();
+    let more = [
+        (junk_text.as_str(), "is not an image archive"),
+        (secret_text.as_str(), "Permission denied"),
+    ];
+    for (image, why) in failures.iter().chain(more.iter()) {
+        let id = s.submit_as(&ana, &["--container-image", image, "--wrap", "true"]);
+        assert_eq!(s.c.wait_done(id, LONG), "FAILED", "{image}");
+        let reason = s.c.field(id, "Reason");
+        assert!(reason.contains(why), "{image}: {reason}");
+    }
+}
+
+#[test]
+fn container_options_are_checked_at_submit() {
+    let c = Cluster::started("[containers]\nruntime = \"/nonexistent/crun\"\n");
+    for (args, error) in [
+        (
+            vec!["--container-image", "yolo;rm -rf /", "--wrap", "true"],
+            "--container-image: 'yolo;rm -rf /' has a character an image name cannot hold",
+        ),
+        (
+            vec!["--container-mounts", "/a:/b", "--wrap", "true"],
+            "--container-mounts needs --container-image",
+        ),
+        (
+            vec![
+                "--container-image",
+                "x",
+                "--container-mounts",
+                "/a:/b:rx",
+                "--wrap",
+                "true",
+            ],
+            "'rx' in '/a:/b:rx' is not one of ro, rw",
+        ),
+        (
+            vec![
+                "--container-image",
+                "x",
+                "--container-writable",
+                "--container-readonly",
+                "--wrap",
+                "true",
+            ],
+            "--container-writable and --container-readonly exclude each other",
+        ),
+        (
+            vec!["--container-image", "yolo:v8", "--wrap", "true"],
+            "/nonexistent/crun (package crun)",
+        ),
+    ] {
+        let out = c.run("ysbatch", &args);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(stderr(&out).contains(error), "{args:?}: {}", stderr(&out));
+    }
+    let out = c.run("ysqueue", &["-h"]);
+    assert_eq!(stdout(&out), "", "nothing was queued");
+}

@@ -1,0 +1,342 @@
+//! Jobs over several nodes of a pool (network namespaces, as in `pool`):
+//! one job holds GPUs on three nodes at once, its batch script runs on the
+//! first, `srun` starts its tasks on all three (each as the job's user, in
+//! the job's cgroup on its node, with its own GPUs and place), and a node
+//! lost under it ends the whole job NODE_FAIL with nothing of it left
+//! running anywhere. Root only, as `pool`.
+
+use std::time::{Duration, Instant};
+
+use crate::common::{self, bin_dir, stderr};
+use crate::pool::{ip, lines_of, Pool, LONG};
+
+/// A directory with `srun` (the compat layer), for job scripts' PATH.
+fn shims(p: &Pool) -> String {
+    let dir = p.controller.dir.path().join("srun-shims");
+    let _ = std::fs::create_dir(&dir);
+    let _ = std::os::unix::fs::symlink(bin_dir().join("ysched-slurm"), dir.join("srun"));
+    let _ = std::os::unix::fs::symlink(bin_dir().join("ysched-slurm"), dir.join("scontrol"));
+    dir.display().to_string()
+}
+
+/// The processes left in the job cgroups under each agent's parent, in
+/// every hierarchy (cgroup v2's one, or v1's per controller).
+fn processes_left(p: &Pool) -> Vec<String> {
+    let root = std::path::Path::new("/sys/fs/cgroup");
+    let mut parents = Vec::new();
+    for agent in &p.agents {
+        parents.push(root.join(agent.cgroup_parent()));
+        for hierarchy in std::fs::read_dir(root).into_iter().flatten().flatten() {
+            parents.push(hierarchy.path().join(agent.cgroup_parent()));
+        }
+    }
+    let mut left = Vec::new();
+    for parent in parents {
+        let Ok(groups) = std::fs::read_dir(&parent) else {
+            continue;
+        };
+        for group in groups.flatten().filter(|g| g.path().is_dir()) {
+            let procs =
+                std::fs::read_to_string(group.path().join("cgroup.procs")).unwrap_or_default();
+            left.extend(
+                procs
+                    .lines()
+                    .map(|pid| format!("{}: {pid}", group.path().display())),
+            );
+        }
+    }
+    left
+}
+
+macro_rules! require_root_for_nodes {
+    () => {
+        if !common::is_root() {
+            common::skip(
+                module_path!(),
+                "multi-node tests need root (network namespaces, cgroups)",
+            );
+            return;
+        }
+    };
+}
+
+#[test]
+fn a_three_node_job_runs_srun_tasks_on_every_node_with_their_own_place_and_gpus() {
+    require_root_for_nodes!();
+    let p = Pool::new(3, "");
+    let path = shims(&p);
+    p.controller.script(
+        "ddp.sh",
+        &format!(
+            "#!/bin/sh\n#SBATCH -N 3 --gres=gpu:2 --ntasks-per-node=2 --gpus-per-task=1 -t 5\n\
+             export PATH={path}:$PATH\n\
+             echo \"list=$SLURM_JOB_NODELIST nodes=$SLURM_NNODES ntasks=$SLURM_NTASKS per_node=$SLURM_TASKS_PER_NODE\"\n\
+             echo \"hosts=$(scontrol show hostnames $SLURM_JOB_NODELIST | tr '\\n' ' ')\"\n\
+             srun --label sh -c 'echo \"rank=$SLURM_PROCID local=$SLURM_LOCALID node=$SLURM_NODEID on=$SLURMD_NODENAME gpus=$CUDA_VISIBLE_DEVICES world=$SLURM_NTASKS master=$MASTER_ADDR:$MASTER_PORT cg=$(grep -c job_$SLURM_JOB_ID /proc/self/cgroup)\"' | sed 's/cg=[1-9][0-9]*$/cg=yes/'\n\
+             echo srun=$?\n\
+             srun --kill-on-bad-exit=0 -n 3 sh -c 'exit $SLURM_PROCID'\n\
+             echo worst=$?\n\
+             srun -n 2 sh -c '[ $SLURM_PROCID = 0 ] && exit 3; exec sleep 60'\n\
+             echo bad=$?\n"
+        ),
+    );
+    let id = p.controller.submit(&["ddp.sh"]);
+    assert_eq!(
+        p.controller.wait_done(id, LONG),
+        "COMPLETED",
+        "{}",
+        p.controller.log()
+    );
+    assert_eq!(p.controller.field(id, "NodeList"), "gpu[10-12]");
+    let lines = lines_of(&p, &format!("ys-{id}.out"));
+    let text = lines.join("\n");
+    assert!(
+        text.contains("list=gpu[10-12] nodes=3 ntasks=6 per_node=2(x3)"),
+        "{text}"
+    );
+    assert!(text.contains("hosts=gpu10 gpu11 gpu12 "), "{text}");
+    let master = p.net_address(0);
+    for rank in 0..6u32 {
+        let (node, local) = (rank / 2, rank % 2);
+        let line = format!(
+            "{rank}: rank={rank} local={local} node={node} on=gpu1{node} gpus={local} world=6 master={master}:{} cg=yes",
+            20_000 + id % 10_000
+        );
+        assert!(lines.contains(&line), "no {line:?} in:\n{text}");
+    }
+    assert!(text.contains("srun=0"), "{text}");
+    assert!(
+        text.contains("worst=2"),
+        "srun exits as its worst task:\n{text}"
+    );
+    assert!(
+        text.contains("bad=143"),
+        "a task that fails stops the others (SIGTERM):\n{text}"
+    );
+    assert!(processes_left(&p).is_empty(), "{:?}", processes_left(&p));
+}
+
+#[test]
+fn a_node_lost_mid_job_ends_it_node_fail_with_nothing_left_on_any_node() {
+    require_root_for_nodes!();
+    let p = Pool::new(3, "");
+    let path = shims(&p);
+    p.controller.script(
+        "long.sh",
+        &format!(
+            "#!/bin/sh\n#SBATCH -N 3 --gres=gpu:1 --no-requeue -t 5\n\
+             export PATH={path}:$PATH\n\
+             srun sh -c 'echo up $SLURM_PROCID >> up.log; sleep 300'\n"
+        ),
+    );
+    let id = p.controller.submit(&["long.sh"]);
+    p.controller.wait_state(id, "RUNNING", LONG);
+    let deadline = Instant::now() + LONG;
+    while lines_of(&p, "up.log").len() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "tasks did not start: {:?}",
+            lines_of(&p, "up.log")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    ip(&["link", "set", &p.net.veth(2), "down"]);
+    assert_eq!(p.controller.wait_done(id, LONG), "NODE_FAIL");
+    let reason = p.controller.field(id, "Reason");
+    assert!(reason.contains("gpu12 was lost"), "{reason}");
+    // The lost node's agent stopped its part when its lease ran out; the
+    // others were stopped by the controller.
+    let deadline = Instant::now() + LONG;
+    while !processes_left(&p).is_empty() {
+        assert!(Instant::now() < deadline, "left: {:?}", processes_left(&p));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    ip(&["link", "set", &p.net.veth(2), "up"]);
+    p.wait_states(&[(2, "idle")]);
+    let _ = stderr;
+}
+
+#[test]
+fn srun_outside_a_job_and_a_pool_too_small_are_refused_with_the_reason() {
+    require_root_for_nodes!();
+    let p = Pool::new(2, "");
+    let out = p.controller.run("ysbatch", &["-N", "3", "--wrap", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("--nodes=3: the pool has 2 node(s) (gpu[10-11])"),
+        "{}",
+        stderr(&out)
+    );
+    let out = std::process::Command::new(bin_dir().join("ysched-slurm"))
+        .arg0_srun()
+        .args(["-n", "2", "true"])
+        .env_remove("SLURM_JOB_ID")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("only inside a batch job"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+trait Arg0 {
+    fn arg0_srun(&mut self) -> &mut Self;
+}
+
+impl Arg0 for std::process::Command {
+    fn arg0_srun(&mut self) -> &mut Self {
+        use std::os::unix::process::CommandExt;
+        self.arg0("srun")
+    }
+}
+
+/// A python with PyTorch, or why the test is skipped (`.ci/run`
+/// installs the wheel and sets YSCHED_REQUIRE_TORCH, so CI never skips).
+fn torch_python() -> Option<String> {
+    let found = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import torch.distributed as d; assert d.is_gloo_available()",
+        ])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if found {
+        return Some("python3".into());
+    }
+    assert!(
+        std::env::var_os("YSCHED_REQUIRE_TORCH").is_none(),
+        "YSCHED_REQUIRE_TORCH is set but python3 cannot import torch with gloo"
+    );
+    None
+}
+
+const TRAIN: &str = r#"import os
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+print(
+    f"rank={dist.get_rank()} world={dist.get_world_size()} sum={int(t.item())}"
+    f" procid={os.environ['SLURM_PROCID']} node={os.environ['SLURMD_NODENAME']}"
+    f" gpus={os.environ.get('CUDA_VISIBLE_DEVICES')}",
+    flush=True,
+)
+dist.destroy_process_group()
+"#;
+
+#[test]
+fn torchrun_over_three_nodes_all_reduces_with_gloo() {
+    require_root_for_nodes!();
+    let Some(python) = torch_python() else {
+        common::skip(
+            module_path!(),
+            "no PyTorch with gloo for python3 (pip install torch)",
+        );
+        return;
+    };
+    let p = Pool::of_hosts(3);
+    let path = shims(&p);
+    p.controller.script("train.py", TRAIN);
+    p.controller.script(
+        "ddp.sh",
+        &format!(
+            "#!/bin/sh\n#SBATCH -N 3 --gres=gpu:2 -t 10\n\
+             export PATH={path}:$PATH\n\
+             srun {python} -m torch.distributed.run --nnodes=$SLURM_NNODES --nproc-per-node=1 \
+             --rdzv-backend=c10d --rdzv-id=$SLURM_JOB_ID --rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT train.py\n"
+        ),
+    );
+    let id = p.controller.submit(&["ddp.sh"]);
+    let state = p.controller.wait_done(id, Duration::from_secs(240));
+    let lines = lines_of(&p, &format!("ys-{id}.out"));
+    let text = lines.join("\n");
+    assert_eq!(state, "COMPLETED", "{text}");
+    let mut ranks: Vec<String> = Vec::new();
+    for procid in 0..3 {
+        let line = lines
+            .iter()
+            .find(|l| l.contains(&format!(" procid={procid} node=gpu1{procid} gpus=0,1")))
+            .unwrap_or_else(|| panic!("no line of task {procid} in:\n{text}"));
+        assert!(line.contains("world=3 sum=6"), "{line}");
+        ranks.push(
+            line.split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+        );
+    }
+    ranks.sort();
+    assert_eq!(ranks, vec!["rank=0", "rank=1", "rank=2"], "{text}");
+}
+
+#[test]
+fn a_cancel_reaches_every_task_on_every_node_and_the_job_ends_once_all_have() {
+    require_root_for_nodes!();
+    let p = Pool::new(2, "");
+    let path = shims(&p);
+    p.controller.script(
+        "trap.sh",
+        &format!(
+            "#!/bin/sh\n#SBATCH -N 2 --ntasks-per-node=2 -t 5\n\
+             export PATH={path}:$PATH\n\
+             srun sh -c 'trap \"echo term $SLURM_PROCID >> term.log; exit 0\" TERM; \
+             echo up $SLURM_PROCID >> up.log; while :; do sleep 0.1; done'\n"
+        ),
+    );
+    let id = p.controller.submit(&["trap.sh"]);
+    let deadline = Instant::now() + LONG;
+    while lines_of(&p, "up.log").len() < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "tasks did not start: {:?}",
+            lines_of(&p, "up.log")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = p.controller.run("yscancel", &[&id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(p.controller.wait_done(id, LONG), "CANCELLED");
+    let mut got: Vec<String> = lines_of(&p, "term.log");
+    got.sort();
+    assert_eq!(got, vec!["term 0", "term 1", "term 2", "term 3"]);
+    assert!(processes_left(&p).is_empty(), "{:?}", processes_left(&p));
+}
+
+#[test]
+fn a_controller_killed_during_a_two_node_job_finds_both_parts_again_and_records_one_end() {
+    require_root_for_nodes!();
+    let mut p = Pool::new(2, "");
+    let path = shims(&p);
+    p.controller.script(
+        "nap.sh",
+        &format!(
+            "#!/bin/sh\n#SBATCH -N 2 -t 5\n\
+             export PATH={path}:$PATH\n\
+             echo $SLURM_JOB_ID >> runs.log\n\
+             srun sh -c 'sleep 4; echo done $SLURM_PROCID >> done.log'\n"
+        ),
+    );
+    let id = p.controller.submit(&["nap.sh"]);
+    p.controller.wait_state(id, "RUNNING", LONG);
+    std::thread::sleep(Duration::from_millis(500));
+    p.controller.crash();
+    std::thread::sleep(Duration::from_millis(1_000));
+    p.controller.start();
+    assert_eq!(
+        p.controller.wait_done(id, LONG),
+        "COMPLETED",
+        "{}",
+        p.controller.log()
+    );
+    assert_eq!(lines_of(&p, "runs.log"), vec![id.to_string()], "ran once");
+    let mut done = lines_of(&p, "done.log");
+    done.sort();
+    assert_eq!(done, vec!["done 0", "done 1"]);
+    assert_eq!(p.controller.field(id, "Restarts"), "0");
+    p.wait_states(&[(0, "idle"), (1, "idle")]);
+    assert!(processes_left(&p).is_empty(), "{:?}", processes_left(&p));
+}
