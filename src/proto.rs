@@ -220,6 +220,13 @@ pub enum Control {
     NodeRemove {
         node: String,
     },
+    /// Make a container image present on `node`, or on every node that
+    /// runs containers (admins); the answer says where it stands on each.
+    ImagePull {
+        image: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node: Option<String>,
+    },
 }
 
 impl Control {
@@ -244,6 +251,7 @@ impl Control {
             Control::Token { .. } => "token",
             Control::NodeAdd { .. } => "node add",
             Control::NodeRemove { .. } => "node remove",
+            Control::ImagePull { .. } => "image pull",
         }
     }
 }

@@ -5,9 +5,9 @@
 //! recorded the end. A job's directory is the journal: an agent killed
 //! and restarted finds every run again in its state directory.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use crate::exec::executor::{Adoption, Executor, Launch};
+use crate::exec::executor::{Adoption, Executor, ImageStatus, Launch};
 use crate::exec::spec::{ExitRecord, SignalTarget, StepCommand};
 use crate::model::job::JobId;
 use crate::net::message::{FromNode, LaunchOrder, RunKey, ToNode};
@@ -32,6 +32,8 @@ impl Run {
 pub struct Runs {
     executor: Box<dyn Executor>,
     runs: BTreeMap<JobId, Run>,
+    /// Container images the controller asked for, until their pulls end.
+    images: BTreeSet<String>,
 }
 
 impl Runs {
@@ -61,7 +63,41 @@ impl Runs {
                 Adoption::NeverStarted | Adoption::Unreachable(_) => executor.forget(id),
             }
         }
-        Runs { executor, runs }
+        Runs {
+            executor,
+            runs,
+            images: BTreeSet::new(),
+        }
+    }
+
+    /// Starts making container image `reference` present here; how that
+    /// ends is told by [`Runs::settled_images`].
+    pub fn pull_image(&mut self, reference: String) {
+        self.executor.ensure_image(&reference);
+        self.images.insert(reference);
+    }
+
+    /// Whether an image asked for is still being pulled.
+    pub fn pulling(&self) -> bool {
+        !self.images.is_empty()
+    }
+
+    /// The images asked for whose pulls have ended, as reports.
+    pub fn settled_images(&mut self) -> Vec<FromNode> {
+        let mut reports = Vec::new();
+        self.images.retain(|reference| {
+            let error = match self.executor.ensure_image(reference) {
+                ImageStatus::Pulling => return true,
+                ImageStatus::Ready => None,
+                ImageStatus::Failed(why) => Some(why),
+            };
+            reports.push(FromNode::Image {
+                reference: reference.clone(),
+                error,
+            });
+            false
+        });
+        reports
     }
 
     pub fn executor(&self) -> &dyn Executor {

@@ -246,6 +246,9 @@ impl Session {
         } else {
             self.lease_until().max(now + Duration::from_millis(10))
         };
+        if self.runs.pulling() {
+            until = until.min(now + Duration::from_millis(500));
+        }
         if let Some(link) = &self.link {
             until = until.min(link.next_heartbeat);
             let next_reading = self.sampler.as_ref().and_then(|s| s.next());
@@ -333,6 +336,7 @@ impl Session {
                     requests.answered(&name, &reply);
                 }
             }
+            ToNode::PullImage { reference } => self.runs.pull_image(reference),
             ToNode::Joined { .. } | ToNode::HeartbeatAck { .. } => {}
             order if envelope.epoch == self.epoch => {
                 for report in self.runs.order(order, self.fenced) {
@@ -455,6 +459,9 @@ impl Session {
             self.renew_certificate_if_due();
         }
         let welcomed = self.link.as_ref().is_some_and(|l| l.welcomed);
+        for report in self.runs.settled_images() {
+            self.send(report);
+        }
         if let Some(reading) = self
             .sampler
             .as_mut()

@@ -76,6 +76,11 @@ pub enum Command {
         #[command(subcommand)]
         action: NodeAction,
     },
+    /// Container images on the nodes: pull one ahead of the jobs that need it (admins)
+    Image {
+        #[command(subcommand)]
+        action: ImageAction,
+    },
     /// Show a job in full, or the audit log
     Show {
         #[command(subcommand)]
@@ -109,6 +114,21 @@ pub enum NodeAction {
     Resume {
         #[arg(value_name = "NODE")]
         node: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ImageAction {
+    /// Make IMAGE present on every node that runs containers (or one), once however many ask; waits until it is
+    Pull {
+        #[arg(value_name = "IMAGE")]
+        image: String,
+        /// Only on this node
+        #[arg(long, value_name = "NAME")]
+        node: Option<String>,
+        /// Start the pull and return at once
+        #[arg(long)]
+        no_wait: bool,
     },
 }
 
@@ -208,6 +228,14 @@ pub fn run(args: Args) -> CliResult {
         Command::Node {
             action: NodeAction::Remove { node },
         } => control(&config, Control::NodeRemove { node }),
+        Command::Image {
+            action:
+                ImageAction::Pull {
+                    image,
+                    node,
+                    no_wait,
+                },
+        } => pull_image(&config, Control::ImagePull { image, node }, !no_wait),
         Command::Reload => control(&config, Control::Reload),
         Command::Show { what } => show(&config, what),
     }
@@ -378,6 +406,37 @@ fn control(config: &crate::config::Config, control: Control) -> CliResult {
         other => Err(CliError::failed(format!(
             "unexpected reply from ysctld: {other:?}"
         ))),
+    }
+}
+
+/// How long `yscontrol image pull` waits for the nodes' pulls.
+const PULL_WAIT: std::time::Duration = std::time::Duration::from_secs(6 * 3_600);
+
+/// Asks for the pull, and again each second while a node still pulls
+/// (the daemon pulls once however often it is asked); prints where the
+/// image stands on each node; fails when it failed on one.
+fn pull_image(config: &crate::config::Config, pull: Control, wait: bool) -> CliResult {
+    let deadline = std::time::Instant::now() + PULL_WAIT;
+    loop {
+        let message = match ask(config, Request::Control(pull.clone()))? {
+            Reply::Control { message, .. } => message.unwrap_or_default(),
+            Reply::Rejected { error } => return Err(CliError::failed(error)),
+            other => {
+                return Err(CliError::failed(format!(
+                    "unexpected reply from ysctld: {other:?}"
+                )))
+            }
+        };
+        let pulling = message.lines().any(|l| l.ends_with(": pulling"));
+        if pulling && wait && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            continue;
+        }
+        println!("{message}");
+        return match message.lines().any(|l| l.contains(": failed: ")) {
+            true => Err(CliError::failed("")),
+            false => Ok(()),
+        };
     }
 }
 

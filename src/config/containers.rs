@@ -9,7 +9,7 @@ use toml::Spanned;
 use super::error::{ConfigError, Source};
 use super::raw::RawContainers;
 use super::types::Containers;
-use crate::model::container::{parse_mounts, ContainerMount};
+use crate::model::container::{parse_mounts, ContainerMount, ContainerRequest, ImageSource};
 
 /// The `[containers]` table, checked.
 pub(super) fn containers(raw: RawContainers, src: &Source) -> Result<Containers, ConfigError> {
@@ -31,7 +31,7 @@ pub(super) fn containers(raw: RawContainers, src: &Source) -> Result<Containers,
         None => None,
         Some(list) => Some(
             list.into_iter()
-                .map(|r| registry(r, src))
+                .map(|r| registry(r, src, "allowed_registries"))
                 .collect::<Result<Vec<_>, _>>()?,
         ),
     };
@@ -42,7 +42,31 @@ pub(super) fn containers(raw: RawContainers, src: &Source) -> Result<Containers,
         mounts,
         allowed_registries,
         allow_root: raw.allow_root.unwrap_or(false),
+        insecure_registries: raw
+            .insecure_registries
+            .into_iter()
+            .map(|r| registry(r, src, "insecure_registries"))
+            .collect::<Result<_, _>>()?,
+        prefetch: raw
+            .prefetch
+            .iter()
+            .map(|r| prefetched(r, src))
+            .collect::<Result<_, _>>()?,
     })
+}
+
+/// An image to keep warm: a name in a registry (an archive has nothing
+/// to pull).
+fn prefetched(r: &Spanned<String>, src: &Source) -> Result<String, ConfigError> {
+    let fail = |message: String| src.fail(Some(r.span()), "[containers] prefetch", message);
+    let request = ContainerRequest::new(r.get_ref())
+        .map_err(|e| fail(e.to_string().replacen("--container-image: ", "", 1)))?;
+    match request.source() {
+        ImageSource::Reference(reference) => Ok(reference),
+        ImageSource::Archive(path) => Err(fail(format!(
+            "'{path}' is an archive; prefetch names images in a registry, such as nvcr.io/nvidia/pytorch:24.01-py3"
+        ))),
+    }
 }
 
 fn site_mounts(m: &Spanned<String>, src: &Source) -> Result<Vec<ContainerMount>, ConfigError> {
@@ -53,7 +77,7 @@ fn site_mounts(m: &Spanned<String>, src: &Source) -> Result<Vec<ContainerMount>,
 }
 
 /// A registry's host (`nvcr.io`, `registry.lab:5000`) or `*` for any.
-fn registry(r: Spanned<String>, src: &Source) -> Result<String, ConfigError> {
+fn registry(r: Spanned<String>, src: &Source, key: &str) -> Result<String, ConfigError> {
     let name = r.get_ref().trim();
     let ok = name == "*"
         || (!name.is_empty()
@@ -63,7 +87,7 @@ fn registry(r: Spanned<String>, src: &Source) -> Result<String, ConfigError> {
     if !ok {
         return Err(src.fail(
             Some(r.span()),
-            "[containers] allowed_registries",
+            &format!("[containers] {key}"),
             format!("'{name}' is not a registry host such as nvcr.io or registry.lab:5000 (or * for any)"),
         ));
     }
@@ -111,5 +135,22 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("not a registry host"), "{e}");
+        let c = Config::parse(
+            "[containers]\nprefetch = [\"nvcr.io/nvidia/pytorch:24.01-py3\"]\n",
+            Path::new("y.toml"),
+        )
+        .unwrap()
+        .containers;
+        assert_eq!(
+            c.prefetch,
+            vec!["nvcr.io/nvidia/pytorch:24.01-py3".to_string()]
+        );
+        for (bad, why) in [("a;b", "has a character"), ("/data/y.tar", "is an archive")] {
+            let text = format!("[containers]\nprefetch = [\"{bad}\"]\n");
+            let e = Config::parse(&text, Path::new("y.toml"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("line 2") && e.contains(why), "{e}");
+        }
     }
 }

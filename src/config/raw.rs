@@ -241,4 +241,8 @@ pub(super) struct RawContainers {
     pub(super) mounts: Vec<Spanned<String>>,
     pub(super) allowed_registries: Option<Vec<Spanned<String>>>,
     pub(super) allow_root: Option<bool>,
+    #[serde(default)]
+    pub(super) prefetch: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub(super) insecure_registries: Vec<Spanned<String>>,
 }

@@ -474,6 +474,11 @@ pub struct Containers {
     pub allowed_registries: Option<Vec<String>>,
     /// Jobs of root may run in containers (as root inside).
     pub allow_root: bool,
+    /// Images kept present on every node that runs containers.
+    pub prefetch: Vec<String>,
+    /// Registries reached over plain HTTP or with a certificate no
+    /// authority vouches for (a lab's own registry).
+    pub insecure_registries: Vec<String>,
 }
 
 impl Default for Containers {
@@ -485,6 +490,8 @@ impl Default for Containers {
             mounts: Vec::new(),
             allowed_registries: None,
             allow_root: false,
+            prefetch: Vec::new(),
+            insecure_registries: Vec::new(),
         }
     }
 }
@@ -495,6 +502,11 @@ impl Containers {
         self.allowed_registries
             .as_ref()
             .is_none_or(|list| list.iter().any(|r| r == "*" || r == registry))
+    }
+
+    /// Whether `registry` is reached without checking its TLS.
+    pub fn is_insecure(&self, registry: &str) -> bool {
+        self.insecure_registries.iter().any(|r| r == registry)
     }
 
     /// What is missing to run containers on this host, as a message

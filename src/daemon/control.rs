@@ -100,6 +100,9 @@ impl Daemon {
             Control::NodeAdd { node } => self.add_node(&node, &who, now),
             Control::Token { lifespan, user } => self.make_token(lifespan, user, &who, now),
             Control::NodeRemove { node } => self.remove_node(&node, &who, now),
+            Control::ImagePull { image, node } => {
+                Ok(self.pull_image(&image, node.as_deref(), &who))
+            }
             Control::Undrain { gpus, node } => Ok(self.drain(node, &gpus, None, &who, now)?),
             Control::Reload => {
                 Ok(if who.admin {

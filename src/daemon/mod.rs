@@ -18,6 +18,7 @@ mod error;
 mod forwarded;
 mod gpu_use;
 mod identity;
+mod images;
 mod jobs;
 mod metrics_http;
 mod node_admin;

@@ -313,6 +313,13 @@ impl Daemon {
                 };
                 self.node_submit(name, request, &sender, *job, now)?
             }
+            FromNode::Image { reference, error } => {
+                let mut state = link.state();
+                state
+                    .images
+                    .settle(&reference, error, std::time::Instant::now());
+                self.reschedule = true;
+            }
             FromNode::Join { .. } | FromNode::Hello { .. } => {}
         }
         let _ = now;
@@ -547,6 +554,9 @@ impl Daemon {
             state.conn = Some((server, conn));
             state.epoch = epoch;
             state.incarnation = incarnation;
+            // Pulls asked of an earlier connection may never be answered:
+            // ask again (a present image is found at once).
+            state.images = Default::default();
             state.running = Some(
                 hello
                     .running

@@ -10,6 +10,7 @@ use rusqlite::Connection;
 
 use crate::config::Config;
 use crate::db::{self};
+use crate::exec::executor::ImageStatus;
 use crate::model::job::{Job, JobId, JobState};
 use crate::proto::{Channel, Control, Reply, Request};
 use crate::sched::{self, Reason};
@@ -269,6 +270,7 @@ impl Daemon {
         }
         if Instant::now() >= self.timers.next_police {
             self.police_spool();
+            self.prefetch_images();
             self.timers.next_police = Instant::now() + POLICE_EVERY;
         }
         if Instant::now() >= *next_maintenance {
@@ -664,11 +666,30 @@ impl Daemon {
         }
         self.policy.fairshare = factors;
         self.policy.pass_tree = Some((tree, shares));
-        let started = !starts.is_empty();
+        let mut started = false;
+        let mut pulling = Vec::new();
         for start in starts {
-            self.mark_running(start, now)?;
+            match self.image_readiness(&start) {
+                ImageStatus::Ready => {
+                    self.mark_running(start, now)?;
+                    started = true;
+                }
+                ImageStatus::Pulling => pulling.push(start.job),
+                ImageStatus::Failed(why) => {
+                    let exit = Some(crate::model::job::ExitStatus { code: 1, signal: 0 });
+                    self.finish(start.job, JobState::Failed, now, exit, Some(why))?;
+                }
+            }
         }
         self.policy.reasons = plan.reasons;
+        let mut wake_at = plan.wake_at;
+        if !pulling.is_empty() {
+            // Looked at again each second until its image is present.
+            wake_at = Some(wake_at.map_or(now + 1, |w| w.min(now + 1)));
+        }
+        for id in pulling {
+            self.policy.reasons.insert(id, Reason::ImagePull);
+        }
         for preemption in preemptions {
             let id = preemption.job;
             self.carry_out(preemption, now)?;
@@ -681,7 +702,7 @@ impl Daemon {
         }
         self.policy.reasons.extend(held);
         self.policy.order = plan.order;
-        self.policy.wake_at = plan.wake_at;
+        self.policy.wake_at = wake_at;
         self.snapshot = None;
         Ok(())
     }

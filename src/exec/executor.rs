@@ -15,6 +15,7 @@
 use crate::gpu::Inventory;
 use crate::model::job::{Job, JobId};
 
+pub use super::container::pulls::ImageStatus;
 use super::error::ExecError;
 use super::spec::{ExitRecord, StepCommand};
 
@@ -120,6 +121,13 @@ pub trait Executor: Send {
 
     /// Jobs that left confinement groups behind (to clear at start).
     fn leftovers(&self) -> Vec<JobId>;
+
+    /// Where container image `reference` stands on this node; a pull
+    /// starts in the background when it is needed. An executor that
+    /// cannot pull ahead says ready: its runs pull when they start.
+    fn ensure_image(&self, _reference: &str) -> ImageStatus {
+        ImageStatus::Ready
+    }
 }
 
 impl std::fmt::Debug for dyn Executor {

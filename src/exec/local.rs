@@ -12,9 +12,12 @@ use crate::model::job::JobId;
 use crate::spool::{Ownership, Spool};
 
 use super::cgroup::{self, SubtreeLock};
+use super::container::pulls::Pulls;
 use super::container::ContainerLaunch;
 use super::error::ExecError;
-use super::executor::{Adoption, Executor, IsolationFacts, Launch, NodeFacts, Started};
+use super::executor::{
+    Adoption, Executor, ImageStatus, IsolationFacts, Launch, NodeFacts, Started,
+};
 use super::isolation::Isolation;
 use super::launcher::{self, ExitWatcher, Launcher};
 use super::spec::{ExitRecord, LaunchSpec, StepCommand};
@@ -35,6 +38,8 @@ pub struct LocalExecutor {
     containers: crate::config::Containers,
     /// Where pulls of one image wait for each other.
     pull_locks: PathBuf,
+    /// Images pulled ahead of the jobs that need them.
+    pulls: Pulls,
     /// Held for the daemon's life: leftover groups are ours only while
     /// the subtree is.
     _subtree: SubtreeLock,
@@ -76,6 +81,7 @@ impl LocalExecutor {
             lease_file: None,
             containers: config.containers.clone(),
             pull_locks: spool.root().join("image-pulls"),
+            pulls: Pulls::new(config.containers.clone(), spool.root().join("image-pulls")),
             _subtree: subtree,
         })
     }
@@ -220,6 +226,10 @@ impl Executor for LocalExecutor {
 
     fn leftovers(&self) -> Vec<JobId> {
         cgroup::existing_jobs(self.isolation.placement())
+    }
+
+    fn ensure_image(&self, reference: &str) -> ImageStatus {
+        self.pulls.ensure(reference)
     }
 }
 

@@ -124,6 +124,12 @@ pub enum FromNode {
         #[serde(default)]
         token: Option<String>,
     },
+    /// How making a container image present (`PullImage`) ended:
+    /// `error` says why it could not be.
+    Image {
+        reference: String,
+        error: Option<String>,
+    },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -172,5 +178,10 @@ pub enum ToNode {
     Answer {
         name: String,
         reply: Box<crate::proto::Reply>,
+    },
+    /// Make container image `reference` present in the node's store (a
+    /// job waits for it, or the site keeps it warm); answered by `Image`.
+    PullImage {
+        reference: String,
     },
 }

@@ -7,8 +7,10 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
-use crate::exec::executor::{Adoption, Executor, Launch, NodeFacts, Started};
+use crate::exec::container::pulls::ImageStates;
+use crate::exec::executor::{Adoption, Executor, ImageStatus, Launch, NodeFacts, Started};
 use crate::exec::spec::{ExitRecord, StepCommand};
 use crate::exec::ExecError;
 use crate::model::job::JobId;
@@ -34,6 +36,8 @@ pub struct LinkState {
     pub lost: HashSet<JobId>,
     /// The run each job was launched as here (for commands).
     pub launched: HashMap<JobId, u32>,
+    /// The container images asked of it, as it answered.
+    pub images: ImageStates,
 }
 
 /// Shared between the executor and the daemon's pool concern.
@@ -184,5 +188,22 @@ impl Executor for RemoteExecutor {
 
     fn leftovers(&self) -> Vec<JobId> {
         Vec::new()
+    }
+
+    /// Asks the node's agent to pull; its answer (`FromNode::Image`)
+    /// settles the image in the link's state.
+    fn ensure_image(&self, reference: &str) -> ImageStatus {
+        let begun = self.link.state().images.begin(reference, Instant::now());
+        if let Some(status) = begun {
+            return status;
+        }
+        let order = ToNode::PullImage {
+            reference: reference.to_string(),
+        };
+        if self.link.send(&self.facts.name, order).is_err() {
+            // Not connected: asked again at the next pass.
+            self.link.state().images.forget(reference);
+        }
+        ImageStatus::Pulling
     }
 }

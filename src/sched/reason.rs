@@ -39,6 +39,9 @@ pub enum Reason {
     /// It preempted running jobs and waits for them to stop; their GPUs
     /// are kept for it.
     Preempting,
+    /// Its place is found and its container image is being pulled there
+    /// (it holds nothing and is charged nothing meanwhile).
+    ImagePull,
 }
 
 impl Reason {
@@ -62,6 +65,7 @@ impl Reason {
             Reason::AssocGrpBillingMinutes => "AssocGrpBillingMinutes",
             Reason::QosMaxGresPerUser => "QOSMaxGRESPerUser",
             Reason::Preempting => "Preempting",
+            Reason::ImagePull => "ImagePull",
         }
     }
 }

@@ -6,7 +6,9 @@
 //! The script runs inside as its user, in the job's cgroup, with only its
 //! own fake GPU; mounts are made with the user's rights; cancel, time
 //! limit and the memory limit reach the container's processes; a missing
-//! image or a refused registry fails the job with a reason.
+//! image or a refused registry fails the job with a reason. Jobs that
+//! want an image from a registry (Debian's docker-registry on loopback)
+//! wait pending for one pull, charged nothing.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -146,18 +148,21 @@ impl Setup {
 impl Drop for Setup {
     fn drop(&mut self) {
         self.c.stop();
-        let _ = podman(&self.store)
-            .args(["rmi", "--all", "--force"])
-            .output();
-        let _ = Command::new("umount")
-            .arg("-R")
-            .arg(self.store.join("overlay"))
-            .output();
+        remove_store(&self.store);
         if let Some(scratch) = self.store.parent() {
             let _ = std::fs::remove_dir_all(scratch);
         }
         let _ = &self.devices;
     }
+}
+
+/// Removes an image store's images and unmounts its layers.
+fn remove_store(store: &Path) {
+    let _ = podman(store).args(["rmi", "--all", "--force"]).output();
+    let _ = Command::new("umount")
+        .arg("-R")
+        .arg(store.join("overlay"))
+        .output();
 }
 
 /// What the script inside prints about where it is.
@@ -468,4 +473,344 @@ fn container_options_are_checked_at_submit() {
     }
     let out = c.run("ysqueue", &["-h"]);
     assert_eq!(stdout(&out), "", "nothing was queued");
+}
+
+/// Debian's registry (docker-registry) on a loopback port of its own,
+/// with its access log.
+struct Registry {
+    child: std::process::Child,
+    port: u16,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Registry {
+    fn start(ip: &str) -> Option<Registry> {
+        if !Path::new("/usr/bin/docker-registry").exists() {
+            assert!(
+                std::env::var_os("YSCHED_REQUIRE_CONTAINERS").is_none(),
+                "YSCHED_REQUIRE_CONTAINERS is set but docker-registry is missing"
+            );
+            common::skip(module_path!(), "docker-registry is not installed");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port(ip);
+        let config = dir.path().join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {ip}:{port}\n",
+                dir.path().join("data").display()
+            ),
+        )
+        .unwrap();
+        let log = dir.path().join("registry.log");
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new("/usr/bin/docker-registry")
+            .arg("serve")
+            .arg(&config)
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap();
+        common::wait_for("the registry to listen", LONG, || {
+            std::net::TcpStream::connect((ip, port)).is_ok()
+        });
+        Some(Registry {
+            child,
+            port,
+            log,
+            _dir: dir,
+        })
+    }
+
+    /// How many times the manifest of `repository` was fetched: once
+    /// per pull (the layers already here are not fetched again).
+    fn manifest_fetches(&self, repository: &str, tag: &str) -> usize {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let wanted = format!("\"GET /v2/{repository}/manifests/{tag} ");
+        log.lines().filter(|l| l.contains(&wanted)).count()
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port(ip: &str) -> u16 {
+    let listener = std::net::TcpListener::bind((ip, 0)).unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// A loopback proxy to the registry that holds every connection until
+/// opened: what a slow download looks like to the jobs waiting for it.
+struct Gate {
+    port: u16,
+    open: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Gate {
+    fn to(ip: &str, target: u16) -> Gate {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let listener = std::net::TcpListener::bind((ip, 0)).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let ip = ip.to_string();
+        let port = listener.local_addr().unwrap().port();
+        let (open, stop) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let (opened, stopped) = (open.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stopped.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        let (opened, stopped) = (opened.clone(), stopped.clone());
+                        let ip = ip.clone();
+                        std::thread::spawn(move || {
+                            while !opened.load(Ordering::SeqCst) && !stopped.load(Ordering::SeqCst)
+                            {
+                                std::thread::sleep(Duration::from_millis(20));
+                            }
+                            relay(client, &ip, target);
+                        });
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        });
+        Gate { port, open, stop }
+    }
+
+    fn open(&self) {
+        self.open.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+fn relay(client: std::net::TcpStream, ip: &str, target: u16) {
+    client.set_nonblocking(false).unwrap();
+    let Ok(server) = std::net::TcpStream::connect((ip, target)) else {
+        return;
+    };
+    let (mut client_in, mut server_out) =
+        (client.try_clone().unwrap(), server.try_clone().unwrap());
+    let up = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut client_in, &mut server_out);
+        let _ = server_out.shutdown(std::net::Shutdown::Write);
+    });
+    let (mut server_in, mut client_out) = (server, client);
+    let _ = std::io::copy(&mut server_in, &mut client_out);
+    let _ = client_out.shutdown(std::net::Shutdown::Write);
+    let _ = up.join();
+}
+
+#[test]
+fn jobs_wanting_one_image_wait_for_a_single_pull_uncharged() {
+    require_root!();
+    if !containers_available(module_path!()) {
+        return;
+    }
+    let Some(registry) = Registry::start("127.0.0.1") else {
+        return;
+    };
+    let gate = Gate::to("127.0.0.1", registry.port);
+    let proxied = format!("127.0.0.1:{}", gate.port);
+    let s = Setup::new(&format!(
+        "allowed_registries = [\"{proxied}\"]\ninsecure_registries = [\"{proxied}\"]\nprefetch = [\"{proxied}/ystest:2\"]"
+    ));
+    for tag in ["1", "2"] {
+        let pushed = format!("127.0.0.1:{}/ystest:{tag}", registry.port);
+        let out = podman(&s.store)
+            .args(["push", "--quiet", "--tls-verify=false", IMAGE, &pushed])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "podman push: {}", stderr(&out));
+    }
+    let before = registry.manifest_fetches("ystest", "1");
+    let ana = TestUser::create("pull");
+    let image = format!("{proxied}/ystest:1");
+    let jobs: Vec<u64> = (0..12)
+        .map(|_| {
+            s.submit_as(
+                &ana,
+                &["--container-image", &image, "--wrap", "cat /image-marker"],
+            )
+        })
+        .collect();
+    // All placed, none started: each waits for the one pull, charged nothing.
+    common::wait_for("the jobs to wait for their image", LONG, || {
+        let q = stdout(&s.c.run("ysqueue", &["-h", "-o", "%i %t %r"]));
+        jobs.iter()
+            .all(|id| q.contains(&format!("{id} PD ImagePull")))
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    for id in &jobs {
+        assert_eq!(s.c.state(*id), "PENDING", "job {id}");
+    }
+    gate.open();
+    for id in &jobs {
+        let state = s.c.wait_done(*id, LONG);
+        assert_eq!(state, "COMPLETED", "job {id}: {}", s.c.field(*id, "Reason"));
+        assert!(s.c.output_of(*id).contains("ysched test image"));
+        // The two seconds and more spent waiting for the pull are not its run.
+        let elapsed: u64 = s.c.field(*id, "ElapsedRaw").parse().unwrap();
+        assert!(elapsed <= 1, "job {id} ran {elapsed} s");
+    }
+    let fetched = registry.manifest_fetches("ystest", "1") - before;
+    assert_eq!(fetched, 1, "pulls for {} jobs", jobs.len());
+    // The prefetch list was pulled on its own, once the registry answered.
+    common::wait_for("the prefetched image", LONG, || {
+        podman(&s.store)
+            .args(["image", "exists", &format!("{proxied}/ystest:2")])
+            .status()
+            .is_ok_and(|st| st.success())
+    });
+    image_pull_by_hand(&s, &ana, &image, &proxied);
+    assert_eq!(registry.manifest_fetches("ystest", "1") - before, 1);
+}
+
+/// `yscontrol image pull`: admins only, names in a registry only, a line
+/// per node, and a failure that says why.
+fn image_pull_by_hand(s: &Setup, user: &TestUser, present: &str, registry: &str) {
+    let out = s.c.run("yscontrol", &["image", "pull", present]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("gpu01: ready"), "{}", stdout(&out));
+    let missing = format!("{registry}/nosuch:1");
+    let out =
+        s.c.run("yscontrol", &["image", "pull", &missing, "--node", "gpu01"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains("gpu01: failed: image")
+            && stdout(&out).contains("could not be pulled"),
+        "{}",
+        stdout(&out)
+    );
+    for (who, args, error) in [
+        (
+            Some(user),
+            vec![present],
+            "only root and the config's admins may pull images",
+        ),
+        (None, vec!["/data/y.tar"], "is an archive"),
+        (
+            None,
+            vec![present, "--node", "gpu09"],
+            "unknown node 'gpu09'",
+        ),
+        (None, vec!["a;b"], "has a character"),
+    ] {
+        let args = [&["image", "pull"], args.as_slice()].concat();
+        let out = match who {
+            Some(u) => s.c.run_as(&u.name, "yscontrol", &args),
+            None => s.c.run("yscontrol", &args),
+        };
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(stderr(&out).contains(error), "{args:?}: {}", stderr(&out));
+    }
+}
+
+/// A store of its own, emptied and removed when dropped.
+struct ScratchStore(tempfile::TempDir);
+
+impl ScratchStore {
+    fn new() -> ScratchStore {
+        ScratchStore(
+            tempfile::Builder::new()
+                .prefix("ysched-store-")
+                .tempdir()
+                .unwrap(),
+        )
+    }
+
+    fn path(&self) -> PathBuf {
+        self.0.path().join("store")
+    }
+}
+
+impl Drop for ScratchStore {
+    fn drop(&mut self) {
+        remove_store(&self.path());
+    }
+}
+
+#[test]
+fn a_node_of_a_pool_pulls_a_jobs_image_before_it_starts_there() {
+    require_root!();
+    if !containers_available(module_path!()) {
+        return;
+    }
+    let net = crate::pool::Net::new();
+    let ip = net.controller_ip();
+    let Some(registry) = Registry::start(&ip) else {
+        return;
+    };
+    let gate = Gate::to(&ip, registry.port);
+    let proxied = format!("{ip}:{}", gate.port);
+    // The image, pushed from a store of the test's own.
+    let source = ScratchStore::new();
+    let tar = rootfs_tar(source.0.path());
+    let out = podman(&source.path())
+        .arg("import")
+        .arg(&tar)
+        .arg(IMAGE)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "podman import: {}", stderr(&out));
+    let pushed = format!("{ip}:{}/ystest:1", registry.port);
+    let out = podman(&source.path())
+        .args(["push", "--quiet", "--tls-verify=false", IMAGE, &pushed])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "podman push: {}", stderr(&out));
+    let before = registry.manifest_fetches("ystest", "1");
+    let node_store = ScratchStore::new();
+    let p = crate::pool::Pool::with_nodes_config(
+        net,
+        1,
+        &format!(
+            "[containers]\nstorage = \"{}\"\nallowed_registries = [\"{proxied}\"]\ninsecure_registries = [\"{proxied}\"]\n",
+            node_store.path().display()
+        ),
+    );
+    let ana = TestUser::create("pnode");
+    let image = format!("{proxied}/ystest:1");
+    let out = p.controller.run_as(
+        &ana.name,
+        "ysbatch",
+        &[
+            "--parsable",
+            "--container-image",
+            &image,
+            "--wrap",
+            "cat /image-marker",
+        ],
+    );
+    assert!(out.status.success(), "ysbatch: {}", stderr(&out));
+    let id: u64 = stdout(&out).trim().parse().unwrap();
+    common::wait_for("the job to wait for its image", LONG, || {
+        let q = stdout(&p.controller.run("ysqueue", &["-h", "-o", "%i %t %r"]));
+        q.contains(&format!("{id} PD ImagePull"))
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(p.controller.state(id), "PENDING");
+    gate.open();
+    let state = p.controller.wait_done(id, LONG);
+    assert_eq!(state, "COMPLETED", "{}", p.controller.field(id, "Reason"));
+    assert_eq!(p.controller.field(id, "NodeList"), "gpu10");
+    assert!(p.controller.output_of(id).contains("ysched test image"));
+    let elapsed: u64 = p.controller.field(id, "ElapsedRaw").parse().unwrap();
+    assert!(elapsed <= 1, "the job ran {elapsed} s");
+    assert_eq!(registry.manifest_fetches("ystest", "1") - before, 1);
 }

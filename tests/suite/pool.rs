@@ -37,7 +37,7 @@ pub(crate) struct Net {
 }
 
 impl Net {
-    fn new() -> Net {
+    pub(crate) fn new() -> Net {
         let n = NEXT_NET.fetch_add(1, Ordering::SeqCst);
         let tag = format!("{}{n}", std::process::id() % 10_000);
         let subnet = 100 + (std::process::id() % 50) * 3 + n;
@@ -65,7 +65,7 @@ impl Net {
         format!("ysb{}", self.tag)
     }
 
-    fn controller_ip(&self) -> String {
+    pub(crate) fn controller_ip(&self) -> String {
         format!(
             "10.{}.{}.1",
             200 + self.subnet / 256 % 50,
@@ -136,7 +136,7 @@ pub(crate) struct Agent {
 }
 
 impl Agent {
-    fn new(name: &str, ns: &str, gpus: u32) -> Agent {
+    fn new(name: &str, ns: &str, gpus: u32, extra: &str) -> Agent {
         let dir = tempfile::Builder::new()
             .prefix("ysched-node-")
             .tempdir()
@@ -158,7 +158,7 @@ impl Agent {
         let text = format!(
             "spool_dir = \"{}\"\nnode_name = \"{name}\"\nallow_root_jobs = true\ncpus = 8\n\
              memory = \"16GiB\"\nkill_wait = 1\ncgroup_parent = \"{}\"\n\
-             [[gpus]]\ntype = \"a100\"\nmemory = \"80GiB\"\ndevices = \"{}/nvidia[0-{}]\"\n",
+             [[gpus]]\ntype = \"a100\"\nmemory = \"80GiB\"\ndevices = \"{}/nvidia[0-{}]\"\n{extra}\n",
             dir.path().join("state").display(),
             common::cgroup_parent_of(dir.path()),
             devices.display(),
@@ -314,8 +314,26 @@ impl Pool {
         Pool::started(count, extra, pool_keys, false)
     }
 
+    /// `count` nodes whose configs end with `node_extra` (a table of
+    /// their own), and the controller's network, made before the pool
+    /// starts, for servers the nodes reach (`net.controller_ip()`).
+    pub(crate) fn with_nodes_config(net: Net, count: usize, node_extra: &str) -> Pool {
+        let pool_keys = format!("lease = \"{LEASE_SECS}s\"\n");
+        Pool::started_on(net, count, "", &pool_keys, false, node_extra)
+    }
+
     fn started(count: usize, extra: &str, pool_keys: &str, as_hosts: bool) -> Pool {
-        let mut net = Net::new();
+        Pool::started_on(Net::new(), count, extra, pool_keys, as_hosts, "")
+    }
+
+    fn started_on(
+        mut net: Net,
+        count: usize,
+        extra: &str,
+        pool_keys: &str,
+        as_hosts: bool,
+        node_extra: &str,
+    ) -> Pool {
         let pool = format!(
             "[pool]\nlisten = \"{}:6820\"\n{pool_keys}",
             net.controller_ip()
@@ -325,7 +343,7 @@ impl Pool {
         let mut agents = Vec::new();
         for i in 0..count {
             let ns = net.add_node(i);
-            agents.push(Agent::new(&format!("gpu1{i}"), &ns, 2));
+            agents.push(Agent::new(&format!("gpu1{i}"), &ns, 2, node_extra));
         }
         let mut pool = Pool {
             net,
@@ -423,11 +441,11 @@ fn tokens_are_good_once_and_only_with_the_right_authority(p: &Pool) {
     // A token is good once.
     let words = |line: &[String]| line[1..].to_vec();
     let line = p.join_line("gpu12");
-    let joined = Agent::new("gpu12", &p.agents[1].ns, 1);
+    let joined = Agent::new("gpu12", &p.agents[1].ns, 1, "");
     let first = joined.command_words(&words(&line), true).output().unwrap();
     assert!(first.status.success(), "{}", stderr(&first));
     assert!(stdout(&first).contains("node gpu12 joined the pool"));
-    let elsewhere = Agent::new("gpu12", &p.agents[1].ns, 1);
+    let elsewhere = Agent::new("gpu12", &p.agents[1].ns, 1, "");
     let second = elsewhere
         .command_words(&words(&line), true)
         .output()
@@ -450,7 +468,7 @@ fn tokens_are_good_once_and_only_with_the_right_authority(p: &Pool) {
     let mut line = p.join_line("gpu13");
     let at = line.iter().position(|w| w == "--authority").unwrap() + 1;
     line[at] = format!("sha256:{}", "0".repeat(64));
-    let mistaken = Agent::new("gpu13", &p.agents[1].ns, 1);
+    let mistaken = Agent::new("gpu13", &p.agents[1].ns, 1, "");
     let wrong = mistaken
         .command_words(&words(&line), true)
         .output()
@@ -942,7 +960,7 @@ fn an_expired_token_is_refused_and_a_flood_of_strangers_disturbs_no_node() {
     let line = p.join_line("gpu11");
     std::thread::sleep(Duration::from_millis(2_100));
     let ns = p.net.add_node(1);
-    let late = Agent::new("gpu11", &ns, 1);
+    let late = Agent::new("gpu11", &ns, 1, "");
     let out = late.command_words(&line[1..], true).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -966,7 +984,7 @@ fn an_expired_token_is_refused_and_a_flood_of_strangers_disturbs_no_node() {
     let id = p.controller.submit(&["-G", "1", "--wrap", "true"]);
     assert_eq!(p.controller.wait_done(id, LONG), "COMPLETED");
     let line = p.join_line("gpu11");
-    let mut joining = Agent::new("gpu11", &ns, 1);
+    let mut joining = Agent::new("gpu11", &ns, 1, "");
     joining.start(&line[1..].iter().map(String::as_str).collect::<Vec<_>>());
     p.agents.push(joining);
     p.wait_states(&[(0, "idle"), (1, "idle")]);

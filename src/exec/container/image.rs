@@ -131,16 +131,22 @@ impl Store<'_> {
                 Ok(image)
             }
             ImageSource::Reference(reference) => {
-                if !self.exists(reference) {
-                    self.pull(reference, locks)?;
-                }
+                self.make_present(reference, locks)?;
                 self.describe(reference)
             }
         }
     }
 
-    /// Pulls `reference` unless another job on this node is pulling it:
-    /// then waits for that pull and uses its result.
+    /// Makes `reference` present in the store: found there, or pulled.
+    pub fn make_present(&self, reference: &str, locks: &Path) -> Result<(), ContainerError> {
+        if self.exists(reference) {
+            return Ok(());
+        }
+        self.pull(reference, locks)
+    }
+
+    /// Pulls `reference` unless another pull of it on this node is under
+    /// way: then waits for that pull and uses its result.
     fn pull(&self, reference: &str, locks: &Path) -> Result<(), ContainerError> {
         let registry = registry_of(reference);
         if !self.site.may_pull_from(registry) {
@@ -163,7 +169,11 @@ impl Store<'_> {
             return Ok(());
         }
         let mut command = self.podman();
-        command.args(["pull", "--quiet", "--", reference]);
+        command.args(["pull", "--quiet"]);
+        if self.site.is_insecure(registry) {
+            command.arg("--tls-verify=false");
+        }
+        command.args(["--", reference]);
         self.run(command, &format!("pulling {reference}"))
             .map(drop)
             .map_err(|e| ContainerError::Missing {

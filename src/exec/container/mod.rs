@@ -25,6 +25,7 @@
 pub mod image;
 pub mod launch;
 pub mod mounts;
+pub mod pulls;
 
 use std::fs;
 use std::path::{Path, PathBuf};

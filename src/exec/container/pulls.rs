@@ -1,0 +1,155 @@
+//! Images made present on a node before a job that needs one starts: the
+//! pull runs in the background, once per image however many jobs want it,
+//! while the jobs wait pending with the reason `ImagePull` (holding
+//! nothing and charged nothing). A pull that failed is reported to the
+//! jobs that wanted it, and tried again only once [`RETRY_AFTER`] has
+//! passed, so that a missing image does not make every pass pull again.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::config::Containers;
+
+use super::image::Store;
+
+/// How long a failed pull is the answer before it is tried again.
+pub const RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// Where an image stands on one node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ImageStatus {
+    Ready,
+    Pulling,
+    /// Why it could not be made present (registry refused, not found…).
+    Failed(String),
+}
+
+#[derive(Debug)]
+enum Entry {
+    Ready,
+    Pulling,
+    Failed { why: String, at: Instant },
+}
+
+/// The images one node has made present or is pulling, by reference:
+/// kept by whoever starts its pulls (this host's, or the controller for a
+/// node's agent).
+#[derive(Debug, Default)]
+pub struct ImageStates(HashMap<String, Entry>);
+
+impl ImageStates {
+    /// Where `reference` stands; `None` when a pull should start now
+    /// (never asked for here, or failed longer than [`RETRY_AFTER`] ago),
+    /// and it is then counted as pulling.
+    pub fn begin(&mut self, reference: &str, now: Instant) -> Option<ImageStatus> {
+        match self.0.get(reference) {
+            Some(Entry::Ready) => return Some(ImageStatus::Ready),
+            Some(Entry::Pulling) => return Some(ImageStatus::Pulling),
+            Some(Entry::Failed { why, at }) if now.duration_since(*at) < RETRY_AFTER => {
+                return Some(ImageStatus::Failed(why.clone()))
+            }
+            _ => {}
+        }
+        self.0.insert(reference.to_string(), Entry::Pulling);
+        None
+    }
+
+    /// Records how a pull ended: `failure` says why it could not be.
+    pub fn settle(&mut self, reference: &str, failure: Option<String>, now: Instant) {
+        let entry = match failure {
+            None => Entry::Ready,
+            Some(why) => Entry::Failed { why, at: now },
+        };
+        self.0.insert(reference.to_string(), entry);
+    }
+
+    /// Forgets `reference`: the next `begin` starts a pull.
+    pub fn forget(&mut self, reference: &str) {
+        self.0.remove(reference);
+    }
+
+    /// The images being pulled now.
+    pub fn pulling(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .0
+            .iter()
+            .filter(|(_, e)| matches!(e, Entry::Pulling))
+            .map(|(name, _)| name.clone())
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+/// This host's background pulls.
+#[derive(Clone)]
+pub struct Pulls {
+    site: Containers,
+    /// Where a pull takes its per-image lock (shared with the
+    /// supervisors, which pull an image removed since).
+    locks: PathBuf,
+    states: Arc<Mutex<ImageStates>>,
+}
+
+impl Pulls {
+    pub fn new(site: Containers, locks: PathBuf) -> Pulls {
+        Pulls {
+            site,
+            locks,
+            states: Arc::default(),
+        }
+    }
+
+    /// Where `reference` stands here; starts its pull when it is needed.
+    pub fn ensure(&self, reference: &str) -> ImageStatus {
+        let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(status) = states.begin(reference, Instant::now()) {
+            return status;
+        }
+        drop(states);
+        let (pulls, reference) = (self.clone(), reference.to_string());
+        std::thread::spawn(move || pulls.pull(&reference));
+        ImageStatus::Pulling
+    }
+
+    fn pull(&self, reference: &str) {
+        let started = Instant::now();
+        let store = Store { site: &self.site };
+        let failure = store
+            .make_present(reference, &self.locks)
+            .err()
+            .map(|e| e.to_string());
+        match &failure {
+            None => {
+                tracing::info!(target: "ysched::exec", "image {reference} is present ({:.1} s)", started.elapsed().as_secs_f64())
+            }
+            Some(why) => tracing::warn!(target: "ysched::exec", "image {reference}: {why}"),
+        }
+        let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
+        states.settle(reference, failure, Instant::now());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_pull_per_image_and_a_failure_is_retried_only_after_a_while() {
+        let mut states = ImageStates::default();
+        let t0 = Instant::now();
+        assert_eq!(states.begin("a", t0), None);
+        assert_eq!(states.begin("a", t0), Some(ImageStatus::Pulling));
+        assert_eq!(states.pulling(), vec!["a".to_string()]);
+        states.settle("a", None, t0);
+        assert_eq!(states.begin("a", t0), Some(ImageStatus::Ready));
+        assert_eq!(states.begin("b", t0), None);
+        states.settle("b", Some("not found".into()), t0);
+        let failed = Some(ImageStatus::Failed("not found".into()));
+        assert_eq!(states.begin("b", t0 + Duration::from_secs(1)), failed);
+        assert_eq!(states.begin("b", t0 + RETRY_AFTER), None);
+        assert!(states.pulling().contains(&"b".to_string()));
+    }
+}
