@@ -602,7 +602,8 @@ pub fn for_each_ended(
     let mut stmt = conn.prepare_cached(
         "SELECT account, user, state, submit_time, begin_time, start_time, gpu_seconds, \
          COALESCE(billing, 0), preempt_count, id, name, gpus_alloc, gpu_samples, gpu_util_sum, \
-         gpu_util_max, gpu_mem_max_mb, gpu_low_secs, end_time, preemptions_caused, node, gpu_type \
+         gpu_util_max, gpu_mem_max_mb, gpu_low_secs, end_time, preemptions_caused, node, gpu_type, \
+         image_reference, image_digest \
          FROM jobs WHERE end_time >= ?1 AND end_time < ?2 ORDER BY end_time",
     )?;
     let mut rows = stmt.query(params![from, to])?;
@@ -648,6 +649,14 @@ pub fn for_each_ended(
             preemptions_caused: row.get(18)?,
             node: row.get(19)?,
             gpu_type: row.get(20)?,
+            image: match (
+                row.get::<_, Option<String>>(21)?,
+                row.get::<_, Option<String>>(22)?,
+            ) {
+                (Some(reference), Some(digest)) => Some(format!("{reference}@{digest}")),
+                (Some(reference), None) => Some(reference),
+                _ => None,
+            },
         });
     }
     Ok(())

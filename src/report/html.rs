@@ -473,6 +473,7 @@ mod tests {
             end_time: 7_260,
             node: None,
             gpu_type: None,
+            image: None,
         };
         let period = Period {
             from: 0,
@@ -511,6 +512,7 @@ mod tests {
             end_time: 86_400 + 7_200,
             node: None,
             gpu_type: None,
+            image: None,
         };
         let period = Period {
             from: 0,

@@ -38,6 +38,8 @@ pub struct EndedJob {
     pub node: Option<String>,
     /// The GPU type it asked for (`None`: any).
     pub gpu_type: Option<String>,
+    /// The container image its last run ran in, `REFERENCE@DIGEST`.
+    pub image: Option<String>,
 }
 
 /// What the jobs that asked for one GPU type used in the period.
@@ -45,6 +47,16 @@ pub struct EndedJob {
 pub struct TypeLine {
     /// The type asked for; `any` for jobs that named none.
     pub gpu_type: String,
+    pub jobs: u64,
+    pub gpu_hours: f64,
+    pub tokens: f64,
+}
+
+/// What the jobs that ran in one container image used in the period.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ImageLine {
+    /// `REFERENCE@DIGEST`: the exact image.
+    pub image: String,
     pub jobs: u64,
     pub gpu_hours: f64,
     pub tokens: f64,
@@ -217,6 +229,9 @@ pub struct UsageReport {
     /// Per GPU type asked for (jobs that held GPUs).
     #[serde(default)]
     pub gpu_types: Vec<TypeLine>,
+    /// Per container image (jobs that ran in one).
+    #[serde(default)]
+    pub images: Vec<ImageLine>,
     /// Per account, the preemptions and reclaims of the period and how
     /// they went.
     #[serde(default)]
@@ -474,6 +489,8 @@ pub struct Builder {
     nodes: BTreeMap<String, Tally>,
     /// The same per GPU type asked for.
     types: BTreeMap<String, Tally>,
+    /// The same per container image.
+    images: BTreeMap<String, Tally>,
 }
 
 /// Jobs, GPU-seconds and billing-seconds, under one key.
@@ -518,6 +535,9 @@ impl Builder {
         self.spread_over_days(job);
         if let Some(node) = &job.node {
             tally(&mut self.nodes, node, job);
+        }
+        if let Some(image) = &job.image {
+            tally(&mut self.images, image, job);
         }
         if job.gpus > 0 {
             tally(
@@ -642,9 +662,16 @@ impl Builder {
             gpu_hours,
             tokens,
         });
+        let images = lines(self.images, |image, jobs, gpu_hours, tokens| ImageLine {
+            image,
+            jobs,
+            gpu_hours,
+            tokens,
+        });
         UsageReport {
             nodes,
             gpu_types,
+            images,
             waste,
             gpu_sampled,
             daily_gpu_hours,
@@ -767,6 +794,7 @@ fn assemble(
         summarised_months: Vec::new(),
         nodes: Vec::new(),
         gpu_types: Vec::new(),
+        images: Vec::new(),
         checkpoints: Vec::new(),
     }
 }
@@ -900,6 +928,17 @@ pub fn render_text(report: &UsageReport) -> String {
                 out,
                 "  {:<16} {:>7} jobs  {:>10.1} GPU-hours  {:>10.2} tokens",
                 n.node, n.jobs, n.gpu_hours, n.tokens
+            );
+        }
+        out.push('\n');
+    }
+    if !report.images.is_empty() {
+        out.push_str("By container image\n");
+        for i in &report.images {
+            let _ = writeln!(
+                out,
+                "  {:<16} {:>7} jobs  {:>10.1} GPU-hours  {:>10.2} tokens",
+                i.image, i.jobs, i.gpu_hours, i.tokens
             );
         }
         out.push('\n');
@@ -1038,6 +1077,7 @@ mod tests {
             end_time: 1_000 + wait + 60,
             node: None,
             gpu_type: None,
+            image: None,
         }
     }
 
@@ -1057,7 +1097,16 @@ mod tests {
             start_time: None,
             ..job("nlp", "bob", 0, 0, JobState::Cancelled)
         });
+        jobs[0].image = Some("yolo:v8@sha256:ab".into());
+        jobs[1].image = Some("yolo:v8@sha256:ab".into());
         let r = build(period, 3_600, jobs);
+        assert_eq!(r.images.len(), 1);
+        assert_eq!(
+            (r.images[0].image.as_str(), r.images[0].jobs),
+            ("yolo:v8@sha256:ab", 2)
+        );
+        assert!((r.images[0].gpu_hours - 2.0).abs() < 1e-9);
+        assert!(render_text(&r).contains("By container image\n  yolo:v8@sha256:ab"));
         assert_eq!(r.total.jobs, 22);
         assert_eq!(r.gpu_types.len(), 1);
         assert_eq!(

@@ -239,6 +239,11 @@ fn a_job_runs_in_its_image_as_its_user_in_its_cgroup_with_only_its_gpu() {
         audit.contains(&format!("job {id} ran in {image}")),
         "{audit}"
     );
+    let report = stdout(&s.c.run("ysreport", &["-S", "now-1hour"]));
+    assert!(
+        report.contains(&format!("By container image\n  {image}")),
+        "{report}"
+    );
     // Nothing of the container is left: no process, no mount, no layer.
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(
