@@ -47,7 +47,7 @@ fn rootfs_tar(dir: &Path) -> PathBuf {
     std::fs::copy("/bin/busybox", root.join("bin/busybox")).unwrap();
     let tools = [
         "sh", "cat", "ls", "id", "echo", "sleep", "env", "pwd", "touch", "head", "tr", "grep",
-        "whoami", "mkdir", "true",
+        "whoami", "mkdir", "true", "mv", "rm",
     ];
     for tool in tools {
         std::os::unix::fs::symlink("busybox", root.join("bin").join(tool)).unwrap();
@@ -88,6 +88,11 @@ struct Setup {
 
 impl Setup {
     fn new(containers: &str) -> Setup {
+        Setup::with("", containers)
+    }
+
+    /// `top` is added to the config's top level (before `[containers]`).
+    fn with(top: &str, containers: &str) -> Setup {
         let devices = tempfile::Builder::new()
             .prefix("ysched-dev-")
             .tempdir()
@@ -113,7 +118,7 @@ impl Setup {
             .keep();
         let store = scratch.join("store");
         let extra = format!(
-            "[containers]\nstorage = \"{}\"\n{containers}\n",
+            "{top}\n[containers]\nstorage = \"{}\"\n{containers}\n",
             store.display()
         );
         let mut c = Cluster::with_gpus(&extra, &gpus);
@@ -818,4 +823,72 @@ fn a_node_of_a_pool_pulls_a_jobs_image_before_it_starts_there() {
     let elapsed: u64 = p.controller.field(id, "ElapsedRaw").parse().unwrap();
     assert!(elapsed <= 1, "the job ran {elapsed} s");
     assert_eq!(registry.manifest_fetches("ystest", "1") - before, 1);
+}
+
+/// A trainer in the image: counts 30 steps of 0.1 s, saves its step on
+/// SIGTERM and exits 0, and resumes from the saved step (in /work, the
+/// mounted work directory).
+const TRAINER: &str = r#"#!/bin/sh
+log="/work/log-$SLURM_JOB_ID"
+ckpt="/work/ckpt-$SLURM_JOB_ID"
+step=$(cat "$ckpt" 2>/dev/null || echo 0)
+trap 'echo $step > "$ckpt.tmp" && mv "$ckpt.tmp" "$ckpt"; echo "checkpoint step=$step" >> "$log"; exit 0' TERM
+echo "start restart=$SLURM_RESTART_COUNT step=$step" >> "$log"
+while [ "$step" -lt 30 ]; do sleep 0.1 & wait $!; step=$((step + 1)); done
+echo "done step=$step" >> "$log"
+"#;
+
+#[test]
+fn a_preempted_job_in_a_container_checkpoints_and_resumes_from_it() {
+    require_root!();
+    if !containers_available(module_path!()) {
+        return;
+    }
+    let qos = "default_qos = \"medium\"\n\
+        [[qos]]\nname = \"critical\"\npriority = 300\n\
+        [[qos]]\nname = \"medium\"\npriority = 100\n\
+        [[qos]]\nname = \"low\"\npriority = 0\ngrace_time = \"0:02\"\n";
+    let s = Setup::with(qos, "");
+    let ana = TestUser::create("ckpt");
+    s.c.script("train.sh", TRAINER);
+    let low: Vec<u64> = (0..2)
+        .map(|_| {
+            let args = ["-q", "low", "-G", "2", "--container-image", IMAGE];
+            s.submit_as(&ana, &[&args[..], &[&s.work_mount(), "train.sh"]].concat())
+        })
+        .collect();
+    let log_of =
+        |id: u64| std::fs::read_to_string(s.c.work.join(format!("log-{id}"))).unwrap_or_default();
+    common::wait_for("the trainers to start counting", LONG, || {
+        low.iter().all(|&id| log_of(id).contains("start"))
+    });
+    let urgent = s.c.submit(&["-q", "critical", "-G", "2", "--wrap", "true"]);
+    assert_eq!(s.c.wait_done(urgent, LONG), "COMPLETED");
+    let victims: Vec<u64> = low
+        .iter()
+        .copied()
+        .filter(|&id| log_of(id).contains("checkpoint"))
+        .collect();
+    assert_eq!(victims.len(), 1, "one stopped: {victims:?}");
+    for &id in &low {
+        assert_eq!(
+            s.c.wait_done(id, LONG),
+            "COMPLETED",
+            "job {id}: {}",
+            log_of(id)
+        );
+        let log = log_of(id);
+        assert!(log.trim_end().ends_with("done step=30"), "job {id}: {log}");
+        if victims.contains(&id) {
+            assert_eq!(s.c.field(id, "Restarts"), "1", "job {id}");
+            let saved = log
+                .lines()
+                .find_map(|l| l.strip_prefix("checkpoint step="))
+                .unwrap();
+            assert!(
+                log.contains(&format!("start restart=1 step={saved}")),
+                "resumed where it stopped: {log}"
+            );
+        }
+    }
 }
