@@ -341,6 +341,7 @@ pub fn submit_form(
          <label for=\"script\">Script</label><textarea id=\"script\" name=\"script\" placeholder=\"#!/bin/bash&#10;#SBATCH ...\">{}</textarea>\
          <label for=\"gpus\">GPUs</label><input type=\"number\" id=\"gpus\" name=\"gpus\" min=\"0\" max=\"64\" value=\"{}\">\
          <label for=\"gpu_type\">GPU type</label><select id=\"gpu_type\" name=\"gpu_type\">{}</select>\
+         <label for=\"image\">Container image (optional)</label><input type=\"text\" id=\"image\" name=\"image\" value=\"{}\" placeholder=\"registry.lab:5000/vision/yolo:v8.2.1\">\
          <label for=\"time\">Time limit</label><input type=\"text\" id=\"time\" name=\"time\" value=\"{}\" placeholder=\"4:00:00\">\
          <label for=\"qos\">Priority (QoS)</label><select id=\"qos\" name=\"qos\">{}</select>\
          <label for=\"account\">Account</label><select id=\"account\" name=\"account\">{}</select>\
@@ -353,6 +354,7 @@ pub fn submit_form(
         value("script"),
         if value("gpus").is_empty() { "1".into() } else { value("gpus") },
         options(&choices.gpu_types, &value("gpu_type"), "any"),
+        value("image"),
         value("time"),
         options(&choices.qos, &value("qos"), "default"),
         options(&choices.accounts, &value("account"), "default"),

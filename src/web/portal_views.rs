@@ -61,6 +61,10 @@ pub fn description(values: &[(String, String)]) -> Result<Vec<u8>, FormError> {
         ("", script) => script.replace("\r\n", "\n") + "\n",
         (command, _) => crate::script::wrap_command(command),
     };
+    let script = match get("image") {
+        "" => script,
+        image => with_image(&script, image)?,
+    };
     let mut job = json!({ "environment": ["PATH=/usr/local/bin:/usr/bin:/bin"] });
     for (field, key) in [
         ("name", "name"),
@@ -94,6 +98,22 @@ pub fn description(values: &[(String, String)]) -> Result<Vec<u8>, FormError> {
     }
     serde_json::to_vec(&json!({ "script": script, "job": job }))
         .map_err(|e| FormError(e.to_string()))
+}
+
+/// The script with `#SBATCH --container-image=IMAGE` after its first
+/// line (its interpreter), as a user would write it.
+fn with_image(script: &str, image: &str) -> Result<String, FormError> {
+    crate::model::container::ContainerRequest::new(image).map_err(|e| {
+        FormError(format!(
+            "Container image: {}",
+            e.to_string().replacen("--container-image: ", "", 1)
+        ))
+    })?;
+    let directive = format!("#SBATCH --container-image={image}\n");
+    Ok(match script.split_once('\n') {
+        Some((first, rest)) if first.starts_with("#!") => format!("{first}\n{directive}{rest}"),
+        _ => format!("{directive}{script}"),
+    })
 }
 
 fn month_report(page: &Page) -> Result<crate::report::usage::UsageReport, Response> {
@@ -167,6 +187,22 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("GPUs"));
+        let v = form(&[
+            ("command", "yolo train"),
+            ("image", "nvcr.io#nvidia/pytorch:24.01-py3"),
+        ])
+        .unwrap();
+        let script = v["script"].as_str().unwrap();
+        assert!(
+            script.starts_with("#!")
+                && script.lines().nth(1)
+                    == Some("#SBATCH --container-image=nvcr.io#nvidia/pytorch:24.01-py3"),
+            "{script}"
+        );
+        assert!(form(&[("command", "x"), ("image", "a b")])
+            .unwrap_err()
+            .to_string()
+            .contains("Container image: 'a b'"));
         assert!(form(&[("command", "x"), ("time", "soon")])
             .unwrap_err()
             .to_string()
