@@ -42,6 +42,7 @@ pub(super) fn containers(raw: RawContainers, src: &Source) -> Result<Containers,
         mounts,
         allowed_registries,
         allow_root: raw.allow_root.unwrap_or(false),
+        cache_size_mb: raw.cache_size,
         insecure_registries: raw
             .insecure_registries
             .into_iter()

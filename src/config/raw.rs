@@ -245,4 +245,6 @@ pub(super) struct RawContainers {
     pub(super) prefetch: Vec<Spanned<String>>,
     #[serde(default)]
     pub(super) insecure_registries: Vec<Spanned<String>>,
+    #[serde(default, deserialize_with = "de_memory")]
+    pub(super) cache_size: Option<u64>,
 }

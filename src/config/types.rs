@@ -479,6 +479,9 @@ pub struct Containers {
     /// Registries reached over plain HTTP or with a certificate no
     /// authority vouches for (a lab's own registry).
     pub insecure_registries: Vec<String>,
+    /// The most the images pulled here may take, in MiB: beyond it, the
+    /// least recently used pulled image no job uses goes.
+    pub cache_size_mb: Option<u64>,
 }
 
 impl Default for Containers {
@@ -492,6 +495,7 @@ impl Default for Containers {
             allow_root: false,
             prefetch: Vec::new(),
             insecure_registries: Vec::new(),
+            cache_size_mb: None,
         }
     }
 }

@@ -62,6 +62,21 @@ pub struct Launcher {
     server: Arc<Mutex<Option<forkserver::ForkServer>>>,
 }
 
+/// The specs of the jobs whose directories are in `spool` (running, or
+/// ended and not yet forgotten).
+pub fn recorded_specs(spool: &Spool) -> Vec<(JobId, LaunchSpec)> {
+    let Ok(entries) = fs::read_dir(spool.jobs()) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<JobId>().ok())
+        .filter_map(|id| {
+            let text = fs::read(spool.job_dir(id).join(SPEC)).ok()?;
+            Some((id, serde_json::from_slice(&text).ok()?))
+        })
+        .collect()
+}
+
 impl Launcher {
     pub fn new(spool: Spool, stepd: PathBuf, ownership: Ownership) -> Launcher {
         Launcher {
@@ -312,16 +327,9 @@ impl Launcher {
     /// The jobs whose directories are here, with the run each was
     /// launched as (from its spec).
     pub fn recorded(&self) -> Vec<(JobId, u32)> {
-        let Ok(entries) = fs::read_dir(self.spool.jobs()) else {
-            return Vec::new();
-        };
-        let mut found: Vec<(JobId, u32)> = entries
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<JobId>().ok())
-            .filter_map(|id| {
-                let text = fs::read(self.spool.job_dir(id).join(SPEC)).ok()?;
-                let spec: LaunchSpec = serde_json::from_slice(&text).ok()?;
-                Some((id, spec.restart_count))
-            })
+        let mut found: Vec<(JobId, u32)> = recorded_specs(&self.spool)
+            .into_iter()
+            .map(|(id, spec)| (id, spec.restart_count))
             .collect();
         found.sort_unstable();
         found

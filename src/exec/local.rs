@@ -81,7 +81,7 @@ impl LocalExecutor {
             lease_file: None,
             containers: config.containers.clone(),
             pull_locks: spool.root().join("image-pulls"),
-            pulls: Pulls::new(config.containers.clone(), spool.root().join("image-pulls")),
+            pulls: Pulls::new(config.containers.clone(), spool.clone()),
             _subtree: subtree,
         })
     }

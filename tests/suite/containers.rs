@@ -892,3 +892,69 @@ fn a_preempted_job_in_a_container_checkpoints_and_resumes_from_it() {
         }
     }
 }
+
+#[test]
+fn a_store_over_its_cache_size_drops_pulled_images_no_job_uses() {
+    require_root!();
+    if !containers_available(module_path!()) {
+        return;
+    }
+    let Some(registry) = Registry::start("127.0.0.1") else {
+        return;
+    };
+    let at = format!("127.0.0.1:{}", registry.port);
+    let s = Setup::new(&format!(
+        "allowed_registries = [\"{at}\"]\ninsecure_registries = [\"{at}\"]\ncache_size = \"1K\""
+    ));
+    for tag in ["1", "2", "3"] {
+        let out = podman(&s.store)
+            .args([
+                "push",
+                "--quiet",
+                "--tls-verify=false",
+                IMAGE,
+                &format!("{at}/ystest:{tag}"),
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "podman push: {}", stderr(&out));
+    }
+    let present = |tag: &str| {
+        podman(&s.store)
+            .args(["image", "exists", &format!("{at}/ystest:{tag}")])
+            .status()
+            .is_ok_and(|st| st.success())
+    };
+    let pull = |tag: &str| {
+        let out = s.c.run(
+            "yscontrol",
+            &["image", "pull", &format!("{at}/ystest:{tag}")],
+        );
+        assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    };
+    // A running job's image stays, however full the store.
+    let ana = TestUser::create("cache");
+    let one = format!("{at}/ystest:1");
+    let id = s.submit_as(&ana, &["--container-image", &one, "--wrap", "sleep 4"]);
+    s.c.wait_state(id, "RUNNING", LONG);
+    pull("2");
+    assert!(
+        present("1") && present("2"),
+        "the job's image and the one just pulled stay"
+    );
+    assert_eq!(s.c.wait_done(id, LONG), "COMPLETED");
+    let job_dir = s.c.spool.join("jobs").join(id.to_string());
+    common::wait_for("the job's directory to go", LONG, || !job_dir.exists());
+    // Once no job uses them, the pulled images go, least recently used first;
+    // the image loaded by hand stays.
+    pull("3");
+    common::wait_for("the unused images to go", LONG, || {
+        !present("1") && !present("2")
+    });
+    assert!(present("3"));
+    let out = podman(&s.store)
+        .args(["image", "exists", IMAGE])
+        .status()
+        .unwrap();
+    assert!(out.success(), "{IMAGE} was loaded by hand and stays");
+}

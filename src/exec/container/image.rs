@@ -137,6 +137,40 @@ impl Store<'_> {
         }
     }
 
+    /// What the store's images take, in bytes (an image under several
+    /// names counted once).
+    pub fn size(&self) -> Result<u64, ContainerError> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "PascalCase")]
+        struct Listed {
+            id: String,
+            #[serde(default)]
+            size: u64,
+        }
+        let mut command = self.podman();
+        command.args(["images", "--format", "json"]);
+        let text = self.run(command, "listing the images")?;
+        let listed: Vec<Listed> =
+            serde_json::from_str(&text).map_err(|e| ContainerError::Podman {
+                what: "listing the images".into(),
+                message: e.to_string(),
+            })?;
+        let mut seen = std::collections::HashSet::new();
+        Ok(listed
+            .into_iter()
+            .filter(|i| seen.insert(i.id.clone()))
+            .map(|i| i.size)
+            .sum())
+    }
+
+    /// Removes the name `reference` (and the image, when it was its last).
+    pub fn remove(&self, reference: &str) -> Result<(), ContainerError> {
+        let mut command = self.podman();
+        command.args(["rmi", "--", reference]);
+        self.run(command, &format!("removing {reference}"))
+            .map(drop)
+    }
+
     /// Makes `reference` present in the store: found there, or pulled.
     pub fn make_present(&self, reference: &str, locks: &Path) -> Result<(), ContainerError> {
         if self.exists(reference) {

@@ -5,12 +5,15 @@
 //! jobs that wanted it, and tried again only once [`RETRY_AFTER`] has
 //! passed, so that a missing image does not make every pass pull again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::config::Containers;
+use crate::exec::launcher::recorded_specs;
+use crate::model::container::ImageSource;
+use crate::spool::Spool;
 
 use super::image::Store;
 
@@ -28,9 +31,15 @@ pub enum ImageStatus {
 
 #[derive(Debug)]
 enum Entry {
-    Ready,
+    /// Present; last asked for at `used`.
+    Ready {
+        used: Instant,
+    },
     Pulling,
-    Failed { why: String, at: Instant },
+    Failed {
+        why: String,
+        at: Instant,
+    },
 }
 
 /// The images one node has made present or is pulling, by reference:
@@ -44,8 +53,11 @@ impl ImageStates {
     /// (never asked for here, or failed longer than [`RETRY_AFTER`] ago),
     /// and it is then counted as pulling.
     pub fn begin(&mut self, reference: &str, now: Instant) -> Option<ImageStatus> {
-        match self.0.get(reference) {
-            Some(Entry::Ready) => return Some(ImageStatus::Ready),
+        match self.0.get_mut(reference) {
+            Some(Entry::Ready { used }) => {
+                *used = now;
+                return Some(ImageStatus::Ready);
+            }
             Some(Entry::Pulling) => return Some(ImageStatus::Pulling),
             Some(Entry::Failed { why, at }) if now.duration_since(*at) < RETRY_AFTER => {
                 return Some(ImageStatus::Failed(why.clone()))
@@ -59,7 +71,7 @@ impl ImageStates {
     /// Records how a pull ended: `failure` says why it could not be.
     pub fn settle(&mut self, reference: &str, failure: Option<String>, now: Instant) {
         let entry = match failure {
-            None => Entry::Ready,
+            None => Entry::Ready { used: now },
             Some(why) => Entry::Failed { why, at: now },
         };
         self.0.insert(reference.to_string(), entry);
@@ -68,6 +80,20 @@ impl ImageStates {
     /// Forgets `reference`: the next `begin` starts a pull.
     pub fn forget(&mut self, reference: &str) {
         self.0.remove(reference);
+    }
+
+    /// The images present, least recently asked for first.
+    pub fn by_last_use(&self) -> Vec<String> {
+        let mut ready: Vec<(Instant, &String)> = self
+            .0
+            .iter()
+            .filter_map(|(name, e)| match e {
+                Entry::Ready { used } => Some((*used, name)),
+                _ => None,
+            })
+            .collect();
+        ready.sort();
+        ready.into_iter().map(|(_, name)| name.clone()).collect()
     }
 
     /// The images being pulled now.
@@ -87,19 +113,25 @@ impl ImageStates {
 #[derive(Clone)]
 pub struct Pulls {
     site: Containers,
-    /// Where a pull takes its per-image lock (shared with the
-    /// supervisors, which pull an image removed since).
-    locks: PathBuf,
+    /// Where the jobs' directories are: the images their specs name are
+    /// in use, and never removed to make room.
+    spool: Spool,
     states: Arc<Mutex<ImageStates>>,
 }
 
 impl Pulls {
-    pub fn new(site: Containers, locks: PathBuf) -> Pulls {
+    pub fn new(site: Containers, spool: Spool) -> Pulls {
         Pulls {
             site,
-            locks,
+            spool,
             states: Arc::default(),
         }
+    }
+
+    /// Where a pull takes its per-image lock (shared with the
+    /// supervisors, which pull an image removed since).
+    pub fn locks(&self) -> PathBuf {
+        self.spool.root().join("image-pulls")
     }
 
     /// Where `reference` stands here; starts its pull when it is needed.
@@ -118,7 +150,7 @@ impl Pulls {
         let started = Instant::now();
         let store = Store { site: &self.site };
         let failure = store
-            .make_present(reference, &self.locks)
+            .make_present(reference, &self.locks())
             .err()
             .map(|e| e.to_string());
         match &failure {
@@ -127,8 +159,51 @@ impl Pulls {
             }
             Some(why) => tracing::warn!(target: "ysched::exec", "image {reference}: {why}"),
         }
+        let ready = failure.is_none();
         let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
         states.settle(reference, failure, Instant::now());
+        drop(states);
+        if let (true, Some(limit)) = (ready, self.site.cache_size_mb) {
+            self.trim(&store, limit.saturating_mul(1 << 20), reference);
+        }
+    }
+
+    /// Removes the least recently used images pulled here until the store
+    /// fits in `limit` bytes, keeping the one `just` pulled, the prefetch
+    /// list, and every image a job on this node names. Images loaded from
+    /// archives or by hand are never removed.
+    fn trim(&self, store: &Store<'_>, limit: u64, just: &str) {
+        let mut keep: HashSet<String> = self.site.prefetch.iter().cloned().collect();
+        keep.insert(just.to_string());
+        for (_, spec) in recorded_specs(&self.spool) {
+            if let Some(ImageSource::Reference(r)) =
+                spec.container.as_ref().map(|c| c.request.source())
+            {
+                keep.insert(r);
+            }
+        }
+        let candidates = self
+            .states
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_last_use();
+        for reference in candidates.iter().filter(|r| !keep.contains(*r)) {
+            match store.size() {
+                Ok(size) if size <= limit => return,
+                Ok(_) => {}
+                Err(e) => return tracing::warn!(target: "ysched::exec", "image cache: {e}"),
+            }
+            match store.remove(reference) {
+                Ok(()) => {
+                    tracing::info!(target: "ysched::exec", "image {reference} removed: the store is over its cache_size");
+                    self.states
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .forget(reference);
+                }
+                Err(e) => tracing::warn!(target: "ysched::exec", "image cache: {e}"),
+            }
+        }
     }
 }
 
