@@ -43,6 +43,13 @@ pub(super) fn containers(raw: RawContainers, src: &Source) -> Result<Containers,
         allowed_registries,
         allow_root: raw.allow_root.unwrap_or(false),
         cache_size_mb: raw.cache_size,
+        cdi_dirs: match raw.cdi_dirs {
+            None => defaults.cdi_dirs,
+            Some(dirs) => dirs
+                .into_iter()
+                .map(|d| absolute(Some(d), "cdi_dirs").map(Option::unwrap_or_default))
+                .collect::<Result<_, _>>()?,
+        },
         insecure_registries: raw
             .insecure_registries
             .into_iter()

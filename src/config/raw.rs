@@ -247,4 +247,5 @@ pub(super) struct RawContainers {
     pub(super) insecure_registries: Vec<Spanned<String>>,
     #[serde(default, deserialize_with = "de_memory")]
     pub(super) cache_size: Option<u64>,
+    pub(super) cdi_dirs: Option<Vec<Spanned<std::path::PathBuf>>>,
 }

@@ -482,6 +482,8 @@ pub struct Containers {
     /// The most the images pulled here may take, in MiB: beyond it, the
     /// least recently used pulled image no job uses goes.
     pub cache_size_mb: Option<u64>,
+    /// Where CDI specs of the node's GPUs are looked for.
+    pub cdi_dirs: Vec<PathBuf>,
 }
 
 impl Default for Containers {
@@ -496,6 +498,7 @@ impl Default for Containers {
             prefetch: Vec::new(),
             insecure_registries: Vec::new(),
             cache_size_mb: None,
+            cdi_dirs: vec![PathBuf::from("/etc/cdi"), PathBuf::from("/var/run/cdi")],
         }
     }
 }

@@ -958,3 +958,80 @@ fn a_store_over_its_cache_size_drops_pulled_images_no_job_uses() {
         .unwrap();
     assert!(out.success(), "{IMAGE} was loaded by hand and stays");
 }
+
+#[test]
+fn a_cdi_spec_gives_the_jobs_gpus_their_driver_files_environment_and_hooks() {
+    require_root!();
+    if !containers_available(module_path!()) {
+        return;
+    }
+    let cdi = tempfile::Builder::new()
+        .prefix("ysched-cdi-")
+        .tempdir()
+        .unwrap();
+    let s = Setup::new(&format!("cdi_dirs = [\"{}\"]", cdi.path().display()));
+    let dev = s.devices.path().display().to_string();
+    let library = cdi.path().join("libcuda.so.1");
+    std::fs::write(&library, "the driver's library\n").unwrap();
+    std::fs::set_permissions(&library, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let hooked = cdi.path().join("hooked");
+    let devices: Vec<String> = (0..4)
+        .map(|i| format!(r#"{{"name": "{i}", "containerEdits": {{"deviceNodes": [{{"path": "{dev}/nvidia{i}"}}]}}}}"#))
+        .collect();
+    let spec = format!(
+        r#"{{"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": [{}],
+        "containerEdits": {{
+          "env": ["CDI_SEEN=yes"],
+          "mounts": [{{"hostPath": "{}", "containerPath": "/usr/lib/libcuda.so.1", "options": ["ro", "bind"]}}],
+          "hooks": [{{"hookName": "createContainer", "path": "/bin/sh", "args": ["sh", "-c", "echo ran > {}"]}}]
+        }}}}"#,
+        devices.join(","),
+        library.display(),
+        hooked.display()
+    );
+    std::fs::write(cdi.path().join("nvidia.json"), spec).unwrap();
+    let ana = TestUser::create("cdi");
+    s.c.script(
+        "cdi.sh",
+        &format!(
+            "#!/bin/sh\ncat /usr/lib/libcuda.so.1\necho cdi=$CDI_SEEN\nls {dev}\n\
+             echo x > /usr/lib/libcuda.so.1 || echo read-only\n"
+        ),
+    );
+    let id = s.submit_as(&ana, &["-G", "1", "--container-image", IMAGE, "cdi.sh"]);
+    assert_eq!(
+        s.c.wait_done(id, LONG),
+        "COMPLETED",
+        "{}",
+        s.c.field(id, "Reason")
+    );
+    let out = s.c.output_of(id);
+    assert!(out.contains("the driver's library"), "{out}");
+    assert!(out.contains("cdi=yes"), "{out}");
+    assert!(out.contains("read-only"), "{out}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("nvidia")).count(),
+        1,
+        "only the job's GPU: {out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&hooked).unwrap_or_default(),
+        "ran\n"
+    );
+    // A spec without the job's GPU fails the job with the file named.
+    std::fs::write(
+        cdi.path().join("nvidia.json"),
+        r#"{"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": []}"#,
+    )
+    .unwrap();
+    let id = s.submit_as(
+        &ana,
+        &["-G", "1", "--container-image", IMAGE, "--wrap", "true"],
+    );
+    assert_eq!(s.c.wait_done(id, LONG), "FAILED");
+    let reason = s.c.field(id, "Reason");
+    assert!(
+        reason.contains("nvidia.json") && reason.contains("no device named"),
+        "{reason}"
+    );
+}

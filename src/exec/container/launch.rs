@@ -12,7 +12,9 @@ use nix::sched::CloneFlags;
 
 use super::image::{Image, Store};
 use super::mounts::{self, FsIdentity};
-use super::{Bundle, ContainerError, ContainerLaunch, RuntimeConfig, SCRIPT_INSIDE};
+use super::{
+    Bundle, ContainerDevice, ContainerError, ContainerLaunch, RuntimeConfig, SCRIPT_INSIDE,
+};
 use crate::exec::spec::LaunchSpec;
 use crate::model::container::ImageSource;
 
@@ -62,10 +64,19 @@ pub fn prepare(
     let image = store.prepare(&source, archive.as_ref(), &launch.pull_locks)?;
     let bundle = Bundle::new(job_dir);
     bundle.make()?;
-    let planned = planned_mounts(spec, launch);
+    let cdi = super::cdi::edits_for(&launch.site.cdi_dirs, &spec.gpus)?.unwrap_or_default();
+    let mut planned = planned_mounts(spec, launch);
+    planned.extend(cdi.mounts.iter().map(|m| PlannedMount {
+        source: PathBuf::from(&m.host_path),
+        destination: m.container_path.clone(),
+        read_only: m.options.iter().any(|o| o == "ro"),
+        as_user: false,
+    }));
+    let devices = with_cdi_devices(&launch.devices, &cdi)?;
+    let image_env: Vec<String> = image.env.iter().chain(&cdi.env).cloned().collect();
     let env = super::environment(
         crate::exec::env::job_environment(spec),
-        &image.env,
+        &image_env,
         &launch.request.env,
     );
     let cwd = working_directory(spec, launch, &planned, &image);
@@ -83,8 +94,9 @@ pub fn prepare(
         cwd: &cwd,
         user: (spec.uid, spec.gid, groups),
         read_only: !launch.request.writable,
-        devices: &launch.devices,
+        devices: &devices,
         as_root: spec.uid == 0,
+        hooks: cdi.oci_hooks(),
     };
     let path = bundle.dir.join("config.json");
     fs::write(&path, config.to_json()?).map_err(|e| ContainerError::io("writing", &path, e))?;
@@ -101,6 +113,30 @@ pub fn prepare(
         mounts: planned,
         argv,
     })
+}
+
+/// The job's devices and those the CDI spec adds (found on the host).
+fn with_cdi_devices(
+    devices: &[ContainerDevice],
+    cdi: &super::cdi::Edits,
+) -> Result<Vec<ContainerDevice>, ContainerError> {
+    let mut all = devices.to_vec();
+    for node in &cdi.device_nodes {
+        let host = node.host_path.as_deref().unwrap_or(&node.path);
+        let st = nix::sys::stat::stat(host).map_err(|e| ContainerError::Mount {
+            path: host.to_string(),
+            why: format!("a device of the GPUs' CDI spec: {e}"),
+        })?;
+        let path = PathBuf::from(&node.path);
+        if !all.iter().any(|d| d.path == path) {
+            all.push(ContainerDevice {
+                path,
+                major: nix::sys::stat::major(st.st_rdev) as u32,
+                minor: nix::sys::stat::minor(st.st_rdev) as u32,
+            });
+        }
+    }
+    Ok(all)
 }
 
 /// The site's mounts, the user's home (unless not wanted), the job's.

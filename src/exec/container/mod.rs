@@ -22,6 +22,7 @@
 //! even when told not to manage cgroups; on such a host the child hides
 //! that mount in its own namespace (the processes' cgroups do not change).
 
+pub mod cdi;
 pub mod image;
 pub mod launch;
 pub mod mounts;
@@ -65,6 +66,8 @@ pub enum ContainerError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("CDI spec {}: {why}", file.display())]
+    Cdi { file: PathBuf, why: String },
     #[error("cannot write the container's configuration: {0}")]
     Config(#[from] serde_json::Error),
 }
@@ -230,6 +233,8 @@ pub struct RuntimeConfig<'a> {
     pub devices: &'a [ContainerDevice],
     /// Root inside, allowed by the site: the usual container capabilities.
     pub as_root: bool,
+    /// The OCI hooks the GPUs' CDI spec asks for.
+    pub hooks: serde_json::Value,
 }
 
 impl RuntimeConfig<'_> {
@@ -286,6 +291,7 @@ impl RuntimeConfig<'_> {
                 "noNewPrivileges": !self.as_root,
             },
             "root": {"path": "rootfs", "readonly": self.read_only},
+            "hooks": self.hooks,
             "mounts": mounts,
             "linux": {
                 "namespaces": [{"type": "mount"}],
@@ -397,6 +403,7 @@ mod tests {
             read_only: true,
             devices: &devices,
             as_root: false,
+            hooks: serde_json::json!({}),
         };
         let json: serde_json::Value = serde_json::from_str(&config.to_json().unwrap()).unwrap();
         assert_eq!(json["process"]["user"]["uid"], 1001);
