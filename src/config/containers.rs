@@ -43,6 +43,12 @@ pub(super) fn containers(raw: RawContainers, src: &Source) -> Result<Containers,
         allowed_registries,
         allow_root: raw.allow_root.unwrap_or(false),
         cache_size_mb: raw.cache_size,
+        pull_timeout: super::pool::duration(
+            raw.pull_timeout.as_ref(),
+            "[containers] pull_timeout",
+            src,
+        )?
+        .unwrap_or(defaults.pull_timeout),
         cdi_dirs: match raw.cdi_dirs {
             None => defaults.cdi_dirs,
             Some(dirs) => dirs

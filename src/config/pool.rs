@@ -69,7 +69,7 @@ fn certificate_lifetime(
 }
 
 /// `30s`, `1m30s`, `1h`: what humantime reads.
-fn duration(
+pub(super) fn duration(
     value: Option<&Spanned<String>>,
     key: &str,
     src: &Source,

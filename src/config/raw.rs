@@ -248,4 +248,5 @@ pub(super) struct RawContainers {
     #[serde(default, deserialize_with = "de_memory")]
     pub(super) cache_size: Option<u64>,
     pub(super) cdi_dirs: Option<Vec<Spanned<std::path::PathBuf>>>,
+    pub(super) pull_timeout: Option<Spanned<String>>,
 }

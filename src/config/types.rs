@@ -484,6 +484,8 @@ pub struct Containers {
     pub cache_size_mb: Option<u64>,
     /// Where CDI specs of the node's GPUs are looked for.
     pub cdi_dirs: Vec<PathBuf>,
+    /// How long a pull may take before it is given up.
+    pub pull_timeout: std::time::Duration,
 }
 
 impl Default for Containers {
@@ -499,6 +501,7 @@ impl Default for Containers {
             insecure_registries: Vec::new(),
             cache_size_mb: None,
             cdi_dirs: vec![PathBuf::from("/etc/cdi"), PathBuf::from("/var/run/cdi")],
+            pull_timeout: std::time::Duration::from_secs(30 * 60),
         }
     }
 }

@@ -1035,3 +1035,32 @@ fn a_cdi_spec_gives_the_jobs_gpus_their_driver_files_environment_and_hooks() {
         "{reason}"
     );
 }
+
+#[test]
+fn a_pull_that_hangs_is_given_up_and_its_job_fails_with_the_reason() {
+    require_root!();
+    if !containers_available(module_path!()) {
+        return;
+    }
+    let Some(registry) = Registry::start("127.0.0.1") else {
+        return;
+    };
+    // The registry never answers through this gate.
+    let gate = Gate::to("127.0.0.1", registry.port);
+    let at = format!("127.0.0.1:{}", gate.port);
+    let s = Setup::new(&format!(
+        "insecure_registries = [\"{at}\"]\npull_timeout = \"2s\""
+    ));
+    let ana = TestUser::create("hang");
+    let image = format!("{at}/ystest:1");
+    let id = s.submit_as(&ana, &["--container-image", &image, "--wrap", "true"]);
+    assert_eq!(s.c.wait_done(id, LONG), "FAILED");
+    let reason = s.c.field(id, "Reason");
+    assert!(
+        reason.contains(&format!("pulling {image}"))
+            && reason.contains("gave up after 2s (pull_timeout)"),
+        "{reason}"
+    );
+    assert_eq!(s.c.field(id, "ElapsedRaw"), "0");
+    drop(gate);
+}

@@ -87,19 +87,57 @@ impl Store<'_> {
         if out.status.success() {
             return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
         }
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let message = stderr
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("no message")
-            .trim()
-            .trim_start_matches("Error: ")
-            .to_string();
         Err(ContainerError::Podman {
             what: what.to_string(),
-            message,
+            message: last_error_line(&String::from_utf8_lossy(&out.stderr)),
         })
+    }
+
+    /// Runs podman for at most the site's `pull_timeout`, then kills it.
+    fn run_within(&self, mut command: Command, what: &str) -> Result<String, ContainerError> {
+        let failed = |message: String| ContainerError::Podman {
+            what: what.to_string(),
+            message,
+        };
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| failed(format!("cannot run {}: {e}", self.site.podman.display())))?;
+        let read = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut text = String::new();
+                if let Some(mut p) = pipe {
+                    let _ = p.read_to_string(&mut text);
+                }
+                text
+            })
+        };
+        let stdout = read(child.stdout.take().map(|p| Box::new(p) as _));
+        let stderr = read(child.stderr.take().map(|p| Box::new(p) as _));
+        let deadline = std::time::Instant::now() + self.site.pull_timeout;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(100))
+                }
+                Ok(None) | Err(_) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    let limit = humantime::format_duration(self.site.pull_timeout);
+                    return Err(failed(format!("gave up after {limit} (pull_timeout)")));
+                }
+            }
+        };
+        let (out, err) = (
+            stdout.join().unwrap_or_default(),
+            stderr.join().unwrap_or_default(),
+        );
+        if status.success() {
+            return Ok(out);
+        }
+        Err(failed(last_error_line(&err)))
     }
 
     fn exists(&self, reference: &str) -> bool {
@@ -208,7 +246,7 @@ impl Store<'_> {
             command.arg("--tls-verify=false");
         }
         command.args(["--", reference]);
-        self.run(command, &format!("pulling {reference}"))
+        self.run_within(command, &format!("pulling {reference}"))
             .map(drop)
             .map_err(|e| ContainerError::Missing {
                 image: reference.to_string(),
@@ -327,6 +365,18 @@ impl Store<'_> {
 
 /// A file name for `text`: its characters that are safe, and a hash that
 /// keeps different texts apart.
+/// podman's last words on standard error, without its `Error: `.
+fn last_error_line(stderr: &str) -> String {
+    stderr
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("no message")
+        .trim()
+        .trim_start_matches("Error: ")
+        .to_string()
+}
+
 fn lock_name(text: &str) -> String {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
