@@ -184,7 +184,7 @@ for f in $dev/nvidia*; do
     *) echo "$(basename $f) $msg" ;;
   esac
 done
-grep -E 'memory|devices' /proc/self/cgroup | head -2
+grep job_ /proc/self/cgroup | head -2
 exit 3
 "#;
 
@@ -1063,4 +1063,75 @@ fn a_pull_that_hangs_is_given_up_and_its_job_fails_with_the_reason() {
     );
     assert_eq!(s.c.field(id, "ElapsedRaw"), "0");
     drop(gate);
+}
+
+#[test]
+fn on_cgroup_v2_a_container_opens_only_its_gpu_and_a_cancel_leaves_nothing() {
+    require_root!();
+    if !containers_available(module_path!()) {
+        return;
+    }
+    if !Path::new("/sys/fs/cgroup/unified/cgroup.controllers").exists()
+        && !Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
+    {
+        common::skip(module_path!(), "no cgroup2 mount on this host");
+        return;
+    }
+    let s = Setup::with("cgroups = \"v2\"", "");
+    let ana = TestUser::create("ctr2");
+    s.c.script("inside.sh", INSIDE);
+    let args = [
+        "-G",
+        "1",
+        "--container-image",
+        IMAGE,
+        &s.work_mount(),
+        "inside.sh",
+    ];
+    let id = s.submit_as(&ana, &args);
+    assert_eq!(s.c.wait_done(id, LONG), "FAILED");
+    assert_eq!(
+        s.c.field(id, "ExitCode"),
+        "3:0",
+        "{}",
+        s.c.field(id, "Reason")
+    );
+    let out = s.c.output_of(id);
+    let gpu = out
+        .lines()
+        .find_map(|l| l.strip_prefix("devices="))
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    assert!(gpu.starts_with("nvidia") && !gpu.contains(' '), "{out}");
+    assert!(
+        out.contains(&format!("{gpu} opens")),
+        "the BPF program lets it open its GPU: {out}"
+    );
+    assert!(
+        out.contains("0::") && out.contains(&format!("job_{id}")),
+        "in its v2 group: {out}"
+    );
+    // A cancel ends the container's processes and its group goes.
+    let id = s.submit_as(
+        &ana,
+        &[
+            "--container-image",
+            IMAGE,
+            "--wrap",
+            "sleep 300 & sleep 300; wait",
+        ],
+    );
+    s.c.wait_state(id, "RUNNING", LONG);
+    std::thread::sleep(Duration::from_secs(1));
+    let out = s.c.run("yscancel", &[&id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(s.c.wait_done(id, LONG), "CANCELLED");
+    common::wait_for("no process of the job left", LONG, || {
+        let ps = Command::new("pgrep")
+            .args(["-u", &ana.name])
+            .output()
+            .unwrap();
+        stdout(&ps).trim().is_empty()
+    });
 }
