@@ -908,6 +908,23 @@ fn render_checkpoints(out: &mut String, lines: &[CheckpointLine]) {
     out.push('\n');
 }
 
+/// A section of lines: a key, its jobs, GPU-hours and tokens.
+fn render_breakdown<'a>(
+    out: &mut String,
+    title: &str,
+    rows: impl Iterator<Item = (&'a String, u64, f64, f64)>,
+) {
+    out.push_str(title);
+    out.push('\n');
+    for (key, jobs, gpu_hours, tokens) in rows {
+        let _ = writeln!(
+            out,
+            "  {key:<16} {jobs:>7} jobs  {gpu_hours:>10.1} GPU-hours  {tokens:>10.2} tokens"
+        );
+    }
+    out.push('\n');
+}
+
 pub fn render_text(report: &UsageReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -922,26 +939,20 @@ pub fn render_text(report: &UsageReport) -> String {
     render_usage_table(&mut out, report);
     // A pool's nodes (one server: nothing to break down).
     if report.nodes.len() > 1 {
-        out.push_str("By node\n");
-        for n in &report.nodes {
-            let _ = writeln!(
-                out,
-                "  {:<16} {:>7} jobs  {:>10.1} GPU-hours  {:>10.2} tokens",
-                n.node, n.jobs, n.gpu_hours, n.tokens
-            );
-        }
-        out.push('\n');
+        let rows = report.nodes.iter();
+        render_breakdown(
+            &mut out,
+            "By node",
+            rows.map(|n| (&n.node, n.jobs, n.gpu_hours, n.tokens)),
+        );
     }
     if !report.images.is_empty() {
-        out.push_str("By container image\n");
-        for i in &report.images {
-            let _ = writeln!(
-                out,
-                "  {:<16} {:>7} jobs  {:>10.1} GPU-hours  {:>10.2} tokens",
-                i.image, i.jobs, i.gpu_hours, i.tokens
-            );
-        }
-        out.push('\n');
+        let rows = report.images.iter();
+        render_breakdown(
+            &mut out,
+            "By container image",
+            rows.map(|i| (&i.image, i.jobs, i.gpu_hours, i.tokens)),
+        );
     }
     render_checkpoints(&mut out, &report.checkpoints);
     if !report.budgets.is_empty() {

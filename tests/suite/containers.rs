@@ -170,6 +170,18 @@ fn remove_store(store: &Path) {
         .output();
 }
 
+/// The one GPU device INSIDE saw in the container.
+fn the_one_gpu(out: &str) -> String {
+    let gpu = out
+        .lines()
+        .find_map(|l| l.strip_prefix("devices="))
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    assert!(gpu.starts_with("nvidia") && !gpu.contains(' '), "{out}");
+    gpu
+}
+
 /// What the script inside prints about where it is.
 const INSIDE: &str = r#"#!/bin/sh
 echo "marker=$(cat /image-marker)"
@@ -223,13 +235,7 @@ fn a_job_runs_in_its_image_as_its_user_in_its_cgroup_with_only_its_gpu() {
     );
     assert!(out.contains(&format!("visible=0 job={id}")), "{out}");
     // Only its own GPU exists inside, and the job's cgroup lets it open it.
-    let gpu = out
-        .lines()
-        .find_map(|l| l.strip_prefix("devices="))
-        .unwrap_or_default()
-        .trim()
-        .to_string();
-    assert!(gpu.starts_with("nvidia") && !gpu.contains(' '), "{out}");
+    let gpu = the_one_gpu(&out);
     assert!(out.contains(&format!("{gpu} opens")), "{out}");
     assert!(
         out.contains(&format!("job_{id}")),
@@ -556,6 +562,14 @@ fn free_port(ip: &str) -> u16 {
     listener.local_addr().unwrap().port()
 }
 
+/// A registry on `ip`, where containers can run here at all.
+fn registry_on(ip: &str) -> Option<Registry> {
+    if !containers_available(module_path!()) {
+        return None;
+    }
+    Registry::start(ip)
+}
+
 /// A loopback proxy to the registry that holds every connection until
 /// opened: what a slow download looks like to the jobs waiting for it.
 struct Gate {
@@ -629,10 +643,7 @@ fn relay(client: std::net::TcpStream, ip: &str, target: u16) {
 #[test]
 fn jobs_wanting_one_image_wait_for_a_single_pull_uncharged() {
     require_root!();
-    if !containers_available(module_path!()) {
-        return;
-    }
-    let Some(registry) = Registry::start("127.0.0.1") else {
+    let Some(registry) = registry_on("127.0.0.1") else {
         return;
     };
     let gate = Gate::to("127.0.0.1", registry.port);
@@ -758,12 +769,9 @@ impl Drop for ScratchStore {
 #[test]
 fn a_node_of_a_pool_pulls_a_jobs_image_before_it_starts_there() {
     require_root!();
-    if !containers_available(module_path!()) {
-        return;
-    }
     let net = crate::pool::Net::new();
     let ip = net.controller_ip();
-    let Some(registry) = Registry::start(&ip) else {
+    let Some(registry) = registry_on(&ip) else {
         return;
     };
     let gate = Gate::to(&ip, registry.port);
@@ -896,10 +904,7 @@ fn a_preempted_job_in_a_container_checkpoints_and_resumes_from_it() {
 #[test]
 fn a_store_over_its_cache_size_drops_pulled_images_no_job_uses() {
     require_root!();
-    if !containers_available(module_path!()) {
-        return;
-    }
-    let Some(registry) = Registry::start("127.0.0.1") else {
+    let Some(registry) = registry_on("127.0.0.1") else {
         return;
     };
     let at = format!("127.0.0.1:{}", registry.port);
@@ -1039,10 +1044,7 @@ fn a_cdi_spec_gives_the_jobs_gpus_their_driver_files_environment_and_hooks() {
 #[test]
 fn a_pull_that_hangs_is_given_up_and_its_job_fails_with_the_reason() {
     require_root!();
-    if !containers_available(module_path!()) {
-        return;
-    }
-    let Some(registry) = Registry::start("127.0.0.1") else {
+    let Some(registry) = registry_on("127.0.0.1") else {
         return;
     };
     // The registry never answers through this gate.
@@ -1097,13 +1099,7 @@ fn on_cgroup_v2_a_container_opens_only_its_gpu_and_a_cancel_leaves_nothing() {
         s.c.field(id, "Reason")
     );
     let out = s.c.output_of(id);
-    let gpu = out
-        .lines()
-        .find_map(|l| l.strip_prefix("devices="))
-        .unwrap_or_default()
-        .trim()
-        .to_string();
-    assert!(gpu.starts_with("nvidia") && !gpu.contains(' '), "{out}");
+    let gpu = the_one_gpu(&out);
     assert!(
         out.contains(&format!("{gpu} opens")),
         "the BPF program lets it open its GPU: {out}"
