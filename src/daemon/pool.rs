@@ -109,7 +109,10 @@ impl Daemon {
     /// behind a remote executor on `link`.
     fn attach_node(&mut self, facts: NodeFacts, link: Link) {
         let name = facts.name.clone();
-        let executor = Box::new(RemoteExecutor::new(facts, link.clone()));
+        // The node's own pull_timeout bounds its pull; a minute more for
+        // its answer to come.
+        let pull_wait = self.config.containers.pull_timeout + std::time::Duration::from_secs(60);
+        let executor = Box::new(RemoteExecutor::new(facts, link.clone(), pull_wait));
         let remote = RemoteNode {
             link,
             last_heard: Instant::now(),

@@ -77,11 +77,17 @@ impl Link {
 pub struct RemoteExecutor {
     facts: NodeFacts,
     link: Link,
+    /// How long a pull asked of the node may go unanswered.
+    pull_wait: std::time::Duration,
 }
 
 impl RemoteExecutor {
-    pub fn new(facts: NodeFacts, link: Link) -> RemoteExecutor {
-        RemoteExecutor { facts, link }
+    pub fn new(facts: NodeFacts, link: Link, pull_wait: std::time::Duration) -> RemoteExecutor {
+        RemoteExecutor {
+            facts,
+            link,
+            pull_wait,
+        }
     }
 }
 
@@ -193,7 +199,13 @@ impl Executor for RemoteExecutor {
     /// Asks the node's agent to pull; its answer (`FromNode::Image`)
     /// settles the image in the link's state.
     fn ensure_image(&self, reference: &str) -> ImageStatus {
-        let begun = self.link.state().images.begin(reference, Instant::now());
+        let begun = {
+            let mut state = self.link.state();
+            state
+                .images
+                .give_up_unanswered(self.pull_wait, Instant::now());
+            state.images.begin(reference, Instant::now())
+        };
         if let Some(status) = begun {
             return status;
         }

@@ -35,7 +35,9 @@ enum Entry {
     Ready {
         used: Instant,
     },
-    Pulling,
+    Pulling {
+        since: Instant,
+    },
     Failed {
         why: String,
         at: Instant,
@@ -58,13 +60,14 @@ impl ImageStates {
                 *used = now;
                 return Some(ImageStatus::Ready);
             }
-            Some(Entry::Pulling) => return Some(ImageStatus::Pulling),
+            Some(Entry::Pulling { .. }) => return Some(ImageStatus::Pulling),
             Some(Entry::Failed { why, at }) if now.duration_since(*at) < RETRY_AFTER => {
                 return Some(ImageStatus::Failed(why.clone()))
             }
             _ => {}
         }
-        self.0.insert(reference.to_string(), Entry::Pulling);
+        self.0
+            .insert(reference.to_string(), Entry::Pulling { since: now });
         None
     }
 
@@ -75,6 +78,23 @@ impl ImageStates {
             Some(why) => Entry::Failed { why, at: now },
         };
         self.0.insert(reference.to_string(), entry);
+    }
+
+    /// Counts the pulls asked more than `limit` ago and still not
+    /// answered as failed: a node that never answers (an agent older than
+    /// its controller) does not keep jobs waiting for ever.
+    pub fn give_up_unanswered(&mut self, limit: Duration, now: Instant) {
+        for entry in self.0.values_mut() {
+            if let Entry::Pulling { since } = entry {
+                if now.duration_since(*since) > limit {
+                    let why = format!(
+                        "the node did not say within {} whether it has the image",
+                        humantime::format_duration(limit)
+                    );
+                    *entry = Entry::Failed { why, at: now };
+                }
+            }
+        }
     }
 
     /// Forgets `reference`: the next `begin` starts a pull.
@@ -101,7 +121,7 @@ impl ImageStates {
         let mut names: Vec<String> = self
             .0
             .iter()
-            .filter(|(_, e)| matches!(e, Entry::Pulling))
+            .filter(|(_, e)| matches!(e, Entry::Pulling { .. }))
             .map(|(name, _)| name.clone())
             .collect();
         names.sort();
@@ -226,5 +246,11 @@ mod tests {
         assert_eq!(states.begin("b", t0 + Duration::from_secs(1)), failed);
         assert_eq!(states.begin("b", t0 + RETRY_AFTER), None);
         assert!(states.pulling().contains(&"b".to_string()));
+        let later = t0 + RETRY_AFTER + Duration::from_secs(61);
+        states.give_up_unanswered(Duration::from_secs(60), later);
+        let Some(ImageStatus::Failed(why)) = states.begin("b", later) else {
+            panic!("still pulling")
+        };
+        assert!(why.contains("did not say within 1m"), "{why}");
     }
 }
