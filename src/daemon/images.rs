@@ -18,13 +18,24 @@ impl Daemon {
     /// pulls start where it is not (a job with no image, or one from an
     /// archive, which its run loads, is ready).
     pub(super) fn image_readiness(&self, start: &Placement) -> ImageStatus {
-        let job = self.jobs.get(&start.job);
+        let nodes = std::iter::once(&start.node).chain(&start.peers);
+        self.image_readiness_on(start.job, nodes)
+    }
+
+    /// The same for job `id` on `nodes`: also what starts the pull for a
+    /// job that preempts others, so that it overlaps their grace.
+    pub(super) fn image_readiness_on<'a>(
+        &self,
+        id: crate::model::job::JobId,
+        nodes: impl Iterator<Item = &'a String>,
+    ) -> ImageStatus {
+        let job = self.jobs.get(&id);
         let reference = match job.and_then(|j| j.container.as_ref()).map(|c| c.source()) {
             Some(ImageSource::Reference(reference)) => reference,
             Some(ImageSource::Archive(_)) | None => return ImageStatus::Ready,
         };
         let mut readiness = ImageStatus::Ready;
-        for name in std::iter::once(&start.node).chain(&start.peers) {
+        for name in nodes {
             let Some(node) = self.nodes.named(name) else {
                 continue;
             };

@@ -692,6 +692,8 @@ impl Daemon {
         }
         for preemption in preemptions {
             let id = preemption.job;
+            // Its image comes while its victims stop.
+            self.image_readiness_on(id, std::iter::once(&preemption.node));
             self.carry_out(preemption, now)?;
             self.policy.reasons.insert(id, Reason::Preempting);
         }
