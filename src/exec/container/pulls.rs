@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::config::Containers;
@@ -19,6 +19,9 @@ use super::image::Store;
 
 /// How long a failed pull is the answer before it is tried again.
 pub const RETRY_AFTER: Duration = Duration::from_secs(30);
+/// Pulls a node runs at once; more wait their turn (a user naming many
+/// images must not start as many podman processes).
+const PULLS_AT_ONCE: usize = 4;
 
 /// Where an image stands on one node.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -137,6 +140,8 @@ pub struct Pulls {
     /// in use, and never removed to make room.
     spool: Spool,
     states: Arc<Mutex<ImageStates>>,
+    /// How many pulls run now, and the turn of those waiting.
+    running: Arc<(Mutex<usize>, Condvar)>,
 }
 
 impl Pulls {
@@ -145,6 +150,7 @@ impl Pulls {
             site,
             spool,
             states: Arc::default(),
+            running: Arc::default(),
         }
     }
 
@@ -167,6 +173,26 @@ impl Pulls {
     }
 
     fn pull(&self, reference: &str) {
+        let (count, turn) = &*self.running;
+        let mut running = count.lock().unwrap_or_else(|p| p.into_inner());
+        while *running >= PULLS_AT_ONCE {
+            running = turn.wait(running).unwrap_or_else(|p| p.into_inner());
+        }
+        *running += 1;
+        drop(running);
+        /// Gives the turn back however the pull ends.
+        struct Done<'a>(&'a (Mutex<usize>, Condvar));
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                *self.0 .0.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+                self.0 .1.notify_one();
+            }
+        }
+        let _done = Done(&self.running);
+        self.pull_now(reference);
+    }
+
+    fn pull_now(&self, reference: &str) {
         let started = Instant::now();
         let store = Store { site: &self.site };
         let failure = store
