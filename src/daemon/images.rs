@@ -82,13 +82,7 @@ impl Daemon {
             Some(name) => match self.nodes.named(name) {
                 Some(n) if n.facts().containers => vec![n],
                 Some(_) => return rejected(format!("node {name} has no container runtime")),
-                None => {
-                    let known: Vec<&str> = self.nodes.iter().map(|n| n.name()).collect();
-                    return rejected(format!(
-                        "unknown node '{name}' (nodes: {})",
-                        known.join(", ")
-                    ));
-                }
+                None => return self.unknown_node(name),
             },
             None => self.nodes.iter().filter(|n| n.facts().containers).collect(),
         };

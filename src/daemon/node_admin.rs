@@ -11,6 +11,14 @@ use super::error::DaemonError;
 use super::state::Daemon;
 
 impl Daemon {
+    /// The refusal of a command that names a node the pool lacks.
+    pub(super) fn unknown_node(&self, name: &str) -> Reply {
+        let known: Vec<&str> = self.nodes.iter().map(|n| n.name()).collect();
+        Reply::Rejected {
+            error: format!("unknown node '{name}' (nodes: {})", known.join(", ")),
+        }
+    }
+
     /// Drains node `name` (`reason` given) or resumes it (admins).
     pub(super) fn drain_node(
         &mut self,
@@ -24,10 +32,7 @@ impl Daemon {
             return Ok(refused);
         }
         if self.nodes.named(name).is_none() {
-            let known: Vec<&str> = self.nodes.iter().map(|n| n.name()).collect();
-            return Ok(Reply::Rejected {
-                error: format!("unknown node '{name}' (nodes: {})", known.join(", ")),
-            });
+            return Ok(self.unknown_node(name));
         }
         let drain = reason.map(|reason| Drain {
             reason,

@@ -36,8 +36,6 @@ pub struct LocalExecutor {
     lease_file: Option<PathBuf>,
     /// `[containers]`: how `--container-image` jobs run here.
     containers: crate::config::Containers,
-    /// Where pulls of one image wait for each other.
-    pull_locks: PathBuf,
     /// Images pulled ahead of the jobs that need them.
     pulls: Pulls,
     /// Held for the daemon's life: leftover groups are ours only while
@@ -80,7 +78,6 @@ impl LocalExecutor {
             exits,
             lease_file: None,
             containers: config.containers.clone(),
-            pull_locks: spool.root().join("image-pulls"),
             pulls: Pulls::new(config.containers.clone(), spool.clone()),
             _subtree: subtree,
         })
@@ -139,7 +136,7 @@ impl LocalExecutor {
                 request: request.clone(),
                 site: self.containers.clone(),
                 devices: self.isolation.container_devices(job),
-                pull_locks: self.pull_locks.clone(),
+                pull_locks: self.pulls.locks(),
             }),
         }
     }

@@ -441,3 +441,18 @@ pub fn stdout(o: &Output) -> String {
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// A fake GPU device file: `DIR/nvidiaN`, character device 195:N (the
+/// NVIDIA driver's numbers; with no driver, opening it fails ENXIO where
+/// the cgroup allows it and EPERM where it does not).
+pub fn fake_gpu_device(dir: &Path, n: u32) -> PathBuf {
+    let path = dir.join(format!("nvidia{n}"));
+    nix::sys::stat::mknod(
+        &path,
+        nix::sys::stat::SFlag::S_IFCHR,
+        nix::sys::stat::Mode::from_bits_truncate(0o666),
+        nix::sys::stat::makedev(195, u64::from(n)),
+    )
+    .unwrap();
+    path
+}

@@ -99,13 +99,7 @@ impl Setup {
             .unwrap();
         std::fs::set_permissions(devices.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         for i in 0..4 {
-            nix::sys::stat::mknod(
-                &devices.path().join(format!("nvidia{i}")),
-                nix::sys::stat::SFlag::S_IFCHR,
-                nix::sys::stat::Mode::from_bits_truncate(0o666),
-                nix::sys::stat::makedev(195, i),
-            )
-            .unwrap();
+            common::fake_gpu_device(devices.path(), i);
         }
         let gpus = format!(
             "[[gpus]]\ntype = \"a100\"\nmemory = \"80GiB\"\ndevices = \"{}/nvidia[0-3]\"\n",

@@ -24,14 +24,7 @@ fn cluster_with_fake_gpus(extra: &str) -> (Cluster, tempfile::TempDir) {
         .unwrap();
     let dir = devices.path();
     for i in 0..4 {
-        let node = dir.join(format!("nvidia{i}"));
-        nix::sys::stat::mknod(
-            &node,
-            nix::sys::stat::SFlag::S_IFCHR,
-            nix::sys::stat::Mode::from_bits_truncate(0o666),
-            nix::sys::stat::makedev(195, i),
-        )
-        .unwrap();
+        common::fake_gpu_device(dir, i);
     }
     let gpus = format!(
         "[[gpus]]\ntype = \"a100\"\nmemory = \"80GiB\"\ndevices = \"{}/nvidia[0-3]\"\n",

@@ -146,13 +146,7 @@ impl Agent {
         let devices = dir.path().join("dev");
         std::fs::create_dir(&devices).unwrap();
         for i in 0..gpus {
-            nix::sys::stat::mknod(
-                &devices.join(format!("nvidia{i}")),
-                nix::sys::stat::SFlag::S_IFCHR,
-                nix::sys::stat::Mode::from_bits_truncate(0o666),
-                nix::sys::stat::makedev(195, u64::from(i)),
-            )
-            .unwrap();
+            common::fake_gpu_device(&devices, i);
         }
         let config = dir.path().join("node.toml");
         let text = format!(

@@ -287,14 +287,7 @@ impl Slurm {
         for (n, name) in nodes.iter().enumerate() {
             std::fs::create_dir_all(d.join(format!("spool-{name}"))).unwrap();
             for g in 0..gpus {
-                let device = d.join(format!("nvidia{}", n as u32 * gpus + g));
-                nix::sys::stat::mknod(
-                    &device,
-                    nix::sys::stat::SFlag::S_IFCHR,
-                    nix::sys::stat::Mode::from_bits_truncate(0o666),
-                    nix::sys::stat::makedev(195, u64::from(n as u32 * gpus + g)),
-                )
-                .unwrap();
+                let device = common::fake_gpu_device(&d, n as u32 * gpus + g);
                 gres.push_str(&format!(
                     "NodeName={name} Name=gpu File={}\n",
                     device.display()

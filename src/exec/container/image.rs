@@ -78,23 +78,10 @@ impl Store<'_> {
         command
     }
 
-    /// Runs podman; its standard output, or its last error line.
+    /// Runs podman for at most the site's `pull_timeout` (a pull, a load,
+    /// anything: a registry or a disk that hangs must not hang the job),
+    /// then kills it; its standard output, or its last error line.
     fn run(&self, mut command: Command, what: &str) -> Result<String, ContainerError> {
-        let out = command.output().map_err(|e| ContainerError::Podman {
-            what: what.to_string(),
-            message: format!("cannot run {}: {e}", self.site.podman.display()),
-        })?;
-        if out.status.success() {
-            return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
-        }
-        Err(ContainerError::Podman {
-            what: what.to_string(),
-            message: last_error_line(&String::from_utf8_lossy(&out.stderr)),
-        })
-    }
-
-    /// Runs podman for at most the site's `pull_timeout`, then kills it.
-    fn run_within(&self, mut command: Command, what: &str) -> Result<String, ContainerError> {
         let failed = |message: String| ContainerError::Podman {
             what: what.to_string(),
             message,
@@ -116,11 +103,15 @@ impl Store<'_> {
         let stdout = read(child.stdout.take().map(|p| Box::new(p) as _));
         let stderr = read(child.stderr.take().map(|p| Box::new(p) as _));
         let deadline = std::time::Instant::now() + self.site.pull_timeout;
+        // Looked at often at first: most calls (inspect, exists) end in
+        // milliseconds, on a job's way to its start.
+        let mut pause = std::time::Duration::from_millis(2);
         let status = loop {
             match child.try_wait() {
                 Ok(Some(status)) => break status,
                 Ok(None) if std::time::Instant::now() < deadline => {
-                    std::thread::sleep(std::time::Duration::from_millis(100))
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(std::time::Duration::from_millis(100));
                 }
                 Ok(None) | Err(_) => {
                     let _ = child.kill();
@@ -246,7 +237,7 @@ impl Store<'_> {
             command.arg("--tls-verify=false");
         }
         command.args(["--", reference]);
-        self.run_within(command, &format!("pulling {reference}"))
+        self.run(command, &format!("pulling {reference}"))
             .map(drop)
             .map_err(|e| ContainerError::Missing {
                 image: reference.to_string(),

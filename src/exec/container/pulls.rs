@@ -118,18 +118,6 @@ impl ImageStates {
         ready.sort();
         ready.into_iter().map(|(_, name)| name.clone()).collect()
     }
-
-    /// The images being pulled now.
-    pub fn pulling(&self) -> Vec<String> {
-        let mut names: Vec<String> = self
-            .0
-            .iter()
-            .filter(|(_, e)| matches!(e, Entry::Pulling { .. }))
-            .map(|(name, _)| name.clone())
-            .collect();
-        names.sort();
-        names
-    }
 }
 
 /// This host's background pulls.
@@ -263,7 +251,6 @@ mod tests {
         let t0 = Instant::now();
         assert_eq!(states.begin("a", t0), None);
         assert_eq!(states.begin("a", t0), Some(ImageStatus::Pulling));
-        assert_eq!(states.pulling(), vec!["a".to_string()]);
         states.settle("a", None, t0);
         assert_eq!(states.begin("a", t0), Some(ImageStatus::Ready));
         assert_eq!(states.begin("b", t0), None);
@@ -271,7 +258,10 @@ mod tests {
         let failed = Some(ImageStatus::Failed("not found".into()));
         assert_eq!(states.begin("b", t0 + Duration::from_secs(1)), failed);
         assert_eq!(states.begin("b", t0 + RETRY_AFTER), None);
-        assert!(states.pulling().contains(&"b".to_string()));
+        assert_eq!(
+            states.begin("b", t0 + RETRY_AFTER),
+            Some(ImageStatus::Pulling)
+        );
         let later = t0 + RETRY_AFTER + Duration::from_secs(61);
         states.give_up_unanswered(Duration::from_secs(60), later);
         let Some(ImageStatus::Failed(why)) = states.begin("b", later) else {
