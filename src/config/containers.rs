@@ -159,6 +159,25 @@ mod tests {
             c.prefetch,
             vec!["nvcr.io/nvidia/pytorch:24.01-py3".to_string()]
         );
+        let c = Config::parse(
+            "[containers]\npull_timeout = \"2m\"\ncache_size = \"1G\"\ncdi_dirs = [\"/etc/cdi\"]\n",
+            Path::new("y.toml"),
+        )
+        .unwrap()
+        .containers;
+        assert_eq!(c.pull_timeout, std::time::Duration::from_secs(120));
+        assert_eq!(c.cache_size_mb, Some(1024));
+        assert_eq!(c.cdi_dirs, vec![std::path::PathBuf::from("/etc/cdi")]);
+        for (text, why) in [
+            ("pull_timeout = \"soon\"", "'soon' is not a duration"),
+            ("cdi_dirs = [\"cdi\"]", "'cdi' is not an absolute path"),
+            ("insecure_registries = [\"a b\"]", "not a registry host"),
+        ] {
+            let e = Config::parse(&format!("[containers]\n{text}\n"), Path::new("y.toml"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("line 2") && e.contains(why), "{e}");
+        }
         for (bad, why) in [("a;b", "has a character"), ("/data/y.tar", "is an archive")] {
             let text = format!("[containers]\nprefetch = [\"{bad}\"]\n");
             let e = Config::parse(&text, Path::new("y.toml"))
