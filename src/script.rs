@@ -155,13 +155,20 @@ pub struct SubmitOptions {
     /// Never run on these nodes (names or a hostlist such as gpu[01-02])
     #[arg(short = 'x', long, value_name = "NODES")]
     pub exclude: Option<String>,
-    /// Run the script in this container image: a registry reference (nvcr.io/nvidia/pytorch:24.01-py3, or nvcr.io#nvidia/pytorch:24.01-py3), a local image's name, or the path of an image archive
+    #[command(flatten)]
+    pub container: ContainerArgs,
+}
+
+/// The `--container-*` options (pyxis's), for `ysbatch` and `srun`.
+#[derive(clap::Args, Debug, Default, Clone)]
+pub struct ContainerArgs {
+    /// Run in this container image: a registry reference (nvcr.io/nvidia/pytorch:24.01-py3, or nvcr.io#nvidia/pytorch:24.01-py3), a local image's name, or the path of an image archive
     #[arg(long = "container-image", value_name = "IMAGE")]
     pub container_image: Option<String>,
     /// Mounted into the container with your rights: SRC:DST[:ro|rw], comma-separated
     #[arg(long = "container-mounts", value_name = "SRC:DST[:ro],...")]
     pub container_mounts: Option<String>,
-    /// Where the script starts in the container (default: its working directory if mounted, else the image's)
+    /// Where the script or task starts in the container (default: its working directory if mounted, else the image's)
     #[arg(long = "container-workdir", value_name = "DIR")]
     pub container_workdir: Option<String>,
     /// Variables whose value from the job wins over the image's (comma-separated names)
@@ -194,7 +201,7 @@ pub struct ContainerOptions {
 }
 
 impl ContainerOptions {
-    fn of(o: &SubmitOptions) -> Result<ContainerOptions, OptionError> {
+    pub fn of(o: &ContainerArgs) -> Result<ContainerOptions, OptionError> {
         use crate::model::container as c;
         let either = |yes: bool, no: bool, flags: &'static str| match (yes, no) {
             (true, true) => Err(OptionError::Conflict(flags)),
@@ -249,7 +256,7 @@ impl ContainerOptions {
 
     /// The request, with an archive path made absolute against `cwd`;
     /// `--container-*` options without an image are refused.
-    fn request(
+    pub fn request(
         self,
         cwd: &Path,
     ) -> Result<Option<crate::model::container::ContainerRequest>, ScriptError> {
@@ -493,7 +500,7 @@ impl Partial {
         }
         Ok(Partial {
             // Before the fields below move out of `o`.
-            container: ContainerOptions::of(&o)?,
+            container: ContainerOptions::of(&o.container)?,
             name: o.job_name,
             account: o.account,
             qos: o.qos,

@@ -492,6 +492,9 @@ pub struct SrunArgs {
     /// the job's whole allocation, so they change nothing here.
     #[command(flatten)]
     pub placement: StepPlacement,
+    /// pyxis's options: each task runs in a container of the image.
+    #[command(flatten)]
+    pub container: crate::script::ContainerArgs,
     /// The command and its arguments
     #[arg(value_name = "COMMAND", num_args = 1.., required = true, trailing_var_arg = true)]
     pub command: Vec<OsString>,
@@ -592,6 +595,10 @@ fn attached_kill_on_bad_exit(args: Vec<OsString>) -> Vec<OsString> {
         "--job-name",
         "--ntasks-per-node",
         "--gpus-per-task",
+        "--container-image",
+        "--container-mounts",
+        "--container-workdir",
+        "--container-env",
     ];
     let mut options = true;
     let mut value_next = false;
@@ -631,7 +638,21 @@ fn is_wide_step(args: &SrunArgs) -> bool {
         || args.ntasks_per_node.is_some_and(|n| n > 1)
 }
 
-/// A step of several tasks or nodes, through the step coordinator.
+/// Whether any `--container-*` option is given (without an image, the
+/// step coordinator refuses them with the reason).
+fn has_container_options(c: &crate::script::ContainerArgs) -> bool {
+    c.container_image.is_some()
+        || c.container_mounts.is_some()
+        || c.container_workdir.is_some()
+        || c.container_env.is_some()
+        || c.no_container_mount_home
+        || c.container_mount_home
+        || c.container_writable
+        || c.container_readonly
+}
+
+/// A step of several tasks or nodes, or in a container, through the step
+/// coordinator.
 fn wide_step(args: SrunArgs, path_of: &dyn Fn(&str) -> String) -> CliResult {
     if args
         .input
@@ -639,7 +660,7 @@ fn wide_step(args: SrunArgs, path_of: &dyn Fn(&str) -> String) -> CliResult {
         .is_some_and(|i| !i.eq_ignore_ascii_case("none"))
     {
         return Err(CliError::failed(
-            "srun: --input with several tasks is not supported here: each task reads /dev/null",
+            "srun: --input with several tasks or in a container is not supported here: each task reads /dev/null",
         ));
     }
     let nodes = match args.nodes.as_deref() {
@@ -671,6 +692,10 @@ fn wide_step(args: SrunArgs, path_of: &dyn Fn(&str) -> String) -> CliResult {
         Some(dir) => dir.clone(),
         None => std::env::current_dir()?,
     };
+    let container = crate::script::ContainerOptions::of(&args.container)
+        .map_err(|e| CliError::usage(format!("srun: {e}")))?
+        .request(&cwd)
+        .map_err(|e| CliError::usage(format!("srun: {e}")))?;
     super::srun::run_step(super::srun::StepRequest {
         ntasks: args.ntasks,
         nodes,
@@ -692,6 +717,7 @@ fn wide_step(args: SrunArgs, path_of: &dyn Fn(&str) -> String) -> CliResult {
         cwd,
         stdout: args.output.as_deref().map(open).transpose()?,
         stderr: args.error.as_deref().map(open).transpose()?,
+        container,
     })
 }
 
@@ -745,7 +771,9 @@ fn srun(args: SrunArgs) -> CliResult {
             node.as_deref(),
         )
     };
-    if is_wide_step(&args) {
+    // A step in a container is started through the job's supervisor,
+    // as the tasks of a wide step are.
+    if is_wide_step(&args) || has_container_options(&args.container) {
         return wide_step(args, &path_of);
     }
     let open = |pattern: &str| -> Result<std::fs::File, CliError> {

@@ -42,6 +42,8 @@ pub struct StepRequest {
     /// `--output` and `--error`, opened (`None`: srun's own).
     pub stdout: Option<std::fs::File>,
     pub stderr: Option<std::fs::File>,
+    /// `--container-image` and the other `--container-*` options.
+    pub container: Option<crate::model::container::ContainerRequest>,
 }
 
 /// The job's nodes as its batch script sees them.
@@ -183,6 +185,7 @@ fn orders(request: &StepRequest, job: &JobNodes, counts: &[u32]) -> Vec<StepOrde
                 ntasks,
                 nodes: nodes.clone(),
                 gpus_per_task: request.gpus_per_task,
+                container: request.container.clone(),
             }
         })
         .collect()

@@ -234,6 +234,7 @@ mod tests {
             borrowed: false,
             part: None,
             container: None,
+            step_containers: None,
         }
     }
 

@@ -13,7 +13,7 @@ use crate::spool::{Ownership, Spool};
 
 use super::cgroup::{self, SubtreeLock};
 use super::container::pulls::Pulls;
-use super::container::ContainerLaunch;
+use super::container::{ContainerLaunch, ContainerSite};
 use super::error::ExecError;
 use super::executor::{
     Adoption, Executor, ImageStatus, IsolationFacts, Launch, NodeFacts, Started,
@@ -138,6 +138,13 @@ impl LocalExecutor {
                 devices: self.isolation.container_devices(job),
                 pull_locks: self.pulls.locks(),
             }),
+            step_containers: (self.node.containers && self.ownership == Ownership::System).then(
+                || ContainerSite {
+                    site: self.containers.clone(),
+                    devices: self.isolation.container_devices(job),
+                    pull_locks: self.pulls.locks(),
+                },
+            ),
         }
     }
 }

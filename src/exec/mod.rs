@@ -21,6 +21,7 @@ pub mod local;
 pub mod privileges;
 pub mod process;
 pub mod spec;
+pub mod step_server;
 pub mod supervisor;
 pub mod tail;
 pub mod tasks;

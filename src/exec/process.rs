@@ -8,7 +8,10 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-use super::error::{io_err, ExecError};
+use nix::errno::Errno;
+use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
+
+use super::error::{io_err, ExecError, StepError};
 
 /// The descriptor numbers the supervisor finds its lock and socket at.
 pub const LOCK_FD: RawFd = 3;
@@ -137,4 +140,73 @@ pub fn write_atomically(path: &Path, body: &[u8]) -> io::Result<()> {
     f.write_all(body)?;
     drop(f);
     fs::rename(&temp, path)
+}
+
+/// The direct children of `pid` (from /proc).
+pub(crate) fn children_of(pid: nix::unistd::Pid) -> Vec<nix::unistd::Pid> {
+    fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .map(|text| {
+            text.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .map(nix::unistd::Pid::from_raw)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Every descendant of `pid` that has not left it (from /proc).
+pub(crate) fn descendants(pid: nix::unistd::Pid) -> Vec<nix::unistd::Pid> {
+    let mut found = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let Ok(tasks) = fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let kids = fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for kid in kids.split_whitespace().filter_map(|k| k.parse().ok()) {
+                let kid = nix::unistd::Pid::from_raw(kid);
+                if !found.contains(&kid) && found.len() < 100_000 {
+                    found.push(kid);
+                    todo.push(kid);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// In the forked child: the signals a job starts with (none blocked,
+/// SIGPIPE default) and a session of its own.
+pub(crate) fn new_session() -> Result<(), StepError> {
+    let _ = signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+    // SAFETY: restoring default dispositions; no handler code is involved.
+    unsafe {
+        let _ = signal::signal(Signal::SIGPIPE, signal::SigHandler::SigDfl);
+    }
+    nix::unistd::setsid()
+        .map(drop)
+        .map_err(|e| StepError::Job(format!("cannot start a new session: {e}")))
+}
+
+/// Puts the job's files on descriptors 0, 1 and 2.
+pub(crate) fn dup_standard(
+    stdin: &fs::File,
+    stdout: &fs::File,
+    stderr: &fs::File,
+) -> Result<(), StepError> {
+    for (file, target) in [
+        (stdin.as_raw_fd(), 0),
+        (stdout.as_raw_fd(), 1),
+        (stderr.as_raw_fd(), 2),
+    ] {
+        // SAFETY: dup2 onto the standard descriptors of this child.
+        if unsafe { libc::dup2(file, target) } < 0 {
+            return Err(StepError::Job(format!(
+                "cannot set up descriptor {target}: {}",
+                Errno::last()
+            )));
+        }
+    }
+    Ok(())
 }

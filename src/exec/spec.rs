@@ -79,6 +79,10 @@ pub struct LaunchSpec {
     /// Run in a container image (`--container-image`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container: Option<super::container::ContainerLaunch>,
+    /// Steps may run in container images (`srun --container-image`):
+    /// this node has a runtime and runs jobs as their users.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_containers: Option<super::container::ContainerSite>,
 }
 
 /// What the supervisor records about itself, for re-adoption.

@@ -26,14 +26,14 @@
 use std::ffi::CString;
 use std::fs::{self, OpenOptions};
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
-use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
+use nix::sys::signal::{self, SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{ForkResult, Pid};
@@ -42,10 +42,13 @@ use super::cgroup::{self, JobCgroup, Usage};
 use super::container;
 use super::error::StepError;
 use super::privileges;
-use super::process::{write_atomically, CONTROL_FD, LOCK_FD};
+use super::process::{
+    children_of, descendants, dup_standard, new_session, write_atomically, CONTROL_FD, LOCK_FD,
+};
 use super::spec::{
     ExitRecord, LaunchSpec, SignalTarget, StepCommand, SupervisorState, EXIT, SCRIPT, SPEC, STATE,
 };
+use super::step_server::StepServer;
 use crate::model::isolation::Layout;
 use crate::model::job::ExitStatus;
 
@@ -104,16 +107,9 @@ pub(super) fn set_cloexec(fd: RawFd) -> Result<(), StepError> {
     Ok(())
 }
 
-fn supervise(dir: &Path) -> Result<(), StepError> {
-    set_cloexec(LOCK_FD)?;
-    set_cloexec(CONTROL_FD)?;
-    // SAFETY: both descriptors were checked open above and are ours alone.
-    let _lock = unsafe { OwnedFd::from_raw_fd(LOCK_FD) };
-    let control = unsafe { UnixDatagram::from_raw_fd(CONTROL_FD) };
-    control
-        .set_nonblocking(true)
-        .map_err(StepError::io("control socket"))?;
-
+/// The signals the supervisor handles, blocked and read from a signalfd;
+/// and the job's orphans, which come back to it (a child subreaper).
+fn take_signals() -> Result<SignalFd, StepError> {
     let mask = handled_signals();
     mask.thread_block()
         .map_err(StepError::os("cannot block signals"))?;
@@ -126,6 +122,20 @@ fn supervise(dir: &Path) -> Result<(), StepError> {
             Errno::last()
         );
     }
+    Ok(signals)
+}
+
+fn supervise(dir: &Path) -> Result<(), StepError> {
+    set_cloexec(LOCK_FD)?;
+    set_cloexec(CONTROL_FD)?;
+    // SAFETY: both descriptors were checked open above and are ours alone.
+    let _lock = unsafe { OwnedFd::from_raw_fd(LOCK_FD) };
+    let control = unsafe { UnixDatagram::from_raw_fd(CONTROL_FD) };
+    control
+        .set_nonblocking(true)
+        .map_err(StepError::io("control socket"))?;
+
+    let signals = take_signals()?;
 
     let spec_text =
         fs::read_to_string(dir.join(SPEC)).map_err(StepError::io(format!("cannot read {SPEC}")))?;
@@ -157,11 +167,9 @@ fn supervise(dir: &Path) -> Result<(), StepError> {
         },
     };
     let group = group.as_deref();
-    let container = match spec
-        .container
-        .as_ref()
-        .map(|c| container::launch::prepare(&spec, c, dir))
-    {
+    let container = match spec.container.as_ref().map(|c| {
+        container::launch::prepare(&spec, c, container::launch::Payload::batch(&spec, dir))
+    }) {
         None => None,
         Some(Ok(prepared)) => Some(prepared),
         Some(Err(e)) => {
@@ -172,7 +180,16 @@ fn supervise(dir: &Path) -> Result<(), StepError> {
             return write_exit(dir, &record);
         }
     };
-    let record = match launch(&spec, &dir.join(SCRIPT), group, container.as_ref()) {
+    let steps = step_server(&spec, dir, group);
+    let extra_env: Vec<(String, String)> = steps.iter().map(StepServer::variable).collect();
+    let launched = launch(
+        &spec,
+        &dir.join(SCRIPT),
+        group,
+        container.as_ref(),
+        &extra_env,
+    );
+    let record = match launched {
         Err(e) => failed(e.to_string()),
         Ok(job) => {
             state.job_pid = Some(job.as_raw());
@@ -182,6 +199,7 @@ fn supervise(dir: &Path) -> Result<(), StepError> {
                 lease: spec.lease_file.as_deref(),
                 holder: spec.part.as_ref().is_some_and(|p| !p.is_batch()),
                 runtime: container.is_some(),
+                steps: steps.as_ref(),
             };
             let mut record = watch_job(job, &signals, &control, &watch);
             record.image = container.as_ref().map(|c| c.image.record.clone());
@@ -191,12 +209,31 @@ fn supervise(dir: &Path) -> Result<(), StepError> {
     if let Some(c) = &container {
         c.bundle.remove();
     }
+    if steps.is_some() {
+        super::step_server::remove_leftover_bundles(dir);
+    }
     if let Some(g) = group {
         if let Err(e) = g.remove() {
             eprintln!("ysstepd: job {}: {e}", spec.job_id);
         }
     }
     write_exit(dir, &record)
+}
+
+/// The listener for the job's steps in containers, where this node runs
+/// them; without it the job runs on, its steps bare.
+fn step_server<'a>(
+    spec: &'a LaunchSpec,
+    dir: &'a Path,
+    group: Option<&'a dyn JobCgroup>,
+) -> Option<StepServer<'a>> {
+    let site = spec.step_containers.as_ref()?;
+    if !nix::unistd::geteuid().is_root() {
+        return None;
+    }
+    StepServer::bind(spec, site, dir, group)
+        .map_err(|e| eprintln!("ysstepd: job {}: no steps in containers: {e}", spec.job_id))
+        .ok()
 }
 
 /// Waits for the job's end, kills what it left, and records how it ended
@@ -208,6 +245,9 @@ fn watch_job(
     watch: &Watch<'_>,
 ) -> ExitRecord {
     let (mut exit, terminated) = wait_for_job(job, signals, control, watch);
+    if let Some(s) = watch.steps {
+        s.stop();
+    }
     if watch.runtime {
         exit = exit.of_runtime();
     }
@@ -260,6 +300,7 @@ fn launch(
     script: &Path,
     group: Option<&dyn JobCgroup>,
     container: Option<&container::launch::Prepared>,
+    extra_env: &[(String, String)],
 ) -> Result<Pid, StepError> {
     use std::os::unix::ffi::OsStrExt;
     // A part of a job on one of its other nodes runs this program's task
@@ -284,6 +325,7 @@ fn launch(
     let env = super::env::job_environment(spec);
     let envp: Vec<CString> = env
         .iter()
+        .chain(extra_env)
         .filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok())
         .collect();
     let user = cstring("user name", spec.user.as_bytes())?;
@@ -326,19 +368,6 @@ fn launch(
     }
 }
 
-/// In the forked child: the signals a job starts with (none blocked,
-/// SIGPIPE default) and a session of its own.
-fn new_session() -> Result<(), StepError> {
-    let _ = signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
-    // SAFETY: restoring default dispositions; no handler code is involved.
-    unsafe {
-        let _ = signal::signal(Signal::SIGPIPE, signal::SigHandler::SigDfl);
-    }
-    nix::unistd::setsid()
-        .map(drop)
-        .map_err(|e| StepError::Job(format!("cannot start a new session: {e}")))
-}
-
 /// In the forked child: becomes crun running the job's container.
 /// Returns only on failure, with why.
 fn enter_container(
@@ -349,7 +378,7 @@ fn enter_container(
     if let Err(e) = new_session() {
         return e.to_string();
     }
-    container::launch::become_container(spec, prepared, script, || {
+    container::launch::become_container(spec, prepared, Some(script), || {
         open_outputs(spec).map_err(|e| container::ContainerError::Output(e.to_string()))
     })
 }
@@ -394,28 +423,6 @@ fn exec_job(
         Err(e) => format!("cannot execute the job script: {e}"),
         Ok(never) => match never {},
     }
-}
-
-/// Puts the job's files on descriptors 0, 1 and 2.
-pub(crate) fn dup_standard(
-    stdin: &fs::File,
-    stdout: &fs::File,
-    stderr: &fs::File,
-) -> Result<(), StepError> {
-    for (file, target) in [
-        (stdin.as_raw_fd(), 0),
-        (stdout.as_raw_fd(), 1),
-        (stderr.as_raw_fd(), 2),
-    ] {
-        // SAFETY: dup2 onto the standard descriptors of this child.
-        if unsafe { libc::dup2(file, target) } < 0 {
-            return Err(StepError::Job(format!(
-                "cannot set up descriptor {target}: {}",
-                Errno::last()
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// The job's standard input (/dev/null), output and error files, opened
@@ -480,6 +487,8 @@ struct Watch<'a> {
     /// signals it gets to the container's first process: signals for the
     /// whole job skip it, or that process would get them twice.
     runtime: bool,
+    /// The job's steps in containers, whose runtimes the signals skip too.
+    steps: Option<&'a StepServer<'a>>,
 }
 
 /// How often a stopping holder looks whether its group is empty.
@@ -528,14 +537,23 @@ fn wait_for_job(
             terminated = true;
             kill_at = Some(Instant::now());
         }
-        let mut fds = [
+        let mut fds = vec![
             nix::poll::PollFd::new(signals.as_fd(), nix::poll::PollFlags::POLLIN),
             nix::poll::PollFd::new(control.as_fd(), nix::poll::PollFlags::POLLIN),
         ];
+        if let Some(s) = watch.steps {
+            fds.push(nix::poll::PollFd::new(
+                s.as_fd(),
+                nix::poll::PollFlags::POLLIN,
+            ));
+        }
         let _ = nix::poll::poll(&mut fds, timeout);
 
         while let Ok(Some(_)) = signals.read_signal() {}
-        ended = reap(job).or(ended);
+        ended = reap(job, watch.steps).or(ended);
+        if let Some(s) = watch.steps.filter(|_| !terminated) {
+            s.accept();
+        }
         if let Some(status) = ended {
             if !in_grace(terminated, kill_at, group) {
                 return (status, terminated);
@@ -594,10 +612,16 @@ fn holds_alone(job: Pid, group: Option<&dyn JobCgroup>) -> bool {
 }
 
 /// Reaps every child that has ended; returns the job's status once it has.
-fn reap(job: Pid) -> Option<ExitStatus> {
+fn reap(job: Pid, steps: Option<&StepServer<'_>>) -> Option<ExitStatus> {
     let mut result = None;
     loop {
-        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+        let status = waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG));
+        if let (Some(s), Ok(status)) = (steps, &status) {
+            if let Some(pid) = status.pid().filter(|&p| p != job) {
+                s.reaped(pid);
+            }
+        }
+        match status {
             Ok(WaitStatus::Exited(pid, code)) if pid == job => {
                 result = Some(ExitStatus { code, signal: 0 })
             }
@@ -620,13 +644,20 @@ fn reap(job: Pid) -> Option<ExitStatus> {
 /// for each delivery: a container runtime, which passes signals on, is
 /// left out.
 fn signal_job(job: Pid, watch: &Watch<'_>, sig: Signal) {
+    let step_runtimes = watch.steps.map(StepServer::runtimes).unwrap_or_default();
     if let Some(g) = watch.group {
-        if !watch.runtime {
+        if !watch.runtime && step_runtimes.is_empty() {
             g.signal_all(sig);
             return;
         }
-        for pid in g.pids().into_iter().filter(|&p| p != job.as_raw()) {
-            let _ = signal::kill(Pid::from_raw(pid), sig);
+        let skip = |p: Pid| (watch.runtime && p == job) || step_runtimes.contains(&p);
+        for pid in g
+            .pids()
+            .into_iter()
+            .map(Pid::from_raw)
+            .filter(|&p| !skip(p))
+        {
+            let _ = signal::kill(pid, sig);
         }
         return;
     }
@@ -659,6 +690,8 @@ fn signal_target(job: Pid, watch: &Watch<'_>, sig: Signal, target: SignalTarget)
             if watch.runtime {
                 shells.extend(children_of(job));
             }
+            // Runtimes pass signals on: not shells, but skipped alike.
+            shells.extend(watch.steps.map(StepServer::runtimes).unwrap_or_default());
             let steps: Vec<Pid> = match watch.group {
                 Some(g) => g.pids().into_iter().map(Pid::from_raw).collect(),
                 None => descendants(job).into_iter().chain(children()).collect(),
@@ -668,40 +701,6 @@ fn signal_target(job: Pid, watch: &Watch<'_>, sig: Signal, target: SignalTarget)
             }
         }
     }
-}
-
-/// The direct children of `pid` (from /proc).
-fn children_of(pid: Pid) -> Vec<Pid> {
-    fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .map(|text| {
-            text.split_whitespace()
-                .filter_map(|p| p.parse().ok())
-                .map(Pid::from_raw)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Every descendant of `pid` that has not left it (from /proc).
-fn descendants(pid: Pid) -> Vec<Pid> {
-    let mut found = Vec::new();
-    let mut todo = vec![pid];
-    while let Some(p) = todo.pop() {
-        let Ok(tasks) = fs::read_dir(format!("/proc/{p}/task")) else {
-            continue;
-        };
-        for task in tasks.flatten() {
-            let kids = fs::read_to_string(task.path().join("children")).unwrap_or_default();
-            for kid in kids.split_whitespace().filter_map(|k| k.parse().ok()) {
-                let kid = Pid::from_raw(kid);
-                if !found.contains(&kid) && found.len() < 100_000 {
-                    found.push(kid);
-                    todo.push(kid);
-                }
-            }
-        }
-    }
-    found
 }
 
 /// This process's children, from /proc (reparented orphans included).

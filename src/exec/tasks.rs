@@ -11,7 +11,15 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::mpsc::Sender;
 
+use std::os::fd::AsFd;
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
+
+use super::container;
+use super::container::steps::{
+    ContainerStep, ContainerStepError, ContainerStepOrder, StepSignaller,
+};
 
 /// One step's tasks on one node.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,6 +39,11 @@ pub struct StepOrder {
     /// `--gpus-per-task`: each task sees only its own share of the
     /// node's GPUs.
     pub gpus_per_task: Option<u32>,
+    /// `--container-image` and the other `--container-*` options: each
+    /// task runs in its own container of that image, made by this node's
+    /// supervisor of the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<crate::model::container::ContainerRequest>,
 }
 
 /// What a task did.
@@ -59,7 +72,7 @@ impl TaskEvent {
 
 /// The variables that describe the node a task runs on: taken from the
 /// node's own environment, never from the one `srun` sends.
-const NODE_VARIABLES: [&str; 7] = [
+const NODE_VARIABLES: [&str; 8] = [
     "CUDA_VISIBLE_DEVICES",
     "SLURM_JOB_GPUS",
     "YS_JOB_GPUS",
@@ -67,17 +80,23 @@ const NODE_VARIABLES: [&str; 7] = [
     "SLURMD_NODENAME",
     "SLURM_NODEID",
     "YS_STEP_KEY",
+    container::steps::SOCKET_VARIABLE,
 ];
 
-/// The tasks started, by process group, to signal.
-#[derive(Clone, Debug, Default)]
+/// Node variables that are for the task's starter, not the task.
+const STARTER_VARIABLES: [&str; 2] = ["YS_STEP_KEY", container::steps::SOCKET_VARIABLE];
+
+/// The tasks started, to signal: bare ones by process group, those in
+/// containers through the supervisor.
+#[derive(Clone, Default)]
 pub struct RunningTasks {
     groups: Vec<i32>,
+    containers: Vec<Arc<StepSignaller>>,
 }
 
 impl RunningTasks {
     /// Sends `signal` to every task's process group (what it started
-    /// too); those already gone are skipped.
+    /// too), or to its container; those already gone are skipped.
     pub fn signal(&self, signal: i32) {
         for &group in &self.groups {
             // SAFETY: kill(2) with a negative pid signals a process group.
@@ -85,7 +104,16 @@ impl RunningTasks {
                 libc::kill(-group, signal);
             }
         }
+        for container in &self.containers {
+            container.signal(signal);
+        }
     }
+}
+
+/// A task started: its process group, or its container.
+enum Started {
+    Group(i32),
+    Container(Arc<StepSignaller>),
 }
 
 /// Starts `order`'s tasks here, with `node_env` (this node's part's
@@ -109,8 +137,20 @@ pub fn start(
         .unwrap_or_default();
     for (localid, &task) in order.tasks.iter().enumerate() {
         let env = task_environment(order, node_env, &visible, task, localid as u32);
-        match spawn(order, env, task, events.clone()) {
-            Ok(group) => running.groups.push(group),
+        let started = match &order.container {
+            None => spawn(order, env, task, events.clone()).map(Started::Group),
+            Some(request) => {
+                let socket = node_env
+                    .iter()
+                    .find(|(k, _)| k == container::steps::SOCKET_VARIABLE)
+                    .map(|(_, v)| v.as_str());
+                spawn_in_container(order, request, socket, env, task, events.clone())
+                    .map(Started::Container)
+            }
+        };
+        match started {
+            Ok(Started::Group(group)) => running.groups.push(group),
+            Ok(Started::Container(c)) => running.containers.push(c),
             Err(e) => {
                 let program = order.argv.first().map_or("", String::as_str);
                 let why = format!("{program}: {e}");
@@ -138,7 +178,9 @@ fn task_environment(
     env.extend(
         node_env
             .iter()
-            .filter(|(k, _)| NODE_VARIABLES.contains(&k.as_str()) && k != "YS_STEP_KEY")
+            .filter(|(k, _)| {
+                NODE_VARIABLES.contains(&k.as_str()) && !STARTER_VARIABLES.contains(&k.as_str())
+            })
             .cloned(),
     );
     let mut set = |k: &str, v: String| {
@@ -217,6 +259,49 @@ fn spawn(
     Ok(group)
 }
 
+/// Starts one task in a container through the job's supervisor (named
+/// by `socket`); its output is read, and its end reported, by a thread of
+/// its own.
+fn spawn_in_container(
+    order: &StepOrder,
+    request: &crate::model::container::ContainerRequest,
+    socket: Option<&str>,
+    env: Vec<(String, String)>,
+    task: u32,
+    events: Sender<TaskEvent>,
+) -> std::io::Result<Arc<StepSignaller>> {
+    let socket = socket.ok_or_else(|| std::io::Error::other(ContainerStepError::NotHere))?;
+    let (out_read, out_write) = std::io::pipe()?;
+    let (err_read, err_write) = std::io::pipe()?;
+    let stdin = std::fs::File::open("/dev/null")?;
+    let container_order = ContainerStepOrder {
+        request: request.clone(),
+        argv: order.argv.clone(),
+        env,
+        cwd: order.cwd.clone(),
+    };
+    let stdio = [stdin.as_fd(), out_write.as_fd(), err_write.as_fd()];
+    let step =
+        ContainerStep::start(socket, &container_order, stdio).map_err(std::io::Error::other)?;
+    drop((out_write, err_write));
+    let signaller = Arc::new(step.signaller().map_err(std::io::Error::other)?);
+    std::thread::spawn(move || {
+        let err_events = events.clone();
+        let err_reader = std::thread::spawn(move || pump(err_read, task, true, &err_events));
+        pump(out_read, task, false, &events);
+        let _ = err_reader.join();
+        let event = match step.wait() {
+            Ok((code, signal)) => TaskEvent::Exited { task, code, signal },
+            Err(e) => TaskEvent::Failed {
+                task,
+                why: e.to_string(),
+            },
+        };
+        let _ = events.send(event);
+    });
+    Ok(signaller)
+}
+
 /// Sends what `from` gives as output events until it ends.
 fn pump(mut from: impl Read, task: u32, stderr: bool, events: &Sender<TaskEvent>) {
     let mut buf = vec![0u8; 16 << 10];
@@ -254,6 +339,7 @@ mod tests {
             ntasks: 4,
             nodes: vec!["gpu01".into(), "gpu02".into()],
             gpus_per_task,
+            container: None,
         }
     }
 

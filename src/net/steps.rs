@@ -365,6 +365,7 @@ mod tests {
             ntasks: 6,
             nodes: vec!["a".into(), "b".into()],
             gpus_per_task: None,
+            container: None,
         })
         .unwrap();
         let (tx, rx) = mpsc::channel();

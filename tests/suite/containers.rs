@@ -1125,3 +1125,213 @@ fn on_cgroup_v2_a_container_opens_only_its_gpu_and_a_cancel_leaves_nothing() {
         stdout(&ps).trim().is_empty()
     });
 }
+
+/// A directory with `srun` (the compat layer) for job scripts' PATH.
+fn srun_shim(s: &Setup) -> String {
+    let dir = s.c.dir.path().join("srun-shims");
+    let _ = std::fs::create_dir(&dir);
+    let _ = std::os::unix::fs::symlink(common::bin_dir().join("ysched-slurm"), dir.join("srun"));
+    dir.display().to_string()
+}
+
+/// The abstract socket job `id`'s supervisor listens on for its steps.
+fn steps_socket_of(id: u64) -> String {
+    let out = Command::new("ss").args(["-xlH"]).output().unwrap();
+    stdout(&out)
+        .split_whitespace()
+        .find_map(|w| {
+            w.strip_prefix('@')
+                .filter(|n| n.starts_with(&format!("ysched/job-{id}/steps-")))
+        })
+        .unwrap_or_else(|| panic!("no steps socket of job {id}: {}", stdout(&out)))
+        .to_string()
+}
+
+#[test]
+fn srun_runs_a_steps_tasks_in_containers_of_their_image_and_only_the_jobs_user_may_ask() {
+    require_root!();
+    if !containers_available(module_path!()) {
+        return;
+    }
+    let s = Setup::new("");
+    let ana = TestUser::create("csr");
+    let bob = TestUser::create("csb");
+    let shims = srun_shim(&s);
+    let mount = format!("--container-mounts={}:/work", s.c.work.display());
+    s.c.script(
+        "steps.sh",
+        &format!(
+            "#!/bin/sh\nexport PATH={shims}:$PATH\n\
+             srun --container-image={IMAGE} {mount} -n 2 --label sh -c 'echo \"marker=$(cat /image-marker) rank=$SLURM_PROCID uid=$(id -u) pwd=$(pwd) visible=$CUDA_VISIBLE_DEVICES cg=$(grep -c job_$SLURM_JOB_ID /proc/self/cgroup)\"' | sed 's/cg=[1-9][0-9]*$/cg=yes/'\n\
+             echo srun=$?\n\
+             srun --container-image {IMAGE} sh -c 'echo one; exit 7'\n\
+             echo single=$?\n\
+             srun --container-image={IMAGE} /no/such/program\n\
+             echo missing=$?\n\
+             srun --container-image=localhost/nosuch:1 true\n\
+             echo noimage=$?\n\
+             srun --container-mounts=/tmp:/tmp true\n\
+             echo noimageflag=$?\n\
+             cat /image-marker 2>/dev/null || echo bare-batch\n"
+        ),
+    );
+    let id = s.submit_as(&ana, &["-G", "1", "steps.sh"]);
+    assert_eq!(
+        s.c.wait_done(id, LONG),
+        "COMPLETED",
+        "{}",
+        s.c.field(id, "Reason")
+    );
+    let out = s.c.output_of(id);
+    for rank in 0..2 {
+        assert!(
+            out.contains(&format!(
+                "{rank}: marker=ysched test image rank={rank} uid={} pwd=/work visible=0 cg=yes",
+                ana.uid
+            )),
+            "{out}"
+        );
+    }
+    assert!(out.contains("srun=0"), "{out}");
+    assert!(out.contains("one\nsingle=7"), "the task's exit code: {out}");
+    assert!(
+        out.contains("/no/such/program") && out.contains("missing=1"),
+        "{out}"
+    );
+    assert!(
+        out.contains("localhost/nosuch:1") && out.contains("noimage=1"),
+        "{out}"
+    );
+    assert!(
+        out.contains("--container-mounts needs --container-image")
+            && !out.contains("noimageflag=0"),
+        "{out}"
+    );
+    assert!(
+        out.contains("bare-batch"),
+        "the batch script ran bare: {out}"
+    );
+
+    a_step_container_is_only_its_users_and_ends_with_its_job(&s, &ana, &bob, &shims);
+}
+
+/// A step's container is cancelled with its job: nothing is left. Bob
+/// cannot start steps in Ana's job, even knowing its socket.
+fn a_step_container_is_only_its_users_and_ends_with_its_job(
+    s: &Setup,
+    ana: &TestUser,
+    bob: &TestUser,
+    shims: &str,
+) {
+    s.c.script(
+        "long.sh",
+        &format!(
+            "#!/bin/sh\nexport PATH={shims}:$PATH\n\
+             srun --container-image={IMAGE} sh -c 'echo up; sleep 300'\n"
+        ),
+    );
+    let long = s.submit_as(ana, &["long.sh"]);
+    common::wait_for("the step to start", LONG, || {
+        s.c.output_of(long).contains("up")
+    });
+    let socket = steps_socket_of(long);
+    let intruder = Command::new("runuser")
+        .args(["-u", &bob.name, "--", "env"])
+        .arg(format!("SLURM_JOB_ID={long}"))
+        .arg("SLURM_JOB_NODELIST=localhost")
+        .arg(format!("YS_CONTAINER_STEPS={socket}"))
+        .arg(format!("{shims}/srun"))
+        .args(["--container-image", IMAGE, "touch", "/tmp/bob-was-here"])
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert_eq!(intruder.status.code(), Some(1), "{}", stderr(&intruder));
+    assert!(
+        stderr(&intruder).contains(&format!("steps are its user's ({})", ana.name)),
+        "{}",
+        stderr(&intruder)
+    );
+    let out = s.c.run_as(&ana.name, "yscancel", &[&long.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(s.c.wait_done(long, LONG), "CANCELLED");
+    let left = Command::new("pgrep")
+        .args(["-u", &ana.name])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&left).trim().is_empty(),
+        "processes left: {}",
+        stdout(&left)
+    );
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains("step-container-"), "{mounts}");
+    let job_dirs = std::fs::read_dir(s.c.spool.join("jobs"));
+    for dir in job_dirs.into_iter().flatten().flatten() {
+        let leftover = std::fs::read_dir(dir.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("step-container-")
+            });
+        assert!(
+            !leftover,
+            "a step's bundle is left in {}",
+            dir.path().display()
+        );
+    }
+}
+
+#[test]
+fn a_steps_tasks_on_every_node_of_a_pool_job_run_in_containers_there() {
+    require_root!();
+    if !containers_available(module_path!()) {
+        return;
+    }
+    // One store for both nodes (they share the machine), IMAGE in it.
+    let store = ScratchStore::new();
+    let tar = rootfs_tar(store.0.path());
+    let out = podman(&store.path())
+        .arg("import")
+        .arg(&tar)
+        .arg(IMAGE)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "podman import: {}", stderr(&out));
+    let p = crate::pool::Pool::with_nodes_config(
+        crate::pool::Net::new(),
+        2,
+        &format!("[containers]\nstorage = \"{}\"\n", store.path().display()),
+    );
+    let ana = TestUser::create("cmn");
+    let dir = p.controller.dir.path().join("srun-shims");
+    std::fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::symlink(common::bin_dir().join("ysched-slurm"), dir.join("srun")).unwrap();
+    p.controller.script(
+        "wide.sh",
+        &format!(
+            "#!/bin/sh\n#SBATCH -N 2 --gres=gpu:1 -t 5\nexport PATH={}:$PATH\n\
+             srun --container-image={IMAGE} --label sh -c 'echo \"marker=$(cat /image-marker) rank=$SLURM_PROCID on=$SLURMD_NODENAME uid=$(id -u)\"'\n\
+             echo srun=$?\n",
+            dir.display()
+        ),
+    );
+    let out = p
+        .controller
+        .run_as(&ana.name, "ysbatch", &["--parsable", "wide.sh"]);
+    assert!(out.status.success(), "ysbatch: {}", stderr(&out));
+    let id: u64 = stdout(&out).trim().parse().unwrap();
+    let state = p.controller.wait_done(id, LONG);
+    assert_eq!(state, "COMPLETED", "{}", p.controller.field(id, "Reason"));
+    let text = p.controller.output_of(id);
+    for rank in 0..2 {
+        let line = format!(
+            "{rank}: marker=ysched test image rank={rank} on=gpu1{rank} uid={}",
+            ana.uid
+        );
+        assert!(text.contains(&line), "no {line:?} in:\n{text}");
+    }
+    assert!(text.contains("srun=0"), "{text}");
+}

@@ -36,12 +36,40 @@ pub struct Prepared {
     pub argv: Vec<CString>,
 }
 
+/// What runs in a container: the batch script, or a step's command.
+pub struct Payload<'a> {
+    /// The command line inside.
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// Its working directory on the host: inside, where a mount brings
+    /// it in.
+    pub host_cwd: &'a Path,
+    pub bundle: Bundle,
+    /// The container's name for the runtime.
+    pub name: String,
+}
+
+impl Payload<'_> {
+    /// The job's batch script, in the job's directory.
+    pub fn batch<'a>(spec: &'a LaunchSpec, job_dir: &Path) -> Payload<'a> {
+        let mut args = vec![SCRIPT_INSIDE.to_string()];
+        args.extend(spec.args.iter().cloned());
+        Payload {
+            args,
+            env: crate::exec::env::job_environment(spec),
+            host_cwd: &spec.work_dir,
+            bundle: Bundle::new(job_dir),
+            name: format!("ysched-{}-{}", spec.job_id, spec.restart_count),
+        }
+    }
+}
+
 /// Makes the image present and writes the bundle: everything that may
 /// take long or fail before the job's process is forked.
 pub fn prepare(
     spec: &LaunchSpec,
     launch: &ContainerLaunch,
-    job_dir: &Path,
+    payload: Payload<'_>,
 ) -> Result<Prepared, ContainerError> {
     let who = FsIdentity {
         user: &spec.user,
@@ -62,7 +90,7 @@ pub fn prepare(
     };
     let store = Store { site: &launch.site };
     let image = store.prepare(&source, archive.as_ref(), &launch.pull_locks)?;
-    let bundle = Bundle::new(job_dir);
+    let bundle = payload.bundle;
     bundle.make()?;
     let cdi = super::cdi::edits_for(&launch.site.cdi_dirs, &spec.gpus)?.unwrap_or_default();
     let mut planned = planned_mounts(spec, launch);
@@ -74,22 +102,16 @@ pub fn prepare(
     }));
     let devices = with_cdi_devices(&launch.devices, &cdi)?;
     let image_env: Vec<String> = image.env.iter().chain(&cdi.env).cloned().collect();
-    let env = super::environment(
-        crate::exec::env::job_environment(spec),
-        &image_env,
-        &launch.request.env,
-    );
-    let cwd = working_directory(spec, launch, &planned, &image);
+    let env = super::environment(payload.env, &image_env, &launch.request.env);
+    let cwd = working_directory(payload.host_cwd, launch, &planned, &image);
     let groups = user_groups(spec)?;
     let (passwd, group) =
         super::account_files(&image.layers, (&spec.user, spec.uid, spec.gid), &spec.home);
     for (path, text) in [(bundle.passwd(), passwd), (bundle.group(), group)] {
         fs::write(&path, text).map_err(|e| ContainerError::io("writing", &path, e))?;
     }
-    let mut args = vec![SCRIPT_INSIDE.to_string()];
-    args.extend(spec.args.iter().cloned());
     let config = RuntimeConfig {
-        args,
+        args: payload.args,
         env: &env,
         cwd: &cwd,
         user: (spec.uid, spec.gid, groups),
@@ -100,8 +122,7 @@ pub fn prepare(
     };
     let path = bundle.dir.join("config.json");
     fs::write(&path, config.to_json()?).map_err(|e| ContainerError::io("writing", &path, e))?;
-    let name = format!("ysched-{}-{}", spec.job_id, spec.restart_count);
-    let argv = super::runtime_argv(&launch.site, &bundle, &name)
+    let argv = super::runtime_argv(&launch.site, &bundle, &payload.name)
         .into_iter()
         .map(|a| {
             CString::new(a).map_err(|_| ContainerError::Identity("a NUL byte in a path".into()))
@@ -180,10 +201,10 @@ fn planned_mounts(spec: &LaunchSpec, launch: &ContainerLaunch) -> Vec<PlannedMou
     planned
 }
 
-/// `--container-workdir`; else the job's working directory when a mount
+/// `--container-workdir`; else the working directory when a mount
 /// brings it in; else the image's; else `/`.
 fn working_directory(
-    spec: &LaunchSpec,
+    host_cwd: &Path,
     launch: &ContainerLaunch,
     planned: &[PlannedMount],
     image: &Image,
@@ -192,7 +213,7 @@ fn working_directory(
         return w.clone();
     }
     let inside = planned.iter().find_map(|m| {
-        let rest = spec.work_dir.strip_prefix(&m.source).ok()?;
+        let rest = host_cwd.strip_prefix(&m.source).ok()?;
         Some(Path::new(&m.destination).join(rest))
     });
     match inside {
@@ -217,7 +238,7 @@ fn user_groups(spec: &LaunchSpec) -> Result<Vec<u32>, ContainerError> {
 pub fn become_container(
     spec: &LaunchSpec,
     prepared: &Prepared,
-    script: &Path,
+    script: Option<&Path>,
     open_outputs: impl FnOnce() -> Result<(File, File, File), ContainerError>,
 ) -> String {
     let who = FsIdentity {
@@ -244,7 +265,7 @@ pub fn become_container(
     if let Err(e) = make_file_system(prepared, script, &sources) {
         return e.to_string();
     }
-    if let Err(e) = crate::exec::supervisor::dup_standard(&stdin, &stdout, &stderr) {
+    if let Err(e) = crate::exec::process::dup_standard(&stdin, &stdout, &stderr) {
         return e.to_string();
     }
     let env = [CString::new("PATH=/usr/sbin:/usr/bin:/sbin:/bin").unwrap_or_default()];
@@ -299,7 +320,7 @@ fn private_namespace() -> Result<(), ContainerError> {
 /// The container's file system: the layers and every mount.
 fn make_file_system(
     prepared: &Prepared,
-    script: &Path,
+    script: Option<&Path>,
     sources: &[(File, PlannedMount)],
 ) -> Result<(), ContainerError> {
     mount_layers(prepared)?;
@@ -310,11 +331,12 @@ fn make_file_system(
         let target = mounts::open_destination(&root, &m.destination, !is_dir)?;
         mounts::bind(file, &target, m.read_only, &m.source.display().to_string())?;
     }
-    for (source, destination) in [
-        (script.to_path_buf(), SCRIPT_INSIDE),
+    let script = script.map(|s| (s.to_path_buf(), SCRIPT_INSIDE));
+    let accounts = [
         (prepared.bundle.passwd(), "/etc/passwd"),
         (prepared.bundle.group(), "/etc/group"),
-    ] {
+    ];
+    for (source, destination) in script.into_iter().chain(accounts) {
         let file = File::open(&source).map_err(|e| ContainerError::io("opening", &source, e))?;
         let target = mounts::open_destination(&root, destination, true)?;
         mounts::bind(&file, &target, true, destination)?;

@@ -27,6 +27,7 @@ pub mod image;
 pub mod launch;
 pub mod mounts;
 pub mod pulls;
+pub mod steps;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -102,15 +103,42 @@ pub struct ContainerLaunch {
     pub pull_locks: PathBuf,
 }
 
+/// What this node gives the containers of a job's steps (`srun
+/// --container-image`): the site's settings, the job's devices, where
+/// pulls wait for each other. Each step brings its own request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerSite {
+    pub site: Containers,
+    pub devices: Vec<ContainerDevice>,
+    pub pull_locks: PathBuf,
+}
+
+impl ContainerSite {
+    /// The launch of a step asking for `request`.
+    pub fn launch(&self, request: ContainerRequest) -> ContainerLaunch {
+        ContainerLaunch {
+            request,
+            site: self.site.clone(),
+            devices: self.devices.clone(),
+            pull_locks: self.pull_locks.clone(),
+        }
+    }
+}
+
 /// The paths of a job's container, in its directory.
 pub struct Bundle {
     pub dir: PathBuf,
 }
 
 impl Bundle {
+    /// The batch script's container.
     pub fn new(job_dir: &Path) -> Bundle {
+        Bundle::named(job_dir, "container")
+    }
+    /// Another container of the job (a step's), in its own directory.
+    pub fn named(job_dir: &Path, name: &str) -> Bundle {
         Bundle {
-            dir: job_dir.join("container"),
+            dir: job_dir.join(name),
         }
     }
     pub fn rootfs(&self) -> PathBuf {
