@@ -1,6 +1,6 @@
 //! GPUs through CDI, the Container Device Interface, as the NVIDIA
 //! Container Toolkit describes a node's GPUs (`nvidia-ctk cdi generate
-//! --format=json --output=/etc/cdi/nvidia.json`): the device files, the
+//! --output=/etc/cdi/nvidia.yaml`, or JSON): the device files, the
 //! driver's libraries and tools to mount, the environment, and the hooks
 //! (`nvidia-ctk hook update-ldcache`…) a container with those GPUs needs.
 //! Without a spec a container gets the job's `/dev/nvidiaN` and the
@@ -8,7 +8,9 @@
 //! or among the site's mounts.
 //!
 //! A job's GPUs are the spec's devices named by their index on the node
-//! (`0`, `1`…, as `nvidia-ctk` names them). Specs in YAML are not read.
+//! (`0`, `1`…, as `nvidia-ctk` names them). Specs are read in YAML
+//! (`.yaml`, `.yml`, what `nvidia-ctk` writes by default) and JSON
+//! (`.json`), in name order, as CDI's own readers take them.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -134,7 +136,7 @@ pub fn edits_for(dirs: &[PathBuf], gpus: &[u32]) -> Result<Option<Edits>, Contai
         };
         let mut files: Vec<PathBuf> = entries
             .filter_map(|e| Some(e.ok()?.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .filter(|p| format_of(p).is_some())
             .collect();
         files.sort();
         for file in files {
@@ -146,6 +148,20 @@ pub fn edits_for(dirs: &[PathBuf], gpus: &[u32]) -> Result<Option<Edits>, Contai
     Ok(None)
 }
 
+enum Format {
+    Json,
+    Yaml,
+}
+
+/// A spec file's format, by its name's ending; `None`: not a spec.
+fn format_of(file: &Path) -> Option<Format> {
+    match file.extension()?.to_str()? {
+        "json" => Some(Format::Json),
+        "yaml" | "yml" => Some(Format::Yaml),
+        _ => None,
+    }
+}
+
 /// A spec's edits for `gpus`, when it describes GPUs.
 fn read_spec(file: &Path, gpus: &[u32]) -> Result<Option<Edits>, ContainerError> {
     let bad = |why: String| ContainerError::Cdi {
@@ -153,7 +169,10 @@ fn read_spec(file: &Path, gpus: &[u32]) -> Result<Option<Edits>, ContainerError>
         why,
     };
     let text = fs::read_to_string(file).map_err(|e| bad(e.to_string()))?;
-    let spec: Spec = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    let spec: Spec = match format_of(file) {
+        Some(Format::Yaml) => yaml_serde::from_str(&text).map_err(|e| bad(e.to_string()))?,
+        _ => serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?,
+    };
     if spec.kind != GPU_KIND {
         return Ok(None);
     }
@@ -192,7 +211,7 @@ mod tests {
     fn a_jobs_gpus_take_their_devices_and_the_common_edits() {
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join("nvidia.json"), SPEC).unwrap();
-        fs::write(dir.path().join("other.yaml"), "not read").unwrap();
+        fs::write(dir.path().join("other.txt"), "not read").unwrap();
         let dirs = [dir.path().to_path_buf()];
         assert_eq!(edits_for(&dirs, &[]).unwrap(), None);
         let e = edits_for(&dirs, &[1]).unwrap().unwrap();
@@ -210,5 +229,59 @@ mod tests {
         );
         fs::write(dir.path().join("nvidia.json"), "{").unwrap();
         assert!(edits_for(&dirs, &[0]).is_err());
+    }
+
+    /// As `nvidia-ctk cdi generate` writes it by default.
+    const YAML_SPEC: &str = "---
+cdiVersion: 0.5.0
+kind: nvidia.com/gpu
+devices:
+- name: \"0\"
+  containerEdits:
+    deviceNodes:
+    - path: /dev/nvidia0
+- name: all
+  containerEdits:
+    deviceNodes:
+    - path: /dev/nvidia0
+containerEdits:
+  env:
+  - NVIDIA_VISIBLE_DEVICES=void
+  deviceNodes:
+  - path: /dev/nvidiactl
+  hooks:
+  - hookName: createContainer
+    path: /usr/bin/nvidia-ctk
+    args:
+    - nvidia-ctk
+    - hook
+    - update-ldcache
+  mounts:
+  - hostPath: /usr/lib/x86_64-linux-gnu/libcuda.so.535.104.05
+    containerPath: /usr/lib/x86_64-linux-gnu/libcuda.so.535.104.05
+    options:
+    - ro
+    - nosuid
+    - nodev
+    - bind
+";
+
+    #[test]
+    fn a_spec_in_yaml_is_read_as_nvidia_ctk_writes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("nvidia.yaml"), YAML_SPEC).unwrap();
+        let dirs = [dir.path().to_path_buf()];
+        let e = edits_for(&dirs, &[0]).unwrap().unwrap();
+        let nodes: Vec<&str> = e.device_nodes.iter().map(|d| d.path.as_str()).collect();
+        assert_eq!(nodes, ["/dev/nvidiactl", "/dev/nvidia0"]);
+        assert_eq!(e.env, ["NVIDIA_VISIBLE_DEVICES=void"]);
+        assert_eq!(e.mounts[0].options, ["ro", "nosuid", "nodev", "bind"]);
+        assert_eq!(
+            e.oci_hooks()["createContainer"][0]["args"][2],
+            "update-ldcache"
+        );
+        fs::write(dir.path().join("nvidia.yaml"), "kind: [").unwrap();
+        let err = edits_for(&dirs, &[0]).unwrap_err().to_string();
+        assert!(err.contains("nvidia.yaml"), "{err}");
     }
 }
