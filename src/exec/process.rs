@@ -210,3 +210,44 @@ pub(crate) fn dup_standard(
     }
     Ok(())
 }
+
+/// How a forked child that was to execute a program went.
+pub(crate) enum Forked {
+    /// It executed: its pid.
+    Executing(nix::unistd::Pid),
+    /// It could not, and said why (it has been reaped).
+    Failed(String),
+}
+
+/// Forks a child that runs `in_child` and then executes a program; it
+/// returns only on failure, with why, which comes back here through a
+/// pipe closed by the successful exec. The caller must have no other
+/// thread.
+pub(crate) fn fork_and_exec(in_child: impl FnOnce() -> String) -> nix::Result<Forked> {
+    use std::io::Read;
+    use std::os::fd::OwnedFd;
+    let (read_end, write_end): (OwnedFd, OwnedFd) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    // SAFETY: the caller has no other thread (see above).
+    match unsafe { nix::unistd::fork() }? {
+        nix::unistd::ForkResult::Child => {
+            drop(read_end);
+            let message = in_child();
+            let _ = fs::File::from(write_end).write_all(message.as_bytes());
+            // SAFETY: _exit ends the forked child without running the
+            // parent's destructors or atexit handlers.
+            unsafe { libc::_exit(127) }
+        }
+        nix::unistd::ForkResult::Parent { child } => {
+            drop(write_end);
+            let mut message = String::new();
+            let _ = fs::File::from(read_end).read_to_string(&mut message);
+            if message.is_empty() {
+                Ok(Forked::Executing(child))
+            } else {
+                let _ = nix::sys::wait::waitpid(child, None);
+                Ok(Forked::Failed(message))
+            }
+        }
+    }
+}

@@ -13,7 +13,7 @@
 
 use std::cell::RefCell;
 use std::fs::{self, File};
-use std::io::{ErrorKind, Read, Write};
+use std::io::ErrorKind;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
@@ -28,7 +28,7 @@ use super::cgroup::JobCgroup;
 use super::container::launch::{self, Payload};
 use super::container::steps::{self, ContainerStepError, ContainerStepOrder, FromRunner, ToRunner};
 use super::container::{Bundle, ContainerSite};
-use super::process::{children_of, descendants};
+use super::process::{children_of, descendants, fork_and_exec, Forked};
 use super::spec::LaunchSpec;
 use crate::model::job::ExitStatus;
 
@@ -268,31 +268,11 @@ fn fork_runtime(
     group: Option<&dyn JobCgroup>,
     stdio: [OwnedFd; 3],
 ) -> Result<Pid, ContainerStepError> {
-    let failed =
-        |what: &str, e: nix::errno::Errno| ContainerStepError::Failed(format!("{what}: {e}"));
-    let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(|e| failed("cannot make a pipe", e))?;
-    // SAFETY: the runner has no other thread yet.
-    match unsafe { nix::unistd::fork() }.map_err(|e| failed("cannot fork", e))? {
-        ForkResult::Child => {
-            drop(read_end);
-            let message = become_runtime(spec, prepared, group, stdio);
-            let _ = File::from(write_end).write_all(message.as_bytes());
-            // SAFETY: _exit ends the forked child without destructors.
-            unsafe { libc::_exit(127) }
-        }
-        ForkResult::Parent { child } => {
-            drop(write_end);
-            drop(stdio);
-            let mut message = String::new();
-            let _ = File::from(read_end).read_to_string(&mut message);
-            if message.is_empty() {
-                Ok(child)
-            } else {
-                let _ = waitpid(child, None);
-                Err(ContainerStepError::Failed(message))
-            }
-        }
+    let forked = fork_and_exec(move || become_runtime(spec, prepared, group, stdio))
+        .map_err(|e| ContainerStepError::Failed(format!("cannot fork: {e}")))?;
+    match forked {
+        Forked::Executing(child) => Ok(child),
+        Forked::Failed(message) => Err(ContainerStepError::Failed(message)),
     }
 }
 

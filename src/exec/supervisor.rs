@@ -25,7 +25,6 @@
 
 use std::ffi::CString;
 use std::fs::{self, OpenOptions};
-use std::io::{Read, Write};
 use std::os::fd::{AsFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::net::UnixDatagram;
@@ -36,14 +35,15 @@ use nix::errno::Errno;
 use nix::sys::signal::{self, SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-use nix::unistd::{ForkResult, Pid};
+use nix::unistd::Pid;
 
 use super::cgroup::{self, JobCgroup, Usage};
 use super::container;
 use super::error::StepError;
 use super::privileges;
 use super::process::{
-    children_of, descendants, dup_standard, new_session, write_atomically, CONTROL_FD, LOCK_FD,
+    children_of, descendants, dup_standard, fork_and_exec, new_session, write_atomically, Forked,
+    CONTROL_FD, LOCK_FD,
 };
 use super::spec::{
     ExitRecord, LaunchSpec, SignalTarget, StepCommand, SupervisorState, EXIT, SCRIPT, SPEC, STATE,
@@ -330,41 +330,24 @@ fn launch(
         .collect();
     let user = cstring("user name", spec.user.as_bytes())?;
 
-    let (read_end, write_end) =
-        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(StepError::os("pipe"))?;
-    // SAFETY: this process is single-threaded (see the module comment).
-    match unsafe { nix::unistd::fork() }.map_err(StepError::os("fork"))? {
-        ForkResult::Child => {
-            drop(read_end);
-            // Into the cgroup first, as root: everything it starts follows.
-            let joined = match group {
-                Some(g) => g
-                    .join(std::process::id() as i32)
-                    .map_err(|e| format!("cannot join the job's cgroup: {e}")),
-                None => Ok(()),
-            };
-            let message = match (joined, container) {
-                (Err(e), _) => e,
-                (Ok(()), None) => exec_job(spec, &user, &path, &argv, &envp),
-                (Ok(()), Some(c)) => enter_container(spec, c, script),
-            };
-            let mut pipe = fs::File::from(write_end);
-            let _ = pipe.write_all(message.as_bytes());
-            // SAFETY: _exit ends the forked child without running the
-            // parent's destructors or atexit handlers.
-            unsafe { libc::_exit(127) }
+    let forked = fork_and_exec(|| {
+        // Into the cgroup first, as root: everything it starts follows.
+        let joined = match group {
+            Some(g) => g
+                .join(std::process::id() as i32)
+                .map_err(|e| format!("cannot join the job's cgroup: {e}")),
+            None => Ok(()),
+        };
+        match (joined, container) {
+            (Err(e), _) => e,
+            (Ok(()), None) => exec_job(spec, &user, &path, &argv, &envp),
+            (Ok(()), Some(c)) => enter_container(spec, c, script),
         }
-        ForkResult::Parent { child } => {
-            drop(write_end);
-            let mut message = String::new();
-            let _ = fs::File::from(read_end).read_to_string(&mut message);
-            if message.is_empty() {
-                Ok(child)
-            } else {
-                let _ = waitpid(child, None);
-                Err(StepError::Job(message))
-            }
-        }
+    })
+    .map_err(StepError::os("fork"))?;
+    match forked {
+        Forked::Executing(child) => Ok(child),
+        Forked::Failed(message) => Err(StepError::Job(message)),
     }
 }
 

@@ -176,6 +176,16 @@ fn the_one_gpu(out: &str) -> String {
     gpu
 }
 
+/// That `user` has no process left.
+fn assert_no_processes_of(user: &str) {
+    let left = Command::new("pgrep").args(["-u", user]).output().unwrap();
+    assert!(
+        stdout(&left).trim().is_empty(),
+        "processes left: {}",
+        stdout(&left)
+    );
+}
+
 /// What the script inside prints about where it is.
 const INSIDE: &str = r#"#!/bin/sh
 echo "marker=$(cat /image-marker)"
@@ -351,15 +361,7 @@ fn cancel_time_limit_and_memory_reach_the_processes_in_the_container() {
         ],
     );
     assert_eq!(s.c.wait_done(big, LONG), "OUT_OF_MEMORY");
-    let left = Command::new("pgrep")
-        .args(["-u", &ana.name])
-        .output()
-        .unwrap();
-    assert!(
-        stdout(&left).trim().is_empty(),
-        "processes left: {}",
-        stdout(&left)
-    );
+    assert_no_processes_of(&ana.name);
 }
 
 #[test]
@@ -1254,15 +1256,7 @@ fn a_step_container_is_only_its_users_and_ends_with_its_job(
     let out = s.c.run_as(&ana.name, "yscancel", &[&long.to_string()]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(s.c.wait_done(long, LONG), "CANCELLED");
-    let left = Command::new("pgrep")
-        .args(["-u", &ana.name])
-        .output()
-        .unwrap();
-    assert!(
-        stdout(&left).trim().is_empty(),
-        "processes left: {}",
-        stdout(&left)
-    );
+    assert_no_processes_of(&ana.name);
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mounts.contains("step-container-"), "{mounts}");
     let job_dirs = std::fs::read_dir(s.c.spool.join("jobs"));
