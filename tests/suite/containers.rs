@@ -904,7 +904,7 @@ fn a_store_over_its_cache_size_drops_pulled_images_no_job_uses() {
         return;
     };
     let at = format!("127.0.0.1:{}", registry.port);
-    let s = Setup::new(&format!(
+    let mut s = Setup::new(&format!(
         "allowed_registries = [\"{at}\"]\ninsecure_registries = [\"{at}\"]\ncache_size = \"1K\""
     ));
     for tag in ["1", "2", "3"] {
@@ -926,8 +926,8 @@ fn a_store_over_its_cache_size_drops_pulled_images_no_job_uses() {
             .status()
             .is_ok_and(|st| st.success())
     };
-    let pull = |tag: &str| {
-        let out = s.c.run(
+    let pull = |c: &Cluster, tag: &str| {
+        let out = c.run(
             "yscontrol",
             &["image", "pull", &format!("{at}/ystest:{tag}")],
         );
@@ -938,7 +938,7 @@ fn a_store_over_its_cache_size_drops_pulled_images_no_job_uses() {
     let one = format!("{at}/ystest:1");
     let id = s.submit_as(&ana, &["--container-image", &one, "--wrap", "sleep 4"]);
     s.c.wait_state(id, "RUNNING", LONG);
-    pull("2");
+    pull(&s.c, "2");
     assert!(
         present("1") && present("2"),
         "the job's image and the one just pulled stay"
@@ -948,7 +948,7 @@ fn a_store_over_its_cache_size_drops_pulled_images_no_job_uses() {
     common::wait_for("the job's directory to go", LONG, || !job_dir.exists());
     // Once no job uses them, the pulled images go, least recently used first;
     // the image loaded by hand stays.
-    pull("3");
+    pull(&s.c, "3");
     common::wait_for("the unused images to go", LONG, || {
         !present("1") && !present("2")
     });
@@ -958,6 +958,14 @@ fn a_store_over_its_cache_size_drops_pulled_images_no_job_uses() {
         .status()
         .unwrap();
     assert!(out.success(), "{IMAGE} was loaded by hand and stays");
+    // After a restart the cache still weighs the image pulled before it.
+    s.c.stop();
+    s.c.start();
+    pull(&s.c, "1");
+    common::wait_for("the image pulled before the restart to go", LONG, || {
+        !present("3")
+    });
+    assert!(present("1"));
 }
 
 #[test]

@@ -131,7 +131,7 @@ impl Store<'_> {
         Err(failed(last_error_line(&err)))
     }
 
-    fn exists(&self, reference: &str) -> bool {
+    pub fn exists(&self, reference: &str) -> bool {
         let mut command = self.podman();
         command
             .args(["image", "exists", "--", reference])
@@ -201,11 +201,12 @@ impl Store<'_> {
     }
 
     /// Makes `reference` present in the store: found there, or pulled.
-    pub fn make_present(&self, reference: &str, locks: &Path) -> Result<(), ContainerError> {
+    /// Whether it was pulled (`false`: it was there).
+    pub fn make_present(&self, reference: &str, locks: &Path) -> Result<bool, ContainerError> {
         if self.exists(reference) {
-            return Ok(());
+            return Ok(false);
         }
-        self.pull(reference, locks)
+        self.pull(reference, locks).map(|()| true)
     }
 
     /// Pulls `reference` unless another pull of it on this node is under

@@ -4,6 +4,10 @@
 //! nothing and charged nothing). A pull that failed is reported to the
 //! jobs that wanted it, and tried again only once [`RETRY_AFTER`] has
 //! passed, so that a missing image does not make every pass pull again.
+//!
+//! The images made present here, and when each was last wanted, are kept
+//! in the spool (`image-pulls/cache.json`), so that `cache_size` still
+//! weighs those of before a restart of the node's executor.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -51,14 +55,19 @@ enum Entry {
 /// kept by whoever starts its pulls (this host's, or the controller for a
 /// node's agent).
 #[derive(Debug, Default)]
-pub struct ImageStates(HashMap<String, Entry>);
+pub struct ImageStates {
+    entries: HashMap<String, Entry>,
+    /// Those pulled here (not found already there): the only ones the
+    /// cache limit may remove.
+    pulled: HashSet<String>,
+}
 
 impl ImageStates {
     /// Where `reference` stands; `None` when a pull should start now
     /// (never asked for here, or failed longer than [`RETRY_AFTER`] ago),
     /// and it is then counted as pulling.
     pub fn begin(&mut self, reference: &str, now: Instant) -> Option<ImageStatus> {
-        match self.0.get_mut(reference) {
+        match self.entries.get_mut(reference) {
             Some(Entry::Ready { used }) => {
                 *used = now;
                 return Some(ImageStatus::Ready);
@@ -69,7 +78,7 @@ impl ImageStates {
             }
             _ => {}
         }
-        self.0
+        self.entries
             .insert(reference.to_string(), Entry::Pulling { since: now });
         None
     }
@@ -80,14 +89,14 @@ impl ImageStates {
             None => Entry::Ready { used: now },
             Some(why) => Entry::Failed { why, at: now },
         };
-        self.0.insert(reference.to_string(), entry);
+        self.entries.insert(reference.to_string(), entry);
     }
 
     /// Counts the pulls asked more than `limit` ago and still not
     /// answered as failed: a node that never answers (an agent older than
     /// its controller) does not keep jobs waiting for ever.
     pub fn give_up_unanswered(&mut self, limit: Duration, now: Instant) {
-        for entry in self.0.values_mut() {
+        for entry in self.entries.values_mut() {
             if let Entry::Pulling { since } = entry {
                 if now.duration_since(*since) > limit {
                     let why = format!(
@@ -102,14 +111,56 @@ impl ImageStates {
 
     /// Forgets `reference`: the next `begin` starts a pull.
     pub fn forget(&mut self, reference: &str) {
-        self.0.remove(reference);
+        self.entries.remove(reference);
+        self.pulled.remove(reference);
     }
 
-    /// The images present, least recently asked for first.
+    /// `reference` was pulled here, not found there.
+    pub fn mark_pulled(&mut self, reference: &str) {
+        self.pulled.insert(reference.to_string());
+    }
+
+    /// Images pulled here before (`known`: each with the Unix time it was
+    /// last wanted), older than any wanted since; those this table
+    /// already knows are left as they are.
+    pub fn remember(&mut self, mut known: Vec<(String, u64)>, now: Instant, now_unix: u64) {
+        known.sort_by_key(|(_, at)| *at);
+        let count = known.len() as u64;
+        for (i, (reference, at)) in known.into_iter().enumerate() {
+            // In the order they were wanted, all before `now`.
+            let age = Duration::from_secs(now_unix.saturating_sub(at))
+                + Duration::from_nanos(count - i as u64);
+            let used = now.checked_sub(age).unwrap_or(now);
+            self.pulled.insert(reference.clone());
+            self.entries
+                .entry(reference)
+                .or_insert(Entry::Ready { used });
+        }
+    }
+
+    /// The images pulled here and present, each with the Unix time it
+    /// was last wanted.
+    pub fn last_wanted(&self, now: Instant, now_unix: u64) -> Vec<(String, u64)> {
+        self.entries
+            .iter()
+            .filter(|(name, _)| self.pulled.contains(*name))
+            .filter_map(|(name, e)| match e {
+                Entry::Ready { used } => {
+                    let age = now.saturating_duration_since(*used).as_secs();
+                    Some((name.clone(), now_unix.saturating_sub(age)))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The images pulled here and present, least recently asked for
+    /// first.
     pub fn by_last_use(&self) -> Vec<String> {
         let mut ready: Vec<(Instant, &String)> = self
-            .0
+            .entries
             .iter()
+            .filter(|(name, _)| self.pulled.contains(*name))
             .filter_map(|(name, e)| match e {
                 Entry::Ready { used } => Some((*used, name)),
                 _ => None,
@@ -134,11 +185,56 @@ pub struct Pulls {
 
 impl Pulls {
     pub fn new(site: Containers, spool: Spool) -> Pulls {
-        Pulls {
+        let pulls = Pulls {
             site,
             spool,
             states: Arc::default(),
             running: Arc::default(),
+        };
+        let known = pulls.read_ledger();
+        pulls
+            .states
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remember(known, Instant::now(), unix_now());
+        pulls
+    }
+
+    /// The file that keeps the images present and their last wants.
+    fn ledger(&self) -> PathBuf {
+        self.locks().join("cache.json")
+    }
+
+    fn read_ledger(&self) -> Vec<(String, u64)> {
+        let Ok(text) = std::fs::read(self.ledger()) else {
+            return Vec::new();
+        };
+        serde_json::from_slice::<std::collections::BTreeMap<String, u64>>(&text)
+            .map(|m| m.into_iter().collect())
+            .unwrap_or_else(|e| {
+                tracing::warn!(target: "ysched::exec", "{}: {e}; starting it afresh", self.ledger().display());
+                Vec::new()
+            })
+    }
+
+    /// Writes down the images present now (a failure is logged: the
+    /// cache limit then forgets them at the next restart, no more).
+    fn write_ledger(&self) {
+        let known: std::collections::BTreeMap<String, u64> = self
+            .states
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .last_wanted(Instant::now(), unix_now())
+            .into_iter()
+            .collect();
+        let written = serde_json::to_vec(&known)
+            .map_err(std::io::Error::other)
+            .and_then(|body| {
+                std::fs::create_dir_all(self.locks())?;
+                crate::exec::process::write_atomically(&self.ledger(), &body)
+            });
+        if let Err(e) = written {
+            tracing::warn!(target: "ysched::exec", "cannot write {}: {e}", self.ledger().display());
         }
     }
 
@@ -183,10 +279,9 @@ impl Pulls {
     fn pull_now(&self, reference: &str) {
         let started = Instant::now();
         let store = Store { site: &self.site };
-        let failure = store
-            .make_present(reference, &self.locks())
-            .err()
-            .map(|e| e.to_string());
+        let made = store.make_present(reference, &self.locks());
+        let pulled = made.as_ref().is_ok_and(|&pulled| pulled);
+        let failure = made.err().map(|e| e.to_string());
         match &failure {
             None => {
                 tracing::info!(target: "ysched::exec", "image {reference} is present ({:.1} s)", started.elapsed().as_secs_f64())
@@ -196,9 +291,15 @@ impl Pulls {
         let ready = failure.is_none();
         let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
         states.settle(reference, failure, Instant::now());
+        if pulled {
+            states.mark_pulled(reference);
+        }
         drop(states);
-        if let (true, Some(limit)) = (ready, self.site.cache_size_mb) {
+        if let (true, Some(limit)) = (pulled, self.site.cache_size_mb) {
             self.trim(&store, limit.saturating_mul(1 << 20), reference);
+        }
+        if ready {
+            self.write_ledger();
         }
     }
 
@@ -235,15 +336,74 @@ impl Pulls {
                         .unwrap_or_else(|p| p.into_inner())
                         .forget(reference);
                 }
+                // Gone already (removed by hand): nothing to weigh.
+                Err(_) if !store.exists(reference) => self
+                    .states
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .forget(reference),
                 Err(e) => tracing::warn!(target: "ysched::exec", "image cache: {e}"),
             }
         }
     }
 }
 
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn images_known_from_before_a_restart_are_the_oldest_and_keep_their_order() {
+        let mut states = ImageStates::default();
+        let now = Instant::now();
+        assert_eq!(states.begin("new", now), None);
+        states.settle("new", None, now);
+        states.mark_pulled("new");
+        assert_eq!(states.begin("found", now), None);
+        states.settle("found", None, now);
+        states.remember(
+            vec![
+                ("b".into(), 1_000_000),
+                ("a".into(), 900_000),
+                ("new".into(), 1),
+            ],
+            now,
+            2_000_000,
+        );
+        assert_eq!(states.by_last_use(), ["a", "b", "new"]);
+        let wanted: HashMap<String, u64> = states.last_wanted(now, 2_000_000).into_iter().collect();
+        assert_eq!(wanted["a"], 900_000);
+        assert_eq!(wanted["new"], 2_000_000);
+    }
+
+    #[test]
+    fn the_ledger_outlives_the_executor() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::new(dir.path());
+        let pulls = Pulls::new(Containers::default(), spool.clone());
+        {
+            let mut states = pulls.states.lock().unwrap();
+            states.begin("localhost/yolo:1", Instant::now());
+            states.settle("localhost/yolo:1", None, Instant::now());
+            states.mark_pulled("localhost/yolo:1");
+        }
+        pulls.write_ledger();
+        let again = Pulls::new(Containers::default(), spool);
+        assert_eq!(
+            again.states.lock().unwrap().by_last_use(),
+            ["localhost/yolo:1"]
+        );
+        std::fs::write(again.ledger(), "{").unwrap();
+        let fresh = Pulls::new(Containers::default(), Spool::new(dir.path()));
+        assert!(fresh.states.lock().unwrap().by_last_use().is_empty());
+    }
 
     #[test]
     fn one_pull_per_image_and_a_failure_is_retried_only_after_a_while() {
