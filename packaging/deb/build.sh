@@ -46,6 +46,8 @@ install -m 644 etc/ysnoded.toml "$pkg/usr/share/doc/ysched/ysnoded.toml.example"
 install -m 644 packaging/tmpfiles/ysched.conf "$pkg/usr/lib/tmpfiles.d/"
 install -m 644 README.md "$pkg/usr/share/doc/ysched/"
 install -m 644 contrib/slurm-compat/README.md "$pkg/usr/share/doc/ysched/slurm-compat.md"
+install -d "$pkg/usr/share/lintian/overrides"
+install -m 644 packaging/deb/lintian-overrides "$pkg/usr/share/lintian/overrides/ysched"
 cat > "$pkg/usr/share/doc/ysched/copyright" <<COPY
 Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
 Upstream-Name: ysched
