@@ -754,6 +754,20 @@ impl ScratchStore {
     fn path(&self) -> PathBuf {
         self.0.path().join("store")
     }
+
+    /// One holding IMAGE, imported from busybox.
+    fn with_image() -> ScratchStore {
+        let store = ScratchStore::new();
+        let tar = rootfs_tar(store.0.path());
+        let out = podman(&store.path())
+            .arg("import")
+            .arg(&tar)
+            .arg(IMAGE)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "podman import: {}", stderr(&out));
+        store
+    }
 }
 
 impl Drop for ScratchStore {
@@ -773,15 +787,7 @@ fn a_node_of_a_pool_pulls_a_jobs_image_before_it_starts_there() {
     let gate = Gate::to(&ip, registry.port);
     let proxied = format!("{ip}:{}", gate.port);
     // The image, pushed from a store of the test's own.
-    let source = ScratchStore::new();
-    let tar = rootfs_tar(source.0.path());
-    let out = podman(&source.path())
-        .arg("import")
-        .arg(&tar)
-        .arg(IMAGE)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "podman import: {}", stderr(&out));
+    let source = ScratchStore::with_image();
     let pushed = format!("{ip}:{}/ystest:1", registry.port);
     let out = podman(&source.path())
         .args(["push", "--quiet", "--tls-verify=false", IMAGE, &pushed])
@@ -1293,15 +1299,7 @@ fn a_steps_tasks_on_every_node_of_a_pool_job_run_in_containers_there() {
         return;
     }
     // One store for both nodes (they share the machine), IMAGE in it.
-    let store = ScratchStore::new();
-    let tar = rootfs_tar(store.0.path());
-    let out = podman(&store.path())
-        .arg("import")
-        .arg(&tar)
-        .arg(IMAGE)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "podman import: {}", stderr(&out));
+    let store = ScratchStore::with_image();
     let p = crate::pool::Pool::with_nodes_config(
         crate::pool::Net::new(),
         2,
