@@ -2,7 +2,7 @@
 //! with their input on stdin and a time limit, their output discarded.
 
 use std::io::Write;
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
@@ -53,30 +53,40 @@ pub fn run_with_input(
         // A command that does not read its input is its own business.
         let _ = stdin.write_all(input);
     }
-    let deadline = Instant::now() + timeout;
-    loop {
-        let waited = child.try_wait().map_err(|source| CommandError::Wait {
+    let waited =
+        wait_until(&mut child, Instant::now() + timeout).map_err(|source| CommandError::Wait {
             program: program.clone(),
             source,
         })?;
-        match waited {
-            Some(status) if status.success() => return Ok(()),
-            Some(status) => {
-                return Err(CommandError::Failed {
-                    program: program.clone(),
-                    status,
-                })
-            }
-            None if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(CommandError::TimedOut {
-                    program: program.clone(),
-                    timeout,
-                });
-            }
-            None => std::thread::sleep(Duration::from_millis(20)),
+    match waited {
+        Some(status) if status.success() => Ok(()),
+        Some(status) => Err(CommandError::Failed {
+            program: program.clone(),
+            status,
+        }),
+        None => Err(CommandError::TimedOut {
+            program: program.clone(),
+            timeout,
+        }),
+    }
+}
+
+/// Waits for `child` until `deadline`: looked at often at first (most
+/// commands end within milliseconds, some on a job's way to its start),
+/// then every 100 ms. Past the deadline it is killed and reaped: `None`.
+pub fn wait_until(child: &mut Child, deadline: Instant) -> std::io::Result<Option<ExitStatus>> {
+    let mut pause = Duration::from_millis(2);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
         }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(None);
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(100));
     }
 }
 

@@ -12,7 +12,7 @@
 //! [`runtimes`]: StepServer::runtimes
 
 use std::cell::RefCell;
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::ErrorKind;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
@@ -294,20 +294,4 @@ fn become_runtime(
     }
     let [stdin, stdout, stderr] = stdio.map(File::from);
     launch::become_container(spec, prepared, None, || Ok((stdin, stdout, stderr)))
-}
-
-/// Removes what a runner killed before its end left of its bundle.
-pub fn remove_leftover_bundles(dir: &Path) {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        if entry
-            .file_name()
-            .to_string_lossy()
-            .starts_with("step-container-")
-        {
-            let _ = fs::remove_dir_all(entry.path());
-        }
-    }
 }

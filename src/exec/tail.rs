@@ -77,17 +77,9 @@ pub fn tail_as(
         why,
     };
     let mut child = command.spawn().map_err(|e| fail(e.to_string()))?;
-    let deadline = Instant::now() + DEADLINE;
-    let status = loop {
-        match child.try_wait().map_err(|e| fail(e.to_string()))? {
-            Some(status) => break status,
-            None if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(TailError::Endless { path: shown });
-            }
-            None => std::thread::sleep(Duration::from_millis(5)),
-        }
+    let waited = super::command::wait_until(&mut child, Instant::now() + DEADLINE);
+    let Some(status) = waited.map_err(|e| fail(e.to_string()))? else {
+        return Err(TailError::Endless { path: shown });
     };
     let mut out = Vec::new();
     let mut err = String::new();

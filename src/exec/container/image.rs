@@ -103,23 +103,11 @@ impl Store<'_> {
         let stdout = read(child.stdout.take().map(|p| Box::new(p) as _));
         let stderr = read(child.stderr.take().map(|p| Box::new(p) as _));
         let deadline = std::time::Instant::now() + self.site.pull_timeout;
-        // Looked at often at first: most calls (inspect, exists) end in
-        // milliseconds, on a job's way to its start.
-        let mut pause = std::time::Duration::from_millis(2);
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) if std::time::Instant::now() < deadline => {
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(std::time::Duration::from_millis(100));
-                }
-                Ok(None) | Err(_) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    let limit = humantime::format_duration(self.site.pull_timeout);
-                    return Err(failed(format!("gave up after {limit} (pull_timeout)")));
-                }
-            }
+        let waited = crate::exec::command::wait_until(&mut child, deadline)
+            .map_err(|e| failed(format!("cannot wait for podman: {e}")))?;
+        let Some(status) = waited else {
+            let limit = humantime::format_duration(self.site.pull_timeout);
+            return Err(failed(format!("gave up after {limit} (pull_timeout)")));
         };
         let (out, err) = (
             stdout.join().unwrap_or_default(),
@@ -355,8 +343,6 @@ impl Store<'_> {
     }
 }
 
-/// A file name for `text`: its characters that are safe, and a hash that
-/// keeps different texts apart.
 /// podman's last words on standard error, without its `Error: `.
 fn last_error_line(stderr: &str) -> String {
     stderr
@@ -369,6 +355,8 @@ fn last_error_line(stderr: &str) -> String {
         .to_string()
 }
 
+/// A file name for `text`: its characters that are safe, and a hash that
+/// keeps different texts apart.
 fn lock_name(text: &str) -> String {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
