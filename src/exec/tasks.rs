@@ -386,4 +386,23 @@ mod tests {
         let o = order(&["/no/such/program"], vec![0], None);
         assert!(run(&o, &node_env)[0].1.contains("/no/such/program"));
     }
+
+    #[test]
+    fn a_step_in_a_container_where_the_node_runs_none_fails_with_why() {
+        let mut o = order(&["/bin/true"], vec![0], None);
+        o.container =
+            Some(crate::model::container::ContainerRequest::new("localhost/yolo:1").unwrap());
+        let (task, why, _) = &run(&o, &[])[0];
+        assert_eq!(*task, 0);
+        assert!(
+            why.contains("this node runs no steps in containers"),
+            "{why}"
+        );
+        let here = vec![(
+            container::steps::SOCKET_VARIABLE.to_string(),
+            "ysched/job-0/steps-none".to_string(),
+        )];
+        let (_, why, _) = &run(&o, &here)[0];
+        assert!(why.contains("cannot reach the job's supervisor"), "{why}");
+    }
 }
