@@ -27,22 +27,92 @@ const MAX_ROWS: usize = 200_000;
 
 /// What a query snapshot is built from, taken on the event loop: pointers
 /// to the jobs and copies of small things. The build itself, a pass over
-/// every job (30 ms and more at 100,000), then runs on the query thread,
-/// and the loop goes on with its next turn.
+/// every job, then runs on the query thread, and the loop goes on with
+/// its next turn.
 pub(crate) struct SnapshotInputs {
     /// In id order.
     pub jobs: Vec<Arc<Job>>,
+    pub queue_order: Vec<JobId>,
+    pub facts: ViewFacts,
+    pub shares: Vec<ShareRow>,
+    /// Every node, the controller's own first.
+    pub nodes: Vec<NodeFacts>,
+}
+
+/// What a job's view adds to the job: the last pass's reasons and
+/// expected starts, and what its priority is computed from. The snapshot
+/// keeps these whole and makes each view as it is read, so that a rebuild
+/// after a change costs a pointer per job and the queue order: a view per
+/// job, made up front, was 15 MB at 100,000 jobs and most of a rebuild,
+/// and a listing right after a change waited for it.
+pub(crate) struct ViewFacts {
     pub reasons: HashMap<JobId, Reason>,
     pub expected_starts: HashMap<JobId, i64>,
-    pub queue_order: Vec<JobId>,
     pub weights: crate::config::PriorityWeights,
     pub qos: Vec<crate::config::Qos>,
     pub fairshare: crate::sched::fairshare::FactorMap,
     pub total_gpus: u32,
+    /// When the snapshot was taken: the age factor's clock.
     pub now: i64,
-    pub shares: Vec<ShareRow>,
-    /// Every node, the controller's own first.
-    pub nodes: Vec<NodeFacts>,
+}
+
+impl Default for ViewFacts {
+    fn default() -> ViewFacts {
+        ViewFacts {
+            reasons: HashMap::new(),
+            expected_starts: HashMap::new(),
+            weights: crate::config::PriorityWeights {
+                age: 0,
+                fairshare: 0,
+                qos: 0,
+                size: 0,
+                max_age: 0,
+            },
+            qos: Vec::new(),
+            fairshare: Default::default(),
+            total_gpus: 0,
+            now: 0,
+        }
+    }
+}
+
+impl ViewFacts {
+    fn context(&self) -> priority::Context<'_> {
+        priority::Context {
+            weights: &self.weights,
+            qos: &self.qos,
+            fairshare: &self.fairshare,
+            total_gpus: self.total_gpus,
+        }
+    }
+
+    /// `job` as the views show it; `rater` remembers the factors of the
+    /// job before (jobs read in a row share them).
+    /// `reason`, why it waits if it is pending. Without `rated`, its
+    /// priority is left at 0 and its factors out: a listing that shows
+    /// neither spends a third of its time rating 100,000 jobs otherwise.
+    fn view<'j>(
+        &self,
+        rater: &mut priority::Rater<'_, '_, 'j>,
+        job: &'j Arc<Job>,
+        reason: Reason,
+        rated: bool,
+    ) -> JobView {
+        let pending = job.state == JobState::Pending;
+        let factors = rated.then(|| rater.factors(job, self.now));
+        // Few jobs have an expected start; most listings look up none.
+        let expected_start = (pending && !self.expected_starts.is_empty())
+            .then(|| self.expected_starts.get(&job.id).copied())
+            .flatten();
+        JobView {
+            pending_reason: pending.then(|| Cow::Borrowed(reason.name())),
+            priority: factors.as_ref().map_or(0, priority::Factors::priority),
+            factors: factors.filter(|_| pending),
+            expected_start,
+            job: job.clone(),
+            redacted: false,
+        }
+    }
 }
 
 /// The server's side of the node view (`ysinfo`), owned.
@@ -61,39 +131,29 @@ pub(crate) struct NodeFacts {
 
 impl SnapshotInputs {
     fn build(self) -> QueueSnapshot {
-        let ctx = priority::Context {
-            weights: &self.weights,
-            qos: &self.qos,
-            fairshare: &self.fairshare,
-            total_gpus: self.total_gpus,
-        };
-        let mut snapshot = QueueSnapshot::build(
-            self.jobs.iter(),
-            &self.reasons,
-            &self.expected_starts,
-            &self.queue_order,
-            &ctx,
-            self.now,
-            self.shares,
-        );
+        let mut snapshot =
+            QueueSnapshot::build(self.jobs, &self.queue_order, self.facts, self.shares);
         let first = self.nodes.first().map(|n| n.name.as_str());
-        for node in &self.nodes {
-            // A record from before nodes were recorded is the first node's;
-            // a job over several nodes shows its part of each.
-            let shares: Vec<std::borrow::Cow<'_, Job>> = self
-                .jobs
-                .iter()
-                .filter_map(|j| match j.node.as_deref() {
-                    None if first == Some(node.name.as_str()) => {
-                        Some(std::borrow::Cow::Borrowed(&**j))
-                    }
-                    _ => j.share_on(&node.name),
-                })
-                .collect();
-            let jobs: Vec<&Job> = shares.iter().map(|j| &**j).collect();
-            snapshot
-                .nodes
-                .push(report::node::build(&report::node::Facts {
+        let jobs = &snapshot.jobs;
+        let nodes = self
+            .nodes
+            .iter()
+            .map(|node| {
+                // A record from before nodes were recorded is the first
+                // node's; a job over several nodes shows its part of each.
+                // Only jobs that hold or claim GPUs change the view: the
+                // pending ones, most of a long queue, are passed over
+                // before any copy is made.
+                let shares: Vec<Cow<'_, Job>> = jobs
+                    .iter()
+                    .filter(|j| shows_on_nodes(j))
+                    .filter_map(|j| match j.node.as_deref() {
+                        None if first == Some(node.name.as_str()) => Some(Cow::Borrowed(&**j)),
+                        _ => j.share_on(&node.name),
+                    })
+                    .collect();
+                let jobs: Vec<&Job> = shares.iter().map(|j| &**j).collect();
+                report::node::build(&report::node::Facts {
                     name: &node.name,
                     drain: node.drain.as_deref(),
                     down: node.down.as_deref(),
@@ -105,10 +165,18 @@ impl SnapshotInputs {
                     jobs: &jobs,
                     drains: &node.drains,
                     samples: node.samples.as_deref(),
-                }));
-        }
+                })
+            })
+            .collect();
+        snapshot.nodes = nodes;
         snapshot
     }
+}
+
+/// Whether `job` holds GPUs or claims them for its start: what the node
+/// view is made of.
+fn shows_on_nodes(job: &Job) -> bool {
+    job.state.holds_gpus() || (job.state == JobState::Pending && !job.claim.is_empty())
 }
 
 /// A query snapshot built by the first query that needs it, on the query
@@ -150,15 +218,20 @@ impl LazySnapshot {
 
 /// Active jobs as of the end of a loop turn, found by id and listed in
 /// queue order: running ones by id, then pending ones in the order the
-/// scheduler would start them.
+/// scheduler would start them. Each job's view is made as it is read.
 #[derive(Default)]
 pub struct QueueSnapshot {
     /// In id order.
-    jobs: Vec<JobView>,
+    jobs: Vec<Arc<Job>>,
     /// Positions in `jobs`, in queue order.
     order: Vec<u32>,
     /// Each job's place in `order`, by position in `jobs`.
     place: Vec<u32>,
+    /// Why each pending job waits, by position in `jobs`: looked up once
+    /// here rather than in a map for every job of every listing.
+    reasons: Vec<Reason>,
+    /// What the views are made from, less the reasons (in `reasons`).
+    facts: ViewFacts,
     /// Each node's GPUs and who holds them.
     pub nodes: Vec<crate::report::node::NodeInfo>,
     /// The fair-share tree, every association (filtered per requester).
@@ -168,47 +241,23 @@ pub struct QueueSnapshot {
 impl QueueSnapshot {
     /// `jobs` in id order; `queue_order`, the pending jobs as the last
     /// scheduling pass ordered them.
-    pub fn build<'a>(
-        jobs: impl Iterator<Item = &'a std::sync::Arc<Job>>,
-        reasons: &HashMap<JobId, Reason>,
-        expected_starts: &HashMap<JobId, i64>,
+    pub(crate) fn build(
+        jobs: Vec<Arc<Job>>,
         queue_order: &[JobId],
-        ctx: &priority::Context,
-        now: i64,
+        facts: ViewFacts,
         shares: Vec<ShareRow>,
     ) -> QueueSnapshot {
-        let mut rater = priority::Rater::new(ctx);
-        // Each job's id and whether it is pending, side by side: ordering
-        // reads these small arrays, not the jobs behind their pointers.
-        let mut ids: Vec<JobId> = Vec::new();
-        let mut is_pending: Vec<bool> = Vec::new();
-        let views: Vec<JobView> = jobs
-            .map(|job| {
-                let pending = job.state == JobState::Pending;
-                ids.push(job.id);
-                is_pending.push(pending);
-                let factors = rater.factors(job, now);
-                JobView {
-                    pending_reason: pending.then(|| {
-                        let reason = reasons.get(&job.id).copied().unwrap_or(Reason::None);
-                        Cow::Borrowed(reason.name())
-                    }),
-                    priority: factors.priority(),
-                    factors: pending.then_some(factors),
-                    expected_start: expected_starts.get(&job.id).copied().filter(|_| pending),
-                    job: job.clone(),
-                    redacted: false,
-                }
-            })
-            .collect();
-        // The views stay in id order (for finding a job by id); the queue
+        // Whether each job is pending, side by side: ordering reads this
+        // small array, not the jobs behind their pointers.
+        let is_pending: Vec<bool> = jobs.iter().map(|j| j.state == JobState::Pending).collect();
+        // The jobs stay in id order (for finding a job by id); the queue
         // order is a list of their positions: the jobs that are not pending
         // by id, then the pending ones as the last pass ordered them, then
         // those newer than the pass by id. The pass's order, sorted by id
-        // (it nearly is), is merged with the views to give each ranked view
-        // its slot: at 100,000 jobs, a map from id to rank and a sort of
-        // the views were most of a rebuild, and a rebuild follows every
-        // change a query sees.
+        // (it nearly is), is merged with the jobs to give each ranked job
+        // its slot: at 100,000 jobs, a map from id to rank and a sort were
+        // most of a rebuild, and a rebuild follows every change a query
+        // sees.
         let mut by_id: Vec<(JobId, u32)> = queue_order
             .iter()
             .enumerate()
@@ -216,9 +265,10 @@ impl QueueSnapshot {
             .collect();
         by_id.sort_unstable();
         let mut slots = vec![u32::MAX; queue_order.len()];
-        let mut ranked = vec![false; views.len()];
+        let mut ranked = vec![false; jobs.len()];
         let mut next = by_id.iter().peekable();
-        for (i, &id) in ids.iter().enumerate() {
+        for (i, job) in jobs.iter().enumerate() {
+            let id = job.id;
             while next.next_if(|(ranked_id, _)| *ranked_id < id).is_some() {}
             if let Some(&&(_, rank)) = next.peek().filter(|(ranked_id, _)| *ranked_id == id) {
                 if is_pending[i] {
@@ -227,78 +277,119 @@ impl QueueSnapshot {
                 }
             }
         }
-        let mut order: Vec<u32> = Vec::with_capacity(views.len());
-        order.extend((0..views.len() as u32).filter(|&i| !is_pending[i as usize]));
+        let mut order: Vec<u32> = Vec::with_capacity(jobs.len());
+        order.extend((0..jobs.len() as u32).filter(|&i| !is_pending[i as usize]));
         order.extend(slots.into_iter().filter(|&i| i != u32::MAX));
         order.extend(
-            (0..views.len() as u32).filter(|&i| is_pending[i as usize] && !ranked[i as usize]),
+            (0..jobs.len() as u32).filter(|&i| is_pending[i as usize] && !ranked[i as usize]),
         );
-        let mut place = vec![0u32; views.len()];
+        let mut place = vec![0u32; jobs.len()];
         for (at, &i) in order.iter().enumerate() {
             place[i as usize] = at as u32;
         }
+        let mut facts = facts;
+        let by_id = std::mem::take(&mut facts.reasons);
+        let reasons = jobs
+            .iter()
+            .zip(&is_pending)
+            .map(|(job, &pending)| match pending {
+                true => by_id.get(&job.id).copied().unwrap_or(Reason::None),
+                false => Reason::None,
+            })
+            .collect();
         QueueSnapshot {
-            jobs: views,
+            jobs,
             order,
             place,
+            reasons,
+            facts,
             nodes: Vec::new(),
             shares,
         }
     }
 
     /// Every job, in queue order.
-    pub fn in_order(&self) -> impl Iterator<Item = &JobView> {
+    pub fn in_order(&self) -> impl Iterator<Item = &Arc<Job>> {
         self.order.iter().map(|&i| &self.jobs[i as usize])
     }
 
     /// Where the job `id` is in `jobs`.
     fn position(&self, id: JobId) -> Option<usize> {
-        self.jobs.binary_search_by_key(&id, |v| v.job.id).ok()
+        self.jobs.binary_search_by_key(&id, |j| j.id).ok()
     }
 
-    /// The job `id`, if it is in the queue.
-    pub fn get(&self, id: JobId) -> Option<&JobView> {
-        self.position(id).map(|p| &self.jobs[p])
+    /// The job `id`'s view, if it is in the queue.
+    pub fn get(&self, id: JobId) -> Option<JobView> {
+        let p = self.position(id)?;
+        let ctx = self.facts.context();
+        Some(self.view(&mut priority::Rater::new(&ctx), p, true))
     }
 
-    /// The jobs `refs` name, in queue order, when their ids alone find
-    /// them all: each is a plain id of a job in the queue that is not the
-    /// first task of an array (whose id names every task). `None` when
-    /// the queue must be scanned instead.
-    fn named(&self, refs: &[JobRef]) -> Option<Vec<&JobView>> {
+    /// The positions of the jobs `refs` name, in queue order, when their
+    /// ids alone find them all: each is a plain id of a job in the queue
+    /// that is not the first task of an array (whose id names every task).
+    /// `None` when the queue must be scanned instead.
+    fn named(&self, refs: &[JobRef]) -> Option<Vec<usize>> {
         let mut positions = Vec::with_capacity(refs.len());
         for r in refs {
             let JobRef::Id(id) = *r else {
                 return None;
             };
             let p = self.position(id)?;
-            if self.jobs[p]
-                .job
-                .array
-                .as_ref()
-                .is_some_and(|a| a.job_id == id)
-            {
+            if self.jobs[p].array.as_ref().is_some_and(|a| a.job_id == id) {
                 return None;
             }
             positions.push(p);
         }
         positions.sort_unstable_by_key(|&p| self.place[p]);
         positions.dedup();
-        Some(positions.into_iter().map(|p| &self.jobs[p]).collect())
+        Some(positions)
     }
 
-    /// The jobs `filter` matches, in queue order.
-    pub fn matching(&self, filter: &JobFilter) -> Vec<&JobView> {
+    /// Gives `each` the views of the jobs `filter` matches, in queue
+    /// order, until it fails; `rated`, with their priorities.
+    pub fn for_each_matching<E>(
+        &self,
+        filter: &JobFilter,
+        rated: bool,
+        mut each: impl FnMut(JobView) -> Result<(), E>,
+    ) -> Result<(), E> {
         let named = (!filter.job_ids.is_empty())
             .then(|| self.named(&filter.job_ids))
             .flatten();
-        match named {
-            Some(views) => views
-                .into_iter()
-                .filter(|v| filter.matches(&v.job))
-                .collect(),
-            None => self.in_order().filter(|v| filter.matches(&v.job)).collect(),
+        let positions: Box<dyn Iterator<Item = usize>> = match named {
+            Some(positions) => Box::new(positions.into_iter()),
+            None => Box::new(self.order.iter().map(|&i| i as usize)),
+        };
+        let ctx = self.facts.context();
+        let mut rater = priority::Rater::new(&ctx);
+        for p in positions {
+            if filter.matches(&self.jobs[p]) {
+                each(self.view(&mut rater, p, rated))?;
+            }
         }
+        Ok(())
+    }
+
+    /// The view of the job at `p` in `jobs`.
+    fn view<'s>(
+        &'s self,
+        rater: &mut priority::Rater<'_, '_, 's>,
+        p: usize,
+        rated: bool,
+    ) -> JobView {
+        self.facts
+            .view(rater, &self.jobs[p], self.reasons[p], rated)
+    }
+
+    /// The views of the jobs `filter` matches, in queue order.
+    pub fn matching(&self, filter: &JobFilter) -> Vec<JobView> {
+        let mut views = Vec::new();
+        let Ok(()) = self.for_each_matching(filter, true, |v| {
+            views.push(v);
+            Ok::<(), std::convert::Infallible>(())
+        });
+        views
     }
 }
 
@@ -579,19 +670,46 @@ fn recently_finished(
         .collect())
 }
 
-/// The queue's jobs the filter matches, active ones first (in the order
-/// the scheduler would start them), then the recently finished.
-fn queue_views<'a>(
-    snapshot: Option<&'a QueueSnapshot>,
+/// Gives `each` the queue's jobs the filter matches, active ones first
+/// (in the order the scheduler would start them), then the recently
+/// finished, until it fails; `rated`, with their priorities.
+fn for_each_queued<E>(
+    snapshot: Option<&QueueSnapshot>,
     filter: &JobFilter,
-    recent: &'a [JobView],
-) -> Vec<&'a JobView> {
-    let mut views: Vec<&JobView> = snapshot.map(|s| s.matching(filter)).unwrap_or_default();
+    rated: bool,
+    recent: Vec<JobView>,
+    mut each: impl FnMut(JobView) -> Result<(), E>,
+) -> Result<(), E> {
     // The snapshot may not have seen the end the database has.
-    if !recent.is_empty() {
-        let shown: std::collections::HashSet<JobId> = views.iter().map(|v| v.job.id).collect();
-        views.extend(recent.iter().filter(|v| !shown.contains(&v.job.id)));
+    let mut shown = std::collections::HashSet::new();
+    if let Some(s) = snapshot {
+        s.for_each_matching(filter, rated, |view| {
+            if !recent.is_empty() {
+                shown.insert(view.job.id);
+            }
+            each(view)
+        })?;
     }
+    for view in recent {
+        if !shown.contains(&view.job.id) {
+            each(view)?;
+        }
+    }
+    Ok(())
+}
+
+/// The queue's jobs the filter matches, in the order `for_each_queued`
+/// gives them.
+fn queue_views(
+    snapshot: Option<&QueueSnapshot>,
+    filter: &JobFilter,
+    recent: Vec<JobView>,
+) -> Vec<JobView> {
+    let mut views = Vec::new();
+    let Ok(()) = for_each_queued(snapshot, filter, true, recent, |view| {
+        views.push(view);
+        Ok::<(), std::convert::Infallible>(())
+    });
     views
 }
 
@@ -671,9 +789,10 @@ fn stream_queue(
         let recent = recently_finished(work, conn, filter, now).map_err(StreamError::Db)?;
         let mut rows = RowMaker::new(fields, viewer, now);
         let mut emit = |cells: &[String]| row(cells).map_err(StreamError::Gone);
-        for view in queue_views(work.snapshot.as_deref(), filter, &recent) {
-            rows.push(view, &mut emit)?;
-        }
+        let rated = fields.iter().any(|f| f.shows_priority());
+        for_each_queued(work.snapshot.as_deref(), filter, rated, recent, |view| {
+            rows.push(view, &mut emit)
+        })?;
         rows.finish(&mut emit)
     });
     if !written {
@@ -726,13 +845,12 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
     let snapshot = work.snapshot.as_deref();
     let now = crate::model::units::now();
     let viewer = &work.viewer;
-    let reply = |views: Vec<&JobView>, fields: &Option<Vec<Field>>| {
-        rows_or_jobs(views, fields, viewer, now)
-    };
+    let reply =
+        |views: Vec<JobView>, fields: &Option<Vec<Field>>| rows_or_jobs(views, fields, viewer, now);
     match &work.query {
         Query::Queue { filter, fields } => {
             let recent = recently_finished(work, conn, filter, now)?;
-            let views = queue_views(snapshot, filter, &recent);
+            let views = queue_views(snapshot, filter, recent);
             Ok(reply(views, fields))
         }
         Query::QueuePage {
@@ -741,20 +859,16 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
             limit,
         } => {
             let recent = recently_finished(work, conn, filter, now)?;
-            let views = queue_views(snapshot, filter, &recent);
-            let visible: Vec<&JobView> =
-                views.into_iter().filter(|v| viewer.sees(&v.job)).collect();
+            let views = queue_views(snapshot, filter, recent);
+            let visible: Vec<JobView> = views.into_iter().filter(|v| viewer.sees(&v.job)).collect();
+            let total = visible.len() as u64;
             let jobs = visible
-                .iter()
+                .into_iter()
                 .skip(*offset as usize)
                 .take(*limit as usize)
-                .map(|v| view_for((*v).clone(), viewer))
+                .map(|v| view_for(v, viewer))
                 .collect();
-            Ok(Reply::JobPage {
-                jobs,
-                total: visible.len() as u64,
-                now,
-            })
+            Ok(Reply::JobPage { jobs, total, now })
         }
         Query::Accounting { filter, fields } => {
             let stored: Vec<JobView> = db::find_jobs(conn, filter, MAX_ROWS)?
@@ -763,7 +877,7 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
                 .collect();
             // The snapshot may be newer than the last commit seen here.
             let views = stored
-                .iter()
+                .into_iter()
                 .map(|v| snapshot.and_then(|s| s.get(v.job.id)).unwrap_or(v))
                 .collect();
             Ok(reply(views, fields))
@@ -821,7 +935,7 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
 
 /// Cells rendered here, where the jobs are, or whole (redacted) jobs.
 fn rows_or_jobs(
-    views: Vec<&JobView>,
+    views: Vec<JobView>,
     fields: &Option<Vec<Field>>,
     viewer: &Viewer,
     now: i64,
@@ -844,7 +958,6 @@ fn rows_or_jobs(
             jobs: views
                 .into_iter()
                 .filter(|v| viewer.sees(&v.job))
-                .cloned()
                 .map(|v| view_for(v, viewer))
                 .collect(),
             now,
@@ -930,9 +1043,7 @@ fn one_job(
         job_ids: vec![r],
         ..JobFilter::default()
     };
-    let mut views: Vec<JobView> = snapshot
-        .map(|s| s.matching(&filter).into_iter().cloned().collect())
-        .unwrap_or_default();
+    let mut views: Vec<JobView> = snapshot.map(|s| s.matching(&filter)).unwrap_or_default();
     for job in db::find_jobs(conn, &filter, MAX_ROWS)? {
         if !views.iter().any(|v| v.job.id == job.id) {
             views.push(JobView::stored(job));
@@ -1081,39 +1192,31 @@ mod tests {
         for (id, task) in [(10, 0), (11, 1), (12, 2)] {
             add(id, JobState::Pending, Some(task));
         }
-        let weights = crate::config::PriorityWeights {
-            age: 0,
-            fairshare: 0,
-            qos: 0,
-            size: 0,
-            max_age: 0,
-        };
-        let fairshare = Default::default();
-        let ctx = priority::Context {
-            weights: &weights,
-            qos: &[],
-            fairshare: &fairshare,
-            total_gpus: 4,
-        };
         QueueSnapshot::build(
-            jobs.values(),
-            &HashMap::new(),
-            &HashMap::new(),
+            jobs.into_values().collect(),
             queue_order,
-            &ctx,
-            100,
+            facts(),
             Vec::new(),
         )
     }
 
-    fn ids(views: &[&JobView]) -> Vec<JobId> {
+    /// No reasons, no weights, 4 GPUs, at time 100.
+    fn facts() -> ViewFacts {
+        ViewFacts {
+            total_gpus: 4,
+            now: 100,
+            ..ViewFacts::default()
+        }
+    }
+
+    fn ids(views: &[JobView]) -> Vec<JobId> {
         views.iter().map(|v| v.job.id).collect()
     }
 
     #[test]
     fn the_snapshot_keeps_queue_order_and_finds_jobs_by_id() {
         let s = snapshot();
-        let order: Vec<JobId> = s.in_order().map(|v| v.job.id).collect();
+        let order: Vec<JobId> = s.in_order().map(|j| j.id).collect();
         assert_eq!(order, vec![5, 12, 9, 3, 10, 11]);
         for id in [3, 5, 9, 10, 11, 12] {
             assert_eq!(s.get(id).map(|v| v.job.id), Some(id));
@@ -1123,23 +1226,10 @@ mod tests {
 
     #[test]
     fn a_lazy_snapshot_is_built_once_and_shared() {
-        let jobs: Vec<Arc<Job>> = snapshot().jobs.iter().map(|v| v.job.clone()).collect();
         let inputs = SnapshotInputs {
-            jobs,
-            reasons: HashMap::new(),
-            expected_starts: HashMap::new(),
+            jobs: snapshot().jobs.clone(),
             queue_order: vec![12, 9, 3, 10],
-            weights: crate::config::PriorityWeights {
-                age: 0,
-                fairshare: 0,
-                qos: 0,
-                size: 0,
-                max_age: 0,
-            },
-            qos: Vec::new(),
-            fairshare: Default::default(),
-            total_gpus: 4,
-            now: 100,
+            facts: facts(),
             shares: Vec::new(),
             nodes: vec![NodeFacts {
                 name: "gpu01".into(),
@@ -1157,7 +1247,7 @@ mod tests {
         let lazy = LazySnapshot::new(inputs);
         let first = lazy.get();
         assert!(Arc::ptr_eq(&first, &lazy.get()), "built once");
-        let order: Vec<JobId> = first.in_order().map(|v| v.job.id).collect();
+        let order: Vec<JobId> = first.in_order().map(|j| j.id).collect();
         assert_eq!(order, vec![5, 12, 9, 3, 10, 11]);
         assert_eq!(first.nodes[0].name, "gpu01");
         let ready = LazySnapshot::ready(first.clone());
@@ -1165,15 +1255,48 @@ mod tests {
     }
 
     #[test]
+    fn a_view_is_made_from_the_facts_when_it_is_read() {
+        let mut job = example_job(9);
+        job.state = JobState::Pending;
+        job.submit_time = 40;
+        let mut facts = facts();
+        facts.weights.age = 1000;
+        facts.weights.max_age = 120;
+        facts.reasons.insert(9, Reason::Resources);
+        facts.expected_starts.insert(9, 500);
+        let expected = priority::factors(&job, &facts.context(), 100);
+        let s = QueueSnapshot::build(vec![Arc::new(job)], &[9], facts, Vec::new());
+        let view = s.get(9).unwrap();
+        assert_eq!(view.pending_reason.as_deref(), Some("Resources"));
+        assert_eq!(view.expected_start, Some(500));
+        assert_eq!(view.factors, Some(expected.clone()));
+        assert_eq!(view.priority, 500, "half of max_age, weight 1000");
+        assert_eq!(s.matching(&JobFilter::default()), vec![view.clone()]);
+        // A listing that shows no priority gets the rest of the view.
+        let mut unrated = Vec::new();
+        let Ok(()) = s.for_each_matching(&JobFilter::default(), false, |v| {
+            unrated.push(v);
+            Ok::<(), std::convert::Infallible>(())
+        });
+        assert_eq!(unrated.len(), 1);
+        assert_eq!(
+            (unrated[0].priority, unrated[0].factors.as_ref()),
+            (0, None)
+        );
+        assert_eq!(unrated[0].pending_reason, view.pending_reason);
+        assert_eq!(unrated[0].expected_start, Some(500));
+    }
+
+    #[test]
     fn the_queue_order_passes_over_what_it_cannot_place() {
         // A job gone since the pass (7), one no longer pending (5), and
         // one named twice (12): placed once, where first named.
         let s = snapshot_in(&[7, 12, 5, 9, 12, 3]);
-        let order: Vec<JobId> = s.in_order().map(|v| v.job.id).collect();
+        let order: Vec<JobId> = s.in_order().map(|j| j.id).collect();
         assert_eq!(order, vec![5, 12, 9, 3, 10, 11]);
         // No pass yet: pending jobs by id after the others.
         let s = snapshot_in(&[]);
-        let order: Vec<JobId> = s.in_order().map(|v| v.job.id).collect();
+        let order: Vec<JobId> = s.in_order().map(|j| j.id).collect();
         assert_eq!(order, vec![5, 3, 9, 10, 11, 12]);
     }
 
@@ -1199,8 +1322,12 @@ mod tests {
                 job_ids: named.clone(),
                 ..JobFilter::default()
             };
-            let scanned: Vec<&JobView> = s.in_order().filter(|v| filter.matches(&v.job)).collect();
-            assert_eq!(ids(&s.matching(&filter)), ids(&scanned), "{named:?}");
+            let scanned: Vec<JobId> = s
+                .in_order()
+                .filter(|j| filter.matches(j))
+                .map(|j| j.id)
+                .collect();
+            assert_eq!(ids(&s.matching(&filter)), scanned, "{named:?}");
             assert_eq!(ids(&s.matching(&filter)), expected, "{named:?}");
         }
         // The other criteria still apply to jobs found by id.

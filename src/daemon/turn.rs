@@ -778,14 +778,8 @@ impl Daemon {
         };
         let inputs = query::SnapshotInputs {
             jobs: self.jobs.values().cloned().collect(),
-            reasons: self.policy.reasons.clone(),
-            expected_starts: self.policy.expected_starts.clone(),
             queue_order: self.policy.order.clone(),
-            weights: self.config.priority.clone(),
-            qos: self.config.qos.clone(),
-            fairshare: self.policy.fairshare.clone(),
-            total_gpus: self.nodes.all_gpus().len() as u32,
-            now,
+            facts: self.view_facts(self.policy.reasons.clone(), now),
             shares: query::share_rows(tree, shares, &self.policy.usage, &budgets),
             nodes: self.node_facts(),
         };
@@ -835,31 +829,53 @@ impl Daemon {
         }
     }
 
+    /// What the views add to the jobs, as the last pass left it, with
+    /// `reasons` (all of them, or those of the jobs a snapshot holds).
+    fn view_facts(&self, reasons: HashMap<JobId, Reason>, now: i64) -> query::ViewFacts {
+        query::ViewFacts {
+            reasons,
+            expected_starts: self.policy.expected_starts.clone(),
+            weights: self.config.priority.clone(),
+            qos: self.config.qos.clone(),
+            fairshare: self.policy.fairshare.clone(),
+            total_gpus: self.nodes.all_gpus().len() as u32,
+            now,
+        }
+    }
+
     /// A snapshot of just the active jobs among `ids`, built without a
     /// pass over the queue; no node or fair-share view. `None` where an id
     /// names an array with tasks still active (its tasks' ids follow it),
     /// which only the whole queue's snapshot answers.
     pub(super) fn snapshot_of(&self, ids: &[JobId]) -> Option<Arc<QueueSnapshot>> {
-        let mut named = Vec::with_capacity(ids.len());
+        let mut named: Vec<Arc<Job>> = Vec::with_capacity(ids.len());
         for &id in ids {
             match self.jobs.range(id..).next() {
                 Some((_, job)) if job.array.as_ref().is_some_and(|a| a.job_id == id) => {
                     return None
                 }
-                Some((&found, job)) if found == id => named.push(job),
+                Some((&found, job)) if found == id => named.push(job.clone()),
                 _ => {}
             }
         }
         named.sort_unstable_by_key(|j| j.id);
         named.dedup_by_key(|j| j.id);
-        let ctx = self.priority_context();
+        let reasons = named
+            .iter()
+            .filter_map(|j| Some((j.id, *self.policy.reasons.get(&j.id)?)))
+            .collect();
+        let order: Vec<JobId> = self
+            .policy
+            .order
+            .iter()
+            .copied()
+            .filter(|id| named.binary_search_by_key(id, |j| j.id).is_ok())
+            .collect();
+        let facts = self.view_facts(reasons, self.now());
         Some(Arc::new(QueueSnapshot::build(
-            named.into_iter(),
-            &self.policy.reasons,
-            &self.policy.expected_starts,
-            &self.policy.order,
-            &ctx,
-            self.now(),
+            named,
+            &order,
+            facts,
             Vec::new(),
         )))
     }

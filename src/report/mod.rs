@@ -100,6 +100,19 @@ pub enum Field {
 }
 
 impl Field {
+    /// Whether the field shows a job's priority or its factors, which a
+    /// listing computes only when one of its fields shows them.
+    pub fn shows_priority(self) -> bool {
+        matches!(
+            self,
+            Field::Priority
+                | Field::PrioAge
+                | Field::PrioFairshare
+                | Field::PrioQos
+                | Field::PrioSize
+        )
+    }
+
     pub fn header(self) -> &'static str {
         match self {
             Field::JobId => "JOBID",
