@@ -1269,7 +1269,7 @@ mod tests {
         let view = s.get(9).unwrap();
         assert_eq!(view.pending_reason.as_deref(), Some("Resources"));
         assert_eq!(view.expected_start, Some(500));
-        assert_eq!(view.factors, Some(expected.clone()));
+        assert_eq!(view.factors, Some(expected));
         assert_eq!(view.priority, 500, "half of max_age, weight 1000");
         assert_eq!(s.matching(&JobFilter::default()), vec![view.clone()]);
         // A listing that shows no priority gets the rest of the view.

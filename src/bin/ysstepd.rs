@@ -49,7 +49,9 @@ fn serve_tasks() -> std::process::ExitCode {
     for signal in [SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGTERM] {
         let _ = signal_hook::flag::register(signal, dropped.clone());
     }
-    match ysched::net::steps::serve(job, &key) {
+    let served = ysched::net::steps::own_address()
+        .and_then(|address| ysched::net::steps::serve(job, &key, address));
+    match served {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ysstepd --serve-tasks: {e}");

@@ -50,7 +50,9 @@ pub struct StepRequest {
 struct JobNodes {
     job: u64,
     names: Vec<String>,
-    addresses: Vec<String>,
+    /// Where each node's task server listens, as the controller told the
+    /// job (empty for a job on one node).
+    servers: Vec<(String, u16)>,
     key: String,
     /// The job's own `--ntasks` (`SLURM_NTASKS`).
     ntasks: Option<u32>,
@@ -65,14 +67,19 @@ impl JobNodes {
         let list = var("SLURM_JOB_NODELIST").unwrap_or_default();
         let names = crate::model::hostlist::expand(&list)
             .map_err(|e| CliError::failed(format!("srun: SLURM_JOB_NODELIST={list}: {e}")))?;
-        let addresses: Vec<String> = var("YS_NODE_ADDRS")
-            .map(|a| a.split(',').map(String::from).collect())
-            .filter(|a: &Vec<String>| a.len() == names.len())
-            .unwrap_or_else(|| names.clone());
+        let servers = steps::servers_of_this_job()
+            .filter(|s| s.len() == names.len())
+            .unwrap_or_default();
+        if names.len() > 1 && servers.is_empty() {
+            return Err(CliError::failed(format!(
+                "srun: job {job} runs on {} nodes, but its environment does not say where their task servers are (YS_NODE_ADDRS and YS_STEP_PORTS)",
+                names.len()
+            )));
+        }
         Ok(JobNodes {
             job,
             names,
-            addresses,
+            servers,
             key: var("YS_STEP_KEY").unwrap_or_default(),
             ntasks: var("SLURM_NTASKS").and_then(|n| n.parse().ok()),
         })
@@ -218,8 +225,9 @@ fn connect(
 ) -> Result<StepLink, CliError> {
     let fail =
         |e: crate::net::NetError| CliError::failed(format!("srun: node {}: {e}", job.names[i]));
+    let (host, port) = &job.servers[i];
     let (mut link, reader) =
-        StepLink::connect(&job.addresses[i], job.job, &job.key, START_WAIT).map_err(fail)?;
+        StepLink::connect((host, *port), job.job, &job.key, START_WAIT).map_err(fail)?;
     link.launch(order).map_err(fail)?;
     let events = events.clone();
     std::thread::spawn(move || steps::forward_events(reader, i, events));

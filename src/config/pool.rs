@@ -8,7 +8,8 @@ use toml::Spanned;
 use super::error::{ConfigError, Source};
 use super::raw::RawPool;
 use super::types::{
-    Pool, DEFAULT_CERTIFICATE_LIFETIME, DEFAULT_LEASE_SECS, DEFAULT_TOKEN_LIFETIME_SECS,
+    Pool, DEFAULT_CERTIFICATE_LIFETIME, DEFAULT_LEASE_SECS, DEFAULT_STEP_PORTS,
+    DEFAULT_TOKEN_LIFETIME_SECS,
 };
 use super::values::parse_listen;
 
@@ -41,7 +42,28 @@ pub(super) fn pool(raw: RawPool, src: &Source) -> Result<Pool, ConfigError> {
         token_lifetime_secs: token_lifetime,
         certificate_lifetime,
         controller: address(raw.controller, "controller", src)?,
+        step_ports: step_ports(raw.step_ports.as_ref(), src)?,
     })
+}
+
+/// `FROM-TO`: at least 1024 ports over 1023, so that a port chosen at
+/// random is not guessed.
+fn step_ports(value: Option<&Spanned<String>>, src: &Source) -> Result<(u16, u16), ConfigError> {
+    let Some(v) = value else {
+        return Ok(DEFAULT_STEP_PORTS);
+    };
+    let text = v.get_ref().trim();
+    let range = text
+        .split_once('-')
+        .and_then(|(a, b)| Some((a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?)));
+    match range {
+        Some((from, to)) if from >= 1024 && to >= from && to - from >= 1023 => Ok((from, to)),
+        _ => Err(src.fail(
+            Some(v.span()),
+            "step_ports",
+            format!("'{text}' is not FROM-TO with at least 1024 ports from 1024 up, such as 20000-32767"),
+        )),
+    }
 }
 
 /// How long node certificates last: at least a few leases (a node renews
@@ -139,5 +161,21 @@ mod tests {
         assert!(e.contains("is not a duration"), "{e}");
         let e = pool("lease = \"0s\"\n").unwrap_err().to_string();
         assert!(e.contains("must be from 1s to 1h"), "{e}");
+    }
+
+    #[test]
+    fn step_ports_are_a_wide_range_of_unprivileged_ports() {
+        assert_eq!(pool("").unwrap().pool.step_ports, (20_000, 32_767));
+        let ok = pool("step_ports = \"40000-49999\"\n").unwrap();
+        assert_eq!(ok.pool.step_ports, (40_000, 49_999));
+        for bad in ["100-5000", "40000-40010", "5000", "b-a", "50000-40000"] {
+            let e = pool(&format!("step_ports = \"{bad}\"\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("step_ports") && e.contains("FROM-TO"),
+                "{bad}: {e}"
+            );
+        }
     }
 }

@@ -229,6 +229,7 @@ pub(super) struct RawPool {
     pub(super) token_lifetime: Option<Spanned<String>>,
     pub(super) certificate_lifetime: Option<Spanned<String>>,
     pub(super) controller: Option<Spanned<String>>,
+    pub(super) step_ports: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Default)]

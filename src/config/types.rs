@@ -456,6 +456,9 @@ pub struct Pool {
     /// On a node: the controller's `HOST:PORT`, over what it learnt at
     /// its join.
     pub controller: Option<String>,
+    /// The ports, inclusive, the controller chooses from at random for a
+    /// job over several nodes: each part's task server, and `MASTER_PORT`.
+    pub step_ports: (u16, u16),
 }
 
 /// `[containers]`: how jobs run in container images (`--container-image`).
@@ -576,6 +579,10 @@ impl Default for Web {
 pub const DEFAULT_CERTIFICATE_LIFETIME: std::time::Duration =
     std::time::Duration::from_secs(365 * 86_400);
 
+/// Below Linux's default range for outgoing connections' ports
+/// (32768-60999), so that none of them is ever in the way.
+pub const DEFAULT_STEP_PORTS: (u16, u16) = (20_000, 32_767);
+
 impl Default for Pool {
     fn default() -> Pool {
         Pool {
@@ -585,6 +592,7 @@ impl Default for Pool {
             token_lifetime_secs: DEFAULT_TOKEN_LIFETIME_SECS,
             certificate_lifetime: DEFAULT_CERTIFICATE_LIFETIME,
             controller: None,
+            step_ports: DEFAULT_STEP_PORTS,
         }
     }
 }

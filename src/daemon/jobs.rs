@@ -15,7 +15,7 @@ pub(super) struct PeerLaunch {
     job: crate::model::job::Job,
     environment: Vec<(String, String)>,
     user: super::users::UserInfo,
-    step_key: String,
+    link: super::peers::RunLink,
 }
 
 impl Daemon {
@@ -119,11 +119,9 @@ impl Daemon {
         for id in ids {
             match self.launch(id) {
                 Ok(None) => {}
-                Ok(Some(peers)) => self.launch_peers(
-                    &peers.job,
-                    (&peers.environment, &peers.step_key),
-                    &peers.user,
-                )?,
+                Ok(Some(peers)) => {
+                    self.launch_peers(&peers.job, (&peers.environment, &peers.link), &peers.user)?
+                }
                 // Its node went away between the pass and the launch:
                 // nothing started; it waits for a node again.
                 Err(LaunchError::Exec(ExecError::Unreachable(why))) => {
@@ -155,12 +153,13 @@ impl Daemon {
                 user: job.user.clone(),
                 uid: job.uid,
             })?;
-        let step_key = if job.peers.is_empty() {
-            String::new()
+        let link = if job.peers.is_empty() {
+            super::peers::RunLink::default()
         } else {
-            crate::net::pki::new_token().map_err(|e| ExecError::Unreachable(e.to_string()))?
+            super::peers::RunLink::new(job.peers.len() + 1, self.config.pool.step_ports)
+                .map_err(|e| ExecError::Unreachable(e.to_string()))?
         };
-        let (batch, part) = self.placed_part(&job, 0, &step_key).unzip();
+        let (batch, part) = self.placed_part(&job, 0, &link).unzip();
         let node = self
             .nodes
             .of_mut(&job)
@@ -189,7 +188,7 @@ impl Daemon {
             job: crate::model::job::Job::clone(&job),
             environment: payload.environment,
             user,
-            step_key,
+            link,
         }))
     }
 

@@ -13,6 +13,7 @@ use crate::exec::executor::Launch;
 use crate::exec::spec::{SignalTarget, StepCommand};
 use crate::exec::ExecError;
 use crate::model::job::{Job, JobId, JobState};
+use crate::model::tasks::StepPorts;
 
 use super::error::DaemonError;
 use super::state::Daemon;
@@ -33,19 +34,56 @@ enum PartState {
     Lost,
 }
 
+/// What the parts of one run of a job over several nodes share: the
+/// step link's key, and the ports its task servers and `MASTER_PORT` use,
+/// all made at random by the controller for this run.
+#[derive(Default)]
+pub(super) struct RunLink {
+    key: String,
+    ports: StepPorts,
+}
+
+impl RunLink {
+    /// For a run on `nodes` nodes, its ports from `range` (distinct).
+    pub(super) fn new(nodes: usize, range: (u16, u16)) -> Result<RunLink, crate::net::NetError> {
+        let random = ring::rand::SystemRandom::new();
+        let span = u32::from(range.1 - range.0) + 1;
+        let mut ports: Vec<u16> = Vec::with_capacity(nodes + 1);
+        while ports.len() < nodes + 1 {
+            let mut bytes = [0u8; 4];
+            ring::rand::SecureRandom::fill(&random, &mut bytes).map_err(|_| {
+                crate::net::NetError::Refused("the system's random source failed".into())
+            })?;
+            let port = range.0 + (u32::from_be_bytes(bytes) % span) as u16;
+            if !ports.contains(&port) {
+                ports.push(port);
+            }
+        }
+        let master = ports.pop().unwrap_or_default();
+        Ok(RunLink {
+            key: crate::net::pki::new_token()?,
+            ports: StepPorts {
+                task_servers: ports,
+                master,
+            },
+        })
+    }
+}
+
 impl Daemon {
     /// Job `job`'s part on its `index`th node, with where each of its
-    /// nodes is reached and this run's step key (for a job over several).
+    /// nodes is reached and this run's step link (for a job over several).
     pub(super) fn placed_part(
         &self,
         job: &Job,
         index: usize,
-        key: &str,
+        link: &RunLink,
     ) -> Option<(Job, crate::model::tasks::NodePart)> {
         let (share, mut part) = job.part(index)?;
         if part.nodes.len() > 1 {
             part.addresses = part.nodes.iter().map(|n| self.node_address(n)).collect();
-            part.step_key = key.to_string();
+            part.step_key = link.key.clone();
+            part.ports = link.ports.clone();
         }
         Some((share, part))
     }
@@ -69,11 +107,11 @@ impl Daemon {
     pub(super) fn launch_peers(
         &mut self,
         job: &Job,
-        (environment, key): (&[(String, String)], &str),
+        (environment, link): (&[(String, String)], &RunLink),
         user: &super::users::UserInfo,
     ) -> Result<(), DaemonError> {
         for index in 1..=job.peers.len() {
-            let Some((share, part)) = self.placed_part(job, index, key) else {
+            let Some((share, part)) = self.placed_part(job, index, link) else {
                 continue;
             };
             let name = share.node.clone().unwrap_or_default();

@@ -82,7 +82,7 @@ pub fn job_environment(spec: &LaunchSpec) -> Vec<(String, String)> {
     if let Some(task) = &spec.array {
         set_array_task(&mut set, task);
     }
-    set_nodes(&mut set, spec, &part, nodelist);
+    set_nodes(&mut set, &part, nodelist);
     for (key, value) in [
         ("SLURM_JOBID", id),
         ("SLURM_PROCID", "0".to_string()),
@@ -112,14 +112,10 @@ pub fn job_environment(spec: &LaunchSpec) -> Vec<(String, String)> {
 
 /// The job's nodes and tasks, and this node's place among them; for a job
 /// over several nodes, what srun and torchrun's rendezvous need: where
-/// each node is reached, and a port on the first (free for this job, as
-/// far as job ids go).
-fn set_nodes(
-    set: &mut impl FnMut(&str, String),
-    spec: &LaunchSpec,
-    part: &NodePart,
-    nodelist: String,
-) {
+/// each node is reached, its task server's port (for srun), and a port on
+/// the first for the rendezvous: ports the controller chose at random for
+/// this run, so that another user cannot take them first by guessing.
+fn set_nodes(set: &mut impl FnMut(&str, String), part: &NodePart, nodelist: String) {
     let node_count = part.nodes.len();
     for (key, value) in [
         ("SLURM_NTASKS", part.task_count().to_string()),
@@ -141,10 +137,12 @@ fn set_nodes(
     if node_count > 1 {
         set("YS_NODE_ADDRS", part.addresses.join(","));
         set("YS_STEP_KEY", part.step_key.clone());
+        let ports: Vec<String> = part.ports.task_servers.iter().map(u16::to_string).collect();
+        set("YS_STEP_PORTS", ports.join(","));
         if let Some(first) = part.addresses.first() {
             set("MASTER_ADDR", first.clone());
         }
-        set("MASTER_PORT", (20_000 + spec.job_id % 10_000).to_string());
+        set("MASTER_PORT", part.ports.master.to_string());
     }
 }
 

@@ -752,6 +752,7 @@ impl Job {
             gpus_per_task: self.tasks.gpus_per_task,
             addresses: Vec::new(),
             step_key: String::new(),
+            ports: Default::default(),
         };
         Some((share, part))
     }

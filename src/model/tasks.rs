@@ -145,6 +145,18 @@ pub struct NodePart {
     /// task servers prove it to each other.
     #[serde(default)]
     pub step_key: String,
+    /// The port each node's task server listens on, in the order of
+    /// `nodes`, and `MASTER_PORT`: chosen by the controller at random for
+    /// this run (`[pool] step_ports`), told to the job alone.
+    #[serde(default)]
+    pub ports: StepPorts,
+}
+
+/// A run's ports on its nodes (see [`NodePart::ports`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepPorts {
+    pub task_servers: Vec<u16>,
+    pub master: u16,
 }
 
 impl NodePart {
@@ -157,6 +169,7 @@ impl NodePart {
             gpus_per_task: None,
             addresses: Vec::new(),
             step_key: String::new(),
+            ports: StepPorts::default(),
         }
     }
 

@@ -13,6 +13,7 @@ pub mod conn;
 pub mod error;
 pub mod frame;
 pub mod message;
+pub mod noise;
 pub mod pki;
 pub mod remote;
 pub mod server;

@@ -3,125 +3,72 @@
 //! --serve-tasks`) as the job's user, inside the part's cgroup; `srun`,
 //! on the batch node, connects to each (as Slurm's srun does to its
 //! slurmstepds), sends the step, and reads back every task's output and
-//! end. Both sides prove they hold the job's step key (given to every
-//! part of the job by the controller, `YS_STEP_KEY`) by an HMAC over the
-//! other's random challenge, so neither another job's tasks nor a stranger
-//! on the network can start tasks or read them; the key itself never
-//! crosses the wire. A task server listens on the first free port of a
-//! small range derived from the job id, which `srun` tries in turn.
+//! end. The link is a Noise channel (`noise`) keyed by the job's step key
+//! (given to every part of the run by the controller, `YS_STEP_KEY`):
+//! both sides prove the key in the handshake, and everything after it,
+//! the step's command, environment and every task's output, is encrypted
+//! and authenticated, so neither another job's tasks nor a user on a node
+//! nor anyone on the network can start tasks, change a step or read it.
+//! A task server listens on its node's pool address only, on the port
+//! the controller chose for this part of the run at random
+//! (`YS_STEP_PORTS`), which `srun` learns from the same place.
 
-use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Sender};
+use std::sync::Arc;
 use std::time::Duration;
 
-use ring::hmac;
-use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use serde::{Deserialize, Serialize};
 
 use crate::exec::tasks::{self, StepOrder, TaskEvent};
 
 use super::error::NetError;
-use super::frame::{decode, encode, MAX_FRAME};
+use super::noise::{self, Receiver};
 
-/// Ports a task server may listen on: from [`first_port`], this many.
-pub const PORTS: u16 = 16;
 /// How long `srun` waits for a connection to a node.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long `srun` waits for a node's task server to start listening.
 pub const START_WAIT: Duration = Duration::from_secs(30);
-
-/// The first port of job `job`'s range.
-pub fn first_port(job: u64) -> u16 {
-    30_000 + (job % 2_000) as u16 * PORTS
-}
+/// Connections a task server takes through their handshake at once; more
+/// are closed at once, so that a flood costs it no thread each.
+const MAX_HANDSHAKES: usize = 32;
 
 #[derive(Debug, Serialize, Deserialize)]
 enum ToServer {
-    /// `srun`'s proof of the key (over the server's challenge), and its
-    /// own challenge.
-    Hello {
-        job: u64,
-        proof: String,
-        challenge: String,
-    },
     Launch(Box<StepOrder>),
-    Signal {
-        signal: i32,
-    },
+    Signal { signal: i32 },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 enum FromServer {
-    Challenge {
-        challenge: String,
-    },
-    /// The server's proof of the key, over `srun`'s challenge.
-    Welcome {
-        proof: String,
-    },
-    Refused {
-        why: String,
-    },
+    Refused { why: String },
     Task(TaskEvent),
 }
 
-fn send<T: Serialize>(stream: &mut impl Write, message: &T) -> Result<(), NetError> {
-    stream
-        .write_all(&encode(message)?)
-        .map_err(NetError::io("sending to a task server"))
+/// The task server of one part of job `job`: listens on `address` (its
+/// node's pool address and the port the controller chose) and serves
+/// steps until it is killed (its supervisor ends it with the job).
+pub fn serve(job: u64, key: &str, address: SocketAddr) -> Result<(), NetError> {
+    let listener = TcpListener::bind(address)
+        .map_err(NetError::io(format!("listening on {address} for srun")))?;
+    serve_on(listener, job, key)
 }
 
-fn receive<T: DeserializeOwned>(stream: &mut impl Read) -> Result<T, NetError> {
-    let mut head = [0u8; 4];
-    stream.read_exact(&mut head).map_err(|_| NetError::Closed)?;
-    let len = u32::from_be_bytes(head) as usize;
-    if len > MAX_FRAME {
-        return Err(NetError::FrameTooLarge(len));
-    }
-    let mut body = vec![0u8; len];
-    stream.read_exact(&mut body).map_err(|_| NetError::Closed)?;
-    decode(&body)
-}
-
-fn challenge() -> Result<String, NetError> {
-    super::pki::new_token()
-}
-
-/// The proof that `side` holds `key`, over `challenge`.
-fn proof(key: &str, side: &str, challenge: &str) -> String {
-    let key = hmac::Key::new(hmac::HMAC_SHA256, key.as_bytes());
-    let tag = hmac::sign(&key, format!("ysched step {side} {challenge}").as_bytes());
-    tag.as_ref().iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn verify(key: &str, side: &str, challenge: &str, given: &str) -> bool {
-    let tag: Option<Vec<u8>> = given
-        .len()
-        .is_multiple_of(2)
-        .then(|| {
-            (0..given.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(given.get(i..i + 2)?, 16).ok())
-                .collect()
-        })
-        .flatten();
-    let Some(tag) = tag else { return false };
-    let key = hmac::Key::new(hmac::HMAC_SHA256, key.as_bytes());
-    let message = format!("ysched step {side} {challenge}");
-    hmac::verify(&key, message.as_bytes(), &tag).is_ok()
-}
-
-/// The task server of one part of job `job`: listens on the first free
-/// port of the job's range and serves steps until it is killed (its
-/// supervisor ends it with the job).
-pub fn serve(job: u64, key: &str) -> Result<(), NetError> {
-    let listener = listen(job)?;
+/// [`serve`] on a listener already bound.
+pub fn serve_on(listener: TcpListener, job: u64, key: &str) -> Result<(), NetError> {
+    let handshakes = Arc::new(AtomicUsize::new(0));
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
+        if handshakes.fetch_add(1, Ordering::SeqCst) >= MAX_HANDSHAKES {
+            handshakes.fetch_sub(1, Ordering::SeqCst);
+            continue;
+        }
         let key = key.to_string();
+        let handshakes = handshakes.clone();
         std::thread::spawn(move || {
             let peer = stream.peer_addr().ok();
-            if let Err(e) = serve_one(stream, job, &key) {
+            if let Err(e) = serve_one(stream, job, &key, &handshakes) {
                 eprintln!("ysstepd: a step from {peer:?}: {e}");
             }
         });
@@ -129,71 +76,49 @@ pub fn serve(job: u64, key: &str) -> Result<(), NetError> {
     Ok(())
 }
 
-fn listen(job: u64) -> Result<TcpListener, NetError> {
-    let first = first_port(job);
-    let mut last = None;
-    for port in first..first + PORTS {
-        match TcpListener::bind(("0.0.0.0", port)) {
-            Ok(l) => return Ok(l),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(NetError::Io {
-        what: format!("no free port in {first}-{}", first + PORTS - 1),
-        source: last.unwrap_or_else(|| std::io::Error::other("no port")),
-    })
-}
-
 /// One `srun`'s step: the handshake, its tasks, and their events back
 /// until all have ended. A connection lost first kills the step.
-fn serve_one(mut stream: TcpStream, job: u64, key: &str) -> Result<(), NetError> {
-    let ours = challenge()?;
-    send(
-        &mut stream,
-        &FromServer::Challenge {
-            challenge: ours.clone(),
-        },
-    )?;
-    let ToServer::Hello {
-        job: theirs_job,
-        proof: theirs,
-        challenge,
-    } = receive(&mut stream)?
-    else {
-        return Err(NetError::Refused("no hello".into()));
-    };
-    if theirs_job != job || !verify(key, "srun", &ours, &theirs) {
-        let why = format!("this is the task server of job {job}, and the key does not match");
-        let _ = send(&mut stream, &FromServer::Refused { why: why.clone() });
+fn serve_one(
+    stream: TcpStream,
+    job: u64,
+    key: &str,
+    handshakes: &AtomicUsize,
+) -> Result<(), NetError> {
+    let accepted = noise::accept(stream, job, key).and_then(|mut channel| {
+        // The step must follow the handshake at once.
+        channel
+            .receiver
+            .set_timeout(Some(noise::HANDSHAKE_TIMEOUT))?;
+        let first = channel.receiver.receive::<ToServer>();
+        channel.receiver.set_timeout(None)?;
+        Ok((channel, first?))
+    });
+    handshakes.fetch_sub(1, Ordering::SeqCst);
+    let (channel, first) = accepted?;
+    let noise::Channel {
+        mut sender,
+        mut receiver,
+    } = channel;
+    let ToServer::Launch(order) = first else {
+        let why = "a step link must begin with its step".to_string();
+        let _ = sender.send(&FromServer::Refused { why: why.clone() });
         return Err(NetError::Refused(why));
-    }
-    send(
-        &mut stream,
-        &FromServer::Welcome {
-            proof: proof(key, "server", &challenge),
-        },
-    )?;
-    let ToServer::Launch(order) = receive(&mut stream)? else {
-        return Err(NetError::Refused("no step".into()));
     };
     let (tx, rx) = mpsc::channel();
     let node_env: Vec<(String, String)> = std::env::vars().collect();
-    let running = std::sync::Arc::new(tasks::start(&order, &node_env, &tx));
+    let running = Arc::new(tasks::start(&order, &node_env, &tx));
     drop(tx);
-    let mut reader = stream
-        .try_clone()
-        .map_err(NetError::io("a step's connection"))?;
     let signalled = running.clone();
     std::thread::spawn(move || loop {
-        match receive::<ToServer>(&mut reader) {
+        match receiver.receive::<ToServer>() {
             Ok(ToServer::Signal { signal }) => signalled.signal(signal),
             Ok(_) => {}
-            // srun is gone: so is its step.
+            // srun is gone, or the link was tampered with: so is the step.
             Err(_) => return signalled.signal(libc::SIGKILL),
         }
     });
     for event in rx {
-        if send(&mut stream, &FromServer::Task(event)).is_err() {
+        if sender.send(&FromServer::Task(event)).is_err() {
             running.signal(libc::SIGKILL);
             return Err(NetError::Closed);
         }
@@ -203,103 +128,90 @@ fn serve_one(mut stream: TcpStream, job: u64, key: &str) -> Result<(), NetError>
 
 /// `srun`'s connection to the task server of one node.
 pub struct StepLink {
-    writer: TcpStream,
+    sender: noise::Sender,
 }
 
 impl StepLink {
-    /// Connects to job `job`'s task server at `host`, proving the key
-    /// both ways. The job's part on that node may still be starting (its
-    /// cgroup made, its server not yet listening) when the batch script
-    /// reaches `srun`, so the range is swept again until [`START_WAIT`]
-    /// has passed (`wait`; `srun` waits [`START_WAIT`]).
+    /// Connects to job `job`'s task server at `host`:`port`, proving the
+    /// key both ways. The job's part on that node may still be starting
+    /// (its cgroup made, its server not yet listening) when the batch
+    /// script reaches `srun`, so a refused connection is tried again
+    /// until `wait` has passed (`srun` waits [`START_WAIT`]).
     pub fn connect(
-        host: &str,
+        (host, port): (&str, u16),
         job: u64,
         key: &str,
         wait: Duration,
-    ) -> Result<(StepLink, TcpStream), NetError> {
+    ) -> Result<(StepLink, Receiver), NetError> {
+        let addr = resolve(host, port)
+            .ok_or_else(|| NetError::Refused(format!("cannot resolve {host}")))?;
         let deadline = std::time::Instant::now() + wait;
         let mut pause = Duration::from_millis(50);
-        loop {
-            match Self::connect_once(host, job, key) {
-                Err(NetError::Refused(why))
-                    if why.starts_with("no task server")
-                        && std::time::Instant::now() + pause < deadline =>
-                {
+        let stream = loop {
+            match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+                Ok(stream) => break stream,
+                Err(e) if std::time::Instant::now() + pause >= deadline => {
+                    return Err(NetError::Refused(format!(
+                        "no task server of job {job} at {addr}: {e}"
+                    )))
+                }
+                Err(_) => {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_secs(1));
                 }
-                other => return other,
             }
-        }
-    }
-
-    /// One sweep of the job's port range.
-    fn connect_once(host: &str, job: u64, key: &str) -> Result<(StepLink, TcpStream), NetError> {
-        let first = first_port(job);
-        let mut why = String::from("no answer");
-        for port in first..first + PORTS {
-            let Some(addr) = resolve(host, port) else {
-                return Err(NetError::Refused(format!("cannot resolve {host}")));
-            };
-            let Ok(mut stream) = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) else {
-                continue;
-            };
-            match handshake(&mut stream, job, key) {
-                Ok(()) => {
-                    let reader = stream.try_clone().map_err(NetError::io("a step link"))?;
-                    return Ok((StepLink { writer: stream }, reader));
-                }
-                Err(e) => why = e.to_string(),
-            }
-        }
-        Err(NetError::Refused(format!(
-            "no task server of job {job} on {host} (ports {first}-{}): {why}",
-            first + PORTS - 1
-        )))
+        };
+        let channel = noise::connect(stream, job, key)
+            .map_err(|e| NetError::Refused(format!("{addr}: {e}")))?;
+        Ok((
+            StepLink {
+                sender: channel.sender,
+            },
+            channel.receiver,
+        ))
     }
 
     pub fn launch(&mut self, order: StepOrder) -> Result<(), NetError> {
-        send(&mut self.writer, &ToServer::Launch(Box::new(order)))
+        self.sender.send(&ToServer::Launch(Box::new(order)))
     }
 
     pub fn signal(&mut self, signal: i32) -> Result<(), NetError> {
-        send(&mut self.writer, &ToServer::Signal { signal })
+        self.sender.send(&ToServer::Signal { signal })
     }
+}
+
+/// Where each node's task server of the job a process runs in listens, as
+/// the controller told the job: `YS_NODE_ADDRS` and `YS_STEP_PORTS`, in
+/// the order of the job's nodes (`None` if they do not pair up).
+pub fn servers_of_this_job() -> Option<Vec<(String, u16)>> {
+    let addresses = std::env::var("YS_NODE_ADDRS").ok()?;
+    let ports = std::env::var("YS_STEP_PORTS").ok()?;
+    let ports: Vec<u16> = ports
+        .split(',')
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
+    let addresses: Vec<String> = addresses.split(',').map(String::from).collect();
+    (addresses.len() == ports.len()).then(|| addresses.into_iter().zip(ports).collect())
+}
+
+/// Where this part's task server listens: its node's pool address (as the
+/// others reach it) and the port the controller chose for it.
+pub fn own_address() -> Result<SocketAddr, NetError> {
+    let refuse = |why: &str| NetError::Refused(why.to_string());
+    let servers = servers_of_this_job()
+        .ok_or_else(|| refuse("no YS_NODE_ADDRS and YS_STEP_PORTS of the same length"))?;
+    let index: usize = std::env::var("SLURM_NODEID")
+        .ok()
+        .and_then(|i| i.parse().ok())
+        .ok_or_else(|| refuse("no SLURM_NODEID"))?;
+    let (host, port) = servers
+        .get(index)
+        .ok_or_else(|| refuse("SLURM_NODEID is past the job's nodes"))?;
+    resolve(host, *port).ok_or_else(|| NetError::Refused(format!("cannot resolve {host}")))
 }
 
 fn resolve(host: &str, port: u16) -> Option<SocketAddr> {
     (host, port).to_socket_addrs().ok()?.next()
-}
-
-fn handshake(stream: &mut TcpStream, job: u64, key: &str) -> Result<(), NetError> {
-    stream
-        .set_read_timeout(Some(CONNECT_TIMEOUT))
-        .map_err(NetError::io("a step link"))?;
-    let FromServer::Challenge { challenge: theirs } = receive(stream)? else {
-        return Err(NetError::Refused("no challenge".into()));
-    };
-    let ours = challenge()?;
-    send(
-        stream,
-        &ToServer::Hello {
-            job,
-            proof: proof(key, "srun", &theirs),
-            challenge: ours.clone(),
-        },
-    )?;
-    match receive(stream)? {
-        FromServer::Welcome { proof: p } if verify(key, "server", &ours, &p) => {
-            stream
-                .set_read_timeout(None)
-                .map_err(NetError::io("a step link"))?;
-            Ok(())
-        }
-        FromServer::Refused { why } => Err(NetError::Refused(why)),
-        _ => Err(NetError::Refused(
-            "the server there does not hold this job's key".into(),
-        )),
-    }
 }
 
 /// What `srun` hears of one node's part of a step.
@@ -312,15 +224,18 @@ pub enum Relayed {
 
 /// Reads a task server's events into `events`, tagged with `node`, until
 /// the connection ends.
-pub fn forward_events(mut reader: TcpStream, node: usize, events: Sender<(usize, Relayed)>) {
+pub fn forward_events(mut reader: Receiver, node: usize, events: Sender<(usize, Relayed)>) {
     loop {
-        match receive::<FromServer>(&mut reader) {
+        match reader.receive::<FromServer>() {
             Ok(FromServer::Task(event)) => {
                 if events.send((node, Relayed::Task(event))).is_err() {
                     return;
                 }
             }
-            Ok(_) => {}
+            Ok(FromServer::Refused { why }) => {
+                let _ = events.send((node, Relayed::Lost(NetError::Refused(why))));
+                return;
+            }
             Err(e) => {
                 let _ = events.send((node, Relayed::Lost(e)));
                 return;
@@ -332,32 +247,12 @@ pub fn forward_events(mut reader: TcpStream, node: usize, events: Sender<(usize,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
 
-    #[test]
-    fn proofs_match_only_with_the_same_key_side_and_challenge() {
-        let p = proof("k1", "srun", "c");
-        assert!(verify("k1", "srun", "c", &p));
-        assert!(!verify("k2", "srun", "c", &p));
-        assert!(!verify("k1", "server", "c", &p));
-        assert!(!verify("k1", "srun", "d", &p));
-        assert_eq!(first_port(2_001), first_port(1));
-    }
-
-    #[test]
-    fn a_step_runs_on_a_task_server_and_a_wrong_key_is_refused() {
-        let job = 1_999_937;
-        std::thread::spawn(move || serve(job, "secret"));
-        let connect = |key: &str| StepLink::connect("127.0.0.1", job, key, Duration::from_secs(2));
-        let e = connect("wrong").err().unwrap().to_string();
-        assert!(e.contains("key does not match"), "{e}");
-        let (mut link, reader) = connect("secret").unwrap();
-        link.launch(StepOrder {
+    fn order(command: &str) -> StepOrder {
+        StepOrder {
             step: 0,
-            argv: vec![
-                "/bin/sh".into(),
-                "-c".into(),
-                "echo task $SLURM_PROCID".into(),
-            ],
+            argv: vec!["/bin/sh".into(), "-c".into(), command.into()],
             env: vec![],
             cwd: "/".into(),
             node_index: 1,
@@ -366,24 +261,177 @@ mod tests {
             nodes: vec!["a".into(), "b".into()],
             gpus_per_task: None,
             container: None,
-        })
-        .unwrap();
+        }
+    }
+
+    /// A task server of job `job` with key `key` on a loopback port.
+    fn server(job: u64, key: &'static str) -> u16 {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || serve_on(listener, job, key));
+        port
+    }
+
+    /// Everything a step's tasks said, until task 5 ended.
+    fn outputs(reader: Receiver) -> Result<String, String> {
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || forward_events(reader, 1, tx));
         let mut out = String::new();
-        for (node, event) in rx {
-            assert_eq!(node, 1);
+        for (_, event) in rx {
             match event {
                 Relayed::Task(TaskEvent::Output { data, .. }) => {
                     out += &String::from_utf8_lossy(&data)
                 }
-                Relayed::Task(TaskEvent::Exited { task, code, .. }) => {
-                    assert_eq!((task, code), (5, 0));
-                    break;
-                }
-                other => panic!("{other:?}"),
+                Relayed::Task(TaskEvent::Exited {
+                    task: 5, code: 0, ..
+                }) => return Ok(out),
+                other => return Err(format!("{other:?}")),
             }
         }
-        assert_eq!(out, "task 5\n");
+        Err("no end".into())
+    }
+
+    #[test]
+    fn a_step_runs_on_a_task_server_and_a_wrong_key_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let port = server(1_999_937, "secret");
+        let connect = |key: &str| {
+            StepLink::connect(("127.0.0.1", port), 1_999_937, key, Duration::from_secs(2))
+        };
+        let e = connect("wrong").err().unwrap().to_string();
+        assert!(e.contains("does not hold job 1999937's step key"), "{e}");
+        let (mut link, reader) = connect("secret").unwrap();
+        let marker = dir.path().join("ran");
+        link.launch(order(&format!(
+            "echo task $SLURM_PROCID; touch {}",
+            marker.display()
+        )))
+        .unwrap();
+        assert_eq!(outputs(reader).unwrap(), "task 5\n");
+        assert!(marker.exists());
+    }
+
+    /// What a relay saw: srun's records, and the server's bytes.
+    struct Seen {
+        from_srun: mpsc::Receiver<Vec<u8>>,
+        from_server: mpsc::Receiver<Vec<u8>>,
+    }
+
+    /// A man in the middle between srun and a task server: it passes the
+    /// handshake on as it is, then what `tamper` makes of each record srun
+    /// sends after it.
+    fn relay(server_port: u16, tamper: fn(Vec<u8>) -> Vec<u8>) -> (u16, Seen) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (seen_tx, from_srun) = mpsc::channel();
+        let (back, from_server) = mpsc::channel();
+        std::thread::spawn(move || {
+            let (mut client, _) = listener.accept().unwrap();
+            let mut upstream = TcpStream::connect(("127.0.0.1", server_port)).unwrap();
+            let (mut up_read, mut client_write) =
+                (upstream.try_clone().unwrap(), client.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65_536];
+                while let Ok(n @ 1..) = up_read.read(&mut buf) {
+                    let _ = back.send(buf[..n].to_vec());
+                    if client_write.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                // The server hung up: so does the relay.
+                let _ = client_write.shutdown(std::net::Shutdown::Both);
+            });
+            let mut index = 0;
+            loop {
+                let mut head = [0u8; 2];
+                if client.read_exact(&mut head).is_err() {
+                    break;
+                }
+                let mut record = vec![0u8; u16::from_be_bytes(head) as usize];
+                if client.read_exact(&mut record).is_err() {
+                    break;
+                }
+                let _ = seen_tx.send(record.clone());
+                let record = if index == 0 { record } else { tamper(record) };
+                index += 1;
+                let mut out = (record.len() as u16).to_be_bytes().to_vec();
+                out.extend_from_slice(&record);
+                if upstream.write_all(&out).is_err() {
+                    break;
+                }
+            }
+        });
+        (
+            port,
+            Seen {
+                from_srun,
+                from_server,
+            },
+        )
+    }
+
+    #[test]
+    fn a_relayed_handshake_gives_the_relay_nothing_to_read_or_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let server_port = server(41, "secret");
+        // A faithful relay carries the step, but only ciphertext.
+        let (port, seen) = relay(server_port, |r| r);
+        let (mut link, reader) =
+            StepLink::connect(("127.0.0.1", port), 41, "secret", Duration::from_secs(2)).unwrap();
+        let marker = dir.path().join("faithful");
+        link.launch(order(&format!(
+            "echo secret-output; touch {}",
+            marker.display()
+        )))
+        .unwrap();
+        assert_eq!(outputs(reader).unwrap(), "secret-output\n");
+        let wire: Vec<u8> = (seen.from_srun.try_iter().flatten())
+            .chain(seen.from_server.try_iter().flatten())
+            .collect();
+        let text = String::from_utf8_lossy(&wire);
+        assert!(!text.contains("secret-output") && !text.contains("faithful"));
+        // One that changes a byte of the step: refused, and nothing runs.
+        let (port, _) = relay(server_port, |mut r| {
+            r[3] ^= 1;
+            r
+        });
+        let (mut link, reader) =
+            StepLink::connect(("127.0.0.1", port), 41, "secret", Duration::from_secs(2)).unwrap();
+        let marker = dir.path().join("tampered");
+        link.launch(order(&format!("touch {}", marker.display())))
+            .unwrap();
+        let e = outputs(reader).unwrap_err();
+        assert!(e.contains("Lost"), "{e}");
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!marker.exists());
+    }
+
+    #[test]
+    fn a_recorded_step_sent_again_runs_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let server_port = server(42, "secret");
+        let (port, seen) = relay(server_port, |r| r);
+        let (mut link, reader) =
+            StepLink::connect(("127.0.0.1", port), 42, "secret", Duration::from_secs(2)).unwrap();
+        let marker = dir.path().join("once");
+        link.launch(order(&format!("echo x >> {}", marker.display())))
+            .unwrap();
+        outputs(reader).unwrap();
+        // The records srun sent, the handshake's first and the step, sent
+        // again on a connection of their own.
+        let records: Vec<Vec<u8>> = seen.from_srun.try_iter().collect();
+        assert!(records.len() >= 2);
+        let mut replay = TcpStream::connect(("127.0.0.1", server_port)).unwrap();
+        for record in &records {
+            let mut out = (record.len() as u16).to_be_bytes().to_vec();
+            out.extend_from_slice(record);
+            let _ = replay.write_all(&out);
+        }
+        replay
+            .set_read_timeout(Some(Duration::from_secs(7)))
+            .unwrap();
+        let mut rest = Vec::new();
+        let _ = replay.read_to_end(&mut rest);
+        assert_eq!(std::fs::read_to_string(&marker).unwrap(), "x\n");
     }
 }

@@ -174,7 +174,8 @@ fn pass_in_pool_numbers(state: &State<'_>, config: &Config) -> Decisions {
     let starts = std::mem::take(&mut plan.starts)
         .into_iter()
         .map(|s| {
-            let mut shares = state.layout.to_nodes(&s.nodes, &s.gpus).into_iter();
+            let mut shares =
+                in_hostlist_order(state.layout.to_nodes(&s.nodes, &s.gpus)).into_iter();
             let (node, mut gpus) = shares.next().unwrap_or_default();
             let mut peers = Vec::new();
             for (peer, more) in shares {
@@ -597,4 +598,36 @@ fn victim<'a>(
         lender,
         stopping_loses: since_checkpoint,
     })
+}
+
+/// A job's nodes (with each one's GPUs) in the order Slurm's node list
+/// names them, as `SLURM_JOB_NODELIST` writes and every tool reads them:
+/// the batch script runs on the first, as it does under Slurm, and srun's
+/// and torchrun's node 0 is the list's first name.
+fn in_hostlist_order(mut shares: Vec<(String, Vec<u32>)>) -> Vec<(String, Vec<u32>)> {
+    let names: Vec<&str> = shares.iter().map(|(n, _)| n.as_str()).collect();
+    let order = crate::model::hostlist::expand(&crate::model::hostlist::compress(&names))
+        .unwrap_or_default();
+    shares.sort_by_key(|(name, _)| order.iter().position(|n| n == name).unwrap_or(usize::MAX));
+    shares
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_jobs_nodes_come_in_the_order_its_node_list_names_them() {
+        let shares = |names: &[&str]| -> Vec<(String, Vec<u32>)> {
+            names.iter().map(|n| (n.to_string(), vec![0])).collect()
+        };
+        let names =
+            |s: Vec<(String, Vec<u32>)>| -> Vec<String> { s.into_iter().map(|(n, _)| n).collect() };
+        assert_eq!(
+            names(super::in_hostlist_order(shares(&["n3", "n10", "n1"]))),
+            ["n1", "n3", "n10"]
+        );
+        assert_eq!(
+            names(super::in_hostlist_order(shares(&["gpu02", "gpu01"]))),
+            ["gpu01", "gpu02"]
+        );
+    }
 }

@@ -96,11 +96,19 @@ fn a_three_node_job_runs_srun_tasks_on_every_node_with_their_own_place_and_gpus(
     );
     assert!(text.contains("hosts=gpu10 gpu11 gpu12 "), "{text}");
     let master = p.net_address(0);
+    // The rendezvous port: the controller's choice for this run, from
+    // [pool] step_ports, the same on every node.
+    let port: u16 = text
+        .split(&format!("master={master}:"))
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no master={master}:PORT in:\n{text}"));
+    assert!((20_000..=32_767).contains(&port), "{port}");
     for rank in 0..6u32 {
         let (node, local) = (rank / 2, rank % 2);
         let line = format!(
-            "{rank}: rank={rank} local={local} node={node} on=gpu1{node} gpus={local} world=6 master={master}:{} cg=yes",
-            20_000 + id % 10_000
+            "{rank}: rank={rank} local={local} node={node} on=gpu1{node} gpus={local} world=6 master={master}:{port} cg=yes"
         );
         assert!(lines.contains(&line), "no {line:?} in:\n{text}");
     }
@@ -114,6 +122,95 @@ fn a_three_node_job_runs_srun_tasks_on_every_node_with_their_own_place_and_gpus(
         "a task that fails stops the others (SIGTERM):\n{text}"
     );
     assert!(processes_left(&p).is_empty(), "{:?}", processes_left(&p));
+}
+
+/// The TCP sockets listening in node `i`'s namespace: `ADDRESS:PORT
+/// PROGRAM` each.
+fn listening_on(p: &Pool, i: usize) -> Vec<String> {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", p.agents[i].ns(), "ss", "-tlnpH"])
+        .output()
+        .unwrap();
+    stdout_of(&out)
+        .lines()
+        .map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            format!(
+                "{} {}",
+                words.get(3).unwrap_or(&""),
+                words.get(5).unwrap_or(&"")
+            )
+        })
+        .collect()
+}
+
+fn stdout_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn srun_runs_on_a_pool_whose_nodes_are_unevenly_busy_from_the_first_node_of_the_list() {
+    require_root_for_nodes!();
+    let p = Pool::new(3, "");
+    let path = shims(&p);
+    // gpu11 is the fullest node (one of its two GPUs taken), which the
+    // scheduler places first: the batch script must still run on the
+    // list's first node, and srun pair each name with its own address.
+    let busy = p.controller.submit(&[
+        "-w",
+        "gpu11",
+        "--gres=gpu:1",
+        "-t",
+        "5",
+        "--wrap",
+        "sleep 300",
+    ]);
+    p.controller.wait_state(busy, "RUNNING", LONG);
+    p.controller.script(
+        "spread.sh",
+        &format!(
+            "#!/bin/sh\n#SBATCH -N 3 --gres=gpu:1 -t 5\n\
+             export PATH={path}:$PATH\n\
+             echo batch=$SLURMD_NODENAME list=$SLURM_JOB_NODELIST\n\
+             srun --label sh -c 'echo on=$SLURMD_NODENAME'\n\
+             echo srun=$?\n\
+             i=0; while [ ! -e checked ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done\n"
+        ),
+    );
+    let id = p.controller.submit(&["spread.sh"]);
+    let out = format!("ys-{id}.out");
+    let deadline = Instant::now() + LONG;
+    while !lines_of(&p, &out).iter().any(|l| l.starts_with("srun=")) {
+        assert!(
+            Instant::now() < deadline,
+            "{:?}\n{}",
+            lines_of(&p, &out),
+            p.controller.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The task servers listen on their node's pool address alone, on the
+    // port the controller chose, never on every address.
+    for i in 1..3 {
+        let servers: Vec<String> = listening_on(&p, i)
+            .into_iter()
+            .filter(|l| l.contains("ysstepd"))
+            .collect();
+        assert_eq!(servers.len(), 1, "node {i}: {servers:?}");
+        assert!(
+            servers[0].starts_with(&format!("{}:", p.net_address(i))),
+            "node {i}: {servers:?}"
+        );
+    }
+    std::fs::write(p.controller.work.join("checked"), "").unwrap();
+    assert_eq!(p.controller.wait_done(id, LONG), "COMPLETED");
+    let lines = lines_of(&p, &out);
+    assert_eq!(lines[0], "batch=gpu10 list=gpu[10-12]", "{lines:?}");
+    for node in 0..3 {
+        let line = format!("{node}: on=gpu1{node}");
+        assert!(lines.contains(&line), "no {line:?} in {lines:?}");
+    }
+    assert!(lines.contains(&"srun=0".to_string()), "{lines:?}");
 }
 
 #[test]

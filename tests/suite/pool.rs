@@ -267,6 +267,11 @@ impl Agent {
     }
 
     /// The cgroup its jobs' groups are made under.
+    /// The node's network namespace.
+    pub(crate) fn ns(&self) -> &str {
+        &self.ns
+    }
+
     pub(crate) fn cgroup_parent(&self) -> String {
         common::cgroup_parent_of(self.dir.path())
     }
