@@ -59,6 +59,7 @@ pub fn run(args: Args) -> CliResult {
         }
     }
     init_logging(args.verbose);
-    crate::web::serve(crate::web::Context::new(config))?;
+    let context = crate::web::Context::new(config).map_err(|e| CliError::failed(e.to_string()))?;
+    crate::web::serve(context)?;
     Ok(())
 }

@@ -43,6 +43,7 @@ pub(super) fn containers(raw: RawContainers, src: &Source) -> Result<Containers,
         allowed_registries,
         allow_root: raw.allow_root.unwrap_or(false),
         cache_size_mb: raw.cache_size,
+        max_archive_mb: raw.max_archive_size.unwrap_or(defaults.max_archive_mb),
         pull_timeout: super::pool::duration(
             raw.pull_timeout.as_ref(),
             "[containers] pull_timeout",

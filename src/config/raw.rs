@@ -216,6 +216,7 @@ pub(super) struct RawWeb {
     pub(super) proxy_header: Option<Spanned<String>>,
     #[serde(default)]
     pub(super) proxy_addresses: Vec<Spanned<String>>,
+    pub(super) proxy_secret_file: Option<Spanned<std::path::PathBuf>>,
     pub(super) max_connections: Option<Spanned<i64>>,
     pub(super) max_body_kb: Option<Spanned<i64>>,
 }
@@ -248,6 +249,8 @@ pub(super) struct RawContainers {
     pub(super) insecure_registries: Vec<Spanned<String>>,
     #[serde(default, deserialize_with = "de_memory")]
     pub(super) cache_size: Option<u64>,
+    #[serde(default, deserialize_with = "de_memory")]
+    pub(super) max_archive_size: Option<u64>,
     pub(super) cdi_dirs: Option<Vec<Spanned<std::path::PathBuf>>>,
     pub(super) pull_timeout: Option<Spanned<String>>,
 }

@@ -485,6 +485,8 @@ pub struct Containers {
     /// The most the images pulled here may take, in MiB: beyond it, the
     /// least recently used pulled image no job uses goes.
     pub cache_size_mb: Option<u64>,
+    /// The largest image archive a job may name, in MiB.
+    pub max_archive_mb: u64,
     /// Where CDI specs of the node's GPUs are looked for.
     pub cdi_dirs: Vec<PathBuf>,
     /// How long a pull may take before it is given up.
@@ -503,6 +505,7 @@ impl Default for Containers {
             prefetch: Vec::new(),
             insecure_registries: Vec::new(),
             cache_size_mb: None,
+            max_archive_mb: 32 << 10,
             cdi_dirs: vec![PathBuf::from("/etc/cdi"), PathBuf::from("/var/run/cdi")],
             pull_timeout: std::time::Duration::from_secs(30 * 60),
         }
@@ -551,15 +554,25 @@ pub struct Web {
     /// it does for the users a trusted proxy names.
     pub user: Option<String>,
     /// A header a reverse proxy sets to the signed-in user's name
-    /// (`X-Remote-User`), believed only from `proxy_addresses`.
+    /// (`X-Remote-User`), believed only from `proxy_addresses` and with
+    /// the secret of `proxy_secret_file` in [`PROXY_SECRET_HEADER`].
     pub proxy_header: Option<String>,
     pub proxy_addresses: Vec<std::net::IpAddr>,
+    /// A file, readable by yswebd's account alone, holding the secret the
+    /// proxy sends with every request.
+    pub proxy_secret_file: Option<PathBuf>,
     /// Connections served at once; more wait in the kernel's backlog or
     /// are answered 503.
     pub max_connections: usize,
     /// The largest request body taken, in bytes.
     pub max_body: usize,
 }
+
+/// The header a trusted proxy proves itself with: the secret of
+/// `[web] proxy_secret_file`. Any other sender of the user header is
+/// another local account or a job on the web host, which shares the
+/// proxy's address.
+pub const PROXY_SECRET_HEADER: &str = "x-ysched-proxy-secret";
 
 impl Default for Web {
     fn default() -> Web {
@@ -569,6 +582,7 @@ impl Default for Web {
             user: None,
             proxy_header: None,
             proxy_addresses: Vec::new(),
+            proxy_secret_file: None,
             max_connections: 64,
             max_body: 1 << 20,
         }

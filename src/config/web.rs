@@ -40,11 +40,23 @@ pub(super) fn web(raw: RawWeb, src: &Source) -> Result<Web, ConfigError> {
             })
         })
         .collect::<Result<Vec<std::net::IpAddr>, _>>()?;
-    if proxy_header.is_some() && (proxy_addresses.is_empty() || user.is_none()) {
+    let proxy_secret_file = match raw.proxy_secret_file {
+        Some(f) if !f.get_ref().is_absolute() => {
+            return Err(src.fail(
+                Some(f.span()),
+                "[web] proxy_secret_file",
+                format!("'{}' is not an absolute path", f.get_ref().display()),
+            ))
+        }
+        f => f.map(Spanned::into_inner),
+    };
+    if proxy_header.is_some()
+        && (proxy_addresses.is_empty() || user.is_none() || proxy_secret_file.is_none())
+    {
         return Err(src.fail(
             None,
             "[web] proxy_header",
-            "needs proxy_addresses (the proxies believed) and user (the account yswebd runs as, which makes the tokens for the users the proxy names)".into(),
+            "needs proxy_addresses (the proxies believed), proxy_secret_file (the secret the proxy proves itself with: every local account shares the proxy's address) and user (the account yswebd runs as, which makes the tokens for the users the proxy names)".into(),
         ));
     }
     Ok(Web {
@@ -53,6 +65,7 @@ pub(super) fn web(raw: RawWeb, src: &Source) -> Result<Web, ConfigError> {
         user,
         proxy_header,
         proxy_addresses,
+        proxy_secret_file,
         max_connections: bounded(raw.max_connections, "max_connections", 1..=4_096, src)?
             .unwrap_or(defaults.max_connections),
         max_body: bounded(raw.max_body_kb, "max_body_kb", 1..=65_536, src)?
@@ -145,6 +158,16 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("needs proxy_addresses"), "{e}");
+        let e = load(
+            "proxy_header = \"X-Remote-User\"\nproxy_addresses = [\"127.0.0.1\"]\nuser = \"w\"",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("proxy_secret_file"), "{e}");
+        let e = load("proxy_secret_file = \"secret\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not an absolute path"), "{e}");
         let e = load("proxy_header = \"X Bad\"\nproxy_addresses = [\"127.0.0.1\"]\nuser = \"w\"")
             .unwrap_err()
             .to_string();

@@ -218,10 +218,12 @@ impl Daemon {
                     self.audit(now, &user, "container-image", Some(id), &detail)?;
                 }
                 let job = self.jobs.job_mut(&id).expect("checked above");
-                let state = if record.launch_error.is_some() {
-                    JobState::Failed
-                } else if let Some(reason) = job.kill_reason {
+                // A job stopped while it was being made ready (its image
+                // loading) ends as its stop says, not as a failed start.
+                let state = if let Some(reason) = job.kill_reason {
                     reason
+                } else if record.launch_error.is_some() {
+                    JobState::Failed
                 } else if record.usage.oom_kills > 0 {
                     // Whatever the exit code: the kernel killed a process of it.
                     JobState::OutOfMemory
@@ -238,9 +240,7 @@ impl Daemon {
                 });
                 // Stopped for another job: requeued, whatever its exit
                 // (a job that saved a checkpoint and exited 0 included).
-                if matches!(state, JobState::Preempted | JobState::Pending)
-                    && record.launch_error.is_none()
-                {
+                if matches!(state, JobState::Preempted | JobState::Pending) {
                     return self.preempted_exit(id, record.end_time, exit);
                 }
                 let reason = match (&record.launch_error, state) {

@@ -75,12 +75,22 @@ pub fn run_with_input(
 /// commands end within milliseconds, some on a job's way to its start),
 /// then every 100 ms. Past the deadline it is killed and reaped: `None`.
 pub fn wait_until(child: &mut Child, deadline: Instant) -> std::io::Result<Option<ExitStatus>> {
+    wait_while(child, deadline, || true)
+}
+
+/// [`wait_until`], and the child is killed (`None`) as soon as
+/// `keep_going` says no.
+pub fn wait_while(
+    child: &mut Child,
+    deadline: Instant,
+    keep_going: impl Fn() -> bool,
+) -> std::io::Result<Option<ExitStatus>> {
     let mut pause = Duration::from_millis(2);
     loop {
         if let Some(status) = child.try_wait()? {
             return Ok(Some(status));
         }
-        if Instant::now() >= deadline {
+        if Instant::now() >= deadline || !keep_going() {
             let _ = child.kill();
             let _ = child.wait();
             return Ok(None);

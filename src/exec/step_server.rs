@@ -193,8 +193,10 @@ fn serve(
         host_cwd: &order.cwd,
         bundle: Bundle::named(dir, &format!("step-container-{me}")),
         name: format!("ysched-{}-step-{me}", spec.job_id),
+        job_dir: dir,
     };
-    let prepared = launch::prepare(spec, &site.launch(order.request), payload)
+    // A cancel ends the runner itself (with the job's supervisor).
+    let prepared = launch::prepare(spec, &site.launch(order.request), payload, &|| false)
         .map_err(|e| failed(format!("container: {e}")))?;
     let answer = run_prepared(stream, spec, &prepared, group, stdio);
     prepared.bundle.remove();

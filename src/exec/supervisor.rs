@@ -167,8 +167,10 @@ fn supervise(dir: &Path) -> Result<(), StepError> {
         },
     };
     let group = group.as_deref();
+    let cancelled = || cancel_waiting(&control);
     let container = match spec.container.as_ref().map(|c| {
-        container::launch::prepare(&spec, c, container::launch::Payload::batch(&spec, dir))
+        let payload = container::launch::Payload::batch(&spec, dir);
+        container::launch::prepare(&spec, c, payload, &cancelled)
     }) {
         None => None,
         Some(Ok(prepared)) => Some(prepared),
@@ -209,12 +211,36 @@ fn supervise(dir: &Path) -> Result<(), StepError> {
     if let Some(c) = &container {
         c.bundle.remove();
     }
+    container::image::Store::remove_job_store(dir);
     if let Some(g) = group {
         if let Err(e) = g.remove() {
             eprintln!("ysstepd: job {}: {e}", spec.job_id);
         }
     }
     write_exit(dir, &record)
+}
+
+/// Whether a stop of the job waits on the control socket, while its
+/// container is being made ready (its image pulled or loaded): it is left
+/// there for the watch that follows. A signal for the job before it has a
+/// process has nothing to reach, and is dropped.
+fn cancel_waiting(control: &UnixDatagram) -> bool {
+    let mut buf = [0u8; 512];
+    let peek = |buf: &mut [u8]| {
+        use nix::sys::socket::{recv, MsgFlags};
+        recv(
+            std::os::fd::AsRawFd::as_raw_fd(control),
+            buf,
+            MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT,
+        )
+    };
+    while let Ok(n) = peek(&mut buf) {
+        if let Ok(StepCommand::Terminate { .. }) = serde_json::from_slice(&buf[..n]) {
+            return true;
+        }
+        let _ = control.recv(&mut buf);
+    }
+    false
 }
 
 /// The listener for the job's steps in containers, where this node runs

@@ -272,8 +272,9 @@ mod tests {
         port
     }
 
-    /// Everything a step's tasks said, until task 5 ended.
-    fn outputs(reader: Receiver) -> Result<String, String> {
+    /// Everything a step's tasks said, until task 5 ended; or the event
+    /// that came instead.
+    fn outputs(reader: Receiver) -> Result<String, Option<Relayed>> {
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || forward_events(reader, 1, tx));
         let mut out = String::new();
@@ -285,10 +286,10 @@ mod tests {
                 Relayed::Task(TaskEvent::Exited {
                     task: 5, code: 0, ..
                 }) => return Ok(out),
-                other => return Err(format!("{other:?}")),
+                other => return Err(Some(other)),
             }
         }
-        Err("no end".into())
+        Err(None)
     }
 
     #[test]
@@ -401,7 +402,7 @@ mod tests {
         link.launch(order(&format!("touch {}", marker.display())))
             .unwrap();
         let e = outputs(reader).unwrap_err();
-        assert!(e.contains("Lost"), "{e}");
+        assert!(matches!(e, Some(Relayed::Lost(_))), "{e:?}");
         std::thread::sleep(Duration::from_millis(200));
         assert!(!marker.exists());
     }

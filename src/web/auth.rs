@@ -72,13 +72,22 @@ pub fn portal_caller(ctx: &Context, request: &Request) -> Result<Option<Caller>,
 }
 
 /// The user a trusted proxy signed in, if the config names a header, the
-/// request came from one of the proxies, and the header is set.
+/// request came from one of the proxies with the proxy's secret, and the
+/// header is set. The address alone proves nothing: every account and job
+/// on the proxy's host shares it.
 fn proxied_user(ctx: &Context, request: &Request) -> Option<String> {
     let web = &ctx.config.web;
     let header = web.proxy_header.as_deref()?;
     let user = request.header(header)?.trim();
     if !web.proxy_addresses.contains(&request.peer) {
         tracing::warn!(target: "ysched::web", "{header} from {}, which is no trusted proxy: ignored", request.peer);
+        return None;
+    }
+    let proven = request
+        .header(crate::config::PROXY_SECRET_HEADER)
+        .is_some_and(|given| ctx.is_proxy_secret(given));
+    if !proven {
+        tracing::warn!(target: "ysched::web", "{header} from {} without the proxy's secret ({}): ignored", request.peer, crate::config::PROXY_SECRET_HEADER);
         return None;
     }
     let valid = !user.is_empty()

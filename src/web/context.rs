@@ -24,7 +24,22 @@ pub struct Context {
     pub spool: Spool,
     /// Tokens made for users a trusted proxy named: user → (token, expiry).
     proxy_tokens: Mutex<HashMap<String, (String, i64)>>,
+    /// The SHA-256 of the secret a trusted proxy sends, read at the start.
+    proxy_secret: Option<Vec<u8>>,
 }
+
+/// Why yswebd cannot start with its config.
+#[derive(Debug, thiserror::Error)]
+pub enum ContextError {
+    #[error("[web] proxy_secret_file {}: {why}", path.display())]
+    ProxySecret {
+        path: std::path::PathBuf,
+        why: String,
+    },
+}
+
+/// The shortest secret taken: 128 bits, written as hex or base64.
+const MIN_PROXY_SECRET: usize = 24;
 
 /// Who the caller is: their token, and the channel they came through.
 #[derive(Clone, Debug)]
@@ -34,13 +49,31 @@ pub struct Caller {
 }
 
 impl Context {
-    pub fn new(config: Config) -> Context {
+    /// The server's context, with the proxy's secret read (it must be
+    /// yswebd's account's alone, and long enough not to be guessed).
+    pub fn new(config: Config) -> Result<Context, ContextError> {
+        let proxy_secret = match &config.web.proxy_secret_file {
+            Some(path) => Some(read_proxy_secret(path)?),
+            None => None,
+        };
         let spool = Spool::new(&config.spool_dir);
-        Context {
+        Ok(Context {
             config,
             spool,
             proxy_tokens: Mutex::new(HashMap::new()),
-        }
+            proxy_secret,
+        })
+    }
+
+    /// Whether `given` is the proxy's secret (compared as SHA-256
+    /// digests, in constant time).
+    pub fn is_proxy_secret(&self, given: &str) -> bool {
+        let Some(ours) = &self.proxy_secret else {
+            return false;
+        };
+        let theirs = ring::digest::digest(&ring::digest::SHA256, given.trim().as_bytes());
+        #[allow(deprecated)]
+        ring::constant_time::verify_slices_are_equal(ours, theirs.as_ref()).is_ok()
     }
 
     /// Asks the daemon `request` for `caller`.
@@ -137,4 +170,31 @@ pub fn refusal(reply: &Reply) -> Response {
         Reply::Rejected { error } => http::Response::error(400, error),
         other => unexpected(other),
     }
+}
+
+fn read_proxy_secret(path: &std::path::Path) -> Result<Vec<u8>, ContextError> {
+    use std::os::unix::fs::MetadataExt;
+    let fail = |why: String| ContextError::ProxySecret {
+        path: path.to_path_buf(),
+        why,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| fail(e.to_string()))?;
+    if meta.mode() & 0o077 != 0 {
+        return Err(fail(format!(
+            "is mode {:o}: only yswebd's account may read it (chmod 600)",
+            meta.mode() & 0o777
+        )));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    let secret = text.trim();
+    if secret.len() < MIN_PROXY_SECRET || secret.bytes().any(|b| !b.is_ascii_graphic()) {
+        return Err(fail(format!(
+            "needs one line of at least {MIN_PROXY_SECRET} printable characters (openssl rand -hex 32)"
+        )));
+    }
+    Ok(
+        ring::digest::digest(&ring::digest::SHA256, secret.as_bytes())
+            .as_ref()
+            .to_vec(),
+    )
 }

@@ -39,6 +39,11 @@ fn containers_available(test: &str) -> bool {
 /// A root file system of busybox: a shell and the usual tools, a marker
 /// file that says which image this is, and root in /etc/passwd.
 fn rootfs_tar(dir: &Path) -> PathBuf {
+    rootfs_tar_marked(dir, "ysched test image")
+}
+
+/// [`rootfs_tar`] with `marker` in its marker file.
+fn rootfs_tar_marked(dir: &Path, marker: &str) -> PathBuf {
     let root = dir.join("rootfs");
     for d in ["bin", "etc", "tmp"] {
         std::fs::create_dir_all(root.join(d)).unwrap();
@@ -54,7 +59,7 @@ fn rootfs_tar(dir: &Path) -> PathBuf {
     }
     std::fs::write(root.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n").unwrap();
     std::fs::write(root.join("etc/group"), "root:x:0:\n").unwrap();
-    std::fs::write(root.join("image-marker"), "ysched test image\n").unwrap();
+    std::fs::write(root.join("image-marker"), format!("{marker}\n")).unwrap();
     let tar = dir.join("rootfs.tar");
     let out = Command::new("tar")
         .arg("-C")
@@ -438,6 +443,182 @@ fn images_from_archives_and_the_errors_that_end_a_job_with_a_reason() {
         let reason = s.c.field(id, "Reason");
         assert!(reason.contains(why), "{image}: {reason}");
     }
+}
+
+/// The images of a store, as `NAME:TAG ID` lines, sorted.
+fn images_of(store: &Path) -> Vec<String> {
+    let out = podman(store)
+        .args(["images", "--format", "{{.Repository}}:{{.Tag}} {{.ID}}"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "podman images: {}", stderr(&out));
+    let mut lines: Vec<String> = stdout(&out).lines().map(str::to_string).collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn a_users_archive_never_takes_the_sites_image_names_and_goes_with_its_job() {
+    require_root!();
+    if !containers_available(module_path!()) {
+        return;
+    }
+    let s = Setup::new("max_archive_size = \"64M\"");
+    let (mallory, ana) = (TestUser::create("ctm"), TestUser::create("ctv"));
+    // An image of mallory's own, saved under the site's image's name.
+    let scratch = tempfile::Builder::new()
+        .prefix("ysched-evil-")
+        .tempdir()
+        .unwrap();
+    let tar = rootfs_tar_marked(scratch.path(), "mallory's image");
+    let evil_store = scratch.path().join("store");
+    let out = podman(&evil_store)
+        .arg("import")
+        .arg(&tar)
+        .arg(IMAGE)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "podman import: {}", stderr(&out));
+    let evil = s.c.dir.path().join("evil.tar");
+    let out = podman(&evil_store)
+        .args(["save", "--format", "docker-archive", "-o"])
+        .arg(&evil)
+        .arg(IMAGE)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "podman save: {}", stderr(&out));
+    remove_store(&evil_store);
+    std::fs::set_permissions(&evil, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let before = images_of(&s.store);
+    let loaded = s.submit_as(
+        &mallory,
+        &[
+            "--container-image",
+            evil.to_str().unwrap(),
+            "--wrap",
+            "cat /image-marker",
+        ],
+    );
+    assert_eq!(
+        s.c.wait_done(loaded, LONG),
+        "COMPLETED",
+        "{}",
+        s.c.field(loaded, "Reason")
+    );
+    assert!(s.c.output_of(loaded).contains("mallory's image"));
+    // The node's store is as it was: no name moved, nothing added.
+    assert_eq!(images_of(&s.store), before);
+    let theirs = s.submit_as(
+        &ana,
+        &["--container-image", IMAGE, "--wrap", "cat /image-marker"],
+    );
+    assert_eq!(s.c.wait_done(theirs, LONG), "COMPLETED");
+    assert!(
+        s.c.output_of(theirs).contains("ysched test image"),
+        "{}",
+        s.c.output_of(theirs)
+    );
+    // The job's own store went with it.
+    let left: Vec<_> = walk(&s.c.spool)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("archive-images"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    // Neither a device nor a pipe, nor a file over max_archive_size, is
+    // fed to podman: each fails at once with the reason.
+    let fifo = s.c.dir.path().join("fifo.tar");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    std::fs::set_permissions(&fifo, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let big = s.c.dir.path().join("big.tar");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(65 << 20)
+        .unwrap();
+    std::fs::set_permissions(&big, std::fs::Permissions::from_mode(0o644)).unwrap();
+    for (archive, why) in [
+        ("/dev/zero".to_string(), "it is not a regular file"),
+        (fifo.display().to_string(), "it is not a regular file"),
+        (
+            big.display().to_string(),
+            "more than this site's max_archive_size of 64 MiB",
+        ),
+    ] {
+        let id = s.submit_as(&mallory, &["--container-image", &archive, "--wrap", "true"]);
+        assert_eq!(s.c.wait_done(id, LONG), "FAILED", "{archive}");
+        let reason = s.c.field(id, "Reason");
+        assert!(reason.contains(why), "{archive}: {reason}");
+    }
+}
+
+/// Every path under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        found.push(entry.path());
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            found.extend(walk(&entry.path()));
+        }
+    }
+    found
+}
+
+#[test]
+fn a_cancel_stops_an_archive_load_at_once() {
+    require_root!();
+    if !containers_available(module_path!()) {
+        return;
+    }
+    // A podman whose load never ends (a disk that hangs), in a directory
+    // of the test's.
+    let tools = tempfile::Builder::new()
+        .prefix("ysched-podman-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(tools.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let fake = tools.path().join("podman");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = load ] && exec sleep 600; done\nexec /usr/bin/podman \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let s = Setup::new(&format!("podman = \"{}\"", fake.display()));
+    let ana = TestUser::create("ctc");
+    let archive = s.c.dir.path().join("slow.tar");
+    std::fs::write(&archive, "an archive\n").unwrap();
+    std::fs::set_permissions(&archive, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let id = s.submit_as(
+        &ana,
+        &[
+            "--container-image",
+            archive.to_str().unwrap(),
+            "--wrap",
+            "true",
+        ],
+    );
+    let loading = || {
+        let out = Command::new("pgrep")
+            .args(["-f", "sleep 600"])
+            .output()
+            .unwrap();
+        !stdout(&out).trim().is_empty()
+    };
+    common::wait_for("the load to start", LONG, loading);
+    let out = s.c.run_as(&ana.name, "yscancel", &[&id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        s.c.wait_done(id, Duration::from_secs(10)),
+        "CANCELLED",
+        "{}",
+        s.c.field(id, "Reason")
+    );
+    common::wait_for("the load to be killed", Duration::from_secs(5), || {
+        !loading()
+    });
 }
 
 #[test]

@@ -516,18 +516,51 @@ fn https_with_the_configured_certificate() {
 fn a_trusted_proxy_names_the_user_and_an_untrusted_one_is_ignored() {
     require_root!();
     let (alice, www) = (TestUser::create("wp"), TestUser::create("wq"));
+    const SECRET: &str = "0123456789abcdef0123456789abcdef";
+    let secret_dir = tempfile::tempdir().unwrap();
+    let secret_file = secret_dir.path().join("proxy.secret");
+    std::fs::write(&secret_file, format!("{SECRET}\n")).unwrap();
+    let chown = Command::new("chown")
+        .arg(&www.name)
+        .arg(&secret_file)
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&secret_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::set_permissions(secret_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let proxied = |addresses: &str| {
         Cluster::started(&format!(
-            "[web]\nuser = \"{}\"\nproxy_header = \"X-Remote-User\"\nproxy_addresses = [{addresses}]\n",
-            www.name
+            "[web]\nuser = \"{}\"\nproxy_header = \"X-Remote-User\"\nproxy_addresses = [{addresses}]\nproxy_secret_file = \"{}\"\n",
+            www.name,
+            secret_file.display()
         ))
     };
     let c = proxied("\"127.0.0.1\"");
     let web = WebServer::start(&c, &www.name);
+    // Any local account shares the proxy's address: without the proxy's
+    // secret, or with a wrong one, the header names nobody.
+    for extra in [
+        vec![],
+        vec![("X-Ysched-Proxy-Secret", "guessed-guessed-guessed-guessed")],
+    ] {
+        let mut headers = vec![("X-Remote-User", alice.name.as_str())];
+        headers.extend(extra);
+        let (status, body) = web.call("GET", "/slurm/v0.0.45/jobs", &headers, b"");
+        assert_eq!(status, 401, "{body}");
+    }
+    assert!(
+        web.log().contains("without the proxy's secret"),
+        "{}",
+        web.log()
+    );
     let (status, body) = web.call(
         "POST",
         "/slurm/v0.0.45/job/submit",
-        &[("X-Remote-User", &alice.name)],
+        &[
+            ("X-Remote-User", &alice.name),
+            ("X-Ysched-Proxy-Secret", SECRET),
+        ],
         &submit_body(&c, "#!/bin/sh\nid -un\n", "via-proxy"),
     );
     assert_eq!(status, 200, "{body}");
@@ -538,7 +571,7 @@ fn a_trusted_proxy_names_the_user_and_an_untrusted_one_is_ignored() {
     let (status, body) = web.call(
         "GET",
         "/slurm/v0.0.45/jobs",
-        &[("X-Remote-User", "root")],
+        &[("X-Remote-User", "root"), ("X-Ysched-Proxy-Secret", SECRET)],
         b"",
     );
     assert_eq!(status, 403, "{body}");
@@ -552,7 +585,10 @@ fn a_trusted_proxy_names_the_user_and_an_untrusted_one_is_ignored() {
     let (status, _) = web.call(
         "GET",
         "/slurm/v0.0.45/jobs",
-        &[("X-Remote-User", &alice.name)],
+        &[
+            ("X-Remote-User", &alice.name),
+            ("X-Ysched-Proxy-Secret", SECRET),
+        ],
         b"",
     );
     assert_eq!(status, 401);

@@ -1,7 +1,16 @@
 //! A job's image on this node, through podman's image store: found, or
-//! loaded from an archive the user may read, or pulled from an allowed
-//! registry (once per node however many jobs want it at once), then
+//! pulled from an allowed registry (once per node however many jobs want
+//! it at once), or loaded from an archive the user may read, then
 //! described: its layers, environment, working directory and digest.
+//!
+//! A user's archive never enters the node's shared store: `podman load`
+//! gives an image the names its archive claims, and moves those names
+//! away from the images that had them, so an archive tagged as the site's
+//! image would replace it for every user. Archives are loaded into a
+//! store of the job's own, in its directory, which goes with the job;
+//! only a regular file the user may read, up to `max_archive_size`, is
+//! loaded, handed to podman as a file (a pipe would be spooled to disk
+//! without bound).
 //!
 //! podman is used for what it does well (registries, archive formats,
 //! layer storage); the container itself is run by crun, in the job's own
@@ -16,7 +25,7 @@ use std::process::{Command, Stdio};
 use serde::Deserialize;
 
 use crate::config::Containers;
-use crate::model::container::{registry_of, ImageRecord, ImageSource};
+use crate::model::container::{registry_of, ImageRecord};
 
 use super::ContainerError;
 
@@ -31,10 +40,17 @@ pub struct Image {
     pub workdir: Option<String>,
 }
 
-/// podman with the site's image store.
+/// podman with the site's image store, or with a job's own.
 pub struct Store<'a> {
     pub site: &'a Containers,
+    /// A store of the job's own (its archives'), instead of the site's.
+    private: Option<PathBuf>,
+    /// Asked while podman runs: `true` (the job was cancelled) stops it.
+    cancelled: Option<&'a dyn Fn() -> bool>,
 }
+
+/// The directory of a job's own image store, in its directory.
+const ARCHIVE_STORE: &str = "archive-images";
 
 /// The part of `podman image inspect` read here.
 #[derive(Deserialize)]
@@ -64,15 +80,59 @@ struct GraphDriver {
     data: std::collections::BTreeMap<String, String>,
 }
 
-impl Store<'_> {
+impl<'a> Store<'a> {
+    /// The node's store, which every job's image names are looked up in.
+    pub fn shared(site: &'a Containers) -> Store<'a> {
+        Store {
+            site,
+            private: None,
+            cancelled: None,
+        }
+    }
+
+    /// Job `job_dir`'s own store, for the archives its user names.
+    pub fn of_job(site: &'a Containers, job_dir: &Path) -> Store<'a> {
+        Store {
+            site,
+            private: Some(job_dir.join(ARCHIVE_STORE)),
+            cancelled: None,
+        }
+    }
+
+    /// The same store, with podman stopped when `cancelled` says so.
+    pub fn stopped_when(self, cancelled: &'a dyn Fn() -> bool) -> Store<'a> {
+        Store {
+            cancelled: Some(cancelled),
+            ..self
+        }
+    }
+
     fn podman(&self) -> Command {
         let mut command = Command::new(&self.site.podman);
-        if let Some(root) = &self.site.storage {
+        if let Some(root) = &self.private {
+            command
+                .arg("--root")
+                .arg(root)
+                .arg("--runroot")
+                .arg(private_runroot(root));
+        } else if let Some(root) = &self.site.storage {
             command
                 .arg("--root")
                 .arg(root)
                 .arg("--runroot")
                 .arg(root.join("run"));
+        }
+        if self.private.is_some() {
+            // The layers are joined by overlayfs when the job starts; the
+            // store mounts nothing of its own (podman would bind its
+            // overlay directory onto itself), so that it goes with a plain
+            // removal.
+            command.args([
+                "--storage-driver",
+                "overlay",
+                "--storage-opt",
+                "overlay.skip_mount_home=true",
+            ]);
         }
         command.stdin(Stdio::null());
         command
@@ -103,9 +163,13 @@ impl Store<'_> {
         let stdout = read(child.stdout.take().map(|p| Box::new(p) as _));
         let stderr = read(child.stderr.take().map(|p| Box::new(p) as _));
         let deadline = std::time::Instant::now() + self.site.pull_timeout;
-        let waited = crate::exec::command::wait_until(&mut child, deadline)
+        let cancelled = || self.cancelled.is_some_and(|c| c());
+        let waited = crate::exec::command::wait_while(&mut child, deadline, || !cancelled())
             .map_err(|e| failed(format!("cannot wait for podman: {e}")))?;
         let Some(status) = waited else {
+            if cancelled() {
+                return Err(ContainerError::Cancelled);
+            }
             let limit = humantime::format_duration(self.site.pull_timeout);
             return Err(failed(format!("gave up after {limit} (pull_timeout)")));
         };
@@ -128,30 +192,41 @@ impl Store<'_> {
         command.status().is_ok_and(|s| s.success())
     }
 
-    /// The image a request names, made present on this node. `archive`
-    /// is the archive opened with the user's rights, for an archive image.
-    pub fn prepare(
-        &self,
-        source: &ImageSource<'_>,
-        archive: Option<&fs::File>,
-        locks: &Path,
-    ) -> Result<Image, ContainerError> {
-        match source {
-            ImageSource::Archive(path) => {
-                let file = archive.ok_or_else(|| ContainerError::Podman {
-                    what: format!("loading {path}"),
-                    message: "the archive was not opened".into(),
-                })?;
-                let name = self.load(path, file)?;
-                let mut image = self.describe(&name)?;
-                image.record.reference = path.to_string();
-                Ok(image)
-            }
-            ImageSource::Reference(reference) => {
-                self.make_present(reference, locks)?;
-                self.describe(reference)
+    /// Removes job `job_dir`'s own store, once nothing of the job runs.
+    pub fn remove_job_store(job_dir: &Path) {
+        let root = job_dir.join(ARCHIVE_STORE);
+        for dir in [private_runroot(&root), root] {
+            if dir.exists() {
+                if let Err(e) = fs::remove_dir_all(&dir) {
+                    eprintln!("ysstepd: cannot remove {}: {e}", dir.display());
+                }
             }
         }
+    }
+
+    /// The image `reference` names in the node's store, made present.
+    pub fn prepare(&self, reference: &str, locks: &Path) -> Result<Image, ContainerError> {
+        self.make_present(reference, locks)?;
+        self.describe(reference)
+    }
+
+    /// The image in archive `path` (opened with the user's rights, as
+    /// `file`), loaded into the job's own store: the steps of one job load
+    /// theirs one at a time, and each finds its own by the name it left.
+    pub fn prepare_archive(&self, path: &str, file: &fs::File) -> Result<Image, ContainerError> {
+        let Some(root) = &self.private else {
+            return Err(ContainerError::Podman {
+                what: format!("loading {path}"),
+                message: "an archive is never loaded into the node's shared store".into(),
+            });
+        };
+        check_archive(path, file, self.site.max_archive_mb)?;
+        fs::create_dir_all(root).map_err(|e| ContainerError::io("making", root, e))?;
+        let _lock = lock(&root.with_extension("lock"))?;
+        let name = self.load(path, file)?;
+        let mut image = self.describe(&name)?;
+        image.record.reference = path.to_string();
+        Ok(image)
     }
 
     /// What the store's images take, in bytes (an image under several
@@ -208,15 +283,7 @@ impl Store<'_> {
             });
         }
         fs::create_dir_all(locks).map_err(|e| ContainerError::io("making", locks, e))?;
-        let lock_path = locks.join(format!("{}.lock", lock_name(reference)));
-        let lock = fs::File::create(&lock_path)
-            .map_err(|e| ContainerError::io("opening", &lock_path, e))?;
-        // SAFETY: flock on a descriptor this function owns; released when
-        // `lock` is closed at the end of this function.
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(ContainerError::io("locking", &lock_path, e));
-        }
+        let _lock = lock(&locks.join(format!("{}.lock", lock_name(reference))))?;
         if self.exists(reference) {
             return Ok(());
         }
@@ -236,6 +303,8 @@ impl Store<'_> {
 
     /// Loads an image archive (`podman save`, `docker save`, OCI), or
     /// imports a root filesystem tar; returns the name it is stored under.
+    /// The archive is podman's standard input, which it reads as the
+    /// file it is (`--input /dev/stdin`), not as a stream it would copy.
     fn load(&self, path: &str, file: &fs::File) -> Result<String, ContainerError> {
         let input = |file: &fs::File| -> Result<Stdio, ContainerError> {
             let mut copy = file
@@ -246,9 +315,12 @@ impl Store<'_> {
             Ok(Stdio::from(copy))
         };
         let mut command = self.podman();
-        command.arg("load").stdin(input(file)?);
+        command
+            .args(["load", "--input", "/dev/stdin"])
+            .stdin(input(file)?);
         let loaded = match self.run(command, &format!("loading {path}")) {
             Ok(out) => out,
+            Err(ContainerError::Cancelled) => return Err(ContainerError::Cancelled),
             Err(load_error) => return self.import(path, file, input(file)?, load_error),
         };
         loaded
@@ -341,6 +413,59 @@ impl Store<'_> {
             workdir: inspected.config.working_dir.filter(|w| !w.is_empty()),
         })
     }
+}
+
+/// Where podman keeps the locks of a job's own store `root`: podman wants
+/// that path short (50 characters), so it is in root's /run, named by a
+/// hash of the store's; in the store itself where /run is not root's.
+fn private_runroot(root: &Path) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    let hash = ring::digest::digest(&ring::digest::SHA256, root.as_os_str().as_bytes());
+    let name: String = hash.as_ref()[..6]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        PathBuf::from(format!("/run/ysched/archive-{name}"))
+    } else {
+        root.join("run")
+    }
+}
+
+/// Holds an exclusive lock on `path` (made if missing) until dropped.
+fn lock(path: &Path) -> Result<fs::File, ContainerError> {
+    let lock = fs::File::create(path).map_err(|e| ContainerError::io("opening", path, e))?;
+    // SAFETY: flock on a descriptor this function owns; released when the
+    // file is closed.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(ContainerError::io("locking", path, e));
+    }
+    Ok(lock)
+}
+
+/// An archive is loaded only if it is a regular file of at most
+/// `limit_mb`: a device or a pipe would feed podman without end.
+fn check_archive(path: &str, file: &fs::File, limit_mb: u64) -> Result<(), ContainerError> {
+    let refuse = |why: String| ContainerError::NotAnImage {
+        path: path.to_string(),
+        why,
+    };
+    let meta = file
+        .metadata()
+        .map_err(|e| ContainerError::io("reading", Path::new(path), e))?;
+    if !meta.file_type().is_file() {
+        return Err(refuse("it is not a regular file".into()));
+    }
+    let limit = limit_mb.saturating_mul(1 << 20);
+    if meta.len() > limit {
+        return Err(refuse(format!(
+            "it is {} MiB, more than this site's max_archive_size of {limit_mb} MiB",
+            meta.len() >> 20
+        )));
+    }
+    Ok(())
 }
 
 /// podman's last words on standard error, without its `Error: `.

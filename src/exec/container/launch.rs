@@ -47,11 +47,13 @@ pub struct Payload<'a> {
     pub bundle: Bundle,
     /// The container's name for the runtime.
     pub name: String,
+    /// The job's directory, where its own image store is (its archives').
+    pub job_dir: &'a Path,
 }
 
 impl Payload<'_> {
     /// The job's batch script, in the job's directory.
-    pub fn batch<'a>(spec: &'a LaunchSpec, job_dir: &Path) -> Payload<'a> {
+    pub fn batch<'a>(spec: &'a LaunchSpec, job_dir: &'a Path) -> Payload<'a> {
         let mut args = vec![SCRIPT_INSIDE.to_string()];
         args.extend(spec.args.iter().cloned());
         Payload {
@@ -60,36 +62,51 @@ impl Payload<'_> {
             host_cwd: &spec.work_dir,
             bundle: Bundle::new(job_dir),
             name: format!("ysched-{}-{}", spec.job_id, spec.restart_count),
+            job_dir,
         }
     }
 }
 
+/// Opens an archive without waiting for a writer (a FIFO would block the
+/// supervisor until one came); what it is, is checked before loading.
+fn open_archive(path: &str) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+}
+
 /// Makes the image present and writes the bundle: everything that may
-/// take long or fail before the job's process is forked.
+/// take long or fail before the job's process is forked. `cancelled`
+/// says, while podman works, whether the job was cancelled meanwhile.
 pub fn prepare(
     spec: &LaunchSpec,
     launch: &ContainerLaunch,
     payload: Payload<'_>,
+    cancelled: &dyn Fn() -> bool,
 ) -> Result<Prepared, ContainerError> {
     let who = FsIdentity {
         user: &spec.user,
         uid: spec.uid,
         gid: spec.gid,
     };
-    let source = launch.request.source();
-    let archive = match &source {
+    let image = match launch.request.source() {
         ImageSource::Archive(path) => {
-            Some(mounts::as_user(&who, || File::open(path))?.map_err(|e| {
+            let file = mounts::as_user(&who, || open_archive(path))?.map_err(|e| {
                 ContainerError::Mount {
                     path: path.to_string(),
                     why: format!("{e} (it is read with your rights)"),
                 }
-            })?)
+            })?;
+            Store::of_job(&launch.site, payload.job_dir)
+                .stopped_when(cancelled)
+                .prepare_archive(path, &file)?
         }
-        ImageSource::Reference(_) => None,
+        ImageSource::Reference(reference) => Store::shared(&launch.site)
+            .stopped_when(cancelled)
+            .prepare(&reference, &launch.pull_locks)?,
     };
-    let store = Store { site: &launch.site };
-    let image = store.prepare(&source, archive.as_ref(), &launch.pull_locks)?;
     let bundle = payload.bundle;
     bundle.make()?;
     let cdi = super::cdi::edits_for(&launch.site.cdi_dirs, &spec.gpus)?.unwrap_or_default();

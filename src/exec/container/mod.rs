@@ -71,6 +71,8 @@ pub enum ContainerError {
     Cdi { file: PathBuf, why: String },
     #[error("cannot write the container's configuration: {0}")]
     Config(#[from] serde_json::Error),
+    #[error("cancelled while its image was being made ready")]
+    Cancelled,
 }
 
 impl ContainerError {

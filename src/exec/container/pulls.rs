@@ -278,7 +278,7 @@ impl Pulls {
 
     fn pull_now(&self, reference: &str) {
         let started = Instant::now();
-        let store = Store { site: &self.site };
+        let store = Store::shared(&self.site);
         let made = store.make_present(reference, &self.locks());
         let pulled = made.as_ref().is_ok_and(|&pulled| pulled);
         let failure = made.err().map(|e| e.to_string());
