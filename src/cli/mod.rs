@@ -365,7 +365,33 @@ pub fn init_logging(verbosity: u8) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| OneLineLog)
         .with_ansi(false)
         .try_init();
+}
+
+/// Standard error for the log, a line per event: a control character in
+/// anything a line quotes (a name a stranger sent, a job's reason) is
+/// written escaped, so no one can forge a line of the log or play on the
+/// terminal of whoever reads it.
+struct OneLineLog;
+
+impl Write for OneLineLog {
+    /// `buf` is one whole event, as the formatter writes it at once.
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        let (line, end) = match text.strip_suffix('\n') {
+            Some(line) => (line, "\n"),
+            None => (&*text, ""),
+        };
+        let line = crate::report::escape_controls(line, false);
+        let mut err = std::io::stderr().lock();
+        err.write_all(line.as_bytes())?;
+        err.write_all(end.as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
 }

@@ -315,13 +315,16 @@ fn show_audit(config: &crate::config::Config, lines: u32) -> CliResult {
                         crate::proto::Channel::Cli => String::new(),
                         other => format!("via={} ", other.as_str()),
                     };
+                    // A row is one line: a line break in what it quotes
+                    // (a name a stranger sent) cannot forge another row.
+                    let one_line = |t: &str| crate::report::escape_controls(t, false).into_owned();
                     format!(
                         "{} {} {} {via}{}{}\n",
                         crate::model::units::format_timestamp(r.time),
-                        r.actor,
-                        r.action,
+                        one_line(&r.actor),
+                        one_line(&r.action),
                         r.job_id.map(|j| format!("job={j} ")).unwrap_or_default(),
-                        r.detail
+                        one_line(&r.detail)
                     )
                 })
                 .collect();

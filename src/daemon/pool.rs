@@ -74,6 +74,7 @@ pub(super) fn start(
         conns: HashMap::new(),
         addresses: HashMap::new(),
         advertise,
+        join_refusals: Default::default(),
     }))
 }
 
@@ -186,7 +187,8 @@ impl Daemon {
                 request_pem,
             } = envelope.body
             {
-                return self.join(conn, &node, &token, &request_pem, now);
+                let from = address.map(|a| a.ip());
+                return self.join(conn, from, (&node, &token, &request_pem), now);
             }
             self.refuse_connection(conn, "this connection has no certificate: join first");
             return Ok(());
@@ -424,11 +426,15 @@ impl Daemon {
     fn join(
         &mut self,
         conn: ConnId,
-        name: &str,
-        token: &str,
-        request_pem: &str,
+        from: Option<std::net::IpAddr>,
+        (name, token, request_pem): (&str, &str, &str),
         now: i64,
     ) -> Result<(), DaemonError> {
+        // What a stranger sends is looked at before anything is written
+        // with it: a name that is no node name is refused as such.
+        if let Some(why) = malformed_join(name, token) {
+            return self.refuse_join(conn, from, "?", &why, now);
+        }
         let record = db::node_record(&self.store.db, name)?;
         let refusal = match &record {
             None => Some(format!(
@@ -450,9 +456,7 @@ impl Daemon {
             Some(_) => None,
         };
         if let Some(why) = refusal {
-            self.audit(now, name, "join-refused", None, &why)?;
-            self.refuse_connection(conn, &why);
-            return Ok(());
+            return self.refuse_join(conn, from, name, &why, now);
         }
         let pool = self.pool.as_ref().expect("joins come from the pool");
         let signed =
@@ -485,6 +489,46 @@ impl Daemon {
             },
             true,
         );
+        Ok(())
+    }
+
+    /// Refuses a join, audited and logged unless its address was refused
+    /// more than a few times this minute (then only the count is, later).
+    fn refuse_join(
+        &mut self,
+        conn: ConnId,
+        from: Option<std::net::IpAddr>,
+        name: &str,
+        why: &str,
+        now: i64,
+    ) -> Result<(), DaemonError> {
+        use super::pool_state::Recorded;
+        let recorded = match (from, self.pool.as_mut()) {
+            (Some(ip), Some(pool)) => pool.join_refusals.record(ip, Instant::now()),
+            _ => Recorded::Yes { dropped: 0 },
+        };
+        let address = from.map_or("?".to_string(), |ip| ip.to_string());
+        match recorded {
+            Recorded::Yes { dropped } => {
+                let more = if dropped > 0 {
+                    format!(
+                        " ({dropped} more from {address} in the minute before were not recorded)"
+                    )
+                } else {
+                    String::new()
+                };
+                let detail = format!("from {address}: {why}{more}");
+                self.audit(now, name, "join-refused", None, &detail)?;
+                self.refuse_connection(conn, why);
+            }
+            Recorded::No => {
+                // Closed without a word in the log or the audit table.
+                if let Some(pool) = &mut self.pool {
+                    pool.conns.remove(&conn);
+                    pool.server.close(conn, None);
+                }
+            }
+        }
         Ok(())
     }
 
@@ -783,6 +827,25 @@ impl Daemon {
 /// A node's record with its times moved by `skew` seconds (the
 /// controller's clock less the node's), so that ends are in the
 /// controller's time whatever the node's clock says.
+/// Why a join's words cannot be a join at all, if they cannot: a node
+/// name (at most 63 letters, digits, `_-.`) and a token of a sane length.
+/// The name is described, never repeated: it may be megabytes of anything.
+fn malformed_join(name: &str, token: &str) -> Option<String> {
+    if name.len() > 63 {
+        return Some(format!(
+            "a join with a node name of {} bytes (a node name has at most 63)",
+            name.len()
+        ));
+    }
+    if let Err(e) = crate::validate::node_name(name) {
+        return Some(format!("a join with a bad node name: {e}"));
+    }
+    if token.is_empty() || token.len() > 256 || !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Some(format!("a join for {name} with a token that is none"));
+    }
+    None
+}
+
 fn shifted(mut record: crate::exec::spec::ExitRecord, skew: i64) -> crate::exec::spec::ExitRecord {
     record.end_time = record.end_time.saturating_add(skew);
     record

@@ -18,6 +18,8 @@ use super::frame::Framer;
 /// Plaintext queued for sending beyond this means the peer does not read:
 /// the connection is given up rather than the memory.
 const MAX_QUEUED: usize = 64 << 20;
+/// Socket reads (of up to rustls's 16 KiB each) per `read` call.
+const READS_PER_CALL: usize = 64;
 
 pub struct Conn {
     sock: TcpStream,
@@ -49,6 +51,11 @@ impl Conn {
         self.sock.peer_addr().ok()
     }
 
+    /// The longest frame taken from the peer (see `Framer::set_limit`).
+    pub fn set_frame_limit(&mut self, limit: usize) {
+        self.framer.set_limit(limit);
+    }
+
     /// The certificate the peer presented, once the handshake is done.
     pub fn peer_certificate(&self) -> Option<&CertificateDer<'static>> {
         self.tls.peer_certificates().and_then(|c| c.first())
@@ -69,7 +76,9 @@ impl Conn {
     /// Reads what the socket has; the frames that are now whole. After
     /// the peer closes, `is_closed` says so (frames before it still come).
     pub fn read(&mut self) -> Result<Vec<Vec<u8>>, NetError> {
-        loop {
+        // A bounded share per call: a peer that never stops sending must
+        // not keep the others waiting.
+        for _ in 0..READS_PER_CALL {
             let got = match self.tls.read_tls(&mut self.sock) {
                 Ok(0) => {
                     self.closed = true;

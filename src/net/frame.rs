@@ -25,15 +25,29 @@ pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, NetError> {
     Ok(serde_json::from_slice(body)?)
 }
 
-/// Bytes as they arrive, cut into frames.
-#[derive(Default)]
+/// Bytes as they arrive, cut into frames of at most `limit` bytes.
 pub struct Framer {
     buffer: Vec<u8>,
+    limit: usize,
+}
+
+impl Default for Framer {
+    fn default() -> Framer {
+        Framer {
+            buffer: Vec::new(),
+            limit: MAX_FRAME,
+        }
+    }
 }
 
 impl Framer {
     pub fn push(&mut self, bytes: &[u8]) {
         self.buffer.extend_from_slice(bytes);
+    }
+
+    /// Frames longer than `limit` (at most [`MAX_FRAME`]) are refused.
+    pub fn set_limit(&mut self, limit: usize) {
+        self.limit = limit.min(MAX_FRAME);
     }
 
     /// The next whole frame's body, if one has arrived.
@@ -42,7 +56,7 @@ impl Framer {
             return Ok(None);
         };
         let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
-        if len > MAX_FRAME {
+        if len > self.limit {
             return Err(NetError::FrameTooLarge(len));
         }
         if self.buffer.len() < 4 + len {

@@ -4,11 +4,18 @@
 //! sends what the daemon gives it. It holds no state of the pool; the
 //! daemon decides what each frame means.
 //!
-//! What a stranger can do is bounded: at most `MAX_UNPROVEN` connections
+//! What a stranger can do is bounded, and never costs the certified nodes
+//! their service: at most `MAX_UNPROVEN` connections
 //! (`MAX_UNPROVEN_PER_ADDRESS` from one address) may be in their
 //! handshake, or without a certificate (joining), at a time, each for at
-//! most `HANDSHAKE_TIME`; more are closed at once. A refused handshake is
-//! logged, at most once a minute with a count.
+//! most `HANDSHAKE_TIME` and with frames of at most `UNPROVEN_FRAME`;
+//! beyond the per-address share a new one is closed at once, and when
+//! all are taken the oldest unproven one makes room (a node's own
+//! handshake takes milliseconds, a flood's idle connections for ever).
+//! Each wake-up serves the connections that are ready before it accepts,
+//! and accepts at most `ACCEPTS_PER_WAKE`; the unproven are counted in
+//! maps kept as they come and go, so an accept costs no scan. A refused
+//! handshake is logged, at most once a minute with a count.
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
@@ -33,6 +40,11 @@ const MAX_CONNECTIONS: usize = 4_096;
 const MAX_UNPROVEN: usize = 256;
 const MAX_UNPROVEN_PER_ADDRESS: usize = 8;
 const HANDSHAKE_TIME: Duration = Duration::from_secs(10);
+/// Connections accepted per wake-up: the rest wait in the backlog.
+const ACCEPTS_PER_WAKE: usize = 16;
+/// The longest frame from a connection without a certificate: a join
+/// (a name, a token and a certificate request) is a few KiB.
+const UNPROVEN_FRAME: usize = 64 << 10;
 
 /// What the server thread hands the daemon.
 #[derive(Debug)]
@@ -109,6 +121,7 @@ pub fn spawn(
         conns: HashMap::new(),
         next_id: 1,
         refused: Refusals::default(),
+        unproven: Unproven::default(),
     };
     std::thread::Builder::new()
         .name("ysched-pool".into())
@@ -120,15 +133,47 @@ pub fn spawn(
 struct Entry {
     conn: Conn,
     peer: Option<Subject>,
+    /// Where it came from, as accepted.
+    address: std::net::IpAddr,
     since: Instant,
     /// Whether a frame came: the daemon hears of its end only then.
     spoke: bool,
+    /// Whether it is counted among the unproven.
+    counted: bool,
 }
 
 impl Entry {
     /// In its handshake, or without a certificate: not yet a node.
     fn unproven(&self) -> bool {
         self.conn.is_handshaking() || self.peer.is_none()
+    }
+}
+
+/// The connections not yet proven, in all and per address.
+#[derive(Default)]
+struct Unproven {
+    total: usize,
+    by_address: HashMap<std::net::IpAddr, usize>,
+}
+
+impl Unproven {
+    fn add(&mut self, address: std::net::IpAddr) {
+        self.total += 1;
+        *self.by_address.entry(address).or_default() += 1;
+    }
+
+    fn remove(&mut self, address: std::net::IpAddr) {
+        self.total = self.total.saturating_sub(1);
+        if let Some(n) = self.by_address.get_mut(&address) {
+            *n -= 1;
+            if *n == 0 {
+                self.by_address.remove(&address);
+            }
+        }
+    }
+
+    fn from(&self, address: std::net::IpAddr) -> usize {
+        self.by_address.get(&address).copied().unwrap_or(0)
     }
 }
 
@@ -168,6 +213,7 @@ struct Server {
     conns: HashMap<ConnId, Entry>,
     next_id: ConnId,
     refused: Refusals,
+    unproven: Unproven,
 }
 
 impl Server {
@@ -179,11 +225,12 @@ impl Server {
                 let _ = self.wake.read();
                 self.take_orders();
             }
-            if ready.listener {
-                self.accept();
-            }
+            // The nodes first, then (a bounded number of) newcomers.
             for id in ready.conns {
                 self.serve(id, &on_event);
+            }
+            if ready.listener {
+                self.accept();
             }
             self.expire(&on_event);
         }
@@ -233,7 +280,7 @@ impl Server {
                     }
                 }
                 Order::Close(id, last) => {
-                    if let Some(mut entry) = self.conns.remove(&id) {
+                    if let Some(mut entry) = self.remove(id) {
                         if let Some(frame) = last {
                             let _ = entry.conn.send(&frame);
                         }
@@ -244,19 +291,50 @@ impl Server {
         }
     }
 
+    /// Takes connection `id` out, and out of the unproven counts.
+    fn remove(&mut self, id: ConnId) -> Option<Entry> {
+        let entry = self.conns.remove(&id)?;
+        if entry.counted {
+            self.unproven.remove(entry.address);
+        }
+        Some(entry)
+    }
+
+    /// The oldest connection not yet proven, closed to make room.
+    fn evict_oldest_unproven(&mut self) -> bool {
+        let oldest = self
+            .conns
+            .iter()
+            .filter(|(_, e)| e.counted)
+            .min_by_key(|(_, e)| e.since)
+            .map(|(id, _)| *id);
+        let Some(mut entry) = oldest.and_then(|id| self.remove(id)) else {
+            return false;
+        };
+        entry.conn.close();
+        self.refused.note(format!(
+            "{}: closed to make room for a newer connection (all {MAX_UNPROVEN} unproven places taken)",
+            entry.address
+        ));
+        true
+    }
+
     fn accept(&mut self) {
-        while let Ok((sock, address)) = self.listener.accept() {
-            let unproven: Vec<&Entry> = self.conns.values().filter(|e| e.unproven()).collect();
-            let from_there = unproven
-                .iter()
-                .filter(|e| e.conn.peer_address().map(|a| a.ip()) == Some(address.ip()))
-                .count();
-            if self.conns.len() >= MAX_CONNECTIONS
-                || unproven.len() >= MAX_UNPROVEN
-                || from_there >= MAX_UNPROVEN_PER_ADDRESS
-            {
+        for _ in 0..ACCEPTS_PER_WAKE {
+            let Ok((sock, address)) = self.listener.accept() else {
+                return;
+            };
+            if self.unproven.from(address.ip()) >= MAX_UNPROVEN_PER_ADDRESS {
                 self.refused
                     .note(format!("{address}: too many connections not yet proven"));
+                continue;
+            }
+            if self.unproven.total >= MAX_UNPROVEN && !self.evict_oldest_unproven() {
+                continue;
+            }
+            if self.conns.len() >= MAX_CONNECTIONS {
+                self.refused
+                    .note(format!("{address}: too many connections"));
                 continue;
             }
             let tls = match rustls::ServerConnection::new(self.config.clone()) {
@@ -267,14 +345,18 @@ impl Server {
                 }
             };
             match Conn::new(sock, tls) {
-                Ok(conn) => {
+                Ok(mut conn) => {
+                    conn.set_frame_limit(UNPROVEN_FRAME);
+                    self.unproven.add(address.ip());
                     self.conns.insert(
                         self.next_id,
                         Entry {
                             conn,
                             peer: None,
+                            address: address.ip(),
                             since: Instant::now(),
                             spoke: false,
+                            counted: true,
                         },
                     );
                     self.next_id += 1;
@@ -295,6 +377,12 @@ impl Server {
                 .conn
                 .peer_certificate()
                 .and_then(|c| subject_of(c).ok());
+            if entry.peer.is_some() {
+                // A node's frames may be as long as the protocol's.
+                entry.conn.set_frame_limit(super::frame::MAX_FRAME);
+                entry.counted = false;
+                self.unproven.remove(entry.address);
+            }
         }
         let result = read.and_then(|frames| {
             for body in frames {
@@ -314,7 +402,7 @@ impl Server {
             Ok(()) => None,
         };
         if let Some(why) = why {
-            let entry = self.conns.remove(&id).expect("looked up above");
+            let entry = self.remove(id).expect("looked up above");
             if entry.spoke {
                 on_event(ServerEvent::Closed { conn: id, why });
             } else {
@@ -336,7 +424,7 @@ impl Server {
             .map(|(id, _)| *id)
             .collect();
         for id in late {
-            let mut entry = self.conns.remove(&id).expect("listed above");
+            let mut entry = self.remove(id).expect("listed above");
             entry.conn.close();
             if entry.spoke {
                 on_event(ServerEvent::Closed {

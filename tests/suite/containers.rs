@@ -1332,10 +1332,19 @@ fn srun_shim(s: &Setup) -> String {
 }
 
 /// The abstract socket job `id`'s supervisor listens on for its steps.
-fn steps_socket_of(id: u64) -> String {
-    let out = Command::new("ss").args(["-xlH"]).output().unwrap();
+/// The abstract name of job `id`'s steps socket, of `spool`'s daemon
+/// (tests running beside this one have jobs of that id too): the one its
+/// supervisor (in the job directory's state.json) listens on.
+fn steps_socket_of(spool: &Path, id: u64) -> String {
+    let state = std::fs::read_to_string(spool.join(format!("jobs/{id}/state.json"))).unwrap();
+    let state: serde_json::Value = serde_json::from_str(&state).unwrap();
+    let supervisor = format!("pid={},", state["supervisor_pid"]);
+    let out = Command::new("ss").args(["-xlpH"]).output().unwrap();
+    let ours = |line: &str| line.contains(&supervisor);
     stdout(&out)
-        .split_whitespace()
+        .lines()
+        .filter(|line| ours(line))
+        .flat_map(str::split_whitespace)
         .find_map(|w| {
             w.strip_prefix('@')
                 .filter(|n| n.starts_with(&format!("ysched/job-{id}/steps-")))
@@ -1431,7 +1440,7 @@ fn a_step_container_is_only_its_users_and_ends_with_its_job(
     common::wait_for("the step to start", LONG, || {
         s.c.output_of(long).contains("up")
     });
-    let socket = steps_socket_of(long);
+    let socket = steps_socket_of(&s.c.spool, long);
     let intruder = Command::new("runuser")
         .args(["-u", &bob.name, "--", "env"])
         .arg(format!("SLURM_JOB_ID={long}"))

@@ -107,6 +107,43 @@ impl Net {
         ns
     }
 
+    /// A namespace on the bridge with `count` addresses of its own (from
+    /// .100 up): a host of many addresses, for a flood.
+    pub(crate) fn add_crowd(&mut self, count: usize) -> (String, Vec<String>) {
+        let ns = format!("ysns{}crowd", self.tag);
+        let _ = Command::new("ip").args(["netns", "del", &ns]).output();
+        ip(&["netns", "add", &ns]);
+        self.namespaces.push(ns.clone());
+        let (outer, inner) = (format!("ysv{}cr", self.tag), format!("ysi{}cr", self.tag));
+        ip(&[
+            "link", "add", &outer, "type", "veth", "peer", "name", &inner,
+        ]);
+        ip(&["link", "set", &inner, "netns", &ns]);
+        ip(&["link", "set", &outer, "master", &self.bridge()]);
+        ip(&["link", "set", &outer, "up"]);
+        let base = self.controller_ip();
+        let prefix = base.rsplit_once('.').unwrap().0.to_string();
+        let addresses: Vec<String> = (0..count)
+            .map(|k| format!("{prefix}.{}", 100 + k))
+            .collect();
+        for a in &addresses {
+            ip(&[
+                "netns",
+                "exec",
+                &ns,
+                "ip",
+                "addr",
+                "add",
+                &format!("{a}/24"),
+                "dev",
+                &inner,
+            ]);
+        }
+        ip(&["netns", "exec", &ns, "ip", "link", "set", &inner, "up"]);
+        ip(&["netns", "exec", &ns, "ip", "link", "set", "lo", "up"]);
+        (ns, addresses)
+    }
+
     fn address_of(&self, i: usize) -> String {
         let base = self.controller_ip();
         let prefix = base.rsplit_once('.').unwrap().0;
@@ -1125,4 +1162,84 @@ fn submissions_wait_for_the_agent_and_tokens_are_kept_secret(
     );
     assert!(!audit.contains(mine), "{audit}");
     let _ = &p.net;
+}
+
+/// Holds `per` idle connections from each of `addresses` to `target`,
+/// opening another at once when one is closed, for `secs` seconds; prints
+/// how many it opened again.
+const CROWD: &str = r#"
+import selectors, socket, sys, time
+host, port, addresses, per, secs = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(','), int(sys.argv[4]), float(sys.argv[5])
+sel = selectors.DefaultSelector()
+def open_from(a):
+    s = socket.socket()
+    s.setblocking(False)
+    s.bind((a, 0))
+    try:
+        s.connect((host, port))
+    except BlockingIOError:
+        pass
+    except OSError:
+        pass
+    sel.register(s, selectors.EVENT_READ, a)
+for a in addresses:
+    for _ in range(per):
+        open_from(a)
+again = 0
+until = time.time() + secs
+while time.time() < until:
+    for key, _ in sel.select(timeout=0.1):
+        s = key.fileobj
+        try:
+            data = s.recv(4096)
+        except OSError:
+            data = b''
+        if not data:
+            sel.unregister(s)
+            s.close()
+            open_from(key.data)
+            again += 1
+print(again)
+"#;
+
+#[test]
+fn a_connection_flood_from_many_addresses_takes_no_node_down() {
+    require_root_for_pool!();
+    let mut p = Pool::new(2, "");
+    p.controller.script(
+        "through.sh",
+        "#!/bin/sh\necho $SLURM_JOB_ID >> runs.log\nsleep 14\n",
+    );
+    let jobs: Vec<u64> = (0..2)
+        .map(|_| p.controller.submit(&["-G", "2", "through.sh"]))
+        .collect();
+    for &id in &jobs {
+        p.controller.wait_state(id, "RUNNING", LONG);
+    }
+    // 8 idle connections from each of 40 addresses (the per-address
+    // limit, and more than all the unproven places), for four leases.
+    let (ns, addresses) = p.net.add_crowd(40);
+    let out = Command::new("ip")
+        .args(["netns", "exec", &ns, "python3", "-c", CROWD])
+        .arg(p.net.controller_ip())
+        .arg("6820")
+        .arg(addresses.join(","))
+        .args(["8", &(4 * LEASE_SECS).to_string()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    eprintln!("the crowd opened {} connections again", stdout(&out).trim());
+    for &id in &jobs {
+        assert_eq!(
+            p.controller.wait_done(id, LONG),
+            "COMPLETED",
+            "{}",
+            p.controller.log()
+        );
+        assert_eq!(p.controller.field(id, "Restarts"), "0");
+    }
+    let log = p.controller.log();
+    assert!(!log.contains("is down"), "{log}");
+    assert_eq!(lines_of(&p, "runs.log").len(), 2);
+    p.wait_states(&[(0, "idle"), (1, "idle")]);
 }

@@ -174,3 +174,112 @@ fn a_node_renews_its_certificate_and_connects_with_the_new_one_after_the_old_exp
     assert_eq!(c.wait_done(id, LONG), "COMPLETED");
     assert_eq!(c.field(id, "NodeList"), "gpu03");
 }
+
+/// Sends a join for `node` with `token` to the pool at `address` (the
+/// authority pinned by `fingerprint`); the answer, or why there is none.
+fn hostile_join(address: &str, fingerprint: &str, node: &str, token: &str) -> String {
+    use std::time::Instant;
+    use ysched::net::frame::{decode, encode};
+    use ysched::net::message::{Envelope, FromNode, ToNode, PROTOCOL};
+    let config = ysched::net::tls::join_config(fingerprint).unwrap();
+    let mut conn = ysched::agent::session::connect(address, config).unwrap();
+    let envelope = Envelope {
+        protocol: PROTOCOL,
+        epoch: 0,
+        incarnation: 0,
+        body: FromNode::Join {
+            node: node.to_string(),
+            token: token.to_string(),
+            request_pem: String::new(),
+        },
+    };
+    if let Err(e) = conn.send(&encode(&envelope).unwrap()) {
+        return format!("not sent: {e}");
+    }
+    match conn.wait_frame(Instant::now() + Duration::from_secs(10)) {
+        Ok(frame) => match decode::<Envelope<ToNode>>(&frame) {
+            Ok(Envelope {
+                body: ToNode::Refused { reason },
+                ..
+            }) => reason,
+            other => format!("{other:?}"),
+        },
+        Err(e) => format!("no answer: {e}"),
+    }
+}
+
+#[test]
+fn a_strangers_joins_cannot_grow_the_database_or_forge_audit_rows_and_log_lines() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let pool = format!("[pool]\nlisten = \"127.0.0.1:{port}\"\nlease = \"10s\"\n");
+    let mut c = Cluster::with_gpus(&pool, "");
+    c.start();
+    let out = c.run("yscontrol", &["node", "add", "gpu02"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let words: Vec<String> = stdout(&out)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    let (address, fingerprint) = (&words[2], &words[6]);
+    let spool_size = || -> u64 {
+        std::fs::read_dir(&c.spool)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains(".db"))
+            .map(|e| e.metadata().unwrap().len())
+            .sum()
+    };
+    let before = spool_size();
+    // A 4 MB name is no frame a stranger may send.
+    let huge = "n".repeat(4 << 20);
+    let answer = hostile_join(address, fingerprint, &huge, "t");
+    assert!(
+        !answer.contains("nnnnnnnn"),
+        "{}",
+        &answer[..answer.len().min(200)]
+    );
+    // A name with a line break, and one just too long: refused as such.
+    let answer = hostile_join(
+        address,
+        fingerprint,
+        "evil\n2026-01-01 00:00:00 root cancel job=1",
+        "t",
+    );
+    assert!(answer.contains("bad node name"), "{answer}");
+    let answer = hostile_join(address, fingerprint, &"a".repeat(64), "t");
+    assert!(answer.contains("a node name of 64 bytes"), "{answer}");
+    // Many refusals from one address: a few recorded a minute.
+    for _ in 0..20 {
+        hostile_join(address, fingerprint, "nosuch", "t");
+    }
+    assert!(
+        spool_size() < before + (1 << 20),
+        "{before} -> {}",
+        spool_size()
+    );
+    let audit = stdout(&c.run("yscontrol", &["show", "audit", "--lines", "100"]));
+    let refusals = audit.lines().filter(|l| l.contains("join-refused")).count();
+    assert!(
+        (3..=6).contains(&refusals),
+        "{refusals} refusals audited:\n{audit}"
+    );
+    assert!(
+        !audit.lines().any(|l| l.starts_with("2026-01-01")),
+        "a forged row:\n{audit}"
+    );
+    assert!(
+        !c.log().lines().any(|l| l.starts_with("2026-01-01")),
+        "a forged log line:\n{}",
+        c.log()
+    );
+    // The node that is expected still joins.
+    let node = start_node(&c, "gpu02", Box::new(Steady));
+    let id = c.submit(&["-G", "1", "--wrap", "true"]);
+    c.wait_state(id, "RUNNING", LONG);
+    assert!(node.end(id, 0, 0));
+    assert_eq!(c.wait_done(id, LONG), "COMPLETED");
+}
