@@ -27,14 +27,12 @@ pub(super) fn containers(raw: RawContainers, src: &Source) -> Result<Containers,
     for m in &raw.mounts {
         mounts.extend(site_mounts(m, src)?);
     }
-    let allowed_registries = match raw.allowed_registries {
-        None => None,
-        Some(list) => Some(
-            list.into_iter()
-                .map(|r| registry(r, src, "allowed_registries"))
-                .collect::<Result<Vec<_>, _>>()?,
-        ),
-    };
+    let allowed_registries = raw
+        .allowed_registries
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| registry(r, src, "allowed_registries"))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(Containers {
         runtime: absolute(raw.runtime, "runtime")?.unwrap_or(defaults.runtime),
         podman: absolute(raw.podman, "podman")?.unwrap_or(defaults.podman),
@@ -118,7 +116,15 @@ mod tests {
     fn defaults_and_errors_that_name_the_line() {
         let c = Config::parse("", Path::new("y.toml")).unwrap().containers;
         assert_eq!(c.runtime, Path::new("/usr/bin/crun"));
-        assert!(c.may_pull_from("nvcr.io"));
+        // No registry unless the admin lists it.
+        assert!(!c.may_pull_from("nvcr.io"));
+        let any = Config::parse(
+            "[containers]\nallowed_registries = [\"*\"]\n",
+            Path::new("y.toml"),
+        )
+        .unwrap()
+        .containers;
+        assert!(any.may_pull_from("nvcr.io"));
         let c = Config::parse(
             "[containers]\nmounts = [\"/datasets:/datasets:ro\", \"/outputs\"]\nallowed_registries = [\"nvcr.io\"]\nstorage = \"/var/lib/ysched/images\"\n",
             Path::new("y.toml"),

@@ -473,8 +473,10 @@ pub struct Containers {
     pub storage: Option<PathBuf>,
     /// Mounted into every container, with the job's user's rights.
     pub mounts: Vec<crate::model::container::ContainerMount>,
-    /// Registries images may be pulled from; `None`: any.
-    pub allowed_registries: Option<Vec<String>>,
+    /// Registries images may be pulled from (`*`: any); none unless the
+    /// admin lists them (`insecure_registries` are listed too), so that a
+    /// job's image name cannot send root's podman to any host and port.
+    pub allowed_registries: Vec<String>,
     /// Jobs of root may run in containers (as root inside).
     pub allow_root: bool,
     /// Images kept present on every node that runs containers.
@@ -500,7 +502,7 @@ impl Default for Containers {
             podman: PathBuf::from("/usr/bin/podman"),
             storage: None,
             mounts: Vec::new(),
-            allowed_registries: None,
+            allowed_registries: Vec::new(),
             allow_root: false,
             prefetch: Vec::new(),
             insecure_registries: Vec::new(),
@@ -516,8 +518,9 @@ impl Containers {
     /// Whether images may be pulled from `registry`.
     pub fn may_pull_from(&self, registry: &str) -> bool {
         self.allowed_registries
-            .as_ref()
-            .is_none_or(|list| list.iter().any(|r| r == "*" || r == registry))
+            .iter()
+            .any(|r| r == "*" || r == registry)
+            || self.is_insecure(registry)
     }
 
     /// Whether `registry` is reached without checking its TLS.

@@ -65,6 +65,42 @@ impl Daemon {
         Ok(Identity { uid, user, channel })
     }
 
+    /// Records in the audit log a change asked for through the web with a
+    /// token that is not taken (forged, expired, foreign), a few a minute:
+    /// whoever sends them learns nothing, and the table does not grow
+    /// without bound.
+    pub(super) fn audit_unauthenticated(
+        &mut self,
+        envelope: &Envelope,
+        refusal: &Reply,
+        now: i64,
+    ) -> Result<(), DaemonError> {
+        use crate::proto::Request;
+        let (Reply::Unauthenticated { error }, Some(_)) = (refusal, &envelope.token) else {
+            return Ok(());
+        };
+        let action = match &envelope.request {
+            Request::Query(_) => return Ok(()),
+            Request::Control(c) => c.action(),
+            Request::Submit(_) => "submit",
+        };
+        let more = match self.unauthenticated.record((), std::time::Instant::now()) {
+            super::refusals::Recorded::No => return Ok(()),
+            super::refusals::Recorded::Yes { dropped: 0 } => String::new(),
+            super::refusals::Recorded::Yes { dropped } => {
+                format!(" ({dropped} more in the minute before were not recorded)")
+            }
+        };
+        let channel = match envelope.channel {
+            Some(Channel::Portal) => Channel::Portal,
+            _ => Channel::Rest,
+        };
+        let before = std::mem::replace(&mut self.turn.channel, channel);
+        let audited = self.audit(now, "-", action, None, &format!("refused: {error}{more}"));
+        self.turn.channel = before;
+        audited
+    }
+
     /// Records in the audit log a change asked for through the web.
     pub(super) fn audit_web(
         &mut self,

@@ -28,6 +28,7 @@ mod peers;
 mod pool;
 mod pool_state;
 mod preempt;
+mod refusals;
 mod retention;
 mod startup;
 mod state;

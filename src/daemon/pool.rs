@@ -502,7 +502,7 @@ impl Daemon {
         why: &str,
         now: i64,
     ) -> Result<(), DaemonError> {
-        use super::pool_state::Recorded;
+        use super::refusals::Recorded;
         let recorded = match (from, self.pool.as_mut()) {
             (Some(ip), Some(pool)) => pool.join_refusals.record(ip, Instant::now()),
             _ => Recorded::Yes { dropped: 0 },

@@ -29,56 +29,14 @@ pub(super) struct PoolState {
     pub(super) join_refusals: JoinRefusals,
 }
 
-/// Refused joins per address in the current minute.
-#[derive(Default)]
-pub(super) struct JoinRefusals {
-    by_address: HashMap<std::net::IpAddr, (std::time::Instant, u32)>,
-}
-
-/// Refused joins from one address recorded (audited and logged) a minute.
-const REFUSALS_RECORDED: u32 = 5;
-/// Addresses remembered at most; beyond, those of past minutes go.
-const ADDRESSES_KEPT: usize = 4_096;
-
-impl JoinRefusals {
-    /// Whether a refusal from `address` at `now` is recorded: the first
-    /// few each minute are; then one more says how many went unrecorded.
-    pub(super) fn record(
-        &mut self,
-        address: std::net::IpAddr,
-        now: std::time::Instant,
-    ) -> Recorded {
-        let minute = Duration::from_secs(60);
-        if self.by_address.len() >= ADDRESSES_KEPT {
-            self.by_address
-                .retain(|_, (since, _)| now.duration_since(*since) < minute);
-        }
-        let (since, count) = self.by_address.entry(address).or_insert((now, 0));
-        if now.duration_since(*since) >= minute {
-            let dropped = count.saturating_sub(REFUSALS_RECORDED);
-            *since = now;
-            *count = 1;
-            return Recorded::Yes { dropped };
-        }
-        *count += 1;
-        if *count <= REFUSALS_RECORDED {
-            Recorded::Yes { dropped: 0 }
-        } else {
-            Recorded::No
-        }
-    }
-}
-
-/// Whether a refusal is recorded, and how many before it were not.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Recorded {
-    Yes { dropped: u32 },
-    No,
-}
+/// Refused joins per address: recorded a few a minute each.
+pub(super) type JoinRefusals = super::refusals::RefusalLimit<std::net::IpAddr>;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use super::super::refusals::{Recorded, REFUSALS_RECORDED};
 
     #[test]
     fn refused_joins_are_recorded_a_few_a_minute_per_address() {

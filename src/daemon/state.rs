@@ -193,6 +193,7 @@ impl Daemon {
                 next_retention: Instant::now(),
                 next_police: Instant::now(),
             },
+            unauthenticated: Default::default(),
         }
     }
 }
@@ -228,6 +229,9 @@ pub(super) struct Daemon {
     /// Where notifications go, and those to send after this turn's commit.
     pub(super) notifier: notifications::Notifier,
     pub(super) timers: Timers,
+    /// Web actions refused for a token that is not taken, recorded a few
+    /// a minute (anyone on the network can send them).
+    pub(super) unauthenticated: super::refusals::RefusalLimit<()>,
 }
 
 /// The scheduling policy's inputs kept between passes, and what the last pass decided.

@@ -22,11 +22,11 @@ impl Daemon {
     ) -> Result<Reply, DaemonError> {
         let user = match user {
             Some(u) if u != who.user => {
-                // Never for root or an administrator: the web server's
-                // account is no administrator's equal.
-                let web_server = self.config.web.user.as_deref() == Some(who.user)
-                    && u != "root"
-                    && !self.config.admins.contains(&u);
+                // Never for root or an administrator, by uid (a second
+                // name of uid 0 is root): the web server's account is no
+                // administrator's equal.
+                let web_server =
+                    self.config.web.user.as_deref() == Some(who.user) && self.is_plain_user(&u);
                 if let Some(refused) =
                     super::control::admins_only(who, "make tokens for other users")
                         .filter(|_| !web_server)
@@ -64,6 +64,23 @@ impl Daemon {
             user,
             expires: now + lifespan as i64,
         })
+    }
+
+    /// Whether `name` is a user here who is neither root nor an
+    /// administrator, whatever name they go by.
+    fn is_plain_user(&self, name: &str) -> bool {
+        let uid_of = |n: &str| {
+            nix::unistd::User::from_name(n)
+                .ok()
+                .flatten()
+                .map(|u| u.uid.as_raw())
+        };
+        let Some(uid) = uid_of(name) else {
+            return false;
+        };
+        uid != 0
+            && !self.config.is_admin(uid, name)
+            && !self.config.admins.iter().any(|a| uid_of(a) == Some(uid))
     }
 
     /// What `token` says, if this controller signed it and it is valid now.

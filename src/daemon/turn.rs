@@ -510,7 +510,10 @@ impl Daemon {
             } => {
                 let identity = match self.identify(sender, &envelope, now) {
                     Ok(identity) => identity,
-                    Err(refusal) => return Ok(Handled::Reply(refusal)),
+                    Err(refusal) => {
+                        self.audit_unauthenticated(&envelope, &refusal, now)?;
+                        return Ok(Handled::Reply(refusal));
+                    }
                 };
                 self.turn.channel = identity.channel;
                 let handled = self.handle(name, identity, sender, envelope.request, now);

@@ -25,7 +25,10 @@ pub enum TailError {
 }
 
 /// The last `bytes` of `path` as user `user` (`uid`, `gid`), and whether
-/// there was more before them. Without root, only one's own files.
+/// there was more before them. Without root, only one's own files. Only a
+/// regular file is read: the child, as the user, opens it without
+/// waiting (a FIFO would block until a writer came) and gives up at once
+/// on anything else, so a user's FIFO or device holds nobody's queries.
 pub fn tail_as(
     path: &std::path::Path,
     user: &str,
@@ -34,49 +37,46 @@ pub fn tail_as(
     bytes: usize,
 ) -> Result<(Vec<u8>, bool), TailError> {
     let shown = path.display().to_string();
+    let fail = |why: String| TailError::Unreadable {
+        path: shown.clone(),
+        why,
+    };
+    let as_root = nix::unistd::geteuid().is_root();
+    if !as_root && nix::unistd::geteuid().as_raw() != uid {
+        return Err(fail("only root reads as another user".into()));
+    }
+    let groups = if as_root {
+        Some(groups_of(user, gid)?)
+    } else {
+        None
+    };
+    let file = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|e| fail(e.to_string()))?;
     let mut command = Command::new("tail");
     command
-        .args(["-c", &(bytes + 1).to_string(), "--"])
-        .arg(path)
-        .stdin(Stdio::null())
+        .args(["-c", &(bytes + 1).to_string()])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("LC_ALL", "C");
-    if nix::unistd::geteuid().is_root() {
-        let name = std::ffi::CString::new(user).map_err(|e| TailError::Groups {
-            user: user.into(),
-            why: e.to_string(),
-        })?;
-        let groups =
-            nix::unistd::getgrouplist(&name, nix::unistd::Gid::from_raw(gid)).map_err(|e| {
-                TailError::Groups {
-                    user: user.into(),
-                    why: e.to_string(),
-                }
-            })?;
-        // SAFETY: between fork and exec only async-signal-safe system
-        // calls (setgroups, setgid, setuid), on values computed before.
-        unsafe {
-            command.pre_exec(move || {
-                nix::unistd::setgroups(&groups)?;
+    // SAFETY: between fork and exec only async-signal-safe system calls
+    // (setgroups, setgid, setuid, open, fstat, dup2, close), on values
+    // computed before.
+    unsafe {
+        command.pre_exec(move || {
+            if let Some(groups) = &groups {
+                nix::unistd::setgroups(groups)?;
                 nix::unistd::setgid(nix::unistd::Gid::from_raw(gid))?;
                 nix::unistd::setuid(nix::unistd::Uid::from_raw(uid))?;
-                Ok(())
-            });
-        }
-    } else if nix::unistd::geteuid().as_raw() != uid {
-        return Err(TailError::Unreadable {
-            path: shown,
-            why: "only root reads as another user".into(),
+            }
+            open_regular_as_stdin(&file)
         });
     }
-    let fail = |why: String| TailError::Unreadable {
-        path: shown.clone(),
-        why,
-    };
-    let mut child = command.spawn().map_err(|e| fail(e.to_string()))?;
+    let mut child = command.spawn().map_err(|e| match e.raw_os_error() {
+        Some(libc::ESPIPE) => fail("it is not a regular file".into()),
+        _ => fail(e.to_string()),
+    })?;
     let waited = super::command::wait_until(&mut child, Instant::now() + DEADLINE);
     let Some(status) = waited.map_err(|e| fail(e.to_string()))? else {
         return Err(TailError::Endless { path: shown });
@@ -105,6 +105,46 @@ pub fn tail_as(
     Ok((out, more))
 }
 
+fn groups_of(user: &str, gid: u32) -> Result<Vec<nix::unistd::Gid>, TailError> {
+    let failed = |why: String| TailError::Groups {
+        user: user.into(),
+        why,
+    };
+    let name = std::ffi::CString::new(user).map_err(|e| failed(e.to_string()))?;
+    nix::unistd::getgrouplist(&name, nix::unistd::Gid::from_raw(gid))
+        .map_err(|e| failed(e.to_string()))
+}
+
+/// In the child: `file` opened without blocking, as its standard input,
+/// if it is a regular file; `ESPIPE` if it is anything else.
+fn open_regular_as_stdin(file: &std::ffi::CStr) -> std::io::Result<()> {
+    // SAFETY: open, fstat, dup2 and close on a path and a descriptor
+    // this function owns.
+    unsafe {
+        let fd = libc::open(
+            file.as_ptr(),
+            libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut stat: libc::stat = std::mem::zeroed();
+        let regular =
+            libc::fstat(fd, &mut stat) == 0 && stat.st_mode & libc::S_IFMT == libc::S_IFREG;
+        if !regular {
+            libc::close(fd);
+            return Err(std::io::Error::from_raw_os_error(libc::ESPIPE));
+        }
+        // dup2 clears close-on-exec on the copy.
+        let copied = libc::dup2(fd, 0);
+        libc::close(fd);
+        if copied < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,5 +169,12 @@ mod tests {
         );
         let missing = tail_as(&dir.path().join("none"), &user, me, gid, 4).unwrap_err();
         assert!(missing.to_string().contains("No such file"), "{missing}");
+        // A FIFO with no writer: refused at once, never waited on.
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let started = Instant::now();
+        let e = tail_as(&fifo, &user, me, gid, 4).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        assert!(started.elapsed() < DEADLINE);
     }
 }

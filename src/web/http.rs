@@ -106,6 +106,9 @@ pub fn read_request(
         let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut parsed = httparse::Request::new(&mut headers);
         match parsed.parse(&buffer) {
+            Ok(httparse::Status::Complete(head)) if head > MAX_HEAD => {
+                return Err(refuse(431, "the request's headers are too large"))
+            }
             Ok(httparse::Status::Complete(head)) => {
                 let request = head_of(&parsed, peer)?;
                 let rest = buffer.split_off(head);
@@ -169,6 +172,16 @@ fn with_body(
             411,
             "send the body with a Content-Length, not a Transfer-Encoding",
         ));
+    }
+    // Two lengths: a proxy in front may have read the other one.
+    if request
+        .headers
+        .iter()
+        .filter(|(n, _)| n == "content-length")
+        .count()
+        > 1
+    {
+        return Err(refuse(400, "the request has more than one Content-Length"));
     }
     let length = match request.header("content-length") {
         None => 0,
@@ -383,6 +396,18 @@ mod tests {
         );
         let long = format!("GET /{} HTTP/1.1\r\n", "a".repeat(MAX_HEAD + 10));
         assert_eq!(status(read(long.as_bytes(), 100)), 431);
+        // A head of 20,000 bytes that is whole by the read after the limit
+        // is too large too.
+        let padding = 20_000 - "GET / HTTP/1.1\r\nX-Big: \r\n\r\n".len();
+        let whole = format!("GET / HTTP/1.1\r\nX-Big: {}\r\n\r\n", "b".repeat(padding));
+        assert_eq!(status(read(whole.as_bytes(), 100)), 431);
+        assert_eq!(
+            status(read(
+                b"POST / HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 5\r\n\r\nhihello",
+                100
+            )),
+            400
+        );
         assert_eq!(
             status(read(
                 b"GET / HTTP/1.1\r\nContent-Length: 10\r\n\r\nshort",

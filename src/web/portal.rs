@@ -86,21 +86,23 @@ fn asset(content_type: &'static str, text: &'static str) -> Response {
 }
 
 /// `POST /login`: the token checked by asking the daemon with it; the
-/// cookie keeps it until it expires. Failures are limited per address.
+/// cookie keeps it until it expires. Failures are limited per client and
+/// claimed user (`session::SignIn`).
 fn login(ctx: &Context, sessions: &Sessions, request: &HttpRequest) -> Response {
-    if !sessions.may_try(request.peer) {
-        return Response::html(
-            429,
-            pages::login(Some("Too many failed sign-ins from here: wait a minute.")),
-        )
-        .with_header("Retry-After", "60".into());
-    }
     let form = session::form(request);
     let token = form
         .iter()
         .find(|(k, _)| k == "token")
         .map(|(_, v)| v.trim().to_string())
         .unwrap_or_default();
+    let who = session::SignIn::of(request, &token, &ctx.config.web.proxy_addresses);
+    if !sessions.may_try(&who) {
+        return Response::html(
+            429,
+            pages::login(Some("Too many failed sign-ins from here: wait a minute.")),
+        )
+        .with_header("Retry-After", "60".into());
+    }
     let caller = Caller {
         token: token.clone(),
         channel: crate::proto::Channel::Portal,
@@ -123,8 +125,8 @@ fn login(ctx: &Context, sessions: &Sessions, request: &HttpRequest) -> Response 
         Ok(_) => "ysctld gave an answer of the wrong kind".into(),
         Err(response) => return response,
     };
-    sessions.failed(request.peer);
-    tracing::info!(target: "ysched::web", "a sign-in from {} refused: {refused}", request.peer);
+    tracing::info!(target: "ysched::web", "a sign-in from {} refused: {refused}", who.client);
+    sessions.failed(who);
     Response::html(401, pages::login(Some(&refused)))
 }
 
@@ -306,16 +308,30 @@ fn job_action(page: &Page) -> Result<Response, Response> {
             let back = page
                 .request
                 .header("referer")
-                .and_then(|r| {
-                    r.split_once("://")
-                        .and_then(|(_, rest)| rest.find('/').map(|i| rest[i..].to_string()))
-                })
-                .filter(|p| p.starts_with('/') && !p.starts_with("//"))
+                .and_then(own_page)
                 .unwrap_or_else(|| format!("/job/{r}"));
             Ok(redirect(&back))
         }
         other => Ok(problem_page(page, &format!("Job {r}"), &other)),
     }
+}
+
+/// The portal page a `Referer` names, to go back to after an action: one
+/// of the portal's own lists or a job's page, with a plain query; anything
+/// else (another site, `/\\host`, a path with odd characters) is `None`.
+fn own_page(referer: &str) -> Option<String> {
+    let (_, rest) = referer.split_once("://")?;
+    let path = &rest[rest.find('/')?..];
+    let (route, query) = path.split_once('?').unwrap_or((path, ""));
+    let listed = ["/queue", "/mine", "/gpus", "/approvals", "/accounting"].contains(&route);
+    let job = route.strip_prefix("/job/").is_some_and(|id| {
+        !id.is_empty()
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.".contains(&b))
+    });
+    let plain = |b: u8| b.is_ascii_alphanumeric() || b"=&_.-,%+".contains(&b);
+    ((listed || job) && query.bytes().all(plain)).then(|| path.to_string())
 }
 
 fn submit_page(
@@ -357,5 +373,32 @@ fn submit(page: &Page, preview_only: bool) -> Result<Response, Response> {
         Reply::Submitted { job_id, .. } => Ok(redirect(&format!("/job/{job_id}"))),
         Reply::Rejected { error } => submit_page(page, &values, pages::problem(&error)),
         other => Ok(problem_page(page, "Submit a job", &other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actions_go_back_only_to_the_portals_own_pages() {
+        assert_eq!(
+            own_page("https://h/queue?state=R").as_deref(),
+            Some("/queue?state=R")
+        );
+        assert_eq!(
+            own_page("https://h:6821/job/17").as_deref(),
+            Some("/job/17")
+        );
+        for bad in [
+            "https://h//evil.example/",
+            "https://h/\\evil.example/",
+            "https://h/login",
+            "https://h/queue?x=<",
+            "/queue",
+            "https://h/job/../x",
+        ] {
+            assert_eq!(own_page(bad), None, "{bad}");
+        }
     }
 }

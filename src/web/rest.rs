@@ -207,11 +207,10 @@ fn cancel(
         },
         signal,
     };
-    let Reply::Control { outcomes, .. } = ctx.ask(Request::Control(control), caller)? else {
-        return Err(Response::error(
-            500,
-            "ysctld gave an answer of the wrong kind",
-        ));
+    let outcomes = match ctx.ask(Request::Control(control), caller)? {
+        Reply::Control { outcomes, .. } => outcomes,
+        // A token ysctld does not take is 401, as on every endpoint.
+        other => return Err(refusal(&other)),
     };
     let mut status = 200;
     let mut entries = Vec::new();

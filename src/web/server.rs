@@ -2,14 +2,18 @@
 //! takes connections from a queue as long; a connection that finds the
 //! queue full is answered 503 at once and closed, so a flood costs a
 //! bounded number of threads and sockets, and the daemon, which `yswebd`
-//! only reaches through the spool, never notices it. Every connection has
-//! read and write deadlines (a slow client holds a worker 10 s at most).
+//! only reaches through the spool, never notices it. A request has one
+//! deadline, 10 s from its connection's accept, for all of it to arrive
+//! (`Deadlined`): a client that trickles bytes loses its worker then,
+//! and one that waited in the queue past it is dropped as soon as what it
+//! sent is read; each write of the answer has 10 s.
 
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::mpsc::{sync_channel, Receiver, TrySendError};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -37,7 +41,7 @@ pub fn serve(ctx: Context) -> Result<(), WebError> {
         tracing::warn!(target: "ysched::web", "serving plain HTTP on {address}, beyond this host: tokens cross the network readable; set [web] certificate and key");
     }
     let ctx = Arc::new((ctx, super::session::Sessions::new()));
-    let (queue, taken) = sync_channel::<TcpStream>(web.max_connections);
+    let (queue, taken) = sync_channel::<(TcpStream, Instant)>(web.max_connections);
     let taken = Arc::new(Mutex::new(taken));
     for n in 0..web.max_connections {
         let (ctx, taken, tls) = (ctx.clone(), taken.clone(), tls.clone());
@@ -48,9 +52,9 @@ pub fn serve(ctx: Context) -> Result<(), WebError> {
     }
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
-        match queue.try_send(stream) {
+        match queue.try_send((stream, Instant::now() + DEADLINE)) {
             Ok(()) => {}
-            Err(TrySendError::Full(stream)) => busy(stream, tls.is_some()),
+            Err(TrySendError::Full((stream, _))) => busy(stream, tls.is_some()),
             Err(TrySendError::Disconnected(_)) => break,
         }
     }
@@ -71,7 +75,7 @@ fn busy(mut stream: TcpStream, tls: bool) {
 
 fn work(
     ctx: &(Context, super::session::Sessions),
-    taken: &Mutex<Receiver<TcpStream>>,
+    taken: &Mutex<Receiver<(TcpStream, Instant)>>,
     tls: Option<&Arc<rustls::ServerConfig>>,
 ) {
     loop {
@@ -79,12 +83,12 @@ fn work(
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .recv();
-        let Ok(stream) = next else { return };
-        let _ = stream.set_read_timeout(Some(DEADLINE));
+        let Ok((stream, deadline)) = next else { return };
         let _ = stream.set_write_timeout(Some(DEADLINE));
         let Ok(peer) = stream.peer_addr() else {
             continue;
         };
+        let stream = Deadlined { stream, deadline };
         match tls {
             None => exchange(ctx, stream, peer.ip(), false),
             Some(config) => match rustls::ServerConnection::new(config.clone()) {
@@ -123,6 +127,34 @@ fn exchange(
         response.body.len(),
         started.elapsed().as_secs_f64() * 1e3
     );
+}
+
+/// A connection whose request must have arrived by `deadline`: each read
+/// waits only for what is left of the time, and once it is past, takes
+/// only what has already come.
+struct Deadlined {
+    stream: TcpStream,
+    deadline: Instant,
+}
+
+impl Read for Deadlined {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        // A zero timeout means none: a millisecond takes what is there.
+        let wait = left.max(Duration::from_millis(1));
+        self.stream.set_read_timeout(Some(wait))?;
+        self.stream.read(buf)
+    }
+}
+
+impl Write for Deadlined {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.stream.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.stream.flush()
+    }
 }
 
 /// The server's TLS settings from PEM files.

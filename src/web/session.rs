@@ -3,7 +3,7 @@
 //! made at each start (so it needs no storage, and a restart only asks
 //! users to reload a form); a check that a state-changing request comes
 //! from this site (Origin, where the browser sends it); and a limit on
-//! failed sign-ins per address.
+//! failed sign-ins per client and user signing in (`SignIn`).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -19,7 +19,36 @@ const LOGIN_WINDOW: Duration = Duration::from_secs(60);
 
 pub struct Sessions {
     key: ring::hmac::Key,
-    failures: Mutex<HashMap<IpAddr, (Instant, u32)>>,
+    failures: Mutex<HashMap<SignIn, (Instant, u32)>>,
+}
+
+/// Who tries to sign in, as far as the limit on failures goes: the
+/// client's address (as a trusted proxy reports it in `X-Forwarded-For`,
+/// else the connection's), and the user the token claims. Behind a proxy
+/// every client shares its address: bad tokens for one user, or from one
+/// client, must not lock everyone out.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SignIn {
+    pub client: IpAddr,
+    pub user: String,
+}
+
+impl SignIn {
+    /// The sign-in `request` makes with `token`; `proxies`, the addresses
+    /// whose `X-Forwarded-For` is believed (its last entry, the one the
+    /// proxy added).
+    pub fn of(request: &Request, token: &str, proxies: &[IpAddr]) -> SignIn {
+        let forwarded = proxies
+            .contains(&request.peer)
+            .then(|| request.header("x-forwarded-for"))
+            .flatten()
+            .and_then(|list| list.rsplit(',').next())
+            .and_then(|last| last.trim().parse().ok());
+        SignIn {
+            client: forwarded.unwrap_or(request.peer),
+            user: crate::token::claimed_user(token).unwrap_or_default(),
+        }
+    }
 }
 
 impl Sessions {
@@ -63,20 +92,20 @@ impl Sessions {
         Ok(())
     }
 
-    /// Whether `peer` may try to sign in now.
-    pub fn may_try(&self, peer: IpAddr) -> bool {
+    /// Whether `who` may try to sign in now.
+    pub fn may_try(&self, who: &SignIn) -> bool {
         let mut failures = self.lock();
         failures.retain(|_, (since, _)| since.elapsed() < LOGIN_WINDOW);
-        failures.get(&peer).is_none_or(|(_, n)| *n < LOGIN_FAILURES)
+        failures.get(who).is_none_or(|(_, n)| *n < LOGIN_FAILURES)
     }
 
-    pub fn failed(&self, peer: IpAddr) {
+    pub fn failed(&self, who: SignIn) {
         let mut failures = self.lock();
-        let entry = failures.entry(peer).or_insert((Instant::now(), 0));
+        let entry = failures.entry(who).or_insert((Instant::now(), 0));
         entry.1 += 1;
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, (Instant, u32)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SignIn, (Instant, u32)>> {
         self.failures
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -166,14 +195,32 @@ mod tests {
     }
 
     #[test]
-    fn failed_sign_ins_are_limited_per_address() {
+    fn failed_sign_ins_are_limited_per_client_and_user() {
         let s = Sessions::new();
-        let peer = IpAddr::from([10, 0, 0, 1]);
+        let who = |client: [u8; 4], user: &str| SignIn {
+            client: IpAddr::from(client),
+            user: user.into(),
+        };
         for _ in 0..LOGIN_FAILURES {
-            assert!(s.may_try(peer));
-            s.failed(peer);
+            assert!(s.may_try(&who([10, 0, 0, 1], "")));
+            s.failed(who([10, 0, 0, 1], ""));
         }
-        assert!(!s.may_try(peer));
-        assert!(s.may_try(IpAddr::from([10, 0, 0, 2])));
+        assert!(!s.may_try(&who([10, 0, 0, 1], "")));
+        assert!(s.may_try(&who([10, 0, 0, 2], "")));
+        assert!(s.may_try(&who([10, 0, 0, 1], "alice")));
+    }
+
+    #[test]
+    fn behind_a_trusted_proxy_the_client_is_the_forwarded_one() {
+        let proxy = IpAddr::from([127, 0, 0, 1]);
+        let mut r = request(&[("x-forwarded-for", "203.0.113.9, 198.51.100.7")]);
+        assert_eq!(
+            SignIn::of(&r, "x", &[proxy]).client,
+            IpAddr::from([198, 51, 100, 7])
+        );
+        // From anyone else, the header counts for nothing.
+        assert_eq!(SignIn::of(&r, "x", &[]).client, proxy);
+        r.headers.clear();
+        assert_eq!(SignIn::of(&r, "x", &[proxy]).client, proxy);
     }
 }

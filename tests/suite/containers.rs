@@ -445,6 +445,64 @@ fn images_from_archives_and_the_errors_that_end_a_job_with_a_reason() {
     }
 }
 
+#[test]
+fn no_registry_is_pulled_from_unless_listed_and_a_failure_does_not_map_the_network() {
+    require_root!();
+    if !containers_available(module_path!()) {
+        return;
+    }
+    // An open port that answers, but is no registry.
+    let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let open = http.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in http.incoming().flatten() {
+            use std::io::Write;
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello");
+        }
+    });
+    let ana = TestUser::create("ctg");
+    // By default, no registry: a name cannot send the node's podman anywhere.
+    let s = Setup::new("");
+    let id = s.submit_as(
+        &ana,
+        &[
+            "--container-image",
+            &format!("127.0.0.1:{open}/x:1"),
+            "--wrap",
+            "true",
+        ],
+    );
+    assert_eq!(s.c.wait_done(id, LONG), "FAILED");
+    let reason = s.c.field(id, "Reason");
+    assert!(
+        reason.contains("is not in this site's allowed_registries"),
+        "{reason}"
+    );
+    drop(s);
+    // With any allowed, a closed port and an open one read the same.
+    let s = Setup::new("allowed_registries = [\"*\"]\npull_timeout = \"20s\"");
+    let reason_for = |port: u16| {
+        let id = s.submit_as(
+            &ana,
+            &[
+                "--container-image",
+                &format!("127.0.0.1:{port}/x:1"),
+                "--wrap",
+                "true",
+            ],
+        );
+        assert_eq!(s.c.wait_done(id, LONG), "FAILED");
+        s.c.field(id, "Reason")
+            .replace(&format!("127.0.0.1:{port}"), "127.0.0.1:PORT")
+    };
+    let (closed, answered) = (reason_for(1), reason_for(open));
+    assert_eq!(closed, answered);
+    assert!(
+        closed.contains("could not be reached as a registry"),
+        "{closed}"
+    );
+}
+
 /// The images of a store, as `NAME:TAG ID` lines, sorted.
 fn images_of(store: &Path) -> Vec<String> {
     let out = podman(store)

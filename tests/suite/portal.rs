@@ -31,9 +31,9 @@ struct Scene {
 impl Scene {
     fn new() -> Scene {
         let (alice, bob, carol, www) = (
-            TestUser::create("pa"),
-            TestUser::create("pb"),
-            TestUser::create("pc"),
+            TestUser::create("pq"),
+            TestUser::create("pr"),
+            TestUser::create("ps"),
             TestUser::create("pw"),
         );
         let c = Cluster::started(&format!(

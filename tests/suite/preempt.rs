@@ -635,3 +635,37 @@ fn a_job_may_ask_for_a_shorter_grace_and_only_some_users_for_critical() {
         assert!(out.status.success(), "{}", stderr(&out));
     }
 }
+
+#[test]
+fn an_urgent_job_starts_as_soon_as_its_victims_are_gone_not_when_their_grace_ends() {
+    let mut c = Cluster::new(&QOS.replace("grace_time = \"0:02\"", "grace_time = \"0:30\""));
+    // A kill_wait as long as the grace, as sites set it.
+    let text = std::fs::read_to_string(&c.config).unwrap();
+    std::fs::write(
+        &c.config,
+        text.replace("kill_wait = 1\n", "kill_wait = 30\n"),
+    )
+    .unwrap();
+    c.start();
+    // Each victim takes a second to save its work on SIGTERM, then exits.
+    c.script(
+        "saves.sh",
+        "#!/bin/sh\ntrap 'sleep 1; exit 0' TERM\nsleep 300 &\nwait\n",
+    );
+    let low: Vec<u64> = (0..4)
+        .map(|_| c.submit(&["-q", "low", "--gpus", "1", "saves.sh"]))
+        .collect();
+    for &id in &low {
+        c.wait_state(id, "RUNNING", LONG);
+    }
+    let submitted = std::time::Instant::now();
+    let urgent = c.submit(&["-q", "critical", "--gpus", "2", "--wrap", "true"]);
+    assert_eq!(c.wait_done(urgent, LONG), "COMPLETED");
+    // It ran as its victims ended, far inside their 30 s grace.
+    let waited = submitted.elapsed();
+    assert!(
+        waited < Duration::from_secs(10),
+        "the urgent job waited {waited:?}:\n{}",
+        c.log()
+    );
+}

@@ -295,9 +295,15 @@ impl<'a> Store<'a> {
         command.args(["--", reference]);
         self.run(command, &format!("pulling {reference}"))
             .map(drop)
-            .map_err(|e| ContainerError::Missing {
-                image: reference.to_string(),
-                why: e.to_string(),
+            .map_err(|e| {
+                // The details stay in the node's log: told to the job, a
+                // network error's words would map the network for whoever
+                // names an image.
+                tracing::warn!(target: "ysched::exec", "{e}");
+                ContainerError::Missing {
+                    image: reference.to_string(),
+                    why: pull_failure(registry, &e),
+                }
             })
     }
 
@@ -430,6 +436,29 @@ fn private_runroot(root: &Path) -> PathBuf {
         PathBuf::from(format!("/run/ysched/archive-{name}"))
     } else {
         root.join("run")
+    }
+}
+
+/// What a job is told of a failed pull from `registry`: whether the image
+/// is not there, access was refused, or the registry was not reached as
+/// one; or that the pull was given up (`pull_timeout`).
+fn pull_failure(registry: &str, error: &ContainerError) -> String {
+    let text = error.to_string().to_ascii_lowercase();
+    if text.contains("pull_timeout") {
+        return error.to_string();
+    }
+    if ["manifest unknown", "not found", "name unknown"]
+        .iter()
+        .any(|w| text.contains(w))
+    {
+        format!("{registry} has no such image")
+    } else if ["unauthorized", "denied", "authentication"]
+        .iter()
+        .any(|w| text.contains(w))
+    {
+        format!("{registry} refused access to it")
+    } else {
+        format!("{registry} could not be reached as a registry (the node's log says why)")
     }
 }
 

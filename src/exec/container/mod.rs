@@ -50,7 +50,7 @@ pub enum ContainerError {
     Podman { what: String, message: String },
     #[error("image {image} is not on this node and could not be pulled: {why}")]
     Missing { image: String, why: String },
-    #[error("image {image}: its registry {registry} is not in this site's allowed_registries")]
+    #[error("image {image}: its registry {registry} is not in this site's allowed_registries (an administrator lists it in [containers] allowed_registries)")]
     RegistryRefused { image: String, registry: String },
     #[error("{path} is not an image archive (a podman/docker save or OCI archive, or a root file system as a tar file): {why}")]
     NotAnImage { path: String, why: String },
