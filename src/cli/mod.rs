@@ -89,6 +89,30 @@ pub fn warn(command: &str, message: &str) {
     eprintln!("{command}: warning: {message}");
 }
 
+/// Inside a job, a command that may stop that very job (`scancel
+/// $SLURM_JOB_ID`, `scontrol requeue $SLURM_JOB_ID`) must get its answer
+/// and exit with it before the stop's signals end it, as under Slurm:
+/// the signals a stop sends are blocked for the rest of its life (what
+/// comes is never delivered; the grace's SIGKILL still ends one that
+/// hangs). Outside a job this does nothing.
+pub fn shield_from_own_jobs_stop() {
+    if std::env::var_os("SLURM_JOB_ID").is_none() {
+        return;
+    }
+    use nix::sys::signal::{SigSet, Signal};
+    let mut stops = SigSet::empty();
+    for s in [
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+        Signal::SIGINT,
+    ] {
+        stops.add(s);
+    }
+    let _ = stops.thread_block();
+}
+
 /// Writes to stdout; a closed pipe (`ysqueue | head`) is not an error.
 pub fn print(text: &str) -> CliResult {
     // Names, comments and paths come from users: no escape sequence of

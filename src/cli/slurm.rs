@@ -619,6 +619,28 @@ fn attached_kill_on_bad_exit(args: Vec<OsString>) -> Vec<OsString> {
         .collect()
 }
 
+/// `-w`: a step runs only on nodes of its job, as Slurm refuses one that
+/// names others.
+fn within_the_job(nodelist: Option<&str>, job_id: u64) -> CliResult {
+    use crate::model::hostlist::{compress, expand};
+    let Some(list) = nodelist else { return Ok(()) };
+    let wanted = expand(list).map_err(|e| CliError::usage(format!("-w {list}: {e}")))?;
+    let ours = std::env::var("SLURM_JOB_NODELIST")
+        .ok()
+        .and_then(|l| expand(&l).ok())
+        .or_else(|| std::env::var("SLURMD_NODENAME").ok().map(|n| vec![n]))
+        .unwrap_or_default();
+    let outside: Vec<&String> = wanted.iter().filter(|n| !ours.contains(n)).collect();
+    if outside.is_empty() {
+        return Ok(());
+    }
+    Err(CliError::failed(format!(
+        "-w {list}: {} not in job {job_id}'s allocation ({}); a step runs on its job's nodes",
+        compress(&outside),
+        compress(&ours)
+    )))
+}
+
 /// Whether the step has several tasks or nodes (else it is the job's one
 /// task, and srun becomes the command).
 fn is_wide_step(args: &SrunArgs) -> bool {
@@ -660,21 +682,22 @@ fn wide_step(args: SrunArgs, path_of: &dyn Fn(&str) -> String) -> CliResult {
         .is_some_and(|i| !i.eq_ignore_ascii_case("none"))
     {
         return Err(CliError::failed(
-            "srun: --input with several tasks or in a container is not supported here: each task reads /dev/null",
+            "--input with several tasks or in a container is not supported here: each task reads /dev/null",
         ));
     }
     let nodes = match args.nodes.as_deref() {
         None => None,
-        Some(text) => Some(crate::model::tasks::parse_nodes(text).ok_or_else(|| {
-            CliError::usage(format!("srun: --nodes={text}: expected N or MIN-MAX"))
-        })?),
+        Some(text) => Some(
+            crate::model::tasks::parse_nodes(text)
+                .ok_or_else(|| CliError::usage(format!("--nodes={text}: expected N or MIN-MAX")))?,
+        ),
     };
     let kill_on_bad_exit = match args.kill_on_bad_exit.as_deref().map(str::trim) {
         None | Some("1") => true,
         Some("0") => false,
         Some(other) => {
             return Err(CliError::usage(format!(
-                "srun: --kill-on-bad-exit={other}: expected 0 or 1"
+                "--kill-on-bad-exit={other}: expected 0 or 1"
             )))
         }
     };
@@ -684,7 +707,7 @@ fn wide_step(args: SrunArgs, path_of: &dyn Fn(&str) -> String) -> CliResult {
             .create(true)
             .append(true)
             .open(&path)
-            .map_err(|e| CliError::failed(format!("srun: cannot open {path}: {e}")))
+            .map_err(|e| CliError::failed(format!("cannot open {path}: {e}")))
     };
     let mut env = step_environment(args.export.as_deref(), std::env::vars().collect())?;
     env.retain(|(k, _)| k != "YS_STEP_KEY");
@@ -693,9 +716,9 @@ fn wide_step(args: SrunArgs, path_of: &dyn Fn(&str) -> String) -> CliResult {
         None => std::env::current_dir()?,
     };
     let container = crate::script::ContainerOptions::of(&args.container)
-        .map_err(|e| CliError::usage(format!("srun: {e}")))?
+        .map_err(|e| CliError::usage(e.to_string()))?
         .request(&cwd)
-        .map_err(|e| CliError::usage(format!("srun: {e}")))?;
+        .map_err(|e| CliError::usage(e.to_string()))?;
     super::srun::run_step(super::srun::StepRequest {
         ntasks: args.ntasks,
         nodes,
@@ -771,6 +794,7 @@ fn srun(args: SrunArgs) -> CliResult {
             node.as_deref(),
         )
     };
+    within_the_job(args.placement.nodelist.as_deref(), job_id)?;
     // A step in a container is started through the job's supervisor,
     // as the tasks of a wide step are.
     if is_wide_step(&args) || has_container_options(&args.container) {

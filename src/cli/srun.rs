@@ -63,16 +63,16 @@ impl JobNodes {
         let var = |k: &str| std::env::var(k).ok();
         let job = var("SLURM_JOB_ID")
             .and_then(|j| j.parse().ok())
-            .ok_or_else(|| CliError::failed("srun: not inside a job (no SLURM_JOB_ID)"))?;
+            .ok_or_else(|| CliError::failed("not inside a job (no SLURM_JOB_ID)"))?;
         let list = var("SLURM_JOB_NODELIST").unwrap_or_default();
         let names = crate::model::hostlist::expand(&list)
-            .map_err(|e| CliError::failed(format!("srun: SLURM_JOB_NODELIST={list}: {e}")))?;
+            .map_err(|e| CliError::failed(format!("SLURM_JOB_NODELIST={list}: {e}")))?;
         let servers = steps::servers_of_this_job()
             .filter(|s| s.len() == names.len())
             .unwrap_or_default();
         if names.len() > 1 && servers.is_empty() {
             return Err(CliError::failed(format!(
-                "srun: job {job} runs on {} nodes, but its environment does not say where their task servers are (YS_NODE_ADDRS and YS_STEP_PORTS)",
+                "job {job} runs on {} nodes, but its environment does not say where their task servers are (YS_NODE_ADDRS and YS_STEP_PORTS)",
                 names.len()
             )));
         }
@@ -92,7 +92,7 @@ pub fn run_step(mut request: StepRequest) -> CliResult {
     let here = std::env::var("SLURMD_NODENAME").unwrap_or_default();
     if job.names.len() > 1 && job.names.first() != Some(&here) {
         return Err(CliError::failed(format!(
-            "srun: a step over the job's nodes starts on its first node, {}, not on {here}",
+            "a step over the job's nodes starts on its first node, {}, not on {here}",
             job.names[0]
         )));
     }
@@ -144,7 +144,7 @@ fn layout(request: &StepRequest, job: &JobNodes) -> Result<Vec<u32>, CliError> {
     let (min, max) = request.nodes.unwrap_or((1, available));
     if min > available {
         return Err(CliError::failed(format!(
-            "srun: --nodes={min}: the job has {available} node(s) ({})",
+            "--nodes={min}: the job has {available} node(s) ({})",
             crate::model::hostlist::compress(&job.names)
         )));
     }
@@ -167,7 +167,7 @@ fn layout(request: &StepRequest, job: &JobNodes) -> Result<Vec<u32>, CliError> {
         gpus_per_task: request.gpus_per_task,
     };
     step.check()
-        .map_err(|e: LayoutError| CliError::failed(format!("srun: {e}")))?;
+        .map_err(|e: LayoutError| CliError::failed(e.to_string()))?;
     Ok(step.tasks_per_node(nodes))
 }
 
@@ -223,8 +223,7 @@ fn connect(
     order: StepOrder,
     events: &Events,
 ) -> Result<StepLink, CliError> {
-    let fail =
-        |e: crate::net::NetError| CliError::failed(format!("srun: node {}: {e}", job.names[i]));
+    let fail = |e: crate::net::NetError| CliError::failed(format!("node {}: {e}", job.names[i]));
     let (host, port) = &job.servers[i];
     let (mut link, reader) =
         StepLink::connect((host, *port), job.job, &job.key, START_WAIT).map_err(fail)?;

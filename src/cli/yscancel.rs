@@ -51,6 +51,7 @@ pub fn run_as_scancel(args: Args) -> CliResult {
 }
 
 fn cancel(args: Args, command: &str, ended_is_done: bool) -> CliResult {
+    super::shield_from_own_jobs_stop();
     let selector = JobSelector {
         job_ids: parse_job_ids(&args.jobs)?,
         user: args.user.clone(),

@@ -187,12 +187,15 @@ pub fn run(args: Args) -> CliResult {
             )
         }
         Command::Checkpoint { jobs } => checkpoint(&config, jobs),
-        Command::Requeue { jobs } => control(
-            &config,
-            Control::Requeue {
-                job_ids: parse_job_ids(&jobs)?,
-            },
-        ),
+        Command::Requeue { jobs } => {
+            super::shield_from_own_jobs_stop();
+            control(
+                &config,
+                Control::Requeue {
+                    job_ids: parse_job_ids(&jobs)?,
+                },
+            )
+        }
         Command::Suspend { jobs } => control(
             &config,
             Control::Suspend {

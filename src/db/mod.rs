@@ -187,16 +187,6 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         Hold::parse(h).ok_or_else(|| ColumnError::unknown("hold", h))
     })?;
     let gpus_alloc = required(row, 18, parse_index_list)?;
-    let exit = match (
-        row.get::<_, Option<i32>>(20)?,
-        row.get::<_, Option<i32>>(21)?,
-    ) {
-        (Some(code), signal) => Some(ExitStatus {
-            code,
-            signal: signal.unwrap_or(0),
-        }),
-        (None, _) => None,
-    };
     let constraint = optional(row, 44, |c| {
         crate::model::job::GpuConstraint::parse(c).map_err(ColumnError::invalid("GPU constraint"))
     })?;
@@ -231,7 +221,7 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         end_time: row.get(17)?,
         gpus_alloc,
         node: row.get(19)?,
-        exit,
+        exit: exit_of(row)?,
         restart_count: row.get(22)?,
         reason: row.get(23)?,
         kill_reason,
@@ -268,15 +258,31 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         nodelist: names(&row.get::<_, String>(63)?),
         exclude: names(&row.get::<_, String>(64)?),
         borrowed: row.get(65)?,
-        tasks: required(row, 66, |t| {
-            if t.is_empty() {
-                return Ok(Default::default());
-            }
-            serde_json::from_str(t).map_err(|_| ColumnError::unknown("task layout", t))
-        })?,
+        tasks: tasks_of(row)?,
         peers: names(&row.get::<_, String>(67)?),
         container: container_of(row)?,
         image: image_of(row)?,
+    })
+}
+
+/// How its last run ended: a code (and the signal that killed it), or
+/// nothing yet.
+fn exit_of(row: &Row) -> rusqlite::Result<Option<ExitStatus>> {
+    let code = row.get::<_, Option<i32>>(20)?;
+    let signal = row.get::<_, Option<i32>>(21)?;
+    Ok(code.map(|code| ExitStatus {
+        code,
+        signal: signal.unwrap_or(0),
+    }))
+}
+
+/// Its tasks and nodes, stored as JSON ('' for the default: one task).
+fn tasks_of(row: &Row) -> rusqlite::Result<crate::model::tasks::TaskLayout> {
+    required(row, 66, |t| {
+        if t.is_empty() {
+            return Ok(Default::default());
+        }
+        serde_json::from_str(t).map_err(|_| ColumnError::unknown("task layout", t))
     })
 }
 

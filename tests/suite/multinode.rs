@@ -174,6 +174,8 @@ fn srun_runs_on_a_pool_whose_nodes_are_unevenly_busy_from_the_first_node_of_the_
              echo batch=$SLURMD_NODENAME list=$SLURM_JOB_NODELIST\n\
              srun --label sh -c 'echo on=$SLURMD_NODENAME'\n\
              echo srun=$?\n\
+             srun -w gpu99 sh -c 'echo ran-outside' 2>&1\n\
+             echo outside=$?\n\
              i=0; while [ ! -e checked ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done\n"
         ),
     );
@@ -211,6 +213,18 @@ fn srun_runs_on_a_pool_whose_nodes_are_unevenly_busy_from_the_first_node_of_the_
         assert!(lines.contains(&line), "no {line:?} in {lines:?}");
     }
     assert!(lines.contains(&"srun=0".to_string()), "{lines:?}");
+    // A node outside the allocation is refused, once said.
+    assert!(lines.contains(&"outside=1".to_string()), "{lines:?}");
+    assert!(
+        lines.contains(&format!(
+            "srun: error: -w gpu99: gpu99 not in job {id}'s allocation (gpu[10-12]); a step runs on its job's nodes"
+        )),
+        "{lines:?}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains("ran-outside")),
+        "{lines:?}"
+    );
 }
 
 #[test]

@@ -669,3 +669,39 @@ fn an_urgent_job_starts_as_soon_as_its_victims_are_gone_not_when_their_grace_end
         c.log()
     );
 }
+
+#[test]
+fn a_job_that_requeues_or_cancels_itself_gets_the_answer_before_the_signal() {
+    let mut c = Cluster::new(QOS);
+    c.start();
+    let bin = crate::common::bin_dir();
+    let shims = c.dir.path().join("shims");
+    std::fs::create_dir_all(&shims).unwrap();
+    for name in ["scontrol", "scancel"] {
+        let _ = std::os::unix::fs::symlink(bin.join("ysched-slurm"), shims.join(name));
+    }
+    // As a checkpointing tool does: it traps SIGTERM itself, asks for its
+    // own requeue (or cancel) and must see the command succeed.
+    c.script(
+        "self.sh",
+        &format!(
+            "#!/bin/bash\nexport PATH={}:$PATH\nlog=$SLURM_SUBMIT_DIR/self-$SLURM_JOB_ID\n\
+             trap 'echo \"term after rc=$?\" >> $log; exit 0' TERM\n\
+             if [ \"$SLURM_RESTART_COUNT\" = 0 ]; then $1 $SLURM_JOB_ID; sleep 30 & wait; fi\n\
+             echo again >> $log\n",
+            shims.display()
+        ),
+    );
+    let requeued = c.submit(&["self.sh", "scontrol requeue"]);
+    assert_eq!(c.wait_done(requeued, LONG), "COMPLETED");
+    let log = std::fs::read_to_string(c.work.join(format!("self-{requeued}"))).unwrap();
+    // bash runs its trap once the command is done: $? is the command's.
+    assert_eq!(
+        log, "term after rc=0\nagain\n",
+        "scontrol requeue from inside"
+    );
+    let cancelled = c.submit(&["self.sh", "scancel"]);
+    assert_eq!(c.wait_done(cancelled, LONG), "CANCELLED");
+    let log = std::fs::read_to_string(c.work.join(format!("self-{cancelled}"))).unwrap();
+    assert_eq!(log, "term after rc=0\n", "scancel from inside");
+}
