@@ -821,7 +821,11 @@ fn srun(args: SrunArgs) -> CliResult {
         .env("SLURM_NPROCS", "1")
         .env("SLURM_STEP_ID", "0")
         .env("SLURM_STEPID", "0")
-        .env("SLURM_STEP_NUM_TASKS", "1");
+        .env("SLURM_STEP_NUM_TASKS", "1")
+        // A step's task leads a process group of its own, as those of
+        // wide steps do: what the batch shell runs beside it (`tee`) is
+        // no step, and a signal meant for the steps passes it by.
+        .process_group(0);
     if let Some(dir) = &args.chdir {
         command.current_dir(dir);
     }

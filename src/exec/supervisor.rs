@@ -693,13 +693,25 @@ fn signal_target(job: Pid, watch: &Watch<'_>, sig: Signal, target: SignalTarget)
             if watch.runtime {
                 shells.extend(children_of(job));
             }
+            // What the batch shell runs itself (`tee` in `srun … | tee`,
+            // `time`, `bash -c`, srun) is in the shells' process groups;
+            // srun's tasks each lead a group of their own. Only these are
+            // the job's steps, as Slurm signals them.
+            let shell_groups: Vec<Pid> = shells
+                .iter()
+                .filter_map(|&p| nix::unistd::getpgid(Some(p)).ok())
+                .collect();
             // Runtimes pass signals on: not shells, but skipped alike.
             shells.extend(watch.steps.map(StepServer::runtimes).unwrap_or_default());
             let steps: Vec<Pid> = match watch.group {
                 Some(g) => g.pids().into_iter().map(Pid::from_raw).collect(),
                 None => descendants(job).into_iter().chain(children()).collect(),
             };
-            for pid in steps.into_iter().filter(|p| !shells.contains(p)) {
+            let of_a_step = |p: &Pid| {
+                !shells.contains(p)
+                    && nix::unistd::getpgid(Some(*p)).is_ok_and(|g| !shell_groups.contains(&g))
+            };
+            for pid in steps.into_iter().filter(of_a_step) {
                 let _ = signal::kill(pid, sig);
             }
         }

@@ -239,12 +239,19 @@ fn a_second_daemon_on_the_same_cgroup_subtree_is_refused_and_kills_nothing() {
 #[test]
 fn a_step_gets_the_warning_signal_and_the_batch_shell_does_not() {
     let c = Cluster::started("");
+    let shims = c.dir.path().join("shims");
+    std::fs::create_dir_all(&shims).unwrap();
+    let _ = std::os::unix::fs::symlink(common::bin_dir().join("ysched-slurm"), shims.join("srun"));
     // A time limit of one minute and the warning 58 s before it: 2 s in.
+    // A step is what srun started, as in Slurm.
     let script = c.script(
         "steps.sh",
-        "#!/bin/bash\n\
-         bash -c 'trap \"echo step-got-usr2; exit 0\" USR2; while :; do sleep 0.1; done'\n\
-         echo batch-shell-alive\n",
+        &format!(
+            "#!/bin/bash\nexport PATH={}:$PATH\n\
+             srun bash -c 'trap \"echo step-got-usr2; exit 0\" USR2; while :; do sleep 0.1; done'\n\
+             echo batch-shell-alive\n",
+            shims.display()
+        ),
     );
     let id = c.submit(&["-t", "1", "--signal=USR2@58", script.to_str().unwrap()]);
     assert_eq!(c.wait_done(id, LONG), "COMPLETED");

@@ -705,3 +705,28 @@ fn a_job_that_requeues_or_cancels_itself_gets_the_answer_before_the_signal() {
     let log = std::fs::read_to_string(c.work.join(format!("self-{cancelled}"))).unwrap();
     assert_eq!(log, "term after rc=0\n", "scancel from inside");
 }
+
+#[test]
+fn a_signal_without_b_reaches_only_the_tasks_srun_started() {
+    let mut c = Cluster::new(QOS);
+    c.start();
+    let bin = crate::common::bin_dir();
+    let shims = c.dir.path().join("shims");
+    std::fs::create_dir_all(&shims).unwrap();
+    let _ = std::os::unix::fs::symlink(bin.join("ysched-slurm"), shims.join("srun"));
+    // The task saves and ends on USR1; tee, in the batch shell's pipeline,
+    // must not get it (it would die of it, and the task of a broken pipe).
+    c.script(
+        "piped.sh",
+        &format!(
+            "#!/bin/bash\nexport PATH={}:$PATH\nlog=$SLURM_SUBMIT_DIR/piped-$SLURM_JOB_ID\n\
+             srun sh -c \"trap 'echo task-usr1 >> $log; exit 0' USR1; echo started; while :; do sleep 0.1 & wait \\$!; done\" | tee $SLURM_SUBMIT_DIR/tee-$SLURM_JOB_ID\n\
+             echo \"pipeline ${{PIPESTATUS[*]}}\" >> $log\n",
+            shims.display()
+        ),
+    );
+    let id = c.submit(&["-t", "1", "--signal", "USR1@58", "piped.sh"]);
+    assert_eq!(c.wait_done(id, LONG), "COMPLETED", "{}", log_of(&c, id));
+    let log = std::fs::read_to_string(c.work.join(format!("piped-{id}"))).unwrap_or_default();
+    assert_eq!(log, "task-usr1\npipeline 0 0\n");
+}
