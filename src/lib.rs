@@ -21,6 +21,7 @@ pub mod report;
 pub mod sched;
 pub mod script;
 pub mod sim;
+pub mod slurm_options;
 pub mod spool;
 pub mod token;
 pub mod validate;

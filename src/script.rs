@@ -916,10 +916,26 @@ pub fn parse_directives(script: &str, source_name: &str) -> Result<Partial, Scri
         if let Some(comment) = words.iter().position(|w| w.starts_with('#')) {
             words.truncate(comment);
         }
+        // Slurm's options ysched accepts or refuses, with why.
+        let mut warnings = Vec::new();
+        let words: Vec<String> = crate::slurm_options::screen(
+            "sbatch",
+            words.into_iter().map(Into::into).collect(),
+            &mut warnings,
+        )
+        .map_err(|e| line_error(e.to_string()))?
+        .into_iter()
+        .map(|w| w.to_string_lossy().into_owned())
+        .collect();
         let parsed = DirectiveLine::try_parse_from(&words)
             .map_err(|e| line_error(describe_clap_error(&e)))?;
-        let partial =
+        let mut partial =
             Partial::from_options(parsed.options).map_err(|e| line_error(e.to_string()))?;
+        partial.warnings.extend(
+            warnings
+                .into_iter()
+                .map(|w| format!("{source_name}: line {number}: {w}")),
+        );
         merged = merged.overridden_by(partial);
     }
     Ok(merged)

@@ -75,7 +75,7 @@ fn parse(args: &[String]) -> Result<Request, CliError> {
                 ))
             }
             _ if w.starts_with('-') => {
-                return Err(CliError::usage(format!("sacctmgr: unknown option {w}")))
+                return Err(CliError::usage(format!("unknown option {w}")))
             }
             _ if verb.is_none() => verb = Some(w.to_ascii_lowercase()),
             _ if r.entity.is_none() => {
@@ -138,6 +138,12 @@ fn take_word(r: &mut Request, word: &str) -> Result<(), CliError> {
 }
 
 pub fn run(args: Vec<String>) -> CliResult {
+    if args.iter().any(|a| a == "-V" || a == "--version") {
+        return super::print(&format!(
+            "sacctmgr (ysched {})\n",
+            env!("CARGO_PKG_VERSION")
+        ));
+    }
     let request = parse(&args)?;
     let config = load_config()?;
     let entity = request.entity.expect("checked by parse");

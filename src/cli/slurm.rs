@@ -23,6 +23,24 @@ pub const COMMANDS: [&str; 9] = [
 /// Runs as `name` (the file name it was called by, or the first argument
 /// after `ysched-slurm`).
 pub fn main(name: &str, args: Vec<OsString>) -> ExitCode {
+    // Every documented option of Slurm's: honoured, accepted (with why),
+    // or refused (with why), never a bare "unexpected argument".
+    let mut warnings = Vec::new();
+    let args = match crate::slurm_options::screen(name, args, &mut warnings) {
+        Ok(args) => args,
+        Err(refusal) => {
+            eprintln!("{name}: error: {refusal}");
+            return ExitCode::from(1);
+        }
+    };
+    for w in warnings {
+        eprintln!("{name}: warning: {w}");
+    }
+    let args = if name == "sacct" {
+        whole_jobs_of_steps(args)
+    } else {
+        args
+    };
     let argv = |args: Vec<OsString>| -> Vec<OsString> {
         std::iter::once(OsString::from(name)).chain(args).collect()
     };
@@ -78,6 +96,42 @@ pub fn main(name: &str, args: Vec<OsString>) -> ExitCode {
     }
 }
 
+/// `sacct -j 16.batch,16.0`: Slurm's step ids, read as their job (its
+/// record has what the steps ran).
+fn whole_jobs_of_steps(args: Vec<OsString>) -> Vec<OsString> {
+    let as_job = |list: &str| -> String {
+        let mut ids: Vec<&str> = Vec::new();
+        for id in list.split(',') {
+            let job = id.split('.').next().unwrap_or(id);
+            if !ids.contains(&job) {
+                ids.push(job);
+            }
+        }
+        ids.join(",")
+    };
+    let mut out = Vec::with_capacity(args.len());
+    let mut value_next = false;
+    for arg in args {
+        let text = arg.to_string_lossy().into_owned();
+        if std::mem::take(&mut value_next) {
+            out.push(as_job(&text).into());
+            continue;
+        }
+        match text.split_once('=') {
+            Some(("--jobs", list)) => out.push(format!("--jobs={}", as_job(list)).into()),
+            _ if text == "-j" || text == "--jobs" => {
+                value_next = true;
+                out.push(arg);
+            }
+            _ if text.starts_with("-j") && text.len() > 2 => {
+                out.push(format!("-j{}", as_job(&text[2..])).into())
+            }
+            _ => out.push(arg),
+        }
+    }
+    out
+}
+
 /// The columns squeue shows when asked for none: `$SQUEUE_FORMAT`, else
 /// Slurm's default (ysqueue's own default is laid out for GPUs).
 const SQUEUE_DEFAULT: &str = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R";
@@ -102,10 +156,11 @@ fn with_slurm_exit<A>(
     match parsed {
         Ok(args) => match run(args) {
             Ok(()) => ExitCode::SUCCESS,
+            // An error without a word is a status to pass on (`sbatch
+            // --wait`: the job's exit code).
+            Err(e) if e.message.is_empty() => ExitCode::from(e.code),
             Err(e) => {
-                if !e.message.is_empty() {
-                    eprintln!("{name}: error: {}", e.message);
-                }
+                eprintln!("{name}: error: {}", e.message);
                 ExitCode::from(1)
             }
         },
@@ -200,11 +255,30 @@ fn sinfo_header(code: char) -> Option<String> {
             'c' => "CPUS",
             'm' => "MEMORY",
             'E' => "REASON",
+            'p' => "PRIO_TIER",
+            'I' => "PRIO_JOB_FACTOR",
+            'h' => "OVERSUBSCRIBE",
+            'r' => "ROOT",
+            's' => "JOB_SIZE",
+            'g' => "GROUPS",
+            'L' => "DEFAULTTIME",
+            'M' => "PREEMPT_MODE",
+            'n' => "HOSTNAMES",
+            'o' => "NODE_ADDR",
+            'w' => "WEIGHT",
+            'A' => "NODES(A/I)",
+            'F' => "NODES(A/I/O/T)",
+            c if SINFO_NOT_KEPT.contains(c) => "N/A",
             _ => return None,
         }
         .to_string(),
     )
 }
+
+/// sinfo's letters for what ysched does not keep (features, sockets,
+/// CPU load, reasons' times and users, versions...): shown `N/A`, as
+/// Slurm shows a value it does not have.
+const SINFO_NOT_KEPT: &str = "bBCdefHOSuUvVXYZz";
 
 /// One cell of sinfo's line for `nodes` (of one state).
 fn sinfo_cell(code: char, nodes: &[&NodeInfo]) -> Option<String> {
@@ -232,8 +306,40 @@ fn sinfo_cell(code: char, nodes: &[&NodeInfo]) -> Option<String> {
         'c' => first.cpus.to_string(),
         'm' => first.memory_mb.to_string(),
         'E' => first.reason.clone().unwrap_or_else(|| "none".into()),
+        // One partition, open to all, with no limits of its own.
+        'p' | 'I' | 'w' => "1".into(),
+        'h' => "NO".into(),
+        'r' => "no".into(),
+        's' => "1-infinite".into(),
+        'g' => "all".into(),
+        'L' => "n/a".into(),
+        'M' => "OFF".into(),
+        'n' | 'o' => nodes
+            .iter()
+            .map(|n| n.name.as_str())
+            .collect::<Vec<_>>()
+            .join(","),
+        'A' | 'F' => node_counts(code, nodes),
+        c if SINFO_NOT_KEPT.contains(c) => "N/A".into(),
         _ => return None,
     })
+}
+
+/// `%A` (allocated/idle) and `%F` (allocated/idle/other/total) node counts.
+fn node_counts(code: char, nodes: &[&NodeInfo]) -> String {
+    let count = |states: &[&str]| {
+        nodes
+            .iter()
+            .filter(|n| states.contains(&n.state.as_str()))
+            .count()
+    };
+    let allocated = count(&["alloc", "mix"]);
+    let idle = count(&["idle"]);
+    let other = nodes.len() - allocated - idle;
+    match code {
+        'A' => format!("{allocated}/{idle}"),
+        _ => format!("{allocated}/{idle}/{other}/{}", nodes.len()),
+    }
 }
 
 /// `gpu:a100:4,gpu:t4:2`, Slurm's way of writing a node's GPUs.
@@ -274,7 +380,7 @@ fn render_format(format: &str, value: impl Fn(char) -> Option<String>) -> Result
         };
         let text = value(code).ok_or_else(|| {
             CliError::failed(format!(
-                "invalid format code %{code} (sinfo here knows %P %R %a %l %D %t %T %N %G %c %m)"
+                "invalid format code %{code}: not one of sinfo's (contrib/slurm-compat/README.md lists them)"
             ))
         })?;
         match width.parse::<usize>() {
@@ -312,9 +418,7 @@ fn scontrol(args: ScontrolArgs) -> CliResult {
         ["ping"] => return ping(),
         ["show", "job", ..] | ["show", "jobs", ..] | ["show", "jobid", ..] => {
             let Some(job) = words.get(2) else {
-                return Err(CliError::failed(
-                    "scontrol show job: give a job id (ysched shows one job at a time)",
-                ));
+                return super::yscontrol::show_all_jobs(&load_config()?);
             };
             C::Show {
                 what: S::Job { job: job.clone() },

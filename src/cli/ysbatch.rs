@@ -38,6 +38,10 @@ pub struct Args {
     /// With --test-only: the answer as JSON on standard output
     #[arg(long, requires = "test_only")]
     pub json: bool,
+    /// Wait until the job (every task of an array) has ended, and exit
+    /// with its exit code (the highest of its tasks')
+    #[arg(short = 'W', long, conflicts_with = "test_only")]
+    pub wait: bool,
     /// The job script (default: standard input)
     #[arg(value_name = "SCRIPT")]
     pub script: Option<PathBuf>,
@@ -162,7 +166,47 @@ pub fn run(args: Args) -> CliResult {
         test_only: args.test_only,
         json: args.json,
     };
-    answer(sent, &shown)
+    match answer(sent, &shown)? {
+        Some(id) if args.wait => wait_for_end(&config, id),
+        _ => Ok(()),
+    }
+}
+
+/// `--wait`: polls the job until it (every task of an array) has ended;
+/// exits with its exit code, or 1 for one that ended without one
+/// (cancelled before it ran).
+fn wait_for_end(config: &crate::config::Config, id: u64) -> CliResult {
+    use crate::proto::Query;
+    let mut pause = Duration::from_millis(200);
+    loop {
+        let reply = super::query("ysbatch", config, Query::Job(crate::array::JobRef::Id(id)))?;
+        let jobs = match reply {
+            Reply::Jobs { jobs, .. } if !jobs.is_empty() => jobs,
+            Reply::Rejected { error } => return Err(CliError::failed(error)),
+            _ => return Err(CliError::failed(format!("job {id} is no longer known"))),
+        };
+        if jobs.iter().all(|v| !v.job.state.is_active()) {
+            let code = jobs
+                .iter()
+                .map(|v| match (v.job.state, v.job.exit) {
+                    (crate::model::job::JobState::Completed, _) => 0,
+                    (_, Some(e)) if e.signal != 0 => 128 + e.signal,
+                    (_, Some(e)) if e.code != 0 => e.code,
+                    _ => 1,
+                })
+                .max()
+                .unwrap_or(0);
+            return match code {
+                0 => Ok(()),
+                code => Err(CliError {
+                    code: code.clamp(1, 255) as u8,
+                    message: String::new(),
+                }),
+            };
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_secs(2));
+    }
 }
 
 /// The sender's token (`SLURM_JWT`, as Slurm's clients set it), taken
@@ -185,8 +229,9 @@ struct Shown {
 
 /// Waits for the daemon's answer and shows it: the job id, the
 /// test-only forecast, the refusal; without an answer in time the
-/// submission stays spooled (a test-only one is taken back).
-fn answer(mut sent: crate::spool::SentRequest, shown: &Shown) -> CliResult {
+/// submission stays spooled (a test-only one is taken back). The id of
+/// a job submitted.
+fn answer(mut sent: crate::spool::SentRequest, shown: &Shown) -> Result<Option<u64>, CliError> {
     let daemon = shown.daemon;
     match sent.wait(reply_timeout(Duration::from_secs(5)))? {
         Some(Reply::Submitted { job_id, warning }) => {
@@ -194,12 +239,13 @@ fn answer(mut sent: crate::spool::SentRequest, shown: &Shown) -> CliResult {
                 warn("ysbatch", &w);
             }
             if shown.parsable {
-                print(&format!("{job_id}\n"))
+                print(&format!("{job_id}\n"))?;
             } else {
-                print(&format!("Submitted batch job {job_id}\n"))
+                print(&format!("Submitted batch job {job_id}\n"))?;
             }
+            Ok(Some(job_id))
         }
-        Some(Reply::TestOnly(answer)) => print_test_only(&answer, shown.json),
+        Some(Reply::TestOnly(answer)) => print_test_only(&answer, shown.json).map(|()| None),
         Some(Reply::Rejected { error }) => Err(CliError::failed(error)),
         Some(other) => Err(CliError::failed(format!(
             "unexpected reply from {daemon}: {other:?}"
@@ -217,6 +263,7 @@ fn answer(mut sent: crate::spool::SentRequest, shown: &Shown) -> CliResult {
                 &format!("{daemon} has not answered yet"),
                 shown.parsable,
             )
+            .map(|()| None)
         }
     }
 }

@@ -340,6 +340,26 @@ fn show_audit(config: &crate::config::Config, lines: u32) -> CliResult {
     }
 }
 
+/// `scontrol show job` with no id: every job in the queue, as Slurm
+/// shows those slurmctld holds, a blank line between them.
+pub fn show_all_jobs(config: &crate::config::Config) -> CliResult {
+    let all = Query::Queue {
+        filter: crate::proto::JobFilter::default(),
+        fields: None,
+    };
+    match query("scontrol", config, all)? {
+        Reply::Jobs { jobs, .. } if jobs.is_empty() => print("No jobs in the system\n"),
+        Reply::Jobs { jobs, now } => {
+            let text: Vec<String> = jobs.iter().map(|j| show_job(j, now)).collect();
+            print(&text.join("\n"))
+        }
+        Reply::Rejected { error } => Err(CliError::failed(error)),
+        other => Err(CliError::failed(format!(
+            "unexpected reply from ysctld: {other:?}"
+        ))),
+    }
+}
+
 /// `yscontrol show job ID`.
 fn show_one_job(config: &crate::config::Config, job: &String) -> CliResult {
     let ids = parse_job_ids(std::slice::from_ref(job))?;

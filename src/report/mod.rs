@@ -97,7 +97,103 @@ pub enum Field {
     /// The container image: as resolved by its run (`NAME@sha256:…`), or
     /// as asked for until it ran.
     ContainerImage,
+    /// One of sacct's fields that ysched does not keep (`AveDiskRead`,
+    /// `ConsumedEnergy`...): shown empty, as sacct shows a field with no
+    /// value, under its own name ([`SACCT_NOT_KEPT`]).
+    NotKept,
+    /// One of squeue's letters for what ysched does not keep per job
+    /// ([`SQUEUE_NOT_KEPT`]): shown `N/A`, as squeue shows a value it does
+    /// not have.
+    NotAvailable,
 }
+
+/// squeue's letters for what ysched does not keep per job: sockets,
+/// cores and threads, features, licenses, temporary disk, the command,
+/// the group, requested and excluded node lists, the reservation...
+pub const SQUEUE_NOT_KEPT: &str = "BGHIJOWXYcdfghnopsvwxz";
+
+/// sacct 22.05's fields ysched does not keep: accepted in `--format` and
+/// shown empty, so that a tool asking for them reads its other fields.
+pub const SACCT_NOT_KEPT: &[&str] = &[
+    "AdminComment",
+    "AllocNodes",
+    "AssocID",
+    "AveCPU",
+    "AveCPUFreq",
+    "AveDiskRead",
+    "AveDiskWrite",
+    "AvePages",
+    "AveRSS",
+    "AveVMSize",
+    "BlockID",
+    "CPUTime",
+    "CPUTimeRAW",
+    "Cluster",
+    "Constraints",
+    "ConsumedEnergy",
+    "ConsumedEnergyRaw",
+    "Container",
+    "DBIndex",
+    "DerivedExitCode",
+    "Flags",
+    "GID",
+    "Group",
+    "Layout",
+    "MaxDiskRead",
+    "MaxDiskReadNode",
+    "MaxDiskReadTask",
+    "MaxDiskWrite",
+    "MaxDiskWriteNode",
+    "MaxDiskWriteTask",
+    "MaxPages",
+    "MaxPagesNode",
+    "MaxPagesTask",
+    "MaxRSSNode",
+    "MaxRSSTask",
+    "MaxVMSize",
+    "MaxVMSizeNode",
+    "MaxVMSizeTask",
+    "McsLabel",
+    "MinCPU",
+    "MinCPUNode",
+    "MinCPUTask",
+    "NCPUS",
+    "NTasks",
+    "QOSRAW",
+    "ReqCPUFreq",
+    "ReqCPUFreqGov",
+    "ReqCPUFreqMax",
+    "ReqCPUFreqMin",
+    "ReqNodes",
+    "Reservation",
+    "ReservationId",
+    "Reserved",
+    "ResvCPU",
+    "ResvCPURAW",
+    "SubmitLine",
+    "Suspended",
+    "SystemCPU",
+    "SystemComment",
+    "TRESUsageInAve",
+    "TRESUsageInMax",
+    "TRESUsageInMaxNode",
+    "TRESUsageInMaxTask",
+    "TRESUsageInMin",
+    "TRESUsageInMinNode",
+    "TRESUsageInMinTask",
+    "TRESUsageOutAve",
+    "TRESUsageOutMax",
+    "TRESUsageOutMaxNode",
+    "TRESUsageOutMaxTask",
+    "TRESUsageOutMin",
+    "TRESUsageOutMinNode",
+    "TRESUsageOutMinTask",
+    "TRESUsageOutTot",
+    "TimelimitRaw",
+    "UserCPU",
+    "WCKey",
+    "WCKeyID",
+];
 
 impl Field {
     /// Whether the field shows a job's priority or its factors, which a
@@ -173,6 +269,8 @@ impl Field {
             Field::ArrayTaskId => "ARRAY_TASK_ID",
             Field::Partition => "PARTITION",
             Field::ContainerImage => "CONTAINER_IMAGE",
+            Field::NotKept => "",
+            Field::NotAvailable => "N/A",
         }
     }
 
@@ -209,6 +307,7 @@ impl Field {
             'k' => Field::Comment,
             'E' => Field::Dependency,
             'P' => Field::Partition,
+            c if SQUEUE_NOT_KEPT.contains(c) => Field::NotAvailable,
             _ => return None,
         })
     }
@@ -309,6 +408,8 @@ impl Field {
         // Every field in exactly one group: the compiler checks that
         // none is left out.
         let text = match self {
+            Field::NotKept => return Cow::Borrowed(""),
+            Field::NotAvailable => return Cow::Borrowed("N/A"),
             Field::JobId
             | Field::JobIdRaw
             | Field::ArrayJobId
@@ -921,13 +1022,22 @@ pub fn parse_sacct_format(format: &str) -> Result<Vec<Column>, FormatError> {
     for item in format.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (name, width) = split_width(item)?;
         let width = width.map_or(Width::Auto, Width::Exact);
-        let (canonical, field) = Field::from_sacct_name(name).ok_or_else(|| {
-            let known: Vec<&str> = Field::SACCT.iter().map(|(n, _)| *n).collect();
-            FormatError::UnknownField {
-                name: name.to_string(),
-                known: known.join(", "),
-            }
-        })?;
+        let not_kept = || {
+            SACCT_NOT_KEPT
+                .iter()
+                .find(|n| n.eq_ignore_ascii_case(name))
+                .map(|n| (*n, Field::NotKept))
+        };
+        let (canonical, field) =
+            Field::from_sacct_name(name)
+                .or_else(not_kept)
+                .ok_or_else(|| {
+                    let known: Vec<&str> = Field::SACCT.iter().map(|(n, _)| *n).collect();
+                    FormatError::UnknownField {
+                        name: name.to_string(),
+                        known: known.join(", "),
+                    }
+                })?;
         columns.push(Column {
             field,
             header: canonical.to_string(),
@@ -1233,10 +1343,10 @@ mod tests {
             lines[2],
             "   18 tra|PD 0:00 30:00 gres/gpu:a100:2 (Resources) %"
         );
-        assert!(parse_squeue_format("%z")
+        assert!(parse_squeue_format("%$")
             .unwrap_err()
             .to_string()
-            .contains("unknown format code %z"));
+            .contains("unknown format code %$"));
         assert!(parse_squeue_format("no codes").is_err());
     }
 

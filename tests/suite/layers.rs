@@ -9,11 +9,12 @@ use std::path::{Path, PathBuf};
 
 /// Each top-level module's layer, lowest first; a module may use only
 /// modules of a lower layer (and its own files).
-const LAYERS: [(&str, u32); 16] = [
+const LAYERS: [(&str, u32); 17] = [
     ("model", 0),
     ("config", 1),
     ("array", 2),
     ("validate", 2),
+    ("slurm_options", 2),
     ("gpu", 2),
     ("token", 2),
     ("sched", 3),

@@ -137,3 +137,177 @@ fn export_slurm_writes_slurms_files_and_keeps_what_is_there() {
         "edited"
     );
 }
+
+/// The rows of contrib/slurm-compat/README.md's table between `start`
+/// and `end`, as their cells.
+fn readme_rows(start: &str, end: &str) -> Vec<Vec<String>> {
+    let readme = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("contrib/slurm-compat/README.md"),
+    )
+    .unwrap();
+    let from = readme.find(start).expect("the table's start marker");
+    let to = readme[from..].find(end).expect("the table's end marker") + from;
+    readme[from..to]
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| command") && !l.starts_with("|---"))
+        .map(|l| {
+            l.trim_matches('|')
+                .split(" | ")
+                .map(|c| c.trim().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+/// One Slurm command line, as a tool runs it: its exit code and stderr.
+fn slurm(c: &Cluster, command: &str, args: &[&str]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(bin_dir().join("ysched-slurm"))
+        .arg(command)
+        .args(args)
+        .env("YS_CONF", &c.config)
+        .env_remove("SLURM_JOB_ID")
+        .current_dir(&c.work)
+        .output()
+        .unwrap();
+    (out.status.code(), stderr(&out))
+}
+
+#[test]
+fn every_documented_slurm_option_does_what_the_compat_table_says() {
+    let c = Cluster::started("");
+    let table = readme_rows("<!-- options:", "<!-- end of options -->");
+    assert!(table.len() > 350, "{} rows", table.len());
+    let mut wrong = Vec::new();
+    for row in &table {
+        let (command, decision) = (row[0].as_str(), row[2].as_str());
+        for name in row[1].split(", ").map(|n| n.trim_matches('`')) {
+            // A value where the option takes one: a wrong value is the
+            // option's own error, never "unexpected argument".
+            let with = [name, "1"];
+            let operands: &[&str] = match command {
+                "sbatch" => &["-H", "--wrap", "true"],
+                "srun" => &["true"],
+                "scancel" => &["999999"],
+                "scontrol" => &["ping"],
+                "sacctmgr" => &["list", "qos"],
+                _ => &[],
+            };
+            let (mut code, mut err) = slurm(&c, command, &[&with[..], operands].concat());
+            if err.contains("unexpected argument '1'") || err.contains("unknown option 1") {
+                (code, err) = slurm(&c, command, &[&[name][..], operands].concat());
+            }
+            let unknown = err.contains("unexpected argument") || err.contains("unknown option");
+            let warned = err.contains(&format!("warning: {name} is accepted"));
+            let refused = err.contains(&format!("error: {name} is not supported here: "));
+            let right = match decision {
+                "honoured" | "honoured as" => !unknown && !warned && !refused,
+                "accepted" => !unknown && !warned && !refused,
+                "accepted, with a warning" => warned && !unknown,
+                "refused" => refused && code == Some(1),
+                other => panic!("a decision the table does not know: {other}"),
+            };
+            if !right {
+                wrong.push(format!(
+                    "{command} {name} ({decision}): exit {code:?}: {}",
+                    err.trim()
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn every_format_letter_and_field_of_slurms_is_shown() {
+    let c = Cluster::started("");
+    let id = c.submit(&["-H", "--wrap", "true"]);
+    for row in readme_rows("<!-- letters:", "<!-- end of letters -->") {
+        let command = row[0].as_str();
+        for item in row[2].split(' ').chain(row[3].split(' ')) {
+            let args: Vec<String> = match command {
+                "sacct" => vec!["-j".into(), id.to_string(), "-o".into(), item.into()],
+                _ => vec!["-o".into(), item.into()],
+            };
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let (code, err) = slurm(&c, command, &args);
+            assert_eq!(code, Some(0), "{command} -o {item}: {err}");
+        }
+    }
+    let _ = stdout;
+}
+
+/// A Slurm command's exit code, stdout and stderr.
+fn slurm_out(c: &Cluster, command: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(bin_dir().join("ysched-slurm"))
+        .arg(command)
+        .args(args)
+        .env("YS_CONF", &c.config)
+        .env_remove("SLURM_JOB_ID")
+        .current_dir(&c.work)
+        .output()
+        .unwrap();
+    (out.status.code(), stdout(&out), stderr(&out))
+}
+
+#[test]
+fn the_lines_real_tools_stopped_on_now_work() {
+    let c = Cluster::started("");
+    // A GPU partition found from sinfo -a with %p.
+    let (code, out, err) = slurm_out(&c, "sinfo", &["-a", "-h", "-o", "%P %G %l %p %c %m"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.starts_with("ysched* gpu:a100:4 infinite 1 16 65536"),
+        "{out}"
+    );
+    // sbatch -W waits and exits as the job did.
+    let (code, out, err) = slurm_out(&c, "sbatch", &["-W", "--wrap", "sleep 0.5; exit 3"]);
+    assert_eq!(code, Some(3), "{out}{err}");
+    assert!(out.starts_with("Submitted batch job "), "{out}");
+    let waited: u64 = out.trim().rsplit(' ').next().unwrap().parse().unwrap();
+    assert_eq!(c.state(waited), "FAILED");
+    let (code, _, err) = slurm_out(&c, "sbatch", &["--wait", "--wrap", "true"]);
+    assert_eq!(code, Some(0), "{err}");
+    // Step ids as their job's.
+    for ids in [format!("{waited}.batch"), format!("{waited}.0,{waited}.1")] {
+        let (code, out, err) =
+            slurm_out(&c, "sacct", &["-n", "-P", "-j", &ids, "-o", "JobID,State"]);
+        assert_eq!(code, Some(0), "{err}");
+        assert_eq!(out.trim(), format!("{waited}|FAILED"), "{ids}");
+    }
+    // scontrol show job with no id: every job.
+    let held: Vec<u64> = (0..2)
+        .map(|_| c.submit(&["-H", "--wrap", "true"]))
+        .collect();
+    let (code, out, err) = slurm_out(&c, "scontrol", &["show", "job"]);
+    assert_eq!(code, Some(0), "{err}");
+    for id in &held {
+        assert!(out.contains(&format!("JobId={id} ")), "{out}");
+    }
+    // scancel -Q cancels, quietly.
+    let (code, out, err) = slurm_out(&c, "scancel", &["-Q", &held[0].to_string()]);
+    assert_eq!((code, out.as_str(), err.as_str()), (Some(0), "", ""));
+    assert_eq!(
+        c.wait_done(held[0], std::time::Duration::from_secs(10)),
+        "CANCELLED"
+    );
+    let (code, _, _) = slurm_out(&c, "scancel", &["--quiet", &held[1].to_string()]);
+    assert_eq!(code, Some(0));
+    // #SBATCH lines go through the same table, with their line numbers.
+    c.script(
+        "bb.sh",
+        "#!/bin/sh\n#SBATCH --acctg-freq=30\n#SBATCH --bb=capacity=1G\ntrue\n",
+    );
+    let (code, _, err) = slurm_out(&c, "sbatch", &["bb.sh"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("bb.sh: line 3: --bb is not supported here: there are no burst buffers here"),
+        "{err}"
+    );
+    c.script("freq.sh", "#!/bin/sh\n#SBATCH --acctg-freq=30 -H\ntrue\n");
+    let (code, _, err) = slurm_out(&c, "sbatch", &["freq.sh"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("freq.sh: line 2: --acctg-freq is accepted and changes nothing here"),
+        "{err}"
+    );
+}
