@@ -26,6 +26,11 @@ pub const MAX_ENTRIES_PER_USER: usize = 256;
 /// `incoming/`, in requests of `max_spool_file` bytes at most.
 pub const MAX_FILES_OF_MAX_SIZE: u64 = 16;
 
+/// An unfinished request is a client's between its write and its rename,
+/// milliseconds: one older than this was left by a client killed on the
+/// way, or by someone filling the drop box.
+pub const UNFINISHED_STALE_SECS: i64 = 300;
+
 /// An entry removed by [`Spool::police`], for the log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Removed {
@@ -39,7 +44,12 @@ struct Entry {
     uid: u32,
     bytes: u64,
     modified: i64,
+    /// Not a complete request: a temporary name, or any name the daemon
+    /// would never read as a request.
     temporary: bool,
+    /// A plain file: anything else (a directory, a FIFO, a link) is no
+    /// request at all.
+    file: bool,
 }
 
 impl Spool {
@@ -93,25 +103,40 @@ impl Spool {
         fs::remove_file(self.reserve_path()).is_ok()
     }
 
-    /// Removes from the drop boxes what no user may hold there: unfinished
-    /// requests (temporary files) larger than `max_file`, and beyond what
-    /// one user may hold that user's newest unfinished requests, and reply
-    /// files left a minute unclaimed. Complete requests are never removed
-    /// here: each is the daemon's to read and answer (one over
-    /// `max_file` is refused then). Root's entries are the daemon's own.
+    /// Removes from the drop boxes what no user may hold there: anything in
+    /// `incoming/` that is not a plain file (a directory could hold any
+    /// amount), files under a name no request has (not a temporary name
+    /// either), unfinished requests (temporary files) larger than
+    /// `max_file` or older than
+    /// [`UNFINISHED_STALE_SECS`], and beyond what one user may hold that
+    /// user's newest unfinished requests, and reply files left a minute
+    /// unclaimed. Complete requests are never removed here: each is the
+    /// daemon's to read and answer (one over `max_file` is refused then).
+    /// Root's entries are the daemon's own.
     pub fn police(&self, max_file: u64) -> Vec<Removed> {
         let max_bytes = max_file.saturating_mul(MAX_FILES_OF_MAX_SIZE);
         let mut removed = Vec::new();
         let mut unfinished: HashMap<u32, Vec<Entry>> = HashMap::new();
-        for entry in entries_of(&self.incoming())
-            .into_iter()
-            .filter(|e| e.temporary)
-        {
-            if entry.bytes > max_file {
+        let stale = now_secs() - UNFINISHED_STALE_SECS;
+        for entry in entries_of(&self.incoming()) {
+            let named = !entry
+                .path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with('.'));
+            if !entry.file {
+                remove(entry, "not a file: requests are files".into(), &mut removed);
+            } else if entry.temporary && named {
+                remove(entry, "a name no request has".into(), &mut removed);
+            } else if !entry.temporary {
+                continue;
+            } else if entry.bytes > max_file {
                 let why = format!(
                     "an unfinished request of {} bytes, over max_spool_file ({max_file})",
                     entry.bytes
                 );
+                remove(entry, why, &mut removed);
+            } else if entry.modified < stale {
+                let why = format!("an unfinished request left over {UNFINISHED_STALE_SECS} s");
                 remove(entry, why, &mut removed);
             } else {
                 unfinished.entry(entry.uid).or_default().push(entry);
@@ -158,12 +183,14 @@ fn entries_of(dir: &Path) -> Vec<Entry> {
     list.flatten()
         .filter_map(|e| {
             let meta = e.path().symlink_metadata().ok()?;
+            let name = e.file_name().to_string_lossy().into_owned();
             (meta.uid() != 0).then(|| Entry {
                 path: e.path(),
                 uid: meta.uid(),
                 bytes: meta.len(),
                 modified: meta.mtime(),
-                temporary: e.file_name().to_string_lossy().starts_with('.'),
+                temporary: !super::dir::valid_name(&name),
+                file: meta.file_type().is_file(),
             })
         })
         .collect()
@@ -207,15 +234,37 @@ mod tests {
             make(format!(".job-{i}.tmp"), 10);
         }
         make(".big.tmp".into(), 2_000);
+        // A name the daemon never reads, a directory to fill, and a
+        // temporary file left long ago: none may stay.
+        make("not a request".into(), 10);
+        let dir_entry = spool.incoming().join(".fill");
+        fs::create_dir(&dir_entry).unwrap();
+        fs::write(dir_entry.join("data"), vec![0u8; 100]).unwrap();
+        std::os::unix::fs::chown(&dir_entry, Some(4242), Some(4242)).unwrap();
+        make(".old.tmp".into(), 10);
+        let long_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3_600);
+        fs::File::options()
+            .write(true)
+            .open(spool.incoming().join(".old.tmp"))
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
         let removed = spool.police(1_000);
         let left: Vec<String> = fs::read_dir(spool.incoming())
             .unwrap()
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
-        assert_eq!(left.iter().filter(|n| !n.starts_with('.')).count(), 300);
+        assert_eq!(
+            left.iter().filter(|n| !n.starts_with('.')).count(),
+            300,
+            "{left:?}"
+        );
         assert_eq!(left.iter().filter(|n| n.starts_with('.')).count(), 256);
-        assert_eq!(removed.len(), 45);
+        assert_eq!(removed.len(), 48);
+        assert!(!left
+            .iter()
+            .any(|n| n == "not a request" || n == ".fill" || n == ".old.tmp"));
         assert!(removed
             .iter()
             .any(|r| r.why.contains("over max_spool_file")));

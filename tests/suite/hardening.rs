@@ -399,6 +399,20 @@ fn one_user_cannot_fill_the_drop_box() {
         !big.exists() && left <= 256
     });
     assert!(c.log().contains("over max_spool_file"), "{}", c.log());
+    // Nor around the bounds: a name the daemon never reads, a directory
+    // to fill, files in it.
+    let script = format!(
+        "head -c 3000000 /dev/zero > '{dir}/no request'; mkdir {dir}/.fill && head -c 3000000 /dev/zero > {dir}/.fill/data",
+        dir = incoming.display()
+    );
+    let out = std::process::Command::new("runuser")
+        .args(["-u", &user.name, "--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    common::wait_for("the drop box to be policed again", LONG, || {
+        !incoming.join("no request").exists() && !incoming.join(".fill").exists()
+    });
     // The daemon serves on.
     let id = c.submit(&["-H", "--wrap", "true"]);
     assert_eq!(c.state(id), "PENDING");
