@@ -161,15 +161,8 @@ fn readme_rows(start: &str, end: &str) -> Vec<Vec<String>> {
 
 /// One Slurm command line, as a tool runs it: its exit code and stderr.
 fn slurm(c: &Cluster, command: &str, args: &[&str]) -> (Option<i32>, String) {
-    let out = std::process::Command::new(bin_dir().join("ysched-slurm"))
-        .arg(command)
-        .args(args)
-        .env("YS_CONF", &c.config)
-        .env_remove("SLURM_JOB_ID")
-        .current_dir(&c.work)
-        .output()
-        .unwrap();
-    (out.status.code(), stderr(&out))
+    let (code, _, err) = slurm_out(c, command, args);
+    (code, err)
 }
 
 #[test]
