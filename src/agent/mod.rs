@@ -106,7 +106,8 @@ pub fn run(options: Options, warn: &mut dyn FnMut(String)) -> Result<(), AgentEr
         lease_file,
         ended,
         wake,
-    )?;
+    )?
+    .with_frozen_limit(config.pool.frozen_limit);
     session.forward_requests(requests::Requests::new(
         spool,
         config.max_spool_file,

@@ -34,6 +34,9 @@ pub struct Runs {
     runs: BTreeMap<JobId, Run>,
     /// Container images the controller asked for, until their pulls end.
     images: BTreeSet<String>,
+    /// Runs frozen because the lease ran out, and since when: until the
+    /// controller thaws them (still its) or stops them (run elsewhere).
+    frozen: BTreeMap<JobId, std::time::Instant>,
 }
 
 impl Runs {
@@ -67,6 +70,7 @@ impl Runs {
             executor,
             runs,
             images: BTreeSet::new(),
+            frozen: BTreeMap::new(),
         }
     }
 
@@ -131,7 +135,23 @@ impl Runs {
                 .collect(),
             version: version.to_string(),
             clock: now(),
+            frozen: self.frozen_runs(),
         }
+    }
+
+    /// The runs frozen for the fence, and for how long (seconds).
+    pub fn frozen_runs(&self) -> Vec<(RunKey, u64)> {
+        self.frozen
+            .iter()
+            .filter_map(|(id, since)| {
+                let run = self.runs.get(id).filter(|r| r.running())?;
+                let key = RunKey {
+                    job: *id,
+                    restart: run.restart,
+                };
+                Some((key, since.elapsed().as_secs()))
+            })
+            .collect()
     }
 
     /// The runs whose processes run.
@@ -160,9 +180,13 @@ impl Runs {
                 if let Err(e) = self.executor.set_frozen(run.job, frozen) {
                     tracing::warn!(target: "ysched::agent", "{run}: {e}");
                 }
+                if !frozen && self.frozen.remove(&run.job).is_some() {
+                    tracing::info!(target: "ysched::agent", "{run} thawed: the controller says it is still this node's");
+                }
                 Vec::new()
             }
             ToNode::Clear { run } if self.is_current(run) => {
+                self.frozen.remove(&run.job);
                 let _ = self.executor.command(run.job, &kill_now());
                 self.executor.clear_remains(run.job);
                 Vec::new()
@@ -205,8 +229,9 @@ impl Runs {
             self.runs.remove(&run.job);
         }
         if fenced {
-            tracing::warn!(target: "ysched::agent", "{run} not started: this node has lost its lease");
-            return vec![FromNode::Lost { run }];
+            let why = "its node has lost its lease".to_string();
+            tracing::warn!(target: "ysched::agent", "{run} not started: {why}");
+            return vec![FromNode::NotStarted { run, why }];
         }
         let user = match same_user(&order, &self.executor.node().name) {
             Ok(user) => user,
@@ -291,6 +316,7 @@ impl Runs {
 
     /// A supervisor exited: how its run ended, to tell the controller.
     pub fn exited(&mut self, id: JobId) -> Option<FromNode> {
+        self.frozen.remove(&id);
         let record = self.executor.exit_of(id);
         let run = self.runs.get_mut(&id)?;
         let key = RunKey {
@@ -314,15 +340,48 @@ impl Runs {
         }
     }
 
-    /// The lease ran out: every run is killed now, so that none can still
-    /// run when the controller, which stopped hearing this node, runs the
-    /// job elsewhere.
-    pub fn fence(&mut self) -> usize {
-        let running = self.running();
-        for run in &running {
-            let _ = self.executor.command(run.job, &kill_now());
+    /// The lease ran out: every run is frozen where it is (its cgroup's
+    /// freezer), so that none makes progress while the controller, which
+    /// stopped hearing this node, may run the job elsewhere; the
+    /// controller thaws those still its own when it hears the node again.
+    /// A run that cannot be frozen (no cgroup) is killed. How many were
+    /// frozen, and killed.
+    pub fn fence(&mut self) -> (usize, usize) {
+        let (mut frozen, mut killed) = (0, 0);
+        for run in self.running() {
+            if self.frozen.contains_key(&run.job) {
+                continue;
+            }
+            match self.executor.set_frozen(run.job, true) {
+                Ok(()) => {
+                    self.frozen.insert(run.job, std::time::Instant::now());
+                    frozen += 1;
+                }
+                Err(e) => {
+                    tracing::warn!(target: "ysched::agent", "{run} cannot be frozen ({e}): killed");
+                    let _ = self.executor.command(run.job, &kill_now());
+                    killed += 1;
+                }
+            }
         }
-        running.len()
+        (frozen, killed)
+    }
+
+    /// Ends the runs frozen longer than `limit` (no controller claimed
+    /// them in time); how many.
+    pub fn end_frozen_beyond(&mut self, limit: std::time::Duration) -> usize {
+        let over: Vec<JobId> = self
+            .frozen
+            .iter()
+            .filter(|(_, since)| since.elapsed() > limit)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &over {
+            let _ = self.executor.command(*id, &kill_now());
+            let _ = self.executor.set_frozen(*id, false);
+            self.frozen.remove(id);
+        }
+        over.len()
     }
 }
 

@@ -87,6 +87,9 @@ pub struct Session {
     sampler: Option<super::sampler::Sampler>,
     /// Submissions made on the node, passed on while connected.
     requests: Option<super::requests::Requests>,
+    /// How long runs frozen for the fence wait for a controller to claim
+    /// them before they are ended (`[pool] frozen_limit`).
+    frozen_limit: Duration,
 }
 
 impl Session {
@@ -129,9 +132,16 @@ impl Session {
             wake,
             sampler: None,
             requests: None,
+            frozen_limit: crate::config::DEFAULT_FROZEN_LIMIT,
         };
         session.publish_lease();
         Ok(session)
+    }
+
+    /// The session, its runs frozen for the fence ended after `limit`.
+    pub fn with_frozen_limit(mut self, limit: Duration) -> Session {
+        self.frozen_limit = limit;
+        self
     }
 
     /// Reads the node's GPUs with `sampler` and sends the readings.
@@ -431,13 +441,17 @@ impl Session {
     fn tick(&mut self) {
         let now = Instant::now();
         if now >= self.lease_until() && !self.fenced {
-            let killed = self.runs.fence();
-            if killed > 0 {
-                tracing::error!(target: "ysched::agent", "no answer from the controller for a lease ({}): {killed} job(s) stopped here; none starts until it answers", humantime::format_duration(self.lease));
+            let (frozen, killed) = self.runs.fence();
+            if frozen + killed > 0 {
+                tracing::error!(target: "ysched::agent", "no answer from the controller for a lease ({}): {frozen} job(s) frozen here until it says they are still this node's, {killed} that could not be frozen stopped; none starts until it answers", humantime::format_duration(self.lease));
             } else {
                 tracing::info!(target: "ysched::agent", "no lease from the controller (yet): no job starts here until it answers");
             }
             self.fenced = true;
+        }
+        let ended = self.runs.end_frozen_beyond(self.frozen_limit);
+        if ended > 0 {
+            tracing::error!(target: "ysched::agent", "{ended} job(s) frozen longer than frozen_limit ({}) with no controller to claim them: ended", humantime::format_duration(self.frozen_limit));
         }
         let due = self
             .link
@@ -450,6 +464,7 @@ impl Session {
                 seq: self.seq,
                 running: self.runs.running(),
                 fenced: self.fenced,
+                frozen: self.runs.frozen_runs(),
             };
             if let Some(link) = &mut self.link {
                 link.next_heartbeat = now + self.lease / 3;

@@ -43,6 +43,9 @@ pub(super) fn pool(raw: RawPool, src: &Source) -> Result<Pool, ConfigError> {
         certificate_lifetime,
         controller: address(raw.controller, "controller", src)?,
         step_ports: step_ports(raw.step_ports.as_ref(), src)?,
+        frozen_limit: duration(raw.frozen_limit.as_ref(), "frozen_limit", src)?
+            .unwrap_or(super::types::DEFAULT_FROZEN_LIMIT)
+            .max(lease),
     })
 }
 

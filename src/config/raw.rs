@@ -231,6 +231,7 @@ pub(super) struct RawPool {
     pub(super) certificate_lifetime: Option<Spanned<String>>,
     pub(super) controller: Option<Spanned<String>>,
     pub(super) step_ports: Option<Spanned<String>>,
+    pub(super) frozen_limit: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Default)]

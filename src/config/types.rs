@@ -459,7 +459,13 @@ pub struct Pool {
     /// The ports, inclusive, the controller chooses from at random for a
     /// job over several nodes: each part's task server, and `MASTER_PORT`.
     pub step_ports: (u16, u16),
+    /// On a node: how long jobs frozen when its lease ran out wait for a
+    /// controller to claim them before they are ended.
+    pub frozen_limit: std::time::Duration,
 }
+
+/// A day: a controller down over a night still finds its jobs.
+pub const DEFAULT_FROZEN_LIMIT: std::time::Duration = std::time::Duration::from_secs(86_400);
 
 /// `[containers]`: how jobs run in container images (`--container-image`).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -610,6 +616,7 @@ impl Default for Pool {
             certificate_lifetime: DEFAULT_CERTIFICATE_LIFETIME,
             controller: None,
             step_ports: DEFAULT_STEP_PORTS,
+            frozen_limit: DEFAULT_FROZEN_LIMIT,
         }
     }
 }

@@ -570,10 +570,20 @@ impl Daemon {
 
     pub(super) fn enforce_time_limits(&mut self, now: i64) -> Result<(), DaemonError> {
         self.warn_before_limits(now);
+        // A job on a node the controller cannot hear has its clock stopped
+        // there (frozen when the node's lease ran out); the node says how
+        // long when it is heard again (`thaw_fenced`).
+        let heard = |j: &crate::model::job::Job| {
+            j.node_names().all(|n| {
+                self.nodes.named(n).is_none_or(|node| {
+                    node.down.is_none() && node.remote.as_ref().is_none_or(|r| r.heard_since_away)
+                })
+            })
+        };
         let expired: Vec<JobId> = self
             .jobs
             .running()
-            .filter(|j| j.deadline().is_some_and(|d| now >= d))
+            .filter(|j| j.deadline().is_some_and(|d| now >= d) && heard(j))
             .map(|j| j.id)
             .collect();
         for id in expired {

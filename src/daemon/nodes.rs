@@ -36,6 +36,9 @@ pub(super) struct RemoteNode {
     pub(super) last_heard: std::time::Instant,
     /// Whether its jobs were already ended for its silence.
     pub(super) lost: bool,
+    /// Whether it has been heard since the controller itself was away
+    /// (`false` until then): its jobs' clocks wait for what it says.
+    pub(super) heard_since_away: bool,
 }
 
 impl Node {

@@ -75,6 +75,7 @@ pub(super) fn start(
         addresses: HashMap::new(),
         advertise,
         join_refusals: Default::default(),
+        leases_checked: Instant::now(),
     }))
 }
 
@@ -118,6 +119,7 @@ impl Daemon {
             link,
             last_heard: Instant::now(),
             lost: false,
+            heard_since_away: true,
         };
         if self.nodes.named(&name).is_some() {
             self.nodes.change(&name, |node| {
@@ -257,6 +259,7 @@ impl Daemon {
             lost,
             version,
             clock,
+            frozen,
         } = envelope.body
         {
             let skew = self.now() - clock;
@@ -269,6 +272,7 @@ impl Daemon {
                     .collect(),
                 lost,
                 version,
+                frozen,
             };
             return self.hello(conn, name, envelope.incarnation, hello, now, ended);
         }
@@ -281,7 +285,12 @@ impl Daemon {
                 seq,
                 running,
                 fenced,
-            } => self.heartbeat(name, &link, seq, &running, fenced),
+                frozen,
+            } => {
+                self.heartbeat(name, &link, seq, &running, fenced);
+                self.thaw_fenced(name, &link, &frozen, now)?;
+            }
+            FromNode::NotStarted { run, why } => self.not_started(name, run, &why, now)?,
             FromNode::Started {
                 run,
                 supervisor_pid,
@@ -417,6 +426,8 @@ pub(super) struct Hello {
     pub(super) ended: Vec<(RunKey, crate::exec::spec::ExitRecord)>,
     pub(super) lost: Vec<RunKey>,
     pub(super) version: String,
+    /// The runs it froze when its lease ran out, and for how long.
+    pub(super) frozen: Vec<(RunKey, u64)>,
 }
 
 impl Daemon {
@@ -690,10 +701,85 @@ impl Daemon {
                 self.readopt(id)?;
             }
         }
-        let _ = now;
+        self.thaw_fenced(name, link, &hello.frozen, now)?;
         self.reschedule = true;
         self.snapshot = None;
         Ok(())
+    }
+
+    /// Runs node `name` froze when its lease ran out (`frozen`, with how
+    /// long they have been frozen): each still the current run of a
+    /// running job there goes on where it stopped (thawed), the time it
+    /// was frozen not counted against its time limit nor charged, as
+    /// Slurm does with suspended time; any other was run elsewhere since
+    /// (or its job ended), and is stopped and forgotten.
+    pub(super) fn thaw_fenced(
+        &mut self,
+        name: &str,
+        link: &Link,
+        frozen: &[(RunKey, u64)],
+        now: i64,
+    ) -> Result<(), DaemonError> {
+        for &(run, secs) in frozen {
+            let job = self.jobs.get(&run.job).filter(|j| {
+                j.state.holds_gpus() && j.runs_on(name) && j.restart_count == run.restart
+            });
+            match job.map(|j| j.state) {
+                Some(JobState::Running | JobState::Completing) => {
+                    let Some(job) = self.jobs.job_mut(&run.job) else {
+                        continue;
+                    };
+                    // The batch node's part says how long the job stood
+                    // (each part of a job over several reports its own).
+                    if job.node.as_deref() == Some(name) {
+                        job.suspended_secs += secs;
+                    }
+                    let job = job.clone();
+                    let detail = format!("frozen {secs} s on {name} while the controller could not be reached; thawed");
+                    let tx = self.tx()?;
+                    db::update_job(tx, &job)?;
+                    db::add_event_named(tx, run.job, now, "THAWED", Some(&detail))?;
+                    tracing::info!(target: "ysched::pool", "job {} {detail}", run.job);
+                    let _ = link.send(name, ToNode::Freeze { run, frozen: false });
+                }
+                // Suspended by an administrator: it stays frozen until resumed.
+                Some(_) => {}
+                None => {
+                    tracing::info!(target: "ysched::pool", "{run} frozen on {name} is not a current run: stopped and forgotten");
+                    let _ = link.send(name, ToNode::Clear { run });
+                    let _ = link.send(name, ToNode::Forget { run });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A launch node `name` did not carry out (it was fenced): nothing of
+    /// the run started, and the job waits for a node again.
+    fn not_started(
+        &mut self,
+        name: &str,
+        run: RunKey,
+        why: &str,
+        now: i64,
+    ) -> Result<(), DaemonError> {
+        let current = self.jobs.get(&run.job).is_some_and(|j| {
+            j.state == JobState::Running && j.runs_on(name) && j.restart_count == run.restart
+        });
+        if !current {
+            return Ok(());
+        }
+        if self.jobs.get(&run.job).is_some_and(|j| !j.peers.is_empty()) {
+            self.policy
+                .lost_parts
+                .insert((run.job, run.restart, name.to_string()));
+            return self.part_ended(run.job, now);
+        }
+        self.unlaunch(
+            run.job,
+            &format!("requeued: {name} did not start it ({why})"),
+            now,
+        )
     }
 
     /// A heartbeat: the node is heard, its lease renewed by the answer.
@@ -705,6 +791,7 @@ impl Daemon {
             if let Some(remote) = &mut node.remote {
                 remote.last_heard = Instant::now();
                 remote.lost = false;
+                remote.heard_since_away = true;
             }
             node.down = fenced.then(|| "its agent stopped its jobs: it had lost its lease".into());
         });
@@ -735,11 +822,25 @@ impl Daemon {
     /// which time the node's agent, not having heard back either, has
     /// stopped them.
     pub(super) fn check_leases(&mut self, now: i64) -> Result<(), DaemonError> {
-        let Some(pool) = &self.pool else {
+        let Some(pool) = &mut self.pool else {
             return Ok(());
         };
         let lease = pool.lease;
         let margin = lease / 2;
+        // The controller did not run for a while (SIGSTOP, a stalled disk,
+        // a long transaction): what the nodes sent meanwhile waits in the
+        // sockets, unread. That time is not theirs: each node gets it back,
+        // and is judged on time the controller could hear it.
+        let gap = std::mem::replace(&mut pool.leases_checked, Instant::now()).elapsed();
+        if gap > margin {
+            tracing::warn!(target: "ysched::pool", "the controller did not run for {}: every node gets that time back to be heard", humantime::format_duration(round(gap)));
+            for node in self.nodes.iter_mut() {
+                if let Some(remote) = &mut node.remote {
+                    remote.last_heard += gap;
+                    remote.heard_since_away = false;
+                }
+            }
+        }
         let (mut changed, mut lost) = (false, Vec::new());
         for node in self.nodes.iter_mut() {
             let name = node.name().to_string();
@@ -806,8 +907,10 @@ impl Daemon {
 
     /// When the next node would go down or be lost, for the loop's wait.
     pub(super) fn next_lease_deadline(&self) -> Option<Instant> {
-        let lease = self.pool.as_ref()?.lease;
-        self.nodes
+        let pool = self.pool.as_ref()?;
+        let lease = pool.lease;
+        let deadline = self
+            .nodes
             .iter()
             .filter_map(|n| {
                 let remote = n.remote.as_ref()?;
@@ -820,7 +923,10 @@ impl Daemon {
                 };
                 Some(at + Duration::from_millis(10))
             })
-            .min()
+            .min()?;
+        // Looked at every quarter lease at least, so that a longer gap
+        // means the controller did not run (see `check_leases`).
+        Some(deadline.min(pool.leases_checked + lease / 4))
     }
 }
 

@@ -27,6 +27,10 @@ pub(super) struct PoolState {
     /// Refused joins recorded per address, so that a stranger who tries
     /// again and again cannot grow the audit table and the log.
     pub(super) join_refusals: JoinRefusals,
+    /// When the leases were last looked at (this host's monotonic clock):
+    /// a gap of more than half a lease means the controller itself did
+    /// not run (stopped, or stalled), which is no node's fault.
+    pub(super) leases_checked: std::time::Instant,
 }
 
 /// Refused joins per address: recorded a few a minute each.

@@ -497,6 +497,13 @@ struct Watch<'a> {
 /// How often a stopping holder looks whether its group is empty.
 const HOLDER_LOOK: Duration = Duration::from_millis(100);
 
+/// Where a job's stop stands: asked for, and when what is left is killed.
+#[derive(Default)]
+struct Stopping {
+    terminated: bool,
+    kill_at: Option<Instant>,
+}
+
 /// Waits for the job's main process, forwarding commands from the daemon.
 /// Returns its exit status and whether it was asked to terminate.
 fn wait_for_job(
@@ -506,39 +513,29 @@ fn wait_for_job(
     watch: &Watch<'_>,
 ) -> (ExitStatus, bool) {
     let (group, lease) = (watch.group, watch.lease);
-    let mut kill_at: Option<Instant> = None;
-    let mut terminated = false;
+    let mut stop = Stopping::default();
     // The main process's end, while what it left has the rest of its grace.
     let mut ended: Option<ExitStatus> = None;
+    // Whether the job was frozen for the lease's end since the lease was
+    // last good.
+    let mut fence_frozen = false;
     loop {
         // With a lease to watch, a look at it every LEASE_LOOK.
-        let mut next = match (kill_at, lease) {
+        let mut next = match (stop.kill_at, lease) {
             (Some(t), Some(_)) => Some(t.min(Instant::now() + LEASE_LOOK)),
             (Some(t), None) => Some(t),
             (None, Some(_)) => Some(Instant::now() + LEASE_LOOK),
             (None, None) => None,
         };
-        if terminated && (watch.holder || ended.is_some()) {
+        if stop.terminated && (watch.holder || ended.is_some()) {
             let soon = Instant::now() + HOLDER_LOOK;
             next = Some(next.map_or(soon, |t| t.min(soon)));
             if watch.holder && holds_alone(job, group) {
-                kill_at = Some(Instant::now());
+                stop.kill_at = Some(Instant::now());
             }
         }
-        let timeout = match next {
-            Some(t) => {
-                let ms = t
-                    .saturating_duration_since(Instant::now())
-                    .as_millis()
-                    .min(i32::MAX as u128) as i32;
-                nix::poll::PollTimeout::try_from(ms).unwrap_or(nix::poll::PollTimeout::MAX)
-            }
-            None => nix::poll::PollTimeout::NONE,
-        };
-        if !terminated && lease.is_some_and(super::lease::expired) {
-            eprintln!("ysstepd: the node's lease ran out: the job is killed");
-            terminated = true;
-            kill_at = Some(Instant::now());
+        if let Some(lease) = lease {
+            watch_lease(lease, group, &mut fence_frozen, &mut stop);
         }
         let mut fds = vec![
             nix::poll::PollFd::new(signals.as_fd(), nix::poll::PollFlags::POLLIN),
@@ -550,51 +547,98 @@ fn wait_for_job(
                 nix::poll::PollFlags::POLLIN,
             ));
         }
-        let _ = nix::poll::poll(&mut fds, timeout);
+        let _ = nix::poll::poll(&mut fds, poll_timeout(next));
 
         while let Ok(Some(_)) = signals.read_signal() {}
         ended = reap(job, watch.steps).or(ended);
-        if let Some(s) = watch.steps.filter(|_| !terminated) {
+        if let Some(s) = watch.steps.filter(|_| !stop.terminated) {
             s.accept();
         }
         if let Some(status) = ended {
-            if !in_grace(terminated, kill_at, group) {
-                return (status, terminated);
+            if !in_grace(stop.terminated, stop.kill_at, group) {
+                return (status, stop.terminated);
             }
         }
-        let mut buf = [0u8; 512];
-        while let Ok(n) = control.recv(&mut buf) {
-            match serde_json::from_slice::<StepCommand>(&buf[..n]) {
-                Ok(StepCommand::Terminate {
-                    grace_secs,
-                    signal,
-                    target,
-                }) => {
-                    if !terminated {
-                        terminated = true;
-                        let (first, target) = match signal.and_then(|s| Signal::try_from(s).ok()) {
-                            Some(s) => (s, target),
-                            None => (Signal::SIGTERM, SignalTarget::Job),
-                        };
-                        signal_job(job, watch, Signal::SIGCONT);
-                        signal_target(job, watch, first, target);
-                        kill_at = Some(Instant::now() + Duration::from_secs(grace_secs));
-                    }
-                }
-                Ok(StepCommand::Signal { signal, target }) => match Signal::try_from(signal) {
-                    Ok(s) => signal_target(job, watch, s, target),
-                    Err(_) => eprintln!("ysstepd: ignoring unknown signal number {signal}"),
-                },
-                Err(e) => eprintln!("ysstepd: ignoring malformed command: {e}"),
-            }
-        }
-        if kill_at.is_some_and(|t| Instant::now() >= t) {
+        take_commands(control, job, watch, &mut stop);
+        if stop.kill_at.is_some_and(|t| Instant::now() >= t) {
             match group {
                 // Frozen or forking processes too.
                 Some(g) => g.kill_all(),
                 None => signal_job(job, watch, Signal::SIGKILL),
             }
-            kill_at = None;
+            stop.kill_at = None;
+        }
+    }
+}
+
+/// A poll's timeout until `next` (none: for ever).
+fn poll_timeout(next: Option<Instant>) -> nix::poll::PollTimeout {
+    match next {
+        Some(t) => {
+            let ms = t
+                .saturating_duration_since(Instant::now())
+                .as_millis()
+                .min(i32::MAX as u128) as i32;
+            nix::poll::PollTimeout::try_from(ms).unwrap_or(nix::poll::PollTimeout::MAX)
+        }
+        None => nix::poll::PollTimeout::NONE,
+    }
+}
+
+/// The node's lease, looked at: once it has run out, the job is frozen
+/// where it is (the agent does the same, and the controller thaws it, or
+/// stops it, when it hears the node again); killed where it cannot be
+/// frozen.
+fn watch_lease(
+    lease: &Path,
+    group: Option<&dyn JobCgroup>,
+    fence_frozen: &mut bool,
+    stop: &mut Stopping,
+) {
+    let expired = super::lease::expired(lease);
+    if expired && !*fence_frozen {
+        *fence_frozen = true;
+        match group.map(|g| g.set_frozen(true)) {
+            Some(Ok(())) => {
+                eprintln!("ysstepd: the node's lease ran out: the job is frozen until the controller claims it")
+            }
+            _ if !stop.terminated => {
+                eprintln!("ysstepd: the node's lease ran out: the job is killed");
+                stop.terminated = true;
+                stop.kill_at = Some(Instant::now());
+            }
+            _ => {}
+        }
+    }
+    *fence_frozen &= expired;
+}
+
+/// Carries out the daemon's commands waiting on the control socket.
+fn take_commands(control: &UnixDatagram, job: Pid, watch: &Watch<'_>, stop: &mut Stopping) {
+    let mut buf = [0u8; 512];
+    while let Ok(n) = control.recv(&mut buf) {
+        match serde_json::from_slice::<StepCommand>(&buf[..n]) {
+            Ok(StepCommand::Terminate {
+                grace_secs,
+                signal,
+                target,
+            }) => {
+                if !stop.terminated {
+                    stop.terminated = true;
+                    let (first, target) = match signal.and_then(|s| Signal::try_from(s).ok()) {
+                        Some(s) => (s, target),
+                        None => (Signal::SIGTERM, SignalTarget::Job),
+                    };
+                    signal_job(job, watch, Signal::SIGCONT);
+                    signal_target(job, watch, first, target);
+                    stop.kill_at = Some(Instant::now() + Duration::from_secs(grace_secs));
+                }
+            }
+            Ok(StepCommand::Signal { signal, target }) => match Signal::try_from(signal) {
+                Ok(s) => signal_target(job, watch, s, target),
+                Err(_) => eprintln!("ysstepd: ignoring unknown signal number {signal}"),
+            },
+            Err(e) => eprintln!("ysstepd: ignoring malformed command: {e}"),
         }
     }
 }

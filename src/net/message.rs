@@ -11,7 +11,7 @@ use crate::exec::spec::{ExitRecord, StepCommand};
 use crate::model::job::{Job, JobId};
 
 /// This release's protocol; controller and agents must speak the same.
-pub const PROTOCOL: u32 = 1;
+pub const PROTOCOL: u32 = 2;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Envelope<T> {
@@ -83,14 +83,22 @@ pub enum FromNode {
         /// controller moves the node's times by the difference, so clocks
         /// minutes apart still give right end times.
         clock: i64,
+        /// The runs it froze when its lease ran out, and for how long they
+        /// have been frozen (seconds): the controller thaws those still
+        /// its own, and stops the others.
+        #[serde(default)]
+        frozen: Vec<(RunKey, u64)>,
     },
     /// Every third of the lease: the runs it holds, whether it has fenced
-    /// itself (its lease ran out: its jobs were stopped), and a number the
-    /// controller's acknowledgement echoes.
+    /// itself (its lease ran out: its jobs were frozen), the runs still
+    /// frozen for that (as in `Hello`), and a number the controller's
+    /// acknowledgement echoes.
     Heartbeat {
         seq: u64,
         running: Vec<RunKey>,
         fenced: bool,
+        #[serde(default)]
+        frozen: Vec<(RunKey, u64)>,
     },
     /// A run's processes started.
     Started { run: RunKey, supervisor_pid: i32 },
@@ -103,6 +111,9 @@ pub enum FromNode {
     },
     /// A run whose supervisor is gone without recording its end.
     Lost { run: RunKey },
+    /// A launch not carried out because the node is fenced (its lease ran
+    /// out): nothing of it started, and the job may start elsewhere.
+    NotStarted { run: RunKey, why: String },
     /// A certificate for a new key, before the current one expires.
     Renew { request_pem: String },
     /// The node's GPUs now, in its own GPU numbers: read every

@@ -27,6 +27,7 @@ mod metrics;
 mod multinode;
 mod node;
 mod notify;
+mod outage;
 mod placement;
 mod pool;
 mod pool_loopback;

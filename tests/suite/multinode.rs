@@ -255,15 +255,16 @@ fn a_node_lost_mid_job_ends_it_node_fail_with_nothing_left_on_any_node() {
     assert_eq!(p.controller.wait_done(id, LONG), "NODE_FAIL");
     let reason = p.controller.field(id, "Reason");
     assert!(reason.contains("gpu12 was lost"), "{reason}");
-    // The lost node's agent stopped its part when its lease ran out; the
-    // others were stopped by the controller.
+    // The lost node's agent froze its part when its lease ran out, and
+    // stops it when the controller, heard again, says it is not current;
+    // the others were stopped by the controller.
+    ip(&["link", "set", &p.net.veth(2), "up"]);
+    p.wait_states(&[(2, "idle")]);
     let deadline = Instant::now() + LONG;
     while !processes_left(&p).is_empty() {
         assert!(Instant::now() < deadline, "left: {:?}", processes_left(&p));
         std::thread::sleep(Duration::from_millis(200));
     }
-    ip(&["link", "set", &p.net.veth(2), "up"]);
-    p.wait_states(&[(2, "idle")]);
     let _ = stderr;
 }
 

@@ -165,7 +165,7 @@ impl Drop for Net {
 /// A node's agent: its config, state directory and fake GPUs, and the
 /// process while it runs.
 pub(crate) struct Agent {
-    name: String,
+    pub(crate) name: String,
     ns: String,
     dir: tempfile::TempDir,
     config: PathBuf,
@@ -344,6 +344,11 @@ impl Pool {
     /// host name (torchrun's rendezvous) need.
     pub(crate) fn of_hosts(count: usize) -> Pool {
         Pool::started(count, "", &format!("lease = \"{LEASE_SECS}s\"\n"), true)
+    }
+
+    /// `count` nodes on a lease of `secs` seconds.
+    pub(crate) fn with_lease(count: usize, secs: u64) -> Pool {
+        Pool::with(count, "", &format!("lease = \"{secs}s\"\n"))
     }
 
     fn with(count: usize, extra: &str, pool_keys: &str) -> Pool {
@@ -582,6 +587,20 @@ fn nodes_join_with_the_printed_line_and_run_their_users_jobs_once_each() {
 }
 
 /// The lines of the work directory's `name`.
+/// The names of the nodes job `id` ran on.
+pub(crate) fn nodes_of(p: &Pool, id: u64) -> Vec<String> {
+    let list = p.controller.field(id, "NodeList");
+    bin_hostnames(&list)
+}
+
+fn bin_hostnames(list: &str) -> Vec<String> {
+    let out = Command::new(bin_dir().join("ysched-slurm"))
+        .args(["scontrol", "show", "hostnames", list])
+        .output()
+        .unwrap();
+    stdout(&out).lines().map(str::to_string).collect()
+}
+
 pub(crate) fn lines_of(p: &Pool, name: &str) -> Vec<String> {
     std::fs::read_to_string(p.controller.work.join(name))
         .unwrap_or_default()
@@ -690,7 +709,11 @@ fn a_one_way_partition_longer_than_the_lease_fences_the_node_before_the_job_runs
         "the first run's processes are gone; agent log:\n{}",
         p.agents[cut].log_text()
     );
-    assert!(p.agents[cut].log_text().contains("job(s) stopped here"));
+    assert!(
+        p.agents[cut].log_text().contains("1 job(s) frozen here"),
+        "{}",
+        p.agents[cut].log_text()
+    );
     let events = p.controller.run(
         "ysacct",
         &[
@@ -704,7 +727,8 @@ fn a_one_way_partition_longer_than_the_lease_fences_the_node_before_the_job_runs
     );
     assert!(stdout(&events).contains("COMPLETED"), "{}", stdout(&events));
 
-    // The link back: the node reports the stopped run, which is forgotten.
+    // The link back: the node reports the frozen run, which ran elsewhere
+    // since: it is stopped there and forgotten, never thawed.
     let restore = ["route", "del", "blackhole", &p.net.controller_ip()];
     ip(&[
         &["netns", "exec", &p.agents[cut].ns, "ip"][..],
@@ -712,6 +736,18 @@ fn a_one_way_partition_longer_than_the_lease_fences_the_node_before_the_job_runs
     ]
     .concat());
     p.wait_states(&[(cut, "idle"), (other, "idle")]);
+    common::wait_for("the frozen copy to be stopped", LONG, || {
+        p.controller.log().contains(&format!(
+            "job {id} (run 0) frozen on {first} is not a current run"
+        ))
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let last: f64 = std::fs::read_to_string(p.controller.work.join("alive0"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(alive, last, "the frozen copy never ran again");
     assert_eq!(lines_of(&p, "runs.log").len(), 2, "nothing ran again");
 }
 
