@@ -37,6 +37,8 @@ pub struct Runs {
     /// Runs frozen because the lease ran out, and since when: until the
     /// controller thaws them (still its) or stops them (run elsewhere).
     frozen: BTreeMap<JobId, std::time::Instant>,
+    /// Runs this node ended for its fence, and why: their ends say so.
+    ended_for_fence: BTreeMap<JobId, String>,
 }
 
 impl Runs {
@@ -71,6 +73,7 @@ impl Runs {
             runs,
             images: BTreeSet::new(),
             frozen: BTreeMap::new(),
+            ended_for_fence: BTreeMap::new(),
         }
     }
 
@@ -278,6 +281,7 @@ impl Runs {
             usage: Default::default(),
             stuck: 0,
             image: None,
+            fenced: None,
         };
         self.runs.insert(
             run.job,
@@ -317,7 +321,11 @@ impl Runs {
     /// A supervisor exited: how its run ended, to tell the controller.
     pub fn exited(&mut self, id: JobId) -> Option<FromNode> {
         self.frozen.remove(&id);
-        let record = self.executor.exit_of(id);
+        let fenced = self.ended_for_fence.remove(&id);
+        let record = self.executor.exit_of(id).map(|mut r| {
+            r.fenced = fenced;
+            r
+        });
         let run = self.runs.get_mut(&id)?;
         let key = RunKey {
             job: id,
@@ -360,6 +368,9 @@ impl Runs {
                 Err(e) => {
                     tracing::warn!(target: "ysched::agent", "{run} cannot be frozen ({e}): killed");
                     let _ = self.executor.command(run.job, &kill_now());
+                    let why =
+                        format!("its node lost its lease, and the job could not be frozen ({e})");
+                    self.ended_for_fence.insert(run.job, why);
                     killed += 1;
                 }
             }
@@ -380,6 +391,11 @@ impl Runs {
             let _ = self.executor.command(*id, &kill_now());
             let _ = self.executor.set_frozen(*id, false);
             self.frozen.remove(id);
+            let why = format!(
+                "it stayed frozen longer than frozen_limit ({}) with no controller to claim it",
+                humantime::format_duration(limit)
+            );
+            self.ended_for_fence.insert(*id, why);
         }
         over.len()
     }

@@ -3,7 +3,7 @@
 
 use crate::db;
 use crate::exec::executor::{Adoption, Executor, Launch};
-use crate::exec::spec::{SignalTarget, StepCommand};
+use crate::exec::spec::{ExitRecord, SignalTarget, StepCommand};
 use crate::exec::ExecError;
 use crate::model::job::{ExitStatus, JobId, JobState};
 
@@ -205,6 +205,7 @@ impl Daemon {
     /// The batch script's supervisor exited: how it ended is the job's end.
     pub(super) fn batch_exited(&mut self, id: JobId, now: i64) -> Result<(), DaemonError> {
         match self.executor_of(id).and_then(|e| e.exit_of(id)) {
+            Some(record) if record.fenced.is_some() => self.fence_ended(id, &record, now)?,
             Some(record) => {
                 let job = self.jobs.job_mut(&id).expect("checked above");
                 job.max_rss_bytes = record.usage.max_rss_bytes;
@@ -279,6 +280,32 @@ impl Daemon {
             }
         }
         Ok(())
+    }
+
+    /// Job `id`'s run was ended by its node for its fence (`record` says
+    /// why): NODE_FAIL, requeued unless it asked not to be.
+    fn fence_ended(&mut self, id: JobId, record: &ExitRecord, now: i64) -> Result<(), DaemonError> {
+        let Some(job) = self.jobs.get(&id) else {
+            return Ok(());
+        };
+        let node = job.node.clone().unwrap_or_default();
+        let no_requeue = job.no_requeue;
+        let why = format!(
+            "its node {node} ended it: {} (NODE_FAIL)",
+            record.fenced.as_deref().unwrap_or("fenced")
+        );
+        db::add_event_named(self.tx()?, id, now, "NODE_FAIL", Some(&why))?;
+        let (end, exit) = (record.end_time, Some(record.exit));
+        if no_requeue {
+            return self.finish(id, JobState::NodeFail, end, exit, Some(why));
+        }
+        self.requeue_run(
+            id,
+            (end, end),
+            exit,
+            Some(format!("requeued: {why}")),
+            false,
+        )
     }
 
     /// Moves a job to a final state and forgets it from the active set.

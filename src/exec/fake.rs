@@ -86,6 +86,7 @@ fn end_job(state: &mut FakeState, job: JobId, exit: ExitStatus, terminated: bool
         usage: Usage::default(),
         stuck: 0,
         image: None,
+        fenced: None,
     };
     state.exits.insert(job, record);
     true

@@ -112,6 +112,11 @@ pub struct ExitRecord {
     /// The image it ran in, for a job in a container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<crate::model::container::ImageRecord>,
+    /// Why its node ended it for a fence (its lease ran out and it could
+    /// not be frozen, or it stayed frozen past `frozen_limit`): the job
+    /// ends NODE_FAIL, requeued unless it asked not to be.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fenced: Option<String>,
 }
 
 fn is_zero(n: &usize) -> bool {

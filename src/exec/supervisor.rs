@@ -155,6 +155,7 @@ fn supervise(dir: &Path) -> Result<(), StepError> {
         usage: Usage::default(),
         stuck: 0,
         image: None,
+        fenced: None,
     };
     let group = match spec.cgroup.layout {
         Layout::Off => None,
@@ -284,6 +285,7 @@ fn watch_job(
         usage,
         stuck,
         image: None,
+        fenced: None,
     }
 }
 

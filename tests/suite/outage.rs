@@ -137,3 +137,136 @@ fn a_controller_stopped_for_ten_leases_loses_no_running_job() {
 fn a_controller_frozen_for_ten_leases_loses_no_running_job() {
     a_controller_away_ten_leases(Outage::Frozen);
 }
+
+/// The steps of `file`: (step, seconds) a line.
+fn steps_of(p: &Pool, file: &str) -> Vec<(usize, f64)> {
+    lines_of(p, file)
+        .iter()
+        .map(|l| {
+            let (step, at) = l.split_once(' ').unwrap();
+            (step.parse().unwrap(), at.parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn a_controller_that_never_comes_back_has_its_frozen_jobs_ended_after_frozen_limit() {
+    if !common::is_root() {
+        common::skip(
+            module_path!(),
+            "pool tests need root (network namespaces, cgroups)",
+        );
+        return;
+    }
+    let mut p = Pool::with_lease_and_nodes(1, 2, "[pool]\nfrozen_limit = \"4s\"\n");
+    let counter = p.controller.script("count.sh", COUNTER);
+    let id = p
+        .controller
+        .submit(&["-G", "1", counter.to_str().unwrap(), "40", "steps.log"]);
+    let long = Duration::from_secs(60);
+    p.controller.wait_state(id, "RUNNING", long);
+    common::wait_for("the job to count", long, || {
+        lines_of(&p, "steps.log").len() >= 3
+    });
+    p.controller.crash();
+    common::wait_for("the frozen job to be ended", long, || {
+        p.agents[0]
+            .log_text()
+            .contains("frozen longer than frozen_limit")
+    });
+    let counted = lines_of(&p, "steps.log").len();
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        lines_of(&p, "steps.log").len(),
+        counted,
+        "ended, not thawed"
+    );
+    // When a controller comes back at last: NODE_FAIL, requeued, run again.
+    p.controller.start();
+    assert_eq!(p.controller.wait_done(id, long), "COMPLETED");
+    assert_eq!(p.controller.field(id, "Restarts"), "1");
+    let events = p.controller.log();
+    assert!(
+        events.contains("stayed frozen longer than frozen_limit"),
+        "{events}"
+    );
+}
+
+/// A one-way cut of the job's node for `leases` leases of `lease` s.
+fn a_cut_of(lease: u64, leases: f64) -> (Pool, u64, usize) {
+    let p = Pool::with_lease(2, lease);
+    let counter = p.controller.script("count.sh", COUNTER);
+    let id = p
+        .controller
+        .submit(&["-G", "2", counter.to_str().unwrap(), "50", "steps.log"]);
+    let long = Duration::from_secs(60);
+    p.controller.wait_state(id, "RUNNING", long);
+    common::wait_for("the job to count", long, || {
+        lines_of(&p, "steps.log").len() >= 3
+    });
+    let node = p.controller.field(id, "NodeList");
+    let cut = p.agents.iter().position(|a| a.name == node).unwrap();
+    p.cut_one_way(cut, true);
+    std::thread::sleep(Duration::from_secs_f64(lease as f64 * leases));
+    p.cut_one_way(cut, false);
+    assert_eq!(
+        p.controller.wait_done(id, long),
+        "COMPLETED",
+        "{}",
+        p.controller.log()
+    );
+    (p, id, cut)
+}
+
+#[test]
+fn a_cut_just_longer_than_a_lease_freezes_the_job_and_thaws_it() {
+    if !common::is_root() {
+        common::skip(
+            module_path!(),
+            "pool tests need root (network namespaces, cgroups)",
+        );
+        return;
+    }
+    // A lease long enough that TCP's retransmissions after the cut come
+    // within the half lease before a rerun, on a loaded machine too.
+    let (p, id, cut) = a_cut_of(8, 1.2);
+    assert_eq!(p.controller.field(id, "Restarts"), "0");
+    let steps: Vec<usize> = steps_of(&p, "steps.log").iter().map(|s| s.0).collect();
+    assert_eq!(steps, (1..=50).collect::<Vec<_>>());
+    assert!(p.agents[cut].log_text().contains("job(s) frozen here"));
+    assert!(
+        p.controller.log().contains("thawed"),
+        "{}",
+        p.controller.log()
+    );
+}
+
+#[test]
+fn a_cut_longer_than_a_lease_and_a_half_reruns_the_job_never_beside_its_frozen_copy() {
+    if !common::is_root() {
+        common::skip(
+            module_path!(),
+            "pool tests need root (network namespaces, cgroups)",
+        );
+        return;
+    }
+    let (p, id, _) = a_cut_of(3, 1.7);
+    assert_eq!(p.controller.field(id, "Restarts"), "1");
+    // The first run's steps, then the rerun's from 1: the rerun's first
+    // line came after the first run's last.
+    let steps = steps_of(&p, "steps.log");
+    let restart = steps.iter().skip(1).position(|s| s.0 == 1).unwrap() + 1;
+    let (first, rerun) = steps.split_at(restart);
+    assert_eq!(
+        rerun.iter().map(|s| s.0).collect::<Vec<_>>(),
+        (1..=50).collect::<Vec<_>>()
+    );
+    let last_of_first = first.last().unwrap().1;
+    assert!(
+        rerun[0].1 > last_of_first,
+        "the rerun began at {} before the first run's last step at {last_of_first}",
+        rerun[0].1
+    );
+    // The frozen copy was stopped, never thawed: no step of it after.
+    assert!(first.iter().all(|s| s.1 < rerun[0].1));
+}

@@ -351,6 +351,29 @@ impl Pool {
         Pool::with(count, "", &format!("lease = \"{secs}s\"\n"))
     }
 
+    /// `count` nodes on a lease of `secs` seconds, whose configs end with
+    /// `node_extra`.
+    pub(crate) fn with_lease_and_nodes(count: usize, secs: u64, node_extra: &str) -> Pool {
+        let pool_keys = format!("lease = \"{secs}s\"\n");
+        Pool::started_on(Net::new(), count, "", &pool_keys, false, node_extra)
+    }
+
+    /// Cuts what node `i` sends the controller (a blackhole route in its
+    /// namespace), or restores it.
+    pub(crate) fn cut_one_way(&self, i: usize, cut: bool) {
+        let verb = if cut { "add" } else { "del" };
+        ip(&[
+            "netns",
+            "exec",
+            &self.agents[i].ns,
+            "ip",
+            "route",
+            verb,
+            "blackhole",
+            &self.net.controller_ip(),
+        ]);
+    }
+
     fn with(count: usize, extra: &str, pool_keys: &str) -> Pool {
         Pool::started(count, extra, pool_keys, false)
     }
