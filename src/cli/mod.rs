@@ -178,7 +178,7 @@ fn ask_keeping(
         Some(reply) => Ok((reply, None)),
         None if is_query => {
             sent.withdraw();
-            Err(CliError::failed("ysctld did not answer in time"))
+            Err(CliError::failed(NO_ANSWER))
         }
         None => {
             sent.make_durable()?;
@@ -190,27 +190,23 @@ fn ask_keeping(
     }
 }
 
-/// Asks the daemon a query; when it is down, reads the database directly if
-/// this user can (root, or the owner of a personal spool).
+/// What a query that ysctld does not answer in time fails with.
+const NO_ANSWER: &str = "ysctld did not answer in time";
+
+/// Asks the daemon a query; when it is down, or hung (no answer in time),
+/// reads the database directly if this user can (root, or the owner of a
+/// personal spool).
 pub fn query(command: &str, config: &Config, query: Query) -> Result<Reply, CliError> {
     let spool = Spool::new(&config.spool_dir);
     let reply = if spool.daemon_state() == DaemonState::Running {
-        ask(config, Request::Query(query))?
-    } else {
-        let database = spool.database();
-        if std::fs::File::open(&database).is_err() {
-            return Err(CliError::failed(format!(
-                "ysctld is not running (spool {})",
-                config.spool_dir.display()
-            )));
+        match ask(config, Request::Query(query.clone())) {
+            Err(e) if e.message == NO_ANSWER => {
+                offline(command, config, query, "ysctld does not answer (hung?)")?
+            }
+            answered => answered?,
         }
-        warn(
-            command,
-            "ysctld is not running; showing jobs as last recorded in the database",
-        );
-        let uid = nix::unistd::getuid().as_raw();
-        let user = current_user_name();
-        crate::query::answer_offline(&database, query, uid, config.is_admin(uid, &user))?
+    } else {
+        offline(command, config, query, "ysctld is not running")?
     };
     match reply {
         Reply::Rejected { error } => Err(CliError::failed(error)),
@@ -223,6 +219,29 @@ pub fn query(command: &str, config: &Config, query: Query) -> Result<Reply, CliE
             "unexpected reply from ysctld: {other:?}"
         ))),
     }
+}
+
+/// `query` answered from the database, as last recorded, saying `why`.
+fn offline(command: &str, config: &Config, query: Query, why: &str) -> Result<Reply, CliError> {
+    let database = Spool::new(&config.spool_dir).database();
+    if std::fs::File::open(&database).is_err() {
+        return Err(CliError::failed(format!(
+            "{why} (spool {})",
+            config.spool_dir.display()
+        )));
+    }
+    warn(
+        command,
+        &format!("{why}; showing jobs as last recorded in the database"),
+    );
+    let uid = nix::unistd::getuid().as_raw();
+    let user = current_user_name();
+    Ok(crate::query::answer_offline(
+        &database,
+        query,
+        uid,
+        config.is_admin(uid, &user),
+    )?)
 }
 
 /// A listing's rows: all at once, or streamed as the daemon reads them.
@@ -259,11 +278,19 @@ pub fn query_rows(
 ) -> Result<Result<Rows, Reply>, CliError> {
     let spool = Spool::new(&config.spool_dir);
     if spool.daemon_state() == DaemonState::Running {
-        return match ask_keeping(config, Request::Query(query))? {
-            (Reply::Streamed { .. }, Some(sent)) => Ok(Ok(Rows::Streamed(sent.into_rows()?))),
-            (Reply::Rows { rows, .. }, _) => Ok(Ok(Rows::All(rows.into_iter()))),
-            (Reply::Rejected { error }, _) => Err(CliError::failed(error)),
-            (reply, _) => Ok(Err(reply)),
+        return match ask_keeping(config, Request::Query(query.clone())) {
+            Err(e) if e.message == NO_ANSWER => {
+                match offline(command, config, query, "ysctld does not answer (hung?)")? {
+                    Reply::Rows { rows, .. } => Ok(Ok(Rows::All(rows.into_iter()))),
+                    Reply::Rejected { error } => Err(CliError::failed(error)),
+                    reply => Ok(Err(reply)),
+                }
+            }
+            Err(e) => Err(e),
+            Ok((Reply::Streamed { .. }, Some(sent))) => Ok(Ok(Rows::Streamed(sent.into_rows()?))),
+            Ok((Reply::Rows { rows, .. }, _)) => Ok(Ok(Rows::All(rows.into_iter()))),
+            Ok((Reply::Rejected { error }, _)) => Err(CliError::failed(error)),
+            Ok((reply, _)) => Ok(Err(reply)),
         };
     }
     match self::query(command, config, query)? {

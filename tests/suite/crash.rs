@@ -350,3 +350,46 @@ fn a_job_sent_to_a_hung_fork_server_starts_once_after_all() {
     assert_eq!(c.wait_done(next, Duration::from_secs(30)), "COMPLETED");
     assert!(fork_server_of(daemon).is_some_and(|s| s != server));
 }
+
+#[test]
+fn a_hung_daemon_is_a_down_daemon_to_the_commands() {
+    let c = Cluster::started("");
+    let id = c.submit(&["-H", "--wrap", "true"]);
+    let pid = c.daemon_pid();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let run = |name: &str, args: &[&str]| {
+        c.command(name)
+            .args(args)
+            .env("YS_TIMEOUT", "2")
+            .output()
+            .unwrap()
+    };
+    // Queries: answered from the database, saying why.
+    let out = run("ysqueue", &["-h", "-o", "%i %t"]);
+    assert!(out.status.success(), "{}", crate::common::stderr(&out));
+    assert_eq!(crate::common::stdout(&out).trim(), format!("{id} PD"));
+    assert!(
+        crate::common::stderr(&out)
+            .contains("ysctld does not answer (hung?); showing jobs as last recorded"),
+        "{}",
+        crate::common::stderr(&out)
+    );
+    let out = run(
+        "ysacct",
+        &["-n", "-P", "-j", &id.to_string(), "-o", "JobID,State"],
+    );
+    assert_eq!(crate::common::stdout(&out).trim(), format!("{id}|PENDING"));
+    // Changes: refused in bounded time, kept to be applied, saying so.
+    let out = run("yscancel", &[&id.to_string()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        crate::common::stderr(&out).contains("did not answer in time; the request"),
+        "{}",
+        crate::common::stderr(&out)
+    );
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    assert_eq!(
+        c.wait_done(id, std::time::Duration::from_secs(30)),
+        "CANCELLED"
+    );
+}
