@@ -531,7 +531,17 @@ pub(crate) struct Work {
     /// built if it has not been yet, and becomes `snapshot`.
     lazy: Option<Arc<LazySnapshot>>,
     snapshot: Option<Arc<QueueSnapshot>>,
+    /// Where the answer goes instead of a reply file: a pool's node that
+    /// passed the query on (its rows whole, in one answer).
+    to_node: Option<NodeAnswer>,
 }
+
+/// Sends a node its answer.
+pub(crate) type NodeAnswer = Box<dyn FnOnce(Reply) + Send>;
+
+/// The most a listing sent to a node may hold, in bytes of its rows:
+/// within a frame of the pool's link.
+const MAX_NODE_ANSWER: usize = 12 << 20;
 
 impl Work {
     pub(crate) fn new(name: String, viewer: Viewer, min_job_age: u64, query: Query) -> Work {
@@ -543,7 +553,14 @@ impl Work {
             query,
             lazy: None,
             snapshot: None,
+            to_node: None,
         }
+    }
+
+    /// The answer goes to a node, through `answer`.
+    pub(crate) fn answering_node(mut self, answer: NodeAnswer) -> Work {
+        self.to_node = Some(answer);
+        self
     }
 
     /// The reply goes to `uid` (who sent the request).
@@ -591,6 +608,10 @@ pub(crate) fn start(spool: Spool, database: &Path) -> std::io::Result<Sender<Wor
             for mut work in rx {
                 if let Some(lazy) = work.lazy.take() {
                     work.snapshot = Some(lazy.get());
+                }
+                if let Some(answer) = work.to_node.take() {
+                    answer(node_reply(&work, &conn));
+                    continue;
                 }
                 match &work.query {
                     Query::Accounting {
@@ -774,6 +795,42 @@ impl<'a, V: std::borrow::Borrow<JobView>> RowMaker<'a, V> {
     }
 }
 
+/// The answer to a node's query: a listing's rows whole (within
+/// [`MAX_NODE_ANSWER`]), anything else as it is answered here.
+fn node_reply(work: &Work, conn: &Connection) -> Reply {
+    let now = crate::model::units::now();
+    let (mut rows, mut bytes) = (Vec::new(), 0usize);
+    let mut emit = |cells: &[String]| -> Result<(), StreamError> {
+        bytes += cells.iter().map(|c| c.len() + 4).sum::<usize>();
+        if bytes > MAX_NODE_ANSWER {
+            return Err(StreamError::TooLarge);
+        }
+        rows.push(cells.to_vec());
+        Ok(())
+    };
+    let listed = match &work.query {
+        Query::Queue {
+            filter,
+            fields: Some(fields),
+        } => queue_rows(work, conn, filter, fields, now, &mut emit),
+        Query::Accounting {
+            filter,
+            fields: Some(fields),
+        } => accounting_rows(work, conn, filter, fields, now, &mut emit),
+        _ => {
+            return answer(work, conn).unwrap_or_else(|e| Reply::Rejected {
+                error: format!("query failed: {e}"),
+            })
+        }
+    };
+    match listed {
+        Ok(()) => Reply::Rows { rows, now },
+        Err(e) => Reply::Rejected {
+            error: e.to_string(),
+        },
+    }
+}
+
 /// `ysqueue`'s rows, streamed as they are rendered: the client decodes
 /// each row as it comes instead of one whole reply.
 fn stream_queue(
@@ -784,20 +841,31 @@ fn stream_queue(
     fields: &[Field],
 ) {
     let now = crate::model::units::now();
-    let viewer = &work.viewer;
     let written = spool.stream_reply(&work.name, work.reply_to, now, |row| {
-        let recent = recently_finished(work, conn, filter, now).map_err(StreamError::Db)?;
-        let mut rows = RowMaker::new(fields, viewer, now);
         let mut emit = |cells: &[String]| row(cells).map_err(StreamError::Gone);
-        let rated = fields.iter().any(|f| f.shows_priority());
-        for_each_queued(work.snapshot.as_deref(), filter, rated, recent, |view| {
-            rows.push(view, &mut emit)
-        })?;
-        rows.finish(&mut emit)
+        queue_rows(work, conn, filter, fields, now, &mut emit)
     });
     if !written {
         tracing::debug!(target: "ysched::spool", "queue for {} not delivered (gone)", work.name);
     }
+}
+
+/// The queue's rows for `work`, into `emit`.
+fn queue_rows(
+    work: &Work,
+    conn: &Connection,
+    filter: &JobFilter,
+    fields: &[Field],
+    now: i64,
+    mut emit: &mut dyn FnMut(&[String]) -> Result<(), StreamError>,
+) -> Result<(), StreamError> {
+    let recent = recently_finished(work, conn, filter, now).map_err(StreamError::Db)?;
+    let mut rows = RowMaker::new(fields, &work.viewer, now);
+    let rated = fields.iter().any(|f| f.shows_priority());
+    for_each_queued(work.snapshot.as_deref(), filter, rated, recent, |view| {
+        rows.push(view, &mut emit)
+    })?;
+    rows.finish(&mut emit)
 }
 
 /// `ysacct`'s rows, streamed into the reply file straight from a cursor:
@@ -811,24 +879,36 @@ fn stream_accounting(
     fields: &[Field],
 ) {
     let now = crate::model::units::now();
-    let viewer = &work.viewer;
-    let snapshot = work.snapshot.as_deref();
     let written = spool.stream_reply(&work.name, work.reply_to, now, |row| {
-        let mut rows = RowMaker::new(fields, viewer, now);
         let mut emit = |cells: &[String]| row(cells).map_err(StreamError::Gone);
-        db::for_each_job(conn, filter, |job| -> Result<(), StreamError> {
-            // The snapshot may be newer than the last commit seen here.
-            let view = match snapshot.and_then(|s| s.get(job.id)) {
-                Some(view) => view.clone(),
-                None => JobView::stored(job),
-            };
-            rows.push(view, &mut emit)
-        })?;
-        rows.finish(&mut emit)
+        accounting_rows(work, conn, filter, fields, now, &mut emit)
     });
     if !written {
         tracing::debug!(target: "ysched::spool", "listing for {} not delivered (gone)", work.name);
     }
+}
+
+/// The accounting listing's rows for `work`, into `emit`, straight from a
+/// cursor.
+fn accounting_rows(
+    work: &Work,
+    conn: &Connection,
+    filter: &JobFilter,
+    fields: &[Field],
+    now: i64,
+    mut emit: &mut dyn FnMut(&[String]) -> Result<(), StreamError>,
+) -> Result<(), StreamError> {
+    let snapshot = work.snapshot.as_deref();
+    let mut rows = RowMaker::new(fields, &work.viewer, now);
+    db::for_each_job(conn, filter, |job| -> Result<(), StreamError> {
+        // The snapshot may be newer than the last commit seen here.
+        let view = match snapshot.and_then(|s| s.get(job.id)) {
+            Some(view) => view.clone(),
+            None => JobView::stored(job),
+        };
+        rows.push(view, &mut emit)
+    })?;
+    rows.finish(&mut emit)
 }
 
 /// Why a streamed listing stopped.
@@ -836,6 +916,9 @@ fn stream_accounting(
 enum StreamError {
     #[error("{0}")]
     Db(#[from] DbError),
+    /// More than a node's link carries in one answer.
+    #[error("the listing is larger than a pool's node takes in one answer: narrow it (-j, -u, -S), or run the command on the controller")]
+    TooLarge,
     /// The requester went away: its reply file is gone or full.
     #[error("cannot write the listing: {0}")]
     Gone(std::io::Error),
@@ -1141,6 +1224,7 @@ pub fn answer_offline(
         query,
         lazy: None,
         snapshot: None,
+        to_node: None,
     };
     if work.query == Query::Node {
         return Ok(Reply::Rejected {

@@ -112,7 +112,6 @@ pub fn run(options: Options, warn: &mut dyn FnMut(String)) -> Result<(), AgentEr
         spool,
         config.max_spool_file,
         &config.node_name,
-        &controller,
     ));
     if config.gpu_sample_secs > 0 {
         let source = crate::gpu::sampling::detect();

@@ -5,9 +5,12 @@
 //! takes from its own spool), and writes the controller's answer where the
 //! sender waits for it. A request is applied once whatever is sent again
 //! (the controller records each by name), so one not answered is sent
-//! again after a while and after every reconnection. Other requests
-//! (queries, cancels) are the controller's: they are answered here with
-//! where to ask.
+//! again after a while and after every reconnection. Queries and control
+//! requests (`ysqueue`, `yscancel`, `scontrol` there) are forwarded the
+//! same way, with the sender's token if they gave one: the controller
+//! decides what the node's word alone is worth (`daemon::forwarded`). A
+//! query is answered at once, never recorded: one sent again is answered
+//! again.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -31,11 +34,10 @@ pub struct Requests {
     asked: HashMap<String, (u32, Instant)>,
     max_size: u64,
     node: String,
-    controller: String,
 }
 
 impl Requests {
-    pub fn new(spool: Spool, max_size: u64, node: &str, controller: &str) -> Requests {
+    pub fn new(spool: Spool, max_size: u64, node: &str) -> Requests {
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
             .and_then(|i| {
                 i.add_watch(
@@ -54,7 +56,6 @@ impl Requests {
             asked: HashMap::new(),
             max_size,
             node: node.to_string(),
-            controller: controller.to_string(),
         }
     }
 
@@ -129,15 +130,23 @@ impl Requests {
                         token: envelope.token,
                     })
                 }
-                other => {
-                    let why = format!(
-                        "{} is a node of the pool: it takes submissions (ysbatch) and passes them on, but '{}' is answered by the controller, {}; run it there",
-                        self.node,
-                        other.kind(),
-                        self.controller
-                    );
-                    self.refuse(&name, uid, why);
-                    None
+                request => {
+                    let Some(user) = user_name(uid) else {
+                        self.refuse(
+                            &name,
+                            uid,
+                            format!("uid {uid} has no user name on {}", self.node),
+                        );
+                        return None;
+                    };
+                    self.asked.insert(name.clone(), (uid, Instant::now()));
+                    Some(FromNode::Forward {
+                        name,
+                        uid,
+                        user,
+                        request: Box::new(request),
+                        token: envelope.token,
+                    })
                 }
             },
         }

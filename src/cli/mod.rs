@@ -166,13 +166,22 @@ fn ask_keeping(
         DaemonState::Running => {}
         DaemonState::Stopped | DaemonState::NoSpool => {
             return Err(CliError::failed(format!(
-                "ysctld is not running (spool {}); nothing was changed",
-                config.spool_dir.display()
+                "{}; nothing was changed",
+                not_running(&spool)
             )))
         }
     }
     let is_query = matches!(request, Request::Query(_));
-    let mut sent = spool.send(&Envelope::new(request), Durability::OnDemand)?;
+    let mut envelope = Envelope::new(request);
+    if spool.pool_controller().is_some() {
+        // On a pool's node the request goes through its agent: the
+        // user's token, if they have one, proves who they are beyond
+        // what the node says.
+        envelope.token = std::env::var("SLURM_JWT")
+            .ok()
+            .filter(|t| !t.trim().is_empty());
+    }
+    let mut sent = spool.send(&envelope, Durability::OnDemand)?;
     match sent.wait(reply_timeout(Duration::from_secs(30)))? {
         Some(reply @ Reply::Streamed { .. }) => Ok((reply, Some(sent))),
         Some(reply) => Ok((reply, None)),
@@ -221,9 +230,24 @@ pub fn query(command: &str, config: &Config, query: Query) -> Result<Reply, CliE
     }
 }
 
+/// What a command says when the daemon it talks to does not run: ysctld,
+/// or on a pool's node its agent.
+fn not_running(spool: &Spool) -> String {
+    match spool.pool_controller() {
+        Some(controller) => format!(
+            "ysnoded is not running on this node: commands here go through it to the controller, {controller}"
+        ),
+        None => format!("ysctld is not running (spool {})", spool.root().display()),
+    }
+}
+
 /// `query` answered from the database, as last recorded, saying `why`.
 fn offline(command: &str, config: &Config, query: Query, why: &str) -> Result<Reply, CliError> {
-    let database = Spool::new(&config.spool_dir).database();
+    let spool = Spool::new(&config.spool_dir);
+    if spool.pool_controller().is_some() {
+        return Err(CliError::failed(not_running(&spool)));
+    }
+    let database = spool.database();
     if std::fs::File::open(&database).is_err() {
         return Err(CliError::failed(format!(
             "{why} (spool {})",

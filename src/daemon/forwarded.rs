@@ -113,6 +113,101 @@ impl Daemon {
         Ok(reply)
     }
 
+    /// Takes in request `name` (a query or a control request) that node
+    /// `node` passed on. With the sender's token, it is theirs, by the
+    /// command line's rules. Without one, the node's word is taken for
+    /// what any user may see: a query is answered as to nobody in
+    /// particular (no private field of any job, not even the sender's
+    /// own, and nothing at all where `private_data = "jobs"`), so that
+    /// root on a node, who can claim any user there, learns nothing it
+    /// could not as a user; a change needs the token.
+    pub(super) fn node_request(
+        &mut self,
+        node: &str,
+        name: String,
+        sender: &Sender,
+        request: crate::proto::Request,
+        now: i64,
+    ) -> Result<(), DaemonError> {
+        use crate::proto::Request;
+        let proven = sender.token.is_some() && self.proven(node, sender, now).is_none();
+        let same_here = self
+            .users
+            .get(sender.uid)
+            .is_some_and(|u| u.name == sender.user);
+        match request {
+            Request::Query(query) => {
+                let viewer = if proven && same_here {
+                    self.viewer(sender.uid, sender.user.to_string())
+                } else {
+                    vouched_viewer(node, sender.user, self.config.private_data)
+                };
+                let link = self
+                    .nodes
+                    .named(node)
+                    .and_then(|n| n.remote.as_ref())
+                    .map(|r| r.link.clone());
+                let Some(link) = link else { return Ok(()) };
+                let (to, reply_name) = (node.to_string(), name.clone());
+                let answer: crate::query::NodeAnswer = Box::new(move |reply| {
+                    let answer = ToNode::Answer {
+                        name: reply_name,
+                        reply: Box::new(reply),
+                    };
+                    if let Err(e) = link.send(&to, answer) {
+                        tracing::debug!(target: "ysched::pool", "an answer to node {to} is lost: {e}");
+                    }
+                });
+                let work =
+                    crate::query::Work::new(name, viewer, self.config.min_job_age_secs, query)
+                        .answering_node(answer);
+                self.turn.node_queries.push(work);
+                Ok(())
+            }
+            Request::Submit(job) => self.node_submit(node, name, sender, *job, now),
+            Request::Control(control) => {
+                self.turn.channel = crate::proto::Channel::Node;
+                let reply = match self.proven(node, sender, now) {
+                    Some(refusal) => refusal,
+                    None if !same_here => Reply::Rejected {
+                        error: format!(
+                            "{} is not the same user on the controller as on {node}",
+                            sender.user
+                        ),
+                    },
+                    None => {
+                        let key = format!("{node}:{name}");
+                        match self.applied_before(&key, sender.uid)? {
+                            Some(reply) => reply,
+                            None => {
+                                let kind = Request::Control(control.clone()).kind();
+                                let reply = self.control(control, sender.uid, sender.user, now)?;
+                                db::record_request(
+                                    self.tx()?,
+                                    &key,
+                                    sender.uid,
+                                    now,
+                                    kind,
+                                    &reply,
+                                )?;
+                                reply
+                            }
+                        }
+                    }
+                };
+                self.turn.channel = crate::proto::Channel::Cli;
+                self.turn.replies.push((
+                    Requester::Node {
+                        node: node.to_string(),
+                        name,
+                    },
+                    reply,
+                ));
+                Ok(())
+            }
+        }
+    }
+
     /// Sends node `node` the answer to its request `name` (after the
     /// commit). A node gone since asks again when it is back.
     pub(super) fn answer_node(&self, node: &str, name: String, reply: Reply) {
@@ -126,5 +221,21 @@ impl Daemon {
         if let Err(e) = remote.link.send(node, answer) {
             tracing::debug!(target: "ysched::pool", "the answer to node {node} waits for it: {e}");
         }
+    }
+}
+
+/// Whom a node's word alone makes a query's viewer: nobody in
+/// particular (see [`Daemon::node_request`]).
+fn vouched_viewer(
+    node: &str,
+    user: &str,
+    privacy: crate::config::PrivateData,
+) -> crate::query::Viewer {
+    crate::query::Viewer {
+        uid: u32::MAX,
+        user: format!("{user}@{node}"),
+        admin: false,
+        coordinated: Default::default(),
+        privacy,
     }
 }

@@ -276,6 +276,18 @@ impl Daemon {
             };
             return self.hello(conn, name, envelope.incarnation, hello, now, ended);
         }
+        self.node_report(conn, name, envelope, now, ended)
+    }
+
+    /// A certified node's message other than its hello.
+    fn node_report(
+        &mut self,
+        conn: ConnId,
+        name: &str,
+        envelope: Envelope<FromNode>,
+        now: i64,
+        ended: &mut Vec<JobId>,
+    ) -> Result<(), DaemonError> {
         let Some(link) = self.current_link(conn, name, envelope.incarnation) else {
             // From a connection or a run of the agent since replaced.
             return Ok(());
@@ -326,6 +338,20 @@ impl Daemon {
                     token: token.as_deref(),
                 };
                 self.node_submit(name, request, &sender, *job, now)?
+            }
+            FromNode::Forward {
+                name: request,
+                uid,
+                user,
+                request: forwarded,
+                token,
+            } => {
+                let sender = super::forwarded::Sender {
+                    uid,
+                    user: &user,
+                    token: token.as_deref(),
+                };
+                self.node_request(name, request, &sender, *forwarded, now)?
             }
             FromNode::Image { reference, error } => {
                 let mut state = link.state();

@@ -280,6 +280,9 @@ pub(super) struct TurnWork {
     pub(super) exits_to_retry: Vec<JobId>,
     /// How the request being handled came, for the audit log.
     pub(super) channel: crate::proto::Channel,
+    /// Queries a pool's nodes passed on, for the query thread after the
+    /// commit (their answers go back over the nodes' links).
+    pub(super) node_queries: Vec<crate::query::Work>,
 }
 
 /// Requests seen but not yet processed (beyond one batch), and the spool names among them.

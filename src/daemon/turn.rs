@@ -198,6 +198,7 @@ impl Daemon {
             }
             self.spool.discard_all(&processed);
             self.launch_started()?;
+            queries.append(&mut self.turn.node_queries);
             for q in queries {
                 // After a change, a query about a few named jobs gets a
                 // snapshot of those alone instead of waiting for the whole
@@ -581,7 +582,7 @@ impl Daemon {
 
     /// Who `user` is to the read-only views: an administrator, the
     /// coordinator of which accounts.
-    fn viewer(&self, uid: u32, user: String) -> query::Viewer {
+    pub(super) fn viewer(&self, uid: u32, user: String) -> query::Viewer {
         let admin = self.config.is_admin(uid, &user);
         let policy = sched::limits::Policy::new(&self.config);
         let coordinated = self

@@ -135,6 +135,18 @@ pub enum FromNode {
         #[serde(default)]
         token: Option<String>,
     },
+    /// A query or a control request made on the node (`ysqueue`,
+    /// `yscancel`, ... there), as `Submit` carries a submission: the
+    /// sender as the node's kernel names them, and their token if they
+    /// gave one. Answered by `Answer`.
+    Forward {
+        name: String,
+        uid: u32,
+        user: String,
+        request: Box<crate::proto::Request>,
+        #[serde(default)]
+        token: Option<String>,
+    },
     /// How making a container image present (`PullImage`) ended:
     /// `error` says why it could not be.
     Image {

@@ -1153,16 +1153,104 @@ fn ysbatch_on_a_node_submits_to_the_controller_as_its_user() {
     let out = on_node(Some(&mine), &["ysbatch", "-G", "9", "--wrap", "true"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("9 GPUs"), "{}", stderr(&out));
-    // What only the controller answers says where to ask.
-    let out = on_node(None, &["ysqueue"]);
-    assert_eq!(out.status.code(), Some(1));
+    commands_on_a_node_go_through_its_agent(&p, &user, (&mine, &theirs), &on_node);
+    // Two jobs more were submitted since `id`.
+    submissions_wait_for_the_agent_and_tokens_are_kept_secret(&mut p, &user, &other, &mine, id + 2);
+    let _ = &p.net;
+}
+
+/// Every command works on a node, through its agent: queries answered
+/// from the controller; with the user's token as on the controller,
+/// without it as to nobody in particular (no private field, not even
+/// the user's own); changes need the token, and follow its rules.
+fn commands_on_a_node_go_through_its_agent(
+    p: &Pool,
+    user: &TestUser,
+    (mine, theirs): (&str, &str),
+    on_node: &dyn Fn(Option<&str>, &[&str]) -> std::process::Output,
+) {
+    let held = p.controller.submit(&[
+        "-H",
+        "-J",
+        "held",
+        "--comment",
+        "secret-plan",
+        "--wrap",
+        "true",
+    ]);
+    let own = on_node(
+        Some(mine),
+        &[
+            "ysbatch",
+            "--parsable",
+            "-H",
+            "--comment",
+            "own-plan",
+            "--wrap",
+            "true",
+        ],
+    );
+    assert!(own.status.success(), "{}", stderr(&own));
+    let own: u64 = stdout(&own).trim().parse().unwrap();
+    // Queries: with the token, as the user; without, nothing private.
+    let out = on_node(Some(mine), &["ysqueue", "-h", "-o", "%i %u %k"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listed = stdout(&out);
     assert!(
-        stderr(&out).contains("gpu10 is a node of the pool"),
+        listed.contains(&format!("{own} {} own-plan", user.name)),
+        "{listed}"
+    );
+    assert!(
+        listed.lines().any(|l| l.trim() == format!("{held} root")),
+        "{listed}"
+    );
+    assert!(!listed.contains("secret-plan"), "{listed}");
+    let out = on_node(None, &["ysqueue", "-h", "-o", "%i %k"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        !stdout(&out).contains("own-plan"),
+        "the node's word alone shows nothing private"
+    );
+    let out = on_node(
+        None,
+        &[
+            "ysacct",
+            "-n",
+            "-P",
+            "-j",
+            &own.to_string(),
+            "-o",
+            "JobID,State",
+        ],
+    );
+    assert_eq!(
+        stdout(&out).trim(),
+        format!("{own}|PENDING"),
         "{}",
         stderr(&out)
     );
-    submissions_wait_for_the_agent_and_tokens_are_kept_secret(&mut p, &user, &other, &mine, id);
-    let _ = &p.net;
+    // Changes: the token, and the command line's rules.
+    let out = on_node(None, &["yscancel", &own.to_string()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("needs your token"),
+        "{}",
+        stderr(&out)
+    );
+    let out = on_node(Some(theirs), &["yscancel", &own.to_string()]);
+    assert_eq!(out.status.code(), Some(1));
+    let out = on_node(Some(mine), &["yscancel", &held.to_string()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("permission denied"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(p.controller.state(held), "PENDING");
+    let out = on_node(Some(mine), &["yscancel", &own.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(p.controller.wait_done(own, LONG), "CANCELLED");
+    p.controller.run("yscancel", &[&held.to_string()]);
 }
 
 /// With ysnoded down a submission on the node waits in the node's spool,
