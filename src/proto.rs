@@ -209,6 +209,26 @@ pub enum Control {
         lifespan: Option<u64>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         user: Option<String>,
+        /// What it is for, comma-separated (`rest`, `portal`, `node`,
+        /// `node:NAME`); by default the web's (`rest,portal`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        audience: Option<String>,
+    },
+    /// The tokens made for the sender, for `user` or for everyone
+    /// (admins), not long expired (`ystoken --list`).
+    Tokens {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        user: Option<String>,
+        #[serde(default)]
+        all_users: bool,
+    },
+    /// Revoke the sender's token `jti`, or all of them (`None`); admins
+    /// any user's (`ystoken --revoke`).
+    RevokeTokens {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        jti: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        user: Option<String>,
     },
     /// Let a server join the pool (admins): the answer is the line to run
     /// there, with a one-time token.
@@ -249,6 +269,8 @@ impl Control {
             Control::NodeDrain { .. } => "node drain",
             Control::NodeResume { .. } => "node resume",
             Control::Token { .. } => "token",
+            Control::Tokens { .. } => "token list",
+            Control::RevokeTokens { .. } => "token revoke",
             Control::NodeAdd { .. } => "node add",
             Control::NodeRemove { .. } => "node remove",
             Control::ImagePull { .. } => "image pull",
@@ -443,6 +465,11 @@ pub enum Reply {
         token: String,
         user: String,
         expires: i64,
+    },
+    /// Tokens as recorded (`ystoken --list`).
+    Tokens {
+        tokens: Vec<crate::token::TokenRecord>,
+        now: i64,
     },
     /// The request as a whole was refused.
     Rejected {

@@ -5,6 +5,7 @@
 pub mod sacctmgr;
 pub mod slurm;
 pub mod srun;
+pub mod token_file;
 pub mod ysacct;
 pub mod ysbatch;
 pub mod yscancel;
@@ -175,11 +176,11 @@ fn ask_keeping(
     let mut envelope = Envelope::new(request);
     if spool.pool_controller().is_some() {
         // On a pool's node the request goes through its agent: the
-        // user's token, if they have one, proves who they are beyond
-        // what the node says.
-        envelope.token = std::env::var("SLURM_JWT")
-            .ok()
-            .filter(|t| !t.trim().is_empty());
+        // user's token (SLURM_JWT, or the one ystoken --save kept), if
+        // they have one, proves who they are beyond what the node says.
+        let program = std::env::args().next().unwrap_or_default();
+        let command = program.rsplit('/').next().unwrap_or("ysched");
+        envelope.token = user_token(command);
     }
     let mut sent = spool.send(&envelope, Durability::OnDemand)?;
     match sent.wait(reply_timeout(Duration::from_secs(30)))? {
@@ -197,6 +198,23 @@ fn ask_keeping(
             )))
         }
     }
+}
+
+/// The token `command` sends for its user on a pool's node: `SLURM_JWT`,
+/// else the one `ystoken --save` kept.
+pub fn user_token(command: &str) -> Option<String> {
+    std::env::var("SLURM_JWT")
+        .ok()
+        .filter(|t| !t.trim().is_empty())
+        .or_else(|| saved_token(command))
+}
+
+/// The token `ystoken --save` kept, if it may be used.
+pub fn saved_token(command: &str) -> Option<String> {
+    token_file::saved().unwrap_or_else(|e| {
+        warn(command, &e.to_string());
+        None
+    })
 }
 
 /// What a query that ysctld does not answer in time fails with.

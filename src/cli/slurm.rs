@@ -481,26 +481,39 @@ fn show_hostlist(names: &str) -> CliResult {
     print(&format!("{}\n", crate::model::hostlist::compress(&all)))
 }
 
-/// `scontrol token [lifespan=SECONDS] [username=USER]`: `SLURM_JWT=...`.
+/// `scontrol token [lifespan=SECONDS] [username=USER]`: `SLURM_JWT=...`;
+/// beyond Slurm's, `audience=USES`, and `list` (everyone's with
+/// `username=all`: administrators) and `revoke=ID|all`, as `ystoken`.
 fn token(words: &[String]) -> CliResult {
     let mut args = super::ystoken::Args {
         lifespan: None,
         user: None,
+        audience: None,
+        save: false,
+        list: false,
+        all: false,
+        revoke: None,
     };
     for word in words {
-        match word.split_once('=') {
-            Some((key, value)) if key.eq_ignore_ascii_case("lifespan") => {
-                args.lifespan = Some(value.to_string())
-            }
-            Some((key, value)) if key.eq_ignore_ascii_case("username") => {
-                args.user = Some(value.to_string())
-            }
+        let (key, value) = word.split_once('=').unwrap_or((word.as_str(), ""));
+        match key.to_ascii_lowercase().as_str() {
+            "lifespan" if !value.is_empty() => args.lifespan = Some(value.to_string()),
+            "username" if value == "all" => args.all = true,
+            "username" if !value.is_empty() => args.user = Some(value.to_string()),
+            "audience" if !value.is_empty() => args.audience = Some(value.to_string()),
+            "revoke" if !value.is_empty() => args.revoke = Some(value.to_string()),
+            "list" if value.is_empty() => args.list = true,
             _ => {
                 return Err(CliError::failed(format!(
-                    "scontrol token: '{word}' is not lifespan=SECONDS or username=USER"
+                    "scontrol token: '{word}' is not lifespan=SECONDS, username=USER, audience=USES, list or revoke=ID|all"
                 )))
             }
         }
+    }
+    if args.all && !args.list {
+        return Err(CliError::failed(
+            "scontrol token: username=all goes with list",
+        ));
     }
     super::ystoken::run(args)
 }

@@ -153,7 +153,7 @@ pub fn run(args: Args) -> CliResult {
     let token = take_token(&mut request);
     let mut envelope = Envelope::new(Request::Submit(Box::new(request)));
     if on_node {
-        envelope.token = token;
+        envelope.token = token.or_else(|| super::saved_token("ysbatch"));
     }
     let sent = spool.send(&envelope, durability)?;
     let daemon = if on_node { "ysnoded" } else { "ysctld" };

@@ -46,6 +46,7 @@ pub(super) fn pool(raw: RawPool, src: &Source) -> Result<Pool, ConfigError> {
         frozen_limit: duration(raw.frozen_limit.as_ref(), "frozen_limit", src)?
             .unwrap_or(super::types::DEFAULT_FROZEN_LIMIT)
             .max(lease),
+        trust_nodes: raw.trust_nodes.unwrap_or(false),
     })
 }
 

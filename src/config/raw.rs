@@ -232,6 +232,7 @@ pub(super) struct RawPool {
     pub(super) controller: Option<Spanned<String>>,
     pub(super) step_ports: Option<Spanned<String>>,
     pub(super) frozen_limit: Option<Spanned<String>>,
+    pub(super) trust_nodes: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]

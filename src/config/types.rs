@@ -462,6 +462,12 @@ pub struct Pool {
     /// On a node: how long jobs frozen when its lease ran out wait for a
     /// controller to claim them before they are ended.
     pub frozen_limit: std::time::Duration,
+    /// Slurm's model (munge): a node's word on who a user is holds
+    /// everywhere, for every request, as it does on the node itself.
+    /// Off: a node vouches only for queries at the public level and for
+    /// changes to the jobs it runs or took in; more needs the user's
+    /// token.
+    pub trust_nodes: bool,
 }
 
 /// A day: a controller down over a night still finds its jobs.
@@ -617,6 +623,7 @@ impl Default for Pool {
             controller: None,
             step_ports: DEFAULT_STEP_PORTS,
             frozen_limit: DEFAULT_FROZEN_LIMIT,
+            trust_nodes: false,
         }
     }
 }

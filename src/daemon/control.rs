@@ -11,7 +11,6 @@ use crate::proto::{Control, JobOutcome, JobSelector, Reply};
 use super::error::{DaemonError, Refusal};
 use super::state::Daemon;
 
-/// Who asks.
 /// The refusal a request gets that only admins may make (`what` they
 /// may do), if `who` is not one.
 pub(super) fn admins_only(who: &Requester, what: &str) -> Option<Reply> {
@@ -20,13 +19,26 @@ pub(super) fn admins_only(who: &Requester, what: &str) -> Option<Reply> {
     })
 }
 
+/// A token asked for: by whom, for whom, what for, for how long.
+pub(super) struct TokenAsk {
+    pub(super) lifespan: Option<u64>,
+    pub(super) user: Option<String>,
+    pub(super) audience: Option<String>,
+}
+
+/// Who asks.
 pub(super) struct Requester<'a> {
     pub(super) uid: u32,
     pub(super) user: &'a str,
     pub(super) admin: bool,
+    /// The node whose word alone says who asks, and why the user's
+    /// token did not prove more: only jobs it runs or took in may be
+    /// touched.
+    pub(super) vouched_by: Option<(&'a str, &'a str)>,
 }
 
 impl Daemon {
+    /// Applies `control` for `user`, as the kernel (or a token) says.
     pub(super) fn control(
         &mut self,
         control: Control,
@@ -38,13 +50,23 @@ impl Daemon {
             uid,
             user,
             admin: self.config.is_admin(uid, user),
+            vouched_by: None,
         };
+        self.control_by(control, &who, now)
+    }
+
+    /// Applies `control` for `who`.
+    pub(super) fn control_by(
+        &mut self,
+        control: Control,
+        who: &Requester,
+        now: i64,
+    ) -> Result<Reply, DaemonError> {
         match control {
-            Control::Cancel { selector, signal } => self.cancel(selector, signal, &who, now),
+            Control::Cancel { selector, signal } => self.cancel(selector, signal, who, now),
             Control::Hold { job_ids } => {
                 let (ids, unknown) = self.expand(&job_ids)?;
-                self.hold(&ids, &who, now)
-                    .map(|r| with_outcomes(r, unknown))
+                self.hold(&ids, who, now).map(|r| with_outcomes(r, unknown))
             }
             Control::Release { job_ids } => {
                 let (ids, unknown) = self.expand(&job_ids)?;
@@ -55,8 +77,8 @@ impl Daemon {
                             .get(id)
                             .is_some_and(|j| j.hold == Some(Hold::Approval))
                     });
-                let approved = self.approve(&approvals, &who, now)?;
-                let released = self.release(&holds, &who, now)?;
+                let approved = self.approve(&approvals, who, now)?;
+                let released = self.release(&holds, who, now)?;
                 Ok(with_outcomes(
                     with_outcomes(released, outcomes_of(approved)),
                     unknown,
@@ -64,63 +86,74 @@ impl Daemon {
             }
             Control::Approve { job_ids } => {
                 let (ids, unknown) = self.expand(&job_ids)?;
-                self.approve(&ids, &who, now)
+                self.approve(&ids, who, now)
                     .map(|r| with_outcomes(r, unknown))
             }
             Control::Update { job_ids, changes } => {
                 let (ids, unknown) = self.expand(&job_ids)?;
-                self.update(&ids, &changes, &who, now)
+                self.update(&ids, &changes, who, now)
                     .map(|r| with_outcomes(r, unknown))
             }
             Control::Checkpoint { job_ids } => {
                 let (ids, unknown) = self.expand(&job_ids)?;
-                self.checkpoint(&ids, &who, now)
+                self.checkpoint(&ids, who, now)
                     .map(|r| with_outcomes(r, unknown))
             }
             Control::Requeue { job_ids } => {
                 let (ids, unknown) = self.expand(&job_ids)?;
-                self.requeue(&ids, &who, now)
+                self.requeue(&ids, who, now)
                     .map(|r| with_outcomes(r, unknown))
             }
             Control::Suspend { job_ids } => {
                 let (ids, unknown) = self.expand(&job_ids)?;
-                self.suspend_or_resume(&ids, &who, true, now)
+                self.suspend_or_resume(&ids, who, true, now)
                     .map(|r| with_outcomes(r, unknown))
             }
             Control::Resume { job_ids } => {
                 let (ids, unknown) = self.expand(&job_ids)?;
-                self.suspend_or_resume(&ids, &who, false, now)
+                self.suspend_or_resume(&ids, who, false, now)
                     .map(|r| with_outcomes(r, unknown))
             }
             Control::Drain { gpus, reason, node } => {
-                Ok(self.drain(node, &gpus, Some(reason), &who, now)?)
+                Ok(self.drain(node, &gpus, Some(reason), who, now)?)
             }
-            Control::NodeDrain { node, reason } => self.drain_node(&node, Some(reason), &who, now),
-            Control::NodeResume { node } => self.drain_node(&node, None, &who, now),
-            Control::NodeAdd { node } => self.add_node(&node, &who, now),
-            Control::Token { lifespan, user } => self.make_token(lifespan, user, &who, now),
-            Control::NodeRemove { node } => self.remove_node(&node, &who, now),
-            Control::ImagePull { image, node } => {
-                Ok(self.pull_image(&image, node.as_deref(), &who))
+            Control::NodeDrain { node, reason } => self.drain_node(&node, Some(reason), who, now),
+            Control::NodeResume { node } => self.drain_node(&node, None, who, now),
+            Control::NodeAdd { node } => self.add_node(&node, who, now),
+            Control::Token {
+                lifespan,
+                user,
+                audience,
+            } => {
+                let ask = TokenAsk {
+                    lifespan,
+                    user,
+                    audience,
+                };
+                self.make_token(ask, who, now)
             }
-            Control::Undrain { gpus, node } => Ok(self.drain(node, &gpus, None, &who, now)?),
-            Control::Reload => {
-                Ok(if who.admin {
-                    match self.reload(Some(user)) {
-                        Ok(message) => Reply::Control {
-                            outcomes: Vec::new(),
-                            message: Some(message),
-                        },
-                        Err(e) => Reply::Rejected {
-                            error: e.to_string(),
-                        },
-                    }
-                } else {
-                    Reply::Rejected {
-                    error: "permission denied: only root and the config's admins may reload the config".into(),
-                }
-                })
-            }
+            Control::Tokens { user, all_users } => self.list_tokens(user, all_users, who, now),
+            Control::RevokeTokens { jti, user } => self.revoke_tokens(jti, user, who, now),
+            Control::NodeRemove { node } => self.remove_node(&node, who, now),
+            Control::ImagePull { image, node } => Ok(self.pull_image(&image, node.as_deref(), who)),
+            Control::Undrain { gpus, node } => Ok(self.drain(node, &gpus, None, who, now)?),
+            Control::Reload => Ok(self.reload_for(who)),
+        }
+    }
+
+    /// `yscontrol reconfigure` (admins).
+    fn reload_for(&mut self, who: &Requester) -> Reply {
+        if let Some(refused) = admins_only(who, "reload the config") {
+            return refused;
+        }
+        match self.reload(Some(who.user)) {
+            Ok(message) => Reply::Control {
+                outcomes: Vec::new(),
+                message: Some(message),
+            },
+            Err(e) => Reply::Rejected {
+                error: e.to_string(),
+            },
         }
     }
 
@@ -310,6 +343,12 @@ impl Daemon {
             AccessRefusal::Denied(format!("permission denied: job {id} belongs to {user}"))
         };
         match self.jobs.get(&id) {
+            Some(job) if !self.within_vouch(job, who) => {
+                let (node, why) = who.vouched_by.unwrap_or_default();
+                Ok(Some(AccessRefusal::Denied(format!(
+                    "job {id} was neither submitted on nor runs on node {node}: without your token ({why}) {node} acts only on those; ystoken --save on the controller keeps one for the pool's nodes"
+                ))))
+            }
             Some(job) if job.uid == who.uid || who.admin => Ok(None),
             Some(job) => Ok(Some(denied(&job.user))),
             None => match db::job(&self.store.db, id) {
@@ -323,6 +362,25 @@ impl Daemon {
                 )))),
                 Err(e) => Err(e.into()),
             },
+        }
+    }
+
+    /// Whether `job` is one the node that vouches for `who` (if one
+    /// does) may act on: it runs there, or was submitted there.
+    fn within_vouch(&self, job: &crate::model::job::Job, who: &Requester) -> bool {
+        let Some((node, _)) = who.vouched_by else {
+            return true;
+        };
+        if job.runs_on(node) {
+            return true;
+        }
+        let submission = job.array.as_ref().map_or(job.id, |a| a.job_id);
+        match db::submitted_on(&self.store.db, submission) {
+            Ok(on) => on.as_deref() == Some(node),
+            Err(e) => {
+                tracing::error!(target: "ysched::daemon", "cannot read where job {} was submitted: {e}", job.id);
+                false
+            }
         }
     }
 
@@ -351,7 +409,11 @@ impl Daemon {
             }
             self.jobs
                 .all()
-                .filter(|j| selector.matches(j) && (who.admin || j.uid == who.uid))
+                .filter(|j| {
+                    selector.matches(j)
+                        && (who.admin || j.uid == who.uid)
+                        && self.within_vouch(j, who)
+                })
                 .map(|j| j.id)
                 .collect()
         } else {
@@ -706,6 +768,10 @@ impl Daemon {
                 }),
                 Some(job) if job.hold != Some(Hold::Approval) => Some(format!(
                     "job {} is not waiting for approval",
+                    job.display_id()
+                )),
+                Some(job) if who.vouched_by.is_some() => Some(format!(
+                    "job {} waits for approval: approving from a node needs your token (ystoken --save on the controller)",
                     job.display_id()
                 )),
                 Some(job)

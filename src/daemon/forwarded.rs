@@ -34,9 +34,18 @@ impl Daemon {
         now: i64,
     ) -> Result<(), DaemonError> {
         self.turn.channel = crate::proto::Channel::Node;
-        let reply = match self.proven(node, sender, now) {
-            Some(refusal) => Ok(refusal),
-            None => self.forwarded_reply(node, &name, (sender.uid, sender.user), request, now),
+        let reply = match self.proof_of(node, sender, now) {
+            Proof::Vouched(why) => {
+                tracing::warn!(target: "ysched::pool", "a submission from node {node} as {} refused: {why}", sender.user);
+                Ok(Reply::Rejected {
+                    error: format!(
+                        "a submission made on node {node} needs your token ({why}): {HOW_TO_PROVE}"
+                    ),
+                })
+            }
+            Proof::Proven => {
+                self.forwarded_reply(node, &name, (sender.uid, sender.user), request, now)
+            }
         };
         self.turn.channel = crate::proto::Channel::Cli;
         let reply = reply?;
@@ -48,21 +57,22 @@ impl Daemon {
         Ok(())
     }
 
-    /// The refusal of a sender whose token does not prove it is the user
-    /// the node names, if it does not.
-    fn proven(&self, node: &str, sender: &Sender, now: i64) -> Option<Reply> {
-        let how = "run ystoken on the controller (or scontrol token there) and export the SLURM_JWT=... it prints, then ysbatch again";
-        let why = match sender.token.map(|t| self.check_token(t, now)) {
-            None => format!("a submission made on node {node} needs your token: {how}"),
-            Some(Ok(claims)) if claims.sun == sender.user => return None,
-            Some(Ok(claims)) => format!(
-                "the token is {}'s, not {}'s: {how}",
-                claims.sun, sender.user
-            ),
-            Some(Err(e)) => format!("{e}: {how}"),
+    /// How far the sender of a request node `node` passed on is proven
+    /// to be the user the node names: by the user's token for this node
+    /// (or, where the site trusts its nodes, by the node's word), or by
+    /// the node's word alone.
+    fn proof_of(&self, node: &str, sender: &Sender, now: i64) -> Proof {
+        if self.config.pool.trust_nodes {
+            return Proof::Proven;
+        }
+        let used_as = crate::token::Audience::Node(node.to_string());
+        let why = match sender.token.map(|t| self.check_token(t, &used_as, now)) {
+            None => "no token was sent".to_string(),
+            Some(Ok(claims)) if claims.sun == sender.user => return Proof::Proven,
+            Some(Ok(claims)) => format!("the token is {}'s, not {}'s", claims.sun, sender.user),
+            Some(Err(e)) => e.to_string(),
         };
-        tracing::warn!(target: "ysched::pool", "a submission from node {node} as {} refused: {why}", sender.user);
-        Some(Reply::Rejected { error: why })
+        Proof::Vouched(why)
     }
 
     fn forwarded_reply(
@@ -108,19 +118,21 @@ impl Daemon {
         let reply = self.submit(request, uid, user, now)?;
         if let Reply::Submitted { job_id, .. } = &reply {
             tracing::info!(target: "ysched::pool", "job {job_id} submitted by {user} on node {node}");
+            db::record_node_submission(self.tx()?, *job_id, node)?;
         }
         db::record_request(self.tx()?, &key, uid, now, "job", &reply)?;
         Ok(reply)
     }
 
     /// Takes in request `name` (a query or a control request) that node
-    /// `node` passed on. With the sender's token, it is theirs, by the
-    /// command line's rules. Without one, the node's word is taken for
-    /// what any user may see: a query is answered as to nobody in
-    /// particular (no private field of any job, not even the sender's
-    /// own, and nothing at all where `private_data = "jobs"`), so that
-    /// root on a node, who can claim any user there, learns nothing it
-    /// could not as a user; a change needs the token.
+    /// `node` passed on. Proven (the sender's token, or a trusted node),
+    /// it is theirs, by the command line's rules. On the node's word
+    /// alone, a query is answered as to nobody in particular (no private
+    /// field of any job, not even the sender's own, and nothing at all
+    /// where `private_data = "jobs"`), and a change may touch only the
+    /// sender's jobs that run on that node or were submitted there: root
+    /// on a node, who can claim any user there, gains nothing it could
+    /// not already do there.
     pub(super) fn node_request(
         &mut self,
         node: &str,
@@ -130,82 +142,114 @@ impl Daemon {
         now: i64,
     ) -> Result<(), DaemonError> {
         use crate::proto::Request;
-        let proven = sender.token.is_some() && self.proven(node, sender, now).is_none();
-        let same_here = self
-            .users
-            .get(sender.uid)
-            .is_some_and(|u| u.name == sender.user);
+        let proof = self.proof_of(node, sender, now);
         match request {
             Request::Query(query) => {
-                let viewer = if proven && same_here {
-                    self.viewer(sender.uid, sender.user.to_string())
-                } else {
-                    vouched_viewer(node, sender.user, self.config.private_data)
-                };
-                let link = self
-                    .nodes
-                    .named(node)
-                    .and_then(|n| n.remote.as_ref())
-                    .map(|r| r.link.clone());
-                let Some(link) = link else { return Ok(()) };
-                let (to, reply_name) = (node.to_string(), name.clone());
-                let answer: crate::query::NodeAnswer = Box::new(move |reply| {
-                    let answer = ToNode::Answer {
-                        name: reply_name,
-                        reply: Box::new(reply),
-                    };
-                    if let Err(e) = link.send(&to, answer) {
-                        tracing::debug!(target: "ysched::pool", "an answer to node {to} is lost: {e}");
-                    }
-                });
-                let work =
-                    crate::query::Work::new(name, viewer, self.config.min_job_age_secs, query)
-                        .answering_node(answer);
-                self.turn.node_queries.push(work);
+                self.node_query(node, name, sender, &proof, query);
                 Ok(())
             }
             Request::Submit(job) => self.node_submit(node, name, sender, *job, now),
             Request::Control(control) => {
                 self.turn.channel = crate::proto::Channel::Node;
-                let reply = match self.proven(node, sender, now) {
-                    Some(refusal) => refusal,
-                    None if !same_here => Reply::Rejected {
-                        error: format!(
-                            "{} is not the same user on the controller as on {node}",
-                            sender.user
-                        ),
-                    },
-                    None => {
-                        let key = format!("{node}:{name}");
-                        match self.applied_before(&key, sender.uid)? {
-                            Some(reply) => reply,
-                            None => {
-                                let kind = Request::Control(control.clone()).kind();
-                                let reply = self.control(control, sender.uid, sender.user, now)?;
-                                db::record_request(
-                                    self.tx()?,
-                                    &key,
-                                    sender.uid,
-                                    now,
-                                    kind,
-                                    &reply,
-                                )?;
-                                reply
-                            }
-                        }
-                    }
-                };
+                let reply = self.node_control(node, &name, sender, &proof, control, now);
                 self.turn.channel = crate::proto::Channel::Cli;
-                self.turn.replies.push((
-                    Requester::Node {
-                        node: node.to_string(),
-                        name,
-                    },
-                    reply,
-                ));
+                let requester = Requester::Node {
+                    node: node.to_string(),
+                    name,
+                };
+                self.turn.replies.push((requester, reply?));
                 Ok(())
             }
         }
+    }
+
+    /// Queues query `name` from `node`, answered over its link.
+    fn node_query(
+        &mut self,
+        node: &str,
+        name: String,
+        sender: &Sender,
+        proof: &Proof,
+        query: crate::proto::Query,
+    ) {
+        let viewer = match proof {
+            Proof::Proven if self.same_user_here(sender) => {
+                self.viewer(sender.uid, sender.user.to_string())
+            }
+            _ => vouched_viewer(node, sender.user, self.config.private_data),
+        };
+        let link = self
+            .nodes
+            .named(node)
+            .and_then(|n| n.remote.as_ref())
+            .map(|r| r.link.clone());
+        let Some(link) = link else { return };
+        let (to, reply_name) = (node.to_string(), name.clone());
+        let answer: crate::query::NodeAnswer = Box::new(move |reply| {
+            let answer = ToNode::Answer {
+                name: reply_name,
+                reply: Box::new(reply),
+            };
+            if let Err(e) = link.send(&to, answer) {
+                tracing::debug!(target: "ysched::pool", "an answer to node {to} is lost: {e}");
+            }
+        });
+        let work = crate::query::Work::new(name, viewer, self.config.min_job_age_secs, query)
+            .answering_node(answer);
+        self.turn.node_queries.push(work);
+    }
+
+    /// The answer to control request `name` from `node`, applied once.
+    fn node_control(
+        &mut self,
+        node: &str,
+        name: &str,
+        sender: &Sender,
+        proof: &Proof,
+        control: crate::proto::Control,
+        now: i64,
+    ) -> Result<Reply, DaemonError> {
+        let refuse = |error: String| Ok(Reply::Rejected { error });
+        if let Proof::Vouched(why) = proof {
+            if !vouched_may(&control) {
+                return refuse(format!(
+                    "on node {node} without your token ({why}), only cancel, hold, release, update, requeue and checkpoint of your jobs submitted on or running on {node} are taken: {HOW_TO_PROVE}"
+                ));
+            }
+        }
+        if !self.same_user_here(sender) {
+            return refuse(format!(
+                "{} is not the same user on the controller as on {node}: the pool's servers must share their users (same names, same uids)",
+                sender.user
+            ));
+        }
+        let key = format!("{node}:{name}");
+        if let Some(reply) = self.applied_before(&key, sender.uid)? {
+            return Ok(reply);
+        }
+        let kind = crate::proto::Request::Control(control.clone()).kind();
+        let reply = match proof {
+            Proof::Proven => self.control(control, sender.uid, sender.user, now)?,
+            Proof::Vouched(why) => {
+                let who = super::control::Requester {
+                    uid: sender.uid,
+                    user: sender.user,
+                    admin: false,
+                    vouched_by: Some((node, why)),
+                };
+                self.control_by(control, &who, now)?
+            }
+        };
+        db::record_request(self.tx()?, &key, sender.uid, now, kind, &reply)?;
+        Ok(reply)
+    }
+
+    /// Whether the sender a node names is the same user here (name and
+    /// uid).
+    fn same_user_here(&mut self, sender: &Sender) -> bool {
+        self.users
+            .get(sender.uid)
+            .is_some_and(|u| u.name == sender.user)
     }
 
     /// Sends node `node` the answer to its request `name` (after the
@@ -222,6 +266,33 @@ impl Daemon {
             tracing::debug!(target: "ysched::pool", "the answer to node {node} waits for it: {e}");
         }
     }
+}
+
+/// How far a request a node passed on is proven to be its sender's.
+enum Proof {
+    /// By the sender's token for that node, or by a node the site trusts.
+    Proven,
+    /// By the node's word alone; why the token did not prove more.
+    Vouched(String),
+}
+
+/// What a user is told to do for the token a node's word does not
+/// replace.
+const HOW_TO_PROVE: &str = "run ystoken --save on the controller (a token for the pool's nodes, kept in ~/.config/ysched/token where the commands find it), or export the SLURM_JWT=... that ystoken --audience node prints";
+
+/// The changes a node's word alone may ask for (of jobs it runs or took
+/// in, see [`Daemon::control_by`]).
+fn vouched_may(control: &crate::proto::Control) -> bool {
+    use crate::proto::Control;
+    matches!(
+        control,
+        Control::Cancel { .. }
+            | Control::Hold { .. }
+            | Control::Release { .. }
+            | Control::Update { .. }
+            | Control::Requeue { .. }
+            | Control::Checkpoint { .. }
+    )
 }
 
 /// Whom a node's word alone makes a query's viewer: nobody in

@@ -32,8 +32,12 @@ impl Daemon {
             None => (sender, Channel::Cli),
             Some(token) => {
                 let unauthenticated = |error: String| Reply::Unauthenticated { error };
+                let used_as = match envelope.channel {
+                    Some(Channel::Portal) => crate::token::Audience::Portal,
+                    _ => crate::token::Audience::Rest,
+                };
                 let claims = self
-                    .check_token(token, now)
+                    .check_token(token, &used_as, now)
                     .map_err(|e| unauthenticated(e.to_string()))?;
                 let uid = nix::unistd::User::from_name(&claims.sun)
                     .ok()

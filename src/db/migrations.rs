@@ -275,4 +275,23 @@ ALTER TABLE jobs ADD COLUMN container TEXT NOT NULL DEFAULT '';
 ALTER TABLE jobs ADD COLUMN image_reference TEXT;
 ALTER TABLE jobs ADD COLUMN image_digest TEXT;
 "#,
+    // 21: who may act on what from a pool's node: the node each job
+    // submitted there came from (its word acts on those jobs), and every
+    // token made (its use, its life, whether it was revoked).
+    r#"
+CREATE TABLE node_submissions (
+    job     INTEGER PRIMARY KEY,
+    node    TEXT    NOT NULL
+);
+CREATE TABLE tokens (
+    jti       TEXT    PRIMARY KEY,
+    user      TEXT    NOT NULL,
+    audience  TEXT    NOT NULL,
+    issued    INTEGER NOT NULL,
+    expires   INTEGER NOT NULL,
+    made_by   TEXT    NOT NULL,
+    revoked   INTEGER
+) WITHOUT ROWID;
+CREATE INDEX tokens_by_user ON tokens (user, expires);
+"#,
 ];

@@ -5,6 +5,7 @@ mod error;
 mod migrations;
 mod nodes;
 pub mod preemptions;
+mod tokens;
 
 use std::path::{Path, PathBuf};
 
@@ -20,6 +21,9 @@ pub use migrations::MIGRATIONS;
 pub use nodes::{
     certificate_used, expect_node, joined_nodes, node_drains, node_joined, node_record,
     remove_node, set_node_certificate, set_node_drain, set_node_facts, NodeRecord,
+};
+pub use tokens::{
+    record_node_submission, record_token, revoke_tokens, submitted_on, token, tokens,
 };
 
 /// What a job runs, kept apart from the record every view may read.

@@ -17,7 +17,7 @@ pub const SESSION_COOKIE: &str = "ysched_session";
 /// with requests other sites make, a header it never adds by itself.
 pub fn caller(ctx: &Context, request: &Request, channel: Channel) -> Result<Caller, Response> {
     if let Some(user) = proxied_user(ctx, request) {
-        let token = ctx.proxy_token(&user, crate::model::units::now())?;
+        let token = ctx.proxy_token(&user, channel, crate::model::units::now())?;
         return Ok(Caller { token, channel });
     }
     let token = request
@@ -58,7 +58,7 @@ pub fn caller(ctx: &Context, request: &Request, channel: Channel) -> Result<Call
 pub fn portal_caller(ctx: &Context, request: &Request) -> Result<Option<Caller>, Response> {
     let channel = Channel::Portal;
     if let Some(user) = proxied_user(ctx, request) {
-        let token = ctx.proxy_token(&user, crate::model::units::now())?;
+        let token = ctx.proxy_token(&user, channel, crate::model::units::now())?;
         return Ok(Some(Caller { token, channel }));
     }
     Ok(request

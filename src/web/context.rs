@@ -19,11 +19,14 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(30);
 /// again when less than half is left.
 const PROXY_TOKEN_LIFESPAN: u64 = 3_600;
 
+/// Tokens made for users a trusted proxy named: (user, the channel it
+/// is for) → (token, expiry).
+type ProxyTokens = HashMap<(String, &'static str), (String, i64)>;
+
 pub struct Context {
     pub config: Config,
     pub spool: Spool,
-    /// Tokens made for users a trusted proxy named: user → (token, expiry).
-    proxy_tokens: Mutex<HashMap<String, (String, i64)>>,
+    proxy_tokens: Mutex<ProxyTokens>,
     /// The SHA-256 of the secret a trusted proxy sends, read at the start.
     proxy_secret: Option<Vec<u8>>,
 }
@@ -120,8 +123,14 @@ impl Context {
 
     /// A token for `user`, whom a trusted proxy named: made by the daemon
     /// for this server's account, kept until half its life is spent.
-    pub fn proxy_token(&self, user: &str, now: i64) -> Result<String, Response> {
-        if let Some((token, expires)) = self.lock_tokens().get(user) {
+    pub fn proxy_token(
+        &self,
+        user: &str,
+        channel: crate::proto::Channel,
+        now: i64,
+    ) -> Result<String, Response> {
+        let key = (user.to_string(), channel.as_str());
+        if let Some((token, expires)) = self.lock_tokens().get(&key) {
             if *expires - now > PROXY_TOKEN_LIFESPAN as i64 / 2 {
                 return Ok(token.clone());
             }
@@ -129,11 +138,11 @@ impl Context {
         let request = Request::Control(Control::Token {
             lifespan: Some(PROXY_TOKEN_LIFESPAN),
             user: Some(user.to_string()),
+            audience: Some(channel.as_str().to_string()),
         });
         match self.send(&Envelope::new(request))? {
             Reply::Token { token, expires, .. } => {
-                self.lock_tokens()
-                    .insert(user.to_string(), (token.clone(), expires));
+                self.lock_tokens().insert(key, (token.clone(), expires));
                 Ok(token)
             }
             Reply::Rejected { error } | Reply::Unauthenticated { error } => Err(Response::error(
@@ -144,7 +153,7 @@ impl Context {
         }
     }
 
-    fn lock_tokens(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, i64)>> {
+    fn lock_tokens(&self) -> std::sync::MutexGuard<'_, ProxyTokens> {
         self.proxy_tokens
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -374,6 +374,13 @@ impl Pool {
         ]);
     }
 
+    /// `count` nodes whose word on who a user is holds everywhere
+    /// (`trust_nodes`).
+    pub(crate) fn trusting(count: usize) -> Pool {
+        let keys = format!("lease = \"{LEASE_SECS}s\"\ntrust_nodes = true\n");
+        Pool::with(count, "", &keys)
+    }
+
     fn with(count: usize, extra: &str, pool_keys: &str) -> Pool {
         Pool::started(count, extra, pool_keys, false)
     }
@@ -1097,14 +1104,17 @@ fn ysbatch_on_a_node_submits_to_the_controller_as_its_user() {
         "who.sh",
         "#!/bin/sh\necho node=$SLURMD_NODENAME id=$(id -un) jwt=${SLURM_JWT:-none}\n",
     );
-    // The user's token, made on the controller.
-    let token_of = |name: &str| {
-        let out = p.controller.run_as(name, "ystoken", &[]);
+    // The user's token for the pool's nodes, made on the controller.
+    let token_of = |name: &str, audience: &str| {
+        let out = p
+            .controller
+            .run_as(name, "ystoken", &["--audience", audience]);
         assert!(out.status.success(), "{}", stderr(&out));
         let line = stdout(&out);
         line.trim().strip_prefix("SLURM_JWT=").unwrap().to_string()
     };
-    let (mine, theirs) = (token_of(&user.name), token_of(&other.name));
+    let (mine, theirs) = (token_of(&user.name, "node"), token_of(&other.name, "node"));
+    let for_the_web = token_of(&user.name, "rest,portal");
     // The node's own config: its spool, which ysnoded watches.
     let (node_config, work) = (p.agents[0].config.clone(), p.controller.work.clone());
     let on_node = |token: Option<&str>, args: &[&str]| {
@@ -1128,7 +1138,14 @@ fn ysbatch_on_a_node_submits_to_the_controller_as_its_user() {
         assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
         assert!(stderr(&out).contains(why), "{}", stderr(&out));
     };
-    refused(None, "needs your token: run ystoken on the controller");
+    refused(
+        None,
+        "needs your token (no token was sent): run ystoken --save on the controller",
+    );
+    refused(
+        Some(&for_the_web),
+        "the token is for the REST API and the portal, not for node gpu10: make one with ystoken --audience node",
+    );
     refused(
         Some(&theirs),
         &format!("the token is {}'s, not {}'s", other.name, user.name),
@@ -1154,8 +1171,9 @@ fn ysbatch_on_a_node_submits_to_the_controller_as_its_user() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("9 GPUs"), "{}", stderr(&out));
     commands_on_a_node_go_through_its_agent(&p, &user, (&mine, &theirs), &on_node);
-    // Two jobs more were submitted since `id`.
-    submissions_wait_for_the_agent_and_tokens_are_kept_secret(&mut p, &user, &other, &mine, id + 2);
+    tokens_are_bound_to_their_use_listed_revoked_and_kept(&p, &user, &on_node);
+    // Four jobs more were submitted since `id`.
+    submissions_wait_for_the_agent_and_tokens_are_kept_secret(&mut p, &user, &other, &mine, id + 4);
     let _ = &p.net;
 }
 
@@ -1229,16 +1247,39 @@ fn commands_on_a_node_go_through_its_agent(
         "{}",
         stderr(&out)
     );
-    // Changes: the token, and the command line's rules.
-    let out = on_node(None, &["yscancel", &own.to_string()]);
+    changes_on_a_nodes_word_touch_only_its_jobs(p, user, (own, held), (mine, theirs), on_node);
+}
+
+/// Changes: on the node's word alone, only to the user's jobs that run
+/// on that node or were submitted there; with the token, by the command
+/// line's rules.
+fn changes_on_a_nodes_word_touch_only_its_jobs(
+    p: &Pool,
+    user: &TestUser,
+    (own, held): (u64, u64),
+    (mine, theirs): (&str, &str),
+    on_node: &dyn Fn(Option<&str>, &[&str]) -> std::process::Output,
+) {
+    let elsewhere = held_job_of(p, user);
+    let out = on_node(None, &["yscancel", &elsewhere.to_string()]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stderr(&out).contains("needs your token"),
+        stderr(&out).contains(&format!(
+            "job {elsewhere} was neither submitted on nor runs on node gpu10"
+        )),
         "{}",
         stderr(&out)
     );
-    let out = on_node(Some(theirs), &["yscancel", &own.to_string()]);
+    let out = on_node(Some(theirs), &["yscancel", &elsewhere.to_string()]);
     assert_eq!(out.status.code(), Some(1));
+    // Root there, as the user, mints nothing.
+    let out = on_node(None, &["ystoken", "--audience", "node"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("only cancel, hold, release, update, requeue and checkpoint"),
+        "{}",
+        stderr(&out)
+    );
     let out = on_node(Some(mine), &["yscancel", &held.to_string()]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -1247,10 +1288,178 @@ fn commands_on_a_node_go_through_its_agent(
         stderr(&out)
     );
     assert_eq!(p.controller.state(held), "PENDING");
-    let out = on_node(Some(mine), &["yscancel", &own.to_string()]);
+    assert_eq!(p.controller.state(elsewhere), "PENDING");
+    let out = on_node(Some(mine), &["yscancel", &elsewhere.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = on_node(None, &["yscancel", &own.to_string()]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(p.controller.wait_done(own, LONG), "CANCELLED");
+    assert_eq!(p.controller.wait_done(elsewhere, LONG), "CANCELLED");
     p.controller.run("yscancel", &[&held.to_string()]);
+}
+
+#[test]
+fn a_trusted_node_vouches_for_its_users_everywhere() {
+    require_root_for_pool!();
+    let p = Pool::trusting(1);
+    let user = TestUser::create("trn");
+    let on_node = |args: &[&str]| {
+        Command::new("runuser")
+            .args(["-u", &user.name, "--", "env"])
+            .arg(format!("YS_CONF={}", p.agents[0].config.display()))
+            .arg(bin_dir().join(args[0]))
+            .args(&args[1..])
+            .current_dir(&p.controller.work)
+            .output()
+            .unwrap()
+    };
+    // No token: a submission, the user's private fields, and a change
+    // to a job submitted on the controller all go.
+    let out = on_node(&[
+        "ysbatch",
+        "--parsable",
+        "--comment",
+        "plan-b",
+        "--wrap",
+        "true",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id: u64 = stdout(&out).trim().parse().unwrap();
+    assert_eq!(p.controller.wait_done(id, LONG), "COMPLETED");
+    assert_eq!(p.controller.field(id, "User"), user.name);
+    let elsewhere = held_job_of(&p, &user);
+    let out = on_node(&["ysqueue", "-h", "-o", "%i %k", "-j", &elsewhere.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = on_node(&[
+        "ysacct",
+        "-n",
+        "-P",
+        "-j",
+        &id.to_string(),
+        "-o",
+        "JobID,Comment",
+    ]);
+    assert_eq!(
+        stdout(&out).trim(),
+        format!("{id}|plan-b"),
+        "{}",
+        stderr(&out)
+    );
+    let out = on_node(&["yscancel", &elsewhere.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(p.controller.wait_done(elsewhere, LONG), "CANCELLED");
+    let _ = &p.net;
+}
+
+/// A held job `user` submitted on the controller.
+fn held_job_of(p: &Pool, user: &TestUser) -> u64 {
+    let out = p.controller.run_as(
+        &user.name,
+        "ysbatch",
+        &["--parsable", "-H", "--wrap", "true"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    stdout(&out).trim().parse().unwrap()
+}
+
+/// A token is for its use only (another node's is refused), is listed
+/// and revoked by its id, lasts a week at most for nodes, and kept by
+/// `ystoken --save` where the commands on the node find it, unless
+/// others may read it.
+fn tokens_are_bound_to_their_use_listed_revoked_and_kept(
+    p: &Pool,
+    user: &TestUser,
+    on_node: &dyn Fn(Option<&str>, &[&str]) -> std::process::Output,
+) {
+    let token = |args: &[&str]| {
+        let out = p.controller.run_as(&user.name, "ystoken", args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+            .trim()
+            .strip_prefix("SLURM_JWT=")
+            .unwrap()
+            .to_string()
+    };
+    let job = held_job_of(p, user);
+    let cancel = [String::from("yscancel"), job.to_string()];
+    let cancel: Vec<&str> = cancel.iter().map(String::as_str).collect();
+    let refused = |out: std::process::Output, why: &str| {
+        assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+        assert!(stderr(&out).contains(why), "{}", stderr(&out));
+    };
+    refused(
+        on_node(Some(&token(&["--audience", "node:gpu19"])), &cancel),
+        "the token is for node gpu19, not for node gpu10",
+    );
+    let out = p.controller.run_as(
+        &user.name,
+        "ystoken",
+        &["--audience", "node", "--lifespan", "8-00:00:00"],
+    );
+    refused(out, "a token for nodes lasts 1 s to 7 days");
+    // Revoked by the id its list shows: refused from then on.
+    let revoked = token(&["--audience", "node"]);
+    let list = stdout(&p.controller.run_as(&user.name, "ystoken", &["--list"]));
+    let jti = ysched::token::unverified_claims(&revoked).unwrap().jti;
+    let row = list
+        .lines()
+        .find(|l| l.starts_with(&jti))
+        .unwrap_or_default();
+    assert!(row.contains(" node ") && row.contains(" valid "), "{list}");
+    let out = p
+        .controller
+        .run_as(&user.name, "ystoken", &["--revoke", &jti]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    refused(on_node(Some(&revoked), &cancel), "the token was revoked");
+    refused(
+        p.controller
+            .run_as(&user.name, "ystoken", &["--list", "--all"]),
+        "permission denied",
+    );
+    let all = stdout(&p.controller.run("ystoken", &["--list", "--all"]));
+    assert!(
+        all.lines()
+            .any(|l| l.starts_with(&jti) && l.contains("revoked")),
+        "{all}"
+    );
+    // Kept in the user's config directory, readable by them alone.
+    let config = p
+        .controller
+        .dir
+        .path()
+        .join(format!("{}-config", user.name));
+    std::fs::create_dir(&config).unwrap();
+    nix::unistd::chown(&config, Some(user.uid.into()), None).unwrap();
+    let with_saved = |on: &std::path::Path, args: &[&str]| {
+        Command::new("runuser")
+            .args(["-u", &user.name, "--", "env"])
+            .arg(format!("XDG_CONFIG_HOME={}", config.display()))
+            .arg(format!("YS_CONF={}", on.display()))
+            .arg(bin_dir().join(args[0]))
+            .args(&args[1..])
+            .current_dir(&p.controller.work)
+            .output()
+            .unwrap()
+    };
+    let out = with_saved(&p.controller.config, &["ystoken", "--save"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let saved = config.join("ysched/token");
+    assert!(
+        stdout(&out).contains(&saved.display().to_string()),
+        "{}",
+        stdout(&out)
+    );
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&saved).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    std::fs::set_permissions(&saved, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = with_saved(&p.agents[0].config, &cancel);
+    assert!(stderr(&out).contains("is not used"), "{}", stderr(&out));
+    refused(out, "no token was sent");
+    std::fs::set_permissions(&saved, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = with_saved(&p.agents[0].config, &cancel);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(p.controller.wait_done(job, LONG), "CANCELLED");
 }
 
 /// With ysnoded down a submission on the node waits in the node's spool,
@@ -1304,7 +1513,7 @@ fn submissions_wait_for_the_agent_and_tokens_are_kept_secret(
     );
     let audit = stdout(&p.controller.run("yscontrol", &["show", "audit"]));
     assert!(
-        audit.contains(&format!("token for {}, 1800 s", user.name)),
+        audit.contains(&format!("for {}, rest,portal, 1800 s", user.name)),
         "{audit}"
     );
     assert!(!audit.contains(mine), "{audit}");

@@ -268,6 +268,26 @@ fn listings_accounting_and_nodes(
     assert_eq!(nodes["nodes"][0]["gres"], "gpu:a100:4");
 }
 
+/// A token for nodes and a revoked one are not the API's: 401, saying
+/// why. A fresh token for the API.
+fn node_and_revoked_tokens_are_not_the_apis(c: &Cluster, web: &WebServer, alice: &str) -> String {
+    let for_nodes = token_of(c, alice, &["--audience", "node"]);
+    let (status, body) = web.get("/slurm/v0.0.45/jobs", &for_nodes);
+    assert_eq!(status, 401);
+    assert!(
+        body.to_string()
+            .contains("the token is for the pool's nodes, not for the REST API"),
+        "{body}"
+    );
+    let revoked = token_of(c, alice, &[]);
+    let out = c.run_as(alice, "ystoken", &["--revoke", "all"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (status, body) = web.get("/slurm/v0.0.45/jobs", &revoked);
+    assert_eq!(status, 401);
+    assert!(body.to_string().contains("revoked"), "{body}");
+    token_of(c, alice, &[])
+}
+
 #[test]
 fn tokens_that_are_forged_expired_foreign_or_someone_elses_are_refused() {
     require_root!();
@@ -282,7 +302,13 @@ fn tokens_that_are_forged_expired_foreign_or_someone_elses_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let foreign = ysched::token::TokenKey::load_or_create(&dir.path().join("k"))
         .unwrap()
-        .mint(&alice.name, ysched::model::units::now(), 600)
+        .mint(
+            &alice.name,
+            &[ysched::token::Audience::Rest],
+            "j",
+            ysched::model::units::now(),
+            600,
+        )
         .unwrap();
     let (status, body) = web.get("/slurm/v0.0.45/jobs", &foreign);
     assert_eq!(status, 401, "{body}");
@@ -323,6 +349,7 @@ fn tokens_that_are_forged_expired_foreign_or_someone_elses_are_refused() {
             .contains("expired"),
         "{body}"
     );
+    let good = node_and_revoked_tokens_are_not_the_apis(&c, &web, &alice.name);
     // Bearer works as the header does.
     let (status, _) = web.call(
         "GET",
