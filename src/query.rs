@@ -532,16 +532,30 @@ pub(crate) struct Work {
     lazy: Option<Arc<LazySnapshot>>,
     snapshot: Option<Arc<QueueSnapshot>>,
     /// Where the answer goes instead of a reply file: a pool's node that
-    /// passed the query on (its rows whole, in one answer).
+    /// passed the query on (a listing's rows in parts, as they come).
     to_node: Option<NodeAnswer>,
 }
 
-/// Sends a node its answer.
-pub(crate) type NodeAnswer = Box<dyn FnOnce(Reply) + Send>;
+/// A part of a node's answer.
+pub(crate) enum NodePart {
+    /// The whole answer.
+    Whole(Reply),
+    /// Rows of a listing, in order; the last part has `end`: `None` when
+    /// every row was sent, or why the listing stopped short.
+    Rows {
+        now: i64,
+        rows: Vec<Vec<String>>,
+        end: Option<Option<String>>,
+    },
+}
 
-/// The most a listing sent to a node may hold, in bytes of its rows:
-/// within a frame of the pool's link.
-const MAX_NODE_ANSWER: usize = 12 << 20;
+/// Sends a node its answer, a part at a time.
+pub(crate) type NodeAnswer = Box<dyn FnMut(NodePart) + Send>;
+
+/// About this many bytes of rows go to a node in one part: well within a
+/// frame of the pool's link, and large enough that a frame's cost is
+/// small beside its rows'.
+const NODE_PART_BYTES: usize = 256 << 10;
 
 impl Work {
     pub(crate) fn new(name: String, viewer: Viewer, min_job_age: u64, query: Query) -> Work {
@@ -609,8 +623,8 @@ pub(crate) fn start(spool: Spool, database: &Path) -> std::io::Result<Sender<Wor
                 if let Some(lazy) = work.lazy.take() {
                     work.snapshot = Some(lazy.get());
                 }
-                if let Some(answer) = work.to_node.take() {
-                    answer(node_reply(&work, &conn));
+                if let Some(mut answer) = work.to_node.take() {
+                    answer_node(&work, &conn, &mut answer);
                     continue;
                 }
                 match &work.query {
@@ -795,17 +809,19 @@ impl<'a, V: std::borrow::Borrow<JobView>> RowMaker<'a, V> {
     }
 }
 
-/// The answer to a node's query: a listing's rows whole (within
-/// [`MAX_NODE_ANSWER`]), anything else as it is answered here.
-fn node_reply(work: &Work, conn: &Connection) -> Reply {
+/// Answers a node's query: a listing's rows in parts of about
+/// [`NODE_PART_BYTES`], sent as they are rendered (the node writes them
+/// into its reply file as ysctld writes its own), anything else whole.
+fn answer_node(work: &Work, conn: &Connection, send: &mut NodeAnswer) {
     let now = crate::model::units::now();
-    let (mut rows, mut bytes) = (Vec::new(), 0usize);
+    let mut parts = NodeParts {
+        send,
+        now,
+        rows: Vec::new(),
+        bytes: 0,
+    };
     let mut emit = |cells: &[String]| -> Result<(), StreamError> {
-        bytes += cells.iter().map(|c| c.len() + 4).sum::<usize>();
-        if bytes > MAX_NODE_ANSWER {
-            return Err(StreamError::TooLarge);
-        }
-        rows.push(cells.to_vec());
+        parts.push(cells);
         Ok(())
     };
     let listed = match &work.query {
@@ -818,16 +834,45 @@ fn node_reply(work: &Work, conn: &Connection) -> Reply {
             fields: Some(fields),
         } => accounting_rows(work, conn, filter, fields, now, &mut emit),
         _ => {
-            return answer(work, conn).unwrap_or_else(|e| Reply::Rejected {
+            let reply = answer(work, conn).unwrap_or_else(|e| Reply::Rejected {
                 error: format!("query failed: {e}"),
-            })
+            });
+            return (parts.send)(NodePart::Whole(reply));
         }
     };
-    match listed {
-        Ok(()) => Reply::Rows { rows, now },
-        Err(e) => Reply::Rejected {
-            error: e.to_string(),
-        },
+    parts.end(listed.err().map(|e| e.to_string()));
+}
+
+/// A listing's rows on their way to a node.
+struct NodeParts<'a> {
+    send: &'a mut NodeAnswer,
+    now: i64,
+    rows: Vec<Vec<String>>,
+    bytes: usize,
+}
+
+impl NodeParts<'_> {
+    fn push(&mut self, cells: &[String]) {
+        self.bytes += cells.iter().map(|c| c.len() + 4).sum::<usize>();
+        self.rows.push(cells.to_vec());
+        if self.bytes >= NODE_PART_BYTES {
+            self.bytes = 0;
+            let rows = std::mem::take(&mut self.rows);
+            (self.send)(NodePart::Rows {
+                now: self.now,
+                rows,
+                end: None,
+            });
+        }
+    }
+
+    /// Sends the last part: the rows left, and how the listing ended.
+    fn end(self, error: Option<String>) {
+        (self.send)(NodePart::Rows {
+            now: self.now,
+            rows: self.rows,
+            end: Some(error),
+        });
     }
 }
 
@@ -916,9 +961,6 @@ fn accounting_rows(
 enum StreamError {
     #[error("{0}")]
     Db(#[from] DbError),
-    /// More than a node's link carries in one answer.
-    #[error("the listing is larger than a pool's node takes in one answer: narrow it (-j, -u, -S), or run the command on the controller")]
-    TooLarge,
     /// The requester went away: its reply file is gone or full.
     #[error("cannot write the listing: {0}")]
     Gone(std::io::Error),

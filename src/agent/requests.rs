@@ -10,7 +10,10 @@
 //! same way, with the sender's token if they gave one: the controller
 //! decides what the node's word alone is worth (`daemon::forwarded`). A
 //! query is answered at once, never recorded: one sent again is answered
-//! again.
+//! again. A listing comes in parts, written into the sender's reply file
+//! as they come, as ysctld streams its own; one cut short by a lost
+//! connection ends with an error that says so, and is not asked again
+//! (its first rows are already read).
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -18,9 +21,9 @@ use std::time::{Duration, Instant};
 
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 
-use crate::net::message::FromNode;
+use crate::net::message::{FromNode, RowsEnd};
 use crate::proto::{Reply, Request};
-use crate::spool::{Inbound, Spool};
+use crate::spool::{Inbound, ReplyStream, Spool};
 
 /// A forwarded request not answered this long is sent again.
 const ASK_AGAIN_AFTER: Duration = Duration::from_secs(10);
@@ -32,6 +35,9 @@ pub struct Requests {
     inotify: Option<Inotify>,
     /// Forwarded and not answered yet: the sender's uid, and when sent.
     asked: HashMap<String, (u32, Instant)>,
+    /// Listings being answered, a part at a time: where their rows go
+    /// (`None`: the sender is gone, the rest is dropped).
+    streams: HashMap<String, Option<ReplyStream>>,
     max_size: u64,
     node: String,
 }
@@ -54,6 +60,7 @@ impl Requests {
             spool,
             inotify,
             asked: HashMap::new(),
+            streams: HashMap::new(),
             max_size,
             node: node.to_string(),
         }
@@ -81,11 +88,11 @@ impl Requests {
         let now = Instant::now();
         let mut out = Vec::new();
         for name in names {
-            if self
+            let recent = self
                 .asked
                 .get(&name)
-                .is_some_and(|(_, at)| now.duration_since(*at) < ASK_AGAIN_AFTER)
-            {
+                .is_some_and(|(_, at)| now.duration_since(*at) < ASK_AGAIN_AFTER);
+            if recent || self.streams.contains_key(&name) {
                 continue;
             }
             if let Some(submit) = self.forwardable(&name) {
@@ -167,8 +174,51 @@ impl Requests {
         self.spool.discard(name);
     }
 
-    /// The connection is gone: what was asked is asked again on the next.
+    /// A part of the listing that answers request `name`: its rows go
+    /// into the sender's reply file, and with the last part its end.
+    pub fn answered_rows(
+        &mut self,
+        name: &str,
+        now: i64,
+        rows: &[Vec<String>],
+        end: Option<&RowsEnd>,
+    ) {
+        let Some(&(uid, _)) = self.asked.get(name) else {
+            return;
+        };
+        let spool = &self.spool;
+        let stream = self
+            .streams
+            .entry(name.to_string())
+            .or_insert_with(|| spool.open_stream(name, uid, now));
+        let written = stream.as_mut().is_some_and(|s| {
+            rows.iter()
+                .try_for_each(|row| s.row(row))
+                .and_then(|()| s.flush())
+                .is_ok()
+        });
+        if !written {
+            // The sender is gone, or its reply file is full: the rest is
+            // dropped.
+            *stream = None;
+        }
+        let Some(end) = end else { return };
+        if let Some(stream) = self.streams.remove(name).flatten() {
+            stream.end(end.error.as_deref());
+        }
+        self.asked.remove(name);
+        self.spool.discard(name);
+    }
+
+    /// The connection is gone: what was asked is asked again on the next,
+    /// but for listings cut short, which end saying so.
     pub fn disconnected(&mut self) {
+        for (name, stream) in self.streams.drain() {
+            if let Some(stream) = stream {
+                stream.end(Some("the connection to the controller was lost during the answer: run the command again"));
+            }
+            self.spool.discard(&name);
+        }
         self.asked.clear();
     }
 }

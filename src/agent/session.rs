@@ -346,6 +346,16 @@ impl Session {
                     requests.answered(&name, &reply);
                 }
             }
+            ToNode::AnswerRows {
+                name,
+                now,
+                rows,
+                end,
+            } => {
+                if let Some(requests) = &mut self.requests {
+                    requests.answered_rows(&name, now, &rows, end.as_ref());
+                }
+            }
             ToNode::PullImage { reference } => self.runs.pull_image(reference),
             ToNode::Joined { .. } | ToNode::HeartbeatAck { .. } => {}
             order if envelope.epoch == self.epoch => {

@@ -185,13 +185,30 @@ impl Daemon {
             .map(|r| r.link.clone());
         let Some(link) = link else { return };
         let (to, reply_name) = (node.to_string(), name.clone());
-        let answer: crate::query::NodeAnswer = Box::new(move |reply| {
-            let answer = ToNode::Answer {
-                name: reply_name,
-                reply: Box::new(reply),
+        let answer: crate::query::NodeAnswer = Box::new(move |part| {
+            let name = reply_name.clone();
+            let message = match part {
+                crate::query::NodePart::Whole(reply) => ToNode::Answer {
+                    name,
+                    reply: Box::new(reply),
+                },
+                crate::query::NodePart::Rows { now, rows, end } => ToNode::AnswerRows {
+                    name,
+                    now,
+                    rows,
+                    end: end.map(|error| crate::net::message::RowsEnd { error }),
+                },
             };
-            if let Err(e) = link.send(&to, answer) {
+            if let Err(e) = link.send(&to, message) {
                 tracing::debug!(target: "ysched::pool", "an answer to node {to} is lost: {e}");
+                // Too large for a frame, if the node is still there.
+                let refusal = ToNode::Answer {
+                    name: reply_name.clone(),
+                    reply: Box::new(Reply::Rejected {
+                        error: format!("the answer could not be sent to node {to}: {e}; narrow the query, or run the command on the controller"),
+                    }),
+                };
+                let _ = link.send(&to, refusal);
             }
         });
         let work = crate::query::Work::new(name, viewer, self.config.min_job_age_secs, query)

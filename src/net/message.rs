@@ -11,7 +11,7 @@ use crate::exec::spec::{ExitRecord, StepCommand};
 use crate::model::job::{Job, JobId};
 
 /// This release's protocol; controller and agents must speak the same.
-pub const PROTOCOL: u32 = 2;
+pub const PROTOCOL: u32 = 3;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Envelope<T> {
@@ -138,7 +138,7 @@ pub enum FromNode {
     /// A query or a control request made on the node (`ysqueue`,
     /// `yscancel`, ... there), as `Submit` carries a submission: the
     /// sender as the node's kernel names them, and their token if they
-    /// gave one. Answered by `Answer`.
+    /// gave one. Answered by `Answer`, or a listing by `AnswerRows`.
     Forward {
         name: String,
         uid: u32,
@@ -202,9 +202,25 @@ pub enum ToNode {
         name: String,
         reply: Box<crate::proto::Reply>,
     },
+    /// Rows of the listing that answers a request forwarded from the
+    /// node, in order, a part at a time; the last part has `end`.
+    AnswerRows {
+        name: String,
+        now: i64,
+        rows: Vec<Vec<String>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        end: Option<RowsEnd>,
+    },
     /// Make container image `reference` present in the node's store (a
     /// job waits for it, or the site keeps it warm); answered by `Image`.
     PullImage {
         reference: String,
     },
+}
+
+/// How a streamed listing ended: every row sent, or why it stopped.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RowsEnd {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }

@@ -416,29 +416,26 @@ impl Spool {
         now: i64,
         rows: impl FnOnce(&mut dyn FnMut(&[String]) -> io::Result<()>) -> Result<(), E>,
     ) -> bool {
-        let Some(file) = self.open_reply(name, uid) else {
+        let Some(mut stream) = self.open_stream(name, uid, now) else {
             return false;
         };
+        let result = rows(&mut |cells: &[String]| stream.row(cells));
+        stream.end(result.err().map(|e| e.to_string()).as_deref())
+    }
+
+    /// Starts a streamed reply to request `name` of `uid` (its header
+    /// written), whose rows come later: [`ReplyStream`]. `None` if the
+    /// requester is gone.
+    pub fn open_stream(&self, name: &str, uid: u32, now: i64) -> Option<ReplyStream> {
+        let file = self.open_reply(name, uid)?;
         let mut out = io::BufWriter::with_capacity(64 * 1024, file);
         let header = serde_json::to_string(&StreamHeader {
             stream: "rows".into(),
             now,
         })
         .unwrap_or_default();
-        if writeln!(out, "{header}").is_err() {
-            return false;
-        }
-        let mut count = 0u64;
-        let result = rows(&mut |cells: &[String]| {
-            count += 1;
-            serde_json::to_writer(&mut out, cells).map_err(io::Error::other)?;
-            out.write_all(b"\n")
-        });
-        let end = match result {
-            Ok(()) => serde_json::json!({ "end": count }),
-            Err(e) => serde_json::json!({ "error": e.to_string() }),
-        };
-        writeln!(out, "{end}").and_then(|()| out.flush()).is_ok()
+        writeln!(out, "{header}").ok()?;
+        Some(ReplyStream { out, count: 0 })
     }
 
     /// Opens the reply file the requester made, if it is a plain file of
@@ -493,5 +490,37 @@ impl Spool {
                 }
             }
         }
+    }
+}
+
+/// A streamed reply being written: rows, then its end.
+pub struct ReplyStream {
+    out: io::BufWriter<File>,
+    count: u64,
+}
+
+impl ReplyStream {
+    /// Writes one row (buffered).
+    pub fn row(&mut self, cells: &[String]) -> io::Result<()> {
+        self.count += 1;
+        serde_json::to_writer(&mut self.out, cells).map_err(io::Error::other)?;
+        self.out.write_all(b"\n")
+    }
+
+    /// Lets the requester read what was written so far.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
+    /// Ends the reply: the count of its rows, or why it stopped short.
+    /// Whether it was all written.
+    pub fn end(mut self, error: Option<&str>) -> bool {
+        let end = match error {
+            None => serde_json::json!({ "end": self.count }),
+            Some(e) => serde_json::json!({ "error": e }),
+        };
+        writeln!(self.out, "{end}")
+            .and_then(|()| self.out.flush())
+            .is_ok()
     }
 }

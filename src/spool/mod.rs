@@ -34,7 +34,8 @@ pub mod space;
 
 pub use client::{Durability, RowStream, SentRequest};
 pub use dir::{
-    age_of_name, sync_dir, unique_name, valid_name, DaemonLock, DaemonState, Ownership, Spool,
+    age_of_name, sync_dir, unique_name, valid_name, DaemonLock, DaemonState, Ownership,
+    ReplyStream, Spool,
 };
 pub use error::SpoolError;
 pub use request::{parse_request, Inbound};

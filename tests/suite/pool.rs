@@ -1174,7 +1174,38 @@ fn ysbatch_on_a_node_submits_to_the_controller_as_its_user() {
     tokens_are_bound_to_their_use_listed_revoked_and_kept(&p, &user, &on_node);
     // Four jobs more were submitted since `id`.
     submissions_wait_for_the_agent_and_tokens_are_kept_secret(&mut p, &user, &other, &mine, id + 4);
+    a_long_listing_comes_to_the_node_in_parts(&p, &user, &mine, &on_node);
     let _ = &p.net;
+}
+
+/// A listing of several parts (about 600 KB of rows) comes to the node
+/// whole and in order, as on the controller.
+fn a_long_listing_comes_to_the_node_in_parts(
+    p: &Pool,
+    user: &TestUser,
+    mine: &str,
+    on_node: &dyn Fn(Option<&str>, &[&str]) -> std::process::Output,
+) {
+    let comment = "c".repeat(990);
+    let out = Command::new("runuser")
+        .args(["-u", &user.name, "--", "env"])
+        .arg(format!("YS_CONF={}", p.controller.config.display()))
+        .arg(format!("COMMENT={comment}"))
+        .arg(format!("YSBATCH={}", bin_dir().join("ysbatch").display()))
+        .args(["sh", "-c", "for i in $(seq 600); do \"$YSBATCH\" -H -J \"n$i\" --comment \"$COMMENT\" --wrap true >/dev/null || exit 1; done"])
+        .current_dir(&p.controller.work)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listing = ["ysqueue", "-h", "-u", user.name.as_str(), "-o", "%i %j %k"];
+    let here = p.controller.run_as(&user.name, listing[0], &listing[1..]);
+    let there = on_node(Some(mine), &listing);
+    assert!(there.status.success(), "{}", stderr(&there));
+    let rows = stdout(&there);
+    assert_eq!(rows.lines().count(), 600, "{}", stderr(&there));
+    assert!(rows.lines().all(|l| l.ends_with(&comment)));
+    assert_eq!(rows, stdout(&here));
+    p.controller.run("yscancel", &["-u", &user.name]);
 }
 
 /// Every command works on a node, through its agent: queries answered
