@@ -40,14 +40,16 @@ memory = "16GiB"
 CONFIG
 export YS_CONF=$WORK/ctl/ysched.toml
 "$BIN/ysctld" >/dev/null || exit 1
+agent=""
 cleanup() {
-    kill "$(cat "$WORK/node/state/ysnoded.pid" 2>/dev/null)" 2>/dev/null
+    [ -n "$agent" ] && kill "$agent" 2>/dev/null && wait "$agent" 2>/dev/null
     kill "$(cat "$WORK/ctl/spool/ysctld.pid")" 2>/dev/null
 }
 trap cleanup EXIT
 read -r -a line < <("$BIN/yscontrol" node add benchnode | grep -- --join)
 YS_CONF=$WORK/node/ysched.toml "$BIN/ysnoded" --join-only "${line[@]:1}" >/dev/null || exit 1
 YS_CONF=$WORK/node/ysched.toml "$BIN/ysnoded" >"$WORK/node/log" 2>&1 &
+agent=$!
 for _ in $(seq 100); do
     "$BIN/ysinfo" -N -h -o '%N %t' 2>/dev/null | grep -q '^benchnode idle' && break
     sleep 0.2
