@@ -1175,7 +1175,37 @@ fn ysbatch_on_a_node_submits_to_the_controller_as_its_user() {
     // Four jobs more were submitted since `id`.
     submissions_wait_for_the_agent_and_tokens_are_kept_secret(&mut p, &user, &other, &mine, id + 4);
     a_long_listing_comes_to_the_node_in_parts(&p, &user, &mine, &on_node);
+    every_command_answers_on_a_node(&on_node, &mine);
     let _ = &p.net;
+}
+
+/// The other commands, and Slurm's names, answer on a node as on the
+/// controller (the queue is empty by now); `ysinfo` needs no token.
+fn every_command_answers_on_a_node(
+    on_node: &dyn Fn(Option<&str>, &[&str]) -> std::process::Output,
+    mine: &str,
+) {
+    let out = on_node(None, &["ysinfo", "-N", "-h"]);
+    assert!(stdout(&out).contains("gpu10"), "{}", stderr(&out));
+    for command in [
+        &["ysshare"][..],
+        &["ysreport"],
+        &["ystoken", "--list"],
+        &["ysched-slurm", "sinfo", "-h"],
+        &["ysched-slurm", "squeue", "-h"],
+        &["ysched-slurm", "sacct", "-X", "-n"],
+        &["ysched-slurm", "sshare"],
+        &["ysched-slurm", "scontrol", "show", "partition"],
+    ] {
+        let out = on_node(Some(mine), command);
+        let queue = command.contains(&"squeue");
+        assert!(
+            out.status.success() && (queue || !stdout(&out).is_empty()),
+            "{command:?}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+    }
 }
 
 /// A listing of several parts (about 600 KB of rows) comes to the node
