@@ -214,6 +214,23 @@ pub enum Control {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         audience: Option<String>,
     },
+    /// A step begins in running job `job_id` (`srun` in it): its number
+    /// is the answer ([`Reply::StepBegun`]).
+    StepBegin {
+        job_id: JobId,
+        name: String,
+        nodes: String,
+        tasks: u32,
+    },
+    /// Step `step` of run `restart` of job `job_id` ended.
+    StepEnd {
+        job_id: JobId,
+        restart: u32,
+        step: u32,
+        exit_code: i32,
+        #[serde(default)]
+        signal: i32,
+    },
     /// The tokens made for the sender, for `user` or for everyone
     /// (admins), not long expired (`ystoken --list`).
     Tokens {
@@ -270,6 +287,8 @@ impl Control {
             Control::NodeResume { .. } => "node resume",
             Control::Token { .. } => "token",
             Control::Tokens { .. } => "token list",
+            Control::StepBegin { .. } => "step begin",
+            Control::StepEnd { .. } => "step end",
             Control::RevokeTokens { .. } => "token revoke",
             Control::NodeAdd { .. } => "node add",
             Control::NodeRemove { .. } => "node remove",
@@ -322,6 +341,10 @@ pub enum Query {
     Accounting {
         filter: JobFilter,
         fields: Option<Vec<Field>>,
+        /// Each job's steps too, a row each after the job's (`N.S`), as
+        /// sacct lists them unless `-X`; only with `fields`.
+        #[serde(default)]
+        steps: bool,
     },
     /// One job in full (yscontrol show job).
     Job(JobRef),
@@ -465,6 +488,11 @@ pub enum Reply {
         token: String,
         user: String,
         expires: i64,
+    },
+    /// A step's number in the run it belongs to.
+    StepBegun {
+        step: u32,
+        restart: u32,
     },
     /// Tokens as recorded (`ystoken --list`).
     Tokens {

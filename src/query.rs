@@ -111,6 +111,7 @@ impl ViewFacts {
             expected_start,
             job: job.clone(),
             redacted: false,
+            step: None,
         }
     }
 }
@@ -631,6 +632,7 @@ pub(crate) fn start(spool: Spool, database: &Path) -> std::io::Result<Sender<Wor
                     Query::Accounting {
                         filter,
                         fields: Some(fields),
+                        ..
                     } => {
                         stream_accounting(&spool, &work, &conn, filter, fields);
                         continue;
@@ -832,6 +834,7 @@ fn answer_node(work: &Work, conn: &Connection, send: &mut NodeAnswer) {
         Query::Accounting {
             filter,
             fields: Some(fields),
+            ..
         } => accounting_rows(work, conn, filter, fields, now, &mut emit),
         _ => {
             let reply = answer(work, conn).unwrap_or_else(|e| Reply::Rejected {
@@ -944,6 +947,7 @@ fn accounting_rows(
     mut emit: &mut dyn FnMut(&[String]) -> Result<(), StreamError>,
 ) -> Result<(), StreamError> {
     let snapshot = work.snapshot.as_deref();
+    let with_steps = matches!(work.query, Query::Accounting { steps: true, .. });
     let mut rows = RowMaker::new(fields, &work.viewer, now);
     db::for_each_job(conn, filter, |job| -> Result<(), StreamError> {
         // The snapshot may be newer than the last commit seen here.
@@ -951,9 +955,79 @@ fn accounting_rows(
             Some(view) => view.clone(),
             None => JobView::stored(job),
         };
-        rows.push(view, &mut emit)
+        let steps = match with_steps && view.job.start_time.is_some() {
+            true => step_views(conn, &view)?,
+            false => Vec::new(),
+        };
+        rows.push(view, &mut emit)?;
+        steps
+            .into_iter()
+            .try_for_each(|step| rows.push(step, &mut emit))
     })?;
     rows.finish(&mut emit)
+}
+
+/// The jobs `filter` matches in the accounting database (at most
+/// `MAX_ROWS`), as the snapshot has them where it is newer, each followed
+/// by its steps' views with `steps`.
+fn accounting_views(
+    conn: &Connection,
+    snapshot: Option<&QueueSnapshot>,
+    filter: &JobFilter,
+    steps: bool,
+) -> Result<Vec<JobView>, DbError> {
+    let stored = db::find_jobs(conn, filter, MAX_ROWS)?;
+    let mut views = Vec::with_capacity(stored.len());
+    for job in stored {
+        // The snapshot may be newer than the last commit seen here.
+        let view = snapshot
+            .and_then(|s| s.get(job.id))
+            .unwrap_or_else(|| JobView::stored(job));
+        let steps = match steps && view.job.start_time.is_some() {
+            true => step_views(conn, &view)?,
+            false => Vec::new(),
+        };
+        views.push(view);
+        views.extend(steps);
+    }
+    Ok(views)
+}
+
+/// A row's view for each step of `job`'s: the job, with the step's
+/// name, nodes, tasks' times, state and end.
+fn step_views(conn: &Connection, job: &JobView) -> Result<Vec<JobView>, DbError> {
+    if !db::has_steps(conn, job.job.id)? {
+        return Ok(Vec::new());
+    }
+    let steps = db::steps_of(conn, job.job.id)?;
+    Ok(steps
+        .into_iter()
+        .map(|step| {
+            let step = step.as_of(job.job.state, job.job.end_time, job.job.restart_count);
+            let mut as_job = (*job.job).clone();
+            let mut nodes = crate::model::hostlist::expand(&step.nodes)
+                .unwrap_or_default()
+                .into_iter();
+            as_job.node = nodes.next();
+            as_job.peers = nodes.collect();
+            as_job.name = step.name;
+            as_job.state = step.state;
+            as_job.start_time = Some(step.start);
+            as_job.end_time = step.end;
+            as_job.exit = step.exit;
+            as_job.suspended_secs = 0;
+            as_job.suspended_at = None;
+            // Who cancelled the job is said on the job's row.
+            as_job.reason = None;
+            JobView {
+                step: Some(report::view::StepOf {
+                    id: step.step,
+                    tasks: step.tasks,
+                }),
+                ..JobView::stored(as_job)
+            }
+        })
+        .collect())
 }
 
 /// Why a streamed listing stopped.
@@ -995,16 +1069,13 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
                 .collect();
             Ok(Reply::JobPage { jobs, total, now })
         }
-        Query::Accounting { filter, fields } => {
-            let stored: Vec<JobView> = db::find_jobs(conn, filter, MAX_ROWS)?
-                .into_iter()
-                .map(JobView::stored)
-                .collect();
-            // The snapshot may be newer than the last commit seen here.
-            let views = stored
-                .into_iter()
-                .map(|v| snapshot.and_then(|s| s.get(v.job.id)).unwrap_or(v))
-                .collect();
+        Query::Accounting {
+            filter,
+            fields,
+            steps,
+        } => {
+            let steps = *steps && fields.is_some();
+            let views = accounting_views(conn, snapshot, filter, steps)?;
             Ok(reply(views, fields))
         }
         Query::Usage {
@@ -1282,6 +1353,7 @@ pub fn answer_offline(
         let query = Query::Accounting {
             filter: active,
             fields: fields.clone(),
+            steps: false,
         };
         return answer(&Work { query, ..work }, &conn);
     }

@@ -570,11 +570,7 @@ const SQUEUE: &[SlurmOption] = &[
     ),
     opt(&["--start"], Value::None, Decision::Honoured),
     opt(&["-t", "--states"], Value::Required, Decision::Honoured),
-    opt(
-        &["-s", "--steps"],
-        Value::None,
-        Decision::Refused("steps have no records yet"),
-    ),
+    opt(&["-s", "--steps"], Value::None, Decision::Honoured),
     opt(&["--usage"], Value::None, Decision::Alias("--help")),
     opt(&["-u", "--user"], Value::Required, Decision::Honoured),
     opt(

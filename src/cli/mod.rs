@@ -153,7 +153,13 @@ pub fn reply_timeout(default: Duration) -> Duration {
 /// Sends a request the running daemon must answer now (control requests and
 /// queries). Fails, changing nothing, if no daemon runs.
 pub fn ask(config: &Config, request: Request) -> Result<Reply, CliError> {
-    ask_keeping(config, request).map(|(reply, _)| reply)
+    ask_keeping(config, request, Duration::from_secs(30)).map(|(reply, _)| reply)
+}
+
+/// As `ask`, waiting `wait` (unless `YS_TIMEOUT` says otherwise) before a
+/// change is left in the spool for the daemon to apply when it can.
+pub fn ask_within(config: &Config, request: Request, wait: Duration) -> Result<Reply, CliError> {
+    ask_keeping(config, request, wait).map(|(reply, _)| reply)
 }
 
 /// As `ask`, keeping the request when its rows are streamed (its reply
@@ -161,6 +167,7 @@ pub fn ask(config: &Config, request: Request) -> Result<Reply, CliError> {
 fn ask_keeping(
     config: &Config,
     request: Request,
+    wait: Duration,
 ) -> Result<(Reply, Option<crate::spool::SentRequest>), CliError> {
     let spool = Spool::new(&config.spool_dir);
     match spool.daemon_state() {
@@ -183,7 +190,7 @@ fn ask_keeping(
         envelope.token = user_token(command);
     }
     let mut sent = spool.send(&envelope, Durability::OnDemand)?;
-    match sent.wait(reply_timeout(Duration::from_secs(30)))? {
+    match sent.wait(reply_timeout(wait))? {
         Some(reply @ Reply::Streamed { .. }) => Ok((reply, Some(sent))),
         Some(reply) => Ok((reply, None)),
         None if is_query => {
@@ -320,7 +327,11 @@ pub fn query_rows(
 ) -> Result<Result<Rows, Reply>, CliError> {
     let spool = Spool::new(&config.spool_dir);
     if spool.daemon_state() == DaemonState::Running {
-        return match ask_keeping(config, Request::Query(query.clone())) {
+        return match ask_keeping(
+            config,
+            Request::Query(query.clone()),
+            Duration::from_secs(30),
+        ) {
             Err(e) if e.message == NO_ANSWER => {
                 match offline(command, config, query, "ysctld does not answer (hung?)")? {
                     Reply::Rows { rows, .. } => Ok(Ok(Rows::All(rows.into_iter()))),

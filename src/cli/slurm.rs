@@ -792,7 +792,11 @@ fn has_container_options(c: &crate::script::ContainerArgs) -> bool {
 
 /// A step of several tasks or nodes, or in a container, through the step
 /// coordinator.
-fn wide_step(args: SrunArgs, path_of: &dyn Fn(&str) -> String) -> CliResult {
+fn wide_step(
+    args: SrunArgs,
+    path_of: &dyn Fn(&str) -> String,
+    recorded: Option<super::srun::RecordedStep>,
+) -> CliResult {
     if args
         .input
         .as_deref()
@@ -858,6 +862,7 @@ fn wide_step(args: SrunArgs, path_of: &dyn Fn(&str) -> String) -> CliResult {
         stdout: args.output.as_deref().map(open).transpose()?,
         stderr: args.error.as_deref().map(open).transpose()?,
         container,
+        recorded,
     })
 }
 
@@ -900,22 +905,25 @@ fn srun(args: SrunArgs) -> CliResult {
     let name = env("SLURM_JOB_NAME").unwrap_or_default();
     let user = env("USER").unwrap_or_default();
     let node = env("SLURMD_NODENAME");
+    within_the_job(args.placement.nodelist.as_deref(), job_id)?;
+    // A step in a container is started through the job's supervisor,
+    // as the tasks of a wide step are.
+    let wide = is_wide_step(&args) || has_container_options(&args.container);
+    let recorded = record_step(&args, job_id, wide, node.as_deref());
+    let step = recorded.as_ref().map_or(0, |r| r.step);
     let path_of = |pattern: &str| {
         crate::model::job::expand_step_pattern(
             pattern,
             job_id,
-            Some(0),
+            Some(step),
             array,
             &name,
             &user,
             node.as_deref(),
         )
     };
-    within_the_job(args.placement.nodelist.as_deref(), job_id)?;
-    // A step in a container is started through the job's supervisor,
-    // as the tasks of a wide step are.
-    if is_wide_step(&args) || has_container_options(&args.container) {
-        return wide_step(args, &path_of);
+    if wide {
+        return wide_step(args, &path_of, recorded);
     }
     let open = |pattern: &str| -> Result<std::fs::File, CliError> {
         let path = path_of(pattern);
@@ -936,8 +944,8 @@ fn srun(args: SrunArgs) -> CliResult {
         .env("SLURM_NODEID", "0")
         .env("SLURM_NTASKS", "1")
         .env("SLURM_NPROCS", "1")
-        .env("SLURM_STEP_ID", "0")
-        .env("SLURM_STEPID", "0")
+        .env("SLURM_STEP_ID", step.to_string())
+        .env("SLURM_STEPID", step.to_string())
         .env("SLURM_STEP_NUM_TASKS", "1")
         // A step's task leads a process group of its own, as those of
         // wide steps do: what the batch shell runs beside it (`tee`) is
@@ -960,37 +968,76 @@ fn srun(args: SrunArgs) -> CliResult {
             command.stdin(file);
         }
     }
-    if args.label {
-        return run_labelled(command, stdout_file, stderr_file);
-    }
-    if let Some(f) = stdout_file {
-        command.stdout(f);
-    }
-    if let Some(f) = stderr_file {
-        command.stderr(f);
-    }
-    // Becomes the command: its exit status is srun's, signals reach it.
-    let err = command.exec();
-    Err(CliError::failed(format!(
-        "cannot run {}: {err}",
-        args.command[0].to_string_lossy()
-    )))
+    let output = (stdout_file, stderr_file);
+    run_task(command, args.label, output, recorded.as_ref())
 }
 
-/// `--label`: runs the task with its output through srun, each line
-/// prefixed with its task id, as Slurm prints it; srun exits as the task
-/// did, and passes on the signals a job's steps get.
-fn run_labelled(
+/// Asks the controller to number and record the step srun runs: its
+/// command's name, its nodes, its tasks.
+fn record_step(
+    args: &SrunArgs,
+    job: u64,
+    wide: bool,
+    node: Option<&str>,
+) -> Option<super::srun::RecordedStep> {
+    let name = std::path::Path::new(&args.command[0])
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let env = |k: &str| std::env::var(k).ok();
+    let (nodes, tasks) = if wide {
+        let tasks = args
+            .ntasks
+            .or_else(|| env("SLURM_NTASKS").and_then(|n| n.parse().ok()))
+            .unwrap_or(1);
+        (env("SLURM_JOB_NODELIST").unwrap_or_default(), tasks)
+    } else {
+        (node.unwrap_or_default().to_string(), 1)
+    };
+    super::srun::RecordedStep::begin(job, &name, &nodes, tasks)
+}
+
+/// Runs a one-task step: srun waits for its task, passes on the signals
+/// a job's steps get, records the step's end, and exits as the task did.
+/// With `label` (`--label`), the task's output goes through srun, each
+/// line prefixed with its task id, as Slurm prints it.
+fn run_task(
     mut command: std::process::Command,
-    stdout_file: Option<std::fs::File>,
-    stderr_file: Option<std::fs::File>,
+    label: bool,
+    (stdout_file, stderr_file): (Option<std::fs::File>, Option<std::fs::File>),
+    recorded: Option<&super::srun::RecordedStep>,
 ) -> CliResult {
-    use std::io::{BufRead, Write};
     use std::process::Stdio;
-    command.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = command
-        .spawn()
-        .map_err(|e| CliError::failed(format!("cannot run the task: {e}")))?;
+    if label {
+        command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    } else {
+        if let Some(f) = stdout_file {
+            command.stdout(f);
+        }
+        if let Some(f) = stderr_file {
+            command.stderr(f);
+        }
+        return wait_for_task(command, recorded, |_| Ok(Vec::new()));
+    }
+    wait_for_task(command, recorded, |child| {
+        Ok(label_output(child, stdout_file, stderr_file))
+    })
+}
+
+/// Starts `command`, passes on the signals srun gets, and exits as it
+/// did, after the threads `relay` starts for its output are done and its
+/// end is recorded.
+fn wait_for_task(
+    mut command: std::process::Command,
+    recorded: Option<&super::srun::RecordedStep>,
+    relay: impl FnOnce(&mut std::process::Child) -> Result<Vec<std::thread::JoinHandle<()>>, CliError>,
+) -> CliResult {
+    let mut child = command.spawn().map_err(|e| {
+        if let Some(r) = recorded {
+            r.end(127, 0);
+        }
+        CliError::failed(format!("cannot run the task: {e}"))
+    })?;
     let pid = child.id() as i32;
     let forward = [
         signal_hook::consts::SIGTERM,
@@ -1007,6 +1054,31 @@ fn run_labelled(
             }
         });
     }
+    let relays = relay(&mut child)?;
+    let status = child
+        .wait()
+        .map_err(|e| CliError::failed(format!("cannot wait for the task: {e}")))?;
+    for r in relays {
+        let _ = r.join();
+    }
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(r) = recorded {
+        r.end(status.code().unwrap_or(0), status.signal().unwrap_or(0));
+    }
+    let code = status
+        .code()
+        .or(status.signal().map(|s| 128 + s))
+        .unwrap_or(1);
+    std::process::exit(code)
+}
+
+/// Relays the task's output, each line prefixed with its task id (0).
+fn label_output(
+    child: &mut std::process::Child,
+    stdout_file: Option<std::fs::File>,
+    stderr_file: Option<std::fs::File>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    use std::io::{BufRead, Write};
     let pipe = |from: Box<dyn std::io::Read + Send>, mut to: Box<dyn Write + Send>| {
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(from)
@@ -1030,17 +1102,7 @@ fn run_labelled(
     };
     let out = pipe(Box::new(child.stdout.take().expect("piped")), out_to);
     let err = pipe(Box::new(child.stderr.take().expect("piped")), err_to);
-    let status = child
-        .wait()
-        .map_err(|e| CliError::failed(format!("cannot wait for the task: {e}")))?;
-    let _ = out.join();
-    let _ = err.join();
-    use std::os::unix::process::ExitStatusExt;
-    let code = status
-        .code()
-        .or(status.signal().map(|s| 128 + s))
-        .unwrap_or(1);
-    std::process::exit(code)
+    vec![out, err]
 }
 
 #[cfg(test)]

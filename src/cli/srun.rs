@@ -18,6 +18,7 @@ use crate::model::tasks::{LayoutError, TaskLayout};
 use crate::net::steps::{self, Relayed, StepLink, START_WAIT};
 
 use super::{CliError, CliResult};
+use crate::proto::{Control, Reply, Request};
 
 /// How long tasks have between SIGTERM and SIGKILL when one of them
 /// failed.
@@ -44,6 +45,9 @@ pub struct StepRequest {
     pub stderr: Option<std::fs::File>,
     /// `--container-image` and the other `--container-*` options.
     pub container: Option<crate::model::container::ContainerRequest>,
+    /// The step as the controller numbered it (`None`: not recorded,
+    /// step 0).
+    pub recorded: Option<RecordedStep>,
 }
 
 /// The job's nodes as its batch script sees them.
@@ -86,8 +90,28 @@ impl JobNodes {
     }
 }
 
-/// Runs a step of several tasks or nodes; returns srun's exit status.
+/// Runs a step of several tasks or nodes: exits with the worst task's
+/// status, or fails before any task started. Either way the step's end
+/// is recorded.
 pub fn run_step(mut request: StepRequest) -> CliResult {
+    let recorded = request.recorded.take();
+    let step = recorded.as_ref().map_or(0, |r| r.step);
+    let result = start_and_collect(request, step);
+    let code = match &result {
+        Ok(worst) => (*worst).min(255),
+        Err(_) => 1,
+    };
+    if let Some(recorded) = &recorded {
+        recorded.end(code, 0);
+    }
+    result?;
+    // The worst task's status is srun's (its output is written already).
+    std::process::exit(code)
+}
+
+/// Starts the step's tasks, here and on the job's other nodes, and waits
+/// for them; the worst task's status.
+fn start_and_collect(mut request: StepRequest, step: u32) -> Result<i32, CliError> {
     let job = JobNodes::from_environment()?;
     let here = std::env::var("SLURMD_NODENAME").unwrap_or_default();
     if job.names.len() > 1 && job.names.first() != Some(&here) {
@@ -97,7 +121,7 @@ pub fn run_step(mut request: StepRequest) -> CliResult {
         )));
     }
     let counts = layout(&request, &job)?;
-    let orders = orders(&request, &job, &counts);
+    let orders = orders(&request, &job, &counts, step);
     let (tx, rx) = mpsc::channel();
     let local = start_local(&orders[0], &tx);
     let mut links = Vec::new();
@@ -114,11 +138,11 @@ pub fn run_step(mut request: StepRequest) -> CliResult {
         }
     }
     drop(tx);
-    let step = Step {
+    let tasks = Step {
         local,
         links: Arc::new(Mutex::new(links)),
     };
-    step.forward_signals();
+    tasks.forward_signals();
     let total: u32 = counts.iter().sum();
     let mut output = Output {
         label: request.label,
@@ -133,9 +157,7 @@ pub fn run_step(mut request: StepRequest) -> CliResult {
             None => Box::new(std::io::stderr()),
         },
     };
-    let worst = step.collect(rx, total, &request, &mut output);
-    // The worst task's status is srun's (its output is written already).
-    std::process::exit(worst.min(255))
+    Ok(tasks.collect(rx, total, &request, &mut output))
 }
 
 /// Tasks on each of the step's nodes.
@@ -172,7 +194,7 @@ fn layout(request: &StepRequest, job: &JobNodes) -> Result<Vec<u32>, CliError> {
 }
 
 /// Each node's part of the step, task ids in block order.
-fn orders(request: &StepRequest, job: &JobNodes, counts: &[u32]) -> Vec<StepOrder> {
+fn orders(request: &StepRequest, job: &JobNodes, counts: &[u32], step: u32) -> Vec<StepOrder> {
     let nodes: Vec<String> = job.names[..counts.len()].to_vec();
     let ntasks = counts.iter().sum();
     let mut next = 0;
@@ -183,7 +205,7 @@ fn orders(request: &StepRequest, job: &JobNodes, counts: &[u32]) -> Vec<StepOrde
             let tasks = (next..next + count).collect();
             next += count;
             StepOrder {
-                step: 0,
+                step,
                 argv: request.argv.clone(),
                 env: request.env.clone(),
                 cwd: request.cwd.clone(),
@@ -429,4 +451,68 @@ fn labelled(task: u32, line: &[u8]) -> Vec<u8> {
     let mut text = format!("{task}: ").into_bytes();
     text.extend_from_slice(line);
     text
+}
+
+/// A step as the controller recorded it: its number in the job's run.
+pub struct RecordedStep {
+    job: u64,
+    restart: u32,
+    pub step: u32,
+}
+
+/// How long srun waits for the controller to number its step before it
+/// runs it unrecorded (the request stays in the spool and is applied).
+const RECORD_WAIT: Duration = Duration::from_secs(5);
+
+impl RecordedStep {
+    /// Asks the controller for the next step of `job`, running `name` on
+    /// `nodes` with `tasks` tasks. A step that cannot be recorded runs
+    /// all the same, as step 0, and srun says so.
+    pub fn begin(job: u64, name: &str, nodes: &str, tasks: u32) -> Option<RecordedStep> {
+        let control = Control::StepBegin {
+            job_id: job,
+            name: name.to_string(),
+            nodes: nodes.to_string(),
+            tasks,
+        };
+        let asked = super::load_config()
+            .and_then(|config| super::ask_within(&config, Request::Control(control), RECORD_WAIT));
+        match asked {
+            Ok(Reply::StepBegun { step, restart }) => Some(RecordedStep { job, restart, step }),
+            Ok(Reply::Rejected { error }) => {
+                super::warn("srun", &format!("the step is not recorded: {error}"));
+                None
+            }
+            Ok(other) => {
+                super::warn(
+                    "srun",
+                    &format!("the step is not recorded: unexpected reply {other:?}"),
+                );
+                None
+            }
+            Err(e) => {
+                super::warn("srun", &format!("the step is not recorded: {}", e.message));
+                None
+            }
+        }
+    }
+
+    /// Reports the step's end: its exit code, or the signal that ended it.
+    pub fn end(&self, code: i32, signal: i32) {
+        let control = Control::StepEnd {
+            job_id: self.job,
+            restart: self.restart,
+            step: self.step,
+            exit_code: code,
+            signal,
+        };
+        let asked = super::load_config()
+            .and_then(|config| super::ask_within(&config, Request::Control(control), RECORD_WAIT));
+        if let Err(e) = asked {
+            super::warn(
+                "srun",
+                &format!("the step's end is not recorded yet: {}", e.message),
+            );
+        }
+    }
 }

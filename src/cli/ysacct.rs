@@ -49,7 +49,7 @@ pub struct Args {
     /// Jobs submitted at or before this time
     #[arg(short = 'E', long = "endtime", value_name = "TIME")]
     pub end: Option<String>,
-    /// Allocations only (ysched has no job steps, so this changes nothing)
+    /// Allocations only: leave out the jobs' steps (each srun in a job, listed as JOBID.STEP)
     #[arg(short = 'X', long = "allocations")]
     pub allocations: bool,
     /// Leave out the header
@@ -103,7 +103,12 @@ pub fn run(args: Args) -> CliResult {
         .map(|e| time(e, "--endtime"))
         .transpose()?;
     let fields = (!args.json).then(|| report::fields_of(&columns));
-    let mut rows = match query_rows("ysacct", &config, Query::Accounting { filter, fields })? {
+    let query = Query::Accounting {
+        filter,
+        fields,
+        steps: !args.allocations,
+    };
+    let mut rows = match query_rows("ysacct", &config, query)? {
         Ok(rows) => rows,
         Err(reply) => return print_listing(reply, |_| String::new()),
     };

@@ -56,6 +56,9 @@ pub struct Args {
     /// Print the jobs as JSON
     #[arg(long, conflicts_with_all = ["format", "noheader"])]
     pub json: bool,
+    /// List the running steps of the jobs (each srun in them) instead: STEPID NAME PARTITION USER TIME NODELIST
+    #[arg(short = 's', long, conflicts_with_all = ["format", "priority", "start", "json"])]
+    pub steps: bool,
     #[command(flatten)]
     pub clusters: super::Clusters,
     /// Accepted for Slurm tools: every job is shown to whoever may see it
@@ -78,6 +81,9 @@ pub fn run(args: Args) -> CliResult {
         states.push("PENDING".into());
     }
     let filter = job_filter(&args.jobs, &users, &args.accounts, &args.names, &states)?;
+    if args.steps {
+        return running_steps(&config, filter, !args.noheader);
+    }
     let format = match &args.format {
         Some(f) => {
             Some(report::parse_squeue_format(f).map_err(|e| CliError::usage(e.to_string()))?)
@@ -147,4 +153,78 @@ fn default_format(priority: bool, start: bool) -> SqueueFormat {
             .collect(),
         trailer: String::new(),
     }
+}
+
+/// `-s`: the steps running in the running jobs `filter` matches, as
+/// squeue lists them.
+fn running_steps(
+    config: &crate::config::Config,
+    mut filter: crate::proto::JobFilter,
+    header: bool,
+) -> CliResult {
+    use crate::model::job::JobState;
+    filter.states = vec![JobState::Running];
+    let fields = vec![
+        Field::JobId,
+        Field::Name,
+        Field::Partition,
+        Field::User,
+        Field::TimeUsed,
+        Field::NodeList,
+        Field::State,
+    ];
+    let query = Query::Accounting {
+        filter,
+        fields: Some(fields),
+        steps: true,
+    };
+    let mut rows = match query_rows("ysqueue", config, query)? {
+        Ok(rows) => rows,
+        Err(reply) => return print_listing(reply, |_| String::new()),
+    };
+    let table = rows.read_all()?;
+    let mut lines: Vec<Vec<&str>> = Vec::new();
+    if header {
+        lines.push(vec![
+            "STEPID",
+            "NAME",
+            "PARTITION",
+            "USER",
+            "TIME",
+            "NODELIST",
+        ]);
+    }
+    lines.extend(
+        table
+            .rows()
+            .filter(|r| r.cell(0).contains('.') && r.cell(6) == JobState::Running.name())
+            .map(|r| (0..6).map(|i| r.cell(i)).collect()),
+    );
+    print(&aligned(&lines))
+}
+
+/// Rows as columns padded to their widest cell, the last left as it is.
+fn aligned(lines: &[Vec<&str>]) -> String {
+    let columns = lines.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            lines
+                .iter()
+                .map(|l| l[c].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for line in lines {
+        for (c, cell) in line.iter().enumerate() {
+            if c + 1 == columns {
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:<w$} ", w = widths[c]));
+            }
+        }
+        out.push('\n');
+    }
+    out
 }

@@ -26,6 +26,14 @@ pub(super) struct TokenAsk {
     pub(super) audience: Option<String>,
 }
 
+/// A step asked for: in which job, what it runs, where, how many tasks.
+pub(super) struct StepAsk {
+    pub(super) job: JobId,
+    pub(super) name: String,
+    pub(super) nodes: String,
+    pub(super) tasks: u32,
+}
+
 /// Who asks.
 pub(super) struct Requester<'a> {
     pub(super) uid: u32,
@@ -120,6 +128,27 @@ impl Daemon {
             Control::NodeDrain { node, reason } => self.drain_node(&node, Some(reason), who, now),
             Control::NodeResume { node } => self.drain_node(&node, None, who, now),
             Control::NodeAdd { node } => self.add_node(&node, who, now),
+            Control::Token { .. }
+            | Control::Tokens { .. }
+            | Control::RevokeTokens { .. }
+            | Control::StepBegin { .. }
+            | Control::StepEnd { .. } => self.tokens_and_steps(control, who, now),
+            Control::NodeRemove { node } => self.remove_node(&node, who, now),
+            Control::ImagePull { image, node } => Ok(self.pull_image(&image, node.as_deref(), who)),
+            Control::Undrain { gpus, node } => Ok(self.drain(node, &gpus, None, who, now)?),
+            Control::Reload => Ok(self.reload_for(who)),
+        }
+    }
+
+    /// The requests that record rather than act on jobs: tokens, and a
+    /// job's steps.
+    fn tokens_and_steps(
+        &mut self,
+        control: Control,
+        who: &Requester,
+        now: i64,
+    ) -> Result<Reply, DaemonError> {
+        match control {
             Control::Token {
                 lifespan,
                 user,
@@ -133,11 +162,37 @@ impl Daemon {
                 self.make_token(ask, who, now)
             }
             Control::Tokens { user, all_users } => self.list_tokens(user, all_users, who, now),
+            Control::StepBegin {
+                job_id,
+                name,
+                nodes,
+                tasks,
+            } => {
+                let ask = StepAsk {
+                    job: job_id,
+                    name,
+                    nodes,
+                    tasks,
+                };
+                self.begin_step(ask, who, now)
+            }
+            Control::StepEnd {
+                job_id,
+                restart,
+                step,
+                exit_code,
+                signal,
+            } => {
+                let exit = crate::model::job::ExitStatus {
+                    code: exit_code,
+                    signal,
+                };
+                self.end_step((job_id, restart, step), exit, who, now)
+            }
             Control::RevokeTokens { jti, user } => self.revoke_tokens(jti, user, who, now),
-            Control::NodeRemove { node } => self.remove_node(&node, who, now),
-            Control::ImagePull { image, node } => Ok(self.pull_image(&image, node.as_deref(), who)),
-            Control::Undrain { gpus, node } => Ok(self.drain(node, &gpus, None, who, now)?),
-            Control::Reload => Ok(self.reload_for(who)),
+            other => Ok(Reply::Rejected {
+                error: format!("{} is not a token's or a step's request", other.action()),
+            }),
         }
     }
 
@@ -333,7 +388,7 @@ impl Daemon {
 
     /// Explains why `id` is not an active job the requester may act on, or
     /// returns `None` if it is one.
-    fn refuse(&self, id: JobId, who: &Requester) -> Result<Option<String>, DaemonError> {
+    pub(super) fn refuse(&self, id: JobId, who: &Requester) -> Result<Option<String>, DaemonError> {
         Ok(self.refusal(id, who)?.map(AccessRefusal::into_message))
     }
 

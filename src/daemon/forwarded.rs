@@ -298,7 +298,8 @@ enum Proof {
 const HOW_TO_PROVE: &str = "run ystoken --save on the controller (a token for the pool's nodes, kept in ~/.config/ysched/token where the commands find it), or export the SLURM_JWT=... that ystoken --audience node prints";
 
 /// The changes a node's word alone may ask for (of jobs it runs or took
-/// in, see [`Daemon::control_by`]).
+/// in, see [`Daemon::control_by`]): a job's steps among them, which
+/// `srun` records from where the job runs.
 fn vouched_may(control: &crate::proto::Control) -> bool {
     use crate::proto::Control;
     matches!(
@@ -309,6 +310,8 @@ fn vouched_may(control: &crate::proto::Control) -> bool {
             | Control::Update { .. }
             | Control::Requeue { .. }
             | Control::Checkpoint { .. }
+            | Control::StepBegin { .. }
+            | Control::StepEnd { .. }
     )
 }
 

@@ -32,6 +32,7 @@ mod refusals;
 mod retention;
 mod startup;
 mod state;
+mod steps;
 mod stops;
 mod submit;
 mod test_only;

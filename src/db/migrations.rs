@@ -294,4 +294,22 @@ CREATE TABLE tokens (
 ) WITHOUT ROWID;
 CREATE INDEX tokens_by_user ON tokens (user, expires);
 "#,
+    // 22: job steps (each `srun` in a job): numbered from 0 per run of
+    // the job, with their name, nodes, tasks, times, end and state.
+    r#"
+CREATE TABLE steps (
+    job         INTEGER NOT NULL,
+    restart     INTEGER NOT NULL,
+    step        INTEGER NOT NULL,
+    name        TEXT    NOT NULL,
+    nodes       TEXT    NOT NULL,
+    tasks       INTEGER NOT NULL,
+    start       INTEGER NOT NULL,
+    end_time    INTEGER,
+    state       TEXT    NOT NULL,
+    exit_code   INTEGER,
+    exit_signal INTEGER,
+    PRIMARY KEY (job, restart, step)
+) WITHOUT ROWID;
+"#,
 ];

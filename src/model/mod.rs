@@ -9,5 +9,6 @@ pub mod hostlist;
 pub mod isolation;
 pub mod job;
 pub mod policy;
+pub mod step;
 pub mod tasks;
 pub mod units;

@@ -38,6 +38,8 @@ pub enum Field {
     ElapsedRaw,
     TimeLimit,
     TimeLeft,
+    /// sacct's NTasks: a step's tasks (empty on a job's own row).
+    NTasks,
     Nodes,
     NodeList,
     /// squeue's NODELIST(REASON): the node if running, `(Reason)` if pending.
@@ -158,7 +160,6 @@ pub const SACCT_NOT_KEPT: &[&str] = &[
     "MinCPUNode",
     "MinCPUTask",
     "NCPUS",
-    "NTasks",
     "QOSRAW",
     "ReqCPUFreq",
     "ReqCPUFreqGov",
@@ -225,6 +226,7 @@ impl Field {
             Field::TimeLimit => "TIME_LIMIT",
             Field::TimeLeft => "TIME_LEFT",
             Field::Nodes => "NODES",
+            Field::NTasks => "NTASKS",
             Field::NodeList => "NODELIST",
             Field::NodeListReason => "NODELIST(REASON)",
             Field::Reason => "REASON",
@@ -340,6 +342,7 @@ impl Field {
         ("AllocGPUS", Field::Gpus),
         ("NodeList", Field::NodeList),
         ("NNodes", Field::Nodes),
+        ("NTasks", Field::NTasks),
         ("Reason", Field::Reason),
         ("Restarts", Field::Restarts),
         ("Preemptions", Field::Preemptions),
@@ -391,7 +394,13 @@ impl Field {
     pub fn write_text(self, view: &JobView, now: i64, out: &mut String) {
         let job = &view.job;
         match self {
-            Field::JobId => job.write_display_id(out),
+            Field::JobId => {
+                job.write_display_id(out);
+                if let Some(step) = &view.step {
+                    use std::fmt::Write as _;
+                    let _ = write!(out, ".{}", step.id);
+                }
+            }
             Field::TimeUsed => units::write_duration(out, job.elapsed(now)),
             Field::Gpus => write_gpus(out, job),
             Field::NodeListReason if job.state == JobState::Pending => {
@@ -427,6 +436,7 @@ impl Field {
             | Field::TimeLimit
             | Field::TimeLeft
             | Field::Nodes
+            | Field::NTasks
             | Field::NodeList
             | Field::NodeListReason
             | Field::Reason => self.identity_text(view, now),
@@ -477,8 +487,16 @@ impl Field {
         let job = &view.job;
         let pending = job.state == JobState::Pending;
         Some(match self {
-            Field::JobId => job.display_id().into(),
-            Field::JobIdRaw => job.id.to_string().into(),
+            Field::JobId | Field::JobIdRaw => {
+                let id = match self {
+                    Field::JobId => job.display_id(),
+                    _ => job.id.to_string(),
+                };
+                match &view.step {
+                    Some(step) => format!("{id}.{}", step.id).into(),
+                    None => id.into(),
+                }
+            }
             Field::ArrayJobId => job
                 .array
                 .as_ref()
@@ -505,6 +523,10 @@ impl Field {
                 Some(l) => units::format_duration(l.saturating_sub(job.elapsed(now))).into(),
             },
             Field::Nodes => job.node_count().to_string().into(),
+            Field::NTasks => match &view.step {
+                Some(step) => step.tasks.to_string().into(),
+                None => Cow::Borrowed(""),
+            },
             Field::NodeList => match &job.node {
                 Some(_) if !job.peers.is_empty() => job.nodelist().into(),
                 Some(node) => Cow::Borrowed(node),
@@ -1322,6 +1344,7 @@ mod tests {
             factors: None,
             expected_start: None,
             redacted: false,
+            step: None,
         }
     }
 

@@ -22,6 +22,17 @@ pub struct JobView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_start: Option<i64>,
     pub redacted: bool,
+    /// A step of the job (`N.S` in accounting), when this view is one:
+    /// its job, with the step's name, nodes, times, state and end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<StepOf>,
+}
+
+/// Which step of its job a view shows, and its tasks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StepOf {
+    pub id: u32,
+    pub tasks: u32,
 }
 
 impl JobView {
@@ -35,6 +46,7 @@ impl JobView {
             factors: None,
             expected_start: None,
             redacted: false,
+            step: None,
         }
     }
 }

@@ -264,6 +264,7 @@ fn accounting(
     let query = Query::Accounting {
         filter,
         fields: None,
+        steps: false,
     };
     let reply = ctx.ask(Request::Query(query), caller)?;
     let jobs = jobs_of(reply)?;

@@ -286,7 +286,10 @@ impl Cluster {
 
     /// One field of one job, through ysacct.
     pub fn field(&self, id: u64, field: &str) -> String {
-        let out = self.run("ysacct", &["-j", &id.to_string(), "-n", "-P", "-o", field]);
+        let out = self.run(
+            "ysacct",
+            &["-j", &id.to_string(), "-X", "-n", "-P", "-o", field],
+        );
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 

@@ -38,6 +38,7 @@ mod simulate;
 mod slurm_compat;
 mod slurm_export;
 mod socket;
+mod steps;
 mod submit;
 mod update;
 mod users;

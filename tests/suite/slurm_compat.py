@@ -137,7 +137,8 @@ def main():
 
     # sacct with repeated -j and --parsable (trailing |).
     out = run("sacct", "-p", "-n", "-j", job, "-j", long, "-o", "JobID,JobName").stdout
-    if out.splitlines() != [f"{job}|compat|", f"{long}|sleeper|"]:
+    # The job's srun is its step 0, listed under it.
+    if out.splitlines() != [f"{job}|compat|", f"{job}.0|bash|", f"{long}|sleeper|"]:
         sys.exit(f"sacct -p: {out!r}")
 
     # The partition, the controller, a job in full.

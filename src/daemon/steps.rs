@@ -1,0 +1,91 @@
+//! Job steps: `srun` in a running job asks for its step's number before
+//! it starts the tasks and reports their end; both are recorded, for
+//! `ysacct` to list under the job. Asked by the job's user (or an
+//! administrator), from where the job runs.
+
+use crate::db;
+use crate::model::job::{ExitStatus, JobId, JobState};
+use crate::model::step::Step;
+use crate::proto::Reply;
+
+use super::control::{Requester, StepAsk};
+use super::error::DaemonError;
+use super::state::Daemon;
+
+impl Daemon {
+    /// Records a step beginning in a running job; its number.
+    pub(super) fn begin_step(
+        &mut self,
+        ask: StepAsk,
+        who: &Requester,
+        now: i64,
+    ) -> Result<Reply, DaemonError> {
+        let refuse = |error: String| Ok(Reply::Rejected { error });
+        if let Some(error) = self.refuse_step(ask.job, who)? {
+            return refuse(error);
+        }
+        let job = &self.jobs[&ask.job];
+        if job.state != JobState::Running {
+            return refuse(format!(
+                "job {} is {}; steps run in a running job",
+                job.display_id(),
+                job.state
+            ));
+        }
+        let step = Step {
+            job: ask.job,
+            restart: job.restart_count,
+            step: 0,
+            name: one_line(&ask.name, 64),
+            nodes: one_line(&ask.nodes, 1024),
+            tasks: ask.tasks,
+            start: now,
+            end: None,
+            state: JobState::Running,
+            exit: None,
+        };
+        let number = db::begin_step(self.tx()?, &step)?;
+        Ok(Reply::StepBegun {
+            step: number,
+            restart: step.restart,
+        })
+    }
+
+    /// Records the end of a step.
+    pub(super) fn end_step(
+        &mut self,
+        (job, restart, step): (JobId, u32, u32),
+        exit: ExitStatus,
+        who: &Requester,
+        now: i64,
+    ) -> Result<Reply, DaemonError> {
+        if let Some(error) = self.refuse_step(job, who)? {
+            return Ok(Reply::Rejected { error });
+        }
+        let ended = db::end_step(self.tx()?, (job, restart, step), exit, now)?;
+        Ok(Reply::Control {
+            outcomes: Vec::new(),
+            message: (!ended).then(|| format!("step {job}.{step} had already ended")),
+        })
+    }
+
+    /// Why `who` may not record steps of `job`, if not: another's job, or
+    /// one not in the queue (its steps ended with it).
+    fn refuse_step(&self, job: JobId, who: &Requester) -> Result<Option<String>, DaemonError> {
+        if self.jobs.get(&job).is_none() {
+            return Ok(Some(format!(
+                "job {job} is not running; its steps ended with it"
+            )));
+        }
+        self.refuse(job, who)
+    }
+}
+
+/// `text` on one line, at most `max` characters: what a step is called
+/// and where it runs are shown in listings, one row each.
+fn one_line(text: &str, max: usize) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .take(max)
+        .collect()
+}

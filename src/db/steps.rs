@@ -1,0 +1,147 @@
+//! Job steps as recorded: begun when `srun` asks for a number, ended
+//! when it reports its tasks' end.
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::error::DbError;
+use crate::model::job::{ExitStatus, JobId, JobState};
+use crate::model::step::Step;
+
+/// Records `step` as begun, with the next number of its job's run; the
+/// number.
+pub fn begin_step(conn: &Connection, step: &Step) -> Result<u32, DbError> {
+    let next: u32 = conn
+        .prepare_cached(
+            "SELECT COALESCE(MAX(step) + 1, 0) FROM steps WHERE job = ?1 AND restart = ?2",
+        )?
+        .query_row(params![step.job, step.restart], |r| r.get(0))?;
+    conn.prepare_cached(
+        "INSERT INTO steps (job, restart, step, name, nodes, tasks, start, state)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?
+    .execute(params![
+        step.job,
+        step.restart,
+        next,
+        step.name,
+        step.nodes,
+        step.tasks,
+        step.start,
+        JobState::Running.name()
+    ])?;
+    Ok(next)
+}
+
+/// Records the end of step `step` of run `restart` of `job`, if it has
+/// not ended; whether it had not.
+pub fn end_step(
+    conn: &Connection,
+    (job, restart, step): (JobId, u32, u32),
+    exit: ExitStatus,
+    at: i64,
+) -> Result<bool, DbError> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE steps SET end_time = ?4, exit_code = ?5, exit_signal = ?6, state = ?7
+             WHERE job = ?1 AND restart = ?2 AND step = ?3 AND end_time IS NULL",
+        )?
+        .execute(params![
+            job,
+            restart,
+            step,
+            at,
+            exit.code,
+            exit.signal,
+            Step::state_of(exit).name()
+        ])?;
+    Ok(changed == 1)
+}
+
+/// The steps of `job`, every run's, in order.
+pub fn steps_of(conn: &Connection, job: JobId) -> Result<Vec<Step>, DbError> {
+    let mut statement = conn.prepare_cached(
+        "SELECT job, restart, step, name, nodes, tasks, start, end_time, state, exit_code, exit_signal
+         FROM steps WHERE job = ?1 ORDER BY restart, step",
+    )?;
+    let rows = statement.query_map([job], |r| {
+        let exit = match (r.get::<_, Option<i32>>(9)?, r.get::<_, Option<i32>>(10)?) {
+            (Some(code), signal) => Some(ExitStatus {
+                code,
+                signal: signal.unwrap_or(0),
+            }),
+            _ => None,
+        };
+        let state: String = r.get(8)?;
+        Ok(Step {
+            job: r.get(0)?,
+            restart: r.get(1)?,
+            step: r.get(2)?,
+            name: r.get(3)?,
+            nodes: r.get(4)?,
+            tasks: r.get(5)?,
+            start: r.get(6)?,
+            end: r.get(7)?,
+            state: JobState::parse(&state).unwrap_or(JobState::Completed),
+            exit,
+        })
+    })?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+/// Whether `job` has any step recorded (a cheap look before a listing
+/// reads them).
+pub fn has_steps(conn: &Connection, job: JobId) -> Result<bool, DbError> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM steps WHERE job = ?1 LIMIT 1")?
+        .query_row([job], |_| Ok(()))
+        .optional()?
+        .is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_are_numbered_per_run_and_end_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = Connection::open(dir.path().join("db")).unwrap();
+        for migration in super::super::migrations::MIGRATIONS {
+            conn.execute_batch(migration).unwrap();
+        }
+        let step = |restart| Step {
+            job: 4,
+            restart,
+            step: 0,
+            name: "true".into(),
+            nodes: "gpu01".into(),
+            tasks: 2,
+            start: 10,
+            end: None,
+            state: JobState::Running,
+            exit: None,
+        };
+        assert_eq!(begin_step(&conn, &step(0)).unwrap(), 0);
+        assert_eq!(begin_step(&conn, &step(0)).unwrap(), 1);
+        assert_eq!(begin_step(&conn, &step(1)).unwrap(), 0);
+        let failed = ExitStatus { code: 2, signal: 0 };
+        assert!(end_step(&conn, (4, 0, 1), failed, 20).unwrap());
+        assert!(!end_step(&conn, (4, 0, 1), ExitStatus::default(), 30).unwrap());
+        let steps = steps_of(&conn, 4).unwrap();
+        let seen: Vec<_> = steps
+            .iter()
+            .map(|s| (s.restart, s.step, s.state, s.end))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (0, 0, JobState::Running, None),
+                (0, 1, JobState::Failed, Some(20)),
+                (1, 0, JobState::Running, None)
+            ]
+        );
+        assert_eq!(steps[1].exit, Some(failed));
+        assert!(has_steps(&conn, 4).unwrap());
+        assert!(!has_steps(&conn, 5).unwrap());
+    }
+}

@@ -1,0 +1,152 @@
+//! Job steps: each `srun` in a job is a step numbered from 0, recorded
+//! with its name, tasks, times, state and exit code, and listed by
+//! `ysacct`/`sacct` under its job unless `-X`.
+
+use std::time::Duration;
+
+use crate::common::{self, bin_dir, stderr, stdout, Cluster, TestUser};
+
+const LONG: Duration = Duration::from_secs(20);
+
+/// A directory with `srun` (the compat layer) for job scripts' PATH.
+fn shims(c: &Cluster) -> String {
+    let dir = c.dir.path().join("shims");
+    std::fs::create_dir_all(&dir).unwrap();
+    let _ = std::os::unix::fs::symlink(bin_dir().join("ysched-slurm"), dir.join("srun"));
+    let _ = std::os::unix::fs::symlink(bin_dir().join("ysched-slurm"), dir.join("sacct"));
+    dir.display().to_string()
+}
+
+fn submit_as(c: &Cluster, user: &TestUser, args: &[&str]) -> u64 {
+    let out = c.run_as(&user.name, "ysbatch", &[&["--parsable"], args].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    stdout(&out).trim().parse().unwrap()
+}
+
+#[test]
+fn each_srun_is_a_step_with_its_own_record() {
+    require_root!();
+    let user = TestUser::create("stp");
+    let c = Cluster::started("");
+    let script = c.script(
+        "steps.sh",
+        &format!(
+            "#!/bin/bash\nexport PATH={}:$PATH\n\
+             srun sh -c 'echo step=$SLURM_STEP_ID'\n\
+             srun sh -c 'exit 3'\n\
+             srun -n 2 --label sh -c 'echo step=$SLURM_STEP_ID'\n\
+             srun --output=out-%j.%s.txt sh -c 'echo to-file'\n\
+             exit 0\n",
+            shims(&c)
+        ),
+    );
+    std::fs::set_permissions(&c.work, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let id = submit_as(&c, &user, &["-c", "2", script.to_str().unwrap()]);
+    assert_eq!(c.wait_done(id, LONG), "COMPLETED", "{}", c.output_of(id));
+    let output = c.output_of(id);
+    assert!(output.contains("step=0\n"), "{output}");
+    assert!(
+        output.contains("0: step=2\n") && output.contains("1: step=2\n"),
+        "{output}"
+    );
+    let file = std::fs::read_to_string(c.work.join(format!("out-{id}.3.txt"))).unwrap();
+    assert_eq!(file, "to-file\n", "%s is the step's number");
+    let listed = |args: &[&str]| {
+        let out = c.run_as(&user.name, "ysacct", args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    let id_text = id.to_string();
+    // NTasks is a step's, as in Slurm: empty on the job's own row.
+    let rows = listed(&[
+        "-j",
+        &id_text,
+        "-n",
+        "-P",
+        "-o",
+        "JobID,JobName,State,ExitCode,NTasks",
+    ]);
+    let rows: Vec<&str> = rows.lines().collect();
+    assert_eq!(
+        rows,
+        [
+            format!("{id}|steps.sh|COMPLETED|0:0|"),
+            format!("{id}.0|sh|COMPLETED|0:0|1"),
+            format!("{id}.1|sh|FAILED|3:0|1"),
+            format!("{id}.2|sh|COMPLETED|0:0|2"),
+            format!("{id}.3|sh|COMPLETED|0:0|1"),
+        ],
+    );
+    // Each step has its own times, within the job's.
+    let times = listed(&["-j", &id_text, "-n", "-P", "-o", "JobID,Start,End,NodeList"]);
+    for line in times.lines() {
+        let cells: Vec<&str> = line.split('|').collect();
+        assert!(cells[1] <= cells[2], "{line}");
+        assert_ne!(cells[3], "", "{line}");
+    }
+    // -X: the job alone; Slurm's sacct the same.
+    assert_eq!(
+        listed(&["-j", &id_text, "-n", "-X", "-o", "JobID"]).trim(),
+        id_text
+    );
+    let sacct = c.run_as(
+        &user.name,
+        "ysched-slurm",
+        &["sacct", "-j", &id_text, "-n", "-P", "-o", "JobID"],
+    );
+    assert_eq!(stdout(&sacct).lines().count(), 5, "{}", stderr(&sacct));
+}
+
+#[test]
+fn a_step_running_when_its_job_is_cancelled_ends_with_it() {
+    require_root!();
+    let user = TestUser::create("stq");
+    let c = Cluster::started("");
+    let script = c.script(
+        "long.sh",
+        &format!(
+            "#!/bin/bash\nexport PATH={}:$PATH\nsrun true\nsrun sleep 300\n",
+            shims(&c)
+        ),
+    );
+    std::fs::set_permissions(&c.work, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let id = submit_as(&c, &user, &[script.to_str().unwrap()]);
+    c.wait_state(id, "RUNNING", LONG);
+    let id_text = id.to_string();
+    let rows = || {
+        let out = c.run_as(
+            &user.name,
+            "ysacct",
+            &["-j", &id_text, "-n", "-P", "-o", "JobID,State"],
+        );
+        stdout(&out)
+    };
+    let deadline = std::time::Instant::now() + LONG;
+    while !rows().contains(&format!("{id}.1|RUNNING")) {
+        assert!(std::time::Instant::now() < deadline, "{}", rows());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The running step, as squeue -s lists it; the ended one is not.
+    let out = c.run_as(&user.name, "ysched-slurm", &["squeue", "-s"]);
+    let listed = stdout(&out);
+    let lines: Vec<&str> = listed.lines().collect();
+    assert_eq!(lines.len(), 2, "{listed}{}", stderr(&out));
+    assert!(lines[0].starts_with("STEPID"), "{listed}");
+    let cells: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(cells[0], format!("{id}.1"), "{listed}");
+    assert_eq!(
+        (cells[1], cells[3]),
+        ("sleep", user.name.as_str()),
+        "{listed}"
+    );
+    let out = c.run_as(&user.name, "yscancel", &[&id_text]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(c.wait_done(id, LONG), "CANCELLED");
+    assert_eq!(
+        rows(),
+        format!(
+            "{id}|CANCELLED by {}\n{id}.0|COMPLETED\n{id}.1|CANCELLED\n",
+            user.uid
+        )
+    );
+}
