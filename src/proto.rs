@@ -221,6 +221,18 @@ pub enum Control {
         name: String,
         nodes: String,
         tasks: u32,
+        /// The srun's process, on the job's batch node.
+        #[serde(default)]
+        pid: u32,
+    },
+    /// Signal (by default SIGTERM) the srun of running step `step` of
+    /// job `job_id`, which passes it on to the step's tasks
+    /// (`scancel N.S`).
+    CancelStep {
+        job_id: JobId,
+        step: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signal: Option<i32>,
     },
     /// Step `step` of run `restart` of job `job_id` ended.
     StepEnd {
@@ -289,6 +301,7 @@ impl Control {
             Control::Tokens { .. } => "token list",
             Control::StepBegin { .. } => "step begin",
             Control::StepEnd { .. } => "step end",
+            Control::CancelStep { .. } => "cancel step",
             Control::RevokeTokens { .. } => "token revoke",
             Control::NodeAdd { .. } => "node add",
             Control::NodeRemove { .. } => "node remove",

@@ -474,6 +474,7 @@ impl RecordedStep {
             name: name.to_string(),
             nodes: nodes.to_string(),
             tasks,
+            pid: std::process::id(),
         };
         let asked = super::load_config()
             .and_then(|config| super::ask_within(&config, Request::Control(control), RECORD_WAIT));

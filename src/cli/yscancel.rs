@@ -50,8 +50,26 @@ pub fn run_as_scancel(args: Args) -> CliResult {
     cancel(args, "scancel", true)
 }
 
-fn cancel(args: Args, command: &str, ended_is_done: bool) -> CliResult {
+fn cancel(mut args: Args, command: &str, ended_is_done: bool) -> CliResult {
     super::shield_from_own_jobs_stop();
+    let (steps, jobs) = step_ids(&args.jobs)?;
+    args.jobs = jobs;
+    let signal = args.signal.as_deref().map(parse_signal).transpose()?;
+    let mut failed = false;
+    if !steps.is_empty() {
+        failed = !cancel_steps(&steps, signal, command)?;
+        let filtered = args.user.is_some()
+            || args.account.is_some()
+            || args.name.is_some()
+            || !args.states.is_empty();
+        if args.jobs.is_empty() && !filtered {
+            return if failed {
+                Err(CliError::failed(""))
+            } else {
+                Ok(())
+            };
+        }
+    }
     let selector = JobSelector {
         job_ids: parse_job_ids(&args.jobs)?,
         user: args.user.clone(),
@@ -64,7 +82,6 @@ fn cancel(args: Args, command: &str, ended_is_done: bool) -> CliResult {
             "no job identification provided: give job ids, or -u, -A, -n or -t",
         ));
     }
-    let signal = args.signal.as_deref().map(parse_signal).transpose()?;
     let config = load_config()?;
     let reply = ask(
         &config,
@@ -79,7 +96,6 @@ fn cancel(args: Args, command: &str, ended_is_done: bool) -> CliResult {
             )))
         }
     };
-    let mut failed = false;
     for o in &outcomes {
         match &o.error {
             Some(e) if ended_is_done && o.already_ended && args.verbose => {
@@ -106,6 +122,72 @@ fn cancel(args: Args, command: &str, ended_is_done: bool) -> CliResult {
     } else {
         Ok(())
     }
+}
+
+/// A step named on the command line: its job and number.
+type StepId = (u64, u32);
+
+/// The steps named (`12.3`), apart from the other words (job ids,
+/// arrays: `12`, `12_3`, `12_[1-3]`), which keep their commas.
+fn step_ids(words: &[String]) -> Result<(Vec<StepId>, Vec<String>), CliError> {
+    let (mut steps, mut rest) = (Vec::new(), Vec::new());
+    for word in words {
+        if word.contains('[') || !word.contains('.') {
+            rest.push(word.clone());
+            continue;
+        }
+        for part in word.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match part.split_once('.') {
+                None => rest.push(part.to_string()),
+                Some((job, step)) => {
+                    let parsed = job.parse::<u64>().ok().zip(step.parse::<u32>().ok());
+                    let Some(id) = parsed else {
+                        return Err(CliError::usage(format!(
+                            "'{part}' is not a job step: give JOBID.STEP with numbers (12.0)"
+                        )));
+                    };
+                    steps.push(id);
+                }
+            }
+        }
+    }
+    Ok((steps, rest))
+}
+
+/// Signals each step's srun (SIGTERM unless `signal`), which passes it
+/// on to the step's tasks; whether all went.
+fn cancel_steps(
+    steps: &[(u64, u32)],
+    signal: Option<i32>,
+    command: &str,
+) -> Result<bool, CliError> {
+    let config = load_config()?;
+    let mut all = true;
+    for &(job_id, step) in steps {
+        let control = Control::CancelStep {
+            job_id,
+            step,
+            signal,
+        };
+        match ask(&config, Request::Control(control))? {
+            Reply::Control { outcomes, .. } => {
+                for e in outcomes.iter().filter_map(|o| o.error.as_ref()) {
+                    eprintln!("{command}: error: {e}");
+                    all = false;
+                }
+            }
+            Reply::Rejected { error } => {
+                eprintln!("{command}: error: {error}");
+                all = false;
+            }
+            other => {
+                return Err(CliError::failed(format!(
+                    "unexpected reply from ysctld: {other:?}"
+                )))
+            }
+        }
+    }
+    Ok(all)
 }
 
 /// `TERM`, `SIGTERM`, `term` or `15`.

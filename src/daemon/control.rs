@@ -32,6 +32,7 @@ pub(super) struct StepAsk {
     pub(super) name: String,
     pub(super) nodes: String,
     pub(super) tasks: u32,
+    pub(super) pid: u32,
 }
 
 /// Who asks.
@@ -132,7 +133,8 @@ impl Daemon {
             | Control::Tokens { .. }
             | Control::RevokeTokens { .. }
             | Control::StepBegin { .. }
-            | Control::StepEnd { .. } => self.tokens_and_steps(control, who, now),
+            | Control::StepEnd { .. }
+            | Control::CancelStep { .. } => self.tokens_and_steps(control, who, now),
             Control::NodeRemove { node } => self.remove_node(&node, who, now),
             Control::ImagePull { image, node } => Ok(self.pull_image(&image, node.as_deref(), who)),
             Control::Undrain { gpus, node } => Ok(self.drain(node, &gpus, None, who, now)?),
@@ -167,12 +169,14 @@ impl Daemon {
                 name,
                 nodes,
                 tasks,
+                pid,
             } => {
                 let ask = StepAsk {
                     job: job_id,
                     name,
                     nodes,
                     tasks,
+                    pid,
                 };
                 self.begin_step(ask, who, now)
             }
@@ -189,6 +193,11 @@ impl Daemon {
                 };
                 self.end_step((job_id, restart, step), exit, who, now)
             }
+            Control::CancelStep {
+                job_id,
+                step,
+                signal,
+            } => self.cancel_step((job_id, step), signal, who),
             Control::RevokeTokens { jti, user } => self.revoke_tokens(jti, user, who, now),
             other => Ok(Reply::Rejected {
                 error: format!("{} is not a token's or a step's request", other.action()),

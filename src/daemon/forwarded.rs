@@ -312,6 +312,7 @@ fn vouched_may(control: &crate::proto::Control) -> bool {
             | Control::Checkpoint { .. }
             | Control::StepBegin { .. }
             | Control::StepEnd { .. }
+            | Control::CancelStep { .. }
     )
 }
 

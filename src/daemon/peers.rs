@@ -144,6 +144,11 @@ impl Daemon {
     /// for the batch shell alone goes nowhere here.
     pub(super) fn command_peers(&self, job: &Job, command: &StepCommand) {
         let for_peers = match command {
+            // A step's srun runs on the batch node.
+            StepCommand::Signal {
+                target: SignalTarget::Process(_),
+                ..
+            } => return,
             StepCommand::Signal { target, .. } | StepCommand::Terminate { target, .. }
                 if *target == SignalTarget::BatchShell =>
             {

@@ -43,6 +43,7 @@ impl Daemon {
             end: None,
             state: JobState::Running,
             exit: None,
+            srun_pid: ask.pid,
         };
         let number = db::begin_step(self.tx()?, &step)?;
         Ok(Reply::StepBegun {
@@ -66,6 +67,58 @@ impl Daemon {
         Ok(Reply::Control {
             outcomes: Vec::new(),
             message: (!ended).then(|| format!("step {job}.{step} had already ended")),
+        })
+    }
+
+    /// Signals the srun of a running step, which passes the signal on to
+    /// its tasks (`scancel N.S`).
+    pub(super) fn cancel_step(
+        &mut self,
+        (job, step): (JobId, u32),
+        signal: Option<i32>,
+        who: &Requester,
+    ) -> Result<Reply, DaemonError> {
+        let error = match self.refuse_step(job, who)? {
+            Some(error) => Some(error),
+            None => self.signal_step((job, step), signal.unwrap_or(libc::SIGTERM))?,
+        };
+        Ok(Reply::Control {
+            outcomes: vec![crate::proto::JobOutcome::new(job, error)],
+            message: None,
+        })
+    }
+
+    /// Why step `step` of `job` could not be signalled, if it could not.
+    fn signal_step(
+        &self,
+        (job, step): (JobId, u32),
+        signal: i32,
+    ) -> Result<Option<String>, DaemonError> {
+        let current = &self.jobs[&job];
+        let restart = current.restart_count;
+        let found = db::steps_of(&self.store.db, job)?
+            .into_iter()
+            .find(|s| s.restart == restart && s.step == step && s.end.is_none());
+        let pid = match found {
+            _ if current.state != JobState::Running => {
+                return Ok(Some(format!("job {job} is {}; its steps are not running", current.state)))
+            }
+            None => return Ok(Some(format!("step {job}.{step} is not running"))),
+            Some(s) if s.srun_pid == 0 => {
+                return Ok(Some(format!("step {job}.{step} was started by an srun that did not say its process: cancel the job")))
+            }
+            Some(s) => s.srun_pid,
+        };
+        let command = crate::exec::spec::StepCommand::Signal {
+            signal,
+            target: crate::exec::spec::SignalTarget::Process(pid),
+        };
+        Ok(match self.command_job(job, &command) {
+            Ok(()) => {
+                tracing::info!(target: "ysched::daemon", "step {job}.{step} sent signal {signal}");
+                None
+            }
+            Err(e) => Some(e.to_string()),
         })
     }
 

@@ -295,7 +295,8 @@ CREATE TABLE tokens (
 CREATE INDEX tokens_by_user ON tokens (user, expires);
 "#,
     // 22: job steps (each `srun` in a job): numbered from 0 per run of
-    // the job, with their name, nodes, tasks, times, end and state.
+    // the job, with their name, nodes, tasks, times, end and state, and
+    // the process of the srun that runs it (what `scancel N.S` signals).
     r#"
 CREATE TABLE steps (
     job         INTEGER NOT NULL,
@@ -309,6 +310,7 @@ CREATE TABLE steps (
     state       TEXT    NOT NULL,
     exit_code   INTEGER,
     exit_signal INTEGER,
+    srun_pid    INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (job, restart, step)
 ) WITHOUT ROWID;
 "#,

@@ -16,8 +16,8 @@ pub fn begin_step(conn: &Connection, step: &Step) -> Result<u32, DbError> {
         )?
         .query_row(params![step.job, step.restart], |r| r.get(0))?;
     conn.prepare_cached(
-        "INSERT INTO steps (job, restart, step, name, nodes, tasks, start, state)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        "INSERT INTO steps (job, restart, step, name, nodes, tasks, start, state, srun_pid)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )?
     .execute(params![
         step.job,
@@ -27,7 +27,8 @@ pub fn begin_step(conn: &Connection, step: &Step) -> Result<u32, DbError> {
         step.nodes,
         step.tasks,
         step.start,
-        JobState::Running.name()
+        JobState::Running.name(),
+        step.srun_pid
     ])?;
     Ok(next)
 }
@@ -60,7 +61,8 @@ pub fn end_step(
 /// The steps of `job`, every run's, in order.
 pub fn steps_of(conn: &Connection, job: JobId) -> Result<Vec<Step>, DbError> {
     let mut statement = conn.prepare_cached(
-        "SELECT job, restart, step, name, nodes, tasks, start, end_time, state, exit_code, exit_signal
+        "SELECT job, restart, step, name, nodes, tasks, start, end_time, state, exit_code, exit_signal,
+                srun_pid
          FROM steps WHERE job = ?1 ORDER BY restart, step",
     )?;
     let rows = statement.query_map([job], |r| {
@@ -83,6 +85,7 @@ pub fn steps_of(conn: &Connection, job: JobId) -> Result<Vec<Step>, DbError> {
             end: r.get(7)?,
             state: JobState::parse(&state).unwrap_or(JobState::Completed),
             exit,
+            srun_pid: r.get(11)?,
         })
     })?;
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
@@ -120,6 +123,7 @@ mod tests {
             end: None,
             state: JobState::Running,
             exit: None,
+            srun_pid: 42,
         };
         assert_eq!(begin_step(&conn, &step(0)).unwrap(), 0);
         assert_eq!(begin_step(&conn, &step(0)).unwrap(), 1);
@@ -140,7 +144,7 @@ mod tests {
                 (1, 0, JobState::Running, None)
             ]
         );
-        assert_eq!(steps[1].exit, Some(failed));
+        assert_eq!((steps[1].exit, steps[1].srun_pid), (Some(failed), 42));
         assert!(has_steps(&conn, 4).unwrap());
         assert!(!has_steps(&conn, 5).unwrap());
     }

@@ -136,6 +136,9 @@ pub enum SignalTarget {
     /// Every process but the batch shell: what the script started (the
     /// steps, in Slurm's words).
     Steps,
+    /// One process of the job (a step's srun, which passes the signal on
+    /// to its tasks); nothing if that process is not the job's.
+    Process(u32),
 }
 
 impl SignalTarget {

@@ -761,6 +761,18 @@ fn signal_target(job: Pid, watch: &Watch<'_>, sig: Signal, target: SignalTarget)
                 let _ = signal::kill(pid, sig);
             }
         }
+        SignalTarget::Process(pid) => {
+            // Only a process of this job: the number came from the
+            // job's user, through the controller.
+            let pid = Pid::from_raw(pid as i32);
+            let of_the_job = match watch.group {
+                Some(g) => g.pids().contains(&pid.as_raw()),
+                None => descendants(job).contains(&pid),
+            };
+            if of_the_job {
+                let _ = signal::kill(pid, sig);
+            }
+        }
     }
 }
 

@@ -20,6 +20,9 @@ pub struct Step {
     pub end: Option<i64>,
     pub state: JobState,
     pub exit: Option<ExitStatus>,
+    /// The srun that runs it, on the job's batch node (0: unknown).
+    #[serde(default)]
+    pub srun_pid: u32,
 }
 
 impl Step {
@@ -64,6 +67,7 @@ mod tests {
             end: None,
             state: JobState::Running,
             exit: None,
+            srun_pid: 0,
         }
     }
 

@@ -150,3 +150,65 @@ fn a_step_running_when_its_job_is_cancelled_ends_with_it() {
         )
     );
 }
+
+#[test]
+fn a_step_is_cancelled_alone_by_its_user_only() {
+    require_root!();
+    let (user, other) = (TestUser::create("stc"), TestUser::create("std"));
+    let c = Cluster::started("");
+    let script = c.script(
+        "one.sh",
+        &format!(
+            "#!/bin/bash\nexport PATH={}:$PATH\nsrun sleep 300\necho after=$?\nsrun true\n",
+            shims(&c)
+        ),
+    );
+    std::fs::set_permissions(&c.work, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let id = submit_as(&c, &user, &[script.to_str().unwrap()]);
+    let state_of = |step: &str| {
+        let out = c.run_as(
+            &user.name,
+            "ysacct",
+            &[
+                "-j",
+                &id.to_string(),
+                "-n",
+                "-P",
+                "-o",
+                "JobID,State,ExitCode",
+            ],
+        );
+        stdout(&out)
+            .lines()
+            .find(|l| l.starts_with(&format!("{id}.{step}|")))
+            .unwrap_or_default()
+            .to_string()
+    };
+    let deadline = std::time::Instant::now() + LONG;
+    while !state_of("0").contains("RUNNING") {
+        assert!(std::time::Instant::now() < deadline, "{}", c.output_of(id));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let step = format!("{id}.0");
+    let scancel =
+        |who: &TestUser, what: &str| c.run_as(&who.name, "ysched-slurm", &["scancel", what]);
+    let out = scancel(&other, &step);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("permission denied"),
+        "{}",
+        stderr(&out)
+    );
+    let out = scancel(&user, &format!("{id}.7"));
+    assert!(
+        stderr(&out).contains(&format!("step {id}.7 is not running")),
+        "{}",
+        stderr(&out)
+    );
+    let out = scancel(&user, &step);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(c.wait_done(id, LONG), "COMPLETED", "{}", c.output_of(id));
+    assert!(c.output_of(id).contains("after=143"), "{}", c.output_of(id));
+    assert_eq!(state_of("0"), format!("{id}.0|CANCELLED|0:15"));
+    assert_eq!(state_of("1"), format!("{id}.1|COMPLETED|0:0"));
+}
