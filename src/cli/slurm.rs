@@ -792,9 +792,59 @@ fn has_container_options(c: &crate::script::ContainerArgs) -> bool {
 
 /// A step of several tasks or nodes, or in a container, through the step
 /// coordinator.
+/// The values a step's file name patterns expand with.
+#[derive(Clone)]
+struct StepNames {
+    job: u64,
+    step: u32,
+    array: Option<(u64, u32)>,
+    name: String,
+    user: String,
+    node: Option<String>,
+}
+
+impl StepNames {
+    /// `pattern` for task `task` on the step's node of index `node`.
+    fn path(&self, pattern: &str, (task, node): (u32, u32)) -> String {
+        let values = crate::model::job::PatternValues {
+            id: self.job,
+            step: Some(self.step),
+            array: self.array,
+            name: &self.name,
+            user: &self.user,
+            node: self.node.as_deref(),
+            task: (task, node),
+        };
+        crate::model::job::expand_pattern(pattern, &values)
+    }
+
+    /// Where `--output` (or `--error`) `pattern` sends a step's output:
+    /// srun's own, one file, or a file per task with `%t` (per node with
+    /// `%n`).
+    fn sink(&self, pattern: Option<&str>) -> Result<super::srun::Sink, CliError> {
+        use super::srun::Sink;
+        let Some(pattern) = pattern else {
+            return Ok(Sink::Srun);
+        };
+        if crate::model::job::is_per_task_pattern(pattern) {
+            let (names, pattern) = (self.clone(), pattern.to_string());
+            return Ok(Sink::PerTask(Box::new(move |task, node| {
+                names.path(&pattern, (task, node))
+            })));
+        }
+        let path = self.path(pattern, (0, 0));
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map(Sink::File)
+            .map_err(|e| CliError::failed(format!("cannot open {path}: {e}")))
+    }
+}
+
 fn wide_step(
     args: SrunArgs,
-    path_of: &dyn Fn(&str) -> String,
+    names: &StepNames,
     recorded: Option<super::srun::RecordedStep>,
 ) -> CliResult {
     if args
@@ -821,14 +871,6 @@ fn wide_step(
                 "--kill-on-bad-exit={other}: expected 0 or 1"
             )))
         }
-    };
-    let open = |pattern: &str| {
-        let path = path_of(pattern);
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| CliError::failed(format!("cannot open {path}: {e}")))
     };
     let mut env = step_environment(args.export.as_deref(), std::env::vars().collect())?;
     env.retain(|(k, _)| k != "YS_STEP_KEY");
@@ -859,8 +901,8 @@ fn wide_step(
             .collect(),
         env,
         cwd,
-        stdout: args.output.as_deref().map(open).transpose()?,
-        stderr: args.error.as_deref().map(open).transpose()?,
+        stdout: names.sink(args.output.as_deref())?,
+        stderr: names.sink(args.error.as_deref())?,
         container,
         recorded,
     })
@@ -910,20 +952,18 @@ fn srun(args: SrunArgs) -> CliResult {
     // as the tasks of a wide step are.
     let wide = is_wide_step(&args) || has_container_options(&args.container);
     let recorded = record_step(&args, job_id, wide, node.as_deref());
-    let step = recorded.as_ref().map_or(0, |r| r.step);
-    let path_of = |pattern: &str| {
-        crate::model::job::expand_step_pattern(
-            pattern,
-            job_id,
-            Some(step),
-            array,
-            &name,
-            &user,
-            node.as_deref(),
-        )
+    let names = StepNames {
+        job: job_id,
+        step: recorded.as_ref().map_or(0, |r| r.step),
+        array,
+        name,
+        user,
+        node: node.clone(),
     };
+    let step = names.step;
+    let path_of = |pattern: &str| names.path(pattern, (0, 0));
     if wide {
-        return wide_step(args, &path_of, recorded);
+        return wide_step(args, &names, recorded);
     }
     let open = |pattern: &str| -> Result<std::fs::File, CliError> {
         let path = path_of(pattern);

@@ -40,14 +40,25 @@ pub struct StepRequest {
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub cwd: std::path::PathBuf,
-    /// `--output` and `--error`, opened (`None`: srun's own).
-    pub stdout: Option<std::fs::File>,
-    pub stderr: Option<std::fs::File>,
+    /// Where `--output` and `--error` go.
+    pub stdout: Sink,
+    pub stderr: Sink,
     /// `--container-image` and the other `--container-*` options.
     pub container: Option<crate::model::container::ContainerRequest>,
     /// The step as the controller numbered it (`None`: not recorded,
     /// step 0).
     pub recorded: Option<RecordedStep>,
+}
+
+/// Where a step's output (or its errors) goes.
+pub enum Sink {
+    /// srun's own.
+    Srun,
+    /// One file, for every task.
+    File(std::fs::File),
+    /// A file per task or per node (`--output` with `%t` or `%n`): its
+    /// path for (task, node index), opened when the task first writes.
+    PerTask(Box<dyn Fn(u32, u32) -> String>),
 }
 
 /// The job's nodes as its batch script sees them.
@@ -144,18 +155,18 @@ fn start_and_collect(mut request: StepRequest, step: u32) -> Result<i32, CliErro
     };
     tasks.forward_signals();
     let total: u32 = counts.iter().sum();
+    let node_of = counts
+        .iter()
+        .enumerate()
+        .flat_map(|(node, &n)| std::iter::repeat_n(node as u32, n as usize))
+        .collect();
     let mut output = Output {
         label: request.label,
         unbuffered: request.unbuffered,
         partial: HashMap::new(),
-        stdout: match request.stdout.take() {
-            Some(f) => Box::new(f),
-            None => Box::new(std::io::stdout()),
-        },
-        stderr: match request.stderr.take() {
-            Some(f) => Box::new(f),
-            None => Box::new(std::io::stderr()),
-        },
+        stdout: Writer::of(std::mem::replace(&mut request.stdout, Sink::Srun), false),
+        stderr: Writer::of(std::mem::replace(&mut request.stderr, Sink::Srun), true),
+        node_of,
     };
     Ok(tasks.collect(rx, total, &request, &mut output))
 }
@@ -381,14 +392,63 @@ struct Output {
     label: bool,
     unbuffered: bool,
     partial: HashMap<(u32, bool), Vec<u8>>,
-    stdout: Box<dyn Write>,
-    stderr: Box<dyn Write>,
+    stdout: Writer,
+    stderr: Writer,
+    /// Each task's node index in the step (tasks in block order).
+    node_of: Vec<u32>,
+}
+
+/// Where output goes: one writer, or a file per task opened as needed.
+enum Writer {
+    One(Box<dyn Write>),
+    PerTask {
+        path: Box<dyn Fn(u32, u32) -> String>,
+        files: HashMap<u32, Option<std::fs::File>>,
+    },
+}
+
+impl Writer {
+    fn of(sink: Sink, stderr: bool) -> Writer {
+        match sink {
+            Sink::Srun if stderr => Writer::One(Box::new(std::io::stderr())),
+            Sink::Srun => Writer::One(Box::new(std::io::stdout())),
+            Sink::File(f) => Writer::One(Box::new(f)),
+            Sink::PerTask(path) => Writer::PerTask {
+                path,
+                files: HashMap::new(),
+            },
+        }
+    }
+
+    /// Writes task `task`'s `data` (its node's index `node`); a file
+    /// that cannot be opened is said once, and its output dropped.
+    fn write(&mut self, task: u32, node: u32, data: &[u8]) {
+        let to: &mut dyn Write = match self {
+            Writer::One(w) => w.as_mut(),
+            Writer::PerTask { path, files } => {
+                let file = files.entry(task).or_insert_with(|| {
+                    let name = path(task, node);
+                    std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(&name)
+                        .map_err(|e| eprintln!("srun: error: cannot open {name}: {e}"))
+                        .ok()
+                });
+                match file {
+                    Some(f) => f,
+                    None => return,
+                }
+            }
+        };
+        let _ = to.write_all(data).and_then(|()| to.flush());
+    }
 }
 
 impl Output {
     fn write(&mut self, task: u32, stderr: bool, data: &[u8]) {
         if self.unbuffered && !self.label {
-            self.emit(stderr, data);
+            self.emit(task, stderr, data);
             return;
         }
         let mut buffer = self.partial.remove(&(task, stderr)).unwrap_or_default();
@@ -424,9 +484,9 @@ impl Output {
             if !text.ends_with(b"\n") {
                 text.push(b'\n');
             }
-            self.emit(stderr, &text);
+            self.emit(task, stderr, &text);
         } else {
-            self.emit(stderr, line);
+            self.emit(task, stderr, line);
         }
     }
 
@@ -437,13 +497,14 @@ impl Output {
         }
     }
 
-    fn emit(&mut self, stderr: bool, data: &[u8]) {
+    fn emit(&mut self, task: u32, stderr: bool, data: &[u8]) {
+        let node = self.node_of.get(task as usize).copied().unwrap_or(0);
         let to = if stderr {
             &mut self.stderr
         } else {
             &mut self.stdout
         };
-        let _ = to.write_all(data).and_then(|()| to.flush());
+        to.write(task, node, data);
     }
 }
 

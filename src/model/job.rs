@@ -886,6 +886,55 @@ pub fn expand_step_pattern(
     user: &str,
     node: Option<&str>,
 ) -> String {
+    let values = PatternValues {
+        id,
+        step,
+        array,
+        name,
+        user,
+        node,
+        task: (0, 0),
+    };
+    expand_pattern(pattern, &values)
+}
+
+/// What a file name pattern's codes stand for.
+pub struct PatternValues<'a> {
+    pub id: JobId,
+    pub step: Option<u32>,
+    pub array: Option<(JobId, u32)>,
+    pub name: &'a str,
+    pub user: &'a str,
+    pub node: Option<&'a str>,
+    /// `%t` and `%n`: a step's task, and its node's index in the step.
+    pub task: (u32, u32),
+}
+
+/// Whether `pattern` names a file per task or per node (`%t`, `%n`).
+pub fn is_per_task_pattern(pattern: &str) -> bool {
+    let probe = |task| PatternValues {
+        id: 1,
+        step: Some(0),
+        array: None,
+        name: "",
+        user: "",
+        node: None,
+        task,
+    };
+    expand_pattern(pattern, &probe((0, 0))) != expand_pattern(pattern, &probe((1, 1)))
+}
+
+/// [`expand_step_pattern`] with every value given.
+pub fn expand_pattern(pattern: &str, values: &PatternValues) -> String {
+    let PatternValues {
+        id,
+        step,
+        array,
+        name,
+        user,
+        node,
+        task: (task_id, node_index),
+    } = *values;
     if pattern.contains('\\') {
         return pattern.replace('\\', "");
     }
@@ -918,7 +967,8 @@ pub fn expand_step_pattern(
             Some('x') => out.push_str(name),
             Some('u') => out.push_str(user),
             Some('N') => out.push_str(node.unwrap_or("")),
-            Some('t' | 'n') => out.push_str(&format!("{:0width$}", 0)),
+            Some('t') => out.push_str(&format!("{task_id:0width$}")),
+            Some('n') => out.push_str(&format!("{node_index:0width$}")),
             Some('s') => match step {
                 Some(s) => out.push_str(&format!("{s:0width$}")),
                 None => out.push_str("batch"),

@@ -212,3 +212,31 @@ fn a_step_is_cancelled_alone_by_its_user_only() {
     assert_eq!(state_of("0"), format!("{id}.0|CANCELLED|0:15"));
     assert_eq!(state_of("1"), format!("{id}.1|COMPLETED|0:0"));
 }
+
+#[test]
+fn a_steps_output_goes_to_a_file_per_task_with_t_and_per_node_with_n() {
+    let c = Cluster::started("");
+    let script = c.script(
+        "ranks.sh",
+        &format!(
+            "#!/bin/bash\nexport PATH={}:$PATH\n\
+             srun -n 3 --output=rank-%j-%t.out --error=err-%2t.out sh -c 'echo rank=$SLURM_PROCID; echo oops >&2'\n\
+             srun -n 2 --output=node-%n.out sh -c 'echo rank=$SLURM_PROCID'\n",
+            shims(&c)
+        ),
+    );
+    let id = c.submit(&["-c", "3", script.to_str().unwrap()]);
+    assert_eq!(c.wait_done(id, LONG), "COMPLETED", "{}", c.output_of(id));
+    let read = |name: &str| std::fs::read_to_string(c.work.join(name)).unwrap_or_default();
+    for task in 0..3 {
+        assert_eq!(
+            read(&format!("rank-{id}-{task}.out")),
+            format!("rank={task}\n")
+        );
+        assert_eq!(read(&format!("err-0{task}.out")), "oops\n");
+    }
+    let mut both: Vec<String> = read("node-0.out").lines().map(String::from).collect();
+    both.sort();
+    assert_eq!(both, ["rank=0", "rank=1"]);
+    assert_eq!(c.output_of(id), "", "nothing went to the job's own output");
+}
