@@ -13,7 +13,11 @@
 #          background (the job), until all have ended: N separate `true`
 #          jobs with no scheduler;
 #   jobs with cgroups (as root, with gcc): bench/floor_jobs.c, the same
-#          with each job in its own cgroups and at most 4 at once.
+#          with each job in its own cgroups and at most 4 at once;
+#   lat with cgroups (as root, with gcc): `lat` with the job in fresh
+#          groups of the hierarchies ysched uses (v1 here), and on cgroup2
+#          moved into its group after its fork, or started in it with
+#          clone3(CLONE_INTO_CGROUP).
 #
 # usage: bench/floor.sh   env: N=1000, NLAT=20, OUT=bench/out
 # Output: $OUT/floor/results.kv, with bench/run.sh's keys.
@@ -71,6 +75,16 @@ if [ "$(id -u)" = 0 ] && command -v gcc >/dev/null; then
         put seq_throughput_cgroups_wall_s "$("$raw/floor_jobs" "$N" 4)"
         c1=$(busy)
         put cgroups_cpu_ms_per_job "$(awk -v a="$c0" -v b="$c1" -v n="$N" 'BEGIN {printf "%.2f", (b - a) * 1000 / n}')"
+        echo "== floor: submit to start with the job in fresh cgroups ($NLAT reps)"
+        put lat_cgroups_median_s "$("$raw/floor_jobs" lat "$NLAT")"
+        # cgroup2 (the whole tree, or a hybrid host's unified mount): the
+        # job moved into its group after its fork, or started there.
+        v2=/sys/fs/cgroup
+        [ -e $v2/cgroup.controllers ] || v2=/sys/fs/cgroup/unified
+        if [ -e $v2/cgroup.controllers ]; then
+            put lat_cgroup2_median_s "$("$raw/floor_jobs" lat "$NLAT" $v2)"
+            put lat_cgroup2_clone3_median_s "$("$raw/floor_jobs" lat "$NLAT" $v2 clone3)"
+        fi
     fi
 else
     echo "(not root, or no gcc: the floor with cgroups is not measured)"

@@ -10,6 +10,13 @@
  * usage: floor_jobs N SLOTS [CGROUP_ROOT]   (root; CGROUP_ROOT=/sys/fs/cgroup)
  * Prints the seconds from the first submission until every job has ended
  * and its groups are gone.
+ *
+ * usage: floor_jobs lat REPS [CGROUP_ROOT [clone3]]
+ * The latency floor with cgroups: per rep, a client process, the job's
+ * groups made, and a job `sh -c 'date +%s.%N'` in them; prints the median
+ * seconds from before the client until the job's shell printed the time.
+ * With cgroup2 and `clone3`, the job starts in its group
+ * (CLONE_INTO_CGROUP) instead of moving there after its fork.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -19,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <linux/sched.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -98,16 +107,101 @@ static void reap_one(struct slot *slots, int n) {
         }
 }
 
+
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double realtime(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* Forks the job into group `job`: moved there after the fork, or (cgroup2
+ * with `into`) started there by clone3. Its standard output is `out`. */
+static pid_t fork_job(int job, int out, int into) {
+    char path[640];
+    pid_t pid;
+    if (into) {
+        group_path(path, sizeof path, 0, job);
+        int dir = open(path, O_RDONLY | O_DIRECTORY);
+        if (dir < 0)
+            die(path);
+        struct clone_args args;
+        memset(&args, 0, sizeof args);
+        args.flags = CLONE_INTO_CGROUP;
+        args.exit_signal = SIGCHLD;
+        args.cgroup = dir;
+        pid = syscall(SYS_clone3, &args, sizeof args);
+        close(dir);
+    } else {
+        pid = fork();
+    }
+    if (pid < 0)
+        die("fork");
+    if (pid > 0)
+        return pid;
+    if (!into) {
+        char me[32];
+        int len = snprintf(me, sizeof me, "%d", getpid());
+        for (int p = 0; p < nparents; p++) {
+            group_path(path, sizeof path, p, job);
+            strcat(path, "/cgroup.procs");
+            int fd = open(path, O_WRONLY);
+            if (fd < 0 || write(fd, me, len) != len)
+                _exit(126);
+            close(fd);
+        }
+    }
+    dup2(out, 1);
+    execl("/bin/sh", "sh", "-c", "date +%s.%N", (char *)NULL);
+    _exit(127);
+}
+
+static int latency(int reps, int into) {
+    double *took = calloc(reps, sizeof *took);
+    for (int rep = 0; rep < reps; rep++) {
+        double t0 = realtime();
+        char *client[] = {"true", NULL};
+        pid_t pid;
+        int status, pipefd[2];
+        if (posix_spawn(&pid, "/bin/true", NULL, NULL, client, environ) != 0)
+            die("posix_spawn");
+        waitpid(pid, &status, 0);
+        make_groups(rep);
+        if (pipe(pipefd) != 0)
+            die("pipe");
+        pid = fork_job(rep, pipefd[1], into);
+        close(pipefd[1]);
+        char text[64] = {0};
+        ssize_t got = read(pipefd[0], text, sizeof text - 1);
+        close(pipefd[0]);
+        waitpid(pid, &status, 0);
+        remove_groups(rep);
+        if (got <= 0)
+            die("the job printed no time");
+        took[rep] = atof(text) - t0;
+    }
+    qsort(took, reps, sizeof *took, by_value);
+    printf("%.6f\n", took[reps / 2]);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: floor_jobs N SLOTS [CGROUP_ROOT]\n");
         return 2;
     }
-    int n = atoi(argv[1]), nslots = atoi(argv[2]);
+    int lat = strcmp(argv[1], "lat") == 0;
+    int n = atoi(argv[lat ? 2 : 1]), nslots = lat ? 1 : atoi(argv[2]);
     const char *root = argc > 3 ? argv[3] : "/sys/fs/cgroup";
+    int into = lat && argc > 4 && strcmp(argv[4], "clone3") == 0;
     char probe[512];
     snprintf(probe, sizeof probe, "%s/cgroup.controllers", root);
-    if (access(probe, F_OK) == 0) {
+    int v2 = access(probe, F_OK) == 0;
+    if (v2) {
         /* cgroup2: one group per job under a parent with the controllers. */
         snprintf(parents[0], sizeof parents[0], "%s/ysched_floor", root);
         mkdir(parents[0], 0755);
@@ -136,6 +230,16 @@ int main(int argc, char **argv) {
     if (nparents == 0) {
         fprintf(stderr, "floor_jobs: no cgroup hierarchy under %s\n", root);
         return 1;
+    }
+    if (into && !v2) {
+        fprintf(stderr, "floor_jobs: clone3 into a cgroup needs cgroup2 at %s\n", root);
+        return 1;
+    }
+    if (lat) {
+        int rc = latency(n, into);
+        for (int p = 0; p < nparents; p++)
+            rmdir(parents[p]);
+        return rc;
     }
     struct slot *slots = calloc(nslots, sizeof *slots);
     struct timespec t0, t1;
