@@ -14,10 +14,11 @@
 #          jobs with no scheduler;
 #   jobs with cgroups (as root, with gcc): bench/floor_jobs.c, the same
 #          with each job in its own cgroups and at most 4 at once;
-#   lat with cgroups (as root, with gcc): `lat` with the job in fresh
-#          groups of the hierarchies ysched uses (v1 here), and on cgroup2
-#          moved into its group after its fork, or started in it with
-#          clone3(CLONE_INTO_CGROUP).
+#   lat with cgroups (as root, with gcc): `lat` from a C harness, reps
+#          100 ms apart as ysched's are: without cgroups, with the job in
+#          fresh groups of the hierarchies ysched uses (v1 here), and on
+#          cgroup2 moved into its group after its fork, or started in it
+#          with clone3(CLONE_INTO_CGROUP).
 #
 # usage: bench/floor.sh   env: N=1000, NLAT=20, OUT=bench/out
 # Output: $OUT/floor/results.kv, with bench/run.sh's keys.
@@ -76,6 +77,7 @@ if [ "$(id -u)" = 0 ] && command -v gcc >/dev/null; then
         c1=$(busy)
         put cgroups_cpu_ms_per_job "$(awk -v a="$c0" -v b="$c1" -v n="$N" 'BEGIN {printf "%.2f", (b - a) * 1000 / n}')"
         echo "== floor: submit to start with the job in fresh cgroups ($NLAT reps)"
+        put lat_harness_median_s "$("$raw/floor_jobs" lat "$NLAT" none)"
         put lat_cgroups_median_s "$("$raw/floor_jobs" lat "$NLAT")"
         # cgroup2 (the whole tree, or a hybrid host's unified mount): the
         # job moved into its group after its fork, or started there.
