@@ -73,22 +73,27 @@ static void remove_groups(int job) {
     }
 }
 
+/* In the child: moves this process into group `job` of each hierarchy. */
+static void join_groups(int job) {
+    char path[640], me[32];
+    int len = snprintf(me, sizeof me, "%d", getpid());
+    for (int p = 0; p < nparents; p++) {
+        group_path(path, sizeof path, p, job);
+        strcat(path, "/cgroup.procs");
+        int fd = open(path, O_WRONLY);
+        if (fd < 0 || write(fd, me, len) != len)
+            _exit(126);
+        close(fd);
+    }
+}
+
 static void start_job(struct slot *slot, int job) {
     make_groups(job);
     pid_t pid = fork();
     if (pid < 0)
         die("fork");
     if (pid == 0) {
-        char path[640], me[32];
-        int len = snprintf(me, sizeof me, "%d", getpid());
-        for (int p = 0; p < nparents; p++) {
-            group_path(path, sizeof path, p, job);
-            strcat(path, "/cgroup.procs");
-            int fd = open(path, O_WRONLY);
-            if (fd < 0 || write(fd, me, len) != len)
-                _exit(126);
-            close(fd);
-        }
+        join_groups(job);
         execl("/bin/sh", "sh", "-c", "true", (char *)NULL);
         _exit(127);
     }
@@ -145,18 +150,8 @@ static pid_t fork_job(int job, int out, int into) {
         die("fork");
     if (pid > 0)
         return pid;
-    if (!into) {
-        char me[32];
-        int len = snprintf(me, sizeof me, "%d", getpid());
-        for (int p = 0; p < nparents; p++) {
-            group_path(path, sizeof path, p, job);
-            strcat(path, "/cgroup.procs");
-            int fd = open(path, O_WRONLY);
-            if (fd < 0 || write(fd, me, len) != len)
-                _exit(126);
-            close(fd);
-        }
-    }
+    if (!into)
+        join_groups(job);
     dup2(out, 1);
     execl("/bin/sh", "sh", "-c", "date +%s.%N", (char *)NULL);
     _exit(127);
