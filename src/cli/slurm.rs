@@ -818,6 +818,24 @@ impl StepNames {
         crate::model::job::expand_pattern(pattern, &values)
     }
 
+    /// What `--input` gives a step's tasks: a file (per task with `%t`,
+    /// per node with `%n`) or, without it or with `none`, /dev/null.
+    /// srun's own standard input (`all`, a task number) is not passed on.
+    fn input(&self, pattern: Option<&str>) -> Result<Option<super::srun::TaskPath>, CliError> {
+        let Some(pattern) = pattern.filter(|p| !p.eq_ignore_ascii_case("none")) else {
+            return Ok(None);
+        };
+        if pattern.eq_ignore_ascii_case("all") || pattern.parse::<u32>().is_ok() {
+            return Err(CliError::failed(format!(
+                "--input={pattern}: srun's own standard input is not passed on to a step's tasks here; give a file (%t for one per task) or none"
+            )));
+        }
+        let (names, pattern) = (self.clone(), pattern.to_string());
+        Ok(Some(Box::new(move |task, node| {
+            names.path(&pattern, (task, node))
+        })))
+    }
+
     /// Where `--output` (or `--error`) `pattern` sends a step's output:
     /// srun's own, one file, or a file per task with `%t` (per node with
     /// `%n`).
@@ -847,15 +865,25 @@ fn wide_step(
     names: &StepNames,
     recorded: Option<super::srun::RecordedStep>,
 ) -> CliResult {
-    if args
-        .input
-        .as_deref()
-        .is_some_and(|i| !i.eq_ignore_ascii_case("none"))
-    {
-        return Err(CliError::failed(
-            "--input with several tasks or in a container is not supported here: each task reads /dev/null",
-        ));
+    match step_request(args, names) {
+        Ok(request) => super::srun::run_step(super::srun::StepRequest {
+            recorded,
+            ..request
+        }),
+        Err(e) => {
+            // Refused before any task started: the step ends failed.
+            if let Some(recorded) = &recorded {
+                recorded.end(1, 0);
+            }
+            Err(e)
+        }
     }
+}
+
+/// What a step of several tasks (or in a container) asks for, from
+/// srun's options, checked.
+fn step_request(args: SrunArgs, names: &StepNames) -> Result<super::srun::StepRequest, CliError> {
+    let input = names.input(args.input.as_deref())?;
     let nodes = match args.nodes.as_deref() {
         None => None,
         Some(text) => Some(
@@ -882,7 +910,7 @@ fn wide_step(
         .map_err(|e| CliError::usage(e.to_string()))?
         .request(&cwd)
         .map_err(|e| CliError::usage(e.to_string()))?;
-    super::srun::run_step(super::srun::StepRequest {
+    Ok(super::srun::StepRequest {
         ntasks: args.ntasks,
         nodes,
         ntasks_per_node: args.ntasks_per_node,
@@ -904,7 +932,8 @@ fn wide_step(
         stdout: names.sink(args.output.as_deref())?,
         stderr: names.sink(args.error.as_deref())?,
         container,
-        recorded,
+        recorded: None,
+        input,
     })
 }
 

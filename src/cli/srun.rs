@@ -48,7 +48,13 @@ pub struct StepRequest {
     /// The step as the controller numbered it (`None`: not recorded,
     /// step 0).
     pub recorded: Option<RecordedStep>,
+    /// `--input`: the file for (task, node index); `None`: /dev/null.
+    pub input: Option<TaskPath>,
 }
+
+/// A file's path for (task, node index): `--output`, `--error` or
+/// `--input` with `%t` or `%n`.
+pub type TaskPath = Box<dyn Fn(u32, u32) -> String>;
 
 /// Where a step's output (or its errors) goes.
 pub enum Sink {
@@ -58,7 +64,7 @@ pub enum Sink {
     File(std::fs::File),
     /// A file per task or per node (`--output` with `%t` or `%n`): its
     /// path for (task, node index), opened when the task first writes.
-    PerTask(Box<dyn Fn(u32, u32) -> String>),
+    PerTask(TaskPath),
 }
 
 /// The job's nodes as its batch script sees them.
@@ -213,8 +219,12 @@ fn orders(request: &StepRequest, job: &JobNodes, counts: &[u32], step: u32) -> V
         .iter()
         .enumerate()
         .map(|(i, &count)| {
-            let tasks = (next..next + count).collect();
+            let tasks: Vec<u32> = (next..next + count).collect();
             next += count;
+            let inputs = match &request.input {
+                Some(input) => tasks.iter().map(|&t| input(t, i as u32)).collect(),
+                None => Vec::new(),
+            };
             StepOrder {
                 step,
                 argv: request.argv.clone(),
@@ -226,6 +236,7 @@ fn orders(request: &StepRequest, job: &JobNodes, counts: &[u32], step: u32) -> V
                 nodes: nodes.clone(),
                 gpus_per_task: request.gpus_per_task,
                 container: request.container.clone(),
+                inputs,
             }
         })
         .collect()
@@ -402,7 +413,7 @@ struct Output {
 enum Writer {
     One(Box<dyn Write>),
     PerTask {
-        path: Box<dyn Fn(u32, u32) -> String>,
+        path: TaskPath,
         files: HashMap<u32, Option<std::fs::File>>,
     },
 }

@@ -44,6 +44,10 @@ pub struct StepOrder {
     /// supervisor of the job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container: Option<crate::model::container::ContainerRequest>,
+    /// `--input`: the file each task on this node reads (in `tasks`'s
+    /// order; relative to `cwd`); none: /dev/null.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<String>,
 }
 
 /// What a task did.
@@ -137,17 +141,18 @@ pub fn start(
         .unwrap_or_default();
     for (localid, &task) in order.tasks.iter().enumerate() {
         let env = task_environment(order, node_env, &visible, task, localid as u32);
-        let started = match &order.container {
-            None => spawn(order, env, task, events.clone()).map(Started::Group),
+        let started = input_of(order, localid).and_then(|stdin| match &order.container {
+            None => spawn(order, (env, stdin), task, events.clone()).map(Started::Group),
             Some(request) => {
                 let socket = node_env
                     .iter()
                     .find(|(k, _)| k == container::steps::SOCKET_VARIABLE)
                     .map(|(_, v)| v.as_str());
-                spawn_in_container(order, request, socket, env, task, events.clone())
+                let stdio = (env, stdin);
+                spawn_in_container(order, request, socket, stdio, task, events.clone())
                     .map(Started::Container)
             }
-        };
+        });
         match started {
             Ok(Started::Group(group)) => running.groups.push(group),
             Ok(Started::Container(c)) => running.containers.push(c),
@@ -159,6 +164,18 @@ pub fn start(
         }
     }
     running
+}
+
+/// What the `localid`th task on this node reads: its `--input` file,
+/// opened here (with the rights of whoever starts the task: the job's
+/// user), or /dev/null.
+fn input_of(order: &StepOrder, localid: usize) -> std::io::Result<std::fs::File> {
+    let Some(name) = order.inputs.get(localid) else {
+        return std::fs::File::open("/dev/null");
+    };
+    let path = order.cwd.join(name);
+    std::fs::File::open(&path)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("--input {}: {e}", path.display())))
 }
 
 /// The environment of task `task`, the `localid`th on this node.
@@ -213,7 +230,7 @@ fn task_environment(
 /// and its end reported, by a thread of its own.
 fn spawn(
     order: &StepOrder,
-    env: Vec<(String, String)>,
+    (env, stdin): (Vec<(String, String)>, std::fs::File),
     task: u32,
     events: Sender<TaskEvent>,
 ) -> std::io::Result<i32> {
@@ -225,7 +242,7 @@ fn spawn(
         .env_clear()
         .envs(env)
         .current_dir(&order.cwd)
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -266,14 +283,13 @@ fn spawn_in_container(
     order: &StepOrder,
     request: &crate::model::container::ContainerRequest,
     socket: Option<&str>,
-    env: Vec<(String, String)>,
+    (env, stdin): (Vec<(String, String)>, std::fs::File),
     task: u32,
     events: Sender<TaskEvent>,
 ) -> std::io::Result<Arc<StepSignaller>> {
     let socket = socket.ok_or_else(|| std::io::Error::other(ContainerStepError::NotHere))?;
     let (out_read, out_write) = std::io::pipe()?;
     let (err_read, err_write) = std::io::pipe()?;
-    let stdin = std::fs::File::open("/dev/null")?;
     let container_order = ContainerStepOrder {
         request: request.clone(),
         argv: order.argv.clone(),
@@ -340,6 +356,7 @@ mod tests {
             nodes: vec!["gpu01".into(), "gpu02".into()],
             gpus_per_task,
             container: None,
+            inputs: Vec::new(),
         }
     }
 

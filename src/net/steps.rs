@@ -261,6 +261,7 @@ mod tests {
             nodes: vec!["a".into(), "b".into()],
             gpus_per_task: None,
             container: None,
+            inputs: Vec::new(),
         }
     }
 

@@ -240,3 +240,45 @@ fn a_steps_output_goes_to_a_file_per_task_with_t_and_per_node_with_n() {
     assert_eq!(both, ["rank=0", "rank=1"]);
     assert_eq!(c.output_of(id), "", "nothing went to the job's own output");
 }
+
+#[test]
+fn each_task_reads_its_own_input_file() {
+    let c = Cluster::started("");
+    for task in 0..2 {
+        std::fs::write(
+            c.work.join(format!("in-{task}.txt")),
+            format!("data-{task}\n"),
+        )
+        .unwrap();
+    }
+    let script = c.script(
+        "inputs.sh",
+        &format!(
+            "#!/bin/bash\nexport PATH={}:$PATH\n\
+             srun -n 2 --label --input=in-%t.txt cat\n\
+             srun -n 2 --input=all cat; echo all=$?\n",
+            shims(&c)
+        ),
+    );
+    let id = c.submit(&["-c", "2", script.to_str().unwrap()]);
+    assert_eq!(c.wait_done(id, LONG), "COMPLETED", "{}", c.output_of(id));
+    let out = c.output_of(id);
+    assert!(
+        out.contains("0: data-0\n") && out.contains("1: data-1\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("srun's own standard input is not passed on"),
+        "{out}"
+    );
+    assert!(out.contains("all=1"), "{out}");
+    // The refused step is recorded as failed, not left running.
+    let rows = c.run(
+        "ysacct",
+        &["-j", &id.to_string(), "-n", "-P", "-o", "JobID,State"],
+    );
+    assert_eq!(
+        stdout(&rows),
+        format!("{id}|COMPLETED\n{id}.0|COMPLETED\n{id}.1|FAILED\n")
+    );
+}
