@@ -276,8 +276,12 @@ fn a_strangers_joins_cannot_grow_the_database_or_forge_audit_rows_and_log_lines(
         "a forged log line:\n{}",
         c.log()
     );
-    // The node that is expected still joins.
+    // The node that is expected still joins (its hello, then a job).
     let node = start_node(&c, "gpu02", Box::new(Steady));
+    wait_for("gpu02 to be heard", LONG, || {
+        let nodes = c.run("ysched-slurm", &["sinfo", "-N", "-h", "-o", "%N %t"]);
+        stdout(&nodes).lines().any(|l| l.trim() == "gpu02 idle")
+    });
     let id = c.submit(&["-G", "1", "--wrap", "true"]);
     c.wait_state(id, "RUNNING", LONG);
     assert!(node.end(id, 0, 0));
