@@ -354,8 +354,9 @@ pub enum Query {
     Accounting {
         filter: JobFilter,
         fields: Option<Vec<Field>>,
-        /// Each job's steps too, a row each after the job's (`N.S`), as
-        /// sacct lists them unless `-X`; only with `fields`.
+        /// Each job's steps too, each after its job (`N.S`), as sacct
+        /// lists them unless `-X`: a row each, or (without `fields`) a
+        /// view each, with `step` set.
         #[serde(default)]
         steps: bool,
     },

@@ -1074,8 +1074,7 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
             fields,
             steps,
         } => {
-            let steps = *steps && fields.is_some();
-            let views = accounting_views(conn, snapshot, filter, steps)?;
+            let views = accounting_views(conn, snapshot, filter, *steps)?;
             Ok(reply(views, fields))
         }
         Query::Usage {

@@ -106,7 +106,7 @@ pub fn run(args: Args) -> CliResult {
     let query = Query::Accounting {
         filter,
         fields,
-        steps: !args.allocations,
+        steps: !args.allocations && !args.json,
     };
     let mut rows = match query_rows("ysacct", &config, query)? {
         Ok(rows) => rows,

@@ -264,17 +264,28 @@ fn accounting(
     let query = Query::Accounting {
         filter,
         fields: None,
-        steps: false,
+        steps: true,
     };
     let reply = ctx.ask(Request::Query(query), caller)?;
-    let jobs = jobs_of(reply)?;
-    if id.is_some() && jobs.is_empty() {
+    let views = jobs_of(reply)?;
+    if id.is_some() && views.is_empty() {
         return Err(Response::error(
             404,
             "no such job in the accounting records",
         ));
     }
-    let list: Vec<Value> = jobs.iter().map(slurm::accounting_job).collect();
+    // Each job's steps follow it, as slurmdbd nests them in the job.
+    let mut list: Vec<Value> = Vec::new();
+    for view in &views {
+        match (view.step.is_some(), list.last_mut()) {
+            (true, Some(job)) => {
+                if let Some(steps) = job["steps"].as_array_mut() {
+                    steps.push(slurm::accounting_step(view));
+                }
+            }
+            _ => list.push(slurm::accounting_job(view)),
+        }
+    }
     Ok(Response::json(
         200,
         &slurm::answer(json!({ "jobs": list }), command, &[]),

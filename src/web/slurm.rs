@@ -298,6 +298,29 @@ pub fn accounting_job(view: &JobView) -> Value {
         "used_gres": gres(job),
         "hold": job.hold.is_some(),
         "priority": number(Some(view.priority)),
+        "steps": [],
+    })
+}
+
+/// A job's step as slurmdbd gives it in its job's `steps`: `view` is the
+/// job with the step's name, nodes, times, state and end.
+pub fn accounting_step(view: &JobView) -> Value {
+    let job = &view.job;
+    let (id, tasks) = view.step.map_or((0, 0), |s| (s.id, s.tasks));
+    let start = job.start_time.unwrap_or(0);
+    let end = job.end_time.unwrap_or(0);
+    let elapsed = match job.end_time {
+        Some(e) => e - start,
+        None => crate::model::units::now() - start,
+    };
+    let nodes: Vec<&str> = job.node_names().collect();
+    json!({
+        "step": { "id": format!("{}.{id}", job.display_id()), "name": job.name },
+        "state": job.state.name(),
+        "exit_code": exit_code(job),
+        "time": { "start": start, "end": end, "elapsed": elapsed },
+        "nodes": { "count": nodes.len(), "range": job.nodelist(), "list": nodes },
+        "tasks": { "count": tasks },
     })
 }
 

@@ -787,3 +787,61 @@ fn failed_portal_sign_ins_are_limited_and_a_good_one_sets_a_safe_cookie() {
     let (status, _) = web.call("POST", "/job/1/cancel", &[("Cookie", &session)], b"");
     assert_eq!(status, 403);
 }
+
+#[test]
+fn a_jobs_steps_are_in_its_accounting_answer_as_slurmdbd_nests_them() {
+    require_root!();
+    let (alice, www) = (TestUser::create("wsa"), TestUser::create("wsw"));
+    let c = cluster_with_web(&www.name, "");
+    let web = WebServer::start(&c, &www.name);
+    let token = token_of(&c, &alice.name, &[]);
+    let shims = c.dir.path().join("shims");
+    std::fs::create_dir_all(&shims).unwrap();
+    let _ = std::os::unix::fs::symlink(common::bin_dir().join("ysched-slurm"), shims.join("srun"));
+    std::fs::set_permissions(&c.work, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let wrap = format!(
+        "export PATH={}:$PATH; srun true; srun sh -c 'exit 2'; true",
+        shims.display()
+    );
+    let out = c.run_as(&alice.name, "ysbatch", &["--parsable", "--wrap", &wrap]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id: u64 = stdout(&out).trim().parse().unwrap();
+    assert_eq!(
+        c.wait_done(id, Duration::from_secs(20)),
+        "COMPLETED",
+        "{}",
+        c.output_of(id)
+    );
+    let (status, answer) = web.get(&format!("/slurmdb/v0.0.45/job/{id}"), &token);
+    assert_eq!(status, 200, "{answer}");
+    let jobs = answer["jobs"].as_array().unwrap();
+    assert_eq!(
+        jobs.len(),
+        1,
+        "the steps are in the job, not beside it: {answer}"
+    );
+    let steps = jobs[0]["steps"].as_array().unwrap();
+    let seen: Vec<(&str, &str, &str)> = steps
+        .iter()
+        .map(|s| {
+            (
+                s["step"]["id"].as_str().unwrap(),
+                s["step"]["name"].as_str().unwrap(),
+                s["state"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let (first, second) = (format!("{id}.0"), format!("{id}.1"));
+    assert_eq!(
+        seen,
+        [
+            (first.as_str(), "true", "COMPLETED"),
+            (second.as_str(), "sh", "FAILED")
+        ]
+    );
+    assert_eq!(
+        steps[1]["exit_code"]["return_code"]["number"], 2,
+        "{answer}"
+    );
+    assert_eq!(steps[0]["tasks"]["count"], 1);
+}
