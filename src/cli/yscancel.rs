@@ -16,7 +16,7 @@ use crate::proto::{Control, JobSelector, Reply, Request};
     after_help = "Examples:\n  yscancel 17 18\n  yscancel -u alice -t PENDING\n  yscancel --signal USR1 17"
 )]
 pub struct Args {
-    /// Job ids (space- or comma-separated)
+    /// Job ids (space- or comma-separated); ID_TASK one array task; ID.STEP one running step
     #[arg(value_name = "JOBID")]
     pub jobs: Vec<String>,
     /// Only jobs of this user
