@@ -948,6 +948,7 @@ fn accounting_rows(
 ) -> Result<(), StreamError> {
     let snapshot = work.snapshot.as_deref();
     let with_steps = matches!(work.query, Query::Accounting { steps: true, .. });
+    let stepped = with_steps.then(|| db::jobs_with_steps(conn)).transpose()?;
     let mut rows = RowMaker::new(fields, &work.viewer, now);
     db::for_each_job(conn, filter, |job| -> Result<(), StreamError> {
         // The snapshot may be newer than the last commit seen here.
@@ -955,10 +956,7 @@ fn accounting_rows(
             Some(view) => view.clone(),
             None => JobView::stored(job),
         };
-        let steps = match with_steps && view.job.start_time.is_some() {
-            true => step_views(conn, &view)?,
-            false => Vec::new(),
-        };
+        let steps = step_views(conn, stepped.as_ref(), &view)?;
         rows.push(view, &mut emit)?;
         steps
             .into_iter()
@@ -977,26 +975,29 @@ fn accounting_views(
     steps: bool,
 ) -> Result<Vec<JobView>, DbError> {
     let stored = db::find_jobs(conn, filter, MAX_ROWS)?;
+    let stepped = steps.then(|| db::jobs_with_steps(conn)).transpose()?;
     let mut views = Vec::with_capacity(stored.len());
     for job in stored {
         // The snapshot may be newer than the last commit seen here.
         let view = snapshot
             .and_then(|s| s.get(job.id))
             .unwrap_or_else(|| JobView::stored(job));
-        let steps = match steps && view.job.start_time.is_some() {
-            true => step_views(conn, &view)?,
-            false => Vec::new(),
-        };
+        let steps = step_views(conn, stepped.as_ref(), &view)?;
         views.push(view);
         views.extend(steps);
     }
     Ok(views)
 }
 
-/// A row's view for each step of `job`'s: the job, with the step's
+/// A row's view for each step of `job`'s, if `stepped` (the jobs with
+/// steps; `None`: steps not asked for) has it: the job, with the step's
 /// name, nodes, tasks' times, state and end.
-fn step_views(conn: &Connection, job: &JobView) -> Result<Vec<JobView>, DbError> {
-    if !db::has_steps(conn, job.job.id)? {
+fn step_views(
+    conn: &Connection,
+    stepped: Option<&std::collections::HashSet<JobId>>,
+    job: &JobView,
+) -> Result<Vec<JobView>, DbError> {
+    if !stepped.is_some_and(|s| s.contains(&job.job.id)) {
         return Ok(Vec::new());
     }
     let steps = db::steps_of(conn, job.job.id)?;

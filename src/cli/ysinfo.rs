@@ -83,25 +83,6 @@ pub fn nodes_info(config: &crate::config::Config) -> Result<Vec<NodeInfo>, CliEr
     }
 }
 
-/// Rows padded to their columns' widths, two spaces apart.
-fn table(rows: Vec<Vec<String>>) -> String {
-    let columns = rows.first().map_or(0, Vec::len);
-    let widths: Vec<usize> = (0..columns)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for row in rows {
-        let line: Vec<String> = row
-            .iter()
-            .enumerate()
-            .map(|(c, v)| format!("{v:<w$}", w = widths[c]))
-            .collect();
-        out.push_str(line.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
-}
-
 fn render(pool: &[NodeInfo], fields: &[String], header: bool) -> String {
     let mut rows: Vec<Vec<String>> = Vec::new();
     if header {
@@ -118,7 +99,7 @@ fn render(pool: &[NodeInfo], fields: &[String], header: bool) -> String {
                 .collect()
         }));
     }
-    let mut out = table(rows);
+    let mut out = crate::report::table::plain(&rows);
     if header {
         let mem = crate::model::units::format_memory_mb;
         out.push('\n');
@@ -170,5 +151,5 @@ fn render_nodes(pool: &[NodeInfo], header: bool) -> String {
             n.reason.clone().unwrap_or_else(|| "-".into()),
         ]);
     }
-    table(rows)
+    crate::report::table::plain(&rows)
 }

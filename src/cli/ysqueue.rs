@@ -200,31 +200,5 @@ fn running_steps(
             .filter(|r| r.cell(0).contains('.') && r.cell(6) == JobState::Running.name())
             .map(|r| (0..6).map(|i| r.cell(i)).collect()),
     );
-    print(&aligned(&lines))
-}
-
-/// Rows as columns padded to their widest cell, the last left as it is.
-fn aligned(lines: &[Vec<&str>]) -> String {
-    let columns = lines.first().map_or(0, Vec::len);
-    let widths: Vec<usize> = (0..columns)
-        .map(|c| {
-            lines
-                .iter()
-                .map(|l| l[c].chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for line in lines {
-        for (c, cell) in line.iter().enumerate() {
-            if c + 1 == columns {
-                out.push_str(cell);
-            } else {
-                out.push_str(&format!("{cell:<w$} ", w = widths[c]));
-            }
-        }
-        out.push('\n');
-    }
-    out
+    print(&report::table::plain(&lines))
 }

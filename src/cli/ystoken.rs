@@ -111,14 +111,15 @@ fn render(tokens: &[TokenRecord], now: i64) -> String {
     let mut rows = vec![[
         "ID", "USER", "AUDIENCE", "ISSUED", "EXPIRES", "STATE", "MADE_BY",
     ]
-    .map(String::from)];
+    .map(String::from)
+    .to_vec()];
     for t in tokens {
         let state = match t.revoked {
             Some(_) => "revoked",
             None if t.expires <= now => "expired",
             None => "valid",
         };
-        rows.push([
+        rows.push(vec![
             t.jti.clone(),
             t.user.clone(),
             t.audience.clone(),
@@ -128,20 +129,7 @@ fn render(tokens: &[TokenRecord], now: i64) -> String {
             t.made_by.clone(),
         ]);
     }
-    let widths: Vec<usize> = (0..7)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for row in &rows {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
+    crate::report::table::plain(&rows)
 }
 
 /// Seconds (`3600`, Slurm's `lifespan=`), or a time limit's form.

@@ -73,55 +73,27 @@ impl Daemon {
     ) -> Result<Reply, DaemonError> {
         match control {
             Control::Cancel { selector, signal } => self.cancel(selector, signal, who, now),
-            Control::Hold { job_ids } => {
-                let (ids, unknown) = self.expand(&job_ids)?;
-                self.hold(&ids, who, now).map(|r| with_outcomes(r, unknown))
-            }
+            Control::Hold { job_ids } => self.on_jobs(&job_ids, |d, ids| d.hold(ids, who, now)),
             Control::Release { job_ids } => {
-                let (ids, unknown) = self.expand(&job_ids)?;
-                // Releasing a job held for approval is approving it.
-                let (approvals, holds): (Vec<JobId>, Vec<JobId>) =
-                    ids.into_iter().partition(|id| {
-                        self.jobs
-                            .get(id)
-                            .is_some_and(|j| j.hold == Some(Hold::Approval))
-                    });
-                let approved = self.approve(&approvals, who, now)?;
-                let released = self.release(&holds, who, now)?;
-                Ok(with_outcomes(
-                    with_outcomes(released, outcomes_of(approved)),
-                    unknown,
-                ))
+                self.on_jobs(&job_ids, |d, ids| d.release_or_approve(ids, who, now))
             }
             Control::Approve { job_ids } => {
-                let (ids, unknown) = self.expand(&job_ids)?;
-                self.approve(&ids, who, now)
-                    .map(|r| with_outcomes(r, unknown))
+                self.on_jobs(&job_ids, |d, ids| d.approve(ids, who, now))
             }
             Control::Update { job_ids, changes } => {
-                let (ids, unknown) = self.expand(&job_ids)?;
-                self.update(&ids, &changes, who, now)
-                    .map(|r| with_outcomes(r, unknown))
+                self.on_jobs(&job_ids, |d, ids| d.update(ids, &changes, who, now))
             }
             Control::Checkpoint { job_ids } => {
-                let (ids, unknown) = self.expand(&job_ids)?;
-                self.checkpoint(&ids, who, now)
-                    .map(|r| with_outcomes(r, unknown))
+                self.on_jobs(&job_ids, |d, ids| d.checkpoint(ids, who, now))
             }
             Control::Requeue { job_ids } => {
-                let (ids, unknown) = self.expand(&job_ids)?;
-                self.requeue(&ids, who, now)
-                    .map(|r| with_outcomes(r, unknown))
+                self.on_jobs(&job_ids, |d, ids| d.requeue(ids, who, now))
             }
             Control::Suspend { job_ids } => {
-                let (ids, unknown) = self.expand(&job_ids)?;
-                self.suspend_or_resume(&ids, who, true, now)
-                    .map(|r| with_outcomes(r, unknown))
+                self.on_jobs(&job_ids, |d, ids| d.suspend_or_resume(ids, who, true, now))
             }
             Control::Resume { job_ids } => {
-                let (ids, unknown) = self.expand(&job_ids)?;
-                self.suspend_or_resume(&ids, who, false, now)
-                    .map(|r| with_outcomes(r, unknown))
+                self.on_jobs(&job_ids, |d, ids| d.suspend_or_resume(ids, who, false, now))
             }
             Control::Drain { gpus, reason, node } => {
                 Ok(self.drain(node, &gpus, Some(reason), who, now)?)
@@ -129,28 +101,6 @@ impl Daemon {
             Control::NodeDrain { node, reason } => self.drain_node(&node, Some(reason), who, now),
             Control::NodeResume { node } => self.drain_node(&node, None, who, now),
             Control::NodeAdd { node } => self.add_node(&node, who, now),
-            Control::Token { .. }
-            | Control::Tokens { .. }
-            | Control::RevokeTokens { .. }
-            | Control::StepBegin { .. }
-            | Control::StepEnd { .. }
-            | Control::CancelStep { .. } => self.tokens_and_steps(control, who, now),
-            Control::NodeRemove { node } => self.remove_node(&node, who, now),
-            Control::ImagePull { image, node } => Ok(self.pull_image(&image, node.as_deref(), who)),
-            Control::Undrain { gpus, node } => Ok(self.drain(node, &gpus, None, who, now)?),
-            Control::Reload => Ok(self.reload_for(who)),
-        }
-    }
-
-    /// The requests that record rather than act on jobs: tokens, and a
-    /// job's steps.
-    fn tokens_and_steps(
-        &mut self,
-        control: Control,
-        who: &Requester,
-        now: i64,
-    ) -> Result<Reply, DaemonError> {
-        match control {
             Control::Token {
                 lifespan,
                 user,
@@ -164,6 +114,7 @@ impl Daemon {
                 self.make_token(ask, who, now)
             }
             Control::Tokens { user, all_users } => self.list_tokens(user, all_users, who, now),
+            Control::RevokeTokens { jti, user } => self.revoke_tokens(jti, user, who, now),
             Control::StepBegin {
                 job_id,
                 name,
@@ -198,11 +149,40 @@ impl Daemon {
                 step,
                 signal,
             } => self.cancel_step((job_id, step), signal, who),
-            Control::RevokeTokens { jti, user } => self.revoke_tokens(jti, user, who, now),
-            other => Ok(Reply::Rejected {
-                error: format!("{} is not a token's or a step's request", other.action()),
-            }),
+            Control::NodeRemove { node } => self.remove_node(&node, who, now),
+            Control::ImagePull { image, node } => Ok(self.pull_image(&image, node.as_deref(), who)),
+            Control::Undrain { gpus, node } => Ok(self.drain(node, &gpus, None, who, now)?),
+            Control::Reload => Ok(self.reload_for(who)),
         }
+    }
+
+    /// `act` on the jobs `job_ids` name (arrays expanded), with an outcome
+    /// for each reference that names no job.
+    fn on_jobs(
+        &mut self,
+        job_ids: &[JobRef],
+        act: impl FnOnce(&mut Self, &[JobId]) -> Result<Reply, DaemonError>,
+    ) -> Result<Reply, DaemonError> {
+        let (ids, unknown) = self.expand(job_ids)?;
+        act(self, &ids).map(|reply| with_outcomes(reply, unknown))
+    }
+
+    /// Releases held jobs; releasing a job held for approval is approving
+    /// it.
+    fn release_or_approve(
+        &mut self,
+        ids: &[JobId],
+        who: &Requester,
+        now: i64,
+    ) -> Result<Reply, DaemonError> {
+        let (approvals, holds): (Vec<JobId>, Vec<JobId>) = ids.iter().partition(|id| {
+            self.jobs
+                .get(id)
+                .is_some_and(|j| j.hold == Some(Hold::Approval))
+        });
+        let approved = self.approve(&approvals, who, now)?;
+        let released = self.release(&holds, who, now)?;
+        Ok(with_outcomes(released, outcomes_of(approved)))
     }
 
     /// `yscontrol reconfigure` (admins).

@@ -187,6 +187,7 @@ impl Daemon {
         let (to, reply_name) = (node.to_string(), name.clone());
         let answer: crate::query::NodeAnswer = Box::new(move |part| {
             let name = reply_name.clone();
+            let whole = matches!(part, crate::query::NodePart::Whole(_));
             let message = match part {
                 crate::query::NodePart::Whole(reply) => ToNode::Answer {
                     name,
@@ -199,9 +200,13 @@ impl Daemon {
                     end: end.map(|error| crate::net::message::RowsEnd { error }),
                 },
             };
-            if let Err(e) = link.send(&to, message) {
-                tracing::debug!(target: "ysched::pool", "an answer to node {to} is lost: {e}");
-                // Too large for a frame, if the node is still there.
+            let Err(e) = link.send(&to, message) else {
+                return;
+            };
+            tracing::debug!(target: "ysched::pool", "an answer to node {to} is lost: {e}");
+            // A whole answer too large for a frame is refused, if the
+            // node is still there (a listing's parts are far smaller).
+            if whole {
                 let refusal = ToNode::Answer {
                     name: reply_name.clone(),
                     reply: Box::new(Reply::Rejected {

@@ -95,14 +95,17 @@ impl Daemon {
         signal: i32,
     ) -> Result<Option<String>, DaemonError> {
         let current = &self.jobs[&job];
+        if current.state != JobState::Running {
+            return Ok(Some(format!(
+                "job {job} is {}; its steps are not running",
+                current.state
+            )));
+        }
         let restart = current.restart_count;
         let found = db::steps_of(&self.store.db, job)?
             .into_iter()
             .find(|s| s.restart == restart && s.step == step && s.end.is_none());
         let pid = match found {
-            _ if current.state != JobState::Running => {
-                return Ok(Some(format!("job {job} is {}; its steps are not running", current.state)))
-            }
             None => return Ok(Some(format!("step {job}.{step} is not running"))),
             Some(s) if s.srun_pid == 0 => {
                 return Ok(Some(format!("step {job}.{step} was started by an srun that did not say its process: cancel the job")))

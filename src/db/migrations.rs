@@ -280,7 +280,7 @@ ALTER TABLE jobs ADD COLUMN image_digest TEXT;
     // token made (its use, its life, whether it was revoked).
     r#"
 CREATE TABLE node_submissions (
-    job     INTEGER PRIMARY KEY,
+    job     INTEGER PRIMARY KEY REFERENCES jobs(id) ON DELETE CASCADE,
     node    TEXT    NOT NULL
 );
 CREATE TABLE tokens (
@@ -299,7 +299,7 @@ CREATE INDEX tokens_by_user ON tokens (user, expires);
     // the process of the srun that runs it (what `scancel N.S` signals).
     r#"
 CREATE TABLE steps (
-    job         INTEGER NOT NULL,
+    job         INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
     restart     INTEGER NOT NULL,
     step        INTEGER NOT NULL,
     name        TEXT    NOT NULL,

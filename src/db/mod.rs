@@ -23,7 +23,7 @@ pub use nodes::{
     certificate_used, expect_node, joined_nodes, node_drains, node_joined, node_record,
     remove_node, set_node_certificate, set_node_drain, set_node_facts, NodeRecord,
 };
-pub use steps::{begin_step, end_step, has_steps, steps_of};
+pub use steps::{begin_step, end_step, jobs_with_steps, steps_of};
 pub use tokens::{
     record_node_submission, record_token, revoke_tokens, submitted_on, token, tokens,
 };

@@ -1,7 +1,7 @@
 //! Job steps as recorded: begun when `srun` asks for a number, ended
 //! when it reports its tasks' end.
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection};
 
 use super::error::DbError;
 use crate::model::job::{ExitStatus, JobId, JobState};
@@ -91,19 +91,28 @@ pub fn steps_of(conn: &Connection, job: JobId) -> Result<Vec<Step>, DbError> {
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
-/// Whether `job` has any step recorded (a cheap look before a listing
-/// reads them).
-pub fn has_steps(conn: &Connection, job: JobId) -> Result<bool, DbError> {
-    Ok(conn
-        .prepare_cached("SELECT 1 FROM steps WHERE job = ?1 LIMIT 1")?
-        .query_row([job], |_| Ok(()))
-        .optional()?
-        .is_some())
+/// The jobs that have steps recorded: a listing reads the steps of
+/// these only, not one query per job it lists.
+pub fn jobs_with_steps(conn: &Connection) -> Result<std::collections::HashSet<JobId>, DbError> {
+    let mut statement = conn.prepare_cached("SELECT DISTINCT job FROM steps")?;
+    let jobs = statement.query_map([], |r| r.get(0))?;
+    Ok(jobs.collect::<Result<_, _>>()?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A job row with id `id` (steps and submissions are a job's).
+    fn a_job(conn: &Connection, id: i64) {
+        conn.execute(
+            "INSERT INTO jobs (id, uid, gid, user, account, qos, name, state, gpu_count, cpus, \
+             submit_time, work_dir, submit_dir, std_out) \
+             VALUES (?1, 1000, 1000, 'alice', 'a', 'normal', 'j', 'RUNNING', 1, 1, 0, '/', '/', 'o')",
+            [id],
+        )
+        .unwrap();
+    }
 
     #[test]
     fn steps_are_numbered_per_run_and_end_once() {
@@ -112,6 +121,7 @@ mod tests {
         for migration in super::super::migrations::MIGRATIONS {
             conn.execute_batch(migration).unwrap();
         }
+        a_job(&conn, 4);
         let step = |restart| Step {
             job: 4,
             restart,
@@ -145,7 +155,10 @@ mod tests {
             ]
         );
         assert_eq!((steps[1].exit, steps[1].srun_pid), (Some(failed), 42));
-        assert!(has_steps(&conn, 4).unwrap());
-        assert!(!has_steps(&conn, 5).unwrap());
+        assert_eq!(jobs_with_steps(&conn).unwrap(), [4].into());
+        // A job purged takes its steps with it.
+        conn.execute_batch("PRAGMA foreign_keys = ON; DELETE FROM jobs WHERE id = 4")
+            .unwrap();
+        assert!(steps_of(&conn, 4).unwrap().is_empty());
     }
 }

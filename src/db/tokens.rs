@@ -104,6 +104,17 @@ pub fn submitted_on(conn: &Connection, job: JobId) -> Result<Option<String>, DbE
 mod tests {
     use super::*;
 
+    /// A job row with id `id` (steps and submissions are a job's).
+    fn a_job(conn: &Connection, id: i64) {
+        conn.execute(
+            "INSERT INTO jobs (id, uid, gid, user, account, qos, name, state, gpu_count, cpus, \
+             submit_time, work_dir, submit_dir, std_out) \
+             VALUES (?1, 1000, 1000, 'alice', 'a', 'normal', 'j', 'RUNNING', 1, 1, 0, '/', '/', 'o')",
+            [id],
+        )
+        .unwrap();
+    }
+
     fn record(jti: &str, user: &str, issued: i64, expires: i64) -> TokenRecord {
         TokenRecord {
             jti: jti.into(),
@@ -145,6 +156,7 @@ mod tests {
         .unwrap();
         assert_eq!(token(&conn, "a1").unwrap(), None);
         assert!(token(&conn, "a2").unwrap().is_some());
+        a_job(&conn, 7);
         record_node_submission(&conn, 7, "gpu02").unwrap();
         assert_eq!(submitted_on(&conn, 7).unwrap().as_deref(), Some("gpu02"));
         assert_eq!(submitted_on(&conn, 8).unwrap(), None);

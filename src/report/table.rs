@@ -1,5 +1,31 @@
 //! A listing as the commands receive it: rows of cells in one buffer.
 
+/// Rows as plain columns: each cell padded to its column's widest, two
+/// spaces apart, no trailing blanks (`ysinfo -N`, `ystoken --list`,
+/// `ysqueue -s`).
+pub fn plain<S: AsRef<str>>(rows: &[Vec<S>]) -> String {
+    let columns = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .map(|r| r.get(c).map_or(0, |v| v.as_ref().chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(v, w)| format!("{:<w$}", v.as_ref()))
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
 /// The rows of a listing, all their cells in one string: a few growing
 /// buffers for the whole listing instead of allocations per row or per
 /// cell, which were most of what `ysqueue` spent on a long queue (and
