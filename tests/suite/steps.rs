@@ -282,3 +282,85 @@ fn each_task_reads_its_own_input_file() {
         format!("{id}|COMPLETED\n{id}.0|COMPLETED\n{id}.1|FAILED\n")
     );
 }
+
+/// Drops `control` into the spool as `user` (the files are theirs, as a
+/// hand-made request's would be) and returns the daemon's answer.
+fn forged(c: &Cluster, user: &TestUser, control: ysched::proto::Control) -> serde_json::Value {
+    use ysched::proto::{Envelope, Request};
+    let name = format!("ctl-forged-{}", std::process::id());
+    let reply = c.spool.join("replies").join(&name);
+    std::fs::write(&reply, b"").unwrap();
+    let body = serde_json::to_vec(&Envelope::new(Request::Control(control))).unwrap();
+    let temp = c.spool.join("incoming").join(format!(".{name}"));
+    std::fs::write(&temp, body).unwrap();
+    for path in [&reply, &temp] {
+        nix::unistd::chown(path, Some(user.uid.into()), None).unwrap();
+    }
+    std::fs::rename(&temp, c.spool.join("incoming").join(&name)).unwrap();
+    let mut answer = serde_json::Value::Null;
+    common::wait_for("the forged request's answer", LONG, || {
+        answer = std::fs::read(&reply)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or(serde_json::Value::Null);
+        !answer.is_null()
+    });
+    answer
+}
+
+#[test]
+fn a_step_forged_with_a_process_outside_its_job_signals_nothing() {
+    require_root!();
+    let (user, other) = (TestUser::create("stf"), TestUser::create("stg"));
+    let c = Cluster::started("");
+    let id = submit_as(&c, &user, &["--wrap", "sleep 300"]);
+    c.wait_state(id, "RUNNING", LONG);
+    // Another user's process, and the user's own outside the job.
+    let mut victims: Vec<std::process::Child> = [&other, &user]
+        .iter()
+        .map(|who| {
+            std::process::Command::new("runuser")
+                .args(["-u", &who.name, "--", "sleep", "300"])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    for victim in &victims {
+        // runuser's child: the sleep itself.
+        let children = format!("/proc/{0}/task/{0}/children", victim.id());
+        let pid = std::fs::read_to_string(children)
+            .ok()
+            .and_then(|c| c.split_whitespace().next().and_then(|p| p.parse().ok()))
+            .unwrap_or(victim.id());
+        let begun = forged(
+            &c,
+            &user,
+            ysched::proto::Control::StepBegin {
+                job_id: id,
+                name: "forged".into(),
+                nodes: "here".into(),
+                tasks: 1,
+                pid,
+            },
+        );
+        let step = begun["step"].as_u64().unwrap_or_else(|| panic!("{begun}"));
+        let out = c.run_as(
+            &user.name,
+            "ysched-slurm",
+            &["scancel", &format!("{id}.{step}")],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    for victim in &mut victims {
+        assert!(
+            victim.try_wait().unwrap().is_none(),
+            "a process outside the job was signalled"
+        );
+        let _ = victim.kill();
+        let _ = victim.wait();
+    }
+    assert_eq!(c.state(id), "RUNNING");
+    c.run("yscancel", &[&id.to_string()]);
+}

@@ -282,6 +282,22 @@ fn node_and_revoked_tokens_are_not_the_apis(c: &Cluster, web: &WebServer, alice:
     let revoked = token_of(c, alice, &[]);
     let out = c.run_as(alice, "ystoken", &["--revoke", "all"]);
     assert!(out.status.success(), "{}", stderr(&out));
+    // Nothing left to revoke, and an id that is not hers: said.
+    let out = c.run_as(alice, "ystoken", &["--revoke", "all"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("none is valid to revoke"),
+        "{}",
+        stderr(&out)
+    );
+    let out = c.run_as(alice, "ystoken", &["--revoke", "0123abcd"]);
+    assert!(
+        stderr(&out).contains(&format!(
+            "no token 0123abcd of {alice}'s is valid to revoke"
+        )),
+        "{}",
+        stderr(&out)
+    );
     let (status, body) = web.get("/slurm/v0.0.45/jobs", &revoked);
     assert_eq!(status, 401);
     assert!(body.to_string().contains("revoked"), "{body}");
