@@ -243,6 +243,20 @@ pub enum Control {
         #[serde(default)]
         signal: i32,
     },
+    /// How interactive allocation `job_id` stands; once it runs, the
+    /// environment its user's commands and steps need (its step key
+    /// among them: its user's, or an admin's, alone). `salloc` and
+    /// `srun` outside a job ask until it runs, then while it runs.
+    Attach { job_id: JobId },
+    /// The session of interactive allocation `job_id` ended with this
+    /// status (`salloc`'s command, `srun`'s step): the allocation ends
+    /// COMPLETED (0) or FAILED.
+    EndAllocation {
+        job_id: JobId,
+        exit_code: i32,
+        #[serde(default)]
+        signal: i32,
+    },
     /// The tokens made for the sender, for `user` or for everyone
     /// (admins), not long expired (`ystoken --list`).
     Tokens {
@@ -302,6 +316,8 @@ impl Control {
             Control::StepBegin { .. } => "step begin",
             Control::StepEnd { .. } => "step end",
             Control::CancelStep { .. } => "cancel step",
+            Control::Attach { .. } => "attach",
+            Control::EndAllocation { .. } => "end allocation",
             Control::RevokeTokens { .. } => "token revoke",
             Control::NodeAdd { .. } => "node add",
             Control::NodeRemove { .. } => "node remove",
@@ -486,6 +502,20 @@ impl JobOutcome {
     }
 }
 
+/// An interactive allocation as its `salloc` sees it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AllocationView {
+    pub job_id: JobId,
+    pub state: JobState,
+    /// Why it waits, or why it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// While it runs: the variables its commands run with (`SLURM_JOB_ID`,
+    /// its nodes, where their task servers listen and the step key).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub environment: Vec<(String, String)>,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Reply {
@@ -508,6 +538,8 @@ pub enum Reply {
         step: u32,
         restart: u32,
     },
+    /// How an interactive allocation stands ([`Control::Attach`]).
+    Allocation(Box<AllocationView>),
     /// Tokens as recorded (`ystoken --list`).
     Tokens {
         tokens: Vec<crate::token::TokenRecord>,

@@ -1055,6 +1055,7 @@ pub fn resolve(
         script,
         args,
         test_only: false,
+        interactive: false,
         no_requeue: partial.no_requeue.unwrap_or(false),
         warn_signal: partial.warn_signal,
         checkpoint_file: partial.checkpoint_file,

@@ -150,6 +150,45 @@ pub fn screen(
     Ok(out)
 }
 
+/// srun's options, up to its command, that shape a job and not only a
+/// step (`-G`, `-t`, `-A`, `-N`, ...), each with its value: outside a
+/// job, srun asks for an allocation with them, as Slurm's does. Those
+/// for the step alone (its files, its environment) stay srun's.
+pub fn allocation_words(args: Vec<OsString>) -> Vec<OsString> {
+    const STEP_ONLY: [&str; 8] = [
+        "--output", "--error", "--input", "--open-mode", "--export", "--label", "--unbuffered", "--kill-on-bad-exit",
+    ];
+    let mut out = Vec::new();
+    let mut rest = unclustered(SRUN, args, true).into_iter();
+    while let Some(arg) = rest.next() {
+        let text = arg.to_string_lossy().into_owned();
+        if text == "--" || !text.starts_with('-') {
+            break;
+        }
+        let Some((option, attached)) = find(SRUN, &text) else {
+            continue;
+        };
+        let value = (option.value == Value::Required && attached.is_none())
+            .then(|| rest.next())
+            .flatten();
+        let for_the_job = option.names.iter().all(|n| !STEP_ONLY.contains(n))
+            && option.names.iter().any(|n| {
+                SBATCH
+                    .iter()
+                    .any(|o| o.names.contains(n) && o.decision == Decision::Honoured)
+            });
+        if for_the_job {
+            out.push(arg);
+            out.extend(value);
+        }
+    }
+    out
+}
+
+/// Why srun takes an option that only its job's own options decide
+/// (outside a job, srun honours it for the allocation it asks for).
+pub const WITHIN_JOB: &str = "a step runs within its job's allocation: the job's own options decide";
+
 /// The caller's user name (for `--me`).
 fn user_name() -> String {
     nix::unistd::User::from_uid(nix::unistd::geteuid())
@@ -348,30 +387,30 @@ const SBATCH: &[SlurmOption] = &[
 /// `srun`.
 const SRUN: &[SlurmOption] = &[
     opt(&["--accel-bind"], Value::Required, Decision::Accepted("a placement or tuning hint: ysched places jobs by GPUs, CPUs and memory, and runs the job as if it were not given")),
-    opt(&["-A", "--account"], Value::Required, Decision::Accepted("a step runs within its job's allocation: the job's own options decide")),
+    opt(&["-A", "--account"], Value::Required, Decision::Accepted(WITHIN_JOB)),
     opt(&["--acctg-freq"], Value::Required, Decision::Accepted("accounting is always on, sampled at ysched's own intervals")),
     opt(&["--bb"], Value::Required, Decision::Refused("there are no burst buffers here")),
     opt(&["--bbf"], Value::Required, Decision::Refused("there are no burst buffers here")),
     opt(&["--bcast"], Value::Optional, Decision::Refused("no files are copied to the nodes: the program must be on a filesystem every node of the job sees")),
     opt(&["--bcast-exclude"], Value::Required, Decision::Refused("no files are copied to the nodes: the program must be on a filesystem every node of the job sees")),
-    opt(&["-b", "--begin"], Value::Required, Decision::Accepted("a step runs within its job's allocation: the job's own options decide")),
+    opt(&["-b", "--begin"], Value::Required, Decision::Accepted(WITHIN_JOB)),
     opt(&["-D", "--chdir"], Value::Required, Decision::Honoured),
     opt(&["--cluster-constraint"], Value::Required, Decision::Accepted("ysched is one cluster, and every job is in it")),
     opt(&["-M", "--clusters"], Value::Required, Decision::Accepted("ysched is one cluster, and every job is in it")),
-    opt(&["--comment"], Value::Required, Decision::Accepted("a step runs within its job's allocation: the job's own options decide")),
+    opt(&["--comment"], Value::Required, Decision::Accepted(WITHIN_JOB)),
     opt(&["--compress"], Value::Optional, Decision::Refused("no files are copied to the nodes: the program must be on a filesystem every node of the job sees")),
-    opt(&["-C", "--constraint"], Value::Required, Decision::Accepted("a step runs within its job's allocation: the job's own options decide")),
+    opt(&["-C", "--constraint"], Value::Required, Decision::Accepted(WITHIN_JOB)),
     opt(&["--container"], Value::Required, Decision::Refused("an OCI bundle is not taken: name an image with --container-image")),
     opt(&["--contiguous"], Value::None, Decision::Accepted("a placement or tuning hint: ysched places jobs by GPUs, CPUs and memory, and runs the job as if it were not given")),
     opt(&["-S", "--core-spec"], Value::Required, Decision::Accepted("a placement or tuning hint: ysched places jobs by GPUs, CPUs and memory, and runs the job as if it were not given")),
     opt(&["--cores-per-socket"], Value::Required, Decision::Accepted("a placement or tuning hint: ysched places jobs by GPUs, CPUs and memory, and runs the job as if it were not given")),
     opt(&["--cpu-bind"], Value::Required, Decision::Honoured),
     opt(&["--cpu-freq"], Value::Required, Decision::Accepted("a placement or tuning hint: ysched places jobs by GPUs, CPUs and memory, and runs the job as if it were not given")),
-    opt(&["--cpus-per-gpu"], Value::Required, Decision::Accepted("a step runs within its job's allocation: the job's own options decide")),
+    opt(&["--cpus-per-gpu"], Value::Required, Decision::Accepted(WITHIN_JOB)),
     opt(&["-c", "--cpus-per-task"], Value::Required, Decision::Honoured),
-    opt(&["--deadline"], Value::Required, Decision::Accepted("a step runs within its job's allocation: the job's own options decide")),
+    opt(&["--deadline"], Value::Required, Decision::Accepted(WITHIN_JOB)),
     opt(&["--delay-boot"], Value::Required, Decision::Accepted("a placement or tuning hint: ysched places jobs by GPUs, CPUs and memory, and runs the job as if it were not given")),
-    opt(&["-d", "--dependency"], Value::Required, Decision::Accepted("a step runs within its job's allocation: the job's own options decide")),
+    opt(&["-d", "--dependency"], Value::Required, Decision::Accepted(WITHIN_JOB)),
     opt(&["-X", "--disable-status"], Value::None, Decision::Accepted("Ctrl-C goes to the tasks as it is")),
     opt(&["-m", "--distribution"], Value::Required, Decision::Honoured),
     opt(&["--epilog"], Value::Required, Decision::Refused("steps have no prolog or epilog here: run it in the job script")),
@@ -385,34 +424,34 @@ const SRUN: &[SlurmOption] = &[
     opt(&["--gpu-bind"], Value::Required, Decision::Honoured),
     opt(&["--gpu-freq"], Value::Required, Decision::Accepted("a placement or tuning hint: ysched places jobs by GPUs, CPUs and memory, and runs the job as if it were not given")),
     opt(&["-G", "--gpus"], Value::Required, Decision::Honoured),
-    opt(&["--gpus-per-node"], Value::Required, Decision::Accepted("a step runs within its job's allocation: the job's own options decide")),
-    opt(&["--gpus-per-socket"], Value::Required, Decision::Accepted("a step runs within its job's allocation: the job's own options decide")),
+    opt(&["--gpus-per-node"], Value::Required, Decision::Accepted(WITHIN_JOB)),
+    opt(&["--gpus-per-socket"], Value::Required, Decision::Accepted(WITHIN_JOB)),
     opt(&["--gpus-per-task"], Value::Required, Decision::Honoured),
     opt(&["--gres"], Value::Required, Decision::Honoured),
     opt(&["--gres-flags"], Value::Required, Decision::Accepted("a placement or tuning hint: ysched places jobs by GPUs, CPUs and memory, and runs the job as if it were not given")),
     opt(&["-h", "--help"], Value::None, Decision::Honoured),
     opt(&["--het-group"], Value::Required, Decision::Refused("heterogeneous jobs are not supported")),
     opt(&["--hint"], Value::Required, Decision::Honoured),
-    opt(&["-I", "--immediate"], Value::Optional, Decision::Accepted("a step runs within its job's allocation: the job's own options decide")),
+    opt(&["-I", "--immediate"], Value::Optional, Decision::Accepted(WITHIN_JOB)),
     opt(&["-i", "--input"], Value::Required, Decision::Honoured),
     opt(&["-J", "--job-name"], Value::Required, Decision::Honoured),
     opt(&["--jobid"], Value::Required, Decision::Honoured),
     opt(&["-K", "--kill-on-bad-exit"], Value::Optional, Decision::Honoured),
     opt(&["-l", "--label"], Value::None, Decision::Honoured),
     opt(&["-L", "--licenses"], Value::Required, Decision::Refused("there are no licenses to count here")),
-    opt(&["--mail-type"], Value::Required, Decision::Accepted("a step runs within its job's allocation: the job's own options decide")),
-    opt(&["--mail-user"], Value::Required, Decision::Accepted("a step runs within its job's allocation: the job's own options decide")),
+    opt(&["--mail-type"], Value::Required, Decision::Accepted(WITHIN_JOB)),
+    opt(&["--mail-user"], Value::Required, Decision::Accepted(WITHIN_JOB)),
     opt(&["--mcs-label"], Value::Required, Decision::Accepted("a placement or tuning hint: ysched places jobs by GPUs, CPUs and memory, and runs the job as if it were not given")),
     opt(&["--mem"], Value::Required, Decision::Honoured),
     opt(&["--mem-bind"], Value::Required, Decision::Honoured),
     opt(&["--mem-per-cpu"], Value::Required, Decision::Honoured),
     opt(&["--mem-per-gpu"], Value::Required, Decision::Honoured),
-    opt(&["--mincpus"], Value::Required, Decision::Accepted("a step runs within its job's allocation: the job's own options decide")),
+    opt(&["--mincpus"], Value::Required, Decision::Accepted(WITHIN_JOB)),
     opt(&["--mpi"], Value::Required, Decision::Honoured),
     opt(&["--msg-timeout"], Value::Required, Decision::Accepted("srun waits for its task servers as long as it must (30 s to start)")),
     opt(&["--multi-prog"], Value::None, Decision::Refused("one command per step: run each program as a step of its own")),
     opt(&["--network"], Value::Required, Decision::Accepted("a placement or tuning hint: ysched places jobs by GPUs, CPUs and memory, and runs the job as if it were not given")),
-    opt(&["--nice"], Value::Optional, Decision::Accepted("a step runs within its job's allocation: the job's own options decide")),
+    opt(&["--nice"], Value::Optional, Decision::Accepted(WITHIN_JOB)),
     opt(&["-Z", "--no-allocate"], Value::None, Decision::Refused("srun always starts its tasks on the job's nodes")),
     opt(&["-k", "--no-kill"], Value::Optional, Decision::Accepted("a placement or tuning hint: ysched places jobs by GPUs, CPUs and memory, and runs the job as if it were not given")),
     opt(&["-F", "--nodefile"], Value::Required, Decision::Refused("name the nodes with -w/--nodelist")),
@@ -423,7 +462,7 @@ const SRUN: &[SlurmOption] = &[
     opt(&["--ntasks-per-gpu"], Value::Required, Decision::Honoured),
     opt(&["--ntasks-per-node"], Value::Required, Decision::Honoured),
     opt(&["--ntasks-per-socket"], Value::Required, Decision::Accepted("a placement or tuning hint: ysched places jobs by GPUs, CPUs and memory, and runs the job as if it were not given")),
-    opt(&["--open-mode"], Value::None, Decision::Accepted("a step runs within its job's allocation: the job's own options decide")),
+    opt(&["--open-mode"], Value::None, Decision::Accepted(WITHIN_JOB)),
     opt(&["-o", "--output"], Value::Required, Decision::Honoured),
     opt(&["-O", "--overcommit"], Value::None, Decision::Honoured),
     opt(&["--overlap"], Value::None, Decision::Honoured),
@@ -432,12 +471,12 @@ const SRUN: &[SlurmOption] = &[
     opt(&["--power"], Value::Required, Decision::Accepted("a placement or tuning hint: ysched places jobs by GPUs, CPUs and memory, and runs the job as if it were not given")),
     opt(&["--prefer"], Value::Required, Decision::Accepted("a placement or tuning hint: ysched places jobs by GPUs, CPUs and memory, and runs the job as if it were not given")),
     opt(&["-E", "--preserve-env"], Value::None, Decision::Accepted("the step's environment is srun's own, as it is")),
-    opt(&["--priority"], Value::Required, Decision::Accepted("a step runs within its job's allocation: the job's own options decide")),
+    opt(&["--priority"], Value::Required, Decision::Accepted(WITHIN_JOB)),
     opt(&["--profile"], Value::Required, Decision::Accepted("accounting is always on, sampled at ysched's own intervals")),
     opt(&["--prolog"], Value::Required, Decision::Refused("steps have no prolog or epilog here: run it in the job script")),
     opt(&["--propagate"], Value::Optional, Decision::Honoured),
-    opt(&["--pty"], Value::None, Decision::Refused("interactive steps are not supported yet: srun runs inside a batch job")),
-    opt(&["-q", "--qos"], Value::Required, Decision::Accepted("a step runs within its job's allocation: the job's own options decide")),
+    opt(&["--pty"], Value::None, Decision::Honoured),
+    opt(&["-q", "--qos"], Value::Required, Decision::Accepted(WITHIN_JOB)),
     opt(&["-Q", "--quiet"], Value::None, Decision::Honoured),
     opt(&["--quit-on-interrupt"], Value::None, Decision::Accepted("Ctrl-C goes to the tasks as it is")),
     opt(&["--reboot"], Value::None, Decision::Accepted("a placement or tuning hint: ysched places jobs by GPUs, CPUs and memory, and runs the job as if it were not given")),
@@ -457,8 +496,8 @@ const SRUN: &[SlurmOption] = &[
     opt(&["-T", "--threads"], Value::Required, Decision::Accepted("srun talks to each node on one connection")),
     opt(&["--threads-per-core"], Value::Required, Decision::Accepted("a placement or tuning hint: ysched places jobs by GPUs, CPUs and memory, and runs the job as if it were not given")),
     opt(&["-t", "--time"], Value::Required, Decision::Honoured),
-    opt(&["--time-min"], Value::Required, Decision::Accepted("a step runs within its job's allocation: the job's own options decide")),
-    opt(&["--tmp"], Value::Required, Decision::Accepted("a step runs within its job's allocation: the job's own options decide")),
+    opt(&["--time-min"], Value::Required, Decision::Accepted(WITHIN_JOB)),
+    opt(&["--tmp"], Value::Required, Decision::Accepted(WITHIN_JOB)),
     opt(&["--uid"], Value::Required, Decision::Refused("a job runs as the user who submits it")),
     opt(&["-u", "--unbuffered"], Value::None, Decision::Honoured),
     opt(&["--usage"], Value::None, Decision::Alias("--help")),
@@ -466,7 +505,7 @@ const SRUN: &[SlurmOption] = &[
     opt(&["-v", "--verbose"], Value::None, Decision::Honoured),
     opt(&["-V", "--version"], Value::None, Decision::Honoured),
     opt(&["-W", "--wait"], Value::Required, Decision::Honoured),
-    opt(&["--wckey"], Value::Required, Decision::Accepted("a step runs within its job's allocation: the job's own options decide")),
+    opt(&["--wckey"], Value::Required, Decision::Accepted(WITHIN_JOB)),
     opt(&["--x11"], Value::Optional, Decision::Refused("X11 forwarding is not supported")),
 ];
 

@@ -2,11 +2,14 @@
 //! its output; this file has what they share (config lookup, talking to the
 //! daemon, printing, exit codes). Binaries in `src/bin/` only call `run`.
 
+pub mod pty_session;
 pub mod sacctmgr;
+pub mod session;
 pub mod slurm;
 pub mod srun;
 pub mod token_file;
 pub mod ysacct;
+pub mod ysalloc;
 pub mod ysbatch;
 pub mod yscancel;
 pub mod yscontrol;

@@ -26,6 +26,8 @@ pub fn main(name: &str, args: Vec<OsString>) -> ExitCode {
     // Every documented option of Slurm's: honoured, accepted (with why),
     // or refused (with why), never a bare "unexpected argument".
     let mut warnings = Vec::new();
+    let outside_a_job = name == "srun" && std::env::var_os("SLURM_JOB_ID").is_none();
+    let allocation_words = outside_a_job.then(|| crate::slurm_options::allocation_words(args.clone()));
     let args = match crate::slurm_options::screen(name, args, &mut warnings) {
         Ok(args) => args,
         Err(refusal) => {
@@ -34,16 +36,28 @@ pub fn main(name: &str, args: Vec<OsString>) -> ExitCode {
         }
     };
     for w in warnings {
-        eprintln!("{name}: warning: {w}");
+        if !(outside_a_job && w.ends_with(crate::slurm_options::WITHIN_JOB)) {
+            eprintln!("{name}: warning: {w}");
+        }
     }
     let args = if name == "sacct" {
         whole_jobs_of_steps(args)
     } else {
         args
     };
+
     let argv = |args: Vec<OsString>| -> Vec<OsString> {
         std::iter::once(OsString::from(name)).chain(args).collect()
     };
+    // Outside a job srun asks for an allocation first: the options that
+    // inside one only the job decides are the allocation's.
+    if let Some(words) = allocation_words {
+        return with_slurm_exit(
+            name,
+            SrunArgs::try_parse_from(attached_kill_on_bad_exit(argv(args))),
+            |a| srun_allocating(a, words),
+        );
+    }
     match name {
         "sbatch" => with_slurm_exit(
             name,
@@ -605,6 +619,9 @@ pub struct SrunArgs {
     /// A name for the step (shown nowhere)
     #[arg(short = 'J', long = "job-name", value_name = "NAME")]
     pub job_name: Option<String>,
+    /// Run the one task on a pseudo-terminal that this terminal drives (an interactive shell: srun --pty bash)
+    #[arg(long)]
+    pub pty: bool,
     /// Resource and placement options of Slurm's steps: the one task has
     /// the job's whole allocation, so they change nothing here.
     #[command(flatten)]
@@ -864,7 +881,7 @@ fn wide_step(
     args: SrunArgs,
     names: &StepNames,
     recorded: Option<super::srun::RecordedStep>,
-) -> CliResult {
+) -> Result<i32, CliError> {
     match step_request(args, names) {
         Ok(request) => super::srun::run_step(super::srun::StepRequest {
             recorded,
@@ -883,6 +900,9 @@ fn wide_step(
 /// What a step of several tasks (or in a container) asks for, from
 /// srun's options, checked.
 fn step_request(args: SrunArgs, names: &StepNames) -> Result<super::srun::StepRequest, CliError> {
+    if args.pty {
+        return pty_step_request(args, names);
+    }
     let input = names.input(args.input.as_deref())?;
     let nodes = match args.nodes.as_deref() {
         None => None,
@@ -934,7 +954,46 @@ fn step_request(args: SrunArgs, names: &StepNames) -> Result<super::srun::StepRe
         container,
         recorded: None,
         input,
+        pty: false,
     })
+}
+
+/// `srun --pty`: one task on a terminal, in an interactive allocation,
+/// driven by srun's own terminal.
+fn pty_step_request(
+    mut args: SrunArgs,
+    names: &StepNames,
+) -> Result<super::srun::StepRequest, CliError> {
+    if std::env::var("YS_ALLOCATION").ok().as_deref() != Some("1") {
+        return Err(CliError::failed(
+            "--pty: a batch job has no terminal; run srun --pty in an interactive allocation (salloc), or outside any job",
+        ));
+    }
+    if super::pty_session::own_size().is_none() {
+        return Err(CliError::failed(
+            "--pty: standard input is not a terminal",
+        ));
+    }
+    let refused = [
+        (args.ntasks.is_some_and(|n| n > 1), "--ntasks"),
+        (args.ntasks_per_node.is_some_and(|n| n > 1), "--ntasks-per-node"),
+        (args.input.is_some(), "--input"),
+        (args.output.is_some(), "--output"),
+        (args.error.is_some(), "--error"),
+        (args.label, "--label"),
+        (has_container_options(&args.container), "--container-image"),
+    ];
+    if let Some((_, option)) = refused.iter().find(|(given, _)| *given) {
+        return Err(CliError::usage(format!(
+            "--pty runs one task, on the terminal: {option} does not go with it"
+        )));
+    }
+    args.ntasks = Some(1);
+    args.nodes.get_or_insert_with(|| "1".into());
+    args.unbuffered = true;
+    let mut request = step_request(SrunArgs { pty: false, ..args }, names)?;
+    request.pty = true;
+    Ok(request)
 }
 
 /// What srun's `--export` leaves of `env`: Slurm's rules, with the job's
@@ -959,13 +1018,54 @@ fn step_environment(
 }
 
 fn srun(args: SrunArgs) -> CliResult {
+    let code = srun_step(args)?;
+    std::process::exit(code)
+}
+
+/// srun's options that shape the allocation it asks for outside a job.
+#[derive(Parser, Debug)]
+#[command(name = "srun", no_binary_name = true, disable_help_flag = true, disable_version_flag = true)]
+struct AllocationOptions {
+    #[command(flatten)]
+    options: crate::script::SubmitOptions,
+}
+
+/// srun outside a job: an interactive allocation with the job's options
+/// among srun's (`words`), its step run in it, and the allocation ended
+/// with the step's status (Slurm's srun does the same).
+fn srun_allocating(args: SrunArgs, words: Vec<OsString>) -> CliResult {
+    let options = AllocationOptions::try_parse_from(words)
+        .map_err(|e| CliError::usage(e.to_string()))?
+        .options;
+    let name = std::path::Path::new(&args.command[0])
+        .file_name()
+        .map_or_else(|| "srun".into(), |n| n.to_string_lossy().into_owned());
+    let request = super::ysalloc::allocation_request(options, &name)?;
+    let allocation = super::session::allocate("srun", request)?;
+    for (key, value) in &allocation.environment {
+        std::env::set_var(key, value);
+    }
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let job = allocation.job;
+    allocation.watch(done.clone(), move |why| {
+        eprintln!("srun: Job allocation {job} has been revoked: {why}.")
+    });
+    let result = srun_step(args);
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    allocation.end(*result.as_ref().unwrap_or(&1), 0);
+    std::process::exit(result?)
+}
+
+/// Runs srun's step in the job or allocation it is in: the status srun
+/// exits with (a one-task step exits here itself).
+fn srun_step(args: SrunArgs) -> Result<i32, CliError> {
     use std::os::unix::process::CommandExt;
     let Some(job_id) = std::env::var("SLURM_JOB_ID")
         .ok()
         .and_then(|j| j.parse::<u64>().ok())
     else {
         return Err(CliError::failed(
-            "ysched runs srun only inside a batch job (no SLURM_JOB_ID here); submit the work with sbatch",
+            "not inside a job or allocation (no SLURM_JOB_ID here)",
         ));
     };
     let env = |k: &str| std::env::var(k).ok();
@@ -979,7 +1079,12 @@ fn srun(args: SrunArgs) -> CliResult {
     within_the_job(args.placement.nodelist.as_deref(), job_id)?;
     // A step in a container is started through the job's supervisor,
     // as the tasks of a wide step are.
-    let wide = is_wide_step(&args) || has_container_options(&args.container);
+    // In an allocation (salloc), srun is outside it: every task starts
+    // through a task server, as those of wide steps do.
+    let wide = env("YS_ALLOCATION").is_some_and(|v| v == "1")
+        || args.pty
+        || is_wide_step(&args)
+        || has_container_options(&args.container);
     let recorded = record_step(&args, job_id, wide, node.as_deref());
     let names = StepNames {
         job: job_id,
@@ -1038,7 +1143,7 @@ fn srun(args: SrunArgs) -> CliResult {
         }
     }
     let output = (stdout_file, stderr_file);
-    run_task(command, args.label, output, recorded.as_ref())
+    run_task(command, args.label, output, recorded.as_ref()).map(|()| 0)
 }
 
 /// Asks the controller to number and record the step srun runs: its

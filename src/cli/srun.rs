@@ -17,7 +17,7 @@ use crate::exec::tasks::{self, RunningTasks, StepOrder, TaskEvent};
 use crate::model::tasks::{LayoutError, TaskLayout};
 use crate::net::steps::{self, Relayed, StepLink, START_WAIT};
 
-use super::{CliError, CliResult};
+use super::CliError;
 use crate::proto::{Control, Reply, Request};
 
 /// How long tasks have between SIGTERM and SIGKILL when one of them
@@ -50,6 +50,8 @@ pub struct StepRequest {
     pub recorded: Option<RecordedStep>,
     /// `--input`: the file for (task, node index); `None`: /dev/null.
     pub input: Option<TaskPath>,
+    /// `--pty`: the one task runs on a terminal that srun's drives.
+    pub pty: bool,
 }
 
 /// A file's path for (task, node index): `--output`, `--error` or
@@ -77,6 +79,9 @@ struct JobNodes {
     key: String,
     /// The job's own `--ntasks` (`SLURM_NTASKS`).
     ntasks: Option<u32>,
+    /// An interactive allocation (`YS_ALLOCATION`): srun runs outside
+    /// it, and every node, the first included, runs a task server.
+    allocation: bool,
 }
 
 impl JobNodes {
@@ -91,7 +96,8 @@ impl JobNodes {
         let servers = steps::servers_of_this_job()
             .filter(|s| s.len() == names.len())
             .unwrap_or_default();
-        if names.len() > 1 && servers.is_empty() {
+        let allocation = var("YS_ALLOCATION").is_some_and(|v| v == "1");
+        if (names.len() > 1 || allocation) && servers.is_empty() {
             return Err(CliError::failed(format!(
                 "job {job} runs on {} nodes, but its environment does not say where their task servers are (YS_NODE_ADDRS and YS_STEP_PORTS)",
                 names.len()
@@ -103,14 +109,15 @@ impl JobNodes {
             servers,
             key: var("YS_STEP_KEY").unwrap_or_default(),
             ntasks: var("SLURM_NTASKS").and_then(|n| n.parse().ok()),
+            allocation,
         })
     }
 }
 
-/// Runs a step of several tasks or nodes: exits with the worst task's
-/// status, or fails before any task started. Either way the step's end
-/// is recorded.
-pub fn run_step(mut request: StepRequest) -> CliResult {
+/// Runs a step of several tasks or nodes: the worst task's status, or
+/// why it failed before any task started. Either way the step's end is
+/// recorded.
+pub fn run_step(mut request: StepRequest) -> Result<i32, CliError> {
     let recorded = request.recorded.take();
     let step = recorded.as_ref().map_or(0, |r| r.step);
     let result = start_and_collect(request, step);
@@ -123,7 +130,7 @@ pub fn run_step(mut request: StepRequest) -> CliResult {
     }
     result?;
     // The worst task's status is srun's (its output is written already).
-    std::process::exit(code)
+    Ok(code)
 }
 
 /// Starts the step's tasks, here and on the job's other nodes, and waits
@@ -131,7 +138,7 @@ pub fn run_step(mut request: StepRequest) -> CliResult {
 fn start_and_collect(mut request: StepRequest, step: u32) -> Result<i32, CliError> {
     let job = JobNodes::from_environment()?;
     let here = std::env::var("SLURMD_NODENAME").unwrap_or_default();
-    if job.names.len() > 1 && job.names.first() != Some(&here) {
+    if !job.allocation && job.names.len() > 1 && job.names.first() != Some(&here) {
         return Err(CliError::failed(format!(
             "a step over the job's nodes starts on its first node, {}, not on {here}",
             job.names[0]
@@ -140,9 +147,15 @@ fn start_and_collect(mut request: StepRequest, step: u32) -> Result<i32, CliErro
     let counts = layout(&request, &job)?;
     let orders = orders(&request, &job, &counts, step);
     let (tx, rx) = mpsc::channel();
-    let local = start_local(&orders[0], &tx);
+    // In an allocation srun is on no node of it: every node's tasks
+    // start through its task server.
+    let (local, first_remote) = if job.allocation {
+        (RunningTasks::default(), 0)
+    } else {
+        (start_local(&orders[0], &tx), 1)
+    };
     let mut links = Vec::new();
-    for (i, order) in orders.iter().enumerate().skip(1) {
+    for (i, order) in orders.iter().enumerate().skip(first_remote) {
         match connect(&job, i, order.clone(), &tx) {
             Ok(link) => links.push(link),
             Err(e) => {
@@ -160,6 +173,12 @@ fn start_and_collect(mut request: StepRequest, step: u32) -> Result<i32, CliErro
         links: Arc::new(Mutex::new(links)),
     };
     tasks.forward_signals();
+    // The terminal goes raw while the task on one runs (put back when
+    // this returns).
+    let _raw = request.pty.then(|| {
+        super::pty_session::relay(tasks.links.clone());
+        super::pty_session::RawTerminal::enter()
+    });
     let total: u32 = counts.iter().sum();
     let node_of = counts
         .iter()
@@ -237,6 +256,10 @@ fn orders(request: &StepRequest, job: &JobNodes, counts: &[u32], step: u32) -> V
                 gpus_per_task: request.gpus_per_task,
                 container: request.container.clone(),
                 inputs,
+                pty: request
+                    .pty
+                    .then(|| super::pty_session::own_size())
+                    .flatten(),
             }
         })
         .collect()
@@ -546,7 +569,13 @@ impl RecordedStep {
             name: name.to_string(),
             nodes: nodes.to_string(),
             tasks,
-            pid: std::process::id(),
+            // Outside its job (in an allocation) srun is no process of
+            // the job's for `scancel N.S` to signal.
+            pid: if std::env::var("YS_ALLOCATION").is_ok_and(|v| v == "1") {
+                0
+            } else {
+                std::process::id()
+            },
         };
         let asked = super::load_config()
             .and_then(|config| super::ask_within(&config, Request::Control(control), RECORD_WAIT));

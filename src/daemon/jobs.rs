@@ -153,7 +153,7 @@ impl Daemon {
                 user: job.user.clone(),
                 uid: job.uid,
             })?;
-        let link = if job.peers.is_empty() {
+        let link = if job.peers.is_empty() && !job.interactive {
             super::peers::RunLink::default()
         } else {
             super::peers::RunLink::new(job.peers.len() + 1, self.config.pool.step_ports)
@@ -173,6 +173,7 @@ impl Daemon {
             shell: &user.shell,
             part: part.as_ref(),
         })?;
+        self.keep_allocation_link(&job, &link);
         tracing::info!(
             target: "ysched::exec",
             "job {id} started: {} for {} on GPUs [{}] (supervisor pid {})",
@@ -237,6 +238,8 @@ impl Daemon {
                 // that cannot run a command does.
                 let exit = Some(match record.launch_error {
                     Some(_) => ExitStatus { code: 1, signal: 0 },
+                    // An allocation its session ended: the session's.
+                    None if ended_by_session(job) => job.exit.unwrap_or_default(),
                     None => record.exit,
                 });
                 // Stopped for another job: requeued, whatever its exit
@@ -321,6 +324,7 @@ impl Daemon {
             return Ok(());
         };
         let mut job = std::sync::Arc::unwrap_or_clone(job);
+        self.allocations.remove(&id);
         self.policy.ended.remove(&id);
         self.policy.warned.remove(&id);
         // Only a job that preempted can have suspended victims to resume;
@@ -689,4 +693,15 @@ impl Daemon {
         self.reschedule = true;
         Ok(())
     }
+}
+
+/// Whether `job` is an interactive allocation ended by its session
+/// (`salloc`'s command, `srun`'s step), whose status is its own.
+fn ended_by_session(job: &crate::model::job::Job) -> bool {
+    job.interactive
+        && job.exit.is_some()
+        && matches!(
+            job.kill_reason,
+            Some(JobState::Completed | JobState::Failed)
+        )
 }

@@ -11,6 +11,7 @@
 //! SQLite transaction, commits, and only then replies and launches: a reply
 //! means "durable", and a job is marked running before its process exists,
 //! so a crash can never run a job twice.
+mod allocations;
 mod budget;
 mod control;
 mod depend;

@@ -37,7 +37,7 @@ enum PartState {
 /// What the parts of one run of a job over several nodes share: the
 /// step link's key, and the ports its task servers and `MASTER_PORT` use,
 /// all made at random by the controller for this run.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(super) struct RunLink {
     key: String,
     ports: StepPorts,
@@ -80,7 +80,7 @@ impl Daemon {
         link: &RunLink,
     ) -> Option<(Job, crate::model::tasks::NodePart)> {
         let (share, mut part) = job.part(index)?;
-        if part.nodes.len() > 1 {
+        if part.nodes.len() > 1 || job.interactive {
             part.addresses = part.nodes.iter().map(|n| self.node_address(n)).collect();
             part.step_key = link.key.clone();
             part.ports = link.ports.clone();
@@ -94,6 +94,10 @@ impl Daemon {
     fn node_address(&self, name: &str) -> String {
         if let Some(ip) = self.pool.as_ref().and_then(|p| p.addresses.get(name)) {
             return ip.to_string();
+        }
+        if self.pool.is_none() {
+            // One server: its steps' links stay on it.
+            return "127.0.0.1".to_string();
         }
         let local = self.nodes.local().is_some_and(|n| n.name() == name);
         match self.config.pool.listen {

@@ -194,6 +194,8 @@ impl Daemon {
                 next_police: Instant::now(),
             },
             unauthenticated: Default::default(),
+            allocations: HashMap::new(),
+            allocation_seen: HashMap::new(),
         }
     }
 }
@@ -232,6 +234,12 @@ pub(super) struct Daemon {
     /// Web actions refused for a token that is not taken, recorded a few
     /// a minute (anyone on the network can send them).
     pub(super) unauthenticated: super::refusals::RefusalLimit<()>,
+    /// The step links of running interactive allocations, for their
+    /// users' `salloc` and `srun` (kept in memory only: see
+    /// `allocations`).
+    pub(super) allocations: HashMap<JobId, super::peers::RunLink>,
+    /// When each interactive allocation's holder last looked at it.
+    pub(super) allocation_seen: HashMap<JobId, Instant>,
 }
 
 /// The scheduling policy's inputs kept between passes, and what the last pass decided.

@@ -452,7 +452,8 @@ fn job_of(
         preempted_by: None,
         claim: Vec::new(),
         preempt_count: 0,
-        no_requeue: request.no_requeue,
+        // A session cannot be requeued: preempted, it ends.
+        no_requeue: request.no_requeue || request.interactive,
         checkpoint_at: None,
         priority_override: None,
         warn_signal: request.warn_signal,
@@ -470,6 +471,7 @@ fn job_of(
         peers: Vec::new(),
         container: request.container,
         image: None,
+        interactive: request.interactive,
         work_dir: request.work_dir,
         submit_dir: request.submit_dir,
         std_out: request.output.unwrap_or_else(|| {

@@ -272,6 +272,7 @@ impl Daemon {
         if Instant::now() >= self.timers.next_police {
             self.police_spool();
             self.prefetch_images();
+            self.end_unwatched_allocations(now)?;
             self.timers.next_police = Instant::now() + POLICE_EVERY;
         }
         if Instant::now() >= *next_maintenance {
@@ -540,6 +541,11 @@ impl Daemon {
             let min_age = self.config.min_job_age_secs;
             let work = query::Work::new(name, viewer, min_age, q).replying_to(sender);
             return Ok(Handled::Query(Box::new(work)));
+        }
+        // A look at an allocation changes nothing, is asked every second
+        // of a session, and its answer holds the step key: not recorded.
+        if let Request::Control(c @ Control::Attach { .. }) = request {
+            return Ok(Handled::Reply(self.control(c, uid, &user, now)?));
         }
         // A state change: apply it once, whatever crashes happened.
         if let Some(reply) = self.applied_before(&name, uid)? {

@@ -314,4 +314,9 @@ CREATE TABLE steps (
     PRIMARY KEY (job, restart, step)
 ) WITHOUT ROWID;
 "#,
+    // 23: interactive allocations (`salloc`, `srun` outside a job),
+    // for the reports' share of interactive use.
+    r#"
+ALTER TABLE jobs ADD COLUMN interactive INTEGER NOT NULL DEFAULT 0;
+"#,
 ];

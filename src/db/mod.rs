@@ -183,7 +183,7 @@ const JOB_COLUMNS: &str = "id, uid, gid, user, account, qos, name, state, hold, 
      preempt_count, no_requeue, checkpoint_at, priority_override, warn_signal, \
      checkpoint_file, grace, gpu_seconds, gpu_samples, gpu_util_sum, gpu_util_max, gpu_mem_max_mb, \
      gpu_low_secs, preemptions_caused, mail_type, mail_user, nodelist, exclude_nodes, borrowed, task_layout, peers, \
-     container, image_reference, image_digest";
+     container, image_reference, image_digest, interactive";
 
 fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     let state = required(row, 7, |s| {
@@ -268,6 +268,7 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         peers: names(&row.get::<_, String>(67)?),
         container: container_of(row)?,
         image: image_of(row)?,
+        interactive: row.get(71)?,
     })
 }
 
@@ -453,9 +454,9 @@ pub fn insert_job(conn: &Connection, job: &Job, payload: &Payload) -> Result<Job
         "INSERT INTO jobs (uid, gid, user, account, qos, name, state, hold, gpu_count, gpu_type, cpus, mem_mb, \
          time_limit, submit_time, begin_time, work_dir, submit_dir, std_out, std_err, open_append, comment, nice, dependency, \
          array_job_id, array_task_id, array_spec, gpu_shard, gpu_constraint, no_requeue, warn_signal, checkpoint_file, grace, \
-         mail_type, mail_user, nodelist, exclude_nodes, task_layout, container) \
+         mail_type, mail_user, nodelist, exclude_nodes, task_layout, container, interactive) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, \
-         ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36, ?37, ?38)",
+         ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36, ?37, ?38, ?39)",
     )?
     .execute(params![
         job.uid,
@@ -496,6 +497,7 @@ pub fn insert_job(conn: &Connection, job: &Job, payload: &Payload) -> Result<Job
         job.exclude.join(","),
         task_layout_text(&job.tasks),
         container_text(&job.container),
+        job.interactive,
     ])?;
     let id = conn.last_insert_rowid() as JobId;
     if job.array.as_ref().is_some_and(|a| a.job_id == 0) {

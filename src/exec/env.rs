@@ -134,7 +134,7 @@ fn set_nodes(set: &mut impl FnMut(&str, String), part: &NodePart, nodelist: Stri
     if let Some(g) = part.gpus_per_task {
         set("SLURM_GPUS_PER_TASK", g.to_string());
     }
-    if node_count > 1 {
+    if node_count > 1 || part.interactive {
         set("YS_NODE_ADDRS", part.addresses.join(","));
         set("YS_STEP_KEY", part.step_key.clone());
         let ports: Vec<String> = part.ports.task_servers.iter().map(u16::to_string).collect();

@@ -25,6 +25,7 @@ pub mod step_server;
 pub mod supervisor;
 pub mod tail;
 pub mod tasks;
+pub mod terminal;
 
 pub use error::ExecError;
 pub use executor::Executor;

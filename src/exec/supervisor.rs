@@ -200,7 +200,7 @@ fn supervise(dir: &Path) -> Result<(), StepError> {
             let watch = Watch {
                 group,
                 lease: spec.lease_file.as_deref(),
-                holder: spec.part.as_ref().is_some_and(|p| !p.is_batch()),
+                holder: spec.part.as_ref().is_some_and(|p| p.serves_tasks()),
                 runtime: container.is_some(),
                 steps: steps.as_ref(),
             };
@@ -327,7 +327,7 @@ fn launch(
     use std::os::unix::ffi::OsStrExt;
     // A part of a job on one of its other nodes runs this program's task
     // server, for srun, instead of a script.
-    let holder = spec.part.as_ref().is_some_and(|p| !p.is_batch());
+    let holder = spec.part.as_ref().is_some_and(|p| p.serves_tasks());
     let program = if holder {
         std::env::current_exe().map_err(|source| StepError::Io {
             what: "finding ysstepd".into(),

@@ -48,6 +48,10 @@ pub struct StepOrder {
     /// order; relative to `cwd`); none: /dev/null.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inputs: Vec<String>,
+    /// `--pty`: the step's one task runs on a pseudo-terminal of this
+    /// size, which srun's terminal drives.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pty: Option<super::terminal::TerminalSize>,
 }
 
 /// What a task did.
@@ -96,6 +100,8 @@ const STARTER_VARIABLES: [&str; 2] = ["YS_STEP_KEY", container::steps::SOCKET_VA
 pub struct RunningTasks {
     groups: Vec<i32>,
     containers: Vec<Arc<StepSignaller>>,
+    /// The terminal of a task on one (`--pty`).
+    terminal: Option<Arc<super::terminal::Terminal>>,
 }
 
 impl RunningTasks {
@@ -112,12 +118,27 @@ impl RunningTasks {
             container.signal(signal);
         }
     }
+
+    /// What the user typed, for the task on a terminal (if one is).
+    pub fn input(&self, data: &[u8]) {
+        if let Some(t) = &self.terminal {
+            t.input(data);
+        }
+    }
+
+    /// The user's terminal's new size, for the task on a terminal.
+    pub fn resize(&self, size: super::terminal::TerminalSize) {
+        if let Some(t) = &self.terminal {
+            t.resize(size);
+        }
+    }
 }
 
 /// A task started: its process group, or its container.
 enum Started {
     Group(i32),
     Container(Arc<StepSignaller>),
+    Terminal(i32, Arc<super::terminal::Terminal>),
 }
 
 /// Starts `order`'s tasks here, with `node_env` (this node's part's
@@ -141,9 +162,10 @@ pub fn start(
         .unwrap_or_default();
     for (localid, &task) in order.tasks.iter().enumerate() {
         let env = task_environment(order, node_env, &visible, task, localid as u32);
-        let started = input_of(order, localid).and_then(|stdin| match &order.container {
-            None => spawn(order, (env, stdin), task, events.clone()).map(Started::Group),
-            Some(request) => {
+        let started = input_of(order, localid).and_then(|stdin| match (&order.container, order.pty) {
+            (None, Some(size)) => spawn_on_terminal(order, env, task, size, events.clone()),
+            (None, None) => spawn(order, (env, stdin), task, events.clone()).map(Started::Group),
+            (Some(request), _) => {
                 let socket = node_env
                     .iter()
                     .find(|(k, _)| k == container::steps::SOCKET_VARIABLE)
@@ -156,6 +178,10 @@ pub fn start(
         match started {
             Ok(Started::Group(group)) => running.groups.push(group),
             Ok(Started::Container(c)) => running.containers.push(c),
+            Ok(Started::Terminal(group, terminal)) => {
+                running.groups.push(group);
+                running.terminal = Some(terminal);
+            }
             Err(e) => {
                 let program = order.argv.first().map_or("", String::as_str);
                 let why = format!("{program}: {e}");
@@ -260,20 +286,58 @@ fn spawn(
         if let Some(r) = err_reader {
             let _ = r.join();
         }
-        let event = match child.wait() {
-            Ok(status) => TaskEvent::Exited {
-                task,
-                code: status.code().unwrap_or(0),
-                signal: status.signal().unwrap_or(0),
-            },
-            Err(e) => TaskEvent::Failed {
-                task,
-                why: format!("cannot wait for it: {e}"),
-            },
-        };
-        let _ = events.send(event);
+        let _ = events.send(ended(task, child.wait()));
     });
     Ok(group)
+}
+
+/// Starts one task on a terminal of `size` (`--pty`); its output and
+/// its end go to `events`.
+fn spawn_on_terminal(
+    order: &StepOrder,
+    env: Vec<(String, String)>,
+    task: u32,
+    size: super::terminal::TerminalSize,
+    events: Sender<TaskEvent>,
+) -> std::io::Result<Started> {
+    let what = super::terminal::TerminalCommand {
+        argv: &order.argv,
+        env,
+        cwd: &order.cwd,
+        size,
+    };
+    let output = events.clone();
+    let (group, terminal) = super::terminal::spawn(
+        what,
+        move |data| {
+            output
+                .send(TaskEvent::Output {
+                    task,
+                    stderr: false,
+                    data,
+                })
+                .is_ok()
+        },
+        move |status| {
+            let _ = events.send(ended(task, status));
+        },
+    )?;
+    Ok(Started::Terminal(group, terminal))
+}
+
+/// How task `task` ended, as an event.
+fn ended(task: u32, status: std::io::Result<std::process::ExitStatus>) -> TaskEvent {
+    match status {
+        Ok(status) => TaskEvent::Exited {
+            task,
+            code: status.code().unwrap_or(0),
+            signal: status.signal().unwrap_or(0),
+        },
+        Err(e) => TaskEvent::Failed {
+            task,
+            why: format!("cannot wait for it: {e}"),
+        },
+    }
 }
 
 /// Starts one task in a container through the job's supervisor (named
@@ -357,6 +421,7 @@ mod tests {
             gpus_per_task,
             container: None,
             inputs: Vec::new(),
+            pty: None,
         }
     }
 

@@ -517,6 +517,10 @@ pub struct JobRequest {
     /// `--test-only`: judge it and say when it would start; store nothing.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub test_only: bool,
+    /// An interactive allocation (`salloc`, `srun` outside a job): no
+    /// script runs; its nodes serve the steps its user starts.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interactive: bool,
 }
 
 /// How a job's process ended.
@@ -675,6 +679,10 @@ pub struct Job {
     /// The image its last run resolved `container` to, on its node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<super::container::ImageRecord>,
+    /// An interactive allocation (`salloc`, `srun` outside a job): every
+    /// node runs a task server for its user's steps, none a script.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interactive: bool,
 }
 
 impl Job {
@@ -737,7 +745,7 @@ impl Job {
         share.node = Some(name.to_string());
         share.gpus_alloc = gpus.to_vec();
         share.peers.clear();
-        if index > 0 {
+        if index > 0 || self.interactive {
             // The task server writes nothing of its own; above all it must
             // not truncate the job's output file, which the nodes may
             // share (srun writes the tasks' output there).
@@ -753,6 +761,7 @@ impl Job {
             addresses: Vec::new(),
             step_key: String::new(),
             ports: Default::default(),
+            interactive: self.interactive,
         };
         Some((share, part))
     }

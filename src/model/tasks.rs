@@ -150,6 +150,10 @@ pub struct NodePart {
     /// this run (`[pool] step_ports`), told to the job alone.
     #[serde(default)]
     pub ports: StepPorts,
+    /// A part of an interactive allocation: no script runs on any of
+    /// its nodes, the first included; each runs a task server.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interactive: bool,
 }
 
 /// A run's ports on its nodes (see [`NodePart::ports`]).
@@ -170,12 +174,19 @@ impl NodePart {
             addresses: Vec::new(),
             step_key: String::new(),
             ports: StepPorts::default(),
+            interactive: false,
         }
     }
 
     /// Whether the batch script runs here (not a peer's holding part).
     pub fn is_batch(&self) -> bool {
         self.index == 0
+    }
+
+    /// Whether this part runs a task server for `srun` instead of a
+    /// script: a peer's part, or any part of an interactive allocation.
+    pub fn serves_tasks(&self) -> bool {
+        !self.is_batch() || self.interactive
     }
 
     /// The most tasks any node runs (at least 1).

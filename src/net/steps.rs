@@ -22,6 +22,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::exec::tasks::{self, StepOrder, TaskEvent};
+use crate::exec::terminal::TerminalSize;
 
 use super::error::NetError;
 use super::noise::{self, Receiver};
@@ -38,6 +39,10 @@ const MAX_HANDSHAKES: usize = 32;
 enum ToServer {
     Launch(Box<StepOrder>),
     Signal { signal: i32 },
+    /// What the user typed, for a task on a terminal (`--pty`).
+    Input(Vec<u8>),
+    /// The user's terminal's new size.
+    Resize(TerminalSize),
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -112,7 +117,9 @@ fn serve_one(
     std::thread::spawn(move || loop {
         match receiver.receive::<ToServer>() {
             Ok(ToServer::Signal { signal }) => signalled.signal(signal),
-            Ok(_) => {}
+            Ok(ToServer::Input(data)) => signalled.input(&data),
+            Ok(ToServer::Resize(size)) => signalled.resize(size),
+            Ok(ToServer::Launch(_)) => {}
             // srun is gone, or the link was tampered with: so is the step.
             Err(_) => return signalled.signal(libc::SIGKILL),
         }
@@ -177,6 +184,16 @@ impl StepLink {
 
     pub fn signal(&mut self, signal: i32) -> Result<(), NetError> {
         self.sender.send(&ToServer::Signal { signal })
+    }
+
+    /// What the user typed, for the step's task on a terminal.
+    pub fn input(&mut self, data: Vec<u8>) -> Result<(), NetError> {
+        self.sender.send(&ToServer::Input(data))
+    }
+
+    /// The user's terminal's new size, for the step's task on one.
+    pub fn resize(&mut self, size: TerminalSize) -> Result<(), NetError> {
+        self.sender.send(&ToServer::Resize(size))
     }
 }
 
@@ -262,6 +279,7 @@ mod tests {
             gpus_per_task: None,
             container: None,
             inputs: Vec::new(),
+            pty: None,
         }
     }
 

@@ -1,0 +1,234 @@
+//! Interactive allocations (`salloc`, and `srun` outside a job): a job
+//! whose nodes, the first included, run a task server each instead of a
+//! script, for the steps its user starts from wherever the session runs
+//! (`net::steps`). Its `salloc` asks how it stands until it runs, is then
+//! told its environment (its nodes, their task servers, the run's step
+//! key), and says when the session ended, which ends the allocation with
+//! the session's status.
+//!
+//! The step key is told only to the job's user (or an admin) over the
+//! controller's own socket, or from a node with the user's token: a
+//! node's word alone is not enough ([`forwarded`]). It is kept in memory:
+//! a controller restarted between an allocation's start and its salloc's
+//! first look cannot tell it again, and the session fails to start (the
+//! allocation is then ended by salloc).
+//!
+//! [`forwarded`]: super::forwarded
+
+use std::time::{Duration, Instant};
+
+use crate::model::job::{ExitStatus, Job, JobId, JobState};
+use crate::proto::{AllocationView, Reply};
+
+use super::control::Requester;
+use super::error::DaemonError;
+use super::peers::RunLink;
+use super::state::Daemon;
+
+/// How long an allocation may go without its holder looking at it
+/// (salloc and srun look every 2 s while they wait and while the session
+/// runs; a controller restart is waited out by them).
+pub(super) const UNWATCHED: Duration = Duration::from_secs(60);
+
+impl Daemon {
+    /// How interactive allocation `id` stands, for `who`.
+    pub(super) fn attach(&mut self, id: JobId, who: &Requester) -> Result<Reply, DaemonError> {
+        if let Some(error) = self.refuse_allocation(id, who)? {
+            return Ok(Reply::Rejected { error });
+        }
+        self.allocation_seen.insert(id, Instant::now());
+        let view = match self.jobs.get(&id) {
+            Some(job) => {
+                let reason = match job.state {
+                    JobState::Pending => Some(
+                        job.reason.clone().unwrap_or_else(|| {
+                            self.policy
+                                .reasons
+                                .get(&id)
+                                .map_or("None", |r| r.name())
+                                .to_string()
+                        }),
+                    ),
+                    _ => job.reason.clone(),
+                };
+                let environment = match (job.state, self.allocations.get(&id)) {
+                    (JobState::Running, Some(link)) => allocation_environment(job, link, self),
+                    _ => Vec::new(),
+                };
+                AllocationView {
+                    job_id: id,
+                    state: job.state,
+                    reason,
+                    environment,
+                }
+            }
+            None => {
+                let job = crate::db::job(&self.store.db, id)?;
+                AllocationView {
+                    job_id: id,
+                    state: job.state,
+                    reason: job.reason,
+                    environment: Vec::new(),
+                }
+            }
+        };
+        Ok(Reply::Allocation(Box::new(view)))
+    }
+
+    /// The session of allocation `id` ended with `exit`: the allocation
+    /// ends COMPLETED (exit 0) or FAILED, once what runs in it is gone.
+    pub(super) fn end_allocation(
+        &mut self,
+        id: JobId,
+        exit: ExitStatus,
+        who: &Requester,
+        now: i64,
+    ) -> Result<Reply, DaemonError> {
+        if let Some(error) = self.refuse_allocation(id, who)? {
+            return Ok(Reply::Rejected { error });
+        }
+        let message = match self.jobs.get(&id).map(|j| j.state) {
+            Some(JobState::Pending) => {
+                let why = format!("withdrawn by {} before it started", who.user);
+                self.finish(id, JobState::Cancelled, now, None, Some(why))?;
+                None
+            }
+            Some(JobState::Running) => {
+                let state = if exit == ExitStatus::default() {
+                    JobState::Completed
+                } else {
+                    JobState::Failed
+                };
+                if let Some(job) = self.jobs.job_mut(&id) {
+                    job.exit = Some(exit);
+                }
+                let detail = format!("its session ended (exit {exit})");
+                self.terminate(id, state, &detail, now)?;
+                None
+            }
+            Some(state) => Some(format!("job {id} is {state} already")),
+            None => Some(format!("job {id} has already ended")),
+        };
+        Ok(Reply::Control {
+            outcomes: vec![crate::proto::JobOutcome::new(id, None)],
+            message,
+        })
+    }
+
+    /// Why `who` may not attach to or end `id`: not theirs, or no
+    /// interactive allocation.
+    fn refuse_allocation(&self, id: JobId, who: &Requester) -> Result<Option<String>, DaemonError> {
+        let interactive = match self.jobs.get(&id) {
+            Some(job) => job.interactive,
+            None => match crate::db::job(&self.store.db, id) {
+                Ok(job) if job.uid != who.uid && !who.admin => {
+                    return Ok(Some(format!(
+                        "permission denied: job {id} belongs to {}",
+                        job.user
+                    )))
+                }
+                Ok(job) => job.interactive,
+                Err(crate::db::DbError::NotFound(_)) => {
+                    return Ok(Some(format!("job {id} does not exist")))
+                }
+                Err(e) => return Err(e.into()),
+            },
+        };
+        if self.jobs.get(&id).is_some() {
+            if let Some(error) = self.refuse(id, who)? {
+                return Ok(Some(error));
+            }
+        }
+        Ok((!interactive).then(|| {
+            format!("job {id} is a batch job, not an interactive allocation (salloc, srun)")
+        }))
+    }
+
+    /// Ends the allocations whose holder (salloc, srun) has not looked
+    /// at them for [`UNWATCHED`]: the session is gone (killed, its host
+    /// down), and nothing else would give their resources back.
+    pub(super) fn end_unwatched_allocations(&mut self, now: i64) -> Result<(), DaemonError> {
+        let live: Vec<(JobId, JobState)> = self
+            .jobs
+            .all()
+            .filter(|j| j.interactive && matches!(j.state, JobState::Pending | JobState::Running))
+            .map(|j| (j.id, j.state))
+            .collect();
+        self.allocation_seen
+            .retain(|id, _| live.iter().any(|(l, _)| l == id));
+        for (id, state) in live {
+            // One not seen since this controller started is given the
+            // whole span from now.
+            let seen = *self.allocation_seen.entry(id).or_insert_with(Instant::now);
+            if seen.elapsed() < UNWATCHED {
+                continue;
+            }
+            let why = format!(
+                "its session stopped answering for {} s (salloc or srun gone)",
+                UNWATCHED.as_secs()
+            );
+            tracing::info!(target: "ysched::daemon", "job {id}: {why}");
+            match state {
+                JobState::Pending => self.finish(id, JobState::Cancelled, now, None, Some(why))?,
+                _ => self.terminate(id, JobState::Cancelled, &why, now)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps the step link of interactive allocation `job`'s run, which
+    /// just started, for its salloc.
+    pub(super) fn keep_allocation_link(&mut self, job: &Job, link: &RunLink) {
+        if job.interactive {
+            self.allocations.insert(job.id, link.clone());
+        }
+    }
+}
+
+/// What the commands of a session in allocation `job` run with: the
+/// job's and its nodes' `SLURM_*` variables, and where its task servers
+/// listen with the key that opens them. None of a node's own (its GPUs'
+/// numbers, its name): the session runs on the submitting host.
+fn allocation_environment(job: &Job, link: &RunLink, daemon: &Daemon) -> Vec<(String, String)> {
+    let Some((_, part)) = daemon.placed_part(job, 0, link) else {
+        return Vec::new();
+    };
+    let nodelist = job.nodelist();
+    let nodes = part.nodes.len().to_string();
+    let tasks_per_node = crate::model::tasks::tasks_per_node_text(&part.tasks_per_node);
+    let ports: Vec<String> = part.ports.task_servers.iter().map(u16::to_string).collect();
+    let mut env = vec![
+        ("SLURM_JOB_ID", job.id.to_string()),
+        ("SLURM_JOBID", job.id.to_string()),
+        ("SLURM_JOB_NAME", job.name.clone()),
+        ("SLURM_JOB_USER", job.user.clone()),
+        ("SLURM_JOB_ACCOUNT", job.account.clone()),
+        ("SLURM_JOB_QOS", job.qos.clone()),
+        ("SLURM_JOB_PARTITION", "ysched".to_string()),
+        ("SLURM_CLUSTER_NAME", "ysched".to_string()),
+        ("SLURM_JOB_NODELIST", nodelist.clone()),
+        ("SLURM_NODELIST", nodelist),
+        ("SLURM_JOB_NUM_NODES", nodes.clone()),
+        ("SLURM_NNODES", nodes),
+        ("SLURM_NTASKS", part.task_count().to_string()),
+        ("SLURM_NPROCS", part.task_count().to_string()),
+        ("SLURM_TASKS_PER_NODE", tasks_per_node),
+        (
+            "SLURM_JOB_CPUS_PER_NODE",
+            crate::model::tasks::tasks_per_node_text(&vec![job.cpus; part.nodes.len()]),
+        ),
+        ("SLURM_GPUS_ON_NODE", job.gpus.count.to_string()),
+        ("YS_JOB_ID", job.id.to_string()),
+        ("YS_ALLOCATION", "1".to_string()),
+        ("YS_NODE_ADDRS", part.addresses.join(",")),
+        ("YS_STEP_PORTS", ports.join(",")),
+        ("YS_STEP_KEY", part.step_key.clone()),
+    ];
+    if let Some(mem) = job.mem_mb {
+        env.push(("SLURM_MEM_PER_NODE", mem.to_string()));
+    }
+    if let Some(g) = part.gpus_per_task {
+        env.push(("SLURM_GPUS_PER_TASK", g.to_string()));
+    }
+    env.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
