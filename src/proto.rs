@@ -247,7 +247,9 @@ pub enum Control {
     /// environment its user's commands and steps need (its step key
     /// among them: its user's, or an admin's, alone). `salloc` and
     /// `srun` outside a job ask until it runs, then while it runs.
-    Attach { job_id: JobId },
+    Attach {
+        job_id: JobId,
+    },
     /// The session of interactive allocation `job_id` ended with this
     /// status (`salloc`'s command, `srun`'s step): the allocation ends
     /// COMPLETED (0) or FAILED.

@@ -62,14 +62,16 @@ const fn opt(names: &'static [&'static str], value: Value, decision: Decision) -
 }
 
 /// The commands the table covers, in its order.
-pub const COMMANDS: [&str; 9] = [
-    "sbatch", "srun", "squeue", "sacct", "scancel", "sinfo", "scontrol", "sshare", "sacctmgr",
+pub const COMMANDS: [&str; 10] = [
+    "sbatch", "salloc", "srun", "squeue", "sacct", "scancel", "sinfo", "scontrol", "sshare",
+    "sacctmgr",
 ];
 
 /// The options of `command` (none for a command the table does not cover).
 pub fn options(command: &str) -> &'static [SlurmOption] {
     match command {
         "sbatch" => SBATCH,
+        "salloc" => &SALLOC,
         "srun" => SRUN,
         "squeue" => SQUEUE,
         "sacct" => SACCT,
@@ -95,7 +97,7 @@ pub fn screen(
     warnings: &mut Vec<String>,
 ) -> Result<Vec<OsString>, Refused> {
     let table = options(command);
-    let options_end = matches!(command, "sbatch" | "srun");
+    let options_end = matches!(command, "sbatch" | "salloc" | "srun");
     let mut out = Vec::with_capacity(args.len());
     let mut rest = unclustered(table, args, options_end).into_iter();
     while let Some(arg) = rest.next() {
@@ -156,7 +158,14 @@ pub fn screen(
 /// for the step alone (its files, its environment) stay srun's.
 pub fn allocation_words(args: Vec<OsString>) -> Vec<OsString> {
     const STEP_ONLY: [&str; 8] = [
-        "--output", "--error", "--input", "--open-mode", "--export", "--label", "--unbuffered", "--kill-on-bad-exit",
+        "--output",
+        "--error",
+        "--input",
+        "--open-mode",
+        "--export",
+        "--label",
+        "--unbuffered",
+        "--kill-on-bad-exit",
     ];
     let mut out = Vec::new();
     let mut rest = unclustered(SRUN, args, true).into_iter();
@@ -187,7 +196,8 @@ pub fn allocation_words(args: Vec<OsString>) -> Vec<OsString> {
 
 /// Why srun takes an option that only its job's own options decide
 /// (outside a job, srun honours it for the allocation it asks for).
-pub const WITHIN_JOB: &str = "a step runs within its job's allocation: the job's own options decide";
+pub const WITHIN_JOB: &str =
+    "a step runs within its job's allocation: the job's own options decide";
 
 /// The caller's user name (for `--me`).
 fn user_name() -> String {
@@ -277,6 +287,78 @@ fn find(
         (false, Value::None) => None,
     }
 }
+
+/// `salloc`: sbatch's options but those for a batch script alone, and
+/// its own.
+static SALLOC: std::sync::LazyLock<Vec<SlurmOption>> = std::sync::LazyLock::new(|| {
+    const BATCH_ONLY: [&str; 18] = [
+        "--array",
+        "--batch",
+        "-b",
+        "--error",
+        "--export",
+        "--export-file",
+        "--ignore-pbs",
+        "--input",
+        "--kill-on-invalid-dep",
+        "--no-requeue",
+        "--open-mode",
+        "--output",
+        "--parsable",
+        "--propagate",
+        "--requeue",
+        "--test-only",
+        "--wait",
+        "--wrap",
+    ];
+    SBATCH
+        .iter()
+        .filter(|o| !o.names.iter().any(|n| BATCH_ONLY.contains(n)))
+        .chain(SALLOC_OWN)
+        .copied()
+        .collect()
+});
+
+/// The options of `salloc` that `sbatch` has not.
+const SALLOC_OWN: &[SlurmOption] = &[
+    opt(
+        &["--bell"],
+        Value::None,
+        Decision::Quiet("nothing rings: the allocation's start is said on the terminal"),
+    ),
+    opt(
+        &["--no-bell"],
+        Value::None,
+        Decision::Quiet("nothing rings: the allocation's start is said on the terminal"),
+    ),
+    opt(
+        &["-I", "--immediate"],
+        Value::Optional,
+        Decision::Accepted("an allocation waits in the queue as any job does; Ctrl-C withdraws it"),
+    ),
+    opt(
+        &["-K", "--kill-command"],
+        Value::Optional,
+        Decision::Accepted(
+            "the command is hung up (SIGHUP, then SIGKILL) when its allocation ends first",
+        ),
+    ),
+    opt(
+        &["--no-shell"],
+        Value::None,
+        Decision::Refused("an allocation without a session is a batch job: submit it with sbatch"),
+    ),
+    opt(
+        &["--wait-all-nodes"],
+        Value::Required,
+        Decision::Accepted("srun waits for each node's task server as it must"),
+    ),
+    opt(
+        &["--x11"],
+        Value::Optional,
+        Decision::Refused("X11 forwarding is not supported"),
+    ),
+];
 
 /// `sbatch`.
 const SBATCH: &[SlurmOption] = &[

@@ -21,7 +21,7 @@ pkg=$stage/ysched
 install -d "$pkg/DEBIAN" "$pkg/usr/bin" "$pkg/usr/sbin" "$pkg/usr/lib/ysched/slurm-compat" \
     "$pkg/etc/ysched" "$pkg/lib/systemd/system" "$pkg/usr/lib/tmpfiles.d" \
     "$pkg/usr/share/doc/ysched" "$pkg/usr/share/man/man1" "$pkg/usr/share/man/man5" "$pkg/usr/share/man/man8"
-for b in ysbatch ysqueue yscancel ysacct yscontrol ysshare ysreport ysinfo ystoken ysched-slurm; do
+for b in ysbatch ysalloc ysqueue yscancel ysacct yscontrol ysshare ysreport ysinfo ystoken ysched-slurm; do
     install -m 755 "$bin/$b" "$pkg/usr/bin/"
 done
 install -m 755 "$bin/ysctld" "$bin/ysstepd" "$bin/ysnoded" "$bin/yswebd" "$pkg/usr/sbin/"
@@ -40,7 +40,7 @@ for f in "$pkg"/usr/bin/* "$pkg"/usr/sbin/*; do
     fi
     strip --strip-unneeded "$f" 2>/dev/null || true
 done
-for name in sbatch squeue scancel sacct sshare sinfo scontrol srun sacctmgr; do
+for name in sbatch squeue scancel sacct sshare sinfo scontrol srun salloc sacctmgr; do
     ln -s ../../../bin/ysched-slurm "$pkg/usr/lib/ysched/slurm-compat/$name"
 done
 install -m 755 contrib/notify/notify-mail contrib/notify/notify-webhook "$pkg/usr/lib/ysched/"
@@ -100,7 +100,7 @@ Description: Slurm-style GPU batch scheduler for teams sharing GPU servers
  ysched gives each job its GPUs (CUDA_VISIBLE_DEVICES and cgroups), runs it
  as its user, charges GPU-hours to accounts with fair-share, enforces quotas
  and budgets, and preempts lower-priority jobs with a grace for checkpoints.
- Commands: ysbatch, ysqueue, yscancel, ysacct, yscontrol, ysshare, ysreport,
+ Commands: ysbatch, ysalloc, ysqueue, yscancel, ysacct, yscontrol, ysshare, ysreport,
  ysinfo, ystoken, and Slurm's sbatch, squeue, ... in
  /usr/lib/ysched/slurm-compat.
  Several servers form one pool: ysctld on one, ysnoded on each of the others.

@@ -133,7 +133,10 @@ impl Allocation {
         };
         match ask(&self.config, Request::Control(control)) {
             Ok(Reply::Control { .. }) => {
-                eprintln!("{}: Relinquishing job allocation {}", self.command, self.job)
+                eprintln!(
+                    "{}: Relinquishing job allocation {}",
+                    self.command, self.job
+                )
             }
             Ok(Reply::Rejected { error }) => super::warn(self.command, &error),
             Ok(_) => {}

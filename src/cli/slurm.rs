@@ -16,8 +16,9 @@ use super::{load_config, print, CliError, CliResult};
 use crate::report::node::NodeInfo;
 
 /// The commands this binary can be.
-pub const COMMANDS: [&str; 9] = [
-    "sbatch", "squeue", "scancel", "sacct", "sshare", "sinfo", "scontrol", "srun", "sacctmgr",
+pub const COMMANDS: [&str; 10] = [
+    "sbatch", "squeue", "scancel", "sacct", "sshare", "sinfo", "scontrol", "srun", "salloc",
+    "sacctmgr",
 ];
 
 /// Runs as `name` (the file name it was called by, or the first argument
@@ -27,7 +28,8 @@ pub fn main(name: &str, args: Vec<OsString>) -> ExitCode {
     // or refused (with why), never a bare "unexpected argument".
     let mut warnings = Vec::new();
     let outside_a_job = name == "srun" && std::env::var_os("SLURM_JOB_ID").is_none();
-    let allocation_words = outside_a_job.then(|| crate::slurm_options::allocation_words(args.clone()));
+    let allocation_words =
+        outside_a_job.then(|| crate::slurm_options::allocation_words(args.clone()));
     let args = match crate::slurm_options::screen(name, args, &mut warnings) {
         Ok(args) => args,
         Err(refusal) => {
@@ -63,6 +65,11 @@ pub fn main(name: &str, args: Vec<OsString>) -> ExitCode {
             name,
             super::ysbatch::Args::try_parse_from(argv(args)),
             super::ysbatch::run,
+        ),
+        "salloc" => with_slurm_exit(
+            name,
+            super::ysalloc::Args::try_parse_from(argv(args)),
+            |a| super::ysalloc::run_as("salloc", a),
         ),
         "squeue" => with_slurm_exit(
             name,
@@ -970,13 +977,14 @@ fn pty_step_request(
         ));
     }
     if super::pty_session::own_size().is_none() {
-        return Err(CliError::failed(
-            "--pty: standard input is not a terminal",
-        ));
+        return Err(CliError::failed("--pty: standard input is not a terminal"));
     }
     let refused = [
         (args.ntasks.is_some_and(|n| n > 1), "--ntasks"),
-        (args.ntasks_per_node.is_some_and(|n| n > 1), "--ntasks-per-node"),
+        (
+            args.ntasks_per_node.is_some_and(|n| n > 1),
+            "--ntasks-per-node",
+        ),
         (args.input.is_some(), "--input"),
         (args.output.is_some(), "--output"),
         (args.error.is_some(), "--error"),
@@ -1024,7 +1032,12 @@ fn srun(args: SrunArgs) -> CliResult {
 
 /// srun's options that shape the allocation it asks for outside a job.
 #[derive(Parser, Debug)]
-#[command(name = "srun", no_binary_name = true, disable_help_flag = true, disable_version_flag = true)]
+#[command(
+    name = "srun",
+    no_binary_name = true,
+    disable_help_flag = true,
+    disable_version_flag = true
+)]
 struct AllocationOptions {
     #[command(flatten)]
     options: crate::script::SubmitOptions,

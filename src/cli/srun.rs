@@ -256,10 +256,7 @@ fn orders(request: &StepRequest, job: &JobNodes, counts: &[u32], step: u32) -> V
                 gpus_per_task: request.gpus_per_task,
                 container: request.container.clone(),
                 inputs,
-                pty: request
-                    .pty
-                    .then(|| super::pty_session::own_size())
-                    .flatten(),
+                pty: request.pty.then(super::pty_session::own_size).flatten(),
             }
         })
         .collect()

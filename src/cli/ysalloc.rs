@@ -49,14 +49,46 @@ pub struct Args {
 /// The batch-only options an allocation refuses, and why.
 fn refuse_batch_only(o: &SubmitOptions) -> Result<(), CliError> {
     let refused = [
-        (o.array.is_some(), "--array", "an allocation is one session; submit arrays with ysbatch"),
-        (o.output.is_some(), "--output", "the command's output is the terminal's; srun -o sends a step's to a file"),
-        (o.error.is_some(), "--error", "the command's errors are the terminal's; srun -e sends a step's to a file"),
-        (o.open_mode.is_some(), "--open-mode", "there is no output file"),
-        (o.checkpoint_file.is_some(), "--checkpoint-file", "a session cannot be requeued from a checkpoint"),
-        (o.requeue, "--requeue", "a session cannot be requeued: preempted, it ends"),
-        (o.container.container_image.is_some(), "--container-image", "give --container-image to srun, whose tasks then run in the image"),
-        (o.parsable, "--parsable", "it prints no job id to read: SLURM_JOB_ID is in the command's environment"),
+        (
+            o.array.is_some(),
+            "--array",
+            "an allocation is one session; submit arrays with ysbatch",
+        ),
+        (
+            o.output.is_some(),
+            "--output",
+            "the command's output is the terminal's; srun -o sends a step's to a file",
+        ),
+        (
+            o.error.is_some(),
+            "--error",
+            "the command's errors are the terminal's; srun -e sends a step's to a file",
+        ),
+        (
+            o.open_mode.is_some(),
+            "--open-mode",
+            "there is no output file",
+        ),
+        (
+            o.checkpoint_file.is_some(),
+            "--checkpoint-file",
+            "a session cannot be requeued from a checkpoint",
+        ),
+        (
+            o.requeue,
+            "--requeue",
+            "a session cannot be requeued: preempted, it ends",
+        ),
+        (
+            o.container.container_image.is_some(),
+            "--container-image",
+            "give --container-image to srun, whose tasks then run in the image",
+        ),
+        (
+            o.parsable,
+            "--parsable",
+            "it prints no job id to read: SLURM_JOB_ID is in the command's environment",
+        ),
     ];
     match refused.iter().find(|(given, _, _)| *given) {
         Some((_, option, why)) => Err(CliError::usage(format!("{option}: {why}"))),
@@ -74,9 +106,7 @@ pub fn allocation_request(
         .map_err(|e| CliError::failed(format!("cannot read the current directory: {e}")))?;
     let context = SubmitContext {
         cwd: &cwd,
-        environment: std::env::vars()
-            .filter(|(k, _)| k != "SLURM_JWT")
-            .collect(),
+        environment: std::env::vars().filter(|(k, _)| k != "SLURM_JWT").collect(),
         now: &jiff::Zoned::now,
         default_name: name.to_string(),
     };
@@ -99,9 +129,10 @@ pub fn run_as(command: &'static str, args: Args) -> CliResult {
     } else {
         args.command
     };
-    let name = std::path::Path::new(&argv[0])
-        .file_name()
-        .map_or_else(|| "interactive".into(), |n| n.to_string_lossy().into_owned());
+    let name = std::path::Path::new(&argv[0]).file_name().map_or_else(
+        || "interactive".into(),
+        |n| n.to_string_lossy().into_owned(),
+    );
     let request = allocation_request(args.options, &name)?;
     let allocation = session::allocate(command, request)?;
     let status = run_command(&allocation, &argv);
@@ -111,7 +142,11 @@ pub fn run_as(command: &'static str, args: Args) -> CliResult {
     };
     allocation.end(code, signal);
     let status = status?;
-    std::process::exit(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+    std::process::exit(
+        status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
+    )
 }
 
 /// Runs `argv` with the allocation's environment until it exits; hangs
@@ -130,9 +165,7 @@ fn run_command(
         .args(&argv[1..])
         .envs(allocation.environment.iter().cloned())
         .spawn()
-        .map_err(|e| {
-            CliError::failed(format!("cannot run {}: {e}", argv[0].to_string_lossy()))
-        })?;
+        .map_err(|e| CliError::failed(format!("cannot run {}: {e}", argv[0].to_string_lossy())))?;
     let pid = Arc::new(AtomicI32::new(child.id() as i32));
     let done = Arc::new(AtomicBool::new(false));
     let (command, job) = (allocation.command, allocation.job);

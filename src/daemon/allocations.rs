@@ -40,15 +40,13 @@ impl Daemon {
         let view = match self.jobs.get(&id) {
             Some(job) => {
                 let reason = match job.state {
-                    JobState::Pending => Some(
-                        job.reason.clone().unwrap_or_else(|| {
-                            self.policy
-                                .reasons
-                                .get(&id)
-                                .map_or("None", |r| r.name())
-                                .to_string()
-                        }),
-                    ),
+                    JobState::Pending => Some(job.reason.clone().unwrap_or_else(|| {
+                        self.policy
+                            .reasons
+                            .get(&id)
+                            .map_or("None", |r| r.name())
+                            .to_string()
+                    })),
                     _ => job.reason.clone(),
                 };
                 let environment = match (job.state, self.allocations.get(&id)) {

@@ -153,6 +153,11 @@ impl Daemon {
                 target: SignalTarget::Process(_),
                 ..
             } => return,
+            // An allocation's step runs on every node of it.
+            StepCommand::Signal {
+                target: SignalTarget::Step(_),
+                ..
+            } => command.clone(),
             StepCommand::Signal { target, .. } | StepCommand::Terminate { target, .. }
                 if *target == SignalTarget::BatchShell =>
             {

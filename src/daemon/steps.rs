@@ -105,17 +105,17 @@ impl Daemon {
         let found = db::steps_of(&self.store.db, job)?
             .into_iter()
             .find(|s| s.restart == restart && s.step == step && s.end.is_none());
-        let pid = match found {
+        use crate::exec::spec::SignalTarget;
+        let target = match found {
             None => return Ok(Some(format!("step {job}.{step} is not running"))),
+            // Its srun is outside the allocation: its tasks are signalled.
+            Some(_) if current.interactive => SignalTarget::Step(step),
             Some(s) if s.srun_pid == 0 => {
                 return Ok(Some(format!("step {job}.{step} was started by an srun that did not say its process: cancel the job")))
             }
-            Some(s) => s.srun_pid,
+            Some(s) => SignalTarget::Process(s.srun_pid),
         };
-        let command = crate::exec::spec::StepCommand::Signal {
-            signal,
-            target: crate::exec::spec::SignalTarget::Process(pid),
-        };
+        let command = crate::exec::spec::StepCommand::Signal { signal, target };
         Ok(match self.command_job(job, &command) {
             Ok(()) => {
                 tracing::info!(target: "ysched::daemon", "step {job}.{step} sent signal {signal}");

@@ -139,6 +139,10 @@ pub enum SignalTarget {
     /// One process of the job (a step's srun, which passes the signal on
     /// to its tasks); nothing if that process is not the job's.
     Process(u32),
+    /// The processes of the job's step N (those started with its
+    /// `SLURM_STEP_ID`): a step of an interactive allocation, whose srun
+    /// runs outside the job.
+    Step(u32),
 }
 
 impl SignalTarget {

@@ -773,7 +773,24 @@ fn signal_target(job: Pid, watch: &Watch<'_>, sig: Signal, target: SignalTarget)
                 let _ = signal::kill(pid, sig);
             }
         }
+        SignalTarget::Step(step) => {
+            let pids: Vec<Pid> = match watch.group {
+                Some(g) => g.pids().into_iter().map(Pid::from_raw).collect(),
+                None => descendants(job),
+            };
+            let marker = format!("SLURM_STEP_ID={step}");
+            for pid in pids.into_iter().filter(|&p| has_variable(p, &marker)) {
+                let _ = signal::kill(pid, sig);
+            }
+        }
     }
+}
+
+/// Whether process `pid` started with `variable` (`NAME=VALUE`) in its
+/// environment.
+fn has_variable(pid: Pid, variable: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == variable.as_bytes()))
 }
 
 /// This process's children, from /proc (reparented orphans included).

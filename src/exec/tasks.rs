@@ -162,19 +162,22 @@ pub fn start(
         .unwrap_or_default();
     for (localid, &task) in order.tasks.iter().enumerate() {
         let env = task_environment(order, node_env, &visible, task, localid as u32);
-        let started = input_of(order, localid).and_then(|stdin| match (&order.container, order.pty) {
-            (None, Some(size)) => spawn_on_terminal(order, env, task, size, events.clone()),
-            (None, None) => spawn(order, (env, stdin), task, events.clone()).map(Started::Group),
-            (Some(request), _) => {
-                let socket = node_env
-                    .iter()
-                    .find(|(k, _)| k == container::steps::SOCKET_VARIABLE)
-                    .map(|(_, v)| v.as_str());
-                let stdio = (env, stdin);
-                spawn_in_container(order, request, socket, stdio, task, events.clone())
-                    .map(Started::Container)
-            }
-        });
+        let started =
+            input_of(order, localid).and_then(|stdin| match (&order.container, order.pty) {
+                (None, Some(size)) => spawn_on_terminal(order, env, task, size, events.clone()),
+                (None, None) => {
+                    spawn(order, (env, stdin), task, events.clone()).map(Started::Group)
+                }
+                (Some(request), _) => {
+                    let socket = node_env
+                        .iter()
+                        .find(|(k, _)| k == container::steps::SOCKET_VARIABLE)
+                        .map(|(_, v)| v.as_str());
+                    let stdio = (env, stdin);
+                    spawn_in_container(order, request, socket, stdio, task, events.clone())
+                        .map(Started::Container)
+                }
+            });
         match started {
             Ok(Started::Group(group)) => running.groups.push(group),
             Ok(Started::Container(c)) => running.containers.push(c),

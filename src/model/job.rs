@@ -1032,6 +1032,7 @@ pub(crate) fn example_request() -> JobRequest {
         script: "#!/bin/sh\ntrue\n".into(),
         args: Vec::new(),
         test_only: false,
+        interactive: false,
     }
 }
 

@@ -38,7 +38,9 @@ const MAX_HANDSHAKES: usize = 32;
 #[derive(Debug, Serialize, Deserialize)]
 enum ToServer {
     Launch(Box<StepOrder>),
-    Signal { signal: i32 },
+    Signal {
+        signal: i32,
+    },
     /// What the user typed, for a task on a terminal (`--pty`).
     Input(Vec<u8>),
     /// The user's terminal's new size.

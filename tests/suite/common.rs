@@ -8,10 +8,11 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-pub const BINARIES: [&str; 14] = [
+pub const BINARIES: [&str; 15] = [
     "ysctld",
     "ysstepd",
     "ysbatch",
+    "ysalloc",
     "ysqueue",
     "yscancel",
     "ysacct",
@@ -74,6 +75,7 @@ fn built_binary(name: &str) -> PathBuf {
         "ysctld" => env!("CARGO_BIN_EXE_ysctld"),
         "ysstepd" => env!("CARGO_BIN_EXE_ysstepd"),
         "ysbatch" => env!("CARGO_BIN_EXE_ysbatch"),
+        "ysalloc" => env!("CARGO_BIN_EXE_ysalloc"),
         "ysqueue" => env!("CARGO_BIN_EXE_ysqueue"),
         "yscancel" => env!("CARGO_BIN_EXE_yscancel"),
         "ysacct" => env!("CARGO_BIN_EXE_ysacct"),

@@ -8,10 +8,11 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 
-const PAGES: [(&str, &str); 12] = [
+const PAGES: [(&str, &str); 13] = [
     ("ysctld", "man/ysctld.8"),
     ("ysnoded", "man/ysnoded.8"),
     ("ysbatch", "man/ysbatch.1"),
+    ("ysalloc", "man/ysalloc.1"),
     ("ysqueue", "man/ysqueue.1"),
     ("yscancel", "man/yscancel.1"),
     ("ysacct", "man/ysacct.1"),
@@ -33,8 +34,9 @@ const SHIM_SUBSECTIONS: [&str; 3] = ["sinfo", "scontrol", "srun"];
 
 /// The Slurm commands that take a ys* command's options, as
 /// ysched-slurm(1) says.
-const SHIMS_OVER_COMMANDS: [(&str, &str); 5] = [
+const SHIMS_OVER_COMMANDS: [(&str, &str); 6] = [
     ("sbatch", "ysbatch"),
+    ("salloc", "ysalloc"),
     ("squeue", "ysqueue"),
     ("scancel", "yscancel"),
     ("sacct", "ysacct"),

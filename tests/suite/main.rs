@@ -19,6 +19,7 @@ mod elastic;
 mod fairshare;
 mod hardening;
 mod hostile;
+mod interactive;
 mod isolation;
 mod layers;
 mod lifecycle;

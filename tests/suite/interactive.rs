@@ -1,0 +1,344 @@
+//! Interactive work: `salloc` (an allocation, a command in it, steps
+//! started from it), `srun` outside a job, and `srun --pty` driven from a
+//! real pseudo-terminal (tests/suite/pty_drive.py), by a real user.
+
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{self, bin_dir, stderr, stdout, Cluster, TestUser};
+
+const LONG: Duration = Duration::from_secs(20);
+
+/// A directory with Slurm's command names (the compat layer).
+fn shims(c: &Cluster) -> String {
+    let dir = c.dir.path().join("shims");
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in ["srun", "salloc", "sacct", "scancel", "squeue"] {
+        let _ = std::os::unix::fs::symlink(bin_dir().join("ysched-slurm"), dir.join(name));
+    }
+    dir.display().to_string()
+}
+
+/// `command` run as `user` with the cluster's config and the shims first
+/// in its PATH.
+fn as_user(c: &Cluster, user: &str, command: &[&str]) -> Command {
+    let mut cmd = Command::new("runuser");
+    cmd.args(["-u", user, "--", "env"])
+        .arg(format!("YS_CONF={}", c.config.display()))
+        .arg(format!("PATH={}:/usr/local/bin:/usr/bin:/bin", shims(c)))
+        .args(command)
+        .current_dir(&c.work);
+    cmd
+}
+
+/// `command` as `user` on a pseudo-terminal, through `steps` (see
+/// pty_drive.py): what the terminal showed, ending in how it exited.
+fn on_terminal(c: &Cluster, user: &str, steps: &[&str], command: &[&str]) -> String {
+    let driver = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/suite/pty_drive.py");
+    let runuser = as_user(c, user, command);
+    let mut line = vec![runuser.get_program().to_string_lossy().into_owned()];
+    line.extend(runuser.get_args().map(|a| a.to_string_lossy().into_owned()));
+    let out = Command::new("python3")
+        .arg(driver)
+        .args(steps)
+        .arg("--")
+        .args(&line)
+        .current_dir(&c.work)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    stdout(&out)
+}
+
+/// The rows `ysacct -j ID` lists for the job and its steps.
+fn records(c: &Cluster, user: &str, id: u64, fields: &str) -> Vec<String> {
+    let out = c.run_as(
+        user,
+        "ysacct",
+        &["-j", &id.to_string(), "-n", "-P", "-o", fields],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    stdout(&out).lines().map(String::from).collect()
+}
+
+/// The allocation id salloc or srun printed (`Granted job allocation N`).
+fn granted(text: &str) -> u64 {
+    let at = text.find("Granted job allocation ").expect(text) + 23;
+    text[at..]
+        .split(|ch: char| !ch.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn srun_pty_gives_the_user_a_shell_on_its_gpu_that_follows_the_terminal() {
+    require_root!();
+    let user = TestUser::create("pty");
+    let c = Cluster::started("");
+    let shown = on_terminal(
+        &c,
+        &user.name,
+        &[
+            "expect=$ ",
+            "send=stty size; echo U=$(id -un) G=$CUDA_VISIBLE_DEVICES; grep -c /job_ /proc/self/cgroup\\r",
+            "expect=G=",
+            "resize=40x120",
+            "sleep=0.5",
+            "send=stty size\\r",
+            "expect=40 120",
+            // Ctrl-C stops what runs in the shell, not the shell.
+            "send=sleep 30; echo slept\\r",
+            "sleep=1",
+            "send=\\x03",
+            "send=echo alive\\r",
+            "expect=alive",
+            "send=exit 7\\r",
+            "wait",
+        ],
+        &["srun", "-G", "1", "-t", "5", "--pty", "/bin/sh", "-i"],
+    );
+    assert!(shown.ends_with("EXIT 7\n"), "{shown}");
+    assert!(
+        shown.contains("24 80"),
+        "the terminal's first size: {shown}"
+    );
+    assert!(shown.contains(&format!("U={} G=0", user.name)), "{shown}");
+    assert!(
+        !shown.contains("\nslept"),
+        "Ctrl-C stopped the sleep: {shown}"
+    );
+    let id = granted(&shown);
+    assert_eq!(c.wait_done(id, LONG), "FAILED");
+    let rows = records(&c, &user.name, id, "JobID,JobName,State,ExitCode,NTasks");
+    assert_eq!(
+        rows,
+        [
+            format!("{id}|sh|FAILED|7:0|"),
+            format!("{id}.0|sh|FAILED|7:0|1")
+        ],
+        "the shell's exit is the step's and the allocation's"
+    );
+}
+
+#[test]
+fn salloc_runs_its_command_with_steps_each_recorded_and_one_cancelled_alone() {
+    require_root!();
+    let user = TestUser::create("sal");
+    let c = Cluster::started("");
+    let script = c.script(
+        "session.sh",
+        "#!/bin/sh\n\
+         srun -n 2 --label sh -c 'echo step=$SLURM_STEP_ID gpu=$CUDA_VISIBLE_DEVICES'\n\
+         srun sleep 60 &\n\
+         for i in $(seq 100); do squeue -s -h -o %i | grep -q \"^$SLURM_JOB_ID.1\" && break; sleep 0.2; done\n\
+         scancel $SLURM_JOB_ID.1\n\
+         wait\n\
+         srun sh -c 'echo last=$SLURM_STEP_ID'\n\
+         echo nodes=$SLURM_JOB_NODELIST\n",
+    );
+    let started = Instant::now();
+    let out = as_user(
+        &c,
+        &user.name,
+        &[
+            "salloc",
+            "-G",
+            "2",
+            "-t",
+            "5",
+            "sh",
+            script.to_str().unwrap(),
+        ],
+    )
+    .stdin(Stdio::null())
+    .output()
+    .unwrap();
+    let (text, errors) = (stdout(&out), stderr(&out));
+    assert!(out.status.success(), "{text}{errors}");
+    assert!(
+        started.elapsed() < Duration::from_secs(40),
+        "the cancelled step did not hold the session"
+    );
+    assert!(
+        text.contains("0: step=0 gpu=0,1") && text.contains("1: step=0 gpu=0,1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("last=2\n") && text.contains("nodes=gpu01\n"),
+        "{text}"
+    );
+    let id = granted(&errors);
+    assert!(
+        errors.contains(&format!("salloc: Relinquishing job allocation {id}")),
+        "{errors}"
+    );
+    assert_eq!(c.wait_done(id, LONG), "COMPLETED");
+    let rows = records(&c, &user.name, id, "JobID,State,ExitCode,NTasks");
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    assert_eq!(rows[0], format!("{id}|COMPLETED|0:0|"));
+    assert_eq!(rows[1], format!("{id}.0|COMPLETED|0:0|2"));
+    assert!(
+        rows[2].starts_with(&format!("{id}.1|")) && !rows[2].contains("COMPLETED"),
+        "{rows:?}"
+    );
+    assert_eq!(rows[3], format!("{id}.2|COMPLETED|0:0|1"));
+}
+
+/// Starts `salloc ARGS sleep 60` as `user` in the background; the
+/// allocation's id once it runs.
+fn session(c: &Cluster, user: &str, args: &[&str]) -> (std::process::Child, u64) {
+    let mut command = vec!["salloc"];
+    command.extend(args);
+    command.extend(["sh", "-c", "echo started; exec sleep 60"]);
+    let child = as_user(c, user, &command)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut id = 0;
+    common::wait_for("the allocation to run", LONG, || {
+        let out = c.run("ysqueue", &["-h", "-u", user, "-t", "R", "-o", "%i"]);
+        id = stdout(&out).trim().parse().unwrap_or(0);
+        id > 0
+    });
+    (child, id)
+}
+
+/// How `child` exited (within `within`), and what it wrote on stderr.
+fn ended(mut child: std::process::Child, within: Duration) -> (Option<i32>, String) {
+    let deadline = Instant::now() + within;
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "salloc is still there");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().unwrap();
+    (out.status.code(), stderr(&out))
+}
+
+#[test]
+fn a_session_ends_at_its_time_limit_and_when_cancelled_from_another_terminal() {
+    require_root!();
+    let user = TestUser::create("sen");
+    let c = Cluster::started("");
+    let (child, id) = session(&c, &user.name, &["-G", "1", "-t", "0:03"]);
+    let (code, errors) = ended(child, LONG);
+    assert_eq!(code, Some(129), "the command was hung up: {errors}");
+    assert!(
+        errors.contains(&format!("Job allocation {id} has been revoked: TIMEOUT")),
+        "{errors}"
+    );
+    assert_eq!(c.wait_done(id, LONG), "TIMEOUT");
+
+    let (child, id) = session(&c, &user.name, &["-G", "1", "-t", "5"]);
+    let out = c.run_as(&user.name, "yscancel", &[&id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (code, errors) = ended(child, LONG);
+    assert_eq!(code, Some(129), "{errors}");
+    assert!(errors.contains("has been revoked: CANCELLED"), "{errors}");
+    assert_eq!(c.wait_done(id, LONG), "CANCELLED");
+}
+
+#[test]
+fn ctrl_c_while_waiting_withdraws_the_allocation() {
+    require_root!();
+    let user = TestUser::create("wai");
+    let c = Cluster::started("");
+    let busy = c.submit(&["-G", "4", "--wrap", "sleep 60"]);
+    c.wait_state(busy, "RUNNING", LONG);
+    // In a process group of its own, as a terminal's foreground job.
+    let child = as_user(&c, &user.name, &["salloc", "-G", "1", "-t", "5", "true"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let mut id = 0;
+    common::wait_for("the allocation to wait", LONG, || {
+        let out = c.run("ysqueue", &["-h", "-u", &user.name, "-t", "PD", "-o", "%i"]);
+        id = stdout(&out).trim().parse().unwrap_or(0);
+        id > 0
+    });
+    // Ctrl-C: SIGINT to the foreground process group.
+    nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let (code, errors) = ended(child, LONG);
+    assert_eq!(code, Some(1), "{errors}");
+    assert!(
+        errors.contains("queued and waiting for resources"),
+        "{errors}"
+    );
+    assert!(
+        errors.contains(&format!("Job allocation {id} has been revoked")),
+        "{errors}"
+    );
+    assert_eq!(c.wait_done(id, LONG), "CANCELLED");
+    let out = c.run("yscancel", &[&busy.to_string()]);
+    assert!(out.status.success());
+}
+
+#[test]
+fn a_dropped_terminal_ends_the_session_and_leaves_no_process_behind() {
+    require_root!();
+    let user = TestUser::create("drp");
+    let c = Cluster::started("");
+    let marker = "sleep 4242";
+    let shown = on_terminal(
+        &c,
+        &user.name,
+        &[
+            "expect=$ ",
+            &format!("send={marker} & {marker}\\r"),
+            "sleep=1",
+            "close",
+            "wait",
+        ],
+        &["srun", "-G", "1", "-t", "5", "--pty", "/bin/sh", "-i"],
+    );
+    assert!(
+        !shown.contains("TIMEOUT"),
+        "srun ended with its terminal: {shown}"
+    );
+    let id = granted(&shown);
+    let state = c.wait_done(id, LONG);
+    assert!(state == "FAILED" || state == "COMPLETED", "{state}");
+    let left = Command::new("pgrep")
+        .args(["-u", &user.name, "-f", marker])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&left).trim().is_empty(),
+        "left behind: {}",
+        stdout(&left)
+    );
+}
+
+#[test]
+fn pty_steps_and_batch_options_are_refused_where_they_cannot_work() {
+    require_root!();
+    let c = Cluster::started("");
+    let out = c.run("ysalloc", &["--array", "0-3", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("--array: an allocation is one session"),
+        "{}",
+        stderr(&out)
+    );
+    let script = c.script(
+        "pty.sh",
+        &format!("#!/bin/sh\n{}/srun --pty true\necho srun=$?\n", shims(&c)),
+    );
+    let id = c.submit(&[script.to_str().unwrap()]);
+    assert_eq!(c.wait_done(id, LONG), "COMPLETED");
+    let output = c.output_of(id);
+    assert!(
+        output.contains("--pty: a batch job has no terminal") && output.contains("srun=1"),
+        "{output}"
+    );
+}
