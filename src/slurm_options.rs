@@ -1,4 +1,4 @@
-//! Every option of Slurm 22.05's `sbatch`, `srun`, `squeue`, `sacct`,
+//! Every option of Slurm 22.05's `sbatch`, `salloc`, `srun`, `squeue`, `sacct`,
 //! `scancel`, `sinfo`, `scontrol`, `sshare` and `sacctmgr`, as their man
 //! pages list them, and what ysched does with each: honoured (the
 //! command's own parser takes it), accepted (with a warning that says why

@@ -1047,6 +1047,9 @@ struct AllocationOptions {
 /// among srun's (`words`), its step run in it, and the allocation ended
 /// with the step's status (Slurm's srun does the same).
 fn srun_allocating(args: SrunArgs, words: Vec<OsString>) -> CliResult {
+    if args.pty && super::pty_session::own_size().is_none() {
+        return Err(CliError::failed("--pty: standard input is not a terminal"));
+    }
     let options = AllocationOptions::try_parse_from(words)
         .map_err(|e| CliError::usage(e.to_string()))?
         .options;

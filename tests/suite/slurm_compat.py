@@ -159,9 +159,14 @@ def main():
     if not token.startswith("SLURM_JWT=") or token.count(".") != 2:
         sys.exit("scontrol token: " + repr(token))
 
+    # srun outside a job: an allocation of its own, its one step run in it.
+    out = run("srun", "-t", "5", "sh", "-c", "echo job=$SLURM_JOB_ID step=$SLURM_STEP_ID").stdout
+    if not re.fullmatch(r"job=\d+ step=0\n", out):
+        sys.exit("srun outside a job: " + repr(out))
+
     # Unsupported or wrong: exit 1 and a message, never a silent result.
     for args in (["sbatch", "--no-such-option", "job.sh"], ["scontrol", "create", "reservation"],
-                 ["srun", "true"], ["sbatch", "--nodes=2", "--wrap", "true"]):
+                 ["srun", "--pty", "true"], ["sbatch", "--nodes=2", "--wrap", "true"]):
         p = run(*args, check=False)
         if p.returncode != 1 or not p.stderr.strip():
             sys.exit(f"{args}: exit {p.returncode}, stderr {p.stderr!r}")
