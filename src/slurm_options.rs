@@ -320,44 +320,14 @@ static SALLOC: std::sync::LazyLock<Vec<SlurmOption>> = std::sync::LazyLock::new(
 });
 
 /// The options of `salloc` that `sbatch` has not.
+#[rustfmt::skip]
 const SALLOC_OWN: &[SlurmOption] = &[
-    opt(
-        &["--bell"],
-        Value::None,
-        Decision::Quiet("nothing rings: the allocation's start is said on the terminal"),
-    ),
-    opt(
-        &["--no-bell"],
-        Value::None,
-        Decision::Quiet("nothing rings: the allocation's start is said on the terminal"),
-    ),
-    opt(
-        &["-I", "--immediate"],
-        Value::Optional,
-        Decision::Accepted("an allocation waits in the queue as any job does; Ctrl-C withdraws it"),
-    ),
-    opt(
-        &["-K", "--kill-command"],
-        Value::Optional,
-        Decision::Accepted(
-            "the command is hung up (SIGHUP, then SIGKILL) when its allocation ends first",
-        ),
-    ),
-    opt(
-        &["--no-shell"],
-        Value::None,
-        Decision::Refused("an allocation without a session is a batch job: submit it with sbatch"),
-    ),
-    opt(
-        &["--wait-all-nodes"],
-        Value::Required,
-        Decision::Accepted("srun waits for each node's task server as it must"),
-    ),
-    opt(
-        &["--x11"],
-        Value::Optional,
-        Decision::Refused("X11 forwarding is not supported"),
-    ),
+    opt(&["--bell"], Value::None, Decision::Quiet("nothing rings: the allocation's start is said on the terminal")),
+    opt(&["--no-bell"], Value::None, Decision::Quiet("nothing rings: the allocation's start is said on the terminal")),
+    opt(&["-I", "--immediate"], Value::Optional, Decision::Accepted("an allocation waits in the queue as any job does; Ctrl-C withdraws it")),
+    opt(&["-K", "--kill-command"], Value::Optional, Decision::Accepted("the command is hung up (SIGHUP, then SIGKILL) when its allocation ends first")),
+    opt(&["--no-shell"], Value::None, Decision::Refused("an allocation without a session is a batch job: submit it with sbatch")),
+    opt(&["--x11"], Value::Optional, Decision::Refused("X11 forwarding is not supported")),
 ];
 
 /// `sbatch`.

@@ -17,7 +17,7 @@ use crate::proto::{AllocationView, Control, Reply, Request};
 /// How often a pending allocation is looked at.
 const PENDING_LOOK: Duration = Duration::from_millis(300);
 /// How often a running one is (the controller ends one not looked at
-/// for `ALLOCATION_UNWATCHED`).
+/// for `[interactive] unwatched_after`).
 pub const RUNNING_LOOK: Duration = Duration::from_secs(2);
 
 /// A granted allocation.

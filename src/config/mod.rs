@@ -11,6 +11,7 @@ mod accounts;
 mod containers;
 mod error;
 mod gpus;
+mod interactive;
 mod pool;
 mod qos;
 mod raw;

@@ -76,6 +76,21 @@ pub(super) struct RawConfig {
     pub(super) web: RawWeb,
     #[serde(default)]
     pub(super) containers: RawContainers,
+    #[serde(default)]
+    pub(super) interactive: RawInteractive,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawInteractive {
+    pub(super) max_sessions_per_user: Option<u32>,
+    pub(super) max_gpus_per_user: Option<u32>,
+    #[serde(default, deserialize_with = "de_time_limit")]
+    pub(super) max_time: Option<Option<u64>>,
+    #[serde(default, deserialize_with = "de_time_limit")]
+    pub(super) default_time: Option<Option<u64>>,
+    pub(super) qos: Option<Spanned<String>>,
+    pub(super) unwatched_after: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]

@@ -224,6 +224,8 @@ pub struct Config {
     pub web: Web,
     /// `[containers]`: the runtime and images of jobs' containers.
     pub containers: Containers,
+    /// `[interactive]`.
+    pub interactive: Interactive,
     pub spool_dir: PathBuf,
     pub node_name: String,
     pub admins: Vec<String>,
@@ -472,6 +474,37 @@ pub struct Pool {
 
 /// A day: a controller down over a night still finds its jobs.
 pub const DEFAULT_FROZEN_LIMIT: std::time::Duration = std::time::Duration::from_secs(86_400);
+
+/// The `[interactive]` table: limits and QoS of interactive sessions.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Interactive {
+    /// Sessions (pending or running) a user may hold at once.
+    pub max_sessions_per_user: Option<u32>,
+    /// GPUs a user's sessions may hold (or ask for) at once.
+    pub max_gpus_per_user: Option<u32>,
+    /// The longest session, in seconds.
+    pub max_time: Option<u64>,
+    /// A session's time limit when it names none.
+    pub default_time: Option<u64>,
+    /// The QoS of sessions that name none.
+    pub qos: Option<String>,
+    /// How long a session may go without its salloc (or srun) looking
+    /// at it before the controller ends it.
+    pub unwatched_after: std::time::Duration,
+}
+
+impl Default for Interactive {
+    fn default() -> Interactive {
+        Interactive {
+            max_sessions_per_user: None,
+            max_gpus_per_user: None,
+            max_time: None,
+            default_time: None,
+            qos: None,
+            unwatched_after: std::time::Duration::from_secs(60),
+        }
+    }
+}
 
 /// `[containers]`: how jobs run in container images (`--container-image`).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -66,6 +66,7 @@ impl RawConfig {
             pool,
             web: super::web::web(self.web, &src)?,
             containers: super::containers::containers(self.containers, &src)?,
+            interactive: super::interactive::interactive(self.interactive, &qos, &src)?,
             path: path.to_path_buf(),
             spool_dir,
             timezone,

@@ -15,20 +15,16 @@
 //!
 //! [`forwarded`]: super::forwarded
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crate::model::job::{ExitStatus, Job, JobId, JobState};
+use crate::config::Interactive;
+use crate::model::job::{ExitStatus, Job, JobId, JobRequest, JobState};
 use crate::proto::{AllocationView, Reply};
 
 use super::control::Requester;
 use super::error::DaemonError;
 use super::peers::RunLink;
 use super::state::Daemon;
-
-/// How long an allocation may go without its holder looking at it
-/// (salloc and srun look every 2 s while they wait and while the session
-/// runs; a controller restart is waited out by them).
-pub(super) const UNWATCHED: Duration = Duration::from_secs(60);
 
 impl Daemon {
     /// How interactive allocation `id` stands, for `who`.
@@ -143,8 +139,10 @@ impl Daemon {
     }
 
     /// Ends the allocations whose holder (salloc, srun) has not looked
-    /// at them for [`UNWATCHED`]: the session is gone (killed, its host
-    /// down), and nothing else would give their resources back.
+    /// at them for `[interactive] unwatched_after` (a minute): the
+    /// session is gone (killed, its host down), and nothing else would
+    /// give their resources back. salloc and srun look every 2 s, while
+    /// they wait and while the session runs.
     pub(super) fn end_unwatched_allocations(&mut self, now: i64) -> Result<(), DaemonError> {
         let live: Vec<(JobId, JobState)> = self
             .jobs
@@ -158,12 +156,13 @@ impl Daemon {
             // One not seen since this controller started is given the
             // whole span from now.
             let seen = *self.allocation_seen.entry(id).or_insert_with(Instant::now);
-            if seen.elapsed() < UNWATCHED {
+            let unwatched = self.config.interactive.unwatched_after;
+            if seen.elapsed() < unwatched {
                 continue;
             }
             let why = format!(
                 "its session stopped answering for {} s (salloc or srun gone)",
-                UNWATCHED.as_secs()
+                unwatched.as_secs()
             );
             tracing::info!(target: "ysched::daemon", "job {id}: {why}");
             match state {
@@ -172,6 +171,28 @@ impl Daemon {
             }
         }
         Ok(())
+    }
+
+    /// For an interactive allocation: its QoS and time limit where it
+    /// names none (`[interactive]`), then why it is refused, if it is:
+    /// a batch-only option, or over the user's session limits.
+    pub(super) fn session_refusal(&self, request: &mut JobRequest, uid: u32) -> Option<String> {
+        if !request.interactive {
+            return None;
+        }
+        let rules = &self.config.interactive;
+        if request.qos.is_none() {
+            request.qos = rules.qos.clone();
+        }
+        if request.time_limit.is_none() {
+            request.time_limit = rules.default_time.map(Some);
+        }
+        let held: Vec<&Job> = self
+            .jobs
+            .all()
+            .filter(|j| j.interactive && j.uid == uid && j.state.is_active())
+            .collect();
+        judge_session(rules, request, &held)
     }
 
     /// Keeps the step link of interactive allocation `job`'s run, which
@@ -229,4 +250,52 @@ fn allocation_environment(job: &Job, link: &RunLink, daemon: &Daemon) -> Vec<(St
         env.push(("SLURM_GPUS_PER_TASK", g.to_string()));
     }
     env.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
+
+/// Why session `request` is refused, given the sessions its user holds
+/// (`held`, pending or running) and the site's `rules`; `None`: taken.
+/// A session over a limit is refused at once rather than left waiting:
+/// its user is at the terminal.
+fn judge_session(rules: &Interactive, request: &JobRequest, held: &[&Job]) -> Option<String> {
+    if request.array.is_some() {
+        return Some("--array: an interactive allocation is one session".into());
+    }
+    if request.container.is_some() {
+        return Some("--container-image: an allocation runs no image itself; give it to srun, whose tasks then run in it".into());
+    }
+    if let Some(max) = rules.max_time {
+        let asked = request.time_limit.flatten();
+        if asked.is_none_or(|t| t > max) {
+            return Some(format!(
+                "an interactive session may last at most {} ([interactive] max_time): ask for less with -t",
+                crate::model::units::format_duration(max)
+            ));
+        }
+    }
+    let ids = || {
+        held.iter()
+            .map(|j| j.id.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if let Some(max) = rules.max_sessions_per_user {
+        if held.len() as u32 >= max {
+            return Some(format!(
+                "you hold {} interactive sessions (jobs {}), the most [interactive] max_sessions_per_user allows: end one first (yscancel ID)",
+                held.len(),
+                ids()
+            ));
+        }
+    }
+    if let Some(max) = rules.max_gpus_per_user {
+        let holding: u32 = held.iter().map(|j| j.gpus.count * j.node_count()).sum();
+        let asking = request.gpus.count * request.tasks.nodes_min.max(1);
+        if holding + asking > max {
+            return Some(format!(
+                "interactive sessions may hold {max} GPUs per user ([interactive] max_gpus_per_user); yours hold {holding} (jobs {}) and this one asks for {asking}",
+                ids()
+            ));
+        }
+    }
+    None
 }

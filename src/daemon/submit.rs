@@ -117,6 +117,9 @@ impl Daemon {
         if let Some(why) = self.container_refusal(request, uid) {
             return Ok(Err(Refusal(why)));
         }
+        if let Some(why) = self.session_refusal(request, uid) {
+            return Ok(Err(Refusal(why)));
+        }
         if request.exclusive {
             self.make_exclusive(request);
         }

@@ -342,3 +342,49 @@ fn pty_steps_and_batch_options_are_refused_where_they_cannot_work() {
         "{output}"
     );
 }
+
+#[test]
+fn session_limits_refuse_what_would_skip_the_queue_and_a_lost_salloc_gives_its_gpus_back() {
+    require_root!();
+    let user = TestUser::create("lim");
+    let c = Cluster::started(
+        "[interactive]\nmax_sessions_per_user = 1\nmax_gpus_per_user = 2\nmax_time = \"10:00\"\nqos = \"low\"\nunwatched_after = \"5s\"\n",
+    );
+    let refused = |args: &[&str], why: &str| {
+        let mut command = vec!["salloc"];
+        command.extend(args);
+        command.push("true");
+        let out = as_user(&c, &user.name, &command)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(stderr(&out).contains(why), "{}", stderr(&out));
+    };
+    refused(&["-t", "20:00"], "[interactive] max_time");
+    refused(&["-G", "3", "-t", "5"], "[interactive] max_gpus_per_user");
+    let (child, id) = session(&c, &user.name, &["-G", "1", "-t", "5"]);
+    assert_eq!(
+        c.field(id, "QOS"),
+        "low",
+        "a session's QoS is [interactive]'s"
+    );
+    refused(
+        &["-G", "1", "-t", "5"],
+        &format!("you hold 1 interactive sessions (jobs {id})"),
+    );
+    // A salloc killed outright never ends its allocation: the controller
+    // does, once nobody has looked at it for unwatched_after.
+    let killed = Command::new("pkill")
+        .args(["-KILL", "-u", &user.name, "-x", "salloc"])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    drop(child);
+    assert_eq!(c.wait_done(id, LONG), "CANCELLED");
+    let reason = c.field(id, "Reason");
+    let _ = Command::new("pkill")
+        .args(["-u", &user.name, "sleep"])
+        .status();
+    assert!(reason.contains("stopped answering"), "{reason}");
+}
