@@ -617,7 +617,7 @@ pub fn for_each_ended(
         "SELECT account, user, state, submit_time, begin_time, start_time, gpu_seconds, \
          COALESCE(billing, 0), preempt_count, id, name, gpus_alloc, gpu_samples, gpu_util_sum, \
          gpu_util_max, gpu_mem_max_mb, gpu_low_secs, end_time, preemptions_caused, node, gpu_type, \
-         image_reference, image_digest \
+         image_reference, image_digest, interactive \
          FROM jobs WHERE end_time >= ?1 AND end_time < ?2 ORDER BY end_time",
     )?;
     let mut rows = stmt.query(params![from, to])?;
@@ -638,6 +638,7 @@ pub fn for_each_ended(
             billing: row.get(7)?,
             preempt_count: row.get(8)?,
             id: row.get::<_, i64>(9)? as JobId,
+            interactive: row.get(23)?,
             // Reports name only jobs ranked as waste: idle while sampled.
             name: if low_secs > 0 {
                 row.get(10)?

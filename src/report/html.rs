@@ -452,6 +452,7 @@ mod tests {
         let name = "<script>alert(\"x\")</script>'&".to_string() + &"n".repeat(500);
         let job = EndedJob {
             id: 7,
+            interactive: false,
             name: name.clone(),
             gpus: 2,
             gpu_usage: crate::model::gpu::JobGpuUsage {
@@ -496,6 +497,7 @@ mod tests {
         // Ran 2 GPUs from 22:00 on day 0 to 02:00 on day 1: 4 + 4 GPU-hours.
         let job = EndedJob {
             id: 1,
+            interactive: false,
             name: "j".into(),
             gpus: 2,
             gpu_usage: Default::default(),

@@ -15,6 +15,8 @@ use crate::model::job::JobState;
 #[derive(Clone, Debug, PartialEq)]
 pub struct EndedJob {
     pub id: crate::model::job::JobId,
+    /// An interactive session (`salloc`, `srun` outside a job).
+    pub interactive: bool,
     pub name: String,
     /// GPUs it held (its last run's).
     pub gpus: u32,
@@ -152,6 +154,11 @@ pub struct Line {
     pub gpu_util_mean: Option<f64>,
     /// GPU-hours its jobs' GPUs spent below the low-utilisation threshold.
     pub idle_gpu_hours: f64,
+    /// Of its jobs, the interactive sessions, and their GPU-hours.
+    #[serde(default)]
+    pub interactive_jobs: u64,
+    #[serde(default)]
+    pub interactive_gpu_hours: f64,
 }
 
 /// How the runs of an account's jobs stopped by preemption or reclaim
@@ -336,6 +343,11 @@ pub struct Summary {
     pub util_sum: u64,
     /// GPU-seconds spent below the low-utilisation threshold.
     pub low_gpu_seconds: u64,
+    /// Interactive sessions, and their GPU-seconds.
+    #[serde(default)]
+    pub interactive_jobs: u64,
+    #[serde(default)]
+    pub interactive_gpu_seconds: i64,
     /// GPU-hours per day, by the day's start.
     pub daily: BTreeMap<i64, f64>,
 }
@@ -362,6 +374,10 @@ impl Summary {
         self.util_samples += u64::from(job.gpu_usage.samples);
         self.util_sum += job.gpu_usage.utilization_sum;
         self.low_gpu_seconds += job.gpu_usage.low_secs * u64::from(job.gpus);
+        if job.interactive {
+            self.interactive_jobs += 1;
+            self.interactive_gpu_seconds += job.gpu_seconds;
+        }
         spread(job, period, |day, hours| {
             *self.daily.entry(period.days[day]).or_default() += hours;
         });
@@ -402,6 +418,8 @@ impl Sums {
         l.preemptions += s.preemptions;
         l.preemptions_caused += s.preemptions_caused;
         l.idle_gpu_hours += s.low_gpu_seconds as f64 / 3600.0;
+        l.interactive_jobs += s.interactive_jobs;
+        l.interactive_gpu_hours += s.interactive_gpu_seconds as f64 / 3600.0;
         self.wait_sum += s.wait_sum;
         for (&bound, &n) in &s.waits {
             self.waits.extend(std::iter::repeat_n(bound, n as usize));
@@ -432,6 +450,10 @@ impl Sums {
         self.util_samples += u64::from(job.gpu_usage.samples);
         self.util_sum += job.gpu_usage.utilization_sum;
         self.line.idle_gpu_hours += job.gpu_usage.low_secs as f64 * f64::from(job.gpus) / 3600.0;
+        if job.interactive {
+            self.line.interactive_jobs += 1;
+            self.line.interactive_gpu_hours += job.gpu_seconds as f64 / 3600.0;
+        }
     }
 
     fn finish(mut self, total_gpu_hours: f64) -> Line {
@@ -925,6 +947,29 @@ fn render_breakdown<'a>(
     out.push('\n');
 }
 
+/// How much of each account's use was interactive sessions (salloc,
+/// srun outside a job), and their GPUs' idle time: a session holding
+/// GPUs it does not use is the waste this shows.
+fn render_interactive(out: &mut String, report: &UsageReport) {
+    if report.total.interactive_jobs == 0 {
+        return;
+    }
+    out.push_str("Interactive sessions (salloc, srun outside a job)\n");
+    for line in report.accounts.iter().filter(|l| l.interactive_jobs > 0) {
+        let share = if line.gpu_hours > 0.0 {
+            line.interactive_gpu_hours / line.gpu_hours * 100.0
+        } else {
+            0.0
+        };
+        let _ = writeln!(
+            out,
+            "  {:<16} {:>7} sessions  {:>10.1} GPU-hours  {share:>5.1}% of the account's",
+            line.account, line.interactive_jobs, line.interactive_gpu_hours
+        );
+    }
+    out.push('\n');
+}
+
 pub fn render_text(report: &UsageReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -937,6 +982,7 @@ pub fn render_text(report: &UsageReport) -> String {
         return out;
     }
     render_usage_table(&mut out, report);
+    render_interactive(&mut out, report);
     // A pool's nodes (one server: nothing to break down).
     if report.nodes.len() > 1 {
         let rows = report.nodes.iter();
@@ -1072,6 +1118,7 @@ mod tests {
     fn job(account: &str, user: &str, wait: i64, gpu_seconds: i64, state: JobState) -> EndedJob {
         EndedJob {
             id: 1,
+            interactive: false,
             name: "j".into(),
             gpus: 1,
             gpu_usage: Default::default(),
@@ -1090,6 +1137,45 @@ mod tests {
             gpu_type: None,
             image: None,
         }
+    }
+
+    #[test]
+    fn interactive_sessions_are_counted_apart_within_their_accounts() {
+        let period = Period {
+            from: 0,
+            to: 10,
+            label: "x".into(),
+            days: Vec::new(),
+        };
+        let session = EndedJob {
+            interactive: true,
+            ..job("vision", "alice", 0, 3_600, JobState::Completed)
+        };
+        let jobs = vec![
+            session.clone(),
+            session,
+            job("vision", "alice", 0, 7_200, JobState::Completed),
+            job("nlp", "bob", 0, 3_600, JobState::Completed),
+        ];
+        let r = build(period, 3_600, jobs);
+        let vision = r.accounts.iter().find(|l| l.account == "vision").unwrap();
+        assert_eq!(vision.interactive_jobs, 2);
+        assert!((vision.interactive_gpu_hours - 2.0).abs() < 1e-9);
+        assert_eq!(r.total.interactive_jobs, 2);
+        let text = render_text(&r);
+        assert!(
+            text.contains("Interactive sessions (salloc, srun outside a job)\n  vision")
+                && text.contains("2 sessions")
+                && text.contains("50.0% of the account's"),
+            "{text}"
+        );
+        let section = text.split("Interactive sessions").nth(1).unwrap();
+        let section = section.split("\n\n").next().unwrap();
+        assert_eq!(
+            section.lines().count(),
+            2,
+            "one account had sessions: {section}"
+        );
     }
 
     #[test]
