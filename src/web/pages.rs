@@ -256,14 +256,24 @@ pub enum OutputTail {
     Withheld(String),
 }
 
-/// One job in full, its actions, and the end of its output (or why not).
-pub fn job_page(view: &JobView, now: i64, viewer: &Viewer, output: OutputTail) -> String {
+/// One job in full, its actions, its steps, and the end of its output
+/// (or why not).
+pub fn job_page(
+    view: &JobView,
+    now: i64,
+    viewer: &Viewer,
+    output: OutputTail,
+    steps: &[JobView],
+) -> String {
     let job = &view.job;
     let mut out = String::from("<div class=\"scroll\"><table>");
     let mut row = |label: &str, value: String| {
         let _ = write!(out, "<tr><th>{label}</th><td>{value}</td></tr>");
     };
     row("Name", escape(&job.name));
+    if job.interactive {
+        row("Kind", "interactive session (salloc, srun)".into());
+    }
     row("User", escape(&job.user));
     row(
         "Account / QoS",
@@ -282,6 +292,7 @@ pub fn job_page(view: &JobView, now: i64, viewer: &Viewer, output: OutputTail) -
     row("Comment", escape(job.comment.as_deref().unwrap_or("")));
     out.push_str("</table></div>");
     let _ = write!(out, "<p>{}</p>", actions(view, viewer));
+    out.push_str(&step_table(steps, now));
     out.push_str("<h2>Output</h2>");
     match output {
         OutputTail::Shown {
@@ -301,6 +312,41 @@ pub fn job_page(view: &JobView, now: i64, viewer: &Viewer, output: OutputTail) -
             let _ = write!(out, "<p class=\"note\" id=\"output\">{}</p>", escape(&why));
         }
     }
+    out
+}
+
+/// A job's steps, a row each: its id, command, state, exit, times,
+/// tasks and nodes (nothing for a job without steps).
+fn step_table(steps: &[JobView], now: i64) -> String {
+    if steps.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "<h2>Steps</h2><div class=\"scroll\"><table id=\"steps\"><tr><th>Step</th><th>Command</th>\
+         <th>State</th><th>Exit</th><th>Started</th><th>Elapsed</th><th>Tasks</th><th>Nodes</th></tr>",
+    );
+    for view in steps {
+        let (job, Some(step)) = (&view.job, &view.step) else {
+            continue;
+        };
+        let elapsed = job
+            .start_time
+            .map(|s| format_elapsed((job.end_time.unwrap_or(now) - s).max(0) as u64))
+            .unwrap_or_default();
+        let _ = write!(
+            out,
+            "<tr><td>{}.{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{elapsed}</td><td>{}</td><td>{}</td></tr>",
+            job.display_id(),
+            step.id,
+            escape(&job.name),
+            job.state.name(),
+            job.exit.map(|e| e.to_string()).unwrap_or_default(),
+            job.start_time.map(format_timestamp).unwrap_or_default(),
+            step.tasks,
+            escape(&job.nodelist()),
+        );
+    }
+    out.push_str("</table></div>");
     out
 }
 

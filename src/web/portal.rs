@@ -274,8 +274,26 @@ fn job(page: &Page) -> Result<Response, Response> {
             "ysctld gave an answer of the wrong kind: {other:?}"
         )),
     };
-    let body = pages::job_page(view, now, &page.viewer(), output);
+    let steps = job_steps(page, r)?;
+    let body = pages::job_page(view, now, &page.viewer(), output, &steps);
     Ok(page.page(&format!("Job {}", view.job.display_id()), "", &body, None))
+}
+
+/// The steps of job `r` (`srun` in it or in its session), as the
+/// accounting lists them; none when it has none or they are not shown.
+fn job_steps(page: &Page, r: JobRef) -> Result<Vec<crate::report::view::JobView>, Response> {
+    let query = Query::Accounting {
+        filter: crate::proto::JobFilter {
+            job_ids: vec![r],
+            ..Default::default()
+        },
+        fields: None,
+        steps: true,
+    };
+    Ok(match page.ask(Request::Query(query))? {
+        Reply::Jobs { jobs, .. } => jobs.into_iter().filter(|v| v.step.is_some()).collect(),
+        _ => Vec::new(),
+    })
 }
 
 /// `POST /job/ID/ACTION`: cancel, hold, release or approve, as the user;

@@ -860,4 +860,17 @@ fn a_jobs_steps_are_in_its_accounting_answer_as_slurmdbd_nests_them() {
         "{answer}"
     );
     assert_eq!(steps[0]["tasks"]["count"], 1);
+    // The portal's page of the job lists them too.
+    let session = format!("ysched_session={token}");
+    let (status, page) = web.call("GET", &format!("/job/{id}"), &[("Cookie", &session)], b"");
+    assert_eq!(status, 200, "{page}");
+    let table = page.split("<table id=\"steps\">").nth(1).expect(&page);
+    assert!(
+        table.contains(&format!(
+            "<td>{id}.0</td><td>true</td><td>COMPLETED</td><td>0:0</td>"
+        )) && table.contains(&format!(
+            "<td>{id}.1</td><td>sh</td><td>FAILED</td><td>2:0</td>"
+        )),
+        "{table}"
+    );
 }
