@@ -1176,11 +1176,18 @@ fn record_step(
         .unwrap_or_default();
     let env = |k: &str| std::env::var(k).ok();
     let (nodes, tasks) = if wide {
-        let tasks = args
-            .ntasks
-            .or_else(|| env("SLURM_NTASKS").and_then(|n| n.parse().ok()))
-            .unwrap_or(1);
-        (env("SLURM_JOB_NODELIST").unwrap_or_default(), tasks)
+        let nodes = args
+            .nodes
+            .as_deref()
+            .and_then(crate::model::tasks::parse_nodes);
+        let ntasks = if args.pty { Some(1) } else { args.ntasks };
+        let nodes = if args.pty { Some((1, 1)) } else { nodes };
+        super::srun::planned(ntasks, nodes, args.ntasks_per_node).unwrap_or_else(|| {
+            let tasks = ntasks
+                .or_else(|| env("SLURM_NTASKS").and_then(|n| n.parse().ok()))
+                .unwrap_or(1);
+            (env("SLURM_JOB_NODELIST").unwrap_or_default(), tasks)
+        })
     } else {
         (node.unwrap_or_default().to_string(), 1)
     };

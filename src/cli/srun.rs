@@ -144,7 +144,7 @@ fn start_and_collect(mut request: StepRequest, step: u32) -> Result<i32, CliErro
             job.names[0]
         )));
     }
-    let counts = layout(&request, &job)?;
+    let counts = layout(&Shape::of(&request), &job)?;
     let orders = orders(&request, &job, &counts, step);
     let (tx, rx) = mpsc::channel();
     // In an allocation srun is on no node of it: every node's tasks
@@ -196,8 +196,47 @@ fn start_and_collect(mut request: StepRequest, step: u32) -> Result<i32, CliErro
     Ok(tasks.collect(rx, total, &request, &mut output))
 }
 
+/// Where a step of this shape runs in the job or allocation srun is in:
+/// its nodes and its number of tasks, as its record gives them (`None`
+/// where the shape does not fit; the step then fails with why).
+pub fn planned(
+    ntasks: Option<u32>,
+    nodes: Option<(u32, u32)>,
+    ntasks_per_node: Option<u32>,
+) -> Option<(String, u32)> {
+    let job = JobNodes::from_environment().ok()?;
+    let shape = Shape {
+        ntasks,
+        nodes,
+        ntasks_per_node,
+        gpus_per_task: None,
+    };
+    let counts = layout(&shape, &job).ok()?;
+    let names = crate::model::hostlist::compress(&job.names[..counts.len()]);
+    Some((names, counts.iter().sum()))
+}
+
+/// What decides a step's layout, of its request.
+struct Shape {
+    ntasks: Option<u32>,
+    nodes: Option<(u32, u32)>,
+    ntasks_per_node: Option<u32>,
+    gpus_per_task: Option<u32>,
+}
+
+impl Shape {
+    fn of(request: &StepRequest) -> Shape {
+        Shape {
+            ntasks: request.ntasks,
+            nodes: request.nodes,
+            ntasks_per_node: request.ntasks_per_node,
+            gpus_per_task: request.gpus_per_task,
+        }
+    }
+}
+
 /// Tasks on each of the step's nodes.
-fn layout(request: &StepRequest, job: &JobNodes) -> Result<Vec<u32>, CliError> {
+fn layout(request: &Shape, job: &JobNodes) -> Result<Vec<u32>, CliError> {
     let available = job.names.len() as u32;
     let (min, max) = request.nodes.unwrap_or((1, available));
     if min > available {

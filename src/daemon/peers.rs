@@ -240,7 +240,9 @@ impl Daemon {
             .chain(peers.iter().map(|(p, s)| (p.as_str(), *s)))
             .find(|(_, s)| *s == PartState::Lost)
             .or_else(|| {
-                let early = batch == PartState::Running;
+                // A part that ends while the job stops (cancelled, timed
+                // out, its session over) ends in its turn, not early.
+                let early = batch == PartState::Running && job.state == JobState::Running;
                 peers
                     .iter()
                     .find(|(_, s)| early && *s != PartState::Running)

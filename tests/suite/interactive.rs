@@ -35,18 +35,20 @@ fn as_user(c: &Cluster, user: &str, command: &[&str]) -> Command {
 /// `command` as `user` on a pseudo-terminal, through `steps` (see
 /// pty_drive.py): what the terminal showed, ending in how it exited.
 fn on_terminal(c: &Cluster, user: &str, steps: &[&str], command: &[&str]) -> String {
+    on_terminal_with(as_user(c, user, command), steps)
+}
+
+/// `command` (a runuser line) on a pseudo-terminal, through `steps`.
+pub(crate) fn on_terminal_with(command: Command, steps: &[&str]) -> String {
     let driver = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/suite/pty_drive.py");
-    let runuser = as_user(c, user, command);
-    let mut line = vec![runuser.get_program().to_string_lossy().into_owned()];
-    line.extend(runuser.get_args().map(|a| a.to_string_lossy().into_owned()));
-    let out = Command::new("python3")
-        .arg(driver)
-        .args(steps)
-        .arg("--")
-        .args(&line)
-        .current_dir(&c.work)
-        .output()
-        .unwrap();
+    let mut line = vec![command.get_program().to_string_lossy().into_owned()];
+    line.extend(command.get_args().map(|a| a.to_string_lossy().into_owned()));
+    let mut driven = Command::new("python3");
+    driven.arg(driver).args(steps).arg("--").args(&line);
+    if let Some(dir) = command.get_current_dir() {
+        driven.current_dir(dir);
+    }
+    let out = driven.output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     stdout(&out)
 }
@@ -63,7 +65,7 @@ fn records(c: &Cluster, user: &str, id: u64, fields: &str) -> Vec<String> {
 }
 
 /// The allocation id salloc or srun printed (`Granted job allocation N`).
-fn granted(text: &str) -> u64 {
+pub(crate) fn granted(text: &str) -> u64 {
     let at = text.find("Granted job allocation ").expect(text) + 23;
     text[at..]
         .split(|ch: char| !ch.is_ascii_digit())
@@ -387,4 +389,71 @@ fn session_limits_refuse_what_would_skip_the_queue_and_a_lost_salloc_gives_its_g
         .args(["-u", &user.name, "sleep"])
         .status();
     assert!(reason.contains("stopped answering"), "{reason}");
+}
+
+#[test]
+fn an_allocations_step_key_is_its_users_alone() {
+    require_root!();
+    let (user, other) = (TestUser::create("key"), TestUser::create("kez"));
+    let c = Cluster::started("");
+    let (child, id) = session(&c, &user.name, &["-G", "1", "-t", "5"]);
+    let attach = ysched::proto::Control::Attach { job_id: id };
+    let theirs = crate::steps::forged(&c, &other, attach.clone());
+    assert!(
+        theirs["error"].as_str().unwrap_or("").contains(&format!(
+            "permission denied: job {id} belongs to {}",
+            user.name
+        )),
+        "{theirs}"
+    );
+    assert!(!theirs.to_string().contains("YS_STEP_KEY"), "{theirs}");
+    let ended = crate::steps::forged(
+        &c,
+        &other,
+        ysched::proto::Control::EndAllocation {
+            job_id: id,
+            exit_code: 0,
+            signal: 0,
+        },
+    );
+    assert!(
+        ended["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("permission denied"),
+        "{ended}"
+    );
+    // The user's own look has it, and is not kept in the database.
+    let mine = crate::steps::forged(&c, &user, attach);
+    let key = mine["environment"]
+        .as_array()
+        .and_then(|vars| vars.iter().find(|v| v[0] == "YS_STEP_KEY"))
+        .and_then(|v| v[1].as_str())
+        .unwrap_or_else(|| panic!("{mine}"))
+        .to_string();
+    let db = std::fs::read(c.spool.join("ysched.db")).unwrap_or_default();
+    let wal = std::fs::read(c.spool.join("ysched.db-wal")).unwrap_or_default();
+    let kept = |bytes: &[u8]| bytes.windows(key.len()).any(|w| w == key.as_bytes());
+    assert!(
+        !kept(&db) && !kept(&wal),
+        "the step key was written to the database"
+    );
+    // A batch job is no allocation to look at.
+    let out = c.run_as(&user.name, "ysbatch", &["--parsable", "--wrap", "sleep 30"]);
+    let batch: u64 = stdout(&out).trim().parse().expect(&stderr(&out));
+    let refused = crate::steps::forged(&c, &user, ysched::proto::Control::Attach { job_id: batch });
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("is a batch job, not an interactive allocation"),
+        "{refused}"
+    );
+    let out = c.run("yscancel", &[&batch.to_string(), &id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let _ = ended_within(child);
+}
+
+fn ended_within(child: std::process::Child) -> (Option<i32>, String) {
+    ended(child, LONG)
 }

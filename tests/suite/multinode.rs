@@ -16,6 +16,7 @@ fn shims(p: &Pool) -> String {
     let _ = std::fs::create_dir(&dir);
     let _ = std::os::unix::fs::symlink(bin_dir().join("ysched-slurm"), dir.join("srun"));
     let _ = std::os::unix::fs::symlink(bin_dir().join("ysched-slurm"), dir.join("scontrol"));
+    let _ = std::os::unix::fs::symlink(bin_dir().join("ysched-slurm"), dir.join("salloc"));
     dir.display().to_string()
 }
 
@@ -269,7 +270,7 @@ fn a_node_lost_mid_job_ends_it_node_fail_with_nothing_left_on_any_node() {
 }
 
 #[test]
-fn srun_outside_a_job_and_a_pool_too_small_are_refused_with_the_reason() {
+fn a_pool_too_small_is_refused_with_the_reason() {
     require_root_for_nodes!();
     let p = Pool::new(2, "");
     let out = p.controller.run("ysbatch", &["-N", "3", "--wrap", "true"]);
@@ -281,16 +282,107 @@ fn srun_outside_a_job_and_a_pool_too_small_are_refused_with_the_reason() {
     );
     let out = std::process::Command::new(bin_dir().join("ysched-slurm"))
         .arg0_srun()
-        .args(["-n", "2", "true"])
+        .args(["-N", "3", "true"])
+        .env("YS_CONF", &p.controller.config)
         .env_remove("SLURM_JOB_ID")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stderr(&out).contains("only inside a batch job"),
-        "{}",
+        stderr(&out).contains("--nodes=3: the pool has 2 node(s)"),
+        "srun outside a job asks for an allocation, judged as a job is: {}",
         stderr(&out)
     );
+}
+
+/// `command` as `user` from the controller's host (outside every node's
+/// namespace), with the compat layer first in its PATH.
+fn as_user(p: &Pool, user: &str, command: &[&str]) -> std::process::Command {
+    let mut cmd = std::process::Command::new("runuser");
+    cmd.args(["-u", user, "--", "env"])
+        .arg(format!("YS_CONF={}", p.controller.config.display()))
+        .arg(format!("PATH={}:/usr/local/bin:/usr/bin:/bin", shims(p)))
+        .args(command)
+        .current_dir(&p.controller.work);
+    cmd
+}
+
+#[test]
+fn an_interactive_shell_runs_on_the_node_chosen_and_a_sessions_steps_span_the_pool() {
+    require_root_for_nodes!();
+    let p = Pool::new(2, "");
+    let user = common::TestUser::create("ipo");
+    // The shell is on gpu11; the terminal stays here.
+    let shown = crate::interactive::on_terminal_with(
+        as_user(
+            &p,
+            &user.name,
+            &[
+                "srun", "-w", "gpu11", "-G", "1", "-t", "5", "--pty", "/bin/sh", "-i",
+            ],
+        ),
+        &[
+            "expect=$ ",
+            "send=stty size; echo on=$SLURMD_NODENAME as=$(id -un) gpus=$CUDA_VISIBLE_DEVICES.\\r",
+            "expect=gpus=0.",
+            "resize=33x99",
+            "sleep=0.5",
+            "send=stty size\\r",
+            "expect=33 99",
+            "send=exit 4\\r",
+            "wait",
+        ],
+    );
+    assert!(shown.ends_with("EXIT 4\n"), "{shown}");
+    assert!(
+        shown.contains(&format!("on=gpu11 as={} gpus=0.", user.name)),
+        "{shown}"
+    );
+    assert!(shown.contains("24 80"), "{shown}");
+    let id = crate::interactive::granted(&shown);
+    assert_eq!(p.controller.wait_done(id, LONG), "FAILED");
+    assert_eq!(p.controller.field(id, "NodeList"), "gpu11");
+    // A session over both nodes: each srun's tasks on both, from here.
+    let out = as_user(
+        &p,
+        &user.name,
+        &[
+            "salloc", "-N", "2", "--gres=gpu:1", "-t", "5", "sh", "-c",
+            "srun --label sh -c 'echo $SLURMD_NODENAME $SLURM_PROCID/$SLURM_NTASKS'; srun -N 1 sh -c 'echo alone on $SLURMD_NODENAME'",
+        ],
+    )
+    .stdin(std::process::Stdio::null())
+    .output()
+    .unwrap();
+    let text = stdout_of(&out);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    assert!(
+        text.contains("0: gpu10 0/2") && text.contains("1: gpu11 1/2"),
+        "{text}"
+    );
+    assert!(text.contains("alone on gpu10"), "{text}");
+    let id = crate::interactive::granted(&stderr(&out));
+    assert_eq!(p.controller.wait_done(id, LONG), "COMPLETED");
+    let steps = p.controller.run(
+        "ysacct",
+        &[
+            "-j",
+            &id.to_string(),
+            "-n",
+            "-P",
+            "-o",
+            "JobID,State,NodeList,NTasks",
+        ],
+    );
+    assert_eq!(
+        stdout_of(&steps).lines().collect::<Vec<_>>(),
+        [
+            format!("{id}|COMPLETED|gpu[10-11]|"),
+            format!("{id}.0|COMPLETED|gpu[10-11]|2"),
+            format!("{id}.1|COMPLETED|gpu10|1"),
+        ]
+    );
+    assert!(processes_left(&p).is_empty(), "{:?}", processes_left(&p));
 }
 
 trait Arg0 {

@@ -285,7 +285,11 @@ fn each_task_reads_its_own_input_file() {
 
 /// Drops `control` into the spool as `user` (the files are theirs, as a
 /// hand-made request's would be) and returns the daemon's answer.
-fn forged(c: &Cluster, user: &TestUser, control: ysched::proto::Control) -> serde_json::Value {
+pub(crate) fn forged(
+    c: &Cluster,
+    user: &TestUser,
+    control: ysched::proto::Control,
+) -> serde_json::Value {
     use ysched::proto::{Envelope, Request};
     let name = format!("ctl-forged-{}", std::process::id());
     let reply = c.spool.join("replies").join(&name);
