@@ -440,7 +440,10 @@ fn an_allocations_step_key_is_its_users_alone() {
     );
     // A batch job is no allocation to look at.
     let out = c.run_as(&user.name, "ysbatch", &["--parsable", "--wrap", "sleep 30"]);
-    let batch: u64 = stdout(&out).trim().parse().expect(&stderr(&out));
+    let batch: u64 = stdout(&out)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{}", stderr(&out)));
     let refused = crate::steps::forged(&c, &user, ysched::proto::Control::Attach { job_id: batch });
     assert!(
         refused["error"]
