@@ -109,7 +109,11 @@ impl Allocation {
                     return;
                 }
                 match look(&config, job) {
-                    Ok(view) if view.state == JobState::Running => failures = 0,
+                    // Suspended (preempted by suspension, or by an
+                    // admin), it resumes later: the session waits.
+                    Ok(view) if matches!(view.state, JobState::Running | JobState::Suspended) => {
+                        failures = 0
+                    }
                     Ok(view) => {
                         let why = view.reason.map(|r| format!(" ({r})")).unwrap_or_default();
                         return revoked(format!("{}{why}", view.state));
