@@ -82,7 +82,7 @@ pub fn main(command: &str, body: impl FnOnce() -> CliResult) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             if !e.message.is_empty() {
-                eprintln!("{command}: error: {}", e.message);
+                say(&format!("{command}: error: {}", e.message));
             }
             ExitCode::from(e.code)
         }
@@ -90,7 +90,14 @@ pub fn main(command: &str, body: impl FnOnce() -> CliResult) -> ExitCode {
 }
 
 pub fn warn(command: &str, message: &str) {
-    eprintln!("{command}: warning: {message}");
+    say(&format!("{command}: warning: {message}"));
+}
+
+/// A line on standard error, which may be gone (the terminal of a
+/// session hung up): then it is lost, and the command goes on.
+pub fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// Inside a job, a command that may stop that very job (`scancel

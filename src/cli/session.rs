@@ -46,7 +46,7 @@ pub fn allocate(command: &'static str, mut request: JobRequest) -> Result<Alloca
         Reply::Rejected { error } => return Err(CliError::failed(error)),
         other => return Err(CliError::failed(format!("unexpected reply: {other:?}"))),
     };
-    eprintln!("{command}: Pending job allocation {job}");
+    super::say(&format!("{command}: Pending job allocation {job}"));
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         let _ = signal_hook::flag::register(signal, stop.clone());
@@ -55,7 +55,9 @@ pub fn allocate(command: &'static str, mut request: JobRequest) -> Result<Alloca
     loop {
         if stop.load(Ordering::SeqCst) {
             withdraw(&config, job);
-            eprintln!("{command}: Job allocation {job} has been revoked.");
+            super::say(&format!(
+                "{command}: Job allocation {job} has been revoked."
+            ));
             return Err(CliError::failed(format!(
                 "job {job} withdrawn before it started (interrupted)"
             )));
@@ -65,12 +67,14 @@ pub fn allocate(command: &'static str, mut request: JobRequest) -> Result<Alloca
             JobState::Pending => {
                 let why = view.reason.unwrap_or_else(|| "None".into());
                 if shown.as_deref() != Some(why.as_str()) {
-                    eprintln!("{command}: job {job} queued and waiting for resources ({why})");
+                    super::say(&format!(
+                        "{command}: job {job} queued and waiting for resources ({why})"
+                    ));
                     shown = Some(why);
                 }
             }
             JobState::Running if !view.environment.is_empty() => {
-                eprintln!("{command}: Granted job allocation {job}");
+                super::say(&format!("{command}: Granted job allocation {job}"));
                 return Ok(Allocation {
                     config,
                     job,
@@ -136,12 +140,10 @@ impl Allocation {
             signal,
         };
         match ask(&self.config, Request::Control(control)) {
-            Ok(Reply::Control { .. }) => {
-                eprintln!(
-                    "{}: Relinquishing job allocation {}",
-                    self.command, self.job
-                )
-            }
+            Ok(Reply::Control { .. }) => super::say(&format!(
+                "{}: Relinquishing job allocation {}",
+                self.command, self.job
+            )),
             Ok(Reply::Rejected { error }) => super::warn(self.command, &error),
             Ok(_) => {}
             Err(e) => super::warn(

@@ -181,7 +181,7 @@ fn with_slurm_exit<A>(
             // --wait`: the job's exit code).
             Err(e) if e.message.is_empty() => ExitCode::from(e.code),
             Err(e) => {
-                eprintln!("{name}: error: {}", e.message);
+                super::say(&format!("{name}: error: {}", e.message));
                 ExitCode::from(1)
             }
         },
@@ -842,22 +842,33 @@ impl StepNames {
         crate::model::job::expand_pattern(pattern, &values)
     }
 
-    /// What `--input` gives a step's tasks: a file (per task with `%t`,
-    /// per node with `%n`) or, without it or with `none`, /dev/null.
-    /// srun's own standard input (`all`, a task number) is not passed on.
-    fn input(&self, pattern: Option<&str>) -> Result<Option<super::srun::TaskPath>, CliError> {
-        let Some(pattern) = pattern.filter(|p| !p.eq_ignore_ascii_case("none")) else {
-            return Ok(None);
+    /// What `--input` gives a step's tasks: srun's own standard input
+    /// (`all`, the default, or one task's number), a file (per task with
+    /// `%t`, per node with `%n`), or with `none`, /dev/null.
+    fn input(
+        &self,
+        pattern: Option<&str>,
+    ) -> Result<(Option<super::srun::TaskPath>, super::srun::StdinFor), CliError> {
+        use super::srun::StdinFor;
+        let Some(pattern) = pattern else {
+            return Ok((None, StdinFor::All));
         };
-        if pattern.eq_ignore_ascii_case("all") || pattern.parse::<u32>().is_ok() {
-            return Err(CliError::failed(format!(
-                "--input={pattern}: srun's own standard input is not passed on to a step's tasks here; give a file (%t for one per task) or none"
-            )));
+        if pattern.eq_ignore_ascii_case("none") {
+            return Ok((None, StdinFor::Nobody));
+        }
+        if pattern.eq_ignore_ascii_case("all") {
+            return Ok((None, StdinFor::All));
+        }
+        if let Ok(task) = pattern.parse::<u32>() {
+            return Ok((None, StdinFor::Task(task)));
         }
         let (names, pattern) = (self.clone(), pattern.to_string());
-        Ok(Some(Box::new(move |task, node| {
-            names.path(&pattern, (task, node))
-        })))
+        Ok((
+            Some(Box::new(move |task, node| {
+                names.path(&pattern, (task, node))
+            })),
+            StdinFor::Nobody,
+        ))
     }
 
     /// Where `--output` (or `--error`) `pattern` sends a step's output:
@@ -910,7 +921,7 @@ fn step_request(args: SrunArgs, names: &StepNames) -> Result<super::srun::StepRe
     if args.pty {
         return pty_step_request(args, names);
     }
-    let input = names.input(args.input.as_deref())?;
+    let (input, stdin) = names.input(args.input.as_deref())?;
     let nodes = match args.nodes.as_deref() {
         None => None,
         Some(text) => Some(
@@ -961,6 +972,7 @@ fn step_request(args: SrunArgs, names: &StepNames) -> Result<super::srun::StepRe
         container,
         recorded: None,
         input,
+        stdin,
         pty: false,
     })
 }
@@ -1064,7 +1076,9 @@ fn srun_allocating(args: SrunArgs, words: Vec<OsString>) -> CliResult {
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let job = allocation.job;
     allocation.watch(done.clone(), move |why| {
-        eprintln!("srun: Job allocation {job} has been revoked: {why}.")
+        super::say(&format!(
+            "srun: Job allocation {job} has been revoked: {why}."
+        ))
     });
     let result = srun_step(args);
     done.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -1147,9 +1161,16 @@ fn srun_step(args: SrunArgs) -> Result<i32, CliError> {
     let stdout_file = args.output.as_deref().map(open).transpose()?;
     let stderr_file = args.error.as_deref().map(open).transpose()?;
     match args.input.as_deref() {
-        None => {}
+        // srun's own: the one task's (task 0).
+        None | Some("0") => {}
+        Some(i) if i.eq_ignore_ascii_case("all") => {}
         Some(i) if i.eq_ignore_ascii_case("none") => {
             command.stdin(std::process::Stdio::null());
+        }
+        Some(i) if i.parse::<u32>().is_ok() => {
+            return Err(CliError::failed(format!(
+                "--input={i}: the step has one task, task 0"
+            )))
         }
         Some(i) => {
             let path = path_of(i);

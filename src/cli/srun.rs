@@ -52,6 +52,18 @@ pub struct StepRequest {
     pub input: Option<TaskPath>,
     /// `--pty`: the one task runs on a terminal that srun's drives.
     pub pty: bool,
+    /// Which tasks read srun's own standard input.
+    pub stdin: StdinFor,
+}
+
+/// Which of a step's tasks read srun's standard input (`--input`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StdinFor {
+    Nobody,
+    /// Every task (`all`, Slurm's default).
+    All,
+    /// Task N alone.
+    Task(u32),
 }
 
 /// A file's path for (task, node index): `--output`, `--error` or
@@ -179,6 +191,9 @@ fn start_and_collect(mut request: StepRequest, step: u32) -> Result<i32, CliErro
         super::pty_session::relay(tasks.links.clone());
         super::pty_session::RawTerminal::enter()
     });
+    if !request.pty && request.stdin != StdinFor::Nobody {
+        tasks.pass_input();
+    }
     let total: u32 = counts.iter().sum();
     let node_of = counts
         .iter()
@@ -278,6 +293,12 @@ fn orders(request: &StepRequest, job: &JobNodes, counts: &[u32], step: u32) -> V
         .enumerate()
         .map(|(i, &count)| {
             let tasks: Vec<u32> = (next..next + count).collect();
+            let stdin_tasks = match request.stdin {
+                _ if request.pty => Vec::new(),
+                StdinFor::Nobody => Vec::new(),
+                StdinFor::All => tasks.clone(),
+                StdinFor::Task(n) => tasks.iter().copied().filter(|&t| t == n).collect(),
+            };
             next += count;
             let inputs = match &request.input {
                 Some(input) => tasks.iter().map(|&t| input(t, i as u32)).collect(),
@@ -296,6 +317,7 @@ fn orders(request: &StepRequest, job: &JobNodes, counts: &[u32], step: u32) -> V
                 container: request.container.clone(),
                 inputs,
                 pty: request.pty.then(super::pty_session::own_size).flatten(),
+                stdin_tasks,
             }
         })
         .collect()
@@ -358,6 +380,32 @@ impl Step {
         {
             let _ = link.signal(signal);
         }
+    }
+
+    /// Passes srun's standard input on to the tasks that read it, here
+    /// and on the other nodes, until it ends; then theirs ends.
+    fn pass_input(&self) {
+        let (local, links) = (self.local.clone(), self.links.clone());
+        std::thread::spawn(move || {
+            let mut stdin = std::io::stdin().lock();
+            let mut buf = [0u8; 16 << 10];
+            loop {
+                match std::io::Read::read(&mut stdin, &mut buf) {
+                    Ok(n) if n > 0 => {
+                        local.input(&buf[..n]);
+                        for link in links.lock().unwrap_or_else(|p| p.into_inner()).iter_mut() {
+                            let _ = link.input(buf[..n].to_vec());
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    _ => break,
+                }
+            }
+            local.end_input();
+            for link in links.lock().unwrap_or_else(|p| p.into_inner()).iter_mut() {
+                let _ = link.end_input();
+            }
+        });
     }
 
     /// A signal srun gets from its user (Ctrl-C, `kill`) goes on to every
@@ -426,14 +474,16 @@ impl Step {
                     status
                 }
                 Relayed::Task(TaskEvent::Failed { task, why }) => {
-                    eprintln!("srun: error: task {task}: {why}");
+                    super::say(&format!("srun: error: task {task}: {why}"));
                     ended.insert(task, 1);
                     1
                 }
                 Relayed::Lost(why) => {
                     if !lost_nodes.contains(&node) {
                         lost_nodes.push(node);
-                        eprintln!("srun: error: lost the tasks of node {node}: {why}");
+                        super::say(&format!(
+                            "srun: error: lost the tasks of node {node}: {why}"
+                        ));
                     }
                     continue;
                 }
@@ -502,7 +552,7 @@ impl Writer {
                         .create(true)
                         .append(true)
                         .open(&name)
-                        .map_err(|e| eprintln!("srun: error: cannot open {name}: {e}"))
+                        .map_err(|e| super::say(&format!("srun: error: cannot open {name}: {e}")))
                         .ok()
                 });
                 match file {

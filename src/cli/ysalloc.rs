@@ -161,6 +161,18 @@ fn run_command(
     for signal in [libc::SIGINT, libc::SIGQUIT] {
         let _ = signal_hook::flag::register(signal, interrupted.clone());
     }
+    // The terminal lost (an ssh dropped), or salloc stopped: the command
+    // is hung up, and the allocation ends when it has.
+    let hangup = Arc::new(AtomicBool::new(false));
+    for signal in [libc::SIGHUP, libc::SIGTERM] {
+        let _ = signal_hook::flag::register(signal, hangup.clone());
+    }
+    // What the command starts and leaves behind stays below salloc, to
+    // be hung up with it.
+    // SAFETY: prctl(2) with integer arguments.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
+    }
     let mut child = std::process::Command::new(&argv[0])
         .args(&argv[1..])
         .envs(allocation.environment.iter().cloned())
@@ -171,8 +183,20 @@ fn run_command(
     let (command, job) = (allocation.command, allocation.job);
     let hung_up = pid.clone();
     allocation.watch(done.clone(), move |why| {
-        eprintln!("{command}: Job allocation {job} has been revoked: {why}.");
+        super::say(&format!(
+            "{command}: Job allocation {job} has been revoked: {why}."
+        ));
         hang_up(hung_up.load(Ordering::SeqCst));
+    });
+    let (watched, done_too) = (pid.clone(), done.clone());
+    let terminal = nix::unistd::isatty(std::io::stdin()).unwrap_or(false);
+    std::thread::spawn(move || {
+        while !done_too.load(Ordering::SeqCst) {
+            if hangup.load(Ordering::SeqCst) || (terminal && terminal_gone()) {
+                return hang_up(watched.load(Ordering::SeqCst));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     });
     let status = child.wait();
     done.store(true, Ordering::SeqCst);
@@ -180,17 +204,39 @@ fn run_command(
     status.map_err(|e| CliError::failed(format!("waiting for the command: {e}")))
 }
 
-/// SIGHUP to the command (and its process group, where it leads one),
-/// SIGKILL after `HANGUP_GRACE` if it is still there.
+/// Whether standard input's terminal has hung up (an ssh dropped):
+/// looked at without reading what the command is to read.
+fn terminal_gone() -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let stdin = std::io::stdin();
+    let mut fds = [PollFd::new(stdin.as_fd(), PollFlags::empty())];
+    match poll(&mut fds, PollTimeout::ZERO) {
+        Ok(_) => fds[0].revents().is_some_and(|r| {
+            r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL)
+        }),
+        Err(_) => false,
+    }
+}
+
+/// SIGHUP to the command and everything it started (each process and
+/// the groups they lead: a shell's jobs have groups of their own), then
+/// SIGKILL after `HANGUP_GRACE` to whatever of it is still there.
 fn hang_up(pid: i32) {
     if pid <= 0 {
         return;
     }
+    // salloc is the subreaper of what the command starts: what outlives
+    // its parent is still below salloc.
     let send = |signal: i32| {
-        // SAFETY: kill(2) on the command's pid and process group.
-        unsafe {
-            libc::kill(pid, signal);
-            libc::kill(-pid, signal);
+        let tree = crate::exec::process::descendants(nix::unistd::Pid::this());
+        for p in tree {
+            // SAFETY: kill(2) on a process of the command's and on the
+            // group it may lead.
+            unsafe {
+                libc::kill(p.as_raw(), signal);
+                libc::kill(-p.as_raw(), signal);
+            }
         }
     };
     send(libc::SIGHUP);

@@ -33,10 +33,7 @@ impl RawConfig {
                 .fairshare
                 .algorithm
                 .unwrap_or(crate::model::policy::Algorithm::FairTree),
-            half_life: match self.fairshare.half_life {
-                Some(h) => h,
-                None => Some(7 * 86_400),
-            },
+            half_life: self.fairshare.half_life.unwrap_or(Some(7 * 86_400)),
             reset: self.fairshare.reset.unwrap_or(UsageReset::None),
         };
         let priority = PriorityWeights {

@@ -23,7 +23,7 @@ use crate::proto::{AllocationView, Reply};
 
 use super::control::Requester;
 use super::error::DaemonError;
-use super::peers::RunLink;
+use super::run_link::RunLink;
 use super::state::Daemon;
 
 impl Daemon {
@@ -32,7 +32,7 @@ impl Daemon {
         if let Some(error) = self.refuse_allocation(id, who)? {
             return Ok(Reply::Rejected { error });
         }
-        self.allocation_seen.insert(id, Instant::now());
+        self.jobs.sessions.seen.insert(id, Instant::now());
         let view = match self.jobs.get(&id) {
             Some(job) => {
                 let reason = match job.state {
@@ -45,7 +45,7 @@ impl Daemon {
                     })),
                     _ => job.reason.clone(),
                 };
-                let environment = match (job.state, self.allocations.get(&id)) {
+                let environment = match (job.state, self.jobs.sessions.links.get(&id)) {
                     (JobState::Running, Some(link)) => allocation_environment(job, link, self),
                     _ => Vec::new(),
                 };
@@ -69,15 +69,17 @@ impl Daemon {
         Ok(Reply::Allocation(Box::new(view)))
     }
 
-    /// The session of allocation `id` ended with `exit`: the allocation
-    /// ends COMPLETED (exit 0) or FAILED, once what runs in it is gone.
+    /// The session of allocation `id` ended with this exit code and
+    /// signal: the allocation ends COMPLETED (0) or FAILED, once what
+    /// runs in it is gone.
     pub(super) fn end_allocation(
         &mut self,
         id: JobId,
-        exit: ExitStatus,
+        (code, signal): (i32, i32),
         who: &Requester,
         now: i64,
     ) -> Result<Reply, DaemonError> {
+        let exit = ExitStatus { code, signal };
         if let Some(error) = self.refuse_allocation(id, who)? {
             return Ok(Reply::Rejected { error });
         }
@@ -150,12 +152,19 @@ impl Daemon {
             .filter(|j| j.interactive && matches!(j.state, JobState::Pending | JobState::Running))
             .map(|j| (j.id, j.state))
             .collect();
-        self.allocation_seen
+        self.jobs
+            .sessions
+            .seen
             .retain(|id, _| live.iter().any(|(l, _)| l == id));
         for (id, state) in live {
             // One not seen since this controller started is given the
             // whole span from now.
-            let seen = *self.allocation_seen.entry(id).or_insert_with(Instant::now);
+            let seen = *self
+                .jobs
+                .sessions
+                .seen
+                .entry(id)
+                .or_insert_with(Instant::now);
             let unwatched = self.config.interactive.unwatched_after;
             if seen.elapsed() < unwatched {
                 continue;
@@ -199,7 +208,7 @@ impl Daemon {
     /// just started, for its salloc.
     pub(super) fn keep_allocation_link(&mut self, job: &Job, link: &RunLink) {
         if job.interactive {
-            self.allocations.insert(job.id, link.clone());
+            self.jobs.sessions.links.insert(job.id, link.clone());
         }
     }
 }

@@ -118,13 +118,7 @@ impl Daemon {
                 job_id,
                 exit_code,
                 signal,
-            } => {
-                let exit = crate::model::job::ExitStatus {
-                    code: exit_code,
-                    signal,
-                };
-                self.end_allocation(job_id, exit, who, now)
-            }
+            } => self.end_allocation(job_id, (exit_code, signal), who, now),
             Control::Tokens { user, all_users } => self.list_tokens(user, all_users, who, now),
             Control::RevokeTokens { jti, user } => self.revoke_tokens(jti, user, who, now),
             Control::StepBegin {

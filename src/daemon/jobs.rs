@@ -15,7 +15,7 @@ pub(super) struct PeerLaunch {
     job: crate::model::job::Job,
     environment: Vec<(String, String)>,
     user: super::users::UserInfo,
-    link: super::peers::RunLink,
+    link: super::run_link::RunLink,
 }
 
 impl Daemon {
@@ -154,9 +154,9 @@ impl Daemon {
                 uid: job.uid,
             })?;
         let link = if job.peers.is_empty() && !job.interactive {
-            super::peers::RunLink::default()
+            super::run_link::RunLink::default()
         } else {
-            super::peers::RunLink::new(job.peers.len() + 1, self.config.pool.step_ports)
+            super::run_link::RunLink::new(job.peers.len() + 1, self.config.pool.step_ports)
                 .map_err(|e| ExecError::Unreachable(e.to_string()))?
         };
         let (batch, part) = self.placed_part(&job, 0, &link).unzip();
@@ -324,7 +324,6 @@ impl Daemon {
             return Ok(());
         };
         let mut job = std::sync::Arc::unwrap_or_clone(job);
-        self.allocations.remove(&id);
         self.policy.ended.remove(&id);
         self.policy.warned.remove(&id);
         // Only a job that preempted can have suspended victims to resume;

@@ -31,6 +31,7 @@ mod pool_state;
 mod preempt;
 mod refusals;
 mod retention;
+mod run_link;
 mod startup;
 mod state;
 mod steps;

@@ -13,9 +13,9 @@ use crate::exec::executor::Launch;
 use crate::exec::spec::{SignalTarget, StepCommand};
 use crate::exec::ExecError;
 use crate::model::job::{Job, JobId, JobState};
-use crate::model::tasks::StepPorts;
 
 use super::error::DaemonError;
+use super::run_link::RunLink;
 use super::state::Daemon;
 
 /// The script sent with a peer's part: its supervisor runs the task
@@ -32,42 +32,6 @@ enum PartState {
     Ended,
     /// Its node was lost, or left the pool: nothing of it runs there.
     Lost,
-}
-
-/// What the parts of one run of a job over several nodes share: the
-/// step link's key, and the ports its task servers and `MASTER_PORT` use,
-/// all made at random by the controller for this run.
-#[derive(Clone, Default)]
-pub(super) struct RunLink {
-    key: String,
-    ports: StepPorts,
-}
-
-impl RunLink {
-    /// For a run on `nodes` nodes, its ports from `range` (distinct).
-    pub(super) fn new(nodes: usize, range: (u16, u16)) -> Result<RunLink, crate::net::NetError> {
-        let random = ring::rand::SystemRandom::new();
-        let span = u32::from(range.1 - range.0) + 1;
-        let mut ports: Vec<u16> = Vec::with_capacity(nodes + 1);
-        while ports.len() < nodes + 1 {
-            let mut bytes = [0u8; 4];
-            ring::rand::SecureRandom::fill(&random, &mut bytes).map_err(|_| {
-                crate::net::NetError::Refused("the system's random source failed".into())
-            })?;
-            let port = range.0 + (u32::from_be_bytes(bytes) % span) as u16;
-            if !ports.contains(&port) {
-                ports.push(port);
-            }
-        }
-        let master = ports.pop().unwrap_or_default();
-        Ok(RunLink {
-            key: crate::net::pki::new_token()?,
-            ports: StepPorts {
-                task_servers: ports,
-                master,
-            },
-        })
-    }
 }
 
 impl Daemon {

@@ -59,6 +59,17 @@ pub(super) struct Jobs {
     /// Jobs handed out by `job_mut` since the running set was last
     /// brought up to date.
     pub(super) touched: Vec<JobId>,
+    /// What the active interactive allocations need besides their records.
+    pub(super) sessions: Sessions,
+}
+
+/// The step links of running interactive allocations, for their users'
+/// `salloc` and `srun` (kept in memory only: see `allocations`), and when
+/// each allocation's holder last looked at it.
+#[derive(Default)]
+pub(super) struct Sessions {
+    pub(super) links: HashMap<JobId, super::run_link::RunLink>,
+    pub(super) seen: HashMap<JobId, Instant>,
 }
 
 /// Reading is the map's; changes go through `insert`, `remove` and
@@ -79,6 +90,7 @@ impl Jobs {
 
     pub(super) fn remove(&mut self, id: &JobId) -> Option<Arc<Job>> {
         self.running.remove(id);
+        self.sessions.links.remove(id);
         self.all.remove(id)
     }
 
@@ -194,8 +206,6 @@ impl Daemon {
                 next_police: Instant::now(),
             },
             unauthenticated: Default::default(),
-            allocations: HashMap::new(),
-            allocation_seen: HashMap::new(),
         }
     }
 }
@@ -234,12 +244,6 @@ pub(super) struct Daemon {
     /// Web actions refused for a token that is not taken, recorded a few
     /// a minute (anyone on the network can send them).
     pub(super) unauthenticated: super::refusals::RefusalLimit<()>,
-    /// The step links of running interactive allocations, for their
-    /// users' `salloc` and `srun` (kept in memory only: see
-    /// `allocations`).
-    pub(super) allocations: HashMap<JobId, super::peers::RunLink>,
-    /// When each interactive allocation's holder last looked at it.
-    pub(super) allocation_seen: HashMap<JobId, Instant>,
 }
 
 /// The scheduling policy's inputs kept between passes, and what the last pass decided.

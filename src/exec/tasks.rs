@@ -52,6 +52,11 @@ pub struct StepOrder {
     /// size, which srun's terminal drives.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pty: Option<super::terminal::TerminalSize>,
+    /// The tasks on this node that read srun's own standard input
+    /// (`--input=all`, the default, or `--input=N`), sent over as
+    /// [`RunningTasks::input`]; the others read `inputs` or /dev/null.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stdin_tasks: Vec<u32>,
 }
 
 /// What a task did.
@@ -102,6 +107,8 @@ pub struct RunningTasks {
     containers: Vec<Arc<StepSignaller>>,
     /// The terminal of a task on one (`--pty`).
     terminal: Option<Arc<super::terminal::Terminal>>,
+    /// The standard inputs of the tasks that read srun's.
+    stdins: Arc<std::sync::Mutex<Vec<std::process::ChildStdin>>>,
 }
 
 impl RunningTasks {
@@ -119,11 +126,23 @@ impl RunningTasks {
         }
     }
 
-    /// What the user typed, for the task on a terminal (if one is).
+    /// What srun read on its standard input (what the user typed, on a
+    /// terminal): for the task on a terminal, or the tasks that read it.
     pub fn input(&self, data: &[u8]) {
         if let Some(t) = &self.terminal {
             t.input(data);
         }
+        let mut stdins = self.stdins.lock().unwrap_or_else(|p| p.into_inner());
+        // A task that stopped reading drops out; the others go on.
+        stdins.retain_mut(|stdin| std::io::Write::write_all(stdin, data).is_ok());
+    }
+
+    /// srun's standard input ended: so do the tasks' that read it.
+    pub fn end_input(&self) {
+        self.stdins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
     }
 
     /// The user's terminal's new size, for the task on a terminal.
@@ -134,9 +153,10 @@ impl RunningTasks {
     }
 }
 
-/// A task started: its process group, or its container.
+/// A task started: its process group (and the input it reads from srun,
+/// if it does), or its container.
 enum Started {
-    Group(i32),
+    Group(i32, Option<std::process::ChildStdin>),
     Container(Arc<StepSignaller>),
     Terminal(i32, Arc<super::terminal::Terminal>),
 }
@@ -163,23 +183,35 @@ pub fn start(
     for (localid, &task) in order.tasks.iter().enumerate() {
         let env = task_environment(order, node_env, &visible, task, localid as u32);
         let started =
-            input_of(order, localid).and_then(|stdin| match (&order.container, order.pty) {
+            input_of(order, localid, task).and_then(|stdin| match (&order.container, order.pty) {
                 (None, Some(size)) => spawn_on_terminal(order, env, task, size, events.clone()),
-                (None, None) => {
-                    spawn(order, (env, stdin), task, events.clone()).map(Started::Group)
-                }
+                (None, None) => spawn(order, (env, stdin), task, events.clone()),
                 (Some(request), _) => {
                     let socket = node_env
                         .iter()
                         .find(|(k, _)| k == container::steps::SOCKET_VARIABLE)
                         .map(|(_, v)| v.as_str());
+                    // srun's input is not passed into containers.
+                    let stdin = match stdin {
+                        Some(file) => file,
+                        None => std::fs::File::open("/dev/null")?,
+                    };
                     let stdio = (env, stdin);
                     spawn_in_container(order, request, socket, stdio, task, events.clone())
                         .map(Started::Container)
                 }
             });
         match started {
-            Ok(Started::Group(group)) => running.groups.push(group),
+            Ok(Started::Group(group, stdin)) => {
+                running.groups.push(group);
+                if let Some(stdin) = stdin {
+                    running
+                        .stdins
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(stdin);
+                }
+            }
             Ok(Started::Container(c)) => running.containers.push(c),
             Ok(Started::Terminal(group, terminal)) => {
                 running.groups.push(group);
@@ -195,15 +227,24 @@ pub fn start(
     running
 }
 
-/// What the `localid`th task on this node reads: its `--input` file,
-/// opened here (with the rights of whoever starts the task: the job's
-/// user), or /dev/null.
-fn input_of(order: &StepOrder, localid: usize) -> std::io::Result<std::fs::File> {
+/// What the `localid`th task on this node (task `task`) reads: srun's
+/// own input (`None`: a pipe srun's input is written to), its `--input`
+/// file, opened here (with the rights of whoever starts the task: the
+/// job's user), or /dev/null.
+fn input_of(
+    order: &StepOrder,
+    localid: usize,
+    task: u32,
+) -> std::io::Result<Option<std::fs::File>> {
+    if order.stdin_tasks.contains(&task) {
+        return Ok(None);
+    }
     let Some(name) = order.inputs.get(localid) else {
-        return std::fs::File::open("/dev/null");
+        return std::fs::File::open("/dev/null").map(Some);
     };
     let path = order.cwd.join(name);
     std::fs::File::open(&path)
+        .map(Some)
         .map_err(|e| std::io::Error::new(e.kind(), format!("--input {}: {e}", path.display())))
 }
 
@@ -259,10 +300,10 @@ fn task_environment(
 /// and its end reported, by a thread of its own.
 fn spawn(
     order: &StepOrder,
-    (env, stdin): (Vec<(String, String)>, std::fs::File),
+    (env, stdin): (Vec<(String, String)>, Option<std::fs::File>),
     task: u32,
     events: Sender<TaskEvent>,
-) -> std::io::Result<i32> {
+) -> std::io::Result<Started> {
     let Some(program) = order.argv.first() else {
         return Err(std::io::Error::other("no command to run"));
     };
@@ -271,12 +312,13 @@ fn spawn(
         .env_clear()
         .envs(env)
         .current_dir(&order.cwd)
-        .stdin(stdin)
+        .stdin(stdin.map_or_else(Stdio::piped, Stdio::from))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .spawn()?;
     let group = child.id() as i32;
+    let stdin = child.stdin.take();
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
     std::thread::spawn(move || {
@@ -291,7 +333,7 @@ fn spawn(
         }
         let _ = events.send(ended(task, child.wait()));
     });
-    Ok(group)
+    Ok(Started::Group(group, stdin))
 }
 
 /// Starts one task on a terminal of `size` (`--pty`); its output and
@@ -425,6 +467,7 @@ mod tests {
             container: None,
             inputs: Vec::new(),
             pty: None,
+            stdin_tasks: Vec::new(),
         }
     }
 

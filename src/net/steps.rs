@@ -45,6 +45,8 @@ enum ToServer {
     Input(Vec<u8>),
     /// The user's terminal's new size.
     Resize(TerminalSize),
+    /// srun's standard input ended.
+    InputEnd,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -121,6 +123,7 @@ fn serve_one(
             Ok(ToServer::Signal { signal }) => signalled.signal(signal),
             Ok(ToServer::Input(data)) => signalled.input(&data),
             Ok(ToServer::Resize(size)) => signalled.resize(size),
+            Ok(ToServer::InputEnd) => signalled.end_input(),
             Ok(ToServer::Launch(_)) => {}
             // srun is gone, or the link was tampered with: so is the step.
             Err(_) => return signalled.signal(libc::SIGKILL),
@@ -191,6 +194,11 @@ impl StepLink {
     /// What the user typed, for the step's task on a terminal.
     pub fn input(&mut self, data: Vec<u8>) -> Result<(), NetError> {
         self.sender.send(&ToServer::Input(data))
+    }
+
+    /// srun's standard input ended: the tasks reading it see its end.
+    pub fn end_input(&mut self) -> Result<(), NetError> {
+        self.sender.send(&ToServer::InputEnd)
     }
 
     /// The user's terminal's new size, for the step's task on one.
@@ -282,6 +290,7 @@ mod tests {
             container: None,
             inputs: Vec::new(),
             pty: None,
+            stdin_tasks: Vec::new(),
         }
     }
 

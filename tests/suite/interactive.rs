@@ -85,8 +85,8 @@ fn srun_pty_gives_the_user_a_shell_on_its_gpu_that_follows_the_terminal() {
         &user.name,
         &[
             "expect=$ ",
-            "send=stty size; echo U=$(id -un) G=$CUDA_VISIBLE_DEVICES; grep -c /job_ /proc/self/cgroup\\r",
-            "expect=G=",
+            "send=stty size; echo U=$(id -un) G=$CUDA_VISIBLE_DEVICES.; grep -c /job_ /proc/self/cgroup\\r",
+            "expect=G=0.",
             "resize=40x120",
             "sleep=0.5",
             "send=stty size\\r",
@@ -107,7 +107,7 @@ fn srun_pty_gives_the_user_a_shell_on_its_gpu_that_follows_the_terminal() {
         shown.contains("24 80"),
         "the terminal's first size: {shown}"
     );
-    assert!(shown.contains(&format!("U={} G=0", user.name)), "{shown}");
+    assert!(shown.contains(&format!("U={} G=0.", user.name)), "{shown}");
     assert!(
         !shown.contains("\nslept"),
         "Ctrl-C stopped the sleep: {shown}"
@@ -309,6 +309,39 @@ fn a_dropped_terminal_ends_the_session_and_leaves_no_process_behind() {
     );
     let id = granted(&shown);
     let state = c.wait_done(id, LONG);
+    assert!(state == "FAILED" || state == "COMPLETED", "{state}");
+    let left = Command::new("pgrep")
+        .args(["-u", &user.name, "-f", marker])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&left).trim().is_empty(),
+        "left behind: {}",
+        stdout(&left)
+    );
+    // salloc's shell runs here: the terminal dropped under it ends it,
+    // and the allocation with it, at once (not after unwatched_after).
+    let marker = "sleep 4243";
+    let started = Instant::now();
+    let shown = on_terminal(
+        &c,
+        &user.name,
+        &[
+            "expect=$ ",
+            &format!("send={marker}\\r"),
+            "sleep=1",
+            "close",
+            "wait",
+        ],
+        &["salloc", "-G", "1", "-t", "5", "/bin/sh", "-i"],
+    );
+    assert!(
+        !shown.contains("TIMEOUT"),
+        "salloc ended with its terminal: {shown}"
+    );
+    let id = granted(&shown);
+    let state = c.wait_done(id, LONG);
+    assert!(started.elapsed() < Duration::from_secs(30), "{state}");
     assert!(state == "FAILED" || state == "COMPLETED", "{state}");
     let left = Command::new("pgrep")
         .args(["-u", &user.name, "-f", marker])

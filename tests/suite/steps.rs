@@ -256,7 +256,8 @@ fn each_task_reads_its_own_input_file() {
         &format!(
             "#!/bin/bash\nexport PATH={}:$PATH\n\
              srun -n 2 --label --input=in-%t.txt cat\n\
-             srun -n 2 --input=all cat; echo all=$?\n",
+             echo fed | srun -n 2 --label --input=all cat\n\
+             echo one | srun -n 2 --label --input=1 cat\n",
             shims(&c)
         ),
     );
@@ -267,19 +268,22 @@ fn each_task_reads_its_own_input_file() {
         out.contains("0: data-0\n") && out.contains("1: data-1\n"),
         "{out}"
     );
+    // srun's own input: to every task, or to the one named.
     assert!(
-        out.contains("srun's own standard input is not passed on"),
+        out.contains("0: fed\n") && out.contains("1: fed\n"),
         "{out}"
     );
-    assert!(out.contains("all=1"), "{out}");
-    // The refused step is recorded as failed, not left running.
+    assert!(
+        out.contains("1: one\n") && !out.contains("0: one\n"),
+        "{out}"
+    );
     let rows = c.run(
         "ysacct",
         &["-j", &id.to_string(), "-n", "-P", "-o", "JobID,State"],
     );
     assert_eq!(
         stdout(&rows),
-        format!("{id}|COMPLETED\n{id}.0|COMPLETED\n{id}.1|FAILED\n")
+        format!("{id}|COMPLETED\n{id}.0|COMPLETED\n{id}.1|COMPLETED\n{id}.2|COMPLETED\n")
     );
 }
 
