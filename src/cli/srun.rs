@@ -1,7 +1,8 @@
 //! `srun` for a step of several tasks, or over several nodes: the tasks on
-//! this node (the job's first, where its batch script runs) start here;
-//! those on the job's other nodes start through each node's task server
-//! (`net::steps`). Every task's output comes back here, to srun's own
+//! the node srun runs on start here; those on the job's other nodes start
+//! through each node's task server (`net::steps`), the first node's
+//! included (its part runs one beside the batch script), and in an
+//! interactive allocation every node's. Every task's output comes back here, to srun's own
 //! output (`--label` prefixes each line with the task id); a signal srun
 //! gets goes to every task; a task that fails stops the others
 //! (`--kill-on-bad-exit`, on by default as in Slurm); srun exits with the
@@ -149,25 +150,21 @@ pub fn run_step(mut request: StepRequest) -> Result<i32, CliError> {
 /// for them; the worst task's status.
 fn start_and_collect(mut request: StepRequest, step: u32) -> Result<i32, CliError> {
     let job = JobNodes::from_environment()?;
-    let here = std::env::var("SLURMD_NODENAME").unwrap_or_default();
-    if !job.allocation && job.names.len() > 1 && job.names.first() != Some(&here) {
-        return Err(CliError::failed(format!(
-            "a step over the job's nodes starts on its first node, {}, not on {here}",
-            job.names[0]
-        )));
-    }
     let counts = layout(&Shape::of(&request), &job)?;
     let orders = orders(&request, &job, &counts, step);
     let (tx, rx) = mpsc::channel();
-    // In an allocation srun is on no node of it: every node's tasks
-    // start through its task server.
-    let (local, first_remote) = if job.allocation {
-        (RunningTasks::default(), 0)
-    } else {
-        (start_local(&orders[0], &tx), 1)
+    // The tasks of the node srun runs on start here; every other node's
+    // through its task server (in an allocation srun is on none).
+    let here_at = local_node(&job, counts.len());
+    let local = match here_at {
+        Some(i) => start_local(&orders[i], i, &tx),
+        None => RunningTasks::default(),
     };
     let mut links = Vec::new();
-    for (i, order) in orders.iter().enumerate().skip(first_remote) {
+    for (i, order) in orders.iter().enumerate() {
+        if Some(i) == here_at {
+            continue;
+        }
         match connect(&job, i, order.clone(), &tx) {
             Ok(link) => links.push(link),
             Err(e) => {
@@ -325,15 +322,31 @@ fn orders(request: &StepRequest, job: &JobNodes, counts: &[u32], step: u32) -> V
 
 type Events = Sender<(usize, Relayed)>;
 
-/// This node's tasks, their events tagged with node 0.
-fn start_local(order: &StepOrder, events: &Events) -> RunningTasks {
+/// Which of the step's first `nodes` nodes srun runs on, if any: a
+/// batch job's srun runs on one of its nodes (its first, where the script
+/// runs, or another, started by a task); an allocation's, on none.
+fn local_node(job: &JobNodes, nodes: usize) -> Option<usize> {
+    if job.allocation {
+        return None;
+    }
+    if job.servers.is_empty() {
+        // A job on one node: srun is on it.
+        return Some(0);
+    }
+    let here = std::env::var("SLURMD_NODENAME").unwrap_or_default();
+    job.names[..nodes].iter().position(|n| *n == here)
+}
+
+/// This node's tasks (the step's `index`th node), their events tagged
+/// with it.
+fn start_local(order: &StepOrder, index: usize, events: &Events) -> RunningTasks {
     let (tx, rx) = mpsc::channel();
     let node_env: Vec<(String, String)> = std::env::vars().collect();
     let running = tasks::start(order, &node_env, &tx);
     let events = events.clone();
     std::thread::spawn(move || {
         for event in rx {
-            if events.send((0, Relayed::Task(event))).is_err() {
+            if events.send((index, Relayed::Task(event))).is_err() {
                 return;
             }
         }

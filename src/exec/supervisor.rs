@@ -197,6 +197,7 @@ fn supervise(dir: &Path) -> Result<(), StepError> {
         Ok(job) => {
             state.job_pid = Some(job.as_raw());
             write_state(dir, &state)?;
+            serve_beside_the_script(&spec, group);
             let watch = Watch {
                 group,
                 lease: spec.lease_file.as_deref(),
@@ -313,6 +314,38 @@ fn write_state(dir: &Path, state: &SupervisorState) -> Result<(), StepError> {
 
 fn cstring(what: &'static str, s: impl Into<Vec<u8>>) -> Result<CString, StepError> {
     CString::new(s).map_err(|_| StepError::Nul(what))
+}
+
+/// Beside the batch script of a job over several nodes, the first node's
+/// task server, as every other node of the job runs one: srun started on
+/// any node of the job (by a task) reaches the tasks of every node. It
+/// ignores the job's signals and goes with the job's cgroup when the
+/// script has ended; one that cannot start leaves srun to the first node.
+fn serve_beside_the_script(spec: &LaunchSpec, group: Option<&dyn JobCgroup>) {
+    let beside = spec
+        .part
+        .as_ref()
+        .is_some_and(|p| p.is_batch() && !p.serves_tasks() && p.nodes.len() > 1);
+    if !beside {
+        return;
+    }
+    // Launched as a part that serves tasks is: the same user, cgroup and
+    // environment as the script, this program's task server instead.
+    let mut server = spec.clone();
+    if let Some(part) = server.part.as_mut() {
+        part.interactive = true;
+    }
+    // It writes nothing of its own, and must not truncate the script's
+    // output file.
+    server.stdout = "/dev/null".into();
+    server.stderr = None;
+    server.open_append = true;
+    if let Err(e) = launch(&server, Path::new(""), group, None, &[]) {
+        eprintln!(
+            "ysstepd: job {}: the first node's task server: {e}",
+            spec.job_id
+        );
+    }
 }
 
 /// Forks the job and execs its script; returns its pid (and process group)

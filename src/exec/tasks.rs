@@ -96,8 +96,11 @@ const NODE_VARIABLES: [&str; 8] = [
     container::steps::SOCKET_VARIABLE,
 ];
 
-/// Node variables that are for the task's starter, not the task.
-const STARTER_VARIABLES: [&str; 2] = ["YS_STEP_KEY", container::steps::SOCKET_VARIABLE];
+/// Node variables that are for the task's starter, not the task. The
+/// step key is the task's too: a task may start a step of its own (srun
+/// in a task, on whichever node it runs), as in Slurm; it is the job's
+/// user's, as the batch script's is.
+const STARTER_VARIABLES: [&str; 1] = [container::steps::SOCKET_VARIABLE];
 
 /// The tasks started, to signal: bare ones by process group, those in
 /// containers through the supervisor.

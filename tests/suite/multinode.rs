@@ -78,7 +78,9 @@ fn a_three_node_job_runs_srun_tasks_on_every_node_with_their_own_place_and_gpus(
              srun --kill-on-bad-exit=0 -n 3 sh -c 'exit $SLURM_PROCID'\n\
              echo worst=$?\n\
              srun -n 2 sh -c '[ $SLURM_PROCID = 0 ] && exit 3; exec sleep 60'\n\
-             echo bad=$?\n"
+             echo bad=$?\n\
+             srun -N 2 -n 2 sh -c 'if [ $SLURM_NODEID = 1 ]; then srun -N 2 -n 2 --label sh -c \"echo inner on=\\$SLURMD_NODENAME\"; fi'\n\
+             echo nested=$?\n"
         ),
     );
     let id = p.controller.submit(&["ddp.sh"]);
@@ -122,6 +124,14 @@ fn a_three_node_job_runs_srun_tasks_on_every_node_with_their_own_place_and_gpus(
         text.contains("bad=143"),
         "a task that fails stops the others (SIGTERM):\n{text}"
     );
+    // srun in a task on the second node: its tasks start there and, through
+    // the first node's task server, there.
+    assert!(
+        lines.contains(&"0: inner on=gpu10".to_string())
+            && lines.contains(&"1: inner on=gpu11".to_string()),
+        "{text}"
+    );
+    assert!(text.contains("nested=0"), "{text}");
     assert!(processes_left(&p).is_empty(), "{:?}", processes_left(&p));
 }
 
