@@ -516,6 +516,9 @@ pub struct AllocationView {
     /// its nodes, where their task servers listen and the step key).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub environment: Vec<(String, String)>,
+    /// While it runs: seconds to its time limit (none: unlimited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_left: Option<i64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -20,6 +20,9 @@ const PENDING_LOOK: Duration = Duration::from_millis(300);
 /// for `[interactive] unwatched_after`).
 pub const RUNNING_LOOK: Duration = Duration::from_secs(2);
 
+/// How long before an allocation's time limit its session is warned.
+const TIME_WARNING: i64 = 60;
+
 /// A granted allocation.
 pub struct Allocation {
     pub config: Config,
@@ -104,9 +107,10 @@ impl Allocation {
     /// preempted. Also tells the controller, every `RUNNING_LOOK`, that
     /// the session is alive. Stops when `done` is set.
     pub fn watch(&self, done: Arc<AtomicBool>, revoked: impl FnOnce(String) + Send + 'static) {
-        let (config, job) = (self.config.clone(), self.job);
+        let (config, job, command) = (self.config.clone(), self.job, self.command);
         std::thread::spawn(move || {
             let mut failures = 0;
+            let mut warned = false;
             while !done.load(Ordering::SeqCst) {
                 sleep_unless(&done, RUNNING_LOOK);
                 if done.load(Ordering::SeqCst) {
@@ -116,7 +120,14 @@ impl Allocation {
                     // Suspended (preempted by suspension, or by an
                     // admin), it resumes later: the session waits.
                     Ok(view) if matches!(view.state, JobState::Running | JobState::Suspended) => {
-                        failures = 0
+                        failures = 0;
+                        if !warned && view.time_left.is_some_and(|t| t <= TIME_WARNING) {
+                            warned = true;
+                            super::say(&format!(
+                                "{command}: Job allocation {job} reaches its time limit in {} s",
+                                view.time_left.unwrap_or(0).max(0)
+                            ));
+                        }
                     }
                     Ok(view) => {
                         let why = view.reason.map(|r| format!(" ({r})")).unwrap_or_default();

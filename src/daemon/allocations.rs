@@ -28,7 +28,12 @@ use super::state::Daemon;
 
 impl Daemon {
     /// How interactive allocation `id` stands, for `who`.
-    pub(super) fn attach(&mut self, id: JobId, who: &Requester) -> Result<Reply, DaemonError> {
+    pub(super) fn attach(
+        &mut self,
+        id: JobId,
+        who: &Requester,
+        now: i64,
+    ) -> Result<Reply, DaemonError> {
         if let Some(error) = self.refuse_allocation(id, who)? {
             return Ok(Reply::Rejected { error });
         }
@@ -49,11 +54,18 @@ impl Daemon {
                     (JobState::Running, Some(link)) => allocation_environment(job, link, self),
                     _ => Vec::new(),
                 };
+                let time_left = match (job.state, job.time_limit, job.start_time) {
+                    (JobState::Running, Some(limit), Some(start)) => {
+                        Some(start + limit as i64 + job.suspended_secs as i64 - now)
+                    }
+                    _ => None,
+                };
                 AllocationView {
                     job_id: id,
                     state: job.state,
                     reason,
                     environment,
+                    time_left,
                 }
             }
             None => {
@@ -63,6 +75,7 @@ impl Daemon {
                     state: job.state,
                     reason: job.reason,
                     environment: Vec::new(),
+                    time_left: None,
                 }
             }
         };

@@ -113,7 +113,7 @@ impl Daemon {
                 };
                 self.make_token(ask, who, now)
             }
-            Control::Attach { job_id } => self.attach(job_id, who),
+            Control::Attach { job_id } => self.attach(job_id, who, now),
             Control::EndAllocation {
                 job_id,
                 exit_code,

@@ -230,6 +230,10 @@ fn a_session_ends_at_its_time_limit_and_when_cancelled_from_another_terminal() {
     let (code, errors) = ended(child, LONG);
     assert_eq!(code, Some(129), "the command was hung up: {errors}");
     assert!(
+        errors.contains(&format!("Job allocation {id} reaches its time limit in")),
+        "warned before: {errors}"
+    );
+    assert!(
         errors.contains(&format!("Job allocation {id} has been revoked: TIMEOUT")),
         "{errors}"
     );
