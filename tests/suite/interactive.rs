@@ -289,14 +289,14 @@ fn ctrl_c_while_waiting_withdraws_the_allocation() {
     assert!(out.status.success());
 }
 
-#[test]
-fn a_dropped_terminal_ends_the_session_and_leaves_no_process_behind() {
-    require_root!();
-    let user = TestUser::create("drp");
-    let c = Cluster::started("");
-    let marker = "sleep 4242";
+/// Runs `command` (a session with an interactive shell) as `user` on a
+/// terminal, starts `marker` (a long `sleep`) in it, drops the terminal,
+/// and checks that the session ended within 30 s with nothing of
+/// `marker` left.
+fn dropped_leaves_nothing(c: &Cluster, user: &TestUser, marker: &str, command: &[&str]) {
+    let started = Instant::now();
     let shown = on_terminal(
-        &c,
+        c,
         &user.name,
         &[
             "expect=$ ",
@@ -305,43 +305,11 @@ fn a_dropped_terminal_ends_the_session_and_leaves_no_process_behind() {
             "close",
             "wait",
         ],
-        &["srun", "-G", "1", "-t", "5", "--pty", "/bin/sh", "-i"],
+        command,
     );
     assert!(
         !shown.contains("TIMEOUT"),
-        "srun ended with its terminal: {shown}"
-    );
-    let id = granted(&shown);
-    let state = c.wait_done(id, LONG);
-    assert!(state == "FAILED" || state == "COMPLETED", "{state}");
-    let left = Command::new("pgrep")
-        .args(["-u", &user.name, "-f", marker])
-        .output()
-        .unwrap();
-    assert!(
-        stdout(&left).trim().is_empty(),
-        "left behind: {}",
-        stdout(&left)
-    );
-    // salloc's shell runs here: the terminal dropped under it ends it,
-    // and the allocation with it, at once (not after unwatched_after).
-    let marker = "sleep 4243";
-    let started = Instant::now();
-    let shown = on_terminal(
-        &c,
-        &user.name,
-        &[
-            "expect=$ ",
-            &format!("send={marker}\\r"),
-            "sleep=1",
-            "close",
-            "wait",
-        ],
-        &["salloc", "-G", "1", "-t", "5", "/bin/sh", "-i"],
-    );
-    assert!(
-        !shown.contains("TIMEOUT"),
-        "salloc ended with its terminal: {shown}"
+        "{command:?} ended with its terminal: {shown}"
     );
     let id = granted(&shown);
     let state = c.wait_done(id, LONG);
@@ -356,6 +324,20 @@ fn a_dropped_terminal_ends_the_session_and_leaves_no_process_behind() {
         "left behind: {}",
         stdout(&left)
     );
+}
+
+#[test]
+fn a_dropped_terminal_ends_the_session_and_leaves_no_process_behind() {
+    require_root!();
+    let user = TestUser::create("drp");
+    let c = Cluster::started("");
+    // The shell on the allocation's node, through srun.
+    let pty = ["srun", "-G", "1", "-t", "5", "--pty", "/bin/sh", "-i"];
+    dropped_leaves_nothing(&c, &user, "sleep 4242", &pty);
+    // salloc's shell runs here: the terminal dropped under it ends it,
+    // and the allocation with it, at once (not after unwatched_after).
+    let salloc = ["salloc", "-G", "1", "-t", "5", "/bin/sh", "-i"];
+    dropped_leaves_nothing(&c, &user, "sleep 4243", &salloc);
 }
 
 #[test]
