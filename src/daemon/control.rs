@@ -760,10 +760,12 @@ impl Daemon {
                 )));
             }
             if job.no_requeue {
-                return Ok(Some(format!(
-                    "job {} was submitted with --no-requeue",
-                    job.display_id()
-                )));
+                let why = if job.interactive {
+                    "is an interactive session: a shell cannot be run again"
+                } else {
+                    "was submitted with --no-requeue"
+                };
+                return Ok(Some(format!("job {} {why}", job.display_id())));
             }
             let owner = job.user.clone();
             // Pending as the end state: requeued once it is gone.

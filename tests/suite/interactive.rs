@@ -240,6 +240,12 @@ fn a_session_ends_at_its_time_limit_and_when_cancelled_from_another_terminal() {
     assert_eq!(c.wait_done(id, LONG), "TIMEOUT");
 
     let (child, id) = session(&c, &user.name, &["-G", "1", "-t", "5"]);
+    let out = c.run("yscontrol", &["requeue", &id.to_string()]);
+    assert!(
+        !out.status.success() && stderr(&out).contains("is an interactive session"),
+        "{}",
+        stderr(&out)
+    );
     let out = c.run_as(&user.name, "yscancel", &[&id.to_string()]);
     assert!(out.status.success(), "{}", stderr(&out));
     let (code, errors) = ended(child, LONG);
