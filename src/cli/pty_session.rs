@@ -18,7 +18,7 @@ use crate::net::steps::StepLink;
 const HANGUP_GRACE: Duration = Duration::from_secs(5);
 
 /// srun's terminal, raw while the step runs; put back as it was when
-/// dropped.
+/// dropped (what was typed ahead for the shell it returns to is kept).
 pub struct RawTerminal {
     saved: Termios,
 }
@@ -37,7 +37,7 @@ impl RawTerminal {
 
 impl Drop for RawTerminal {
     fn drop(&mut self) {
-        let _ = termios::tcsetattr(std::io::stdin(), SetArg::TCSAFLUSH, &self.saved);
+        let _ = termios::tcsetattr(std::io::stdin(), SetArg::TCSADRAIN, &self.saved);
     }
 }
 

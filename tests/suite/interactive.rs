@@ -485,3 +485,37 @@ fn an_allocations_step_key_is_its_users_alone() {
 fn ended_within(child: std::process::Child) -> (Option<i32>, String) {
     ended(child, LONG)
 }
+
+#[test]
+fn a_shell_from_srun_pty_in_salloc_returns_to_salloc_with_its_status() {
+    require_root!();
+    let user = TestUser::create("nst");
+    let c = Cluster::started("");
+    let shown = on_terminal(
+        &c,
+        &user.name,
+        &[
+            "expect=$ ",
+            "send=srun --pty /bin/sh -i\\r",
+            "sleep=1",
+            "send=echo inner step=$SLURM_STEP_ID tty=$(tty | cut -c1-8).\\r",
+            "expect=tty=/dev/pts.",
+            "send=exit 3\\r",
+            "sleep=2",
+            "send=echo back=$?.\\r",
+            "expect=back=3.",
+            "send=exit\\r",
+            "wait",
+        ],
+        &["salloc", "-G", "1", "-t", "5", "/bin/sh", "-i"],
+    );
+    assert!(shown.ends_with("EXIT 0\n"), "{shown}");
+    assert!(shown.contains("inner step=0 tty=/dev/pts."), "{shown}");
+    let id = granted(&shown);
+    assert_eq!(c.wait_done(id, LONG), "COMPLETED");
+    let rows = records(&c, &user.name, id, "JobID,State,ExitCode");
+    assert_eq!(
+        rows,
+        [format!("{id}|COMPLETED|0:0"), format!("{id}.0|FAILED|3:0")]
+    );
+}
