@@ -54,7 +54,7 @@ pub(crate) fn on_terminal_with(command: Command, steps: &[&str]) -> String {
 }
 
 /// The rows `ysacct -j ID` lists for the job and its steps.
-fn records(c: &Cluster, user: &str, id: u64, fields: &str) -> Vec<String> {
+pub(crate) fn records(c: &Cluster, user: &str, id: u64, fields: &str) -> Vec<String> {
     let out = c.run_as(
         user,
         "ysacct",

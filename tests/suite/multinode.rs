@@ -373,19 +373,10 @@ fn an_interactive_shell_runs_on_the_node_chosen_and_a_sessions_steps_span_the_po
     assert!(text.contains("alone on gpu10"), "{text}");
     let id = crate::interactive::granted(&stderr(&out));
     assert_eq!(p.controller.wait_done(id, LONG), "COMPLETED");
-    let steps = p.controller.run(
-        "ysacct",
-        &[
-            "-j",
-            &id.to_string(),
-            "-n",
-            "-P",
-            "-o",
-            "JobID,State,NodeList,NTasks",
-        ],
-    );
+    let fields = "JobID,State,NodeList,NTasks";
+    let steps = crate::interactive::records(&p.controller, &user.name, id, fields);
     assert_eq!(
-        stdout_of(&steps).lines().collect::<Vec<_>>(),
+        steps,
         [
             format!("{id}|COMPLETED|gpu[10-11]|"),
             format!("{id}.0|COMPLETED|gpu[10-11]|2"),
