@@ -383,7 +383,48 @@ fn an_interactive_shell_runs_on_the_node_chosen_and_a_sessions_steps_span_the_po
             format!("{id}.1|COMPLETED|gpu10|1"),
         ]
     );
+    a_session_from_a_node_needs_the_users_token(&p, &user);
     assert!(processes_left(&p).is_empty(), "{:?}", processes_left(&p));
+}
+
+/// salloc on a node of the pool (through its agent): refused on the
+/// node's word alone, granted with the user's token for nodes, and its
+/// steps run as from the controller's host.
+fn a_session_from_a_node_needs_the_users_token(p: &Pool, user: &common::TestUser) {
+    let made = p
+        .controller
+        .run_as(&user.name, "ystoken", &["--audience", "node"]);
+    assert!(made.status.success(), "{}", stderr(&made));
+    let token = stdout_of(&made).trim().to_string();
+    let session = |token: Option<&str>| {
+        let mut command = as_user(p, &user.name, &[]);
+        command.arg(format!("YS_CONF={}", p.agents[0].config.display()));
+        if let Some(t) = token {
+            command.arg(t);
+        }
+        command
+            .args(["salloc", "-G", "1", "-t", "5", "sh", "-c"])
+            .arg("srun sh -c 'echo via-node on=$SLURMD_NODENAME'")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let refused = session(None);
+    assert_eq!(refused.status.code(), Some(1), "{}", stdout_of(&refused));
+    assert!(
+        stderr(&refused).contains("needs your token"),
+        "{}",
+        stderr(&refused)
+    );
+    let out = session(Some(&token));
+    assert!(out.status.success(), "{}{}", stdout_of(&out), stderr(&out));
+    assert!(
+        stdout_of(&out).contains("via-node on=gpu1"),
+        "{}",
+        stdout_of(&out)
+    );
+    let id = crate::interactive::granted(&stderr(&out));
+    assert_eq!(p.controller.wait_done(id, LONG), "COMPLETED");
 }
 
 trait Arg0 {

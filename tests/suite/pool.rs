@@ -168,7 +168,7 @@ pub(crate) struct Agent {
     pub(crate) name: String,
     ns: String,
     dir: tempfile::TempDir,
-    config: PathBuf,
+    pub(crate) config: PathBuf,
     child: Option<Child>,
 }
 
