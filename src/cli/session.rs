@@ -87,7 +87,7 @@ pub fn allocate(command: &'static str, mut request: JobRequest) -> Result<Alloca
             }
             JobState::Running => {
                 let error = format!("job {job} runs, but the controller no longer knows its step link (it restarted since it started): the allocation is ended");
-                end(&config, job, 1);
+                withdraw(&config, job);
                 return Err(CliError::failed(error));
             }
             state => {
@@ -173,16 +173,7 @@ fn look(config: &Config, job: u64) -> Result<AllocationView, CliError> {
     }
 }
 
-fn end(config: &Config, job: u64, exit_code: i32) {
-    let control = Control::EndAllocation {
-        job_id: job,
-        exit_code,
-        signal: 0,
-    };
-    let _ = ask(config, Request::Control(control));
-}
-
-/// Takes back a pending allocation (cancels it, had it just started).
+/// Takes back an allocation: cancels it, pending or just started.
 fn withdraw(config: &Config, job: u64) {
     let selector = crate::proto::JobSelector {
         job_ids: vec![crate::array::JobRef::Id(job)],

@@ -918,9 +918,6 @@ fn wide_step(
 /// What a step of several tasks (or in a container) asks for, from
 /// srun's options, checked.
 fn step_request(args: SrunArgs, names: &StepNames) -> Result<super::srun::StepRequest, CliError> {
-    if args.pty {
-        return pty_step_request(args, names);
-    }
     let (input, stdin) = names.input(args.input.as_deref())?;
     let nodes = match args.nodes.as_deref() {
         None => None,
@@ -973,21 +970,14 @@ fn step_request(args: SrunArgs, names: &StepNames) -> Result<super::srun::StepRe
         recorded: None,
         input,
         stdin,
-        pty: false,
+        pty: args.pty,
     })
 }
 
-/// `srun --pty`: one task on a terminal, in an interactive allocation,
-/// driven by srun's own terminal.
-fn pty_step_request(
-    mut args: SrunArgs,
-    names: &StepNames,
-) -> Result<super::srun::StepRequest, CliError> {
-    if std::env::var("YS_ALLOCATION").ok().as_deref() != Some("1") {
-        return Err(CliError::failed(
-            "--pty: a batch job has no terminal; run srun --pty in an interactive allocation (salloc), or outside any job",
-        ));
-    }
+/// `srun --pty`: one task on a terminal, driven by srun's own; checked,
+/// and shaped as one task on one node, before the step is recorded (or
+/// the allocation asked for, outside a job).
+fn terminal_step(args: &mut SrunArgs) -> Result<(), CliError> {
     if super::pty_session::own_size().is_none() {
         return Err(CliError::failed("--pty: standard input is not a terminal"));
     }
@@ -1011,9 +1001,7 @@ fn pty_step_request(
     args.ntasks = Some(1);
     args.nodes.get_or_insert_with(|| "1".into());
     args.unbuffered = true;
-    let mut request = step_request(SrunArgs { pty: false, ..args }, names)?;
-    request.pty = true;
-    Ok(request)
+    Ok(())
 }
 
 /// What srun's `--export` leaves of `env`: Slurm's rules, with the job's
@@ -1058,9 +1046,9 @@ struct AllocationOptions {
 /// srun outside a job: an interactive allocation with the job's options
 /// among srun's (`words`), its step run in it, and the allocation ended
 /// with the step's status (Slurm's srun does the same).
-fn srun_allocating(args: SrunArgs, words: Vec<OsString>) -> CliResult {
-    if args.pty && super::pty_session::own_size().is_none() {
-        return Err(CliError::failed("--pty: standard input is not a terminal"));
+fn srun_allocating(mut args: SrunArgs, words: Vec<OsString>) -> CliResult {
+    if args.pty {
+        terminal_step(&mut args)?;
     }
     let options = AllocationOptions::try_parse_from(words)
         .map_err(|e| CliError::usage(e.to_string()))?
@@ -1088,7 +1076,7 @@ fn srun_allocating(args: SrunArgs, words: Vec<OsString>) -> CliResult {
 
 /// Runs srun's step in the job or allocation it is in: the status srun
 /// exits with (a one-task step exits here itself).
-fn srun_step(args: SrunArgs) -> Result<i32, CliError> {
+fn srun_step(mut args: SrunArgs) -> Result<i32, CliError> {
     use std::os::unix::process::CommandExt;
     let Some(job_id) = std::env::var("SLURM_JOB_ID")
         .ok()
@@ -1115,6 +1103,14 @@ fn srun_step(args: SrunArgs) -> Result<i32, CliError> {
         || args.pty
         || is_wide_step(&args)
         || has_container_options(&args.container);
+    if args.pty {
+        if env("YS_ALLOCATION").as_deref() != Some("1") {
+            return Err(CliError::failed(
+                "--pty: a batch job has no terminal; run srun --pty in an interactive allocation (salloc), or outside any job",
+            ));
+        }
+        terminal_step(&mut args)?;
+    }
     let recorded = record_step(&args, job_id, wide, node.as_deref());
     let names = StepNames {
         job: job_id,
@@ -1201,10 +1197,9 @@ fn record_step(
             .nodes
             .as_deref()
             .and_then(crate::model::tasks::parse_nodes);
-        let ntasks = if args.pty { Some(1) } else { args.ntasks };
-        let nodes = if args.pty { Some((1, 1)) } else { nodes };
-        super::srun::planned(ntasks, nodes, args.ntasks_per_node).unwrap_or_else(|| {
-            let tasks = ntasks
+        super::srun::planned(args.ntasks, nodes, args.ntasks_per_node).unwrap_or_else(|| {
+            let tasks = args
+                .ntasks
                 .or_else(|| env("SLURM_NTASKS").and_then(|n| n.parse().ok()))
                 .unwrap_or(1);
             (env("SLURM_JOB_NODELIST").unwrap_or_default(), tasks)

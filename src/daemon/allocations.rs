@@ -21,7 +21,7 @@ use crate::config::Interactive;
 use crate::model::job::{ExitStatus, Job, JobId, JobRequest, JobState};
 use crate::proto::{AllocationView, Reply};
 
-use super::control::Requester;
+use super::control::{AccessRefusal, Requester};
 use super::error::DaemonError;
 use super::run_link::RunLink;
 use super::state::Daemon;
@@ -124,30 +124,18 @@ impl Daemon {
         })
     }
 
-    /// Why `who` may not attach to or end `id`: not theirs, or no
-    /// interactive allocation.
+    /// Why `who` may not attach to or end `id`: not theirs (as for any
+    /// request on a job), or no interactive allocation. One that has
+    /// ended is still theirs to look at: its holder learns how it ended.
     fn refuse_allocation(&self, id: JobId, who: &Requester) -> Result<Option<String>, DaemonError> {
+        match self.refusal(id, who)? {
+            None | Some(AccessRefusal::Ended(_)) => {}
+            Some(other) => return Ok(Some(other.into_message())),
+        }
         let interactive = match self.jobs.get(&id) {
             Some(job) => job.interactive,
-            None => match crate::db::job(&self.store.db, id) {
-                Ok(job) if job.uid != who.uid && !who.admin => {
-                    return Ok(Some(format!(
-                        "permission denied: job {id} belongs to {}",
-                        job.user
-                    )))
-                }
-                Ok(job) => job.interactive,
-                Err(crate::db::DbError::NotFound(_)) => {
-                    return Ok(Some(format!("job {id} does not exist")))
-                }
-                Err(e) => return Err(e.into()),
-            },
+            None => crate::db::job(&self.store.db, id)?.interactive,
         };
-        if self.jobs.get(&id).is_some() {
-            if let Some(error) = self.refuse(id, who)? {
-                return Ok(Some(error));
-            }
-        }
         Ok((!interactive).then(|| {
             format!("job {id} is a batch job, not an interactive allocation (salloc, srun)")
         }))
@@ -165,10 +153,8 @@ impl Daemon {
             .filter(|j| j.interactive && matches!(j.state, JobState::Pending | JobState::Running))
             .map(|j| (j.id, j.state))
             .collect();
-        self.jobs
-            .sessions
-            .seen
-            .retain(|id, _| live.iter().any(|(l, _)| l == id));
+        let ids: std::collections::HashSet<JobId> = live.iter().map(|(id, _)| *id).collect();
+        self.jobs.sessions.seen.retain(|id, _| ids.contains(id));
         for (id, state) in live {
             // One not seen since this controller started is given the
             // whole span from now.

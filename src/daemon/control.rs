@@ -388,7 +388,11 @@ impl Daemon {
     }
 
     /// As `refuse`, with the kind of refusal.
-    fn refusal(&self, id: JobId, who: &Requester) -> Result<Option<AccessRefusal>, DaemonError> {
+    pub(super) fn refusal(
+        &self,
+        id: JobId,
+        who: &Requester,
+    ) -> Result<Option<AccessRefusal>, DaemonError> {
         let denied = |user: &str| {
             AccessRefusal::Denied(format!("permission denied: job {id} belongs to {user}"))
         };
@@ -984,7 +988,7 @@ fn outcomes_of(reply: Reply) -> Vec<JobOutcome> {
 }
 
 /// Why a request may not act on a job.
-enum AccessRefusal {
+pub(super) enum AccessRefusal {
     /// It is another user's.
     Denied(String),
     /// It has already ended.
@@ -993,7 +997,7 @@ enum AccessRefusal {
 }
 
 impl AccessRefusal {
-    fn into_message(self) -> String {
+    pub(super) fn into_message(self) -> String {
         match self {
             AccessRefusal::Denied(m) | AccessRefusal::Ended(m) | AccessRefusal::Missing(m) => m,
         }

@@ -320,3 +320,28 @@ CREATE TABLE steps (
 ALTER TABLE jobs ADD COLUMN interactive INTEGER NOT NULL DEFAULT 0;
 "#,
 ];
+
+/// For the tests of the database's modules: a database in `dir` with
+/// every migration applied (not through `db::open`, which the modules it
+/// calls may not be imported back from).
+#[cfg(test)]
+pub(super) fn migrated(dir: &std::path::Path) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(dir.join("db")).unwrap();
+    for migration in MIGRATIONS {
+        conn.execute_batch(migration).unwrap();
+    }
+    conn
+}
+
+/// For the tests of the database's modules: a job row with id `id`
+/// (steps and node submissions are a job's, foreign keys enforced).
+#[cfg(test)]
+pub(super) fn a_job(conn: &rusqlite::Connection, id: i64) {
+    conn.execute(
+        "INSERT INTO jobs (id, uid, gid, user, account, qos, name, state, gpu_count, cpus, \
+         submit_time, work_dir, submit_dir, std_out) \
+         VALUES (?1, 1000, 1000, 'alice', 'a', 'normal', 'j', 'RUNNING', 1, 1, 0, '/', '/', 'o')",
+        [id],
+    )
+    .unwrap();
+}

@@ -101,26 +101,13 @@ pub fn jobs_with_steps(conn: &Connection) -> Result<std::collections::HashSet<Jo
 
 #[cfg(test)]
 mod tests {
+    use super::super::migrations::a_job;
     use super::*;
-
-    /// A job row with id `id` (steps and submissions are a job's).
-    fn a_job(conn: &Connection, id: i64) {
-        conn.execute(
-            "INSERT INTO jobs (id, uid, gid, user, account, qos, name, state, gpu_count, cpus, \
-             submit_time, work_dir, submit_dir, std_out) \
-             VALUES (?1, 1000, 1000, 'alice', 'a', 'normal', 'j', 'RUNNING', 1, 1, 0, '/', '/', 'o')",
-            [id],
-        )
-        .unwrap();
-    }
 
     #[test]
     fn steps_are_numbered_per_run_and_end_once() {
         let dir = tempfile::tempdir().unwrap();
-        let conn = Connection::open(dir.path().join("db")).unwrap();
-        for migration in super::super::migrations::MIGRATIONS {
-            conn.execute_batch(migration).unwrap();
-        }
+        let conn = super::super::migrations::migrated(dir.path());
         a_job(&conn, 4);
         let step = |restart| Step {
             job: 4,

@@ -102,18 +102,8 @@ pub fn submitted_on(conn: &Connection, job: JobId) -> Result<Option<String>, DbE
 
 #[cfg(test)]
 mod tests {
+    use super::super::migrations::a_job;
     use super::*;
-
-    /// A job row with id `id` (steps and submissions are a job's).
-    fn a_job(conn: &Connection, id: i64) {
-        conn.execute(
-            "INSERT INTO jobs (id, uid, gid, user, account, qos, name, state, gpu_count, cpus, \
-             submit_time, work_dir, submit_dir, std_out) \
-             VALUES (?1, 1000, 1000, 'alice', 'a', 'normal', 'j', 'RUNNING', 1, 1, 0, '/', '/', 'o')",
-            [id],
-        )
-        .unwrap();
-    }
 
     fn record(jti: &str, user: &str, issued: i64, expires: i64) -> TokenRecord {
         TokenRecord {
@@ -130,10 +120,7 @@ mod tests {
     #[test]
     fn tokens_are_listed_revoked_and_forgotten_long_after_they_expire() {
         let dir = tempfile::tempdir().unwrap();
-        let conn = Connection::open(dir.path().join("db")).unwrap();
-        for migration in super::super::migrations::MIGRATIONS {
-            conn.execute_batch(migration).unwrap();
-        }
+        let conn = super::super::migrations::migrated(dir.path());
         record_token(&conn, &record("a1", "alice", 100, 200)).unwrap();
         record_token(&conn, &record("a2", "alice", 110, 5_000)).unwrap();
         record_token(&conn, &record("b1", "bob", 120, 5_000)).unwrap();

@@ -169,7 +169,17 @@ fn supervise(dir: &Path) -> Result<(), StepError> {
     };
     let group = group.as_deref();
     let cancelled = || cancel_waiting(&control);
-    let container = match spec.container.as_ref().map(|c| {
+    // A part that serves tasks (a peer's, an allocation's) runs this
+    // program's task server, for srun, instead of the script; the job's
+    // image is the script's (its steps name theirs to srun).
+    let script = dir.join(SCRIPT);
+    let serves_tasks = spec.part.as_ref().is_some_and(|p| p.serves_tasks());
+    let program = match serves_tasks {
+        true => Program::TaskServer,
+        false => Program::Script(&script),
+    };
+    let image = spec.container.as_ref().filter(|_| !serves_tasks);
+    let container = match image.map(|c| {
         let payload = container::launch::Payload::batch(&spec, dir);
         container::launch::prepare(&spec, c, payload, &cancelled)
     }) {
@@ -185,13 +195,7 @@ fn supervise(dir: &Path) -> Result<(), StepError> {
     };
     let steps = step_server(&spec, dir, group);
     let extra_env: Vec<(String, String)> = steps.iter().map(StepServer::variable).collect();
-    let launched = launch(
-        &spec,
-        &dir.join(SCRIPT),
-        group,
-        container.as_ref(),
-        &extra_env,
-    );
+    let launched = launch(&spec, program, group, container.as_ref(), &extra_env);
     let record = match launched {
         Err(e) => failed(e.to_string()),
         Ok(job) => {
@@ -201,7 +205,7 @@ fn supervise(dir: &Path) -> Result<(), StepError> {
             let watch = Watch {
                 group,
                 lease: spec.lease_file.as_deref(),
-                holder: spec.part.as_ref().is_some_and(|p| p.serves_tasks()),
+                holder: serves_tasks,
                 runtime: container.is_some(),
                 steps: steps.as_ref(),
             };
@@ -329,18 +333,13 @@ fn serve_beside_the_script(spec: &LaunchSpec, group: Option<&dyn JobCgroup>) {
     if !beside {
         return;
     }
-    // Launched as a part that serves tasks is: the same user, cgroup and
-    // environment as the script, this program's task server instead.
+    // The script's user, cgroup and environment; it writes nothing of its
+    // own, and must not truncate the script's output file.
     let mut server = spec.clone();
-    if let Some(part) = server.part.as_mut() {
-        part.interactive = true;
-    }
-    // It writes nothing of its own, and must not truncate the script's
-    // output file.
     server.stdout = "/dev/null".into();
     server.stderr = None;
     server.open_append = true;
-    if let Err(e) = launch(&server, Path::new(""), group, None, &[]) {
+    if let Err(e) = launch(&server, Program::TaskServer, group, None, &[]) {
         eprintln!(
             "ysstepd: job {}: the first node's task server: {e}",
             spec.job_id
@@ -348,34 +347,44 @@ fn serve_beside_the_script(spec: &LaunchSpec, group: Option<&dyn JobCgroup>) {
     }
 }
 
-/// Forks the job and execs its script; returns its pid (and process group)
-/// once the exec succeeded, or the reason it could not start.
+/// What a part's process runs.
+#[derive(Clone, Copy)]
+enum Program<'a> {
+    /// The job's script (in its container, if it has one).
+    Script(&'a Path),
+    /// This program's task server (`ysstepd --serve-tasks`), for srun.
+    TaskServer,
+}
+
+/// Forks the job and execs its program; returns its pid (and process
+/// group) once the exec succeeded, or the reason it could not start.
 fn launch(
     spec: &LaunchSpec,
-    script: &Path,
+    program: Program<'_>,
     group: Option<&dyn JobCgroup>,
     container: Option<&container::launch::Prepared>,
     extra_env: &[(String, String)],
 ) -> Result<Pid, StepError> {
     use std::os::unix::ffi::OsStrExt;
-    // A part of a job on one of its other nodes runs this program's task
-    // server, for srun, instead of a script.
-    let holder = spec.part.as_ref().is_some_and(|p| p.serves_tasks());
-    let program = if holder {
-        std::env::current_exe().map_err(|source| StepError::Io {
-            what: "finding ysstepd".into(),
-            source,
-        })?
-    } else {
-        script.to_path_buf()
+    let (executable, script) = match program {
+        Program::Script(script) => (script.to_path_buf(), script),
+        Program::TaskServer => {
+            let me = std::env::current_exe().map_err(|source| StepError::Io {
+                what: "finding ysstepd".into(),
+                source,
+            })?;
+            (me, Path::new(""))
+        }
     };
-    let path = cstring("script path", program.as_os_str().as_bytes())?;
+    let path = cstring("script path", executable.as_os_str().as_bytes())?;
     let mut argv = vec![path.clone()];
-    if holder {
-        argv.push(cstring("an argument", "--serve-tasks")?);
-    }
-    for a in spec.args.iter().filter(|_| !holder) {
-        argv.push(cstring("an argument", a.as_bytes())?);
+    match program {
+        Program::TaskServer => argv.push(cstring("an argument", "--serve-tasks")?),
+        Program::Script(_) => {
+            for a in &spec.args {
+                argv.push(cstring("an argument", a.as_bytes())?);
+            }
+        }
     }
     let env = super::env::job_environment(spec);
     let envp: Vec<CString> = env

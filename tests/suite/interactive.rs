@@ -350,6 +350,20 @@ fn a_dropped_terminal_ends_the_session_and_leaves_no_process_behind() {
 fn pty_steps_and_batch_options_are_refused_where_they_cannot_work() {
     require_root!();
     let c = Cluster::started("");
+    // Refused before anything is asked for: no allocation is made.
+    let user = TestUser::create("ptr");
+    let shown = on_terminal(
+        &c,
+        &user.name,
+        &["wait"],
+        &["srun", "-n", "2", "--pty", "true"],
+    );
+    assert!(
+        shown.contains("--pty runs one task, on the terminal: --ntasks does not go with it")
+            && shown.ends_with("EXIT 1\n")
+            && !shown.contains("Pending job allocation"),
+        "{shown}"
+    );
     let out = c.run("ysalloc", &["--array", "0-3", "true"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
