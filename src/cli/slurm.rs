@@ -974,6 +974,17 @@ fn step_request(args: SrunArgs, names: &StepNames) -> Result<super::srun::StepRe
     })
 }
 
+/// [`terminal_step`] in the job srun is in: an interactive allocation
+/// (a batch job has no terminal).
+fn terminal_step_in_allocation(args: &mut SrunArgs) -> Result<(), CliError> {
+    if std::env::var("YS_ALLOCATION").ok().as_deref() != Some("1") {
+        return Err(CliError::failed(
+            "--pty: a batch job has no terminal; run srun --pty in an interactive allocation (salloc), or outside any job",
+        ));
+    }
+    terminal_step(args)
+}
+
 /// `srun --pty`: one task on a terminal, driven by srun's own; checked,
 /// and shaped as one task on one node, before the step is recorded (or
 /// the allocation asked for, outside a job).
@@ -1104,12 +1115,7 @@ fn srun_step(mut args: SrunArgs) -> Result<i32, CliError> {
         || is_wide_step(&args)
         || has_container_options(&args.container);
     if args.pty {
-        if env("YS_ALLOCATION").as_deref() != Some("1") {
-            return Err(CliError::failed(
-                "--pty: a batch job has no terminal; run srun --pty in an interactive allocation (salloc), or outside any job",
-            ));
-        }
-        terminal_step(&mut args)?;
+        terminal_step_in_allocation(&mut args)?;
     }
     let recorded = record_step(&args, job_id, wide, node.as_deref());
     let names = StepNames {
