@@ -100,8 +100,8 @@ Description: Slurm-style GPU batch scheduler for teams sharing GPU servers
  ysched gives each job its GPUs (CUDA_VISIBLE_DEVICES and cgroups), runs it
  as its user, charges GPU-hours to accounts with fair-share, enforces quotas
  and budgets, and preempts lower-priority jobs with a grace for checkpoints.
- Commands: ysbatch, ysalloc, ysqueue, yscancel, ysacct, yscontrol, ysshare, ysreport,
- ysinfo, ystoken, and Slurm's sbatch, squeue, ... in
+ Commands: ysbatch, ysalloc, ysqueue, yscancel, ysacct, yscontrol, ysshare,
+ ysreport, ysinfo, ystoken, and Slurm's sbatch, salloc, squeue, ... in
  /usr/lib/ysched/slurm-compat.
  Several servers form one pool: ysctld on one, ysnoded on each of the others.
  yswebd serves slurmrestd's JSON API, with tokens from ystoken.
