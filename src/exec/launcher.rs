@@ -19,6 +19,7 @@ use nix::unistd::Pid;
 use super::error::{io_err, ExecError};
 use super::forkserver;
 use super::process::{pidfd_open, spawn_stepd, write_new, CONTROL_FD, LOCK_FD};
+use super::remover::Remover;
 use super::spec::{
     ExitRecord, LaunchSpec, StepCommand, SupervisorState, CONTROL, EXIT, LOCK, SCRIPT, SPEC, STATE,
 };
@@ -60,6 +61,7 @@ pub struct Launcher {
     ownership: Ownership,
     /// Started at the first launch; replaced when it stops answering.
     server: Arc<Mutex<Option<forkserver::ForkServer>>>,
+    remover: Remover,
 }
 
 /// The specs of the jobs whose directories are in `spool` (running, or
@@ -84,6 +86,7 @@ impl Launcher {
             stepd,
             ownership,
             server: Arc::default(),
+            remover: Remover::default(),
         }
     }
 
@@ -340,10 +343,11 @@ impl Launcher {
         serde_json::from_slice(&text).ok()
     }
 
-    /// Removes the job's directory once its end is recorded.
+    /// Removes the job's directory once its end is recorded: its name at
+    /// once, its files on the remover's thread.
     pub fn remove(&self, id: JobId) {
         let dir = self.spool.job_dir(id);
-        if let Err(e) = fs::remove_dir_all(&dir) {
+        if let Err(e) = self.remover.remove(&self.spool.jobs(), &dir) {
             if e.kind() != io::ErrorKind::NotFound {
                 tracing::warn!(target: "ysched::exec", "cannot remove {}: {e}", dir.display());
             }

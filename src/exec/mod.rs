@@ -20,6 +20,7 @@ pub mod lease;
 pub mod local;
 pub mod privileges;
 pub mod process;
+pub mod remover;
 pub mod spec;
 pub mod step_server;
 pub mod supervisor;

@@ -6,7 +6,7 @@
 //! script        0500 user  the job script (the only file its user may read)
 //! lock          0600 root  flock'ed by the daemon, then held by the supervisor for its life
 //! control.sock       root  datagram socket the supervisor reads commands from
-//! state.json    0600 root  the supervisor's pid, then the job's pid
+//! state.json    0600 root  the supervisor's and the job's pids (in a container, the supervisor's first)
 //! exit.json     0600 root  how the job ended, written by the supervisor as it exits
 //! ```
 

@@ -137,32 +137,25 @@ fn supervise(dir: &Path) -> Result<(), StepError> {
 
     let signals = take_signals()?;
 
-    let spec_text =
-        fs::read_to_string(dir.join(SPEC)).map_err(StepError::io(format!("cannot read {SPEC}")))?;
-    let spec: LaunchSpec = serde_json::from_str(&spec_text)
-        .map_err(|source| StepError::Spec { file: SPEC, source })?;
+    let spec = read_spec(dir)?;
     let mut state = SupervisorState {
         supervisor_pid: std::process::id() as i32,
         job_pid: None,
     };
-    write_state(dir, &state)?;
+    // A daemon that restarts meanwhile finds the lock held and waits for
+    // the state (up to 2 s) to learn who holds it. A bare job starts well
+    // within that, so its state is written once, with the job's pid (one
+    // file less per job); preparing an image may take minutes.
+    if spec.container.is_some() {
+        write_state(dir, &state)?;
+    }
 
-    let failed = |message: String| ExitRecord {
-        exit: ExitStatus::default(),
-        end_time: now(),
-        launch_error: Some(message),
-        terminated: false,
-        usage: Usage::default(),
-        stuck: 0,
-        image: None,
-        fenced: None,
-    };
     let group = match spec.cgroup.layout {
         Layout::Off => None,
         _ => match cgroup::create(&spec.cgroup, spec.job_id, &spec.limits) {
             Ok(g) => Some(g),
             Err(e) => {
-                let record = failed(format!("cannot create the job's cgroup: {e}"));
+                let record = launch_failed(format!("cannot create the job's cgroup: {e}"));
                 return write_exit(dir, &record);
             }
         },
@@ -186,7 +179,7 @@ fn supervise(dir: &Path) -> Result<(), StepError> {
         None => None,
         Some(Ok(prepared)) => Some(prepared),
         Some(Err(e)) => {
-            let record = failed(format!("container: {e}"));
+            let record = launch_failed(format!("container: {e}"));
             if let Some(g) = group {
                 let _ = g.remove();
             }
@@ -197,7 +190,7 @@ fn supervise(dir: &Path) -> Result<(), StepError> {
     let extra_env: Vec<(String, String)> = steps.iter().map(StepServer::variable).collect();
     let launched = launch(&spec, program, group, container.as_ref(), &extra_env);
     let record = match launched {
-        Err(e) => failed(e.to_string()),
+        Err(e) => launch_failed(e.to_string()),
         Ok(job) => {
             state.job_pid = Some(job.as_raw());
             write_state(dir, &state)?;
@@ -292,6 +285,26 @@ fn watch_job(
         image: None,
         fenced: None,
     }
+}
+
+/// The record of a job that could not be started.
+fn launch_failed(message: String) -> ExitRecord {
+    ExitRecord {
+        exit: ExitStatus::default(),
+        end_time: now(),
+        launch_error: Some(message),
+        terminated: false,
+        usage: Usage::default(),
+        stuck: 0,
+        image: None,
+        fenced: None,
+    }
+}
+
+fn read_spec(dir: &Path) -> Result<LaunchSpec, StepError> {
+    let text =
+        fs::read_to_string(dir.join(SPEC)).map_err(StepError::io(format!("cannot read {SPEC}")))?;
+    serde_json::from_str(&text).map_err(|source| StepError::Spec { file: SPEC, source })
 }
 
 fn write_exit(dir: &Path, record: &ExitRecord) -> Result<(), StepError> {
