@@ -119,6 +119,25 @@ macro_rules! require_root {
 }
 
 /// Polls `condition` every 20 ms until it holds or `timeout` passes.
+/// Job `id`'s supervisor state (`state.json` in its directory) once it
+/// names the job's process: a bare job's supervisor writes it once, right
+/// after the job's process is started, a moment after the job shows
+/// RUNNING.
+pub fn started_state(spool: &Path, id: u64) -> serde_json::Value {
+    let path = spool.join(format!("jobs/{id}/state.json"));
+    let read = || {
+        let text = std::fs::read(&path).ok()?;
+        let state: serde_json::Value = serde_json::from_slice(&text).ok()?;
+        state["job_pid"].is_i64().then_some(state)
+    };
+    wait_for(
+        "the job's supervisor to record its process",
+        Duration::from_secs(30),
+        || read().is_some(),
+    );
+    read().expect("read just above")
+}
+
 pub fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !condition() {

@@ -220,8 +220,7 @@ fn has_capability(cap: u32) -> bool {
 }
 
 fn supervisor_of(c: &Cluster, id: u64) -> i32 {
-    let state = std::fs::read_to_string(c.spool.join(format!("jobs/{id}/state.json"))).unwrap();
-    let state: serde_json::Value = serde_json::from_str(&state).unwrap();
+    let state = common::started_state(&c.spool, id);
     state["supervisor_pid"].as_i64().unwrap() as i32
 }
 

@@ -469,12 +469,9 @@ fn after_a_crash_a_lost_jobs_processes_and_leftover_cgroups_are_cleaned_up() {
         )
     };
     common::wait_for("the job's process", LONG, || !pgrep().is_empty());
+    let state = common::started_state(&c.spool, id);
     // The daemon and the job's supervisor die; the job's process lives on.
     c.crash();
-    let state: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(c.spool.join(format!("jobs/{id}/state.json"))).unwrap(),
-    )
-    .unwrap();
     let supervisor = state["supervisor_pid"].as_i64().unwrap() as i32;
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(supervisor),
