@@ -94,7 +94,9 @@ impl Launcher {
     pub fn launch(&self, spec: &LaunchSpec, script: &str) -> Result<Supervisor, ExecError> {
         let dir = self.spool.job_dir(spec.job_id);
         if dir.exists() {
-            fs::remove_dir_all(&dir).map_err(io_err("remove the old job directory", &dir))?;
+            self.remover
+                .remove(&dir)
+                .map_err(io_err("remove the old job directory", &dir))?;
         }
         let dir_mode = match self.ownership {
             Ownership::System => 0o711,
@@ -285,8 +287,9 @@ impl Launcher {
                 Err(fs::TryLockError::Error(_)) => return Adoption::Lost,
                 Err(fs::TryLockError::WouldBlock) => {}
             }
-            // Held: the supervisor lives. Its state file names it (it may be
-            // a moment away from writing it, right after a spawn).
+            // Held: the supervisor lives. Its state file names it (a bare
+            // job's supervisor writes it once the job's process is started:
+            // it may be a moment away, right after a spawn).
             if let Some(state) = read_state(&dir) {
                 if let Ok(pidfd) = pidfd_open(state.supervisor_pid) {
                     // Still held after the pidfd was opened: the pid was the
@@ -347,7 +350,7 @@ impl Launcher {
     /// once, its files on the remover's thread.
     pub fn remove(&self, id: JobId) {
         let dir = self.spool.job_dir(id);
-        if let Err(e) = self.remover.remove(&self.spool.jobs(), &dir) {
+        if let Err(e) = self.remover.remove(&dir) {
             if e.kind() != io::ErrorKind::NotFound {
                 tracing::warn!(target: "ysched::exec", "cannot remove {}: {e}", dir.display());
             }

@@ -26,10 +26,11 @@ pub struct Remover {
 }
 
 impl Remover {
-    /// Renames `dir` (in `parent`) out of the way, then has it removed;
-    /// where the rename fails (a full disk does not make it fail; a
-    /// directory already gone does), nothing more is done.
-    pub fn remove(&self, parent: &Path, dir: &Path) -> io::Result<()> {
+    /// Renames `dir` out of the way (beside itself), then has it
+    /// removed; where the rename fails (a full disk does not make it
+    /// fail; a directory already gone does), nothing more is done.
+    pub fn remove(&self, dir: &Path) -> io::Result<()> {
+        let parent = dir.parent().unwrap_or(Path::new("."));
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
@@ -102,7 +103,7 @@ mod tests {
         fs::write(job.join("exit.json"), "{}").unwrap();
 
         let remover = Remover::default();
-        remover.remove(parent.path(), &job).unwrap();
+        remover.remove(&job).unwrap();
         assert!(
             !job.exists(),
             "the job's name is free as soon as remove returns"
@@ -124,6 +125,6 @@ mod tests {
         assert_eq!(others(), Vec::<String>::new());
         assert!(job.exists(), "the new directory under the same name stays");
         let missing = parent.path().join("9");
-        assert!(remover.remove(parent.path(), &missing).is_err());
+        assert!(remover.remove(&missing).is_err());
     }
 }
