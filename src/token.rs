@@ -156,16 +156,36 @@ pub struct Claims {
 }
 
 impl Claims {
+    /// Its uses that this version knows.
+    pub fn audiences(&self) -> Vec<Audience> {
+        self.aud
+            .iter()
+            .filter_map(|a| Audience::parse(a).ok())
+            .collect()
+    }
+
+    /// Whether a token for `asked` may be made with this one: each use
+    /// asked is one of its own, or narrower (`node:NAME` of `node`);
+    /// never the web's from a node's, never a node's from the web's.
+    pub fn may_make(&self, asked: &[Audience]) -> Result<(), TokenError> {
+        let has = self.audiences();
+        match asked.iter().find(|a| !has.iter().any(|h| h.covers(a))) {
+            None => Ok(()),
+            Some(wider) => Err(TokenError::Audience(format!(
+                "a token made with a token is for no more than it: yours is for {}, not for {}; make one for {} with ystoken on the controller",
+                has.iter().map(Audience::name).collect::<Vec<_>>().join(","),
+                wider.describe(),
+                wider.name(),
+            ))),
+        }
+    }
+
     /// Whether it may be used as `wanted`, or why not.
     pub fn allows(&self, wanted: &Audience) -> Result<(), TokenError> {
         if self.aud.is_empty() || self.jti.is_empty() {
             return Err(TokenError::Old);
         }
-        let has: Vec<Audience> = self
-            .aud
-            .iter()
-            .filter_map(|a| Audience::parse(a).ok())
-            .collect();
+        let has = self.audiences();
         if has.iter().any(|a| a.covers(wanted)) {
             return Ok(());
         }
@@ -225,6 +245,10 @@ pub struct TokenRecord {
     /// Who asked for it (the user, an administrator, the web server).
     pub made_by: String,
     pub revoked: Option<i64>,
+    /// The id of the token it was made with (none: made on the kernel's
+    /// word, on the controller).
+    #[serde(default)]
+    pub parent: Option<String>,
 }
 
 /// The controller's signing key.

@@ -79,7 +79,21 @@ pub fn run(args: Args) -> CliResult {
         user: args.user,
         audience,
     };
-    match ask(&config, Request::Control(control))? {
+    let reply = ask(&config, Request::Control(control))?;
+    if let (Reply::Token { expires, .. }, Some(asked)) = (&reply, lifespan) {
+        // A token made with a token ends no later than it.
+        let asked_end = crate::model::units::now().saturating_add(asked as i64);
+        if *expires + 60 < asked_end {
+            super::warn(
+                "ystoken",
+                &format!(
+                    "the token ends at {}, with the token that proved you (run ystoken on the controller for a longer one)",
+                    crate::model::units::format_timestamp(*expires)
+                ),
+            );
+        }
+    }
+    match reply {
         Reply::Token {
             token,
             user,
@@ -109,7 +123,14 @@ fn refusal(reply: Reply) -> CliError {
 fn render(tokens: &[TokenRecord], now: i64) -> String {
     use crate::model::units::format_timestamp;
     let mut rows = vec![[
-        "ID", "USER", "AUDIENCE", "ISSUED", "EXPIRES", "STATE", "MADE_BY",
+        "ID",
+        "USER",
+        "AUDIENCE",
+        "ISSUED",
+        "EXPIRES",
+        "STATE",
+        "MADE_BY",
+        "MADE_WITH",
     ]
     .map(String::from)
     .to_vec()];
@@ -127,6 +148,7 @@ fn render(tokens: &[TokenRecord], now: i64) -> String {
             format_timestamp(t.expires),
             state.to_string(),
             t.made_by.clone(),
+            t.parent.clone().unwrap_or_else(|| "-".into()),
         ]);
     }
     crate::report::table::plain(&rows)

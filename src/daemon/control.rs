@@ -35,11 +35,25 @@ pub(super) struct StepAsk {
     pub(super) pid: u32,
 }
 
+/// What proves who asks.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Proven<'a> {
+    /// The controller's kernel: the socket's peer, the spool file's owner.
+    Kernel,
+    /// A token the controller signed: the web's, or the one sent with a
+    /// request a node passed on.
+    Token(&'a crate::token::Claims),
+    /// A node's word: one the site trusts (`trust_nodes`), or one alone
+    /// (then `vouched_by` says which).
+    NodeWord,
+}
+
 /// Who asks.
 pub(super) struct Requester<'a> {
     pub(super) uid: u32,
     pub(super) user: &'a str,
     pub(super) admin: bool,
+    pub(super) proven: Proven<'a>,
     /// The node whose word alone says who asks, and why the user's
     /// token did not prove more: only jobs it runs or took in may be
     /// touched.
@@ -47,18 +61,19 @@ pub(super) struct Requester<'a> {
 }
 
 impl Daemon {
-    /// Applies `control` for `user`, as the kernel (or a token) says.
+    /// Applies `control` for `user`, as `proven` says.
     pub(super) fn control(
         &mut self,
         control: Control,
-        uid: u32,
-        user: &str,
+        (uid, user): (u32, &str),
+        proven: Proven,
         now: i64,
     ) -> Result<Reply, DaemonError> {
         let who = Requester {
             uid,
             user,
             admin: self.config.is_admin(uid, user),
+            proven,
             vouched_by: None,
         };
         self.control_by(control, &who, now)

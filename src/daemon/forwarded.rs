@@ -13,6 +13,7 @@ use crate::net::message::ToNode;
 use crate::proto::Reply;
 use crate::spool::Ownership;
 
+use super::control::Proven;
 use super::error::DaemonError;
 use super::state::{Daemon, Requester};
 
@@ -43,7 +44,7 @@ impl Daemon {
                     ),
                 })
             }
-            Proof::Proven => {
+            Proof::Proven(_) => {
                 self.forwarded_reply(node, &name, (sender.uid, sender.user), request, now)
             }
         };
@@ -62,13 +63,17 @@ impl Daemon {
     /// (or, where the site trusts its nodes, by the node's word), or by
     /// the node's word alone.
     fn proof_of(&self, node: &str, sender: &Sender, now: i64) -> Proof {
-        if self.config.pool.trust_nodes {
-            return Proof::Proven;
-        }
         let used_as = crate::token::Audience::Node(node.to_string());
-        let why = match sender.token.map(|t| self.check_token(t, &used_as, now)) {
+        let checked = sender.token.map(|t| self.check_token(t, &used_as, now));
+        if self.config.pool.trust_nodes {
+            return match checked {
+                Some(Ok(claims)) if claims.sun == sender.user => Proof::Proven(Some(claims)),
+                _ => Proof::Proven(None),
+            };
+        }
+        let why = match checked {
             None => "no token was sent".to_string(),
-            Some(Ok(claims)) if claims.sun == sender.user => return Proof::Proven,
+            Some(Ok(claims)) if claims.sun == sender.user => return Proof::Proven(Some(claims)),
             Some(Ok(claims)) => format!("the token is {}'s, not {}'s", claims.sun, sender.user),
             Some(Err(e)) => e.to_string(),
         };
@@ -173,7 +178,7 @@ impl Daemon {
         query: crate::proto::Query,
     ) {
         let viewer = match proof {
-            Proof::Proven if self.same_user_here(sender) => {
+            Proof::Proven(_) if self.same_user_here(sender) => {
                 self.viewer(sender.uid, sender.user.to_string())
             }
             _ => vouched_viewer(node, sender.user, self.config.private_data),
@@ -245,29 +250,36 @@ impl Daemon {
                 sender.user
             ));
         }
+        let proven = match proof {
+            Proof::Proven(Some(claims)) => Proven::Token(claims),
+            Proof::Proven(None) | Proof::Vouched(_) => Proven::NodeWord,
+        };
         // Not recorded (see `Daemon::handle`): it changes nothing and
         // its answer holds a step key. Only a proven sender gets here.
         if matches!(control, crate::proto::Control::Attach { .. }) {
-            return self.control(control, sender.uid, sender.user, now);
+            return self.control(control, (sender.uid, sender.user), proven, now);
         }
         let key = format!("{node}:{name}");
         if let Some(reply) = self.applied_before(&key, sender.uid)? {
             return Ok(reply);
         }
         let kind = crate::proto::Request::Control(control.clone()).kind();
+        let join_line = matches!(control, crate::proto::Control::NodeAdd { .. });
         let reply = match proof {
-            Proof::Proven => self.control(control, sender.uid, sender.user, now)?,
+            Proof::Proven(_) => self.control(control, (sender.uid, sender.user), proven, now)?,
             Proof::Vouched(why) => {
                 let who = super::control::Requester {
                     uid: sender.uid,
                     user: sender.user,
                     admin: false,
+                    proven,
                     vouched_by: Some((node, why)),
                 };
                 self.control_by(control, &who, now)?
             }
         };
-        db::record_request(self.tx()?, &key, sender.uid, now, kind, &reply)?;
+        let kept = super::turn::recorded(&reply, join_line);
+        db::record_request(self.tx()?, &key, sender.uid, now, kind, &kept)?;
         Ok(reply)
     }
 
@@ -297,8 +309,9 @@ impl Daemon {
 
 /// How far a request a node passed on is proven to be its sender's.
 enum Proof {
-    /// By the sender's token for that node, or by a node the site trusts.
-    Proven,
+    /// By the sender's token for that node (its claims), or by a node the
+    /// site trusts (`None`, unless a token came too).
+    Proven(Option<crate::token::Claims>),
     /// By the node's word alone; why the token did not prove more.
     Vouched(String),
 }

@@ -17,6 +17,8 @@ pub(super) struct Identity {
     pub(super) uid: u32,
     pub(super) user: String,
     pub(super) channel: Channel,
+    /// The token that proved it, if one did (the kernel's word otherwise).
+    pub(super) token: Option<crate::token::Claims>,
 }
 
 impl Daemon {
@@ -28,8 +30,8 @@ impl Daemon {
         now: i64,
     ) -> Result<Identity, Reply> {
         let refuse = |error: String| Reply::Rejected { error };
-        let (uid, channel) = match &envelope.token {
-            None => (sender, Channel::Cli),
+        let (uid, channel, proof) = match &envelope.token {
+            None => (sender, Channel::Cli, None),
             Some(token) => {
                 let unauthenticated = |error: String| Reply::Unauthenticated { error };
                 let used_as = match envelope.channel {
@@ -53,7 +55,7 @@ impl Daemon {
                     Some(Channel::Portal) => Channel::Portal,
                     _ => Channel::Rest,
                 };
-                (uid, channel)
+                (uid, channel, Some(claims))
             }
         };
         if self.ownership == Ownership::Personal && uid != nix::unistd::geteuid().as_raw() {
@@ -66,7 +68,12 @@ impl Daemon {
             Some(u) => u.name.clone(),
             None => return Err(refuse(format!("uid {uid} has no user name on this server"))),
         };
-        Ok(Identity { uid, user, channel })
+        Ok(Identity {
+            uid,
+            user,
+            channel,
+            token: proof,
+        })
     }
 
     /// Records in the audit log a change asked for through the web with a

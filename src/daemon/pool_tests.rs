@@ -145,7 +145,10 @@ impl Pool {
 
     fn control(&mut self, control: Control) -> Reply {
         let (uid, user) = me();
-        let reply = self.daemon.control(control, uid, &user, 0).unwrap();
+        let reply = self
+            .daemon
+            .control(control, (uid, &user), super::control::Proven::Kernel, 0)
+            .unwrap();
         self.daemon.commit().unwrap();
         reply
     }
@@ -192,7 +195,9 @@ fn jobs_spread_over_the_nodes_each_on_its_own_node_numbers() {
         },
         signal: None,
     };
-    p.daemon.control(cancel, uid, &user, 0).unwrap();
+    p.daemon
+        .control(cancel, (uid, &user), super::control::Proven::Kernel, 0)
+        .unwrap();
     assert!(p.nodes[0].state().commands.is_empty());
     assert_eq!(p.nodes[1].state().commands.len(), 1);
 }

@@ -9,7 +9,7 @@ use crate::db;
 use crate::proto::Reply;
 use crate::token::{Audience, Claims, TokenError, TokenKey, TokenRecord, DEFAULT_LIFESPAN};
 
-use super::control::{Requester, TokenAsk};
+use super::control::{Proven, Requester, TokenAsk};
 use super::error::DaemonError;
 use super::state::Daemon;
 
@@ -17,47 +17,108 @@ use super::state::Daemon;
 /// Slurm's `scontrol token` is for slurmrestd.
 const DEFAULT_AUDIENCE: &str = "rest,portal";
 
+/// The longest token the web server's account gets for a user its proxy
+/// names.
+pub(super) const WEB_SERVER_LIFESPAN: u64 = 3_600;
+
+/// How a user gets a token where a token or a node's word would not do.
+const HOW_TO_MINT: &str = "run ystoken on the controller";
+
+/// What proves the asker of a token, which bounds what it may get.
+#[derive(Debug)]
+pub(super) enum Minter<'a> {
+    /// The kernel on the controller, for its own user (or an
+    /// administrator, for anyone): any use, the longest life.
+    Kernel,
+    /// The web server's account, for a user its proxy names: the web's
+    /// uses, an hour.
+    WebServer,
+    /// A token: no more than it (its uses or narrower, ending no later).
+    Token(&'a Claims),
+}
+
+/// What a token will be: its uses and how long it lasts.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Terms {
+    pub(super) audience: Vec<Audience>,
+    pub(super) lifespan: u64,
+}
+
+/// The terms of the token `minter` asks for (`audience`, `lifespan`,
+/// either unsaid), at `now`, or why it gets none. A token made with a
+/// token ends when its parent ends, whatever was asked: it can never
+/// outlive the proof it was made with.
+pub(super) fn terms(
+    minter: &Minter,
+    audience: Option<&str>,
+    lifespan: Option<u64>,
+    now: i64,
+) -> Result<Terms, String> {
+    let default_audience = match minter {
+        Minter::Token(parent) => parent.aud.join(","),
+        _ => DEFAULT_AUDIENCE.to_string(),
+    };
+    let audience =
+        Audience::parse_list(audience.unwrap_or(&default_audience)).map_err(|e| e.to_string())?;
+    let lifespan = lifespan.unwrap_or(DEFAULT_LIFESPAN);
+    let longest = match minter {
+        Minter::WebServer => WEB_SERVER_LIFESPAN,
+        _ => crate::token::max_lifespan(&audience),
+    };
+    if lifespan == 0 || lifespan > longest {
+        let what = match minter {
+            Minter::WebServer => "the web server's account gets tokens of 1 s to an hour",
+            _ if longest < crate::token::MAX_LIFESPAN => "a token for nodes lasts 1 s to 7 days",
+            _ => "a token lasts 1 s to 30 days",
+        };
+        return Err(format!("lifespan {lifespan} s: {what} ({longest} s)"));
+    }
+    match minter {
+        Minter::Kernel => Ok(Terms { audience, lifespan }),
+        Minter::WebServer => match audience.iter().find(|a| a.is_node()) {
+            Some(node) => Err(format!(
+                "the web server's account gets tokens for rest or portal only, not {}",
+                node.name()
+            )),
+            None => Ok(Terms { audience, lifespan }),
+        },
+        Minter::Token(parent) => {
+            parent.may_make(&audience).map_err(|e| e.to_string())?;
+            let left = u64::try_from(parent.exp - now).unwrap_or(0);
+            if left == 0 {
+                return Err(TokenError::Expired.to_string());
+            }
+            Ok(Terms {
+                audience,
+                lifespan: lifespan.min(left),
+            })
+        }
+    }
+}
+
 impl Daemon {
     /// A token for `who`, or for `ask.user` (admins, and the web server's
-    /// account, for the users its trusted proxy names), recorded.
+    /// account, for the users its trusted proxy names), recorded with the
+    /// token that proved `who`, if one did.
     pub(super) fn make_token(
         &mut self,
         ask: TokenAsk,
         who: &Requester,
         now: i64,
     ) -> Result<Reply, DaemonError> {
-        let user = match self.token_user(ask.user, who) {
-            Ok(user) => user,
+        let refuse = |error: String| Ok(Reply::Rejected { error });
+        let (user, minter) = match self.minter(ask.user, who) {
+            Ok(made) => made,
             Err(refused) => return Ok(refused),
         };
-        let refuse = |error: String| Ok(Reply::Rejected { error });
-        let audience =
-            match Audience::parse_list(ask.audience.as_deref().unwrap_or(DEFAULT_AUDIENCE)) {
-                Ok(a) => a,
-                Err(e) => return refuse(e.to_string()),
+        let Terms { audience, lifespan } =
+            match terms(&minter, ask.audience.as_deref(), ask.lifespan, now) {
+                Ok(terms) => terms,
+                Err(why) => return refuse(why),
             };
-        let lifespan = ask.lifespan.unwrap_or(DEFAULT_LIFESPAN);
-        let longest = crate::token::max_lifespan(&audience);
-        if lifespan == 0 || lifespan > longest {
-            let what = if longest < crate::token::MAX_LIFESPAN {
-                "a token for nodes lasts 1 s to 7 days"
-            } else {
-                "a token lasts 1 s to 30 days"
-            };
-            return refuse(format!("lifespan {lifespan} s: {what} ({longest} s)"));
-        }
-        let record = TokenRecord {
-            jti: String::new(),
-            user: user.clone(),
-            audience: audience
-                .iter()
-                .map(Audience::name)
-                .collect::<Vec<_>>()
-                .join(","),
-            issued: now,
-            expires: now + lifespan as i64,
-            made_by: who.user.to_string(),
-            revoked: None,
+        let parent = match minter {
+            Minter::Token(claims) => Some(claims.jti.clone()),
+            _ => None,
         };
         let minted = crate::token::new_id().and_then(|jti| {
             let token = self
@@ -72,21 +133,28 @@ impl Daemon {
                 return refuse(e.to_string());
             }
         };
+        let uses = audience
+            .iter()
+            .map(Audience::name)
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut detail = format!("token {jti} for {user}, {uses}, {lifespan} s");
+        if let Some(parent) = &parent {
+            detail.push_str(&format!(", made with token {parent}"));
+        }
         db::record_token(
             self.tx()?,
             &TokenRecord {
-                jti: jti.clone(),
-                ..record
+                jti,
+                user: user.clone(),
+                audience: uses,
+                issued: now,
+                expires: now + lifespan as i64,
+                made_by: who.user.to_string(),
+                revoked: None,
+                parent,
             },
         )?;
-        let detail = format!(
-            "token {jti} for {user}, {}, {lifespan} s",
-            audience
-                .iter()
-                .map(Audience::name)
-                .collect::<Vec<_>>()
-                .join(",")
-        );
         self.audit(now, who.user, "token", None, &detail)?;
         Ok(Reply::Token {
             token,
@@ -95,21 +163,39 @@ impl Daemon {
         })
     }
 
-    /// Whom a token asked for by `who` names, or the refusal.
-    fn token_user(&self, user: Option<String>, who: &Requester) -> Result<String, Reply> {
-        match user {
-            Some(u) if u != who.user => {
-                // Never for root or an administrator, by uid (a second
-                // name of uid 0 is root): the web server's account is no
-                // administrator's equal.
-                let web_server =
-                    self.config.web.user.as_deref() == Some(who.user) && self.is_plain_user(&u);
-                match super::control::admins_only(who, "make tokens for other users") {
-                    Some(refused) if !web_server => Err(refused),
-                    _ => Ok(u),
-                }
+    /// Whom the token `who` asks for names (`user`, or `who`), and what
+    /// bounds it, or the refusal. A token names the user who asks, unless
+    /// an administrator asks on the controller or the web server's
+    /// account asks for a user its proxy names (never root or an
+    /// administrator, by uid: a second name of uid 0 is root). A token
+    /// makes tokens for its own user only; a node's word makes none.
+    fn minter<'a>(
+        &self,
+        user: Option<String>,
+        who: &Requester<'a>,
+    ) -> Result<(String, Minter<'a>), Reply> {
+        let user = user.unwrap_or_else(|| who.user.to_string());
+        match who.proven {
+            Proven::NodeWord => Err(Reply::Rejected {
+                error: format!("a node's word makes no token: {HOW_TO_MINT}"),
+            }),
+            Proven::Token(claims) if user == claims.sun => Ok((user, Minter::Token(claims))),
+            Proven::Token(claims) => Err(Reply::Rejected {
+                error: format!(
+                    "permission denied: a token makes tokens for its own user ({}) only: {HOW_TO_MINT}",
+                    claims.sun
+                ),
+            }),
+            Proven::Kernel if user == who.user || who.admin => Ok((user, Minter::Kernel)),
+            Proven::Kernel
+                if self.config.web.user.as_deref() == Some(who.user)
+                    && self.is_plain_user(&user) =>
+            {
+                Ok((user, Minter::WebServer))
             }
-            _ => Ok(who.user.to_string()),
+            Proven::Kernel => Err(Reply::Rejected {
+                error: "permission denied: only root and the config's admins may make tokens for other users".into(),
+            }),
         }
     }
 
@@ -158,11 +244,11 @@ impl Daemon {
             None if who.admin && jti.is_some() => None,
             None => Some(who.user.to_string()),
         };
-        let count = db::revoke_tokens(self.tx()?, jti.as_deref(), owner.as_deref(), now)?;
+        let revoked = db::revoke_tokens(self.tx()?, jti.as_deref(), owner.as_deref(), now)?;
         let whose = owner
             .as_deref()
             .map_or("any user's".to_string(), |o| format!("{o}'s"));
-        if count == 0 {
+        if revoked.named == 0 {
             return Ok(Reply::Rejected {
                 error: match &jti {
                     Some(j) => format!(
@@ -173,10 +259,16 @@ impl Daemon {
                 },
             });
         }
-        let detail = match &jti {
+        let mut detail = match &jti {
             Some(j) => format!("token {j} of {whose} revoked"),
-            None => format!("{count} token(s) of {whose} revoked"),
+            None => format!("{} token(s) of {whose} revoked", revoked.named),
         };
+        if revoked.descendants > 0 {
+            detail.push_str(&format!(
+                ", and {} made with it or with those",
+                revoked.descendants
+            ));
+        }
         self.audit(now, who.user, "token revoke", None, &detail)?;
         Ok(Reply::Control {
             outcomes: Vec::new(),
@@ -223,5 +315,93 @@ impl Daemon {
 
     fn token_key(&self) -> Result<TokenKey, TokenError> {
         TokenKey::load_or_create(&self.spool.token_key())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parent(aud: &[&str], exp: i64) -> Claims {
+        Claims {
+            sun: "alice".into(),
+            iat: 0,
+            exp,
+            aud: aud.iter().map(|a| a.to_string()).collect(),
+            jti: "p1".into(),
+        }
+    }
+
+    fn uses(terms: &Terms) -> Vec<String> {
+        terms.audience.iter().map(Audience::name).collect()
+    }
+
+    #[test]
+    fn the_kernels_word_gets_any_use_for_as_long_as_the_use_allows() {
+        let web = terms(&Minter::Kernel, None, None, 100).unwrap();
+        assert_eq!(
+            (uses(&web), web.lifespan),
+            (vec!["rest".into(), "portal".into()], 1_800)
+        );
+        let month = terms(&Minter::Kernel, Some("rest"), Some(30 * 86_400), 100).unwrap();
+        assert_eq!(month.lifespan, 30 * 86_400);
+        let too_long = terms(&Minter::Kernel, Some("node"), Some(8 * 86_400), 100).unwrap_err();
+        assert_eq!(
+            too_long,
+            "lifespan 691200 s: a token for nodes lasts 1 s to 7 days (604800 s)"
+        );
+        assert!(terms(&Minter::Kernel, Some("rest"), Some(0), 100).is_err());
+        assert!(terms(&Minter::Kernel, Some("nodes"), None, 100)
+            .unwrap_err()
+            .contains("give rest, portal, node or node:NAME"));
+    }
+
+    #[test]
+    fn the_web_servers_account_gets_the_webs_uses_for_an_hour() {
+        let portal = terms(&Minter::WebServer, Some("portal"), Some(3_600), 0).unwrap();
+        assert_eq!(
+            (uses(&portal), portal.lifespan),
+            (vec!["portal".into()], 3_600)
+        );
+        let node = terms(&Minter::WebServer, Some("node"), Some(60), 0).unwrap_err();
+        assert_eq!(
+            node,
+            "the web server's account gets tokens for rest or portal only, not node"
+        );
+        let long = terms(&Minter::WebServer, Some("rest"), Some(3_601), 0).unwrap_err();
+        assert!(long.contains("1 s to an hour"), "{long}");
+        assert!(terms(&Minter::WebServer, Some("rest"), Some(30 * 86_400), 0).is_err());
+    }
+
+    #[test]
+    fn a_token_makes_no_more_than_itself() {
+        let node = parent(&["node"], 10_000);
+        // Its own uses by default, or narrower; never the web's.
+        let same = terms(&Minter::Token(&node), None, Some(600), 1_000).unwrap();
+        assert_eq!((uses(&same), same.lifespan), (vec!["node".into()], 600));
+        let one = terms(&Minter::Token(&node), Some("node:gpu02"), Some(600), 1_000).unwrap();
+        assert_eq!(uses(&one), ["node:gpu02"]);
+        for wider in ["rest", "portal", "rest,node", "node,portal"] {
+            let refused = terms(&Minter::Token(&node), Some(wider), Some(60), 1_000).unwrap_err();
+            assert!(refused.starts_with("a token made with a token is for no more than it: yours is for node, not for the"), "{wider}: {refused}");
+        }
+        let gpu01 = parent(&["node:gpu01"], 10_000);
+        for wider in ["node", "node:gpu02"] {
+            assert!(
+                terms(&Minter::Token(&gpu01), Some(wider), Some(60), 1_000).is_err(),
+                "{wider}"
+            );
+        }
+        let web = parent(&["rest"], 10_000);
+        assert!(terms(&Minter::Token(&web), Some("node"), Some(60), 1_000).is_err());
+        assert!(terms(&Minter::Token(&web), Some("portal"), Some(60), 1_000).is_err());
+        // It ends no later than its parent, whatever was asked.
+        let week = terms(&Minter::Token(&node), None, Some(7 * 86_400), 1_000).unwrap();
+        assert_eq!(week.lifespan, 9_000);
+        let default = terms(&Minter::Token(&parent(&["rest"], 1_100)), None, None, 1_000).unwrap();
+        assert_eq!(default.lifespan, 100);
+        assert!(terms(&Minter::Token(&parent(&["rest"], 1_000)), None, None, 1_000).is_err());
+        // Its own bounds still hold.
+        assert!(terms(&Minter::Token(&node), None, Some(8 * 86_400), 1_000).is_err());
     }
 }

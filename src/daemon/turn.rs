@@ -535,7 +535,16 @@ impl Daemon {
         request: Request,
         now: i64,
     ) -> Result<Handled, DaemonError> {
-        let super::identity::Identity { uid, user, channel } = identity;
+        let super::identity::Identity {
+            uid,
+            user,
+            channel,
+            token,
+        } = identity;
+        let proven = match &token {
+            Some(claims) => super::control::Proven::Token(claims),
+            None => super::control::Proven::Kernel,
+        };
         if let Request::Query(q) = request {
             let viewer = self.viewer(uid, user);
             let min_age = self.config.min_job_age_secs;
@@ -545,7 +554,12 @@ impl Daemon {
         // A look at an allocation changes nothing, is asked every second
         // of a session, and its answer holds the step key: not recorded.
         if let Request::Control(c @ Control::Attach { .. }) = request {
-            return Ok(Handled::Reply(self.control(c, uid, &user, now)?));
+            return Ok(Handled::Reply(self.control(
+                c,
+                (uid, &user),
+                proven,
+                now,
+            )?));
         }
         // A state change: apply it once, whatever crashes happened.
         if let Some(reply) = self.applied_before(&name, uid)? {
@@ -556,33 +570,23 @@ impl Daemon {
             Request::Control(c) => c.action(),
             _ => "submit",
         };
-        // A join token is shown once and kept nowhere: the reply
-        // recorded (for a retry of the same request) leaves it out.
-        let secret = matches!(
-            request,
-            Request::Control(Control::NodeAdd { .. } | Control::Token { .. })
-        );
+        let join_line = matches!(request, Request::Control(Control::NodeAdd { .. }));
         let reply = match request {
             Request::Submit(job) => self.submit(*job, uid, &user, now)?,
-            Request::Control(c) => self.control(c, uid, &user, now)?,
+            Request::Control(c) => self.control(c, (uid, &user), proven, now)?,
             Request::Query(_) => unreachable!("queries returned above"),
         };
         if matches!(channel, Channel::Rest | Channel::Portal) {
             self.audit_web(now, &user, action, &reply)?;
         }
-        let recorded = match &reply {
-            Reply::Control { outcomes, .. } if secret => Reply::Control {
-                outcomes: outcomes.clone(),
-                message: Some(
-                    "the join line was shown once; yscontrol node add again for a new one".into(),
-                ),
-            },
-            Reply::Token { .. } => Reply::Rejected {
-                error: "the token was shown once; ask for a new one".into(),
-            },
-            _ => reply.clone(),
-        };
-        db::record_request(self.tx()?, &name, uid, now, kind, &recorded)?;
+        db::record_request(
+            self.tx()?,
+            &name,
+            uid,
+            now,
+            kind,
+            &recorded(&reply, join_line),
+        )?;
         Ok(Handled::Reply(reply))
     }
 
@@ -965,5 +969,22 @@ impl Daemon {
             tracing::error!(target: "ysched::daemon", "reload not audited: {e}");
         }
         result
+    }
+}
+
+/// What is kept of `reply` for a retry of its request: a secret (a node's
+/// join line, when `join_line`; a token) is shown once and kept nowhere.
+pub(super) fn recorded(reply: &Reply, join_line: bool) -> Reply {
+    match reply {
+        Reply::Control { outcomes, .. } if join_line => Reply::Control {
+            outcomes: outcomes.clone(),
+            message: Some(
+                "the join line was shown once; yscontrol node add again for a new one".into(),
+            ),
+        },
+        Reply::Token { .. } => Reply::Rejected {
+            error: "the token was shown once; ask for a new one".into(),
+        },
+        _ => reply.clone(),
     }
 }

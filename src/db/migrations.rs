@@ -319,6 +319,12 @@ CREATE TABLE steps (
     r#"
 ALTER TABLE jobs ADD COLUMN interactive INTEGER NOT NULL DEFAULT 0;
 "#,
+    // 24: the token each token was made with (NULL: made on the kernel's
+    // word), so that revoking a token revokes what was made with it.
+    r#"
+ALTER TABLE tokens ADD COLUMN parent TEXT;
+CREATE INDEX tokens_by_parent ON tokens (parent) WHERE parent IS NOT NULL;
+"#,
 ];
 
 /// For the tests of the database's modules: a database in `dir` with

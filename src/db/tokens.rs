@@ -16,8 +16,8 @@ const KEEP_EXPIRED_SECS: i64 = 7 * 86_400;
 /// Records `token`, and forgets tokens expired long ago.
 pub fn record_token(conn: &Connection, token: &TokenRecord) -> Result<(), DbError> {
     conn.prepare_cached(
-        "INSERT INTO tokens (jti, user, audience, issued, expires, made_by, revoked)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL)",
+        "INSERT INTO tokens (jti, user, audience, issued, expires, made_by, revoked, parent)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, ?7)",
     )?
     .execute(params![
         token.jti,
@@ -25,7 +25,8 @@ pub fn record_token(conn: &Connection, token: &TokenRecord) -> Result<(), DbErro
         token.audience,
         token.issued,
         token.expires,
-        token.made_by
+        token.made_by,
+        token.parent
     ])?;
     conn.prepare_cached("DELETE FROM tokens WHERE expires < ?1")?
         .execute([token.issued - KEEP_EXPIRED_SECS])?;
@@ -54,24 +55,49 @@ pub fn tokens(
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
+/// How many tokens a revocation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Revoked {
+    /// Those it named.
+    pub named: usize,
+    /// Those made with them, and with those, and so on.
+    pub descendants: usize,
+}
+
 /// Revokes, at `now`, the unrevoked tokens that `jti` names (every one of
-/// `user`'s when `None`), of `user` only when given; how many.
+/// `user`'s when `None`), of `user` only when given, and every valid
+/// token made with one of them, down the line: a token made with a
+/// stolen token goes with it.
 pub fn revoke_tokens(
     conn: &Connection,
     jti: Option<&str>,
     user: Option<&str>,
     now: i64,
-) -> Result<usize, DbError> {
-    Ok(conn
+) -> Result<Revoked, DbError> {
+    let named = conn
         .prepare_cached(
             "UPDATE tokens SET revoked = ?1
              WHERE revoked IS NULL AND expires > ?1
                AND (?2 IS NULL OR jti = ?2) AND (?3 IS NULL OR user = ?3)",
         )?
-        .execute(params![now, jti, user])?)
+        .execute(params![now, jti, user])?;
+    let descendants = conn
+        .prepare_cached(
+            "WITH RECURSIVE line(jti) AS (
+                 SELECT jti FROM tokens WHERE revoked = ?1
+                   AND (?2 IS NULL OR jti = ?2) AND (?3 IS NULL OR user = ?3)
+                 UNION
+                 SELECT t.jti FROM tokens t JOIN line ON t.parent = line.jti
+             )
+             UPDATE tokens SET revoked = ?1
+             WHERE revoked IS NULL AND expires > ?1 AND jti IN line",
+        )?
+        .execute(params![now, jti, user])?;
+    Ok(Revoked { named, descendants })
 }
 
-const SELECT: &str = "SELECT jti, user, audience, issued, expires, made_by, revoked FROM tokens";
+const SELECT: &str =
+    "SELECT jti, user, audience, issued, expires, made_by, revoked, parent FROM tokens";
 
 fn token_from_row(row: &rusqlite::Row) -> rusqlite::Result<TokenRecord> {
     Ok(TokenRecord {
@@ -82,6 +108,7 @@ fn token_from_row(row: &rusqlite::Row) -> rusqlite::Result<TokenRecord> {
         expires: row.get(4)?,
         made_by: row.get(5)?,
         revoked: row.get(6)?,
+        parent: row.get(7)?,
     })
 }
 
@@ -114,6 +141,7 @@ mod tests {
             expires,
             made_by: user.into(),
             revoked: None,
+            parent: None,
         }
     }
 
@@ -128,11 +156,20 @@ mod tests {
         assert_eq!(jtis(tokens(&conn, Some("alice"), 0).unwrap()), ["a2", "a1"]);
         assert_eq!(jtis(tokens(&conn, None, 300).unwrap()), ["b1", "a2"]);
         // Another user's id revokes nothing of theirs.
+        let none = Revoked {
+            named: 0,
+            descendants: 0,
+        };
         assert_eq!(
             revoke_tokens(&conn, Some("b1"), Some("alice"), 150).unwrap(),
-            0
+            none
         );
-        assert_eq!(revoke_tokens(&conn, None, Some("alice"), 150).unwrap(), 2);
+        assert_eq!(
+            revoke_tokens(&conn, None, Some("alice"), 150)
+                .unwrap()
+                .named,
+            2
+        );
         assert_eq!(token(&conn, "a2").unwrap().unwrap().revoked, Some(150));
         assert_eq!(token(&conn, "b1").unwrap().unwrap().revoked, None);
         // Made a week after a1 expired: a1 goes.
@@ -147,5 +184,42 @@ mod tests {
         record_node_submission(&conn, 7, "gpu02").unwrap();
         assert_eq!(submitted_on(&conn, 7).unwrap().as_deref(), Some("gpu02"));
         assert_eq!(submitted_on(&conn, 8).unwrap(), None);
+    }
+
+    #[test]
+    fn revoking_a_token_revokes_every_token_made_with_it_down_the_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = super::super::migrations::migrated(dir.path());
+        let child = |jti: &str, parent: &str| TokenRecord {
+            parent: Some(parent.into()),
+            ..record(jti, "alice", 100, 5_000)
+        };
+        record_token(&conn, &record("root", "alice", 100, 5_000)).unwrap();
+        record_token(&conn, &child("kid", "root")).unwrap();
+        record_token(&conn, &child("grandkid", "kid")).unwrap();
+        record_token(&conn, &record("other", "alice", 100, 5_000)).unwrap();
+        let revoked = revoke_tokens(&conn, Some("root"), Some("alice"), 200).unwrap();
+        assert_eq!(
+            revoked,
+            Revoked {
+                named: 1,
+                descendants: 2
+            }
+        );
+        for jti in ["root", "kid", "grandkid"] {
+            assert_eq!(
+                token(&conn, jti).unwrap().unwrap().revoked,
+                Some(200),
+                "{jti}"
+            );
+        }
+        assert_eq!(token(&conn, "other").unwrap().unwrap().revoked, None);
+        assert_eq!(
+            token(&conn, "kid").unwrap().unwrap().parent.as_deref(),
+            Some("root")
+        );
+        // Revoked again: nothing is valid to revoke.
+        let again = revoke_tokens(&conn, Some("kid"), None, 300).unwrap();
+        assert_eq!(again.named + again.descendants, 0);
     }
 }

@@ -1172,8 +1172,9 @@ fn ysbatch_on_a_node_submits_to_the_controller_as_its_user() {
     assert!(stderr(&out).contains("9 GPUs"), "{}", stderr(&out));
     commands_on_a_node_go_through_its_agent(&p, &user, (&mine, &theirs), &on_node);
     tokens_are_bound_to_their_use_listed_revoked_and_kept(&p, &user, &on_node);
-    // Four jobs more were submitted since `id`.
-    submissions_wait_for_the_agent_and_tokens_are_kept_secret(&mut p, &user, &other, &mine, id + 4);
+    a_token_on_a_node_makes_no_wider_token(&p, &user, &on_node);
+    // Five jobs more were submitted since `id`.
+    submissions_wait_for_the_agent_and_tokens_are_kept_secret(&mut p, &user, &other, &mine, id + 5);
     a_long_listing_comes_to_the_node_in_parts(&p, &user, &mine, &on_node);
     every_command_answers_on_a_node(&on_node, &mine);
     let _ = &p.net;
@@ -1409,6 +1410,14 @@ fn a_trusted_node_vouches_for_its_users_everywhere() {
     let out = on_node(&["yscancel", &elsewhere.to_string()]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(p.controller.wait_done(elsewhere, LONG), "CANCELLED");
+    // Even a trusted node's word makes no token.
+    let out = on_node(&["ystoken", "--audience", "node"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("a node's word makes no token"),
+        "{}",
+        stderr(&out)
+    );
     let _ = &p.net;
 }
 
@@ -1521,6 +1530,89 @@ fn tokens_are_bound_to_their_use_listed_revoked_and_kept(
     let out = with_saved(&p.agents[0].config, &cancel);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(p.controller.wait_done(job, LONG), "CANCELLED");
+}
+
+/// Root on a node who reads a user's token for nodes gets no more with
+/// it there: no token for the REST API or the portal, none that outlives
+/// it, none for another user; what it made goes when it is revoked.
+fn a_token_on_a_node_makes_no_wider_token(
+    p: &Pool,
+    user: &TestUser,
+    on_node: &dyn Fn(Option<&str>, &[&str]) -> std::process::Output,
+) {
+    let out = p
+        .controller
+        .run_as(&user.name, "ystoken", &["--audience", "node"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stolen = stdout(&out)
+        .trim()
+        .strip_prefix("SLURM_JWT=")
+        .unwrap()
+        .to_string();
+    let refused = |out: std::process::Output, why: &str| {
+        assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+        assert!(stderr(&out).contains(why), "{}", stderr(&out));
+    };
+    for wider in ["rest", "portal", "rest,portal"] {
+        refused(
+            on_node(
+                Some(&stolen),
+                &["ystoken", "--audience", wider, "--lifespan", "30-00:00:00"],
+            ),
+            "a token made with a token is for no more than it: yours is for node",
+        );
+    }
+    refused(
+        on_node(
+            Some(&stolen),
+            &["ystoken", "-u", "root", "--audience", "node"],
+        ),
+        "makes tokens for its own user",
+    );
+    // Narrower, asked for a week: it ends with the stolen one.
+    let out = on_node(
+        Some(&stolen),
+        &[
+            "ystoken",
+            "--audience",
+            "node:gpu10",
+            "--lifespan",
+            "7-00:00:00",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("with the token that proved you"),
+        "{}",
+        stderr(&out)
+    );
+    let child = stdout(&out)
+        .trim()
+        .strip_prefix("SLURM_JWT=")
+        .unwrap()
+        .to_string();
+    let (parent, claims) = (
+        ysched::token::unverified_claims(&stolen).unwrap(),
+        ysched::token::unverified_claims(&child).unwrap(),
+    );
+    assert_eq!(claims.aud, ["node:gpu10"]);
+    assert!(claims.exp <= parent.exp, "{claims:?} {parent:?}");
+    refused(
+        on_node(Some(&child), &["ystoken", "--audience", "node"]),
+        "yours is for node:gpu10, not for the pool's nodes",
+    );
+    // The user revokes the stolen token: the one made with it goes too.
+    let job = held_job_of(p, user);
+    let out = p
+        .controller
+        .run_as(&user.name, "ystoken", &["--revoke", &parent.jti]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    refused(
+        on_node(Some(&child), &["yscancel", &job.to_string()]),
+        "the token was revoked",
+    );
+    assert_eq!(p.controller.state(job), "PENDING");
+    p.controller.run("yscancel", &[&job.to_string()]);
 }
 
 /// With ysnoded down a submission on the node waits in the node's spool,

@@ -874,3 +874,130 @@ fn a_jobs_steps_are_in_its_accounting_answer_as_slurmdbd_nests_them() {
         "{table}"
     );
 }
+
+/// Asks `c`'s daemon for a token proven by `token` on the REST channel,
+/// as yswebd passes its caller's token on (the kernel's word, root's
+/// here, counts for nothing beside a token).
+fn mint_with(
+    c: &Cluster,
+    token: &str,
+    audience: &str,
+    lifespan: u64,
+    user: Option<&str>,
+) -> ysched::proto::Reply {
+    use ysched::proto::{Channel, Control, Envelope, Request};
+    let mut envelope = Envelope::new(Request::Control(Control::Token {
+        lifespan: Some(lifespan),
+        user: user.map(str::to_string),
+        audience: Some(audience.to_string()),
+    }));
+    envelope.token = Some(token.to_string());
+    envelope.channel = Some(Channel::Rest);
+    let spool = ysched::spool::Spool::new(&c.spool);
+    let mut sent = spool
+        .send(&envelope, ysched::spool::Durability::OnDemand)
+        .unwrap();
+    sent.wait(Duration::from_secs(20))
+        .unwrap()
+        .expect("the daemon answers")
+}
+
+/// The refusal in `reply`, or a panic.
+fn refusal_of(reply: ysched::proto::Reply) -> String {
+    match reply {
+        ysched::proto::Reply::Rejected { error }
+        | ysched::proto::Reply::Unauthenticated { error } => error,
+        other => panic!("not refused: {other:?}"),
+    }
+}
+
+/// A token that asks for a token gets no more than itself: no wider use,
+/// no later end, no other user; revoking it revokes what it made. The web
+/// server's account gets the web's uses, for an hour at most, and no
+/// token for nodes (it could otherwise hand out week-long node tokens of
+/// anyone its proxy names).
+#[test]
+fn a_token_makes_no_wider_token_and_what_it_made_goes_when_it_is_revoked() {
+    require_root!();
+    let (alice, bob, www) = (
+        TestUser::create("wm"),
+        TestUser::create("wn"),
+        TestUser::create("wo"),
+    );
+    let c = cluster_with_web(&www.name, "");
+    let rest = token_of(
+        &c,
+        &alice.name,
+        &["--audience", "rest", "--lifespan", "600"],
+    );
+    for wider in ["node", "portal", "node:gpu01", "rest,portal"] {
+        let error = refusal_of(mint_with(&c, &rest, wider, 60, None));
+        assert!(
+            error
+                .starts_with("a token made with a token is for no more than it: yours is for rest"),
+            "{wider}: {error}"
+        );
+    }
+    let error = refusal_of(mint_with(&c, &rest, "rest", 60, Some(&bob.name)));
+    assert!(error.contains("makes tokens for its own user"), "{error}");
+    // Asked for a month, it ends with the token that made it.
+    let ysched::proto::Reply::Token {
+        token: child,
+        expires,
+        ..
+    } = mint_with(&c, &rest, "rest", 30 * 86_400, None)
+    else {
+        panic!("no token")
+    };
+    let parent = ysched::token::unverified_claims(&rest).unwrap();
+    let claims = ysched::token::unverified_claims(&child).unwrap();
+    assert!(
+        expires <= parent.exp && claims.exp == expires,
+        "{claims:?} {parent:?}"
+    );
+    let grandchild = match mint_with(&c, &child, "rest", 60, None) {
+        ysched::proto::Reply::Token { token, .. } => token,
+        other => panic!("{other:?}"),
+    };
+    let list = stdout(&c.run_as(&alice.name, "ystoken", &["--list"]));
+    let row = |jti: &str| {
+        list.lines()
+            .find(|l| l.starts_with(jti))
+            .unwrap_or_else(|| panic!("{jti} not in {list}"))
+            .to_string()
+    };
+    assert!(row(&claims.jti).ends_with(&parent.jti), "{list}");
+    // Revoking the first revokes the line it started.
+    let out = c.run_as(&alice.name, "ystoken", &["--revoke", &parent.jti]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("and 2 made with it or with those"),
+        "{}",
+        stdout(&out)
+    );
+    for token in [&child, &grandchild] {
+        let error = refusal_of(mint_with(&c, token, "rest", 60, None));
+        assert!(error.contains("the token was revoked"), "{error}");
+    }
+    // The web server's account: the web's uses, an hour at most.
+    let as_web = |args: &[&str]| c.run_as(&www.name, "ystoken", args);
+    let out = as_web(&["-u", &alice.name, "--audience", "node"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("gets tokens for rest or portal only, not node"),
+        "{}",
+        stderr(&out)
+    );
+    let out = as_web(&["-u", &alice.name, "--lifespan", "30-00:00:00"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("1 s to an hour"), "{}", stderr(&out));
+    let out = as_web(&[
+        "-u",
+        &alice.name,
+        "--audience",
+        "portal",
+        "--lifespan",
+        "3600",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
