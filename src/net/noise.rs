@@ -15,7 +15,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{de::DeserializeOwned, Serialize};
 use snow::{HandshakeState, StatelessTransportState};
@@ -27,8 +27,16 @@ const PATTERN: &str = "Noise_NNpsk0_25519_ChaChaPoly_SHA256";
 /// Noise's largest message, and what its AEAD tag adds.
 const MAX_RECORD: usize = 65_535;
 const TAG: usize = 16;
-/// How long either side waits for the other's handshake message.
+/// How long either side waits for the other's handshake message; a task
+/// server's whole handshake and the step after it must come within it.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What a task server answers, in the clear, instead of its handshake
+/// message: a record no handshake message can be (the answer of
+/// `NNpsk0` is at least 48 bytes). A hint for srun's error, which anyone
+/// on the path could forge, as they could cut the connection.
+const BUSY: &[u8] = b"";
+const NOT_THIS_KEY: &[u8] = b"\x01";
 
 /// The 32-byte pre-shared key made from a job's step key (a random
 /// 256-bit token, so one hash is key derivation enough).
@@ -76,6 +84,26 @@ fn write_record(stream: &mut impl Write, record: &[u8]) -> Result<(), NetError> 
         .map_err(NetError::io("sending on the step link"))
 }
 
+/// A stream whose reads end at one deadline, however the bytes trickle
+/// in: a socket's own timeout counts from each read, so a peer sending a
+/// byte every few seconds would hold it for ever.
+struct ByDeadline<'a> {
+    stream: &'a TcpStream,
+    deadline: Instant,
+}
+
+impl Read for ByDeadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        let mut stream = self.stream;
+        stream.read(buf)
+    }
+}
+
 fn read_record(stream: &mut impl Read) -> Result<Vec<u8>, NetError> {
     let mut head = [0u8; 2];
     stream.read_exact(&mut head).map_err(|_| NetError::Closed)?;
@@ -93,9 +121,25 @@ fn not_this_job(job: u64) -> NetError {
     ))
 }
 
+/// How srun's side of a handshake failed, when it did.
+#[derive(Debug)]
+pub enum ConnectError {
+    /// The task server had too many connections in their handshakes and
+    /// let this one go to make room: worth trying again.
+    Busy,
+    /// Anything else, said.
+    Failed(NetError),
+}
+
+impl From<NetError> for ConnectError {
+    fn from(e: NetError) -> ConnectError {
+        ConnectError::Failed(e)
+    }
+}
+
 /// The initiator's (`srun`'s) side of the handshake on `stream`.
-pub fn connect(stream: TcpStream, job: u64, step_key: &str) -> Result<Channel, NetError> {
-    set_timeout(&stream, Some(HANDSHAKE_TIMEOUT))?;
+pub fn connect(stream: TcpStream, job: u64, step_key: &str) -> Result<Channel, ConnectError> {
+    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
     let mut state = handshake_state(job, step_key, true)?;
     let mut message = vec![0u8; MAX_RECORD];
     let mut writer = &stream;
@@ -103,34 +147,71 @@ pub fn connect(stream: TcpStream, job: u64, step_key: &str) -> Result<Channel, N
         .write_message(&[], &mut message)
         .map_err(noise_error("the step link's handshake"))?;
     write_record(&mut writer, &message[..len])?;
-    let mut reader = &stream;
-    // A server that cannot read the first message closes the connection.
-    let answer = read_record(&mut reader).map_err(|_| not_this_job(job))?;
+    let mut reader = ByDeadline {
+        stream: &stream,
+        deadline,
+    };
+    let answer = match read_record(&mut reader) {
+        Ok(answer) => answer,
+        Err(_) if Instant::now() >= deadline => {
+            return Err(ConnectError::Failed(NetError::Refused(format!(
+                "the task server did not answer the handshake within {} s",
+                HANDSHAKE_TIMEOUT.as_secs()
+            ))))
+        }
+        Err(_) => {
+            return Err(ConnectError::Failed(NetError::Refused(
+                "the task server closed the connection before the handshake".into(),
+            )))
+        }
+    };
+    match answer.as_slice() {
+        BUSY => return Err(ConnectError::Busy),
+        NOT_THIS_KEY => return Err(not_this_job(job).into()),
+        _ => {}
+    }
     state
         .read_message(&answer, &mut message)
         .map_err(|_| not_this_job(job))?;
     set_timeout(&stream, None)?;
-    Channel::after(stream, state)
+    Ok(Channel::after(stream, state)?)
 }
 
-/// The responder's (a task server's) side of the handshake on `stream`.
-pub fn accept(stream: TcpStream, job: u64, step_key: &str) -> Result<Channel, NetError> {
-    set_timeout(&stream, Some(HANDSHAKE_TIMEOUT))?;
+/// The responder's (a task server's) side of the handshake on `stream`,
+/// which must end by `deadline`, with the first frame after it (see
+/// [`Receiver::receive_by`]): a replayed first message, whose sender
+/// cannot go on, is let go then.
+pub fn accept(
+    stream: TcpStream,
+    job: u64,
+    step_key: &str,
+    deadline: Instant,
+) -> Result<Channel, NetError> {
     let mut state = handshake_state(job, step_key, false)?;
     let mut message = vec![0u8; MAX_RECORD];
-    let mut reader = &stream;
+    let mut reader = ByDeadline {
+        stream: &stream,
+        deadline,
+    };
     let first = read_record(&mut reader)?;
-    state
-        .read_message(&first, &mut message)
-        .map_err(|_| not_this_job(job))?;
+    let mut writer = &stream;
+    if state.read_message(&first, &mut message).is_err() {
+        let _ = write_record(&mut writer, NOT_THIS_KEY);
+        return Err(not_this_job(job));
+    }
     let len = state
         .write_message(&[], &mut message)
         .map_err(noise_error("the step link's handshake"))?;
-    let mut writer = &stream;
     write_record(&mut writer, &message[..len])?;
-    // srun's first frame (its step) must come within the same time: a
-    // replayed first message, whose sender cannot go on, is let go.
     Channel::after(stream, state)
+}
+
+/// Tells srun, on a connection whose handshake has not been answered,
+/// that the task server lets it go to make room (see [`ConnectError::Busy`]).
+pub fn let_go(stream: &TcpStream) {
+    let mut writer = stream;
+    let _ = write_record(&mut writer, BUSY);
+    let _ = stream.shutdown(std::net::Shutdown::Both);
 }
 
 fn set_timeout(stream: &TcpStream, timeout: Option<Duration>) -> Result<(), NetError> {
@@ -227,20 +308,38 @@ impl Receiver {
                 return decode(&body);
             }
             let record = read_record(&mut self.stream)?;
-            let len = self
-                .state
-                .read_message(self.nonce, &record, &mut plain)
-                .map_err(|_| {
-                    NetError::Refused("a record on the step link that does not decrypt".into())
-                })?;
-            self.nonce += 1;
-            self.framer.push(&plain[..len]);
+            self.open(&record, &mut plain)?;
         }
     }
 
-    /// How long a receive may wait (`None`: for ever).
-    pub fn set_timeout(&self, timeout: Option<Duration>) -> Result<(), NetError> {
-        set_timeout(&self.stream, timeout)
+    /// The next message, if it has come whole by `deadline`.
+    pub fn receive_by<T: DeserializeOwned>(&mut self, deadline: Instant) -> Result<T, NetError> {
+        let mut plain = vec![0u8; MAX_RECORD];
+        loop {
+            if let Some(body) = self.framer.next_frame()? {
+                set_timeout(&self.stream, None)?;
+                return decode(&body);
+            }
+            let mut reader = ByDeadline {
+                stream: &self.stream,
+                deadline,
+            };
+            let record = read_record(&mut reader)?;
+            self.open(&record, &mut plain)?;
+        }
+    }
+
+    /// Decrypts `record` into the frames to come.
+    fn open(&mut self, record: &[u8], plain: &mut [u8]) -> Result<(), NetError> {
+        let len = self
+            .state
+            .read_message(self.nonce, record, plain)
+            .map_err(|_| {
+                NetError::Refused("a record on the step link that does not decrypt".into())
+            })?;
+        self.nonce += 1;
+        self.framer.push(&plain[..len]);
+        Ok(())
     }
 }
 
@@ -257,9 +356,13 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let server = std::thread::spawn(move || {
             let (stream, _) = listener.accept().unwrap();
-            accept(stream, job.1, keys.1)
+            accept(stream, job.1, keys.1, Instant::now() + HANDSHAKE_TIMEOUT)
         });
-        let client = connect(TcpStream::connect(addr).unwrap(), job.0, keys.0);
+        let client =
+            connect(TcpStream::connect(addr).unwrap(), job.0, keys.0).map_err(|e| match e {
+                ConnectError::Busy => NetError::Refused("busy".into()),
+                ConnectError::Failed(e) => e,
+            });
         (client, server.join().unwrap())
     }
 
@@ -282,7 +385,62 @@ mod tests {
             let (client, server) = pair(jobs, keys);
             let e = server.err().unwrap().to_string();
             assert!(e.contains("does not hold job"), "{e}");
-            assert!(client.is_err());
+            let e = client.err().unwrap().to_string();
+            assert!(e.contains("does not hold job"), "{e}");
         }
+    }
+
+    /// A peer that trickles its first message a byte at a time, each
+    /// within the socket's timeout, is let go at the one deadline.
+    #[test]
+    fn a_trickled_handshake_ends_at_its_deadline() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let started = Instant::now();
+        let server = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            accept(stream, 7, "k", Instant::now() + Duration::from_millis(600))
+        });
+        let mut trickler = TcpStream::connect(addr).unwrap();
+        let _ = trickler.write_all(&[0, 48]);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let dribble = std::thread::spawn(move || {
+            while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
+                if trickler.write_all(&[0]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        assert!(server.join().unwrap().is_err());
+        let took = started.elapsed();
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        dribble.join().unwrap();
+        assert!(took < Duration::from_secs(3), "held for {took:?}");
+    }
+
+    /// srun tells a task server that let it go from one that closed.
+    #[test]
+    fn srun_tells_a_busy_server_from_a_closed_one() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (busy, _) = listener.accept().unwrap();
+            let_go(&busy);
+            let (closed, _) = listener.accept().unwrap();
+            drop(closed);
+        });
+        let busy = connect(TcpStream::connect(addr).unwrap(), 7, "k");
+        assert!(matches!(busy, Err(ConnectError::Busy)), "{:?}", busy.err());
+        let closed = connect(TcpStream::connect(addr).unwrap(), 7, "k");
+        match closed {
+            Err(ConnectError::Failed(e)) => assert_eq!(
+                e.to_string(),
+                "the task server closed the connection before the handshake"
+            ),
+            other => panic!("{:?}", other.err()),
+        }
+        server.join().unwrap();
     }
 }

@@ -13,11 +13,10 @@
 //! the controller chose for this part of the run at random
 //! (`YS_STEP_PORTS`), which `srun` learns from the same place.
 
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::mpsc::{self, Sender};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -31,9 +30,11 @@ use super::noise::{self, Receiver};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long `srun` waits for a node's task server to start listening.
 pub const START_WAIT: Duration = Duration::from_secs(30);
-/// Connections a task server takes through their handshake at once; more
-/// are closed at once, so that a flood costs it no thread each.
+/// Connections a task server takes through their handshake at once, in
+/// all and from one address: beyond either, the oldest handshake of the
+/// address that holds the most is let go (see [`to_let_go`]).
 const MAX_HANDSHAKES: usize = 32;
+const MAX_HANDSHAKES_PER_SOURCE: usize = 4;
 
 #[derive(Debug, Serialize, Deserialize)]
 enum ToServer {
@@ -66,43 +67,103 @@ pub fn serve(job: u64, key: &str, address: SocketAddr) -> Result<(), NetError> {
 
 /// [`serve`] on a listener already bound.
 pub fn serve_on(listener: TcpListener, job: u64, key: &str) -> Result<(), NetError> {
-    let handshakes = Arc::new(AtomicUsize::new(0));
+    let handshakes = Arc::new(Handshakes::default());
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
-        if handshakes.fetch_add(1, Ordering::SeqCst) >= MAX_HANDSHAKES {
-            handshakes.fetch_sub(1, Ordering::SeqCst);
+        let Ok(peer) = stream.peer_addr() else {
             continue;
-        }
+        };
+        let Some(slot) = handshakes.admit(peer.ip(), &stream) else {
+            continue;
+        };
         let key = key.to_string();
         let handshakes = handshakes.clone();
         std::thread::spawn(move || {
-            let peer = stream.peer_addr().ok();
-            if let Err(e) = serve_one(stream, job, &key, &handshakes) {
-                eprintln!("ysstepd: a step from {peer:?}: {e}");
+            if let Err(e) = serve_one(stream, job, &key, (&handshakes, slot)) {
+                eprintln!("ysstepd: a step from {peer}: {e}");
             }
         });
     }
     Ok(())
 }
 
+/// The connections a task server is taking through their handshake, in
+/// the order they came.
+#[derive(Default)]
+struct Handshakes {
+    pending: Mutex<Vec<Pending>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+struct Pending {
+    slot: u64,
+    source: IpAddr,
+    /// A handle on the connection, to let it go.
+    stream: TcpStream,
+}
+
+impl Handshakes {
+    /// Takes a connection from `source` into its handshake, letting
+    /// another go if it must; its slot.
+    fn admit(&self, source: IpAddr, stream: &TcpStream) -> Option<u64> {
+        let handle = stream.try_clone().ok()?;
+        let slot = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let sources: Vec<IpAddr> = pending.iter().map(|p| p.source).collect();
+        if let Some(index) = to_let_go(&sources, source) {
+            let gone = pending.remove(index);
+            noise::let_go(&gone.stream);
+        }
+        pending.push(Pending {
+            slot,
+            source,
+            stream: handle,
+        });
+        Some(slot)
+    }
+
+    /// The handshake in `slot` ended, well or not.
+    fn done(&self, slot: u64) {
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        pending.retain(|p| p.slot != slot);
+    }
+}
+
+/// Which of the handshakes under way (their sources, oldest first) to let
+/// go so that one from `source` may start: the oldest of `source`'s own
+/// when it holds its share, else, when all the slots are taken, the
+/// oldest of the source that holds the most. One address that trickles
+/// its handshakes (a byte every few seconds, each within the socket's
+/// timeout) or floods them takes its own slots only, and a newcomer from
+/// elsewhere, such as the job's srun, always gets one.
+fn to_let_go(pending: &[IpAddr], source: IpAddr) -> Option<usize> {
+    let count = |of: IpAddr| pending.iter().filter(|p| **p == of).count();
+    if count(source) >= MAX_HANDSHAKES_PER_SOURCE {
+        return pending.iter().position(|p| *p == source);
+    }
+    if pending.len() < MAX_HANDSHAKES {
+        return None;
+    }
+    let most = pending.iter().copied().max_by_key(|p| count(*p))?;
+    pending.iter().position(|p| *p == most)
+}
+
 /// One `srun`'s step: the handshake, its tasks, and their events back
-/// until all have ended. A connection lost first kills the step.
+/// until all have ended. A connection lost first kills the step. The
+/// handshake and the step must come within one deadline, however slowly
+/// their bytes trickle in.
 fn serve_one(
     stream: TcpStream,
     job: u64,
     key: &str,
-    handshakes: &AtomicUsize,
+    (handshakes, slot): (&Handshakes, u64),
 ) -> Result<(), NetError> {
-    let accepted = noise::accept(stream, job, key).and_then(|mut channel| {
-        // The step must follow the handshake at once.
-        channel
-            .receiver
-            .set_timeout(Some(noise::HANDSHAKE_TIMEOUT))?;
-        let first = channel.receiver.receive::<ToServer>();
-        channel.receiver.set_timeout(None)?;
-        Ok((channel, first?))
+    let deadline = Instant::now() + noise::HANDSHAKE_TIMEOUT;
+    let accepted = noise::accept(stream, job, key, deadline).and_then(|mut channel| {
+        let first = channel.receiver.receive_by::<ToServer>(deadline)?;
+        Ok((channel, first))
     });
-    handshakes.fetch_sub(1, Ordering::SeqCst);
+    handshakes.done(slot);
     let (channel, first) = accepted?;
     let noise::Channel {
         mut sender,
@@ -157,24 +218,35 @@ impl StepLink {
     ) -> Result<(StepLink, Receiver), NetError> {
         let addr = resolve(host, port)
             .ok_or_else(|| NetError::Refused(format!("cannot resolve {host}")))?;
-        let deadline = std::time::Instant::now() + wait;
+        let deadline = Instant::now() + wait;
         let mut pause = Duration::from_millis(50);
-        let stream = loop {
+        // A task server that is still starting refuses the connection; one
+        // crowded by others' handshakes lets it go: both tried again.
+        let channel = loop {
+            let late = Instant::now() + pause >= deadline;
             match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
-                Ok(stream) => break stream,
-                Err(e) if std::time::Instant::now() + pause >= deadline => {
+                Ok(stream) => match noise::connect(stream, job, key) {
+                    Ok(channel) => break channel,
+                    Err(noise::ConnectError::Busy) if late => {
+                        return Err(NetError::Refused(format!(
+                            "{addr}: the task server of job {job} let the connection go before the handshake, too many others were connecting"
+                        )))
+                    }
+                    Err(noise::ConnectError::Busy) => {}
+                    Err(noise::ConnectError::Failed(e)) => {
+                        return Err(NetError::Refused(format!("{addr}: {e}")))
+                    }
+                },
+                Err(e) if late => {
                     return Err(NetError::Refused(format!(
                         "no task server of job {job} at {addr}: {e}"
                     )))
                 }
-                Err(_) => {
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_secs(1));
-                }
+                Err(_) => {}
             }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_secs(1));
         };
-        let channel = noise::connect(stream, job, key)
-            .map_err(|e| NetError::Refused(format!("{addr}: {e}")))?;
         Ok((
             StepLink {
                 sender: channel.sender,
@@ -464,5 +536,85 @@ mod tests {
         let mut rest = Vec::new();
         let _ = replay.read_to_end(&mut rest);
         assert_eq!(std::fs::read_to_string(&marker).unwrap(), "x\n");
+    }
+
+    #[test]
+    fn one_address_takes_its_own_handshake_slots_only() {
+        let (a, b, c): (IpAddr, IpAddr, IpAddr) = (
+            "10.0.0.1".parse().unwrap(),
+            "10.0.0.2".parse().unwrap(),
+            "10.0.0.3".parse().unwrap(),
+        );
+        assert_eq!(to_let_go(&[], a), None);
+        assert_eq!(to_let_go(&[a, b, a, a], a), None);
+        // Its share taken: its own oldest goes, not another's.
+        assert_eq!(to_let_go(&[b, a, a, a, a], a), Some(1));
+        assert_eq!(to_let_go(&[b, a, a, a, a], b), None);
+        // All taken: the oldest of the one that holds the most.
+        let mut full = vec![c, c];
+        full.extend((0..MAX_HANDSHAKES_PER_SOURCE).map(|_| b));
+        full.extend((full.len()..MAX_HANDSHAKES).map(|i| IpAddr::from([10, 1, 0, i as u8])));
+        assert_eq!(full.len(), MAX_HANDSHAKES);
+        assert_eq!(to_let_go(&full, c), Some(2));
+        assert_eq!(to_let_go(&full, "10.9.9.9".parse().unwrap()), Some(2));
+    }
+
+    /// A connection to `port` from `source`, a loopback address of its own.
+    fn connect_from(source: [u8; 4], port: u16) -> TcpStream {
+        use nix::sys::socket::{
+            bind, connect, socket, AddressFamily, SockFlag, SockType, SockaddrIn,
+        };
+        let fd = socket(
+            AddressFamily::Inet,
+            SockType::Stream,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .unwrap();
+        let [a, b, c, d] = source;
+        bind(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            &SockaddrIn::new(a, b, c, d, 0),
+        )
+        .unwrap();
+        connect(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            &SockaddrIn::new(127, 0, 0, 1, port),
+        )
+        .unwrap();
+        TcpStream::from(fd)
+    }
+
+    /// Forty connections from one address that trickle their handshakes a
+    /// byte every 400 ms (the attack that held every slot for ever): the
+    /// job's srun, from another address, still runs its step.
+    #[test]
+    fn a_trickle_of_handshakes_from_one_address_does_not_keep_srun_out() {
+        let port = server(43, "secret");
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut tricklers = Vec::new();
+        for _ in 0..40 {
+            let stop = stop.clone();
+            tricklers.push(std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let mut stream = connect_from([127, 0, 0, 2], port);
+                    let _ = stream.write_all(&[0, 48]);
+                    while !stop.load(std::sync::atomic::Ordering::SeqCst)
+                        && stream.write_all(&[0]).is_ok()
+                    {
+                        std::thread::sleep(Duration::from_millis(400));
+                    }
+                }
+            }));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let (mut link, reader) =
+            StepLink::connect(("127.0.0.1", port), 43, "secret", Duration::from_secs(5)).unwrap();
+        link.launch(order("echo through")).unwrap();
+        assert_eq!(outputs(reader).unwrap(), "through\n");
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        for t in tricklers {
+            t.join().unwrap();
+        }
     }
 }

@@ -586,3 +586,131 @@ fn a_controller_killed_during_a_two_node_job_finds_both_parts_again_and_records_
     p.wait_states(&[(0, "idle"), (1, "idle")]);
     assert!(processes_left(&p).is_empty(), "{:?}", processes_left(&p));
 }
+
+/// Connections from `addresses` (each of the namespace `ns`'s own), 40
+/// per address (more than all of a task server's handshake slots), to `target`, each trickling its handshake a byte every
+/// 2 s (under the old per-read timeout of 5 s), opened again as soon as
+/// the server lets one go, until `stop`: the attack that once held every
+/// handshake slot of a task server for ever.
+fn trickle_from(
+    ns: &str,
+    addresses: Vec<String>,
+    target: std::net::SocketAddr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<usize> {
+    let netns = std::fs::File::open(format!("/var/run/netns/{ns}")).unwrap();
+    std::thread::spawn(move || {
+        // This thread alone enters the namespace.
+        nix::sched::setns(&netns, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        let connect = |from: &str| {
+            use nix::sys::socket::SockaddrIn;
+            use nix::sys::socket::{bind, connect, socket, AddressFamily, SockFlag, SockType};
+            use std::os::fd::AsRawFd;
+            let fd = socket(
+                AddressFamily::Inet,
+                SockType::Stream,
+                SockFlag::SOCK_CLOEXEC,
+                None,
+            )
+            .ok()?;
+            let source: std::net::SocketAddrV4 = format!("{from}:0").parse().ok()?;
+            bind(fd.as_raw_fd(), &SockaddrIn::from(source)).ok()?;
+            let std::net::SocketAddr::V4(to) = target else {
+                return None;
+            };
+            connect(fd.as_raw_fd(), &SockaddrIn::from(to)).ok()?;
+            let mut stream = std::net::TcpStream::from(fd);
+            use std::io::Write;
+            stream.write_all(&[0, 48]).ok()?;
+            Some(stream)
+        };
+        let mut held: Vec<(String, std::net::TcpStream)> = Vec::new();
+        let mut opened = 0;
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            for from in &addresses {
+                while held.iter().filter(|(a, _)| a == from).count() < 40 {
+                    match connect(from) {
+                        Some(stream) => {
+                            opened += 1;
+                            held.push((from.clone(), stream));
+                        }
+                        None => break,
+                    }
+                }
+            }
+            use std::io::Write;
+            held.retain_mut(|(_, s)| s.write_all(&[0]).is_ok());
+            for (_, s) in &held {
+                let _ = s.set_nonblocking(true);
+            }
+            // Let go by the server (its answer, then its close): open another.
+            held.retain(|(_, s)| {
+                let mut byte = [0u8; 8];
+                matches!(std::io::Read::read(&mut &*s, &mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+            });
+            std::thread::sleep(Duration::from_millis(2_000));
+        }
+        opened
+    })
+}
+
+/// Anyone on the network can reach a task server's port (found by a
+/// scan): a host that trickles its handshakes on many connections takes
+/// its own share of the handshake slots only, and the job's srun runs its
+/// step over both nodes while the attack goes on.
+#[test]
+fn a_trickle_of_handshakes_from_the_network_does_not_keep_the_jobs_srun_out() {
+    require_root_for_nodes!();
+    let mut p = Pool::new(2, "");
+    let path = shims(&p);
+    p.controller.script(
+        "steps.sh",
+        &format!(
+            "#!/bin/sh\n#SBATCH -N 2 -t 5\n\
+             export PATH={path}:$PATH\n\
+             echo \"ports=$YS_STEP_PORTS addrs=$YS_NODE_ADDRS\" > ports.txt\n\
+             while [ ! -e go ]; do sleep 0.1; done\n\
+             srun -N 2 -n 2 --label sh -c 'echo step on=$SLURMD_NODENAME'\n\
+             echo srun=$?\n"
+        ),
+    );
+    let id = p.controller.submit(&["steps.sh"]);
+    let deadline = Instant::now() + LONG;
+    let line = loop {
+        if let Some(line) = lines_of(&p, "ports.txt").pop() {
+            break line;
+        }
+        assert!(Instant::now() < deadline, "{}", p.controller.log());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // The second node's task server, from a host of the pool's network.
+    let field = |name: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(name))
+            .unwrap_or_else(|| panic!("no {name} in {line}"))
+            .split(',')
+            .nth(1)
+            .unwrap()
+            .to_string()
+    };
+    let target: std::net::SocketAddr = format!("{}:{}", field("addrs="), field("ports="))
+        .parse()
+        .unwrap();
+    let (ns, addresses) = p.net.add_crowd(1);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let attack = trickle_from(&ns, addresses, target, stop.clone());
+    std::thread::sleep(Duration::from_millis(1_500));
+    std::fs::write(p.controller.work.join("go"), "").unwrap();
+    let state = p.controller.wait_done(id, LONG);
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let opened = attack.join().unwrap();
+    let out = lines_of(&p, &format!("ys-{id}.out")).join("\n");
+    assert_eq!(state, "COMPLETED", "{out}\n{}", p.controller.log());
+    assert!(
+        out.contains("0: step on=gpu10")
+            && out.contains("1: step on=gpu11")
+            && out.contains("srun=0"),
+        "{out}"
+    );
+    assert!(opened >= 40, "the attack opened {opened} connections");
+}
