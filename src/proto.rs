@@ -608,3 +608,23 @@ pub enum Reply {
         now: i64,
     },
 }
+
+impl Reply {
+    /// What is kept of this reply for a retry of its request: a secret
+    /// (a node's join line, when `join_line`; a token) is shown once and
+    /// kept nowhere.
+    pub fn kept_for_retry(&self, join_line: bool) -> Reply {
+        match self {
+            Reply::Control { outcomes, .. } if join_line => Reply::Control {
+                outcomes: outcomes.clone(),
+                message: Some(
+                    "the join line was shown once; yscontrol node add again for a new one".into(),
+                ),
+            },
+            Reply::Token { .. } => Reply::Rejected {
+                error: "the token was shown once; ask for a new one".into(),
+            },
+            _ => self.clone(),
+        }
+    }
+}

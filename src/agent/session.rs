@@ -72,7 +72,13 @@ pub struct Session {
     /// the last heartbeat the controller answered.
     lease_until: Instant,
     /// Where the jobs' supervisors read the lease (see `exec::lease`).
-    lease_file: std::path::PathBuf,
+    lease_file: crate::exec::lease::LeaseFile,
+    /// When this agent last fenced the node, or started (boot clock): in
+    /// the lease file, so that a supervisor thaws a job it froze itself
+    /// only if the agent has not fenced since.
+    fenced_at: u64,
+    /// Whether the last write of the lease file failed (said once).
+    lease_unwritten: bool,
     fenced: bool,
     seq: u64,
     /// When each heartbeat not yet answered was sent.
@@ -107,6 +113,20 @@ impl Session {
             &identity.certificate_pem,
             &identity.key_pem,
         )?;
+        // An agent restarted keeps the lease it had (the supervisors' file
+        // says what is left of it); a new one has none until the
+        // controller answers. Its start counts as a fence: what a
+        // supervisor froze before it is the controller's to thaw.
+        let left = crate::exec::lease::remaining(&lease_file).unwrap_or_default();
+        let fenced_at = crate::exec::lease::boot_now();
+        let lease_file = crate::exec::lease::LeaseFile::open(
+            &lease_file,
+            crate::exec::lease::Lease::for_(left, fenced_at),
+        )
+        .map_err(AgentError::io(format!(
+            "cannot write the lease file {}",
+            lease_file.display()
+        )))?;
         let session = Session {
             runs,
             identity,
@@ -116,12 +136,10 @@ impl Session {
             incarnation: incarnation(),
             epoch: 0,
             lease,
-            // An agent restarted keeps the lease it had (the supervisors'
-            // file says what is left of it); a new one has none until the
-            // controller answers.
-            lease_until: Instant::now()
-                + crate::exec::lease::remaining(&lease_file).unwrap_or_default(),
+            lease_until: Instant::now() + left,
             lease_file,
+            fenced_at,
+            lease_unwritten: false,
             fenced: false,
             seq: 0,
             sent: HashMap::new(),
@@ -134,7 +152,6 @@ impl Session {
             requests: None,
             frozen_limit: crate::config::DEFAULT_FROZEN_LIMIT,
         };
-        session.publish_lease();
         Ok(session)
     }
 
@@ -167,11 +184,24 @@ impl Session {
         }
     }
 
-    /// Tells the jobs' supervisors when the lease runs out.
-    fn publish_lease(&self) {
+    /// Tells the jobs' supervisors when the lease runs out, and when this
+    /// agent last fenced the node. A failure is said once, and when it
+    /// mends: the supervisors freeze their jobs when the lease they read
+    /// runs out, and thaw them when it is renewed.
+    fn publish_lease(&mut self) {
         let left = self.lease_until().saturating_duration_since(Instant::now());
-        if let Err(e) = crate::exec::lease::renew(&self.lease_file, left) {
-            tracing::error!(target: "ysched::agent", "cannot write {}: {e}", self.lease_file.display());
+        let lease = crate::exec::lease::Lease::for_(left, self.fenced_at);
+        let path = self.lease_file.path().display().to_string();
+        match self.lease_file.write(lease) {
+            Err(e) if !self.lease_unwritten => {
+                tracing::error!(target: "ysched::agent", "cannot write the lease file {path}: {e}; this node's jobs freeze when the lease they read runs out, until it is written again");
+                self.lease_unwritten = true;
+            }
+            Ok(()) if self.lease_unwritten => {
+                tracing::info!(target: "ysched::agent", "the lease file {path} is written again");
+                self.lease_unwritten = false;
+            }
+            _ => {}
         }
     }
 
@@ -458,6 +488,8 @@ impl Session {
                 tracing::info!(target: "ysched::agent", "no lease from the controller (yet): no job starts here until it answers");
             }
             self.fenced = true;
+            self.fenced_at = crate::exec::lease::boot_now();
+            self.publish_lease();
         }
         let ended = self.runs.end_frozen_beyond(self.frozen_limit);
         if ended > 0 {

@@ -278,7 +278,7 @@ impl Daemon {
                 self.control_by(control, &who, now)?
             }
         };
-        let kept = super::turn::recorded(&reply, join_line);
+        let kept = reply.kept_for_retry(join_line);
         db::record_request(self.tx()?, &key, sender.uid, now, kind, &kept)?;
         Ok(reply)
     }

@@ -37,6 +37,21 @@ pub(super) enum Minter<'a> {
     Token(&'a Claims),
 }
 
+/// Why a token is not made.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Refused {
+    #[error("lifespan {asked} s: {what} ({longest} s)")]
+    Lifespan {
+        asked: u64,
+        longest: u64,
+        what: &'static str,
+    },
+    #[error("the web server's account gets tokens for rest or portal only, not {0}")]
+    NodeForWebServer(String),
+    #[error(transparent)]
+    Token(#[from] TokenError),
+}
+
 /// What a token will be: its uses and how long it lasts.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Terms {
@@ -53,13 +68,12 @@ pub(super) fn terms(
     audience: Option<&str>,
     lifespan: Option<u64>,
     now: i64,
-) -> Result<Terms, String> {
+) -> Result<Terms, Refused> {
     let default_audience = match minter {
         Minter::Token(parent) => parent.aud.join(","),
         _ => DEFAULT_AUDIENCE.to_string(),
     };
-    let audience =
-        Audience::parse_list(audience.unwrap_or(&default_audience)).map_err(|e| e.to_string())?;
+    let audience = Audience::parse_list(audience.unwrap_or(&default_audience))?;
     let lifespan = lifespan.unwrap_or(DEFAULT_LIFESPAN);
     let longest = match minter {
         Minter::WebServer => WEB_SERVER_LIFESPAN,
@@ -71,22 +85,23 @@ pub(super) fn terms(
             _ if longest < crate::token::MAX_LIFESPAN => "a token for nodes lasts 1 s to 7 days",
             _ => "a token lasts 1 s to 30 days",
         };
-        return Err(format!("lifespan {lifespan} s: {what} ({longest} s)"));
+        return Err(Refused::Lifespan {
+            asked: lifespan,
+            longest,
+            what,
+        });
     }
     match minter {
         Minter::Kernel => Ok(Terms { audience, lifespan }),
         Minter::WebServer => match audience.iter().find(|a| a.is_node()) {
-            Some(node) => Err(format!(
-                "the web server's account gets tokens for rest or portal only, not {}",
-                node.name()
-            )),
+            Some(node) => Err(Refused::NodeForWebServer(node.name())),
             None => Ok(Terms { audience, lifespan }),
         },
         Minter::Token(parent) => {
-            parent.may_make(&audience).map_err(|e| e.to_string())?;
+            parent.may_make(&audience)?;
             let left = u64::try_from(parent.exp - now).unwrap_or(0);
             if left == 0 {
-                return Err(TokenError::Expired.to_string());
+                return Err(TokenError::Expired.into());
             }
             Ok(Terms {
                 audience,
@@ -114,7 +129,7 @@ impl Daemon {
         let Terms { audience, lifespan } =
             match terms(&minter, ask.audience.as_deref(), ask.lifespan, now) {
                 Ok(terms) => terms,
-                Err(why) => return refuse(why),
+                Err(why) => return refuse(why.to_string()),
             };
         let parent = match minter {
             Minter::Token(claims) => Some(claims.jti.clone()),
@@ -345,7 +360,9 @@ mod tests {
         );
         let month = terms(&Minter::Kernel, Some("rest"), Some(30 * 86_400), 100).unwrap();
         assert_eq!(month.lifespan, 30 * 86_400);
-        let too_long = terms(&Minter::Kernel, Some("node"), Some(8 * 86_400), 100).unwrap_err();
+        let too_long = terms(&Minter::Kernel, Some("node"), Some(8 * 86_400), 100)
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             too_long,
             "lifespan 691200 s: a token for nodes lasts 1 s to 7 days (604800 s)"
@@ -353,6 +370,7 @@ mod tests {
         assert!(terms(&Minter::Kernel, Some("rest"), Some(0), 100).is_err());
         assert!(terms(&Minter::Kernel, Some("nodes"), None, 100)
             .unwrap_err()
+            .to_string()
             .contains("give rest, portal, node or node:NAME"));
     }
 
@@ -363,12 +381,16 @@ mod tests {
             (uses(&portal), portal.lifespan),
             (vec!["portal".into()], 3_600)
         );
-        let node = terms(&Minter::WebServer, Some("node"), Some(60), 0).unwrap_err();
+        let node = terms(&Minter::WebServer, Some("node"), Some(60), 0)
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             node,
             "the web server's account gets tokens for rest or portal only, not node"
         );
-        let long = terms(&Minter::WebServer, Some("rest"), Some(3_601), 0).unwrap_err();
+        let long = terms(&Minter::WebServer, Some("rest"), Some(3_601), 0)
+            .unwrap_err()
+            .to_string();
         assert!(long.contains("1 s to an hour"), "{long}");
         assert!(terms(&Minter::WebServer, Some("rest"), Some(30 * 86_400), 0).is_err());
     }
@@ -382,7 +404,9 @@ mod tests {
         let one = terms(&Minter::Token(&node), Some("node:gpu02"), Some(600), 1_000).unwrap();
         assert_eq!(uses(&one), ["node:gpu02"]);
         for wider in ["rest", "portal", "rest,node", "node,portal"] {
-            let refused = terms(&Minter::Token(&node), Some(wider), Some(60), 1_000).unwrap_err();
+            let refused = terms(&Minter::Token(&node), Some(wider), Some(60), 1_000)
+                .unwrap_err()
+                .to_string();
             assert!(refused.starts_with("a token made with a token is for no more than it: yours is for node, not for the"), "{wider}: {refused}");
         }
         let gpu01 = parent(&["node:gpu01"], 10_000);

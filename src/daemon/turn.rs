@@ -585,7 +585,7 @@ impl Daemon {
             uid,
             now,
             kind,
-            &recorded(&reply, join_line),
+            &reply.kept_for_retry(join_line),
         )?;
         Ok(Handled::Reply(reply))
     }
@@ -969,22 +969,5 @@ impl Daemon {
             tracing::error!(target: "ysched::daemon", "reload not audited: {e}");
         }
         result
-    }
-}
-
-/// What is kept of `reply` for a retry of its request: a secret (a node's
-/// join line, when `join_line`; a token) is shown once and kept nowhere.
-pub(super) fn recorded(reply: &Reply, join_line: bool) -> Reply {
-    match reply {
-        Reply::Control { outcomes, .. } if join_line => Reply::Control {
-            outcomes: outcomes.clone(),
-            message: Some(
-                "the join line was shown once; yscontrol node add again for a new one".into(),
-            ),
-        },
-        Reply::Token { .. } => Reply::Rejected {
-            error: "the token was shown once; ask for a new one".into(),
-        },
-        _ => reply.clone(),
     }
 }

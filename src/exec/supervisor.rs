@@ -138,6 +138,8 @@ fn supervise(dir: &Path) -> Result<(), StepError> {
     let signals = take_signals()?;
 
     let spec = read_spec(dir)?;
+    let slot = ExitSlot::reserve(dir);
+    let write_exit = |dir: &Path, record: &ExitRecord| slot.write(dir, record);
     let mut state = SupervisorState {
         supervisor_pid: std::process::id() as i32,
         job_pid: None,
@@ -307,10 +309,60 @@ fn read_spec(dir: &Path) -> Result<LaunchSpec, StepError> {
     serde_json::from_str(&text).map_err(|source| StepError::Spec { file: SPEC, source })
 }
 
-fn write_exit(dir: &Path, record: &ExitRecord) -> Result<(), StepError> {
-    let body =
-        serde_json::to_vec(&record).map_err(|source| StepError::Encode { file: EXIT, source })?;
-    write_atomically(&dir.join(EXIT), &body).map_err(StepError::io(format!("cannot write {EXIT}")))
+/// Where the job's end will be written, its bytes taken when the
+/// supervisor starts: a file system filled while the job runs (by the
+/// job, or by a user of the same disk) cannot then keep its end from
+/// being recorded. The end is written over the slot's own bytes, padded
+/// with spaces (which JSON ignores), and the slot renamed to `exit.json`
+/// (the same event for the exit watcher as any atomic write); a record
+/// larger than the slot, or a slot that could not be made, is written the
+/// ordinary way.
+struct ExitSlot(Option<fs::File>);
+
+/// A slot's size: an end's record is a few hundred bytes.
+const EXIT_SLOT_BYTES: usize = 4_096;
+const EXIT_SLOT: &str = "exit.slot";
+
+impl ExitSlot {
+    fn reserve(dir: &Path) -> ExitSlot {
+        let made = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(dir.join(EXIT_SLOT))
+            .and_then(|mut f| {
+                use std::io::Write as _;
+                f.write_all(&[b' '; EXIT_SLOT_BYTES])?;
+                Ok(f)
+            });
+        match made {
+            Ok(file) => ExitSlot(Some(file)),
+            Err(e) => {
+                eprintln!("ysstepd: cannot reserve {EXIT_SLOT} for the job's end: {e}");
+                ExitSlot(None)
+            }
+        }
+    }
+
+    fn write(&self, dir: &Path, record: &ExitRecord) -> Result<(), StepError> {
+        let mut body = serde_json::to_vec(&record)
+            .map_err(|source| StepError::Encode { file: EXIT, source })?;
+        if let Some(file) = self.0.as_ref().filter(|_| body.len() <= EXIT_SLOT_BYTES) {
+            use std::os::unix::fs::FileExt as _;
+            body.resize(EXIT_SLOT_BYTES, b' ');
+            let written = file
+                .write_all_at(&body, 0)
+                .and_then(|()| fs::rename(dir.join(EXIT_SLOT), dir.join(EXIT)));
+            match written {
+                Ok(()) => return Ok(()),
+                Err(e) => eprintln!("ysstepd: cannot write the job's end in {EXIT_SLOT}: {e}"),
+            }
+            body.truncate(body.iter().rposition(|b| *b != b' ').map_or(0, |i| i + 1));
+        }
+        write_atomically(&dir.join(EXIT), &body)
+            .map_err(StepError::io(format!("cannot write {EXIT}")))
+    }
 }
 
 fn now() -> i64 {
@@ -573,9 +625,9 @@ fn wait_for_job(
     let mut stop = Stopping::default();
     // The main process's end, while what it left has the rest of its grace.
     let mut ended: Option<ExitStatus> = None;
-    // Whether the job was frozen for the lease's end since the lease was
-    // last good.
-    let mut fence_frozen = false;
+    // Whether the job was stopped for the lease's end since the lease was
+    // last good, and how.
+    let mut fence: Option<LeaseFence> = None;
     loop {
         // With a lease to watch, a look at it every LEASE_LOOK.
         let mut next = match (stop.kill_at, lease) {
@@ -592,7 +644,7 @@ fn wait_for_job(
             }
         }
         if let Some(lease) = lease {
-            watch_lease(lease, group, &mut fence_frozen, &mut stop);
+            watch_lease(lease, group, &mut fence, &mut stop);
         }
         let mut fds = vec![
             nix::poll::PollFd::new(signals.as_fd(), nix::poll::PollFlags::POLLIN),
@@ -642,32 +694,80 @@ fn poll_timeout(next: Option<Instant>) -> nix::poll::PollTimeout {
     }
 }
 
+/// What a supervisor did when the node's lease ran out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LeaseFence {
+    /// When the agent had last fenced the node, as the lease file said.
+    fenced_at: u64,
+    /// Whether the job was frozen (else killed: it had no cgroup).
+    frozen: bool,
+}
+
 /// The node's lease, looked at: once it has run out, the job is frozen
 /// where it is (the agent does the same, and the controller thaws it, or
 /// stops it, when it hears the node again); killed where it cannot be
-/// frozen.
+/// frozen. Renewed with no fence of the agent's in between, the lease ran
+/// out for nothing the controller saw (a renewal written late, a file
+/// that could not be written): the job is thawed here, as no one else
+/// would.
 fn watch_lease(
     lease: &Path,
     group: Option<&dyn JobCgroup>,
-    fence_frozen: &mut bool,
+    fence: &mut Option<LeaseFence>,
     stop: &mut Stopping,
 ) {
-    let expired = super::lease::expired(lease);
-    if expired && !*fence_frozen {
-        *fence_frozen = true;
-        match group.map(|g| g.set_frozen(true)) {
-            Some(Ok(())) => {
-                eprintln!("ysstepd: the node's lease ran out: the job is frozen until the controller claims it")
-            }
-            _ if !stop.terminated => {
+    // A file that cannot be read says nothing: the agent writes it
+    // before its first launch.
+    let Some(lease) = super::lease::read(lease) else {
+        return;
+    };
+    match (*fence, lease.expired()) {
+        (None, true) => {
+            let frozen = group.is_some_and(|g| g.set_frozen(true).is_ok());
+            if frozen {
+                eprintln!("ysstepd: the node's lease ran out: the job is frozen until the controller claims it");
+            } else if !stop.terminated {
                 eprintln!("ysstepd: the node's lease ran out: the job is killed");
                 stop.terminated = true;
                 stop.kill_at = Some(Instant::now());
             }
-            _ => {}
+            *fence = Some(LeaseFence {
+                fenced_at: lease.fenced_at,
+                frozen,
+            });
         }
+        (Some(before), false) => {
+            if after_fence(before, lease.fenced_at) == Thaw::Here {
+                if let Some(g) = group {
+                    match g.set_frozen(false) {
+                        Ok(()) => eprintln!("ysstepd: the node's lease is good again, and its agent did not fence it: the job is thawed"),
+                        Err(e) => eprintln!("ysstepd: the node's lease is good again, but the job cannot be thawed: {e}"),
+                    }
+                }
+            }
+            *fence = None;
+        }
+        _ => {}
     }
-    *fence_frozen &= expired;
+}
+
+/// Who thaws a job frozen for the lease once the lease is good again.
+#[derive(Debug, PartialEq, Eq)]
+enum Thaw {
+    /// Its supervisor: the agent has not fenced the node since it froze.
+    Here,
+    /// The controller, through the agent (which fenced the node, or
+    /// started anew, since), if the run is still this node's; or nobody
+    /// (it was killed).
+    Elsewhere,
+}
+
+fn after_fence(fence: LeaseFence, fenced_at_now: u64) -> Thaw {
+    if fence.frozen && fence.fenced_at == fenced_at_now {
+        Thaw::Here
+    } else {
+        Thaw::Elsewhere
+    }
 }
 
 /// Carries out the daemon's commands waiting on the control socket.

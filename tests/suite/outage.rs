@@ -270,3 +270,121 @@ fn a_cut_longer_than_a_lease_and_a_half_reruns_the_job_never_beside_its_frozen_c
     // The frozen copy was stopped, never thawed: no step of it after.
     assert!(first.iter().all(|s| s.1 < rerun[0].1));
 }
+
+/// A node whose state directory shares a small file system with what its
+/// users may write, filled by one of them (`dd` until it is full) while a
+/// job runs: the agent renews its lease in place, so the job counts on,
+/// unfrozen, and completes once, its end recorded.
+#[test]
+fn a_file_system_a_user_fills_under_a_nodes_state_freezes_no_job() {
+    if !common::is_root() {
+        common::skip(
+            module_path!(),
+            "pool tests need root (network namespaces, cgroups, tmpfs)",
+        );
+        return;
+    }
+    let lease = 2;
+    let mut p = Pool::with_lease(1, lease);
+    let user = common::TestUser::create("full");
+    let (state, scratch, _unmount) = state_on_a_small_tmpfs(&mut p);
+    let counter = p.controller.script("count.sh", COUNTER);
+    let id = p
+        .controller
+        .submit(&["-G", "1", counter.to_str().unwrap(), "40", "steps.log"]);
+    let long = Duration::from_secs(60);
+    p.controller.wait_state(id, "RUNNING", long);
+    common::wait_for("the job to count", long, || {
+        lines_of(&p, "steps.log").len() >= 3
+    });
+    let fill = scratch.join("fill");
+    let out = std::process::Command::new("runuser")
+        .args(["-u", &user.name, "--", "dd", "if=/dev/zero", "bs=64k"])
+        .arg(format!("of={}", fill.display()))
+        .output()
+        .unwrap();
+    assert!(
+        common::stderr(&out).contains("No space left on device"),
+        "{}",
+        common::stderr(&out)
+    );
+    let full = nix::sys::statvfs::statvfs(&state).unwrap();
+    assert_eq!(full.blocks_available(), 0);
+    assert_eq!(
+        p.controller.wait_done(id, long),
+        "COMPLETED",
+        "{}\n{}",
+        p.controller.log(),
+        p.agents[0].log_text()
+    );
+    assert_eq!(p.controller.field(id, "Restarts"), "0");
+    let steps = steps_of(&p, "steps.log");
+    assert_eq!(
+        steps.iter().map(|s| s.0).collect::<Vec<_>>(),
+        (1..=40).collect::<Vec<_>>()
+    );
+    // Never frozen: no pause of a lease between two steps of 0.2 s.
+    let longest = steps
+        .windows(2)
+        .map(|w| w[1].1 - w[0].1)
+        .fold(0.0, f64::max);
+    assert!(
+        longest < lease as f64,
+        "a pause of {longest} s:\n{}",
+        p.agents[0].log_text()
+    );
+    assert!(
+        !p.agents[0].log_text().contains("frozen"),
+        "{}",
+        p.agents[0].log_text()
+    );
+    p.agents[0].kill();
+}
+
+/// Node 0's state moved onto a tmpfs of 4 MiB, with a directory anyone
+/// may write, as /tmp; the agent started again on it. The state
+/// directory, that directory, and what unmounts the tmpfs.
+fn state_on_a_small_tmpfs(p: &mut Pool) -> (std::path::PathBuf, std::path::PathBuf, Unmount) {
+    let state = p.agents[0].state_dir();
+    p.agents[0].kill();
+    let saved = p.controller.dir.path().join("saved-state");
+    let run = |program: &str, args: &[&str]| {
+        let out = std::process::Command::new(program)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{program} {args:?}: {}",
+            common::stderr(&out)
+        );
+    };
+    run(
+        "cp",
+        &["-a", state.to_str().unwrap(), saved.to_str().unwrap()],
+    );
+    let mount = ["-t", "tmpfs", "-o", "size=4m,mode=755", "tmpfs"];
+    run("mount", &[&mount[..], &[state.to_str().unwrap()]].concat());
+    let unmount = Unmount(state.clone());
+    let copy = format!("{}/.", saved.display());
+    run("cp", &["-a", &copy, state.to_str().unwrap()]);
+    let scratch = state.join("scratch");
+    std::fs::create_dir(&scratch).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&scratch, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    p.agents[0].restart();
+    p.wait_states(&[(0, "idle")]);
+    (state, scratch, unmount)
+}
+
+/// Unmounts a test's file system when the test ends, however it ends.
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .output();
+    }
+}

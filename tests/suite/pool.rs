@@ -303,6 +303,16 @@ impl Agent {
         }
     }
 
+    /// Its state directory: the node's spool, its identity and lease.
+    pub(crate) fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    /// Starts the agent again, with no join line (it has joined).
+    pub(crate) fn restart(&mut self) {
+        self.start(&[]);
+    }
+
     /// The cgroup its jobs' groups are made under.
     /// The node's network namespace.
     pub(crate) fn ns(&self) -> &str {
