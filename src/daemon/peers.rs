@@ -200,9 +200,11 @@ impl Daemon {
             .filter(|(_, s)| *s == PartState::Running)
             .map(|(p, _)| p.as_str())
             .collect();
+        // Once the batch script has ended, the job has: a part lost or
+        // ended after that changes nothing of how it ended.
         let failed = std::iter::once((batch_node.as_str(), batch))
             .chain(peers.iter().map(|(p, s)| (p.as_str(), *s)))
-            .find(|(_, s)| *s == PartState::Lost)
+            .find(|(_, s)| batch != PartState::Ended && *s == PartState::Lost)
             .or_else(|| {
                 // A part that ends while the job stops (cancelled, timed
                 // out, its session over) ends in its turn, not early.

@@ -667,6 +667,13 @@ fn wait_for_job(
             if !in_grace(stop.terminated, stop.kill_at, group) {
                 return (status, stop.terminated);
             }
+            // The batch shell ended while the job stops: what it left
+            // outside any step (a data loader, a nohup'ed logger that
+            // ignores SIGTERM) goes now, as Slurm's batch step does; the
+            // steps keep their grace to save their work.
+            if let Some(g) = group {
+                kill_strays(g);
+            }
         }
         take_commands(control, job, watch, &mut stop);
         if stop.kill_at.is_some_and(|t| Instant::now() >= t) {
@@ -802,11 +809,65 @@ fn take_commands(control: &UnixDatagram, job: Pid, watch: &Watch<'_>, stop: &mut
 
 /// Whether a job being stopped still has processes within their grace:
 /// when its batch shell dies of the first signal, the steps it started
-/// still get the whole grace to save their work, as in Slurm.
+/// still get the whole grace to save their work, as in Slurm (what else
+/// it left is killed at once, see [`kill_strays`]).
 fn in_grace(terminated: bool, kill_at: Option<Instant>, group: Option<&dyn JobCgroup>) -> bool {
     terminated
         && kill_at.is_some_and(|t| Instant::now() < t)
         && group.is_some_and(|g| !g.is_empty())
+}
+
+/// Kills the processes of the job that belong to none of its steps.
+fn kill_strays(group: &dyn JobCgroup) {
+    let pids = group.pids();
+    let programs: Vec<(i32, String)> = pids.iter().map(|p| (*p, program_of(*p))).collect();
+    let own = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_default();
+    let members = |root: i32| {
+        let mut all: Vec<i32> = descendants(Pid::from_raw(root))
+            .into_iter()
+            .map(Pid::as_raw)
+            .collect();
+        all.push(root);
+        all
+    };
+    for pid in strays(&programs, &own, members) {
+        let _ = signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+}
+
+/// The program `pid` runs (its executable's file name).
+fn program_of(pid: i32) -> String {
+    fs::read_link(format!("/proc/{pid}/exe"))
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .map(|n| n.trim_end_matches(" (deleted)").to_string())
+        .unwrap_or_default()
+}
+
+/// Of a job's processes (`pid`, program), those outside its steps: a
+/// step is an `srun` (this build's `ysched-slurm`) or a task server (this
+/// program, `supervisor`), with everything it started (`members` of
+/// each, itself included). A process named so by its user is spared to
+/// its grace's end, as before: no step is ever taken for a stray.
+fn strays(
+    programs: &[(i32, String)],
+    supervisor: &str,
+    members: impl Fn(i32) -> Vec<i32>,
+) -> Vec<i32> {
+    let mut steps = std::collections::HashSet::new();
+    for (pid, program) in programs {
+        if program == "ysched-slurm" || program == supervisor {
+            steps.extend(members(*pid));
+        }
+    }
+    programs
+        .iter()
+        .map(|(pid, _)| *pid)
+        .filter(|pid| !steps.contains(pid))
+        .collect()
 }
 
 /// Whether the holder `job` is all that is left of its part (without a
@@ -1036,4 +1097,35 @@ fn describe_processes(pids: &[i32]) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strays_are_what_no_step_started() {
+        // 10 the batch shell, 11 its data loader, 12 an srun with its
+        // task 13, 14 a task server with its task 15 and that task's
+        // child 16.
+        let programs: Vec<(i32, String)> = [
+            (10, "bash"),
+            (11, "python3"),
+            (12, "ysched-slurm"),
+            (13, "python3"),
+            (14, "ysstepd"),
+            (15, "python3"),
+            (16, "sh"),
+        ]
+        .iter()
+        .map(|(p, n)| (*p, n.to_string()))
+        .collect();
+        let members = |root: i32| match root {
+            12 => vec![13, 12],
+            14 => vec![15, 16, 14],
+            other => vec![other],
+        };
+        assert_eq!(strays(&programs, "ysstepd", members), [10, 11]);
+        assert_eq!(strays(&[], "ysstepd", members), Vec::<i32>::new());
+    }
 }

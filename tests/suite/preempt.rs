@@ -647,10 +647,13 @@ fn an_urgent_job_starts_as_soon_as_its_victims_are_gone_not_when_their_grace_end
     )
     .unwrap();
     c.start();
-    // Each victim takes a second to save its work on SIGTERM, then exits.
+    // Each victim takes a second to save its work on SIGTERM, then exits;
+    // a child of its (a data loader, a nohup'ed logger) ignores SIGTERM.
+    // In Slurm the job is over when its batch script is: what it left is
+    // killed at once, and the GPUs are free.
     c.script(
         "saves.sh",
-        "#!/bin/sh\ntrap 'sleep 1; exit 0' TERM\nsleep 300 &\nwait\n",
+        "#!/bin/sh\ntrap 'sleep 1; exit 0' TERM\n( trap '' TERM; exec sleep 300 ) &\necho $! > stray-$SLURM_JOB_ID-$SLURM_RESTART_COUNT\nsleep 300 &\nwait\n",
     );
     let low: Vec<u64> = (0..4)
         .map(|_| c.submit(&["-q", "low", "--gpus", "1", "saves.sh"]))
@@ -668,6 +671,18 @@ fn an_urgent_job_starts_as_soon_as_its_victims_are_gone_not_when_their_grace_end
         "the urgent job waited {waited:?}:\n{}",
         c.log()
     );
+    // The strays of the two victims' first runs were killed with them.
+    let victims: Vec<u64> = low
+        .iter()
+        .copied()
+        .filter(|id| c.field(*id, "Preemptions") == "1")
+        .collect();
+    assert_eq!(victims.len(), 2, "{}", c.log());
+    for id in victims {
+        let pid = std::fs::read_to_string(c.work.join(format!("stray-{id}-0"))).unwrap();
+        let alive = std::path::Path::new(&format!("/proc/{}", pid.trim())).exists();
+        assert!(!alive, "job {id}'s stray child {} lives on", pid.trim());
+    }
 }
 
 #[test]
