@@ -507,6 +507,7 @@ impl Session {
                 running: self.runs.running(),
                 fenced: self.fenced,
                 frozen: self.runs.frozen_runs(),
+                clock: crate::model::units::now(),
             };
             if let Some(link) = &mut self.link {
                 link.next_heartbeat = now + self.lease / 3;

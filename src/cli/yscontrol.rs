@@ -533,6 +533,16 @@ fn show_job(view: &JobView, now: i64) -> String {
     ];
     let mut out: Vec<String> = lines.iter().map(|l| format!("   {l}")).collect();
     out[0] = lines[0].clone();
+    // Why a pending job waits where its reason code does not say (held
+    // after quick requeues, requeued after a node was lost), as Slurm's
+    // SystemComment.
+    if let Some(why) = job
+        .reason
+        .as_deref()
+        .filter(|_| job.state == crate::model::job::JobState::Pending)
+    {
+        out.insert(3, format!("   SystemComment={why}"));
+    }
     if let Some(task) = &job.array {
         out.insert(
             1,

@@ -39,6 +39,8 @@ pub(super) struct RawConfig {
     pub(super) max_preemptions: Option<u32>,
     pub(super) timezone: Option<Spanned<String>>,
     pub(super) kill_wait: Option<u64>,
+    pub(super) requeue_delay: Option<u64>,
+    pub(super) max_quick_requeues: Option<u32>,
     #[serde(default, deserialize_with = "de_time_limit")]
     pub(super) default_time: Option<Option<u64>>,
     #[serde(default, deserialize_with = "de_time_limit")]

@@ -6,6 +6,12 @@ use serde::Deserialize;
 
 /// The most tasks one `--array` may make, unless the config says otherwise
 /// (Slurm's MaxArraySize is 1001: indices 0 to 1000).
+/// The wait after a job's first requeue soon after its start, by
+/// default (`requeue_delay`; it doubles with each in a row).
+pub const DEFAULT_REQUEUE_DELAY: u64 = 5;
+/// Requeues in a row soon after the start that hold a job, by default
+/// (`max_quick_requeues`; Slurm's `MaxBatchRequeue` is 5 as well).
+pub const DEFAULT_MAX_QUICK_REQUEUES: u32 = 5;
 pub const DEFAULT_MAX_ARRAY_SIZE: u32 = 1001;
 
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/ysched/ysched.toml";
@@ -273,6 +279,14 @@ pub struct Config {
     pub(crate) timezone: std::sync::OnceLock<jiff::tz::TimeZone>,
     /// Seconds between SIGTERM and SIGKILL when a job is stopped.
     pub kill_wait: u64,
+    /// Seconds a job requeued soon after it started waits (by default
+    /// `DEFAULT_REQUEUE_DELAY`) before it may
+    /// run again, doubled for each such requeue in a row
+    /// (`sched::requeue`).
+    pub requeue_delay: u64,
+    /// Requeues in a row soon after the start that hold the job (0:
+    /// never held).
+    pub max_quick_requeues: u32,
     pub default_time: Option<u64>,
     pub max_time: Option<u64>,
     pub default_qos: String,

@@ -28,14 +28,7 @@ impl RawConfig {
         let cgroup_parent = cgroup_parent_of(self.cgroup_parent, &src)?;
         let spool_dir = spool_dir_of(self.spool_dir, &src)?;
         let billing = billing_of(self.billing, &gpus, &src)?;
-        let fairshare = Fairshare {
-            algorithm: self
-                .fairshare
-                .algorithm
-                .unwrap_or(crate::model::policy::Algorithm::FairTree),
-            half_life: self.fairshare.half_life.unwrap_or(Some(7 * 86_400)),
-            reset: self.fairshare.reset.unwrap_or(UsageReset::None),
-        };
+        let fairshare = fairshare_of(&self.fairshare);
         let priority = PriorityWeights {
             age: self.priority.weight_age.unwrap_or(1_000),
             fairshare: self.priority.weight_fairshare.unwrap_or(10_000),
@@ -44,20 +37,20 @@ impl RawConfig {
             max_age: self.priority.max_age.flatten().unwrap_or(7 * 86_400),
         };
         let timezone = timezone_of(self.timezone.as_ref(), &src)?;
-        let notify_command = match self.notify_command {
-            Some(c) => Some(
+        let notify_command = self
+            .notify_command
+            .map(|c| {
                 parse_command(c.get_ref())
-                    .map_err(|e| fail(Some(c.span()), "notify_command", e.to_string()))?,
-            ),
-            None => None,
-        };
-        let metrics_listen = match self.metrics_listen {
-            Some(l) => Some(
+                    .map_err(|e| fail(Some(c.span()), "notify_command", e.to_string()))
+            })
+            .transpose()?;
+        let metrics_listen = self
+            .metrics_listen
+            .map(|l| {
                 parse_listen("metrics_listen", l.get_ref())
-                    .map_err(|e| fail(Some(l.span()), "metrics_listen", e.to_string()))?,
-            ),
-            None => None,
-        };
+                    .map_err(|e| fail(Some(l.span()), "metrics_listen", e.to_string()))
+            })
+            .transpose()?;
         let pool = pool::pool(self.pool, &src)?;
         Ok(Config {
             pool,
@@ -86,6 +79,10 @@ impl RawConfig {
             preempt_wait: self.preempt_wait.flatten().unwrap_or(60),
             max_preemptions: self.max_preemptions.unwrap_or(3),
             kill_wait: self.kill_wait.unwrap_or(30),
+            requeue_delay: self.requeue_delay.unwrap_or(DEFAULT_REQUEUE_DELAY),
+            max_quick_requeues: self
+                .max_quick_requeues
+                .unwrap_or(DEFAULT_MAX_QUICK_REQUEUES),
             default_time,
             max_time,
             default_qos,
@@ -110,6 +107,18 @@ impl RawConfig {
             priority,
             billing,
         })
+    }
+}
+
+/// The `[fairshare]` table, with its defaults: Fair Tree, a week's
+/// half-life, usage never reset.
+fn fairshare_of(raw: &super::raw::RawFairshare) -> Fairshare {
+    Fairshare {
+        algorithm: raw
+            .algorithm
+            .unwrap_or(crate::model::policy::Algorithm::FairTree),
+        half_life: raw.half_life.unwrap_or(Some(7 * 86_400)),
+        reset: raw.reset.unwrap_or(UsageReset::None),
     }
 }
 

@@ -950,6 +950,10 @@ impl Daemon {
             };
             let job = self.jobs.job_mut(&id).expect("checked above");
             job.hold = new;
+            if new.is_none() {
+                // Released: its quick requeues are forgiven.
+                job.quick_requeues = 0;
+            }
             let job = job.clone();
             let detail = match new {
                 Some(h) => format!("held ({}) by {}", h.name(), who.user),

@@ -23,6 +23,7 @@ mod images;
 mod jobs;
 mod metrics_http;
 mod node_admin;
+mod node_time;
 mod nodes;
 mod notifications;
 mod peers;

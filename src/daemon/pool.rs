@@ -41,6 +41,7 @@ pub(super) fn start(
     config: &Config,
     spool: &Spool,
     events: Sender<Event>,
+    alive_before: i64,
 ) -> Result<Option<PoolState>, DaemonError> {
     let Some(listen) = config.pool.listen else {
         return Ok(None);
@@ -76,6 +77,8 @@ pub(super) fn start(
         advertise,
         join_refusals: Default::default(),
         leases_checked: Instant::now(),
+        clocks: HashMap::new(),
+        freezes: super::node_time::Freezes::new(alive_before),
     }))
 }
 
@@ -262,7 +265,7 @@ impl Daemon {
             frozen,
         } = envelope.body
         {
-            let skew = self.now() - clock;
+            let skew = self.node_skew(name, clock);
             let hello = Hello {
                 facts,
                 running,
@@ -298,9 +301,16 @@ impl Daemon {
                 running,
                 fenced,
                 frozen,
+                clock,
             } => {
+                let skew = self.node_skew(name, clock);
+                let sent = if clock > 0 {
+                    (clock + skew).min(now)
+                } else {
+                    now
+                };
                 self.heartbeat(name, &link, seq, &running, fenced);
-                self.thaw_fenced(name, &link, &frozen, now)?;
+                self.thaw_fenced(name, &link, (fenced, &frozen), (sent, now))?;
             }
             FromNode::NotStarted { run, why } => self.not_started(name, run, &why, now)?,
             FromNode::Started {
@@ -310,7 +320,7 @@ impl Daemon {
                 tracing::debug!(target: "ysched::pool", "{run} started on {name} (supervisor pid {supervisor_pid})");
             }
             FromNode::Exited { run, record, clock } => {
-                let record = shifted(record, now - clock);
+                let record = shifted(record, self.node_skew(name, clock));
                 link.state().exits.insert(run.job, (run.restart, record));
                 self.settle_run(name, &link, run, ended);
             }
@@ -727,7 +737,8 @@ impl Daemon {
                 self.readopt(id)?;
             }
         }
-        self.thaw_fenced(name, link, &hello.frozen, now)?;
+        let fenced = !hello.frozen.is_empty();
+        self.thaw_fenced(name, link, (fenced, &hello.frozen), (now, now))?;
         self.reschedule = true;
         self.snapshot = None;
         Ok(())
@@ -743,29 +754,26 @@ impl Daemon {
         &mut self,
         name: &str,
         link: &Link,
-        frozen: &[(RunKey, u64)],
-        now: i64,
+        (fenced, frozen): (bool, &[(RunKey, u64)]),
+        (sent, now): (i64, i64),
     ) -> Result<(), DaemonError> {
+        let credits = match &mut self.pool {
+            Some(pool) => pool.freezes.report(name, (fenced, frozen), sent, |run| {
+                current_run(&self.jobs, run, name).and_then(|j| j.start_time.map(|s| sent - s))
+            }),
+            None => Vec::new(),
+        };
         for &(run, secs) in frozen {
-            let job = self.jobs.get(&run.job).filter(|j| {
-                j.state.holds_gpus() && j.runs_on(name) && j.restart_count == run.restart
-            });
+            let job = current_run(&self.jobs, run, name);
             match job.map(|j| j.state) {
                 Some(JobState::Running | JobState::Completing) => {
-                    let Some(job) = self.jobs.job_mut(&run.job) else {
-                        continue;
-                    };
+                    let credit = credits.iter().find(|c| c.run == run);
                     // The batch node's part says how long the job stood
                     // (each part of a job over several reports its own).
-                    if job.node.as_deref() == Some(name) {
-                        job.suspended_secs += secs;
+                    let batch = job.and_then(|j| j.node.as_deref()) == Some(name);
+                    if let Some(credit) = credit.filter(|_| batch) {
+                        self.credit_frozen(run, name, secs, *credit, now)?;
                     }
-                    let job = job.clone();
-                    let detail = format!("frozen {secs} s on {name} while the controller could not be reached; thawed");
-                    let tx = self.tx()?;
-                    db::update_job(tx, &job)?;
-                    db::add_event_named(tx, run.job, now, "THAWED", Some(&detail))?;
-                    tracing::info!(target: "ysched::pool", "job {} {detail}", run.job);
                     let _ = link.send(name, ToNode::Freeze { run, frozen: false });
                 }
                 // Suspended by an administrator: it stays frozen until resumed.
@@ -778,6 +786,51 @@ impl Daemon {
             }
         }
         Ok(())
+    }
+
+    /// Credits `credit` of a freeze node `name` reported (`secs` by its
+    /// count) to run `run`: not counted against its time limit, nor
+    /// charged. One event per freeze.
+    fn credit_frozen(
+        &mut self,
+        run: RunKey,
+        name: &str,
+        secs: u64,
+        credit: super::node_time::Credited,
+        now: i64,
+    ) -> Result<(), DaemonError> {
+        let Some(job) = self.jobs.job_mut(&run.job) else {
+            return Ok(());
+        };
+        job.suspended_secs += credit.added;
+        let job = job.clone();
+        let tx = self.tx()?;
+        db::update_job(tx, &job)?;
+        if credit.first {
+            let detail = format!(
+                "frozen on {name} while the controller could not be reached ({secs} s by its count, {} s credited so far); thawed",
+                credit.total
+            );
+            db::add_event_named(tx, run.job, now, "THAWED", Some(&detail))?;
+            tracing::info!(target: "ysched::pool", "job {} {detail}", run.job);
+        } else {
+            tracing::debug!(target: "ysched::pool", "job {}: {} s more of its freeze on {name} credited ({} s in all)", run.job, credit.added, credit.total);
+        }
+        Ok(())
+    }
+
+    /// The controller's clock less node `name`'s, with a reading of the
+    /// node's clock (`sent`, by it) taken in.
+    fn node_skew(&mut self, name: &str, sent: i64) -> i64 {
+        let received = self.now();
+        match &mut self.pool {
+            Some(pool) => {
+                let clock = pool.clocks.entry(name.to_string()).or_default();
+                clock.observe(sent, received);
+                clock.skew()
+            }
+            None => received - sent,
+        }
     }
 
     /// A launch node `name` did not carry out (it was fenced): nothing of
@@ -976,6 +1029,17 @@ fn malformed_join(name: &str, token: &str) -> Option<String> {
         return Some(format!("a join for {name} with a token that is none"));
     }
     None
+}
+
+/// Run `run` of a job, if it is the job's current run and holds GPUs on
+/// node `name`.
+fn current_run<'a>(
+    jobs: &'a super::state::Jobs,
+    run: RunKey,
+    name: &str,
+) -> Option<&'a std::sync::Arc<crate::model::job::Job>> {
+    jobs.get(&run.job)
+        .filter(|j| j.state.holds_gpus() && j.runs_on(name) && j.restart_count == run.restart)
 }
 
 fn shifted(mut record: crate::exec::spec::ExitRecord, skew: i64) -> crate::exec::spec::ExitRecord {

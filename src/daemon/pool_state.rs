@@ -31,6 +31,10 @@ pub(super) struct PoolState {
     /// a gap of more than half a lease means the controller itself did
     /// not run (stopped, or stalled), which is no node's fault.
     pub(super) leases_checked: std::time::Instant,
+    /// Each node's clock, as its messages show it.
+    pub(super) clocks: HashMap<String, super::node_time::NodeClock>,
+    /// The freezes the nodes reported, and what was credited of them.
+    pub(super) freezes: super::node_time::Freezes,
 }
 
 /// Refused joins per address: recorded a few a minute each.

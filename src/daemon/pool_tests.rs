@@ -421,7 +421,9 @@ fn over_nodes(nodes: u32, per_node: u32) -> JobRequest {
 
 #[test]
 fn a_job_over_three_nodes_holds_all_and_ends_once_every_part_has() {
-    let mut p = pool(&[16, 16, 16]);
+    // Its rerun after a quick NODE_FAIL at once (`sched::requeue` has the
+    // backoff's own tests).
+    let mut p = pool_with(&format!("requeue_delay = 0\n{CONFIG}"), &[16, 16, 16]);
     let id = p.submit(over_nodes(3, 2)).unwrap();
     p.settle();
     let job = db::job(&p.daemon.store.db, id).unwrap();

@@ -338,16 +338,40 @@ impl Daemon {
         if reason.is_some() {
             job.reason = reason;
         }
+        let requeued = job.reason.clone().unwrap_or_else(|| "requeued".into());
+        let ran_secs = end - ran.start_time.unwrap_or(end);
+        let backoff = crate::sched::requeue::Backoff::of(&self.config);
+        let job = self.jobs.job_mut(&id).expect("an active job");
+        let next = crate::sched::requeue::after(backoff, job.quick_requeues, ran_secs, preempted);
+        job.quick_requeues = next.quick;
+        if let Some(delay) = next.delay {
+            job.begin_time = Some(job.begin_time.unwrap_or(0).max(end + delay));
+        }
+        let held = next.hold.then(|| {
+            job.hold = Some(crate::model::job::Hold::User);
+            let why = format!(
+                "held: its last {} runs were requeued within {} s of their start; release it (yscontrol release {id}) once the cause is fixed",
+                next.quick,
+                crate::sched::requeue::QUICK_RUN_SECS
+            );
+            job.reason = Some(why.clone());
+            why
+        });
         let job = job.clone();
         self.policy.warned.remove(&id);
-        let detail = format!(
-            "{} (restart {})",
-            job.reason.as_deref().unwrap_or("requeued"),
-            job.restart_count
-        );
+        let mut detail = format!("{requeued} (restart {})", job.restart_count);
+        if let Some(delay) = next.delay {
+            detail.push_str(&format!(
+                "; its runs end soon after they start: it waits {delay} s"
+            ));
+        }
         let tx = self.tx()?;
         db::update_job(tx, &job)?;
         db::add_event_named(tx, id, end, "REQUEUED", Some(&detail))?;
+        if let Some(why) = &held {
+            db::add_event(tx, id, end, JobState::Pending, Some(why))?;
+            tracing::warn!(target: "ysched::daemon", "job {id} {why}");
+        }
         self.notify_job(&job, super::notifications::JobEvent::Requeued, end);
         tracing::info!(target: "ysched::daemon", "job {id} {detail}");
         // Its exit record goes once this is committed; it may run again

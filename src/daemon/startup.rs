@@ -75,7 +75,10 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
     let db = db::open(&spool.database())?;
     let (events, inbox) = mpsc::channel();
     let nodes = own_node(&config, &spool, ownership, stepd, events.clone())?;
-    let pool = super::pool::start(&config, &spool, events.clone())?;
+    // What nodes say they froze while this controller was away is
+    // bounded by when it last wrote anything.
+    let alive_before = db::last_event_time(&db)?.unwrap_or_else(crate::model::units::now);
+    let pool = super::pool::start(&config, &spool, events.clone(), alive_before)?;
     let gpu_watch = watch_gpus(&config);
     let stats = start_stats(&config)?;
     let notifier = start_notifier(&config)?;

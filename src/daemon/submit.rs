@@ -475,6 +475,7 @@ fn job_of(
         container: request.container,
         image: None,
         interactive: request.interactive,
+        quick_requeues: 0,
         work_dir: request.work_dir,
         submit_dir: request.submit_dir,
         std_out: request.output.unwrap_or_else(|| {

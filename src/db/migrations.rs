@@ -325,6 +325,12 @@ ALTER TABLE jobs ADD COLUMN interactive INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE tokens ADD COLUMN parent TEXT;
 CREATE INDEX tokens_by_parent ON tokens (parent) WHERE parent IS NOT NULL;
 "#,
+    // 25: how many runs of a job in a row were requeued soon after they
+    // started: the backoff before its next run, and the hold after too
+    // many.
+    r#"
+ALTER TABLE jobs ADD COLUMN quick_requeues INTEGER NOT NULL DEFAULT 0;
+"#,
 ];
 
 /// For the tests of the database's modules: a database in `dir` with

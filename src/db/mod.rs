@@ -183,7 +183,7 @@ const JOB_COLUMNS: &str = "id, uid, gid, user, account, qos, name, state, hold, 
      preempt_count, no_requeue, checkpoint_at, priority_override, warn_signal, \
      checkpoint_file, grace, gpu_seconds, gpu_samples, gpu_util_sum, gpu_util_max, gpu_mem_max_mb, \
      gpu_low_secs, preemptions_caused, mail_type, mail_user, nodelist, exclude_nodes, borrowed, task_layout, peers, \
-     container, image_reference, image_digest, interactive";
+     container, image_reference, image_digest, interactive, quick_requeues";
 
 fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     let state = required(row, 7, |s| {
@@ -269,6 +269,7 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         container: container_of(row)?,
         image: image_of(row)?,
         interactive: row.get(71)?,
+        quick_requeues: row.get(72)?,
     })
 }
 
@@ -527,7 +528,7 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
              priority_override = ?25, qos = ?26, time_limit = ?27, gpu_seconds = ?28, \
              gpu_samples = ?29, gpu_util_sum = ?30, gpu_util_max = ?31, gpu_mem_max_mb = ?32, \
              gpu_low_secs = ?33, preemptions_caused = ?34, borrowed = ?35, peers = ?36, \
-             image_reference = ?37, image_digest = ?38 WHERE id = ?1",
+             image_reference = ?37, image_digest = ?38, quick_requeues = ?39 WHERE id = ?1",
         )?
         .execute(params![
             job.id as i64,
@@ -568,11 +569,21 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
             job.peers.join(","),
             job.image.as_ref().map(|i| i.reference.as_str()),
             job.image.as_ref().map(|i| i.digest.as_str()),
+            job.quick_requeues,
         ])?;
     if changed == 0 {
         return Err(DbError::NotFound(job.id));
     }
     Ok(())
+}
+
+/// When the last event was written (the newest row): the last moment the
+/// controller that wrote it is known to have been alive.
+pub fn last_event_time(conn: &Connection) -> Result<Option<i64>, DbError> {
+    Ok(conn
+        .prepare_cached("SELECT time FROM job_events ORDER BY id DESC LIMIT 1")?
+        .query_row([], |r| r.get(0))
+        .optional()?)
 }
 
 pub fn add_event(

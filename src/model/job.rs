@@ -683,6 +683,11 @@ pub struct Job {
     /// node runs a task server for its user's steps, none a script.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub interactive: bool,
+    /// How many of its runs in a row were requeued within
+    /// `QUICK_RUN_SECS` of their start (preemptions aside): each waits
+    /// longer before it may run again, and too many hold the job.
+    #[serde(default)]
+    pub quick_requeues: u32,
 }
 
 impl Job {

@@ -99,6 +99,11 @@ pub enum FromNode {
         fenced: bool,
         #[serde(default)]
         frozen: Vec<(RunKey, u64)>,
+        /// The node's wall clock as it sends this (Unix seconds; 0 from an
+        /// older agent): the controller learns the clocks' difference
+        /// from the least delay it sees.
+        #[serde(default)]
+        clock: i64,
     },
     /// A run's processes started.
     Started { run: RunKey, supervisor_pid: i32 },

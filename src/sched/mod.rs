@@ -17,6 +17,7 @@ pub mod preempt;
 pub mod priority;
 pub mod profile;
 pub mod reason;
+pub mod requeue;
 pub mod window;
 
 pub use pass::pass;

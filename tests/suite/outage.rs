@@ -94,6 +94,11 @@ fn a_controller_away_ten_leases(outage: Outage) {
         );
         assert_eq!(p.controller.field(id, "Restarts"), "0", "job {id}");
     }
+    eprintln!(
+        "BILLING single={} elapsed={}",
+        p.controller.field(single, "Billing"),
+        p.controller.field(single, "ElapsedRaw")
+    );
     // Each step once, in order: nothing ran twice, nothing was lost.
     for file in ["single.log", "multi-0.log", "multi-1.log"] {
         let steps: Vec<usize> = lines_of(&p, file)
@@ -387,4 +392,36 @@ impl Drop for Unmount {
             .arg(&self.0)
             .output();
     }
+}
+
+/// A run that ends while the controller is stopped keeps its end: its
+/// report waits, unread, in the socket until the controller runs again,
+/// and that wait is not the node's clock being late.
+#[test]
+fn a_run_that_ends_while_the_controller_is_stopped_keeps_its_end() {
+    if !common::is_root() {
+        common::skip(
+            module_path!(),
+            "pool tests need root (network namespaces, cgroups)",
+        );
+        return;
+    }
+    // A lease longer than the stop: nothing is fenced.
+    let p = Pool::with_lease(1, 20);
+    let id = p.controller.submit(&["-G", "1", "--wrap", "sleep 2"]);
+    let long = Duration::from_secs(60);
+    p.controller.wait_state(id, "RUNNING", long);
+    let pid = p.controller.daemon_pid();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    std::thread::sleep(Duration::from_secs(8));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    assert_eq!(p.controller.wait_done(id, long), "COMPLETED");
+    let elapsed: i64 = p.controller.field(id, "ElapsedRaw").parse().unwrap();
+    assert!(
+        (2..=4).contains(&elapsed),
+        "a 2 s job recorded {elapsed} s:\n{}",
+        p.controller.log()
+    );
+    let billed: i64 = p.controller.field(id, "Billing").parse().unwrap();
+    assert!(billed <= 4, "a 2 s job billed {billed} s");
 }

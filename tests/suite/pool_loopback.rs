@@ -287,3 +287,145 @@ fn a_strangers_joins_cannot_grow_the_database_or_forge_audit_rows_and_log_lines(
     assert!(node.end(id, 0, 0));
     assert_eq!(c.wait_done(id, LONG), "COMPLETED");
 }
+
+/// A node that lies, speaking the protocol itself with its real
+/// certificate: root on a node owns its agent. Its figures are facts
+/// about it, never durations the controller adds: a run it claims was
+/// frozen for a hundred million seconds is credited no more than the
+/// controller's own measure allows, and is charged for the time it ran.
+#[test]
+fn a_node_that_claims_its_run_was_frozen_for_years_gains_nothing() {
+    use std::time::Instant;
+    use ysched::net::frame::{decode, encode};
+    use ysched::net::message::{Envelope, FromNode, RunKey, ToNode, PROTOCOL};
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let pool = format!("[pool]\nlisten = \"127.0.0.1:{port}\"\nlease = \"10s\"\n");
+    let mut c = Cluster::with_gpus(&pool, "");
+    c.start();
+    let name = "liar";
+    let text = format!(
+        "spool_dir = \"{}\"\nnode_name = \"{name}\"\ncpus = 8\nmemory = \"16GiB\"\n\
+         [[gpus]]\ntype = \"a100\"\ncount = 2\nmemory = \"80GiB\"\n",
+        c.dir.path().join(name).display()
+    );
+    let config = Config::parse(&text, Path::new("node.toml")).unwrap();
+    let out = c.run("yscontrol", &["node", "add", name]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let words: Vec<String> = stdout(&out)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    let line = JoinLine {
+        controller: words[2].clone(),
+        token: words[4].clone(),
+        authority: words[6].clone(),
+    };
+    let identity = ysched::agent::join::join(&config, &line, &mut |_| {}).unwrap();
+    let tls = ysched::net::tls::node_config(
+        &identity.authority_pem,
+        &identity.certificate_pem,
+        &identity.key_pem,
+    )
+    .unwrap();
+    let mut conn = ysched::agent::session::connect(&identity.controller, tls).unwrap();
+    let mut send = |body: FromNode| {
+        let envelope = Envelope {
+            protocol: PROTOCOL,
+            epoch: 0,
+            incarnation: 7,
+            body,
+        };
+        conn.send(&encode(&envelope).unwrap()).unwrap();
+        conn.wait_frame(Instant::now() + Duration::from_secs(10))
+            .ok()
+            .and_then(|f| decode::<Envelope<ToNode>>(&f).ok())
+            .map(|e| e.body)
+    };
+    let facts = NodeFacts {
+        name: name.to_string(),
+        inventory: Inventory::declared(&config),
+        cpus: 8,
+        mem_mb: 16 << 10,
+        containers: false,
+        isolation: IsolationFacts {
+            confined: true,
+            ..Default::default()
+        },
+    };
+    let now = ysched::model::units::now;
+    let hello = send(FromNode::Hello {
+        facts,
+        running: Vec::new(),
+        ended: Vec::new(),
+        lost: Vec::new(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        clock: now(),
+        frozen: Vec::new(),
+    });
+    assert!(matches!(hello, Some(ToNode::Welcome { .. })), "{hello:?}");
+    let id = c.submit(&["-G", "1", "-t", "2:00", "--wrap", "sleep 60"]);
+    // Its launch comes (after a heartbeat's answer, perhaps).
+    let mut seq = 0;
+    let run = loop {
+        seq += 1;
+        let beat = FromNode::Heartbeat {
+            seq,
+            running: Vec::new(),
+            fenced: false,
+            frozen: Vec::new(),
+            clock: now(),
+        };
+        match send(beat) {
+            Some(ToNode::Launch(order)) => break RunKey::of(&order.job),
+            _ if seq > 50 => panic!("no launch: {}", c.log()),
+            _ => std::thread::sleep(Duration::from_millis(100)),
+        }
+    };
+    send(FromNode::Started {
+        run,
+        supervisor_pid: 4242,
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    // The lie, told again and again, as bunched heartbeats would.
+    for _ in 0..5 {
+        seq += 1;
+        send(FromNode::Heartbeat {
+            seq,
+            running: vec![run],
+            fenced: true,
+            frozen: vec![(run, 100_000_000)],
+            clock: now(),
+        });
+    }
+    std::thread::sleep(Duration::from_secs(4));
+    let record = ysched::exec::spec::ExitRecord {
+        exit: Default::default(),
+        end_time: now(),
+        launch_error: None,
+        terminated: false,
+        usage: Default::default(),
+        stuck: 0,
+        image: None,
+        fenced: None,
+    };
+    send(FromNode::Exited {
+        run,
+        record,
+        clock: now(),
+    });
+    assert_eq!(c.wait_done(id, LONG), "COMPLETED", "{}", c.log());
+    // It ran about 4 s; the controller last heard the node in good
+    // standing about 3 s before the lie: at most that is credited.
+    let elapsed: i64 = c.field(id, "ElapsedRaw").parse().unwrap();
+    let billed: i64 = c.field(id, "Billing").parse().unwrap();
+    assert!(elapsed >= 3, "{elapsed}");
+    assert!(
+        billed >= elapsed - 4 && billed <= elapsed,
+        "billed {billed} of {elapsed} s:\n{}",
+        c.log()
+    );
+}

@@ -745,3 +745,66 @@ fn a_signal_without_b_reaches_only_the_tasks_srun_started() {
     let log = std::fs::read_to_string(c.work.join(format!("piped-{id}"))).unwrap_or_default();
     assert_eq!(log, "task-usr1\npipeline 0 0\n");
 }
+
+/// A job that requeues itself as soon as it starts (as one whose node
+/// cannot start it fails at once) waits longer before each run, and is
+/// held, with the reason, after `max_quick_requeues` of them; released,
+/// it runs again. (It ran a thousand times in 15 s before.)
+#[test]
+fn a_job_requeued_again_and_again_as_it_starts_waits_longer_each_time_and_is_held() {
+    let mut c = Cluster::with_gpus(
+        "requeue_delay = 1\nmax_quick_requeues = 3\n",
+        "[[gpus]]\ntype = \"a100\"\ncount = 1\nmemory = \"80GiB\"\n",
+    );
+    c.start();
+    let yscontrol = common::bin_dir().join("yscontrol");
+    c.script(
+        "again.sh",
+        &format!(
+            "#!/bin/sh\necho \"$SLURM_RESTART_COUNT $(date +%s.%N)\" >> runs-$SLURM_JOB_ID\n{} requeue $SLURM_JOB_ID\nsleep 30\n",
+            yscontrol.display()
+        ),
+    );
+    let id = c.submit(&["--gpus", "1", "again.sh"]);
+    let runs = || {
+        std::fs::read_to_string(c.work.join(format!("runs-{id}")))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                let (n, at) = l.split_once(' ').unwrap();
+                (n.parse::<u32>().unwrap(), at.parse::<f64>().unwrap())
+            })
+            .collect::<Vec<_>>()
+    };
+    let reason = || stdout(&c.run("ysqueue", &["-h", "-j", &id.to_string(), "-o", "%r"]));
+    wait_for("the job to be held", LONG, || {
+        reason().trim() == "JobHeldUser"
+    });
+    let ran = runs();
+    assert_eq!(
+        ran.iter().map(|r| r.0).collect::<Vec<_>>(),
+        [0, 1, 2],
+        "{}",
+        c.log()
+    );
+    // Each waited longer than the one before (times are whole seconds:
+    // a wait of 2 s is over 1 s).
+    let waits = (ran[1].1 - ran[0].1, ran[2].1 - ran[1].1);
+    assert!(waits.1 > waits.0 && waits.1 >= 1.0, "{ran:?}");
+    assert_eq!(c.state(id), "PENDING");
+    let why = stdout(&c.run("yscontrol", &["show", "job", &id.to_string()]));
+    assert!(
+        why.contains(
+            "SystemComment=held: its last 3 runs were requeued within 60 s of their start"
+        ),
+        "{why}"
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(runs().len(), 3, "held: it runs no more");
+    // Released by its user, it runs again, at once.
+    let out = c.run("yscontrol", &["release", &id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    wait_for("the released job to run again", LONG, || runs().len() == 4);
+    c.run("yscancel", &[&id.to_string()]);
+    assert_eq!(c.wait_done(id, LONG), "CANCELLED");
+}

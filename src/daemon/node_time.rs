@@ -1,0 +1,204 @@
+//! A node's figures are facts about the node, never durations to add:
+//! the controller reads a node's clock as the node's, and computes how
+//! long a run stood frozen itself, from its own record of when it last
+//! heard the node in good standing.
+//!
+//! - **Clocks.** Every message a node sends that carries its clock (its
+//!   hello, a run's end, each heartbeat) gives `received - sent`: the
+//!   difference between the two clocks plus the time the message took,
+//!   and the time it sat unread while the controller was stopped. The
+//!   smallest of the last few is the difference itself; a node's time
+//!   (a run's end) is moved by it. So a run that ended while the
+//!   controller was stopped keeps its end, where the time its report sat
+//!   unread used to be counted as skew.
+//! - **Frozen time.** A node reports, while it holds a run frozen for its
+//!   lost lease, how long it has been frozen, in every heartbeat until
+//!   the thaw reaches it. The controller credits one freeze once: its
+//!   total is the node's figure bounded by the controller's own measure
+//!   (from the last report in which the node was unfenced with nothing
+//!   frozen to this one, each placed when the node sent it) and by the
+//!   run's elapsed time, and each report adds only what that total grew
+//!   by. Credit stops the time limit and the charge for that time.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::net::message::RunKey;
+
+/// How many of a node's latest clock readings are kept.
+const CLOCK_SAMPLES: usize = 16;
+
+/// A node's clock readings: `received - sent`, newest last.
+#[derive(Debug, Default)]
+pub(super) struct NodeClock {
+    samples: VecDeque<i64>,
+}
+
+impl NodeClock {
+    /// A message sent at `sent` by the node's clock came at `received`.
+    pub(super) fn observe(&mut self, sent: i64, received: i64) {
+        if sent <= 0 {
+            // An agent that sends no clock.
+            return;
+        }
+        if self.samples.len() == CLOCK_SAMPLES {
+            self.samples.pop_front();
+        }
+        self.samples.push_back(received.saturating_sub(sent));
+    }
+
+    /// The controller's clock less the node's (none known: 0).
+    pub(super) fn skew(&self) -> i64 {
+        self.samples.iter().copied().min().unwrap_or(0)
+    }
+}
+
+/// What the controller has credited of the freezes it was told of.
+#[derive(Debug, Default)]
+pub(super) struct Freezes {
+    /// Per node: when it last said it was unfenced with nothing frozen
+    /// (its clock, on the controller's).
+    good_at: HashMap<String, i64>,
+    /// Per node and run frozen now: seconds credited so far, and when the
+    /// node was last in good standing before the freeze.
+    credited: HashMap<(String, RunKey), Credit>,
+    /// Before a node is heard in this run of the controller: the last
+    /// moment the controller knew itself alive (it heard nothing after).
+    pub(super) alive_before: i64,
+}
+
+/// Seconds of a freeze credited to a run by one report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Credited {
+    pub(super) run: RunKey,
+    /// Added now.
+    pub(super) added: u64,
+    /// Of this freeze so far.
+    pub(super) total: u64,
+    /// Whether it is the freeze's first credit.
+    pub(super) first: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Credit {
+    secs: u64,
+    since_good: i64,
+}
+
+impl Freezes {
+    pub(super) fn new(alive_before: i64) -> Freezes {
+        Freezes {
+            alive_before,
+            ..Freezes::default()
+        }
+    }
+
+    /// Node `node` reports, as it was at `sent` (its clock moved onto the
+    /// controller's: a report read late, after the controller was
+    /// stopped, is as old as it is), that it holds `frozen` (run, seconds
+    /// by its own count) frozen, and whether it is fenced; `elapsed` says
+    /// how long each run had run then (the controller's clock, since its
+    /// start). What to credit each run now (nothing added left out).
+    pub(super) fn report(
+        &mut self,
+        node: &str,
+        (fenced, frozen): (bool, &[(RunKey, u64)]),
+        sent: i64,
+        elapsed: impl Fn(RunKey) -> Option<i64>,
+    ) -> Vec<Credited> {
+        let good_at = *self
+            .good_at
+            .entry(node.to_string())
+            .or_insert(self.alive_before);
+        // A freeze no longer reported is over: the next is another.
+        self.credited
+            .retain(|(n, run), _| n != node || frozen.iter().any(|(r, _)| r == run));
+        let mut credit = Vec::new();
+        for &(run, reported) in frozen {
+            let key = (node.to_string(), run);
+            let entry = self.credited.entry(key).or_insert(Credit {
+                secs: 0,
+                since_good: good_at,
+            });
+            let Some(ran) = elapsed(run) else { continue };
+            let bound = sent.saturating_sub(entry.since_good).min(ran).max(0) as u64;
+            let total = reported.min(bound);
+            if total > entry.secs {
+                credit.push(Credited {
+                    run,
+                    added: total - entry.secs,
+                    total,
+                    first: entry.secs == 0,
+                });
+                entry.secs = total;
+            }
+        }
+        if !fenced && frozen.is_empty() {
+            let good = self.good_at.entry(node.to_string()).or_insert(sent);
+            *good = (*good).max(sent);
+        }
+        credit
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(job: u64) -> RunKey {
+        RunKey { job, restart: 0 }
+    }
+
+    #[test]
+    fn the_skew_is_the_least_delay_seen() {
+        let mut clock = NodeClock::default();
+        assert_eq!(clock.skew(), 0);
+        clock.observe(100, 103);
+        clock.observe(200, 202);
+        // Read 40 s late: the controller was stopped.
+        clock.observe(300, 342);
+        assert_eq!(clock.skew(), 2);
+        clock.observe(0, 999);
+        assert_eq!(clock.skew(), 2, "no clock sent, nothing learnt");
+        for t in 0..CLOCK_SAMPLES as i64 {
+            clock.observe(1_000 + t, 1_000 + t - 5);
+        }
+        assert_eq!(clock.skew(), -5, "the old readings age out");
+    }
+
+    #[test]
+    fn a_freeze_is_credited_once_however_often_it_is_reported() {
+        let mut freezes = Freezes::new(0);
+        let ran = |_| Some(1_000);
+        assert!(freezes.report("n", (false, &[]), 100, ran).is_empty());
+        // Heartbeats bunched after a cut: 1, 2, ... 5 s frozen.
+        let mut total = 0;
+        for secs in 1..=5 {
+            for c in freezes.report("n", (true, &[(run(1), secs)]), 110 + secs as i64, ran) {
+                total += c.added;
+            }
+        }
+        assert_eq!(total, 5);
+        // Thawed, then frozen again: a new freeze.
+        assert!(freezes.report("n", (false, &[]), 120, ran).is_empty());
+        let again = freezes.report("n", (true, &[(run(1), 3)]), 130, ran);
+        assert_eq!((again[0].added, again[0].first), (3, true));
+    }
+
+    #[test]
+    fn a_nodes_figure_is_bounded_by_the_controllers_measure_and_the_run() {
+        let mut freezes = Freezes::new(0);
+        let ran = |_| Some(200);
+        assert!(freezes.report("n", (false, &[]), 1_000, ran).is_empty());
+        // A hundred million seconds, claimed 30 s after it was last good.
+        let claimed = freezes.report("n", (true, &[(run(1), 100_000_000)]), 1_030, ran);
+        assert_eq!(claimed[0].added, 30);
+        // Never more than the run has run.
+        let mut fresh = Freezes::new(0);
+        let short = fresh.report("m", (true, &[(run(2), 5_000)]), 5_000, |_| Some(60));
+        assert_eq!(short[0].added, 60);
+        // Before a node is heard: the controller's last moment alive.
+        let mut restarted = Freezes::new(4_900);
+        let after = restarted.report("m", (true, &[(run(2), 5_000)]), 5_000, |_| Some(9_999));
+        assert_eq!(after[0].added, 100);
+    }
+}
