@@ -395,7 +395,8 @@ fn read_script<R: Read>(
 }
 
 /// The daemon's admission checks, with what this host can know: accounts,
-/// QoS, declared GPUs, CPUs and memory.
+/// QoS, declared GPUs, CPUs and memory (a pool's nodes, their number and
+/// what they hold, only the daemon knows).
 fn check_locally(
     request: &crate::model::job::JobRequest,
     config: &crate::config::Config,
@@ -410,9 +411,12 @@ fn check_locally(
         // the count cannot be checked here.
         checked.gpus = Default::default();
     }
-    // Which nodes there are, the daemon knows.
+    // Which nodes there are, and how many, the daemon knows.
     checked.nodelist.clear();
     checked.exclude.clear();
+    if pool {
+        checked.tasks = Default::default();
+    }
     let (cpus, mem_mb) = match pool {
         true => (u32::MAX, u64::MAX),
         false => (

@@ -159,6 +159,47 @@ impl Daemon {
         }
     }
 
+    /// After node `name` says hello: the part there of job `id`, alive and
+    /// stopping, may have missed its stop (sent while the node was away,
+    /// and lost): it gets it again, at once if the batch script has
+    /// ended, with the job's grace otherwise (a supervisor already
+    /// stopping keeps the stop it has).
+    pub(super) fn restop_part(&self, id: JobId, name: &str) {
+        let Some(job) = self
+            .jobs
+            .get(&id)
+            .filter(|j| j.state == JobState::Completing)
+        else {
+            return;
+        };
+        let batch_node = job.node.as_deref().unwrap_or_default();
+        let command = if name != batch_node && self.part_state(job, batch_node) == PartState::Ended
+        {
+            stop_now()
+        } else {
+            StepCommand::Terminate {
+                grace_secs: self.grace_of(job),
+                signal: None,
+                target: if name == batch_node {
+                    SignalTarget::Job
+                } else {
+                    SignalTarget::Steps
+                },
+            }
+        };
+        let Some(node) = self.nodes.named(name) else {
+            return;
+        };
+        match node.executor.command(id, &command) {
+            Ok(()) | Err(ExecError::Gone(_)) => {
+                tracing::info!(target: "ysched::exec", "job {id}: its part on {name} is told again to stop");
+            }
+            Err(e) => {
+                tracing::warn!(target: "ysched::exec", "job {id}: cannot reach its part on {name}: {e}")
+            }
+        }
+    }
+
     /// How the part of `job` on node `name` stands.
     fn part_state(&self, job: &Job, name: &str) -> PartState {
         let Some(node) = self.nodes.named(name) else {

@@ -730,6 +730,8 @@ impl Daemon {
             if multi_node {
                 if self.readopt_part(id, name) {
                     ended.push(id);
+                } else {
+                    self.restop_part(id, name);
                 }
             } else if exited {
                 ended.push(id);

@@ -282,7 +282,7 @@ fn a_node_lost_mid_job_ends_it_node_fail_with_nothing_left_on_any_node() {
 #[test]
 fn a_pool_too_small_is_refused_with_the_reason() {
     require_root_for_nodes!();
-    let p = Pool::new(2, "");
+    let mut p = Pool::new(2, "");
     let out = p.controller.run("ysbatch", &["-N", "3", "--wrap", "true"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -303,6 +303,29 @@ fn a_pool_too_small_is_refused_with_the_reason() {
         "srun outside a job asks for an allocation, judged as a job is: {}",
         stderr(&out)
     );
+    // With the controller down, a job over two nodes waits in the spool:
+    // how many nodes there are, only the controller knows.
+    p.controller.stop();
+    let out = p
+        .controller
+        .run("ysbatch", &["-N", "2", "--parsable", "--wrap", "true"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        crate::common::stdout(&out).starts_with("queued for the daemon: job-"),
+        "{}",
+        crate::common::stdout(&out)
+    );
+    p.controller.start();
+    let deadline = Instant::now() + LONG;
+    while !crate::common::stdout(
+        &p.controller
+            .run("ysacct", &["-n", "-X", "-P", "-o", "NNodes,State"]),
+    )
+    .contains("2|COMPLETED")
+    {
+        assert!(Instant::now() < deadline, "{}", p.controller.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// `command` as `user` from the controller's host (outside every node's
@@ -713,4 +736,56 @@ fn a_trickle_of_handshakes_from_the_network_does_not_keep_the_jobs_srun_out() {
         "{out}"
     );
     assert!(opened >= 40, "the attack opened {opened} connections");
+}
+
+/// After a controller restart, the node of a two-node job's batch script
+/// comes back first and says the script ended: the stop for the other
+/// part is sent while that node is still away, and lost. When it comes
+/// back, its part is told again, and the job completes, its GPUs free on
+/// both nodes (it stayed COMPLETING for good).
+#[test]
+fn a_stop_lost_while_a_part_was_away_reaches_it_when_it_comes_back() {
+    require_root_for_nodes!();
+    let mut p = Pool::with_lease(2, 10);
+    p.controller.script(
+        "waits.sh",
+        "#!/bin/sh\n#SBATCH -N 2 -t 5\nwhile [ ! -e end-$SLURM_JOB_ID ]; do sleep 0.1; done\n",
+    );
+    let id = p.controller.submit(&["waits.sh"]);
+    p.controller.wait_state(id, "RUNNING", LONG);
+    let show = crate::common::stdout(
+        &p.controller
+            .run("yscontrol", &["show", "job", &id.to_string()]),
+    );
+    let batch = show
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("BatchHost="))
+        .unwrap()
+        .to_string();
+    let other = p.agents.iter().position(|a| a.name != batch).unwrap();
+    p.controller.crash();
+    p.cut_one_way(other, true);
+    std::fs::write(p.controller.work.join(format!("end-{id}")), "").unwrap();
+    std::thread::sleep(Duration::from_millis(1_500));
+    p.controller.start();
+    let deadline = Instant::now() + LONG;
+    while !p
+        .controller
+        .log()
+        .contains(&format!("node {batch} connected"))
+    {
+        assert!(Instant::now() < deadline, "{}", p.controller.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(1_000));
+    p.cut_one_way(other, false);
+    assert_eq!(
+        p.controller.wait_done(id, LONG),
+        "COMPLETED",
+        "{}",
+        p.controller.log()
+    );
+    assert_eq!(p.controller.field(id, "Restarts"), "0");
+    p.wait_states(&[(0, "idle"), (1, "idle")]);
+    assert!(processes_left(&p).is_empty(), "{:?}", processes_left(&p));
 }
