@@ -106,12 +106,13 @@ pub fn allocation_request(
         .map_err(|e| CliError::failed(format!("cannot read the current directory: {e}")))?;
     let context = SubmitContext {
         cwd: &cwd,
-        environment: std::env::vars().filter(|(k, _)| k != "SLURM_JWT").collect(),
+        environment: std::env::vars().collect(),
         now: &jiff::Zoned::now,
         default_name: name.to_string(),
     };
     let body = "#!/bin/sh\n# an interactive allocation: no script runs\n".to_string();
     let mut request = script::resolve(partial, body, Vec::new(), context)?;
+    request.keep_submitters_environment();
     request.interactive = true;
     crate::validate::job_request(&request).map_err(|e| CliError::usage(e.to_string()))?;
     Ok(request)

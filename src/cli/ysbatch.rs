@@ -151,6 +151,7 @@ pub fn run(args: Args) -> CliResult {
     // A token is a credential: it proves who submits on a pool's node,
     // and goes into no job's environment.
     let token = take_token(&mut request);
+    request.keep_submitters_environment();
     let mut envelope = Envelope::new(Request::Submit(Box::new(request)));
     if on_node {
         envelope.token = token.or_else(|| super::saved_token("ysbatch"));

@@ -28,6 +28,9 @@ impl Daemon {
             tracing::warn!(target: "ysched::daemon", "submission by {user} refused: {why}");
             return Ok(Reply::Rejected { error: why });
         }
+        // Whatever sent it (an old client, the REST API): nothing of a
+        // run it came from is stored.
+        request.keep_submitters_environment();
         let screened = match self.screen(&mut request, uid, user)? {
             Ok(screened) => screened,
             Err(Refusal(why)) => {

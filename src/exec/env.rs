@@ -6,21 +6,11 @@
 use super::spec::LaunchSpec;
 use crate::model::tasks::{tasks_per_node_text, NodePart};
 
-/// Variables that set up ysched's own commands, not facts of a job: they
-/// pass, so that `ysbatch` or `yscontrol` inside a job talk to the daemon
-/// that runs it.
-const CLIENT_SETTINGS: [&str; 3] = ["YS_CONF", "YS_TIMEOUT", "YS_LOG"];
-
 pub fn job_environment(spec: &LaunchSpec) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = spec
         .environment
         .iter()
-        .filter(|(k, _)| {
-            CLIENT_SETTINGS.contains(&k.as_str())
-                || (!k.starts_with("SLURM_")
-                    && !k.starts_with("YS_")
-                    && k != "CUDA_VISIBLE_DEVICES")
-        })
+        .filter(|(k, _)| crate::model::job::passes_to_job(k))
         .cloned()
         .collect();
     let mut set = |key: &str, value: String| {

@@ -442,6 +442,22 @@ pub struct ArrayTask {
     pub spec: String,
 }
 
+/// Variables that set up ysched's own commands, not facts of a job: they
+/// pass, so that `ysbatch` or `yscontrol` inside a job talk to the daemon
+/// that runs it.
+pub const CLIENT_SETTINGS: [&str; 3] = ["YS_CONF", "YS_TIMEOUT", "YS_LOG"];
+
+/// Whether variable `key` of a submitter's environment is the
+/// submitter's own, passed on to the job: not a fact or a secret of the
+/// run it was submitted from (`SLURM_*`, `YS_*` such as that run's step
+/// key, step ports and node addresses, `CUDA_VISIBLE_DEVICES`), which a
+/// job gets anew from its own run, nor the submitter's token
+/// (`SLURM_JWT`); ysched's client settings pass.
+pub fn passes_to_job(key: &str) -> bool {
+    CLIENT_SETTINGS.contains(&key)
+        || (!key.starts_with("SLURM_") && !key.starts_with("YS_") && key != "CUDA_VISIBLE_DEVICES")
+}
+
 /// Everything a submission carries, resolved by `ysbatch` from the script's
 /// directives and its command line. Identity is not in here: the daemon takes
 /// it from the spool file's owner.
@@ -521,6 +537,15 @@ pub struct JobRequest {
     /// script runs; its nodes serve the steps its user starts.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub interactive: bool,
+}
+
+impl JobRequest {
+    /// Keeps of its environment what is the submitter's own
+    /// ([`passes_to_job`]): nothing of the run it was submitted from is
+    /// stored with the job, or seen by whoever may read it.
+    pub fn keep_submitters_environment(&mut self) {
+        self.environment.retain(|(k, _)| passes_to_job(k));
+    }
 }
 
 /// How a job's process ended.

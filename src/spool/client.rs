@@ -87,6 +87,9 @@ pub enum Durability {
     OnDemand,
 }
 
+/// How often a reply is looked for where no inotify watch could be made.
+const POLL_WITHOUT_WATCH: Duration = Duration::from_millis(10);
+
 /// How long a streamed reply may stall before the reader gives up.
 const STREAM_STALL: Duration = Duration::from_secs(30);
 
@@ -173,7 +176,7 @@ impl RowStream {
                     let _ = nix::poll::poll(&mut fds, ms);
                     let _ = inotify.read_events();
                 }
-                None => std::thread::sleep(Duration::from_millis(20)),
+                None => std::thread::sleep(POLL_WITHOUT_WATCH),
             }
         }
     }
@@ -219,7 +222,10 @@ impl SentRequest {
             .open(reply_path)
             .map_err(write_err(reply_path))?;
         self.reply_made = true;
-        let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK)
+        // Without a watch (a user's inotify instances or watches used up,
+        // by a workflow tool running a thousand commands at once), the
+        // reply is looked for every few milliseconds instead.
+        self.inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK)
             .and_then(|ino| {
                 // Modify too: streamed rows arrive before the file is closed.
                 ino.add_watch(
@@ -228,8 +234,7 @@ impl SentRequest {
                 )
                 .map(|_| ino)
             })
-            .map_err(|e| write_err(reply_path)(io::Error::from(e)))?;
-        self.inotify = Some(inotify);
+            .ok();
 
         let incoming = self.spool.incoming();
         let temp = incoming.join(format!(".{}.tmp", self.name));
@@ -309,7 +314,8 @@ impl SentRequest {
                 return Ok(None);
             }
             let Some(inotify) = &self.inotify else {
-                return Ok(None);
+                std::thread::sleep(left.min(POLL_WITHOUT_WATCH));
+                continue;
             };
             let ms = left.as_millis().min(i32::MAX as u128) as i32;
             let mut fds = [nix::poll::PollFd::new(
@@ -395,7 +401,14 @@ impl SentRequest {
 impl Drop for SentRequest {
     fn drop(&mut self) {
         if let Some(inotify) = self.inotify.take() {
-            close_watch_off_path(inotify);
+            match &self.spool.closer {
+                Some(closer) => {
+                    if let Err(unsent) = closer.send(inotify) {
+                        drop(unsent.0);
+                    }
+                }
+                None => close_watch_off_path(inotify),
+            }
         }
         if self.reply_made {
             let _ = fs::remove_file(&self.reply_path);
@@ -414,13 +427,15 @@ fn sync_entries(dir: &Path) -> io::Result<()> {
     }
 }
 
-/// Closes an inotify instance without waiting for it. The last close of
-/// one makes the kernel wait for its watches to be torn down (an SRCU
-/// grace period: about 7 ms on the build machine), which was most of a
-/// command's run and capped sequential submissions near 130/s. A child
-/// that holds a copy of the descriptor makes this close not the last: the
-/// child pays the wait, after closing its standard streams so that a shell
-/// reading the command's output is not kept waiting.
+/// Closes an inotify instance without waiting for it, in a command that
+/// ends soon. The last close of one makes the kernel wait for its
+/// watches to be torn down (an SRCU grace period: about 7 ms on the build
+/// machine), which was most of a command's run and capped sequential
+/// submissions near 130/s. A child that holds a copy of the descriptor
+/// makes this close not the last: the child pays the wait, after closing
+/// its standard streams so that a shell reading the command's output is
+/// not kept waiting; it is reaped by init once the command has exited. A
+/// server never forks for this (`Spool::for_a_server`).
 fn close_watch_off_path(inotify: Inotify) {
     // SAFETY: the child only calls close and _exit, which are
     // async-signal-safe, so forking here is sound even with threads.

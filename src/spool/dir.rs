@@ -35,11 +35,33 @@ impl Ownership {
 #[derive(Clone, Debug)]
 pub struct Spool {
     root: PathBuf,
+    /// In a process that lives on (a server): where the reply watches its
+    /// requests leave go to be closed, on a thread of its own.
+    pub(super) closer: Option<std::sync::mpsc::Sender<nix::sys::inotify::Inotify>>,
 }
 
 impl Spool {
     pub fn new(root: impl Into<PathBuf>) -> Spool {
-        Spool { root: root.into() }
+        Spool {
+            root: root.into(),
+            closer: None,
+        }
+    }
+
+    /// The same spool, for a process that lives on and sends many
+    /// requests (`yswebd`): the last close of a request's reply watch
+    /// waits for the kernel (milliseconds), which a command leaves to a
+    /// child it forks and forgets; a server would have to reap one per
+    /// request, so it closes them on one thread of its own instead.
+    pub fn for_a_server(mut self) -> Spool {
+        let (closer, watches) = std::sync::mpsc::channel::<nix::sys::inotify::Inotify>();
+        let spawned = std::thread::Builder::new()
+            .name("watch-closer".into())
+            .spawn(move || watches.into_iter().for_each(drop));
+        if spawned.is_ok() {
+            self.closer = Some(closer);
+        }
+        self
     }
 
     pub fn root(&self) -> &Path {

@@ -59,7 +59,7 @@ impl Context {
             Some(path) => Some(read_proxy_secret(path)?),
             None => None,
         };
-        let spool = Spool::new(&config.spool_dir);
+        let spool = Spool::new(&config.spool_dir).for_a_server();
         Ok(Context {
             config,
             spool,

@@ -789,3 +789,58 @@ fn a_stop_lost_while_a_part_was_away_reaches_it_when_it_comes_back() {
     p.wait_states(&[(0, "idle"), (1, "idle")]);
     assert!(processes_left(&p).is_empty(), "{:?}", processes_left(&p));
 }
+
+/// A job submitted from inside a running job of two nodes keeps nothing
+/// of that run: not its step key, its step ports, its nodes' addresses,
+/// nor any `SLURM_*` of it, stored with the new job (where it would sit
+/// in the database for as long as the job's record).
+#[test]
+fn a_job_submitted_from_inside_a_job_stores_nothing_of_that_run() {
+    require_root_for_nodes!();
+    let p = Pool::trusting(2);
+    let ysbatch = bin_dir().join("ysbatch");
+    p.controller.script(
+        "inner.sh",
+        &format!(
+            "#!/bin/sh\n#SBATCH -N 2 -t 5\n\
+             echo \"key=${{#YS_STEP_KEY}}\" > outer-env.txt\n\
+             MINE=kept {} --parsable -H --wrap true > inner.txt\n",
+            ysbatch.display()
+        ),
+    );
+    let id = p.controller.submit(&["inner.sh"]);
+    assert_eq!(
+        p.controller.wait_done(id, LONG),
+        "COMPLETED",
+        "{}",
+        p.controller.log()
+    );
+    assert_ne!(
+        lines_of(&p, "outer-env.txt"),
+        vec!["key=0"],
+        "the outer run had a step key"
+    );
+    let inner: u64 = lines_of(&p, "inner.txt")[0].trim().parse().unwrap();
+    let db = rusqlite::Connection::open(p.controller.spool.join("ysched.db")).unwrap();
+    let environment: String = db
+        .query_row(
+            "SELECT environment FROM job_payloads WHERE job_id = ?1",
+            [inner as i64],
+            |r| r.get(0),
+        )
+        .unwrap();
+    for secret in [
+        "YS_STEP_KEY",
+        "YS_STEP_PORTS",
+        "YS_NODE_ADDRS",
+        "SLURM_JOB_ID",
+        "SLURM_",
+    ] {
+        assert!(
+            !environment.contains(secret),
+            "{secret} stored: {environment}"
+        );
+    }
+    assert!(environment.contains("MINE"), "{environment}");
+    p.controller.run("yscancel", &[&inner.to_string()]);
+}

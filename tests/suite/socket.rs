@@ -287,3 +287,53 @@ fn a_daemon_that_cannot_make_its_socket_serves_through_the_files() {
     );
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+/// Holds every inotify instance its user may have, then runs the
+/// command it is given: what a thousand commands at once (a workflow
+/// manager polling its jobs) do to the per-user limit.
+const INOTIFY_HOG: &str = r#"
+import ctypes, subprocess, sys
+libc = ctypes.CDLL(None, use_errno=True)
+held = []
+while True:
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        break
+    held.append(fd)
+done = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+print(f"held {len(held)}", file=sys.stderr)
+sys.stdout.write(done.stdout)
+sys.stderr.write(done.stderr)
+sys.exit(done.returncode)
+"#;
+
+/// With no inotify instance left to its user, a command still gets its
+/// answer: it looks for the reply file every few milliseconds instead of
+/// failing with "Too many open files".
+#[test]
+fn a_command_answers_when_its_user_has_no_inotify_instance_left() {
+    require_root!();
+    let user = TestUser::create("ino");
+    let mut c = Cluster::new("");
+    c.start();
+    let id = c.submit(&["-H", "--wrap", "true"]);
+    let out = std::process::Command::new("runuser")
+        .args(["-u", &user.name, "--", "env"])
+        .arg(format!("YS_CONF={}", c.config.display()))
+        .args(["python3", "-c", INOTIFY_HOG])
+        .arg(common::bin_dir().join("ysqueue"))
+        .args(["-h", "-o", "%i %T"])
+        .current_dir(&c.work)
+        .output()
+        .unwrap();
+    let held: usize = stderr(&out)
+        .split_whitespace()
+        .skip_while(|w| *w != "held")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(held > 0, "{}", stderr(&out));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), format!("{id} PENDING"));
+    c.run("yscancel", &[&id.to_string()]);
+}

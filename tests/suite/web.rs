@@ -1001,3 +1001,49 @@ fn a_token_makes_no_wider_token_and_what_it_made_goes_when_it_is_revoked() {
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+/// The processes `pid` has left as zombies: its children that ended and
+/// were never reaped.
+fn zombies_of(pid: u32) -> Vec<String> {
+    let mut found = Vec::new();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    for task in tasks.flatten() {
+        let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        for child in children.split_whitespace() {
+            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+            let state = stat.rsplit_once(") ").map(|(_, rest)| &rest[..1]);
+            if state == Some("Z") {
+                found.push(child.to_string());
+            }
+        }
+    }
+    found
+}
+
+/// yswebd sends every request through the spool and forks nothing: a
+/// hundred requests (answered, and refused for a bad token) leave no
+/// zombie behind (each left one before, reachable without a token).
+#[test]
+fn a_hundred_requests_leave_yswebd_no_zombie() {
+    require_root!();
+    let (alice, www) = (TestUser::create("wz"), TestUser::create("wy"));
+    let c = cluster_with_web(&www.name, "");
+    let web = WebServer::start(&c, &www.name);
+    let good = token_of(&c, &alice.name, &[]);
+    for i in 0..100 {
+        let token = if i % 2 == 0 {
+            good.clone()
+        } else {
+            format!("{good}x")
+        };
+        let (status, _) = web.get("/slurm/v0.0.45/jobs", &token);
+        assert!(status == 200 || status == 401, "{status}");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        zombies_of(web.child.id()),
+        Vec::<String>::new(),
+        "{}",
+        web.log()
+    );
+}
