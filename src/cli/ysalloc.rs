@@ -37,12 +37,10 @@ const HANGUP_GRACE: Duration = Duration::from_secs(5);
 pub struct Args {
     #[command(flatten)]
     pub options: SubmitOptions,
-    /// The command to run (default: your shell, $SHELL)
-    #[arg(
-        value_name = "COMMAND",
-        trailing_var_arg = true,
-        allow_hyphen_values = true
-    )]
+    /// The command to run (default: your shell, $SHELL). Options come
+    /// first, as in Slurm: `-N2` is salloc's; from the first word that is
+    /// no option on, all is the command's.
+    #[arg(value_name = "COMMAND", trailing_var_arg = true)]
     pub command: Vec<OsString>,
 }
 
@@ -244,4 +242,41 @@ fn hang_up(pid: i32) {
     send(libc::SIGCONT);
     std::thread::sleep(HANGUP_GRACE);
     send(libc::SIGKILL);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn options_with_values_attached_come_before_the_command() {
+        for (argv, nodes, gpus, time) in [
+            (&["salloc", "-N2", "hostname"][..], Some("2"), None, None),
+            (
+                &["salloc", "-G2", "-t1", "hostname", "-N3"],
+                None,
+                Some("2"),
+                Some("1"),
+            ),
+            (
+                &["salloc", "-N", "2", "--gpus=1", "hostname"],
+                Some("2"),
+                Some("1"),
+                None,
+            ),
+        ] {
+            let args = Args::try_parse_from(argv).unwrap();
+            assert_eq!(args.options.nodes.as_deref(), nodes, "{argv:?}");
+            assert_eq!(args.options.gpus.as_deref(), gpus, "{argv:?}");
+            assert_eq!(args.options.time.as_deref(), time, "{argv:?}");
+            assert_eq!(args.command[0], "hostname", "{argv:?}");
+        }
+        let args = Args::try_parse_from(["salloc", "-G2", "hostname", "-N3"]).unwrap();
+        assert_eq!(
+            args.command,
+            ["hostname", "-N3"],
+            "the command's own options stay its own"
+        );
+    }
 }

@@ -145,15 +145,8 @@ fn salloc_runs_its_command_with_steps_each_recorded_and_one_cancelled_alone() {
     let out = as_user(
         &c,
         &user.name,
-        &[
-            "salloc",
-            "-G",
-            "2",
-            "-t",
-            "5",
-            "sh",
-            script.to_str().unwrap(),
-        ],
+        // Values attached to their options, as Slurm's users write them.
+        &["salloc", "-G2", "-t5", "sh", script.to_str().unwrap()],
     )
     .stdin(Stdio::null())
     .output()
