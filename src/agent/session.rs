@@ -98,6 +98,10 @@ pub struct Session {
     frozen_limit: Duration,
 }
 
+/// Where a node keeps the last `frozen_limit` its controller said
+/// (milliseconds), in its identity directory.
+const FROZEN_LIMIT_FILE: &str = "frozen_limit";
+
 impl Session {
     pub fn new(
         runs: Runs,
@@ -155,10 +159,33 @@ impl Session {
         Ok(session)
     }
 
-    /// The session, its runs frozen for the fence ended after `limit`.
+    /// The session, its runs frozen for the fence ended after `limit`
+    /// (the node's own `[pool] frozen_limit`), until a controller says
+    /// its own: the last one a controller said, kept in the node's
+    /// state, counts over it.
     pub fn with_frozen_limit(mut self, limit: Duration) -> Session {
-        self.frozen_limit = limit;
+        self.frozen_limit = std::fs::read_to_string(self.identity_dir.join(FROZEN_LIMIT_FILE))
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok())
+            .map_or(limit, Duration::from_millis);
         self
+    }
+
+    /// The controller's `[pool] frozen_limit`, which is the pool's (one
+    /// place to set it): used from now on, and kept for this agent's
+    /// restarts, when the controller may be away.
+    fn take_frozen_limit(&mut self, limit: Duration) {
+        let limit = limit.max(self.lease);
+        if limit == self.frozen_limit {
+            return;
+        }
+        tracing::info!(target: "ysched::agent", "frozen_limit {} (the controller's)", humantime::format_duration(limit));
+        self.frozen_limit = limit;
+        let path = self.identity_dir.join(FROZEN_LIMIT_FILE);
+        let text = limit.as_millis().to_string();
+        if let Err(e) = crate::exec::process::write_atomically(&path, text.as_bytes()) {
+            tracing::warn!(target: "ysched::agent", "cannot keep the controller's frozen_limit in {}: {e}", path.display());
+        }
     }
 
     /// Reads the node's GPUs with `sampler` and sends the readings.
@@ -359,9 +386,15 @@ impl Session {
     fn on_message(&mut self, envelope: Envelope<ToNode>) -> Result<(), AgentError> {
         match envelope.body {
             ToNode::Refused { reason } => return Err(AgentError::Refused(reason)),
-            ToNode::Welcome { lease_ms } => {
+            ToNode::Welcome {
+                lease_ms,
+                frozen_limit_ms,
+            } => {
                 self.epoch = envelope.epoch;
                 self.lease = Duration::from_millis(lease_ms.max(1_000));
+                if frozen_limit_ms > 0 {
+                    self.take_frozen_limit(Duration::from_millis(frozen_limit_ms));
+                }
                 if let Some(link) = &mut self.link {
                     link.welcomed = true;
                 }

@@ -671,6 +671,7 @@ impl Daemon {
             name,
             ToNode::Welcome {
                 lease_ms: lease.as_millis() as u64,
+                frozen_limit_ms: self.config.pool.frozen_limit.as_millis() as u64,
             },
         );
         tracing::info!(

@@ -173,6 +173,11 @@ pub enum ToNode {
     /// After `Hello`: the node is in the pool; the lease it holds.
     Welcome {
         lease_ms: u64,
+        /// The controller's `[pool] frozen_limit` (0 from an older
+        /// controller): how long the node keeps runs frozen for its fence
+        /// with no controller to claim them.
+        #[serde(default)]
+        frozen_limit_ms: u64,
     },
     /// The answer to a heartbeat: the node's lease runs from when it sent it.
     HeartbeatAck {

@@ -163,7 +163,8 @@ fn a_controller_that_never_comes_back_has_its_frozen_jobs_ended_after_frozen_lim
         );
         return;
     }
-    let mut p = Pool::with_lease_and_nodes(1, 2, "[pool]\nfrozen_limit = \"4s\"\n");
+    // Set on the controller, the one place: its nodes take it from it.
+    let mut p = Pool::with_pool_keys(1, "lease = \"2s\"\nfrozen_limit = \"4s\"\n");
     let counter = p.controller.script("count.sh", COUNTER);
     let id = p
         .controller

@@ -361,11 +361,10 @@ impl Pool {
         Pool::with(count, "", &format!("lease = \"{secs}s\"\n"))
     }
 
-    /// `count` nodes on a lease of `secs` seconds, whose configs end with
-    /// `node_extra`.
-    pub(crate) fn with_lease_and_nodes(count: usize, secs: u64, node_extra: &str) -> Pool {
-        let pool_keys = format!("lease = \"{secs}s\"\n");
-        Pool::started_on(Net::new(), count, "", &pool_keys, false, node_extra)
+    /// `count` nodes, the controller's `[pool]` table with `pool_keys`
+    /// (and its `listen`).
+    pub(crate) fn with_pool_keys(count: usize, pool_keys: &str) -> Pool {
+        Pool::with(count, "", pool_keys)
     }
 
     /// Cuts what node `i` sends the controller (a blackhole route in its
