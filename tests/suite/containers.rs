@@ -1583,3 +1583,50 @@ fn a_steps_tasks_on_every_node_of_a_pool_job_run_in_containers_there() {
     }
     assert!(text.contains("srun=0"), "{text}");
 }
+
+/// An image an administrator loaded by hand into the site's store, as the
+/// admin guide says (`podman --root STORE --runroot STORE/run load`), is
+/// used by jobs that name it; one that is not there is said to be missing
+/// from the node's store, never refused for a registry that `localhost`
+/// is not.
+#[test]
+fn an_image_an_administrator_loaded_by_hand_runs_jobs() {
+    require_root!();
+    if !containers_available(module_path!()) {
+        return;
+    }
+    let s = Setup::new("");
+    let ana = TestUser::create("cth");
+    // The site's image, saved, removed from the store and loaded back by
+    // hand.
+    let archive = s.c.dir.path().join("byhand.tar");
+    let by_hand = |args: &[&str]| {
+        let out = podman(&s.store).args(args).output().unwrap();
+        assert!(out.status.success(), "podman {args:?}: {}", stderr(&out));
+    };
+    by_hand(&["save", "-o", archive.to_str().unwrap(), IMAGE]);
+    by_hand(&["rmi", IMAGE]);
+    by_hand(&["load", "-i", archive.to_str().unwrap()]);
+    let run = |image: &str| {
+        let id = s.submit_as(
+            &ana,
+            &["--container-image", image, "--wrap", "cat /image-marker"],
+        );
+        (
+            s.c.wait_done(id, LONG),
+            s.c.field(id, "Reason"),
+            s.c.output_of(id),
+        )
+    };
+    let (state, reason, out) = run(IMAGE);
+    assert_eq!(state, "COMPLETED", "{reason}");
+    assert!(out.contains("ysched test image"), "{out}");
+    let (state, reason, _) = run("localhost/never-loaded:1");
+    assert_eq!(state, "FAILED");
+    assert!(
+        reason.contains("this node's store has none of that name")
+            && !reason.contains("allowed_registries"),
+        "{reason}"
+    );
+    let _ = &s.devices;
+}

@@ -183,13 +183,38 @@ impl<'a> Store<'a> {
         Err(failed(last_error_line(&err)))
     }
 
-    pub fn exists(&self, reference: &str) -> bool {
+    /// Whether the store holds `reference`; a store podman cannot read is
+    /// an error that says why (not an absent image, which would be pulled,
+    /// or refused for its registry, for the wrong reason).
+    pub fn exists(&self, reference: &str) -> Result<bool, ContainerError> {
         let mut command = self.podman();
-        command
-            .args(["image", "exists", "--", reference])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        command.status().is_ok_and(|s| s.success())
+        command.args(["image", "exists", "--", reference]);
+        let what = format!("looking for {reference} in the node's image store");
+        let output = command.output().map_err(|e| ContainerError::Podman {
+            what: what.clone(),
+            message: format!("cannot run {}: {e}", self.site.podman.display()),
+        })?;
+        match output.status.code() {
+            Some(0) => Ok(true),
+            // podman's "no such image".
+            Some(1) => Ok(false),
+            _ => {
+                let message = last_error_line(&String::from_utf8_lossy(&output.stderr));
+                let hint = if message.contains("does not match our storage") {
+                    format!(
+                        "; the store was used with another --runroot: load images into it with podman --root {} --runroot {} load -i FILE",
+                        self.site.storage.as_deref().unwrap_or(Path::new("STORE")).display(),
+                        self.site.storage.as_deref().unwrap_or(Path::new("STORE")).join("run").display()
+                    )
+                } else {
+                    String::new()
+                };
+                Err(ContainerError::Podman {
+                    what,
+                    message: format!("{message}{hint}"),
+                })
+            }
+        }
     }
 
     /// Removes job `job_dir`'s own store, once nothing of the job runs.
@@ -266,7 +291,7 @@ impl<'a> Store<'a> {
     /// Makes `reference` present in the store: found there, or pulled.
     /// Whether it was pulled (`false`: it was there).
     pub fn make_present(&self, reference: &str, locks: &Path) -> Result<bool, ContainerError> {
-        if self.exists(reference) {
+        if self.exists(reference)? {
             return Ok(false);
         }
         self.pull(reference, locks).map(|()| true)
@@ -276,6 +301,14 @@ impl<'a> Store<'a> {
     /// way: then waits for that pull and uses its result.
     fn pull(&self, reference: &str, locks: &Path) -> Result<(), ContainerError> {
         let registry = registry_of(reference);
+        // podman names the images it loaded or imported localhost/...: no
+        // registry has them.
+        if registry == "localhost" {
+            return Err(ContainerError::Missing {
+                image: reference.to_string(),
+                why: "a localhost/ image is one an administrator loaded into the node's store (podman load), and this node's store has none of that name".into(),
+            });
+        }
         if !self.site.may_pull_from(registry) {
             return Err(ContainerError::RegistryRefused {
                 image: reference.to_string(),
@@ -284,7 +317,7 @@ impl<'a> Store<'a> {
         }
         fs::create_dir_all(locks).map_err(|e| ContainerError::io("making", locks, e))?;
         let _lock = lock(&locks.join(format!("{}.lock", lock_name(reference))))?;
-        if self.exists(reference) {
+        if self.exists(reference)? {
             return Ok(());
         }
         let mut command = self.podman();

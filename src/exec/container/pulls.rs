@@ -337,7 +337,7 @@ impl Pulls {
                         .forget(reference);
                 }
                 // Gone already (removed by hand): nothing to weigh.
-                Err(_) if !store.exists(reference) => self
+                Err(_) if store.exists(reference).is_ok_and(|there| !there) => self
                     .states
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
