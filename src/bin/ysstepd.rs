@@ -49,8 +49,8 @@ fn serve_tasks() -> std::process::ExitCode {
     for signal in [SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGTERM] {
         let _ = signal_hook::flag::register(signal, dropped.clone());
     }
-    let served = ysched::net::steps::own_address()
-        .and_then(|address| ysched::net::steps::serve(job, &key, address));
+    let served = ysched::net::steps::own_addresses()
+        .and_then(|addresses| ysched::net::steps::serve(job, &key, &addresses));
     match served {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -363,8 +363,9 @@ fn connect(
 ) -> Result<StepLink, CliError> {
     let fail = |e: crate::net::NetError| CliError::failed(format!("node {}: {e}", job.names[i]));
     let (host, port) = &job.servers[i];
+    let ports: Vec<u16> = std::iter::once(*port).chain(steps::spare_ports()).collect();
     let (mut link, reader) =
-        StepLink::connect((host, *port), job.job, &job.key, START_WAIT).map_err(fail)?;
+        StepLink::connect((host, &ports), job.job, &job.key, START_WAIT).map_err(fail)?;
     link.launch(order).map_err(fail)?;
     let events = events.clone();
     std::thread::spawn(move || steps::forward_events(reader, i, events));

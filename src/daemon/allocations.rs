@@ -224,6 +224,7 @@ fn allocation_environment(job: &Job, link: &RunLink, daemon: &Daemon) -> Vec<(St
     let nodes = part.nodes.len().to_string();
     let tasks_per_node = crate::model::tasks::tasks_per_node_text(&part.tasks_per_node);
     let ports: Vec<String> = part.ports.task_servers.iter().map(u16::to_string).collect();
+    let spare: Vec<String> = part.ports.spare.iter().map(u16::to_string).collect();
     let mut env = vec![
         ("SLURM_JOB_ID", job.id.to_string()),
         ("SLURM_JOBID", job.id.to_string()),
@@ -249,6 +250,7 @@ fn allocation_environment(job: &Job, link: &RunLink, daemon: &Daemon) -> Vec<(St
         ("YS_ALLOCATION", "1".to_string()),
         ("YS_NODE_ADDRS", part.addresses.join(",")),
         ("YS_STEP_PORTS", ports.join(",")),
+        ("YS_STEP_SPARE_PORTS", spare.join(",")),
         ("YS_STEP_KEY", part.step_key.clone()),
     ];
     if let Some(mem) = job.mem_mb {

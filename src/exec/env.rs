@@ -129,6 +129,8 @@ fn set_nodes(set: &mut impl FnMut(&str, String), part: &NodePart, nodelist: Stri
         set("YS_STEP_KEY", part.step_key.clone());
         let ports: Vec<String> = part.ports.task_servers.iter().map(u16::to_string).collect();
         set("YS_STEP_PORTS", ports.join(","));
+        let spare: Vec<String> = part.ports.spare.iter().map(u16::to_string).collect();
+        set("YS_STEP_SPARE_PORTS", spare.join(","));
         if let Some(first) = part.addresses.first() {
             set("MASTER_ADDR", first.clone());
         }

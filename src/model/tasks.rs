@@ -161,6 +161,10 @@ pub struct NodePart {
 pub struct StepPorts {
     pub task_servers: Vec<u16>,
     pub master: u16,
+    /// Where a task server listens when its own port is taken (another
+    /// program of its node holds it), in order; srun tries them after.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spare: Vec<u16>,
 }
 
 impl NodePart {

@@ -56,13 +56,29 @@ enum FromServer {
     Task(TaskEvent),
 }
 
-/// The task server of one part of job `job`: listens on `address` (its
-/// node's pool address and the port the controller chose) and serves
-/// steps until it is killed (its supervisor ends it with the job).
-pub fn serve(job: u64, key: &str, address: SocketAddr) -> Result<(), NetError> {
-    let listener = TcpListener::bind(address)
-        .map_err(NetError::io(format!("listening on {address} for srun")))?;
-    serve_on(listener, job, key)
+/// The task server of one part of job `job`: listens on the first of
+/// `addresses` it can (its node's pool address and the port the
+/// controller chose, then the run's spares: another program of the node
+/// may hold the first) and serves steps until it is killed (its
+/// supervisor ends it with the job).
+pub fn serve(job: u64, key: &str, addresses: &[SocketAddr]) -> Result<(), NetError> {
+    let mut last = None;
+    for address in addresses {
+        match TcpListener::bind(address) {
+            Ok(listener) => return serve_on(listener, job, key),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                eprintln!("ysstepd: {address} is taken; trying the run's next port");
+                last = Some((address, e));
+            }
+            Err(e) => return Err(NetError::io(format!("listening on {address} for srun"))(e)),
+        }
+    }
+    Err(match last {
+        Some((address, e)) => NetError::io(format!(
+            "listening on {address} for srun, the last of the run's ports"
+        ))(e),
+        None => NetError::Refused("no address to listen on for srun".into()),
+    })
 }
 
 /// [`serve`] on a listener already bound.
@@ -205,44 +221,46 @@ pub struct StepLink {
 }
 
 impl StepLink {
-    /// Connects to job `job`'s task server at `host`:`port`, proving the
-    /// key both ways. The job's part on that node may still be starting
-    /// (its cgroup made, its server not yet listening) when the batch
-    /// script reaches `srun`, so a refused connection is tried again
-    /// until `wait` has passed (`srun` waits [`START_WAIT`]).
+    /// Connects to job `job`'s task server at `host` on the first of
+    /// `ports` where it listens (its own port, then the run's spares:
+    /// see [`serve`]), proving the key both ways. The job's part on that
+    /// node may still be starting (its cgroup made, its server not yet
+    /// listening) when the batch script reaches `srun`, so a refused
+    /// connection is tried again until `wait` has passed (`srun` waits
+    /// [`START_WAIT`]); a port where another program answers, which
+    /// cannot hold the key, is passed over for the next.
     pub fn connect(
-        (host, port): (&str, u16),
+        (host, ports): (&str, &[u16]),
         job: u64,
         key: &str,
         wait: Duration,
     ) -> Result<(StepLink, Receiver), NetError> {
-        let addr = resolve(host, port)
+        let addrs: Vec<SocketAddr> = ports
+            .iter()
+            .map(|p| resolve(host, *p))
+            .collect::<Option<_>>()
             .ok_or_else(|| NetError::Refused(format!("cannot resolve {host}")))?;
         let deadline = Instant::now() + wait;
         let mut pause = Duration::from_millis(50);
         // A task server that is still starting refuses the connection; one
         // crowded by others' handshakes lets it go: both tried again.
-        let channel = loop {
+        let channel = 'rounds: loop {
             let late = Instant::now() + pause >= deadline;
-            match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
-                Ok(stream) => match noise::connect(stream, job, key) {
-                    Ok(channel) => break channel,
-                    Err(noise::ConnectError::Busy) if late => {
-                        return Err(NetError::Refused(format!(
-                            "{addr}: the task server of job {job} let the connection go before the handshake, too many others were connecting"
-                        )))
-                    }
-                    Err(noise::ConnectError::Busy) => {}
-                    Err(noise::ConnectError::Failed(e)) => {
-                        return Err(NetError::Refused(format!("{addr}: {e}")))
-                    }
-                },
-                Err(e) if late => {
-                    return Err(NetError::Refused(format!(
-                        "no task server of job {job} at {addr}: {e}"
-                    )))
+            let mut why = None;
+            for addr in &addrs {
+                match Self::try_one(addr, job, key) {
+                    Ok(channel) => break 'rounds channel,
+                    Err(e) => why = why.or(Some(e)),
                 }
-                Err(_) => {}
+            }
+            if late {
+                return Err(match why {
+                    Some(Tried::Busy(addr)) => NetError::Refused(format!(
+                        "{addr}: the task server of job {job} let the connection go before the handshake, too many others were connecting"
+                    )),
+                    Some(Tried::Failed(e)) => e,
+                    None => NetError::Refused(format!("no port to reach job {job}'s task server")),
+                });
             }
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_secs(1));
@@ -253,6 +271,22 @@ impl StepLink {
             },
             channel.receiver,
         ))
+    }
+
+    /// One try of the handshake at `addr`.
+    fn try_one(addr: &SocketAddr, job: u64, key: &str) -> Result<noise::Channel, Tried> {
+        match TcpStream::connect_timeout(addr, CONNECT_TIMEOUT) {
+            Ok(stream) => match noise::connect(stream, job, key) {
+                Ok(channel) => Ok(channel),
+                Err(noise::ConnectError::Busy) => Err(Tried::Busy(*addr)),
+                Err(noise::ConnectError::Failed(e)) => {
+                    Err(Tried::Failed(NetError::Refused(format!("{addr}: {e}"))))
+                }
+            },
+            Err(e) => Err(Tried::Failed(NetError::Refused(format!(
+                "no task server of job {job} at {addr}: {e}"
+            )))),
+        }
     }
 
     pub fn launch(&mut self, order: StepOrder) -> Result<(), NetError> {
@@ -293,9 +327,36 @@ pub fn servers_of_this_job() -> Option<Vec<(String, u16)>> {
     (addresses.len() == ports.len()).then(|| addresses.into_iter().zip(ports).collect())
 }
 
-/// Where this part's task server listens: its node's pool address (as the
-/// others reach it) and the port the controller chose for it.
-pub fn own_address() -> Result<SocketAddr, NetError> {
+/// Why one try of a task server failed.
+enum Tried {
+    Busy(SocketAddr),
+    Failed(NetError),
+}
+
+/// The ports the controller chose for this run's task servers to fall
+/// back on (`YS_STEP_SPARE_PORTS`).
+pub fn spare_ports() -> Vec<u16> {
+    std::env::var("YS_STEP_SPARE_PORTS")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Where this part's task server may listen, in order: its node's pool
+/// address (as the others reach it) with the port the controller chose
+/// for it, then with each of the run's spares.
+pub fn own_addresses() -> Result<Vec<SocketAddr>, NetError> {
+    let first = own_address()?;
+    Ok(std::iter::once(first.port())
+        .chain(spare_ports())
+        .map(|port| SocketAddr::new(first.ip(), port))
+        .collect())
+}
+
+/// Where this part's task server listens first: its node's pool address
+/// (as the others reach it) and the port the controller chose for it.
+fn own_address() -> Result<SocketAddr, NetError> {
     let refuse = |why: &str| NetError::Refused(why.to_string());
     let servers = servers_of_this_job()
         .ok_or_else(|| refuse("no YS_NODE_ADDRS and YS_STEP_PORTS of the same length"))?;
@@ -399,7 +460,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let port = server(1_999_937, "secret");
         let connect = |key: &str| {
-            StepLink::connect(("127.0.0.1", port), 1_999_937, key, Duration::from_secs(2))
+            StepLink::connect(
+                ("127.0.0.1", &[port]),
+                1_999_937,
+                key,
+                Duration::from_secs(2),
+            )
         };
         let e = connect("wrong").err().unwrap().to_string();
         assert!(e.contains("does not hold job 1999937's step key"), "{e}");
@@ -480,7 +546,8 @@ mod tests {
         // A faithful relay carries the step, but only ciphertext.
         let (port, seen) = relay(server_port, |r| r);
         let (mut link, reader) =
-            StepLink::connect(("127.0.0.1", port), 41, "secret", Duration::from_secs(2)).unwrap();
+            StepLink::connect(("127.0.0.1", &[port]), 41, "secret", Duration::from_secs(2))
+                .unwrap();
         let marker = dir.path().join("faithful");
         link.launch(order(&format!(
             "echo secret-output; touch {}",
@@ -499,7 +566,8 @@ mod tests {
             r
         });
         let (mut link, reader) =
-            StepLink::connect(("127.0.0.1", port), 41, "secret", Duration::from_secs(2)).unwrap();
+            StepLink::connect(("127.0.0.1", &[port]), 41, "secret", Duration::from_secs(2))
+                .unwrap();
         let marker = dir.path().join("tampered");
         link.launch(order(&format!("touch {}", marker.display())))
             .unwrap();
@@ -515,7 +583,8 @@ mod tests {
         let server_port = server(42, "secret");
         let (port, seen) = relay(server_port, |r| r);
         let (mut link, reader) =
-            StepLink::connect(("127.0.0.1", port), 42, "secret", Duration::from_secs(2)).unwrap();
+            StepLink::connect(("127.0.0.1", &[port]), 42, "secret", Duration::from_secs(2))
+                .unwrap();
         let marker = dir.path().join("once");
         link.launch(order(&format!("echo x >> {}", marker.display())))
             .unwrap();
@@ -609,12 +678,40 @@ mod tests {
         }
         std::thread::sleep(Duration::from_millis(300));
         let (mut link, reader) =
-            StepLink::connect(("127.0.0.1", port), 43, "secret", Duration::from_secs(5)).unwrap();
+            StepLink::connect(("127.0.0.1", &[port]), 43, "secret", Duration::from_secs(5))
+                .unwrap();
         link.launch(order("echo through")).unwrap();
         assert_eq!(outputs(reader).unwrap(), "through\n");
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
         for t in tricklers {
             t.join().unwrap();
         }
+    }
+
+    /// Another program of the node holds the port the controller chose
+    /// (it answers, and cannot hold the key): the task server listens on
+    /// the run's spare, and srun finds it there.
+    #[test]
+    fn a_task_server_whose_port_is_taken_listens_on_a_spare_and_srun_finds_it() {
+        let squatter = TcpListener::bind("127.0.0.1:0").unwrap();
+        let taken = squatter.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for stream in squatter.incoming() {
+                drop(stream);
+            }
+        });
+        let spare = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let addresses = [taken, spare];
+        std::thread::spawn(move || serve(44, "secret", &addresses));
+        let ports = [taken.port(), spare.port()];
+        let (mut link, reader) =
+            StepLink::connect(("127.0.0.1", &ports), 44, "secret", Duration::from_secs(5)).unwrap();
+        link.launch(order("echo spare")).unwrap();
+        assert_eq!(outputs(reader).unwrap(), "spare\n");
+        let none = serve(45, "k", &[taken]).unwrap_err().to_string();
+        assert!(none.contains("the last of the run's ports"), "{none}");
     }
 }
