@@ -291,10 +291,10 @@ fn find(
 /// `salloc`: sbatch's options but those for a batch script alone, and
 /// its own.
 static SALLOC: std::sync::LazyLock<Vec<SlurmOption>> = std::sync::LazyLock::new(|| {
-    const BATCH_ONLY: [&str; 18] = [
+    // `-b` is salloc's `--begin` too (sbatch's alias of it): not here.
+    const BATCH_ONLY: [&str; 17] = [
         "--array",
         "--batch",
-        "-b",
         "--error",
         "--export",
         "--export-file",

@@ -542,6 +542,18 @@ impl Daemon {
                 self.finish(id, JobState::Cancelled, now, None, Some(detail))?;
             }
             JobState::Running => self.terminate(id, JobState::Cancelled, &detail, now)?,
+            // Stopping to be requeued: it ends cancelled instead, never to
+            // run again (its stop goes on as it was).
+            JobState::Completing if self.jobs[&id].kill_reason == Some(JobState::Pending) => {
+                let job = self.jobs.job_mut(&id).expect("checked above");
+                job.kill_reason = Some(JobState::Cancelled);
+                job.reason = Some(detail.clone());
+                let job = job.clone();
+                let tx = self.tx()?;
+                db::update_job(tx, &job)?;
+                db::add_event(tx, id, now, JobState::Completing, Some(&detail))?;
+                tracing::info!(target: "ysched::daemon", "job {id} {detail} while it stopped to be requeued: it ends cancelled");
+            }
             // Already stopping: cancelling again changes nothing.
             _ => {}
         }
