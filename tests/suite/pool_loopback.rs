@@ -46,25 +46,7 @@ impl Source for Steady {
 /// session on a thread of its own, reading `source` every second.
 fn start_node(c: &Cluster, name: &str, source: Box<dyn Source>) -> FakeNode {
     let state = c.dir.path().join(name);
-    let text = format!(
-        "spool_dir = \"{}\"\nnode_name = \"{name}\"\ncpus = 8\nmemory = \"16GiB\"\n\
-         [[gpus]]\ntype = \"a100\"\ncount = 2\nmemory = \"80GiB\"\n",
-        state.display()
-    );
-    let config = Config::parse(&text, Path::new("node.toml")).unwrap();
-    let out = c.run("yscontrol", &["node", "add", name]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    // ysnoded --join ADDRESS --token TOKEN --authority FINGERPRINT
-    let words: Vec<String> = stdout(&out)
-        .split_whitespace()
-        .map(str::to_string)
-        .collect();
-    let line = JoinLine {
-        controller: words[2].clone(),
-        token: words[4].clone(),
-        authority: words[6].clone(),
-    };
-    let identity = ysched::agent::join::join(&config, &line, &mut |w| eprintln!("{w}")).unwrap();
+    let (identity, config) = joined(c, name);
     let facts = NodeFacts {
         name: name.to_string(),
         inventory: Inventory::declared(&config),
@@ -105,14 +87,7 @@ fn start_node(c: &Cluster, name: &str, source: Box<dyn Source>) -> FakeNode {
 
 #[test]
 fn a_nodes_gpu_readings_reach_the_controllers_views_and_its_jobs() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let pool = format!("[pool]\nlisten = \"127.0.0.1:{port}\"\nlease = \"10s\"\n");
-    let mut c = Cluster::with_gpus(&pool, "");
-    c.start();
+    let c = controller_on_loopback();
     let node = start_node(&c, "gpu02", Box::new(Steady));
     let utilization = || stdout(&c.run("ysinfo", &["-h", "-o", "node,gpu,util"]));
     wait_for("gpu02's GPU readings", LONG, || {
@@ -210,14 +185,7 @@ fn hostile_join(address: &str, fingerprint: &str, node: &str, token: &str) -> St
 
 #[test]
 fn a_strangers_joins_cannot_grow_the_database_or_forge_audit_rows_and_log_lines() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let pool = format!("[pool]\nlisten = \"127.0.0.1:{port}\"\nlease = \"10s\"\n");
-    let mut c = Cluster::with_gpus(&pool, "");
-    c.start();
+    let c = controller_on_loopback();
     let out = c.run("yscontrol", &["node", "add", "gpu02"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let words: Vec<String> = stdout(&out)
@@ -288,10 +256,24 @@ fn a_strangers_joins_cannot_grow_the_database_or_forge_audit_rows_and_log_lines(
     assert_eq!(c.wait_done(id, LONG), "COMPLETED");
 }
 
-/// A node's agent of this test's own, joined with `yscontrol node add`'s
-/// line and connected with its certificate: what root on a node can do
-/// with the node's identity. Its connection, and its config.
-fn certified_node(c: &Cluster, name: &str) -> (ysched::net::conn::Conn, Config) {
+/// A started controller of a pool on a free loopback port (lease 10 s),
+/// with no GPUs of its own.
+fn controller_on_loopback() -> Cluster {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let pool = format!("[pool]\nlisten = \"127.0.0.1:{port}\"\nlease = \"10s\"\n");
+    let mut c = Cluster::with_gpus(&pool, "");
+    c.start();
+    c
+}
+
+/// Node `name` (two A100s, its state under the cluster's directory),
+/// joined with the line `yscontrol node add` printed: its identity and
+/// config.
+fn joined(c: &Cluster, name: &str) -> (ysched::agent::identity::Identity, Config) {
     let text = format!(
         "spool_dir = \"{}\"\nnode_name = \"{name}\"\ncpus = 8\nmemory = \"16GiB\"\n\
          [[gpus]]\ntype = \"a100\"\ncount = 2\nmemory = \"80GiB\"\n",
@@ -300,6 +282,7 @@ fn certified_node(c: &Cluster, name: &str) -> (ysched::net::conn::Conn, Config) 
     let config = Config::parse(&text, Path::new("node.toml")).unwrap();
     let out = c.run("yscontrol", &["node", "add", name]);
     assert!(out.status.success(), "{}", stderr(&out));
+    // ysnoded --join ADDRESS --token TOKEN --authority FINGERPRINT
     let words: Vec<String> = stdout(&out)
         .split_whitespace()
         .map(str::to_string)
@@ -309,7 +292,15 @@ fn certified_node(c: &Cluster, name: &str) -> (ysched::net::conn::Conn, Config) 
         token: words[4].clone(),
         authority: words[6].clone(),
     };
-    let identity = ysched::agent::join::join(&config, &line, &mut |_| {}).unwrap();
+    let identity = ysched::agent::join::join(&config, &line, &mut |w| eprintln!("{w}")).unwrap();
+    (identity, config)
+}
+
+/// A node's agent of this test's own, joined with `yscontrol node add`'s
+/// line and connected with its certificate: what root on a node can do
+/// with the node's identity. Its connection, and its config.
+fn certified_node(c: &Cluster, name: &str) -> (ysched::net::conn::Conn, Config) {
+    let (identity, config) = joined(c, name);
     let tls = ysched::net::tls::node_config(
         &identity.authority_pem,
         &identity.certificate_pem,
@@ -377,14 +368,7 @@ impl RawNode {
 #[test]
 fn a_node_that_claims_its_run_was_frozen_for_years_gains_nothing() {
     use ysched::net::message::{FromNode, RunKey, ToNode};
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let pool = format!("[pool]\nlisten = \"127.0.0.1:{port}\"\nlease = \"10s\"\n");
-    let mut c = Cluster::with_gpus(&pool, "");
-    c.start();
+    let c = controller_on_loopback();
     let (conn, config) = certified_node(&c, "liar");
     let mut node = RawNode { conn, seq: 0 };
     let facts = NodeFacts {

@@ -1002,22 +1002,31 @@ fn a_token_makes_no_wider_token_and_what_it_made_goes_when_it_is_revoked() {
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
-/// The processes `pid` has left as zombies: its children that ended and
-/// were never reaped.
-fn zombies_of(pid: u32) -> Vec<String> {
+/// The children of process `pid`, each with its state letter.
+fn children_of(pid: &str) -> Vec<(String, String)> {
     let mut found = Vec::new();
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
     for task in tasks.flatten() {
         let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
         for child in children.split_whitespace() {
             let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
-            let state = stat.rsplit_once(") ").map(|(_, rest)| &rest[..1]);
-            if state == Some("Z") {
-                found.push(child.to_string());
-            }
+            let state = stat.rsplit_once(") ").map_or("?", |(_, rest)| &rest[..1]);
+            found.push((child.to_string(), state.to_string()));
         }
     }
     found
+}
+
+/// The processes yswebd (the child of the `runuser` that is `launcher`)
+/// has left as zombies: its children that ended and were never reaped.
+fn zombies_of(launcher: u32) -> Vec<String> {
+    let webd = children_of(&launcher.to_string());
+    assert_eq!(webd.len(), 1, "runuser's children: {webd:?}");
+    children_of(&webd[0].0)
+        .into_iter()
+        .filter(|(_, state)| state == "Z")
+        .map(|(pid, _)| pid)
+        .collect()
 }
 
 /// yswebd sends every request through the spool and forks nothing: a
