@@ -844,3 +844,37 @@ fn a_job_submitted_from_inside_a_job_stores_nothing_of_that_run() {
     assert!(environment.contains("MINE"), "{environment}");
     p.controller.run("yscancel", &[&inner.to_string()]);
 }
+
+/// A two-node job whose batch script has ended is over: its other node,
+/// lost before its part's end reached the controller, does not make it
+/// NODE_FAIL, and it never runs again (it was failed and rerun).
+#[test]
+fn a_job_whose_batch_script_ended_is_not_failed_by_its_other_node_lost_after() {
+    require_root_for_nodes!();
+    let p = Pool::with_lease(2, 3);
+    p.controller.script(
+        "ends.sh",
+        "#!/bin/sh\n#SBATCH -N 2 -t 5\necho run >> runs-$SLURM_JOB_ID\nwhile [ ! -e end-$SLURM_JOB_ID ]; do sleep 0.1; done\n",
+    );
+    let id = p.controller.submit(&["ends.sh"]);
+    p.controller.wait_state(id, "RUNNING", LONG);
+    let show = crate::common::stdout(
+        &p.controller
+            .run("yscontrol", &["show", "job", &id.to_string()]),
+    );
+    let batch = show
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("BatchHost="))
+        .unwrap()
+        .to_string();
+    let other = p.agents.iter().position(|a| a.name != batch).unwrap();
+    // The other node is heard no more; the batch script ends.
+    p.cut_one_way(other, true);
+    std::fs::write(p.controller.work.join(format!("end-{id}")), "").unwrap();
+    let state = p.controller.wait_done(id, LONG);
+    p.cut_one_way(other, false);
+    assert_eq!(state, "COMPLETED", "{}", p.controller.log());
+    assert_eq!(p.controller.field(id, "Restarts"), "0");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(lines_of(&p, &format!("runs-{id}")), vec!["run"], "ran once");
+}
