@@ -37,12 +37,13 @@ impl Daemon {
         if let Some(error) = self.refuse_allocation(id, who)? {
             return Ok(Reply::Rejected { error });
         }
-        self.jobs.sessions.seen.insert(id, Instant::now());
-        let view = match self.jobs.get(&id) {
+        self.core.jobs.sessions.seen.insert(id, Instant::now());
+        let view = match self.core.jobs.get(&id) {
             Some(job) => {
                 let reason = match job.state {
                     JobState::Pending => Some(job.reason.clone().unwrap_or_else(|| {
-                        self.policy
+                        self.core
+                            .policy
                             .reasons
                             .get(&id)
                             .map_or("None", |r| r.name())
@@ -50,7 +51,7 @@ impl Daemon {
                     })),
                     _ => job.reason.clone(),
                 };
-                let environment = match (job.state, self.jobs.sessions.links.get(&id)) {
+                let environment = match (job.state, self.core.jobs.sessions.links.get(&id)) {
                     (JobState::Running, Some(link)) => allocation_environment(job, link, self),
                     _ => Vec::new(),
                 };
@@ -96,7 +97,7 @@ impl Daemon {
         if let Some(error) = self.refuse_allocation(id, who)? {
             return Ok(Reply::Rejected { error });
         }
-        let message = match self.jobs.get(&id).map(|j| j.state) {
+        let message = match self.core.jobs.get(&id).map(|j| j.state) {
             Some(JobState::Pending) => {
                 let why = format!("withdrawn by {} before it started", who.user);
                 self.finish(id, JobState::Cancelled, now, None, Some(why))?;
@@ -108,7 +109,7 @@ impl Daemon {
                 } else {
                     JobState::Failed
                 };
-                if let Some(job) = self.jobs.job_mut(&id) {
+                if let Some(job) = self.core.jobs.job_mut(&id) {
                     job.exit = Some(exit);
                 }
                 let detail = format!("its session ended (exit {exit})");
@@ -132,7 +133,7 @@ impl Daemon {
             None | Some(AccessRefusal::Ended(_)) => {}
             Some(other) => return Ok(Some(other.into_message())),
         }
-        let interactive = match self.jobs.get(&id) {
+        let interactive = match self.core.jobs.get(&id) {
             Some(job) => job.interactive,
             None => crate::db::job(&self.store.db, id)?.interactive,
         };
@@ -148,23 +149,29 @@ impl Daemon {
     /// they wait and while the session runs.
     pub(super) fn end_unwatched_allocations(&mut self, now: i64) -> Result<(), DaemonError> {
         let live: Vec<(JobId, JobState)> = self
+            .core
             .jobs
             .all()
             .filter(|j| j.interactive && matches!(j.state, JobState::Pending | JobState::Running))
             .map(|j| (j.id, j.state))
             .collect();
         let ids: std::collections::HashSet<JobId> = live.iter().map(|(id, _)| *id).collect();
-        self.jobs.sessions.seen.retain(|id, _| ids.contains(id));
+        self.core
+            .jobs
+            .sessions
+            .seen
+            .retain(|id, _| ids.contains(id));
         for (id, state) in live {
             // One not seen since this controller started is given the
             // whole span from now.
             let seen = *self
+                .core
                 .jobs
                 .sessions
                 .seen
                 .entry(id)
                 .or_insert_with(Instant::now);
-            let unwatched = self.config.interactive.unwatched_after;
+            let unwatched = self.core.config.interactive.unwatched_after;
             if seen.elapsed() < unwatched {
                 continue;
             }
@@ -188,7 +195,7 @@ impl Daemon {
         if !request.interactive {
             return None;
         }
-        let rules = &self.config.interactive;
+        let rules = &self.core.config.interactive;
         if request.qos.is_none() {
             request.qos = rules.qos.clone();
         }
@@ -196,6 +203,7 @@ impl Daemon {
             request.time_limit = rules.default_time.map(Some);
         }
         let held: Vec<&Job> = self
+            .core
             .jobs
             .all()
             .filter(|j| j.interactive && j.uid == uid && j.state.is_active())
@@ -207,7 +215,7 @@ impl Daemon {
     /// just started, for its salloc.
     pub(super) fn keep_allocation_link(&mut self, job: &Job, link: &RunLink) {
         if job.interactive {
-            self.jobs.sessions.links.insert(job.id, link.clone());
+            self.core.jobs.sessions.links.insert(job.id, link.clone());
         }
     }
 }

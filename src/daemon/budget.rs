@@ -14,8 +14,14 @@ impl Daemon {
     /// current period (at start, and after a reload).
     pub(super) fn load_budgets(&mut self, now: i64) -> Result<(), DaemonError> {
         let mut spending = Spending::new();
-        let policy = Policy::new(&self.config);
-        for account in self.config.accounts.iter().filter(|a| a.budget.is_some()) {
+        let policy = Policy::new(&self.core.config);
+        for account in self
+            .core
+            .config
+            .accounts
+            .iter()
+            .filter(|a| a.budget.is_some())
+        {
             let since = account.budget.as_ref().map_or(0, |b| b.period.start(now));
             let mut spent = 0;
             for (charged_to, billing) in db::billing_since(&self.store.db, since)? {
@@ -29,7 +35,7 @@ impl Daemon {
             }
             spending.insert(account.name.clone(), (since, spent));
         }
-        self.policy.budgets = spending;
+        self.core.policy.budgets = spending;
         Ok(())
     }
 
@@ -37,12 +43,13 @@ impl Daemon {
     /// starting a new period where one began; logs and notifies when an
     /// account crosses its warning threshold or spends its budget.
     pub(super) fn spend(&mut self, account: &str, billing: i64, now: i64) {
-        let policy = Policy::new(&self.config);
+        let policy = Policy::new(&self.core.config);
         let mut crossed = Vec::new();
         for a in policy.chain(account) {
             let Some(b) = &a.budget else { continue };
             let start = b.period.start(now);
             let entry = self
+                .core
                 .policy
                 .budgets
                 .entry(a.name.clone())
@@ -73,14 +80,14 @@ impl Daemon {
             if let Some(event) = event {
                 // Told: the account's coordinators, else the admins.
                 let to = if a.coordinators.is_empty() {
-                    &self.config.admins
+                    &self.core.config.admins
                 } else {
                     &a.coordinators
                 };
                 crossed.push(super::notifications::Notification {
                     event: event.to_string(),
                     time: now,
-                    cluster: self.config.node_name.clone(),
+                    cluster: self.core.config.node_name.clone(),
                     mail_user: if to.is_empty() {
                         "root".into()
                     } else {
@@ -112,13 +119,19 @@ impl Daemon {
     /// `account`'s standing now, if it has a budget: spent this period, and
     /// the worst case of the active jobs at or below it.
     pub(super) fn standing(&self, account: &str, policy: &Policy, now: i64) -> Option<Standing> {
-        let a = self.config.accounts.iter().find(|a| a.name == account)?;
+        let a = self
+            .core
+            .config
+            .accounts
+            .iter()
+            .find(|a| a.name == account)?;
         let b = a.budget.as_ref()?;
-        let spent = match self.policy.budgets.get(account) {
+        let spent = match self.core.policy.budgets.get(account) {
             Some(&(start, spent)) if start == b.period.start(now) => spent,
             _ => 0,
         };
         let committed = self
+            .core
             .jobs
             .all()
             .filter(|j| policy.chain(&j.account).iter().any(|x| x.name == account))
@@ -137,20 +150,24 @@ impl Daemon {
         time_limit: Option<u64>,
         qos: &str,
     ) -> Option<i64> {
-        let factor = self.config.qos_named(qos).map_or(1.0, |q| q.usage_factor);
+        let factor = self
+            .core
+            .config
+            .qos_named(qos)
+            .map_or(1.0, |q| q.usage_factor);
         budget::worst_case(
             gpus,
             time_limit,
             factor,
             self.nodes.all_gpus(),
-            &self.config,
+            &self.core.config,
         )
     }
 
     /// The verdict on a job of `account` that may cost `cost`: the most
     /// severe of the budgets at and above the account.
     pub(super) fn judge_budget(&self, account: &str, cost: Option<i64>, now: i64) -> Verdict {
-        let policy = Policy::new(&self.config);
+        let policy = Policy::new(&self.core.config);
         let mut verdict = Verdict::Fits;
         for a in policy.chain(account) {
             let (Some(b), Some(standing)) = (&a.budget, self.standing(&a.name, &policy, now))

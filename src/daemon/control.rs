@@ -72,7 +72,7 @@ impl Daemon {
         let who = Requester {
             uid,
             user,
-            admin: self.config.is_admin(uid, user),
+            admin: self.core.config.is_admin(uid, user),
             proven,
             vouched_by: None,
         };
@@ -197,7 +197,8 @@ impl Daemon {
         now: i64,
     ) -> Result<Reply, DaemonError> {
         let (approvals, holds): (Vec<JobId>, Vec<JobId>) = ids.iter().partition(|id| {
-            self.jobs
+            self.core
+                .jobs
                 .get(id)
                 .is_some_and(|j| j.hold == Some(Hold::Approval))
         });
@@ -305,6 +306,7 @@ impl Daemon {
     ) -> Result<String, DaemonError> {
         let (node, gpu) = key.clone();
         let holders: Vec<String> = self
+            .core
             .jobs
             .all()
             .filter(|j| j.state.holds_gpus())
@@ -320,7 +322,7 @@ impl Daemon {
             since: now,
         };
         db::set_drain(self.tx()?, &key, &drain)?;
-        self.policy.drains.insert(key, drain);
+        self.core.policy.drains.insert(key, drain);
         let of = self.gpu_of(&node, gpu);
         self.audit(now, by, "drain", None, &format!("{of}: {reason}"))?;
         Ok(if holders.is_empty() {
@@ -344,7 +346,7 @@ impl Daemon {
         if !db::clear_drain(self.tx()?, &key)? {
             return Ok(format!("{of} was not drained"));
         }
-        self.policy.drains.remove(&key);
+        self.core.policy.drains.remove(&key);
         self.audit(now, by, "resume-gpu", None, &of)?;
         Ok(format!("{of} back in service"))
     }
@@ -372,6 +374,7 @@ impl Daemon {
         let mut unknown = Vec::new();
         for r in refs {
             let active: Vec<JobId> = self
+                .core
                 .jobs
                 .all()
                 .filter(|j| r.matches(j))
@@ -411,7 +414,7 @@ impl Daemon {
         let denied = |user: &str| {
             AccessRefusal::Denied(format!("permission denied: job {id} belongs to {user}"))
         };
-        match self.jobs.get(&id) {
+        match self.core.jobs.get(&id) {
             Some(job) if !self.within_vouch(job, who) => {
                 let (node, why) = who.vouched_by.unwrap_or_default();
                 Ok(Some(AccessRefusal::Denied(format!(
@@ -476,7 +479,8 @@ impl Daemon {
                     });
                 }
             }
-            self.jobs
+            self.core
+                .jobs
                 .all()
                 .filter(|j| {
                     selector.matches(j)
@@ -494,7 +498,7 @@ impl Daemon {
                         already_ended: matches!(refusal, AccessRefusal::Ended(_)),
                         error: Some(refusal.into_message()),
                     }),
-                    None if selector.matches(&self.jobs[&id]) => ids.push(id),
+                    None if selector.matches(&self.core.jobs[&id]) => ids.push(id),
                     None => {}
                 }
             }
@@ -521,7 +525,7 @@ impl Daemon {
         now: i64,
     ) -> Result<Option<String>, DaemonError> {
         let detail = format!("cancelled by {} (uid {})", who.user, who.uid);
-        let owner = self.jobs[&id].user.clone();
+        let owner = self.core.jobs[&id].user.clone();
         if owner != who.user {
             self.audit(
                 now,
@@ -531,21 +535,21 @@ impl Daemon {
                 &format!("cancelled job {id} of {owner}"),
             )?;
         }
-        if self.jobs[&id].state == JobState::Suspended {
+        if self.core.jobs[&id].state == JobState::Suspended {
             // Thawed first, so that it can take SIGTERM and end.
             if let Err(e) = self.set_suspended(id, false, who.user, now)? {
                 return Ok(Some(e.0));
             }
         }
-        match self.jobs[&id].state {
+        match self.core.jobs[&id].state {
             JobState::Pending => {
                 self.finish(id, JobState::Cancelled, now, None, Some(detail))?;
             }
             JobState::Running => self.terminate(id, JobState::Cancelled, &detail, now)?,
             // Stopping to be requeued: it ends cancelled instead, never to
             // run again (its stop goes on as it was).
-            JobState::Completing if self.jobs[&id].kill_reason == Some(JobState::Pending) => {
-                let job = self.jobs.job_mut(&id).expect("checked above");
+            JobState::Completing if self.core.jobs[&id].kill_reason == Some(JobState::Pending) => {
+                let job = self.core.jobs.job_mut(&id).expect("checked above");
                 job.kill_reason = Some(JobState::Cancelled);
                 job.reason = Some(detail.clone());
                 let job = job.clone();
@@ -561,7 +565,7 @@ impl Daemon {
     }
 
     fn signal_job(&self, id: JobId, signal: i32) -> Option<String> {
-        let job = &self.jobs[&id];
+        let job = &self.core.jobs[&id];
         if job.state != JobState::Running && job.state != JobState::Completing {
             return Some(format!(
                 "job {id} is {}; only running jobs can be signalled",
@@ -625,6 +629,7 @@ impl Daemon {
                 Err(e) => return Ok(Some(e.0)),
             };
             let job = daemon
+                .core
                 .jobs
                 .job_mut(&id)
                 .expect("each_job gives active jobs");
@@ -661,7 +666,7 @@ impl Daemon {
         who: &Requester,
         now: i64,
     ) -> Result<String, Refusal> {
-        let job = &self.jobs[&id];
+        let job = &self.core.jobs[&id];
         let shown = job.display_id();
         let mut said = Vec::new();
         if let Some(q) = &changes.qos {
@@ -672,12 +677,15 @@ impl Daemon {
                 )
                 .into());
             }
-            let Some(new) = self.config.qos_named(q) else {
-                return Err(
-                    format!("unknown QoS '{q}' (known: {})", self.config.qos_names(", ")).into(),
-                );
+            let Some(new) = self.core.config.qos_named(q) else {
+                return Err(format!(
+                    "unknown QoS '{q}' (known: {})",
+                    self.core.config.qos_names(", ")
+                )
+                .into());
             };
             let old = self
+                .core
                 .config
                 .qos_named(&job.qos)
                 .map_or(i64::MIN, |q| q.priority);
@@ -690,7 +698,7 @@ impl Daemon {
             }
             if !who.admin {
                 crate::sched::admission::check_qos_access(
-                    &self.config,
+                    &self.core.config,
                     q,
                     &job.account,
                     job.uid,
@@ -759,6 +767,7 @@ impl Daemon {
     ) -> Result<Reply, DaemonError> {
         self.each_job(ids, who, |daemon, id| {
             let job = daemon
+                .core
                 .jobs
                 .job_mut(&id)
                 .expect("each_job gives active jobs");
@@ -782,7 +791,7 @@ impl Daemon {
     /// them back in the queue with their ids and one more restart.
     fn requeue(&mut self, ids: &[JobId], who: &Requester, now: i64) -> Result<Reply, DaemonError> {
         self.each_job(ids, who, |daemon, id| {
-            let job = &daemon.jobs[&id];
+            let job = &daemon.core.jobs[&id];
             if job.state != JobState::Running {
                 return Ok(Some(format!(
                     "job {} is {}; only running jobs can be requeued",
@@ -835,11 +844,11 @@ impl Daemon {
     /// Lets jobs held for approval run: for a coordinator of the job's
     /// account (or one above it) or an administrator; who approved is kept.
     fn approve(&mut self, ids: &[JobId], who: &Requester, now: i64) -> Result<Reply, DaemonError> {
-        let policy = crate::sched::limits::Policy::new(&self.config);
+        let policy = crate::sched::limits::Policy::new(&self.core.config);
         let mut outcomes = Vec::new();
         let mut approved = Vec::new();
         for &id in ids {
-            let error = match self.jobs.get(&id) {
+            let error = match self.core.jobs.get(&id) {
                 None => Some(match db::job(&self.store.db, id) {
                     Ok(job) => format!(
                         "job {} has already finished ({})",
@@ -881,7 +890,7 @@ impl Daemon {
             outcomes.push(JobOutcome::new(id, error));
         }
         for id in approved {
-            let job = self.jobs.job_mut(&id).expect("checked above");
+            let job = self.core.jobs.job_mut(&id).expect("checked above");
             job.hold = None;
             job.approved_by = Some(who.user.to_string());
             let job = job.clone();
@@ -947,7 +956,7 @@ impl Daemon {
                 outcomes.push(JobOutcome::new(id, Some(error)));
                 continue;
             }
-            let job = &self.jobs[&id];
+            let job = &self.core.jobs[&id];
             let current = if job.state == JobState::Pending {
                 Ok(job.hold)
             } else {
@@ -960,7 +969,7 @@ impl Daemon {
                     continue;
                 }
             };
-            let job = self.jobs.job_mut(&id).expect("checked above");
+            let job = self.core.jobs.job_mut(&id).expect("checked above");
             job.hold = new;
             if new.is_none() {
                 // Released: its quick requeues are forgiven.

@@ -18,12 +18,12 @@ impl Daemon {
     pub(super) fn state_of(&mut self, id: JobId) -> Result<Option<JobState>, DaemonError> {
         let is_array =
             |j: &crate::model::job::Job| j.array.as_ref().is_some_and(|a| a.job_id == id);
-        match self.jobs.get(&id) {
+        match self.core.jobs.get(&id) {
             Some(job) if !is_array(job) => return Ok(Some(job.state)),
             Some(_) => {}
             None => {
-                if let Some(state) = self.policy.ended.get(&id) {
-                    if !self.jobs.all().any(is_array) {
+                if let Some(state) = self.core.policy.ended.get(&id) {
+                    if !self.core.jobs.all().any(is_array) {
                         return Ok(Some(*state));
                     }
                 }
@@ -37,7 +37,7 @@ impl Daemon {
             Some(array_state(&tasks))
         };
         if let Some(s) = state.filter(|s| !s.is_active()) {
-            self.policy.ended.insert(id, s);
+            self.core.policy.ended.insert(id, s);
         }
         Ok(state)
     }
@@ -89,12 +89,12 @@ impl Daemon {
     pub(super) fn dependency_states(
         &mut self,
     ) -> Result<HashMap<JobId, Option<JobState>>, DaemonError> {
-        let named = crate::sched::pass::named_by_dependencies(self.jobs.all());
+        let named = crate::sched::pass::named_by_dependencies(self.core.jobs.all());
         let mut states = HashMap::with_capacity(named.len());
         for &id in &named {
             states.insert(id, self.state_of(id)?);
         }
-        self.policy.ended.retain(|id, _| named.contains(id));
+        self.core.policy.ended.retain(|id, _| named.contains(id));
         Ok(states)
     }
 }

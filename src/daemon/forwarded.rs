@@ -65,7 +65,7 @@ impl Daemon {
     fn proof_of(&self, node: &str, sender: &Sender, now: i64) -> Proof {
         let used_as = crate::token::Audience::Node(node.to_string());
         let checked = sender.token.map(|t| self.check_token(t, &used_as, now));
-        if self.config.pool.trust_nodes {
+        if self.core.config.pool.trust_nodes {
             return match checked {
                 Some(Ok(claims)) if claims.sun == sender.user => Proof::Proven(Some(claims)),
                 _ => Proof::Proven(None),
@@ -101,7 +101,7 @@ impl Daemon {
                     .into(),
             );
         }
-        match self.users.get(uid) {
+        match self.core.users.get(uid) {
             Some(here) if here.name == user => {}
             Some(here) => {
                 return refuse(format!(
@@ -181,7 +181,7 @@ impl Daemon {
             Proof::Proven(_) if self.same_user_here(sender) => {
                 self.viewer(sender.uid, sender.user.to_string())
             }
-            _ => vouched_viewer(node, sender.user, self.config.private_data),
+            _ => vouched_viewer(node, sender.user, self.core.config.private_data),
         };
         let link = self
             .nodes
@@ -221,7 +221,7 @@ impl Daemon {
                 let _ = link.send(&to, refusal);
             }
         });
-        let work = crate::query::Work::new(name, viewer, self.config.min_job_age_secs, query)
+        let work = crate::query::Work::new(name, viewer, self.core.config.min_job_age_secs, query)
             .answering_node(answer);
         self.turn.node_queries.push(work);
     }
@@ -286,7 +286,8 @@ impl Daemon {
     /// Whether the sender a node names is the same user here (name and
     /// uid).
     fn same_user_here(&mut self, sender: &Sender) -> bool {
-        self.users
+        self.core
+            .users
             .get(sender.uid)
             .is_some_and(|u| u.name == sender.user)
     }

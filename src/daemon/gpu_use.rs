@@ -13,7 +13,7 @@ impl Daemon {
     /// Reads this server's GPUs and charges the jobs running here (see
     /// `take_reading`). A source without data stops sampling.
     pub(super) fn sample_gpus(&mut self) -> Result<(), DaemonError> {
-        let interval = self.config.gpu_sample_secs;
+        let interval = self.core.config.gpu_sample_secs;
         let Some(reading) = crate::gpu::sampling::read(self.gpu_watch.gpu_source.as_mut()) else {
             self.gpu_watch.next_sample = None;
             return Ok(());
@@ -50,6 +50,7 @@ impl Daemon {
         };
         if let Some(processes) = &reading.processes {
             let shares: Vec<crate::model::job::Job> = self
+                .core
                 .jobs
                 .all()
                 .filter(here)
@@ -71,8 +72,9 @@ impl Daemon {
             })
             .collect();
         db::add_gpu_samples(self.tx()?, hour, &in_pool)?;
-        let low = self.config.low_utilization_pct;
+        let low = self.core.config.low_utilization_pct;
         let ids: Vec<JobId> = self
+            .core
             .jobs
             .all()
             .filter(|j| j.state == JobState::Running && !j.gpus_alloc.is_empty())
@@ -80,7 +82,7 @@ impl Daemon {
             .map(|j| j.id)
             .collect();
         for id in ids {
-            let job = self.jobs.job_mut(&id).expect("listed above");
+            let job = self.core.jobs.job_mut(&id).expect("listed above");
             let gpus = match job.share_on(name) {
                 Some(share) => share.gpus_alloc.clone(),
                 None => job.gpus_alloc.clone(),
@@ -138,16 +140,17 @@ impl Daemon {
         let in_pool: Vec<crate::model::job::Job> = if layout.is_single() {
             Vec::new()
         } else {
-            self.jobs
+            self.core
+                .jobs
                 .all()
                 .filter(|j| j.state.holds_gpus())
                 .map(|j| layout.to_pool(j))
                 .collect()
         };
         let jobs: Vec<&crate::model::job::Job> = if layout.is_single() {
-            self.jobs.all().collect()
+            self.core.jobs.all().collect()
         } else {
-            let pending = self.jobs.all().filter(|j| !j.state.holds_gpus());
+            let pending = self.core.jobs.all().filter(|j| !j.state.holds_gpus());
             in_pool.iter().chain(pending).collect()
         };
         let mut idle =
@@ -174,10 +177,11 @@ impl Daemon {
     pub(super) fn write_metrics(&mut self, now: i64) {
         self.stats.next_metrics = Some(
             std::time::Instant::now()
-                + std::time::Duration::from_secs(self.config.metrics_every_secs),
+                + std::time::Duration::from_secs(self.core.config.metrics_every_secs),
         );
-        let policy = crate::sched::limits::Policy::new(&self.config);
+        let policy = crate::sched::limits::Policy::new(&self.core.config);
         let budget_left: Vec<(String, f64)> = self
+            .core
             .config
             .accounts
             .iter()
@@ -189,7 +193,7 @@ impl Daemon {
                 ))
             })
             .collect();
-        let jobs: Vec<&crate::model::job::Job> = self.jobs.all().collect();
+        let jobs: Vec<&crate::model::job::Job> = self.core.jobs.all().collect();
         let checkpoints = crate::db::preemptions::lines(&self.store.db, 0, i64::MAX, |_, _| true)
             .unwrap_or_else(|e| {
                 tracing::warn!(target: "ysched::daemon", "the metrics leave out preemption outcomes: {e}");
@@ -214,7 +218,7 @@ impl Daemon {
                 served.clone_from(&text);
             }
         }
-        let Some(path) = self.config.metrics_file.clone() else {
+        let Some(path) = self.core.config.metrics_file.clone() else {
             return;
         };
         let tmp = path.with_extension("prom.tmp");
@@ -249,6 +253,7 @@ impl Daemon {
             .map(|node| {
                 let name = node.name();
                 let on_it: Vec<&crate::model::job::Job> = self
+                    .core
                     .jobs
                     .all()
                     .filter(|j| j.state.holds_gpus())

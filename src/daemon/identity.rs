@@ -64,7 +64,7 @@ impl Daemon {
                     .into(),
             ));
         }
-        let user = match self.users.get(uid) {
+        let user = match self.core.users.get(uid) {
             Some(u) => u.name.clone(),
             None => return Err(refuse(format!("uid {uid} has no user name on this server"))),
         };

@@ -29,7 +29,7 @@ impl Daemon {
         id: crate::model::job::JobId,
         nodes: impl Iterator<Item = &'a String>,
     ) -> ImageStatus {
-        let job = self.jobs.get(&id);
+        let job = self.core.jobs.get(&id);
         let reference = match job.and_then(|j| j.container.as_ref()).map(|c| c.source()) {
             Some(ImageSource::Reference(reference)) => reference,
             Some(ImageSource::Archive(_)) | None => return ImageStatus::Ready,
@@ -53,7 +53,7 @@ impl Daemon {
     /// are.
     pub(super) fn prefetch_images(&self) {
         for node in self.nodes.iter().filter(|n| n.facts().containers) {
-            for reference in &self.config.containers.prefetch {
+            for reference in &self.core.config.containers.prefetch {
                 node.executor.ensure_image(reference);
             }
         }

@@ -22,14 +22,14 @@ impl Daemon {
     /// The executor of the node job `id` runs on (or ran on); `None`
     /// when that node is no longer in the pool.
     pub(super) fn executor_of(&self, id: JobId) -> Option<&dyn Executor> {
-        let job = self.jobs.get(&id)?;
+        let job = self.core.jobs.get(&id)?;
         Some(self.nodes.of(job)?.executor.as_ref())
     }
 
     /// Delivers `command` to a running job through its node's executor
     /// (and to its parts on other nodes, for a job over several).
     pub(super) fn command_job(&self, id: JobId, command: &StepCommand) -> Result<(), ExecError> {
-        if let Some(job) = self.jobs.get(&id).filter(|j| !j.peers.is_empty()) {
+        if let Some(job) = self.core.jobs.get(&id).filter(|j| !j.peers.is_empty()) {
             self.command_peers(job, command);
         }
         match self.executor_of(id) {
@@ -51,7 +51,7 @@ impl Daemon {
             .nodes
             .named(&start.node)
             .and_then(|n| n.executor.confinement_of(id));
-        let Some(job) = self.jobs.job_mut(&id) else {
+        let Some(job) = self.core.jobs.job_mut(&id) else {
             return Ok(());
         };
         job.cgroup = confinement;
@@ -104,7 +104,8 @@ impl Daemon {
         if !self.notifier.is_on() {
             return;
         }
-        if let Some(n) = super::notifications::for_job(job, event, now, &self.config.node_name) {
+        if let Some(n) = super::notifications::for_job(job, event, now, &self.core.config.node_name)
+        {
             self.turn.notifications.push(n);
         }
     }
@@ -141,22 +142,23 @@ impl Daemon {
     /// Starts job `id`'s batch script on its (first) node; for a job over
     /// several nodes, what its other parts need to start.
     fn launch(&mut self, id: JobId) -> Result<Option<PeerLaunch>, LaunchError> {
-        let Some(job) = self.jobs.get(&id).cloned() else {
+        let Some(job) = self.core.jobs.get(&id).cloned() else {
             return Ok(None);
         };
         let payload = db::payload(&self.store.db, id)?;
-        let user = self
-            .users
-            .refresh(job.uid)
-            .cloned()
-            .ok_or_else(|| LaunchError::UserGone {
-                user: job.user.clone(),
-                uid: job.uid,
-            })?;
+        let user =
+            self.core
+                .users
+                .refresh(job.uid)
+                .cloned()
+                .ok_or_else(|| LaunchError::UserGone {
+                    user: job.user.clone(),
+                    uid: job.uid,
+                })?;
         let link = if job.peers.is_empty() && !job.interactive {
             super::run_link::RunLink::default()
         } else {
-            super::run_link::RunLink::new(job.peers.len() + 1, self.config.pool.step_ports)
+            super::run_link::RunLink::new(job.peers.len() + 1, self.core.config.pool.step_ports)
                 .map_err(|e| ExecError::Unreachable(e.to_string()))?
         };
         let (batch, part) = self.placed_part(&job, 0, &link).unzip();
@@ -196,7 +198,7 @@ impl Daemon {
     /// A supervisor exited (or, for a job over several nodes, one of its
     /// parts): read how the job ended and account it.
     pub(super) fn job_exited(&mut self, id: JobId, now: i64) -> Result<(), DaemonError> {
-        match self.jobs.get(&id) {
+        match self.core.jobs.get(&id) {
             Some(j) if j.state.holds_gpus() && !j.peers.is_empty() => self.part_ended(id, now),
             Some(j) if j.state.holds_gpus() => self.batch_exited(id, now),
             _ => Ok(()),
@@ -208,7 +210,7 @@ impl Daemon {
         match self.executor_of(id).and_then(|e| e.exit_of(id)) {
             Some(record) if record.fenced.is_some() => self.fence_ended(id, &record, now)?,
             Some(record) => {
-                let job = self.jobs.job_mut(&id).expect("checked above");
+                let job = self.core.jobs.job_mut(&id).expect("checked above");
                 job.max_rss_bytes = record.usage.max_rss_bytes;
                 job.cpu_usec = record.usage.cpu_usec;
                 let ran_in = record.image.clone();
@@ -219,7 +221,7 @@ impl Daemon {
                     let (user, detail) = (job.user.clone(), format!("job {id} ran in {image}"));
                     self.audit(now, &user, "container-image", Some(id), &detail)?;
                 }
-                let job = self.jobs.job_mut(&id).expect("checked above");
+                let job = self.core.jobs.job_mut(&id).expect("checked above");
                 // A job stopped while it was being made ready (its image
                 // loading) ends as its stop says, not as a failed start.
                 let state = if let Some(reason) = job.kill_reason {
@@ -259,7 +261,7 @@ impl Daemon {
                     {
                         Some(format!(
                         "it reached its limit of {} processes (job_pids_max): {} forks were refused",
-                        self.config.job_pids_max, record.usage.pids_refused
+                        self.core.config.job_pids_max, record.usage.pids_refused
                         ))
                     }
                     _ => None,
@@ -288,7 +290,7 @@ impl Daemon {
     /// Job `id`'s run was ended by its node for its fence (`record` says
     /// why): NODE_FAIL, requeued unless it asked not to be.
     fn fence_ended(&mut self, id: JobId, record: &ExitRecord, now: i64) -> Result<(), DaemonError> {
-        let Some(job) = self.jobs.get(&id) else {
+        let Some(job) = self.core.jobs.get(&id) else {
             return Ok(());
         };
         let node = job.node.clone().unwrap_or_default();
@@ -320,12 +322,12 @@ impl Daemon {
         exit: Option<ExitStatus>,
         reason: Option<String>,
     ) -> Result<(), DaemonError> {
-        let Some(job) = self.jobs.remove(&id) else {
+        let Some(job) = self.core.jobs.remove(&id) else {
             return Ok(());
         };
         let mut job = std::sync::Arc::unwrap_or_clone(job);
-        self.policy.ended.remove(&id);
-        self.policy.warned.remove(&id);
+        self.core.policy.ended.remove(&id);
+        self.core.policy.warned.remove(&id);
         // Only a job that preempted can have suspended victims to resume;
         // the check spares a scan of every job per ending job (cancelling
         // 10,000 jobs scanned 50 million).
@@ -361,7 +363,7 @@ impl Daemon {
         // The exit record may only go once the end is committed: a crash
         // in between must find it again, not requeue a job that ran.
         self.forget_after_commit(&job);
-        self.policy.reasons.remove(&id);
+        self.core.policy.reasons.remove(&id);
         self.reschedule = true;
         self.snapshot = None;
         Ok(())
@@ -381,7 +383,12 @@ impl Daemon {
     /// Charges active job `id`'s run from its start to `end` to its user
     /// and accounts; the caller commits it with the job's new state.
     pub(super) fn charge_run(&mut self, id: JobId, end: i64) -> Result<(i64, i64), DaemonError> {
-        let Some(mut job) = self.jobs.get(&id).map(|j| crate::model::job::Job::clone(j)) else {
+        let Some(mut job) = self
+            .core
+            .jobs
+            .get(&id)
+            .map(|j| crate::model::job::Job::clone(j))
+        else {
             return Ok((0, 0));
         };
         job.end_time = Some(job.start_time.map_or(end, |s| end.max(s)));
@@ -394,7 +401,7 @@ impl Daemon {
         let (billing, gpu_seconds) = if job.peers.is_empty() {
             let gpus = self.nodes.gpus_of(job);
             (
-                crate::sched::fairshare::charge(job, gpus, &self.config),
+                crate::sched::fairshare::charge(job, gpus, &self.core.config),
                 crate::sched::fairshare::gpu_seconds(job, gpus),
             )
         } else {
@@ -415,12 +422,13 @@ impl Daemon {
             let mut renumbered = job.clone();
             renumbered.gpus_alloc = (0..gpus.len() as u32).collect();
             (
-                crate::sched::fairshare::charge(&renumbered, &gpus, &self.config),
+                crate::sched::fairshare::charge(&renumbered, &gpus, &self.core.config),
                 crate::sched::fairshare::gpu_seconds(&renumbered, &gpus),
             )
         };
-        let fs = &self.config.fairshare;
+        let fs = &self.core.config.fairshare;
         let usage = self
+            .core
             .policy
             .usage
             .entry((job.account.clone(), job.user.clone()))
@@ -441,8 +449,8 @@ impl Daemon {
         detail: &str,
         now: i64,
     ) -> Result<(), DaemonError> {
-        let grace = self.config.kill_wait;
-        let Some(job) = self.jobs.job_mut(&id) else {
+        let grace = self.core.config.kill_wait;
+        let Some(job) = self.core.jobs.job_mut(&id) else {
             return Ok(());
         };
         if job.state != JobState::Running {
@@ -466,6 +474,7 @@ impl Daemon {
         // SIGTERM, where --signal sends it (its steps, or with B: its
         // batch shell).
         let warning = self
+            .core
             .jobs
             .get(&id)
             .filter(|j| j.kill_reason == Some(JobState::Preempted))
@@ -501,7 +510,7 @@ impl Daemon {
         } else {
             (JobState::Suspended, JobState::Running, "resume")
         };
-        let state = self.jobs[&id].state;
+        let state = self.core.jobs[&id].state;
         if state != from {
             return Ok(Err(Refusal(format!(
                 "job {id} is {state}; only {} jobs can be {verb}d",
@@ -511,7 +520,7 @@ impl Daemon {
         if let Err(e) = self.freeze(id, freeze) {
             return Ok(Err(e));
         }
-        let job = self.jobs.job_mut(&id).expect("checked above");
+        let job = self.core.jobs.job_mut(&id).expect("checked above");
         job.state = to;
         if freeze {
             job.suspended_at = Some(now);
@@ -532,6 +541,7 @@ impl Daemon {
     /// Freezes or thaws a job where it runs: on each of its nodes.
     fn freeze(&self, id: JobId, frozen: bool) -> Result<(), Refusal> {
         let peers = self
+            .core
             .jobs
             .get(&id)
             .map(|j| j.peers.clone())
@@ -561,15 +571,16 @@ impl Daemon {
     /// (once per run).
     fn warn_before_limits(&mut self, now: i64) {
         let due: Vec<(JobId, crate::model::job::WarnSignal)> = self
+            .core
             .jobs
             .running()
             .filter(|j| {
-                j.warn_at().is_some_and(|w| now >= w) && !self.policy.warned.contains(&j.id)
+                j.warn_at().is_some_and(|w| now >= w) && !self.core.policy.warned.contains(&j.id)
             })
             .filter_map(|j| Some((j.id, j.warn_signal?)))
             .collect();
         for (id, warning) in due {
-            self.policy.warned.insert(id);
+            self.core.policy.warned.insert(id);
             self.send_warning(id, warning, "its time limit is near");
         }
     }
@@ -611,6 +622,7 @@ impl Daemon {
             })
         };
         let expired: Vec<JobId> = self
+            .core
             .jobs
             .running()
             .filter(|j| j.deadline().is_some_and(|d| now >= d) && heard(j))
@@ -626,7 +638,7 @@ impl Daemon {
     /// for what happened while the daemon was away.
     pub(super) fn readopt(&mut self, id: JobId) -> Result<(), DaemonError> {
         let now = self.now();
-        let job = self.jobs[&id].clone();
+        let job = self.core.jobs[&id].clone();
         if !job.peers.is_empty() {
             if self.readopt_parts(id) {
                 self.part_ended(id, now)?;
@@ -645,10 +657,10 @@ impl Daemon {
         match adoption {
             Adoption::Alive { supervisor_pid } => {
                 tracing::info!(target: "ysched::exec", "job {id} re-adopted (supervisor pid {supervisor_pid})");
-                if self.jobs[&id].state == JobState::Completing {
+                if self.core.jobs[&id].state == JobState::Completing {
                     // The stop may not have reached it before the crash;
                     // its grace starts again.
-                    self.send_terminate(id, self.grace_of(&self.jobs[&id]));
+                    self.send_terminate(id, self.grace_of(&self.core.jobs[&id]));
                 }
             }
             Adoption::Exited(_) | Adoption::Lost => self.job_exited(id, now)?,
@@ -673,7 +685,7 @@ impl Daemon {
         detail: &str,
         now: i64,
     ) -> Result<(), DaemonError> {
-        let Some(job) = self.jobs.job_mut(&id) else {
+        let Some(job) = self.core.jobs.job_mut(&id) else {
             return Ok(());
         };
         let ran = job.clone();

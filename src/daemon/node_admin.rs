@@ -43,6 +43,7 @@ impl Daemon {
         let message = match &drain {
             Some(d) => {
                 let running = self
+                    .core
                     .jobs
                     .all()
                     .filter(|j| j.state.holds_gpus() && j.node.as_deref() == Some(name))
@@ -83,8 +84,8 @@ impl Daemon {
     /// The drained GPUs as recorded; those recorded before the pool
     /// (node '') are the controller's own server's.
     pub(super) fn load_gpu_drains(&mut self) -> Result<(), DaemonError> {
-        let local = self.config.node_name.clone();
-        self.policy.drains = db::drains(&self.store.db)?
+        let local = self.core.config.node_name.clone();
+        self.core.policy.drains = db::drains(&self.store.db)?
             .into_iter()
             .map(|((node, gpu), d)| {
                 let node = if node.is_empty() { local.clone() } else { node };
@@ -98,7 +99,8 @@ impl Daemon {
     /// (what the scheduling pass and the metrics count).
     pub(super) fn drained_pool_gpus(&self) -> Vec<u32> {
         let layout = self.nodes.layout();
-        self.policy
+        self.core
+            .policy
             .drains
             .keys()
             .filter_map(|(node, gpu)| {
@@ -131,6 +133,7 @@ impl Daemon {
         now: i64,
     ) -> Result<(), DaemonError> {
         let Some(name) = self
+            .core
             .jobs
             .get(&id)
             .and_then(|job| self.nodes.of(job))

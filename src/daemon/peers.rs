@@ -64,7 +64,7 @@ impl Daemon {
             return "127.0.0.1".to_string();
         }
         let local = self.nodes.local().is_some_and(|n| n.name() == name);
-        match self.config.pool.listen {
+        match self.core.config.pool.listen {
             Some(listen) if local && !listen.ip().is_unspecified() => listen.ip().to_string(),
             _ => name.to_string(),
         }
@@ -166,6 +166,7 @@ impl Daemon {
     /// stopping keeps the stop it has).
     pub(super) fn restop_part(&self, id: JobId, name: &str) {
         let Some(job) = self
+            .core
             .jobs
             .get(&id)
             .filter(|j| j.state == JobState::Completing)
@@ -208,6 +209,7 @@ impl Daemon {
         let lost_run = |r: &super::nodes::RemoteNode| r.link.state().lost.contains(&job.id);
         if node.remote.as_ref().is_some_and(|r| r.lost || lost_run(r))
             || self
+                .core
                 .policy
                 .lost_parts
                 .contains(&(job.id, job.restart_count, name.to_string()))
@@ -226,7 +228,7 @@ impl Daemon {
     /// Once every part has ended, the job ends as its batch script did,
     /// or NODE_FAIL (requeued unless it asked not to be).
     pub(super) fn part_ended(&mut self, id: JobId, now: i64) -> Result<(), DaemonError> {
-        let Some(job) = self.jobs.get(&id).map(|j| Job::clone(j)) else {
+        let Some(job) = self.core.jobs.get(&id).map(|j| Job::clone(j)) else {
             return Ok(());
         };
         let batch_node = job.node.clone().unwrap_or_default();
@@ -282,7 +284,7 @@ impl Daemon {
         batch: PartState,
         now: i64,
     ) -> Result<(), DaemonError> {
-        let Some(job) = self.jobs.get(&id).map(|j| Job::clone(j)) else {
+        let Some(job) = self.core.jobs.get(&id).map(|j| Job::clone(j)) else {
             return Ok(());
         };
         if job.kill_reason != Some(JobState::NodeFail) {
@@ -312,7 +314,7 @@ impl Daemon {
     /// Stops every part of job `id` for a failed node: it ends NODE_FAIL
     /// once all have ended.
     fn stop_all_parts(&mut self, id: JobId, why: &str, now: i64) -> Result<(), DaemonError> {
-        let Some(job) = self.jobs.job_mut(&id) else {
+        let Some(job) = self.core.jobs.job_mut(&id) else {
             return Ok(());
         };
         job.kill_reason = Some(JobState::NodeFail);
@@ -324,14 +326,14 @@ impl Daemon {
         }
         self.mark_completing(id, why, now)?;
         tracing::warn!(target: "ysched::daemon", "job {id} stopping: {why}");
-        self.send_terminate(id, self.config.kill_wait);
+        self.send_terminate(id, self.core.config.kill_wait);
         Ok(())
     }
 
     /// The job goes COMPLETING, keeping its GPUs until its processes are
     /// gone.
     fn mark_completing(&mut self, id: JobId, detail: &str, now: i64) -> Result<(), DaemonError> {
-        let Some(job) = self.jobs.job_mut(&id) else {
+        let Some(job) = self.core.jobs.job_mut(&id) else {
             return Ok(());
         };
         if job.state != JobState::Running {
@@ -350,7 +352,7 @@ impl Daemon {
     /// there found again. Whether it has ended (a part that never
     /// started, or whose supervisor is gone, counts as lost).
     pub(super) fn readopt_part(&mut self, id: JobId, name: &str) -> bool {
-        let Some(restart) = self.jobs.get(&id).map(|j| j.restart_count) else {
+        let Some(restart) = self.core.jobs.get(&id).map(|j| j.restart_count) else {
             return false;
         };
         let Some(node) = self.nodes.named_mut(name) else {
@@ -362,7 +364,8 @@ impl Daemon {
             Adoption::Exited(_) => true,
             Adoption::Lost | Adoption::NeverStarted => {
                 tracing::warn!(target: "ysched::exec", "job {id}: its part on {name} is gone");
-                self.policy
+                self.core
+                    .policy
                     .lost_parts
                     .insert((id, restart, name.to_string()));
                 true
@@ -373,7 +376,7 @@ impl Daemon {
     /// After a restart: every part of multi-node job `id` found again;
     /// whether any has ended.
     pub(super) fn readopt_parts(&mut self, id: JobId) -> bool {
-        let Some(job) = self.jobs.get(&id).map(|j| Job::clone(j)) else {
+        let Some(job) = self.core.jobs.get(&id).map(|j| Job::clone(j)) else {
             return false;
         };
         let mut ended = false;

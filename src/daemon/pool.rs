@@ -116,7 +116,8 @@ impl Daemon {
         let name = facts.name.clone();
         // The node's own pull_timeout bounds its pull; a minute more for
         // its answer to come.
-        let pull_wait = self.config.containers.pull_timeout + std::time::Duration::from_secs(60);
+        let pull_wait =
+            self.core.config.containers.pull_timeout + std::time::Duration::from_secs(60);
         let executor = Box::new(RemoteExecutor::new(facts, link.clone(), pull_wait));
         let remote = RemoteNode {
             link,
@@ -391,7 +392,7 @@ impl Daemon {
     /// A run ended (or was lost) on node `name`: accounted if it is the
     /// job's current run there, else forgotten at once.
     fn settle_run(&mut self, name: &str, link: &Link, run: RunKey, ended: &mut Vec<JobId>) {
-        let current = self.jobs.get(&run.job).is_some_and(|j| {
+        let current = self.core.jobs.get(&run.job).is_some_and(|j| {
             j.state.holds_gpus() && j.runs_on(name) && j.restart_count == run.restart
         });
         if current {
@@ -506,9 +507,11 @@ impl Daemon {
             return self.refuse_join(conn, from, name, &why, now);
         }
         let pool = self.pool.as_ref().expect("joins come from the pool");
-        let signed =
-            pool.authority
-                .sign_node(name, request_pem, self.config.pool.certificate_lifetime);
+        let signed = pool.authority.sign_node(
+            name,
+            request_pem,
+            self.core.config.pool.certificate_lifetime,
+        );
         let (certificate_pem, serial) = match signed {
             Ok(s) => s,
             Err(e) => {
@@ -583,6 +586,7 @@ impl Daemon {
     /// checks each is the same user there.
     fn known_users(&self) -> Vec<(String, u32)> {
         let mut names: Vec<&str> = self
+            .core
             .config
             .accounts
             .iter()
@@ -671,7 +675,7 @@ impl Daemon {
             name,
             ToNode::Welcome {
                 lease_ms: lease.as_millis() as u64,
-                frozen_limit_ms: self.config.pool.frozen_limit.as_millis() as u64,
+                frozen_limit_ms: self.core.config.pool.frozen_limit.as_millis() as u64,
             },
         );
         tracing::info!(
@@ -697,7 +701,7 @@ impl Daemon {
         ended: &mut Vec<JobId>,
     ) -> Result<(), DaemonError> {
         let current = |daemon: &Daemon, run: &RunKey| {
-            daemon.jobs.get(&run.job).is_some_and(|j| {
+            daemon.core.jobs.get(&run.job).is_some_and(|j| {
                 j.state.holds_gpus() && j.runs_on(name) && j.restart_count == run.restart
             })
         };
@@ -721,6 +725,7 @@ impl Daemon {
             }
         }
         let recorded: Vec<(JobId, bool)> = self
+            .core
             .jobs
             .all()
             .filter(|j| j.state.holds_gpus() && j.runs_on(name))
@@ -762,12 +767,12 @@ impl Daemon {
     ) -> Result<(), DaemonError> {
         let credits = match &mut self.pool {
             Some(pool) => pool.freezes.report(name, (fenced, frozen), sent, |run| {
-                current_run(&self.jobs, run, name).and_then(|j| j.start_time.map(|s| sent - s))
+                current_run(&self.core.jobs, run, name).and_then(|j| j.start_time.map(|s| sent - s))
             }),
             None => Vec::new(),
         };
         for &(run, secs) in frozen {
-            let job = current_run(&self.jobs, run, name);
+            let job = current_run(&self.core.jobs, run, name);
             match job.map(|j| j.state) {
                 Some(JobState::Running | JobState::Completing) => {
                     let credit = credits.iter().find(|c| c.run == run);
@@ -802,7 +807,7 @@ impl Daemon {
         credit: super::node_time::Credited,
         now: i64,
     ) -> Result<(), DaemonError> {
-        let Some(job) = self.jobs.job_mut(&run.job) else {
+        let Some(job) = self.core.jobs.job_mut(&run.job) else {
             return Ok(());
         };
         job.suspended_secs += credit.added;
@@ -845,14 +850,20 @@ impl Daemon {
         why: &str,
         now: i64,
     ) -> Result<(), DaemonError> {
-        let current = self.jobs.get(&run.job).is_some_and(|j| {
+        let current = self.core.jobs.get(&run.job).is_some_and(|j| {
             j.state == JobState::Running && j.runs_on(name) && j.restart_count == run.restart
         });
         if !current {
             return Ok(());
         }
-        if self.jobs.get(&run.job).is_some_and(|j| !j.peers.is_empty()) {
-            self.policy
+        if self
+            .core
+            .jobs
+            .get(&run.job)
+            .is_some_and(|j| !j.peers.is_empty())
+        {
+            self.core
+                .policy
                 .lost_parts
                 .insert((run.job, run.restart, name.to_string()));
             return self.part_ended(run.job, now);
@@ -889,7 +900,7 @@ impl Daemon {
         let Some(pool) = &self.pool else {
             return Ok(());
         };
-        let lifetime = self.config.pool.certificate_lifetime;
+        let lifetime = self.core.config.pool.certificate_lifetime;
         let (certificate_pem, serial) = pool.authority.sign_node(name, request_pem, lifetime)?;
         db::set_node_certificate(self.tx()?, name, &serial)?;
         tracing::info!(target: "ysched::pool", "node {name} renewed its certificate ({serial})");
@@ -959,6 +970,7 @@ impl Daemon {
     /// unless it asked not to be (`--no-requeue`).
     fn lose_jobs_of(&mut self, name: &str, now: i64) -> Result<(), DaemonError> {
         let lost: Vec<(JobId, bool, bool)> = self
+            .core
             .jobs
             .all()
             .filter(|j| j.state.holds_gpus() && j.runs_on(name))
@@ -1070,13 +1082,13 @@ impl Daemon {
         let Some(pool) = &self.pool else {
             return rejected(format!(
                 "the pool is off: set [pool] listen = \"HOST:PORT\" in {} and restart ysctld",
-                self.config.path.display()
+                self.core.config.path.display()
             ));
         };
         if let Err(e) = crate::validate::node_name(name) {
             return rejected(e.to_string());
         }
-        if name == self.config.node_name {
+        if name == self.core.config.node_name {
             return rejected(format!("{name} is the controller's own name (node_name)"));
         }
         let record = db::node_record(&self.store.db, name)?;
@@ -1089,7 +1101,7 @@ impl Daemon {
             ));
         }
         let token = new_token()?;
-        let lifetime = self.config.pool.token_lifetime_secs;
+        let lifetime = self.core.config.pool.token_lifetime_secs;
         let line = format!(
             "ysnoded --join {} --token {token} --authority {}",
             pool.advertise,
@@ -1133,6 +1145,7 @@ impl Daemon {
             return rejected(format!("no node {name} is in the pool"));
         }
         let running: Vec<String> = self
+            .core
             .jobs
             .all()
             .filter(|j| j.state.holds_gpus() && j.runs_on(name))

@@ -22,25 +22,29 @@ impl Daemon {
     /// job's file.
     pub(super) fn checkpoint_times(&self) -> HashMap<JobId, i64> {
         let may_preempt = |qos: &str| {
-            self.config
+            self.core
+                .config
                 .qos_named(qos)
                 .is_some_and(|q| !q.preempt.is_empty())
         };
         // With elastic quotas any job within its guarantee may reclaim.
         let may_reclaim = self
+            .core
             .config
             .accounts
             .iter()
             .any(|a| a.limits.borrow_limit.is_some());
         if !may_reclaim
             && !self
+                .core
                 .jobs
                 .all()
                 .any(|j| j.state == JobState::Pending && may_preempt(&j.qos))
         {
             return HashMap::new();
         }
-        self.jobs
+        self.core
+            .jobs
             .all()
             .filter(|j| j.state == JobState::Running)
             .filter_map(|j| Some((j.id, super::stops::checkpoint_file_time(j)?)))
@@ -55,13 +59,14 @@ impl Daemon {
         borrowing: &std::collections::HashSet<JobId>,
     ) -> Result<(), DaemonError> {
         let changed: Vec<JobId> = self
+            .core
             .jobs
             .running()
             .filter(|j| j.state == JobState::Running && j.borrowed != borrowing.contains(&j.id))
             .map(|j| j.id)
             .collect();
         for id in changed {
-            let Some(job) = self.jobs.job_mut(&id) else {
+            let Some(job) = self.core.jobs.job_mut(&id) else {
                 continue;
             };
             job.borrowed = !job.borrowed;
@@ -76,13 +81,17 @@ impl Daemon {
     pub(super) fn carry_out(&mut self, choice: Preemption, now: i64) -> Result<(), DaemonError> {
         let urgent = choice.job;
         let (user, qos) = {
-            let job = self.jobs.job_mut(&urgent).expect("checked by the caller");
+            let job = self
+                .core
+                .jobs
+                .job_mut(&urgent)
+                .expect("checked by the caller");
             job.claim = choice.gpus.clone();
             job.node = Some(choice.node.clone());
             job.preemptions_caused += choice.victims.len() as u32;
             (job.user.clone(), job.qos.clone())
         };
-        let job = self.jobs[&urgent].clone();
+        let job = self.core.jobs[&urgent].clone();
         let victims = choice
             .victims
             .iter()
@@ -114,8 +123,9 @@ impl Daemon {
         self.audit(now, "ysctld", action, Some(urgent), &detail)?;
         self.stats.preemptions_total += 1;
         for victim in choice.victims {
-            let suspend = self.jobs.get(&victim).is_some_and(|j| {
-                self.config
+            let suspend = self.core.jobs.get(&victim).is_some_and(|j| {
+                self.core
+                    .config
                     .qos_named(&j.qos)
                     .is_some_and(|q| q.preempt_mode == PreemptMode::Suspend)
             });
@@ -141,7 +151,7 @@ impl Daemon {
         how: &str,
         now: i64,
     ) -> Result<(), DaemonError> {
-        let Some(job) = self.jobs.job_mut(&id) else {
+        let Some(job) = self.core.jobs.job_mut(&id) else {
             return Ok(());
         };
         if job.state != JobState::Running {
@@ -194,7 +204,7 @@ impl Daemon {
             tracing::error!(target: "ysched::daemon", "job {id} could not be suspended for job {by}: {e}");
             return Ok(());
         }
-        let job = self.jobs.job_mut(&id).expect("suspended above");
+        let job = self.core.jobs.job_mut(&id).expect("suspended above");
         job.preempted_by = Some(by);
         job.preempt_count += 1;
         job.reason = Some(format!("suspended for job {by}"));
@@ -211,6 +221,7 @@ impl Daemon {
         now: i64,
     ) -> Result<(), DaemonError> {
         let victims: Vec<JobId> = self
+            .core
             .jobs
             .all()
             .filter(|j| j.state == JobState::Suspended && j.preempted_by == Some(ended))
@@ -223,7 +234,7 @@ impl Daemon {
                 tracing::error!(target: "ysched::daemon", "job {id} could not be resumed: {e}");
                 continue;
             }
-            let job = self.jobs.job_mut(&id).expect("resumed above");
+            let job = self.core.jobs.job_mut(&id).expect("resumed above");
             job.preempted_by = None;
             job.reason = None;
             let job = job.clone();
@@ -237,13 +248,14 @@ impl Daemon {
         match job.kill_reason {
             Some(JobState::Preempted) => {
                 let qos = self
+                    .core
                     .config
                     .qos_named(&job.qos)
                     .map_or(crate::config::DEFAULT_GRACE_TIME, |q| q.grace_time);
                 // A job may ask for less, never for more.
                 job.grace.map_or(qos, |g| g.min(qos))
             }
-            _ => self.config.kill_wait,
+            _ => self.core.config.kill_wait,
         }
     }
 
@@ -256,13 +268,14 @@ impl Daemon {
         end: i64,
         exit: Option<crate::model::job::ExitStatus>,
     ) -> Result<(), DaemonError> {
-        let Some(job) = self.jobs.get(&id) else {
+        let Some(job) = self.core.jobs.get(&id) else {
             return Ok(());
         };
         let by = job.preempted_by;
         // `yscontrol requeue`: requeued, whatever its QoS says.
         let asked = job.kill_reason == Some(JobState::Pending);
         let qos_requeues = self
+            .core
             .config
             .qos_named(&job.qos)
             .is_none_or(|q| q.preempt_mode == PreemptMode::Requeue);
@@ -280,7 +293,7 @@ impl Daemon {
         if !requeue {
             // Counted as a requeued victim is (ysacct Preemptions, reports).
             if !asked {
-                if let Some(job) = self.jobs.job_mut(&id) {
+                if let Some(job) = self.core.jobs.job_mut(&id) {
                     job.preempt_count += 1;
                 }
             }
@@ -312,10 +325,10 @@ impl Daemon {
         preempted: bool,
     ) -> Result<(), DaemonError> {
         let (billing, gpu_seconds) = self.charge_run(id, charged_until)?;
-        if let Some(job) = self.jobs.get(&id).map(|j| Job::clone(j)) {
+        if let Some(job) = self.core.jobs.get(&id).map(|j| Job::clone(j)) {
             self.settle_rerun(&job, exit, false)?;
         }
-        let job = self.jobs.job_mut(&id).expect("an active job");
+        let job = self.core.jobs.job_mut(&id).expect("an active job");
         let ran = job.clone();
         job.billing = Some(job.billing.unwrap_or(0) + billing);
         job.gpu_seconds += gpu_seconds;
@@ -340,8 +353,8 @@ impl Daemon {
         }
         let requeued = job.reason.clone().unwrap_or_else(|| "requeued".into());
         let ran_secs = end - ran.start_time.unwrap_or(end);
-        let backoff = crate::sched::requeue::Backoff::of(&self.config);
-        let job = self.jobs.job_mut(&id).expect("an active job");
+        let backoff = crate::sched::requeue::Backoff::of(&self.core.config);
+        let job = self.core.jobs.job_mut(&id).expect("an active job");
         let next = crate::sched::requeue::after(backoff, job.quick_requeues, ran_secs, preempted);
         job.quick_requeues = next.quick;
         if let Some(delay) = next.delay {
@@ -358,7 +371,7 @@ impl Daemon {
             why
         });
         let job = job.clone();
-        self.policy.warned.remove(&id);
+        self.core.policy.warned.remove(&id);
         let mut detail = format!("{requeued} (restart {})", job.restart_count);
         if let Some(delay) = next.delay {
             detail.push_str(&format!(

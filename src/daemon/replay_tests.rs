@@ -195,7 +195,7 @@ fn through_the_daemon(
         let arrival = rows.get(next).map(|r| r.0);
         let last = h.clock.load(Ordering::SeqCst);
         let drain = drains.iter().map(|d| d.time).filter(|&t| t > last).min();
-        let wake = h.daemon.policy.wake_at.filter(|&w| w > last);
+        let wake = h.daemon.core.policy.wake_at.filter(|&w| w > last);
         let end = ends.keys().next().map(|(t, _)| *t);
         let Some(now) = [arrival, end, drain, wake].into_iter().flatten().min() else {
             break;
@@ -213,8 +213,8 @@ fn through_the_daemon(
                 by: "root".into(),
                 since: now,
             };
-            let node = h.daemon.config.node_name.clone();
-            h.daemon.policy.drains.insert((node, d.gpu), drain);
+            let node = h.daemon.core.config.node_name.clone();
+            h.daemon.core.policy.drains.insert((node, d.gpu), drain);
             h.daemon.reschedule = true;
         }
         while let Some(&(submit, run, gpus, account, qos, dependency)) =
@@ -239,7 +239,7 @@ fn through_the_daemon(
             ends.insert((now + rows[id as usize - 1].1 as i64, id), runs[&id]);
         }
     }
-    let states: Vec<JobState> = h.daemon.jobs.all().map(|j| j.state).collect();
+    let states: Vec<JobState> = h.daemon.core.jobs.all().map(|j| j.state).collect();
     assert!(states.is_empty(), "every job ended: {states:?}");
     started
 }
@@ -360,5 +360,5 @@ fn a_restarted_daemon_readopts_what_runs_accounts_what_ended_and_times_out_the_r
     h.daemon.reschedule = true;
     settle(&mut h, &mut started, &mut runs);
     assert_eq!(stored_state(&h, long), Some(JobState::Timeout));
-    assert!(h.daemon.jobs.all().next().is_none());
+    assert!(h.daemon.core.jobs.all().next().is_none());
 }

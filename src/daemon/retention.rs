@@ -26,10 +26,10 @@ const STORED_WASTE_AFTER_SECS: u64 = 3_600;
 impl Daemon {
     /// One step of retention; `true` when more work waits.
     pub(super) fn retention_step(&mut self, now: i64) -> Result<bool, DaemonError> {
-        let Some(months) = self.config.purge_after_months else {
+        let Some(months) = self.core.config.purge_after_months else {
             return Ok(false);
         };
-        let tz = self.config.timezone().clone();
+        let tz = self.core.config.timezone().clone();
         let tx = self.tx()?;
         if let Some((start, end)) = db::purged_month_with_rows(tx)? {
             let gone = db::purge_jobs(tx, start, end, PURGE_BATCH)?;

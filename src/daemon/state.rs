@@ -179,7 +179,13 @@ impl Daemon {
     /// A daemon of `parts` with no jobs loaded yet (`recover` loads them).
     pub(super) fn assemble(parts: Parts) -> Daemon {
         Daemon {
-            config: parts.config,
+            core: Core {
+                config: parts.config,
+                users: users::Users::default(),
+                jobs: Jobs::default(),
+                policy: PolicyState::default(),
+                clock: parts.clock,
+            },
             spool: parts.spool,
             ownership: parts.ownership,
             nodes: parts.nodes,
@@ -188,9 +194,6 @@ impl Daemon {
                 db: parts.db,
                 in_transaction: false,
             },
-            users: users::Users::default(),
-            jobs: Jobs::default(),
-            policy: PolicyState::default(),
             turn: TurnWork::default(),
             inbox: Backlog::default(),
             snapshot: None,
@@ -201,7 +204,6 @@ impl Daemon {
             stats: parts.stats,
             notifier: parts.notifier,
             timers: Timers {
-                clock: parts.clock,
                 next_retention: Instant::now(),
                 next_police: Instant::now(),
             },
@@ -210,9 +212,27 @@ impl Daemon {
     }
 }
 
-/// The state the event loop owns, by concern.
-pub(super) struct Daemon {
+/// What the controller's decisions read and change: the configuration,
+/// the active jobs, the policy's state, the users, and the clock of the
+/// records. Handlers take it, with what they ask and who asks, and push
+/// what must leave the process as effects (`effects`); nothing in it
+/// touches the disk, a process or the network.
+pub(super) struct Core {
     pub(super) config: Config,
+    pub(super) users: users::Users,
+    /// Pending, running and completing jobs.
+    /// Shared with the queue snapshot the views read: a job changed while
+    /// a snapshot holds it is copied first (`Arc::make_mut`).
+    pub(super) jobs: Jobs,
+    pub(super) policy: PolicyState,
+    pub(super) clock: Clock,
+}
+
+/// The state the event loop owns: the core the handlers change, and the
+/// edge the turn alone owns (the store, the executors and node links,
+/// the spool, the notifier, the query channel).
+pub(super) struct Daemon {
+    pub(super) core: Core,
     pub(super) spool: Spool,
     pub(super) ownership: Ownership,
     /// The servers that run the jobs, each behind its executor: this
@@ -222,12 +242,6 @@ pub(super) struct Daemon {
     /// the config turns the pool on.
     pub(super) pool: Option<super::pool_state::PoolState>,
     pub(super) store: Store,
-    pub(super) users: users::Users,
-    /// Pending, running and completing jobs.
-    /// Shared with the queue snapshot the views read: a job changed while
-    /// a snapshot holds it is copied first (`Arc::make_mut`).
-    pub(super) jobs: Jobs,
-    pub(super) policy: PolicyState,
     pub(super) turn: TurnWork,
     pub(super) inbox: Backlog,
     /// The queue as the views see it, until the next change; built on the
@@ -353,10 +367,8 @@ impl Clock {
     }
 }
 
-/// When to take the next maintenance steps, and the clock the records
-/// are written by.
+/// When to take the next maintenance steps.
 pub(super) struct Timers {
-    pub(super) clock: Clock,
     /// When to take the next retention step (purge_after_months).
     pub(super) next_retention: Instant,
     /// When to look at the drop boxes and the reserve next.

@@ -24,7 +24,7 @@ impl Daemon {
         if let Some(error) = self.refuse_step(ask.job, who)? {
             return refuse(error);
         }
-        let job = &self.jobs[&ask.job];
+        let job = &self.core.jobs[&ask.job];
         if job.state != JobState::Running {
             return refuse(format!(
                 "job {} is {}; steps run in a running job",
@@ -94,7 +94,7 @@ impl Daemon {
         (job, step): (JobId, u32),
         signal: i32,
     ) -> Result<Option<String>, DaemonError> {
-        let current = &self.jobs[&job];
+        let current = &self.core.jobs[&job];
         if current.state != JobState::Running {
             return Ok(Some(format!(
                 "job {job} is {}; its steps are not running",
@@ -128,7 +128,7 @@ impl Daemon {
     /// Why `who` may not record steps of `job`, if not: another's job, or
     /// one not in the queue (its steps ended with it).
     fn refuse_step(&self, job: JobId, who: &Requester) -> Result<Option<String>, DaemonError> {
-        if self.jobs.get(&job).is_none() {
+        if self.core.jobs.get(&job).is_none() {
             return Ok(Some(format!(
                 "job {job} is not running; its steps ended with it"
             )));

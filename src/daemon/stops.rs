@@ -57,7 +57,7 @@ impl Daemon {
             reclaimed: false,
             charged_until: None,
         };
-        let Some(job) = self.jobs.get(&id).map(|j| Job::clone(j)) else {
+        let Some(job) = self.core.jobs.get(&id).map(|j| Job::clone(j)) else {
             return Ok(none);
         };
         let tx = self.tx()?;

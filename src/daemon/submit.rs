@@ -40,13 +40,13 @@ impl Daemon {
         };
         let (approval, approvers) = self.approval_for(&request, &screened.admitted);
         let mut warnings = screened.warnings;
-        if !request.mail_type.is_empty() && self.config.notify_command.is_none() {
+        if !request.mail_type.is_empty() && self.core.config.notify_command.is_none() {
             warnings.push(
                 "--mail-type: nobody will be told: this server has no notify_command in its config"
                     .to_string(),
             );
         }
-        let gid = self.users.get(uid).map_or(uid, |u| u.gid);
+        let gid = self.core.users.get(uid).map_or(uid, |u| u.gid);
         let test_only = request.test_only;
         let payload = Payload {
             script: std::mem::take(&mut request.script),
@@ -88,12 +88,12 @@ impl Daemon {
     fn container_refusal(&self, request: &JobRequest, uid: u32) -> Option<String> {
         request.container.as_ref()?;
         if !self.nodes.iter().any(|n| n.facts().containers) {
-            let why = self.config.containers.missing().unwrap_or_else(|| {
+            let why = self.core.config.containers.missing().unwrap_or_else(|| {
                 "no node of the pool has a container runtime (crun and podman)".into()
             });
             return Some(format!("--container-image: {why}"));
         }
-        if uid == 0 && !self.config.containers.allow_root {
+        if uid == 0 && !self.core.config.containers.allow_root {
             return Some(
                 "--container-image: root's jobs do not run in containers here (allow_root in [containers])"
                     .into(),
@@ -127,14 +127,15 @@ impl Daemon {
             self.make_exclusive(request);
         }
         let capacities = self.nodes.capacities();
-        let mut admitted = match admission::admit(request, uid, user, &self.config, &capacities) {
-            Ok(a) => a,
-            Err(e) => return Ok(Err(Refusal(e.to_string()))),
-        };
+        let mut admitted =
+            match admission::admit(request, uid, user, &self.core.config, &capacities) {
+                Ok(a) => a,
+                Err(e) => return Ok(Err(Refusal(e.to_string()))),
+            };
         let array = match request
             .array
             .as_deref()
-            .map(|a| ArraySpec::parse(a, self.config.max_array_size))
+            .map(|a| ArraySpec::parse(a, self.core.config.max_array_size))
             .transpose()
         {
             Ok(a) => a,
@@ -169,7 +170,7 @@ impl Daemon {
     /// Why `tasks` more jobs of `account` would pass a `max_submitted_jobs`
     /// of it or of an account above it.
     fn over_submit_limit(&self, account: &str, tasks: u32) -> Option<String> {
-        let policy = crate::sched::limits::Policy::new(&self.config);
+        let policy = crate::sched::limits::Policy::new(&self.core.config);
         if !policy
             .chain(account)
             .iter()
@@ -179,7 +180,8 @@ impl Daemon {
         }
         // Count, for each account above, the active jobs below it.
         let active = |above: &str| -> u32 {
-            self.jobs
+            self.core
+                .jobs
                 .all()
                 .filter(|j| policy.chain(&j.account).iter().any(|a| a.name == above))
                 .count() as u32
@@ -204,7 +206,7 @@ impl Daemon {
             Verdict::Warn(m) => Ok(Some(m)),
             Verdict::Refuse(why) => Err(Refusal(why)),
             Verdict::Downgrade(why) => {
-                if let Some(lowest) = self.config.qos.iter().min_by_key(|q| q.priority) {
+                if let Some(lowest) = self.core.config.qos.iter().min_by_key(|q| q.priority) {
                     admitted.qos = lowest.name.clone();
                 }
                 Ok(Some(why))
@@ -219,7 +221,7 @@ impl Daemon {
         request: &JobRequest,
         admitted: &admission::Admitted,
     ) -> (Option<String>, String) {
-        let policy = crate::sched::limits::Policy::new(&self.config);
+        let policy = crate::sched::limits::Policy::new(&self.core.config);
         let types = crate::gpu::type_counts(self.nodes.all_gpus());
         let type_names: Vec<&str> = types.iter().map(|(t, _)| t.as_str()).collect();
         let approval = crate::sched::approval::needed(
@@ -297,6 +299,7 @@ impl Daemon {
             array.map(|a| format!(" array={a} ({tasks} tasks)")).unwrap_or_default()
         );
         if self
+            .core
             .config
             .qos_named(&job.qos)
             .is_some_and(|q| q.allowed.is_some())
@@ -347,7 +350,7 @@ impl Daemon {
     /// what the daemon already holds and not yet room to make it again
     /// (the room it freed is for that, not for new work).
     fn short_of_space(&self) -> Option<String> {
-        let reserve = self.config.spool_reserve;
+        let reserve = self.core.config.spool_reserve;
         if reserve == 0 {
             return None;
         }
@@ -375,17 +378,17 @@ impl Daemon {
             })
         } else {
             job.begin_time.filter(|&b| b > now).map(|b| {
-                self.policy.wake_at = Some(self.policy.wake_at.map_or(b, |w| w.min(b)));
+                self.core.policy.wake_at = Some(self.core.policy.wake_at.map_or(b, |w| w.min(b)));
                 Reason::BeginTime
             })
         };
         match waits {
             Some(reason) => {
-                self.policy.reasons.insert(job.id, reason);
+                self.core.policy.reasons.insert(job.id, reason);
             }
             None => self.reschedule = true,
         }
-        self.jobs.insert(job);
+        self.core.jobs.insert(job);
     }
 }
 

@@ -71,7 +71,7 @@ impl Daemon {
             let state = self.state_of(id)?;
             named.insert(id, state);
         }
-        let mut jobs: Vec<Job> = self.jobs.all().map(Job::clone).collect();
+        let mut jobs: Vec<Job> = self.core.jobs.all().map(Job::clone).collect();
         jobs.push(job);
         let usage = self.usage_with_running(now);
         let drained = self.drained_pool_gpus();
@@ -79,11 +79,11 @@ impl Daemon {
             layout: self.nodes.layout(),
             drained: &drained,
             usage: &usage,
-            spent: &self.policy.budgets,
+            spent: &self.core.policy.budgets,
             named: &named,
             can_suspend: self.nodes.iter().all(|n| n.facts().isolation.can_suspend),
             now,
         };
-        Ok(forecast::start_of(target, jobs, &ctx, &self.config))
+        Ok(forecast::start_of(target, jobs, &ctx, &self.core.config))
     }
 }

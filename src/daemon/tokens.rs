@@ -203,7 +203,7 @@ impl Daemon {
             }),
             Proven::Kernel if user == who.user || who.admin => Ok((user, Minter::Kernel)),
             Proven::Kernel
-                if self.config.web.user.as_deref() == Some(who.user)
+                if self.core.config.web.user.as_deref() == Some(who.user)
                     && self.is_plain_user(&user) =>
             {
                 Ok((user, Minter::WebServer))
@@ -304,8 +304,13 @@ impl Daemon {
             return false;
         };
         uid != 0
-            && !self.config.is_admin(uid, name)
-            && !self.config.admins.iter().any(|a| uid_of(a) == Some(uid))
+            && !self.core.config.is_admin(uid, name)
+            && !self
+                .core
+                .config
+                .admins
+                .iter()
+                .any(|a| uid_of(a) == Some(uid))
     }
 
     /// What `token` says, if this controller signed it, it is valid now,

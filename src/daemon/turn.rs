@@ -25,7 +25,7 @@ use crate::query::{self, QueueSnapshot};
 impl Daemon {
     /// Now, as the records have it.
     pub(super) fn now(&self) -> i64 {
-        self.timers.clock.now()
+        self.core.clock.now()
     }
 
     /// The open transaction, begun on first use in a loop turn.
@@ -53,25 +53,25 @@ impl Daemon {
     /// At start: loads active jobs, re-adopts running ones, and takes in
     /// whatever arrived in the spool while the daemon was down.
     pub(super) fn recover(&mut self) -> Result<(), DaemonError> {
-        if !self.spool.keep_reserve(self.config.spool_reserve) {
+        if !self.spool.keep_reserve(self.core.config.spool_reserve) {
             tracing::warn!(
                 target: "ysched::spool",
                 "no room for the spool's reserve of {} bytes at {}: the filesystem is nearly full",
-                self.config.spool_reserve,
+                self.core.config.spool_reserve,
                 self.spool.reserve_path().display()
             );
         }
-        self.policy.usage = db::load_usage(&self.store.db)?.into_iter().collect();
+        self.core.policy.usage = db::load_usage(&self.store.db)?.into_iter().collect();
         self.stats.preemptions_total = db::count_audit(&self.store.db, "preempt")?;
         self.load_budgets(self.now())?;
         self.load_gpu_drains()?;
         self.load_node_drains()?;
-        for ((node, gpu), d) in &self.policy.drains {
+        for ((node, gpu), d) in &self.core.policy.drains {
             tracing::warn!(target: "ysched::daemon", "GPU {gpu} of {node} is drained since {} by {}: {}", crate::model::units::format_timestamp(d.since), d.by, d.reason);
         }
         let (jobs, unreadable) = db::active_jobs(&self.store.db)?;
         for job in jobs {
-            self.jobs.insert(job);
+            self.core.jobs.insert(job);
         }
         for bad in unreadable {
             tracing::error!(
@@ -87,17 +87,18 @@ impl Daemon {
         // suspended victim must count as a preemptor, or its end would not
         // resume the victim.
         let preemptors: Vec<JobId> = self
+            .core
             .jobs
             .all()
             .filter(|j| j.state == JobState::Suspended)
             .filter_map(|j| j.preempted_by)
             .collect();
         for id in preemptors {
-            if let Some(job) = self.jobs.job_mut(&id) {
+            if let Some(job) = self.core.jobs.job_mut(&id) {
                 job.preemptions_caused = job.preemptions_caused.max(1);
             }
         }
-        let (pending, running) = self.jobs.all().fold((0, 0), |(p, r), j| {
+        let (pending, running) = self.core.jobs.all().fold((0, 0), |(p, r), j| {
             if j.state == JobState::Pending {
                 (p + 1, r)
             } else {
@@ -106,6 +107,7 @@ impl Daemon {
         });
         tracing::info!(target: "ysched::daemon", "loaded {pending} pending and {running} running jobs");
         let running: Vec<JobId> = self
+            .core
             .jobs
             .all()
             .filter(|j| j.state.holds_gpus())
@@ -118,7 +120,12 @@ impl Daemon {
         // was killed along with the daemon, say): nothing may stay behind.
         for node in self.nodes.iter() {
             for id in node.executor.leftovers() {
-                if !self.jobs.get(&id).is_some_and(|j| j.state.holds_gpus()) {
+                if !self
+                    .core
+                    .jobs
+                    .get(&id)
+                    .is_some_and(|j| j.state.holds_gpus())
+                {
                     let left = node.executor.clear_remains(id);
                     tracing::info!(target: "ysched::exec", "cleared what job {id} left behind on {} ({left} processes)", node.name());
                 }
@@ -214,7 +221,7 @@ impl Daemon {
                 tracing::info!(
                     target: "ysched::daemon",
                     "ysctld stopping; {} running jobs keep running and will be re-adopted",
-                    self.jobs.all().filter(|j| j.state.holds_gpus()).count()
+                    self.core.jobs.all().filter(|j| j.state.holds_gpus()).count()
                 );
                 return Ok(());
             }
@@ -260,7 +267,8 @@ impl Daemon {
         if self.stats.next_metrics.is_some_and(|t| Instant::now() >= t) {
             self.write_metrics(now);
         }
-        if self.config.purge_after_months.is_some() && Instant::now() >= self.timers.next_retention
+        if self.core.config.purge_after_months.is_some()
+            && Instant::now() >= self.timers.next_retention
         {
             let more = self.retention_step(now)?;
             self.timers.next_retention = if more {
@@ -280,7 +288,7 @@ impl Daemon {
             *next_maintenance = Instant::now() + MAINTENANCE_EVERY;
         }
         let mut changed = exited_any;
-        if self.reschedule || self.policy.wake_at.is_some_and(|w| w <= now) {
+        if self.reschedule || self.core.policy.wake_at.is_some_and(|w| w <= now) {
             self.schedule(now)?;
             changed = true;
         }
@@ -304,7 +312,7 @@ impl Daemon {
         processed: &mut Vec<String>,
     ) -> Result<(), DaemonError> {
         for incoming in batch {
-            let max = self.config.max_spool_file;
+            let max = self.core.config.max_spool_file;
             let (inbound, connection) = match incoming {
                 Incoming::File(name) => {
                     self.inbox.backlog_set.remove(&name);
@@ -414,10 +422,10 @@ impl Daemon {
     /// Removes what no user may hold in the drop boxes, and makes the
     /// reserve again once there is room for it and some to spare.
     pub(super) fn police_spool(&mut self) {
-        for r in self.spool.police(self.config.max_spool_file) {
+        for r in self.spool.police(self.core.config.max_spool_file) {
             tracing::warn!(target: "ysched::spool", "removed {} of uid {}: {}", r.path.display(), r.uid, r.why);
         }
-        let reserve = self.config.spool_reserve;
+        let reserve = self.core.config.spool_reserve;
         if reserve > 0 && !self.spool.reserve_path().exists() {
             let room = self.spool.free_bytes().unwrap_or(0);
             if room > reserve.saturating_mul(2) && self.spool.keep_reserve(reserve) {
@@ -428,17 +436,17 @@ impl Daemon {
 
     /// The jobs, usage, budgets and drains as the database has them.
     pub(super) fn reload_state(&mut self, now: i64) -> Result<(), DaemonError> {
-        self.jobs = Jobs::default();
+        self.core.jobs = Jobs::default();
         let (jobs, _unreadable) = db::active_jobs(&self.store.db)?;
         for job in jobs {
-            self.jobs.insert(job);
+            self.core.jobs.insert(job);
         }
-        self.policy.usage = db::load_usage(&self.store.db)?.into_iter().collect();
+        self.core.policy.usage = db::load_usage(&self.store.db)?.into_iter().collect();
         self.load_budgets(now)?;
         self.load_gpu_drains()?;
         self.load_node_drains()?;
-        self.policy.ended.clear();
-        self.policy.pass_tree = None;
+        self.core.policy.ended.clear();
+        self.core.policy.pass_tree = None;
         self.snapshot = None;
         self.reschedule = true;
         Ok(())
@@ -450,6 +458,7 @@ impl Daemon {
         let now_s = self.now();
         let mut next = next_maintenance.saturating_duration_since(Instant::now());
         let retention = self
+            .core
             .config
             .purge_after_months
             .map(|_| self.timers.next_retention);
@@ -470,19 +479,20 @@ impl Daemon {
             let wait = Duration::from_secs((at - now_s).max(0) as u64);
             next = next.min(wait);
         };
-        for deadline in self.jobs.running().filter_map(Job::deadline) {
+        for deadline in self.core.jobs.running().filter_map(Job::deadline) {
             consider(deadline);
         }
         for (id, warn_at) in self
+            .core
             .jobs
             .running()
             .filter_map(|j| Some((j.id, j.warn_at()?)))
         {
-            if !self.policy.warned.contains(&id) {
+            if !self.core.policy.warned.contains(&id) {
                 consider(warn_at);
             }
         }
-        if let Some(w) = self.policy.wake_at {
+        if let Some(w) = self.core.policy.wake_at {
             consider(w);
         }
         // Whole seconds are what job times are kept in; aim just past one.
@@ -547,7 +557,7 @@ impl Daemon {
         };
         if let Request::Query(q) = request {
             let viewer = self.viewer(uid, user);
-            let min_age = self.config.min_job_age_secs;
+            let min_age = self.core.config.min_job_age_secs;
             let work = query::Work::new(name, viewer, min_age, q).replying_to(sender);
             return Ok(Handled::Query(Box::new(work)));
         }
@@ -593,9 +603,10 @@ impl Daemon {
     /// Who `user` is to the read-only views: an administrator, the
     /// coordinator of which accounts.
     pub(super) fn viewer(&self, uid: u32, user: String) -> query::Viewer {
-        let admin = self.config.is_admin(uid, &user);
-        let policy = sched::limits::Policy::new(&self.config);
+        let admin = self.core.config.is_admin(uid, &user);
+        let policy = sched::limits::Policy::new(&self.core.config);
         let coordinated = self
+            .core
             .config
             .accounts
             .iter()
@@ -607,7 +618,7 @@ impl Daemon {
             user,
             admin,
             coordinated,
-            privacy: self.config.private_data,
+            privacy: self.core.config.private_data,
         }
     }
 
@@ -637,20 +648,20 @@ impl Daemon {
         let usage = self.usage_with_running(now);
         let checkpoints = self.checkpoint_times();
         let drained = self.drained_pool_gpus();
-        let jobs: Vec<&Job> = self.jobs.all().collect();
+        let jobs: Vec<&Job> = self.core.jobs.all().collect();
         let state = sched::pass::State {
             jobs: &jobs,
             named: &named,
             layout: self.nodes.layout(),
             drained: &drained,
             usage: &usage,
-            spent: &self.policy.budgets,
+            spent: &self.core.policy.budgets,
             checkpoints: &checkpoints,
             can_suspend: self.nodes.iter().all(|n| n.facts().isolation.can_suspend),
             now,
         };
         let started = Instant::now();
-        let decisions = sched::pass(&state, &self.config);
+        let decisions = sched::pass(&state, &self.core.config);
         self.stats.last_pass_seconds = started.elapsed().as_secs_f64();
         self.apply(decisions, now)
     }
@@ -671,15 +682,15 @@ impl Daemon {
             factors,
         } = decisions;
         self.mark_borrowing(&borrowing)?;
-        if self.config.kill_invalid_dependency {
+        if self.core.config.kill_invalid_dependency {
             for id in never {
                 held.remove(&id);
                 let reason = Some("DependencyNeverSatisfied".into());
                 self.finish(id, JobState::Cancelled, now, None, reason)?;
             }
         }
-        self.policy.fairshare = factors;
-        self.policy.pass_tree = Some((tree, shares));
+        self.core.policy.fairshare = factors;
+        self.core.policy.pass_tree = Some((tree, shares));
         let mut started = false;
         let mut pulling = Vec::new();
         for start in starts {
@@ -695,30 +706,30 @@ impl Daemon {
                 }
             }
         }
-        self.policy.reasons = plan.reasons;
+        self.core.policy.reasons = plan.reasons;
         let mut wake_at = plan.wake_at;
         if !pulling.is_empty() {
             // Looked at again each second until its image is present.
             wake_at = Some(wake_at.map_or(now + 1, |w| w.min(now + 1)));
         }
         for id in pulling {
-            self.policy.reasons.insert(id, Reason::ImagePull);
+            self.core.policy.reasons.insert(id, Reason::ImagePull);
         }
         for preemption in preemptions {
             let id = preemption.job;
             // Its image comes while its victims stop.
             self.image_readiness_on(id, std::iter::once(&preemption.node));
             self.carry_out(preemption, now)?;
-            self.policy.reasons.insert(id, Reason::Preempting);
+            self.core.policy.reasons.insert(id, Reason::Preempting);
         }
-        self.policy.expected_starts = plan.expected_starts;
+        self.core.policy.expected_starts = plan.expected_starts;
         // A job started now may satisfy an `after` dependency at once.
         if started && !held.is_empty() {
             self.reschedule = true;
         }
-        self.policy.reasons.extend(held);
-        self.policy.order = plan.order;
-        self.policy.wake_at = wake_at;
+        self.core.policy.reasons.extend(held);
+        self.core.policy.order = plan.order;
+        self.core.policy.wake_at = wake_at;
         self.snapshot = None;
         Ok(())
     }
@@ -734,12 +745,13 @@ impl Daemon {
         // job before is cheaper than hashing every job's pair.
         let mut previous = None;
         let associations = self
+            .core
             .jobs
             .all()
             .map(|j| (j.account.as_str(), j.user.as_str()))
             .filter(move |pair| previous.replace(*pair) != Some(*pair));
-        let tree = sched::fairshare::build_tree(&self.config, associations, &usage, now);
-        let shares = tree.compute(self.config.fairshare.algorithm);
+        let tree = sched::fairshare::build_tree(&self.core.config, associations, &usage, now);
+        let shares = tree.compute(self.core.config.fairshare.algorithm);
         (tree, shares)
     }
 
@@ -751,15 +763,16 @@ impl Daemon {
         &mut self,
         now: i64,
     ) -> HashMap<(String, String), sched::fairshare::Usage> {
-        let fs = &self.config.fairshare;
-        let mut usage = self.policy.usage.clone();
-        for job in self.jobs.running() {
+        let fs = &self.core.config.fairshare;
+        let mut usage = self.core.policy.usage.clone();
+        for job in self.core.jobs.running() {
             if job.state != JobState::Running || job.start_time.is_none() {
                 continue;
             }
             let mut so_far = Job::clone(job);
             so_far.end_time = Some(now.max(job.start_time.unwrap_or(now)));
-            let billing = sched::fairshare::charge(&so_far, self.nodes.gpus_of(job), &self.config);
+            let billing =
+                sched::fairshare::charge(&so_far, self.nodes.gpus_of(job), &self.core.config);
             usage
                 .entry((job.account.clone(), job.user.clone()))
                 .or_default()
@@ -775,15 +788,16 @@ impl Daemon {
             return s.clone();
         }
         let now = self.now();
-        let policy = sched::limits::Policy::new(&self.config);
+        let policy = sched::limits::Policy::new(&self.core.config);
         let budgets: HashMap<String, sched::budget::Standing> = self
+            .core
             .config
             .accounts
             .iter()
             .filter_map(|a| Some((a.name.clone(), self.standing(&a.name, &policy, now)?)))
             .collect();
         let built;
-        let (tree, shares) = match &self.policy.pass_tree {
+        let (tree, shares) = match &self.core.policy.pass_tree {
             Some((tree, shares)) => (tree, shares),
             None => {
                 built = self.fairshare_tree(now);
@@ -791,10 +805,10 @@ impl Daemon {
             }
         };
         let inputs = query::SnapshotInputs {
-            jobs: self.jobs.values().cloned().collect(),
-            queue_order: self.policy.order.clone(),
-            facts: self.view_facts(self.policy.reasons.clone(), now),
-            shares: query::share_rows(tree, shares, &self.policy.usage, &budgets),
+            jobs: self.core.jobs.values().cloned().collect(),
+            queue_order: self.core.policy.order.clone(),
+            facts: self.view_facts(self.core.policy.reasons.clone(), now),
+            shares: query::share_rows(tree, shares, &self.core.policy.usage, &budgets),
             nodes: self.node_facts(),
         };
         let snapshot = Arc::new(query::LazySnapshot::new(inputs));
@@ -821,6 +835,7 @@ impl Daemon {
                     gpu_source: facts.inventory.source.to_string(),
                     gpus: facts.inventory.gpus.clone(),
                     drains: self
+                        .core
                         .policy
                         .drains
                         .iter()
@@ -836,9 +851,9 @@ impl Daemon {
     /// What a job's priority is computed from, as the last pass left it.
     pub(super) fn priority_context(&self) -> sched::priority::Context<'_> {
         sched::priority::Context {
-            weights: &self.config.priority,
-            qos: &self.config.qos,
-            fairshare: &self.policy.fairshare,
+            weights: &self.core.config.priority,
+            qos: &self.core.config.qos,
+            fairshare: &self.core.policy.fairshare,
             total_gpus: self.nodes.all_gpus().len() as u32,
         }
     }
@@ -848,10 +863,10 @@ impl Daemon {
     fn view_facts(&self, reasons: HashMap<JobId, Reason>, now: i64) -> query::ViewFacts {
         query::ViewFacts {
             reasons,
-            expected_starts: self.policy.expected_starts.clone(),
-            weights: self.config.priority.clone(),
-            qos: self.config.qos.clone(),
-            fairshare: self.policy.fairshare.clone(),
+            expected_starts: self.core.policy.expected_starts.clone(),
+            weights: self.core.config.priority.clone(),
+            qos: self.core.config.qos.clone(),
+            fairshare: self.core.policy.fairshare.clone(),
             total_gpus: self.nodes.all_gpus().len() as u32,
             now,
         }
@@ -864,7 +879,7 @@ impl Daemon {
     pub(super) fn snapshot_of(&self, ids: &[JobId]) -> Option<Arc<QueueSnapshot>> {
         let mut named: Vec<Arc<Job>> = Vec::with_capacity(ids.len());
         for &id in ids {
-            match self.jobs.range(id..).next() {
+            match self.core.jobs.range(id..).next() {
                 Some((_, job)) if job.array.as_ref().is_some_and(|a| a.job_id == id) => {
                     return None
                 }
@@ -876,9 +891,10 @@ impl Daemon {
         named.dedup_by_key(|j| j.id);
         let reasons = named
             .iter()
-            .filter_map(|j| Some((j.id, *self.policy.reasons.get(&j.id)?)))
+            .filter_map(|j| Some((j.id, *self.core.policy.reasons.get(&j.id)?)))
             .collect();
         let order: Vec<JobId> = self
+            .core
             .policy
             .order
             .iter()
@@ -896,20 +912,25 @@ impl Daemon {
 
     /// SIGHUP or `yscontrol reload`: validate first; a bad file changes nothing.
     pub(super) fn reload(&mut self, requested_by: Option<&str>) -> Result<String, ReloadError> {
-        let path = self.config.path.clone();
+        let path = self.core.config.path.clone();
         let who = requested_by
             .map(|u| format!(" (requested by {u})"))
             .unwrap_or_default();
         let result = match Config::load(&path) {
             Err(e) => Err(ReloadError::Invalid(e)),
-            Ok(new) if new.spool_dir != self.config.spool_dir => Err(ReloadError::SpoolMoved {
-                from: self.config.spool_dir.clone(),
-                to: new.spool_dir,
-            }),
-            Ok(new) if new.gpus != self.config.gpus => Err(ReloadError::GpusChanged),
+            Ok(new) if new.spool_dir != self.core.config.spool_dir => {
+                Err(ReloadError::SpoolMoved {
+                    from: self.core.config.spool_dir.clone(),
+                    to: new.spool_dir,
+                })
+            }
+            Ok(new) if new.gpus != self.core.config.gpus => Err(ReloadError::GpusChanged),
             Ok(new) => {
                 let notify_changed = (&new.notify_command, new.notify_timeout_secs)
-                    != (&self.config.notify_command, self.config.notify_timeout_secs);
+                    != (
+                        &self.core.config.notify_command,
+                        self.core.config.notify_timeout_secs,
+                    );
                 if notify_changed {
                     match start_notifier(&new) {
                         Ok(n) => self.notifier = n,
@@ -918,18 +939,18 @@ impl Daemon {
                         }
                     }
                 }
-                let later = self.config.needs_restart(&new);
+                let later = self.core.config.needs_restart(&new);
                 let cpus = new.cpus.unwrap_or_else(crate::exec::local::host_cpus);
                 let mem_mb = new
                     .memory_mb
                     .unwrap_or_else(crate::exec::local::host_memory_mb);
-                self.nodes.change(&self.config.node_name, |node| {
+                self.nodes.change(&self.core.config.node_name, |node| {
                     node.cpus = cpus;
                     node.mem_mb = mem_mb;
                 });
-                self.config = new;
-                self.users.clear();
-                self.policy.pass_tree = None;
+                self.core.config = new;
+                self.core.users.clear();
+                self.core.policy.pass_tree = None;
                 self.reschedule = true;
                 self.snapshot = None;
                 let not_applied = if later.is_empty() {
