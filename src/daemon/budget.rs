@@ -6,8 +6,9 @@ use crate::db;
 use crate::sched::budget::{self, Standing, Verdict};
 use crate::sched::limits::Policy;
 
+use super::effects::Effects;
 use super::error::DaemonError;
-use super::state::{Daemon, Spending};
+use super::state::{Core, Daemon, Spending};
 
 impl Daemon {
     /// Sums, from the database, each budgeted account's spending in its
@@ -37,83 +38,6 @@ impl Daemon {
         }
         self.core.policy.budgets = spending;
         Ok(())
-    }
-
-    /// Adds a charge to every budgeted account at or above `account`,
-    /// starting a new period where one began; logs and notifies when an
-    /// account crosses its warning threshold or spends its budget.
-    pub(super) fn spend(&mut self, account: &str, billing: i64, now: i64) {
-        let policy = Policy::new(&self.core.config);
-        let mut crossed = Vec::new();
-        for a in policy.chain(account) {
-            let Some(b) = &a.budget else { continue };
-            let start = b.period.start(now);
-            let entry = self
-                .core
-                .policy
-                .budgets
-                .entry(a.name.clone())
-                .or_insert((start, 0));
-            if entry.0 != start {
-                *entry = (start, 0);
-            }
-            let before = entry.1 as f64 / b.amount.max(1) as f64;
-            entry.1 += billing;
-            let after = entry.1 as f64 / b.amount.max(1) as f64;
-            if before < b.warning && after >= b.warning {
-                tracing::warn!(
-                    target: "ysched::daemon",
-                    "account {} has spent {:.0}% of its {:.1}-token budget for {}",
-                    a.name,
-                    after * 100.0,
-                    b.amount as f64 / crate::model::policy::TOKEN,
-                    b.period.name(now)
-                );
-            }
-            let event = if before < 1.0 && after >= 1.0 {
-                Some("budget_exhausted")
-            } else if before < b.warning && after >= b.warning {
-                Some("budget_warning")
-            } else {
-                None
-            };
-            if let Some(event) = event {
-                // Told: the account's coordinators, else the admins.
-                let to = if a.coordinators.is_empty() {
-                    &self.core.config.admins
-                } else {
-                    &a.coordinators
-                };
-                crossed.push(super::notifications::Notification {
-                    event: event.to_string(),
-                    time: now,
-                    cluster: self.core.config.node_name.clone(),
-                    mail_user: if to.is_empty() {
-                        "root".into()
-                    } else {
-                        to.join(",")
-                    },
-                    subject: format!(
-                        "ysched account {} has used {:.0}% of its {:.1}-token budget for {}",
-                        a.name,
-                        after * 100.0,
-                        b.amount as f64 / crate::model::policy::TOKEN,
-                        b.period.name(now)
-                    ),
-                    job: None,
-                    budget: Some(super::notifications::BudgetFacts {
-                        account: a.name.clone(),
-                        period: b.period.name(now),
-                        budget_tokens: b.amount as f64 / crate::model::policy::TOKEN,
-                        used_tokens: entry.1 as f64 / crate::model::policy::TOKEN,
-                        used_fraction: after,
-                    }),
-                });
-            }
-        }
-        if self.notifier.is_on() {
-            self.turn.notifications.extend(crossed);
-        }
     }
 
     /// `account`'s standing now, if it has a budget: spent this period, and
@@ -183,5 +107,85 @@ impl Daemon {
             };
         }
         verdict
+    }
+}
+
+impl Core {
+    /// Adds a charge to every budgeted account at or above `account`,
+    /// starting a new period where one began; logs and notifies when an
+    /// account crosses its warning threshold or spends its budget.
+    pub(super) fn spend(&mut self, account: &str, billing: i64, now: i64, fx: &mut Effects) {
+        let policy = Policy::new(&self.config);
+        let mut crossed = Vec::new();
+        for a in policy.chain(account) {
+            let Some(b) = &a.budget else { continue };
+            let start = b.period.start(now);
+            let entry = self
+                .policy
+                .budgets
+                .entry(a.name.clone())
+                .or_insert((start, 0));
+            if entry.0 != start {
+                *entry = (start, 0);
+            }
+            let before = entry.1 as f64 / b.amount.max(1) as f64;
+            entry.1 += billing;
+            let after = entry.1 as f64 / b.amount.max(1) as f64;
+            if before < b.warning && after >= b.warning {
+                tracing::warn!(
+                    target: "ysched::daemon",
+                    "account {} has spent {:.0}% of its {:.1}-token budget for {}",
+                    a.name,
+                    after * 100.0,
+                    b.amount as f64 / crate::model::policy::TOKEN,
+                    b.period.name(now)
+                );
+            }
+            let event = if before < 1.0 && after >= 1.0 {
+                Some("budget_exhausted")
+            } else if before < b.warning && after >= b.warning {
+                Some("budget_warning")
+            } else {
+                None
+            };
+            if let Some(event) = event {
+                // Told: the account's coordinators, else the admins.
+                let to = if a.coordinators.is_empty() {
+                    &self.config.admins
+                } else {
+                    &a.coordinators
+                };
+                crossed.push(super::notifications::Notification {
+                    event: event.to_string(),
+                    time: now,
+                    cluster: self.config.node_name.clone(),
+                    mail_user: if to.is_empty() {
+                        "root".into()
+                    } else {
+                        to.join(",")
+                    },
+                    subject: format!(
+                        "ysched account {} has used {:.0}% of its {:.1}-token budget for {}",
+                        a.name,
+                        after * 100.0,
+                        b.amount as f64 / crate::model::policy::TOKEN,
+                        b.period.name(now)
+                    ),
+                    job: None,
+                    budget: Some(super::notifications::BudgetFacts {
+                        account: a.name.clone(),
+                        period: b.period.name(now),
+                        budget_tokens: b.amount as f64 / crate::model::policy::TOKEN,
+                        used_tokens: entry.1 as f64 / crate::model::policy::TOKEN,
+                        used_fraction: after,
+                    }),
+                });
+            }
+        }
+        if self.config.notify_command.is_some() {
+            for n in crossed {
+                fx.out(super::effects::Out::Notify(Box::new(n)));
+            }
+        }
     }
 }

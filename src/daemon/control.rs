@@ -3,12 +3,12 @@
 
 use crate::array::JobRef;
 use crate::db::{self, DbError};
-use crate::exec::spec::StepCommand;
-use crate::exec::ExecError;
 use crate::model::job::{Hold, JobId, JobState};
-use crate::proto::{Control, JobOutcome, JobSelector, Reply};
+use crate::proto::{Control, JobOutcome, Reply};
 
+pub(super) use super::access::AccessRefusal;
 use super::error::{DaemonError, Refusal};
+pub(super) use super::requester::{Proven, Requester};
 use super::state::Daemon;
 
 /// The refusal a request gets that only admins may make (`what` they
@@ -35,31 +35,6 @@ pub(super) struct StepAsk {
     pub(super) pid: u32,
 }
 
-/// What proves who asks.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Proven<'a> {
-    /// The controller's kernel: the socket's peer, the spool file's owner.
-    Kernel,
-    /// A token the controller signed: the web's, or the one sent with a
-    /// request a node passed on.
-    Token(&'a crate::token::Claims),
-    /// A node's word: one the site trusts (`trust_nodes`), or one alone
-    /// (then `vouched_by` says which).
-    NodeWord,
-}
-
-/// Who asks.
-pub(super) struct Requester<'a> {
-    pub(super) uid: u32,
-    pub(super) user: &'a str,
-    pub(super) admin: bool,
-    pub(super) proven: Proven<'a>,
-    /// The node whose word alone says who asks, and why the user's
-    /// token did not prove more: only jobs it runs or took in may be
-    /// touched.
-    pub(super) vouched_by: Option<(&'a str, &'a str)>,
-}
-
 impl Daemon {
     /// Applies `control` for `user`, as `proven` says.
     pub(super) fn control(
@@ -74,6 +49,7 @@ impl Daemon {
             user,
             admin: self.core.config.is_admin(uid, user),
             proven,
+            channel: self.turn.channel,
             vouched_by: None,
         };
         self.control_by(control, &who, now)
@@ -87,7 +63,12 @@ impl Daemon {
         now: i64,
     ) -> Result<Reply, DaemonError> {
         match control {
-            Control::Cancel { selector, signal } => self.cancel(selector, signal, who, now),
+            Control::Cancel { selector, signal } => {
+                let ask = super::cancel::CancelAsk { selector, signal };
+                self.handle_with(|core, reads, fx| {
+                    super::cancel::on_cancel(core, reads, ask, who, now, fx)
+                })
+            }
             Control::Hold { job_ids } => self.on_jobs(&job_ids, |d, ids| d.hold(ids, who, now)),
             Control::Release { job_ids } => {
                 self.on_jobs(&job_ids, |d, ids| d.release_or_approve(ids, who, now))
@@ -136,6 +117,24 @@ impl Daemon {
             } => self.end_allocation(job_id, (exit_code, signal), who, now),
             Control::Tokens { user, all_users } => self.list_tokens(user, all_users, who, now),
             Control::RevokeTokens { jti, user } => self.revoke_tokens(jti, user, who, now),
+            step @ (Control::StepBegin { .. }
+            | Control::StepEnd { .. }
+            | Control::CancelStep { .. }) => self.step_control(step, who, now),
+            Control::NodeRemove { node } => self.remove_node(&node, who, now),
+            Control::ImagePull { image, node } => Ok(self.pull_image(&image, node.as_deref(), who)),
+            Control::Undrain { gpus, node } => Ok(self.drain(node, &gpus, None, who, now)?),
+            Control::Reload => Ok(self.reload_for(who)),
+        }
+    }
+
+    /// A step's control request: its beginning, its end, its cancel.
+    fn step_control(
+        &mut self,
+        control: Control,
+        who: &Requester,
+        now: i64,
+    ) -> Result<Reply, DaemonError> {
+        match control {
             Control::StepBegin {
                 job_id,
                 name,
@@ -170,10 +169,9 @@ impl Daemon {
                 step,
                 signal,
             } => self.cancel_step((job_id, step), signal, who),
-            Control::NodeRemove { node } => self.remove_node(&node, who, now),
-            Control::ImagePull { image, node } => Ok(self.pull_image(&image, node.as_deref(), who)),
-            Control::Undrain { gpus, node } => Ok(self.drain(node, &gpus, None, who, now)?),
-            Control::Reload => Ok(self.reload_for(who)),
+            other => Ok(Reply::Rejected {
+                error: format!("{} is not a step's request", other.action()),
+            }),
         }
     }
 
@@ -366,41 +364,13 @@ impl Daemon {
         self.nodes.layout().is_single() && self.nodes.local().is_some_and(|l| l.name() == node)
     }
 
-    /// The jobs the references name: an array's id names its active tasks
-    /// (or, when none is active, the id itself, for the "finished" answer);
-    /// `12_3` the task. Tasks that never existed come back as outcomes.
+    /// The jobs the references name (see [`Core::expand`]).
     fn expand(&self, refs: &[JobRef]) -> Result<(Vec<JobId>, Vec<JobOutcome>), DaemonError> {
-        let mut ids = Vec::new();
-        let mut unknown = Vec::new();
-        for r in refs {
-            let active: Vec<JobId> = self
-                .core
-                .jobs
-                .all()
-                .filter(|j| r.matches(j))
-                .map(|j| j.id)
-                .collect();
-            if !active.is_empty() {
-                ids.extend(active);
-                continue;
-            }
-            match *r {
-                JobRef::Id(id) => ids.push(id),
-                JobRef::Task(array, task) => match db::array_task(&self.store.db, array, task)? {
-                    Some(id) => ids.push(id),
-                    None => unknown.push(JobOutcome::new(
-                        array,
-                        Some(format!("job {r} does not exist")),
-                    )),
-                },
-            }
-        }
-        ids.dedup();
-        Ok((ids, unknown))
+        self.core.expand(&self.reads(), refs)
     }
 
-    /// Explains why `id` is not an active job the requester may act on, or
-    /// returns `None` if it is one.
+    /// Why `id` is not an active job the requester may act on, if it is
+    /// not (see [`Core::refusal`]).
     pub(super) fn refuse(&self, id: JobId, who: &Requester) -> Result<Option<String>, DaemonError> {
         Ok(self.refusal(id, who)?.map(AccessRefusal::into_message))
     }
@@ -411,181 +381,7 @@ impl Daemon {
         id: JobId,
         who: &Requester,
     ) -> Result<Option<AccessRefusal>, DaemonError> {
-        let denied = |user: &str| {
-            AccessRefusal::Denied(format!("permission denied: job {id} belongs to {user}"))
-        };
-        match self.core.jobs.get(&id) {
-            Some(job) if !self.within_vouch(job, who) => {
-                let (node, why) = who.vouched_by.unwrap_or_default();
-                Ok(Some(AccessRefusal::Denied(format!(
-                    "job {id} was neither submitted on nor runs on node {node}: without your token ({why}) {node} acts only on those; ystoken --save on the controller keeps one for the pool's nodes"
-                ))))
-            }
-            Some(job) if job.uid == who.uid || who.admin => Ok(None),
-            Some(job) => Ok(Some(denied(&job.user))),
-            None => match db::job(&self.store.db, id) {
-                Ok(job) if job.uid != who.uid && !who.admin => Ok(Some(denied(&job.user))),
-                Ok(job) => Ok(Some(AccessRefusal::Ended(format!(
-                    "job {id} has already finished ({})",
-                    job.state
-                )))),
-                Err(DbError::NotFound(_)) => Ok(Some(AccessRefusal::Missing(format!(
-                    "job {id} does not exist"
-                )))),
-                Err(e) => Err(e.into()),
-            },
-        }
-    }
-
-    /// Whether `job` is one the node that vouches for `who` (if one
-    /// does) may act on: it runs there, or was submitted there.
-    fn within_vouch(&self, job: &crate::model::job::Job, who: &Requester) -> bool {
-        let Some((node, _)) = who.vouched_by else {
-            return true;
-        };
-        if job.runs_on(node) {
-            return true;
-        }
-        let submission = job.array.as_ref().map_or(job.id, |a| a.job_id);
-        match db::submitted_on(&self.store.db, submission) {
-            Ok(on) => on.as_deref() == Some(node),
-            Err(e) => {
-                tracing::error!(target: "ysched::daemon", "cannot read where job {} was submitted: {e}", job.id);
-                false
-            }
-        }
-    }
-
-    fn cancel(
-        &mut self,
-        selector: JobSelector,
-        signal: Option<i32>,
-        who: &Requester,
-        now: i64,
-    ) -> Result<Reply, DaemonError> {
-        if selector.is_empty() {
-            return Ok(Reply::Rejected {
-                error: "no jobs selected: give job ids or a filter".into(),
-            });
-        }
-        let (expanded, mut outcomes) = self.expand(&selector.job_ids)?;
-        let targets: Vec<JobId> = if selector.job_ids.is_empty() {
-            if let Some(u) = &selector.user {
-                if u != who.user && !who.admin {
-                    return Ok(Reply::Rejected {
-                        error: format!(
-                            "permission denied: you may cancel only your own jobs, not {u}'s"
-                        ),
-                    });
-                }
-            }
-            self.core
-                .jobs
-                .all()
-                .filter(|j| {
-                    selector.matches(j)
-                        && (who.admin || j.uid == who.uid)
-                        && self.within_vouch(j, who)
-                })
-                .map(|j| j.id)
-                .collect()
-        } else {
-            let mut ids = Vec::new();
-            for id in expanded {
-                match self.refusal(id, who)? {
-                    Some(refusal) => outcomes.push(JobOutcome {
-                        job_id: id,
-                        already_ended: matches!(refusal, AccessRefusal::Ended(_)),
-                        error: Some(refusal.into_message()),
-                    }),
-                    None if selector.matches(&self.core.jobs[&id]) => ids.push(id),
-                    None => {}
-                }
-            }
-            ids
-        };
-        for id in targets {
-            let error = match signal {
-                Some(sig) => self.signal_job(id, sig),
-                None => self.cancel_job(id, who, now)?,
-            };
-            outcomes.push(JobOutcome::new(id, error));
-        }
-        outcomes.sort_by_key(|o| o.job_id);
-        Ok(Reply::Control {
-            outcomes,
-            message: None,
-        })
-    }
-
-    fn cancel_job(
-        &mut self,
-        id: JobId,
-        who: &Requester,
-        now: i64,
-    ) -> Result<Option<String>, DaemonError> {
-        let detail = format!("cancelled by {} (uid {})", who.user, who.uid);
-        let owner = self.core.jobs[&id].user.clone();
-        if owner != who.user {
-            self.audit(
-                now,
-                who.user,
-                "cancel",
-                Some(id),
-                &format!("cancelled job {id} of {owner}"),
-            )?;
-        }
-        if self.core.jobs[&id].state == JobState::Suspended {
-            // Thawed first, so that it can take SIGTERM and end.
-            if let Err(e) = self.set_suspended(id, false, who.user, now)? {
-                return Ok(Some(e.0));
-            }
-        }
-        match self.core.jobs[&id].state {
-            JobState::Pending => {
-                self.finish(id, JobState::Cancelled, now, None, Some(detail))?;
-            }
-            JobState::Running => self.terminate(id, JobState::Cancelled, &detail, now)?,
-            // Stopping to be requeued: it ends cancelled instead, never to
-            // run again (its stop goes on as it was).
-            JobState::Completing if self.core.jobs[&id].kill_reason == Some(JobState::Pending) => {
-                let job = self.core.jobs.job_mut(&id).expect("checked above");
-                job.kill_reason = Some(JobState::Cancelled);
-                job.reason = Some(detail.clone());
-                let job = job.clone();
-                let tx = self.tx()?;
-                db::update_job(tx, &job)?;
-                db::add_event(tx, id, now, JobState::Completing, Some(&detail))?;
-                tracing::info!(target: "ysched::daemon", "job {id} {detail} while it stopped to be requeued: it ends cancelled");
-            }
-            // Already stopping: cancelling again changes nothing.
-            _ => {}
-        }
-        Ok(None)
-    }
-
-    fn signal_job(&self, id: JobId, signal: i32) -> Option<String> {
-        let job = &self.core.jobs[&id];
-        if job.state != JobState::Running && job.state != JobState::Completing {
-            return Some(format!(
-                "job {id} is {}; only running jobs can be signalled",
-                job.state
-            ));
-        }
-        match self.command_job(
-            id,
-            &StepCommand::Signal {
-                signal,
-                target: Default::default(),
-            },
-        ) {
-            Ok(()) => {
-                tracing::info!(target: "ysched::daemon", "job {id} sent signal {signal}");
-                None
-            }
-            Err(ExecError::Gone(_)) => Some(format!("job {id} has just ended")),
-            Err(e) => Some(e.to_string()),
-        }
+        self.core.refusal(&self.reads(), id, who)
     }
 
     fn suspend_or_resume(
@@ -1024,22 +820,5 @@ fn outcomes_of(reply: Reply) -> Vec<JobOutcome> {
     match reply {
         Reply::Control { outcomes, .. } => outcomes,
         _ => Vec::new(),
-    }
-}
-
-/// Why a request may not act on a job.
-pub(super) enum AccessRefusal {
-    /// It is another user's.
-    Denied(String),
-    /// It has already ended.
-    Ended(String),
-    Missing(String),
-}
-
-impl AccessRefusal {
-    pub(super) fn into_message(self) -> String {
-        match self {
-            AccessRefusal::Denied(m) | AccessRefusal::Ended(m) | AccessRefusal::Missing(m) => m,
-        }
     }
 }

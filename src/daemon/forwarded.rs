@@ -13,8 +13,8 @@ use crate::net::message::ToNode;
 use crate::proto::Reply;
 use crate::spool::Ownership;
 
-use super::control::Proven;
 use super::error::DaemonError;
+use super::requester::Proven;
 use super::state::{Daemon, Requester};
 
 /// Who a node says sent a submission, and the sender's own proof.
@@ -268,11 +268,12 @@ impl Daemon {
         let reply = match proof {
             Proof::Proven(_) => self.control(control, (sender.uid, sender.user), proven, now)?,
             Proof::Vouched(why) => {
-                let who = super::control::Requester {
+                let who = super::requester::Requester {
                     uid: sender.uid,
                     user: sender.user,
                     admin: false,
                     proven,
+                    channel: crate::proto::Channel::Node,
                     vouched_by: Some((node, why)),
                 };
                 self.control_by(control, &who, now)?

@@ -7,8 +7,10 @@ use crate::exec::spec::{ExitRecord, SignalTarget, StepCommand};
 use crate::exec::ExecError;
 use crate::model::job::{ExitStatus, JobId, JobState};
 
+use super::effects::Effects;
 use super::error::{DaemonError, LaunchError, Refusal};
-use super::state::Daemon;
+use super::reads::{Edge, Reads};
+use super::state::{Core, Daemon};
 
 /// What the parts of a job on its other nodes start with.
 pub(super) struct PeerLaunch {
@@ -28,16 +30,22 @@ impl Daemon {
 
     /// Delivers `command` to a running job through its node's executor
     /// (and to its parts on other nodes, for a job over several).
-    pub(super) fn command_job(&self, id: JobId, command: &StepCommand) -> Result<(), ExecError> {
-        if let Some(job) = self.core.jobs.get(&id).filter(|j| !j.peers.is_empty()) {
-            self.command_peers(job, command);
-        }
-        match self.executor_of(id) {
-            Some(executor) => executor.command(id, command),
-            None => Err(ExecError::Unreachable(format!(
-                "the node job {id} runs on is not in the pool"
-            ))),
-        }
+    /// Sends `command` to job `id`'s processes once this turn is
+    /// committed (`effects`); `Gone` if the job is not active.
+    pub(super) fn command_job(
+        &mut self,
+        id: JobId,
+        command: &StepCommand,
+    ) -> Result<(), ExecError> {
+        let Some(job) = self.core.jobs.get(&id) else {
+            return Err(ExecError::Gone(id));
+        };
+        let out = super::effects::Out::Command {
+            job: Box::new(crate::model::job::Job::clone(job)),
+            command: command.clone(),
+        };
+        self.turn.out.push(out);
+        Ok(())
     }
 
     /// Records the scheduler's decision; the process starts after the commit.
@@ -101,13 +109,9 @@ impl Daemon {
         event: super::notifications::JobEvent,
         now: i64,
     ) {
-        if !self.notifier.is_on() {
-            return;
-        }
-        if let Some(n) = super::notifications::for_job(job, event, now, &self.core.config.node_name)
-        {
-            self.turn.notifications.push(n);
-        }
+        let mut fx = Effects::default();
+        self.core.notify_job(job, event, now, &mut fx);
+        self.turn.out.extend(fx.into_outs());
     }
 
     /// Starts the supervisors of the jobs marked running in this turn.
@@ -322,66 +326,26 @@ impl Daemon {
         exit: Option<ExitStatus>,
         reason: Option<String>,
     ) -> Result<(), DaemonError> {
-        let Some(job) = self.core.jobs.remove(&id) else {
-            return Ok(());
+        let mut fx = Effects::default();
+        let reads = Edge {
+            db: &self.store.db,
+            nodes: &self.nodes,
         };
-        let mut job = std::sync::Arc::unwrap_or_clone(job);
-        self.core.policy.ended.remove(&id);
-        self.core.policy.warned.remove(&id);
-        // Only a job that preempted can have suspended victims to resume;
-        // the check spares a scan of every job per ending job (cancelling
-        // 10,000 jobs scanned 50 million).
-        if job.preemptions_caused > 0 {
-            self.resume_suspended_by(id, end)?;
-        }
-        self.settle_rerun(&job, exit, true)?;
-        job.state = state;
-        job.end_time = Some(job.start_time.map_or(end, |s| end.max(s)));
-        job.exit = exit;
-        job.kill_reason = None;
-        if reason.is_some() {
-            job.reason = reason;
-        }
-        // Charge what it used in its last run, in the same transaction as
-        // its end (earlier runs were charged when they were preempted).
-        if job.start_time.is_some() {
-            let (billing, gpu_seconds) = self.charge(&job, job.end_time.unwrap_or(end))?;
-            job.billing = Some(job.billing.unwrap_or(0) + billing);
-            job.gpu_seconds += gpu_seconds;
-        }
-        let tx = self.tx()?;
-        db::update_job(tx, &job)?;
-        db::add_event(tx, id, end, state, job.reason.as_deref())?;
-        self.notify_job(&job, super::notifications::JobEvent::Ended, end);
-        let exit_text = job.exit.map(|e| format!(" exit {e}")).unwrap_or_default();
-        let why = job
-            .reason
-            .as_deref()
-            .map(|r| format!(": {r}"))
-            .unwrap_or_default();
-        tracing::info!(target: "ysched::daemon", "job {id} {state}{exit_text}{why}");
-        // The exit record may only go once the end is committed: a crash
-        // in between must find it again, not requeue a job that ran.
-        self.forget_after_commit(&job);
-        self.core.policy.reasons.remove(&id);
-        self.reschedule = true;
-        self.snapshot = None;
-        Ok(())
+        self.core
+            .finish(&reads, (id, state, end), exit, reason, &mut fx)?;
+        self.apply(fx)
     }
 
     /// What the executors of `job`'s nodes kept of it goes once this
     /// turn's records are committed.
     pub(super) fn forget_after_commit(&mut self, job: &crate::model::job::Job) {
-        if job.node.is_none() {
-            self.turn.to_remove.push((job.id, None));
-        }
-        for node in job.node_names() {
-            self.turn.to_remove.push((job.id, Some(node.to_string())));
-        }
+        let mut fx = super::effects::Effects::default();
+        fx.forget(job);
+        self.turn.out.extend(fx.into_outs());
     }
 
     /// Charges active job `id`'s run from its start to `end` to its user
-    /// and accounts; the caller commits it with the job's new state.
+    /// and accounts; the caller records it with the job's new state.
     pub(super) fn charge_run(&mut self, id: JobId, end: i64) -> Result<(i64, i64), DaemonError> {
         let Some(mut job) = self
             .core
@@ -392,56 +356,19 @@ impl Daemon {
             return Ok((0, 0));
         };
         job.end_time = Some(job.start_time.map_or(end, |s| end.max(s)));
-        self.charge(&job, job.end_time.unwrap_or(end))
-    }
-
-    /// Charges `job` (with its end time set) and saves the usage.
-    /// Returns (billing, GPU-seconds) of the run.
-    fn charge(&mut self, job: &crate::model::job::Job, at: i64) -> Result<(i64, i64), DaemonError> {
-        let (billing, gpu_seconds) = if job.peers.is_empty() {
-            let gpus = self.nodes.gpus_of(job);
-            (
-                crate::sched::fairshare::charge(job, gpus, &self.core.config),
-                crate::sched::fairshare::gpu_seconds(job, gpus),
-            )
-        } else {
-            // Each node's GPUs from its own inventory, numbered in turn.
-            let gpus: Vec<crate::model::gpu::Gpu> = job
-                .gpus_by_node()
-                .into_iter()
-                .flat_map(|(name, share)| {
-                    let inventory = self
-                        .nodes
-                        .named(name)
-                        .map_or(&[][..], |n| n.facts().inventory.gpus.as_slice());
-                    share
-                        .iter()
-                        .map(|&g| inventory.get(g as usize).cloned().unwrap_or_default())
-                })
-                .collect();
-            let mut renumbered = job.clone();
-            renumbered.gpus_alloc = (0..gpus.len() as u32).collect();
-            (
-                crate::sched::fairshare::charge(&renumbered, &gpus, &self.core.config),
-                crate::sched::fairshare::gpu_seconds(&renumbered, &gpus),
-            )
+        let mut fx = Effects::default();
+        let reads = Edge {
+            db: &self.store.db,
+            nodes: &self.nodes,
         };
-        let fs = &self.core.config.fairshare;
-        let usage = self
+        let charged = self
             .core
-            .policy
-            .usage
-            .entry((job.account.clone(), job.user.clone()))
-            .or_default();
-        usage.charge(billing, at, fs.half_life, fs.reset);
-        let charged = *usage;
-        self.spend(&job.account, billing, at);
-        db::save_usage(self.tx()?, &job.account, &job.user, &charged)?;
-        Ok((billing, gpu_seconds))
+            .charge(&reads, &job, job.end_time.unwrap_or(end), &mut fx);
+        self.apply(fx)?;
+        Ok(charged)
     }
 
-    /// Stops a running job: it goes COMPLETING and keeps its GPUs until its
-    /// processes are gone, then ends in `reason` (CANCELLED or TIMEOUT).
+    /// Stops a running job (see [`Core::terminate`]).
     pub(super) fn terminate(
         &mut self,
         id: JobId,
@@ -449,49 +376,17 @@ impl Daemon {
         detail: &str,
         now: i64,
     ) -> Result<(), DaemonError> {
-        let grace = self.core.config.kill_wait;
-        let Some(job) = self.core.jobs.job_mut(&id) else {
-            return Ok(());
-        };
-        if job.state != JobState::Running {
-            return Ok(());
-        }
-        job.state = JobState::Completing;
-        job.kill_reason = Some(reason);
-        job.reason = Some(detail.to_string());
-        let job = job.clone();
-        let tx = self.tx()?;
-        db::update_job(tx, &job)?;
-        db::add_event(tx, id, now, JobState::Completing, Some(detail))?;
-        tracing::info!(target: "ysched::daemon", "job {id} stopping ({detail}); SIGKILL after {grace} s");
-        self.snapshot = None;
-        self.send_terminate(id, grace);
-        Ok(())
+        let mut fx = Effects::default();
+        self.core.terminate(id, reason, detail, now, &mut fx);
+        self.apply(fx)
     }
 
-    pub(super) fn send_terminate(&self, id: JobId, grace_secs: u64) {
-        // A preempted job with --signal gets that signal instead of
-        // SIGTERM, where --signal sends it (its steps, or with B: its
-        // batch shell).
-        let warning = self
-            .core
-            .jobs
-            .get(&id)
-            .filter(|j| j.kill_reason == Some(JobState::Preempted))
-            .and_then(|j| j.warn_signal);
-        let command = StepCommand::Terminate {
-            grace_secs,
-            signal: warning.map(|w| w.signal),
-            target: warning.map_or(SignalTarget::Job, |w| {
-                SignalTarget::of_warning(w.batch_only)
-            }),
-        };
-        match self.command_job(id, &command) {
-            Ok(()) => {}
-            // It ended already; its exit event is on the way.
-            Err(ExecError::Gone(_)) => {}
-            Err(e) => tracing::error!(target: "ysched::exec", "cannot stop job {id}: {e}"),
-        }
+    /// Stops job `id`'s processes, SIGKILL after `grace_secs`, once this
+    /// turn is committed (see [`Core::stop`]).
+    pub(super) fn send_terminate(&mut self, id: JobId, grace_secs: u64) {
+        let mut fx = Effects::default();
+        self.core.stop(id, grace_secs, &mut fx);
+        self.turn.out.extend(fx.into_outs());
     }
 
     /// Suspends (`freeze`) a running job or resumes a suspended one. A
@@ -540,19 +435,26 @@ impl Daemon {
 
     /// Freezes or thaws a job where it runs: on each of its nodes.
     fn freeze(&self, id: JobId, frozen: bool) -> Result<(), Refusal> {
-        let peers = self
-            .core
-            .jobs
-            .get(&id)
-            .map(|j| j.peers.clone())
-            .unwrap_or_default();
-        let mut frozen_or_not = match self.executor_of(id) {
-            Some(executor) => executor.set_frozen(id, frozen),
+        match self.core.jobs.get(&id) {
+            Some(job) => self.set_frozen_on_nodes(job, frozen),
+            None => Err(Refusal(format!("job {id} is not active"))),
+        }
+    }
+
+    /// Freezes or thaws `job`'s processes on each of its nodes.
+    pub(super) fn set_frozen_on_nodes(
+        &self,
+        job: &crate::model::job::Job,
+        frozen: bool,
+    ) -> Result<(), Refusal> {
+        let (id, peers) = (job.id, &job.peers);
+        let mut frozen_or_not = match self.nodes.of(job) {
+            Some(node) => node.executor.set_frozen(id, frozen),
             None => Err(ExecError::Unreachable(format!(
                 "the node job {id} runs on is not in the pool"
             ))),
         };
-        for peer in &peers {
+        for peer in peers {
             let done = match self.nodes.named(peer) {
                 Some(node) => node.executor.set_frozen(id, frozen),
                 None => Err(ExecError::Unreachable(format!(
@@ -588,7 +490,7 @@ impl Daemon {
     /// Delivers a job's warning signal: to its steps, or with `B:` to its
     /// batch shell.
     pub(super) fn send_warning(
-        &self,
+        &mut self,
         id: JobId,
         warning: crate::model::job::WarnSignal,
         why: &str,
@@ -715,4 +617,211 @@ fn ended_by_session(job: &crate::model::job::Job) -> bool {
             job.kill_reason,
             Some(JobState::Completed | JobState::Failed)
         )
+}
+
+impl Core {
+    /// Stops running job `id`: it goes COMPLETING and keeps its GPUs until
+    /// its processes are gone, then ends in `reason` (CANCELLED, TIMEOUT…);
+    /// its processes get SIGTERM, SIGKILL after `kill_wait`, once the turn
+    /// is committed.
+    pub(super) fn terminate(
+        &mut self,
+        id: JobId,
+        reason: JobState,
+        detail: &str,
+        now: i64,
+        fx: &mut Effects,
+    ) {
+        let grace = self.config.kill_wait;
+        let Some(job) = self.jobs.job_mut(&id) else {
+            return;
+        };
+        if job.state != JobState::Running {
+            return;
+        }
+        job.state = JobState::Completing;
+        job.kill_reason = Some(reason);
+        job.reason = Some(detail.to_string());
+        let job = job.clone();
+        fx.job(&job);
+        fx.event(id, now, JobState::Completing, Some(detail));
+        fx.views_changed();
+        tracing::info!(target: "ysched::daemon", "job {id} stopping ({detail}); SIGKILL after {grace} s");
+        self.stop(id, grace, fx);
+    }
+
+    /// Stops job `id`'s processes: SIGTERM (a preempted job with
+    /// `--signal`, that signal, where it sends it: its steps, or with `B:`
+    /// its batch shell), SIGKILL after `grace_secs`.
+    pub(super) fn stop(&self, id: JobId, grace_secs: u64, fx: &mut Effects) {
+        let Some(job) = self.jobs.get(&id) else {
+            return;
+        };
+        let warning = Some(job)
+            .filter(|j| j.kill_reason == Some(JobState::Preempted))
+            .and_then(|j| j.warn_signal);
+        let command = StepCommand::Terminate {
+            grace_secs,
+            signal: warning.map(|w| w.signal),
+            target: warning.map_or(SignalTarget::Job, |w| {
+                SignalTarget::of_warning(w.batch_only)
+            }),
+        };
+        fx.command(job, command);
+    }
+
+    /// Moves active job `id` to final state `state` at `end` and forgets it
+    /// from the active set: the suspended victims it preempted run on, how
+    /// its rerun went is settled, its last run is charged, its user is told
+    /// (`--mail-type`), and what its executors kept of it goes once the
+    /// turn is committed.
+    pub(super) fn finish(
+        &mut self,
+        reads: &dyn Reads,
+        (id, state, end): (JobId, JobState, i64),
+        exit: Option<ExitStatus>,
+        reason: Option<String>,
+        fx: &mut Effects,
+    ) -> Result<(), DaemonError> {
+        let Some(job) = self.jobs.remove(&id) else {
+            return Ok(());
+        };
+        let mut job = std::sync::Arc::unwrap_or_clone(job);
+        self.policy.ended.remove(&id);
+        self.policy.warned.remove(&id);
+        // Only a job that preempted can have suspended victims to resume;
+        // the check spares a scan of every job per ending job (cancelling
+        // 10,000 jobs scanned 50 million).
+        if job.preemptions_caused > 0 {
+            self.resume_suspended_by(id, end, fx);
+        }
+        self.settle_rerun(reads, &job, exit, true, fx);
+        job.state = state;
+        job.end_time = Some(job.start_time.map_or(end, |s| end.max(s)));
+        job.exit = exit;
+        job.kill_reason = None;
+        if reason.is_some() {
+            job.reason = reason;
+        }
+        // Charge what it used in its last run, in the same transaction as
+        // its end (earlier runs were charged when they were preempted).
+        if job.start_time.is_some() {
+            let (billing, gpu_seconds) = self.charge(reads, &job, job.end_time.unwrap_or(end), fx);
+            job.billing = Some(job.billing.unwrap_or(0) + billing);
+            job.gpu_seconds += gpu_seconds;
+        }
+        fx.job(&job);
+        fx.event(id, end, state, job.reason.as_deref());
+        self.notify_job(&job, super::notifications::JobEvent::Ended, end, fx);
+        let exit_text = job.exit.map(|e| format!(" exit {e}")).unwrap_or_default();
+        let why = job
+            .reason
+            .as_deref()
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default();
+        tracing::info!(target: "ysched::daemon", "job {id} {state}{exit_text}{why}");
+        // The exit record may only go once the end is committed: a crash
+        // in between must find it again, not requeue a job that ran.
+        fx.forget(&job);
+        self.policy.reasons.remove(&id);
+        fx.queue_changed();
+        Ok(())
+    }
+
+    /// Charges `job`'s run up to `at` to its user and accounts (fair-share
+    /// usage, budgets): its billing-seconds and GPU-seconds.
+    pub(super) fn charge(
+        &mut self,
+        reads: &dyn Reads,
+        job: &crate::model::job::Job,
+        at: i64,
+        fx: &mut Effects,
+    ) -> (i64, i64) {
+        let (billing, gpu_seconds) = if job.peers.is_empty() {
+            let gpus = reads.node_gpus(job.node.as_deref());
+            (
+                crate::sched::fairshare::charge(job, &gpus, &self.config),
+                crate::sched::fairshare::gpu_seconds(job, &gpus),
+            )
+        } else {
+            // Each node's GPUs from its own inventory, numbered in turn.
+            let gpus: Vec<crate::model::gpu::Gpu> = job
+                .gpus_by_node()
+                .into_iter()
+                .flat_map(|(name, share)| {
+                    let inventory = reads.node_gpus(Some(name));
+                    share
+                        .iter()
+                        .map(|&g| inventory.get(g as usize).cloned().unwrap_or_default())
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            let mut renumbered = job.clone();
+            renumbered.gpus_alloc = (0..gpus.len() as u32).collect();
+            (
+                crate::sched::fairshare::charge(&renumbered, &gpus, &self.config),
+                crate::sched::fairshare::gpu_seconds(&renumbered, &gpus),
+            )
+        };
+        let fs = &self.config.fairshare;
+        let usage = self
+            .policy
+            .usage
+            .entry((job.account.clone(), job.user.clone()))
+            .or_default();
+        usage.charge(billing, at, fs.half_life, fs.reset);
+        let charged = *usage;
+        self.spend(&job.account, billing, at, fx);
+        fx.row(super::effects::Row::Usage {
+            account: job.account.clone(),
+            user: job.user.clone(),
+            usage: charged,
+        });
+        (billing, gpu_seconds)
+    }
+
+    /// Resumes suspended job `id`, for `by`: its processes are thawed once
+    /// the turn is committed (a thaw that fails there is logged; the
+    /// supervisor of a job being stopped sends SIGCONT with SIGTERM), and
+    /// the time it spent suspended is counted out of its limit.
+    pub(super) fn thaw(&mut self, id: JobId, by: &str, now: i64, fx: &mut Effects) {
+        let Some(job) = self
+            .jobs
+            .job_mut(&id)
+            .filter(|j| j.state == JobState::Suspended)
+        else {
+            return;
+        };
+        job.state = JobState::Running;
+        if let Some(at) = job.suspended_at.take() {
+            job.suspended_secs += (now - at).max(0) as u64;
+        }
+        let job = job.clone();
+        let detail = format!("resumed by {by}");
+        fx.out(super::effects::Out::Freeze {
+            job: Box::new(job.clone()),
+            frozen: false,
+        });
+        fx.job(&job);
+        fx.event(id, now, JobState::Running, Some(&detail));
+        fx.queue_changed();
+        tracing::info!(target: "ysched::daemon", "job {id} {detail}");
+    }
+
+    /// Tells `job`'s user of `event` (`--mail-type`), if this site sends
+    /// notifications.
+    pub(super) fn notify_job(
+        &self,
+        job: &crate::model::job::Job,
+        event: super::notifications::JobEvent,
+        now: i64,
+        fx: &mut Effects,
+    ) {
+        if self.config.notify_command.is_none() {
+            return;
+        }
+        if let Some(n) = super::notifications::for_job(job, event, now, &self.config.node_name) {
+            fx.out(super::effects::Out::Notify(Box::new(n)));
+        }
+    }
 }

@@ -11,10 +11,13 @@
 //! SQLite transaction, commits, and only then replies and launches: a reply
 //! means "durable", and a job is marked running before its process exists,
 //! so a crash can never run a job twice.
+mod access;
 mod allocations;
 mod budget;
+mod cancel;
 mod control;
 mod depend;
+mod effects;
 mod error;
 mod forwarded;
 mod gpu_use;
@@ -30,9 +33,12 @@ mod peers;
 mod pool;
 mod pool_state;
 mod preempt;
+mod reads;
 mod refusals;
+mod requester;
 mod retention;
 mod run_link;
+mod seam;
 mod startup;
 mod state;
 mod steps;
@@ -42,6 +48,9 @@ mod test_only;
 mod tokens;
 mod turn;
 mod users;
+
+#[cfg(test)]
+mod testing;
 
 #[cfg(test)]
 mod pool_tests;

@@ -178,10 +178,6 @@ impl Notifier {
         Ok(Notifier { queue: Some(tx) })
     }
 
-    pub fn is_on(&self) -> bool {
-        self.queue.is_some()
-    }
-
     /// Queues an event; never waits.
     pub fn send(&self, event: Notification) {
         let Some(queue) = &self.queue else { return };

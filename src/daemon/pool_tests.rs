@@ -147,7 +147,7 @@ impl Pool {
         let (uid, user) = me();
         let reply = self
             .daemon
-            .control(control, (uid, &user), super::control::Proven::Kernel, 0)
+            .control(control, (uid, &user), super::requester::Proven::Kernel, 0)
             .unwrap();
         self.daemon.commit().unwrap();
         reply
@@ -196,10 +196,49 @@ fn jobs_spread_over_the_nodes_each_on_its_own_node_numbers() {
         signal: None,
     };
     p.daemon
-        .control(cancel, (uid, &user), super::control::Proven::Kernel, 0)
+        .control(cancel, (uid, &user), super::requester::Proven::Kernel, 0)
         .unwrap();
+    // Nothing leaves before the commit.
+    assert!(p.nodes.iter().all(|n| n.state().commands.is_empty()));
+    p.daemon.commit().unwrap();
     assert!(p.nodes[0].state().commands.is_empty());
     assert_eq!(p.nodes[1].state().commands.len(), 1);
+}
+
+/// A turn whose commit fails (a full disk, say) sends nothing: no stop
+/// reaches the job, and the job runs on as the database has it.
+#[test]
+fn a_cancel_whose_commit_fails_sends_nothing_and_changes_nothing() {
+    let mut p = pool(&[16]);
+    let id = p.submit(request(1)).unwrap();
+    p.settle();
+    assert_eq!(p.placed(id).2, JobState::Running);
+    let (uid, user) = me();
+    let cancel = Control::Cancel {
+        selector: crate::proto::JobSelector {
+            job_ids: vec![crate::array::JobRef::Id(id)],
+            ..Default::default()
+        },
+        signal: None,
+    };
+    p.daemon
+        .control(cancel, (uid, &user), super::requester::Proven::Kernel, 0)
+        .unwrap();
+    // A row the commit refuses: a deferred foreign key that holds nothing.
+    p.daemon
+        .tx()
+        .unwrap()
+        .execute_batch(
+            "PRAGMA defer_foreign_keys = ON;
+             INSERT INTO job_events (job_id, time, state) VALUES (999999, 0, 'X');",
+        )
+        .unwrap();
+    let failure = p.daemon.commit().unwrap_err();
+    assert!(failure.to_string().contains("FOREIGN KEY"), "{failure}");
+    p.daemon.after_failed_commit(&failure, Vec::new()).unwrap();
+    assert!(p.nodes[0].state().commands.is_empty(), "no stop left");
+    assert_eq!(p.placed(id).2, JobState::Running);
+    assert_eq!(p.daemon.core.jobs[&id].state, JobState::Running);
 }
 
 #[test]

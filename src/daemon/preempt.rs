@@ -47,7 +47,7 @@ impl Daemon {
             .jobs
             .all()
             .filter(|j| j.state == JobState::Running)
-            .filter_map(|j| Some((j.id, super::stops::checkpoint_file_time(j)?)))
+            .filter_map(|j| Some((j.id, super::reads::checkpoint_file_time(j)?)))
             .collect()
     }
 
@@ -213,36 +213,6 @@ impl Daemon {
         Ok(())
     }
 
-    /// Job `ended` is gone (ended, or cancelled before it started): the
-    /// jobs it suspended run on.
-    pub(super) fn resume_suspended_by(
-        &mut self,
-        ended: JobId,
-        now: i64,
-    ) -> Result<(), DaemonError> {
-        let victims: Vec<JobId> = self
-            .core
-            .jobs
-            .all()
-            .filter(|j| j.state == JobState::Suspended && j.preempted_by == Some(ended))
-            .map(|j| j.id)
-            .collect();
-        for id in victims {
-            if let Err(e) =
-                self.set_suspended(id, false, &format!("the end of job {ended}"), now)?
-            {
-                tracing::error!(target: "ysched::daemon", "job {id} could not be resumed: {e}");
-                continue;
-            }
-            let job = self.core.jobs.job_mut(&id).expect("resumed above");
-            job.preempted_by = None;
-            job.reason = None;
-            let job = job.clone();
-            db::update_job(self.tx()?, &job)?;
-        }
-        Ok(())
-    }
-
     /// Seconds between SIGTERM and SIGKILL when `job` is stopped.
     pub(super) fn grace_of(&self, job: &crate::model::job::Job) -> u64 {
         match job.kill_reason {
@@ -393,5 +363,31 @@ impl Daemon {
         self.reschedule = true;
         self.snapshot = None;
         Ok(())
+    }
+}
+
+impl super::state::Core {
+    /// The victims job `ended` suspended run on: each is thawed (once the
+    /// turn is committed) and running again.
+    pub(super) fn resume_suspended_by(
+        &mut self,
+        ended: JobId,
+        now: i64,
+        fx: &mut super::effects::Effects,
+    ) {
+        let victims: Vec<JobId> = self
+            .jobs
+            .all()
+            .filter(|j| j.state == JobState::Suspended && j.preempted_by == Some(ended))
+            .map(|j| j.id)
+            .collect();
+        for id in victims {
+            self.thaw(id, &format!("the end of job {ended}"), now, fx);
+            let job = self.jobs.job_mut(&id).expect("active above");
+            job.preempted_by = None;
+            job.reason = None;
+            let job = job.clone();
+            fx.job(&job);
+        }
     }
 }

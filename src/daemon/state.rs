@@ -298,10 +298,10 @@ pub(super) struct TurnWork {
     pub(super) replies: Vec<(Requester, Reply)>,
     /// Jobs marked running in this turn, to launch after the commit.
     pub(super) to_launch: Vec<JobId>,
-    /// Jobs whose end was recorded in this turn, with the node they ran
-    /// on: what their executor kept of them goes after the commit.
-    pub(super) to_remove: Vec<(JobId, Option<String>)>,
-    pub(super) notifications: Vec<notifications::Notification>,
+    /// What leaves the process once this turn is committed (see
+    /// `effects`): commands to jobs' processes, freezes and thaws,
+    /// notifications, what executors kept of ended jobs.
+    pub(super) out: Vec<super::effects::Out>,
     /// Jobs whose exit a failed turn took in: looked at again.
     pub(super) exits_to_retry: Vec<JobId>,
     /// How the request being handled came, for the audit log.

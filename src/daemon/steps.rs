@@ -8,8 +8,9 @@ use crate::model::job::{ExitStatus, JobId, JobState};
 use crate::model::step::Step;
 use crate::proto::Reply;
 
-use super::control::{Requester, StepAsk};
+use super::control::StepAsk;
 use super::error::DaemonError;
+use super::requester::Requester;
 use super::state::Daemon;
 
 impl Daemon {
@@ -90,7 +91,7 @@ impl Daemon {
 
     /// Why step `step` of `job` could not be signalled, if it could not.
     fn signal_step(
-        &self,
+        &mut self,
         (job, step): (JobId, u32),
         signal: i32,
     ) -> Result<Option<String>, DaemonError> {

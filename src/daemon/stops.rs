@@ -97,35 +97,51 @@ impl Daemon {
         exit: Option<ExitStatus>,
         last: bool,
     ) -> Result<(), DaemonError> {
-        let tx = self.tx()?;
-        if last {
-            db::preemptions::settle_resume(tx, job.id, job.restart_count, false)?;
-        }
-        if job.restart_count == 0 {
-            return Ok(());
-        }
-        let resumed = job.start_time.is_some()
-            && (exit.is_some_and(|e| e.code == 0 && e.signal == 0) || last_saved(job).is_some());
-        db::preemptions::settle_resume(tx, job.id, job.restart_count - 1, resumed)?;
-        Ok(())
+        let mut fx = super::effects::Effects::default();
+        let reads = self.reads();
+        self.core.settle_rerun(&reads, job, exit, last, &mut fx);
+        self.apply(fx)
     }
 }
 
 /// When the running job last saved a checkpoint in this run: reported
 /// with `yscontrol checkpoint`, or its `--checkpoint-file` rewritten.
 pub(super) fn last_saved(job: &Job) -> Option<i64> {
-    job.checkpoint_at.max(checkpoint_file_time(job))
+    job.checkpoint_at
+        .max(super::reads::checkpoint_file_time(job))
 }
 
-/// When the job last rewrote its `--checkpoint-file`, if it did in this run.
-pub(super) fn checkpoint_file_time(job: &Job) -> Option<i64> {
-    let modified = std::fs::metadata(job.checkpoint_path()?)
-        .ok()?
-        .modified()
-        .ok()?;
-    let at = modified
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()?
-        .as_secs() as i64;
-    (at >= job.start_time?).then_some(at)
+impl super::state::Core {
+    /// `job`'s run after a stopped one has ended (or the job ended before
+    /// it ran again): it resumed if it exited 0 or saved a checkpoint. A
+    /// job that ends for good (`last`) never resumes from a stop of its
+    /// last run.
+    pub(super) fn settle_rerun(
+        &self,
+        reads: &dyn super::reads::Reads,
+        job: &Job,
+        exit: Option<ExitStatus>,
+        last: bool,
+        fx: &mut super::effects::Effects,
+    ) {
+        use super::effects::Row;
+        if last {
+            fx.row(Row::Resumed {
+                job: job.id,
+                stopped_restart: job.restart_count,
+                resumed: false,
+            });
+        }
+        if job.restart_count == 0 {
+            return;
+        }
+        let saved = job.checkpoint_at.max(reads.checkpoint_file_time(job));
+        let resumed = job.start_time.is_some()
+            && (exit.is_some_and(|e| e.code == 0 && e.signal == 0) || saved.is_some());
+        fx.row(Row::Resumed {
+            job: job.id,
+            stopped_restart: job.restart_count - 1,
+            resumed,
+        });
+    }
 }

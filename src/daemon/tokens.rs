@@ -9,8 +9,9 @@ use crate::db;
 use crate::proto::Reply;
 use crate::token::{Audience, Claims, TokenError, TokenKey, TokenRecord, DEFAULT_LIFESPAN};
 
-use super::control::{Proven, Requester, TokenAsk};
+use super::control::TokenAsk;
 use super::error::DaemonError;
+use super::requester::{Proven, Requester};
 use super::state::Daemon;
 
 /// What a token is for when its asker does not say: the web's uses, as

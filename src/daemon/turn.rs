@@ -37,16 +37,14 @@ impl Daemon {
         Ok(&self.store.db)
     }
 
+    /// Commits the turn's transaction, then sends what it left to send:
+    /// nothing leaves before its record is durable (`effects`).
     pub(super) fn commit(&mut self) -> Result<(), DaemonError> {
         if self.store.in_transaction {
             self.store.db.execute_batch("COMMIT")?;
             self.store.in_transaction = false;
         }
-        for (id, node) in std::mem::take(&mut self.turn.to_remove) {
-            if let Some(node) = self.nodes.named_or_local(node.as_deref()) {
-                node.executor.forget(id);
-            }
-        }
+        self.send_out();
         Ok(())
     }
 
@@ -199,9 +197,6 @@ impl Daemon {
                     Requester::Socket(connection) => socket::answer(&connection, &reply),
                     Requester::Node { node, name } => self.answer_node(&node, name, reply),
                 }
-            }
-            for event in std::mem::take(&mut self.turn.notifications) {
-                self.notifier.send(event);
             }
             self.spool.discard_all(&processed);
             self.launch_started()?;
@@ -409,9 +404,9 @@ impl Daemon {
                 };
             }
         }
-        self.turn.notifications.clear();
+        // Nothing of the turn leaves: no command, no notification.
+        self.turn.out.clear();
         self.turn.to_launch.clear();
-        self.turn.to_remove.clear();
         self.turn.exits_to_retry = exits_taken;
         self.reload_state(self.now())?;
         // The disk may stay full a while: not a turn a millisecond.
@@ -552,8 +547,8 @@ impl Daemon {
             token,
         } = identity;
         let proven = match &token {
-            Some(claims) => super::control::Proven::Token(claims),
-            None => super::control::Proven::Kernel,
+            Some(claims) => super::requester::Proven::Token(claims),
+            None => super::requester::Proven::Kernel,
         };
         if let Request::Query(q) = request {
             let viewer = self.viewer(uid, user);
@@ -663,13 +658,17 @@ impl Daemon {
         let started = Instant::now();
         let decisions = sched::pass(&state, &self.core.config);
         self.stats.last_pass_seconds = started.elapsed().as_secs_f64();
-        self.apply(decisions, now)
+        self.apply_decisions(decisions, now)
     }
 
     /// Carries out a pass's decisions: cancels what can never run where
     /// the config says so, marks the starts running, preempts, and keeps
     /// the reasons, the order and the fair-share tree for the views.
-    fn apply(&mut self, decisions: sched::pass::Decisions, now: i64) -> Result<(), DaemonError> {
+    fn apply_decisions(
+        &mut self,
+        decisions: sched::pass::Decisions,
+        now: i64,
+    ) -> Result<(), DaemonError> {
         let sched::pass::Decisions {
             plan,
             starts,

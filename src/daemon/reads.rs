@@ -1,0 +1,87 @@
+//! What the core's handlers look up beyond the core itself: the records
+//! of jobs no longer active, where jobs were submitted, the tasks of
+//! arrays, the GPUs each node has, and when a job last rewrote its
+//! checkpoint file. Reads only: a handler changes nothing through it. The
+//! running controller reads its database and its nodes' facts
+//! (`Edge`); the handlers' tests and the simulation read a map of their
+//! own.
+
+use rusqlite::Connection;
+
+use crate::db::{self, DbError};
+use crate::model::gpu::Gpu;
+use crate::model::job::{Job, JobId};
+
+use super::error::DaemonError;
+use super::nodes::Nodes;
+
+/// What a handler may look up.
+pub(super) trait Reads {
+    /// The record of job `id` if it is known and no longer active.
+    fn ended_job(&self, id: JobId) -> Result<Option<Job>, DaemonError>;
+    /// The job that is task `task` of array `array`, if there is one.
+    fn array_task(&self, array: JobId, task: u32) -> Result<Option<JobId>, DaemonError>;
+    /// The node job `id` was submitted on, if it was on one.
+    fn submitted_on(&self, id: JobId) -> Result<Option<String>, DaemonError>;
+    /// The GPUs of node `node` (`None`: this host), in its numbering.
+    fn node_gpus(&self, node: Option<&str>) -> Vec<Gpu>;
+    /// When `job` last rewrote its `--checkpoint-file` in this run.
+    fn checkpoint_file_time(&self, job: &Job) -> Option<i64>;
+}
+
+/// The running controller's: its database and its nodes.
+pub(super) struct Edge<'a> {
+    pub(super) db: &'a Connection,
+    pub(super) nodes: &'a Nodes,
+}
+
+impl Reads for Edge<'_> {
+    fn ended_job(&self, id: JobId) -> Result<Option<Job>, DaemonError> {
+        match db::job(self.db, id) {
+            Ok(job) => Ok(Some(job)),
+            Err(DbError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn array_task(&self, array: JobId, task: u32) -> Result<Option<JobId>, DaemonError> {
+        Ok(db::array_task(self.db, array, task)?)
+    }
+
+    fn submitted_on(&self, id: JobId) -> Result<Option<String>, DaemonError> {
+        Ok(db::submitted_on(self.db, id)?)
+    }
+
+    fn node_gpus(&self, node: Option<&str>) -> Vec<Gpu> {
+        self.nodes
+            .named_or_local(node)
+            .map_or_else(Vec::new, |n| n.facts().inventory.gpus.clone())
+    }
+
+    fn checkpoint_file_time(&self, job: &Job) -> Option<i64> {
+        checkpoint_file_time(job)
+    }
+}
+
+impl super::state::Daemon {
+    /// What the handlers read here: this controller's database and nodes.
+    pub(super) fn reads(&self) -> Edge<'_> {
+        Edge {
+            db: &self.store.db,
+            nodes: &self.nodes,
+        }
+    }
+}
+
+/// When `job` last rewrote its `--checkpoint-file`, if it did in this run.
+pub(super) fn checkpoint_file_time(job: &Job) -> Option<i64> {
+    let modified = std::fs::metadata(job.checkpoint_path()?)
+        .ok()?
+        .modified()
+        .ok()?;
+    let at = modified
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_secs() as i64;
+    (at >= job.start_time?).then_some(at)
+}

@@ -1,0 +1,123 @@
+//! The one seam through which effects leave the core (`effects` says
+//! what they are): `apply` writes every row in the turn's transaction;
+//! `send_out`, which the commit calls once the transaction is durable,
+//! sends what leaves the process; a turn whose commit fails drops it.
+//! `handle` runs a handler over the core with what it may read, and
+//! applies what it pushed.
+
+use crate::db;
+use crate::exec::spec::StepCommand;
+use crate::exec::ExecError;
+use crate::model::job::Job;
+
+use super::effects::{Effects, Out, Row};
+use super::error::DaemonError;
+use super::reads::{Edge, Reads};
+use super::state::{Core, Daemon};
+
+impl Daemon {
+    /// Applies `fx`: its rows now, in the turn's transaction; what leaves
+    /// the process once that is committed.
+    pub(super) fn apply(&mut self, fx: Effects) -> Result<(), DaemonError> {
+        if fx.reschedule {
+            self.reschedule = true;
+        }
+        if fx.changed {
+            self.snapshot = None;
+        }
+        for row in fx.rows {
+            let tx = self.tx()?;
+            match row {
+                Row::Job(job) => db::update_job(tx, &job)?,
+                Row::Usage {
+                    account,
+                    user,
+                    usage,
+                } => db::save_usage(tx, &account, &user, &usage)?,
+                Row::Resumed {
+                    job,
+                    stopped_restart,
+                    resumed,
+                } => db::preemptions::settle_resume(tx, job, stopped_restart, resumed)?,
+                Row::Event {
+                    job,
+                    time,
+                    name,
+                    detail,
+                } => db::add_event_named(tx, job, time, &name, detail.as_deref())?,
+                Row::Audit {
+                    time,
+                    actor,
+                    action,
+                    job,
+                    detail,
+                    channel,
+                } => {
+                    db::add_audit(tx, time, &actor, &action, job, &detail, channel)?;
+                    tracing::info!(target: "ysched::audit", "{actor} {action} ({}): {detail}", channel.as_str());
+                }
+            }
+        }
+        self.turn.out.extend(fx.out);
+        Ok(())
+    }
+
+    /// Sends what the committed turn left to send.
+    pub(super) fn send_out(&mut self) {
+        for out in std::mem::take(&mut self.turn.out) {
+            match out {
+                Out::Command { job, command } => self.deliver(&job, &command),
+                Out::Freeze { job, frozen } => {
+                    if let Err(e) = self.set_frozen_on_nodes(&job, frozen) {
+                        tracing::error!(target: "ysched::exec", "{e}");
+                    }
+                }
+                Out::Notify(n) => self.notifier.send(*n),
+                Out::Forget { job, node } => {
+                    if let Some(node) = self.nodes.named_or_local(node.as_deref()) {
+                        node.executor.forget(job);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Delivers `command` to `job`'s processes on its nodes.
+    fn deliver(&self, job: &Job, command: &StepCommand) {
+        if !job.peers.is_empty() {
+            self.command_peers(job, command);
+        }
+        let node = self.nodes.named_or_local(job.node.as_deref());
+        let sent = match node {
+            Some(node) => node.executor.command(job.id, command),
+            None => Err(ExecError::Unreachable(format!(
+                "the node job {} runs on is not in the pool",
+                job.id
+            ))),
+        };
+        match sent {
+            Ok(()) => {}
+            // It ended already; its exit event is on the way.
+            Err(ExecError::Gone(_)) => {}
+            Err(e) => tracing::error!(target: "ysched::exec", "job {}: {e}", job.id),
+        }
+    }
+}
+
+impl Daemon {
+    /// Runs `handler` over the core, with this controller's database and
+    /// nodes to read, and applies what it pushed.
+    pub(super) fn handle_with<T>(
+        &mut self,
+        handler: impl FnOnce(&mut Core, &dyn Reads, &mut Effects) -> Result<T, DaemonError>,
+    ) -> Result<T, DaemonError> {
+        let mut fx = Effects::default();
+        let reads = Edge {
+            db: &self.store.db,
+            nodes: &self.nodes,
+        };
+        let answer = handler(&mut self.core, &reads, &mut fx)?;
+        self.apply(fx)?;
+        Ok(answer)
+    }
+}
