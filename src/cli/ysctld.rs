@@ -65,8 +65,25 @@ pub struct ExportArgs {
 #[derive(clap::Args, Debug)]
 pub struct SimulateArgs {
     /// The trace: CSV with a header (submit_s, run_s or duration_s, gpus or procs, req_time_s, user, group)
-    #[arg(long, value_name = "FILE.csv")]
-    pub trace: PathBuf,
+    #[arg(long, value_name = "FILE.csv", required_unless_present = "chaos")]
+    pub trace: Option<PathBuf>,
+    /// Instead of a trace: the whole controller under faults (crashes, failed commits, users' requests) over simulated nodes, its invariants checked at every step
+    #[arg(long, conflicts_with = "trace")]
+    pub chaos: bool,
+    /// With --chaos: how many seeds
+    #[arg(long, value_name = "N", default_value_t = 100, requires = "chaos")]
+    pub seeds: u64,
+    /// With --chaos: the first seed (--first-seed N --seeds 1 reruns one)
+    #[arg(
+        long = "first-seed",
+        value_name = "N",
+        default_value_t = 1,
+        requires = "chaos"
+    )]
+    pub first_seed: u64,
+    /// With --chaos: simulated hours of faults per seed
+    #[arg(long, value_name = "H", default_value_t = 24.0, requires = "chaos")]
+    pub hours: f64,
     /// The policy to replay it under
     #[arg(long, value_enum, default_value = "ysched")]
     pub policy: crate::sim::Policy,
@@ -91,6 +108,14 @@ pub struct SimulateArgs {
 }
 
 pub fn run(args: Args) -> CliResult {
+    // The controller under faults runs a pool of its own: no config read.
+    if let Some(Command::Simulate(sim)) = args
+        .command
+        .as_ref()
+        .filter(|c| matches!(c, Command::Simulate(s) if s.chaos))
+    {
+        return chaos(sim);
+    }
     let checked = args.check_config.clone().flatten();
     let path = match checked.or(args.config) {
         Some(p) => p,
@@ -535,6 +560,29 @@ fn describe_policy(config: &Config, lines: &mut Vec<String>) {
     );
 }
 
+/// `ysctld simulate --chaos`: the whole controller under faults, seed by
+/// seed; one line per invariant, and each broken one's seed and steps.
+fn chaos(args: &SimulateArgs) -> CliResult {
+    if !(args.hours > 0.0 && args.hours.is_finite()) {
+        return Err(CliError::usage("--hours must be a positive number"));
+    }
+    let options = daemon::chaos::Options {
+        first_seed: args.first_seed,
+        seeds: args.seeds.max(1),
+        hours: args.hours,
+    };
+    let report = daemon::chaos::run(&options).map_err(CliError::from)?;
+    super::print(&report.render())?;
+    if report.failures.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::failed(format!(
+            "{} seed(s) broke an invariant",
+            report.failures.len()
+        )))
+    }
+}
+
 fn simulate(config: &Config, args: SimulateArgs) -> CliResult {
     if config.gpus.is_empty() {
         return Err(CliError::failed(format!(
@@ -555,11 +603,14 @@ fn simulate(config: &Config, args: SimulateArgs) -> CliResult {
         arrival_scale: args.arrival_scale,
         accounts_from: args.accounts_from,
     };
-    let (jobs, skipped) = crate::sim::trace::read(&args.trace, &reading)?;
+    let Some(trace) = &args.trace else {
+        return Err(CliError::usage("give --trace FILE.csv, or --chaos"));
+    };
+    let (jobs, skipped) = crate::sim::trace::read(trace, &reading)?;
     if jobs.is_empty() {
         return Err(CliError::failed(format!(
             "{} has no job to replay",
-            args.trace.display()
+            trace.display()
         )));
     }
     let report = crate::sim::run(config, &jobs, skipped, args.policy);

@@ -15,6 +15,7 @@ mod access;
 mod allocations;
 mod budget;
 mod cancel;
+pub mod chaos;
 mod control;
 mod depend;
 mod effects;

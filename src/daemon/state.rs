@@ -348,12 +348,12 @@ pub(super) struct Stats {
     pub(super) idle_while_waiting: usize,
 }
 
-/// The clock of the records: the system's, or one a test moves.
+/// The clock of the records: the system's, or one a test or the
+/// simulation moves.
 #[derive(Clone, Debug, Default)]
 pub(super) enum Clock {
     #[default]
     System,
-    #[cfg(test)]
     Manual(Arc<std::sync::atomic::AtomicI64>),
 }
 
@@ -361,7 +361,6 @@ impl Clock {
     pub(super) fn now(&self) -> i64 {
         match self {
             Clock::System => crate::model::units::now(),
-            #[cfg(test)]
             Clock::Manual(t) => t.load(std::sync::atomic::Ordering::SeqCst),
         }
     }

@@ -1022,8 +1022,8 @@ pub fn expand_pattern(pattern: &str, values: &PatternValues) -> String {
     out
 }
 
-/// A plain submission of one GPU, every field checked, for tests to adapt.
-#[cfg(test)]
+/// A plain submission of one GPU, every field checked, for tests and the
+/// controller's simulation to adapt.
 pub(crate) fn example_request() -> JobRequest {
     JobRequest {
         name: "train".into(),

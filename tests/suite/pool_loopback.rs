@@ -319,13 +319,10 @@ struct RawNode {
 }
 
 impl RawNode {
-    /// Sends `body`; the controller's next message, if one comes.
-    fn send(
-        &mut self,
-        body: ysched::net::message::FromNode,
-    ) -> Option<ysched::net::message::ToNode> {
-        use ysched::net::frame::{decode, encode};
-        use ysched::net::message::{Envelope, ToNode, PROTOCOL};
+    /// Sends `body`, which gets no answer.
+    fn tell(&mut self, body: ysched::net::message::FromNode) {
+        use ysched::net::frame::encode;
+        use ysched::net::message::{Envelope, PROTOCOL};
         let envelope = Envelope {
             protocol: PROTOCOL,
             epoch: 0,
@@ -333,6 +330,17 @@ impl RawNode {
             body,
         };
         self.conn.send(&encode(&envelope).unwrap()).unwrap();
+        self.conn.flush().unwrap();
+    }
+
+    /// Sends `body`; the controller's next message, if one comes.
+    fn send(
+        &mut self,
+        body: ysched::net::message::FromNode,
+    ) -> Option<ysched::net::message::ToNode> {
+        use ysched::net::frame::decode;
+        use ysched::net::message::{Envelope, ToNode};
+        self.tell(body);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         self.conn
             .wait_frame(deadline)
@@ -402,7 +410,7 @@ fn a_node_that_claims_its_run_was_frozen_for_years_gains_nothing() {
             _ => std::thread::sleep(Duration::from_millis(100)),
         }
     };
-    node.send(FromNode::Started {
+    node.tell(FromNode::Started {
         run,
         supervisor_pid: 4242,
     });
@@ -421,7 +429,7 @@ fn a_node_that_claims_its_run_was_frozen_for_years_gains_nothing() {
         image: None,
         fenced: None,
     };
-    node.send(FromNode::Exited {
+    node.tell(FromNode::Exited {
         run,
         record,
         clock: now(),

@@ -1,0 +1,670 @@
+//! A deterministic simulation of the whole controller under faults, as
+//! FoundationDB and TigerBeetle test their cores: the real core,
+//! handlers, scheduling pass, effect seam, turn and recovery, over a real
+//! SQLite database, driven by a seeded generator on a simulated clock.
+//! The nodes are simulated (`node`): their runs start, hold GPUs, end by
+//! themselves or when stopped. Users submit, cancel, hold, release and
+//! requeue; the controller crashes at any step (everything in memory
+//! dropped, the state rebuilt from the database and the nodes, as a
+//! restart does); a turn's commit fails (a full disk). After every step
+//! the invariants are checked (`check`); after the faults stop, every job
+//! must reach a final state within a bounded time. A seed replays a run
+//! exactly, and a failing seed's report has its steps.
+
+mod check;
+pub mod node;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Instant;
+
+use crate::config::Config;
+use crate::exec::executor::{IsolationFacts, NodeFacts};
+use crate::gpu::Inventory;
+use crate::model::job::JobId;
+use crate::proto::{Control, JobSelector, Reply};
+use crate::spool::{Ownership, Spool};
+
+use super::error::DaemonError;
+use super::nodes::{Node, Nodes};
+use super::notifications::Notifier;
+use super::requester::Proven;
+use super::state::{Clock, Daemon, Parts};
+use node::SimNode;
+
+pub use check::Invariant;
+use node::Run;
+
+/// The pool the simulation runs: three nodes of four A100s, two accounts,
+/// usage that never decays (so that it sums the charges exactly), quick
+/// requeues held after three.
+const CONFIG: &str = "node_name = \"sim01\"\n\
+    allow_root_jobs = true\n\
+    gpu_sample_secs = 0\n\
+    kill_wait = 30\n\
+    max_quick_requeues = 3\n\
+    [[gpus]]\ntype = \"a100\"\ncount = 4\nmemory = \"80G\"\n\
+    [fairshare]\nhalf_life = \"UNLIMITED\"\n\
+    [[accounts]]\nname = \"vision\"\nshares = 2\nusers = [\"*\"]\n\
+    [[accounts]]\nname = \"speech\"\nshares = 1\nusers = [\"*\"]\n";
+
+/// Every how many steps the records are checked (and after each crash,
+/// and at the end): each check reads every job's record.
+const RECORDS_EVERY: u64 = 25;
+/// How many nodes the simulated pool has.
+const NODES: usize = 3;
+/// Simulated seconds after the faults stop within which every job must
+/// have ended, beyond each active job's time limit and `MOST_PER_JOB`.
+const SETTLE_WITHIN: i64 = 3 * 3_600;
+/// What a job may take beyond its time limit: a requeue's longest wait
+/// (10 minutes), a stop's grace, and a step's time.
+const MOST_PER_JOB: i64 = 600 + 30 + 60;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub first_seed: u64,
+    pub seeds: u64,
+    /// Simulated hours of faults per seed.
+    pub hours: f64,
+}
+
+/// How the seeds went.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub seeds: u64,
+    pub steps: u64,
+    /// Simulated seconds, all seeds together.
+    pub simulated_secs: i64,
+    pub wall_secs: f64,
+    /// Each invariant and how many times it was checked.
+    pub checked: BTreeMap<Invariant, u64>,
+    pub jobs: u64,
+    pub crashes: u64,
+    pub failed_commits: u64,
+    pub failures: Vec<Failure>,
+}
+
+/// A seed whose run broke an invariant.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub seed: u64,
+    pub step: u64,
+    pub invariant: Invariant,
+    pub detail: String,
+    /// The steps up to it, in order.
+    pub trace: Vec<String>,
+}
+
+impl Report {
+    /// One line per invariant, then the run's figures.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for invariant in Invariant::ALL {
+            let checked = self.checked.get(&invariant).copied().unwrap_or(0);
+            let broken = self
+                .failures
+                .iter()
+                .filter(|f| f.invariant == invariant)
+                .count();
+            let verdict = if broken == 0 { "held" } else { "BROKEN" };
+            out.push_str(&format!(
+                "{verdict:6} {:28} checked {checked}, broken in {broken} seed(s)\n",
+                invariant.name()
+            ));
+        }
+        let hours = self.simulated_secs as f64 / 3_600.0;
+        out.push_str(&format!(
+            "{} seed(s), {} steps, {} jobs, {} controller crashes, {} failed commits; {hours:.1} simulated controller-hours in {:.1} s ({:.1} simulated hours per wall second)\n",
+            self.seeds,
+            self.steps,
+            self.jobs,
+            self.crashes,
+            self.failed_commits,
+            self.wall_secs,
+            hours / self.wall_secs.max(1e-9),
+        ));
+        for f in &self.failures {
+            out.push_str(&format!(
+                "seed {} broke {} at step {}: {}\n  rerun: ysctld simulate --chaos --first-seed {} --seeds 1\n  steps:\n",
+                f.seed,
+                f.invariant.name(),
+                f.step,
+                f.detail,
+                f.seed
+            ));
+            for line in &f.trace {
+                out.push_str(&format!("    {line}\n"));
+            }
+        }
+        out
+    }
+}
+
+/// Runs every seed of `options`.
+pub fn run(options: &Options) -> Result<Report, DaemonError> {
+    let started = Instant::now();
+    let mut report = Report::default();
+    for seed in options.first_seed..options.first_seed.saturating_add(options.seeds) {
+        let mut world = World::new(seed)?;
+        let outcome = world.run((options.hours * 3_600.0) as i64);
+        report.seeds += 1;
+        report.steps += world.step;
+        report.simulated_secs += world.now() - world.started;
+        report.jobs += world.submitted.len() as u64;
+        report.crashes += world.crashes;
+        report.failed_commits += world.failed_commits;
+        for (invariant, n) in &world.checked {
+            *report.checked.entry(*invariant).or_default() += n;
+        }
+        if let Err(failure) = outcome {
+            report.failures.push(failure);
+        }
+    }
+    report.wall_secs = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// One seed's controller, nodes and users.
+struct World {
+    seed: u64,
+    rng: fastrand::Rng,
+    dir: tempfile::TempDir,
+    config: Config,
+    clock: Arc<AtomicI64>,
+    nodes: Vec<SimNode>,
+    durations: Arc<Mutex<BTreeMap<JobId, i64>>>,
+    exits: Arc<Mutex<Vec<JobId>>>,
+    daemon: Option<Daemon>,
+    _queries: mpsc::Receiver<crate::query::Work>,
+    /// Every job a submission was acknowledged for.
+    submitted: BTreeSet<JobId>,
+    step: u64,
+    started: i64,
+    trace: Vec<String>,
+    checked: BTreeMap<Invariant, u64>,
+    crashes: u64,
+    failed_commits: u64,
+}
+
+impl World {
+    fn new(seed: u64) -> Result<World, DaemonError> {
+        let config = Config::parse(CONFIG, Path::new("simulation.toml"))?;
+        let dir = tempfile::Builder::new()
+            .prefix("ysched-simulation-")
+            .tempdir()?;
+        // A fixed start: a seed's run is the same whenever it runs.
+        let started = 1_800_000_000;
+        let clock = Arc::new(AtomicI64::new(started));
+        let durations: Arc<Mutex<BTreeMap<JobId, i64>>> = Arc::default();
+        let exits: Arc<Mutex<Vec<JobId>>> = Arc::default();
+        let nodes = (0..NODES)
+            .map(|i| {
+                let facts = NodeFacts {
+                    name: format!("sim{:02}", i + 1),
+                    inventory: Inventory::declared(&config),
+                    cpus: 32,
+                    mem_mb: 256 << 10,
+                    containers: false,
+                    isolation: IsolationFacts {
+                        confined: true,
+                        can_suspend: true,
+                        ..Default::default()
+                    },
+                };
+                SimNode::new(facts, clock.clone(), durations.clone(), exits.clone())
+            })
+            .collect();
+        let (queries, receiver) = mpsc::channel();
+        let mut world = World {
+            seed,
+            rng: fastrand::Rng::with_seed(seed),
+            dir,
+            config,
+            clock,
+            nodes,
+            durations,
+            exits,
+            daemon: None,
+            _queries: receiver,
+            submitted: BTreeSet::new(),
+            step: 0,
+            started,
+            trace: Vec::new(),
+            checked: BTreeMap::new(),
+            crashes: 0,
+            failed_commits: 0,
+        };
+        world.daemon = Some(world.start_controller(queries)?);
+        Ok(world)
+    }
+
+    fn now(&self) -> i64 {
+        self.clock.load(Ordering::SeqCst)
+    }
+
+    /// A controller over this world's database and nodes, recovered from
+    /// them as at a start.
+    fn start_controller(
+        &self,
+        queries: mpsc::Sender<crate::query::Work>,
+    ) -> Result<Daemon, DaemonError> {
+        let spool = Spool::new(self.dir.path());
+        spool.prepare(Ownership::Personal)?;
+        let members = self
+            .nodes
+            .iter()
+            .map(|n| Node::new(Box::new(n.executor())))
+            .collect();
+        let db = crate::db::open(&spool.database())?;
+        // Its crashes drop the process's memory, not the machine's: what
+        // is written is not lost, and need not wait for the disk.
+        db.execute_batch("PRAGMA synchronous = OFF")?;
+        let mut daemon = Daemon::assemble(Parts {
+            config: self.config.clone(),
+            db,
+            spool,
+            ownership: Ownership::Personal,
+            nodes: Nodes::new(members),
+            pool: None,
+            queries,
+            gpu_watch: super::startup::watch_gpus(&self.config),
+            stats: super::startup::start_stats(&self.config)?,
+            notifier: Notifier::off(),
+            clock: Clock::Manual(self.clock.clone()),
+        });
+        daemon.recover()?;
+        Ok(daemon)
+    }
+
+    fn daemon(&mut self) -> &mut Daemon {
+        self.daemon
+            .as_mut()
+            .expect("a controller runs between steps")
+    }
+
+    /// The faults for `secs` simulated seconds, then none until every job
+    /// has ended; the first broken invariant stops it.
+    fn run(&mut self, secs: i64) -> Result<(), Failure> {
+        let until = self.now() + secs;
+        while self.now() < until {
+            let crashes = self.crashes;
+            self.step(true)
+                .map_err(|e| self.failure(Invariant::Runs, e.to_string()))?;
+            self.check(self.crashes > crashes || self.step.is_multiple_of(RECORDS_EVERY))?;
+        }
+        self.trace.push("faults stop; held jobs released".into());
+        // Held jobs wait for their users: they release them now.
+        self.control_all(|job_ids| Control::Release { job_ids })
+            .map_err(|e| self.failure(Invariant::Runs, e.to_string()))?;
+        // The worst case: every active job runs alone, to its limit, after
+        // its longest wait.
+        let work: i64 = self
+            .daemon()
+            .core
+            .jobs
+            .all()
+            .map(|j| j.time_limit.map_or(SETTLE_WITHIN, |l| l as i64) + MOST_PER_JOB)
+            .sum();
+        let deadline = self.now() + work + SETTLE_WITHIN;
+        while self.active_jobs() > 0 {
+            if self.now() > deadline {
+                let left: Vec<String> = self
+                    .daemon()
+                    .core
+                    .jobs
+                    .all()
+                    .take(4)
+                    .map(|j| {
+                        format!(
+                            "job {} {} hold {:?} reason {:?} begin {:?} restarts {}",
+                            j.id, j.state, j.hold, j.reason, j.begin_time, j.restart_count
+                        )
+                    })
+                    .collect();
+                let count = self.active_jobs();
+                return Err(self.failure(
+                    Invariant::Ends,
+                    format!(
+                        "{count} job(s) still active past the time their limits allow after the faults stopped: {}",
+                        left.join("; ")
+                    ),
+                ));
+            }
+            self.step(false)
+                .map_err(|e| self.failure(Invariant::Runs, e.to_string()))?;
+            self.check(self.step.is_multiple_of(RECORDS_EVERY))?;
+        }
+        self.check(true)?;
+        self.count(Invariant::Ends);
+        Ok(())
+    }
+
+    /// The invariants: those of what runs at every step; those of the
+    /// records (every job's, the usage) when `records` says (after a
+    /// crash, every few steps, at the end: every job's record is read).
+    fn check(&mut self, records: bool) -> Result<(), Failure> {
+        let keep = |r: &Run| records || r.ended.is_none();
+        let runs: Vec<(String, Run)> = self
+            .nodes
+            .iter()
+            .flat_map(|n| {
+                let name = n.facts.name.clone();
+                n.state()
+                    .runs
+                    .iter()
+                    .filter(|r| keep(r))
+                    .map(|r| (name.clone(), r.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let (mut recorded, mut usage) = (BTreeMap::new(), BTreeMap::new());
+        if records {
+            let daemon = self
+                .daemon
+                .as_ref()
+                .expect("a controller runs between steps");
+            for &id in &self.submitted {
+                if let Ok(job) = crate::db::job(&daemon.store.db, id) {
+                    recorded.insert(id, job);
+                }
+            }
+            for (association, u) in &daemon.core.policy.usage {
+                usage.insert(association.clone(), u.raw);
+            }
+        }
+        let facts = check::Facts {
+            runs: &runs,
+            submitted: &self.submitted,
+            records: &recorded,
+            usage: &usage,
+        };
+        let checks = check::LIVE
+            .iter()
+            .chain(check::RECORDS.iter().filter(|_| records));
+        let mut broken = None;
+        let mut counted = Vec::new();
+        for (invariant, holds) in checks {
+            counted.push(*invariant);
+            if let Err(e) = holds(&facts) {
+                broken = Some((*invariant, e.to_string()));
+                break;
+            }
+        }
+        for invariant in counted {
+            self.count(invariant);
+        }
+        match broken {
+            Some((invariant, detail)) => Err(self.failure(invariant, detail)),
+            None => Ok(()),
+        }
+    }
+
+    fn failure(&self, invariant: Invariant, detail: String) -> Failure {
+        Failure {
+            seed: self.seed,
+            step: self.step,
+            invariant,
+            detail,
+            trace: self.trace.clone(),
+        }
+    }
+
+    fn count(&mut self, invariant: Invariant) {
+        *self.checked.entry(invariant).or_default() += 1;
+    }
+
+    fn active_jobs(&mut self) -> usize {
+        self.daemon().core.jobs.len()
+    }
+
+    /// One step: time passes, what is due happens, and (with `faults`)
+    /// one thing a user or the world does.
+    fn step(&mut self, faults: bool) -> Result<(), DaemonError> {
+        self.step += 1;
+        let dt = self.rng.i64(1..=60);
+        self.clock.fetch_add(dt, Ordering::SeqCst);
+        for node in &self.nodes {
+            node.end_due();
+        }
+        if faults {
+            self.act()?;
+        }
+        self.turns(faults)?;
+        self.count(Invariant::Runs);
+        Ok(())
+    }
+
+    /// What a user or the world does this step.
+    fn act(&mut self) -> Result<(), DaemonError> {
+        match self.rng.u32(0..100) {
+            0..=34 => self.submit(),
+            35..=44 => self.control(|ids| Control::Cancel {
+                selector: JobSelector {
+                    job_ids: ids,
+                    ..Default::default()
+                },
+                signal: None,
+            }),
+            45..=49 => self.control(|job_ids| Control::Hold { job_ids }),
+            50..=54 => self.control(|job_ids| Control::Release { job_ids }),
+            55..=59 => self.control(|job_ids| Control::Requeue { job_ids }),
+            60..=63 => self.crash(),
+            _ => Ok(()),
+        }
+    }
+
+    /// A user submits a job: 1-4 GPUs, a limit of 5 minutes to 2 hours,
+    /// running by itself 1 minute to past its limit.
+    fn submit(&mut self) -> Result<(), DaemonError> {
+        let mut request = crate::model::job::example_request();
+        request.gpus.count = self.rng.u32(1..=4);
+        let limit = self.rng.u64(5..=120) * 60;
+        request.time_limit = Some(Some(limit));
+        request.account = Some(["vision", "speech"][self.rng.usize(0..2)].to_string());
+        let runs_for = self.rng.i64(60..=(limit as i64 + 600));
+        let (uid, user) = (nix::unistd::getuid().as_raw(), current_user());
+        let now = self.now();
+        let reply = self.daemon().submit(request, uid, &user, now)?;
+        match reply {
+            Reply::Submitted { job_id, .. } => {
+                self.durations
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(job_id, runs_for);
+                self.trace
+                    .push(format!("t={now} submit job {job_id} ({runs_for} s)"));
+                if self.commit_or_fail()? {
+                    self.submitted.insert(job_id);
+                }
+            }
+            other => self
+                .trace
+                .push(format!("t={now} submit refused: {other:?}")),
+        }
+        Ok(())
+    }
+
+    /// A user acts on a job chosen among those submitted.
+    fn control(
+        &mut self,
+        make: impl Fn(Vec<crate::array::JobRef>) -> Control,
+    ) -> Result<(), DaemonError> {
+        let ids: Vec<JobId> = self.submitted.iter().copied().collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let id = ids[self.rng.usize(0..ids.len())];
+        let control = make(vec![crate::array::JobRef::Id(id)]);
+        let (uid, user) = (nix::unistd::getuid().as_raw(), current_user());
+        let now = self.now();
+        self.trace
+            .push(format!("t={now} {} job {id}", control.action()));
+        self.daemon()
+            .control(control, (uid, &user), Proven::Kernel, now)?;
+        self.commit_or_fail()?;
+        Ok(())
+    }
+
+    /// A user (root here) acts on every active job at once.
+    fn control_all(
+        &mut self,
+        make: impl Fn(Vec<crate::array::JobRef>) -> Control,
+    ) -> Result<(), DaemonError> {
+        let ids: Vec<crate::array::JobRef> = self
+            .daemon()
+            .core
+            .jobs
+            .all()
+            .map(|j| crate::array::JobRef::Id(j.id))
+            .collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let (uid, user) = (nix::unistd::getuid().as_raw(), current_user());
+        let now = self.now();
+        self.daemon()
+            .control(make(ids), (uid, &user), Proven::Kernel, now)?;
+        self.daemon().commit()
+    }
+
+    /// Commits the open turn, or (one time in twenty) makes its commit
+    /// fail as a full disk would; whether it committed.
+    fn commit_or_fail(&mut self) -> Result<bool, DaemonError> {
+        if self.rng.u32(0..20) == 0 {
+            self.failed_commits += 1;
+            self.trace.push("  its commit fails".into());
+            let daemon = self.daemon();
+            daemon.tx()?.execute_batch(
+                "PRAGMA defer_foreign_keys = ON;
+                 INSERT INTO job_events (job_id, time, state) VALUES (-1, 0, 'X');",
+            )?;
+            let failure = daemon
+                .commit()
+                .expect_err("a dangling key fails the commit");
+            daemon.after_failed_commit_quietly(&failure)?;
+            return Ok(false);
+        }
+        self.daemon().commit()?;
+        Ok(true)
+    }
+
+    /// The controller dies (kill -9: what is in memory is gone) and
+    /// starts again on the same database and nodes.
+    fn crash(&mut self) -> Result<(), DaemonError> {
+        self.crashes += 1;
+        self.trace
+            .push(format!("t={} the controller crashes", self.now()));
+        // An open transaction is lost with the process.
+        self.daemon = None;
+        let (queries, receiver) = mpsc::channel();
+        self._queries = receiver;
+        self.daemon = Some(self.start_controller(queries)?);
+        Ok(())
+    }
+
+    /// Turns until nothing is left to do: exits taken in, time limits,
+    /// the scheduling pass, launches (after each commit).
+    fn turns(&mut self, faults: bool) -> Result<(), DaemonError> {
+        // A turn at least: the loop wakes for time limits and the like,
+        // and time passed.
+        for turn in 0..32 {
+            let exited = std::mem::take(&mut *self.exits.lock().unwrap_or_else(|p| p.into_inner()));
+            let daemon = self.daemon.as_mut().expect("running");
+            if turn > 0 && exited.is_empty() && !daemon.reschedule {
+                return Ok(());
+            }
+            let fail = faults && self.rng.u32(0..40) == 0;
+            let daemon = self.daemon.as_mut().expect("running");
+            let (mut maintenance, mut queries, mut processed) =
+                (Instant::now(), Vec::new(), Vec::new());
+            if fail {
+                self.failed_commits += 1;
+                self.trace.push("  a turn's commit fails".into());
+                daemon.tx()?.execute_batch(
+                    "PRAGMA defer_foreign_keys = ON;
+                     INSERT INTO job_events (job_id, time, state) VALUES (-1, 0, 'X');",
+                )?;
+            }
+            match daemon.apply_turn(
+                exited.clone(),
+                &mut maintenance,
+                &mut queries,
+                &mut processed,
+            ) {
+                Ok(()) => daemon.launch_started()?,
+                Err(e) if fail => {
+                    daemon.after_failed_commit_quietly(&e)?;
+                    self.exits
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .extend(exited);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The user the simulation submits as: this process's.
+fn current_user() -> String {
+    nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map_or_else(|| "root".into(), |u| u.name)
+}
+
+impl Daemon {
+    /// After a turn whose commit failed: the state back to what the
+    /// database holds, nothing of the turn sent (the simulation's own
+    /// way to the daemon's, without its pause).
+    fn after_failed_commit_quietly(&mut self, _failure: &DaemonError) -> Result<(), DaemonError> {
+        if !self.store.db.is_autocommit() {
+            let _ = self.store.db.execute_batch("ROLLBACK");
+        }
+        self.store.in_transaction = false;
+        self.turn.out.clear();
+        self.turn.to_launch.clear();
+        self.turn.replies.clear();
+        let now = self.now();
+        self.reload_state(now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A few hundred seeds of half an hour each, as `cargo test` runs
+    /// them; `ysctld simulate --chaos` runs long ones.
+    #[test]
+    fn the_controller_keeps_its_invariants_under_faults() {
+        let options = Options {
+            first_seed: 1,
+            seeds: 200,
+            hours: 0.5,
+        };
+        let report = run(&options).unwrap();
+        assert!(report.failures.is_empty(), "{}", report.render());
+        assert!(
+            report.crashes > 0 && report.failed_commits > 0,
+            "{}",
+            report.render()
+        );
+        assert!(report.jobs > 1_000, "{}", report.render());
+    }
+
+    #[test]
+    fn a_seed_replays_its_run_exactly() {
+        let once = |seed| {
+            let mut world = World::new(seed).unwrap();
+            world.run(1_800).unwrap();
+            world.trace.clone()
+        };
+        assert_eq!(once(7), once(7));
+        assert_ne!(once(7), once(8));
+    }
+}
