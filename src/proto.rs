@@ -610,6 +610,29 @@ pub enum Reply {
 }
 
 impl Reply {
+    /// A control reply with `more` outcomes (jobs a reference named that
+    /// the request could not act on); any other as it is.
+    pub fn with_outcomes(self, more: Vec<JobOutcome>) -> Reply {
+        match self {
+            Reply::Control {
+                mut outcomes,
+                message,
+            } => {
+                outcomes.extend(more);
+                Reply::Control { outcomes, message }
+            }
+            other => other,
+        }
+    }
+
+    /// The outcomes of a control reply (none for another).
+    pub fn into_outcomes(self) -> Vec<JobOutcome> {
+        match self {
+            Reply::Control { outcomes, .. } => outcomes,
+            _ => Vec::new(),
+        }
+    }
+
     /// What is kept of this reply for a retry of its request: a secret
     /// (a node's join line, when `join_line`; a token) is shown once and
     /// kept nowhere.

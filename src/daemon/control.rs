@@ -2,8 +2,8 @@
 //! their own jobs; root and the config's admins on every job.
 
 use crate::array::JobRef;
-use crate::db::{self, DbError};
-use crate::model::job::{Hold, JobId, JobState};
+use crate::db;
+use crate::model::job::{JobId, JobState};
 use crate::proto::{Control, JobOutcome, Reply};
 
 pub(super) use super::access::AccessRefusal;
@@ -69,13 +69,21 @@ impl Daemon {
                     super::cancel::on_cancel(core, reads, ask, who, now, fx)
                 })
             }
-            Control::Hold { job_ids } => self.on_jobs(&job_ids, |d, ids| d.hold(ids, who, now)),
-            Control::Release { job_ids } => {
-                self.on_jobs(&job_ids, |d, ids| d.release_or_approve(ids, who, now))
-            }
-            Control::Approve { job_ids } => {
-                self.on_jobs(&job_ids, |d, ids| d.approve(ids, who, now))
-            }
+            Control::Hold { job_ids } => self.on_jobs(&job_ids, |d, ids| {
+                d.handle_with(|core, reads, fx| {
+                    super::holds::on_hold(core, reads, ids, (who, now), fx)
+                })
+            }),
+            Control::Release { job_ids } => self.on_jobs(&job_ids, |d, ids| {
+                d.handle_with(|core, reads, fx| {
+                    super::holds::on_release(core, reads, ids, (who, now), fx)
+                })
+            }),
+            Control::Approve { job_ids } => self.on_jobs(&job_ids, |d, ids| {
+                d.handle_with(|core, reads, fx| {
+                    super::holds::on_approve(core, reads, ids, (who, now), fx)
+                })
+            }),
             Control::Update { job_ids, changes } => {
                 self.on_jobs(&job_ids, |d, ids| d.update(ids, &changes, who, now))
             }
@@ -183,26 +191,7 @@ impl Daemon {
         act: impl FnOnce(&mut Self, &[JobId]) -> Result<Reply, DaemonError>,
     ) -> Result<Reply, DaemonError> {
         let (ids, unknown) = self.expand(job_ids)?;
-        act(self, &ids).map(|reply| with_outcomes(reply, unknown))
-    }
-
-    /// Releases held jobs; releasing a job held for approval is approving
-    /// it.
-    fn release_or_approve(
-        &mut self,
-        ids: &[JobId],
-        who: &Requester,
-        now: i64,
-    ) -> Result<Reply, DaemonError> {
-        let (approvals, holds): (Vec<JobId>, Vec<JobId>) = ids.iter().partition(|id| {
-            self.core
-                .jobs
-                .get(id)
-                .is_some_and(|j| j.hold == Some(Hold::Approval))
-        });
-        let approved = self.approve(&approvals, who, now)?;
-        let released = self.release(&holds, who, now)?;
-        Ok(with_outcomes(released, outcomes_of(approved)))
+        act(self, &ids).map(|reply| reply.with_outcomes(unknown))
     }
 
     /// `yscontrol reconfigure` (admins).
@@ -635,190 +624,5 @@ impl Daemon {
             outcomes,
             message: None,
         })
-    }
-
-    /// Lets jobs held for approval run: for a coordinator of the job's
-    /// account (or one above it) or an administrator; who approved is kept.
-    fn approve(&mut self, ids: &[JobId], who: &Requester, now: i64) -> Result<Reply, DaemonError> {
-        let policy = crate::sched::limits::Policy::new(&self.core.config);
-        let mut outcomes = Vec::new();
-        let mut approved = Vec::new();
-        for &id in ids {
-            let error = match self.core.jobs.get(&id) {
-                None => Some(match db::job(&self.store.db, id) {
-                    Ok(job) => format!(
-                        "job {} has already finished ({})",
-                        job.display_id(),
-                        job.state
-                    ),
-                    Err(DbError::NotFound(_)) => format!("job {id} does not exist"),
-                    Err(e) => return Err(e.into()),
-                }),
-                Some(job) if job.hold != Some(Hold::Approval) => Some(format!(
-                    "job {} is not waiting for approval",
-                    job.display_id()
-                )),
-                Some(job) if who.vouched_by.is_some() => Some(format!(
-                    "job {} waits for approval: approving from a node needs your token (ystoken --save on the controller)",
-                    job.display_id()
-                )),
-                Some(job)
-                    if !who.admin
-                        && !crate::sched::approval::may_approve(
-                            &policy,
-                            &job.account,
-                            who.user,
-                        ) =>
-                {
-                    let names = crate::sched::approval::coordinators(&policy, &job.account);
-                    Some(format!(
-                        "permission denied: job {} waits for approval by a coordinator of account {} ({}) or an administrator",
-                        job.display_id(),
-                        job.account,
-                        if names.is_empty() { "none named".to_string() } else { names.join(", ") }
-                    ))
-                }
-                Some(_) => None,
-            };
-            if error.is_none() {
-                approved.push(id);
-            }
-            outcomes.push(JobOutcome::new(id, error));
-        }
-        for id in approved {
-            let job = self.core.jobs.job_mut(&id).expect("checked above");
-            job.hold = None;
-            job.approved_by = Some(who.user.to_string());
-            let job = job.clone();
-            let detail = format!("approved by {}", who.user);
-            let tx = self.tx()?;
-            db::update_job(tx, &job)?;
-            db::add_event(tx, id, now, JobState::Pending, Some(&detail))?;
-            self.audit(
-                now,
-                who.user,
-                "approve",
-                Some(id),
-                &format!("approved job {id} of {}", job.user),
-            )?;
-            tracing::info!(target: "ysched::daemon", "job {id} {detail}");
-            self.reschedule = true;
-            self.snapshot = None;
-        }
-        Ok(Reply::Control {
-            outcomes,
-            message: None,
-        })
-    }
-
-    fn hold(&mut self, ids: &[JobId], who: &Requester, now: i64) -> Result<Reply, DaemonError> {
-        let hold = if who.admin { Hold::Admin } else { Hold::User };
-        self.set_holds(ids, who, now, |id, current| match current {
-            // An administrator's hold replaces it; a user's would lose it.
-            Ok(Some(Hold::Approval)) if !who.admin => {
-                Err(format!("job {id} is already held, waiting for approval").into())
-            }
-            Ok(_) => Ok(Some(hold)),
-            Err(state) => Err(format!("job {id} is {state}; only pending jobs can be held").into()),
-        })
-    }
-
-    fn release(&mut self, ids: &[JobId], who: &Requester, now: i64) -> Result<Reply, DaemonError> {
-        let admin = who.admin;
-        self.set_holds(ids, who, now, |id, current| match current {
-            Ok(Some(Hold::Admin)) if !admin => {
-                Err(format!("job {id} is held by an administrator; ask one to release it").into())
-            }
-            Ok(None) => Err(format!("job {id} is not held").into()),
-            Ok(Some(_)) => Ok(None),
-            Err(state) => {
-                Err(format!("job {id} is {state}; only pending jobs can be released").into())
-            }
-        })
-    }
-
-    /// Applies `decide` (from the current hold, or the state of a job that is
-    /// not pending, to the new hold or an error) to each job.
-    fn set_holds(
-        &mut self,
-        ids: &[JobId],
-        who: &Requester,
-        now: i64,
-        decide: impl Fn(JobId, Result<Option<Hold>, JobState>) -> Result<Option<Hold>, Refusal>,
-    ) -> Result<Reply, DaemonError> {
-        let mut outcomes = Vec::new();
-        for &id in ids {
-            if let Some(error) = self.refuse(id, who)? {
-                outcomes.push(JobOutcome::new(id, Some(error)));
-                continue;
-            }
-            let job = &self.core.jobs[&id];
-            let current = if job.state == JobState::Pending {
-                Ok(job.hold)
-            } else {
-                Err(job.state)
-            };
-            let new = match decide(id, current) {
-                Ok(h) => h,
-                Err(Refusal(error)) => {
-                    outcomes.push(JobOutcome::new(id, Some(error)));
-                    continue;
-                }
-            };
-            let job = self.core.jobs.job_mut(&id).expect("checked above");
-            job.hold = new;
-            if new.is_none() {
-                // Released: its quick requeues are forgiven.
-                job.quick_requeues = 0;
-            }
-            let job = job.clone();
-            let detail = match new {
-                Some(h) => format!("held ({}) by {}", h.name(), who.user),
-                None => format!("released by {}", who.user),
-            };
-            let tx = self.tx()?;
-            db::update_job(tx, &job)?;
-            db::add_event(tx, id, now, JobState::Pending, Some(&detail))?;
-            tracing::info!(target: "ysched::daemon", "job {id} {detail}");
-            if who.admin && job.user != who.user {
-                let action = if new.is_some() { "hold" } else { "release" };
-                self.audit(
-                    now,
-                    who.user,
-                    action,
-                    Some(id),
-                    &format!("{detail} (job of {})", job.user),
-                )?;
-            }
-            outcomes.push(JobOutcome::new(id, None));
-        }
-        self.reschedule = true;
-        self.snapshot = None;
-        Ok(Reply::Control {
-            outcomes,
-            message: None,
-        })
-    }
-}
-
-/// Adds the outcomes of references that named no job to a control reply.
-fn with_outcomes(reply: Reply, unknown: Vec<JobOutcome>) -> Reply {
-    match reply {
-        Reply::Control {
-            mut outcomes,
-            message,
-        } => {
-            outcomes.extend(unknown);
-            Reply::Control { outcomes, message }
-        }
-        other => other,
-    }
-}
-
-/// The outcomes of a control reply.
-fn outcomes_of(reply: Reply) -> Vec<JobOutcome> {
-    match reply {
-        Reply::Control { outcomes, .. } => outcomes,
-        _ => Vec::new(),
     }
 }

@@ -22,6 +22,7 @@ mod effects;
 mod error;
 mod forwarded;
 mod gpu_use;
+mod holds;
 mod identity;
 mod images;
 mod jobs;
