@@ -125,4 +125,27 @@ impl Core {
             }
         }
     }
+
+    /// Runs `act` on each of `ids` that `who` may act on; the reply gives
+    /// each job's outcome (`Some`: why not).
+    pub(super) fn each_job(
+        &mut self,
+        reads: &dyn Reads,
+        ids: &[JobId],
+        who: &Requester,
+        mut act: impl FnMut(&mut Core, JobId) -> Result<Option<String>, DaemonError>,
+    ) -> Result<crate::proto::Reply, DaemonError> {
+        let mut outcomes = Vec::new();
+        for &id in ids {
+            let error = match self.refusal(reads, id, who)? {
+                Some(refusal) => Some(refusal.into_message()),
+                None => act(self, id)?,
+            };
+            outcomes.push(JobOutcome::new(id, error));
+        }
+        Ok(crate::proto::Reply::Control {
+            outcomes,
+            message: None,
+        })
+    }
 }

@@ -3,11 +3,11 @@
 
 use crate::array::JobRef;
 use crate::db;
-use crate::model::job::{JobId, JobState};
+use crate::model::job::JobId;
 use crate::proto::{Control, JobOutcome, Reply};
 
 pub(super) use super::access::AccessRefusal;
-use super::error::{DaemonError, Refusal};
+use super::error::DaemonError;
 pub(super) use super::requester::{Proven, Requester};
 use super::state::Daemon;
 
@@ -84,15 +84,21 @@ impl Daemon {
                     super::holds::on_approve(core, reads, ids, (who, now), fx)
                 })
             }),
-            Control::Update { job_ids, changes } => {
-                self.on_jobs(&job_ids, |d, ids| d.update(ids, &changes, who, now))
-            }
-            Control::Checkpoint { job_ids } => {
-                self.on_jobs(&job_ids, |d, ids| d.checkpoint(ids, who, now))
-            }
-            Control::Requeue { job_ids } => {
-                self.on_jobs(&job_ids, |d, ids| d.requeue(ids, who, now))
-            }
+            Control::Update { job_ids, changes } => self.on_jobs(&job_ids, |d, ids| {
+                d.handle_with(|core, reads, fx| {
+                    super::update::on_update(core, reads, (ids, &changes), (who, now), fx)
+                })
+            }),
+            Control::Checkpoint { job_ids } => self.on_jobs(&job_ids, |d, ids| {
+                d.handle_with(|core, reads, fx| {
+                    super::requeue::on_checkpoint(core, reads, ids, (who, now), fx)
+                })
+            }),
+            Control::Requeue { job_ids } => self.on_jobs(&job_ids, |d, ids| {
+                d.handle_with(|core, reads, fx| {
+                    super::requeue::on_requeue(core, reads, ids, (who, now), fx)
+                })
+            }),
             Control::Suspend { job_ids } => {
                 self.on_jobs(&job_ids, |d, ids| d.suspend_or_resume(ids, who, true, now))
             }
@@ -397,210 +403,6 @@ impl Daemon {
                 daemon.audit(now, who.user, verb, Some(id), &format!("{verb}d job {id}"))?;
             }
             Ok(error)
-        })
-    }
-
-    /// Applies `yscontrol update` to each job, all of its changes or none.
-    fn update(
-        &mut self,
-        ids: &[JobId],
-        changes: &crate::proto::JobUpdate,
-        who: &Requester,
-        now: i64,
-    ) -> Result<Reply, DaemonError> {
-        self.each_job(ids, who, |daemon, id| {
-            let said = match daemon.check_update(id, changes, who, now) {
-                Ok(said) => said,
-                Err(e) => return Ok(Some(e.0)),
-            };
-            let job = daemon
-                .core
-                .jobs
-                .job_mut(&id)
-                .expect("each_job gives active jobs");
-            if let Some(q) = &changes.qos {
-                job.qos = q.clone();
-            }
-            if let Some(t) = changes.time_limit {
-                job.time_limit = t;
-            }
-            if let Some(p) = changes.priority {
-                job.priority_override = Some(p);
-            }
-            let job = job.clone();
-            let detail = format!("updated by {}: {said}", who.user);
-            let tx = daemon.tx()?;
-            db::update_job(tx, &job)?;
-            db::add_event(tx, id, now, job.state, Some(&detail))?;
-            tracing::info!(target: "ysched::daemon", "job {id} {detail}");
-            if who.admin {
-                let what = format!("job {id} of {}: {said}", job.user);
-                daemon.audit(now, who.user, "update", Some(id), &what)?;
-            }
-            daemon.reschedule = true;
-            daemon.snapshot = None;
-            Ok(None)
-        })
-    }
-
-    /// Whether `who` may make `changes` to job `id`; what they change, in words.
-    fn check_update(
-        &self,
-        id: JobId,
-        changes: &crate::proto::JobUpdate,
-        who: &Requester,
-        now: i64,
-    ) -> Result<String, Refusal> {
-        let job = &self.core.jobs[&id];
-        let shown = job.display_id();
-        let mut said = Vec::new();
-        if let Some(q) = &changes.qos {
-            if job.state != JobState::Pending {
-                return Err(format!(
-                    "job {shown} is {}; only a pending job's QoS can change",
-                    job.state
-                )
-                .into());
-            }
-            let Some(new) = self.core.config.qos_named(q) else {
-                return Err(format!(
-                    "unknown QoS '{q}' (known: {})",
-                    self.core.config.qos_names(", ")
-                )
-                .into());
-            };
-            let old = self
-                .core
-                .config
-                .qos_named(&job.qos)
-                .map_or(i64::MIN, |q| q.priority);
-            if !who.admin && new.priority > old {
-                return Err(format!(
-                    "permission denied: only admins may raise job {shown}'s QoS ({} → {q})",
-                    job.qos
-                )
-                .into());
-            }
-            if !who.admin {
-                crate::sched::admission::check_qos_access(
-                    &self.core.config,
-                    q,
-                    &job.account,
-                    job.uid,
-                    &job.user,
-                )
-                .map_err(|e| Refusal(e.to_string()))?;
-            }
-            said.push(format!("qos {} → {q}", job.qos));
-        }
-        if let Some(limit) = changes.time_limit {
-            if !matches!(
-                job.state,
-                JobState::Pending | JobState::Running | JobState::Suspended
-            ) {
-                return Err(
-                    format!("job {shown} is {}; its time limit cannot change", job.state).into(),
-                );
-            }
-            let raises = match (job.time_limit, limit) {
-                (Some(old), Some(new)) => new > old,
-                (Some(_), None) => true,
-                (None, _) => false,
-            };
-            if raises && !who.admin {
-                return Err(format!(
-                    "permission denied: only admins may raise job {shown}'s time limit ({})",
-                    crate::model::units::format_time_limit(job.time_limit)
-                )
-                .into());
-            }
-            said.push(format!(
-                "time limit {} → {}",
-                crate::model::units::format_time_limit(job.time_limit),
-                crate::model::units::format_time_limit(limit)
-            ));
-        }
-        if let Some(p) = changes.priority {
-            if job.state != JobState::Pending {
-                return Err(format!(
-                    "job {shown} is {}; only a pending job's priority can change",
-                    job.state
-                )
-                .into());
-            }
-            let ctx = self.priority_context();
-            let current = crate::sched::priority::factors(job, &ctx, now).priority();
-            if p > current && !who.admin {
-                return Err(format!(
-                    "permission denied: only admins may raise job {shown}'s priority (now {current})"
-                ).into());
-            }
-            said.push(format!("priority {current} → {p}"));
-        }
-        if said.is_empty() {
-            return Err("nothing to update: give qos=, timelimit= or priority=".into());
-        }
-        Ok(said.join(", "))
-    }
-
-    /// Records that running jobs saved a checkpoint now.
-    fn checkpoint(
-        &mut self,
-        ids: &[JobId],
-        who: &Requester,
-        now: i64,
-    ) -> Result<Reply, DaemonError> {
-        self.each_job(ids, who, |daemon, id| {
-            let job = daemon
-                .core
-                .jobs
-                .job_mut(&id)
-                .expect("each_job gives active jobs");
-            if job.state != JobState::Running {
-                return Ok(Some(format!(
-                    "job {} is {}; only a running job has checkpoints",
-                    job.display_id(),
-                    job.state
-                )));
-            }
-            job.checkpoint_at = Some(now);
-            let job = job.clone();
-            db::update_job(daemon.tx()?, &job)?;
-            tracing::debug!(target: "ysched::daemon", "job {id} reported a checkpoint");
-            daemon.snapshot = None;
-            Ok(None)
-        })
-    }
-
-    /// Stops running jobs (SIGTERM, then SIGKILL after kill_wait) and puts
-    /// them back in the queue with their ids and one more restart.
-    fn requeue(&mut self, ids: &[JobId], who: &Requester, now: i64) -> Result<Reply, DaemonError> {
-        self.each_job(ids, who, |daemon, id| {
-            let job = &daemon.core.jobs[&id];
-            if job.state != JobState::Running {
-                return Ok(Some(format!(
-                    "job {} is {}; only running jobs can be requeued",
-                    job.display_id(),
-                    job.state
-                )));
-            }
-            if job.no_requeue {
-                let why = if job.interactive {
-                    "is an interactive session: a shell cannot be run again"
-                } else {
-                    "was submitted with --no-requeue"
-                };
-                return Ok(Some(format!("job {} {why}", job.display_id())));
-            }
-            let owner = job.user.clone();
-            // Pending as the end state: requeued once it is gone.
-            let detail = format!("requeued by {}", who.user);
-            daemon.terminate(id, JobState::Pending, &detail, now)?;
-            if owner != who.user {
-                let what = format!("requeued job {id} of {owner}");
-                daemon.audit(now, who.user, "requeue", Some(id), &what)?;
-            }
-            Ok(None)
         })
     }
 

@@ -38,6 +38,7 @@ mod preempt;
 mod reads;
 mod refusals;
 mod requester;
+mod requeue;
 mod retention;
 mod run_link;
 mod seam;
@@ -49,6 +50,7 @@ mod submit;
 mod test_only;
 mod tokens;
 mod turn;
+mod update;
 mod users;
 
 #[cfg(test)]

@@ -27,6 +27,8 @@ pub(super) trait Reads {
     fn node_gpus(&self, node: Option<&str>) -> Vec<Gpu>;
     /// When `job` last rewrote its `--checkpoint-file` in this run.
     fn checkpoint_file_time(&self, job: &Job) -> Option<i64>;
+    /// How many GPUs the pool has, all nodes together.
+    fn total_gpus(&self) -> u32;
 }
 
 /// The running controller's: its database and its nodes.
@@ -60,6 +62,10 @@ impl Reads for Edge<'_> {
 
     fn checkpoint_file_time(&self, job: &Job) -> Option<i64> {
         checkpoint_file_time(job)
+    }
+
+    fn total_gpus(&self) -> u32 {
+        self.nodes.all_gpus().len() as u32
     }
 }
 

@@ -81,4 +81,8 @@ impl Reads for Archive {
     fn checkpoint_file_time(&self, _job: &Job) -> Option<i64> {
         None
     }
+
+    fn total_gpus(&self) -> u32 {
+        4
+    }
 }

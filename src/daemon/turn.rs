@@ -847,16 +847,6 @@ impl Daemon {
             .collect()
     }
 
-    /// What a job's priority is computed from, as the last pass left it.
-    pub(super) fn priority_context(&self) -> sched::priority::Context<'_> {
-        sched::priority::Context {
-            weights: &self.core.config.priority,
-            qos: &self.core.config.qos,
-            fairshare: &self.core.policy.fairshare,
-            total_gpus: self.nodes.all_gpus().len() as u32,
-        }
-    }
-
     /// What the views add to the jobs, as the last pass left it, with
     /// `reasons` (all of them, or those of the jobs a snapshot holds).
     fn view_facts(&self, reasons: HashMap<JobId, Reason>, now: i64) -> query::ViewFacts {
