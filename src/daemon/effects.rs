@@ -10,6 +10,7 @@
 
 use crate::exec::spec::StepCommand;
 use crate::model::job::{Job, JobId, JobState};
+use crate::net::message::ToNode;
 use crate::proto::Channel;
 
 use super::notifications::Notification;
@@ -63,7 +64,7 @@ pub(super) enum Row {
 }
 
 /// What leaves the process once the turn is committed.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub(super) enum Out {
     /// A command to a job's processes, on every node it runs on (as the
     /// job was when it was decided: its nodes).
@@ -75,6 +76,10 @@ pub(super) enum Out {
     /// What the executor of `node` (`None`: this host's) kept of an
     /// ended job goes.
     Forget { job: JobId, node: Option<String> },
+    /// A frame to node `node`'s agent on its connection of the moment
+    /// (a run to forget or clear, a thaw, a renewed certificate, an
+    /// answer to a request it passed on).
+    Frame { node: String, frame: Box<ToNode> },
 }
 
 impl Effects {
@@ -162,10 +167,12 @@ impl Effects {
         }
     }
 
-    /// What leaves after the commit, taken out (for a caller that keeps
-    /// no rows).
-    pub(super) fn into_outs(self) -> Vec<Out> {
-        self.out
+    /// A frame to node `node`'s agent, after the commit.
+    pub(super) fn frame(&mut self, node: &str, frame: ToNode) {
+        self.out.push(Out::Frame {
+            node: node.to_string(),
+            frame: Box::new(frame),
+        });
     }
 
     /// The rows, for the tests and the simulation.

@@ -292,21 +292,6 @@ impl Daemon {
             .get(sender.uid)
             .is_some_and(|u| u.name == sender.user)
     }
-
-    /// Sends node `node` the answer to its request `name` (after the
-    /// commit). A node gone since asks again when it is back.
-    pub(super) fn answer_node(&self, node: &str, name: String, reply: Reply) {
-        let Some(remote) = self.nodes.named(node).and_then(|n| n.remote.as_ref()) else {
-            return;
-        };
-        let answer = ToNode::Answer {
-            name,
-            reply: Box::new(reply),
-        };
-        if let Err(e) = remote.link.send(node, answer) {
-            tracing::debug!(target: "ysched::pool", "the answer to node {node} waits for it: {e}");
-        }
-    }
 }
 
 /// How far a request a node passed on is proven to be its sender's.

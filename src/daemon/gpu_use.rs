@@ -6,6 +6,7 @@ use crate::db;
 use crate::gpu::sampling::Reading;
 use crate::model::job::{JobId, JobState};
 
+use super::effects::Effects;
 use super::error::DaemonError;
 use super::state::Daemon;
 
@@ -88,8 +89,9 @@ impl Daemon {
                 None => job.gpus_alloc.clone(),
             };
             job.gpu_usage.add(&reading.samples, &gpus, interval, low);
-            let job = job.clone();
-            db::update_job(self.tx()?, &job)?;
+            let mut fx = Effects::default();
+            fx.job(job);
+            self.apply(fx)?;
         }
         if let Some(node) = self.nodes.iter_mut().find(|n| n.name() == name) {
             node.samples = Some(reading.samples);

@@ -40,11 +40,9 @@ impl Daemon {
         let Some(job) = self.core.jobs.get(&id) else {
             return Err(ExecError::Gone(id));
         };
-        let out = super::effects::Out::Command {
-            job: Box::new(crate::model::job::Job::clone(job)),
-            command: command.clone(),
-        };
-        self.turn.out.push(out);
+        let mut fx = Effects::default();
+        fx.command(job, command.clone());
+        self.after_commit(fx);
         Ok(())
     }
 
@@ -93,9 +91,10 @@ impl Daemon {
         if job.borrowed {
             detail.push_str(", borrowed beyond its account's guarantee");
         }
-        let tx = self.tx()?;
-        db::update_job(tx, &job)?;
-        db::add_event(tx, id, now, JobState::Running, Some(&detail))?;
+        let mut fx = Effects::default();
+        fx.job(&job);
+        fx.event(id, now, JobState::Running, Some(&detail));
+        self.apply(fx)?;
         self.turn.to_launch.push(id);
         self.notify_job(&job, super::notifications::JobEvent::Began, now);
         Ok(())
@@ -111,7 +110,7 @@ impl Daemon {
     ) {
         let mut fx = Effects::default();
         self.core.notify_job(job, event, now, &mut fx);
-        self.turn.out.extend(fx.into_outs());
+        self.after_commit(fx);
     }
 
     /// Starts the supervisors of the jobs marked running in this turn.
@@ -303,7 +302,9 @@ impl Daemon {
             "its node {node} ended it: {} (NODE_FAIL)",
             record.fenced.as_deref().unwrap_or("fenced")
         );
-        db::add_event_named(self.tx()?, id, now, "NODE_FAIL", Some(&why))?;
+        let mut fx = Effects::default();
+        fx.named_event(id, now, "NODE_FAIL", Some(&why));
+        self.apply(fx)?;
         let (end, exit) = (record.end_time, Some(record.exit));
         if no_requeue {
             return self.finish(id, JobState::NodeFail, end, exit, Some(why));
@@ -334,14 +335,6 @@ impl Daemon {
         self.core
             .finish(&reads, (id, state, end), exit, reason, &mut fx)?;
         self.apply(fx)
-    }
-
-    /// What the executors of `job`'s nodes kept of it goes once this
-    /// turn's records are committed.
-    pub(super) fn forget_after_commit(&mut self, job: &crate::model::job::Job) {
-        let mut fx = super::effects::Effects::default();
-        fx.forget(job);
-        self.turn.out.extend(fx.into_outs());
     }
 
     /// Charges active job `id`'s run from its start to `end` to its user
@@ -386,7 +379,7 @@ impl Daemon {
     pub(super) fn send_terminate(&mut self, id: JobId, grace_secs: u64) {
         let mut fx = Effects::default();
         self.core.stop(id, grace_secs, &mut fx);
-        self.turn.out.extend(fx.into_outs());
+        self.after_commit(fx);
     }
 
     /// Suspends (`freeze`) a running job or resumes a suspended one. A
@@ -424,9 +417,10 @@ impl Daemon {
         }
         let job = job.clone();
         let detail = format!("{verb}d by {by}");
-        let tx = self.tx()?;
-        db::update_job(tx, &job)?;
-        db::add_event(tx, id, now, to, Some(&detail))?;
+        let mut fx = Effects::default();
+        fx.job(&job);
+        fx.event(id, now, to, Some(&detail));
+        self.apply(fx)?;
         tracing::info!(target: "ysched::daemon", "job {id} {detail}");
         self.snapshot = None;
         self.reschedule = true;
@@ -598,11 +592,12 @@ impl Daemon {
         job.peers.clear();
         job.kill_reason = None;
         let job = job.clone();
-        let tx = self.tx()?;
-        db::update_job(tx, &job)?;
-        db::add_event(tx, id, now, JobState::Pending, Some(detail))?;
+        let mut fx = Effects::default();
+        fx.job(&job);
+        fx.event(id, now, JobState::Pending, Some(detail));
+        fx.forget(&ran);
+        self.apply(fx)?;
         tracing::info!(target: "ysched::daemon", "job {id} {detail}");
-        self.forget_after_commit(&ran);
         self.reschedule = true;
         Ok(())
     }

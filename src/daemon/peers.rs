@@ -14,6 +14,7 @@ use crate::exec::spec::{SignalTarget, StepCommand};
 use crate::exec::ExecError;
 use crate::model::job::{Job, JobId, JobState};
 
+use super::effects::Effects;
 use super::error::DaemonError;
 use super::run_link::RunLink;
 use super::state::Daemon;
@@ -294,7 +295,9 @@ impl Daemon {
             .reason
             .clone()
             .unwrap_or_else(|| "a node of it failed (NODE_FAIL)".into());
-        crate::db::add_event_named(self.tx()?, id, now, "NODE_FAIL", Some(&why))?;
+        let mut fx = Effects::default();
+        fx.named_event(id, now, "NODE_FAIL", Some(&why));
+        self.apply(fx)?;
         let exit = (batch == PartState::Ended)
             .then(|| self.executor_of(id).and_then(|e| e.exit_of(id)))
             .flatten()
@@ -340,11 +343,11 @@ impl Daemon {
             return Ok(());
         }
         job.state = JobState::Completing;
-        let job = job.clone();
-        let tx = self.tx()?;
-        crate::db::update_job(tx, &job)?;
-        crate::db::add_event(tx, id, now, JobState::Completing, Some(detail))?;
-        self.snapshot = None;
+        let mut fx = Effects::default();
+        fx.job(job);
+        fx.event(id, now, JobState::Completing, Some(detail));
+        fx.views_changed();
+        self.apply(fx)?;
         Ok(())
     }
 

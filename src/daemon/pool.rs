@@ -31,6 +31,7 @@ use crate::proto::Reply;
 use crate::spool::Spool;
 
 use super::control::{admins_only, Requester};
+use super::effects::Effects;
 use super::error::DaemonError;
 use super::nodes::{Node, RemoteNode};
 use super::pool_state::PoolState;
@@ -311,7 +312,7 @@ impl Daemon {
                     now
                 };
                 self.heartbeat(name, &link, seq, &running, fenced);
-                self.thaw_fenced(name, &link, (fenced, &frozen), (sent, now))?;
+                self.thaw_fenced(name, (fenced, &frozen), (sent, now))?;
             }
             FromNode::NotStarted { run, why } => self.not_started(name, run, &why, now)?,
             FromNode::Started {
@@ -329,7 +330,7 @@ impl Daemon {
                 link.state().lost.insert(run.job);
                 self.settle_run(name, &link, run, ended);
             }
-            FromNode::Renew { request_pem } => self.renew(name, &link, &request_pem)?,
+            FromNode::Renew { request_pem } => self.renew(name, &request_pem)?,
             // A node's readings, of its own GPUs only (numbers beyond its
             // inventory are dropped there), every second to every hour.
             FromNode::Gpus {
@@ -391,7 +392,13 @@ impl Daemon {
 
     /// A run ended (or was lost) on node `name`: accounted if it is the
     /// job's current run there, else forgotten at once.
-    fn settle_run(&mut self, name: &str, link: &Link, run: RunKey, ended: &mut Vec<JobId>) {
+    pub(super) fn settle_run(
+        &mut self,
+        name: &str,
+        link: &Link,
+        run: RunKey,
+        ended: &mut Vec<JobId>,
+    ) {
         let current = self.core.jobs.get(&run.job).is_some_and(|j| {
             j.state.holds_gpus() && j.runs_on(name) && j.restart_count == run.restart
         });
@@ -403,7 +410,9 @@ impl Daemon {
                 state.exits.remove(&run.job);
                 state.lost.remove(&run.job);
             }
-            let _ = link.send(name, ToNode::Forget { run });
+            let mut fx = Effects::default();
+            fx.frame(name, ToNode::Forget { run });
+            self.after_commit(fx);
         }
     }
 
@@ -671,13 +680,11 @@ impl Daemon {
         }
         self.attach_node(hello.facts.clone(), link.clone());
         self.nodes.change(name, |node| node.down = None);
-        let _ = link.send(
-            name,
-            ToNode::Welcome {
-                lease_ms: lease.as_millis() as u64,
-                frozen_limit_ms: self.core.config.pool.frozen_limit.as_millis() as u64,
-            },
-        );
+        let welcome = ToNode::Welcome {
+            lease_ms: lease.as_millis() as u64,
+            frozen_limit_ms: self.core.config.pool.frozen_limit.as_millis() as u64,
+        };
+        self.answer_link(name, &link, welcome);
         tracing::info!(
             target: "ysched::pool",
             "node {name} connected (ysnoded {}): {} running, {} ended, {} lost",
@@ -714,8 +721,10 @@ impl Daemon {
         for run in held.collect::<Vec<_>>() {
             if !current(self, &run) {
                 tracing::info!(target: "ysched::pool", "{run} on {name} is not a current run: stopped and forgotten");
-                let _ = link.send(name, ToNode::Clear { run });
-                let _ = link.send(name, ToNode::Forget { run });
+                let mut fx = Effects::default();
+                fx.frame(name, ToNode::Clear { run });
+                fx.frame(name, ToNode::Forget { run });
+                self.after_commit(fx);
                 let mut state = link.state();
                 state.exits.remove(&run.job);
                 state.lost.remove(&run.job);
@@ -746,7 +755,7 @@ impl Daemon {
             }
         }
         let fenced = !hello.frozen.is_empty();
-        self.thaw_fenced(name, link, (fenced, &hello.frozen), (now, now))?;
+        self.thaw_fenced(name, (fenced, &hello.frozen), (now, now))?;
         self.reschedule = true;
         self.snapshot = None;
         Ok(())
@@ -761,7 +770,6 @@ impl Daemon {
     pub(super) fn thaw_fenced(
         &mut self,
         name: &str,
-        link: &Link,
         (fenced, frozen): (bool, &[(RunKey, u64)]),
         (sent, now): (i64, i64),
     ) -> Result<(), DaemonError> {
@@ -771,6 +779,7 @@ impl Daemon {
             }),
             None => Vec::new(),
         };
+        let mut fx = Effects::default();
         for &(run, secs) in frozen {
             let job = current_run(&self.core.jobs, run, name);
             match job.map(|j| j.state) {
@@ -780,20 +789,21 @@ impl Daemon {
                     // (each part of a job over several reports its own).
                     let batch = job.and_then(|j| j.node.as_deref()) == Some(name);
                     if let Some(credit) = credit.filter(|_| batch) {
-                        self.credit_frozen(run, name, secs, *credit, now)?;
+                        self.credit_frozen(run, name, (secs, *credit), now, &mut fx);
                     }
-                    let _ = link.send(name, ToNode::Freeze { run, frozen: false });
+                    // Thawed once the credit is recorded.
+                    fx.frame(name, ToNode::Freeze { run, frozen: false });
                 }
                 // Suspended by an administrator: it stays frozen until resumed.
                 Some(_) => {}
                 None => {
                     tracing::info!(target: "ysched::pool", "{run} frozen on {name} is not a current run: stopped and forgotten");
-                    let _ = link.send(name, ToNode::Clear { run });
-                    let _ = link.send(name, ToNode::Forget { run });
+                    fx.frame(name, ToNode::Clear { run });
+                    fx.frame(name, ToNode::Forget { run });
                 }
             }
         }
-        Ok(())
+        self.apply(fx)
     }
 
     /// Credits `credit` of a freeze node `name` reported (`secs` by its
@@ -803,28 +813,25 @@ impl Daemon {
         &mut self,
         run: RunKey,
         name: &str,
-        secs: u64,
-        credit: super::node_time::Credited,
+        (secs, credit): (u64, super::node_time::Credited),
         now: i64,
-    ) -> Result<(), DaemonError> {
+        fx: &mut Effects,
+    ) {
         let Some(job) = self.core.jobs.job_mut(&run.job) else {
-            return Ok(());
+            return;
         };
         job.suspended_secs += credit.added;
-        let job = job.clone();
-        let tx = self.tx()?;
-        db::update_job(tx, &job)?;
+        fx.job(job);
         if credit.first {
             let detail = format!(
                 "frozen on {name} while the controller could not be reached ({secs} s by its count, {} s credited so far); thawed",
                 credit.total
             );
-            db::add_event_named(tx, run.job, now, "THAWED", Some(&detail))?;
+            fx.named_event(run.job, now, "THAWED", Some(&detail));
             tracing::info!(target: "ysched::pool", "job {} {detail}", run.job);
         } else {
             tracing::debug!(target: "ysched::pool", "job {}: {} s more of its freeze on {name} credited ({} s in all)", run.job, credit.added, credit.total);
         }
-        Ok(())
     }
 
     /// The controller's clock less node `name`'s, with a reading of the
@@ -878,7 +885,7 @@ impl Daemon {
     /// A heartbeat: the node is heard, its lease renewed by the answer.
     fn heartbeat(&mut self, name: &str, link: &Link, seq: u64, running: &[RunKey], fenced: bool) {
         link.state().running = Some(running.iter().map(|r| (r.job, (r.restart, 0))).collect());
-        let _ = link.send(name, ToNode::HeartbeatAck { seq });
+        self.answer_link(name, link, ToNode::HeartbeatAck { seq });
         let was_down = self.nodes.named(name).and_then(|n| n.down.clone());
         self.nodes.change(name, |node| {
             if let Some(remote) = &mut node.remote {
@@ -896,7 +903,7 @@ impl Daemon {
     }
 
     /// A new certificate for a node whose certificate nears its end.
-    fn renew(&mut self, name: &str, link: &Link, request_pem: &str) -> Result<(), DaemonError> {
+    fn renew(&mut self, name: &str, request_pem: &str) -> Result<(), DaemonError> {
         let Some(pool) = &self.pool else {
             return Ok(());
         };
@@ -904,7 +911,10 @@ impl Daemon {
         let (certificate_pem, serial) = pool.authority.sign_node(name, request_pem, lifetime)?;
         db::set_node_certificate(self.tx()?, name, &serial)?;
         tracing::info!(target: "ysched::pool", "node {name} renewed its certificate ({serial})");
-        let _ = link.send(name, ToNode::Renewed { certificate_pem });
+        // Handed out once its serial is recorded as the node's.
+        let mut fx = Effects::default();
+        fx.frame(name, ToNode::Renewed { certificate_pem });
+        self.after_commit(fx);
         Ok(())
     }
 }
@@ -983,7 +993,9 @@ impl Daemon {
                 continue;
             }
             let why = format!("its node {name} was lost (NODE_FAIL)");
-            db::add_event_named(self.tx()?, id, now, "NODE_FAIL", Some(&why))?;
+            let mut fx = Effects::default();
+            fx.named_event(id, now, "NODE_FAIL", Some(&why));
+            self.apply(fx)?;
             if no_requeue {
                 self.finish(id, JobState::NodeFail, now, None, Some(why))?;
             } else {

@@ -224,7 +224,16 @@ fn a_cancel_whose_commit_fails_sends_nothing_and_changes_nothing() {
     p.daemon
         .control(cancel, (uid, &user), super::requester::Proven::Kernel, 0)
         .unwrap();
-    // A row the commit refuses: a deferred foreign key that holds nothing.
+    fail_the_commit(&mut p);
+    assert!(p.nodes[0].state().commands.is_empty(), "no stop left");
+    assert_eq!(p.placed(id).2, JobState::Running);
+    assert_eq!(p.daemon.core.jobs[&id].state, JobState::Running);
+}
+
+/// Makes the turn's commit fail (a row it refuses), and the daemon carry
+/// on as after a full disk.
+fn fail_the_commit(p: &mut Pool) {
+    // A deferred foreign key that holds nothing.
     p.daemon
         .tx()
         .unwrap()
@@ -236,9 +245,43 @@ fn a_cancel_whose_commit_fails_sends_nothing_and_changes_nothing() {
     let failure = p.daemon.commit().unwrap_err();
     assert!(failure.to_string().contains("FOREIGN KEY"), "{failure}");
     p.daemon.after_failed_commit(&failure, Vec::new()).unwrap();
-    assert!(p.nodes[0].state().commands.is_empty(), "no stop left");
-    assert_eq!(p.placed(id).2, JobState::Running);
-    assert_eq!(p.daemon.core.jobs[&id].state, JobState::Running);
+}
+
+#[test]
+fn a_frame_to_a_node_leaves_only_once_its_turn_is_committed() {
+    let mut p = pool(&[16]);
+    let id = p.submit(request(1)).unwrap();
+    p.settle();
+    let (server, recorder) = crate::net::server::Recorder::new().unwrap();
+    let link = crate::net::remote::Link::default();
+    link.state().conn = Some((server, 1));
+    p.daemon.nodes.change("gpu01", |node| {
+        node.remote = Some(super::nodes::RemoteNode {
+            link: link.clone(),
+            last_heard: std::time::Instant::now(),
+            lost: false,
+            heard_since_away: true,
+        })
+    });
+    // The node reports a run of the job that is not its current one:
+    // forgotten there, once that is recorded.
+    let stale = crate::net::message::RunKey {
+        job: id,
+        restart: 7,
+    };
+    p.daemon.settle_run("gpu01", &link, stale, &mut Vec::new());
+    fail_the_commit(&mut p);
+    assert!(recorder.frames().is_empty(), "nothing leaves a failed turn");
+    p.daemon.settle_run("gpu01", &link, stale, &mut Vec::new());
+    assert!(
+        recorder.frames().is_empty(),
+        "nothing leaves before the commit"
+    );
+    p.daemon.commit().unwrap();
+    let sent = recorder.frames();
+    assert_eq!(sent.len(), 1);
+    let body = String::from_utf8_lossy(&sent[0]);
+    assert!(body.contains("Forget"), "{body}");
 }
 
 #[test]

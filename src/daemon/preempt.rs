@@ -12,6 +12,7 @@ use crate::db;
 use crate::model::job::{Job, JobId, JobState};
 use crate::sched::pass::Preemption;
 
+use super::effects::Effects;
 use super::error::DaemonError;
 use super::state::Daemon;
 
@@ -70,9 +71,10 @@ impl Daemon {
                 continue;
             };
             job.borrowed = !job.borrowed;
-            let job = job.clone();
-            db::update_job(self.tx()?, &job)?;
-            self.snapshot = None;
+            let mut fx = Effects::default();
+            fx.job(job);
+            fx.views_changed();
+            self.apply(fx)?;
         }
         Ok(())
     }
@@ -119,8 +121,16 @@ impl Daemon {
             "job {urgent} ({qos}, {user}) {verb} {victims}; GPUs [{}]{on} kept for it",
             db::format_index_list(&choice.gpus)
         );
-        db::update_job(self.tx()?, &job)?;
-        self.audit(now, "ysctld", action, Some(urgent), &detail)?;
+        let mut fx = Effects::default();
+        fx.job(&job);
+        fx.audit(
+            (now, self.turn.channel),
+            "ysctld",
+            action,
+            Some(urgent),
+            &detail,
+        );
+        self.apply(fx)?;
         self.stats.preemptions_total += 1;
         for victim in choice.victims {
             let suspend = self.core.jobs.get(&victim).is_some_and(|j| {
@@ -173,9 +183,10 @@ impl Daemon {
             "preempt"
         };
         self.record_stop(&job, by, kind, grace, now)?;
-        let tx = self.tx()?;
-        db::update_job(tx, &job)?;
-        db::add_event(tx, id, now, JobState::Preempted, Some(&detail))?;
+        let mut fx = Effects::default();
+        fx.job(&job);
+        fx.event(id, now, JobState::Preempted, Some(&detail));
+        self.apply(fx)?;
         tracing::info!(target: "ysched::daemon", "job {id} {detail}");
         self.send_terminate(id, grace);
         Ok(())
@@ -191,10 +202,9 @@ impl Daemon {
         job: Option<JobId>,
         detail: &str,
     ) -> Result<(), DaemonError> {
-        let channel = self.turn.channel;
-        db::add_audit(self.tx()?, now, actor, action, job, detail, channel)?;
-        tracing::info!(target: "ysched::audit", "{actor} {action} ({}): {detail}", channel.as_str());
-        Ok(())
+        let mut fx = Effects::default();
+        fx.audit((now, self.turn.channel), actor, action, job, detail);
+        self.apply(fx)
     }
 
     /// Freezes a victim whose QoS suspends: it keeps its GPUs and memory,
@@ -208,9 +218,9 @@ impl Daemon {
         job.preempted_by = Some(by);
         job.preempt_count += 1;
         job.reason = Some(format!("suspended for job {by}"));
-        let job = job.clone();
-        db::update_job(self.tx()?, &job)?;
-        Ok(())
+        let mut fx = Effects::default();
+        fx.job(job);
+        self.apply(fx)
     }
 
     /// Seconds between SIGTERM and SIGKILL when `job` is stopped.
@@ -348,18 +358,19 @@ impl Daemon {
                 "; its runs end soon after they start: it waits {delay} s"
             ));
         }
-        let tx = self.tx()?;
-        db::update_job(tx, &job)?;
-        db::add_event_named(tx, id, end, "REQUEUED", Some(&detail))?;
+        let mut fx = Effects::default();
+        fx.job(&job);
+        fx.named_event(id, end, "REQUEUED", Some(&detail));
         if let Some(why) = &held {
-            db::add_event(tx, id, end, JobState::Pending, Some(why))?;
+            fx.event(id, end, JobState::Pending, Some(why));
             tracing::warn!(target: "ysched::daemon", "job {id} {why}");
         }
-        self.notify_job(&job, super::notifications::JobEvent::Requeued, end);
-        tracing::info!(target: "ysched::daemon", "job {id} {detail}");
         // Its exit record goes once this is committed; it may run again
         // at once.
-        self.forget_after_commit(&ran);
+        fx.forget(&ran);
+        self.apply(fx)?;
+        self.notify_job(&job, super::notifications::JobEvent::Requeued, end);
+        tracing::info!(target: "ysched::daemon", "job {id} {detail}");
         self.reschedule = true;
         self.snapshot = None;
         Ok(())

@@ -9,6 +9,9 @@ use crate::db;
 use crate::exec::spec::StepCommand;
 use crate::exec::ExecError;
 use crate::model::job::Job;
+use crate::net::message::ToNode;
+use crate::net::remote::Link;
+use crate::proto::Reply;
 
 use super::effects::{Effects, Out, Row};
 use super::error::DaemonError;
@@ -78,8 +81,50 @@ impl Daemon {
                         node.executor.forget(job);
                     }
                 }
+                Out::Frame { node, frame } => self.send_frame(&node, *frame),
             }
         }
+    }
+
+    /// Sends `frame` to node `name`'s agent on its connection of the
+    /// moment. One that is not connected asks again, or says again what
+    /// it holds, when it is back.
+    fn send_frame(&self, name: &str, frame: ToNode) {
+        let Some(remote) = self.nodes.named(name).and_then(|n| n.remote.as_ref()) else {
+            return;
+        };
+        if let Err(e) = remote.link.send(name, frame) {
+            tracing::debug!(target: "ysched::pool", "a frame for node {name} is dropped: {e}");
+        }
+    }
+
+    /// Sends node `node` the answer to its request `name` (after the
+    /// commit). A node gone since asks again when it is back.
+    pub(super) fn answer_node(&self, node: &str, name: String, reply: Reply) {
+        let answer = ToNode::Answer {
+            name,
+            reply: Box::new(reply),
+        };
+        self.send_frame(node, answer);
+    }
+
+    /// Answers the link protocol itself at once (`Welcome`,
+    /// `HeartbeatAck`): such frames say the controller hears the node and
+    /// record nothing, so they need not wait for a commit (and a node
+    /// must not wait a failed turn's pause for its lease).
+    pub(super) fn answer_link(&self, name: &str, link: &Link, frame: ToNode) {
+        debug_assert!(matches!(
+            frame,
+            ToNode::Welcome { .. } | ToNode::HeartbeatAck { .. }
+        ));
+        let _ = link.send(name, frame);
+    }
+
+    /// Effects that only leave the process (`fx` with no rows), queued
+    /// for after this turn's commit.
+    pub(super) fn after_commit(&mut self, fx: Effects) {
+        debug_assert!(fx.rows.is_empty());
+        self.turn.out.extend(fx.out);
     }
 
     /// Delivers `command` to `job`'s processes on its nodes.

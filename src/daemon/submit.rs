@@ -267,7 +267,9 @@ impl Daemon {
             });
             let id = db::insert_job(self.tx()?, &task, payload)?;
             if let Some(why) = approval {
-                db::add_event(self.tx()?, id, now, JobState::Pending, Some(why))?;
+                let mut fx = super::effects::Effects::default();
+                fx.event(id, now, JobState::Pending, Some(why));
+                self.apply(fx)?;
             }
             let array_id = *first.get_or_insert(id);
             if let Some(a) = &mut task.array {

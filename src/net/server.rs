@@ -94,6 +94,36 @@ impl ServerHandle {
     }
 }
 
+/// A handle whose orders go nowhere but to the test holding the
+/// receiver: what the daemon would have sent, and when.
+#[cfg(test)]
+pub(crate) struct Recorder(mpsc::Receiver<Order>);
+
+#[cfg(test)]
+impl Recorder {
+    pub(crate) fn new() -> Result<(ServerHandle, Recorder), NetError> {
+        let wake = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+            .map_err(|e| NetError::io("cannot make an eventfd")(e.into()))?;
+        let (orders, inbox) = mpsc::channel();
+        let handle = ServerHandle {
+            orders,
+            wake: Arc::new(wake),
+        };
+        Ok((handle, Recorder(inbox)))
+    }
+
+    /// The frames sent since the last call, to any connection.
+    pub(crate) fn frames(&self) -> Vec<Vec<u8>> {
+        self.0
+            .try_iter()
+            .filter_map(|order| match order {
+                Order::Send(_, frame) => Some(frame),
+                Order::Close(_, last) => last,
+            })
+            .collect()
+    }
+}
+
 /// Serves `listener` on a thread of its own; `on_event` hears every frame
 /// and every end of a connection that had sent one.
 pub fn spawn(
