@@ -137,7 +137,13 @@ pub fn run(args: Args) -> CliResult {
         return checked.outcome();
     }
     match args.command {
-        Some(Command::Simulate(sim)) => return simulate(&config, sim),
+        Some(Command::Simulate(sim)) => {
+            // The controller's own log, for a seed being looked into.
+            if args.verbose > 0 {
+                init_logging(args.verbose - 1);
+            }
+            return simulate(&config, sim);
+        }
         Some(Command::ExportSlurm(export)) => return export_slurm(&config, &export),
         None => {}
     }

@@ -99,12 +99,16 @@ impl Daemon {
                     super::requeue::on_requeue(core, reads, ids, (who, now), fx)
                 })
             }),
-            Control::Suspend { job_ids } => {
-                self.on_jobs(&job_ids, |d, ids| d.suspend_or_resume(ids, who, true, now))
-            }
-            Control::Resume { job_ids } => {
-                self.on_jobs(&job_ids, |d, ids| d.suspend_or_resume(ids, who, false, now))
-            }
+            Control::Suspend { job_ids } => self.on_jobs(&job_ids, |d, ids| {
+                d.handle_with(|core, reads, fx| {
+                    super::suspend::on_suspend(core, reads, ids, (who, now), fx)
+                })
+            }),
+            Control::Resume { job_ids } => self.on_jobs(&job_ids, |d, ids| {
+                d.handle_with(|core, reads, fx| {
+                    super::suspend::on_resume(core, reads, ids, (who, now), fx)
+                })
+            }),
             Control::Drain { gpus, reason, node } => {
                 Ok(self.drain(node, &gpus, Some(reason), who, now)?)
             }
@@ -377,54 +381,5 @@ impl Daemon {
         who: &Requester,
     ) -> Result<Option<AccessRefusal>, DaemonError> {
         self.core.refusal(&self.reads(), id, who)
-    }
-
-    fn suspend_or_resume(
-        &mut self,
-        ids: &[JobId],
-        who: &Requester,
-        suspend: bool,
-        now: i64,
-    ) -> Result<Reply, DaemonError> {
-        let verb = if suspend { "suspend" } else { "resume" };
-        if !who.admin {
-            return Ok(Reply::Rejected {
-                error: format!(
-                    "permission denied: only root and the config's admins may {verb} jobs"
-                ),
-            });
-        }
-        self.each_job(ids, who, |daemon, id| {
-            let error = daemon
-                .set_suspended(id, suspend, who.user, now)?
-                .err()
-                .map(|refusal| refusal.0);
-            if error.is_none() {
-                daemon.audit(now, who.user, verb, Some(id), &format!("{verb}d job {id}"))?;
-            }
-            Ok(error)
-        })
-    }
-
-    /// Runs `act` on each of `ids` that `who` may act on; the reply gives
-    /// each job's outcome (`Some`: why not).
-    fn each_job(
-        &mut self,
-        ids: &[JobId],
-        who: &Requester,
-        mut act: impl FnMut(&mut Self, JobId) -> Result<Option<String>, DaemonError>,
-    ) -> Result<Reply, DaemonError> {
-        let mut outcomes = Vec::new();
-        for &id in ids {
-            let error = match self.refuse(id, who)? {
-                Some(e) => Some(e),
-                None => act(self, id)?,
-            };
-            outcomes.push(JobOutcome::new(id, error));
-        }
-        Ok(Reply::Control {
-            outcomes,
-            message: None,
-        })
     }
 }

@@ -382,59 +382,6 @@ impl Daemon {
         self.after_commit(fx);
     }
 
-    /// Suspends (`freeze`) a running job or resumes a suspended one. A
-    /// suspended job's cgroup is frozen: it stops where it is and keeps its
-    /// GPUs (and their memory); the time it spends so does not count
-    /// against its time limit. `Err` is for the requester.
-    pub(super) fn set_suspended(
-        &mut self,
-        id: JobId,
-        freeze: bool,
-        by: &str,
-        now: i64,
-    ) -> Result<Result<(), Refusal>, DaemonError> {
-        let (from, to, verb) = if freeze {
-            (JobState::Running, JobState::Suspended, "suspend")
-        } else {
-            (JobState::Suspended, JobState::Running, "resume")
-        };
-        let state = self.core.jobs[&id].state;
-        if state != from {
-            return Ok(Err(Refusal(format!(
-                "job {id} is {state}; only {} jobs can be {verb}d",
-                from.name().to_lowercase()
-            ))));
-        }
-        if let Err(e) = self.freeze(id, freeze) {
-            return Ok(Err(e));
-        }
-        let job = self.core.jobs.job_mut(&id).expect("checked above");
-        job.state = to;
-        if freeze {
-            job.suspended_at = Some(now);
-        } else if let Some(at) = job.suspended_at.take() {
-            job.suspended_secs += (now - at).max(0) as u64;
-        }
-        let job = job.clone();
-        let detail = format!("{verb}d by {by}");
-        let mut fx = Effects::default();
-        fx.job(&job);
-        fx.event(id, now, to, Some(&detail));
-        self.apply(fx)?;
-        tracing::info!(target: "ysched::daemon", "job {id} {detail}");
-        self.snapshot = None;
-        self.reschedule = true;
-        Ok(Ok(()))
-    }
-
-    /// Freezes or thaws a job where it runs: on each of its nodes.
-    fn freeze(&self, id: JobId, frozen: bool) -> Result<(), Refusal> {
-        match self.core.jobs.get(&id) {
-            Some(job) => self.set_frozen_on_nodes(job, frozen),
-            None => Err(Refusal(format!("job {id} is not active"))),
-        }
-    }
-
     /// Freezes or thaws `job`'s processes on each of its nodes.
     pub(super) fn set_frozen_on_nodes(
         &self,

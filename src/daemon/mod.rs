@@ -47,6 +47,7 @@ mod state;
 mod steps;
 mod stops;
 mod submit;
+mod suspend;
 mod test_only;
 mod tokens;
 mod turn;

@@ -756,6 +756,7 @@ impl Daemon {
         }
         let fenced = !hello.frozen.is_empty();
         self.thaw_fenced(name, (fenced, &hello.frozen), (now, now))?;
+        self.refreeze_on(name);
         self.reschedule = true;
         self.snapshot = None;
         Ok(())

@@ -247,6 +247,32 @@ fn fail_the_commit(p: &mut Pool) {
     p.daemon.after_failed_commit(&failure, Vec::new()).unwrap();
 }
 
+/// Found by the simulation (seed 28): a suspension froze the job before
+/// its record was committed; when the commit failed, the job stayed
+/// frozen while its record said it ran, and was charged for the time.
+#[test]
+fn a_suspension_whose_commit_fails_freezes_nothing() {
+    let mut p = pool(&[16]);
+    let id = p.submit(request(1)).unwrap();
+    p.settle();
+    let suspend = || Control::Suspend {
+        job_ids: vec![crate::array::JobRef::Id(id)],
+    };
+    let (uid, user) = me();
+    p.daemon
+        .control(suspend(), (uid, &user), super::requester::Proven::Kernel, 0)
+        .unwrap();
+    fail_the_commit(&mut p);
+    assert!(
+        p.nodes[0].state().frozen.is_empty(),
+        "frozen before its commit"
+    );
+    assert_eq!(p.daemon.core.jobs[&id].state, JobState::Running);
+    p.control(suspend());
+    assert!(p.nodes[0].state().frozen.contains(&id));
+    assert_eq!(p.daemon.core.jobs[&id].state, JobState::Suspended);
+}
+
 #[test]
 fn a_frame_to_a_node_leaves_only_once_its_turn_is_committed() {
     let mut p = pool(&[16]);

@@ -210,17 +210,18 @@ impl Daemon {
     /// Freezes a victim whose QoS suspends: it keeps its GPUs and memory,
     /// gives its CPUs to `by`, and runs on when `by` ends.
     fn suspend_preempted(&mut self, id: JobId, by: JobId, now: i64) -> Result<(), DaemonError> {
-        if let Err(e) = self.set_suspended(id, true, &format!("job {by} (preemption)"), now)? {
-            tracing::error!(target: "ysched::daemon", "job {id} could not be suspended for job {by}: {e}");
-            return Ok(());
-        }
-        let job = self.core.jobs.job_mut(&id).expect("suspended above");
-        job.preempted_by = Some(by);
-        job.preempt_count += 1;
-        job.reason = Some(format!("suspended for job {by}"));
-        let mut fx = Effects::default();
-        fx.job(job);
-        self.apply(fx)
+        self.handle_with(|core, reads, fx| {
+            if let Some(e) = core.suspension_refused(reads, id) {
+                tracing::error!(target: "ysched::daemon", "job {id} could not be suspended for job {by}: {e}");
+                return Ok(());
+            }
+            let job = core.jobs.job_mut(&id).expect("running, checked above");
+            job.preempted_by = Some(by);
+            job.preempt_count += 1;
+            job.reason = Some(format!("suspended for job {by}"));
+            core.suspend(id, &format!("job {by} (preemption)"), now, fx);
+            Ok(())
+        })
     }
 
     /// Seconds between SIGTERM and SIGKILL when `job` is stopped.

@@ -12,7 +12,7 @@ use crate::db::{self, DbError};
 use crate::model::gpu::Gpu;
 use crate::model::job::{Job, JobId};
 
-use super::error::DaemonError;
+use super::error::{DaemonError, Refusal};
 use super::nodes::Nodes;
 
 /// What a handler may look up.
@@ -29,6 +29,9 @@ pub(super) trait Reads {
     fn checkpoint_file_time(&self, job: &Job) -> Option<i64>;
     /// How many GPUs the pool has, all nodes together.
     fn total_gpus(&self) -> u32;
+    /// Whether every node of `job` can freeze it now (in the pool, able
+    /// to suspend, connected); why not.
+    fn freezable(&self, job: &Job) -> Result<(), Refusal>;
 }
 
 /// The running controller's: its database and its nodes.
@@ -66,6 +69,32 @@ impl Reads for Edge<'_> {
 
     fn total_gpus(&self) -> u32 {
         self.nodes.all_gpus().len() as u32
+    }
+
+    fn freezable(&self, job: &Job) -> Result<(), Refusal> {
+        let mut names: Vec<Option<&str>> = vec![job.node.as_deref()];
+        names.extend(job.peers.iter().map(|p| Some(p.as_str())));
+        for name in names {
+            let shown = name.unwrap_or("this server");
+            let Some(node) = self.nodes.named_or_local(name) else {
+                return Err(format!("its node {shown} is not in the pool").into());
+            };
+            let cannot = !node.facts().isolation.can_suspend;
+            match &node.remote {
+                None if cannot => return Err(
+                    "job isolation is off on this server, and suspending freezes the job's cgroup"
+                        .into(),
+                ),
+                Some(_) if cannot => {
+                    return Err(format!("node {} cannot suspend jobs", node.name()).into())
+                }
+                Some(remote) if remote.link.state().conn.is_none() => {
+                    return Err(format!("node {} is not connected", node.name()).into())
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 }
 

@@ -62,6 +62,10 @@ impl Daemon {
             }
         }
         self.turn.out.extend(fx.out);
+        #[cfg(test)]
+        if self.turn.send_before_commit {
+            self.send_out();
+        }
         Ok(())
     }
 
@@ -73,6 +77,9 @@ impl Daemon {
                 Out::Freeze { job, frozen } => {
                     if let Err(e) = self.set_frozen_on_nodes(&job, frozen) {
                         tracing::error!(target: "ysched::exec", "{e}");
+                        if frozen {
+                            self.turn.unfreezable.push((job.id, e.0));
+                        }
                     }
                 }
                 Out::Notify(n) => self.notifier.send(*n),
@@ -118,6 +125,21 @@ impl Daemon {
             ToNode::Welcome { .. } | ToNode::HeartbeatAck { .. }
         ));
         let _ = link.send(name, frame);
+    }
+
+    /// Jobs recorded suspended that their nodes could not freeze after
+    /// all (a freezer that failed, a link lost since the check): the
+    /// record says so and they run again, so that the time they run is
+    /// charged.
+    pub(super) fn unfreezable(&mut self, now: i64) -> Result<(), DaemonError> {
+        for (id, why) in std::mem::take(&mut self.turn.unfreezable) {
+            let by = format!("ysctld, since its node could not freeze it ({why})");
+            self.handle_with(|core, _, fx| {
+                core.thaw(id, &by, now, fx);
+                Ok(())
+            })?;
+        }
+        Ok(())
     }
 
     /// Effects that only leave the process (`fx` with no rows), queued

@@ -304,6 +304,13 @@ pub(super) struct TurnWork {
     pub(super) out: Vec<super::effects::Out>,
     /// Jobs whose exit a failed turn took in: looked at again.
     pub(super) exits_to_retry: Vec<JobId>,
+    /// Jobs recorded suspended that a node could not freeze after the
+    /// commit, and why: resumed in the record next turn.
+    pub(super) unfreezable: Vec<(JobId, String)>,
+    /// The seam's rule broken on purpose, for the simulation's test that
+    /// finds it: what leaves is sent as it is applied, before the commit.
+    #[cfg(test)]
+    pub(super) send_before_commit: bool,
     /// How the request being handled came, for the audit log.
     pub(super) channel: crate::proto::Channel,
     /// Queries a pool's nodes passed on, for the query thread after the

@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::model::gpu::Gpu;
 use crate::model::job::{Job, JobId};
 
-use super::error::DaemonError;
+use super::error::{DaemonError, Refusal};
 use super::reads::Reads;
 use super::requester::{Proven, Requester};
 use super::state::{Clock, Core, Jobs, PolicyState};
@@ -58,6 +58,8 @@ pub(super) struct Archive {
     pub(super) jobs: HashMap<JobId, Job>,
     pub(super) tasks: HashMap<(JobId, u32), JobId>,
     pub(super) submitted: HashMap<JobId, String>,
+    /// Why no node can freeze a job, if none can.
+    pub(super) cannot_freeze: Option<String>,
 }
 
 impl Reads for Archive {
@@ -84,5 +86,11 @@ impl Reads for Archive {
 
     fn total_gpus(&self) -> u32 {
         4
+    }
+
+    fn freezable(&self, _job: &Job) -> Result<(), Refusal> {
+        self.cannot_freeze
+            .clone()
+            .map_or(Ok(()), |why| Err(Refusal(why)))
     }
 }

@@ -114,6 +114,7 @@ impl Daemon {
         for id in running {
             self.readopt(id)?;
         }
+        self.refreeze_local();
         // Groups of jobs that are not running any more (their supervisor
         // was killed along with the daemon, say): nothing may stay behind.
         for node in self.nodes.iter() {
@@ -241,6 +242,7 @@ impl Daemon {
         for id in exited {
             self.job_exited(id, now)?;
         }
+        self.unfreezable(now)?;
         self.check_leases(now)?;
         let take = self.inbox.backlog.len().min(MAX_BATCH);
         let mut batch = std::mem::take(&mut self.inbox.backlog);

@@ -357,15 +357,31 @@ fn preemptions(
         return Vec::new();
     }
     let types = Types::new(&state.layout.gpus, &state.layout.nodes);
+    let by_id: HashMap<JobId, &Job> = state.jobs.iter().map(|j| (j.id, *j)).collect();
     let mut free = free_before_preemption(state, &types);
+    // What this pass starts is no more free for a preemptor than what
+    // runs: a claim on it would start two jobs on one GPU.
+    for start in &plan.starts {
+        if let Some(job) = by_id.get(&start.job) {
+            free.take(job, &start.nodes, &start.gpus, &types);
+        }
+    }
+    // A job whose GPUs are kept for a preemptor already is no victim for
+    // another: stopping it frees them for the first.
+    let claimed: HashSet<u32> = state
+        .jobs
+        .iter()
+        .filter(|j| j.state == JobState::Pending)
+        .flat_map(|j| j.claim.iter().copied())
+        .collect();
     let mut victims: Vec<Victim> = state
         .jobs
         .iter()
         .filter(|j| j.state == JobState::Running)
+        .filter(|j| !j.gpus_alloc.iter().any(|g| claimed.contains(g)))
         .filter_map(|j| victim(state, config, policy, j, borrowing, &excess))
         .collect();
     let held = held_now(state, policy);
-    let by_id: HashMap<JobId, &Job> = state.jobs.iter().map(|j| (j.id, *j)).collect();
     let mut chosen = Vec::new();
     // Requests no victims could make room for, until a choice changes
     // what is free: the same request fails again, so it is not tried.
@@ -614,6 +630,119 @@ fn in_hostlist_order(mut shares: Vec<(String, Vec<u32>)>) -> Vec<(String, Vec<u3
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
+    use super::{pass, Decisions, State};
+    use crate::config::Config;
+    use crate::model::job::{GpuRequest, Job, JobState};
+    use crate::sched::pool::Layout;
+
+    /// One node of four A100s; QoS high preempts low (requeued).
+    fn config() -> Config {
+        Config::parse(
+            "default_qos = \"low\"\n[[gpus]]\ntype = \"a100\"\ncount = 4\nmemory = \"80G\"\n\
+             [[qos]]\nname = \"high\"\npriority = 200\npreempt = [\"low\"]\n\
+             [[qos]]\nname = \"low\"\npriority = 0\n",
+            std::path::Path::new("pass.toml"),
+        )
+        .unwrap()
+    }
+
+    /// Job `id` of QoS `qos` wanting `count` GPUs for an hour; running on
+    /// `alloc` since 0 when it holds any.
+    fn job(id: u64, qos: &str, count: u32, alloc: &[u32]) -> Job {
+        let mut job = Job {
+            gpus: GpuRequest {
+                count,
+                gpu_type: None,
+                ..GpuRequest::default()
+            },
+            gpus_alloc: alloc.to_vec(),
+            cpus: 1,
+            mem_mb: None,
+            qos: qos.into(),
+            time_limit: Some(3_600),
+            state: JobState::Pending,
+            ..crate::model::job::example_job(id)
+        };
+        if !alloc.is_empty() {
+            job.state = JobState::Running;
+            job.start_time = Some(0);
+            job.node = Some("gpu01".into());
+        }
+        job
+    }
+
+    fn decide(jobs: &[&Job], config: &Config) -> Decisions {
+        let layout = Layout::single("gpu01", 64, 1 << 20, &crate::gpu::test_a100s(4));
+        let (named, usage, spent, checkpoints) = (
+            HashMap::new(),
+            HashMap::new(),
+            HashMap::new(),
+            HashMap::new(),
+        );
+        let state = State {
+            jobs,
+            named: &named,
+            layout: &layout,
+            drained: &[],
+            usage: &usage,
+            spent: &spent,
+            checkpoints: &checkpoints,
+            can_suspend: true,
+            now: 600,
+        };
+        pass(&state, config)
+    }
+
+    /// Found by the simulation (seed 33): a pass backfilled a low job on
+    /// three free GPUs and, in the same pass, gave the same three to an
+    /// urgent job's claim; both later ran on them.
+    #[test]
+    fn what_a_pass_starts_is_not_kept_for_a_preemptor_in_the_same_pass() {
+        let config = config();
+        let victim = job(1, "low", 1, &[3]);
+        let urgent = job(2, "high", 4, &[]);
+        let mut short = job(3, "low", 3, &[]);
+        short.time_limit = Some(60);
+        let decisions = decide(&[&victim, &urgent, &short], &config);
+        let started: Vec<u32> = decisions
+            .starts
+            .iter()
+            .flat_map(|s| s.gpus.iter().copied())
+            .collect();
+        for p in &decisions.preemptions {
+            assert!(
+                !p.gpus.iter().any(|g| started.contains(g)),
+                "job {} is kept GPUs {:?} that job(s) starting now take ({started:?})",
+                p.job,
+                p.gpus
+            );
+        }
+    }
+
+    /// Found by the simulation (seed 33): a job running on GPUs kept for
+    /// one preemptor was chosen as the victim of a second, which was kept
+    /// the same GPUs; both started once it was gone.
+    #[test]
+    fn a_job_on_gpus_kept_for_one_preemptor_is_no_victim_of_another() {
+        let config = config();
+        let on_claimed = job(1, "low", 3, &[0, 1, 2]);
+        let mut first = job(2, "high", 4, &[]);
+        first.claim = vec![0, 1, 2, 3];
+        let second = job(3, "high", 2, &[]);
+        let decisions = decide(&[&on_claimed, &first, &second], &config);
+        assert!(
+            decisions.preemptions.iter().all(|p| p.job != 3),
+            "{:?}",
+            decisions
+                .preemptions
+                .iter()
+                .map(|p| (p.job, &p.victims, &p.gpus))
+                .collect::<Vec<_>>()
+        );
+    }
+
     #[test]
     fn a_jobs_nodes_come_in_the_order_its_node_list_names_them() {
         let shares = |names: &[&str]| -> Vec<(String, Vec<u32>)> {

@@ -20,7 +20,8 @@ pub enum Invariant {
     AcknowledgedKept,
     /// A job that ended from its run's end is recorded with that end.
     RealEnds,
-    /// Each job is charged the GPU time its runs really held, exactly.
+    /// Each job is charged the GPU time its runs really held, less the
+    /// time they stood frozen, exactly.
     ExactCharges,
     /// Fair-share usage is the sum of the charges.
     UsageSumsCharges,
@@ -180,10 +181,7 @@ fn exact_charges(facts: &Facts) -> Result<(), Broken> {
         }
         let held: i64 = of
             .iter()
-            .filter_map(|r| {
-                r.ended
-                    .map(|(end, _)| (end - r.start) * r.gpus.len() as i64)
-            })
+            .filter_map(|r| r.working_secs().map(|s| s * r.gpus.len() as i64))
             .sum();
         if job.gpu_seconds != held {
             return Err(Broken(format!(

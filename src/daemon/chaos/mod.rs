@@ -39,17 +39,24 @@ use node::Run;
 
 /// The pool the simulation runs: three nodes of four A100s, two accounts,
 /// usage that never decays (so that it sums the charges exactly), quick
-/// requeues held after three.
+/// requeues held after three; QoS high preempts medium (suspended: frozen
+/// in place) and low (requeued after a 30 s grace).
 const CONFIG: &str = "node_name = \"sim01\"\n\
     allow_root_jobs = true\n\
     gpu_sample_secs = 0\n\
     kill_wait = 30\n\
     max_quick_requeues = 3\n\
+    default_qos = \"low\"\n\
+    [[qos]]\nname = \"high\"\npriority = 200\npreempt = [\"medium\", \"low\"]\n\
+    [[qos]]\nname = \"medium\"\npriority = 100\npreempt_mode = \"suspend\"\n\
+    [[qos]]\nname = \"low\"\npriority = 0\ngrace_time = \"0:30\"\n\
     [[gpus]]\ntype = \"a100\"\ncount = 4\nmemory = \"80G\"\n\
     [fairshare]\nhalf_life = \"UNLIMITED\"\n\
     [[accounts]]\nname = \"vision\"\nshares = 2\nusers = [\"*\"]\n\
     [[accounts]]\nname = \"speech\"\nshares = 1\nusers = [\"*\"]\n";
 
+/// The last draw of `act` that does something (the others: nothing).
+const LAST_ACTION: u32 = 72;
 /// Every how many steps the records are checked (and after each crash,
 /// and at the end): each check reads every job's record.
 const RECORDS_EVERY: u64 = 25;
@@ -96,6 +103,19 @@ pub struct Failure {
     pub detail: String,
     /// The steps up to it, in order.
     pub trace: Vec<String>,
+    /// The shortest trace found that still breaks the same invariant
+    /// (`shrink`): how many of the run's actions it keeps, of how many,
+    /// and its steps.
+    pub shrunk: Option<Box<Shrunk>>,
+}
+
+/// A failing run with as many of its actions left out as still fail.
+#[derive(Debug, Clone)]
+pub struct Shrunk {
+    pub of: usize,
+    /// The steps whose actions it keeps.
+    pub kept: Vec<u64>,
+    pub trace: Vec<String>,
 }
 
 impl Report {
@@ -128,14 +148,29 @@ impl Report {
         ));
         for f in &self.failures {
             out.push_str(&format!(
-                "seed {} broke {} at step {}: {}\n  rerun: ysctld simulate --chaos --first-seed {} --seeds 1\n  steps:\n",
+                "seed {} broke {} at step {}: {}\n  rerun: ysctld simulate --chaos --first-seed {} --seeds 1\n",
                 f.seed,
                 f.invariant.name(),
                 f.step,
                 f.detail,
                 f.seed
             ));
-            for line in &f.trace {
+            let (trace, said) = match &f.shrunk {
+                Some(s) => (
+                    &s.trace,
+                    format!(
+                        "the shortest failing trace found: {} of the run's {} actions (those of steps {})",
+                        s.kept.len(),
+                        s.of,
+                        crate::array::format_ranges(
+                            &s.kept.iter().map(|&n| n as u32).collect::<Vec<_>>()
+                        )
+                    ),
+                ),
+                None => (&f.trace, "every step".to_string()),
+            };
+            out.push_str(&format!("  {said}:\n"));
+            for line in trace {
                 out.push_str(&format!("    {line}\n"));
             }
         }
@@ -148,8 +183,9 @@ pub fn run(options: &Options) -> Result<Report, DaemonError> {
     let started = Instant::now();
     let mut report = Report::default();
     for seed in options.first_seed..options.first_seed.saturating_add(options.seeds) {
+        let secs = (options.hours * 3_600.0) as i64;
         let mut world = World::new(seed)?;
-        let outcome = world.run((options.hours * 3_600.0) as i64);
+        let outcome = world.run(secs);
         report.seeds += 1;
         report.steps += world.step;
         report.simulated_secs += world.now() - world.started;
@@ -159,12 +195,83 @@ pub fn run(options: &Options) -> Result<Report, DaemonError> {
         for (invariant, n) in &world.checked {
             *report.checked.entry(*invariant).or_default() += n;
         }
-        if let Err(failure) = outcome {
+        if let Err(mut failure) = outcome {
+            failure.shrunk = shrink(&|| World::new(seed), secs, &failure, &world.acted)?;
             report.failures.push(failure);
         }
     }
     report.wall_secs = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// At most this many reruns to shrink a failing trace.
+const SHRINK_TRIES: usize = 96;
+
+/// The shortest trace of seed `seed` found that still breaks `invariant`:
+/// its actions (`acted`, by step) left out a chunk at a time, halving the
+/// chunks, each rerun from the start (delta debugging). Each step draws
+/// from its own stream, so leaving one out changes no other's draws.
+fn shrink(
+    make: &dyn Fn() -> Result<World, DaemonError>,
+    secs: i64,
+    failure: &Failure,
+    acted: &[u64],
+) -> Result<Option<Box<Shrunk>>, DaemonError> {
+    let invariant = failure.invariant;
+    let mut kept: Vec<u64> = acted.to_vec();
+    let mut skipped = BTreeSet::new();
+    let mut best = None;
+    let mut chunk = kept.len().div_ceil(2).max(1);
+    let mut tries = 0;
+    while tries < SHRINK_TRIES && !kept.is_empty() {
+        let (mut at, mut removed) = (0, false);
+        while at < kept.len() && tries < SHRINK_TRIES {
+            let end = (at + chunk).min(kept.len());
+            let mut trial = skipped.clone();
+            trial.extend(kept[at..end].iter().copied());
+            tries += 1;
+            let mut world = make()?;
+            world.variant.skip = trial.clone();
+            // No action beyond those of the failing run.
+            world.variant.faults_until_step = Some(failure.step);
+            match world.run(secs) {
+                Err(f) if f.invariant == invariant => {
+                    kept.drain(at..end);
+                    skipped = trial;
+                    best = Some(f.trace);
+                    removed = true;
+                }
+                _ => at = end,
+            }
+        }
+        if !removed {
+            if chunk == 1 {
+                break;
+            }
+            chunk = chunk.div_ceil(2);
+        }
+    }
+    Ok(best.map(|trace| {
+        Box::new(Shrunk {
+            of: acted.len(),
+            kept,
+            trace,
+        })
+    }))
+}
+
+/// How a run differs from its seed's own: to shrink a failing trace, or
+/// to break a rule on purpose.
+#[derive(Default)]
+struct Variant {
+    /// Steps whose action is left out.
+    skip: BTreeSet<u64>,
+    /// The step after which the faults stop, whatever the time.
+    faults_until_step: Option<u64>,
+    /// Each controller breaks the seam's rule on purpose (a test that the
+    /// simulation finds it).
+    #[cfg(test)]
+    send_before_commit: bool,
 }
 
 /// One seed's controller, nodes and users.
@@ -181,6 +288,10 @@ struct World {
     _queries: mpsc::Receiver<crate::query::Work>,
     /// Every job a submission was acknowledged for.
     submitted: BTreeSet<JobId>,
+    /// The steps at which a user or the world did something.
+    acted: Vec<u64>,
+    /// How this run differs from its seed's own.
+    variant: Variant,
     step: u64,
     started: i64,
     trace: Vec<String>,
@@ -230,6 +341,8 @@ impl World {
             daemon: None,
             _queries: receiver,
             submitted: BTreeSet::new(),
+            acted: Vec::new(),
+            variant: Variant::default(),
             step: 0,
             started,
             trace: Vec::new(),
@@ -275,6 +388,10 @@ impl World {
             notifier: Notifier::off(),
             clock: Clock::Manual(self.clock.clone()),
         });
+        #[cfg(test)]
+        {
+            daemon.turn.send_before_commit = self.variant.send_before_commit;
+        }
         daemon.recover()?;
         Ok(daemon)
     }
@@ -289,15 +406,19 @@ impl World {
     /// has ended; the first broken invariant stops it.
     fn run(&mut self, secs: i64) -> Result<(), Failure> {
         let until = self.now() + secs;
-        while self.now() < until {
+        while self.now() < until && self.variant.faults_until_step.is_none_or(|s| self.step < s) {
             let crashes = self.crashes;
             self.step(true)
                 .map_err(|e| self.failure(Invariant::Runs, e.to_string()))?;
             self.check(self.crashes > crashes || self.step.is_multiple_of(RECORDS_EVERY))?;
         }
-        self.trace.push("faults stop; held jobs released".into());
-        // Held jobs wait for their users: they release them now.
+        self.trace
+            .push("faults stop; held jobs released, suspended ones resumed".into());
+        // Held and suspended jobs wait for their users and administrators:
+        // they release and resume them now.
         self.control_all(|job_ids| Control::Release { job_ids })
+            .map_err(|e| self.failure(Invariant::Runs, e.to_string()))?;
+        self.control_all(|job_ids| Control::Resume { job_ids })
             .map_err(|e| self.failure(Invariant::Runs, e.to_string()))?;
         // The worst case: every active job runs alone, to its limit, after
         // its longest wait.
@@ -403,12 +524,33 @@ impl World {
     }
 
     fn failure(&self, invariant: Invariant, detail: String) -> Failure {
+        let mut trace = self.trace.clone();
+        // What the controller believed then, to read the steps against.
+        if let Some(daemon) = &self.daemon {
+            trace.push("the controller's active jobs then:".into());
+            for job in daemon.core.jobs.all() {
+                trace.push(format!(
+                    "  job {} {} ({}) on {} GPUs {:?} claim {:?}, run {}{}",
+                    job.id,
+                    job.state,
+                    job.qos,
+                    job.node.as_deref().unwrap_or("-"),
+                    job.gpus_alloc,
+                    job.claim,
+                    job.restart_count,
+                    job.reason
+                        .as_deref()
+                        .map_or(String::new(), |r| format!(": {r}"))
+                ));
+            }
+        }
         Failure {
             seed: self.seed,
             step: self.step,
             invariant,
             detail,
-            trace: self.trace.clone(),
+            trace,
+            shrunk: None,
         }
     }
 
@@ -424,6 +566,10 @@ impl World {
     /// one thing a user or the world does.
     fn step(&mut self, faults: bool) -> Result<(), DaemonError> {
         self.step += 1;
+        // Each step draws from a stream of its own: a step's action left
+        // out changes no other step's draws.
+        let mixed = self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ self.step;
+        self.rng = fastrand::Rng::with_seed(mixed);
         let dt = self.rng.i64(1..=60);
         self.clock.fetch_add(dt, Ordering::SeqCst);
         for node in &self.nodes {
@@ -439,7 +585,14 @@ impl World {
 
     /// What a user or the world does this step.
     fn act(&mut self) -> Result<(), DaemonError> {
-        match self.rng.u32(0..100) {
+        let action = self.rng.u32(0..100);
+        if action <= LAST_ACTION {
+            self.acted.push(self.step);
+        }
+        if self.variant.skip.contains(&self.step) {
+            return Ok(());
+        }
+        match action {
             0..=34 => self.submit(),
             35..=44 => self.control(|ids| Control::Cancel {
                 selector: JobSelector {
@@ -452,6 +605,15 @@ impl World {
             50..=54 => self.control(|job_ids| Control::Release { job_ids }),
             55..=59 => self.control(|job_ids| Control::Requeue { job_ids }),
             60..=63 => self.crash(),
+            64..=66 => self.control(|job_ids| Control::Suspend { job_ids }),
+            67..=69 => self.control(|job_ids| Control::Resume { job_ids }),
+            70..=72 => {
+                let changes = self.shorter_limit();
+                self.control(move |job_ids| Control::Update {
+                    job_ids,
+                    changes: changes.clone(),
+                })
+            }
             _ => Ok(()),
         }
     }
@@ -464,6 +626,13 @@ impl World {
         let limit = self.rng.u64(5..=120) * 60;
         request.time_limit = Some(Some(limit));
         request.account = Some(["vision", "speech"][self.rng.usize(0..2)].to_string());
+        // Mostly work that may be stopped; now and then an urgent job.
+        let qos = match self.rng.u32(0..10) {
+            0 => "high",
+            1..=4 => "medium",
+            _ => "low",
+        };
+        request.qos = Some(qos.to_string());
         let runs_for = self.rng.i64(60..=(limit as i64 + 600));
         let (uid, user) = (nix::unistd::getuid().as_raw(), current_user());
         let now = self.now();
@@ -487,6 +656,18 @@ impl World {
         Ok(())
     }
 
+    /// A change a user may make to their own job: a shorter time limit
+    /// (what is left of it, or less), or a lower priority.
+    fn shorter_limit(&mut self) -> crate::proto::JobUpdate {
+        let mut changes = crate::proto::JobUpdate::default();
+        if self.rng.bool() {
+            changes.time_limit = Some(Some(self.rng.u64(1..=60) * 60));
+        } else {
+            changes.priority = Some(self.rng.i64(0..=10));
+        }
+        changes
+    }
+
     /// A user acts on a job chosen among those submitted.
     fn control(
         &mut self,
@@ -500,10 +681,17 @@ impl World {
         let control = make(vec![crate::array::JobRef::Id(id)]);
         let (uid, user) = (nix::unistd::getuid().as_raw(), current_user());
         let now = self.now();
-        self.trace
-            .push(format!("t={now} {} job {id}", control.action()));
-        self.daemon()
+        let action = control.action();
+        let reply = self
+            .daemon()
             .control(control, (uid, &user), Proven::Kernel, now)?;
+        let refused = match reply {
+            Reply::Control { outcomes, .. } => outcomes.into_iter().find_map(|o| o.error),
+            Reply::Rejected { error } => Some(error),
+            _ => None,
+        };
+        let said = refused.map_or(String::new(), |e| format!(": {e}"));
+        self.trace.push(format!("t={now} {action} job {id}{said}"));
         self.commit_or_fail()?;
         Ok(())
     }
@@ -576,6 +764,10 @@ impl World {
             if turn > 0 && exited.is_empty() && !daemon.reschedule {
                 return Ok(());
             }
+            if !exited.is_empty() {
+                self.trace
+                    .push(format!("  exits of jobs {exited:?} taken in"));
+            }
             let fail = faults && self.rng.u32(0..40) == 0;
             let daemon = self.daemon.as_mut().expect("running");
             let (mut maintenance, mut queries, mut processed) =
@@ -594,7 +786,30 @@ impl World {
                 &mut queries,
                 &mut processed,
             ) {
-                Ok(()) => daemon.launch_started()?,
+                Ok(()) => {
+                    for id in &daemon.turn.to_launch {
+                        if let Some(job) = daemon.core.jobs.get(id) {
+                            self.trace.push(format!(
+                                "  job {id} ({}) starts on {} GPUs {:?}",
+                                job.qos,
+                                job.node.as_deref().unwrap_or("?"),
+                                job.gpus_alloc
+                            ));
+                        }
+                    }
+                    for job in daemon.core.jobs.all().filter(|j| !j.claim.is_empty()) {
+                        if job.state == crate::model::job::JobState::Pending {
+                            self.trace.push(format!(
+                                "  job {} ({}) claims GPUs {:?} of {}",
+                                job.id,
+                                job.qos,
+                                job.claim,
+                                job.node.as_deref().unwrap_or("?")
+                            ));
+                        }
+                    }
+                    daemon.launch_started()?
+                }
                 Err(e) if fail => {
                     daemon.after_failed_commit_quietly(&e)?;
                     self.exits
@@ -655,6 +870,54 @@ mod tests {
             report.render()
         );
         assert!(report.jobs > 1_000, "{}", report.render());
+    }
+
+    /// Seeds that found the bugs (with the fixes undone), each as long
+    /// as it took: 46, a job frozen by a suspension whose commit failed,
+    /// charged as if it ran; 47, two urgent jobs kept the same GPUs
+    /// (one of them started by the same pass), both started on them.
+    #[test]
+    fn the_seeds_that_found_bugs_keep_their_invariants() {
+        for seed in [46, 47] {
+            let options = Options {
+                first_seed: seed,
+                seeds: 1,
+                hours: 2.0,
+            };
+            let report = run(&options).unwrap();
+            assert!(report.failures.is_empty(), "{}", report.render());
+        }
+    }
+
+    /// The seam's rule broken on purpose (what leaves sent before the
+    /// commit) is found within a few seeds, and the failing trace shrunk
+    /// to the few actions that break it: a suspension whose commit fails.
+    #[test]
+    fn a_command_sent_before_its_commit_is_found_and_its_trace_shrunk() {
+        let breaking = |seed: u64| {
+            move || -> Result<World, DaemonError> {
+                let mut world = World::new(seed)?;
+                world.variant.send_before_commit = true;
+                world.daemon = Some(world.start_controller(mpsc::channel().0)?);
+                Ok(world)
+            }
+        };
+        let found = (40..60).find_map(|seed| {
+            let mut world = breaking(seed)().unwrap();
+            let failure = world.run(7_200).err()?;
+            Some((seed, failure, world.acted))
+        });
+        let (seed, failure, acted) = found.expect("the broken rule is found within 20 seeds");
+        assert_eq!(failure.invariant, Invariant::ExactCharges, "{failure:?}");
+        let shrunk = shrink(&breaking(seed), 7_200, &failure, &acted)
+            .unwrap()
+            .expect("it fails again: a seed replays");
+        let trace = shrunk.trace.join("\n");
+        assert!(shrunk.kept.len() <= 3, "{trace}");
+        assert!(
+            trace.contains("suspend job") && trace.contains("commit fails"),
+            "{trace}"
+        );
     }
 
     #[test]

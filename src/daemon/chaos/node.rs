@@ -4,7 +4,9 @@
 //! two runs of a job alive at once (which the daemon's view alone would
 //! hide) and compare every charge with the time each run really held its
 //! GPUs. A stop ends a run at once, as a job that obeys SIGTERM; the
-//! simulation ends the others when their time comes.
+//! simulation ends the others when their time comes. A frozen run
+//! (suspended) does no work: it keeps its GPUs, does not end by itself,
+//! and the time it stands frozen is kept, to be left out of its charge.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -27,6 +29,32 @@ pub struct Run {
     pub ends_at: i64,
     /// When it ended, and how.
     pub ended: Option<(i64, ExitStatus)>,
+    /// Since when it is frozen, while it is.
+    pub frozen_since: Option<i64>,
+    /// How long it stood frozen, over every freeze that ended.
+    pub frozen_secs: i64,
+}
+
+impl Run {
+    /// The time it held its GPUs and could work: from its start to its
+    /// end, less the time it stood frozen.
+    pub fn working_secs(&self) -> Option<i64> {
+        self.ended
+            .map(|(end, _)| end - self.start - self.frozen_secs)
+    }
+
+    /// Freezes or thaws it at `now`; a freeze of a frozen run, or a thaw
+    /// of a running one, changes nothing.
+    fn set_frozen(&mut self, frozen: bool, now: i64) {
+        match (frozen, self.frozen_since) {
+            (true, None) => self.frozen_since = Some(now),
+            (false, Some(since)) => {
+                self.frozen_secs += now - since;
+                self.frozen_since = None;
+            }
+            _ => {}
+        }
+    }
 }
 
 /// What a node holds and did.
@@ -54,6 +82,7 @@ impl NodeState {
         else {
             return false;
         };
+        run.set_frozen(false, now);
         run.ended = Some((now, exit));
         let record = ExitRecord {
             exit,
@@ -113,7 +142,7 @@ impl SimNode {
         let due: Vec<(JobId, i32)> = self
             .state()
             .alive()
-            .filter(|r| r.ends_at <= now)
+            .filter(|r| r.frozen_since.is_none() && r.ends_at + r.frozen_secs <= now)
             .map(|r| (r.job, i32::from(r.job % 7 == 3)))
             .collect();
         for &(job, code) in &due {
@@ -178,6 +207,8 @@ impl Executor for SimExecutor {
             start: now,
             ends_at: now + runs_for,
             ended: None,
+            frozen_since: None,
+            frozen_secs: 0,
         });
         Ok(Started { supervisor_pid: 0 })
     }
@@ -197,10 +228,19 @@ impl Executor for SimExecutor {
         Ok(())
     }
 
-    fn set_frozen(&self, job: JobId, _frozen: bool) -> Result<(), ExecError> {
-        match self.node.state().alive().any(|r| r.job == job) {
-            true => Ok(()),
-            false => Err(ExecError::Gone(job)),
+    fn set_frozen(&self, job: JobId, frozen: bool) -> Result<(), ExecError> {
+        let now = self.node.clock.load(Ordering::SeqCst);
+        let mut state = self.node.state();
+        let run = state
+            .runs
+            .iter_mut()
+            .find(|r| r.job == job && r.ended.is_none());
+        match run {
+            Some(run) => {
+                run.set_frozen(frozen, now);
+                Ok(())
+            }
+            None => Err(ExecError::Gone(job)),
         }
     }
 
