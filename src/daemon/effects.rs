@@ -76,6 +76,13 @@ pub(super) enum Out {
     /// What the executor of `node` (`None`: this host's) kept of an
     /// ended job goes.
     Forget { job: JobId, node: Option<String> },
+    /// A command to what runs of job `job` on node `node` alone (a part
+    /// of a job over several nodes).
+    PartCommand {
+        job: JobId,
+        node: String,
+        command: StepCommand,
+    },
     /// A frame to node `node`'s agent on its connection of the moment
     /// (a run to forget or clear, a thaw, a renewed certificate, an
     /// answer to a request it passed on).

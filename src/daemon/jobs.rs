@@ -8,7 +8,7 @@ use crate::exec::ExecError;
 use crate::model::job::{ExitStatus, JobId, JobState};
 
 use super::effects::Effects;
-use super::error::{DaemonError, LaunchError, Refusal};
+use super::error::{DaemonError, LaunchError};
 use super::reads::{Edge, Reads};
 use super::state::{Core, Daemon};
 
@@ -380,34 +380,6 @@ impl Daemon {
         let mut fx = Effects::default();
         self.core.stop(id, grace_secs, &mut fx);
         self.after_commit(fx);
-    }
-
-    /// Freezes or thaws `job`'s processes on each of its nodes.
-    pub(super) fn set_frozen_on_nodes(
-        &self,
-        job: &crate::model::job::Job,
-        frozen: bool,
-    ) -> Result<(), Refusal> {
-        let (id, peers) = (job.id, &job.peers);
-        let mut frozen_or_not = match self.nodes.of(job) {
-            Some(node) => node.executor.set_frozen(id, frozen),
-            None => Err(ExecError::Unreachable(format!(
-                "the node job {id} runs on is not in the pool"
-            ))),
-        };
-        for peer in peers {
-            let done = match self.nodes.named(peer) {
-                Some(node) => node.executor.set_frozen(id, frozen),
-                None => Err(ExecError::Unreachable(format!(
-                    "its node {peer} is not in the pool"
-                ))),
-            };
-            frozen_or_not = frozen_or_not.and(done);
-        }
-        frozen_or_not.map_err(|e| {
-            let verb = if frozen { "suspend" } else { "resume" };
-            Refusal(format!("cannot {verb} job {id}: {e}"))
-        })
     }
 
     /// Sends the `--signal` of each job whose time limit is that close

@@ -108,64 +108,12 @@ impl Daemon {
         Ok(())
     }
 
-    /// Delivers `command` to the job's parts on its peers: signals and
-    /// stops go to what runs in each part, not to its holder; what is
-    /// for the batch shell alone goes nowhere here.
-    pub(super) fn command_peers(&self, job: &Job, command: &StepCommand) {
-        let for_peers = match command {
-            // A step's srun runs on the batch node.
-            StepCommand::Signal {
-                target: SignalTarget::Process(_),
-                ..
-            } => return,
-            // An allocation's step runs on every node of it.
-            StepCommand::Signal {
-                target: SignalTarget::Step(_),
-                ..
-            } => command.clone(),
-            StepCommand::Signal { target, .. } | StepCommand::Terminate { target, .. }
-                if *target == SignalTarget::BatchShell =>
-            {
-                match command {
-                    StepCommand::Terminate { grace_secs, .. } => StepCommand::Terminate {
-                        grace_secs: *grace_secs,
-                        signal: None,
-                        target: SignalTarget::Steps,
-                    },
-                    _ => return,
-                }
-            }
-            StepCommand::Signal { signal, .. } => StepCommand::Signal {
-                signal: *signal,
-                target: SignalTarget::Steps,
-            },
-            StepCommand::Terminate {
-                grace_secs, signal, ..
-            } => StepCommand::Terminate {
-                grace_secs: *grace_secs,
-                signal: *signal,
-                target: SignalTarget::Steps,
-            },
-        };
-        for peer in &job.peers {
-            let Some(node) = self.nodes.named(peer) else {
-                continue;
-            };
-            match node.executor.command(job.id, &for_peers) {
-                Ok(()) | Err(ExecError::Gone(_)) => {}
-                Err(e) => {
-                    tracing::warn!(target: "ysched::exec", "job {}: cannot reach its part on {peer}: {e}", job.id)
-                }
-            }
-        }
-    }
-
     /// After node `name` says hello: the part there of job `id`, alive and
     /// stopping, may have missed its stop (sent while the node was away,
     /// and lost): it gets it again, at once if the batch script has
     /// ended, with the job's grace otherwise (a supervisor already
     /// stopping keeps the stop it has).
-    pub(super) fn restop_part(&self, id: JobId, name: &str) {
+    pub(super) fn restop_part(&mut self, id: JobId, name: &str) {
         let Some(job) = self
             .core
             .jobs
@@ -189,17 +137,14 @@ impl Daemon {
                 },
             }
         };
-        let Some(node) = self.nodes.named(name) else {
-            return;
-        };
-        match node.executor.command(id, &command) {
-            Ok(()) | Err(ExecError::Gone(_)) => {
-                tracing::info!(target: "ysched::exec", "job {id}: its part on {name} is told again to stop");
-            }
-            Err(e) => {
-                tracing::warn!(target: "ysched::exec", "job {id}: cannot reach its part on {name}: {e}")
-            }
-        }
+        tracing::info!(target: "ysched::exec", "job {id}: its part on {name} is told again to stop");
+        let mut fx = Effects::default();
+        fx.out(super::effects::Out::PartCommand {
+            job: id,
+            node: name.to_string(),
+            command,
+        });
+        self.after_commit(fx);
     }
 
     /// How the part of `job` on node `name` stands.
@@ -271,7 +216,9 @@ impl Daemon {
             if batch != PartState::Running && job.state == JobState::Running {
                 // The batch script is done: what is left of the job goes.
                 self.mark_completing(id, "its batch script ended; its other nodes stop", now)?;
-                self.command_peers(&job, &stop_now());
+                let mut fx = Effects::default();
+                command_parts(&job, &stop_now(), &mut fx);
+                self.after_commit(fx);
             }
             return Ok(());
         }
@@ -397,4 +344,61 @@ fn stop_now() -> StepCommand {
         signal: None,
         target: SignalTarget::Steps,
     }
+}
+
+/// `command` for job `job`'s parts on its other nodes, after the commit
+/// (see [`for_parts`]).
+fn command_parts(job: &Job, command: &StepCommand, fx: &mut Effects) {
+    let Some(for_parts) = for_parts(command) else {
+        return;
+    };
+    for peer in &job.peers {
+        fx.out(super::effects::Out::PartCommand {
+            job: job.id,
+            node: peer.clone(),
+            command: for_parts.clone(),
+        });
+    }
+}
+
+/// What of `command` goes to a job's parts on its other nodes: signals
+/// and stops go to what runs in each part, not to its holder; what is
+/// for the batch shell alone, or for a step's srun (on the batch node),
+/// goes nowhere there (`None`).
+pub(super) fn for_parts(command: &StepCommand) -> Option<StepCommand> {
+    Some(match command {
+        // A step's srun runs on the batch node.
+        StepCommand::Signal {
+            target: SignalTarget::Process(_),
+            ..
+        } => return None,
+        // An allocation's step runs on every node of it.
+        StepCommand::Signal {
+            target: SignalTarget::Step(_),
+            ..
+        } => command.clone(),
+        StepCommand::Signal { target, .. } | StepCommand::Terminate { target, .. }
+            if *target == SignalTarget::BatchShell =>
+        {
+            match command {
+                StepCommand::Terminate { grace_secs, .. } => StepCommand::Terminate {
+                    grace_secs: *grace_secs,
+                    signal: None,
+                    target: SignalTarget::Steps,
+                },
+                _ => return None,
+            }
+        }
+        StepCommand::Signal { signal, .. } => StepCommand::Signal {
+            signal: *signal,
+            target: SignalTarget::Steps,
+        },
+        StepCommand::Terminate {
+            grace_secs, signal, ..
+        } => StepCommand::Terminate {
+            grace_secs: *grace_secs,
+            signal: *signal,
+            target: SignalTarget::Steps,
+        },
+    })
 }

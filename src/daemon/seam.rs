@@ -8,13 +8,13 @@
 use crate::db;
 use crate::exec::spec::StepCommand;
 use crate::exec::ExecError;
-use crate::model::job::Job;
+use crate::model::job::{Job, JobId};
 use crate::net::message::ToNode;
 use crate::net::remote::Link;
 use crate::proto::Reply;
 
 use super::effects::{Effects, Out, Row};
-use super::error::DaemonError;
+use super::error::{DaemonError, Refusal};
 use super::reads::{Edge, Reads};
 use super::state::{Core, Daemon};
 
@@ -89,8 +89,50 @@ impl Daemon {
                     }
                 }
                 Out::Frame { node, frame } => self.send_frame(&node, *frame),
+                Out::PartCommand { job, node, command } => self.command_part(job, &node, &command),
             }
         }
+    }
+
+    /// Delivers `command` to what runs of job `id` on node `name`.
+    fn command_part(&self, id: JobId, name: &str, command: &StepCommand) {
+        let Some(node) = self.nodes.named(name) else {
+            return;
+        };
+        match node.executor.command(id, command) {
+            Ok(()) | Err(ExecError::Gone(_)) => {}
+            Err(e) => {
+                tracing::warn!(target: "ysched::exec", "job {id}: cannot reach its part on {name}: {e}")
+            }
+        }
+    }
+
+    /// Freezes or thaws `job`'s processes on each of its nodes.
+    fn set_frozen_on_nodes(
+        &self,
+        job: &crate::model::job::Job,
+        frozen: bool,
+    ) -> Result<(), Refusal> {
+        let (id, peers) = (job.id, &job.peers);
+        let mut frozen_or_not = match self.nodes.of(job) {
+            Some(node) => node.executor.set_frozen(id, frozen),
+            None => Err(ExecError::Unreachable(format!(
+                "the node job {id} runs on is not in the pool"
+            ))),
+        };
+        for peer in peers {
+            let done = match self.nodes.named(peer) {
+                Some(node) => node.executor.set_frozen(id, frozen),
+                None => Err(ExecError::Unreachable(format!(
+                    "its node {peer} is not in the pool"
+                ))),
+            };
+            frozen_or_not = frozen_or_not.and(done);
+        }
+        frozen_or_not.map_err(|e| {
+            let verb = if frozen { "suspend" } else { "resume" };
+            Refusal(format!("cannot {verb} job {id}: {e}"))
+        })
     }
 
     /// Sends `frame` to node `name`'s agent on its connection of the
@@ -151,8 +193,10 @@ impl Daemon {
 
     /// Delivers `command` to `job`'s processes on its nodes.
     fn deliver(&self, job: &Job, command: &StepCommand) {
-        if !job.peers.is_empty() {
-            self.command_peers(job, command);
+        if let Some(for_parts) = super::peers::for_parts(command) {
+            for peer in &job.peers {
+                self.command_part(job.id, peer, &for_parts);
+            }
         }
         let node = self.nodes.named_or_local(job.node.as_deref());
         let sent = match node {

@@ -146,9 +146,17 @@ impl Daemon {
     /// again once it says hello: it may have been ordered while the node
     /// was away, or lost with a controller that crashed before sending it.
     pub(super) fn refreeze_on(&mut self, name: &str) {
+        let Some(remote) = self.nodes.named(name).and_then(|n| n.remote.as_ref()) else {
+            return;
+        };
+        // Only what the node says still runs: an ended run's job ends.
+        let running = remote.link.state().running.clone().unwrap_or_default();
         let mut fx = Effects::default();
         for job in self.core.jobs.all() {
-            if job.state == JobState::Suspended && job.runs_on(name) {
+            let alive = running
+                .get(&job.id)
+                .is_some_and(|&(restart, _)| restart == job.restart_count);
+            if job.state == JobState::Suspended && job.runs_on(name) && alive {
                 let run = crate::net::message::RunKey::of(job);
                 fx.frame(
                     name,
