@@ -16,12 +16,12 @@ use std::time::{Duration, Instant};
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use ysched::agent::join::JoinLine;
-use ysched::agent::runs::Runs;
 use ysched::agent::session::Session;
 use ysched::config::Config;
 use ysched::exec::executor::{IsolationFacts, NodeFacts};
 use ysched::exec::fake::{FakeExecutor, FakeNode};
 use ysched::gpu::Inventory;
+use ysched::net::runs::Runs;
 
 const GPUS_PER_NODE: u32 = 8;
 

@@ -10,7 +10,7 @@ pub mod error;
 pub mod identity;
 pub mod join;
 pub mod requests;
-pub mod runs;
+
 pub mod sampler;
 pub mod session;
 
@@ -78,7 +78,7 @@ pub fn run(options: Options, warn: &mut dyn FnMut(String)) -> Result<(), AgentEr
     let lease_file = dir.join("lease");
     executor.watch_lease(lease_file.clone());
     let recorded = executor.recorded_runs();
-    let runs = runs::Runs::adopt(Box::new(executor), recorded);
+    let runs = crate::net::runs::Runs::adopt(Box::new(executor), recorded);
     let facts = runs.executor().node();
     tracing::info!(
         target: "ysched::agent",

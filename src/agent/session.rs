@@ -22,11 +22,11 @@ use nix::sys::eventfd::EventFd;
 
 use super::error::AgentError;
 use super::identity::Identity;
-use super::runs::Runs;
 use crate::model::job::JobId;
 use crate::net::conn::Conn;
 use crate::net::frame::{decode, encode};
 use crate::net::message::{Envelope, FromNode, ToNode, PROTOCOL};
+use crate::net::runs::Runs;
 use crate::net::tls;
 
 /// Connects to the controller at `address` (`HOST:PORT`), TLS as `config`.
@@ -444,7 +444,7 @@ impl Session {
         let Ok(subject) = crate::net::pki::subject_of(&der) else {
             return;
         };
-        let now = super::runs::now();
+        let now = crate::net::runs::now();
         if !subject.due_for_renewal(now) || self.renewing.is_some() {
             return;
         }

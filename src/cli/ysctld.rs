@@ -84,6 +84,9 @@ pub struct SimulateArgs {
     /// With --chaos: simulated hours of faults per seed
     #[arg(long, value_name = "H", default_value_t = 24.0, requires = "chaos")]
     pub hours: f64,
+    /// With --chaos: two of the three nodes are the pool's, their agents over a simulated network (links broken and stalled, agents restarted, the controller stalled)
+    #[arg(long, requires = "chaos")]
+    pub pool: bool,
     /// The policy to replay it under
     #[arg(long, value_enum, default_value = "ysched")]
     pub policy: crate::sim::Policy,
@@ -576,6 +579,7 @@ fn chaos(args: &SimulateArgs) -> CliResult {
         first_seed: args.first_seed,
         seeds: args.seeds.max(1),
         hours: args.hours,
+        pool: args.pool,
     };
     let report = daemon::chaos::run(&options).map_err(CliError::from)?;
     super::print(&report.render())?;

@@ -2,11 +2,11 @@
 //! their own jobs; root and the config's admins on every job.
 
 use crate::array::JobRef;
-use crate::db;
 use crate::model::job::JobId;
 use crate::proto::{Control, JobOutcome, Reply};
 
 pub(super) use super::access::AccessRefusal;
+use super::effects::{PoolRow, Row};
 use super::error::DaemonError;
 pub(super) use super::requester::{Proven, Requester};
 use super::state::Daemon;
@@ -318,7 +318,10 @@ impl Daemon {
             by: by.to_string(),
             since: now,
         };
-        db::set_drain(self.tx()?, &key, &drain)?;
+        self.write(Row::Pool(PoolRow::GpuDrain {
+            key: key.clone(),
+            drain: Some(drain.clone()),
+        }))?;
         self.core.policy.drains.insert(key, drain);
         let of = self.gpu_of(&node, gpu);
         self.audit(now, by, "drain", None, &format!("{of}: {reason}"))?;
@@ -340,10 +343,10 @@ impl Daemon {
         now: i64,
     ) -> Result<String, DaemonError> {
         let of = self.gpu_of(&key.0, key.1);
-        if !db::clear_drain(self.tx()?, &key)? {
+        if self.core.policy.drains.remove(&key).is_none() {
             return Ok(format!("{of} was not drained"));
         }
-        self.core.policy.drains.remove(&key);
+        self.write(Row::Pool(PoolRow::GpuDrain { key, drain: None }))?;
         self.audit(now, by, "resume-gpu", None, &of)?;
         Ok(format!("{of} back in service"))
     }
@@ -366,20 +369,5 @@ impl Daemon {
     /// The jobs the references name (see [`Core::expand`]).
     fn expand(&self, refs: &[JobRef]) -> Result<(Vec<JobId>, Vec<JobOutcome>), DaemonError> {
         self.core.expand(&self.reads(), refs)
-    }
-
-    /// Why `id` is not an active job the requester may act on, if it is
-    /// not (see [`Core::refusal`]).
-    pub(super) fn refuse(&self, id: JobId, who: &Requester) -> Result<Option<String>, DaemonError> {
-        Ok(self.refusal(id, who)?.map(AccessRefusal::into_message))
-    }
-
-    /// As `refuse`, with the kind of refusal.
-    pub(super) fn refusal(
-        &self,
-        id: JobId,
-        who: &Requester,
-    ) -> Result<Option<AccessRefusal>, DaemonError> {
-        self.core.refusal(&self.reads(), id, who)
     }
 }

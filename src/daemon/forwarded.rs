@@ -7,12 +7,12 @@
 //! and uid); the submission is then judged and recorded as one made here,
 //! once per request name, and answered after the commit.
 
-use crate::db;
 use crate::model::job::JobRequest;
 use crate::net::message::ToNode;
 use crate::proto::Reply;
 use crate::spool::Ownership;
 
+use super::effects::{PoolRow, Row};
 use super::error::DaemonError;
 use super::requester::Proven;
 use super::state::{Daemon, Requester};
@@ -123,9 +123,18 @@ impl Daemon {
         let reply = self.submit(request, uid, user, now)?;
         if let Reply::Submitted { job_id, .. } = &reply {
             tracing::info!(target: "ysched::pool", "job {job_id} submitted by {user} on node {node}");
-            db::record_node_submission(self.tx()?, *job_id, node)?;
+            self.write(Row::Pool(PoolRow::Submission {
+                job: *job_id,
+                node: node.to_string(),
+            }))?;
         }
-        db::record_request(self.tx()?, &key, uid, now, "job", &reply)?;
+        self.write(Row::Request {
+            key,
+            uid,
+            time: now,
+            kind: "job".into(),
+            reply: Box::new(reply.clone()),
+        })?;
         Ok(reply)
     }
 
@@ -280,7 +289,13 @@ impl Daemon {
             }
         };
         let kept = reply.kept_for_retry(join_line);
-        db::record_request(self.tx()?, &key, sender.uid, now, kind, &kept)?;
+        self.write(Row::Request {
+            key,
+            uid: sender.uid,
+            time: now,
+            kind: kind.to_string(),
+            reply: Box::new(kept),
+        })?;
         Ok(reply)
     }
 

@@ -2,11 +2,10 @@
 //! holding them (and processes on GPUs their holder does not own named),
 //! GPUs idle while jobs wait, and the metrics file.
 
-use crate::db;
 use crate::gpu::sampling::Reading;
 use crate::model::job::{JobId, JobState};
 
-use super::effects::Effects;
+use super::effects::{Effects, Row};
 use super::error::DaemonError;
 use super::state::Daemon;
 
@@ -72,7 +71,10 @@ impl Daemon {
                 ..*s
             })
             .collect();
-        db::add_gpu_samples(self.tx()?, hour, &in_pool)?;
+        self.write(Row::GpuSamples {
+            hour,
+            samples: in_pool,
+        })?;
         let low = self.core.config.low_utilization_pct;
         let ids: Vec<JobId> = self
             .core
@@ -169,7 +171,7 @@ impl Daemon {
         self.stats.idle_while_waiting = idle.len();
         let owed = self.stats.idle_watch.observe(now, idle, flush);
         if !owed.is_empty() {
-            db::add_idle_waiting(self.tx()?, &owed)?;
+            self.write(Row::IdleWaiting(owed))?;
         }
         Ok(())
     }

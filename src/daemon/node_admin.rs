@@ -7,6 +7,7 @@ use crate::proto::Reply;
 use crate::report::node::Drain;
 
 use super::control::{admins_only, Requester};
+use super::effects::{PoolRow, Row};
 use super::error::DaemonError;
 use super::state::Daemon;
 
@@ -39,7 +40,12 @@ impl Daemon {
             by: who.user.to_string(),
             since: now,
         });
-        let was = db::set_node_drain(self.tx()?, name, drain.as_ref(), now)?;
+        let was = db::node_drained(self.tx()?, name)?;
+        self.write(Row::Pool(PoolRow::NodeDrain {
+            name: name.to_string(),
+            drain: drain.clone(),
+            time: now,
+        }))?;
         let message = match &drain {
             Some(d) => {
                 let running = self
@@ -147,7 +153,11 @@ impl Daemon {
             since: now,
         };
         tracing::error!(target: "ysched::daemon", "node {name} drained: {}", drain.reason);
-        db::set_node_drain(self.tx()?, &name, Some(&drain), now)?;
+        self.write(Row::Pool(PoolRow::NodeDrain {
+            name: name.clone(),
+            drain: Some(drain.clone()),
+            time: now,
+        }))?;
         self.audit(
             now,
             "ysctld",

@@ -53,7 +53,7 @@ impl NodeClock {
 }
 
 /// What the controller has credited of the freezes it was told of.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(super) struct Freezes {
     /// Per node: when it last said it was unfenced with nothing frozen
     /// (its clock, on the controller's).
@@ -95,16 +95,21 @@ impl Freezes {
     /// Node `node` reports, as it was at `sent` (its clock moved onto the
     /// controller's: a report read late, after the controller was
     /// stopped, is as old as it is), that it holds `frozen` (run, seconds
-    /// by its own count) frozen, and whether it is fenced; `elapsed` says
-    /// how long each run had run then (the controller's clock, since its
-    /// start). What to credit each run now (nothing added left out).
+    /// by its own count) frozen, and whether it is fenced; the controller
+    /// reads it at `now` and thaws what is still its own then, so each
+    /// freeze lasts until `now` (the thaw's transit is within the
+    /// second): the time the report waited unread is frozen time too.
+    /// `elapsed` says how long each run had run by `now` (the
+    /// controller's clock, since its start). What to credit each run now
+    /// (nothing added left out).
     pub(super) fn report(
         &mut self,
         node: &str,
         (fenced, frozen): (bool, &[(RunKey, u64)]),
-        sent: i64,
+        (sent, now): (i64, i64),
         elapsed: impl Fn(RunKey) -> Option<i64>,
     ) -> Vec<Credited> {
+        let waited = now.saturating_sub(sent).max(0) as u64;
         let good_at = *self
             .good_at
             .entry(node.to_string())
@@ -120,8 +125,8 @@ impl Freezes {
                 since_good: good_at,
             });
             let Some(ran) = elapsed(run) else { continue };
-            let bound = sent.saturating_sub(entry.since_good).min(ran).max(0) as u64;
-            let total = reported.min(bound);
+            let bound = now.saturating_sub(entry.since_good).min(ran).max(0) as u64;
+            let total = reported.saturating_add(waited).min(bound);
             if total > entry.secs {
                 credit.push(Credited {
                     run,
@@ -169,36 +174,65 @@ mod tests {
     fn a_freeze_is_credited_once_however_often_it_is_reported() {
         let mut freezes = Freezes::new(0);
         let ran = |_| Some(1_000);
-        assert!(freezes.report("n", (false, &[]), 100, ran).is_empty());
+        assert!(freezes
+            .report("n", (false, &[]), (100, 100), ran)
+            .is_empty());
         // Heartbeats bunched after a cut: 1, 2, ... 5 s frozen.
         let mut total = 0;
         for secs in 1..=5 {
-            for c in freezes.report("n", (true, &[(run(1), secs)]), 110 + secs as i64, ran) {
+            let sent = 110 + secs as i64;
+            for c in freezes.report("n", (true, &[(run(1), secs)]), (sent, sent), ran) {
                 total += c.added;
             }
         }
         assert_eq!(total, 5);
         // Thawed, then frozen again: a new freeze.
-        assert!(freezes.report("n", (false, &[]), 120, ran).is_empty());
-        let again = freezes.report("n", (true, &[(run(1), 3)]), 130, ran);
+        assert!(freezes
+            .report("n", (false, &[]), (120, 120), ran)
+            .is_empty());
+        let again = freezes.report("n", (true, &[(run(1), 3)]), (130, 130), ran);
         assert_eq!((again[0].added, again[0].first), (3, true));
+    }
+
+    /// Found by the simulation (a controller stalled past a node's lease):
+    /// the last report before the thaw was read 30 s after it was sent,
+    /// and those 30 s, frozen until the thaw reached the node, were
+    /// charged.
+    #[test]
+    fn a_report_read_late_credits_the_freeze_until_the_thaw() {
+        let mut freezes = Freezes::new(0);
+        let ran = |_| Some(10_000);
+        assert!(freezes
+            .report("n", (false, &[]), (1_127, 1_127), ran)
+            .is_empty());
+        let late = freezes.report("n", (true, &[(run(6), 120)]), (1_307, 1_337), ran);
+        assert_eq!(late[0].total, 150);
+        // Its next report, still frozen, adds only what it grew by.
+        let next = freezes.report("n", (true, &[(run(6), 160)]), (1_347, 1_347), ran);
+        assert_eq!(next[0].added, 10);
     }
 
     #[test]
     fn a_nodes_figure_is_bounded_by_the_controllers_measure_and_the_run() {
         let mut freezes = Freezes::new(0);
         let ran = |_| Some(200);
-        assert!(freezes.report("n", (false, &[]), 1_000, ran).is_empty());
+        assert!(freezes
+            .report("n", (false, &[]), (1_000, 1_000), ran)
+            .is_empty());
         // A hundred million seconds, claimed 30 s after it was last good.
-        let claimed = freezes.report("n", (true, &[(run(1), 100_000_000)]), 1_030, ran);
+        let claimed = freezes.report("n", (true, &[(run(1), 100_000_000)]), (1_030, 1_030), ran);
         assert_eq!(claimed[0].added, 30);
         // Never more than the run has run.
         let mut fresh = Freezes::new(0);
-        let short = fresh.report("m", (true, &[(run(2), 5_000)]), 5_000, |_| Some(60));
+        let short = fresh.report("m", (true, &[(run(2), 5_000)]), (5_000, 5_000), |_| {
+            Some(60)
+        });
         assert_eq!(short[0].added, 60);
         // Before a node is heard: the controller's last moment alive.
         let mut restarted = Freezes::new(4_900);
-        let after = restarted.report("m", (true, &[(run(2), 5_000)]), 5_000, |_| Some(9_999));
+        let after = restarted.report("m", (true, &[(run(2), 5_000)]), (5_000, 5_000), |_| {
+            Some(9_999)
+        });
         assert_eq!(after[0].added, 100);
     }
 }

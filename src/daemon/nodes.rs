@@ -34,6 +34,10 @@ pub(super) struct RemoteNode {
     /// then, since the controller started: each node gets a full lease to
     /// reconnect after a restart.
     pub(super) last_heard: std::time::Instant,
+    /// When (the controller's clock) the node sent the last heartbeat,
+    /// or hello, the controller answered: its lease runs a lease from
+    /// then, and when it runs out the node freezes its runs.
+    pub(super) lease_from: i64,
     /// Whether its jobs were already ended for its silence.
     pub(super) lost: bool,
     /// Whether it has been heard since the controller itself was away

@@ -13,7 +13,6 @@
 //! after half a lease more; an agent that has not heard back for a lease
 //! has killed its jobs by then (`agent`).
 
-use std::collections::HashMap;
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
@@ -31,7 +30,7 @@ use crate::proto::Reply;
 use crate::spool::Spool;
 
 use super::control::{admins_only, Requester};
-use super::effects::Effects;
+use super::effects::{Effects, PoolRow, Row};
 use super::error::DaemonError;
 use super::nodes::{Node, RemoteNode};
 use super::pool_state::PoolState;
@@ -67,20 +66,13 @@ pub(super) fn start(
         "the pool listens on {bound} (nodes join at {advertise}); authority {}",
         authority.fingerprint()
     );
-    Ok(Some(PoolState {
-        server,
-        authority,
-        epoch: epoch(),
-        lease: config.pool.lease,
-        events: Vec::new(),
-        conns: HashMap::new(),
-        addresses: HashMap::new(),
+    Ok(Some(PoolState::new(
+        (server, authority),
+        (epoch(), config.pool.lease),
         advertise,
-        join_refusals: Default::default(),
-        leases_checked: Instant::now(),
-        clocks: HashMap::new(),
-        freezes: super::node_time::Freezes::new(alive_before),
-    }))
+        alive_before,
+        Instant::now(),
+    )))
 }
 
 /// A number no earlier run of this controller used: the time, in
@@ -122,7 +114,8 @@ impl Daemon {
         let executor = Box::new(RemoteExecutor::new(facts, link.clone(), pull_wait));
         let remote = RemoteNode {
             link,
-            last_heard: Instant::now(),
+            last_heard: self.core.clock.instant(),
+            lease_from: self.now(),
             lost: false,
             heard_since_away: true,
         };
@@ -243,7 +236,9 @@ impl Daemon {
         let current =
             record.is_some_and(|r| r.certificate.as_deref() == Some(peer.serial.as_str()));
         if current {
-            db::certificate_used(self.tx()?, &peer.name)?;
+            self.write(Row::Pool(PoolRow::CertificateUsed {
+                name: peer.name.clone(),
+            }))?;
         }
         Ok(())
     }
@@ -269,6 +264,11 @@ impl Daemon {
         {
             let skew = self.node_skew(name, clock);
             let hello = Hello {
+                sent: if clock > 0 {
+                    (clock + skew).min(now)
+                } else {
+                    now
+                },
                 facts,
                 running,
                 ended: their_ended
@@ -311,7 +311,7 @@ impl Daemon {
                 } else {
                     now
                 };
-                self.heartbeat(name, &link, seq, &running, fenced);
+                self.heartbeat(name, &link, (seq, sent), &running, fenced);
                 self.thaw_fenced(name, (fenced, &frozen), (sent, now))?;
             }
             FromNode::NotStarted { run, why } => self.not_started(name, run, &why, now)?,
@@ -467,6 +467,9 @@ impl Daemon {
 
 /// What an agent says at each connection.
 pub(super) struct Hello {
+    /// When the node sent it (the controller's clock): its welcome gives
+    /// the node a lease from then.
+    pub(super) sent: i64,
     pub(super) facts: NodeFacts,
     pub(super) running: Vec<(RunKey, i32)>,
     pub(super) ended: Vec<(RunKey, crate::exec::spec::ExitRecord)>,
@@ -529,7 +532,10 @@ impl Daemon {
             }
         };
         let authority_pem = pool.authority.pem().to_string();
-        db::node_joined(self.tx()?, name, &serial)?;
+        self.write(Row::Pool(PoolRow::Joined {
+            name: name.to_string(),
+            certificate: serial.clone(),
+        }))?;
         self.audit(
             now,
             name,
@@ -633,7 +639,10 @@ impl Daemon {
             return Ok(());
         }
         let facts_json = serde_json::to_string(&hello.facts).map_err(crate::net::NetError::from)?;
-        db::set_node_facts(self.tx()?, name, &facts_json)?;
+        self.write(Row::Pool(PoolRow::Facts {
+            name: name.to_string(),
+            facts: facts_json,
+        }))?;
         let link = self
             .nodes
             .named(name)
@@ -679,7 +688,12 @@ impl Daemon {
             state.lost = hello.lost.iter().map(|r| r.job).collect();
         }
         self.attach_node(hello.facts.clone(), link.clone());
-        self.nodes.change(name, |node| node.down = None);
+        self.nodes.change(name, |node| {
+            node.down = None;
+            if let Some(remote) = &mut node.remote {
+                remote.lease_from = hello.sent;
+            }
+        });
         let welcome = ToNode::Welcome {
             lease_ms: lease.as_millis() as u64,
             frozen_limit_ms: self.core.config.pool.frozen_limit.as_millis() as u64,
@@ -775,9 +789,12 @@ impl Daemon {
         (sent, now): (i64, i64),
     ) -> Result<(), DaemonError> {
         let credits = match &mut self.pool {
-            Some(pool) => pool.freezes.report(name, (fenced, frozen), sent, |run| {
-                current_run(&self.core.jobs, run, name).and_then(|j| j.start_time.map(|s| sent - s))
-            }),
+            Some(pool) => pool
+                .freezes
+                .report(name, (fenced, frozen), (sent, now), |run| {
+                    current_run(&self.core.jobs, run, name)
+                        .and_then(|j| j.start_time.map(|s| now - s))
+                }),
             None => Vec::new(),
         };
         let mut fx = Effects::default();
@@ -884,13 +901,22 @@ impl Daemon {
     }
 
     /// A heartbeat: the node is heard, its lease renewed by the answer.
-    fn heartbeat(&mut self, name: &str, link: &Link, seq: u64, running: &[RunKey], fenced: bool) {
+    fn heartbeat(
+        &mut self,
+        name: &str,
+        link: &Link,
+        (seq, sent): (u64, i64),
+        running: &[RunKey],
+        fenced: bool,
+    ) {
         link.state().running = Some(running.iter().map(|r| (r.job, (r.restart, 0))).collect());
         self.answer_link(name, link, ToNode::HeartbeatAck { seq });
         let was_down = self.nodes.named(name).and_then(|n| n.down.clone());
+        let heard = self.core.clock.instant();
         self.nodes.change(name, |node| {
             if let Some(remote) = &mut node.remote {
-                remote.last_heard = Instant::now();
+                remote.last_heard = heard;
+                remote.lease_from = remote.lease_from.max(sent);
                 remote.lost = false;
                 remote.heard_since_away = true;
             }
@@ -910,7 +936,10 @@ impl Daemon {
         };
         let lifetime = self.core.config.pool.certificate_lifetime;
         let (certificate_pem, serial) = pool.authority.sign_node(name, request_pem, lifetime)?;
-        db::set_node_certificate(self.tx()?, name, &serial)?;
+        self.write(Row::Pool(PoolRow::Certificate {
+            name: name.to_string(),
+            certificate: serial.clone(),
+        }))?;
         tracing::info!(target: "ysched::pool", "node {name} renewed its certificate ({serial})");
         // Handed out once its serial is recorded as the node's.
         let mut fx = Effects::default();
@@ -935,7 +964,9 @@ impl Daemon {
         // a long transaction): what the nodes sent meanwhile waits in the
         // sockets, unread. That time is not theirs: each node gets it back,
         // and is judged on time the controller could hear it.
-        let gap = std::mem::replace(&mut pool.leases_checked, Instant::now()).elapsed();
+        let instant = self.core.clock.instant();
+        let gap =
+            instant.saturating_duration_since(std::mem::replace(&mut pool.leases_checked, instant));
         if gap > margin {
             tracing::warn!(target: "ysched::pool", "the controller did not run for {}: every node gets that time back to be heard", humantime::format_duration(round(gap)));
             for node in self.nodes.iter_mut() {
@@ -951,7 +982,7 @@ impl Daemon {
             let Some(remote) = &mut node.remote else {
                 continue;
             };
-            let silent = remote.last_heard.elapsed();
+            let silent = instant.saturating_duration_since(remote.last_heard);
             if silent > lease && node.down.is_none() {
                 tracing::warn!(target: "ysched::pool", "node {name} is down: not heard from for {}", humantime::format_duration(round(silent)));
                 node.down = Some(format!(
@@ -980,6 +1011,18 @@ impl Daemon {
     /// Ends the jobs that ran on node `name` NODE_FAIL; each is requeued
     /// unless it asked not to be (`--no-requeue`).
     fn lose_jobs_of(&mut self, name: &str, now: i64) -> Result<(), DaemonError> {
+        // The node froze its runs when its lease ran out, a lease after it
+        // sent the last heartbeat answered: they are charged until then,
+        // not for the half lease more the controller waited.
+        let lease = self
+            .pool
+            .as_ref()
+            .map_or(0, |p| p.lease.as_millis().div_ceil(1_000) as i64);
+        let stopped = self
+            .nodes
+            .named(name)
+            .and_then(|n| n.remote.as_ref())
+            .map_or(now, |r| r.lease_from.saturating_add(lease).min(now));
         let lost: Vec<(JobId, bool, bool)> = self
             .core
             .jobs
@@ -998,11 +1041,11 @@ impl Daemon {
             fx.named_event(id, now, "NODE_FAIL", Some(&why));
             self.apply(fx)?;
             if no_requeue {
-                self.finish(id, JobState::NodeFail, now, None, Some(why))?;
+                self.finish(id, JobState::NodeFail, stopped, None, Some(why))?;
             } else {
                 self.requeue_run(
                     id,
-                    (now, now),
+                    (now, stopped),
                     None,
                     Some(format!("requeued: {why}")),
                     false,
@@ -1120,14 +1163,13 @@ impl Daemon {
             pool.advertise,
             pool.authority.fingerprint()
         );
-        db::expect_node(
-            self.tx()?,
-            name,
-            &hash_token(&token),
-            now + lifetime as i64,
-            who.user,
-            now,
-        )?;
+        self.write(Row::Pool(PoolRow::Expected {
+            name: name.to_string(),
+            token_hash: hash_token(&token),
+            expires: now + lifetime as i64,
+            by: who.user.to_string(),
+            time: now,
+        }))?;
         self.audit(
             now,
             who.user,
@@ -1170,7 +1212,10 @@ impl Daemon {
                 running.join(", ")
             ));
         }
-        db::remove_node(self.tx()?, name, now)?;
+        self.write(Row::Pool(PoolRow::Removed {
+            name: name.to_string(),
+            time: now,
+        }))?;
         self.audit(now, who.user, "remove-node", None, name)?;
         if let Some(node) = self.nodes.remove(name) {
             if let Some((server, conn)) = node.remote.and_then(|r| r.link.state().conn.clone()) {

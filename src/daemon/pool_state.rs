@@ -35,6 +35,41 @@ pub(super) struct PoolState {
     pub(super) clocks: HashMap<String, super::node_time::NodeClock>,
     /// The freezes the nodes reported, and what was credited of them.
     pub(super) freezes: super::node_time::Freezes,
+    /// The same, as of the last commit: a turn whose commit fails goes
+    /// back to it, as the jobs' records do, so that the credit its
+    /// reports gave is given again by the next report (each report says
+    /// a freeze's whole length, and only what that grew by is added).
+    pub(super) freezes_committed: super::node_time::Freezes,
+}
+
+impl PoolState {
+    /// The pool's state at a controller's start: `server` its nodes'
+    /// connections, `alive_before` the last moment this controller's
+    /// records show it alive (what nodes say they froze meanwhile is
+    /// bounded by it), `instant` now on the clock leases are timed on.
+    pub(super) fn new(
+        (server, authority): (ServerHandle, Authority),
+        (epoch, lease): (u64, Duration),
+        advertise: String,
+        alive_before: i64,
+        instant: std::time::Instant,
+    ) -> PoolState {
+        PoolState {
+            server,
+            authority,
+            epoch,
+            lease,
+            events: Vec::new(),
+            conns: HashMap::new(),
+            addresses: HashMap::new(),
+            advertise,
+            join_refusals: Default::default(),
+            leases_checked: instant,
+            clocks: HashMap::new(),
+            freezes: super::node_time::Freezes::new(alive_before),
+            freezes_committed: super::node_time::Freezes::new(alive_before),
+        }
+    }
 }
 
 /// Refused joins per address: recorded a few a minute each.

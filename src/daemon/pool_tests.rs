@@ -285,6 +285,7 @@ fn a_frame_to_a_node_leaves_only_once_its_turn_is_committed() {
         node.remote = Some(super::nodes::RemoteNode {
             link: link.clone(),
             last_heard: std::time::Instant::now(),
+            lease_from: 0,
             lost: false,
             heard_since_away: true,
         })

@@ -192,21 +192,6 @@ impl Daemon {
         Ok(())
     }
 
-    /// Records an action in the audit table (committed with what it did)
-    /// and the log.
-    pub(super) fn audit(
-        &mut self,
-        now: i64,
-        actor: &str,
-        action: &str,
-        job: Option<JobId>,
-        detail: &str,
-    ) -> Result<(), DaemonError> {
-        let mut fx = Effects::default();
-        fx.audit((now, self.turn.channel), actor, action, job, detail);
-        self.apply(fx)
-    }
-
     /// Freezes a victim whose QoS suspends: it keeps its GPUs and memory,
     /// gives its CPUs to `by`, and runs on when `by` ends.
     fn suspend_preempted(&mut self, id: JobId, by: JobId, now: i64) -> Result<(), DaemonError> {
@@ -375,31 +360,5 @@ impl Daemon {
         self.reschedule = true;
         self.snapshot = None;
         Ok(())
-    }
-}
-
-impl super::state::Core {
-    /// The victims job `ended` suspended run on: each is thawed (once the
-    /// turn is committed) and running again.
-    pub(super) fn resume_suspended_by(
-        &mut self,
-        ended: JobId,
-        now: i64,
-        fx: &mut super::effects::Effects,
-    ) {
-        let victims: Vec<JobId> = self
-            .jobs
-            .all()
-            .filter(|j| j.state == JobState::Suspended && j.preempted_by == Some(ended))
-            .map(|j| j.id)
-            .collect();
-        for id in victims {
-            self.thaw(id, &format!("the end of job {ended}"), now, fx);
-            let job = self.jobs.job_mut(&id).expect("active above");
-            job.preempted_by = None;
-            job.reason = None;
-            let job = job.clone();
-            fx.job(&job);
-        }
     }
 }

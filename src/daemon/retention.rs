@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use crate::db;
 use crate::report::usage::{self, Builder, Period, Summary};
 
+use super::effects::{Purge, Row};
 use super::error::DaemonError;
 use super::state::Daemon;
 
@@ -32,8 +33,12 @@ impl Daemon {
         let tz = self.core.config.timezone().clone();
         let tx = self.tx()?;
         if let Some((start, end)) = db::purged_month_with_rows(tx)? {
-            let gone = db::purge_jobs(tx, start, end, PURGE_BATCH)?;
-            return Ok(gone > 0);
+            self.write(Row::Purge(Purge::Batch {
+                start,
+                end,
+                limit: PURGE_BATCH,
+            }))?;
+            return Ok(true);
         }
         let Some(cutoff) = months_ago(now, months, &tz) else {
             return Ok(false);
@@ -62,14 +67,18 @@ impl Daemon {
             jobs,
             waste: ranking.waste_so_far(),
         };
-        db::save_month_summary(tx, &month, &summaries, now)?;
-        db::forget_requests_before(tx, cutoff)?;
         let detail = format!(
             "{} jobs of {} summarised ({} account/user lines); their rows are being purged (purge_after_months = {months})",
             jobs,
             period.label,
             summaries.len()
         );
+        self.write(Row::Purge(Purge::Month {
+            month: Box::new(month),
+            summaries,
+            cutoff,
+            time: now,
+        }))?;
         tracing::info!(target: "ysched::db", "{detail}");
         self.audit(now, "ysctld", "purge", None, &detail)?;
         Ok(true)

@@ -1,9 +1,12 @@
 //! The one seam through which effects leave the core (`effects` says
-//! what they are): `apply` writes every row in the turn's transaction;
-//! `send_out`, which the commit calls once the transaction is durable,
-//! sends what leaves the process; a turn whose commit fails drops it.
-//! `handle` runs a handler over the core with what it may read, and
+//! what they are): `tx` opens the turn's transaction; `apply` writes
+//! every row in it (no other daemon file writes to the database);
+//! `commit` makes it durable and only then calls `send_out`, which sends
+//! what leaves the process; a turn whose commit fails drops it.
+//! `handle_with` runs a handler over the core with what it may read, and
 //! applies what it pushed.
+
+use rusqlite::Connection;
 
 use crate::db;
 use crate::exec::spec::StepCommand;
@@ -13,12 +16,35 @@ use crate::net::message::ToNode;
 use crate::net::remote::Link;
 use crate::proto::Reply;
 
-use super::effects::{Effects, Out, Row};
+use super::effects::{Effects, Out, PoolRow, Purge, Row};
 use super::error::{DaemonError, Refusal};
 use super::reads::{Edge, Reads};
 use super::state::{Core, Daemon};
 
 impl Daemon {
+    /// The open transaction, begun on first use in a loop turn.
+    pub(super) fn tx(&mut self) -> Result<&Connection, DaemonError> {
+        if !self.store.in_transaction {
+            self.store.db.execute_batch("BEGIN IMMEDIATE")?;
+            self.store.in_transaction = true;
+        }
+        Ok(&self.store.db)
+    }
+
+    /// Commits the turn's transaction, then sends what it left to send:
+    /// nothing leaves before its record is durable (`effects`).
+    pub(super) fn commit(&mut self) -> Result<(), DaemonError> {
+        if self.store.in_transaction {
+            self.store.db.execute_batch("COMMIT")?;
+            self.store.in_transaction = false;
+        }
+        if let Some(pool) = &mut self.pool {
+            pool.freezes_committed = pool.freezes.clone();
+        }
+        self.send_out();
+        Ok(())
+    }
+
     /// Applies `fx`: its rows now, in the turn's transaction; what leaves
     /// the process once that is committed.
     pub(super) fn apply(&mut self, fx: Effects) -> Result<(), DaemonError> {
@@ -29,37 +55,7 @@ impl Daemon {
             self.snapshot = None;
         }
         for row in fx.rows {
-            let tx = self.tx()?;
-            match row {
-                Row::Job(job) => db::update_job(tx, &job)?,
-                Row::Usage {
-                    account,
-                    user,
-                    usage,
-                } => db::save_usage(tx, &account, &user, &usage)?,
-                Row::Resumed {
-                    job,
-                    stopped_restart,
-                    resumed,
-                } => db::preemptions::settle_resume(tx, job, stopped_restart, resumed)?,
-                Row::Event {
-                    job,
-                    time,
-                    name,
-                    detail,
-                } => db::add_event_named(tx, job, time, &name, detail.as_deref())?,
-                Row::Audit {
-                    time,
-                    actor,
-                    action,
-                    job,
-                    detail,
-                    channel,
-                } => {
-                    db::add_audit(tx, time, &actor, &action, job, &detail, channel)?;
-                    tracing::info!(target: "ysched::audit", "{actor} {action} ({}): {detail}", channel.as_str());
-                }
-            }
+            write(self.tx()?, row)?;
         }
         self.turn.out.extend(fx.out);
         #[cfg(test)]
@@ -169,19 +165,26 @@ impl Daemon {
         let _ = link.send(name, frame);
     }
 
-    /// Jobs recorded suspended that their nodes could not freeze after
-    /// all (a freezer that failed, a link lost since the check): the
-    /// record says so and they run again, so that the time they run is
-    /// charged.
-    pub(super) fn unfreezable(&mut self, now: i64) -> Result<(), DaemonError> {
-        for (id, why) in std::mem::take(&mut self.turn.unfreezable) {
-            let by = format!("ysctld, since its node could not freeze it ({why})");
-            self.handle_with(|core, _, fx| {
-                core.thaw(id, &by, now, fx);
-                Ok(())
-            })?;
-        }
-        Ok(())
+    /// Records an action in the audit table (committed with what it did)
+    /// and the log.
+    pub(super) fn audit(
+        &mut self,
+        now: i64,
+        actor: &str,
+        action: &str,
+        job: Option<JobId>,
+        detail: &str,
+    ) -> Result<(), DaemonError> {
+        let mut fx = Effects::default();
+        fx.audit((now, self.turn.channel), actor, action, job, detail);
+        self.apply(fx)
+    }
+
+    /// Writes `row` through the seam, in the turn's transaction.
+    pub(super) fn write(&mut self, row: Row) -> Result<(), DaemonError> {
+        let mut fx = Effects::default();
+        fx.row(row);
+        self.apply(fx)
     }
 
     /// Effects that only leave the process (`fx` with no rows), queued
@@ -231,4 +234,108 @@ impl Daemon {
         self.apply(fx)?;
         Ok(answer)
     }
+}
+
+/// Writes `row` in the turn's transaction `tx`.
+fn write(tx: &Connection, row: Row) -> Result<(), DaemonError> {
+    match row {
+        Row::Job(job) => db::update_job(tx, &job)?,
+        Row::NewJob { job, payload } => {
+            db::insert_job(tx, &job, &payload)?;
+        }
+        Row::Quarantined { bad, time } => db::quarantine_job(tx, &bad, time)?,
+        Row::Usage {
+            account,
+            user,
+            usage,
+        } => db::save_usage(tx, &account, &user, &usage)?,
+        Row::Resumed {
+            job,
+            stopped_restart,
+            resumed,
+        } => db::preemptions::settle_resume(tx, job, stopped_restart, resumed)?,
+        Row::Event {
+            job,
+            time,
+            name,
+            detail,
+        } => db::add_event_named(tx, job, time, &name, detail.as_deref())?,
+        Row::Audit {
+            time,
+            actor,
+            action,
+            job,
+            detail,
+            channel,
+        } => {
+            db::add_audit(tx, time, &actor, &action, job, &detail, channel)?;
+            tracing::info!(target: "ysched::audit", "{actor} {action} ({}): {detail}", channel.as_str());
+        }
+        Row::Request {
+            key,
+            uid,
+            time,
+            kind,
+            reply,
+        } => db::record_request(tx, &key, uid, time, &kind, &reply)?,
+        Row::Pool(row) => write_pool(tx, row)?,
+        Row::GpuSamples { hour, samples } => db::add_gpu_samples(tx, hour, &samples)?,
+        Row::IdleWaiting(owed) => db::add_idle_waiting(tx, &owed)?,
+        Row::StepBegun(step) => db::begin_step(tx, &step)?,
+        Row::StepEnded { step, exit, time } => {
+            db::end_step(tx, step, exit, time)?;
+        }
+        Row::Stopped(stopped) => db::preemptions::record(tx, &stopped)?,
+        Row::StopSettled { job, restart, exit } => {
+            db::preemptions::settle_exit(tx, job, restart, &exit)?
+        }
+        Row::Purge(Purge::Batch { start, end, limit }) => {
+            db::purge_jobs(tx, start, end, limit)?;
+        }
+        Row::Purge(Purge::Month {
+            month,
+            summaries,
+            cutoff,
+            time,
+        }) => {
+            db::save_month_summary(tx, &month, &summaries, time)?;
+            db::forget_requests_before(tx, cutoff)?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes one of the pool's or access's rows.
+fn write_pool(tx: &Connection, row: PoolRow) -> Result<(), DaemonError> {
+    match row {
+        PoolRow::NodeDrain { name, drain, time } => {
+            db::set_node_drain(tx, &name, drain.as_ref(), time)?
+        }
+        PoolRow::GpuDrain { key, drain } => match drain {
+            Some(drain) => db::set_drain(tx, &key, &drain)?,
+            None => {
+                db::clear_drain(tx, &key)?;
+            }
+        },
+        PoolRow::Expected {
+            name,
+            token_hash,
+            expires,
+            by,
+            time,
+        } => db::expect_node(tx, &name, &token_hash, expires, &by, time)?,
+        PoolRow::Joined { name, certificate } => db::node_joined(tx, &name, &certificate)?,
+        PoolRow::Certificate { name, certificate } => {
+            db::set_node_certificate(tx, &name, &certificate)?
+        }
+        PoolRow::CertificateUsed { name } => db::certificate_used(tx, &name)?,
+        PoolRow::Facts { name, facts } => db::set_node_facts(tx, &name, &facts)?,
+        PoolRow::Removed { name, time } => db::remove_node(tx, &name, time)?,
+        PoolRow::Submission { job, node } => db::record_node_submission(tx, job, &node)?,
+        PoolRow::Token(token) => db::record_token(tx, &token)?,
+        PoolRow::Revoked { jti, user, time } => {
+            db::revoke_tokens(tx, jti.as_deref(), user.as_deref(), time)?;
+        }
+    }
+    Ok(())
 }

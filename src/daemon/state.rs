@@ -176,6 +176,11 @@ pub(super) struct Parts {
 }
 
 impl Daemon {
+    /// Now, as the records have it.
+    pub(super) fn now(&self) -> i64 {
+        self.core.clock.now()
+    }
+
     /// A daemon of `parts` with no jobs loaded yet (`recover` loads them).
     pub(super) fn assemble(parts: Parts) -> Daemon {
         Daemon {
@@ -289,6 +294,10 @@ pub(super) struct PolicyState {
     pub(super) lost_parts: HashSet<(JobId, u32, String)>,
     /// Drained GPUs: (node, its GPU number).
     pub(super) drains: BTreeMap<crate::db::DrainKey, crate::report::node::Drain>,
+    /// Each run's charge taken twice, on purpose (a test that the
+    /// simulation finds it).
+    #[cfg(test)]
+    pub(super) charge_twice: bool,
 }
 
 /// What a turn leaves to do after its commit.
@@ -369,6 +378,21 @@ impl Clock {
         match self {
             Clock::System => crate::model::units::now(),
             Clock::Manual(t) => t.load(std::sync::atomic::Ordering::SeqCst),
+        }
+    }
+
+    /// Now on the monotonic clock the pool's leases are timed on: the
+    /// host's; a manual clock's seconds after a fixed instant, so that
+    /// the simulation times leases, and a controller's stalls, on its own
+    /// clock.
+    pub(super) fn instant(&self) -> Instant {
+        static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        match self {
+            Clock::System => Instant::now(),
+            Clock::Manual(_) => {
+                let origin = *ORIGIN.get_or_init(Instant::now);
+                origin + std::time::Duration::from_secs(self.now().max(0) as u64)
+            }
         }
     }
 }

@@ -9,6 +9,7 @@ use crate::model::step::Step;
 use crate::proto::Reply;
 
 use super::control::StepAsk;
+use super::effects::Row;
 use super::error::DaemonError;
 use super::requester::Requester;
 use super::state::Daemon;
@@ -46,10 +47,15 @@ impl Daemon {
             exit: None,
             srun_pid: ask.pid,
         };
-        let number = db::begin_step(self.tx()?, &step)?;
+        let number = db::next_step(self.tx()?, step.job, step.restart)?;
+        let restart = step.restart;
+        self.write(Row::StepBegun(Box::new(Step {
+            step: number,
+            ..step
+        })))?;
         Ok(Reply::StepBegun {
             step: number,
-            restart: step.restart,
+            restart,
         })
     }
 
@@ -64,7 +70,14 @@ impl Daemon {
         if let Some(error) = self.refuse_step(job, who)? {
             return Ok(Reply::Rejected { error });
         }
-        let ended = db::end_step(self.tx()?, (job, restart, step), exit, now)?;
+        let ended = db::step_running(self.tx()?, (job, restart, step))?;
+        if ended {
+            self.write(Row::StepEnded {
+                step: (job, restart, step),
+                exit,
+                time: now,
+            })?;
+        }
         Ok(Reply::Control {
             outcomes: Vec::new(),
             message: (!ended).then(|| format!("step {job}.{step} had already ended")),

@@ -6,6 +6,7 @@
 use crate::db;
 use crate::model::job::{ExitStatus, Job, JobId};
 
+use super::effects::Row;
 use super::error::DaemonError;
 use super::state::Daemon;
 
@@ -29,19 +30,17 @@ impl Daemon {
         grace: u64,
         now: i64,
     ) -> Result<(), DaemonError> {
-        let stopped = db::preemptions::Stopped {
+        self.write(Row::Stopped(Box::new(db::preemptions::Stopped {
             job: job.id,
             restart: job.restart_count,
             at: now,
-            kind,
+            kind: kind.to_string(),
             by,
-            account: &job.account,
-            user: &job.user,
+            account: job.account.clone(),
+            user: job.user.clone(),
             gpus: job.gpus_alloc.len() as u32,
             grace,
-        };
-        db::preemptions::record(self.tx()?, &stopped)?;
-        Ok(())
+        })))
     }
 
     /// A stopped run is gone at `end`: it exited cleanly if it did so by
@@ -79,7 +78,11 @@ impl Daemon {
             clean,
             lost_gpu_secs: lost,
         };
-        db::preemptions::settle_exit(tx, id, job.restart_count, &exit)?;
+        self.write(Row::StopSettled {
+            job: id,
+            restart: job.restart_count,
+            exit,
+        })?;
         let reclaimed = kind == "reclaim";
         Ok(Settled {
             reclaimed,

@@ -9,6 +9,7 @@ use crate::sched::admission::{self};
 use crate::sched::budget::Verdict;
 use crate::sched::Reason;
 
+use super::effects::Row;
 use super::error::{DaemonError, Refusal};
 use super::state::Daemon;
 
@@ -255,29 +256,31 @@ impl Daemon {
         approval: Option<&str>,
         now: i64,
     ) -> Result<JobId, DaemonError> {
-        let mut first = None;
+        // Ids are never reused: the next ones are this turn's to give.
+        let first = db::next_job_id(self.tx()?)?;
         let indices = array.map_or(vec![0], |a| a.indices.clone());
-        for index in indices {
-            let mut task = job.clone();
-            task.array = array.map(|a| ArrayTask {
-                // 0: the first task, whose id the array takes.
-                job_id: first.unwrap_or(0),
-                task_id: index,
-                spec: a.to_string(),
+        for (id, index) in (first..).zip(indices) {
+            let task = Job {
+                id,
+                array: array.map(|a| ArrayTask {
+                    job_id: first,
+                    task_id: index,
+                    spec: a.to_string(),
+                }),
+                ..job.clone()
+            };
+            let mut fx = super::effects::Effects::default();
+            fx.row(Row::NewJob {
+                job: Box::new(task.clone()),
+                payload: Box::new(payload.clone()),
             });
-            let id = db::insert_job(self.tx()?, &task, payload)?;
             if let Some(why) = approval {
-                let mut fx = super::effects::Effects::default();
                 fx.event(id, now, JobState::Pending, Some(why));
-                self.apply(fx)?;
             }
-            let array_id = *first.get_or_insert(id);
-            if let Some(a) = &mut task.array {
-                a.job_id = array_id;
-            }
-            self.enqueue_submitted(Job { id, ..task }, now);
+            self.apply(fx)?;
+            self.enqueue_submitted(task, now);
         }
-        Ok(first.expect("at least one task"))
+        Ok(first)
     }
 
     /// Logs the submission; one with a QoS not open to everyone

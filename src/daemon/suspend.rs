@@ -114,6 +114,53 @@ impl Core {
         fx.queue_changed();
         tracing::info!(target: "ysched::daemon", "job {id} {detail}");
     }
+
+    /// Resumes suspended job `id`, for `by`: its processes are thawed once
+    /// the turn is committed (a thaw that fails there is logged; the
+    /// supervisor of a job being stopped sends SIGCONT with SIGTERM), and
+    /// the time it spent suspended is counted out of its limit.
+    pub(super) fn thaw(&mut self, id: JobId, by: &str, now: i64, fx: &mut Effects) {
+        let Some(job) = self
+            .jobs
+            .job_mut(&id)
+            .filter(|j| j.state == JobState::Suspended)
+        else {
+            return;
+        };
+        job.state = JobState::Running;
+        if let Some(at) = job.suspended_at.take() {
+            job.suspended_secs += (now - at).max(0) as u64;
+        }
+        let job = job.clone();
+        let detail = format!("resumed by {by}");
+        fx.out(super::effects::Out::Freeze {
+            job: Box::new(job.clone()),
+            frozen: false,
+        });
+        fx.job(&job);
+        fx.event(id, now, JobState::Running, Some(&detail));
+        fx.queue_changed();
+        tracing::info!(target: "ysched::daemon", "job {id} {detail}");
+    }
+
+    /// The victims job `ended` suspended run on: each is thawed (once the
+    /// turn is committed) and running again.
+    pub(super) fn resume_suspended_by(&mut self, ended: JobId, now: i64, fx: &mut Effects) {
+        let victims: Vec<JobId> = self
+            .jobs
+            .all()
+            .filter(|j| j.state == JobState::Suspended && j.preempted_by == Some(ended))
+            .map(|j| j.id)
+            .collect();
+        for id in victims {
+            self.thaw(id, &format!("the end of job {ended}"), now, fx);
+            let job = self.jobs.job_mut(&id).expect("active above");
+            job.preempted_by = None;
+            job.reason = None;
+            let job = job.clone();
+            fx.job(&job);
+        }
+    }
 }
 
 impl Daemon {
@@ -165,6 +212,21 @@ impl Daemon {
             }
         }
         self.after_commit(fx);
+    }
+
+    /// Jobs recorded suspended that their nodes could not freeze after
+    /// all (a freezer that failed, a link lost since the check): the
+    /// record says so and they run again, so that the time they run is
+    /// charged.
+    pub(super) fn unfreezable(&mut self, now: i64) -> Result<(), DaemonError> {
+        for (id, why) in std::mem::take(&mut self.turn.unfreezable) {
+            let by = format!("ysctld, since its node could not freeze it ({why})");
+            self.handle_with(|core, _, fx| {
+                core.thaw(id, &by, now, fx);
+                Ok(())
+            })?;
+        }
+        Ok(())
     }
 }
 

@@ -10,6 +10,7 @@ use crate::proto::Reply;
 use crate::token::{Audience, Claims, TokenError, TokenKey, TokenRecord, DEFAULT_LIFESPAN};
 
 use super::control::TokenAsk;
+use super::effects::{PoolRow, Row};
 use super::error::DaemonError;
 use super::requester::{Proven, Requester};
 use super::state::Daemon;
@@ -158,19 +159,16 @@ impl Daemon {
         if let Some(parent) = &parent {
             detail.push_str(&format!(", made with token {parent}"));
         }
-        db::record_token(
-            self.tx()?,
-            &TokenRecord {
-                jti,
-                user: user.clone(),
-                audience: uses,
-                issued: now,
-                expires: now + lifespan as i64,
-                made_by: who.user.to_string(),
-                revoked: None,
-                parent,
-            },
-        )?;
+        self.write(Row::Pool(PoolRow::Token(Box::new(TokenRecord {
+            jti,
+            user: user.clone(),
+            audience: uses,
+            issued: now,
+            expires: now + lifespan as i64,
+            made_by: who.user.to_string(),
+            revoked: None,
+            parent,
+        }))))?;
         self.audit(now, who.user, "token", None, &detail)?;
         Ok(Reply::Token {
             token,
@@ -260,7 +258,14 @@ impl Daemon {
             None if who.admin && jti.is_some() => None,
             None => Some(who.user.to_string()),
         };
-        let revoked = db::revoke_tokens(self.tx()?, jti.as_deref(), owner.as_deref(), now)?;
+        let revoked = db::revocable(self.tx()?, jti.as_deref(), owner.as_deref(), now)?;
+        if revoked.named > 0 {
+            self.write(Row::Pool(PoolRow::Revoked {
+                jti: jti.clone(),
+                user: owner.clone(),
+                time: now,
+            }))?;
+        }
         let whose = owner
             .as_deref()
             .map_or("any user's".to_string(), |o| format!("{o}'s"));

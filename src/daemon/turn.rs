@@ -6,9 +6,6 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rusqlite::Connection;
-
-use crate::config::Config;
 use crate::db::{self};
 use crate::exec::executor::ImageStatus;
 use crate::model::job::{Job, JobId, JobState};
@@ -17,37 +14,12 @@ use crate::sched::{self, Reason};
 use crate::spool::socket::{self};
 use crate::spool::Inbound;
 
-use super::error::{DaemonError, ReloadError};
-use super::startup::start_notifier;
+use super::effects::Row;
+use super::error::DaemonError;
 use super::state::*;
 use crate::query::{self, QueueSnapshot};
 
 impl Daemon {
-    /// Now, as the records have it.
-    pub(super) fn now(&self) -> i64 {
-        self.core.clock.now()
-    }
-
-    /// The open transaction, begun on first use in a loop turn.
-    pub(super) fn tx(&mut self) -> Result<&Connection, DaemonError> {
-        if !self.store.in_transaction {
-            self.store.db.execute_batch("BEGIN IMMEDIATE")?;
-            self.store.in_transaction = true;
-        }
-        Ok(&self.store.db)
-    }
-
-    /// Commits the turn's transaction, then sends what it left to send:
-    /// nothing leaves before its record is durable (`effects`).
-    pub(super) fn commit(&mut self) -> Result<(), DaemonError> {
-        if self.store.in_transaction {
-            self.store.db.execute_batch("COMMIT")?;
-            self.store.in_transaction = false;
-        }
-        self.send_out();
-        Ok(())
-    }
-
     /// At start: loads active jobs, re-adopts running ones, and takes in
     /// whatever arrived in the spool while the daemon was down.
     pub(super) fn recover(&mut self) -> Result<(), DaemonError> {
@@ -78,8 +50,11 @@ impl Daemon {
                 bad.id,
                 bad.problem.escape_debug()
             );
-            let now = self.now();
-            db::quarantine_job(self.tx()?, &bad, now)?;
+            let time = self.now();
+            self.write(Row::Quarantined {
+                bad: Box::new(bad),
+                time,
+            })?;
         }
         // A database from before preemptions were counted: a job with a
         // suspended victim must count as a preemptor, or its end would not
@@ -384,6 +359,19 @@ impl Daemon {
         failure: &DaemonError,
         exits_taken: Vec<JobId>,
     ) -> Result<(), DaemonError> {
+        self.roll_back_turn(failure, exits_taken)?;
+        // The disk may stay full a while: not a turn a millisecond.
+        std::thread::sleep(Duration::from_millis(500));
+        Ok(())
+    }
+
+    /// What a failed commit undoes (see `after_failed_commit`, which
+    /// then pauses; the simulation calls this alone).
+    pub(super) fn roll_back_turn(
+        &mut self,
+        failure: &DaemonError,
+        exits_taken: Vec<JobId>,
+    ) -> Result<(), DaemonError> {
         if !self.store.db.is_autocommit() {
             let _ = self.store.db.execute_batch("ROLLBACK");
         }
@@ -406,14 +394,15 @@ impl Daemon {
                 };
             }
         }
-        // Nothing of the turn leaves: no command, no notification.
+        // Nothing of the turn leaves: no command, no notification; what
+        // it credited of the nodes' freezes is credited again.
+        if let Some(pool) = &mut self.pool {
+            pool.freezes = pool.freezes_committed.clone();
+        }
         self.turn.out.clear();
         self.turn.to_launch.clear();
         self.turn.exits_to_retry = exits_taken;
-        self.reload_state(self.now())?;
-        // The disk may stay full a while: not a turn a millisecond.
-        std::thread::sleep(Duration::from_millis(500));
-        Ok(())
+        self.reload_state(self.now())
     }
 
     /// Removes what no user may hold in the drop boxes, and makes the
@@ -586,14 +575,13 @@ impl Daemon {
         if matches!(channel, Channel::Rest | Channel::Portal) {
             self.audit_web(now, &user, action, &reply)?;
         }
-        db::record_request(
-            self.tx()?,
-            &name,
+        self.write(Row::Request {
+            key: name,
             uid,
-            now,
-            kind,
-            &reply.kept_for_retry(join_line),
-        )?;
+            time: now,
+            kind: kind.to_string(),
+            reply: Box::new(reply.kept_for_retry(join_line)),
+        })?;
         Ok(Handled::Reply(reply))
     }
 
@@ -899,87 +887,5 @@ impl Daemon {
             facts,
             Vec::new(),
         )))
-    }
-
-    /// SIGHUP or `yscontrol reload`: validate first; a bad file changes nothing.
-    pub(super) fn reload(&mut self, requested_by: Option<&str>) -> Result<String, ReloadError> {
-        let path = self.core.config.path.clone();
-        let who = requested_by
-            .map(|u| format!(" (requested by {u})"))
-            .unwrap_or_default();
-        let result = match Config::load(&path) {
-            Err(e) => Err(ReloadError::Invalid(e)),
-            Ok(new) if new.spool_dir != self.core.config.spool_dir => {
-                Err(ReloadError::SpoolMoved {
-                    from: self.core.config.spool_dir.clone(),
-                    to: new.spool_dir,
-                })
-            }
-            Ok(new) if new.gpus != self.core.config.gpus => Err(ReloadError::GpusChanged),
-            Ok(new) => {
-                let notify_changed = (&new.notify_command, new.notify_timeout_secs)
-                    != (
-                        &self.core.config.notify_command,
-                        self.core.config.notify_timeout_secs,
-                    );
-                if notify_changed {
-                    match start_notifier(&new) {
-                        Ok(n) => self.notifier = n,
-                        Err(e) => {
-                            tracing::error!(target: "ysched::daemon", "notifications stay as they were: {e}")
-                        }
-                    }
-                }
-                let later = self.core.config.needs_restart(&new);
-                let cpus = new.cpus.unwrap_or_else(crate::exec::local::host_cpus);
-                let mem_mb = new
-                    .memory_mb
-                    .unwrap_or_else(crate::exec::local::host_memory_mb);
-                self.nodes.change(&self.core.config.node_name, |node| {
-                    node.cpus = cpus;
-                    node.mem_mb = mem_mb;
-                });
-                self.core.config = new;
-                self.core.users.clear();
-                self.core.policy.pass_tree = None;
-                self.reschedule = true;
-                self.snapshot = None;
-                let not_applied = if later.is_empty() {
-                    String::new()
-                } else {
-                    format!("; not applied until ysctld restarts: {}", later.join(", "))
-                };
-                match self.load_budgets(self.now()) {
-                    Ok(()) => Ok(format!(
-                        "config {} reloaded ({} CPUs, {} MiB){not_applied}",
-                        path.display(),
-                        cpus,
-                        mem_mb
-                    )),
-                    Err(e) => Err(ReloadError::Budgets {
-                        path: path.clone(),
-                        source: Box::new(e),
-                    }),
-                }
-            }
-        };
-        match &result {
-            Ok(m) => tracing::info!(target: "ysched::daemon", "{m}{who}"),
-            Err(m) => tracing::error!(target: "ysched::daemon", "{m}{who}"),
-        }
-        let text = match &result {
-            Ok(m) => m.clone(),
-            Err(e) => e.to_string(),
-        };
-        if let Err(e) = self.audit(
-            self.now(),
-            requested_by.unwrap_or("SIGHUP"),
-            "reload",
-            None,
-            &text,
-        ) {
-            tracing::error!(target: "ysched::daemon", "reload not audited: {e}");
-        }
-        result
     }
 }

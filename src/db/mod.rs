@@ -20,12 +20,12 @@ use crate::proto::{JobFilter, Reply};
 pub use error::DbError;
 pub use migrations::MIGRATIONS;
 pub use nodes::{
-    certificate_used, expect_node, joined_nodes, node_drains, node_joined, node_record,
-    remove_node, set_node_certificate, set_node_drain, set_node_facts, NodeRecord,
+    certificate_used, expect_node, joined_nodes, node_drained, node_drains, node_joined,
+    node_record, remove_node, set_node_certificate, set_node_drain, set_node_facts, NodeRecord,
 };
-pub use steps::{begin_step, end_step, jobs_with_steps, steps_of};
+pub use steps::{begin_step, end_step, jobs_with_steps, next_step, step_running, steps_of};
 pub use tokens::{
-    record_node_submission, record_token, revoke_tokens, submitted_on, token, tokens,
+    record_node_submission, record_token, revocable, revoke_tokens, submitted_on, token, tokens,
 };
 
 /// What a job runs, kept apart from the record every view may read.
@@ -447,7 +447,8 @@ fn parse_index_list(text: &str) -> Result<Vec<u32>, ColumnError> {
         .collect()
 }
 
-/// Inserts a new job with its payload; returns the id SQLite gave it. An
+/// Inserts a new job with its payload; returns its id: `job.id` when it
+/// has one (`next_job_id` gave it), else the one SQLite gives it. An
 /// array task whose array id is 0 is the array's first task: the array
 /// takes its id.
 pub fn insert_job(conn: &Connection, job: &Job, payload: &Payload) -> Result<JobId, DbError> {
@@ -455,9 +456,9 @@ pub fn insert_job(conn: &Connection, job: &Job, payload: &Payload) -> Result<Job
         "INSERT INTO jobs (uid, gid, user, account, qos, name, state, hold, gpu_count, gpu_type, cpus, mem_mb, \
          time_limit, submit_time, begin_time, work_dir, submit_dir, std_out, std_err, open_append, comment, nice, dependency, \
          array_job_id, array_task_id, array_spec, gpu_shard, gpu_constraint, no_requeue, warn_signal, checkpoint_file, grace, \
-         mail_type, mail_user, nodelist, exclude_nodes, task_layout, container, interactive) \
+         mail_type, mail_user, nodelist, exclude_nodes, task_layout, container, interactive, id) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, \
-         ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36, ?37, ?38, ?39)",
+         ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36, ?37, ?38, ?39, NULLIF(?40, 0))",
     )?
     .execute(params![
         job.uid,
@@ -499,6 +500,7 @@ pub fn insert_job(conn: &Connection, job: &Job, payload: &Payload) -> Result<Job
         task_layout_text(&job.tasks),
         container_text(&job.container),
         job.interactive,
+        job.id as i64,
     ])?;
     let id = conn.last_insert_rowid() as JobId;
     if job.array.as_ref().is_some_and(|a| a.job_id == 0) {

@@ -28,21 +28,25 @@ pub fn node_drains(conn: &Connection) -> Result<BTreeMap<String, Drain>, DbError
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-/// Drains node `name` (`Some`) or puts it back in service (`None`), a
-/// row made for it if it has none yet; whether it was drained before.
-pub fn set_node_drain(
-    conn: &Connection,
-    name: &str,
-    drain: Option<&Drain>,
-    now: i64,
-) -> Result<bool, DbError> {
-    let was: bool = conn
+/// Whether node `name` is recorded drained.
+pub fn node_drained(conn: &Connection, name: &str) -> Result<bool, DbError> {
+    Ok(conn
         .prepare_cached("SELECT drain_reason IS NOT NULL FROM nodes WHERE name = ?1")?
         .query_row([name], |r| r.get(0))
         .or_else(|e| match e {
             rusqlite::Error::QueryReturnedNoRows => Ok(false),
             e => Err(e),
-        })?;
+        })?)
+}
+
+/// Drains node `name` (`Some`) or puts it back in service (`None`), a
+/// row made for it if it has none yet.
+pub fn set_node_drain(
+    conn: &Connection,
+    name: &str,
+    drain: Option<&Drain>,
+    now: i64,
+) -> Result<(), DbError> {
     conn.prepare_cached(
         "INSERT INTO nodes (name, added, added_by, drain_reason, drain_by, drain_since) \
          VALUES (?1, ?2, 'ysctld', ?3, ?4, ?5) \
@@ -56,7 +60,7 @@ pub fn set_node_drain(
         drain.map(|d| d.by.as_str()),
         drain.map(|d| d.since),
     ])?;
-    Ok(was)
+    Ok(())
 }
 
 /// A node of the pool as recorded.

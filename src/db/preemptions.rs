@@ -10,16 +10,16 @@ use crate::report::usage::CheckpointLine;
 
 /// A run stopped to make room: what is known when the victim is signalled.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Stopped<'a> {
+pub struct Stopped {
     pub job: JobId,
     /// The restart count of the run it stopped.
     pub restart: u32,
     pub at: i64,
     /// `preempt` or `reclaim`.
-    pub kind: &'a str,
+    pub kind: String,
     pub by: JobId,
-    pub account: &'a str,
-    pub user: &'a str,
+    pub account: String,
+    pub user: String,
     pub gpus: u32,
     /// Seconds from the first signal to SIGKILL.
     pub grace: u64,

@@ -7,14 +7,31 @@ use super::error::DbError;
 use crate::model::job::{ExitStatus, JobId, JobState};
 use crate::model::step::Step;
 
-/// Records `step` as begun, with the next number of its job's run; the
-/// number.
-pub fn begin_step(conn: &Connection, step: &Step) -> Result<u32, DbError> {
-    let next: u32 = conn
+/// The number the next step of run `restart` of `job` gets.
+pub fn next_step(conn: &Connection, job: JobId, restart: u32) -> Result<u32, DbError> {
+    Ok(conn
         .prepare_cached(
             "SELECT COALESCE(MAX(step) + 1, 0) FROM steps WHERE job = ?1 AND restart = ?2",
         )?
-        .query_row(params![step.job, step.restart], |r| r.get(0))?;
+        .query_row(params![job, restart], |r| r.get(0))?)
+}
+
+/// Whether step `step` of run `restart` of `job` is recorded and has not
+/// ended.
+pub fn step_running(
+    conn: &Connection,
+    (job, restart, step): (JobId, u32, u32),
+) -> Result<bool, DbError> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT COUNT(*) FROM steps WHERE job = ?1 AND restart = ?2 AND step = ?3 AND end_time IS NULL",
+        )?
+        .query_row(params![job, restart, step], |r| r.get::<_, i64>(0))?
+        > 0)
+}
+
+/// Records `step` as begun, under its number (`next_step`).
+pub fn begin_step(conn: &Connection, step: &Step) -> Result<(), DbError> {
     conn.prepare_cached(
         "INSERT INTO steps (job, restart, step, name, nodes, tasks, start, state, srun_pid)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
@@ -22,7 +39,7 @@ pub fn begin_step(conn: &Connection, step: &Step) -> Result<u32, DbError> {
     .execute(params![
         step.job,
         step.restart,
-        next,
+        step.step,
         step.name,
         step.nodes,
         step.tasks,
@@ -30,7 +47,7 @@ pub fn begin_step(conn: &Connection, step: &Step) -> Result<u32, DbError> {
         JobState::Running.name(),
         step.srun_pid
     ])?;
-    Ok(next)
+    Ok(())
 }
 
 /// Records the end of step `step` of run `restart` of `job`, if it has
@@ -122,11 +139,26 @@ mod tests {
             exit: None,
             srun_pid: 42,
         };
-        assert_eq!(begin_step(&conn, &step(0)).unwrap(), 0);
-        assert_eq!(begin_step(&conn, &step(0)).unwrap(), 1);
-        assert_eq!(begin_step(&conn, &step(1)).unwrap(), 0);
+        let begin = |restart| {
+            let number = next_step(&conn, 4, restart).unwrap();
+            begin_step(
+                &conn,
+                &Step {
+                    step: number,
+                    ..step(restart)
+                },
+            )
+            .unwrap();
+            number
+        };
+        assert_eq!(begin(0), 0);
+        assert_eq!(begin(0), 1);
+        assert_eq!(begin(1), 0);
         let failed = ExitStatus { code: 2, signal: 0 };
+        assert!(step_running(&conn, (4, 0, 1)).unwrap());
         assert!(end_step(&conn, (4, 0, 1), failed, 20).unwrap());
+        assert!(!step_running(&conn, (4, 0, 1)).unwrap());
+        assert!(!step_running(&conn, (4, 0, 7)).unwrap());
         assert!(!end_step(&conn, (4, 0, 1), ExitStatus::default(), 30).unwrap());
         let steps = steps_of(&conn, 4).unwrap();
         let seen: Vec<_> = steps

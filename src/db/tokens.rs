@@ -96,6 +96,36 @@ pub fn revoke_tokens(
     Ok(Revoked { named, descendants })
 }
 
+/// What `revoke_tokens` with the same arguments would revoke, counted:
+/// read before it in the same transaction, so that what is decided is
+/// written as one change.
+pub fn revocable(
+    conn: &Connection,
+    jti: Option<&str>,
+    user: Option<&str>,
+    now: i64,
+) -> Result<Revoked, DbError> {
+    let (named, in_line): (i64, i64) = conn
+        .prepare_cached(
+            "WITH RECURSIVE named(jti) AS (
+                 SELECT jti FROM tokens WHERE revoked IS NULL AND expires > ?1
+                   AND (?2 IS NULL OR jti = ?2) AND (?3 IS NULL OR user = ?3)
+             ), line(jti) AS (
+                 SELECT jti FROM named
+                 UNION
+                 SELECT t.jti FROM tokens t JOIN line ON t.parent = line.jti
+             )
+             SELECT (SELECT COUNT(*) FROM named),
+                    (SELECT COUNT(*) FROM tokens
+                     WHERE revoked IS NULL AND expires > ?1 AND jti IN line)",
+        )?
+        .query_row(params![now, jti, user], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(Revoked {
+        named: named as usize,
+        descendants: (in_line - named) as usize,
+    })
+}
+
 const SELECT: &str =
     "SELECT jti, user, audience, issued, expires, made_by, revoked, parent FROM tokens";
 
@@ -198,7 +228,9 @@ mod tests {
         record_token(&conn, &child("kid", "root")).unwrap();
         record_token(&conn, &child("grandkid", "kid")).unwrap();
         record_token(&conn, &record("other", "alice", 100, 5_000)).unwrap();
+        let counted = revocable(&conn, Some("root"), Some("alice"), 200).unwrap();
         let revoked = revoke_tokens(&conn, Some("root"), Some("alice"), 200).unwrap();
+        assert_eq!(counted, revoked);
         assert_eq!(
             revoked,
             Revoked {
@@ -219,6 +251,7 @@ mod tests {
             Some("root")
         );
         // Revoked again: nothing is valid to revoke.
+        assert_eq!(revocable(&conn, Some("kid"), None, 300).unwrap().named, 0);
         let again = revoke_tokens(&conn, Some("kid"), None, 300).unwrap();
         assert_eq!(again.named + again.descendants, 0);
     }

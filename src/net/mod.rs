@@ -7,7 +7,9 @@
 //! and is given a certificate it presents from then on (`tls`). A
 //! connection is driven without blocking (`conn`); the controller serves
 //! all nodes from one thread (`server`); a node that runs jobs is, to the
-//! daemon, one more `Executor` (`remote`).
+//! daemon, one more `Executor` (`remote`), and keeps the runs it holds as
+//! the protocol tells of them (`runs`, the agent's, and the simulation's
+//! agents').
 
 pub mod conn;
 pub mod error;
@@ -16,6 +18,7 @@ pub mod message;
 pub mod noise;
 pub mod pki;
 pub mod remote;
+pub mod runs;
 pub mod server;
 pub mod steps;
 pub mod tls;

@@ -94,13 +94,30 @@ impl ServerHandle {
     }
 }
 
-/// A handle whose orders go nowhere but to the test holding the
-/// receiver: what the daemon would have sent, and when.
-#[cfg(test)]
+/// A handle whose orders go nowhere but to whoever holds the receiver (a
+/// test, the simulation's network): what the daemon would have sent, to
+/// which connection, and when.
 pub(crate) struct Recorder(mpsc::Receiver<Order>);
 
-#[cfg(test)]
+/// What the daemon asked the server to do with a connection.
+pub(crate) enum Sent {
+    Frame(ConnId, Vec<u8>),
+    /// Send the last frame, if any, then close.
+    Close(ConnId, Option<Vec<u8>>),
+}
+
 impl Recorder {
+    /// What was asked since the last call, in order.
+    pub(crate) fn sent(&self) -> Vec<Sent> {
+        self.0
+            .try_iter()
+            .map(|order| match order {
+                Order::Send(conn, frame) => Sent::Frame(conn, frame),
+                Order::Close(conn, last) => Sent::Close(conn, last),
+            })
+            .collect()
+    }
+
     pub(crate) fn new() -> Result<(ServerHandle, Recorder), NetError> {
         let wake = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
             .map_err(|e| NetError::io("cannot make an eventfd")(e.into()))?;
@@ -113,6 +130,7 @@ impl Recorder {
     }
 
     /// The frames sent since the last call, to any connection.
+    #[cfg(test)]
     pub(crate) fn frames(&self) -> Vec<Vec<u8>> {
         self.0
             .try_iter()

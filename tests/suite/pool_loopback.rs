@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use ysched::agent::join::JoinLine;
-use ysched::agent::runs::Runs;
 use ysched::agent::sampler::Sampler;
 use ysched::agent::session::Session;
 use ysched::config::Config;
@@ -19,6 +18,7 @@ use ysched::exec::fake::{FakeExecutor, FakeNode};
 use ysched::gpu::sampling::Source;
 use ysched::gpu::Inventory;
 use ysched::model::gpu::Sample;
+use ysched::net::runs::Runs;
 
 use crate::common::*;
 

@@ -70,6 +70,9 @@ pub(super) struct Facts<'a> {
     pub(super) submitted: &'a BTreeSet<JobId>,
     pub(super) records: &'a BTreeMap<JobId, Job>,
     pub(super) usage: &'a BTreeMap<(String, String), i64>,
+    /// Per job, the GPU-seconds its runs lost with their nodes may be
+    /// charged beyond what they held (see `exact_charges`).
+    pub(super) lost_slack: &'a BTreeMap<JobId, i64>,
 }
 
 /// One invariant's check.
@@ -104,9 +107,13 @@ fn one_run_per_gpu(facts: &Facts) -> Result<(), Broken> {
     Ok(())
 }
 
+/// A frozen run cannot write: one frozen on a node that lost its lease
+/// may wait there while the job runs again elsewhere, until its node is
+/// heard again and stops it.
 fn one_run_per_job(facts: &Facts) -> Result<(), Broken> {
     let mut live: BTreeMap<JobId, (&str, u32)> = BTreeMap::new();
-    for (node, run) in facts.runs.iter().filter(|(_, r)| r.ended.is_none()) {
+    let writing = |r: &Run| r.ended.is_none() && r.frozen_since.is_none();
+    for (node, run) in facts.runs.iter().filter(|(_, r)| writing(r)) {
         if let Some((other, restart)) = live.insert(run.job, (node, run.restart)) {
             return Err(Broken(format!(
                 "job {} runs twice at once: run {restart} on {other}, run {} on {node}",
@@ -183,9 +190,18 @@ fn exact_charges(facts: &Facts) -> Result<(), Broken> {
             .iter()
             .filter_map(|r| r.working_secs().map(|s| s * r.gpus.len() as i64))
             .sum();
-        if job.gpu_seconds != held {
+        // A run lost with its node is charged until the node's lease ran
+        // out (it froze there then): exactly what it held if it still ran
+        // then; if it ended in the silence, unseen, up to a lease more.
+        let slack = facts.lost_slack.get(&job.id).copied().unwrap_or(0);
+        if !(held..=held + slack).contains(&job.gpu_seconds) {
+            let beyond = if slack > 0 {
+                format!(" (and at most {slack} more, lost with their nodes)")
+            } else {
+                String::new()
+            };
             return Err(Broken(format!(
-                "job {} ({}) was charged {} GPU-seconds; its runs held {held}",
+                "job {} ({}) was charged {} GPU-seconds; its runs held {held}{beyond}",
                 job.id, job.state, job.gpu_seconds
             )));
         }

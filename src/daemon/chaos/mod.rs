@@ -12,6 +12,7 @@
 //! exactly, and a failing seed's report has its steps.
 
 mod check;
+mod net;
 pub mod node;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -51,16 +52,18 @@ const CONFIG: &str = "node_name = \"sim01\"\n\
     [[qos]]\nname = \"medium\"\npriority = 100\npreempt_mode = \"suspend\"\n\
     [[qos]]\nname = \"low\"\npriority = 0\ngrace_time = \"0:30\"\n\
     [[gpus]]\ntype = \"a100\"\ncount = 4\nmemory = \"80G\"\n\
+    [pool]\nlease = \"240s\"\n\
     [fairshare]\nhalf_life = \"UNLIMITED\"\n\
     [[accounts]]\nname = \"vision\"\nshares = 2\nusers = [\"*\"]\n\
     [[accounts]]\nname = \"speech\"\nshares = 1\nusers = [\"*\"]\n";
 
 /// The last draw of `act` that does something (the others: nothing).
-const LAST_ACTION: u32 = 72;
+const LAST_ACTION: u32 = 79;
 /// Every how many steps the records are checked (and after each crash,
 /// and at the end): each check reads every job's record.
 const RECORDS_EVERY: u64 = 25;
-/// How many nodes the simulated pool has.
+/// How many nodes the simulated pool has: the controller's own server,
+/// and the others' agents over the simulated network.
 const NODES: usize = 3;
 /// Simulated seconds after the faults stop within which every job must
 /// have ended, beyond each active job's time limit and `MOST_PER_JOB`.
@@ -69,6 +72,10 @@ const SETTLE_WITHIN: i64 = 3 * 3_600;
 /// (10 minutes), a stop's grace, and a step's time.
 const MOST_PER_JOB: i64 = 600 + 30 + 60;
 
+/// When every seed's run starts: a seed's run is the same whenever it
+/// runs.
+const STARTED: i64 = 1_800_000_000;
+
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -76,6 +83,9 @@ pub struct Options {
     pub seeds: u64,
     /// Simulated hours of faults per seed.
     pub hours: f64,
+    /// The other nodes are the pool's, over the simulated network (`net`);
+    /// else every node is at the controller's hand.
+    pub pool: bool,
 }
 
 /// How the seeds went.
@@ -184,11 +194,11 @@ pub fn run(options: &Options) -> Result<Report, DaemonError> {
     let mut report = Report::default();
     for seed in options.first_seed..options.first_seed.saturating_add(options.seeds) {
         let secs = (options.hours * 3_600.0) as i64;
-        let mut world = World::new(seed)?;
+        let mut world = World::new(seed, options.pool)?;
         let outcome = world.run(secs);
         report.seeds += 1;
         report.steps += world.step;
-        report.simulated_secs += world.now() - world.started;
+        report.simulated_secs += world.now() - STARTED;
         report.jobs += world.submitted.len() as u64;
         report.crashes += world.crashes;
         report.failed_commits += world.failed_commits;
@@ -196,7 +206,12 @@ pub fn run(options: &Options) -> Result<Report, DaemonError> {
             *report.checked.entry(*invariant).or_default() += n;
         }
         if let Err(mut failure) = outcome {
-            failure.shrunk = shrink(&|| World::new(seed), secs, &failure, &world.acted)?;
+            failure.shrunk = shrink(
+                &|| World::new(seed, options.pool),
+                secs,
+                &failure,
+                &world.acted,
+            )?;
             report.failures.push(failure);
         }
     }
@@ -272,6 +287,9 @@ struct Variant {
     /// simulation finds it).
     #[cfg(test)]
     send_before_commit: bool,
+    /// Each controller charges each run twice, on purpose.
+    #[cfg(test)]
+    charge_twice: bool,
 }
 
 /// One seed's controller, nodes and users.
@@ -284,6 +302,13 @@ struct World {
     nodes: Vec<SimNode>,
     durations: Arc<Mutex<BTreeMap<JobId, i64>>>,
     exits: Arc<Mutex<Vec<JobId>>>,
+    /// The network between the controller and the other nodes' agents,
+    /// and what the controller sends onto it.
+    net: net::Network,
+    /// When the controller gave each run (job, restart) its GPUs: a run
+    /// holds them from then, though its node may start it a frame's
+    /// transit later.
+    allocated: BTreeMap<(JobId, u32), i64>,
     daemon: Option<Daemon>,
     _queries: mpsc::Receiver<crate::query::Work>,
     /// Every job a submission was acknowledged for.
@@ -293,7 +318,6 @@ struct World {
     /// How this run differs from its seed's own.
     variant: Variant,
     step: u64,
-    started: i64,
     trace: Vec<String>,
     checked: BTreeMap<Invariant, u64>,
     crashes: u64,
@@ -301,17 +325,16 @@ struct World {
 }
 
 impl World {
-    fn new(seed: u64) -> Result<World, DaemonError> {
+    fn new(seed: u64, pool: bool) -> Result<World, DaemonError> {
         let config = Config::parse(CONFIG, Path::new("simulation.toml"))?;
         let dir = tempfile::Builder::new()
             .prefix("ysched-simulation-")
             .tempdir()?;
         // A fixed start: a seed's run is the same whenever it runs.
-        let started = 1_800_000_000;
-        let clock = Arc::new(AtomicI64::new(started));
+        let clock = Arc::new(AtomicI64::new(STARTED));
         let durations: Arc<Mutex<BTreeMap<JobId, i64>>> = Arc::default();
         let exits: Arc<Mutex<Vec<JobId>>> = Arc::default();
-        let nodes = (0..NODES)
+        let nodes: Vec<SimNode> = (0..NODES)
             .map(|i| {
                 let facts = NodeFacts {
                     name: format!("sim{:02}", i + 1),
@@ -325,9 +348,27 @@ impl World {
                         ..Default::default()
                     },
                 };
-                SimNode::new(facts, clock.clone(), durations.clone(), exits.clone())
+                // The controller's own node tells it its ends; the pool's
+                // tell their agents.
+                let heard = if i == 0 || !pool {
+                    exits.clone()
+                } else {
+                    Arc::default()
+                };
+                SimNode::new(facts, clock.clone(), durations.clone(), heard)
             })
             .collect();
+        let remote = if pool { &nodes[1..] } else { &[] };
+        let agents = remote
+            .iter()
+            .enumerate()
+            .map(|(i, node)| {
+                let clock = crate::net::runs::AgentClock::Simulated(clock.clone());
+                net::SimAgent::new(node.clone(), node.heard(), clock, i as u64 + 1)
+            })
+            .collect();
+        let net = net::Network::new(agents, 1);
+        record_pool(dir.path(), &net, STARTED)?;
         let (queries, receiver) = mpsc::channel();
         let mut world = World {
             seed,
@@ -338,13 +379,14 @@ impl World {
             nodes,
             durations,
             exits,
+            net,
+            allocated: BTreeMap::new(),
             daemon: None,
             _queries: receiver,
             submitted: BTreeSet::new(),
             acted: Vec::new(),
             variant: Variant::default(),
             step: 0,
-            started,
             trace: Vec::new(),
             checked: BTreeMap::new(),
             crashes: 0,
@@ -359,19 +401,42 @@ impl World {
     }
 
     /// A controller over this world's database and nodes, recovered from
-    /// them as at a start.
+    /// them as at a start: its own node's executor at hand, the others'
+    /// agents to say hello over the network.
     fn start_controller(
-        &self,
+        &mut self,
         queries: mpsc::Sender<crate::query::Work>,
     ) -> Result<Daemon, DaemonError> {
         let spool = Spool::new(self.dir.path());
         spool.prepare(Ownership::Personal)?;
-        let members = self
-            .nodes
+        let at_hand = if self.net.agents.is_empty() {
+            &self.nodes[..]
+        } else {
+            &self.nodes[..1]
+        };
+        let members = at_hand
             .iter()
             .map(|n| Node::new(Box::new(n.executor())))
             .collect();
+        self.net.starts += 1;
+        let (server, sent) = crate::net::server::Recorder::new()?;
+        self.net.recorder = Some(sent);
+        let clock = Clock::Manual(self.clock.clone());
         let db = crate::db::open(&spool.database())?;
+        // As a start does: what nodes froze while it was away is bounded
+        // by the last moment its records show it alive.
+        let alive_before = crate::db::last_event_time(&db)?.unwrap_or_else(|| self.now());
+        let authority = crate::net::pki::Authority::load_or_create(
+            &spool.root().join("pool"),
+            &self.config.node_name,
+        )?;
+        let pool = super::pool_state::PoolState::new(
+            (server, authority),
+            (self.net.starts, self.config.pool.lease),
+            "sim01:6820".into(),
+            alive_before,
+            clock.instant(),
+        );
         // Its crashes drop the process's memory, not the machine's: what
         // is written is not lost, and need not wait for the disk.
         db.execute_batch("PRAGMA synchronous = OFF")?;
@@ -381,17 +446,19 @@ impl World {
             spool,
             ownership: Ownership::Personal,
             nodes: Nodes::new(members),
-            pool: None,
+            pool: (!self.net.agents.is_empty()).then_some(pool),
             queries,
             gpu_watch: super::startup::watch_gpus(&self.config),
             stats: super::startup::start_stats(&self.config)?,
             notifier: Notifier::off(),
-            clock: Clock::Manual(self.clock.clone()),
+            clock,
         });
         #[cfg(test)]
         {
             daemon.turn.send_before_commit = self.variant.send_before_commit;
+            daemon.core.policy.charge_twice = self.variant.charge_twice;
         }
+        daemon.load_pool_nodes()?;
         daemon.recover()?;
         Ok(daemon)
     }
@@ -467,7 +534,27 @@ impl World {
     /// records (every job's, the usage) when `records` says (after a
     /// crash, every few steps, at the end: every job's record is read).
     fn check(&mut self, records: bool) -> Result<(), Failure> {
+        if let Some((name, why)) = self
+            .net
+            .agents
+            .iter()
+            .find_map(|a| Some((a.node.facts.name.clone(), a.refused.clone()?)))
+        {
+            return Err(self.failure(
+                Invariant::Runs,
+                format!("the controller refused node {name}: {why}"),
+            ));
+        }
         let keep = |r: &Run| records || r.ended.is_none();
+        let allocated = &self.allocated;
+        // Each run held its GPUs from when the controller gave them.
+        let held = |r: &Run| Run {
+            start: allocated
+                .get(&(r.job, r.restart))
+                .copied()
+                .unwrap_or(r.start),
+            ..r.clone()
+        };
         let runs: Vec<(String, Run)> = self
             .nodes
             .iter()
@@ -477,11 +564,12 @@ impl World {
                     .runs
                     .iter()
                     .filter(|r| keep(r))
-                    .map(|r| (name.clone(), r.clone()))
+                    .map(|r| (name.clone(), held(r)))
                     .collect::<Vec<_>>()
             })
             .collect();
-        let (mut recorded, mut usage) = (BTreeMap::new(), BTreeMap::new());
+        let (mut recorded, mut usage, mut lost_slack) =
+            (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
         if records {
             let daemon = self
                 .daemon
@@ -495,12 +583,27 @@ impl World {
             for (association, u) in &daemon.core.policy.usage {
                 usage.insert(association.clone(), u.raw);
             }
+            let lease = self.config.pool.lease.as_secs() as i64;
+            for job in recorded.values() {
+                let lost = crate::db::job_events(&daemon.store.db, job.id)
+                    .map(|events| {
+                        events
+                            .iter()
+                            .filter(|(_, name, _)| name == "NODE_FAIL")
+                            .count()
+                    })
+                    .unwrap_or(0) as i64;
+                if lost > 0 {
+                    lost_slack.insert(job.id, lost * lease * i64::from(job.gpus.count));
+                }
+            }
         }
         let facts = check::Facts {
             runs: &runs,
             submitted: &self.submitted,
             records: &recorded,
             usage: &usage,
+            lost_slack: &lost_slack,
         };
         let checks = check::LIVE
             .iter()
@@ -571,15 +674,115 @@ impl World {
         let mixed = self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ self.step;
         self.rng = fastrand::Rng::with_seed(mixed);
         let dt = self.rng.i64(1..=60);
-        self.clock.fetch_add(dt, Ordering::SeqCst);
-        for node in &self.nodes {
-            node.end_due();
-        }
+        self.advance_to(self.now() + dt, Some(faults))?;
         if faults {
             self.act()?;
         }
-        self.turns(faults)?;
+        self.settle(faults)?;
         self.count(Invariant::Runs);
+        Ok(())
+    }
+
+    /// Time passes until `until`: runs end when their time comes, and the
+    /// agents fence and send their heartbeats at their own moments; a
+    /// controller that runs (`awake`: with faults or not) reads what they
+    /// send as it comes, one that is stalled (`None`) reads nothing.
+    fn advance_to(&mut self, until: i64, awake: Option<bool>) -> Result<(), DaemonError> {
+        loop {
+            let now = self.now();
+            let next = self
+                .net
+                .next_deadline(now)
+                .filter(|&t| t < until)
+                .unwrap_or(until);
+            self.clock.store(next.max(now), Ordering::SeqCst);
+            for node in &self.nodes {
+                node.end_due();
+            }
+            if next >= until {
+                return Ok(());
+            }
+            match awake {
+                Some(faults) => self.settle(faults)?,
+                None => {
+                    self.pump();
+                }
+            }
+        }
+    }
+
+    /// The controller's turns and the network's deliveries, until what is
+    /// due has arrived and been answered (a frame on a link that is not
+    /// stalled arrives within the second).
+    fn settle(&mut self, faults: bool) -> Result<(), DaemonError> {
+        self.pump();
+        for _ in 0..16 {
+            self.turns(faults)?;
+            if !self.pump() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// What the controller sent goes onto the network; what has arrived
+    /// by now is delivered, to the controller's pool and to the agents.
+    /// Whether anything moved.
+    fn pump(&mut self) -> bool {
+        let now = self.now();
+        let Some(daemon) = self.daemon.as_mut() else {
+            return false;
+        };
+        self.net.take_sent(now, &mut self.rng);
+        let Some(pool) = daemon.pool.as_mut() else {
+            return false;
+        };
+        self.net.pump(now, &mut pool.events, &mut self.rng)
+    }
+
+    /// A fault of the pool's network, or of a node's agent.
+    fn network_fault(&mut self, action: u32) -> Result<(), DaemonError> {
+        let now = self.now();
+        let index = self.rng.usize(0..self.net.agents.len());
+        let name = self.net.agents[index].node.facts.name.clone();
+        let Some(pool) = self.daemon.as_mut().and_then(|d| d.pool.as_mut()) else {
+            return Ok(());
+        };
+        match action {
+            73..=74 => {
+                if let Some(conn) = self.net.conn_of(index) {
+                    self.trace
+                        .push(format!("t={now} {name}'s connection breaks"));
+                    self.net.break_conn(conn, now, &mut pool.events);
+                }
+            }
+            75..=76 => {
+                // What the node sends is held (the controller hears it
+                // late, or the node loses its lease meanwhile); what the
+                // controller sends still arrives.
+                let until = now + self.rng.i64(60..=480);
+                self.trace.push(format!(
+                    "t={now} {name}'s link stalls to the controller until t={until}"
+                ));
+                self.net.stall(index, (true, false), until);
+            }
+            77 => {
+                self.net.starts += 1;
+                self.trace.push(format!("t={now} {name}'s agent restarts"));
+                self.net
+                    .restart_agent(index, self.net.starts, now, &mut pool.events);
+            }
+            _ => {
+                // The controller stalls (a stopped process, a stalled
+                // disk): time passes, its nodes run on and send, and it
+                // reads nothing until it runs again.
+                let until = now + self.rng.i64(120..=360);
+                self.trace
+                    .push(format!("t={now} the controller stalls until t={until}"));
+                self.advance_to(until, None)?;
+                self.pump();
+            }
+        }
         Ok(())
     }
 
@@ -614,6 +817,7 @@ impl World {
                     changes: changes.clone(),
                 })
             }
+            73..=79 if !self.net.agents.is_empty() => self.network_fault(action),
             _ => Ok(()),
         }
     }
@@ -715,7 +919,8 @@ impl World {
         let now = self.now();
         self.daemon()
             .control(make(ids), (uid, &user), Proven::Kernel, now)?;
-        self.daemon().commit()
+        self.daemon().commit()?;
+        self.settle(false)
     }
 
     /// Commits the open turn, or (one time in twenty) makes its commit
@@ -745,8 +950,11 @@ impl World {
         self.crashes += 1;
         self.trace
             .push(format!("t={} the controller crashes", self.now()));
-        // An open transaction is lost with the process.
+        // An open transaction is lost with the process, and so are its
+        // connections.
         self.daemon = None;
+        let now = self.now();
+        self.net.controller_died(now);
         let (queries, receiver) = mpsc::channel();
         self._queries = receiver;
         self.daemon = Some(self.start_controller(queries)?);
@@ -758,6 +966,7 @@ impl World {
     fn turns(&mut self, faults: bool) -> Result<(), DaemonError> {
         // A turn at least: the loop wakes for time limits and the like,
         // and time passed.
+        let now = self.now();
         for turn in 0..32 {
             let exited = std::mem::take(&mut *self.exits.lock().unwrap_or_else(|p| p.into_inner()));
             let daemon = self.daemon.as_mut().expect("running");
@@ -789,6 +998,7 @@ impl World {
                 Ok(()) => {
                     for id in &daemon.turn.to_launch {
                         if let Some(job) = daemon.core.jobs.get(id) {
+                            self.allocated.insert((*id, job.restart_count), now);
                             self.trace.push(format!(
                                 "  job {id} ({}) starts on {} GPUs {:?}",
                                 job.qos,
@@ -825,6 +1035,23 @@ impl World {
 }
 
 /// The user the simulation submits as: this process's.
+/// Records the nodes whose agents connect over the network as joined,
+/// with their certificates and facts, as `yscontrol node add` and their
+/// joins would have.
+fn record_pool(dir: &Path, net: &net::Network, now: i64) -> Result<(), DaemonError> {
+    let spool = Spool::new(dir);
+    spool.prepare(Ownership::Personal)?;
+    let db = crate::db::open(&spool.database())?;
+    for agent in &net.agents {
+        let name = &agent.node.facts.name;
+        let facts = serde_json::to_string(&agent.node.facts).map_err(crate::net::NetError::from)?;
+        crate::db::expect_node(&db, name, "simulated", i64::MAX, "simulation", now)?;
+        crate::db::node_joined(&db, name, agent.serial())?;
+        crate::db::set_node_facts(&db, name, &facts)?;
+    }
+    Ok(())
+}
+
 fn current_user() -> String {
     nix::unistd::User::from_uid(nix::unistd::getuid())
         .ok()
@@ -836,16 +1063,11 @@ impl Daemon {
     /// After a turn whose commit failed: the state back to what the
     /// database holds, nothing of the turn sent (the simulation's own
     /// way to the daemon's, without its pause).
-    fn after_failed_commit_quietly(&mut self, _failure: &DaemonError) -> Result<(), DaemonError> {
-        if !self.store.db.is_autocommit() {
-            let _ = self.store.db.execute_batch("ROLLBACK");
-        }
-        self.store.in_transaction = false;
-        self.turn.out.clear();
-        self.turn.to_launch.clear();
+    fn after_failed_commit_quietly(&mut self, failure: &DaemonError) -> Result<(), DaemonError> {
+        // The simulation takes the turn's exits in again itself.
+        self.roll_back_turn(failure, Vec::new())?;
         self.turn.replies.clear();
-        let now = self.now();
-        self.reload_state(now)
+        Ok(())
     }
 }
 
@@ -861,6 +1083,7 @@ mod tests {
             first_seed: 1,
             seeds: 200,
             hours: 0.5,
+            pool: false,
         };
         let report = run(&options).unwrap();
         assert!(report.failures.is_empty(), "{}", report.render());
@@ -883,6 +1106,7 @@ mod tests {
                 first_seed: seed,
                 seeds: 1,
                 hours: 2.0,
+                pool: false,
             };
             let report = run(&options).unwrap();
             assert!(report.failures.is_empty(), "{}", report.render());
@@ -896,18 +1120,18 @@ mod tests {
     fn a_command_sent_before_its_commit_is_found_and_its_trace_shrunk() {
         let breaking = |seed: u64| {
             move || -> Result<World, DaemonError> {
-                let mut world = World::new(seed)?;
+                let mut world = World::new(seed, false)?;
                 world.variant.send_before_commit = true;
                 world.daemon = Some(world.start_controller(mpsc::channel().0)?);
                 Ok(world)
             }
         };
-        let found = (40..60).find_map(|seed| {
+        let found = (1..=100).find_map(|seed| {
             let mut world = breaking(seed)().unwrap();
             let failure = world.run(7_200).err()?;
             Some((seed, failure, world.acted))
         });
-        let (seed, failure, acted) = found.expect("the broken rule is found within 20 seeds");
+        let (seed, failure, acted) = found.expect("the broken rule is found within 100 seeds");
         assert_eq!(failure.invariant, Invariant::ExactCharges, "{failure:?}");
         let shrunk = shrink(&breaking(seed), 7_200, &failure, &acted)
             .unwrap()
@@ -920,10 +1144,26 @@ mod tests {
         );
     }
 
+    /// A charge taken twice on purpose is found at once: the first run
+    /// charged makes its association's usage more than its jobs' charges.
+    #[test]
+    fn a_charge_taken_twice_is_found() {
+        let mut world = World::new(1, false).unwrap();
+        world.variant.charge_twice = true;
+        world.daemon = Some(world.start_controller(mpsc::channel().0).unwrap());
+        let failure = world.run(1_800).expect_err("a double charge is found");
+        assert_eq!(
+            failure.invariant,
+            Invariant::UsageSumsCharges,
+            "{failure:?}"
+        );
+        assert!(failure.detail.contains("has usage"), "{failure:?}");
+    }
+
     #[test]
     fn a_seed_replays_its_run_exactly() {
         let once = |seed| {
-            let mut world = World::new(seed).unwrap();
+            let mut world = World::new(seed, false).unwrap();
             world.run(1_800).unwrap();
             world.trace.clone()
         };

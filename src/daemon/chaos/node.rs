@@ -127,6 +127,12 @@ impl SimNode {
         }
     }
 
+    /// Who hears of each end: the controller (its own node) or the node's
+    /// agent.
+    pub(super) fn heard(&self) -> Arc<Mutex<Vec<JobId>>> {
+        self.exits.clone()
+    }
+
     pub fn state(&self) -> MutexGuard<'_, NodeState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }

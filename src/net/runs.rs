@@ -34,11 +34,42 @@ pub struct Runs {
     runs: BTreeMap<JobId, Run>,
     /// Container images the controller asked for, until their pulls end.
     images: BTreeSet<String>,
-    /// Runs frozen because the lease ran out, and since when: until the
-    /// controller thaws them (still its) or stops them (run elsewhere).
-    frozen: BTreeMap<JobId, std::time::Instant>,
+    /// Runs frozen because the lease ran out, and since when (on the
+    /// clock's monotonic reading): until the controller thaws them (still
+    /// its) or stops them (run elsewhere).
+    frozen: BTreeMap<JobId, std::time::Duration>,
     /// Runs this node ended for its fence, and why: their ends say so.
     ended_for_fence: BTreeMap<JobId, String>,
+    clock: AgentClock,
+}
+
+/// The clocks a node's runs are told by: the wall clock its reports carry
+/// and a monotonic one its fence's freezes are timed on. The host's, or a
+/// simulation's (`daemon::chaos`), whose seconds are both.
+#[derive(Clone, Debug, Default)]
+pub enum AgentClock {
+    #[default]
+    System,
+    Simulated(std::sync::Arc<std::sync::atomic::AtomicI64>),
+}
+
+impl AgentClock {
+    /// Now, in Unix seconds.
+    pub fn wall(&self) -> i64 {
+        match self {
+            AgentClock::System => now(),
+            AgentClock::Simulated(t) => t.load(std::sync::atomic::Ordering::SeqCst),
+        }
+    }
+
+    /// Now on the monotonic clock: time since a fixed point.
+    fn monotonic(&self) -> std::time::Duration {
+        static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        match self {
+            AgentClock::System => ORIGIN.get_or_init(std::time::Instant::now).elapsed(),
+            AgentClock::Simulated(_) => std::time::Duration::from_secs(self.wall().max(0) as u64),
+        }
+    }
 }
 
 impl Runs {
@@ -74,7 +105,14 @@ impl Runs {
             images: BTreeSet::new(),
             frozen: BTreeMap::new(),
             ended_for_fence: BTreeMap::new(),
+            clock: AgentClock::System,
         }
+    }
+
+    /// The same runs, told by `clock`.
+    pub fn on_clock(mut self, clock: AgentClock) -> Runs {
+        self.clock = clock;
+        self
     }
 
     /// Starts making container image `reference` present here; how that
@@ -137,7 +175,7 @@ impl Runs {
                 .map(|(id, r)| key(id, r))
                 .collect(),
             version: version.to_string(),
-            clock: now(),
+            clock: self.clock.wall(),
             frozen: self.frozen_runs(),
         }
     }
@@ -152,7 +190,7 @@ impl Runs {
                     job: *id,
                     restart: run.restart,
                 };
-                Some((key, since.elapsed().as_secs()))
+                Some((key, self.clock.monotonic().saturating_sub(*since).as_secs()))
             })
             .collect()
     }
@@ -275,7 +313,7 @@ impl Runs {
         tracing::warn!(target: "ysched::agent", "{run} not started: {why}");
         let record = ExitRecord {
             exit: Default::default(),
-            end_time: now(),
+            end_time: self.clock.wall(),
             launch_error: Some(why),
             terminated: false,
             usage: Default::default(),
@@ -295,7 +333,7 @@ impl Runs {
         FromNode::Exited {
             run,
             record,
-            clock: now(),
+            clock: self.clock.wall(),
         }
     }
 
@@ -308,7 +346,7 @@ impl Runs {
             }) => FromNode::Exited {
                 run,
                 record: record.clone(),
-                clock: now(),
+                clock: self.clock.wall(),
             },
             Some(Run { lost: true, .. }) | None => FromNode::Lost { run },
             Some(r) => FromNode::Started {
@@ -337,7 +375,7 @@ impl Runs {
                 Some(FromNode::Exited {
                     run: key,
                     record,
-                    clock: now(),
+                    clock: self.clock.wall(),
                 })
             }
             None => {
@@ -362,7 +400,7 @@ impl Runs {
             }
             match self.executor.set_frozen(run.job, true) {
                 Ok(()) => {
-                    self.frozen.insert(run.job, std::time::Instant::now());
+                    self.frozen.insert(run.job, self.clock.monotonic());
                     frozen += 1;
                 }
                 Err(e) => {
@@ -384,7 +422,7 @@ impl Runs {
         let over: Vec<JobId> = self
             .frozen
             .iter()
-            .filter(|(_, since)| since.elapsed() > limit)
+            .filter(|(_, since)| self.clock.monotonic().saturating_sub(**since) > limit)
             .map(|(id, _)| *id)
             .collect();
         for id in &over {
@@ -443,7 +481,7 @@ fn same_user(order: &LaunchOrder, node: &str) -> Result<nix::unistd::User, Other
     }
 }
 
-pub(super) fn now() -> i64 {
+pub(crate) fn now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
