@@ -142,6 +142,7 @@ impl Daemon {
             return Ok(Vec::new());
         };
         let events = std::mem::take(&mut pool.events);
+        pool.taken.extend(events.iter().cloned());
         let mut ended = Vec::new();
         for event in events {
             match event {

@@ -17,6 +17,10 @@ pub(super) struct PoolState {
     pub(super) lease: Duration,
     /// What the agents sent since the last turn.
     pub(super) events: Vec<ServerEvent>,
+    /// What this turn took of them, until it is committed: a turn whose
+    /// commit fails takes them again (a run's end a node reported is
+    /// not told again until the node reconnects).
+    pub(super) taken: Vec<ServerEvent>,
     /// The node each certified connection speaks for.
     pub(super) conns: HashMap<ConnId, String>,
     /// The address each node's agent connects from: where the other
@@ -60,6 +64,7 @@ impl PoolState {
             epoch,
             lease,
             events: Vec::new(),
+            taken: Vec::new(),
             conns: HashMap::new(),
             addresses: HashMap::new(),
             advertise,

@@ -637,3 +637,118 @@ fn a_job_over_several_nodes_preempted_for_an_urgent_one_requeues_whole() {
     }
     assert_eq!(p.placed(urgent).2, JobState::Running);
 }
+
+/// Makes node `name` of `p` one of the pool's, connected on connection 1
+/// (what it is sent goes to the returned recorder), its certificate of
+/// serial `name` recorded.
+fn connect_remote(p: &mut Pool, name: &str) -> crate::net::server::Recorder {
+    let (server, recorder) = crate::net::server::Recorder::new().unwrap();
+    let authority = crate::net::pki::Authority::load_or_create(p._dir.path(), name).unwrap();
+    let mut pool = super::pool_state::PoolState::new(
+        (server.clone(), authority),
+        (7, std::time::Duration::from_secs(30)),
+        "gpu01:6820".into(),
+        0,
+        p.daemon.core.clock.instant(),
+    );
+    pool.conns.insert(1, name.to_string());
+    p.daemon.pool = Some(pool);
+    let db = &p.daemon.store.db;
+    db::expect_node(db, name, "-", i64::MAX, "test", 0).unwrap();
+    db::node_joined(db, name, name).unwrap();
+    let link = crate::net::remote::Link::default();
+    {
+        let mut state = link.state();
+        state.conn = Some((server, 1));
+        state.epoch = 7;
+    }
+    p.daemon.nodes.change(name, |node| {
+        node.remote = Some(super::nodes::RemoteNode {
+            link: link.clone(),
+            last_heard: std::time::Instant::now(),
+            lease_from: 0,
+            lost: false,
+            heard_since_away: true,
+        })
+    });
+    recorder
+}
+
+/// Node `name` says, on connection 1, that it holds `frozen` frozen for
+/// its fence (at `clock`, the controller's time too).
+fn frozen_report(
+    p: &mut Pool,
+    name: &str,
+    frozen: Vec<(crate::net::message::RunKey, u64)>,
+    clock: i64,
+) {
+    let envelope = crate::net::message::Envelope {
+        protocol: crate::net::message::PROTOCOL,
+        epoch: 7,
+        incarnation: 0,
+        body: crate::net::message::FromNode::Heartbeat {
+            seq: 1,
+            running: frozen.iter().map(|(run, _)| *run).collect(),
+            fenced: false,
+            frozen,
+            clock,
+        },
+    };
+    let frame = crate::net::frame::encode(&envelope).unwrap();
+    let event = crate::net::server::ServerEvent::Frame {
+        conn: 1,
+        peer: Some(crate::net::pki::Subject {
+            name: name.to_string(),
+            serial: name.to_string(),
+            not_before: 0,
+            not_after: i64::MAX,
+        }),
+        address: None,
+        body: frame[4..].to_vec(),
+    };
+    p.daemon.pool.as_mut().unwrap().events.push(event);
+}
+
+/// Found by the simulation of the pool: a node's report of a freeze
+/// taken in a turn whose commit failed was credited in the controller's
+/// memory only, and the next report added nothing (the run was charged
+/// its freeze); and what the nodes sent in such a turn was lost (a run's
+/// end reported then never taken in). The turn's reports are taken in
+/// again after a failed commit, and credited again.
+#[test]
+fn a_freeze_reported_in_a_turn_whose_commit_fails_is_credited_after_all() {
+    let mut p = pool(&[16]);
+    let id = p.submit(request(1)).unwrap();
+    p.settle();
+    let _sent = connect_remote(&mut p, "gpu01");
+    let run = crate::net::message::RunKey {
+        job: id,
+        restart: 0,
+    };
+    let turn = |p: &mut Pool| {
+        let (mut maintenance, mut queries, mut processed) =
+            (Instant::now(), Vec::new(), Vec::new());
+        p.daemon
+            .apply_turn(Vec::new(), &mut maintenance, &mut queries, &mut processed)
+    };
+    p.daemon.core.clock = Clock::Manual(Arc::new(AtomicI64::new(100)));
+    frozen_report(&mut p, "gpu01", vec![(run, 40)], 100);
+    // The turn's commit fails (a deferred foreign key that holds nothing).
+    p.daemon
+        .tx()
+        .unwrap()
+        .execute_batch(
+            "PRAGMA defer_foreign_keys = ON;
+             INSERT INTO job_events (job_id, time, state) VALUES (999999, 0, 'X');",
+        )
+        .unwrap();
+    let failure = turn(&mut p).unwrap_err();
+    p.daemon.after_failed_commit(&failure, Vec::new()).unwrap();
+    assert_eq!(p.daemon.core.jobs.get(&id).unwrap().suspended_secs, 0);
+    turn(&mut p).unwrap();
+    let job = db::job(&p.daemon.store.db, id).unwrap();
+    assert_eq!(
+        job.suspended_secs, 40,
+        "the freeze is credited once it is recorded"
+    );
+}

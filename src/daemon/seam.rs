@@ -40,6 +40,7 @@ impl Daemon {
         }
         if let Some(pool) = &mut self.pool {
             pool.freezes_committed = pool.freezes.clone();
+            pool.taken.clear();
         }
         self.send_out();
         Ok(())

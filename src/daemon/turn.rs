@@ -395,9 +395,12 @@ impl Daemon {
             }
         }
         // Nothing of the turn leaves: no command, no notification; what
-        // it credited of the nodes' freezes is credited again.
+        // the nodes sent is taken in again, and what it credited of their
+        // freezes is credited again.
         if let Some(pool) = &mut self.pool {
             pool.freezes = pool.freezes_committed.clone();
+            let taken = std::mem::take(&mut pool.taken);
+            pool.events.splice(0..0, taken);
         }
         self.turn.out.clear();
         self.turn.to_launch.clear();

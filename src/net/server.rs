@@ -47,7 +47,7 @@ const ACCEPTS_PER_WAKE: usize = 16;
 const UNPROVEN_FRAME: usize = 64 << 10;
 
 /// What the server thread hands the daemon.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum ServerEvent {
     /// A frame's body; `peer`, the node's certificate (`None`: it has
     /// none, and may only join).

@@ -1113,6 +1113,28 @@ mod tests {
         }
     }
 
+    /// Seeds of the pool's simulation that found bugs, each failing with
+    /// its fix undone: 1, the last part of a fence's freeze (between the
+    /// node's last report and the thaw) charged; 45, a lost node's runs
+    /// charged until the controller gave up on it rather than until its
+    /// lease ran out; 7, a run's end that a node reported in a turn whose
+    /// commit failed never taken in again (its job COMPLETING for ever).
+    /// (A freeze credit lost with a failed commit, which it found before
+    /// the last fix, is `pool_tests::a_freeze_reported_in_a_turn_whose_commit_fails_is_credited_after_all`.)
+    #[test]
+    fn the_pool_seeds_that_found_bugs_keep_their_invariants() {
+        for (seed, hours) in [(1, 0.5), (45, 0.5), (7, 0.5)] {
+            let options = Options {
+                first_seed: seed,
+                seeds: 1,
+                hours,
+                pool: true,
+            };
+            let report = run(&options).unwrap();
+            assert!(report.failures.is_empty(), "{}", report.render());
+        }
+    }
+
     /// The seam's rule broken on purpose (what leaves sent before the
     /// commit) is found within a few seeds, and the failing trace shrunk
     /// to the few actions that break it: a suspension whose commit fails.
