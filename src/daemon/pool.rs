@@ -912,6 +912,19 @@ impl Daemon {
     ) {
         link.state().running = Some(running.iter().map(|r| (r.job, (r.restart, 0))).collect());
         self.answer_link(name, link, ToNode::HeartbeatAck { seq });
+        // A run the node still holds that is no job's current run there
+        // (its node was lost and its job requeued or ended meanwhile, the
+        // node heard again without a new hello): stopped and forgotten,
+        // as at a hello, before anything else starts on its GPUs.
+        let mut fx = Effects::default();
+        for &run in running {
+            if current_run(&self.core.jobs, run, name).is_none() {
+                tracing::info!(target: "ysched::pool", "{run} on {name} is not a current run: stopped and forgotten");
+                fx.frame(name, ToNode::Clear { run });
+                fx.frame(name, ToNode::Forget { run });
+            }
+        }
+        self.after_commit(fx);
         let was_down = self.nodes.named(name).and_then(|n| n.down.clone());
         let heard = self.core.clock.instant();
         self.nodes.change(name, |node| {

@@ -682,13 +682,26 @@ fn frozen_report(
     frozen: Vec<(crate::net::message::RunKey, u64)>,
     clock: i64,
 ) {
+    let running = frozen.iter().map(|(run, _)| *run).collect();
+    heartbeat(p, name, running, frozen, clock);
+}
+
+/// Node `name`'s heartbeat on connection 1: the runs it holds, those of
+/// them frozen for its fence, its clock (the controller's time too).
+fn heartbeat(
+    p: &mut Pool,
+    name: &str,
+    running: Vec<crate::net::message::RunKey>,
+    frozen: Vec<(crate::net::message::RunKey, u64)>,
+    clock: i64,
+) {
     let envelope = crate::net::message::Envelope {
         protocol: crate::net::message::PROTOCOL,
         epoch: 7,
         incarnation: 0,
         body: crate::net::message::FromNode::Heartbeat {
             seq: 1,
-            running: frozen.iter().map(|(run, _)| *run).collect(),
+            running,
             fenced: false,
             frozen,
             clock,
@@ -751,4 +764,44 @@ fn a_freeze_reported_in_a_turn_whose_commit_fails_is_credited_after_all() {
         job.suspended_secs, 40,
         "the freeze is credited once it is recorded"
     );
+}
+
+/// Found by the simulation of the pool (seeds 68 and 85, once a node no
+/// longer reports a suspended run frozen for its fence): a node lost and
+/// heard again without a new hello kept a run of a job requeued
+/// meanwhile, and another job was started on its GPUs. A run a node's
+/// heartbeat lists that is no job's current run there is stopped and
+/// forgotten, after the commit.
+#[test]
+fn a_run_a_heartbeat_lists_that_is_no_jobs_current_run_is_cleared() {
+    let mut p = pool(&[16]);
+    let id = p.submit(request(1)).unwrap();
+    p.settle();
+    let sent = connect_remote(&mut p, "gpu01");
+    let current = crate::net::message::RunKey {
+        job: id,
+        restart: 0,
+    };
+    let stale = crate::net::message::RunKey {
+        job: id,
+        restart: 3,
+    };
+    heartbeat(&mut p, "gpu01", vec![current, stale], Vec::new(), 0);
+    let (mut maintenance, mut queries, mut processed) = (Instant::now(), Vec::new(), Vec::new());
+    p.daemon
+        .apply_turn(Vec::new(), &mut maintenance, &mut queries, &mut processed)
+        .unwrap();
+    let frames: Vec<String> = sent
+        .frames()
+        .iter()
+        .map(|f| String::from_utf8_lossy(&f[4..]).into_owned())
+        .filter(|f| !f.contains("HeartbeatAck"))
+        .collect();
+    let of = |kind: &str, restart: u32| {
+        frames
+            .iter()
+            .any(|f| f.contains(kind) && f.contains(&format!("\"restart\":{restart}")))
+    };
+    assert!(of("Clear", 3) && of("Forget", 3), "{frames:?}");
+    assert!(!of("Clear", 0), "the current run is left alone: {frames:?}");
 }

@@ -40,6 +40,10 @@ pub struct Runs {
     frozen: BTreeMap<JobId, std::time::Duration>,
     /// Runs this node ended for its fence, and why: their ends say so.
     ended_for_fence: BTreeMap<JobId, String>,
+    /// Runs the controller froze (suspended), until it thaws them: not
+    /// the fence's to freeze, nor to report frozen (their time frozen is
+    /// the suspension's, which the controller does not charge already).
+    suspended: BTreeSet<JobId>,
     clock: AgentClock,
 }
 
@@ -105,6 +109,7 @@ impl Runs {
             images: BTreeSet::new(),
             frozen: BTreeMap::new(),
             ended_for_fence: BTreeMap::new(),
+            suspended: BTreeSet::new(),
             clock: AgentClock::System,
         }
     }
@@ -184,6 +189,7 @@ impl Runs {
     pub fn frozen_runs(&self) -> Vec<(RunKey, u64)> {
         self.frozen
             .iter()
+            .filter(|(id, _)| !self.suspended.contains(id))
             .filter_map(|(id, since)| {
                 let run = self.runs.get(id).filter(|r| r.running())?;
                 let key = RunKey {
@@ -218,6 +224,11 @@ impl Runs {
                 Vec::new()
             }
             ToNode::Freeze { run, frozen } if self.is_current(run) => {
+                if frozen {
+                    self.suspended.insert(run.job);
+                } else {
+                    self.suspended.remove(&run.job);
+                }
                 if let Err(e) = self.executor.set_frozen(run.job, frozen) {
                     tracing::warn!(target: "ysched::agent", "{run}: {e}");
                 }
@@ -359,6 +370,7 @@ impl Runs {
     /// A supervisor exited: how its run ended, to tell the controller.
     pub fn exited(&mut self, id: JobId) -> Option<FromNode> {
         self.frozen.remove(&id);
+        self.suspended.remove(&id);
         let fenced = self.ended_for_fence.remove(&id);
         let record = self.executor.exit_of(id).map(|mut r| {
             r.fenced = fenced;
@@ -395,7 +407,7 @@ impl Runs {
     pub fn fence(&mut self) -> (usize, usize) {
         let (mut frozen, mut killed) = (0, 0);
         for run in self.running() {
-            if self.frozen.contains_key(&run.job) {
+            if self.frozen.contains_key(&run.job) || self.suspended.contains(&run.job) {
                 continue;
             }
             match self.executor.set_frozen(run.job, true) {
@@ -485,4 +497,73 @@ pub(crate) fn now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::executor::{IsolationFacts, NodeFacts};
+
+    /// Runs over a fake node, with job 7 of this user running.
+    fn one_run() -> (Runs, RunKey) {
+        let facts = NodeFacts {
+            name: "gpu02".into(),
+            inventory: crate::gpu::Inventory::declared(
+                &crate::config::Config::parse(
+                    "[[gpus]]\ntype = \"a100\"\ncount = 1\nmemory = \"80G\"\n",
+                    std::path::Path::new("node.toml"),
+                )
+                .unwrap(),
+            ),
+            cpus: 8,
+            mem_mb: 1 << 14,
+            containers: false,
+            isolation: IsolationFacts {
+                confined: true,
+                can_suspend: true,
+                ..Default::default()
+            },
+        };
+        let (executor, _node) = crate::exec::fake::FakeExecutor::new(facts, |_| {});
+        let mut runs = Runs::adopt(Box::new(executor), Vec::new());
+        let uid = nix::unistd::getuid();
+        let user = nix::unistd::User::from_uid(uid).unwrap().unwrap();
+        let job = crate::model::job::Job {
+            uid: uid.as_raw(),
+            user: user.name,
+            ..crate::model::job::example_job(7)
+        };
+        let run = RunKey::of(&job);
+        let order = LaunchOrder {
+            job,
+            script: String::new(),
+            args: Vec::new(),
+            environment: Vec::new(),
+            part: None,
+        };
+        let started = runs.order(ToNode::Launch(Box::new(order)), false);
+        assert!(
+            matches!(started[..], [FromNode::Started { .. }]),
+            "{started:?}"
+        );
+        (runs, run)
+    }
+
+    /// Found by the simulation of the pool (seed 8): a run the controller
+    /// had suspended was frozen again by the node's fence and reported
+    /// frozen for it; a report read after the job was resumed had the
+    /// suspension's time credited a second time, and the job charged less
+    /// than it ran.
+    #[test]
+    fn a_suspended_run_is_not_the_fences_to_report() {
+        let (mut runs, run) = one_run();
+        let freeze = |frozen| ToNode::Freeze { run, frozen };
+        runs.order(freeze(true), false);
+        assert_eq!(runs.fence(), (0, 0));
+        assert!(runs.frozen_runs().is_empty());
+        // Resumed: the next fence is the fence's.
+        runs.order(freeze(false), false);
+        assert_eq!(runs.fence(), (1, 0));
+        assert_eq!(runs.frozen_runs().len(), 1);
+    }
 }

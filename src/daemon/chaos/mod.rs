@@ -1118,12 +1118,15 @@ mod tests {
     /// node's last report and the thaw) charged; 45, a lost node's runs
     /// charged until the controller gave up on it rather than until its
     /// lease ran out; 7, a run's end that a node reported in a turn whose
-    /// commit failed never taken in again (its job COMPLETING for ever).
-    /// (A freeze credit lost with a failed commit, which it found before
-    /// the last fix, is `pool_tests::a_freeze_reported_in_a_turn_whose_commit_fails_is_credited_after_all`.)
+    /// commit failed never taken in again (its job COMPLETING for ever);
+    /// 8, a suspended run reported frozen by its node's fence, its
+    /// suspension credited twice. (A freeze credit lost with a failed
+    /// commit, and a lost node's stale run left running, are unit tests:
+    /// `pool_tests::a_freeze_reported_in_a_turn_whose_commit_fails_is_credited_after_all`,
+    /// `a_run_a_heartbeat_lists_that_is_no_jobs_current_run_is_cleared`.)
     #[test]
     fn the_pool_seeds_that_found_bugs_keep_their_invariants() {
-        for (seed, hours) in [(1, 0.5), (45, 0.5), (7, 0.5)] {
+        for (seed, hours) in [(1, 0.5), (45, 0.5), (7, 0.5), (8, 0.5)] {
             let options = Options {
                 first_seed: seed,
                 seeds: 1,
