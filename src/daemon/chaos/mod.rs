@@ -584,7 +584,10 @@ impl World {
                 usage.insert(association.clone(), u.raw);
             }
             let lease = self.config.pool.lease.as_secs() as i64;
-            for job in recorded.values() {
+            // Only the pool's nodes are lost (and reading each job's
+            // events is a query per job).
+            let pool = !self.net.agents.is_empty();
+            for job in recorded.values().filter(|_| pool) {
                 let lost = crate::db::job_events(&daemon.store.db, job.id)
                     .map(|events| {
                         events
