@@ -735,10 +735,8 @@ impl Daemon {
             .chain(hello.lost.iter().copied());
         for run in held.collect::<Vec<_>>() {
             if !current(self, &run) {
-                tracing::info!(target: "ysched::pool", "{run} on {name} is not a current run: stopped and forgotten");
                 let mut fx = Effects::default();
-                fx.frame(name, ToNode::Clear { run });
-                fx.frame(name, ToNode::Forget { run });
+                stop_stale(name, run, false, &mut fx);
                 self.after_commit(fx);
                 let mut state = link.state();
                 state.exits.remove(&run.job);
@@ -816,9 +814,7 @@ impl Daemon {
                 // Suspended by an administrator: it stays frozen until resumed.
                 Some(_) => {}
                 None => {
-                    tracing::info!(target: "ysched::pool", "{run} frozen on {name} is not a current run: stopped and forgotten");
-                    fx.frame(name, ToNode::Clear { run });
-                    fx.frame(name, ToNode::Forget { run });
+                    stop_stale(name, run, true, &mut fx);
                 }
             }
         }
@@ -919,9 +915,7 @@ impl Daemon {
         let mut fx = Effects::default();
         for &run in running {
             if current_run(&self.core.jobs, run, name).is_none() {
-                tracing::info!(target: "ysched::pool", "{run} on {name} is not a current run: stopped and forgotten");
-                fx.frame(name, ToNode::Clear { run });
-                fx.frame(name, ToNode::Forget { run });
+                stop_stale(name, run, false, &mut fx);
             }
         }
         self.after_commit(fx);
@@ -1125,6 +1119,16 @@ fn current_run<'a>(
 ) -> Option<&'a std::sync::Arc<crate::model::job::Job>> {
     jobs.get(&run.job)
         .filter(|j| j.state.holds_gpus() && j.runs_on(name) && j.restart_count == run.restart)
+}
+
+/// Run `run` that node `name` holds (`frozen` for its fence) is no job's
+/// current run there: what is left of it is killed and forgotten, after
+/// the commit.
+fn stop_stale(name: &str, run: RunKey, frozen: bool, fx: &mut Effects) {
+    let held = if frozen { "frozen on" } else { "on" };
+    tracing::info!(target: "ysched::pool", "{run} {held} {name} is not a current run: stopped and forgotten");
+    fx.frame(name, ToNode::Clear { run });
+    fx.frame(name, ToNode::Forget { run });
 }
 
 fn shifted(mut record: crate::exec::spec::ExitRecord, skew: i64) -> crate::exec::spec::ExitRecord {

@@ -232,8 +232,9 @@ fn a_cancel_whose_commit_fails_sends_nothing_and_changes_nothing() {
 
 /// Makes the turn's commit fail (a row it refuses), and the daemon carry
 /// on as after a full disk.
-fn fail_the_commit(p: &mut Pool) {
-    // A deferred foreign key that holds nothing.
+/// Makes the open turn's commit fail: a deferred foreign key that holds
+/// nothing.
+fn poison_the_commit(p: &mut Pool) {
     p.daemon
         .tx()
         .unwrap()
@@ -242,6 +243,17 @@ fn fail_the_commit(p: &mut Pool) {
              INSERT INTO job_events (job_id, time, state) VALUES (999999, 0, 'X');",
         )
         .unwrap();
+}
+
+/// One turn of the daemon, exits aside.
+fn turn(p: &mut Pool) -> Result<(), super::error::DaemonError> {
+    let (mut maintenance, mut queries, mut processed) = (Instant::now(), Vec::new(), Vec::new());
+    p.daemon
+        .apply_turn(Vec::new(), &mut maintenance, &mut queries, &mut processed)
+}
+
+fn fail_the_commit(p: &mut Pool) {
+    poison_the_commit(p);
     let failure = p.daemon.commit().unwrap_err();
     assert!(failure.to_string().contains("FOREIGN KEY"), "{failure}");
     p.daemon.after_failed_commit(&failure, Vec::new()).unwrap();
@@ -738,23 +750,9 @@ fn a_freeze_reported_in_a_turn_whose_commit_fails_is_credited_after_all() {
         job: id,
         restart: 0,
     };
-    let turn = |p: &mut Pool| {
-        let (mut maintenance, mut queries, mut processed) =
-            (Instant::now(), Vec::new(), Vec::new());
-        p.daemon
-            .apply_turn(Vec::new(), &mut maintenance, &mut queries, &mut processed)
-    };
     p.daemon.core.clock = Clock::Manual(Arc::new(AtomicI64::new(100)));
     frozen_report(&mut p, "gpu01", vec![(run, 40)], 100);
-    // The turn's commit fails (a deferred foreign key that holds nothing).
-    p.daemon
-        .tx()
-        .unwrap()
-        .execute_batch(
-            "PRAGMA defer_foreign_keys = ON;
-             INSERT INTO job_events (job_id, time, state) VALUES (999999, 0, 'X');",
-        )
-        .unwrap();
+    poison_the_commit(&mut p);
     let failure = turn(&mut p).unwrap_err();
     p.daemon.after_failed_commit(&failure, Vec::new()).unwrap();
     assert_eq!(p.daemon.core.jobs.get(&id).unwrap().suspended_secs, 0);
@@ -787,10 +785,7 @@ fn a_run_a_heartbeat_lists_that_is_no_jobs_current_run_is_cleared() {
         restart: 3,
     };
     heartbeat(&mut p, "gpu01", vec![current, stale], Vec::new(), 0);
-    let (mut maintenance, mut queries, mut processed) = (Instant::now(), Vec::new(), Vec::new());
-    p.daemon
-        .apply_turn(Vec::new(), &mut maintenance, &mut queries, &mut processed)
-        .unwrap();
+    turn(&mut p).unwrap();
     let frames: Vec<String> = sent
         .frames()
         .iter()

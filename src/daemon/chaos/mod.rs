@@ -736,11 +736,11 @@ impl World {
         let Some(daemon) = self.daemon.as_mut() else {
             return false;
         };
-        self.net.take_sent(now, &mut self.rng);
+        self.net.take_sent(now);
         let Some(pool) = daemon.pool.as_mut() else {
             return false;
         };
-        self.net.pump(now, &mut pool.events, &mut self.rng)
+        self.net.pump(now, &mut pool.events)
     }
 
     /// A fault of the pool's network, or of a node's agent.
@@ -767,7 +767,7 @@ impl World {
                 self.trace.push(format!(
                     "t={now} {name}'s link stalls to the controller until t={until}"
                 ));
-                self.net.stall(index, (true, false), until);
+                self.net.stall(index, until);
             }
             77 => {
                 self.net.starts += 1;

@@ -38,9 +38,8 @@ struct Connection {
     /// when it arrives: a connection is a stream, so in order.
     up: VecDeque<(i64, Vec<u8>)>,
     down: VecDeque<(i64, Vec<u8>)>,
-    /// Until when each direction holds what is sent on it.
+    /// Until when what the node sends is held.
     up_stalled_until: i64,
-    down_stalled_until: i64,
     /// The controller closed it: the node learns once what was sent
     /// before has arrived.
     closing: bool,
@@ -284,20 +283,20 @@ impl Network {
 
     /// When a frame sent now on `conn` arrives: after `delay`, after
     /// those before it, and not before a stall ends.
-    fn arrival(queue: &VecDeque<(i64, Vec<u8>)>, now: i64, delay: i64, stalled_until: i64) -> i64 {
+    fn arrival(queue: &VecDeque<(i64, Vec<u8>)>, now: i64, stalled_until: i64) -> i64 {
         let last = queue.back().map_or(now, |(at, _)| *at);
-        (now + delay).max(last).max(stalled_until)
+        now.max(last).max(stalled_until)
     }
 
-    fn send_up(&mut self, conn: ConnId, frame: Vec<u8>, now: i64, delay: i64) {
+    fn send_up(&mut self, conn: ConnId, frame: Vec<u8>, now: i64) {
         if let Some(c) = self.conns.get_mut(&conn) {
-            let at = Self::arrival(&c.up, now, delay, c.up_stalled_until);
+            let at = Self::arrival(&c.up, now, c.up_stalled_until);
             c.up.push_back((at, frame));
         }
     }
 
     /// Takes what the controller sent (`recorder`) onto the connections.
-    pub(super) fn take_sent(&mut self, now: i64, rng: &mut fastrand::Rng) {
+    pub(super) fn take_sent(&mut self, now: i64) {
         let sent = self
             .recorder
             .as_ref()
@@ -308,13 +307,12 @@ impl Network {
                 Sent::Frame(conn, frame) => (conn, Some(frame), false),
                 Sent::Close(conn, last) => (conn, last, true),
             };
-            let delay = frame_delay(rng);
             let Some(c) = self.conns.get_mut(&conn) else {
                 continue;
             };
             // What the agent's reader hands on: the frame's body.
             if let Some(frame) = frame.and_then(|f| f.get(4..).map(<[u8]>::to_vec)) {
-                let at = Self::arrival(&c.down, now, delay, c.down_stalled_until);
+                let at = Self::arrival(&c.down, now, now);
                 c.down.push_back((at, frame));
             }
             c.closing |= close;
@@ -324,12 +322,7 @@ impl Network {
     /// Moves what has arrived by `now`: frames to the controller become
     /// its pool's events; frames to an agent are carried out and
     /// answered; agents connect and tick. Whether anything moved.
-    pub(super) fn pump(
-        &mut self,
-        now: i64,
-        events: &mut Vec<ServerEvent>,
-        rng: &mut fastrand::Rng,
-    ) -> bool {
+    pub(super) fn pump(&mut self, now: i64, events: &mut Vec<ServerEvent>) -> bool {
         let mut moved = false;
         for index in 0..self.agents.len() {
             if self.agents[index].connects(now) {
@@ -342,37 +335,30 @@ impl Network {
                         up: VecDeque::new(),
                         down: VecDeque::new(),
                         up_stalled_until: 0,
-                        down_stalled_until: 0,
                         closing: false,
                     },
                 );
                 let hello = self.agents[index].connected(conn, now);
-                self.send_up(conn, hello, now, frame_delay(rng));
+                self.send_up(conn, hello, now);
                 moved = true;
             }
             let Some(conn) = self.agents[index].conn else {
                 continue;
             };
             for frame in self.agents[index].tick(now) {
-                self.send_up(conn, frame, now, frame_delay(rng));
+                self.send_up(conn, frame, now);
                 moved = true;
             }
         }
         let ids: Vec<ConnId> = self.conns.keys().copied().collect();
         for id in ids {
-            moved |= self.deliver(id, now, events, rng);
+            moved |= self.deliver(id, now, events);
         }
         moved
     }
 
     /// Delivers what has arrived on connection `id` by `now`.
-    fn deliver(
-        &mut self,
-        id: ConnId,
-        now: i64,
-        events: &mut Vec<ServerEvent>,
-        rng: &mut fastrand::Rng,
-    ) -> bool {
+    fn deliver(&mut self, id: ConnId, now: i64, events: &mut Vec<ServerEvent>) -> bool {
         let mut moved = false;
         let Some(c) = self.conns.get_mut(&id) else {
             return false;
@@ -406,7 +392,7 @@ impl Network {
             }
             let answers = self.agents[index].on_frame(&frame, now);
             for answer in answers {
-                self.send_up(id, answer, now, frame_delay(rng));
+                self.send_up(id, answer, now);
             }
         }
         if closed {
@@ -467,27 +453,18 @@ impl Network {
         self.agents[index].conn
     }
 
-    /// Holds what node `index`'s connection carries one way or both
-    /// (`up`: to the controller; `down`: to the node) until `until`.
-    pub(super) fn stall(&mut self, index: usize, (up, down): (bool, bool), until: i64) {
+    /// Holds what node `index`'s connection carries to the controller
+    /// until `until`.
+    pub(super) fn stall(&mut self, index: usize, until: i64) {
         let Some(c) = self.agents[index]
             .conn
             .and_then(|id| self.conns.get_mut(&id))
         else {
             return;
         };
-        let hold = |queue: &mut VecDeque<(i64, Vec<u8>)>| {
-            for (at, _) in queue.iter_mut() {
-                *at = (*at).max(until);
-            }
-        };
-        if up {
-            c.up_stalled_until = c.up_stalled_until.max(until);
-            hold(&mut c.up);
-        }
-        if down {
-            c.down_stalled_until = c.down_stalled_until.max(until);
-            hold(&mut c.down);
+        c.up_stalled_until = c.up_stalled_until.max(until);
+        for (at, _) in c.up.iter_mut() {
+            *at = (*at).max(until);
         }
     }
 
@@ -516,11 +493,4 @@ impl Network {
         }
         self.agents[index].restart(incarnation);
     }
-}
-
-/// How long a frame takes on a link that is not stalled: within the
-/// second, as on a LAN (the records count whole seconds). A frame held
-/// longer is a stall's (`Network::stall`).
-fn frame_delay(_rng: &mut fastrand::Rng) -> i64 {
-    0
 }
