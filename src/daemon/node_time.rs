@@ -109,7 +109,12 @@ impl Freezes {
         (sent, now): (i64, i64),
         elapsed: impl Fn(RunKey) -> Option<i64>,
     ) -> Vec<Credited> {
-        let waited = now.saturating_sub(sent).max(0) as u64;
+        // The wait is the difference of two whole-second clocks, each
+        // rounded down, and the node's figure is rounded down too: their
+        // sum can exceed the freeze by a second. Crediting a second less
+        // of the wait keeps the credit within what was frozen (a frozen
+        // second charged, never a worked one given away).
+        let waited = now.saturating_sub(sent).saturating_sub(1).max(0) as u64;
         let good_at = *self
             .good_at
             .entry(node.to_string())
@@ -206,10 +211,12 @@ mod tests {
             .report("n", (false, &[]), (1_127, 1_127), ran)
             .is_empty());
         let late = freezes.report("n", (true, &[(run(6), 120)]), (1_307, 1_337), ran);
-        assert_eq!(late[0].total, 150);
+        // 120 s frozen when sent, and (a second less than) the 30 s it
+        // waited.
+        assert_eq!(late[0].total, 149);
         // Its next report, still frozen, adds only what it grew by.
         let next = freezes.report("n", (true, &[(run(6), 160)]), (1_347, 1_347), ran);
-        assert_eq!(next[0].added, 10);
+        assert_eq!(next[0].added, 11);
     }
 
     #[test]

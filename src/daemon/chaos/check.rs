@@ -193,10 +193,11 @@ fn exact_charges(facts: &Facts) -> Result<(), Broken> {
         // A run lost with its node is charged until the node's lease ran
         // out (it froze there then): exactly what it held if it still ran
         // then; if it ended in the silence, unseen, up to a lease more.
+        // A freeze credited is a second short at most.
         let slack = facts.lost_slack.get(&job.id).copied().unwrap_or(0);
         if !(held..=held + slack).contains(&job.gpu_seconds) {
             let beyond = if slack > 0 {
-                format!(" (and at most {slack} more, lost with their nodes)")
+                format!(" (and at most {slack} more, lost with their nodes or frozen)")
             } else {
                 String::new()
             };

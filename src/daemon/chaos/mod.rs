@@ -588,16 +588,15 @@ impl World {
             // events is a query per job).
             let pool = !self.net.agents.is_empty();
             for job in recorded.values().filter(|_| pool) {
-                let lost = crate::db::job_events(&daemon.store.db, job.id)
-                    .map(|events| {
-                        events
-                            .iter()
-                            .filter(|(_, name, _)| name == "NODE_FAIL")
-                            .count()
-                    })
-                    .unwrap_or(0) as i64;
-                if lost > 0 {
-                    lost_slack.insert(job.id, lost * lease * i64::from(job.gpus.count));
+                let events = crate::db::job_events(&daemon.store.db, job.id).unwrap_or_default();
+                let count =
+                    |of: &str| events.iter().filter(|(_, name, _)| name == of).count() as i64;
+                // A freeze is credited a second short of the wait its last
+                // report had (whole-second clocks): up to a second more
+                // charged per freeze.
+                let slack = count("NODE_FAIL") * lease + count("THAWED");
+                if slack > 0 {
+                    lost_slack.insert(job.id, slack * i64::from(job.gpus.count));
                 }
             }
         }
