@@ -24,7 +24,7 @@ use crate::proto::{AllocationView, Reply};
 use super::control::{AccessRefusal, Requester};
 use super::error::DaemonError;
 use super::run_link::RunLink;
-use super::state::Daemon;
+use super::state::{Core, Daemon};
 
 impl Daemon {
     /// How interactive allocation `id` stands, for `who`.
@@ -188,6 +188,16 @@ impl Daemon {
         Ok(())
     }
 
+    /// Keeps the step link of interactive allocation `job`'s run, which
+    /// just started, for its salloc.
+    pub(super) fn keep_allocation_link(&mut self, job: &Job, link: &RunLink) {
+        if job.interactive {
+            self.core.jobs.sessions.links.insert(job.id, link.clone());
+        }
+    }
+}
+
+impl Core {
     /// For an interactive allocation: its QoS and time limit where it
     /// names none (`[interactive]`), then why it is refused, if it is:
     /// a batch-only option, or over the user's session limits.
@@ -195,7 +205,7 @@ impl Daemon {
         if !request.interactive {
             return None;
         }
-        let rules = &self.core.config.interactive;
+        let rules = &self.config.interactive;
         if request.qos.is_none() {
             request.qos = rules.qos.clone();
         }
@@ -203,20 +213,11 @@ impl Daemon {
             request.time_limit = rules.default_time.map(Some);
         }
         let held: Vec<&Job> = self
-            .core
             .jobs
             .all()
             .filter(|j| j.interactive && j.uid == uid && j.state.is_active())
             .collect();
         judge_session(rules, request, &held)
-    }
-
-    /// Keeps the step link of interactive allocation `job`'s run, which
-    /// just started, for its salloc.
-    pub(super) fn keep_allocation_link(&mut self, job: &Job, link: &RunLink) {
-        if job.interactive {
-            self.core.jobs.sessions.links.insert(job.id, link.clone());
-        }
     }
 }
 

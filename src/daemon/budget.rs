@@ -3,6 +3,7 @@
 //! submission comes from `sched::budget`.
 
 use crate::db;
+use crate::model::gpu::Gpu;
 use crate::sched::budget::{self, Standing, Verdict};
 use crate::sched::limits::Policy;
 
@@ -39,27 +40,32 @@ impl Daemon {
         self.core.policy.budgets = spending;
         Ok(())
     }
+}
 
+impl Core {
     /// `account`'s standing now, if it has a budget: spent this period, and
     /// the worst case of the active jobs at or below it.
-    pub(super) fn standing(&self, account: &str, policy: &Policy, now: i64) -> Option<Standing> {
-        let a = self
-            .core
-            .config
-            .accounts
-            .iter()
-            .find(|a| a.name == account)?;
+    pub(super) fn standing(
+        &self,
+        pool: &[Gpu],
+        account: &str,
+        policy: &Policy,
+        now: i64,
+    ) -> Option<Standing> {
+        let a = self.config.accounts.iter().find(|a| a.name == account)?;
         let b = a.budget.as_ref()?;
-        let spent = match self.core.policy.budgets.get(account) {
+        let spent = match self.policy.budgets.get(account) {
             Some(&(start, spent)) if start == b.period.start(now) => spent,
             _ => 0,
         };
         let committed = self
-            .core
             .jobs
             .all()
             .filter(|j| policy.chain(&j.account).iter().any(|x| x.name == account))
-            .map(|j| self.worst_case(&j.gpus, j.time_limit, &j.qos).unwrap_or(0))
+            .map(|j| {
+                self.worst_case(pool, &j.gpus, j.time_limit, &j.qos)
+                    .unwrap_or(0)
+            })
             .sum();
         Some(Standing {
             budget: b.amount,
@@ -70,31 +76,28 @@ impl Daemon {
 
     pub(super) fn worst_case(
         &self,
+        pool: &[Gpu],
         gpus: &crate::model::job::GpuRequest,
         time_limit: Option<u64>,
         qos: &str,
     ) -> Option<i64> {
-        let factor = self
-            .core
-            .config
-            .qos_named(qos)
-            .map_or(1.0, |q| q.usage_factor);
-        budget::worst_case(
-            gpus,
-            time_limit,
-            factor,
-            self.nodes.all_gpus(),
-            &self.core.config,
-        )
+        let factor = self.config.qos_named(qos).map_or(1.0, |q| q.usage_factor);
+        budget::worst_case(gpus, time_limit, factor, pool, &self.config)
     }
 
     /// The verdict on a job of `account` that may cost `cost`: the most
     /// severe of the budgets at and above the account.
-    pub(super) fn judge_budget(&self, account: &str, cost: Option<i64>, now: i64) -> Verdict {
-        let policy = Policy::new(&self.core.config);
+    pub(super) fn judge_budget(
+        &self,
+        pool: &[Gpu],
+        account: &str,
+        cost: Option<i64>,
+        now: i64,
+    ) -> Verdict {
+        let policy = Policy::new(&self.config);
         let mut verdict = Verdict::Fits;
         for a in policy.chain(account) {
-            let (Some(b), Some(standing)) = (&a.budget, self.standing(&a.name, &policy, now))
+            let (Some(b), Some(standing)) = (&a.budget, self.standing(pool, &a.name, &policy, now))
             else {
                 continue;
             };
@@ -108,9 +111,6 @@ impl Daemon {
         }
         verdict
     }
-}
-
-impl Core {
     /// Adds a charge to every budgeted account at or above `account`,
     /// starting a new period where one began; logs and notifies when an
     /// account crosses its warning threshold or spends its budget.

@@ -1,43 +1,47 @@
 //! Dependencies in the daemon: the states of the jobs they name (active
-//! ones from memory, ended ones from the database) and which pending jobs
+//! ones from memory, ended ones as recorded) and which pending jobs
 //! they hold back. The rules themselves are `sched::dependency`.
 
 use std::collections::HashMap;
 
-use crate::db;
 use crate::model::job::{JobId, JobState};
 use crate::sched::dependency::{Dependency, Status};
 
 use super::error::{DaemonError, Refusal};
-use super::state::Daemon;
+use super::reads::{Edge, Reads};
+use super::state::{Core, Daemon};
 
-impl Daemon {
-    /// A job's state: from memory while it is active, else from the
-    /// database, cached (an end is final; a requeued job is active again
-    /// and found in memory first). An array's id stands for all its tasks.
-    pub(super) fn state_of(&mut self, id: JobId) -> Result<Option<JobState>, DaemonError> {
+impl Core {
+    /// A job's state: from memory while it is active, else as recorded,
+    /// cached (an end is final; a requeued job is active again and found
+    /// in memory first). An array's id stands for all its tasks.
+    pub(super) fn state_of(
+        &mut self,
+        reads: &dyn Reads,
+        id: JobId,
+    ) -> Result<Option<JobState>, DaemonError> {
         let is_array =
             |j: &crate::model::job::Job| j.array.as_ref().is_some_and(|a| a.job_id == id);
-        match self.core.jobs.get(&id) {
+        match self.jobs.get(&id) {
             Some(job) if !is_array(job) => return Ok(Some(job.state)),
             Some(_) => {}
             None => {
-                if let Some(state) = self.core.policy.ended.get(&id) {
-                    if !self.core.jobs.all().any(is_array) {
+                if let Some(state) = self.policy.ended.get(&id) {
+                    if !self.jobs.all().any(is_array) {
                         return Ok(Some(*state));
                     }
                 }
             }
         }
-        // Same connection as the turn's transaction: the states are current.
-        let tasks = db::array_states(&self.store.db, id)?;
+        // Read in the turn's transaction: the states are current.
+        let tasks = reads.array_states(id)?;
         let state = if tasks.is_empty() {
-            db::job_state(&self.store.db, id)?
+            reads.job_state(id)?
         } else {
             Some(array_state(&tasks))
         };
         if let Some(s) = state.filter(|s| !s.is_active()) {
-            self.core.policy.ended.insert(id, s);
+            self.policy.ended.insert(id, s);
         }
         Ok(state)
     }
@@ -47,6 +51,7 @@ impl Daemon {
     /// why the submission is refused.
     pub(super) fn check_dependency(
         &mut self,
+        reads: &dyn Reads,
         text: Option<&str>,
     ) -> Result<Result<Option<String>, Refusal>, DaemonError> {
         let Some(text) = text else {
@@ -58,7 +63,7 @@ impl Daemon {
         };
         let mut states = HashMap::new();
         for id in dependency.job_ids() {
-            match self.state_of(id)? {
+            match self.state_of(reads, id)? {
                 Some(state) => {
                     states.insert(id, state);
                 }
@@ -82,6 +87,17 @@ impl Daemon {
             ))));
         }
         Ok(Ok(Some(dependency.to_string())))
+    }
+}
+
+impl Daemon {
+    /// Job `id`'s state, as `Core::state_of` reads it here.
+    pub(super) fn state_of(&mut self, id: JobId) -> Result<Option<JobState>, DaemonError> {
+        let reads = Edge {
+            db: &self.store.db,
+            nodes: &self.nodes,
+        };
+        self.core.state_of(&reads, id)
     }
 
     /// The states of the jobs that pending dependencies name, for the

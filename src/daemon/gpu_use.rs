@@ -190,7 +190,9 @@ impl Daemon {
             .accounts
             .iter()
             .filter_map(|a| {
-                let standing = self.standing(&a.name, &policy, now)?;
+                let standing = self
+                    .core
+                    .standing(self.nodes.all_gpus(), &a.name, &policy, now)?;
                 Some((
                     a.name.clone(),
                     standing.left() as f64 / crate::model::policy::TOKEN,

@@ -1,7 +1,7 @@
 //! What the core's handlers look up beyond the core itself: the records
 //! of jobs no longer active, where jobs were submitted, the tasks of
-//! arrays, the GPUs each node has, and when a job last rewrote its
-//! checkpoint file. Reads only: a handler changes nothing through it. The
+//! arrays, the next job id, the GPUs and capacity of each node, and when
+//! a job last rewrote its checkpoint file. Reads only: a handler changes nothing through it. The
 //! running controller reads its database and its nodes' facts
 //! (`Edge`); the handlers' tests and the simulation read a map of their
 //! own.
@@ -10,7 +10,8 @@ use rusqlite::Connection;
 
 use crate::db::{self, DbError};
 use crate::model::gpu::Gpu;
-use crate::model::job::{Job, JobId};
+use crate::model::job::{Job, JobId, JobState};
+use crate::sched::admission::Capacity;
 
 use super::error::{DaemonError, Refusal};
 use super::nodes::Nodes;
@@ -27,8 +28,19 @@ pub(super) trait Reads {
     fn node_gpus(&self, node: Option<&str>) -> Vec<Gpu>;
     /// When `job` last rewrote its `--checkpoint-file` in this run.
     fn checkpoint_file_time(&self, job: &Job) -> Option<i64>;
-    /// How many GPUs the pool has, all nodes together.
-    fn total_gpus(&self) -> u32;
+    /// Every GPU of the pool, all nodes together, as the pass numbers them.
+    fn pool_gpus(&self) -> &[Gpu];
+    /// What each node offers a job, as admission sees it.
+    fn capacities(&self) -> Vec<Capacity<'_>>;
+    /// Whether some node of the pool can run containers.
+    fn containers(&self) -> bool;
+    /// The id the next job takes: ids are never reused, and the turn's
+    /// transaction holds those given in it.
+    fn next_job_id(&self) -> Result<JobId, DaemonError>;
+    /// Job `id`'s recorded state, if it is known.
+    fn job_state(&self, id: JobId) -> Result<Option<JobState>, DaemonError>;
+    /// The recorded states of array `id`'s tasks (none: not an array).
+    fn array_states(&self, id: JobId) -> Result<Vec<JobState>, DaemonError>;
     /// Whether every node of `job` can freeze it now (in the pool, able
     /// to suspend, connected); why not.
     fn freezable(&self, job: &Job) -> Result<(), Refusal>;
@@ -67,8 +79,29 @@ impl Reads for Edge<'_> {
         checkpoint_file_time(job)
     }
 
-    fn total_gpus(&self) -> u32 {
-        self.nodes.all_gpus().len() as u32
+    fn pool_gpus(&self) -> &[Gpu] {
+        self.nodes.all_gpus()
+    }
+
+    fn capacities(&self) -> Vec<Capacity<'_>> {
+        self.nodes.capacities()
+    }
+
+    fn containers(&self) -> bool {
+        self.nodes.iter().any(|n| n.facts().containers)
+    }
+
+    fn next_job_id(&self) -> Result<JobId, DaemonError> {
+        // The same connection as the turn's transaction.
+        Ok(db::next_job_id(self.db)?)
+    }
+
+    fn job_state(&self, id: JobId) -> Result<Option<JobState>, DaemonError> {
+        Ok(db::job_state(self.db, id)?)
+    }
+
+    fn array_states(&self, id: JobId) -> Result<Vec<JobState>, DaemonError> {
+        Ok(db::array_states(self.db, id)?)
     }
 
     fn freezable(&self, job: &Job) -> Result<(), Refusal> {

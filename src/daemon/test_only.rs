@@ -23,7 +23,8 @@ impl Daemon {
     ) -> Result<Reply, DaemonError> {
         job.id = crate::db::next_job_id(self.tx()?)?;
         let tokens = self
-            .worst_case(&job.gpus, job.time_limit, &job.qos)
+            .core
+            .worst_case(self.nodes.all_gpus(), &job.gpus, job.time_limit, &job.qos)
             .map(|c| c as f64 / TOKEN);
         let mut answer = TestOnly {
             job_id: job.id,

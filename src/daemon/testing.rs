@@ -8,8 +8,10 @@ use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
 
 use crate::config::Config;
+use crate::gpu::Inventory;
 use crate::model::gpu::Gpu;
-use crate::model::job::{Job, JobId};
+use crate::model::job::{Job, JobId, JobState};
+use crate::sched::admission::Capacity;
 
 use super::error::{DaemonError, Refusal};
 use super::reads::Reads;
@@ -25,7 +27,14 @@ pub(super) const CONFIG: &str = "node_name = \"gpu01\"\n\
 
 /// A core of [`CONFIG`] holding `jobs`, its clock at 0.
 pub(super) fn core_with(jobs: Vec<Job>) -> Core {
-    let config = Config::parse(CONFIG, Path::new("test.toml")).expect("the test config");
+    core_of("", jobs)
+}
+
+/// A core of [`CONFIG`] and `more` (keys of its account, or tables after
+/// it) holding `jobs`, its clock at 0.
+pub(super) fn core_of(more: &str, jobs: Vec<Job>) -> Core {
+    let config =
+        Config::parse(&format!("{CONFIG}{more}"), Path::new("test.toml")).expect("the test config");
     let mut active = Jobs::default();
     for job in jobs {
         active.insert(job);
@@ -52,14 +61,34 @@ pub(super) fn requester(uid: u32, user: &str, admin: bool) -> Requester<'_> {
 }
 
 /// What a handler reads, kept in maps: jobs no longer active, the tasks
-/// of arrays, where jobs were submitted; every node has four A100s.
-#[derive(Default)]
+/// of arrays, where jobs were submitted; one node, gpu01, with four A100s,
+/// 64 CPUs and 512 GiB.
 pub(super) struct Archive {
     pub(super) jobs: HashMap<JobId, Job>,
     pub(super) tasks: HashMap<(JobId, u32), JobId>,
     pub(super) submitted: HashMap<JobId, String>,
     /// Why no node can freeze a job, if none can.
     pub(super) cannot_freeze: Option<String>,
+    /// Whether the node can run containers.
+    pub(super) containers: bool,
+    /// The id the next job takes.
+    pub(super) next_id: JobId,
+    inventory: Inventory,
+}
+
+impl Default for Archive {
+    fn default() -> Archive {
+        let config = Config::parse(CONFIG, Path::new("test.toml")).expect("the test config");
+        Archive {
+            jobs: HashMap::new(),
+            tasks: HashMap::new(),
+            submitted: HashMap::new(),
+            cannot_freeze: None,
+            containers: false,
+            next_id: 100,
+            inventory: Inventory::declared(&config),
+        }
+    }
 }
 
 impl Reads for Archive {
@@ -76,16 +105,45 @@ impl Reads for Archive {
     }
 
     fn node_gpus(&self, _node: Option<&str>) -> Vec<Gpu> {
-        let config = Config::parse(CONFIG, Path::new("test.toml")).expect("the test config");
-        crate::gpu::Inventory::declared(&config).gpus
+        self.inventory.gpus.clone()
     }
 
     fn checkpoint_file_time(&self, _job: &Job) -> Option<i64> {
         None
     }
 
-    fn total_gpus(&self) -> u32 {
-        4
+    fn pool_gpus(&self) -> &[Gpu] {
+        &self.inventory.gpus
+    }
+
+    fn capacities(&self) -> Vec<Capacity<'_>> {
+        vec![Capacity {
+            name: "gpu01",
+            inventory: &self.inventory,
+            cpus: 64,
+            mem_mb: 512 << 10,
+        }]
+    }
+
+    fn containers(&self) -> bool {
+        self.containers
+    }
+
+    fn next_job_id(&self) -> Result<JobId, DaemonError> {
+        Ok(self.next_id)
+    }
+
+    fn job_state(&self, id: JobId) -> Result<Option<JobState>, DaemonError> {
+        Ok(self.jobs.get(&id).map(|j| j.state))
+    }
+
+    fn array_states(&self, id: JobId) -> Result<Vec<JobState>, DaemonError> {
+        Ok(self
+            .jobs
+            .values()
+            .filter(|j| j.array.as_ref().is_some_and(|a| a.job_id == id))
+            .map(|j| j.state)
+            .collect())
     }
 
     fn freezable(&self, _job: &Job) -> Result<(), Refusal> {

@@ -786,7 +786,12 @@ impl Daemon {
             .config
             .accounts
             .iter()
-            .filter_map(|a| Some((a.name.clone(), self.standing(&a.name, &policy, now)?)))
+            .filter_map(|a| {
+                let standing = self
+                    .core
+                    .standing(self.nodes.all_gpus(), &a.name, &policy, now)?;
+                Some((a.name.clone(), standing))
+            })
             .collect();
         let built;
         let (tree, shares) = match &self.core.policy.pass_tree {

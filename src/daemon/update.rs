@@ -70,7 +70,7 @@ fn check_update(
             weights: &core.config.priority,
             qos: &core.config.qos,
             fairshare: &core.policy.fairshare,
-            total_gpus: reads.total_gpus(),
+            total_gpus: reads.pool_gpus().len() as u32,
         };
         let current = crate::sched::priority::factors(job, &ctx, now).priority();
         said.push(check_priority(job, (current, p), who)?);
