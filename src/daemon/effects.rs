@@ -11,6 +11,7 @@
 use crate::exec::spec::StepCommand;
 use crate::model::job::{Job, JobId, JobState};
 use crate::net::message::ToNode;
+use crate::net::server::ConnId;
 use crate::proto::Channel;
 
 use super::notifications::Notification;
@@ -210,6 +211,13 @@ pub(super) enum Out {
     /// (a run to forget or clear, a thaw, a renewed certificate, an
     /// answer to a request it passed on).
     Frame { node: String, frame: Box<ToNode> },
+    /// A frame on connection `conn`, which is no node's link (a join's
+    /// certificate; a removed node told so), closed after it if `close`.
+    Conn {
+        conn: ConnId,
+        body: Box<ToNode>,
+        close: bool,
+    },
 }
 
 impl Effects {

@@ -4,7 +4,6 @@
 //! and the daemon's thin calls that apply what they push; every file
 //! that ends a run comes here, and this file calls none of them.
 
-use crate::exec::executor::Executor;
 use crate::exec::spec::{SignalTarget, StepCommand};
 use crate::model::job::{ExitStatus, JobId, JobState};
 
@@ -14,13 +13,6 @@ use super::reads::{Edge, Reads};
 use super::state::{Core, Daemon};
 
 impl Daemon {
-    /// The executor of the node job `id` runs on (or ran on); `None`
-    /// when that node is no longer in the pool.
-    pub(super) fn executor_of(&self, id: JobId) -> Option<&dyn Executor> {
-        let job = self.core.jobs.get(&id)?;
-        Some(self.nodes.of(job)?.executor.as_ref())
-    }
-
     /// Queues the job's notification for `event`, if it asked for one (sent
     /// after this turn's commit).
     pub(super) fn notify_job(

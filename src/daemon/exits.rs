@@ -8,12 +8,14 @@ use crate::model::job::{ExitStatus, JobId, JobState};
 
 use super::effects::Effects;
 use super::error::DaemonError;
+use super::reads::Reads;
 use super::state::Daemon;
 
 impl Daemon {
     /// The batch script's supervisor exited: how it ended is the job's end.
     pub(super) fn batch_exited(&mut self, id: JobId, now: i64) -> Result<(), DaemonError> {
-        match self.executor_of(id).and_then(|e| e.exit_of(id)) {
+        let node = self.core.jobs.get(&id).and_then(|j| j.node.clone());
+        match self.reads().exit_record(id, node.as_deref()) {
             Some(record) if record.fenced.is_some() => self.fence_ended(id, &record, now)?,
             Some(record) => {
                 let job = self.core.jobs.job_mut(&id).expect("checked above");
@@ -78,7 +80,13 @@ impl Daemon {
                 self.finish(id, state, record.end_time, exit, reason)?;
             }
             None => {
-                let left = self.executor_of(id).map_or(0, |e| e.clear_remains(id));
+                // Before its end is recorded: its GPUs are not free
+                // while its processes live.
+                let left = self
+                    .core
+                    .jobs
+                    .get(&id)
+                    .map_or(0, |job| self.clear_remains_of(job));
                 let reason = format!(
                     "the job's supervisor ended without recording the job's end{}",
                     if left > 0 {

@@ -11,6 +11,7 @@ use crate::proto::Reply;
 use crate::sched::pass::Placement;
 
 use super::control::{admins_only, Requester};
+use super::seam::ensure_image;
 use super::state::Daemon;
 
 impl Daemon {
@@ -39,7 +40,7 @@ impl Daemon {
             let Some(node) = self.nodes.named(name) else {
                 continue;
             };
-            match node.executor.ensure_image(&reference) {
+            match ensure_image(node, &reference) {
                 ImageStatus::Ready => {}
                 ImageStatus::Pulling => readiness = ImageStatus::Pulling,
                 ImageStatus::Failed(why) => return ImageStatus::Failed(why),
@@ -54,7 +55,7 @@ impl Daemon {
     pub(super) fn prefetch_images(&self) {
         for node in self.nodes.iter().filter(|n| n.facts().containers) {
             for reference in &self.core.config.containers.prefetch {
-                node.executor.ensure_image(reference);
+                ensure_image(node, reference);
             }
         }
     }
@@ -91,7 +92,7 @@ impl Daemon {
         }
         let lines: Vec<String> = nodes
             .iter()
-            .map(|n| match n.executor.ensure_image(&reference) {
+            .map(|n| match ensure_image(n, &reference) {
                 ImageStatus::Ready => format!("{}: ready", n.name()),
                 ImageStatus::Pulling => format!("{}: pulling", n.name()),
                 ImageStatus::Failed(why) => format!("{}: failed: {why}", n.name()),

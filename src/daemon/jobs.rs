@@ -12,6 +12,7 @@ use crate::model::job::{ExitStatus, JobId, JobState};
 
 use super::effects::Effects;
 use super::error::{DaemonError, LaunchError};
+use super::reads::Reads;
 use super::state::Daemon;
 
 /// What the parts of a job on its other nodes start with.
@@ -48,10 +49,7 @@ impl Daemon {
         now: i64,
     ) -> Result<(), DaemonError> {
         let id = start.job;
-        let confinement = self
-            .nodes
-            .named(&start.node)
-            .and_then(|n| n.executor.confinement_of(id));
+        let confinement = self.reads().confinement(id, &start.node);
         let Some(job) = self.core.jobs.job_mut(&id) else {
             return Ok(());
         };
@@ -147,11 +145,7 @@ impl Daemon {
                 .map_err(|e| ExecError::Unreachable(e.to_string()))?
         };
         let (batch, part) = self.placed_part(&job, 0, &link).unzip();
-        let node = self
-            .nodes
-            .of_mut(&job)
-            .ok_or_else(|| LaunchError::NodeGone(job.node.clone().unwrap_or_default()))?;
-        let started = node.executor.launch(Launch {
+        let launch = Launch {
             job: batch.as_ref().unwrap_or(&job),
             script: &payload.script,
             args: &payload.args,
@@ -159,7 +153,10 @@ impl Daemon {
             home: &user.home,
             shell: &user.shell,
             part: part.as_ref(),
-        })?;
+        };
+        let started = self
+            .launch_on(job.node.as_deref(), launch)
+            .ok_or_else(|| LaunchError::NodeGone(job.node.clone().unwrap_or_default()))??;
         self.keep_allocation_link(&job, &link);
         tracing::info!(
             target: "ysched::exec",
@@ -270,13 +267,12 @@ impl Daemon {
             }
             return Ok(());
         }
-        let adoption = match self.nodes.of_mut(&job) {
-            Some(node) => node.executor.adopt(id),
-            None => Adoption::Unreachable(format!(
+        let adoption = self.adopt_on(job.node.as_deref(), id).unwrap_or_else(|| {
+            Adoption::Unreachable(format!(
                 "its node {} is not in the pool",
                 job.node.as_deref().unwrap_or("?")
-            )),
-        };
+            ))
+        });
         match adoption {
             Adoption::Alive { supervisor_pid } => {
                 tracing::info!(target: "ysched::exec", "job {id} re-adopted (supervisor pid {supervisor_pid})");

@@ -162,11 +162,6 @@ impl Nodes {
         self.nodes.iter().find(|n| n.name() == name)
     }
 
-    /// A node's executor to use (the layout does not change).
-    pub(super) fn named_mut(&mut self, name: &str) -> Option<&mut Node> {
-        self.nodes.iter_mut().find(|n| n.name() == name)
-    }
-
     /// A node to change; the layout is built again after `change`.
     pub(super) fn change<T>(
         &mut self,
@@ -199,8 +194,9 @@ impl Nodes {
         self.named_or_local(job.node.as_deref())
     }
 
-    pub(super) fn of_mut(&mut self, job: &Job) -> Option<&mut Node> {
-        let name = job.node.clone().or_else(|| self.local.clone())?;
+    /// The node `name` (`None`: the controller's own), to use its executor.
+    pub(super) fn named_or_local_mut(&mut self, name: Option<&str>) -> Option<&mut Node> {
+        let name = name.map(str::to_string).or_else(|| self.local.clone())?;
         self.nodes.iter_mut().find(|n| n.name() == name)
     }
 

@@ -16,6 +16,7 @@ use crate::model::job::{Job, JobId, JobState};
 
 use super::effects::Effects;
 use super::error::DaemonError;
+use super::reads::Reads;
 use super::run_link::RunLink;
 use super::state::Daemon;
 
@@ -84,18 +85,18 @@ impl Daemon {
                 continue;
             };
             let name = share.node.clone().unwrap_or_default();
-            let launched = match self.nodes.named_mut(&name) {
-                Some(node) => node.executor.launch(Launch {
-                    job: &share,
-                    script: HOLDER_SCRIPT,
-                    args: &[],
-                    environment,
-                    home: &user.home,
-                    shell: &user.shell,
-                    part: Some(&part),
-                }),
-                None => Err(ExecError::Unreachable(format!("{name} left the pool"))),
+            let launch = Launch {
+                job: &share,
+                script: HOLDER_SCRIPT,
+                args: &[],
+                environment,
+                home: &user.home,
+                shell: &user.shell,
+                part: Some(&part),
             };
+            let launched = self
+                .launch_on(Some(&name), launch)
+                .unwrap_or_else(|| Err(ExecError::Unreachable(format!("{name} left the pool"))));
             if let Err(e) = launched {
                 let why = format!("its part on {name} could not start: {e}");
                 tracing::warn!(target: "ysched::exec", "job {}: {why}", job.id);
@@ -152,6 +153,7 @@ impl Daemon {
         let Some(node) = self.nodes.named(name) else {
             return PartState::Lost;
         };
+        let ended = self.reads().exit_record(job.id, Some(name)).is_some();
         let lost_run = |r: &super::nodes::RemoteNode| r.link.state().lost.contains(&job.id);
         if node.remote.as_ref().is_some_and(|r| r.lost || lost_run(r))
             || self
@@ -162,9 +164,10 @@ impl Daemon {
         {
             return PartState::Lost;
         }
-        match node.executor.exit_of(job.id) {
-            Some(_) => PartState::Ended,
-            None => PartState::Running,
+        if ended {
+            PartState::Ended
+        } else {
+            PartState::Running
         }
     }
 
@@ -246,7 +249,7 @@ impl Daemon {
         fx.named_event(id, now, "NODE_FAIL", Some(&why));
         self.apply(fx)?;
         let exit = (batch == PartState::Ended)
-            .then(|| self.executor_of(id).and_then(|e| e.exit_of(id)))
+            .then(|| self.reads().exit_record(id, job.node.as_deref()))
             .flatten()
             .map(|r| r.exit);
         if job.no_requeue {
@@ -305,11 +308,11 @@ impl Daemon {
         let Some(restart) = self.core.jobs.get(&id).map(|j| j.restart_count) else {
             return false;
         };
-        let Some(node) = self.nodes.named_mut(name) else {
+        use crate::exec::executor::Adoption;
+        let Some(adoption) = self.adopt_on(Some(name), id) else {
             return true;
         };
-        use crate::exec::executor::Adoption;
-        match node.executor.adopt(id) {
+        match adoption {
             Adoption::Alive { .. } | Adoption::Unreachable(_) => false,
             Adoption::Exited(_) => true,
             Adoption::Lost | Adoption::NeverStarted => {

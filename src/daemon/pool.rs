@@ -30,7 +30,7 @@ use crate::proto::Reply;
 use crate::spool::Spool;
 
 use super::control::{admins_only, Requester};
-use super::effects::{Effects, PoolRow, Row};
+use super::effects::{Effects, Out, PoolRow, Row};
 use super::error::DaemonError;
 use super::nodes::{Node, RemoteNode};
 use super::pool_state::PoolState;
@@ -446,24 +446,6 @@ impl Daemon {
         };
         pool.server.close(conn, encode(&envelope).ok());
     }
-
-    /// Sends `body` on `conn` (outside a node's link: a join's answer).
-    fn answer(&self, conn: ConnId, body: ToNode, then_close: bool) {
-        let Some(pool) = &self.pool else { return };
-        let envelope = Envelope {
-            protocol: PROTOCOL,
-            epoch: pool.epoch,
-            incarnation: 0,
-            body,
-        };
-        if let Ok(frame) = encode(&envelope) {
-            if then_close {
-                pool.server.close(conn, Some(frame));
-            } else {
-                pool.server.send(conn, frame);
-            }
-        }
-    }
 }
 
 /// What an agent says at each connection.
@@ -546,15 +528,19 @@ impl Daemon {
         )?;
         tracing::info!(target: "ysched::pool", "node {name} joined the pool (certificate {serial})");
         let users = self.known_users();
-        self.answer(
+        // The certificate leaves once the node's joining is recorded: a
+        // node never holds one its controller does not know of.
+        let mut fx = Effects::default();
+        fx.out(Out::Conn {
             conn,
-            ToNode::Joined {
+            body: Box::new(ToNode::Joined {
                 certificate_pem,
                 authority_pem,
                 users,
-            },
-            true,
-        );
+            }),
+            close: true,
+        });
+        self.after_commit(fx);
         Ok(())
     }
 
@@ -1236,9 +1222,20 @@ impl Daemon {
         }))?;
         self.audit(now, who.user, "remove-node", None, name)?;
         if let Some(node) = self.nodes.remove(name) {
-            if let Some((server, conn)) = node.remote.and_then(|r| r.link.state().conn.clone()) {
-                let _ = server;
-                self.refuse_connection(conn, &format!("node {name} was removed from the pool"));
+            if let Some((_, conn)) = node.remote.and_then(|r| r.link.state().conn.clone()) {
+                // Told, and cut off, once its removal is recorded.
+                if let Some(pool) = &mut self.pool {
+                    pool.conns.remove(&conn);
+                }
+                let reason = format!("node {name} was removed from the pool");
+                tracing::warn!(target: "ysched::pool", "connection refused: {reason}");
+                let mut fx = Effects::default();
+                fx.out(Out::Conn {
+                    conn,
+                    body: Box::new(ToNode::Refused { reason }),
+                    close: true,
+                });
+                self.after_commit(fx);
             }
         }
         self.reschedule = true;

@@ -764,6 +764,65 @@ fn a_freeze_reported_in_a_turn_whose_commit_fails_is_credited_after_all() {
     );
 }
 
+/// A join's certificate leaves once the node's joining is committed: a
+/// turn whose commit fails sends none (the node would hold a certificate
+/// its controller has no record of), and the join, taken in again, is
+/// answered once it is recorded.
+#[test]
+fn a_join_whose_commit_fails_sends_no_certificate_until_it_is_recorded() {
+    let mut p = pool(&[16]);
+    let sent = connect_remote(&mut p, "gpu01");
+    let token = "the-join-token";
+    db::expect_node(
+        &p.daemon.store.db,
+        "gpu09",
+        &crate::net::pki::hash_token(token),
+        i64::MAX,
+        "test",
+        0,
+    )
+    .unwrap();
+    let (_key, request_pem) = crate::net::pki::new_request("gpu09").unwrap();
+    let envelope = crate::net::message::Envelope {
+        protocol: crate::net::message::PROTOCOL,
+        epoch: 0,
+        incarnation: 0,
+        body: crate::net::message::FromNode::Join {
+            node: "gpu09".into(),
+            token: token.into(),
+            request_pem,
+        },
+    };
+    let frame = crate::net::frame::encode(&envelope).unwrap();
+    let event = crate::net::server::ServerEvent::Frame {
+        conn: 2,
+        peer: None,
+        address: None,
+        body: frame[4..].to_vec(),
+    };
+    p.daemon.pool.as_mut().unwrap().events.push(event);
+    let joined = |sent: &crate::net::server::Recorder| {
+        sent.frames()
+            .iter()
+            .filter(|f| String::from_utf8_lossy(f).contains("Joined"))
+            .count()
+    };
+    poison_the_commit(&mut p);
+    let failure = turn(&mut p).unwrap_err();
+    p.daemon.after_failed_commit(&failure, Vec::new()).unwrap();
+    assert_eq!(joined(&sent), 0, "a certificate left a failed turn");
+    let record = db::node_record(&p.daemon.store.db, "gpu09")
+        .unwrap()
+        .unwrap();
+    assert!(record.token_hash.is_some(), "its token is unused still");
+    turn(&mut p).unwrap();
+    assert_eq!(joined(&sent), 1);
+    let record = db::node_record(&p.daemon.store.db, "gpu09")
+        .unwrap()
+        .unwrap();
+    assert!(record.token_hash.is_none(), "its token is used");
+}
+
 /// Found by the simulation of the pool (seeds 68 and 85, once a node no
 /// longer reports a suspended run frozen for its fence): a node lost and
 /// heard again without a new hello kept a run of a job requeued

@@ -9,6 +9,7 @@
 use rusqlite::Connection;
 
 use crate::db::{self, DbError};
+use crate::exec::spec::ExitRecord;
 use crate::model::gpu::Gpu;
 use crate::model::job::{Job, JobId, JobState};
 use crate::sched::admission::Capacity;
@@ -41,6 +42,11 @@ pub(super) trait Reads {
     fn job_state(&self, id: JobId) -> Result<Option<JobState>, DaemonError>;
     /// The recorded states of array `id`'s tasks (none: not an array).
     fn array_states(&self, id: JobId) -> Result<Vec<JobState>, DaemonError>;
+    /// What job `id`'s supervisor on node `node` (`None`: this host)
+    /// recorded of its run's end, once it has ended.
+    fn exit_record(&self, id: JobId, node: Option<&str>) -> Option<ExitRecord>;
+    /// The confinement (its cgroup) job `id` gets on node `node`.
+    fn confinement(&self, id: JobId, node: &str) -> Option<String>;
     /// Whether every node of `job` can freeze it now (in the pool, able
     /// to suspend, connected); why not.
     fn freezable(&self, job: &Job) -> Result<(), Refusal>;
@@ -102,6 +108,14 @@ impl Reads for Edge<'_> {
 
     fn array_states(&self, id: JobId) -> Result<Vec<JobState>, DaemonError> {
         Ok(db::array_states(self.db, id)?)
+    }
+
+    fn exit_record(&self, id: JobId, node: Option<&str>) -> Option<ExitRecord> {
+        self.nodes.named_or_local(node)?.executor.exit_of(id)
+    }
+
+    fn confinement(&self, id: JobId, node: &str) -> Option<String> {
+        self.nodes.named(node)?.executor.confinement_of(id)
     }
 
     fn freezable(&self, job: &Job) -> Result<(), Refusal> {

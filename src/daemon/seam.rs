@@ -9,15 +9,19 @@
 use rusqlite::Connection;
 
 use crate::db;
+use crate::exec::executor::{Adoption, ImageStatus, Launch, Started};
 use crate::exec::spec::StepCommand;
 use crate::exec::ExecError;
 use crate::model::job::{Job, JobId};
-use crate::net::message::ToNode;
+use crate::net::frame::encode;
+use crate::net::message::{Envelope, ToNode, PROTOCOL};
 use crate::net::remote::Link;
+use crate::net::server::ConnId;
 use crate::proto::Reply;
 
 use super::effects::{Effects, Out, PoolRow, Purge, Row};
 use super::error::{DaemonError, Refusal};
+use super::nodes::Node;
 use super::reads::{Edge, Reads};
 use super::state::{Core, Daemon};
 
@@ -87,6 +91,7 @@ impl Daemon {
                 }
                 Out::Frame { node, frame } => self.send_frame(&node, *frame),
                 Out::PartCommand { job, node, command } => self.command_part(job, &node, &command),
+                Out::Conn { conn, body, close } => self.send_on(conn, *body, close),
             }
         }
     }
@@ -141,6 +146,24 @@ impl Daemon {
         };
         if let Err(e) = remote.link.send(name, frame) {
             tracing::debug!(target: "ysched::pool", "a frame for node {name} is dropped: {e}");
+        }
+    }
+
+    /// Sends `body` on connection `conn`, which is no node's link; closes
+    /// it after if `close`.
+    fn send_on(&self, conn: ConnId, body: ToNode, close: bool) {
+        let Some(pool) = &self.pool else { return };
+        let envelope = Envelope {
+            protocol: PROTOCOL,
+            epoch: pool.epoch,
+            incarnation: 0,
+            body,
+        };
+        let Ok(frame) = encode(&envelope) else { return };
+        if close {
+            pool.server.close(conn, Some(frame));
+        } else {
+            pool.server.send(conn, frame);
         }
     }
 
@@ -235,6 +258,63 @@ impl Daemon {
         self.apply(fx)?;
         Ok(answer)
     }
+}
+
+/// The executors: what the edge asks of the processes on the nodes. What
+/// a run recorded, and the confinement a run gets, are read through
+/// `Reads`; commands, freezes, thaws and forgetting leave with the
+/// turn's commit (`send_out`); these are the rest, each called where its
+/// order says: a launch after the commit that records the run started
+/// (`launch_started`), an adoption at a start or a node's hello, the
+/// remains of a run whose supervisor died cleared before its end is
+/// recorded (its GPUs are not free until they are), and images made
+/// present before a start.
+impl Daemon {
+    /// Starts a run's supervisor on node `name` (`None`: this host);
+    /// `None` when that node is not in the pool.
+    pub(super) fn launch_on(
+        &mut self,
+        name: Option<&str>,
+        launch: Launch<'_>,
+    ) -> Option<Result<Started, ExecError>> {
+        let node = self.nodes.named_or_local_mut(name)?;
+        Some(node.executor.launch(launch))
+    }
+
+    /// Finds job `id`'s supervisor on node `name` again after a restart or
+    /// a node's hello; `None` when that node is not in the pool.
+    pub(super) fn adopt_on(&mut self, name: Option<&str>, id: JobId) -> Option<Adoption> {
+        let node = self.nodes.named_or_local_mut(name)?;
+        Some(node.executor.adopt(id))
+    }
+
+    /// Ends what is left of `job`'s run, whose supervisor is gone, on its
+    /// node; how many processes were left.
+    pub(super) fn clear_remains_of(&self, job: &Job) -> usize {
+        self.nodes
+            .of(job)
+            .map_or(0, |node| node.executor.clear_remains(job.id))
+    }
+
+    /// At a start: what runs no longer active left behind on each node
+    /// (their supervisor killed with the controller, say) is cleared.
+    pub(super) fn clear_leftovers(&self) {
+        for node in self.nodes.iter() {
+            for id in node.executor.leftovers() {
+                let holds = |j: &Job| j.state.holds_gpus();
+                if !self.core.jobs.get(&id).is_some_and(|j| holds(j)) {
+                    let left = node.executor.clear_remains(id);
+                    tracing::info!(target: "ysched::exec", "cleared what job {id} left behind on {} ({left} processes)", node.name());
+                }
+            }
+        }
+    }
+}
+
+/// Where container image `reference` stands on `node`; a pull starts
+/// there when it is needed (once per image, however many jobs want it).
+pub(super) fn ensure_image(node: &Node, reference: &str) -> ImageStatus {
+    node.executor.ensure_image(reference)
 }
 
 /// Writes `row` in the turn's transaction `tx`.

@@ -8,6 +8,7 @@ use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
 
 use crate::config::Config;
+use crate::exec::spec::ExitRecord;
 use crate::gpu::Inventory;
 use crate::model::gpu::Gpu;
 use crate::model::job::{Job, JobId, JobState};
@@ -73,6 +74,8 @@ pub(super) struct Archive {
     pub(super) containers: bool,
     /// The id the next job takes.
     pub(super) next_id: JobId,
+    /// What the runs that ended recorded.
+    pub(super) exits: HashMap<JobId, ExitRecord>,
     inventory: Inventory,
 }
 
@@ -86,6 +89,7 @@ impl Default for Archive {
             cannot_freeze: None,
             containers: false,
             next_id: 100,
+            exits: HashMap::new(),
             inventory: Inventory::declared(&config),
         }
     }
@@ -144,6 +148,14 @@ impl Reads for Archive {
             .filter(|j| j.array.as_ref().is_some_and(|a| a.job_id == id))
             .map(|j| j.state)
             .collect())
+    }
+
+    fn exit_record(&self, id: JobId, _node: Option<&str>) -> Option<ExitRecord> {
+        self.exits.get(&id).cloned()
+    }
+
+    fn confinement(&self, id: JobId, _node: &str) -> Option<String> {
+        Some(format!("/sys/fs/cgroup/ysched/job_{id}"))
     }
 
     fn freezable(&self, _job: &Job) -> Result<(), Refusal> {

@@ -92,19 +92,7 @@ impl Daemon {
         self.refreeze_local();
         // Groups of jobs that are not running any more (their supervisor
         // was killed along with the daemon, say): nothing may stay behind.
-        for node in self.nodes.iter() {
-            for id in node.executor.leftovers() {
-                if !self
-                    .core
-                    .jobs
-                    .get(&id)
-                    .is_some_and(|j| j.state.holds_gpus())
-                {
-                    let left = node.executor.clear_remains(id);
-                    tracing::info!(target: "ysched::exec", "cleared what job {id} left behind on {} ({left} processes)", node.name());
-                }
-            }
-        }
+        self.clear_leftovers();
         self.commit()?;
         self.spool.remove_stale(STALE_AFTER);
         self.enqueue(self.spool.list_incoming()?);
