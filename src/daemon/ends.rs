@@ -45,30 +45,6 @@ impl Daemon {
         self.apply(fx)
     }
 
-    /// Charges active job `id`'s run from its start to `end` to its user
-    /// and accounts; the caller records it with the job's new state.
-    pub(super) fn charge_run(&mut self, id: JobId, end: i64) -> Result<(i64, i64), DaemonError> {
-        let Some(mut job) = self
-            .core
-            .jobs
-            .get(&id)
-            .map(|j| crate::model::job::Job::clone(j))
-        else {
-            return Ok((0, 0));
-        };
-        job.end_time = Some(job.start_time.map_or(end, |s| end.max(s)));
-        let mut fx = Effects::default();
-        let reads = Edge {
-            db: &self.store.db,
-            nodes: &self.nodes,
-        };
-        let charged = self
-            .core
-            .charge(&reads, &job, job.end_time.unwrap_or(end), &mut fx);
-        self.apply(fx)?;
-        Ok(charged)
-    }
-
     /// Stops a running job (see [`Core::terminate`]).
     pub(super) fn terminate(
         &mut self,
@@ -198,6 +174,22 @@ impl Core {
         self.policy.reasons.remove(&id);
         fx.queue_changed();
         Ok(())
+    }
+
+    /// Charges active `job`'s run from its start to `end` to its user and
+    /// accounts: its billing-seconds and GPU-seconds, which the caller
+    /// records with the job's new state.
+    pub(super) fn charge_run(
+        &mut self,
+        reads: &dyn Reads,
+        job: &crate::model::job::Job,
+        end: i64,
+        fx: &mut Effects,
+    ) -> (i64, i64) {
+        let end = job.start_time.map_or(end, |s| end.max(s));
+        let mut ended = job.clone();
+        ended.end_time = Some(end);
+        self.charge(reads, &ended, end, fx)
     }
 
     /// Charges `job`'s run up to `at` to its user and accounts (fair-share

@@ -76,7 +76,6 @@ impl Daemon {
             }
             None => format!("node {name} was not drained"),
         };
-        self.nodes.change(name, |node| node.drain = drain);
         tracing::info!(target: "ysched::daemon", "{message} (by {})", who.user);
         self.reschedule = true;
         self.snapshot = None;
@@ -117,6 +116,11 @@ impl Daemon {
     }
 
     pub(super) fn load_node_drains(&mut self) -> Result<(), DaemonError> {
+        // As recorded, and only so: a drain whose commit failed is none.
+        let names: Vec<String> = self.nodes.iter().map(|n| n.name().to_string()).collect();
+        for name in names {
+            self.nodes.change(&name, |node| node.drain = None);
+        }
         for (name, drain) in db::node_drains(&self.store.db)? {
             tracing::warn!(
                 target: "ysched::daemon",
@@ -127,47 +131,6 @@ impl Daemon {
             );
             self.nodes.change(&name, |node| node.drain = Some(drain));
         }
-        Ok(())
-    }
-
-    /// A job whose processes SIGKILL did not end (stuck in the kernel)
-    /// drains its node, saying so: what holds them may hold its GPUs too.
-    pub(super) fn drain_for_stuck(
-        &mut self,
-        id: crate::model::job::JobId,
-        stuck: usize,
-        now: i64,
-    ) -> Result<(), DaemonError> {
-        let Some(name) = self
-            .core
-            .jobs
-            .get(&id)
-            .and_then(|job| self.nodes.of(job))
-            .map(|node| node.name().to_string())
-        else {
-            return Ok(());
-        };
-        let drain = Drain {
-            reason: format!("job {id} left {stuck} process(es) SIGKILL does not end"),
-            by: "ysctld".into(),
-            since: now,
-        };
-        tracing::error!(target: "ysched::daemon", "node {name} drained: {}", drain.reason);
-        self.write(Row::Pool(PoolRow::NodeDrain {
-            name: name.clone(),
-            drain: Some(drain.clone()),
-            time: now,
-        }))?;
-        self.audit(
-            now,
-            "ysctld",
-            "drain-node",
-            Some(id),
-            &format!("{name}: {}", drain.reason),
-        )?;
-        self.nodes.change(&name, |node| node.drain = Some(drain));
-        self.reschedule = true;
-        self.snapshot = None;
         Ok(())
     }
 }

@@ -256,9 +256,7 @@ impl Daemon {
             return self.finish(id, JobState::NodeFail, now, exit, Some(why));
         }
         self.requeue_run(
-            id,
-            (now, now),
-            exit,
+            (id, now, now, exit),
             Some(format!("requeued: {why}")),
             false,
         )

@@ -1037,13 +1037,8 @@ impl Daemon {
             if no_requeue {
                 self.finish(id, JobState::NodeFail, stopped, None, Some(why))?;
             } else {
-                self.requeue_run(
-                    id,
-                    (now, stopped),
-                    None,
-                    Some(format!("requeued: {why}")),
-                    false,
-                )?;
+                let reason = Some(format!("requeued: {why}"));
+                self.requeue_run((id, now, stopped, None), reason, false)?;
             }
         }
         Ok(())

@@ -14,7 +14,8 @@ use crate::sched::pass::Preemption;
 
 use super::effects::Effects;
 use super::error::DaemonError;
-use super::state::Daemon;
+use super::reads::Reads;
+use super::state::{Core, Daemon};
 
 impl Daemon {
     /// When each running job last saved a checkpoint file (for the
@@ -224,29 +225,34 @@ impl Daemon {
             _ => self.core.config.kill_wait,
         }
     }
+}
 
+/// A run that ends: its job, when it ended, until when it is charged, and
+/// how it exited.
+pub(super) type Run = (JobId, i64, i64, Option<crate::model::job::ExitStatus>);
+
+impl Core {
     /// A preempted job is gone: back to the queue with its id, its submit
     /// time and one more restart, or PREEMPTED where its QoS or
     /// `--no-requeue` says so. What it ran is charged either way.
     pub(super) fn preempted_exit(
         &mut self,
-        id: JobId,
-        end: i64,
-        exit: Option<crate::model::job::ExitStatus>,
+        reads: &dyn Reads,
+        (id, end, exit): (JobId, i64, Option<crate::model::job::ExitStatus>),
+        fx: &mut Effects,
     ) -> Result<(), DaemonError> {
-        let Some(job) = self.core.jobs.get(&id) else {
+        let Some(job) = self.jobs.get(&id) else {
             return Ok(());
         };
         let by = job.preempted_by;
         // `yscontrol requeue`: requeued, whatever its QoS says.
         let asked = job.kill_reason == Some(JobState::Pending);
         let qos_requeues = self
-            .core
             .config
             .qos_named(&job.qos)
             .is_none_or(|q| q.preempt_mode == PreemptMode::Requeue);
         let no_requeue = job.no_requeue;
-        let settled = self.settle_stop(id, end, exit)?;
+        let settled = self.settle_stop(reads, (id, end, exit), fx)?;
         // A reclaimed job gives borrowed GPUs back: it runs again later,
         // whatever its QoS does with preempted jobs.
         let requeue = asked || !no_requeue && (qos_requeues || settled.reclaimed);
@@ -259,21 +265,18 @@ impl Daemon {
         if !requeue {
             // Counted as a requeued victim is (ysacct Preemptions, reports).
             if !asked {
-                if let Some(job) = self.core.jobs.job_mut(&id) {
+                if let Some(job) = self.jobs.job_mut(&id) {
                     job.preempt_count += 1;
                 }
             }
-            return self.finish(
-                id,
-                JobState::Preempted,
-                end,
-                exit,
-                Some(format!("preempted{by_text}")),
-            );
+            let reason = Some(format!("preempted{by_text}"));
+            return self.finish(reads, (id, JobState::Preempted, end), exit, reason, fx);
         }
         let reason = (!asked).then(|| format!("requeued after {how}{by_text}"));
         let charged_until = settled.charged_until.unwrap_or(end);
-        self.requeue_run(id, (end, charged_until), exit, reason, !asked)
+        let run = (id, end, charged_until, exit);
+        self.requeue_run(reads, run, reason, !asked, fx);
+        Ok(())
     }
 
     /// Puts a job whose run is over back in the queue, with its id, its
@@ -284,17 +287,18 @@ impl Daemon {
     /// commit.
     pub(super) fn requeue_run(
         &mut self,
-        id: JobId,
-        (end, charged_until): (i64, i64),
-        exit: Option<crate::model::job::ExitStatus>,
+        reads: &dyn Reads,
+        (id, end, charged_until, exit): Run,
         reason: Option<String>,
         preempted: bool,
-    ) -> Result<(), DaemonError> {
-        let (billing, gpu_seconds) = self.charge_run(id, charged_until)?;
-        if let Some(job) = self.core.jobs.get(&id).map(|j| Job::clone(j)) {
-            self.settle_rerun(&job, exit, false)?;
-        }
-        let job = self.core.jobs.job_mut(&id).expect("an active job");
+        fx: &mut Effects,
+    ) {
+        let Some(job) = self.jobs.get(&id).map(|j| Job::clone(j)) else {
+            return;
+        };
+        let (billing, gpu_seconds) = self.charge_run(reads, &job, charged_until, fx);
+        self.settle_rerun(reads, &job, exit, false, fx);
+        let job = self.jobs.job_mut(&id).expect("an active job");
         let ran = job.clone();
         job.billing = Some(job.billing.unwrap_or(0) + billing);
         job.gpu_seconds += gpu_seconds;
@@ -319,8 +323,8 @@ impl Daemon {
         }
         let requeued = job.reason.clone().unwrap_or_else(|| "requeued".into());
         let ran_secs = end - ran.start_time.unwrap_or(end);
-        let backoff = crate::sched::requeue::Backoff::of(&self.core.config);
-        let job = self.core.jobs.job_mut(&id).expect("an active job");
+        let backoff = crate::sched::requeue::Backoff::of(&self.config);
+        let job = self.jobs.job_mut(&id).expect("an active job");
         let next = crate::sched::requeue::after(backoff, job.quick_requeues, ran_secs, preempted);
         job.quick_requeues = next.quick;
         if let Some(delay) = next.delay {
@@ -337,14 +341,13 @@ impl Daemon {
             why
         });
         let job = job.clone();
-        self.core.policy.warned.remove(&id);
+        self.policy.warned.remove(&id);
         let mut detail = format!("{requeued} (restart {})", job.restart_count);
         if let Some(delay) = next.delay {
             detail.push_str(&format!(
                 "; its runs end soon after they start: it waits {delay} s"
             ));
         }
-        let mut fx = Effects::default();
         fx.job(&job);
         fx.named_event(id, end, "REQUEUED", Some(&detail));
         if let Some(why) = &held {
@@ -354,11 +357,23 @@ impl Daemon {
         // Its exit record goes once this is committed; it may run again
         // at once.
         fx.forget(&ran);
-        self.apply(fx)?;
-        self.notify_job(&job, super::notifications::JobEvent::Requeued, end);
+        self.notify_job(&job, super::notifications::JobEvent::Requeued, end, fx);
         tracing::info!(target: "ysched::daemon", "job {id} {detail}");
-        self.reschedule = true;
-        self.snapshot = None;
-        Ok(())
+        fx.queue_changed();
+    }
+}
+
+impl Daemon {
+    /// Puts job `id`'s run back in the queue (see [`Core::requeue_run`]).
+    pub(super) fn requeue_run(
+        &mut self,
+        run: Run,
+        reason: Option<String>,
+        preempted: bool,
+    ) -> Result<(), DaemonError> {
+        self.handle_with(|core, reads, fx| {
+            core.requeue_run(reads, run, reason, preempted, fx);
+            Ok(())
+        })
     }
 }

@@ -42,6 +42,16 @@ pub(super) trait Reads {
     fn job_state(&self, id: JobId) -> Result<Option<JobState>, DaemonError>;
     /// The recorded states of array `id`'s tasks (none: not an array).
     fn array_states(&self, id: JobId) -> Result<Vec<JobState>, DaemonError>;
+    /// The stop of job `id`'s run `restart` for another job, if one is
+    /// recorded and its exit is not yet: when, `preempt` or `reclaim`,
+    /// and its grace.
+    fn pending_stop(
+        &self,
+        id: JobId,
+        restart: u32,
+    ) -> Result<Option<(i64, String, u64)>, DaemonError>;
+    /// The name of node `node` (`None`: this host's) if it is in the pool.
+    fn node_name(&self, node: Option<&str>) -> Option<String>;
     /// What job `id`'s supervisor on node `node` (`None`: this host)
     /// recorded of its run's end, once it has ended.
     fn exit_record(&self, id: JobId, node: Option<&str>) -> Option<ExitRecord>;
@@ -108,6 +118,18 @@ impl Reads for Edge<'_> {
 
     fn array_states(&self, id: JobId) -> Result<Vec<JobState>, DaemonError> {
         Ok(db::array_states(self.db, id)?)
+    }
+
+    fn pending_stop(
+        &self,
+        id: JobId,
+        restart: u32,
+    ) -> Result<Option<(i64, String, u64)>, DaemonError> {
+        Ok(db::preemptions::pending_exit(self.db, id, restart)?)
+    }
+
+    fn node_name(&self, node: Option<&str>) -> Option<String> {
+        Some(self.nodes.named_or_local(node)?.name().to_string())
     }
 
     fn exit_record(&self, id: JobId, node: Option<&str>) -> Option<ExitRecord> {

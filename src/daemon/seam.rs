@@ -60,6 +60,12 @@ impl Daemon {
             self.snapshot = None;
         }
         for row in fx.rows {
+            // A node's drain is kept with the node too (what the pass and
+            // the views read); a failed commit reloads it as recorded.
+            if let Row::Pool(PoolRow::NodeDrain { name, drain, .. }) = &row {
+                let drain = drain.clone();
+                self.nodes.change(name, |node| node.drain = drain);
+            }
             write(self.tx()?, row)?;
         }
         self.turn.out.extend(fx.out);

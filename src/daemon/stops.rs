@@ -6,9 +6,10 @@
 use crate::db;
 use crate::model::job::{ExitStatus, Job, JobId};
 
-use super::effects::Row;
+use super::effects::{Effects, Row};
 use super::error::DaemonError;
-use super::state::Daemon;
+use super::reads::Reads;
+use super::state::{Core, Daemon};
 
 /// How a stopped run ended, as its requeue needs it.
 pub(super) struct Settled {
@@ -42,32 +43,36 @@ impl Daemon {
             grace,
         })))
     }
+}
 
+impl Core {
     /// A stopped run is gone at `end`: it exited cleanly if it did so by
     /// itself within its grace; otherwise what it did since its last
     /// checkpoint is lost.
     pub(super) fn settle_stop(
-        &mut self,
-        id: JobId,
-        end: i64,
-        exit: Option<ExitStatus>,
+        &self,
+        reads: &dyn Reads,
+        (id, end, exit): (JobId, i64, Option<ExitStatus>),
+        fx: &mut Effects,
     ) -> Result<Settled, DaemonError> {
         let none = Settled {
             reclaimed: false,
             charged_until: None,
         };
-        let Some(job) = self.core.jobs.get(&id).map(|j| Job::clone(j)) else {
+        let Some(job) = self.jobs.get(&id) else {
             return Ok(none);
         };
-        let tx = self.tx()?;
-        let Some((at, kind, grace)) = db::preemptions::pending_exit(tx, id, job.restart_count)?
-        else {
+        let Some((at, kind, grace)) = reads.pending_stop(id, job.restart_count)? else {
             return Ok(none);
         };
         let killed = exit.is_some_and(|e| e.signal == libc::SIGKILL);
         let clean = !killed && end <= at + grace as i64 + 1;
         let start = job.start_time.unwrap_or(end);
-        let saved = last_saved(&job).unwrap_or(start).clamp(start, end);
+        let saved = job
+            .checkpoint_at
+            .max(reads.checkpoint_file_time(job))
+            .unwrap_or(start)
+            .clamp(start, end);
         let lost = if clean {
             0
         } else {
@@ -78,11 +83,11 @@ impl Daemon {
             clean,
             lost_gpu_secs: lost,
         };
-        self.write(Row::StopSettled {
+        fx.row(Row::StopSettled {
             job: id,
             restart: job.restart_count,
             exit,
-        })?;
+        });
         let reclaimed = kind == "reclaim";
         Ok(Settled {
             reclaimed,
@@ -95,39 +100,13 @@ impl Daemon {
     /// job that ends for good (`last`) never resumes from a stop of its
     /// last run.
     pub(super) fn settle_rerun(
-        &mut self,
-        job: &Job,
-        exit: Option<ExitStatus>,
-        last: bool,
-    ) -> Result<(), DaemonError> {
-        let mut fx = super::effects::Effects::default();
-        let reads = self.reads();
-        self.core.settle_rerun(&reads, job, exit, last, &mut fx);
-        self.apply(fx)
-    }
-}
-
-/// When the running job last saved a checkpoint in this run: reported
-/// with `yscontrol checkpoint`, or its `--checkpoint-file` rewritten.
-pub(super) fn last_saved(job: &Job) -> Option<i64> {
-    job.checkpoint_at
-        .max(super::reads::checkpoint_file_time(job))
-}
-
-impl super::state::Core {
-    /// `job`'s run after a stopped one has ended (or the job ended before
-    /// it ran again): it resumed if it exited 0 or saved a checkpoint. A
-    /// job that ends for good (`last`) never resumes from a stop of its
-    /// last run.
-    pub(super) fn settle_rerun(
         &self,
-        reads: &dyn super::reads::Reads,
+        reads: &dyn Reads,
         job: &Job,
         exit: Option<ExitStatus>,
         last: bool,
-        fx: &mut super::effects::Effects,
+        fx: &mut Effects,
     ) {
-        use super::effects::Row;
         if last {
             fx.row(Row::Resumed {
                 job: job.id,

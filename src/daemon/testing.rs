@@ -76,6 +76,9 @@ pub(super) struct Archive {
     pub(super) next_id: JobId,
     /// What the runs that ended recorded.
     pub(super) exits: HashMap<JobId, ExitRecord>,
+    /// Runs stopped for another job, by job and restart: when, the kind
+    /// of stop, its grace.
+    pub(super) stops: HashMap<(JobId, u32), (i64, String, u64)>,
     inventory: Inventory,
 }
 
@@ -90,6 +93,7 @@ impl Default for Archive {
             containers: false,
             next_id: 100,
             exits: HashMap::new(),
+            stops: HashMap::new(),
             inventory: Inventory::declared(&config),
         }
     }
@@ -148,6 +152,18 @@ impl Reads for Archive {
             .filter(|j| j.array.as_ref().is_some_and(|a| a.job_id == id))
             .map(|j| j.state)
             .collect())
+    }
+
+    fn pending_stop(
+        &self,
+        id: JobId,
+        restart: u32,
+    ) -> Result<Option<(i64, String, u64)>, DaemonError> {
+        Ok(self.stops.get(&(id, restart)).cloned())
+    }
+
+    fn node_name(&self, node: Option<&str>) -> Option<String> {
+        Some(node.unwrap_or("gpu01").to_string())
     }
 
     fn exit_record(&self, id: JobId, _node: Option<&str>) -> Option<ExitRecord> {
