@@ -6,7 +6,6 @@ use crate::model::job::JobId;
 use crate::proto::{Control, JobOutcome, Reply};
 
 pub(super) use super::access::AccessRefusal;
-use super::effects::{PoolRow, Row};
 use super::error::DaemonError;
 pub(super) use super::requester::{Proven, Requester};
 use super::state::Daemon;
@@ -109,11 +108,21 @@ impl Daemon {
                     super::suspend::on_resume(core, reads, ids, (who, now), fx)
                 })
             }),
-            Control::Drain { gpus, reason, node } => {
-                Ok(self.drain(node, &gpus, Some(reason), who, now)?)
-            }
-            Control::NodeDrain { node, reason } => self.drain_node(&node, Some(reason), who, now),
-            Control::NodeResume { node } => self.drain_node(&node, None, who, now),
+            Control::Drain { gpus, reason, node } => self.handle_with(|core, reads, fx| {
+                super::node_admin::on_drain_gpus(
+                    core,
+                    reads,
+                    (node, &gpus, Some(reason)),
+                    (who, now),
+                    fx,
+                )
+            }),
+            Control::NodeDrain { node, reason } => self.handle_with(|core, reads, fx| {
+                super::node_admin::on_drain_node(core, reads, (&node, Some(reason)), (who, now), fx)
+            }),
+            Control::NodeResume { node } => self.handle_with(|core, reads, fx| {
+                super::node_admin::on_drain_node(core, reads, (&node, None), (who, now), fx)
+            }),
             Control::NodeAdd { node } => self.add_node(&node, who, now),
             Control::Token {
                 lifespan,
@@ -140,7 +149,9 @@ impl Daemon {
             | Control::CancelStep { .. }) => self.step_control(step, who, now),
             Control::NodeRemove { node } => self.remove_node(&node, who, now),
             Control::ImagePull { image, node } => Ok(self.pull_image(&image, node.as_deref(), who)),
-            Control::Undrain { gpus, node } => Ok(self.drain(node, &gpus, None, who, now)?),
+            Control::Undrain { gpus, node } => self.handle_with(|core, reads, fx| {
+                super::node_admin::on_drain_gpus(core, reads, (node, &gpus, None), (who, now), fx)
+            }),
             Control::Reload => Ok(self.reload_for(who)),
         }
     }
@@ -218,152 +229,6 @@ impl Daemon {
                 error: e.to_string(),
             },
         }
-    }
-
-    /// Drains GPUs of `node` (the controller's own server when `None`) or,
-    /// without a `reason`, puts them back in service (admins).
-    fn drain(
-        &mut self,
-        node: Option<String>,
-        gpus: &[u32],
-        reason: Option<String>,
-        who: &Requester,
-        now: i64,
-    ) -> Result<Reply, DaemonError> {
-        let verb = if reason.is_some() { "drain" } else { "resume" };
-        if let Some(refused) = admins_only(who, &format!("{verb} GPUs")) {
-            return Ok(refused);
-        }
-        let node = match self.gpus_named(node, gpus, verb) {
-            Ok(node) => node,
-            Err(refused) => return Ok(refused),
-        };
-        let mut lines = Vec::new();
-        for &gpu in gpus {
-            let key = (node.clone(), gpu);
-            let line = match &reason {
-                Some(reason) => self.drain_gpu(key, reason, who.user, now)?,
-                None => self.resume_gpu(key, who.user, now)?,
-            };
-            lines.push(line);
-        }
-        self.reschedule = true;
-        self.snapshot = None;
-        Ok(Reply::Control {
-            outcomes: Vec::new(),
-            message: Some(lines.join("\n")),
-        })
-    }
-
-    /// The node whose GPUs a drain names, once they are known to exist;
-    /// else the refusal.
-    fn gpus_named(&self, node: Option<String>, gpus: &[u32], verb: &str) -> Result<String, Reply> {
-        let refuse = |error: String| Reply::Rejected { error };
-        let node = match node.or_else(|| self.nodes.local().map(|l| l.name().to_string())) {
-            Some(name) => name,
-            None => {
-                return Err(refuse(format!(
-                    "this controller has no GPUs of its own: name the node, as NODE:GPU (yscontrol {verb} gpu02:1)"
-                )))
-            }
-        };
-        let Some(named) = self.nodes.named(&node) else {
-            return Err(refuse(format!(
-                "no node {node} is in the pool (ysinfo -N lists them)"
-            )));
-        };
-        let count = named.facts().inventory.gpus.len() as u32;
-        let server = if self.is_only_server(&node) {
-            "this server".to_string()
-        } else {
-            node.clone()
-        };
-        if let Some(bad) = gpus.iter().find(|&&g| g >= count) {
-            return Err(refuse(match count {
-                0 => format!("GPU {bad} does not exist: {server} has no GPUs"),
-                _ => format!(
-                    "GPU {bad} does not exist: {server} has GPUs 0 to {}",
-                    count - 1
-                ),
-            }));
-        }
-        if gpus.is_empty() {
-            return Err(refuse(format!("name the GPUs to {verb}")));
-        }
-        Ok(node)
-    }
-
-    /// Takes one GPU out of service; a job on it runs to its end.
-    fn drain_gpu(
-        &mut self,
-        key: crate::db::DrainKey,
-        reason: &str,
-        by: &str,
-        now: i64,
-    ) -> Result<String, DaemonError> {
-        let (node, gpu) = key.clone();
-        let holders: Vec<String> = self
-            .core
-            .jobs
-            .all()
-            .filter(|j| j.state.holds_gpus())
-            .filter(|j| {
-                j.share_on(&node)
-                    .is_some_and(|share| share.gpus_alloc.contains(&gpu))
-            })
-            .map(|j| j.display_id())
-            .collect();
-        let drain = crate::report::node::Drain {
-            reason: reason.to_string(),
-            by: by.to_string(),
-            since: now,
-        };
-        self.write(Row::Pool(PoolRow::GpuDrain {
-            key: key.clone(),
-            drain: Some(drain.clone()),
-        }))?;
-        self.core.policy.drains.insert(key, drain);
-        let of = self.gpu_of(&node, gpu);
-        self.audit(now, by, "drain", None, &format!("{of}: {reason}"))?;
-        Ok(if holders.is_empty() {
-            format!("{of} drained: {reason}")
-        } else {
-            format!(
-                "{of} draining: {reason}; job {} runs on there until it ends",
-                holders.join(", ")
-            )
-        })
-    }
-
-    /// Puts one GPU back in service.
-    fn resume_gpu(
-        &mut self,
-        key: crate::db::DrainKey,
-        by: &str,
-        now: i64,
-    ) -> Result<String, DaemonError> {
-        let of = self.gpu_of(&key.0, key.1);
-        if self.core.policy.drains.remove(&key).is_none() {
-            return Ok(format!("{of} was not drained"));
-        }
-        self.write(Row::Pool(PoolRow::GpuDrain { key, drain: None }))?;
-        self.audit(now, by, "resume-gpu", None, &of)?;
-        Ok(format!("{of} back in service"))
-    }
-
-    /// How a GPU is named to people: `GPU 2` on a single server, `GPU 2
-    /// of gpu02` in a pool.
-    fn gpu_of(&self, node: &str, gpu: u32) -> String {
-        if self.is_only_server(node) {
-            format!("GPU {gpu}")
-        } else {
-            format!("GPU {gpu} of {node}")
-        }
-    }
-
-    /// Whether `node` is the controller's own server and there is no other.
-    fn is_only_server(&self, node: &str) -> bool {
-        self.nodes.layout().is_single() && self.nodes.local().is_some_and(|l| l.name() == node)
     }
 
     /// The jobs the references name (see [`Core::expand`]).

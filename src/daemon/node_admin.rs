@@ -1,88 +1,239 @@
 //! Administering the nodes: drain one (it runs what it runs, takes
-//! nothing new) or put it back in service. A drain is recorded, so it
-//! outlives a restart, and audited.
+//! nothing new) or put it back in service, and the same for single GPUs.
+//! A drain is recorded, so it outlives a restart, and audited. Handlers
+//! over the core (`on_drain_node`, `on_drain_gpus`); the drains read back
+//! at a start here too.
 
 use crate::db;
 use crate::proto::Reply;
 use crate::report::node::Drain;
 
 use super::control::{admins_only, Requester};
-use super::effects::{PoolRow, Row};
+use super::effects::{Effects, PoolRow, Row};
 use super::error::DaemonError;
-use super::state::Daemon;
+use super::reads::Reads;
+use super::state::{Core, Daemon};
+
+/// The refusal of a command that names a node the pool lacks.
+pub(super) fn unknown_node(reads: &dyn Reads, name: &str) -> Reply {
+    Reply::Rejected {
+        error: format!(
+            "unknown node '{name}' (nodes: {})",
+            reads.node_names().join(", ")
+        ),
+    }
+}
+
+/// Drains node `name` (`reason` given) or resumes it (admins).
+pub(super) fn on_drain_node(
+    core: &mut Core,
+    reads: &dyn Reads,
+    (name, reason): (&str, Option<String>),
+    (who, now): (&Requester, i64),
+    fx: &mut Effects,
+) -> Result<Reply, DaemonError> {
+    let verb = if reason.is_some() { "drain" } else { "resume" };
+    if let Some(refused) = admins_only(who, &format!("{verb} nodes")) {
+        return Ok(refused);
+    }
+    if reads.node_name(Some(name)).is_none() {
+        return Ok(unknown_node(reads, name));
+    }
+    let drain = reason.map(|reason| Drain {
+        reason,
+        by: who.user.to_string(),
+        since: now,
+    });
+    let was = reads.node_drained(name)?;
+    fx.row(Row::Pool(PoolRow::NodeDrain {
+        name: name.to_string(),
+        drain: drain.clone(),
+        time: now,
+    }));
+    let audit = (now, who.channel);
+    let message = match &drain {
+        Some(d) => {
+            let running = core
+                .jobs
+                .all()
+                .filter(|j| j.state.holds_gpus() && j.node.as_deref() == Some(name))
+                .count();
+            let detail = format!("{name}: {}", d.reason);
+            fx.audit(audit, who.user, "drain-node", None, &detail);
+            if running == 0 {
+                format!("node {name} drained: {}", d.reason)
+            } else {
+                format!(
+                    "node {name} draining: {}; {running} job(s) run on there until they end",
+                    d.reason
+                )
+            }
+        }
+        None if was => {
+            fx.audit(audit, who.user, "resume-node", None, name);
+            format!("node {name} back in service")
+        }
+        None => format!("node {name} was not drained"),
+    };
+    tracing::info!(target: "ysched::daemon", "{message} (by {})", who.user);
+    fx.queue_changed();
+    Ok(Reply::Control {
+        outcomes: Vec::new(),
+        message: Some(message),
+    })
+}
+
+/// Drains GPUs `gpus` of `node` (the controller's own server when
+/// `None`) or, without a `reason`, puts them back in service (admins).
+pub(super) fn on_drain_gpus(
+    core: &mut Core,
+    reads: &dyn Reads,
+    (node, gpus, reason): (Option<String>, &[u32], Option<String>),
+    (who, now): (&Requester, i64),
+    fx: &mut Effects,
+) -> Result<Reply, DaemonError> {
+    let verb = if reason.is_some() { "drain" } else { "resume" };
+    if let Some(refused) = admins_only(who, &format!("{verb} GPUs")) {
+        return Ok(refused);
+    }
+    let node = match gpus_named(reads, node, gpus, verb) {
+        Ok(node) => node,
+        Err(refused) => return Ok(refused),
+    };
+    let mut lines = Vec::new();
+    for &gpu in gpus {
+        let key = (node.clone(), gpu);
+        let line = match &reason {
+            Some(reason) => drain_gpu(core, reads, (key, reason), (who, now), fx),
+            None => resume_gpu(core, reads, key, (who, now), fx),
+        };
+        lines.push(line);
+    }
+    fx.queue_changed();
+    Ok(Reply::Control {
+        outcomes: Vec::new(),
+        message: Some(lines.join("\n")),
+    })
+}
+
+/// The node whose GPUs a drain names, once they are known to exist; else
+/// the refusal.
+fn gpus_named(
+    reads: &dyn Reads,
+    node: Option<String>,
+    gpus: &[u32],
+    verb: &str,
+) -> Result<String, Reply> {
+    let refuse = |error: String| Reply::Rejected { error };
+    let Some(node) = node.or_else(|| reads.node_name(None)) else {
+        return Err(refuse(format!(
+            "this controller has no GPUs of its own: name the node, as NODE:GPU (yscontrol {verb} gpu02:1)"
+        )));
+    };
+    if reads.node_name(Some(&node)).is_none() {
+        return Err(refuse(format!(
+            "no node {node} is in the pool (ysinfo -N lists them)"
+        )));
+    }
+    let count = reads.node_gpus(Some(&node)).len() as u32;
+    let server = if is_only_server(reads, &node) {
+        "this server".to_string()
+    } else {
+        node.clone()
+    };
+    if let Some(bad) = gpus.iter().find(|&&g| g >= count) {
+        return Err(refuse(match count {
+            0 => format!("GPU {bad} does not exist: {server} has no GPUs"),
+            _ => format!(
+                "GPU {bad} does not exist: {server} has GPUs 0 to {}",
+                count - 1
+            ),
+        }));
+    }
+    if gpus.is_empty() {
+        return Err(refuse(format!("name the GPUs to {verb}")));
+    }
+    Ok(node)
+}
+
+/// Takes one GPU out of service; a job on it runs to its end.
+fn drain_gpu(
+    core: &mut Core,
+    reads: &dyn Reads,
+    (key, reason): (db::DrainKey, &str),
+    (who, now): (&Requester, i64),
+    fx: &mut Effects,
+) -> String {
+    let (node, gpu) = key.clone();
+    let holders: Vec<String> = core
+        .jobs
+        .all()
+        .filter(|j| j.state.holds_gpus())
+        .filter(|j| {
+            j.share_on(&node)
+                .is_some_and(|share| share.gpus_alloc.contains(&gpu))
+        })
+        .map(|j| j.display_id())
+        .collect();
+    let drain = Drain {
+        reason: reason.to_string(),
+        by: who.user.to_string(),
+        since: now,
+    };
+    fx.row(Row::Pool(PoolRow::GpuDrain {
+        key: key.clone(),
+        drain: Some(drain.clone()),
+    }));
+    core.policy.drains.insert(key, drain);
+    let of = gpu_of(reads, &node, gpu);
+    let detail = format!("{of}: {reason}");
+    fx.audit((now, who.channel), who.user, "drain", None, &detail);
+    if holders.is_empty() {
+        format!("{of} drained: {reason}")
+    } else {
+        format!(
+            "{of} draining: {reason}; job {} runs on there until it ends",
+            holders.join(", ")
+        )
+    }
+}
+
+/// Puts one GPU back in service.
+fn resume_gpu(
+    core: &mut Core,
+    reads: &dyn Reads,
+    key: db::DrainKey,
+    (who, now): (&Requester, i64),
+    fx: &mut Effects,
+) -> String {
+    let of = gpu_of(reads, &key.0, key.1);
+    if core.policy.drains.remove(&key).is_none() {
+        return format!("{of} was not drained");
+    }
+    fx.row(Row::Pool(PoolRow::GpuDrain { key, drain: None }));
+    fx.audit((now, who.channel), who.user, "resume-gpu", None, &of);
+    format!("{of} back in service")
+}
+
+/// How a GPU is named to people: `GPU 2` on a single server, `GPU 2 of
+/// gpu02` in a pool.
+fn gpu_of(reads: &dyn Reads, node: &str, gpu: u32) -> String {
+    if is_only_server(reads, node) {
+        format!("GPU {gpu}")
+    } else {
+        format!("GPU {gpu} of {node}")
+    }
+}
+
+/// Whether `node` is the controller's own server and there is no other.
+fn is_only_server(reads: &dyn Reads, node: &str) -> bool {
+    reads.single_server() && reads.node_name(None).as_deref() == Some(node)
+}
 
 impl Daemon {
     /// The refusal of a command that names a node the pool lacks.
     pub(super) fn unknown_node(&self, name: &str) -> Reply {
-        let known: Vec<&str> = self.nodes.iter().map(|n| n.name()).collect();
-        Reply::Rejected {
-            error: format!("unknown node '{name}' (nodes: {})", known.join(", ")),
-        }
-    }
-
-    /// Drains node `name` (`reason` given) or resumes it (admins).
-    pub(super) fn drain_node(
-        &mut self,
-        name: &str,
-        reason: Option<String>,
-        who: &Requester,
-        now: i64,
-    ) -> Result<Reply, DaemonError> {
-        let verb = if reason.is_some() { "drain" } else { "resume" };
-        if let Some(refused) = admins_only(who, &format!("{verb} nodes")) {
-            return Ok(refused);
-        }
-        if self.nodes.named(name).is_none() {
-            return Ok(self.unknown_node(name));
-        }
-        let drain = reason.map(|reason| Drain {
-            reason,
-            by: who.user.to_string(),
-            since: now,
-        });
-        let was = db::node_drained(self.tx()?, name)?;
-        self.write(Row::Pool(PoolRow::NodeDrain {
-            name: name.to_string(),
-            drain: drain.clone(),
-            time: now,
-        }))?;
-        let message = match &drain {
-            Some(d) => {
-                let running = self
-                    .core
-                    .jobs
-                    .all()
-                    .filter(|j| j.state.holds_gpus() && j.node.as_deref() == Some(name))
-                    .count();
-                self.audit(
-                    now,
-                    who.user,
-                    "drain-node",
-                    None,
-                    &format!("{name}: {}", d.reason),
-                )?;
-                if running == 0 {
-                    format!("node {name} drained: {}", d.reason)
-                } else {
-                    format!(
-                        "node {name} draining: {}; {running} job(s) run on there until they end",
-                        d.reason
-                    )
-                }
-            }
-            None if was => {
-                self.audit(now, who.user, "resume-node", None, name)?;
-                format!("node {name} back in service")
-            }
-            None => format!("node {name} was not drained"),
-        };
-        tracing::info!(target: "ysched::daemon", "{message} (by {})", who.user);
-        self.reschedule = true;
-        self.snapshot = None;
-        Ok(Reply::Control {
-            outcomes: Vec::new(),
-            message: Some(message),
-        })
+        unknown_node(&self.reads(), name)
     }
 
     /// At start: the drains recorded for the nodes there are.
@@ -132,5 +283,125 @@ impl Daemon {
             self.nodes.change(&name, |node| node.drain = Some(drain));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{core_with, requester, Archive};
+    use super::*;
+    use crate::model::job::JobState;
+
+    fn message(reply: Reply) -> String {
+        match reply {
+            Reply::Control {
+                message: Some(m), ..
+            } => m,
+            Reply::Rejected { error } => format!("refused: {error}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn audited(fx: &Effects) -> Vec<&str> {
+        fx.rows()
+            .iter()
+            .filter_map(|r| match r {
+                Row::Audit { action, .. } => Some(action.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Job 1, alice's, running on gpu01's GPUs 0 and 1.
+    fn core() -> Core {
+        let mut job = crate::model::job::example_job(1);
+        job.state = JobState::Running;
+        job.node = Some("gpu01".into());
+        job.gpus_alloc = vec![0, 1];
+        core_with(vec![job])
+    }
+
+    #[test]
+    fn only_administrators_drain_and_a_node_the_pool_lacks_is_named() {
+        let (mut core, reads, mut fx) = (core(), Archive::default(), Effects::default());
+        let alice = requester(1000, "alice", false);
+        let why = Some("fans".to_string());
+        let refused = on_drain_node(
+            &mut core,
+            &reads,
+            ("gpu01", why.clone()),
+            (&alice, 10),
+            &mut fx,
+        );
+        assert_eq!(
+            message(refused.unwrap()),
+            "refused: permission denied: only root and the config's admins may drain nodes"
+        );
+        let root = requester(0, "root", true);
+        let unknown = on_drain_node(&mut core, &reads, ("gpu07", why), (&root, 10), &mut fx);
+        assert_eq!(
+            message(unknown.unwrap()),
+            "refused: unknown node 'gpu07' (nodes: gpu01)"
+        );
+        assert!(fx.rows().is_empty());
+    }
+
+    #[test]
+    fn a_node_drains_with_its_jobs_running_on_and_comes_back_in_service() {
+        let (mut core, mut reads, mut fx) = (core(), Archive::default(), Effects::default());
+        let root = requester(0, "root", true);
+        let why = Some("fans".to_string());
+        let drained = on_drain_node(&mut core, &reads, ("gpu01", why), (&root, 10), &mut fx);
+        assert_eq!(
+            message(drained.unwrap()),
+            "node gpu01 draining: fans; 1 job(s) run on there until they end"
+        );
+        assert!(fx.rows().iter().any(|r| matches!(
+            r,
+            Row::Pool(PoolRow::NodeDrain { name, drain: Some(d), .. }) if name == "gpu01" && d.by == "root"
+        )));
+        assert!(fx.reschedule);
+        let resumed = on_drain_node(&mut core, &reads, ("gpu01", None), (&root, 20), &mut fx);
+        assert_eq!(message(resumed.unwrap()), "node gpu01 was not drained");
+        reads.drained.insert("gpu01".into());
+        let resumed = on_drain_node(&mut core, &reads, ("gpu01", None), (&root, 30), &mut fx);
+        assert_eq!(message(resumed.unwrap()), "node gpu01 back in service");
+        assert_eq!(audited(&fx), ["drain-node", "resume-node"]);
+    }
+
+    #[test]
+    fn a_gpu_drains_with_its_job_running_on_and_only_gpus_that_exist() {
+        let (mut core, reads, mut fx) = (core(), Archive::default(), Effects::default());
+        let root = requester(0, "root", true);
+        let why = Some("ECC errors".to_string());
+        let missing = on_drain_gpus(
+            &mut core,
+            &reads,
+            (None, &[5], why.clone()),
+            (&root, 10),
+            &mut fx,
+        );
+        assert_eq!(
+            message(missing.unwrap()),
+            "refused: GPU 5 does not exist: this server has GPUs 0 to 3"
+        );
+        let drained = on_drain_gpus(
+            &mut core,
+            &reads,
+            (None, &[1, 3], why),
+            (&root, 10),
+            &mut fx,
+        );
+        assert_eq!(
+            message(drained.unwrap()),
+            "GPU 1 draining: ECC errors; job 1 runs on there until it ends\nGPU 3 drained: ECC errors"
+        );
+        assert!(core.policy.drains.contains_key(&("gpu01".to_string(), 1)));
+        let resumed = on_drain_gpus(&mut core, &reads, (None, &[1], None), (&root, 20), &mut fx);
+        assert_eq!(message(resumed.unwrap()), "GPU 1 back in service");
+        let again = on_drain_gpus(&mut core, &reads, (None, &[1], None), (&root, 30), &mut fx);
+        assert_eq!(message(again.unwrap()), "GPU 1 was not drained");
+        assert!(!core.policy.drains.contains_key(&("gpu01".to_string(), 1)));
+        assert_eq!(audited(&fx), ["drain", "drain", "resume-gpu"]);
     }
 }

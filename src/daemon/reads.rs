@@ -52,6 +52,12 @@ pub(super) trait Reads {
     ) -> Result<Option<(i64, String, u64)>, DaemonError>;
     /// The name of node `node` (`None`: this host's) if it is in the pool.
     fn node_name(&self, node: Option<&str>) -> Option<String>;
+    /// The names of the pool's nodes, in order.
+    fn node_names(&self) -> Vec<String>;
+    /// Whether the pool is the controller's own server alone.
+    fn single_server(&self) -> bool;
+    /// Whether node `name` is recorded drained.
+    fn node_drained(&self, name: &str) -> Result<bool, DaemonError>;
     /// What job `id`'s supervisor on node `node` (`None`: this host)
     /// recorded of its run's end, once it has ended.
     fn exit_record(&self, id: JobId, node: Option<&str>) -> Option<ExitRecord>;
@@ -130,6 +136,18 @@ impl Reads for Edge<'_> {
 
     fn node_name(&self, node: Option<&str>) -> Option<String> {
         Some(self.nodes.named_or_local(node)?.name().to_string())
+    }
+
+    fn node_names(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.name().to_string()).collect()
+    }
+
+    fn single_server(&self) -> bool {
+        self.nodes.layout().is_single()
+    }
+
+    fn node_drained(&self, name: &str) -> Result<bool, DaemonError> {
+        Ok(db::node_drained(self.db, name)?)
     }
 
     fn exit_record(&self, id: JobId, node: Option<&str>) -> Option<ExitRecord> {

@@ -74,6 +74,8 @@ pub(super) struct Archive {
     pub(super) containers: bool,
     /// The id the next job takes.
     pub(super) next_id: JobId,
+    /// The nodes recorded drained.
+    pub(super) drained: std::collections::HashSet<String>,
     /// What the runs that ended recorded.
     pub(super) exits: HashMap<JobId, ExitRecord>,
     /// Runs stopped for another job, by job and restart: when, the kind
@@ -93,6 +95,7 @@ impl Default for Archive {
             containers: false,
             next_id: 100,
             exits: HashMap::new(),
+            drained: Default::default(),
             stops: HashMap::new(),
             inventory: Inventory::declared(&config),
         }
@@ -163,7 +166,19 @@ impl Reads for Archive {
     }
 
     fn node_name(&self, node: Option<&str>) -> Option<String> {
-        Some(node.unwrap_or("gpu01").to_string())
+        Some(node.unwrap_or("gpu01").to_string()).filter(|n| n == "gpu01")
+    }
+
+    fn node_names(&self) -> Vec<String> {
+        vec!["gpu01".into()]
+    }
+
+    fn single_server(&self) -> bool {
+        true
+    }
+
+    fn node_drained(&self, name: &str) -> Result<bool, DaemonError> {
+        Ok(self.drained.contains(name))
     }
 
     fn exit_record(&self, id: JobId, _node: Option<&str>) -> Option<ExitRecord> {
