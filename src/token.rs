@@ -257,6 +257,14 @@ pub struct TokenKey {
 }
 
 impl TokenKey {
+    /// A key of `secret`, for tests that make no file.
+    #[cfg(test)]
+    pub(crate) fn of(secret: &[u8]) -> TokenKey {
+        TokenKey {
+            secret: secret.to_vec(),
+        }
+    }
+
     /// The key at `path`, made (random, 0600) when there is none.
     pub fn load_or_create(path: &Path) -> Result<TokenKey, TokenError> {
         let key_error = |source| TokenError::Key {

@@ -134,7 +134,9 @@ impl Daemon {
                     user,
                     audience,
                 };
-                self.make_token(ask, who, now)
+                self.handle_with(|core, reads, fx| {
+                    super::tokens::on_make_token(core, reads, ask, (who, now), fx)
+                })
             }
             Control::Attach { job_id } => self.attach(job_id, who, now),
             Control::EndAllocation {
@@ -142,8 +144,12 @@ impl Daemon {
                 exit_code,
                 signal,
             } => self.end_allocation(job_id, (exit_code, signal), who, now),
-            Control::Tokens { user, all_users } => self.list_tokens(user, all_users, who, now),
-            Control::RevokeTokens { jti, user } => self.revoke_tokens(jti, user, who, now),
+            Control::Tokens { user, all_users } => self.handle_with(|_, reads, _| {
+                super::tokens::on_list_tokens(reads, (user, all_users), (who, now))
+            }),
+            Control::RevokeTokens { jti, user } => self.handle_with(|_, reads, fx| {
+                super::tokens::on_revoke_tokens(reads, (jti, user), (who, now), fx)
+            }),
             step @ (Control::StepBegin { .. }
             | Control::StepEnd { .. }
             | Control::CancelStep { .. }) => self.step_control(step, who, now),

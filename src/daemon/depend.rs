@@ -96,6 +96,7 @@ impl Daemon {
         let reads = Edge {
             db: &self.store.db,
             nodes: &self.nodes,
+            spool: &self.spool,
         };
         self.core.state_of(&reads, id)
     }

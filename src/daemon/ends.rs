@@ -39,6 +39,7 @@ impl Daemon {
         let reads = Edge {
             db: &self.store.db,
             nodes: &self.nodes,
+            spool: &self.spool,
         };
         self.core
             .finish(&reads, (id, state, end), exit, reason, &mut fx)?;

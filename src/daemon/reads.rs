@@ -13,9 +13,11 @@ use crate::exec::spec::ExitRecord;
 use crate::model::gpu::Gpu;
 use crate::model::job::{Job, JobId, JobState};
 use crate::sched::admission::Capacity;
+use crate::token::{TokenError, TokenKey, TokenRecord};
 
 use super::error::{DaemonError, Refusal};
 use super::nodes::Nodes;
+use crate::spool::Spool;
 
 /// What a handler may look up.
 pub(super) trait Reads {
@@ -58,6 +60,23 @@ pub(super) trait Reads {
     fn single_server(&self) -> bool;
     /// Whether node `name` is recorded drained.
     fn node_drained(&self, name: &str) -> Result<bool, DaemonError>;
+    /// The key this controller signs tokens with.
+    fn token_key(&self) -> Result<TokenKey, TokenError>;
+    /// The record of token `jti`, if there is one.
+    fn token_record(&self, jti: &str) -> Result<Option<TokenRecord>, DaemonError>;
+    /// The tokens of `user` (everyone's when `None`) not expired before
+    /// `since`, newest first.
+    fn tokens(&self, user: Option<&str>, since: i64) -> Result<Vec<TokenRecord>, DaemonError>;
+    /// How many valid tokens a revocation of `jti` (all of `user`'s when
+    /// `None`) would end, and how many made with them.
+    fn revocable(
+        &self,
+        jti: Option<&str>,
+        user: Option<&str>,
+        now: i64,
+    ) -> Result<db::Revoked, DaemonError>;
+    /// The uid of the account named `name` on this host, if there is one.
+    fn uid_of(&self, name: &str) -> Option<u32>;
     /// What job `id`'s supervisor on node `node` (`None`: this host)
     /// recorded of its run's end, once it has ended.
     fn exit_record(&self, id: JobId, node: Option<&str>) -> Option<ExitRecord>;
@@ -72,6 +91,7 @@ pub(super) trait Reads {
 pub(super) struct Edge<'a> {
     pub(super) db: &'a Connection,
     pub(super) nodes: &'a Nodes,
+    pub(super) spool: &'a Spool,
 }
 
 impl Reads for Edge<'_> {
@@ -150,6 +170,35 @@ impl Reads for Edge<'_> {
         Ok(db::node_drained(self.db, name)?)
     }
 
+    fn token_key(&self) -> Result<TokenKey, TokenError> {
+        // Read each time: tokens are rare.
+        TokenKey::load_or_create(&self.spool.token_key())
+    }
+
+    fn token_record(&self, jti: &str) -> Result<Option<TokenRecord>, DaemonError> {
+        Ok(db::token(self.db, jti)?)
+    }
+
+    fn tokens(&self, user: Option<&str>, since: i64) -> Result<Vec<TokenRecord>, DaemonError> {
+        Ok(db::tokens(self.db, user, since)?)
+    }
+
+    fn revocable(
+        &self,
+        jti: Option<&str>,
+        user: Option<&str>,
+        now: i64,
+    ) -> Result<db::Revoked, DaemonError> {
+        Ok(db::revocable(self.db, jti, user, now)?)
+    }
+
+    fn uid_of(&self, name: &str) -> Option<u32> {
+        nix::unistd::User::from_name(name)
+            .ok()
+            .flatten()
+            .map(|u| u.uid.as_raw())
+    }
+
     fn exit_record(&self, id: JobId, node: Option<&str>) -> Option<ExitRecord> {
         self.nodes.named_or_local(node)?.executor.exit_of(id)
     }
@@ -191,6 +240,7 @@ impl super::state::Daemon {
         Edge {
             db: &self.store.db,
             nodes: &self.nodes,
+            spool: &self.spool,
         }
     }
 }

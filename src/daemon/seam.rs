@@ -259,6 +259,7 @@ impl Daemon {
         let reads = Edge {
             db: &self.store.db,
             nodes: &self.nodes,
+            spool: &self.spool,
         };
         let answer = handler(&mut self.core, &reads, &mut fx)?;
         self.apply(fx)?;

@@ -13,6 +13,7 @@ use crate::gpu::Inventory;
 use crate::model::gpu::Gpu;
 use crate::model::job::{Job, JobId, JobState};
 use crate::sched::admission::Capacity;
+use crate::token::{TokenError, TokenKey, TokenRecord};
 
 use super::error::{DaemonError, Refusal};
 use super::reads::Reads;
@@ -74,6 +75,10 @@ pub(super) struct Archive {
     pub(super) containers: bool,
     /// The id the next job takes.
     pub(super) next_id: JobId,
+    /// The tokens on record, by id.
+    pub(super) token_records: HashMap<String, TokenRecord>,
+    /// The host's accounts: name to uid.
+    pub(super) uids: HashMap<String, u32>,
     /// The nodes recorded drained.
     pub(super) drained: std::collections::HashSet<String>,
     /// What the runs that ended recorded.
@@ -96,6 +101,8 @@ impl Default for Archive {
             next_id: 100,
             exits: HashMap::new(),
             drained: Default::default(),
+            token_records: HashMap::new(),
+            uids: HashMap::new(),
             stops: HashMap::new(),
             inventory: Inventory::declared(&config),
         }
@@ -179,6 +186,56 @@ impl Reads for Archive {
 
     fn node_drained(&self, name: &str) -> Result<bool, DaemonError> {
         Ok(self.drained.contains(name))
+    }
+
+    fn token_key(&self) -> Result<TokenKey, TokenError> {
+        Ok(TokenKey::of(b"the handlers' tests' signing key, 32+ bytes"))
+    }
+
+    fn token_record(&self, jti: &str) -> Result<Option<TokenRecord>, DaemonError> {
+        Ok(self.token_records.get(jti).cloned())
+    }
+
+    fn tokens(&self, user: Option<&str>, since: i64) -> Result<Vec<TokenRecord>, DaemonError> {
+        Ok(self
+            .token_records
+            .values()
+            .filter(|t| user.is_none_or(|u| t.user == u) && t.expires >= since)
+            .cloned()
+            .collect())
+    }
+
+    fn revocable(
+        &self,
+        jti: Option<&str>,
+        user: Option<&str>,
+        now: i64,
+    ) -> Result<crate::db::Revoked, DaemonError> {
+        let valid = |t: &&TokenRecord| t.revoked.is_none() && t.expires > now;
+        let named: Vec<&TokenRecord> = self
+            .token_records
+            .values()
+            .filter(valid)
+            .filter(|t| jti.is_none_or(|j| t.jti == j) && user.is_none_or(|u| t.user == u))
+            .collect();
+        let descendants = self
+            .token_records
+            .values()
+            .filter(valid)
+            .filter(|t| {
+                named
+                    .iter()
+                    .any(|n| t.parent.as_deref() == Some(n.jti.as_str()))
+            })
+            .count();
+        Ok(crate::db::Revoked {
+            named: named.len(),
+            descendants,
+        })
+    }
+
+    fn uid_of(&self, name: &str) -> Option<u32> {
+        self.uids.get(name).copied()
     }
 
     fn exit_record(&self, id: JobId, _node: Option<&str>) -> Option<ExitRecord> {

@@ -26,6 +26,7 @@ pub use nodes::{
 pub use steps::{begin_step, end_step, jobs_with_steps, next_step, step_running, steps_of};
 pub use tokens::{
     record_node_submission, record_token, revocable, revoke_tokens, submitted_on, token, tokens,
+    Revoked,
 };
 
 /// What a job runs, kept apart from the record every view may read.
