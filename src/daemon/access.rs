@@ -153,11 +153,6 @@ impl Core {
 impl super::state::Daemon {
     /// Why `id` is not an active job the requester may act on, if it is
     /// not (see [`Core::refusal`]).
-    pub(super) fn refuse(&self, id: JobId, who: &Requester) -> Result<Option<String>, DaemonError> {
-        Ok(self.refusal(id, who)?.map(AccessRefusal::into_message))
-    }
-
-    /// As `refuse`, with the kind of refusal.
     pub(super) fn refusal(
         &self,
         id: JobId,

@@ -184,7 +184,9 @@ impl Daemon {
                     tasks,
                     pid,
                 };
-                self.begin_step(ask, who, now)
+                self.handle_with(|core, reads, fx| {
+                    super::steps::on_begin_step(core, reads, ask, (who, now), fx)
+                })
             }
             Control::StepEnd {
                 job_id,
@@ -197,13 +199,18 @@ impl Daemon {
                     code: exit_code,
                     signal,
                 };
-                self.end_step((job_id, restart, step), exit, who, now)
+                let key = (job_id, restart, step);
+                self.handle_with(|core, reads, fx| {
+                    super::steps::on_end_step(core, reads, (key, exit), (who, now), fx)
+                })
             }
             Control::CancelStep {
                 job_id,
                 step,
                 signal,
-            } => self.cancel_step((job_id, step), signal, who),
+            } => self.handle_with(|core, reads, fx| {
+                super::steps::on_cancel_step(core, reads, ((job_id, step), signal), who, fx)
+            }),
             other => Ok(Reply::Rejected {
                 error: format!("{} is not a step's request", other.action()),
             }),

@@ -12,6 +12,7 @@ use crate::db::{self, DbError};
 use crate::exec::spec::ExitRecord;
 use crate::model::gpu::Gpu;
 use crate::model::job::{Job, JobId, JobState};
+use crate::model::step::Step;
 use crate::sched::admission::Capacity;
 use crate::token::{TokenError, TokenKey, TokenRecord};
 
@@ -60,6 +61,12 @@ pub(super) trait Reads {
     fn single_server(&self) -> bool;
     /// Whether node `name` is recorded drained.
     fn node_drained(&self, name: &str) -> Result<bool, DaemonError>;
+    /// The number the next step of job `job`'s run `restart` takes.
+    fn next_step(&self, job: JobId, restart: u32) -> Result<u32, DaemonError>;
+    /// Whether that step is recorded running.
+    fn step_running(&self, step: (JobId, u32, u32)) -> Result<bool, DaemonError>;
+    /// The steps of job `job`, every run's.
+    fn steps_of(&self, job: JobId) -> Result<Vec<Step>, DaemonError>;
     /// The key this controller signs tokens with.
     fn token_key(&self) -> Result<TokenKey, TokenError>;
     /// The record of token `jti`, if there is one.
@@ -168,6 +175,18 @@ impl Reads for Edge<'_> {
 
     fn node_drained(&self, name: &str) -> Result<bool, DaemonError> {
         Ok(db::node_drained(self.db, name)?)
+    }
+
+    fn next_step(&self, job: JobId, restart: u32) -> Result<u32, DaemonError> {
+        Ok(db::next_step(self.db, job, restart)?)
+    }
+
+    fn step_running(&self, step: (JobId, u32, u32)) -> Result<bool, DaemonError> {
+        Ok(db::step_running(self.db, step)?)
+    }
+
+    fn steps_of(&self, job: JobId) -> Result<Vec<Step>, DaemonError> {
+        Ok(db::steps_of(self.db, job)?)
     }
 
     fn token_key(&self) -> Result<TokenKey, TokenError> {

@@ -12,6 +12,7 @@ use crate::exec::spec::ExitRecord;
 use crate::gpu::Inventory;
 use crate::model::gpu::Gpu;
 use crate::model::job::{Job, JobId, JobState};
+use crate::model::step::Step;
 use crate::sched::admission::Capacity;
 use crate::token::{TokenError, TokenKey, TokenRecord};
 
@@ -75,6 +76,8 @@ pub(super) struct Archive {
     pub(super) containers: bool,
     /// The id the next job takes.
     pub(super) next_id: JobId,
+    /// The steps on record.
+    pub(super) steps: Vec<Step>,
     /// The tokens on record, by id.
     pub(super) token_records: HashMap<String, TokenRecord>,
     /// The host's accounts: name to uid.
@@ -102,6 +105,7 @@ impl Default for Archive {
             exits: HashMap::new(),
             drained: Default::default(),
             token_records: HashMap::new(),
+            steps: Vec::new(),
             uids: HashMap::new(),
             stops: HashMap::new(),
             inventory: Inventory::declared(&config),
@@ -186,6 +190,32 @@ impl Reads for Archive {
 
     fn node_drained(&self, name: &str) -> Result<bool, DaemonError> {
         Ok(self.drained.contains(name))
+    }
+
+    fn next_step(&self, job: JobId, restart: u32) -> Result<u32, DaemonError> {
+        Ok(self
+            .steps
+            .iter()
+            .filter(|s| s.job == job && s.restart == restart)
+            .map(|s| s.step + 1)
+            .max()
+            .unwrap_or(0))
+    }
+
+    fn step_running(&self, (job, restart, step): (JobId, u32, u32)) -> Result<bool, DaemonError> {
+        Ok(self
+            .steps
+            .iter()
+            .any(|s| (s.job, s.restart, s.step) == (job, restart, step) && s.end.is_none()))
+    }
+
+    fn steps_of(&self, job: JobId) -> Result<Vec<Step>, DaemonError> {
+        Ok(self
+            .steps
+            .iter()
+            .filter(|s| s.job == job)
+            .cloned()
+            .collect())
     }
 
     fn token_key(&self) -> Result<TokenKey, TokenError> {
