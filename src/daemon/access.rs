@@ -149,15 +149,3 @@ impl Core {
         })
     }
 }
-
-impl super::state::Daemon {
-    /// Why `id` is not an active job the requester may act on, if it is
-    /// not (see [`Core::refusal`]).
-    pub(super) fn refusal(
-        &self,
-        id: JobId,
-        who: &Requester,
-    ) -> Result<Option<AccessRefusal>, DaemonError> {
-        self.core.refusal(&self.reads(), id, who)
-    }
-}

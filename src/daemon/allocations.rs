@@ -22,126 +22,133 @@ use crate::model::job::{ExitStatus, Job, JobId, JobRequest, JobState};
 use crate::proto::{AllocationView, Reply};
 
 use super::control::{AccessRefusal, Requester};
+use super::effects::Effects;
 use super::error::DaemonError;
+use super::reads::Reads;
 use super::run_link::RunLink;
 use super::state::{Core, Daemon};
 
+/// How interactive allocation `id` stands, for `who`; looking at it
+/// keeps it (`end_unwatched_allocations`).
+pub(super) fn on_attach(
+    core: &mut Core,
+    reads: &dyn Reads,
+    id: JobId,
+    (who, now): (&Requester, i64),
+) -> Result<Reply, DaemonError> {
+    if let Some(error) = refuse_allocation(core, reads, id, who)? {
+        return Ok(Reply::Rejected { error });
+    }
+    core.jobs.sessions.seen.insert(id, Instant::now());
+    let view = match core.jobs.get(&id) {
+        Some(job) => {
+            let reason = match job.state {
+                JobState::Pending => Some(job.reason.clone().unwrap_or_else(|| {
+                    core.policy
+                        .reasons
+                        .get(&id)
+                        .map_or("None", |r| r.name())
+                        .to_string()
+                })),
+                _ => job.reason.clone(),
+            };
+            let environment = match (job.state, core.jobs.sessions.links.get(&id)) {
+                (JobState::Running, Some(link)) => allocation_environment(reads, job, link),
+                _ => Vec::new(),
+            };
+            let time_left = match (job.state, job.time_limit, job.start_time) {
+                (JobState::Running, Some(limit), Some(start)) => {
+                    Some(start + limit as i64 + job.suspended_secs as i64 - now)
+                }
+                _ => None,
+            };
+            AllocationView {
+                job_id: id,
+                state: job.state,
+                reason,
+                environment,
+                time_left,
+            }
+        }
+        None => {
+            let job = reads
+                .ended_job(id)?
+                .ok_or(crate::db::DbError::NotFound(id))?;
+            AllocationView {
+                job_id: id,
+                state: job.state,
+                reason: job.reason,
+                environment: Vec::new(),
+                time_left: None,
+            }
+        }
+    };
+    Ok(Reply::Allocation(Box::new(view)))
+}
+
+/// The session of allocation `id` ended with `exit`: the allocation ends
+/// COMPLETED (0) or FAILED, once what runs in it is gone; one that has
+/// not started is withdrawn (CANCELLED).
+pub(super) fn on_end_allocation(
+    core: &mut Core,
+    reads: &dyn Reads,
+    (id, exit): (JobId, ExitStatus),
+    (who, now): (&Requester, i64),
+    fx: &mut Effects,
+) -> Result<Reply, DaemonError> {
+    if let Some(error) = refuse_allocation(core, reads, id, who)? {
+        return Ok(Reply::Rejected { error });
+    }
+    let message = match core.jobs.get(&id).map(|j| j.state) {
+        Some(JobState::Pending) => {
+            let why = format!("withdrawn by {} before it started", who.user);
+            core.finish(reads, (id, JobState::Cancelled, now), None, Some(why), fx)?;
+            None
+        }
+        Some(JobState::Running) => {
+            let state = if exit == ExitStatus::default() {
+                JobState::Completed
+            } else {
+                JobState::Failed
+            };
+            if let Some(job) = core.jobs.job_mut(&id) {
+                job.exit = Some(exit);
+            }
+            let detail = format!("its session ended (exit {exit})");
+            core.terminate(id, state, &detail, now, fx);
+            None
+        }
+        Some(state) => Some(format!("job {id} is {state} already")),
+        None => Some(format!("job {id} has already ended")),
+    };
+    Ok(Reply::Control {
+        outcomes: vec![crate::proto::JobOutcome::new(id, None)],
+        message,
+    })
+}
+
+/// Why `who` may not attach to or end `id`: not theirs (as for any
+/// request on a job), or no interactive allocation. One that has ended
+/// is still theirs to look at: its holder learns how it ended.
+fn refuse_allocation(
+    core: &Core,
+    reads: &dyn Reads,
+    id: JobId,
+    who: &Requester,
+) -> Result<Option<String>, DaemonError> {
+    match core.refusal(reads, id, who)? {
+        None | Some(AccessRefusal::Ended(_)) => {}
+        Some(other) => return Ok(Some(other.into_message())),
+    }
+    let interactive = match core.jobs.get(&id) {
+        Some(job) => job.interactive,
+        None => reads.ended_job(id)?.is_some_and(|j| j.interactive),
+    };
+    Ok((!interactive)
+        .then(|| format!("job {id} is a batch job, not an interactive allocation (salloc, srun)")))
+}
+
 impl Daemon {
-    /// How interactive allocation `id` stands, for `who`.
-    pub(super) fn attach(
-        &mut self,
-        id: JobId,
-        who: &Requester,
-        now: i64,
-    ) -> Result<Reply, DaemonError> {
-        if let Some(error) = self.refuse_allocation(id, who)? {
-            return Ok(Reply::Rejected { error });
-        }
-        self.core.jobs.sessions.seen.insert(id, Instant::now());
-        let view = match self.core.jobs.get(&id) {
-            Some(job) => {
-                let reason = match job.state {
-                    JobState::Pending => Some(job.reason.clone().unwrap_or_else(|| {
-                        self.core
-                            .policy
-                            .reasons
-                            .get(&id)
-                            .map_or("None", |r| r.name())
-                            .to_string()
-                    })),
-                    _ => job.reason.clone(),
-                };
-                let environment = match (job.state, self.core.jobs.sessions.links.get(&id)) {
-                    (JobState::Running, Some(link)) => allocation_environment(job, link, self),
-                    _ => Vec::new(),
-                };
-                let time_left = match (job.state, job.time_limit, job.start_time) {
-                    (JobState::Running, Some(limit), Some(start)) => {
-                        Some(start + limit as i64 + job.suspended_secs as i64 - now)
-                    }
-                    _ => None,
-                };
-                AllocationView {
-                    job_id: id,
-                    state: job.state,
-                    reason,
-                    environment,
-                    time_left,
-                }
-            }
-            None => {
-                let job = crate::db::job(&self.store.db, id)?;
-                AllocationView {
-                    job_id: id,
-                    state: job.state,
-                    reason: job.reason,
-                    environment: Vec::new(),
-                    time_left: None,
-                }
-            }
-        };
-        Ok(Reply::Allocation(Box::new(view)))
-    }
-
-    /// The session of allocation `id` ended with this exit code and
-    /// signal: the allocation ends COMPLETED (0) or FAILED, once what
-    /// runs in it is gone.
-    pub(super) fn end_allocation(
-        &mut self,
-        id: JobId,
-        (code, signal): (i32, i32),
-        who: &Requester,
-        now: i64,
-    ) -> Result<Reply, DaemonError> {
-        let exit = ExitStatus { code, signal };
-        if let Some(error) = self.refuse_allocation(id, who)? {
-            return Ok(Reply::Rejected { error });
-        }
-        let message = match self.core.jobs.get(&id).map(|j| j.state) {
-            Some(JobState::Pending) => {
-                let why = format!("withdrawn by {} before it started", who.user);
-                self.finish(id, JobState::Cancelled, now, None, Some(why))?;
-                None
-            }
-            Some(JobState::Running) => {
-                let state = if exit == ExitStatus::default() {
-                    JobState::Completed
-                } else {
-                    JobState::Failed
-                };
-                if let Some(job) = self.core.jobs.job_mut(&id) {
-                    job.exit = Some(exit);
-                }
-                let detail = format!("its session ended (exit {exit})");
-                self.terminate(id, state, &detail, now)?;
-                None
-            }
-            Some(state) => Some(format!("job {id} is {state} already")),
-            None => Some(format!("job {id} has already ended")),
-        };
-        Ok(Reply::Control {
-            outcomes: vec![crate::proto::JobOutcome::new(id, None)],
-            message,
-        })
-    }
-
-    /// Why `who` may not attach to or end `id`: not theirs (as for any
-    /// request on a job), or no interactive allocation. One that has
-    /// ended is still theirs to look at: its holder learns how it ended.
-    fn refuse_allocation(&self, id: JobId, who: &Requester) -> Result<Option<String>, DaemonError> {
-        match self.refusal(id, who)? {
-            None | Some(AccessRefusal::Ended(_)) => {}
-            Some(other) => return Ok(Some(other.into_message())),
-        }
-        let interactive = match self.core.jobs.get(&id) {
-            Some(job) => job.interactive,
-            None => crate::db::job(&self.store.db, id)?.interactive,
-        };
-        Ok((!interactive).then(|| {
-            format!("job {id} is a batch job, not an interactive allocation (salloc, srun)")
-        }))
-    }
-
     /// Ends the allocations whose holder (salloc, srun) has not looked
     /// at them for `[interactive] unwatched_after` (a minute): the
     /// session is gone (killed, its host down), and nothing else would
@@ -225,8 +232,8 @@ impl Core {
 /// job's and its nodes' `SLURM_*` variables, and where its task servers
 /// listen with the key that opens them. None of a node's own (its GPUs'
 /// numbers, its name): the session runs on the submitting host.
-fn allocation_environment(job: &Job, link: &RunLink, daemon: &Daemon) -> Vec<(String, String)> {
-    let Some((_, part)) = daemon.placed_part(job, 0, link) else {
+fn allocation_environment(reads: &dyn Reads, job: &Job, link: &RunLink) -> Vec<(String, String)> {
+    let Some((_, part)) = super::peers::placed_part(reads, job, 0, link) else {
         return Vec::new();
     };
     let nodelist = job.nodelist();
@@ -317,4 +324,116 @@ fn judge_session(rules: &Interactive, request: &JobRequest, held: &[&Job]) -> Op
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{core_with, requester, Archive};
+    use super::*;
+
+    /// Alice's interactive allocation 1, in `state`.
+    fn session(state: JobState) -> Job {
+        let mut job = crate::model::job::example_job(1);
+        job.interactive = true;
+        job.state = state;
+        if state == JobState::Running {
+            job.node = Some("gpu01".into());
+            job.gpus_alloc = vec![0, 1];
+            job.start_time = Some(100);
+            job.time_limit = Some(3_600);
+        }
+        job
+    }
+
+    fn view(reply: Reply) -> AllocationView {
+        match reply {
+            Reply::Allocation(view) => *view,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_running_allocation_tells_its_user_its_step_link_and_time_left() {
+        let mut core = core_with(vec![session(JobState::Running)]);
+        let link = RunLink::new(1, (40_000, 40_100)).unwrap();
+        core.jobs.sessions.links.insert(1, link.clone());
+        let reads = Archive::default();
+        let alice = requester(1000, "alice", false);
+        let seen = view(on_attach(&mut core, &reads, 1, (&alice, 400)).unwrap());
+        assert_eq!(
+            (seen.state, seen.time_left),
+            (JobState::Running, Some(3_300))
+        );
+        let env: std::collections::HashMap<String, String> = seen.environment.into_iter().collect();
+        assert_eq!(env["YS_STEP_KEY"], link.key);
+        assert_eq!(env["YS_NODE_ADDRS"], "127.0.0.1");
+        assert_eq!(env["SLURM_JOB_ID"], "1");
+        assert!(core.jobs.sessions.seen.contains_key(&1), "looked at");
+        let bob = requester(1001, "bob", false);
+        let refused = on_attach(&mut core, &reads, 1, (&bob, 400)).unwrap();
+        assert!(
+            matches!(refused, Reply::Rejected { error } if error == "permission denied: job 1 belongs to alice")
+        );
+    }
+
+    #[test]
+    fn a_batch_job_is_no_allocation_and_an_ended_one_says_how_it_ended() {
+        let mut batch = crate::model::job::example_job(2);
+        batch.state = JobState::Running;
+        let mut core = core_with(vec![batch]);
+        let mut reads = Archive::default();
+        let mut ended = session(JobState::Failed);
+        ended.reason = Some("its session ended".into());
+        reads.jobs.insert(1, ended);
+        let alice = requester(1000, "alice", false);
+        let not = on_attach(&mut core, &reads, 2, (&alice, 0)).unwrap();
+        assert!(
+            matches!(not, Reply::Rejected { error } if error.contains("is a batch job, not an interactive allocation"))
+        );
+        let gone = view(on_attach(&mut core, &reads, 1, (&alice, 0)).unwrap());
+        assert_eq!(
+            (gone.state, gone.reason.as_deref()),
+            (JobState::Failed, Some("its session ended"))
+        );
+    }
+
+    #[test]
+    fn a_session_ends_its_allocation_with_its_status_or_withdraws_it() {
+        let (mut core, reads, mut fx) = (
+            core_with(vec![session(JobState::Running)]),
+            Archive::default(),
+            Effects::default(),
+        );
+        let alice = requester(1000, "alice", false);
+        let exit = ExitStatus { code: 3, signal: 0 };
+        on_end_allocation(&mut core, &reads, (1, exit), (&alice, 500), &mut fx).unwrap();
+        let job = &core.jobs[&1];
+        assert_eq!(
+            (job.state, job.kill_reason, job.exit),
+            (JobState::Completing, Some(JobState::Failed), Some(exit))
+        );
+        let again =
+            on_end_allocation(&mut core, &reads, (1, exit), (&alice, 600), &mut fx).unwrap();
+        assert!(
+            matches!(again, Reply::Control { message: Some(m), .. } if m == "job 1 is COMPLETING already")
+        );
+        let (mut core, mut fx) = (
+            core_with(vec![session(JobState::Pending)]),
+            Effects::default(),
+        );
+        on_end_allocation(
+            &mut core,
+            &reads,
+            (1, ExitStatus::default()),
+            (&alice, 50),
+            &mut fx,
+        )
+        .unwrap();
+        assert!(core.jobs.get(&1).is_none());
+        assert!(fx.rows().iter().any(|r| matches!(
+            r,
+            super::super::effects::Row::Job(j) if j.state == JobState::Cancelled
+                && j.reason.as_deref() == Some("withdrawn by alice before it started")
+        )));
+    }
 }

@@ -138,12 +138,28 @@ impl Daemon {
                     super::tokens::on_make_token(core, reads, ask, (who, now), fx)
                 })
             }
-            Control::Attach { job_id } => self.attach(job_id, who, now),
+            Control::Attach { job_id } => self.handle_with(|core, reads, _| {
+                super::allocations::on_attach(core, reads, job_id, (who, now))
+            }),
             Control::EndAllocation {
                 job_id,
                 exit_code,
                 signal,
-            } => self.end_allocation(job_id, (exit_code, signal), who, now),
+            } => {
+                let exit = crate::model::job::ExitStatus {
+                    code: exit_code,
+                    signal,
+                };
+                self.handle_with(|core, reads, fx| {
+                    super::allocations::on_end_allocation(
+                        core,
+                        reads,
+                        (job_id, exit),
+                        (who, now),
+                        fx,
+                    )
+                })
+            }
             Control::Tokens { user, all_users } => self.handle_with(|_, reads, _| {
                 super::tokens::on_list_tokens(reads, (user, all_users), (who, now))
             }),

@@ -97,6 +97,8 @@ impl Daemon {
             db: &self.store.db,
             nodes: &self.nodes,
             spool: &self.spool,
+            pool: self.pool.as_ref(),
+            listen: self.core.config.pool.listen,
         };
         self.core.state_of(&reads, id)
     }

@@ -40,6 +40,8 @@ impl Daemon {
             db: &self.store.db,
             nodes: &self.nodes,
             spool: &self.spool,
+            pool: self.pool.as_ref(),
+            listen: self.core.config.pool.listen,
         };
         self.core
             .finish(&reads, (id, state, end), exit, reason, &mut fx)?;

@@ -144,7 +144,7 @@ impl Daemon {
             super::run_link::RunLink::new(job.peers.len() + 1, self.core.config.pool.step_ports)
                 .map_err(|e| ExecError::Unreachable(e.to_string()))?
         };
-        let (batch, part) = self.placed_part(&job, 0, &link).unzip();
+        let (batch, part) = super::peers::placed_part(&self.reads(), &job, 0, &link).unzip();
         let launch = Launch {
             job: batch.as_ref().unwrap_or(&job),
             script: &payload.script,

@@ -36,42 +36,25 @@ enum PartState {
     Lost,
 }
 
+/// Job `job`'s part on its `index`th node, with where each of its nodes
+/// is reached and this run's step link (for a job over several, or an
+/// interactive allocation).
+pub(super) fn placed_part(
+    reads: &dyn Reads,
+    job: &Job,
+    index: usize,
+    link: &RunLink,
+) -> Option<(Job, crate::model::tasks::NodePart)> {
+    let (share, mut part) = job.part(index)?;
+    if part.nodes.len() > 1 || job.interactive {
+        part.addresses = part.nodes.iter().map(|n| reads.node_address(n)).collect();
+        part.step_key = link.key.clone();
+        part.ports = link.ports.clone();
+    }
+    Some((share, part))
+}
+
 impl Daemon {
-    /// Job `job`'s part on its `index`th node, with where each of its
-    /// nodes is reached and this run's step link (for a job over several).
-    pub(super) fn placed_part(
-        &self,
-        job: &Job,
-        index: usize,
-        link: &RunLink,
-    ) -> Option<(Job, crate::model::tasks::NodePart)> {
-        let (share, mut part) = job.part(index)?;
-        if part.nodes.len() > 1 || job.interactive {
-            part.addresses = part.nodes.iter().map(|n| self.node_address(n)).collect();
-            part.step_key = link.key.clone();
-            part.ports = link.ports.clone();
-        }
-        Some((share, part))
-    }
-
-    /// Where node `name` is reached from the others: the address its
-    /// agent connects from; for the controller's own node, the address
-    /// the pool listens on when it names one; else its name.
-    fn node_address(&self, name: &str) -> String {
-        if let Some(ip) = self.pool.as_ref().and_then(|p| p.addresses.get(name)) {
-            return ip.to_string();
-        }
-        if self.pool.is_none() {
-            // One server: its steps' links stay on it.
-            return "127.0.0.1".to_string();
-        }
-        let local = self.nodes.local().is_some_and(|n| n.name() == name);
-        match self.core.config.pool.listen {
-            Some(listen) if local && !listen.ip().is_unspecified() => listen.ip().to_string(),
-            _ => name.to_string(),
-        }
-    }
-
     /// Starts the parts of job `job` on its peers, after its batch part.
     /// A peer that does not take its part ends the job NODE_FAIL.
     pub(super) fn launch_peers(
@@ -81,7 +64,7 @@ impl Daemon {
         user: &super::users::UserInfo,
     ) -> Result<(), DaemonError> {
         for index in 1..=job.peers.len() {
-            let Some((share, part)) = self.placed_part(job, index, link) else {
+            let Some((share, part)) = placed_part(&self.reads(), job, index, link) else {
                 continue;
             };
             let name = share.node.clone().unwrap_or_default();

@@ -18,6 +18,7 @@ use crate::token::{TokenError, TokenKey, TokenRecord};
 
 use super::error::{DaemonError, Refusal};
 use super::nodes::Nodes;
+use super::pool_state::PoolState;
 use crate::spool::Spool;
 
 /// What a handler may look up.
@@ -61,6 +62,9 @@ pub(super) trait Reads {
     fn single_server(&self) -> bool;
     /// Whether node `name` is recorded drained.
     fn node_drained(&self, name: &str) -> Result<bool, DaemonError>;
+    /// Where node `name` is reached from the others (its steps' task
+    /// servers).
+    fn node_address(&self, name: &str) -> String;
     /// The number the next step of job `job`'s run `restart` takes.
     fn next_step(&self, job: JobId, restart: u32) -> Result<u32, DaemonError>;
     /// Whether that step is recorded running.
@@ -99,6 +103,9 @@ pub(super) struct Edge<'a> {
     pub(super) db: &'a Connection,
     pub(super) nodes: &'a Nodes,
     pub(super) spool: &'a Spool,
+    pub(super) pool: Option<&'a PoolState>,
+    /// Where the pool listens, if the config names it.
+    pub(super) listen: Option<std::net::SocketAddr>,
 }
 
 impl Reads for Edge<'_> {
@@ -175,6 +182,24 @@ impl Reads for Edge<'_> {
 
     fn node_drained(&self, name: &str) -> Result<bool, DaemonError> {
         Ok(db::node_drained(self.db, name)?)
+    }
+
+    /// The address its agent connects from; for the controller's own
+    /// node, the address the pool listens on when it names one; else its
+    /// name.
+    fn node_address(&self, name: &str) -> String {
+        let Some(pool) = self.pool else {
+            // One server: its steps' links stay on it.
+            return "127.0.0.1".to_string();
+        };
+        if let Some(ip) = pool.addresses.get(name) {
+            return ip.to_string();
+        }
+        let local = self.nodes.local().is_some_and(|n| n.name() == name);
+        match self.listen {
+            Some(listen) if local && !listen.ip().is_unspecified() => listen.ip().to_string(),
+            _ => name.to_string(),
+        }
     }
 
     fn next_step(&self, job: JobId, restart: u32) -> Result<u32, DaemonError> {
@@ -260,6 +285,8 @@ impl super::state::Daemon {
             db: &self.store.db,
             nodes: &self.nodes,
             spool: &self.spool,
+            pool: self.pool.as_ref(),
+            listen: self.core.config.pool.listen,
         }
     }
 }

@@ -260,6 +260,8 @@ impl Daemon {
             db: &self.store.db,
             nodes: &self.nodes,
             spool: &self.spool,
+            pool: self.pool.as_ref(),
+            listen: self.core.config.pool.listen,
         };
         let answer = handler(&mut self.core, &reads, &mut fx)?;
         self.apply(fx)?;

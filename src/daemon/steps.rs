@@ -132,9 +132,11 @@ fn signal_step(
         None => return Ok(Some(format!("step {job}.{step} is not running"))),
         // Its srun is outside the allocation: its tasks are signalled.
         Some(_) if current.interactive => SignalTarget::Step(step),
-        Some(s) if s.srun_pid == 0 => return Ok(Some(format!(
+        Some(s) if s.srun_pid == 0 => {
+            return Ok(Some(format!(
             "step {job}.{step} was started by an srun that did not say its process: cancel the job"
-        ))),
+        )))
+        }
         Some(s) => SignalTarget::Process(s.srun_pid),
     };
     fx.command(current, StepCommand::Signal { signal, target });
