@@ -82,6 +82,8 @@ pub(super) struct Credited {
 struct Credit {
     secs: u64,
     since_good: i64,
+    /// Whether the freeze was told of (`Credited::first` given).
+    told: bool,
 }
 
 impl Freezes {
@@ -128,18 +130,23 @@ impl Freezes {
             let entry = self.credited.entry(key).or_insert(Credit {
                 secs: 0,
                 since_good: good_at,
+                told: false,
             });
             let Some(ran) = elapsed(run) else { continue };
             let bound = now.saturating_sub(entry.since_good).min(ran).max(0) as u64;
             let total = reported.saturating_add(waited).min(bound);
-            if total > entry.secs {
+            // A freeze is told of the first time it is heard of, even with
+            // nothing of it credited yet: the job's history says it was
+            // frozen.
+            if total > entry.secs || !entry.told {
                 credit.push(Credited {
                     run,
                     added: total - entry.secs,
                     total,
-                    first: entry.secs == 0,
+                    first: !entry.told,
                 });
                 entry.secs = total;
+                entry.told = true;
             }
         }
         if !fenced && frozen.is_empty() {
@@ -217,6 +224,25 @@ mod tests {
         // Its next report, still frozen, adds only what it grew by.
         let next = freezes.report("n", (true, &[(run(6), 160)]), (1_347, 1_347), ran);
         assert_eq!(next[0].added, 11);
+    }
+
+    /// Found by the simulation (seed 151, once a report's wait is credited
+    /// a second short): a freeze of under a second was credited nothing
+    /// and left no trace in the job's history.
+    #[test]
+    fn a_freeze_first_heard_of_is_told_of_even_with_nothing_to_credit() {
+        let mut freezes = Freezes::new(0);
+        let ran = |_| Some(10_000);
+        let first = freezes.report("n", (true, &[(run(3), 0)]), (500, 501), ran);
+        assert_eq!(
+            (first[0].added, first[0].total, first[0].first),
+            (0, 0, true)
+        );
+        let later = freezes.report("n", (true, &[(run(3), 5)]), (505, 505), ran);
+        assert_eq!((later[0].added, later[0].first), (5, false));
+        assert!(freezes
+            .report("n", (true, &[(run(3), 5)]), (505, 505), ran)
+            .is_empty());
     }
 
     #[test]

@@ -102,6 +102,9 @@ pub struct Report {
     pub crashes: u64,
     pub failed_commits: u64,
     pub failures: Vec<Failure>,
+    /// What a rerun of one seed adds to `--first-seed N --seeds 1`: the
+    /// mode and the hours.
+    pub rerun_with: String,
 }
 
 /// A seed whose run broke an invariant.
@@ -158,11 +161,12 @@ impl Report {
         ));
         for f in &self.failures {
             out.push_str(&format!(
-                "seed {} broke {} at step {}: {}\n  rerun: ysctld simulate --chaos --first-seed {} --seeds 1\n",
+                "seed {} broke {} at step {}: {}\n  rerun: ysctld simulate --chaos{} --first-seed {} --seeds 1\n",
                 f.seed,
                 f.invariant.name(),
                 f.step,
                 f.detail,
+                self.rerun_with,
                 f.seed
             ));
             let (trace, said) = match &f.shrunk {
@@ -191,7 +195,14 @@ impl Report {
 /// Runs every seed of `options`.
 pub fn run(options: &Options) -> Result<Report, DaemonError> {
     let started = Instant::now();
-    let mut report = Report::default();
+    let mut report = Report {
+        rerun_with: format!(
+            "{} --hours {}",
+            if options.pool { " --pool" } else { "" },
+            options.hours
+        ),
+        ..Report::default()
+    };
     for seed in options.first_seed..options.first_seed.saturating_add(options.seeds) {
         let secs = (options.hours * 3_600.0) as i64;
         let mut world = World::new(seed, options.pool)?;
@@ -1122,13 +1133,15 @@ mod tests {
     /// lease ran out; 7, a run's end that a node reported in a turn whose
     /// commit failed never taken in again (its job COMPLETING for ever);
     /// 8, a suspended run reported frozen by its node's fence, its
-    /// suspension credited twice. (A freeze credit lost with a failed
+    /// suspension credited twice; 151, a freeze of under a second left
+    /// no trace in its job's history (so its charge was not known to be
+    /// a second over, its wait credited a second short). (A freeze credit lost with a failed
     /// commit, and a lost node's stale run left running, are unit tests:
     /// `pool_tests::a_freeze_reported_in_a_turn_whose_commit_fails_is_credited_after_all`,
     /// `a_run_a_heartbeat_lists_that_is_no_jobs_current_run_is_cleared`.)
     #[test]
     fn the_pool_seeds_that_found_bugs_keep_their_invariants() {
-        for (seed, hours) in [(1, 0.5), (45, 0.5), (7, 0.5), (8, 0.5)] {
+        for (seed, hours) in [(1, 0.5), (45, 0.5), (7, 0.5), (8, 0.5), (151, 0.5)] {
             let options = Options {
                 first_seed: seed,
                 seeds: 1,
