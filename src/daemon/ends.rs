@@ -94,6 +94,7 @@ impl Core {
         job.kill_reason = Some(reason);
         job.reason = Some(detail.to_string());
         let job = job.clone();
+        self.policy.stopping.insert(id, now);
         fx.job(&job);
         fx.event(id, now, JobState::Completing, Some(detail));
         fx.views_changed();
@@ -140,6 +141,7 @@ impl Core {
         let mut job = std::sync::Arc::unwrap_or_clone(job);
         self.policy.ended.remove(&id);
         self.policy.warned.remove(&id);
+        self.policy.stopping.remove(&id);
         // Only a job that preempted can have suspended victims to resume;
         // the check spares a scan of every job per ending job (cancelling
         // 10,000 jobs scanned 50 million).

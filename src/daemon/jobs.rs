@@ -315,6 +315,7 @@ impl Daemon {
         job.peers.clear();
         job.kill_reason = None;
         let job = job.clone();
+        self.core.policy.stopping.remove(&id);
         let mut fx = Effects::default();
         fx.job(&job);
         fx.event(id, now, JobState::Pending, Some(detail));

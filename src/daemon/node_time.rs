@@ -102,21 +102,25 @@ impl Freezes {
     /// freeze lasts until `now` (the thaw's transit is within the
     /// second): the time the report waited unread is frozen time too.
     /// `elapsed` says how long each run had run by `now` (the
-    /// controller's clock, since its start). What to credit each run now
-    /// (nothing added left out).
+    /// controller's clock, since its start), and until when it can have
+    /// stood frozen (`now`, or when it was told to stop, if earlier: a
+    /// stop ends a frozen run, and a report read after it is no longer
+    /// the run's freeze). What to credit each run now (nothing added left
+    /// out).
     pub(super) fn report(
         &mut self,
         node: &str,
         (fenced, frozen): (bool, &[(RunKey, u64)]),
         (sent, now): (i64, i64),
-        elapsed: impl Fn(RunKey) -> Option<i64>,
+        elapsed: impl Fn(RunKey) -> Option<(i64, i64)>,
     ) -> Vec<Credited> {
         // The wait is the difference of two whole-second clocks, each
         // rounded down, and the node's figure is rounded down too: their
         // sum can exceed the freeze by a second. Crediting a second less
         // of the wait keeps the credit within what was frozen (a frozen
         // second charged, never a worked one given away).
-        let waited = now.saturating_sub(sent).saturating_sub(1).max(0) as u64;
+        let waited =
+            |until: i64| until.min(now).saturating_sub(sent).saturating_sub(1).max(0) as u64;
         let good_at = *self
             .good_at
             .entry(node.to_string())
@@ -132,9 +136,11 @@ impl Freezes {
                 since_good: good_at,
                 told: false,
             });
-            let Some(ran) = elapsed(run) else { continue };
+            let Some((ran, until)) = elapsed(run) else {
+                continue;
+            };
             let bound = now.saturating_sub(entry.since_good).min(ran).max(0) as u64;
-            let total = reported.saturating_add(waited).min(bound);
+            let total = reported.saturating_add(waited(until)).min(bound);
             // A freeze is told of the first time it is heard of, even with
             // nothing of it credited yet: the job's history says it was
             // frozen.
@@ -185,7 +191,7 @@ mod tests {
     #[test]
     fn a_freeze_is_credited_once_however_often_it_is_reported() {
         let mut freezes = Freezes::new(0);
-        let ran = |_| Some(1_000);
+        let ran = |_| Some((1_000, i64::MAX));
         assert!(freezes
             .report("n", (false, &[]), (100, 100), ran)
             .is_empty());
@@ -213,7 +219,7 @@ mod tests {
     #[test]
     fn a_report_read_late_credits_the_freeze_until_the_thaw() {
         let mut freezes = Freezes::new(0);
-        let ran = |_| Some(10_000);
+        let ran = |_| Some((10_000, i64::MAX));
         assert!(freezes
             .report("n", (false, &[]), (1_127, 1_127), ran)
             .is_empty());
@@ -232,7 +238,7 @@ mod tests {
     #[test]
     fn a_freeze_first_heard_of_is_told_of_even_with_nothing_to_credit() {
         let mut freezes = Freezes::new(0);
-        let ran = |_| Some(10_000);
+        let ran = |_| Some((10_000, i64::MAX));
         let first = freezes.report("n", (true, &[(run(3), 0)]), (500, 501), ran);
         assert_eq!(
             (first[0].added, first[0].total, first[0].first),
@@ -245,10 +251,28 @@ mod tests {
             .is_empty());
     }
 
+    /// Found by the simulation (seed 61): a report that waited on a
+    /// stalled link was read after its job had been cancelled (its node
+    /// stopped the frozen run then), and the whole wait was credited: the
+    /// job was charged 58 s less than its run worked.
+    #[test]
+    fn a_freeze_read_after_its_run_was_stopped_is_credited_until_the_stop() {
+        let mut freezes = Freezes::new(0);
+        let stopped_at = |_| Some((10_000, 1_480));
+        let late = freezes.report("n", (true, &[(run(6), 0)]), (1_401, 1_539), stopped_at);
+        assert_eq!(late[0].total, 78);
+        // Stopped before the report was sent: its own count stands.
+        let mut freezes = Freezes::new(0);
+        let before = freezes.report("n", (true, &[(run(6), 30)]), (1_401, 1_539), |_| {
+            Some((10_000, 1_380))
+        });
+        assert_eq!(before[0].total, 30);
+    }
+
     #[test]
     fn a_nodes_figure_is_bounded_by_the_controllers_measure_and_the_run() {
         let mut freezes = Freezes::new(0);
-        let ran = |_| Some(200);
+        let ran = |_| Some((200, i64::MAX));
         assert!(freezes
             .report("n", (false, &[]), (1_000, 1_000), ran)
             .is_empty());
@@ -258,13 +282,13 @@ mod tests {
         // Never more than the run has run.
         let mut fresh = Freezes::new(0);
         let short = fresh.report("m", (true, &[(run(2), 5_000)]), (5_000, 5_000), |_| {
-            Some(60)
+            Some((60, i64::MAX))
         });
         assert_eq!(short[0].added, 60);
         // Before a node is heard: the controller's last moment alive.
         let mut restarted = Freezes::new(4_900);
         let after = restarted.report("m", (true, &[(run(2), 5_000)]), (5_000, 5_000), |_| {
-            Some(9_999)
+            Some((9_999, i64::MAX))
         });
         assert_eq!(after[0].added, 100);
     }

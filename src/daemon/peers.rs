@@ -277,6 +277,7 @@ impl Daemon {
         let mut fx = Effects::default();
         fx.job(job);
         fx.event(id, now, JobState::Completing, Some(detail));
+        self.core.policy.stopping.insert(id, now);
         fx.views_changed();
         self.apply(fx)?;
         Ok(())

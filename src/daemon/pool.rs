@@ -777,8 +777,9 @@ impl Daemon {
             Some(pool) => pool
                 .freezes
                 .report(name, (fenced, frozen), (sent, now), |run| {
-                    current_run(&self.core.jobs, run, name)
-                        .and_then(|j| j.start_time.map(|s| now - s))
+                    let job = current_run(&self.core.jobs, run, name)?;
+                    let until = self.core.policy.stopping.get(&run.job).copied();
+                    Some((now - job.start_time?, until.unwrap_or(now)))
                 }),
             None => Vec::new(),
         };

@@ -173,6 +173,7 @@ impl Daemon {
         job.preempted_by = Some(by);
         job.reason = Some(format!("{how} by job {by}"));
         let job = job.clone();
+        self.core.policy.stopping.insert(id, now);
         let grace = self.grace_of(&job);
         let first = job.warn_signal.map_or("TERM".to_string(), |w| {
             crate::model::units::signal_name(w.signal)
@@ -342,6 +343,7 @@ impl Core {
         });
         let job = job.clone();
         self.policy.warned.remove(&id);
+        self.policy.stopping.remove(&id);
         let mut detail = format!("{requeued} (restart {})", job.restart_count);
         if let Some(delay) = next.delay {
             detail.push_str(&format!(

@@ -292,6 +292,10 @@ pub(super) struct PolicyState {
     /// Parts of jobs over several nodes found gone without a record of
     /// their end (after a restart): job, its run, node.
     pub(super) lost_parts: HashSet<(JobId, u32, String)>,
+    /// When each job now COMPLETING was told to stop (this controller's
+    /// run: lost with a restart): a freeze its node reports later is
+    /// credited no further than that.
+    pub(super) stopping: HashMap<JobId, i64>,
     /// Drained GPUs: (node, its GPU number).
     pub(super) drains: BTreeMap<crate::db::DrainKey, crate::report::node::Drain>,
     /// Each run's charge taken twice, on purpose (a test that the

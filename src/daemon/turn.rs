@@ -423,6 +423,10 @@ impl Daemon {
         self.load_gpu_drains()?;
         self.load_node_drains()?;
         self.core.policy.ended.clear();
+        // Stops this turn made are undone with it; those made before are
+        // no longer known (a freeze reported later is credited to its
+        // read, as after a restart).
+        self.core.policy.stopping.clear();
         self.core.policy.pass_tree = None;
         self.snapshot = None;
         self.reschedule = true;

@@ -1135,13 +1135,22 @@ mod tests {
     /// 8, a suspended run reported frozen by its node's fence, its
     /// suspension credited twice; 151, a freeze of under a second left
     /// no trace in its job's history (so its charge was not known to be
-    /// a second over, its wait credited a second short). (A freeze credit lost with a failed
+    /// a second over, its wait credited a second short); 61, a freeze
+    /// report read after its job was cancelled credited to its read, not
+    /// to the stop (the job charged less than its run worked). (A freeze credit lost with a failed
     /// commit, and a lost node's stale run left running, are unit tests:
     /// `pool_tests::a_freeze_reported_in_a_turn_whose_commit_fails_is_credited_after_all`,
     /// `a_run_a_heartbeat_lists_that_is_no_jobs_current_run_is_cleared`.)
     #[test]
     fn the_pool_seeds_that_found_bugs_keep_their_invariants() {
-        for (seed, hours) in [(1, 0.5), (45, 0.5), (7, 0.5), (8, 0.5), (151, 0.5)] {
+        for (seed, hours) in [
+            (1, 0.5),
+            (45, 0.5),
+            (7, 0.5),
+            (8, 0.5),
+            (151, 0.5),
+            (61, 0.5),
+        ] {
             let options = Options {
                 first_seed: seed,
                 seeds: 1,
