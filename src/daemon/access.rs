@@ -6,12 +6,20 @@
 
 use crate::array::JobRef;
 use crate::model::job::JobId;
-use crate::proto::JobOutcome;
+use crate::proto::{JobOutcome, Reply};
 
 use super::error::DaemonError;
 use super::reads::Reads;
 use super::requester::Requester;
 use super::state::Core;
+
+/// The refusal a request gets that only admins may make (`what` they
+/// may do), if `who` is not one.
+pub(super) fn admins_only(who: &Requester, what: &str) -> Option<Reply> {
+    (!who.admin).then(|| Reply::Rejected {
+        error: format!("permission denied: only root and the config's admins may {what}"),
+    })
+}
 
 /// Why a request may not act on a job.
 pub(super) enum AccessRefusal {

@@ -21,10 +21,11 @@ use crate::config::Interactive;
 use crate::model::job::{ExitStatus, Job, JobId, JobRequest, JobState};
 use crate::proto::{AllocationView, Reply};
 
-use super::control::{AccessRefusal, Requester};
+use super::access::AccessRefusal;
 use super::effects::Effects;
 use super::error::DaemonError;
 use super::reads::Reads;
+use super::requester::Requester;
 use super::run_link::RunLink;
 use super::state::{Core, Daemon};
 

@@ -5,34 +5,12 @@ use crate::array::JobRef;
 use crate::model::job::JobId;
 use crate::proto::{Control, JobOutcome, Reply};
 
-pub(super) use super::access::AccessRefusal;
+use super::access::admins_only;
 use super::error::DaemonError;
-pub(super) use super::requester::{Proven, Requester};
+use super::requester::{Proven, Requester};
 use super::state::Daemon;
-
-/// The refusal a request gets that only admins may make (`what` they
-/// may do), if `who` is not one.
-pub(super) fn admins_only(who: &Requester, what: &str) -> Option<Reply> {
-    (!who.admin).then(|| Reply::Rejected {
-        error: format!("permission denied: only root and the config's admins may {what}"),
-    })
-}
-
-/// A token asked for: by whom, for whom, what for, for how long.
-pub(super) struct TokenAsk {
-    pub(super) lifespan: Option<u64>,
-    pub(super) user: Option<String>,
-    pub(super) audience: Option<String>,
-}
-
-/// A step asked for: in which job, what it runs, where, how many tasks.
-pub(super) struct StepAsk {
-    pub(super) job: JobId,
-    pub(super) name: String,
-    pub(super) nodes: String,
-    pub(super) tasks: u32,
-    pub(super) pid: u32,
-}
+use super::steps::StepAsk;
+use super::tokens::TokenAsk;
 
 impl Daemon {
     /// Applies `control` for `user`, as `proven` says.
@@ -124,6 +102,32 @@ impl Daemon {
                 super::node_admin::on_drain_node(core, reads, (&node, None), (who, now), fx)
             }),
             Control::NodeAdd { node } => self.add_node(&node, who, now),
+            step @ (Control::StepBegin { .. }
+            | Control::StepEnd { .. }
+            | Control::CancelStep { .. }) => self.step_control(step, who, now),
+            access @ (Control::Token { .. }
+            | Control::Tokens { .. }
+            | Control::RevokeTokens { .. }
+            | Control::Attach { .. }
+            | Control::EndAllocation { .. }) => self.access_control(access, who, now),
+            Control::NodeRemove { node } => self.remove_node(&node, who, now),
+            Control::ImagePull { image, node } => Ok(self.pull_image(&image, node.as_deref(), who)),
+            Control::Undrain { gpus, node } => self.handle_with(|core, reads, fx| {
+                super::node_admin::on_drain_gpus(core, reads, (node, &gpus, None), (who, now), fx)
+            }),
+            Control::Reload => Ok(self.reload_for(who)),
+        }
+    }
+
+    /// A token's request, or an interactive allocation's: its tokens
+    /// made, listed, revoked; its allocation looked at or ended.
+    fn access_control(
+        &mut self,
+        control: Control,
+        who: &Requester,
+        now: i64,
+    ) -> Result<Reply, DaemonError> {
+        match control {
             Control::Token {
                 lifespan,
                 user,
@@ -138,6 +142,12 @@ impl Daemon {
                     super::tokens::on_make_token(core, reads, ask, (who, now), fx)
                 })
             }
+            Control::Tokens { user, all_users } => self.handle_with(|_, reads, _| {
+                super::tokens::on_list_tokens(reads, (user, all_users), (who, now))
+            }),
+            Control::RevokeTokens { jti, user } => self.handle_with(|_, reads, fx| {
+                super::tokens::on_revoke_tokens(reads, (jti, user), (who, now), fx)
+            }),
             Control::Attach { job_id } => self.handle_with(|core, reads, _| {
                 super::allocations::on_attach(core, reads, job_id, (who, now))
             }),
@@ -160,21 +170,12 @@ impl Daemon {
                     )
                 })
             }
-            Control::Tokens { user, all_users } => self.handle_with(|_, reads, _| {
-                super::tokens::on_list_tokens(reads, (user, all_users), (who, now))
+            other => Ok(Reply::Rejected {
+                error: format!(
+                    "{} is not a token's or an allocation's request",
+                    other.action()
+                ),
             }),
-            Control::RevokeTokens { jti, user } => self.handle_with(|_, reads, fx| {
-                super::tokens::on_revoke_tokens(reads, (jti, user), (who, now), fx)
-            }),
-            step @ (Control::StepBegin { .. }
-            | Control::StepEnd { .. }
-            | Control::CancelStep { .. }) => self.step_control(step, who, now),
-            Control::NodeRemove { node } => self.remove_node(&node, who, now),
-            Control::ImagePull { image, node } => Ok(self.pull_image(&image, node.as_deref(), who)),
-            Control::Undrain { gpus, node } => self.handle_with(|core, reads, fx| {
-                super::node_admin::on_drain_gpus(core, reads, (node, &gpus, None), (who, now), fx)
-            }),
-            Control::Reload => Ok(self.reload_for(who)),
         }
     }
 

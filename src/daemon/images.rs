@@ -10,7 +10,8 @@ use crate::model::container::{ContainerRequest, ImageSource};
 use crate::proto::Reply;
 use crate::sched::pass::Placement;
 
-use super::control::{admins_only, Requester};
+use super::access::admins_only;
+use super::requester::Requester;
 use super::seam::ensure_image;
 use super::state::Daemon;
 

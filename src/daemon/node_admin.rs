@@ -8,10 +8,11 @@ use crate::db;
 use crate::proto::Reply;
 use crate::report::node::Drain;
 
-use super::control::{admins_only, Requester};
+use super::access::admins_only;
 use super::effects::{Effects, PoolRow, Row};
 use super::error::DaemonError;
 use super::reads::Reads;
+use super::requester::Requester;
 use super::state::{Core, Daemon};
 
 /// The refusal of a command that names a node the pool lacks.

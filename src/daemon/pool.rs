@@ -29,11 +29,12 @@ use crate::net::tls;
 use crate::proto::Reply;
 use crate::spool::Spool;
 
-use super::control::{admins_only, Requester};
+use super::access::admins_only;
 use super::effects::{Effects, Out, PoolRow, Row};
 use super::error::DaemonError;
 use super::nodes::{Node, RemoteNode};
 use super::pool_state::PoolState;
+use super::requester::Requester;
 use super::state::{Daemon, Event};
 
 /// Starts the pool's server when the config turns the pool on.

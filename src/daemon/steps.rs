@@ -9,12 +9,20 @@ use crate::model::job::{ExitStatus, JobId, JobState};
 use crate::model::step::Step;
 use crate::proto::Reply;
 
-use super::control::StepAsk;
 use super::effects::{Effects, Row};
 use super::error::DaemonError;
 use super::reads::Reads;
 use super::requester::Requester;
 use super::state::Core;
+
+/// A step asked for: in which job, what it runs, where, how many tasks.
+pub(super) struct StepAsk {
+    pub(super) job: JobId,
+    pub(super) name: String,
+    pub(super) nodes: String,
+    pub(super) tasks: u32,
+    pub(super) pid: u32,
+}
 
 /// Records a step beginning in a running job; its number.
 pub(super) fn on_begin_step(

@@ -9,12 +9,19 @@
 use crate::proto::Reply;
 use crate::token::{Audience, Claims, TokenError, TokenRecord, DEFAULT_LIFESPAN};
 
-use super::control::TokenAsk;
+use super::access::admins_only;
 use super::effects::{Effects, PoolRow, Row};
 use super::error::DaemonError;
 use super::reads::Reads;
 use super::requester::{Proven, Requester};
 use super::state::{Core, Daemon};
+
+/// A token asked for: by whom, for whom, what for, for how long.
+pub(super) struct TokenAsk {
+    pub(super) lifespan: Option<u64>,
+    pub(super) user: Option<String>,
+    pub(super) audience: Option<String>,
+}
 
 /// What a token is for when its asker does not say: the web's uses, as
 /// Slurm's `scontrol token` is for slurmrestd.
@@ -228,7 +235,7 @@ pub(super) fn on_list_tokens(
         (None, false) => Some(who.user.to_string()),
     };
     if user.as_deref() != Some(who.user) {
-        if let Some(refused) = super::control::admins_only(who, "list other users' tokens") {
+        if let Some(refused) = admins_only(who, "list other users' tokens") {
             return Ok(refused);
         }
     }
@@ -246,7 +253,7 @@ pub(super) fn on_revoke_tokens(
 ) -> Result<Reply, DaemonError> {
     let owner = match &user {
         Some(u) if u != who.user => {
-            if let Some(refused) = super::control::admins_only(who, "revoke other users' tokens") {
+            if let Some(refused) = admins_only(who, "revoke other users' tokens") {
                 return Ok(refused);
             }
             Some(u.clone())
