@@ -147,6 +147,11 @@ pub(super) enum PoolRow {
     CertificateUsed {
         name: String,
     },
+    /// When a node was last heard in good standing.
+    Good {
+        name: String,
+        time: i64,
+    },
     /// What a node says of itself at its hello (JSON).
     Facts {
         name: String,

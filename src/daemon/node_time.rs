@@ -62,9 +62,17 @@ pub(super) struct Freezes {
     /// node was last in good standing before the freeze.
     credited: HashMap<(String, RunKey), Credit>,
     /// Before a node is heard in this run of the controller: the last
-    /// moment the controller knew itself alive (it heard nothing after).
+    /// moment the controller knew itself alive (it heard nothing after),
+    /// for a node with no good standing on record.
     pub(super) alive_before: i64,
+    /// Per node: the good standing last written to the records (what a
+    /// restarted controller bounds the node's word by).
+    recorded: HashMap<String, i64>,
 }
+
+/// How far a node's good standing may move before it is written again:
+/// a bound that old only lets a freeze be claimed that much longer.
+const RECORD_GOOD_EVERY: i64 = 30;
 
 /// Seconds of a freeze credited to a run by one report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,11 +95,27 @@ struct Credit {
 }
 
 impl Freezes {
-    pub(super) fn new(alive_before: i64) -> Freezes {
+    /// At a start: `alive_before` the last moment the records show the
+    /// controller alive, `recorded` each node's good standing on record.
+    pub(super) fn new(alive_before: i64, recorded: HashMap<String, i64>) -> Freezes {
         Freezes {
             alive_before,
+            good_at: recorded.clone(),
+            recorded,
             ..Freezes::default()
         }
+    }
+
+    /// Node `node`'s good standing to write to the records, if it moved
+    /// far enough since it last was.
+    pub(super) fn good_to_record(&mut self, node: &str) -> Option<i64> {
+        let good = *self.good_at.get(node)?;
+        let written = self.recorded.get(node).copied();
+        if written.is_some_and(|w| good < w + RECORD_GOOD_EVERY) {
+            return None;
+        }
+        self.recorded.insert(node.to_string(), good);
+        Some(good)
     }
 
     /// Node `node` reports, as it was at `sent` (its clock moved onto the
@@ -190,7 +214,7 @@ mod tests {
 
     #[test]
     fn a_freeze_is_credited_once_however_often_it_is_reported() {
-        let mut freezes = Freezes::new(0);
+        let mut freezes = Freezes::new(0, HashMap::new());
         let ran = |_| Some((1_000, i64::MAX));
         assert!(freezes
             .report("n", (false, &[]), (100, 100), ran)
@@ -218,7 +242,7 @@ mod tests {
     /// charged.
     #[test]
     fn a_report_read_late_credits_the_freeze_until_the_thaw() {
-        let mut freezes = Freezes::new(0);
+        let mut freezes = Freezes::new(0, HashMap::new());
         let ran = |_| Some((10_000, i64::MAX));
         assert!(freezes
             .report("n", (false, &[]), (1_127, 1_127), ran)
@@ -237,7 +261,7 @@ mod tests {
     /// and left no trace in the job's history.
     #[test]
     fn a_freeze_first_heard_of_is_told_of_even_with_nothing_to_credit() {
-        let mut freezes = Freezes::new(0);
+        let mut freezes = Freezes::new(0, HashMap::new());
         let ran = |_| Some((10_000, i64::MAX));
         let first = freezes.report("n", (true, &[(run(3), 0)]), (500, 501), ran);
         assert_eq!(
@@ -257,12 +281,12 @@ mod tests {
     /// job was charged 58 s less than its run worked.
     #[test]
     fn a_freeze_read_after_its_run_was_stopped_is_credited_until_the_stop() {
-        let mut freezes = Freezes::new(0);
+        let mut freezes = Freezes::new(0, HashMap::new());
         let stopped_at = |_| Some((10_000, 1_480));
         let late = freezes.report("n", (true, &[(run(6), 0)]), (1_401, 1_539), stopped_at);
         assert_eq!(late[0].total, 78);
         // Stopped before the report was sent: its own count stands.
-        let mut freezes = Freezes::new(0);
+        let mut freezes = Freezes::new(0, HashMap::new());
         let before = freezes.report("n", (true, &[(run(6), 30)]), (1_401, 1_539), |_| {
             Some((10_000, 1_380))
         });
@@ -271,7 +295,7 @@ mod tests {
 
     #[test]
     fn a_nodes_figure_is_bounded_by_the_controllers_measure_and_the_run() {
-        let mut freezes = Freezes::new(0);
+        let mut freezes = Freezes::new(0, HashMap::new());
         let ran = |_| Some((200, i64::MAX));
         assert!(freezes
             .report("n", (false, &[]), (1_000, 1_000), ran)
@@ -280,16 +304,41 @@ mod tests {
         let claimed = freezes.report("n", (true, &[(run(1), 100_000_000)]), (1_030, 1_030), ran);
         assert_eq!(claimed[0].added, 30);
         // Never more than the run has run.
-        let mut fresh = Freezes::new(0);
+        let mut fresh = Freezes::new(0, HashMap::new());
         let short = fresh.report("m", (true, &[(run(2), 5_000)]), (5_000, 5_000), |_| {
             Some((60, i64::MAX))
         });
         assert_eq!(short[0].added, 60);
         // Before a node is heard: the controller's last moment alive.
-        let mut restarted = Freezes::new(4_900);
+        let mut restarted = Freezes::new(4_900, HashMap::new());
         let after = restarted.report("m", (true, &[(run(2), 5_000)]), (5_000, 5_000), |_| {
             Some((9_999, i64::MAX))
         });
         assert_eq!(after[0].added, 100);
+    }
+
+    /// Found by the simulation (seeds 9, 96, 110, 144): a controller
+    /// restarted while a node it could not hear had frozen its runs
+    /// credited the freeze only from its own last record, and charged the
+    /// rest. A node's good standing is on record (every 30 s it moves),
+    /// and a restarted controller bounds the node's word by it.
+    #[test]
+    fn after_a_restart_a_freeze_is_bounded_by_the_nodes_good_standing_on_record() {
+        let mut before = Freezes::new(0, HashMap::new());
+        let ran = |_| Some((10_000, i64::MAX));
+        assert!(before
+            .report("n", (false, &[]), (1_000, 1_000), ran)
+            .is_empty());
+        assert_eq!(before.good_to_record("n"), Some(1_000));
+        before.report("n", (false, &[]), (1_020, 1_020), ran);
+        assert_eq!(before.good_to_record("n"), None, "moved less than 30 s");
+        before.report("n", (false, &[]), (1_040, 1_040), ran);
+        assert_eq!(before.good_to_record("n"), Some(1_040));
+        // Frozen since 1_060; the controller, down meanwhile, last wrote
+        // at 1_100 and hears the node at 1_300.
+        let recorded = HashMap::from([("n".to_string(), 1_040)]);
+        let mut restarted = Freezes::new(1_100, recorded);
+        let credit = restarted.report("n", (true, &[(run(4), 240)]), (1_300, 1_300), ran);
+        assert_eq!(credit[0].total, 240);
     }
 }

@@ -42,7 +42,7 @@ pub(super) fn start(
     config: &Config,
     spool: &Spool,
     events: Sender<Event>,
-    alive_before: i64,
+    bounds: (i64, std::collections::HashMap<String, i64>),
 ) -> Result<Option<PoolState>, DaemonError> {
     let Some(listen) = config.pool.listen else {
         return Ok(None);
@@ -71,7 +71,7 @@ pub(super) fn start(
         (server, authority),
         (epoch(), config.pool.lease),
         advertise,
-        alive_before,
+        bounds,
         Instant::now(),
     )))
 }
@@ -774,17 +774,26 @@ impl Daemon {
         (fenced, frozen): (bool, &[(RunKey, u64)]),
         (sent, now): (i64, i64),
     ) -> Result<(), DaemonError> {
+        let mut fx = Effects::default();
         let credits = match &mut self.pool {
-            Some(pool) => pool
-                .freezes
-                .report(name, (fenced, frozen), (sent, now), |run| {
-                    let job = current_run(&self.core.jobs, run, name)?;
-                    let until = self.core.policy.stopping.get(&run.job).copied();
-                    Some((now - job.start_time?, until.unwrap_or(now)))
-                }),
+            Some(pool) => {
+                let credits = pool
+                    .freezes
+                    .report(name, (fenced, frozen), (sent, now), |run| {
+                        let job = current_run(&self.core.jobs, run, name)?;
+                        let until = self.core.policy.stopping.get(&run.job).copied();
+                        Some((now - job.start_time?, until.unwrap_or(now)))
+                    });
+                // Its good standing on record bounds what it may say it
+                // froze while a restarted controller was away.
+                if let Some(time) = pool.freezes.good_to_record(name) {
+                    let name = name.to_string();
+                    fx.row(Row::Pool(PoolRow::Good { name, time }));
+                }
+                credits
+            }
             None => Vec::new(),
         };
-        let mut fx = Effects::default();
         for &(run, secs) in frozen {
             let job = current_run(&self.core.jobs, run, name);
             match job.map(|j| j.state) {

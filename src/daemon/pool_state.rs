@@ -49,13 +49,14 @@ pub(super) struct PoolState {
 impl PoolState {
     /// The pool's state at a controller's start: `server` its nodes'
     /// connections, `alive_before` the last moment this controller's
-    /// records show it alive (what nodes say they froze meanwhile is
-    /// bounded by it), `instant` now on the clock leases are timed on.
+    /// records show it alive and `good` when each node was last heard in
+    /// good standing, as recorded (what nodes say they froze meanwhile is
+    /// bounded by them), `instant` now on the clock leases are timed on.
     pub(super) fn new(
         (server, authority): (ServerHandle, Authority),
         (epoch, lease): (u64, Duration),
         advertise: String,
-        alive_before: i64,
+        (alive_before, good): (i64, HashMap<String, i64>),
         instant: std::time::Instant,
     ) -> PoolState {
         PoolState {
@@ -71,8 +72,8 @@ impl PoolState {
             join_refusals: Default::default(),
             leases_checked: instant,
             clocks: HashMap::new(),
-            freezes: super::node_time::Freezes::new(alive_before),
-            freezes_committed: super::node_time::Freezes::new(alive_before),
+            freezes: super::node_time::Freezes::new(alive_before, good.clone()),
+            freezes_committed: super::node_time::Freezes::new(alive_before, good),
         }
     }
 }

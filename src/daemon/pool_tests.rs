@@ -660,7 +660,7 @@ fn connect_remote(p: &mut Pool, name: &str) -> crate::net::server::Recorder {
         (server.clone(), authority),
         (7, std::time::Duration::from_secs(30)),
         "gpu01:6820".into(),
-        0,
+        (0, Default::default()),
         p.daemon.core.clock.instant(),
     );
     pool.conns.insert(1, name.to_string());

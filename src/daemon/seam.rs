@@ -420,6 +420,7 @@ fn write_pool(tx: &Connection, row: PoolRow) -> Result<(), DaemonError> {
         }
         PoolRow::CertificateUsed { name } => db::certificate_used(tx, &name)?,
         PoolRow::Facts { name, facts } => db::set_node_facts(tx, &name, &facts)?,
+        PoolRow::Good { name, time } => db::set_node_good(tx, &name, time)?,
         PoolRow::Removed { name, time } => db::remove_node(tx, &name, time)?,
         PoolRow::Submission { job, node } => db::record_node_submission(tx, job, &node)?,
         PoolRow::Token(token) => db::record_token(tx, &token)?,

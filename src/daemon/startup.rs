@@ -78,7 +78,8 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
     // What nodes say they froze while this controller was away is
     // bounded by when it last wrote anything.
     let alive_before = db::last_event_time(&db)?.unwrap_or_else(crate::model::units::now);
-    let pool = super::pool::start(&config, &spool, events.clone(), alive_before)?;
+    let good = db::nodes_good(&db)?.into_iter().collect();
+    let pool = super::pool::start(&config, &spool, events.clone(), (alive_before, good))?;
     let gpu_watch = watch_gpus(&config);
     let stats = start_stats(&config)?;
     let notifier = start_notifier(&config)?;

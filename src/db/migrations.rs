@@ -331,6 +331,13 @@ CREATE INDEX tokens_by_parent ON tokens (parent) WHERE parent IS NOT NULL;
     r#"
 ALTER TABLE jobs ADD COLUMN quick_requeues INTEGER NOT NULL DEFAULT 0;
 "#,
+    // 26: when each node was last heard in good standing (unfenced, with
+    // nothing frozen), on the controller's clock: what a node says it
+    // froze while the controller was away is bounded by it after a
+    // restart.
+    r#"
+ALTER TABLE nodes ADD COLUMN good_at INTEGER;
+"#,
 ];
 
 /// For the tests of the database's modules: a database in `dir` with

@@ -21,7 +21,8 @@ pub use error::DbError;
 pub use migrations::MIGRATIONS;
 pub use nodes::{
     certificate_used, expect_node, joined_nodes, node_drained, node_drains, node_joined,
-    node_record, remove_node, set_node_certificate, set_node_drain, set_node_facts, NodeRecord,
+    node_record, nodes_good, remove_node, set_node_certificate, set_node_drain, set_node_facts,
+    set_node_good, NodeRecord,
 };
 pub use steps::{begin_step, end_step, jobs_with_steps, next_step, step_running, steps_of};
 pub use tokens::{

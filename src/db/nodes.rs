@@ -100,6 +100,21 @@ fn node_of(r: &rusqlite::Row) -> rusqlite::Result<NodeRecord> {
     })
 }
 
+/// Records that node `name` was last heard in good standing at `time`.
+pub fn set_node_good(conn: &Connection, name: &str, time: i64) -> Result<(), DbError> {
+    conn.prepare_cached("UPDATE nodes SET good_at = ?2 WHERE name = ?1")?
+        .execute(params![name, time])?;
+    Ok(())
+}
+
+/// When each node was last heard in good standing, where it is recorded.
+pub fn nodes_good(conn: &Connection) -> Result<Vec<(String, i64)>, DbError> {
+    let mut stmt =
+        conn.prepare_cached("SELECT name, good_at FROM nodes WHERE good_at IS NOT NULL")?;
+    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
 pub fn node_record(conn: &Connection, name: &str) -> Result<Option<NodeRecord>, DbError> {
     let sql = format!("SELECT {NODE_COLUMNS} FROM nodes WHERE name = ?1");
     let mut stmt = conn.prepare_cached(&sql)?;

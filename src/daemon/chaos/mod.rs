@@ -437,6 +437,7 @@ impl World {
         // As a start does: what nodes froze while it was away is bounded
         // by the last moment its records show it alive.
         let alive_before = crate::db::last_event_time(&db)?.unwrap_or_else(|| self.now());
+        let good = crate::db::nodes_good(&db)?.into_iter().collect();
         let authority = crate::net::pki::Authority::load_or_create(
             &spool.root().join("pool"),
             &self.config.node_name,
@@ -445,7 +446,7 @@ impl World {
             (server, authority),
             (self.net.starts, self.config.pool.lease),
             "sim01:6820".into(),
-            alive_before,
+            (alive_before, good),
             clock.instant(),
         );
         // Its crashes drop the process's memory, not the machine's: what
@@ -1137,8 +1138,11 @@ mod tests {
     /// no trace in its job's history (so its charge was not known to be
     /// a second over, its wait credited a second short); 61, a freeze
     /// report read after its job was cancelled credited to its read, not
-    /// to the stop (the job charged less than its run worked). (A freeze credit lost with a failed
-    /// commit, and a lost node's stale run left running, are unit tests:
+    /// to the stop (the job charged less than its run worked); 9 and 96,
+    /// a controller restarted while a node it could not hear had frozen
+    /// its runs credited the freeze only from its own last record. (A
+    /// freeze credit lost with a failed commit, and a lost node's stale
+    /// run left running, are unit tests:
     /// `pool_tests::a_freeze_reported_in_a_turn_whose_commit_fails_is_credited_after_all`,
     /// `a_run_a_heartbeat_lists_that_is_no_jobs_current_run_is_cleared`.)
     #[test]
@@ -1150,6 +1154,8 @@ mod tests {
             (8, 0.5),
             (151, 0.5),
             (61, 0.5),
+            (9, 0.5),
+            (96, 0.5),
         ] {
             let options = Options {
                 first_seed: seed,
