@@ -8,7 +8,7 @@ use crate::model::job::{JobId, JobState};
 use crate::sched::dependency::{Dependency, Status};
 
 use super::error::{DaemonError, Refusal};
-use super::reads::{Edge, Reads};
+use super::reads::Reads;
 use super::state::{Core, Daemon};
 
 impl Core {
@@ -93,14 +93,7 @@ impl Core {
 impl Daemon {
     /// Job `id`'s state, as `Core::state_of` reads it here.
     pub(super) fn state_of(&mut self, id: JobId) -> Result<Option<JobState>, DaemonError> {
-        let reads = Edge {
-            db: &self.store.db,
-            nodes: &self.nodes,
-            spool: &self.spool,
-            pool: self.pool.as_ref(),
-            listen: self.core.config.pool.listen,
-        };
-        self.core.state_of(&reads, id)
+        self.handle_with(|core, reads, _| core.state_of(reads, id))
     }
 
     /// The states of the jobs that pending dependencies name, for the

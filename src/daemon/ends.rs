@@ -9,7 +9,7 @@ use crate::model::job::{ExitStatus, JobId, JobState};
 
 use super::effects::Effects;
 use super::error::DaemonError;
-use super::reads::{Edge, Reads};
+use super::reads::Reads;
 use super::state::{Core, Daemon};
 
 impl Daemon {
@@ -35,17 +35,7 @@ impl Daemon {
         exit: Option<ExitStatus>,
         reason: Option<String>,
     ) -> Result<(), DaemonError> {
-        let mut fx = Effects::default();
-        let reads = Edge {
-            db: &self.store.db,
-            nodes: &self.nodes,
-            spool: &self.spool,
-            pool: self.pool.as_ref(),
-            listen: self.core.config.pool.listen,
-        };
-        self.core
-            .finish(&reads, (id, state, end), exit, reason, &mut fx)?;
-        self.apply(fx)
+        self.handle_with(|core, reads, fx| core.finish(reads, (id, state, end), exit, reason, fx))
     }
 
     /// Stops a running job (see [`Core::terminate`]).
