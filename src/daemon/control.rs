@@ -101,7 +101,9 @@ impl Daemon {
             Control::NodeResume { node } => self.handle_with(|core, reads, fx| {
                 super::node_admin::on_drain_node(core, reads, (&node, None), (who, now), fx)
             }),
-            Control::NodeAdd { node } => self.add_node(&node, who, now),
+            Control::NodeAdd { node } => self.handle_with(|core, reads, fx| {
+                super::node_admin::on_add_node(core, reads, &node, (who, now), fx)
+            }),
             step @ (Control::StepBegin { .. }
             | Control::StepEnd { .. }
             | Control::CancelStep { .. }) => self.step_control(step, who, now),

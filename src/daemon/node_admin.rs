@@ -1,7 +1,8 @@
 //! Administering the nodes: drain one (it runs what it runs, takes
 //! nothing new) or put it back in service, and the same for single GPUs.
 //! A drain is recorded, so it outlives a restart, and audited. Handlers
-//! over the core (`on_drain_node`, `on_drain_gpus`); the drains read back
+//! over the core (`on_drain_node`, `on_drain_gpus`, and `on_add_node`,
+//! a node expected with its one-time join token); the drains read back
 //! at a start here too.
 
 use crate::db;
@@ -81,6 +82,59 @@ pub(super) fn on_drain_node(
     Ok(Reply::Control {
         outcomes: Vec::new(),
         message: Some(message),
+    })
+}
+
+/// `yscontrol node add NAME` (admins): a one-time token for it, and the
+/// line to run on that server.
+pub(super) fn on_add_node(
+    core: &Core,
+    reads: &dyn Reads,
+    name: &str,
+    (who, now): (&Requester, i64),
+    fx: &mut Effects,
+) -> Result<Reply, DaemonError> {
+    let rejected = |error: String| Ok(Reply::Rejected { error });
+    if let Some(refused) = admins_only(who, "add nodes") {
+        return Ok(refused);
+    }
+    let Some((advertise, fingerprint)) = reads.pool_join() else {
+        return rejected(format!(
+            "the pool is off: set [pool] listen = \"HOST:PORT\" in {} and restart ysctld",
+            core.config.path.display()
+        ));
+    };
+    if let Err(e) = crate::validate::node_name(name) {
+        return rejected(e.to_string());
+    }
+    if name == core.config.node_name {
+        return rejected(format!("{name} is the controller's own name (node_name)"));
+    }
+    let record = reads.node_record(name)?;
+    if record
+        .as_ref()
+        .is_some_and(|r| r.certificate.is_some() && r.removed.is_none())
+    {
+        return rejected(format!(
+            "node {name} is in the pool already; to join it anew, yscontrol node remove {name} first"
+        ));
+    }
+    let token = crate::net::pki::new_token()?;
+    let lifetime = core.config.pool.token_lifetime_secs;
+    fx.row(Row::Pool(PoolRow::Expected {
+        name: name.to_string(),
+        token_hash: crate::net::pki::hash_token(&token),
+        expires: now + lifetime as i64,
+        by: who.user.to_string(),
+        time: now,
+    }));
+    let detail = format!("node {name} may join for {lifetime} s");
+    fx.audit((now, who.channel), who.user, "add-node", None, &detail);
+    Ok(Reply::Control {
+        outcomes: Vec::new(),
+        message: Some(format!(
+            "ysnoded --join {advertise} --token {token} --authority {fingerprint}"
+        )),
     })
 }
 
@@ -368,6 +422,55 @@ mod tests {
         let resumed = on_drain_node(&mut core, &reads, ("gpu01", None), (&root, 30), &mut fx);
         assert_eq!(message(resumed.unwrap()), "node gpu01 back in service");
         assert_eq!(audited(&fx), ["drain-node", "resume-node"]);
+    }
+
+    #[test]
+    fn a_node_is_expected_with_a_one_time_token_only_once_and_never_under_the_controllers_name() {
+        let (core, mut reads, mut fx) = (core(), Archive::default(), Effects::default());
+        let root = requester(0, "root", true);
+        let reply = on_add_node(&core, &reads, "gpu02", (&root, 100), &mut fx).unwrap();
+        let line = message(reply);
+        let token = line
+            .split_whitespace()
+            .skip_while(|w| *w != "--token")
+            .nth(1)
+            .unwrap()
+            .to_string();
+        assert!(
+            line.starts_with("ysnoded --join ctl:6820 --token ")
+                && line.ends_with(" --authority SHA256:00"),
+            "{line}"
+        );
+        assert!(fx.rows().iter().any(|r| matches!(
+            r,
+            Row::Pool(PoolRow::Expected { name, token_hash, by, .. })
+                if name == "gpu02" && *token_hash == crate::net::pki::hash_token(&token) && by == "root"
+        )));
+        assert_eq!(audited(&fx), ["add-node"]);
+        let own = on_add_node(&core, &reads, "gpu01", (&root, 100), &mut fx).unwrap();
+        assert_eq!(
+            message(own),
+            "refused: gpu01 is the controller's own name (node_name)"
+        );
+        reads.node_records.insert(
+            "gpu03".into(),
+            crate::db::NodeRecord {
+                name: "gpu03".into(),
+                added: 0,
+                added_by: "root".into(),
+                token_hash: None,
+                token_expires: None,
+                certificate: Some("01".into()),
+                previous_certificate: None,
+                facts: None,
+                removed: None,
+            },
+        );
+        let again = on_add_node(&core, &reads, "gpu03", (&root, 100), &mut fx).unwrap();
+        assert!(message(again).contains("node gpu03 is in the pool already"));
+        let alice = requester(1000, "alice", false);
+        let refused = on_add_node(&core, &reads, "gpu04", (&alice, 100), &mut fx).unwrap();
+        assert!(message(refused).contains("only root and the config's admins may add nodes"));
     }
 
     #[test]

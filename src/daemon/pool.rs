@@ -22,7 +22,7 @@ use crate::exec::executor::NodeFacts;
 use crate::model::job::{JobId, JobState};
 use crate::net::frame::{decode, encode};
 use crate::net::message::{Envelope, FromNode, RunKey, ToNode, PROTOCOL};
-use crate::net::pki::{hash_token, new_token, Authority, Subject};
+use crate::net::pki::{hash_token, Authority, Subject};
 use crate::net::remote::{Link, RemoteExecutor};
 use crate::net::server::{self, ConnId, ServerEvent};
 use crate::net::tls;
@@ -1133,66 +1133,6 @@ fn round(d: Duration) -> Duration {
 }
 
 impl Daemon {
-    /// `yscontrol node add NAME` (admins): a one-time token for it, and
-    /// the line to run on that server.
-    pub(super) fn add_node(
-        &mut self,
-        name: &str,
-        who: &Requester,
-        now: i64,
-    ) -> Result<Reply, DaemonError> {
-        let rejected = |error: String| Ok(Reply::Rejected { error });
-        if let Some(refused) = admins_only(who, "add nodes") {
-            return Ok(refused);
-        }
-        let Some(pool) = &self.pool else {
-            return rejected(format!(
-                "the pool is off: set [pool] listen = \"HOST:PORT\" in {} and restart ysctld",
-                self.core.config.path.display()
-            ));
-        };
-        if let Err(e) = crate::validate::node_name(name) {
-            return rejected(e.to_string());
-        }
-        if name == self.core.config.node_name {
-            return rejected(format!("{name} is the controller's own name (node_name)"));
-        }
-        let record = db::node_record(&self.store.db, name)?;
-        if record
-            .as_ref()
-            .is_some_and(|r| r.certificate.is_some() && r.removed.is_none())
-        {
-            return rejected(format!(
-                "node {name} is in the pool already; to join it anew, yscontrol node remove {name} first"
-            ));
-        }
-        let token = new_token()?;
-        let lifetime = self.core.config.pool.token_lifetime_secs;
-        let line = format!(
-            "ysnoded --join {} --token {token} --authority {}",
-            pool.advertise,
-            pool.authority.fingerprint()
-        );
-        self.write(Row::Pool(PoolRow::Expected {
-            name: name.to_string(),
-            token_hash: hash_token(&token),
-            expires: now + lifetime as i64,
-            by: who.user.to_string(),
-            time: now,
-        }))?;
-        self.audit(
-            now,
-            who.user,
-            "add-node",
-            None,
-            &format!("node {name} may join for {lifetime} s"),
-        )?;
-        Ok(Reply::Control {
-            outcomes: Vec::new(),
-            message: Some(line),
-        })
-    }
-
     /// `yscontrol node remove NAME` (admins): the node leaves the pool and
     /// its certificate is no longer accepted. Refused while jobs run there.
     pub(super) fn remove_node(

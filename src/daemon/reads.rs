@@ -62,6 +62,11 @@ pub(super) trait Reads {
     fn single_server(&self) -> bool;
     /// Whether node `name` is recorded drained.
     fn node_drained(&self, name: &str) -> Result<bool, DaemonError>;
+    /// Where the pool's nodes join (its advertised address) and its
+    /// authority's fingerprint; `None` when the pool is off.
+    fn pool_join(&self) -> Option<(String, String)>;
+    /// The record of node `name`, if it was ever expected.
+    fn node_record(&self, name: &str) -> Result<Option<db::NodeRecord>, DaemonError>;
     /// Where node `name` is reached from the others (its steps' task
     /// servers).
     fn node_address(&self, name: &str) -> String;
@@ -182,6 +187,15 @@ impl Reads for Edge<'_> {
 
     fn node_drained(&self, name: &str) -> Result<bool, DaemonError> {
         Ok(db::node_drained(self.db, name)?)
+    }
+
+    fn pool_join(&self) -> Option<(String, String)> {
+        let pool = self.pool?;
+        Some((pool.advertise.clone(), pool.authority.fingerprint()))
+    }
+
+    fn node_record(&self, name: &str) -> Result<Option<db::NodeRecord>, DaemonError> {
+        Ok(db::node_record(self.db, name)?)
     }
 
     /// The address its agent connects from; for the controller's own

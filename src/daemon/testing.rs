@@ -76,6 +76,8 @@ pub(super) struct Archive {
     pub(super) containers: bool,
     /// The id the next job takes.
     pub(super) next_id: JobId,
+    /// The pool's nodes on record, by name.
+    pub(super) node_records: HashMap<String, crate::db::NodeRecord>,
     /// The steps on record.
     pub(super) steps: Vec<Step>,
     /// The tokens on record, by id.
@@ -106,6 +108,7 @@ impl Default for Archive {
             drained: Default::default(),
             token_records: HashMap::new(),
             steps: Vec::new(),
+            node_records: HashMap::new(),
             uids: HashMap::new(),
             stops: HashMap::new(),
             inventory: Inventory::declared(&config),
@@ -190,6 +193,14 @@ impl Reads for Archive {
 
     fn node_drained(&self, name: &str) -> Result<bool, DaemonError> {
         Ok(self.drained.contains(name))
+    }
+
+    fn pool_join(&self) -> Option<(String, String)> {
+        Some(("ctl:6820".into(), "SHA256:00".into()))
+    }
+
+    fn node_record(&self, name: &str) -> Result<Option<crate::db::NodeRecord>, DaemonError> {
+        Ok(self.node_records.get(name).cloned())
     }
 
     fn node_address(&self, _name: &str) -> String {
