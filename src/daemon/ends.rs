@@ -196,6 +196,19 @@ impl Core {
         at: i64,
         fx: &mut Effects,
     ) -> (i64, i64) {
+        // A run that ends while suspended (its node lost, say) stood
+        // frozen from its suspension on: no more charged for it than a
+        // resumed run is.
+        let suspended;
+        let job = match (job.suspended_at, job.end_time) {
+            (Some(since), Some(end)) => {
+                let mut frozen = job.clone();
+                frozen.suspended_secs += end.saturating_sub(since).max(0) as u64;
+                suspended = frozen;
+                &suspended
+            }
+            _ => job,
+        };
         let (billing, gpu_seconds) = if job.peers.is_empty() {
             let gpus = reads.node_gpus(job.node.as_deref());
             (

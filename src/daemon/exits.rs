@@ -427,6 +427,34 @@ mod tests {
         assert_eq!(recorded(&fx).pop().unwrap().state, JobState::NodeFail);
     }
 
+    /// Found by the simulation (seeds 68, 85, 97): a job suspended when
+    /// its node was lost was charged for the time it stood suspended.
+    #[test]
+    fn a_run_that_ends_while_suspended_is_not_charged_its_suspension() {
+        let mut suspended = running();
+        suspended.state = JobState::Suspended;
+        suspended.suspended_at = Some(300);
+        let (mut core, reads, mut fx) = (
+            core_with(vec![suspended]),
+            Archive::default(),
+            Effects::default(),
+        );
+        let mut fenced = record(137, 500);
+        fenced.fenced = Some("frozen longer than frozen_limit".into());
+        ends(
+            &mut core,
+            &reads,
+            BatchEnd::Recorded(Box::new(fenced)),
+            &mut fx,
+        );
+        // 200 s on two GPUs, not 400 s.
+        assert_eq!(core.jobs[&1].gpu_seconds, 400);
+        assert_eq!(
+            core.jobs[&1].suspended_secs, 0,
+            "its next run starts afresh"
+        );
+    }
+
     #[test]
     fn processes_sigkill_does_not_end_drain_the_node_and_an_image_is_audited() {
         let (mut core, reads, mut fx) = (

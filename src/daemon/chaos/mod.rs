@@ -1140,7 +1140,9 @@ mod tests {
     /// report read after its job was cancelled credited to its read, not
     /// to the stop (the job charged less than its run worked); 9 and 96,
     /// a controller restarted while a node it could not hear had frozen
-    /// its runs credited the freeze only from its own last record. (A
+    /// its runs credited the freeze only from its own last record; 85,
+    /// a job suspended when its node was lost charged for its suspension.
+    /// (A
     /// freeze credit lost with a failed commit, and a lost node's stale
     /// run left running, are unit tests:
     /// `pool_tests::a_freeze_reported_in_a_turn_whose_commit_fails_is_credited_after_all`,
@@ -1156,6 +1158,7 @@ mod tests {
             (61, 0.5),
             (9, 0.5),
             (96, 0.5),
+            (85, 0.5),
         ] {
             let options = Options {
                 first_seed: seed,
