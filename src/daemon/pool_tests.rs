@@ -285,6 +285,30 @@ fn a_suspension_whose_commit_fails_freezes_nothing() {
     assert_eq!(p.daemon.core.jobs[&id].state, JobState::Suspended);
 }
 
+/// Found while moving drains through the seam: a node's drain whose
+/// commit failed stayed on the node in memory (the pass kept jobs off
+/// it, while the records said it was in service).
+#[test]
+fn a_drain_whose_commit_fails_leaves_the_node_in_service() {
+    let mut p = pool(&[16, 16]);
+    let drain = || Control::NodeDrain {
+        node: "gpu01".into(),
+        reason: "new fans".into(),
+    };
+    let (uid, user) = me();
+    p.daemon
+        .control(drain(), (uid, &user), super::requester::Proven::Kernel, 0)
+        .unwrap();
+    assert!(p.daemon.nodes.named("gpu01").unwrap().drain.is_some());
+    fail_the_commit(&mut p);
+    assert!(
+        p.daemon.nodes.named("gpu01").unwrap().drain.is_none(),
+        "a drain left with its failed turn"
+    );
+    p.control(drain());
+    assert!(p.daemon.nodes.named("gpu01").unwrap().drain.is_some());
+}
+
 #[test]
 fn a_frame_to_a_node_leaves_only_once_its_turn_is_committed() {
     let mut p = pool(&[16]);
