@@ -254,8 +254,17 @@ mod tests {
         }
     }
 
-    fn ends(core: &mut Core, reads: &Archive, end: BatchEnd, fx: &mut Effects) {
-        on_batch_end(core, reads, (1, end), (500, Channel::Cli), fx).unwrap();
+    /// Job `job`'s batch script ends as `end` at 500: the core after it,
+    /// and what the handler pushed.
+    fn ends(job: Job, reads: &Archive, end: BatchEnd) -> (Core, Effects) {
+        let (mut core, mut fx) = (core_with(vec![job]), Effects::default());
+        on_batch_end(&mut core, reads, (1, end), (500, Channel::Cli), &mut fx).unwrap();
+        (core, fx)
+    }
+
+    /// As its supervisor recorded it.
+    fn as_recorded(record: ExitRecord) -> BatchEnd {
+        BatchEnd::Recorded(Box::new(record))
     }
 
     fn recorded(fx: &Effects) -> Vec<&Job> {
@@ -280,17 +289,9 @@ mod tests {
 
     #[test]
     fn a_run_ends_as_recorded_charged_to_its_end_and_forgotten_after_the_commit() {
-        let (mut core, reads, mut fx) = (
-            core_with(vec![running()]),
-            Archive::default(),
-            Effects::default(),
-        );
-        ends(
-            &mut core,
-            &reads,
-            BatchEnd::Recorded(Box::new(record(0, 400))),
-            &mut fx,
-        );
+        let reads = Archive::default();
+        let job = running();
+        let (core, fx) = ends(job, &reads, as_recorded(record(0, 400)));
         let job = recorded(&fx).pop().unwrap();
         assert_eq!((job.state, job.end_time), (JobState::Completed, Some(400)));
         // 300 s on two GPUs.
@@ -305,19 +306,11 @@ mod tests {
 
     #[test]
     fn an_oom_kill_or_a_refused_fork_says_why_the_run_ended() {
-        let (mut core, reads, mut fx) = (
-            core_with(vec![running()]),
-            Archive::default(),
-            Effects::default(),
-        );
+        let reads = Archive::default();
+        let job = running();
         let mut oom = record(0, 400);
         oom.usage.oom_kills = 2;
-        ends(
-            &mut core,
-            &reads,
-            BatchEnd::Recorded(Box::new(oom)),
-            &mut fx,
-        );
+        let (_, fx) = ends(job, &reads, as_recorded(oom));
         let job = recorded(&fx).pop().unwrap();
         assert_eq!(job.state, JobState::OutOfMemory);
         assert!(job
@@ -325,15 +318,10 @@ mod tests {
             .as_deref()
             .unwrap()
             .starts_with("the OOM killer killed 2 of its processes"));
-        let (mut core, mut fx) = (core_with(vec![running()]), Effects::default());
+        let job = running();
         let mut forks = record(1, 400);
         forks.usage.pids_refused = 3;
-        ends(
-            &mut core,
-            &reads,
-            BatchEnd::Recorded(Box::new(forks)),
-            &mut fx,
-        );
+        let (_, fx) = ends(job, &reads, as_recorded(forks));
         let job = recorded(&fx).pop().unwrap();
         assert_eq!(job.state, JobState::Failed);
         assert!(job
@@ -345,12 +333,9 @@ mod tests {
 
     #[test]
     fn a_run_its_supervisor_left_unrecorded_is_a_node_failure_naming_its_remains() {
-        let (mut core, reads, mut fx) = (
-            core_with(vec![running()]),
-            Archive::default(),
-            Effects::default(),
-        );
-        ends(&mut core, &reads, BatchEnd::Unrecorded { left: 2 }, &mut fx);
+        let reads = Archive::default();
+        let job = running();
+        let (_core, fx) = ends(job, &reads, BatchEnd::Unrecorded { left: 2 });
         let job = recorded(&fx).pop().unwrap();
         assert_eq!((job.state, job.end_time), (JobState::NodeFail, Some(500)));
         assert_eq!(
@@ -364,19 +349,10 @@ mod tests {
         let mut victim = running();
         victim.kill_reason = Some(JobState::Preempted);
         victim.preempted_by = Some(9);
-        let (mut core, mut reads, mut fx) = (
-            core_with(vec![victim]),
-            Archive::default(),
-            Effects::default(),
-        );
+        let mut reads = Archive::default();
         // Stopped at 380 with 30 s of grace: it exited within it.
         reads.stops.insert((1, 0), (380, "preempt".into(), 30));
-        ends(
-            &mut core,
-            &reads,
-            BatchEnd::Recorded(Box::new(record(0, 400))),
-            &mut fx,
-        );
+        let (core, fx) = ends(victim, &reads, as_recorded(record(0, 400)));
         let job = &core.jobs[&1];
         assert_eq!(
             (job.state, job.restart_count, job.gpu_seconds),
@@ -395,19 +371,11 @@ mod tests {
 
     #[test]
     fn a_run_its_node_ended_for_its_fence_is_requeued_as_a_node_failure() {
-        let (mut core, reads, mut fx) = (
-            core_with(vec![running()]),
-            Archive::default(),
-            Effects::default(),
-        );
+        let reads = Archive::default();
+        let job = running();
         let mut fenced = record(137, 450);
         fenced.fenced = Some("its lease ran out and it could not be frozen".into());
-        ends(
-            &mut core,
-            &reads,
-            BatchEnd::Recorded(Box::new(fenced)),
-            &mut fx,
-        );
+        let (core, fx) = ends(job, &reads, as_recorded(fenced));
         assert!(events(&fx).iter().any(|(name, detail)| name == "NODE_FAIL"
             && detail
                 .as_deref()
@@ -415,15 +383,9 @@ mod tests {
         assert_eq!(core.jobs[&1].state, JobState::Pending, "requeued");
         let mut once = running();
         once.no_requeue = true;
-        let (mut core, mut fx) = (core_with(vec![once]), Effects::default());
         let mut fenced = record(137, 450);
         fenced.fenced = Some("frozen longer than frozen_limit".into());
-        ends(
-            &mut core,
-            &reads,
-            BatchEnd::Recorded(Box::new(fenced)),
-            &mut fx,
-        );
+        let (_, fx) = ends(once, &reads, as_recorded(fenced));
         assert_eq!(recorded(&fx).pop().unwrap().state, JobState::NodeFail);
     }
 
@@ -434,19 +396,10 @@ mod tests {
         let mut suspended = running();
         suspended.state = JobState::Suspended;
         suspended.suspended_at = Some(300);
-        let (mut core, reads, mut fx) = (
-            core_with(vec![suspended]),
-            Archive::default(),
-            Effects::default(),
-        );
+        let reads = Archive::default();
         let mut fenced = record(137, 500);
         fenced.fenced = Some("frozen longer than frozen_limit".into());
-        ends(
-            &mut core,
-            &reads,
-            BatchEnd::Recorded(Box::new(fenced)),
-            &mut fx,
-        );
+        let (core, _) = ends(suspended, &reads, as_recorded(fenced));
         // 200 s on two GPUs, not 400 s.
         assert_eq!(core.jobs[&1].gpu_seconds, 400);
         assert_eq!(
@@ -457,23 +410,15 @@ mod tests {
 
     #[test]
     fn processes_sigkill_does_not_end_drain_the_node_and_an_image_is_audited() {
-        let (mut core, reads, mut fx) = (
-            core_with(vec![running()]),
-            Archive::default(),
-            Effects::default(),
-        );
+        let reads = Archive::default();
+        let job = running();
         let mut stuck = record(0, 400);
         stuck.stuck = 3;
         stuck.image = Some(crate::model::container::ImageRecord {
             reference: "yolo:v8".into(),
             digest: "sha256:ab".into(),
         });
-        ends(
-            &mut core,
-            &reads,
-            BatchEnd::Recorded(Box::new(stuck)),
-            &mut fx,
-        );
+        let (_, fx) = ends(job, &reads, as_recorded(stuck));
         assert!(fx.rows().iter().any(|r| matches!(
             r,
             Row::Pool(PoolRow::NodeDrain { name, drain: Some(d), .. })

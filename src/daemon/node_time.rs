@@ -340,5 +340,11 @@ mod tests {
         let mut restarted = Freezes::new(1_100, recorded);
         let credit = restarted.report("n", (true, &[(run(4), 240)]), (1_300, 1_300), ran);
         assert_eq!(credit[0].total, 240);
+        // A node that lies gets no more than the time since its good
+        // standing on record.
+        let recorded = HashMap::from([("n".to_string(), 1_040)]);
+        let mut lied_to = Freezes::new(1_100, recorded);
+        let claimed = lied_to.report("n", (true, &[(run(4), 100_000_000)]), (1_300, 1_300), ran);
+        assert_eq!(claimed[0].total, 260);
     }
 }

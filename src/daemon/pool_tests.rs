@@ -731,27 +731,40 @@ fn heartbeat(
     frozen: Vec<(crate::net::message::RunKey, u64)>,
     clock: i64,
 ) {
+    let heartbeat = crate::net::message::FromNode::Heartbeat {
+        seq: 1,
+        running,
+        fenced: false,
+        frozen,
+        clock,
+    };
+    let peer = crate::net::pki::Subject {
+        name: name.to_string(),
+        serial: name.to_string(),
+        not_before: 0,
+        not_after: i64::MAX,
+    };
+    arrives(p, (1, Some(peer)), 7, heartbeat);
+}
+
+/// `body` arrives on connection `conn` (from the certified `peer`, if
+/// one), in epoch `epoch`, for the pool's next turn.
+fn arrives(
+    p: &mut Pool,
+    (conn, peer): (u64, Option<crate::net::pki::Subject>),
+    epoch: u64,
+    body: crate::net::message::FromNode,
+) {
     let envelope = crate::net::message::Envelope {
         protocol: crate::net::message::PROTOCOL,
-        epoch: 7,
+        epoch,
         incarnation: 0,
-        body: crate::net::message::FromNode::Heartbeat {
-            seq: 1,
-            running,
-            fenced: false,
-            frozen,
-            clock,
-        },
+        body,
     };
     let frame = crate::net::frame::encode(&envelope).unwrap();
     let event = crate::net::server::ServerEvent::Frame {
-        conn: 1,
-        peer: Some(crate::net::pki::Subject {
-            name: name.to_string(),
-            serial: name.to_string(),
-            not_before: 0,
-            not_after: i64::MAX,
-        }),
+        conn,
+        peer,
         address: None,
         body: frame[4..].to_vec(),
     };
@@ -807,24 +820,12 @@ fn a_join_whose_commit_fails_sends_no_certificate_until_it_is_recorded() {
     )
     .unwrap();
     let (_key, request_pem) = crate::net::pki::new_request("gpu09").unwrap();
-    let envelope = crate::net::message::Envelope {
-        protocol: crate::net::message::PROTOCOL,
-        epoch: 0,
-        incarnation: 0,
-        body: crate::net::message::FromNode::Join {
-            node: "gpu09".into(),
-            token: token.into(),
-            request_pem,
-        },
+    let join = crate::net::message::FromNode::Join {
+        node: "gpu09".into(),
+        token: token.into(),
+        request_pem,
     };
-    let frame = crate::net::frame::encode(&envelope).unwrap();
-    let event = crate::net::server::ServerEvent::Frame {
-        conn: 2,
-        peer: None,
-        address: None,
-        body: frame[4..].to_vec(),
-    };
-    p.daemon.pool.as_mut().unwrap().events.push(event);
+    arrives(&mut p, (2, None), 0, join);
     let joined = |sent: &crate::net::server::Recorder| {
         sent.frames()
             .iter()
