@@ -112,7 +112,9 @@ impl Daemon {
             | Control::RevokeTokens { .. }
             | Control::Attach { .. }
             | Control::EndAllocation { .. }) => self.access_control(access, who, now),
-            Control::NodeRemove { node } => self.remove_node(&node, who, now),
+            Control::NodeRemove { node } => self.handle_with(|core, reads, fx| {
+                super::node_admin::on_remove_node(core, reads, &node, (who, now), fx)
+            }),
             Control::ImagePull { image, node } => Ok(self.pull_image(&image, node.as_deref(), who)),
             Control::Undrain { gpus, node } => self.handle_with(|core, reads, fx| {
                 super::node_admin::on_drain_gpus(core, reads, (node, &gpus, None), (who, now), fx)

@@ -223,6 +223,9 @@ pub(super) enum Out {
         body: Box<ToNode>,
         close: bool,
     },
+    /// Node `name` left the pool: it is no longer one of the nodes, and
+    /// its connection, if it has one, is told why and closed.
+    Removed { name: String },
 }
 
 impl Effects {

@@ -11,6 +11,8 @@ use crate::proto::Reply;
 use crate::sched::pass::Placement;
 
 use super::access::admins_only;
+use super::node_admin::unknown_node;
+use super::reads::Reads;
 use super::requester::Requester;
 use super::seam::ensure_image;
 use super::state::Daemon;
@@ -61,39 +63,20 @@ impl Daemon {
         }
     }
 
-    /// `yscontrol image pull` (admins): starts making `image` present on
-    /// `node`, or on every node that runs containers, and says where it
-    /// stands on each, a line per node (`NODE: ready`, `NODE: pulling`,
-    /// `NODE: failed: WHY`); the command asks again until none pulls.
+    /// `yscontrol image pull`: makes the image present where
+    /// `on_pull_image` says, and says where it stands on each node, a
+    /// line per node (`NODE: ready`, `NODE: pulling`, `NODE: failed:
+    /// WHY`); the command asks again until none pulls.
     pub(super) fn pull_image(&self, image: &str, node: Option<&str>, who: &Requester) -> Reply {
-        if let Some(refused) = admins_only(who, "pull images") {
-            return refused;
-        }
-        let rejected = |error: String| Reply::Rejected { error };
-        let request = match ContainerRequest::new(image) {
-            Ok(request) => request,
-            Err(e) => return rejected(e.to_string().replacen("--container-image", "image", 1)),
+        let pull = match on_pull_image(&self.reads(), (image, node), who) {
+            Ok(pull) => pull,
+            Err(refused) => return refused,
         };
-        let reference = match request.source() {
-            ImageSource::Reference(reference) => reference,
-            ImageSource::Archive(_) => {
-                return rejected(format!("'{image}' is an archive: a job loads it when it starts; pull names an image in a registry"))
-            }
-        };
-        let nodes: Vec<_> = match node {
-            Some(name) => match self.nodes.named(name) {
-                Some(n) if n.facts().containers => vec![n],
-                Some(_) => return rejected(format!("node {name} has no container runtime")),
-                None => return self.unknown_node(name),
-            },
-            None => self.nodes.iter().filter(|n| n.facts().containers).collect(),
-        };
-        if nodes.is_empty() {
-            return rejected("no node has a container runtime".into());
-        }
-        let lines: Vec<String> = nodes
+        let lines: Vec<String> = pull
+            .nodes
             .iter()
-            .map(|n| match ensure_image(n, &reference) {
+            .filter_map(|name| self.nodes.named(name))
+            .map(|n| match ensure_image(n, &pull.reference) {
                 ImageStatus::Ready => format!("{}: ready", n.name()),
                 ImageStatus::Pulling => format!("{}: pulling", n.name()),
                 ImageStatus::Failed(why) => format!("{}: failed: {why}", n.name()),
@@ -101,7 +84,104 @@ impl Daemon {
             .collect();
         Reply::Control {
             outcomes: Vec::new(),
-            message: Some(format!("{reference}\n{}", lines.join("\n"))),
+            message: Some(format!("{}\n{}", pull.reference, lines.join("\n"))),
         }
+    }
+}
+
+/// An image to pull, and the nodes to pull it on.
+#[derive(Debug, PartialEq)]
+pub(super) struct Pull {
+    pub(super) reference: String,
+    pub(super) nodes: Vec<String>,
+}
+
+/// `yscontrol image pull IMAGE [--node NODE]` (admins): the image named
+/// in a registry, and `node`, or every node that runs containers; the
+/// pulls themselves start at the edge (`Daemon::pull_image`), since they
+/// record nothing and are asked again until they are done.
+pub(super) fn on_pull_image(
+    reads: &dyn Reads,
+    (image, node): (&str, Option<&str>),
+    who: &Requester,
+) -> Result<Pull, Reply> {
+    if let Some(refused) = admins_only(who, "pull images") {
+        return Err(refused);
+    }
+    let rejected = |error: String| Err(Reply::Rejected { error });
+    let request = match ContainerRequest::new(image) {
+        Ok(request) => request,
+        Err(e) => return rejected(e.to_string().replacen("--container-image", "image", 1)),
+    };
+    let reference = match request.source() {
+        ImageSource::Reference(reference) => reference,
+        ImageSource::Archive(_) => {
+            return rejected(format!("'{image}' is an archive: a job loads it when it starts; pull names an image in a registry"))
+        }
+    };
+    let runtimes = reads.container_nodes();
+    let nodes = match node {
+        Some(name) if runtimes.iter().any(|n| n == name) => vec![name.to_string()],
+        Some(name) if reads.node_names().iter().any(|n| n == name) => {
+            return rejected(format!("node {name} has no container runtime"))
+        }
+        Some(name) => return Err(unknown_node(reads, name)),
+        None => runtimes,
+    };
+    if nodes.is_empty() {
+        return rejected("no node has a container runtime".into());
+    }
+    Ok(Pull { reference, nodes })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{requester, Archive};
+    use super::*;
+
+    fn refusal(pull: Result<Pull, Reply>) -> String {
+        match pull {
+            Err(Reply::Rejected { error }) => error,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_administrator_pulls_an_image_of_a_registry_on_the_nodes_that_run_containers() {
+        let mut reads = Archive::default();
+        let root = requester(0, "root", true);
+        let image = "docker.io/ultralytics/ultralytics:8.3.0";
+        assert_eq!(
+            refusal(on_pull_image(&reads, (image, None), &root)),
+            "no node has a container runtime"
+        );
+        assert_eq!(
+            refusal(on_pull_image(&reads, (image, Some("gpu01")), &root)),
+            "node gpu01 has no container runtime"
+        );
+        reads.containers = true;
+        let everywhere = on_pull_image(&reads, (image, None), &root).unwrap();
+        assert_eq!(everywhere.nodes, ["gpu01"]);
+        assert_eq!(everywhere.reference, image);
+        let there = on_pull_image(&reads, (image, Some("gpu01")), &root).unwrap();
+        assert_eq!(there, everywhere);
+        assert_eq!(
+            refusal(on_pull_image(&reads, (image, Some("gpu07")), &root)),
+            "unknown node 'gpu07' (nodes: gpu01)"
+        );
+        let alice = requester(1000, "alice", false);
+        assert!(refusal(on_pull_image(&reads, (image, None), &alice))
+            .contains("only root and the config's admins may pull images"));
+    }
+
+    #[test]
+    fn an_archive_or_a_bad_name_is_refused_with_what_to_name() {
+        let mut reads = Archive::default();
+        reads.containers = true;
+        let root = requester(0, "root", true);
+        let archive = refusal(on_pull_image(&reads, ("/srv/images/yolo.tar", None), &root));
+        assert!(archive.contains("is an archive"), "{archive}");
+        let bad = refusal(on_pull_image(&reads, ("bad image", None), &root));
+        assert!(bad.starts_with("image"), "{bad}");
     }
 }

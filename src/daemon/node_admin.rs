@@ -1,16 +1,16 @@
 //! Administering the nodes: drain one (it runs what it runs, takes
 //! nothing new) or put it back in service, and the same for single GPUs.
 //! A drain is recorded, so it outlives a restart, and audited. Handlers
-//! over the core (`on_drain_node`, `on_drain_gpus`, and `on_add_node`,
-//! a node expected with its one-time join token); the drains read back
-//! at a start here too.
+//! over the core (`on_drain_node`, `on_drain_gpus`, `on_add_node`, a
+//! node expected with its one-time join token, and `on_remove_node`);
+//! the drains read back at a start here too.
 
 use crate::db;
 use crate::proto::Reply;
 use crate::report::node::Drain;
 
 use super::access::admins_only;
-use super::effects::{Effects, PoolRow, Row};
+use super::effects::{Effects, Out, PoolRow, Row};
 use super::error::DaemonError;
 use super::reads::Reads;
 use super::requester::Requester;
@@ -134,6 +134,53 @@ pub(super) fn on_add_node(
         outcomes: Vec::new(),
         message: Some(format!(
             "ysnoded --join {advertise} --token {token} --authority {fingerprint}"
+        )),
+    })
+}
+
+/// `yscontrol node remove NAME` (admins): the node leaves the pool and
+/// its certificate is no longer accepted. Refused while jobs run there.
+/// Its link is cut, and it is told why, once the removal is committed.
+pub(super) fn on_remove_node(
+    core: &Core,
+    reads: &dyn Reads,
+    name: &str,
+    (who, now): (&Requester, i64),
+    fx: &mut Effects,
+) -> Result<Reply, DaemonError> {
+    let rejected = |error: String| Ok(Reply::Rejected { error });
+    if let Some(refused) = admins_only(who, "remove nodes") {
+        return Ok(refused);
+    }
+    let record = reads.node_record(name)?;
+    if record.is_none_or(|r| r.removed.is_some()) || reads.pool_join().is_none() {
+        return rejected(format!("no node {name} is in the pool"));
+    }
+    let running: Vec<String> = core
+        .jobs
+        .all()
+        .filter(|j| j.state.holds_gpus() && j.runs_on(name))
+        .map(|j| j.display_id())
+        .collect();
+    if !running.is_empty() {
+        return rejected(format!(
+            "jobs run on node {name} ({}): drain it (yscontrol node drain {name} --reason ...) and let them end, or cancel them, first",
+            running.join(", ")
+        ));
+    }
+    fx.row(Row::Pool(PoolRow::Removed {
+        name: name.to_string(),
+        time: now,
+    }));
+    fx.audit((now, who.channel), who.user, "remove-node", None, name);
+    fx.out(Out::Removed {
+        name: name.to_string(),
+    });
+    fx.queue_changed();
+    Ok(Reply::Control {
+        outcomes: Vec::new(),
+        message: Some(format!(
+            "node {name} removed from the pool; its certificate is no longer accepted"
         )),
     })
 }
@@ -286,11 +333,6 @@ fn is_only_server(reads: &dyn Reads, node: &str) -> bool {
 }
 
 impl Daemon {
-    /// The refusal of a command that names a node the pool lacks.
-    pub(super) fn unknown_node(&self, name: &str) -> Reply {
-        unknown_node(&self.reads(), name)
-    }
-
     /// At start: the drains recorded for the nodes there are.
     /// The drained GPUs as recorded; those recorded before the pool
     /// (node '') are the controller's own server's.
@@ -471,6 +513,54 @@ mod tests {
         let alice = requester(1000, "alice", false);
         let refused = on_add_node(&core, &reads, "gpu04", (&alice, 100), &mut fx).unwrap();
         assert!(message(refused).contains("only root and the config's admins may add nodes"));
+    }
+
+    fn record(name: &str, removed: Option<i64>) -> crate::db::NodeRecord {
+        crate::db::NodeRecord {
+            name: name.into(),
+            added: 0,
+            added_by: "root".into(),
+            token_hash: None,
+            token_expires: None,
+            certificate: Some("01".into()),
+            previous_certificate: None,
+            facts: None,
+            removed,
+        }
+    }
+
+    #[test]
+    fn a_node_is_removed_only_by_an_administrator_once_no_job_runs_there_and_cut_off_after_the_commit(
+    ) {
+        let (mut core, mut reads, mut fx) = (core(), Archive::default(), Effects::default());
+        reads.node_records.insert("gpu01".into(), record("gpu01", None));
+        reads.node_records.insert("gpu02".into(), record("gpu02", Some(50)));
+        let alice = requester(1000, "alice", false);
+        let refused = on_remove_node(&core, &reads, "gpu01", (&alice, 100), &mut fx).unwrap();
+        assert!(message(refused).contains("only root and the config's admins may remove nodes"));
+        let root = requester(0, "root", true);
+        let busy = on_remove_node(&core, &reads, "gpu01", (&root, 100), &mut fx).unwrap();
+        assert_eq!(
+            message(busy),
+            "refused: jobs run on node gpu01 (1): drain it (yscontrol node drain gpu01 --reason ...) and let them end, or cancel them, first"
+        );
+        for gone in ["gpu02", "gpu09"] {
+            let reply = on_remove_node(&core, &reads, gone, (&root, 100), &mut fx).unwrap();
+            assert_eq!(message(reply), format!("refused: no node {gone} is in the pool"));
+        }
+        assert!(fx.rows().is_empty() && fx.out.is_empty());
+        core.jobs.job_mut(&1).unwrap().state = JobState::Completed;
+        let removed = on_remove_node(&core, &reads, "gpu01", (&root, 100), &mut fx).unwrap();
+        assert_eq!(
+            message(removed),
+            "node gpu01 removed from the pool; its certificate is no longer accepted"
+        );
+        assert!(matches!(
+            fx.rows(),
+            [Row::Pool(PoolRow::Removed { name, time: 100 }), Row::Audit { .. }] if name == "gpu01"
+        ));
+        assert!(matches!(&fx.out[..], [Out::Removed { name }] if name == "gpu01"));
+        assert!(fx.reschedule);
     }
 
     #[test]

@@ -26,15 +26,12 @@ use crate::net::pki::{hash_token, Authority, Subject};
 use crate::net::remote::{Link, RemoteExecutor};
 use crate::net::server::{self, ConnId, ServerEvent};
 use crate::net::tls;
-use crate::proto::Reply;
 use crate::spool::Spool;
 
-use super::access::admins_only;
 use super::effects::{Effects, Out, PoolRow, Row};
 use super::error::DaemonError;
 use super::nodes::{Node, RemoteNode};
 use super::pool_state::PoolState;
-use super::requester::Requester;
 use super::state::{Daemon, Event};
 
 /// Starts the pool's server when the config turns the pool on.
@@ -1130,67 +1127,4 @@ fn shifted(mut record: crate::exec::spec::ExitRecord, skew: i64) -> crate::exec:
 
 fn round(d: Duration) -> Duration {
     Duration::from_secs(d.as_secs())
-}
-
-impl Daemon {
-    /// `yscontrol node remove NAME` (admins): the node leaves the pool and
-    /// its certificate is no longer accepted. Refused while jobs run there.
-    pub(super) fn remove_node(
-        &mut self,
-        name: &str,
-        who: &Requester,
-        now: i64,
-    ) -> Result<Reply, DaemonError> {
-        let rejected = |error: String| Ok(Reply::Rejected { error });
-        if let Some(refused) = admins_only(who, "remove nodes") {
-            return Ok(refused);
-        }
-        let record = db::node_record(&self.store.db, name)?;
-        if record.is_none_or(|r| r.removed.is_some()) || self.pool.is_none() {
-            return rejected(format!("no node {name} is in the pool"));
-        }
-        let running: Vec<String> = self
-            .core
-            .jobs
-            .all()
-            .filter(|j| j.state.holds_gpus() && j.runs_on(name))
-            .map(|j| j.display_id())
-            .collect();
-        if !running.is_empty() {
-            return rejected(format!(
-                "jobs run on node {name} ({}): drain it (yscontrol node drain {name} --reason ...) and let them end, or cancel them, first",
-                running.join(", ")
-            ));
-        }
-        self.write(Row::Pool(PoolRow::Removed {
-            name: name.to_string(),
-            time: now,
-        }))?;
-        self.audit(now, who.user, "remove-node", None, name)?;
-        if let Some(node) = self.nodes.remove(name) {
-            if let Some((_, conn)) = node.remote.and_then(|r| r.link.state().conn.clone()) {
-                // Told, and cut off, once its removal is recorded.
-                if let Some(pool) = &mut self.pool {
-                    pool.conns.remove(&conn);
-                }
-                let reason = format!("node {name} was removed from the pool");
-                tracing::warn!(target: "ysched::pool", "connection refused: {reason}");
-                let mut fx = Effects::default();
-                fx.out(Out::Conn {
-                    conn,
-                    body: Box::new(ToNode::Refused { reason }),
-                    close: true,
-                });
-                self.after_commit(fx);
-            }
-        }
-        self.reschedule = true;
-        self.snapshot = None;
-        Ok(Reply::Control {
-            outcomes: Vec::new(),
-            message: Some(format!(
-                "node {name} removed from the pool; its certificate is no longer accepted"
-            )),
-        })
-    }
 }

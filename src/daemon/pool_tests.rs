@@ -674,6 +674,37 @@ fn a_job_over_several_nodes_preempted_for_an_urgent_one_requeues_whole() {
     assert_eq!(p.placed(urgent).2, JobState::Running);
 }
 
+/// A node's removal is a decision of its turn: a turn whose commit fails
+/// keeps the node in the pool, its link open and untold; the committed
+/// one drops it and tells it why.
+#[test]
+fn a_removal_whose_commit_fails_keeps_the_node_and_tells_it_nothing() {
+    let mut p = pool(&[16, 16]);
+    let sent = connect_remote(&mut p, "gpu02");
+    let remove = || Control::NodeRemove {
+        node: "gpu02".into(),
+    };
+    let refused = |sent: &crate::net::server::Recorder| {
+        sent.frames()
+            .iter()
+            .filter(|f| String::from_utf8_lossy(f).contains("was removed from the pool"))
+            .count()
+    };
+    let (uid, user) = me();
+    p.daemon
+        .control(remove(), (uid, &user), super::requester::Proven::Kernel, 0)
+        .unwrap();
+    fail_the_commit(&mut p);
+    assert!(p.daemon.nodes.named("gpu02").is_some(), "a removal left with its failed turn");
+    assert_eq!(refused(&sent), 0, "a refusal left with its failed turn");
+    let record = db::node_record(&p.daemon.store.db, "gpu02").unwrap().unwrap();
+    assert!(record.removed.is_none());
+    p.control(remove());
+    assert!(p.daemon.nodes.named("gpu02").is_none());
+    assert_eq!(refused(&sent), 1);
+    assert!(p.daemon.pool.as_ref().unwrap().conns.is_empty(), "its link is cut");
+}
+
 /// Makes node `name` of `p` one of the pool's, connected on connection 1
 /// (what it is sent goes to the returned recorder), its certificate of
 /// serial `name` recorded.

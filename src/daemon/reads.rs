@@ -38,7 +38,11 @@ pub(super) trait Reads {
     /// What each node offers a job, as admission sees it.
     fn capacities(&self) -> Vec<Capacity<'_>>;
     /// Whether some node of the pool can run containers.
-    fn containers(&self) -> bool;
+    fn containers(&self) -> bool {
+        !self.container_nodes().is_empty()
+    }
+    /// The nodes of the pool that run containers, in order.
+    fn container_nodes(&self) -> Vec<String>;
     /// The id the next job takes: ids are never reused, and the turn's
     /// transaction holds those given in it.
     fn next_job_id(&self) -> Result<JobId, DaemonError>;
@@ -148,8 +152,9 @@ impl Reads for Edge<'_> {
         self.nodes.capacities()
     }
 
-    fn containers(&self) -> bool {
-        self.nodes.iter().any(|n| n.facts().containers)
+    fn container_nodes(&self) -> Vec<String> {
+        let nodes = self.nodes.iter().filter(|n| n.facts().containers);
+        nodes.map(|n| n.name().to_string()).collect()
     }
 
     fn next_job_id(&self) -> Result<JobId, DaemonError> {

@@ -98,8 +98,26 @@ impl Daemon {
                 Out::Frame { node, frame } => self.send_frame(&node, *frame),
                 Out::PartCommand { job, node, command } => self.command_part(job, &node, &command),
                 Out::Conn { conn, body, close } => self.send_on(conn, *body, close),
+                Out::Removed { name } => self.drop_node(&name),
             }
         }
+    }
+
+    /// Node `name`, whose removal is committed, is no longer one of the
+    /// nodes; its connection is told why and closed.
+    fn drop_node(&mut self, name: &str) {
+        let Some(node) = self.nodes.remove(name) else {
+            return;
+        };
+        let Some((_, conn)) = node.remote.and_then(|r| r.link.state().conn.clone()) else {
+            return;
+        };
+        if let Some(pool) = &mut self.pool {
+            pool.conns.remove(&conn);
+        }
+        let reason = format!("node {name} was removed from the pool");
+        tracing::warn!(target: "ysched::pool", "connection refused: {reason}");
+        self.send_on(conn, ToNode::Refused { reason }, true);
     }
 
     /// Delivers `command` to what runs of job `id` on node `name`.

@@ -150,8 +150,9 @@ impl Reads for Archive {
         }]
     }
 
-    fn containers(&self) -> bool {
-        self.containers
+    fn container_nodes(&self) -> Vec<String> {
+        let gpu01 = self.containers.then(|| "gpu01".to_string());
+        gpu01.into_iter().collect()
     }
 
     fn next_job_id(&self) -> Result<JobId, DaemonError> {
