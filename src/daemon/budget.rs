@@ -2,31 +2,25 @@
 //! its current period, updated at every charge; the verdict on a
 //! submission comes from `sched::budget`.
 
-use crate::db;
 use crate::model::gpu::Gpu;
 use crate::sched::budget::{self, Standing, Verdict};
 use crate::sched::limits::Policy;
 
 use super::effects::Effects;
 use super::error::DaemonError;
-use super::state::{Core, Daemon, Spending};
+use super::reads::Reads;
+use super::state::{Core, Spending};
 
-impl Daemon {
-    /// Sums, from the database, each budgeted account's spending in its
+impl Core {
+    /// Sums, from the records, each budgeted account's spending in its
     /// current period (at start, and after a reload).
-    pub(super) fn load_budgets(&mut self, now: i64) -> Result<(), DaemonError> {
+    pub(super) fn load_budgets(&mut self, reads: &dyn Reads, now: i64) -> Result<(), DaemonError> {
         let mut spending = Spending::new();
-        let policy = Policy::new(&self.core.config);
-        for account in self
-            .core
-            .config
-            .accounts
-            .iter()
-            .filter(|a| a.budget.is_some())
-        {
+        let policy = Policy::new(&self.config);
+        for account in self.config.accounts.iter().filter(|a| a.budget.is_some()) {
             let since = account.budget.as_ref().map_or(0, |b| b.period.start(now));
             let mut spent = 0;
-            for (charged_to, billing) in db::billing_since(&self.store.db, since)? {
+            for (charged_to, billing) in reads.billing_since(since)? {
                 if policy
                     .chain(&charged_to)
                     .iter()
@@ -37,7 +31,7 @@ impl Daemon {
             }
             spending.insert(account.name.clone(), (since, spent));
         }
-        self.core.policy.budgets = spending;
+        self.policy.budgets = spending;
         Ok(())
     }
 }

@@ -254,7 +254,7 @@ impl Daemon {
         if let Some(refused) = admins_only(who, "reload the config") {
             return refused;
         }
-        match self.reload(Some(who.user)) {
+        match self.reload(Some(who)) {
             Ok(message) => Reply::Control {
                 outcomes: Vec::new(),
                 message: Some(message),

@@ -99,7 +99,7 @@ pub enum ReloadError {
     SpoolMoved { from: PathBuf, to: PathBuf },
     #[error("config not reloaded: [[gpus]] changed; restart ysctld to change the GPU inventory")]
     GpusChanged,
-    #[error("config {} reloaded, but budgets could not be summed: {source}", path.display())]
+    #[error("config {} not reloaded: its budgets could not be summed: {source}", path.display())]
     Budgets {
         path: PathBuf,
         source: Box<DaemonError>,

@@ -533,8 +533,12 @@ mod tests {
     fn a_node_is_removed_only_by_an_administrator_once_no_job_runs_there_and_cut_off_after_the_commit(
     ) {
         let (mut core, mut reads, mut fx) = (core(), Archive::default(), Effects::default());
-        reads.node_records.insert("gpu01".into(), record("gpu01", None));
-        reads.node_records.insert("gpu02".into(), record("gpu02", Some(50)));
+        reads
+            .node_records
+            .insert("gpu01".into(), record("gpu01", None));
+        reads
+            .node_records
+            .insert("gpu02".into(), record("gpu02", Some(50)));
         let alice = requester(1000, "alice", false);
         let refused = on_remove_node(&core, &reads, "gpu01", (&alice, 100), &mut fx).unwrap();
         assert!(message(refused).contains("only root and the config's admins may remove nodes"));
@@ -546,7 +550,10 @@ mod tests {
         );
         for gone in ["gpu02", "gpu09"] {
             let reply = on_remove_node(&core, &reads, gone, (&root, 100), &mut fx).unwrap();
-            assert_eq!(message(reply), format!("refused: no node {gone} is in the pool"));
+            assert_eq!(
+                message(reply),
+                format!("refused: no node {gone} is in the pool")
+            );
         }
         assert!(fx.rows().is_empty() && fx.out.is_empty());
         core.jobs.job_mut(&1).unwrap().state = JobState::Completed;

@@ -695,14 +695,22 @@ fn a_removal_whose_commit_fails_keeps_the_node_and_tells_it_nothing() {
         .control(remove(), (uid, &user), super::requester::Proven::Kernel, 0)
         .unwrap();
     fail_the_commit(&mut p);
-    assert!(p.daemon.nodes.named("gpu02").is_some(), "a removal left with its failed turn");
+    assert!(
+        p.daemon.nodes.named("gpu02").is_some(),
+        "a removal left with its failed turn"
+    );
     assert_eq!(refused(&sent), 0, "a refusal left with its failed turn");
-    let record = db::node_record(&p.daemon.store.db, "gpu02").unwrap().unwrap();
+    let record = db::node_record(&p.daemon.store.db, "gpu02")
+        .unwrap()
+        .unwrap();
     assert!(record.removed.is_none());
     p.control(remove());
     assert!(p.daemon.nodes.named("gpu02").is_none());
     assert_eq!(refused(&sent), 1);
-    assert!(p.daemon.pool.as_ref().unwrap().conns.is_empty(), "its link is cut");
+    assert!(
+        p.daemon.pool.as_ref().unwrap().conns.is_empty(),
+        "its link is cut"
+    );
 }
 
 /// Makes node `name` of `p` one of the pool's, connected on connection 1

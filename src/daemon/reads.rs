@@ -97,6 +97,11 @@ pub(super) trait Reads {
     ) -> Result<db::Revoked, DaemonError>;
     /// The uid of the account named `name` on this host, if there is one.
     fn uid_of(&self, name: &str) -> Option<u32>;
+    /// What each account's jobs that ended at or after `since` were
+    /// billed, summed.
+    fn billing_since(&self, since: i64) -> Result<Vec<(String, i64)>, DaemonError>;
+    /// The CPUs and memory (MiB) this host has.
+    fn host_share(&self) -> (u32, u64);
     /// What job `id`'s supervisor on node `node` (`None`: this host)
     /// recorded of its run's end, once it has ended.
     fn exit_record(&self, id: JobId, node: Option<&str>) -> Option<ExitRecord>;
@@ -260,6 +265,15 @@ impl Reads for Edge<'_> {
             .ok()
             .flatten()
             .map(|u| u.uid.as_raw())
+    }
+
+    fn billing_since(&self, since: i64) -> Result<Vec<(String, i64)>, DaemonError> {
+        Ok(db::billing_since(self.db, since)?)
+    }
+
+    fn host_share(&self) -> (u32, u64) {
+        let cpus = crate::exec::local::host_cpus();
+        (cpus, crate::exec::local::host_memory_mb())
     }
 
     fn exit_record(&self, id: JobId, node: Option<&str>) -> Option<ExitRecord> {

@@ -91,6 +91,8 @@ pub(super) struct Archive {
     /// Runs stopped for another job, by job and restart: when, the kind
     /// of stop, its grace.
     pub(super) stops: HashMap<(JobId, u32), (i64, String, u64)>,
+    /// What the jobs that ended were billed: account, billing, end.
+    pub(super) billed: Vec<(String, i64, i64)>,
     inventory: Inventory,
 }
 
@@ -111,6 +113,7 @@ impl Default for Archive {
             node_records: HashMap::new(),
             uids: HashMap::new(),
             stops: HashMap::new(),
+            billed: Vec::new(),
             inventory: Inventory::declared(&config),
         }
     }
@@ -282,6 +285,18 @@ impl Reads for Archive {
 
     fn uid_of(&self, name: &str) -> Option<u32> {
         self.uids.get(name).copied()
+    }
+
+    fn billing_since(&self, since: i64) -> Result<Vec<(String, i64)>, DaemonError> {
+        let mut sums: std::collections::BTreeMap<String, i64> = Default::default();
+        for (account, billing, _) in self.billed.iter().filter(|b| b.2 >= since) {
+            *sums.entry(account.clone()).or_default() += billing;
+        }
+        Ok(sums.into_iter().collect())
+    }
+
+    fn host_share(&self) -> (u32, u64) {
+        (64, 512 * 1024)
     }
 
     fn exit_record(&self, id: JobId, _node: Option<&str>) -> Option<ExitRecord> {

@@ -33,7 +33,8 @@ impl Daemon {
         }
         self.core.policy.usage = db::load_usage(&self.store.db)?.into_iter().collect();
         self.stats.preemptions_total = db::count_audit(&self.store.db, "preempt")?;
-        self.load_budgets(self.now())?;
+        let now = self.now();
+        self.handle_with(|core, reads, _| core.load_budgets(reads, now))?;
         self.load_gpu_drains()?;
         self.load_node_drains()?;
         for ((node, gpu), d) in &self.core.policy.drains {
@@ -419,7 +420,7 @@ impl Daemon {
             self.core.jobs.insert(job);
         }
         self.core.policy.usage = db::load_usage(&self.store.db)?.into_iter().collect();
-        self.load_budgets(now)?;
+        self.handle_with(|core, reads, _| core.load_budgets(reads, now))?;
         self.load_gpu_drains()?;
         self.load_node_drains()?;
         self.core.policy.ended.clear();
