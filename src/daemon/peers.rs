@@ -18,7 +18,7 @@ use super::effects::Effects;
 use super::error::DaemonError;
 use super::reads::Reads;
 use super::run_link::RunLink;
-use super::state::Daemon;
+use super::state::{Core, Daemon};
 
 /// The script sent with a peer's part: its supervisor runs the task
 /// server (`ysstepd --serve-tasks`) instead, which ignores the signals
@@ -107,7 +107,8 @@ impl Daemon {
             return;
         };
         let batch_node = job.node.as_deref().unwrap_or_default();
-        let command = if name != batch_node && self.part_state(job, batch_node) == PartState::Ended
+        let command = if name != batch_node
+            && part_state(&self.core, &self.reads(), job, batch_node) == PartState::Ended
         {
             stop_now()
         } else {
@@ -131,156 +132,14 @@ impl Daemon {
         self.after_commit(fx);
     }
 
-    /// How the part of `job` on node `name` stands.
-    fn part_state(&self, job: &Job, name: &str) -> PartState {
-        let Some(node) = self.nodes.named(name) else {
-            return PartState::Lost;
-        };
-        let ended = self.reads().exit_record(job.id, Some(name)).is_some();
-        let lost_run = |r: &super::nodes::RemoteNode| r.link.state().lost.contains(&job.id);
-        if node.remote.as_ref().is_some_and(|r| r.lost || lost_run(r))
-            || self
-                .core
-                .policy
-                .lost_parts
-                .contains(&(job.id, job.restart_count, name.to_string()))
-        {
-            return PartState::Lost;
-        }
-        if ended {
-            PartState::Ended
-        } else {
-            PartState::Running
-        }
-    }
-
-    /// A part of multi-node job `id` ended (or its node was lost). While
-    /// others run, the job stops: all of it, NODE_FAIL, if the batch
-    /// script still runs; the rest of it, if the batch script ended.
-    /// Once every part has ended, the job ends as its batch script did,
-    /// or NODE_FAIL (requeued unless it asked not to be).
+    /// A part of multi-node job `id` ended, or its node was lost (see
+    /// [`on_part_end`]); its batch script's end is read here, once every
+    /// part has ended and the job ends as it did.
     pub(super) fn part_ended(&mut self, id: JobId, now: i64) -> Result<(), DaemonError> {
-        let Some(job) = self.core.jobs.get(&id).map(|j| Job::clone(j)) else {
-            return Ok(());
-        };
-        let batch_node = job.node.clone().unwrap_or_default();
-        let batch = self.part_state(&job, &batch_node);
-        let peers: Vec<(String, PartState)> = job
-            .peers
-            .iter()
-            .map(|p| (p.clone(), self.part_state(&job, p)))
-            .collect();
-        let running: Vec<&str> = peers
-            .iter()
-            .filter(|(_, s)| *s == PartState::Running)
-            .map(|(p, _)| p.as_str())
-            .collect();
-        // Once the batch script has ended, the job has: a part lost or
-        // ended after that changes nothing of how it ended.
-        let failed = std::iter::once((batch_node.as_str(), batch))
-            .chain(peers.iter().map(|(p, s)| (p.as_str(), *s)))
-            .find(|(_, s)| batch != PartState::Ended && *s == PartState::Lost)
-            .or_else(|| {
-                // A part that ends while the job stops (cancelled, timed
-                // out, its session over) ends in its turn, not early.
-                let early = batch == PartState::Running && job.state == JobState::Running;
-                peers
-                    .iter()
-                    .find(|(_, s)| early && *s != PartState::Running)
-                    .map(|(p, s)| (p.as_str(), *s))
-            });
-        if let Some((node, state)) = failed {
-            if job.kill_reason != Some(JobState::NodeFail) {
-                let why = match state {
-                    PartState::Lost => format!("its node {node} was lost (NODE_FAIL)"),
-                    _ => format!("its part on {node} ended before its batch script (NODE_FAIL)"),
-                };
-                self.stop_all_parts(id, &why, now)?;
-            }
+        match self.handle_with(|core, reads, fx| on_part_end(core, reads, id, now, fx))? {
+            PartEnd::Settled => Ok(()),
+            PartEnd::BatchEnds => self.batch_exited(id, now),
         }
-        if batch == PartState::Running || !running.is_empty() {
-            if batch != PartState::Running && job.state == JobState::Running {
-                // The batch script is done: what is left of the job goes.
-                self.mark_completing(id, "its batch script ended; its other nodes stop", now)?;
-                let mut fx = Effects::default();
-                command_parts(&job, &stop_now(), &mut fx);
-                self.after_commit(fx);
-            }
-            return Ok(());
-        }
-        self.all_parts_ended(id, batch, now)
-    }
-
-    /// Every part of job `id` has ended: its end is recorded.
-    fn all_parts_ended(
-        &mut self,
-        id: JobId,
-        batch: PartState,
-        now: i64,
-    ) -> Result<(), DaemonError> {
-        let Some(job) = self.core.jobs.get(&id).map(|j| Job::clone(j)) else {
-            return Ok(());
-        };
-        if job.kill_reason != Some(JobState::NodeFail) {
-            return self.batch_exited(id, now);
-        }
-        let why = job
-            .reason
-            .clone()
-            .unwrap_or_else(|| "a node of it failed (NODE_FAIL)".into());
-        let mut fx = Effects::default();
-        fx.named_event(id, now, "NODE_FAIL", Some(&why));
-        self.apply(fx)?;
-        let exit = (batch == PartState::Ended)
-            .then(|| self.reads().exit_record(id, job.node.as_deref()))
-            .flatten()
-            .map(|r| r.exit);
-        if job.no_requeue {
-            return self.finish(id, JobState::NodeFail, now, exit, Some(why));
-        }
-        self.requeue_run(
-            (id, now, now, exit),
-            Some(format!("requeued: {why}")),
-            false,
-        )
-    }
-
-    /// Stops every part of job `id` for a failed node: it ends NODE_FAIL
-    /// once all have ended.
-    fn stop_all_parts(&mut self, id: JobId, why: &str, now: i64) -> Result<(), DaemonError> {
-        let Some(job) = self.core.jobs.job_mut(&id) else {
-            return Ok(());
-        };
-        job.kill_reason = Some(JobState::NodeFail);
-        job.reason = Some(why.to_string());
-        if job.state != JobState::Running {
-            // Stopping already (cancelled, timed out): the stop goes on,
-            // and the end is NODE_FAIL.
-            return Ok(());
-        }
-        self.mark_completing(id, why, now)?;
-        tracing::warn!(target: "ysched::daemon", "job {id} stopping: {why}");
-        self.send_terminate(id, self.core.config.kill_wait);
-        Ok(())
-    }
-
-    /// The job goes COMPLETING, keeping its GPUs until its processes are
-    /// gone.
-    fn mark_completing(&mut self, id: JobId, detail: &str, now: i64) -> Result<(), DaemonError> {
-        let Some(job) = self.core.jobs.job_mut(&id) else {
-            return Ok(());
-        };
-        if job.state != JobState::Running {
-            return Ok(());
-        }
-        job.state = JobState::Completing;
-        let mut fx = Effects::default();
-        fx.job(job);
-        fx.event(id, now, JobState::Completing, Some(detail));
-        self.core.policy.stopping.insert(id, now);
-        fx.views_changed();
-        self.apply(fx)?;
-        Ok(())
     }
 
     /// After a restart, or when node `name` says hello: the job's part
@@ -319,6 +178,159 @@ impl Daemon {
             ended |= self.readopt_part(id, name);
         }
         ended
+    }
+}
+
+/// How the part of `job` on node `name` stands.
+fn part_state(core: &Core, reads: &dyn Reads, job: &Job, name: &str) -> PartState {
+    let Some(lost) = reads.part_lost(job.id, name) else {
+        return PartState::Lost;
+    };
+    let lost_here = (job.id, job.restart_count, name.to_string());
+    if lost || core.policy.lost_parts.contains(&lost_here) {
+        PartState::Lost
+    } else if reads.exit_record(job.id, Some(name)).is_some() {
+        PartState::Ended
+    } else {
+        PartState::Running
+    }
+}
+
+/// What is left to do once a part's end is taken in.
+#[derive(Debug, PartialEq)]
+pub(super) enum PartEnd {
+    /// Nothing: the job stops, or has ended as recorded.
+    Settled,
+    /// Every part has ended and the job ends as its batch script did:
+    /// its end is to be read (`Daemon::batch_exited`).
+    BatchEnds,
+}
+
+/// A part of multi-node job `id` ended (or its node was lost). While
+/// others run, the job stops: all of it, NODE_FAIL, if the batch
+/// script still runs; the rest of it, if the batch script ended.
+/// Once every part has ended, the job ends as its batch script did,
+/// or NODE_FAIL (requeued unless it asked not to be).
+pub(super) fn on_part_end(
+    core: &mut Core,
+    reads: &dyn Reads,
+    id: JobId,
+    now: i64,
+    fx: &mut Effects,
+) -> Result<PartEnd, DaemonError> {
+    let Some(job) = core.jobs.get(&id).map(|j| Job::clone(j)) else {
+        return Ok(PartEnd::Settled);
+    };
+    let batch_node = job.node.clone().unwrap_or_default();
+    let batch = part_state(core, reads, &job, &batch_node);
+    let peers: Vec<(String, PartState)> = job
+        .peers
+        .iter()
+        .map(|p| (p.clone(), part_state(core, reads, &job, p)))
+        .collect();
+    let running = peers.iter().any(|(_, s)| *s == PartState::Running);
+    // Once the batch script has ended, the job has: a part lost or
+    // ended after that changes nothing of how it ended.
+    let failed = std::iter::once((batch_node.as_str(), batch))
+        .chain(peers.iter().map(|(p, s)| (p.as_str(), *s)))
+        .find(|(_, s)| batch != PartState::Ended && *s == PartState::Lost)
+        .or_else(|| {
+            // A part that ends while the job stops (cancelled, timed
+            // out, its session over) ends in its turn, not early.
+            let early = batch == PartState::Running && job.state == JobState::Running;
+            peers
+                .iter()
+                .find(|(_, s)| early && *s != PartState::Running)
+                .map(|(p, s)| (p.as_str(), *s))
+        });
+    if let Some((node, state)) = failed {
+        if job.kill_reason != Some(JobState::NodeFail) {
+            let why = match state {
+                PartState::Lost => format!("its node {node} was lost (NODE_FAIL)"),
+                _ => format!("its part on {node} ended before its batch script (NODE_FAIL)"),
+            };
+            core.stop_all_parts(id, &why, now, fx);
+        }
+    }
+    if batch == PartState::Running || running {
+        if batch != PartState::Running && job.state == JobState::Running {
+            // The batch script is done: what is left of the job goes.
+            let done = "its batch script ended; its other nodes stop";
+            core.mark_completing(id, done, now, fx);
+            command_parts(&job, &stop_now(), fx);
+        }
+        return Ok(PartEnd::Settled);
+    }
+    all_parts_ended(core, reads, id, batch, now, fx)
+}
+
+/// Every part of job `id` has ended: its end is recorded, or, when it
+/// ends as its batch script did, read first.
+fn all_parts_ended(
+    core: &mut Core,
+    reads: &dyn Reads,
+    id: JobId,
+    batch: PartState,
+    now: i64,
+    fx: &mut Effects,
+) -> Result<PartEnd, DaemonError> {
+    let Some(job) = core.jobs.get(&id).map(|j| Job::clone(j)) else {
+        return Ok(PartEnd::Settled);
+    };
+    if job.kill_reason != Some(JobState::NodeFail) {
+        return Ok(PartEnd::BatchEnds);
+    }
+    let why = job
+        .reason
+        .clone()
+        .unwrap_or_else(|| "a node of it failed (NODE_FAIL)".into());
+    fx.named_event(id, now, "NODE_FAIL", Some(&why));
+    let exit = (batch == PartState::Ended)
+        .then(|| reads.exit_record(id, job.node.as_deref()))
+        .flatten()
+        .map(|r| r.exit);
+    if job.no_requeue {
+        core.finish(reads, (id, JobState::NodeFail, now), exit, Some(why), fx)?;
+    } else {
+        let why = Some(format!("requeued: {why}"));
+        core.requeue_run(reads, (id, now, now, exit), why, false, fx);
+    }
+    Ok(PartEnd::Settled)
+}
+
+impl Core {
+    /// Stops every part of job `id` for a failed node: it ends NODE_FAIL
+    /// once all have ended.
+    fn stop_all_parts(&mut self, id: JobId, why: &str, now: i64, fx: &mut Effects) {
+        let Some(job) = self.jobs.job_mut(&id) else {
+            return;
+        };
+        job.kill_reason = Some(JobState::NodeFail);
+        job.reason = Some(why.to_string());
+        if job.state != JobState::Running {
+            // Stopping already (cancelled, timed out): the stop goes on,
+            // and the end is NODE_FAIL.
+            return;
+        }
+        self.mark_completing(id, why, now, fx);
+        tracing::warn!(target: "ysched::daemon", "job {id} stopping: {why}");
+        self.stop(id, self.config.kill_wait, fx);
+    }
+
+    /// The job goes COMPLETING, keeping its GPUs until its processes are
+    /// gone.
+    fn mark_completing(&mut self, id: JobId, detail: &str, now: i64, fx: &mut Effects) {
+        let Some(job) = self.jobs.job_mut(&id) else {
+            return;
+        };
+        if job.state != JobState::Running {
+            return;
+        }
+        job.state = JobState::Completing;
+        fx.job(job);
+        fx.event(id, now, JobState::Completing, Some(detail));
+        self.policy.stopping.insert(id, now);
+        fx.views_changed();
     }
 }
 
@@ -386,4 +398,125 @@ pub(super) fn for_parts(command: &StepCommand) -> Option<StepCommand> {
             target: SignalTarget::Steps,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::effects::{Out, Row};
+    use super::super::testing::{core_with, Archive};
+    use super::*;
+    use crate::exec::spec::ExitRecord;
+    use crate::model::job::ExitStatus;
+
+    /// Job 1 over gpu01 (its batch script) and gpu02, running since 100.
+    fn over_two_nodes() -> Job {
+        let mut job = crate::model::job::example_job(1);
+        job.account = "a".into();
+        job.state = JobState::Running;
+        job.start_time = Some(100);
+        job.gpus_alloc = vec![0, 1];
+        job.node = Some("gpu01".into());
+        job.peers = vec!["gpu02".into()];
+        job
+    }
+
+    fn ended(code: i32) -> ExitRecord {
+        ExitRecord {
+            exit: ExitStatus { code, signal: 0 },
+            end_time: 400,
+            launch_error: None,
+            terminated: false,
+            usage: Default::default(),
+            stuck: 0,
+            image: None,
+            fenced: None,
+        }
+    }
+
+    fn events(fx: &Effects) -> Vec<String> {
+        fx.rows()
+            .iter()
+            .filter_map(|r| match r {
+                Row::Event { name, detail, .. } => {
+                    Some(format!("{name}: {}", detail.as_deref().unwrap_or("")))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_part_that_ends_before_its_batch_script_stops_the_whole_job_node_fail() {
+        let (mut core, mut reads, mut fx) = (
+            core_with(vec![over_two_nodes()]),
+            Archive::default(),
+            Effects::default(),
+        );
+        reads.part_exits.insert((1, "gpu02".into()), ended(0));
+        let end = on_part_end(&mut core, &reads, 1, 400, &mut fx).unwrap();
+        assert_eq!(end, PartEnd::Settled);
+        let job = &core.jobs[&1];
+        assert_eq!(job.state, JobState::Completing);
+        assert_eq!(job.kill_reason, Some(JobState::NodeFail));
+        let why = "its part on gpu02 ended before its batch script (NODE_FAIL)";
+        assert_eq!(job.reason.as_deref(), Some(why));
+        assert_eq!(events(&fx), [format!("COMPLETING: {why}")]);
+        assert!(matches!(&fx.out[..], [Out::Command { job, .. }] if job.id == 1));
+        // Its batch script's end, then, ends it NODE_FAIL and requeues it.
+        let mut fx = Effects::default();
+        reads.exits.insert(1, ended(143));
+        let end = on_part_end(&mut core, &reads, 1, 410, &mut fx).unwrap();
+        assert_eq!(end, PartEnd::Settled);
+        let job = &core.jobs[&1];
+        assert_eq!((job.state, job.restart_count), (JobState::Pending, 1));
+        assert_eq!(job.exit.map(|e| e.code), Some(143));
+        assert_eq!(events(&fx)[0], format!("NODE_FAIL: {why}"));
+        assert!(events(&fx)[1].starts_with("REQUEUED: requeued: its part on gpu02"));
+    }
+
+    #[test]
+    fn once_its_batch_script_ends_the_rest_of_the_job_stops_at_once_and_it_ends_as_the_script_did()
+    {
+        let (mut core, mut reads, mut fx) = (
+            core_with(vec![over_two_nodes()]),
+            Archive::default(),
+            Effects::default(),
+        );
+        reads.exits.insert(1, ended(0));
+        let end = on_part_end(&mut core, &reads, 1, 400, &mut fx).unwrap();
+        assert_eq!(end, PartEnd::Settled);
+        assert_eq!(core.jobs[&1].state, JobState::Completing);
+        assert_eq!(core.jobs[&1].kill_reason, None);
+        assert!(matches!(
+            &fx.out[..],
+            [Out::PartCommand { job: 1, node, command: StepCommand::Terminate { grace_secs: 0, .. } }]
+                if node == "gpu02"
+        ));
+        reads.part_exits.insert((1, "gpu02".into()), ended(0));
+        let mut fx = Effects::default();
+        let end = on_part_end(&mut core, &reads, 1, 401, &mut fx).unwrap();
+        assert_eq!(end, PartEnd::BatchEnds, "its end is its batch script's");
+        assert!(fx.rows().is_empty());
+    }
+
+    #[test]
+    fn a_lost_node_ends_the_job_node_fail_and_a_job_that_asked_not_to_be_requeued_ends_there() {
+        let mut job = over_two_nodes();
+        job.no_requeue = true;
+        let (mut core, mut reads, mut fx) =
+            (core_with(vec![job]), Archive::default(), Effects::default());
+        reads.lost_parts.insert((1, "gpu02".into()));
+        on_part_end(&mut core, &reads, 1, 400, &mut fx).unwrap();
+        let why = "its node gpu02 was lost (NODE_FAIL)";
+        assert_eq!(core.jobs[&1].reason.as_deref(), Some(why));
+        assert_eq!(core.jobs[&1].state, JobState::Completing);
+        reads.exits.insert(1, ended(137));
+        let mut fx = Effects::default();
+        on_part_end(&mut core, &reads, 1, 420, &mut fx).unwrap();
+        assert!(!core.jobs.contains_key(&1), "it ended");
+        assert!(fx.rows().iter().any(|r| matches!(
+            r,
+            Row::Job(j) if j.state == JobState::NodeFail && j.end_time == Some(420)
+        )));
+    }
 }

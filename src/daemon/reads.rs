@@ -107,6 +107,10 @@ pub(super) trait Reads {
     fn exit_record(&self, id: JobId, node: Option<&str>) -> Option<ExitRecord>;
     /// The confinement (its cgroup) job `id` gets on node `node`.
     fn confinement(&self, id: JobId, node: &str) -> Option<String>;
+    /// Whether job `id`'s part on node `node` is lost: its node lost, or
+    /// the run gone there without a record; `None` when the node is not
+    /// in the pool.
+    fn part_lost(&self, id: JobId, node: &str) -> Option<bool>;
     /// Whether every node of `job` can freeze it now (in the pool, able
     /// to suspend, connected); why not.
     fn freezable(&self, job: &Job) -> Result<(), Refusal>;
@@ -282,6 +286,12 @@ impl Reads for Edge<'_> {
 
     fn confinement(&self, id: JobId, node: &str) -> Option<String> {
         self.nodes.named(node)?.executor.confinement_of(id)
+    }
+
+    fn part_lost(&self, id: JobId, node: &str) -> Option<bool> {
+        let node = self.nodes.named(node)?;
+        let lost = |r: &super::nodes::RemoteNode| r.lost || r.link.state().lost.contains(&id);
+        Some(node.remote.as_ref().is_some_and(lost))
     }
 
     fn freezable(&self, job: &Job) -> Result<(), Refusal> {

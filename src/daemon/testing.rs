@@ -91,6 +91,11 @@ pub(super) struct Archive {
     /// Runs stopped for another job, by job and restart: when, the kind
     /// of stop, its grace.
     pub(super) stops: HashMap<(JobId, u32), (i64, String, u64)>,
+    /// What the runs that ended on other nodes than gpu01 recorded (the
+    /// parts of jobs over several nodes), by job and node.
+    pub(super) part_exits: HashMap<(JobId, String), ExitRecord>,
+    /// The parts of jobs lost on their node, by job and node.
+    pub(super) lost_parts: std::collections::HashSet<(JobId, String)>,
     /// What the jobs that ended were billed: account, billing, end.
     pub(super) billed: Vec<(String, i64, i64)>,
     inventory: Inventory,
@@ -114,6 +119,8 @@ impl Default for Archive {
             uids: HashMap::new(),
             stops: HashMap::new(),
             billed: Vec::new(),
+            lost_parts: Default::default(),
+            part_exits: HashMap::new(),
             inventory: Inventory::declared(&config),
         }
     }
@@ -295,12 +302,19 @@ impl Reads for Archive {
         Ok(sums.into_iter().collect())
     }
 
+    fn part_lost(&self, id: JobId, node: &str) -> Option<bool> {
+        Some(self.lost_parts.contains(&(id, node.to_string())))
+    }
+
     fn host_share(&self) -> (u32, u64) {
         (64, 512 * 1024)
     }
 
-    fn exit_record(&self, id: JobId, _node: Option<&str>) -> Option<ExitRecord> {
-        self.exits.get(&id).cloned()
+    fn exit_record(&self, id: JobId, node: Option<&str>) -> Option<ExitRecord> {
+        match node {
+            None | Some("gpu01") => self.exits.get(&id).cloned(),
+            Some(other) => self.part_exits.get(&(id, other.to_string())).cloned(),
+        }
     }
 
     fn confinement(&self, id: JobId, _node: &str) -> Option<String> {
