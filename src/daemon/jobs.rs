@@ -1,12 +1,11 @@
-//! Job lifecycle: a start recorded and launched after the commit, time
-//! limits and their warnings, re-adoption at a start, an exit sent to
+//! Job lifecycle: a start recorded and launched after the commit,
+//! re-adoption at a start, an exit sent to
 //! its reader (`exits` for a batch script, `peers` for a part). How a
 //! run ends is `ends`. Each transition is written through the seam and
 //! logged once, at INFO, with the job id.
 
 use crate::db;
 use crate::exec::executor::{Adoption, Launch};
-use crate::exec::spec::{SignalTarget, StepCommand};
 use crate::exec::ExecError;
 use crate::model::job::{ExitStatus, JobId, JobState};
 
@@ -24,24 +23,6 @@ pub(super) struct PeerLaunch {
 }
 
 impl Daemon {
-    /// Delivers `command` to a running job through its node's executor
-    /// (and to its parts on other nodes, for a job over several).
-    /// Sends `command` to job `id`'s processes once this turn is
-    /// committed (`effects`); `Gone` if the job is not active.
-    pub(super) fn command_job(
-        &mut self,
-        id: JobId,
-        command: &StepCommand,
-    ) -> Result<(), ExecError> {
-        let Some(job) = self.core.jobs.get(&id) else {
-            return Err(ExecError::Gone(id));
-        };
-        let mut fx = Effects::default();
-        fx.command(job, command.clone());
-        self.after_commit(fx);
-        Ok(())
-    }
-
     /// Records the scheduler's decision; the process starts after the commit.
     pub(super) fn mark_running(
         &mut self,
@@ -185,73 +166,6 @@ impl Daemon {
             Some(j) if j.state.holds_gpus() => self.batch_exited(id, now),
             _ => Ok(()),
         }
-    }
-
-    /// Sends the `--signal` of each job whose time limit is that close
-    /// (once per run).
-    fn warn_before_limits(&mut self, now: i64) {
-        let due: Vec<(JobId, crate::model::job::WarnSignal)> = self
-            .core
-            .jobs
-            .running()
-            .filter(|j| {
-                j.warn_at().is_some_and(|w| now >= w) && !self.core.policy.warned.contains(&j.id)
-            })
-            .filter_map(|j| Some((j.id, j.warn_signal?)))
-            .collect();
-        for (id, warning) in due {
-            self.core.policy.warned.insert(id);
-            self.send_warning(id, warning, "its time limit is near");
-        }
-    }
-
-    /// Delivers a job's warning signal: to its steps, or with `B:` to its
-    /// batch shell.
-    pub(super) fn send_warning(
-        &mut self,
-        id: JobId,
-        warning: crate::model::job::WarnSignal,
-        why: &str,
-    ) {
-        let command = StepCommand::Signal {
-            signal: warning.signal,
-            target: SignalTarget::of_warning(warning.batch_only),
-        };
-        match self.command_job(id, &command) {
-            Ok(()) => tracing::info!(
-                target: "ysched::daemon",
-                "job {id} sent SIG{} ({why}{})",
-                crate::model::units::signal_name(warning.signal),
-                if warning.batch_only { ", to its batch shell" } else { ", to its steps" }
-            ),
-            Err(ExecError::Gone(_)) => {}
-            Err(e) => tracing::error!(target: "ysched::exec", "cannot signal job {id}: {e}"),
-        }
-    }
-
-    pub(super) fn enforce_time_limits(&mut self, now: i64) -> Result<(), DaemonError> {
-        self.warn_before_limits(now);
-        // A job on a node the controller cannot hear has its clock stopped
-        // there (frozen when the node's lease ran out); the node says how
-        // long when it is heard again (`thaw_fenced`).
-        let heard = |j: &crate::model::job::Job| {
-            j.node_names().all(|n| {
-                self.nodes.named(n).is_none_or(|node| {
-                    node.down.is_none() && node.remote.as_ref().is_none_or(|r| r.heard_since_away)
-                })
-            })
-        };
-        let expired: Vec<JobId> = self
-            .core
-            .jobs
-            .running()
-            .filter(|j| j.deadline().is_some_and(|d| now >= d) && heard(j))
-            .map(|j| j.id)
-            .collect();
-        for id in expired {
-            self.terminate(id, JobState::Timeout, "time limit reached", now)?;
-        }
-        Ok(())
     }
 
     /// After a restart: finds a running job's supervisor again, or accounts

@@ -52,6 +52,7 @@ mod stops;
 mod submit;
 mod suspend;
 mod test_only;
+mod time_limits;
 mod tokens;
 mod turn;
 mod update;

@@ -107,6 +107,9 @@ pub(super) trait Reads {
     fn exit_record(&self, id: JobId, node: Option<&str>) -> Option<ExitRecord>;
     /// The confinement (its cgroup) job `id` gets on node `node`.
     fn confinement(&self, id: JobId, node: &str) -> Option<String>;
+    /// Whether node `name` is heard: in service and, a node of the pool,
+    /// heard since it was away (a name the pool lacks counts as heard).
+    fn node_heard(&self, name: &str) -> bool;
     /// Whether job `id`'s part on node `node` is lost: its node lost, or
     /// the run gone there without a record; `None` when the node is not
     /// in the pool.
@@ -286,6 +289,12 @@ impl Reads for Edge<'_> {
 
     fn confinement(&self, id: JobId, node: &str) -> Option<String> {
         self.nodes.named(node)?.executor.confinement_of(id)
+    }
+
+    fn node_heard(&self, name: &str) -> bool {
+        self.nodes.named(name).is_none_or(|node| {
+            node.down.is_none() && node.remote.as_ref().is_none_or(|r| r.heard_since_away)
+        })
     }
 
     fn part_lost(&self, id: JobId, node: &str) -> Option<bool> {

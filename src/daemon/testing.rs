@@ -94,6 +94,8 @@ pub(super) struct Archive {
     /// What the runs that ended on other nodes than gpu01 recorded (the
     /// parts of jobs over several nodes), by job and node.
     pub(super) part_exits: HashMap<(JobId, String), ExitRecord>,
+    /// The nodes not heard (down, or not heard since they were away).
+    pub(super) unheard: std::collections::HashSet<String>,
     /// The parts of jobs lost on their node, by job and node.
     pub(super) lost_parts: std::collections::HashSet<(JobId, String)>,
     /// What the jobs that ended were billed: account, billing, end.
@@ -120,6 +122,7 @@ impl Default for Archive {
             stops: HashMap::new(),
             billed: Vec::new(),
             lost_parts: Default::default(),
+            unheard: Default::default(),
             part_exits: HashMap::new(),
             inventory: Inventory::declared(&config),
         }
@@ -300,6 +303,10 @@ impl Reads for Archive {
             *sums.entry(account.clone()).or_default() += billing;
         }
         Ok(sums.into_iter().collect())
+    }
+
+    fn node_heard(&self, name: &str) -> bool {
+        !self.unheard.contains(name)
     }
 
     fn part_lost(&self, id: JobId, node: &str) -> Option<bool> {

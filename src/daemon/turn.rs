@@ -217,7 +217,10 @@ impl Daemon {
         let rest: Vec<Incoming> = batch.collect();
         self.inbox.backlog.splice(0..0, rest);
         taken?;
-        self.enforce_time_limits(now)?;
+        self.handle_with(|core, reads, fx| {
+            super::time_limits::on_clock(core, reads, now, fx);
+            Ok(())
+        })?;
         if self
             .gpu_watch
             .next_sample
