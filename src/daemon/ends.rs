@@ -13,19 +13,6 @@ use super::reads::Reads;
 use super::state::{Core, Daemon};
 
 impl Daemon {
-    /// Queues the job's notification for `event`, if it asked for one (sent
-    /// after this turn's commit).
-    pub(super) fn notify_job(
-        &mut self,
-        job: &crate::model::job::Job,
-        event: super::notifications::JobEvent,
-        now: i64,
-    ) {
-        let mut fx = Effects::default();
-        self.core.notify_job(job, event, now, &mut fx);
-        self.after_commit(fx);
-    }
-
     /// Moves a job to a final state and forgets it from the active set.
     pub(super) fn finish(
         &mut self,

@@ -12,7 +12,7 @@ use crate::model::job::{ExitStatus, JobId, JobState};
 use super::effects::Effects;
 use super::error::{DaemonError, LaunchError};
 use super::reads::Reads;
-use super::state::Daemon;
+use super::state::{Core, Daemon};
 
 /// What the parts of a job on its other nodes start with.
 pub(super) struct PeerLaunch {
@@ -23,57 +23,6 @@ pub(super) struct PeerLaunch {
 }
 
 impl Daemon {
-    /// Records the scheduler's decision; the process starts after the commit.
-    pub(super) fn mark_running(
-        &mut self,
-        start: crate::sched::pass::Placement,
-        now: i64,
-    ) -> Result<(), DaemonError> {
-        let id = start.job;
-        let confinement = self.reads().confinement(id, &start.node);
-        let Some(job) = self.core.jobs.job_mut(&id) else {
-            return Ok(());
-        };
-        job.cgroup = confinement;
-        job.state = JobState::Running;
-        job.start_time = Some(now);
-        job.end_time = None;
-        job.gpus_alloc = start.gpus;
-        job.node = Some(start.node);
-        job.peers = start.peers;
-        job.reason = None;
-        job.kill_reason = None;
-        job.claim.clear();
-        job.borrowed = start.borrowing;
-        let job = job.clone();
-        let mut detail = if self.nodes.layout().is_single() {
-            format!("GPUs [{}]", db::format_index_list(&job.gpus_alloc))
-        } else if !job.peers.is_empty() {
-            let shares: Vec<String> = job
-                .gpus_by_node()
-                .iter()
-                .map(|(n, g)| format!("{n} [{}]", db::format_index_list(g)))
-                .collect();
-            format!("on {}, GPUs {}", job.nodelist(), shares.join(" "))
-        } else {
-            format!(
-                "on {}, GPUs [{}]",
-                job.node.as_deref().unwrap_or("?"),
-                db::format_index_list(&job.gpus_alloc)
-            )
-        };
-        if job.borrowed {
-            detail.push_str(", borrowed beyond its account's guarantee");
-        }
-        let mut fx = Effects::default();
-        fx.job(&job);
-        fx.event(id, now, JobState::Running, Some(&detail));
-        self.apply(fx)?;
-        self.turn.to_launch.push(id);
-        self.notify_job(&job, super::notifications::JobEvent::Began, now);
-        Ok(())
-    }
-
     /// Starts the supervisors of the jobs marked running in this turn.
     pub(super) fn launch_started(&mut self) -> Result<(), DaemonError> {
         let ids = std::mem::take(&mut self.turn.to_launch);
@@ -177,7 +126,7 @@ impl Daemon {
             if self.readopt_parts(id) {
                 self.part_ended(id, now)?;
             } else if job.state == JobState::Completing {
-                self.send_terminate(id, self.grace_of(&job));
+                self.send_terminate(id, self.core.grace_of(&job));
             }
             return Ok(());
         }
@@ -193,7 +142,7 @@ impl Daemon {
                 if self.core.jobs[&id].state == JobState::Completing {
                     // The stop may not have reached it before the crash;
                     // its grace starts again.
-                    self.send_terminate(id, self.grace_of(&self.core.jobs[&id]));
+                    self.send_terminate(id, self.core.grace_of(&self.core.jobs[&id]));
                 }
             }
             Adoption::Exited(_) | Adoption::Lost => self.job_exited(id, now)?,
@@ -210,16 +159,26 @@ impl Daemon {
         Ok(())
     }
 
-    /// A job marked running whose processes never started: back to
-    /// pending, as it was (the same run).
+    /// A job marked running whose processes never started goes back to
+    /// pending (see [`Core::unlaunch`]).
     pub(super) fn unlaunch(
         &mut self,
         id: JobId,
         detail: &str,
         now: i64,
     ) -> Result<(), DaemonError> {
-        let Some(job) = self.core.jobs.job_mut(&id) else {
-            return Ok(());
+        let mut fx = Effects::default();
+        self.core.unlaunch(id, detail, now, &mut fx);
+        self.apply(fx)
+    }
+}
+
+impl Core {
+    /// A job marked running whose processes never started: back to
+    /// pending, as it was (the same run).
+    pub(super) fn unlaunch(&mut self, id: JobId, detail: &str, now: i64, fx: &mut Effects) {
+        let Some(job) = self.jobs.job_mut(&id) else {
+            return;
         };
         let ran = job.clone();
         job.state = JobState::Pending;
@@ -229,14 +188,62 @@ impl Daemon {
         job.peers.clear();
         job.kill_reason = None;
         let job = job.clone();
-        self.core.policy.stopping.remove(&id);
-        let mut fx = Effects::default();
+        self.policy.stopping.remove(&id);
         fx.job(&job);
         fx.event(id, now, JobState::Pending, Some(detail));
         fx.forget(&ran);
-        self.apply(fx)?;
         tracing::info!(target: "ysched::daemon", "job {id} {detail}");
-        self.reschedule = true;
-        Ok(())
+        fx.reschedule = true;
+    }
+
+    /// Records the scheduler's decision to start `start`; its processes
+    /// start after the commit (the turn launches it). Whether it started.
+    pub(super) fn mark_running(
+        &mut self,
+        reads: &dyn Reads,
+        start: crate::sched::pass::Placement,
+        now: i64,
+        fx: &mut Effects,
+    ) -> bool {
+        let id = start.job;
+        let confinement = reads.confinement(id, &start.node);
+        let Some(job) = self.jobs.job_mut(&id) else {
+            return false;
+        };
+        job.cgroup = confinement;
+        job.state = JobState::Running;
+        job.start_time = Some(now);
+        job.end_time = None;
+        job.gpus_alloc = start.gpus;
+        job.node = Some(start.node);
+        job.peers = start.peers;
+        job.reason = None;
+        job.kill_reason = None;
+        job.claim.clear();
+        job.borrowed = start.borrowing;
+        let job = job.clone();
+        let mut detail = if reads.single_server() {
+            format!("GPUs [{}]", db::format_index_list(&job.gpus_alloc))
+        } else if !job.peers.is_empty() {
+            let shares: Vec<String> = job
+                .gpus_by_node()
+                .iter()
+                .map(|(n, g)| format!("{n} [{}]", db::format_index_list(g)))
+                .collect();
+            format!("on {}, GPUs {}", job.nodelist(), shares.join(" "))
+        } else {
+            format!(
+                "on {}, GPUs [{}]",
+                job.node.as_deref().unwrap_or("?"),
+                db::format_index_list(&job.gpus_alloc)
+            )
+        };
+        if job.borrowed {
+            detail.push_str(", borrowed beyond its account's guarantee");
+        }
+        fx.job(&job);
+        fx.event(id, now, JobState::Running, Some(&detail));
+        self.notify_job(&job, super::notifications::JobEvent::Began, now, fx);
+        true
     }
 }

@@ -113,7 +113,7 @@ impl Daemon {
             stop_now()
         } else {
             StepCommand::Terminate {
-                grace_secs: self.grace_of(job),
+                grace_secs: self.core.grace_of(job),
                 signal: None,
                 target: if name == batch_node {
                     SignalTarget::Job

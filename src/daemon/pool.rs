@@ -866,29 +866,18 @@ impl Daemon {
         why: &str,
         now: i64,
     ) -> Result<(), DaemonError> {
-        let current = self.core.jobs.get(&run.job).is_some_and(|j| {
-            j.state == JobState::Running && j.runs_on(name) && j.restart_count == run.restart
-        });
-        if !current {
-            return Ok(());
+        let multi_node = self.handle_with(|core, _, fx| {
+            Ok(super::node_loss::on_not_started(
+                core,
+                (name, run, why),
+                now,
+                fx,
+            ))
+        })?;
+        match multi_node {
+            Some(id) => self.part_ended(id, now),
+            None => Ok(()),
         }
-        if self
-            .core
-            .jobs
-            .get(&run.job)
-            .is_some_and(|j| !j.peers.is_empty())
-        {
-            self.core
-                .policy
-                .lost_parts
-                .insert((run.job, run.restart, name.to_string()));
-            return self.part_ended(run.job, now);
-        }
-        self.unlaunch(
-            run.job,
-            &format!("requeued: {name} did not start it ({why})"),
-            now,
-        )
     }
 
     /// A heartbeat: the node is heard, its lease renewed by the answer.
@@ -1025,29 +1014,11 @@ impl Daemon {
             .named(name)
             .and_then(|n| n.remote.as_ref())
             .map_or(now, |r| r.lease_from.saturating_add(lease).min(now));
-        let lost: Vec<(JobId, bool, bool)> = self
-            .core
-            .jobs
-            .all()
-            .filter(|j| j.state.holds_gpus() && j.runs_on(name))
-            .map(|j| (j.id, j.no_requeue, !j.peers.is_empty()))
-            .collect();
-        for (id, no_requeue, multi_node) in lost {
-            if multi_node {
-                // Its other parts stop first; then it ends or requeues.
-                self.part_ended(id, now)?;
-                continue;
-            }
-            let why = format!("its node {name} was lost (NODE_FAIL)");
-            let mut fx = Effects::default();
-            fx.named_event(id, now, "NODE_FAIL", Some(&why));
-            self.apply(fx)?;
-            if no_requeue {
-                self.finish(id, JobState::NodeFail, stopped, None, Some(why))?;
-            } else {
-                let reason = Some(format!("requeued: {why}"));
-                self.requeue_run((id, now, stopped, None), reason, false)?;
-            }
+        let parts = self.handle_with(|core, reads, fx| {
+            super::node_loss::on_node_lost(core, reads, (name, stopped), now, fx)
+        })?;
+        for id in parts {
+            self.part_ended(id, now)?;
         }
         Ok(())
     }

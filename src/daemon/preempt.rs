@@ -52,56 +52,57 @@ impl Daemon {
             .filter_map(|j| Some((j.id, super::reads::checkpoint_file_time(j)?)))
             .collect()
     }
+}
 
+impl Core {
     /// Keeps each running job's borrowing mark as the pass found it: a job
     /// stops borrowing once its account's other jobs end, and may start
     /// again when a time window lowers the guarantee.
     pub(super) fn mark_borrowing(
         &mut self,
         borrowing: &std::collections::HashSet<JobId>,
-    ) -> Result<(), DaemonError> {
+        fx: &mut Effects,
+    ) {
         let changed: Vec<JobId> = self
-            .core
             .jobs
             .running()
             .filter(|j| j.state == JobState::Running && j.borrowed != borrowing.contains(&j.id))
             .map(|j| j.id)
             .collect();
         for id in changed {
-            let Some(job) = self.core.jobs.job_mut(&id) else {
+            let Some(job) = self.jobs.job_mut(&id) else {
                 continue;
             };
             job.borrowed = !job.borrowed;
-            let mut fx = Effects::default();
             fx.job(job);
             fx.views_changed();
-            self.apply(fx)?;
         }
-        Ok(())
     }
 
-    /// Signals the victims, keeps their GPUs for `urgent`, records it all.
-    pub(super) fn carry_out(&mut self, choice: Preemption, now: i64) -> Result<(), DaemonError> {
+    /// Signals the victims, keeps their GPUs for the urgent job, records
+    /// it all (audited on `channel`).
+    pub(super) fn carry_out(
+        &mut self,
+        reads: &dyn Reads,
+        choice: Preemption,
+        (now, channel): (i64, crate::proto::Channel),
+        fx: &mut Effects,
+    ) {
         let urgent = choice.job;
-        let (user, qos) = {
-            let job = self
-                .core
-                .jobs
-                .job_mut(&urgent)
-                .expect("checked by the caller");
-            job.claim = choice.gpus.clone();
-            job.node = Some(choice.node.clone());
-            job.preemptions_caused += choice.victims.len() as u32;
-            (job.user.clone(), job.qos.clone())
+        let Some(job) = self.jobs.job_mut(&urgent) else {
+            return;
         };
-        let job = self.core.jobs[&urgent].clone();
+        job.claim = choice.gpus.clone();
+        job.node = Some(choice.node.clone());
+        job.preemptions_caused += choice.victims.len() as u32;
+        let job = job.clone();
         let victims = choice
             .victims
             .iter()
             .map(|v| v.to_string())
             .collect::<Vec<_>>()
             .join(", ");
-        let on = if self.nodes.layout().is_single() {
+        let on = if reads.single_server() {
             String::new()
         } else {
             format!(" on {}", choice.node)
@@ -119,61 +120,46 @@ impl Daemon {
             ("preempt", "preempts job(s)".to_string())
         };
         let detail = format!(
-            "job {urgent} ({qos}, {user}) {verb} {victims}; GPUs [{}]{on} kept for it",
+            "job {urgent} ({}, {}) {verb} {victims}; GPUs [{}]{on} kept for it",
+            job.qos,
+            job.user,
             db::format_index_list(&choice.gpus)
         );
-        let mut fx = Effects::default();
         fx.job(&job);
-        fx.audit(
-            (now, self.turn.channel),
-            "ysctld",
-            action,
-            Some(urgent),
-            &detail,
-        );
-        self.apply(fx)?;
-        self.stats.preemptions_total += 1;
+        fx.audit((now, channel), "ysctld", action, Some(urgent), &detail);
         for victim in choice.victims {
-            let suspend = self.core.jobs.get(&victim).is_some_and(|j| {
-                self.core
-                    .config
+            let suspend = self.jobs.get(&victim).is_some_and(|j| {
+                self.config
                     .qos_named(&j.qos)
                     .is_some_and(|q| q.preempt_mode == PreemptMode::Suspend)
             });
             if choice.reclaimed.contains(&victim) {
-                self.stop_preempted(victim, urgent, "reclaimed", now)?;
+                self.stop_preempted((victim, urgent), "reclaimed", now, fx);
             } else if suspend {
-                self.suspend_preempted(victim, urgent, now)?;
+                self.suspend_preempted(reads, (victim, urgent), now, fx);
             } else {
-                self.stop_preempted(victim, urgent, "preempted", now)?;
+                self.stop_preempted((victim, urgent), "preempted", now, fx);
             }
         }
-        self.snapshot = None;
-        Ok(())
+        fx.views_changed();
     }
 
-    /// Signals a victim: SIGTERM to all of it now, SIGKILL after its QoS's
-    /// grace. It keeps its GPUs (COMPLETING) until it is gone. `how` says
-    /// why: `preempted`, or `reclaimed` for a borrowing job.
-    fn stop_preempted(
-        &mut self,
-        id: JobId,
-        by: JobId,
-        how: &str,
-        now: i64,
-    ) -> Result<(), DaemonError> {
-        let Some(job) = self.core.jobs.job_mut(&id) else {
-            return Ok(());
+    /// Signals victim `id`: SIGTERM to all of it now, SIGKILL after its
+    /// QoS's grace. It keeps its GPUs (COMPLETING) until it is gone. `how`
+    /// says why: `preempted`, or `reclaimed` for a borrowing job.
+    fn stop_preempted(&mut self, (id, by): (JobId, JobId), how: &str, now: i64, fx: &mut Effects) {
+        let Some(job) = self.jobs.job_mut(&id) else {
+            return;
         };
         if job.state != JobState::Running {
-            return Ok(());
+            return;
         }
         job.state = JobState::Completing;
         job.kill_reason = Some(JobState::Preempted);
         job.preempted_by = Some(by);
         job.reason = Some(format!("{how} by job {by}"));
         let job = job.clone();
-        self.core.policy.stopping.insert(id, now);
+        self.policy.stopping.insert(id, now);
         let grace = self.grace_of(&job);
         let first = job.warn_signal.map_or("TERM".to_string(), |w| {
             crate::model::units::signal_name(w.signal)
@@ -184,31 +170,33 @@ impl Daemon {
         } else {
             "preempt"
         };
-        self.record_stop(&job, by, kind, grace, now)?;
-        let mut fx = Effects::default();
+        super::stops::record_stop(&job, by, (kind, grace), now, fx);
         fx.job(&job);
         fx.event(id, now, JobState::Preempted, Some(&detail));
-        self.apply(fx)?;
         tracing::info!(target: "ysched::daemon", "job {id} {detail}");
-        self.send_terminate(id, grace);
-        Ok(())
+        self.stop(id, grace, fx);
     }
 
-    /// Freezes a victim whose QoS suspends: it keeps its GPUs and memory,
-    /// gives its CPUs to `by`, and runs on when `by` ends.
-    fn suspend_preempted(&mut self, id: JobId, by: JobId, now: i64) -> Result<(), DaemonError> {
-        self.handle_with(|core, reads, fx| {
-            if let Some(e) = core.suspension_refused(reads, id) {
-                tracing::error!(target: "ysched::daemon", "job {id} could not be suspended for job {by}: {e}");
-                return Ok(());
-            }
-            let job = core.jobs.job_mut(&id).expect("running, checked above");
-            job.preempted_by = Some(by);
-            job.preempt_count += 1;
-            job.reason = Some(format!("suspended for job {by}"));
-            core.suspend(id, &format!("job {by} (preemption)"), now, fx);
-            Ok(())
-        })
+    /// Freezes victim `id`, whose QoS suspends: it keeps its GPUs and
+    /// memory, gives its CPUs to `by`, and runs on when `by` ends.
+    fn suspend_preempted(
+        &mut self,
+        reads: &dyn Reads,
+        (id, by): (JobId, JobId),
+        now: i64,
+        fx: &mut Effects,
+    ) {
+        if let Some(e) = self.suspension_refused(reads, id) {
+            tracing::error!(target: "ysched::daemon", "job {id} could not be suspended for job {by}: {e}");
+            return;
+        }
+        let Some(job) = self.jobs.job_mut(&id) else {
+            return;
+        };
+        job.preempted_by = Some(by);
+        job.preempt_count += 1;
+        job.reason = Some(format!("suspended for job {by}"));
+        self.suspend(id, &format!("job {by} (preemption)"), now, fx);
     }
 
     /// Seconds between SIGTERM and SIGKILL when `job` is stopped.
@@ -216,14 +204,13 @@ impl Daemon {
         match job.kill_reason {
             Some(JobState::Preempted) => {
                 let qos = self
-                    .core
                     .config
                     .qos_named(&job.qos)
                     .map_or(crate::config::DEFAULT_GRACE_TIME, |q| q.grace_time);
                 // A job may ask for less, never for more.
                 job.grace.map_or(qos, |g| g.min(qos))
             }
-            _ => self.core.config.kill_wait,
+            _ => self.config.kill_wait,
         }
     }
 }
@@ -362,20 +349,5 @@ impl Core {
         self.notify_job(&job, super::notifications::JobEvent::Requeued, end, fx);
         tracing::info!(target: "ysched::daemon", "job {id} {detail}");
         fx.queue_changed();
-    }
-}
-
-impl Daemon {
-    /// Puts job `id`'s run back in the queue (see [`Core::requeue_run`]).
-    pub(super) fn requeue_run(
-        &mut self,
-        run: Run,
-        reason: Option<String>,
-        preempted: bool,
-    ) -> Result<(), DaemonError> {
-        self.handle_with(|core, reads, fx| {
-            core.requeue_run(reads, run, reason, preempted, fx);
-            Ok(())
-        })
     }
 }

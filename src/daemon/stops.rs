@@ -9,7 +9,7 @@ use crate::model::job::{ExitStatus, Job, JobId};
 use super::effects::{Effects, Row};
 use super::error::DaemonError;
 use super::reads::Reads;
-use super::state::{Core, Daemon};
+use super::state::Core;
 
 /// How a stopped run ended, as its requeue needs it.
 pub(super) struct Settled {
@@ -20,29 +20,26 @@ pub(super) struct Settled {
     pub charged_until: Option<i64>,
 }
 
-impl Daemon {
-    /// Records that `job`'s run is being stopped for job `by`; `kind` is
-    /// `preempt` or `reclaim`.
-    pub(super) fn record_stop(
-        &mut self,
-        job: &Job,
-        by: JobId,
-        kind: &str,
-        grace: u64,
-        now: i64,
-    ) -> Result<(), DaemonError> {
-        self.write(Row::Stopped(Box::new(db::preemptions::Stopped {
-            job: job.id,
-            restart: job.restart_count,
-            at: now,
-            kind: kind.to_string(),
-            by,
-            account: job.account.clone(),
-            user: job.user.clone(),
-            gpus: job.gpus_alloc.len() as u32,
-            grace,
-        })))
-    }
+/// Records that `job`'s run is being stopped for job `by`; `kind` is
+/// `preempt` or `reclaim`.
+pub(super) fn record_stop(
+    job: &Job,
+    by: JobId,
+    (kind, grace): (&str, u64),
+    now: i64,
+    fx: &mut Effects,
+) {
+    fx.row(Row::Stopped(Box::new(db::preemptions::Stopped {
+        job: job.id,
+        restart: job.restart_count,
+        at: now,
+        kind: kind.to_string(),
+        by,
+        account: job.account.clone(),
+        user: job.user.clone(),
+        gpus: job.gpus_alloc.len() as u32,
+        grace,
+    })));
 }
 
 impl Core {

@@ -647,78 +647,23 @@ impl Daemon {
         let started = Instant::now();
         let decisions = sched::pass(&state, &self.core.config);
         self.stats.last_pass_seconds = started.elapsed().as_secs_f64();
-        self.apply_decisions(decisions, now)
-    }
-
-    /// Carries out a pass's decisions: cancels what can never run where
-    /// the config says so, marks the starts running, preempts, and keeps
-    /// the reasons, the order and the fair-share tree for the views.
-    fn apply_decisions(
-        &mut self,
-        decisions: sched::pass::Decisions,
-        now: i64,
-    ) -> Result<(), DaemonError> {
-        let sched::pass::Decisions {
-            plan,
-            starts,
-            mut held,
-            never,
-            preemptions,
-            borrowing,
-            tree,
-            shares,
-            factors,
-        } = decisions;
-        self.mark_borrowing(&borrowing)?;
-        if self.core.config.kill_invalid_dependency {
-            for id in never {
-                held.remove(&id);
-                let reason = Some("DependencyNeverSatisfied".into());
-                self.finish(id, JobState::Cancelled, now, None, reason)?;
-            }
+        // The images the starts need, their pulls begun where they are
+        // not present (an urgent job's too, so that it comes while its
+        // victims stop).
+        let images: HashMap<JobId, ImageStatus> = decisions
+            .starts
+            .iter()
+            .map(|start| (start.job, self.image_readiness(start)))
+            .collect();
+        for preemption in &decisions.preemptions {
+            self.image_readiness_on(preemption.job, std::iter::once(&preemption.node));
         }
-        self.core.policy.fairshare = factors;
-        self.core.policy.pass_tree = Some((tree, shares));
-        let mut started = false;
-        let mut pulling = Vec::new();
-        for start in starts {
-            match self.image_readiness(&start) {
-                ImageStatus::Ready => {
-                    self.mark_running(start, now)?;
-                    started = true;
-                }
-                ImageStatus::Pulling => pulling.push(start.job),
-                ImageStatus::Failed(why) => {
-                    let exit = Some(crate::model::job::ExitStatus { code: 1, signal: 0 });
-                    self.finish(start.job, JobState::Failed, now, exit, Some(why))?;
-                }
-            }
-        }
-        self.core.policy.reasons = plan.reasons;
-        let mut wake_at = plan.wake_at;
-        if !pulling.is_empty() {
-            // Looked at again each second until its image is present.
-            wake_at = Some(wake_at.map_or(now + 1, |w| w.min(now + 1)));
-        }
-        for id in pulling {
-            self.core.policy.reasons.insert(id, Reason::ImagePull);
-        }
-        for preemption in preemptions {
-            let id = preemption.job;
-            // Its image comes while its victims stop.
-            self.image_readiness_on(id, std::iter::once(&preemption.node));
-            self.carry_out(preemption, now)?;
-            self.core.policy.reasons.insert(id, Reason::Preempting);
-        }
-        self.core.policy.expected_starts = plan.expected_starts;
-        // A job started now may satisfy an `after` dependency at once.
-        if started && !held.is_empty() {
-            self.reschedule = true;
-        }
-        self.core.policy.reasons.extend(held);
-        self.core.policy.order = plan.order;
-        self.core.policy.wake_at = wake_at;
-        self.snapshot = None;
+        let channel = self.turn.channel;
+        let passed = self.handle_with(|core, reads, fx| {
+            super::pass::on_pass(core, reads, (decisions, &images), (now, channel), fx)
+        })?;
+        self.stats.preemptions_total += passed.preemptions;
+        self.turn.to_launch.extend(passed.launch);
         Ok(())
     }
 
