@@ -2,15 +2,17 @@
 //! carry out: the node's link bookkeeping (leases, hellos, heartbeats)
 //! is the edge's (`pool`); these decide over the core. A job on a lost
 //! node ends NODE_FAIL, charged until the node froze it, and is requeued
-//! unless it asked not to be; a run its node did not start goes back to
-//! the queue. For a job over several nodes, its part there is lost, and
+//! unless it asked not to be; a run a node froze when its lease ran out
+//! is thawed once the time it stood is credited; a run its node did not
+//! start goes back to the queue. For a job over several nodes, its part there is lost, and
 //! the edge takes that part's end in (`peers::on_part_end`).
 
 use crate::model::job::{JobId, JobState};
-use crate::net::message::RunKey;
+use crate::net::message::{RunKey, ToNode};
 
 use super::effects::Effects;
 use super::error::DaemonError;
+use super::node_time::Credited;
 use super::reads::Reads;
 use super::state::Core;
 
@@ -77,6 +79,89 @@ pub(super) fn on_not_started(
     let detail = format!("requeued: {name} did not start it ({why})");
     core.unlaunch(run.job, &detail, now, fx);
     None
+}
+
+/// Runs node `name` froze when its lease ran out (`frozen`, with how
+/// long by its count), and what of each the controller credits
+/// (`credits`, by its own measure: `node_time::Freezes`). Each still
+/// the current run of a running job there goes on where it stopped
+/// (thawed, after the commit), the time it was frozen not counted
+/// against its time limit nor charged, as Slurm does with suspended
+/// time; any other was run elsewhere since (or its job ended), and is
+/// stopped and forgotten.
+pub(super) fn on_frozen(
+    core: &mut Core,
+    (name, frozen, credits): (&str, &[(RunKey, u64)], &[Credited]),
+    now: i64,
+    fx: &mut Effects,
+) {
+    for &(run, secs) in frozen {
+        let job = current_run(&core.jobs, run, name);
+        match job.map(|j| j.state) {
+            Some(JobState::Running | JobState::Completing) => {
+                let credit = credits.iter().find(|c| c.run == run);
+                // The batch node's part says how long the job stood
+                // (each part of a job over several reports its own).
+                let batch = job.and_then(|j| j.node.as_deref()) == Some(name);
+                if let Some(credit) = credit.filter(|_| batch) {
+                    credit_frozen(core, (name, secs, *credit), now, fx);
+                }
+                // Thawed once the credit is recorded.
+                fx.frame(name, ToNode::Freeze { run, frozen: false });
+            }
+            // Suspended by an administrator: it stays frozen until resumed.
+            Some(_) => {}
+            None => stop_stale(name, run, true, fx),
+        }
+    }
+}
+
+/// Credits `credit` of a freeze node `name` reported (`secs` by its
+/// count): not counted against its run's time limit, nor charged. One
+/// event per freeze.
+fn credit_frozen(
+    core: &mut Core,
+    (name, secs, credit): (&str, u64, Credited),
+    now: i64,
+    fx: &mut Effects,
+) {
+    let id = credit.run.job;
+    let Some(job) = core.jobs.job_mut(&id) else {
+        return;
+    };
+    job.suspended_secs += credit.added;
+    fx.job(job);
+    if credit.first {
+        let detail = format!(
+            "frozen on {name} while the controller could not be reached ({secs} s by its count, {} s credited so far); thawed",
+            credit.total
+        );
+        fx.named_event(id, now, "THAWED", Some(&detail));
+        tracing::info!(target: "ysched::pool", "job {id} {detail}");
+    } else {
+        tracing::debug!(target: "ysched::pool", "job {id}: {} s more of its freeze on {name} credited ({} s in all)", credit.added, credit.total);
+    }
+}
+
+/// Run `run` of a job, if it is the job's current run and holds GPUs on
+/// node `name`.
+pub(super) fn current_run<'a>(
+    jobs: &'a super::state::Jobs,
+    run: RunKey,
+    name: &str,
+) -> Option<&'a std::sync::Arc<crate::model::job::Job>> {
+    jobs.get(&run.job)
+        .filter(|j| j.state.holds_gpus() && j.runs_on(name) && j.restart_count == run.restart)
+}
+
+/// Run `run` that node `name` holds (`frozen` for its fence) is no job's
+/// current run there: what is left of it is killed and forgotten, after
+/// the commit.
+pub(super) fn stop_stale(name: &str, run: RunKey, frozen: bool, fx: &mut Effects) {
+    let held = if frozen { "frozen on" } else { "on" };
+    tracing::info!(target: "ysched::pool", "{run} {held} {name} is not a current run: stopped and forgotten");
+    fx.frame(name, ToNode::Clear { run });
+    fx.frame(name, ToNode::Forget { run });
 }
 
 #[cfg(test)]
@@ -161,5 +246,52 @@ mod tests {
             .policy
             .lost_parts
             .contains(&(2, 0, "gpu02".to_string())));
+    }
+
+    #[test]
+    fn a_run_frozen_for_a_lost_lease_is_credited_once_told_then_thawed_and_a_stale_one_cleared() {
+        let mut suspended = running(3, "gpu02");
+        suspended.state = JobState::Suspended;
+        let jobs = vec![running(1, "gpu02"), suspended];
+        let (mut core, mut fx) = (core_with(jobs), Effects::default());
+        let run = RunKey { job: 1, restart: 0 };
+        let stale = RunKey { job: 2, restart: 0 };
+        let admin = RunKey { job: 3, restart: 0 };
+        let frozen = [(run, 40), (stale, 40), (admin, 40)];
+        let credits = [Credited {
+            run,
+            added: 38,
+            total: 38,
+            first: true,
+        }];
+        on_frozen(&mut core, ("gpu02", &frozen, &credits), 300, &mut fx);
+        assert_eq!(core.jobs[&1].suspended_secs, 38);
+        assert!(fx.rows().iter().any(|r| matches!(
+            r,
+            Row::Event { job: 1, name, detail: Some(d), .. }
+                if name == "THAWED" && d.contains("40 s by its count, 38 s credited so far")
+        )));
+        let frames: Vec<String> = fx
+            .out
+            .iter()
+            .map(|o| match o {
+                super::super::effects::Out::Frame { node, frame } => format!("{node} {frame:?}"),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(frames.len(), 3, "{frames:?}");
+        assert!(frames[0].starts_with("gpu02 Freeze") && frames[0].contains("frozen: false"));
+        assert!(frames[1].starts_with("gpu02 Clear") && frames[2].starts_with("gpu02 Forget"));
+        // More of the same freeze: credited, told of once.
+        let mut fx = Effects::default();
+        let more = [Credited {
+            run,
+            added: 5,
+            total: 43,
+            first: false,
+        }];
+        on_frozen(&mut core, ("gpu02", &frozen[..1], &more), 305, &mut fx);
+        assert_eq!(core.jobs[&1].suspended_secs, 43);
+        assert!(!fx.rows().iter().any(|r| matches!(r, Row::Event { .. })));
     }
 }

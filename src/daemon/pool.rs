@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use crate::config::Config;
 use crate::db;
 use crate::exec::executor::NodeFacts;
-use crate::model::job::{JobId, JobState};
+use crate::model::job::JobId;
 use crate::net::frame::{decode, encode};
 use crate::net::message::{Envelope, FromNode, RunKey, ToNode, PROTOCOL};
 use crate::net::pki::{hash_token, Authority, Subject};
@@ -30,6 +30,7 @@ use crate::spool::Spool;
 
 use super::effects::{Effects, Out, PoolRow, Row};
 use super::error::DaemonError;
+use super::node_loss::{current_run, stop_stale};
 use super::nodes::{Node, RemoteNode};
 use super::pool_state::PoolState;
 use super::state::{Daemon, Event};
@@ -771,8 +772,7 @@ impl Daemon {
         (fenced, frozen): (bool, &[(RunKey, u64)]),
         (sent, now): (i64, i64),
     ) -> Result<(), DaemonError> {
-        let mut fx = Effects::default();
-        let credits = match &mut self.pool {
+        let (credits, good) = match &mut self.pool {
             Some(pool) => {
                 let credits = pool
                     .freezes
@@ -783,64 +783,18 @@ impl Daemon {
                     });
                 // Its good standing on record bounds what it may say it
                 // froze while a restarted controller was away.
-                if let Some(time) = pool.freezes.good_to_record(name) {
-                    let name = name.to_string();
-                    fx.row(Row::Pool(PoolRow::Good { name, time }));
-                }
-                credits
+                (credits, pool.freezes.good_to_record(name))
             }
-            None => Vec::new(),
+            None => (Vec::new(), None),
         };
-        for &(run, secs) in frozen {
-            let job = current_run(&self.core.jobs, run, name);
-            match job.map(|j| j.state) {
-                Some(JobState::Running | JobState::Completing) => {
-                    let credit = credits.iter().find(|c| c.run == run);
-                    // The batch node's part says how long the job stood
-                    // (each part of a job over several reports its own).
-                    let batch = job.and_then(|j| j.node.as_deref()) == Some(name);
-                    if let Some(credit) = credit.filter(|_| batch) {
-                        self.credit_frozen(run, name, (secs, *credit), now, &mut fx);
-                    }
-                    // Thawed once the credit is recorded.
-                    fx.frame(name, ToNode::Freeze { run, frozen: false });
-                }
-                // Suspended by an administrator: it stays frozen until resumed.
-                Some(_) => {}
-                None => {
-                    stop_stale(name, run, true, &mut fx);
-                }
+        self.handle_with(|core, _, fx| {
+            if let Some(time) = good {
+                let name = name.to_string();
+                fx.row(Row::Pool(PoolRow::Good { name, time }));
             }
-        }
-        self.apply(fx)
-    }
-
-    /// Credits `credit` of a freeze node `name` reported (`secs` by its
-    /// count) to run `run`: not counted against its time limit, nor
-    /// charged. One event per freeze.
-    fn credit_frozen(
-        &mut self,
-        run: RunKey,
-        name: &str,
-        (secs, credit): (u64, super::node_time::Credited),
-        now: i64,
-        fx: &mut Effects,
-    ) {
-        let Some(job) = self.core.jobs.job_mut(&run.job) else {
-            return;
-        };
-        job.suspended_secs += credit.added;
-        fx.job(job);
-        if credit.first {
-            let detail = format!(
-                "frozen on {name} while the controller could not be reached ({secs} s by its count, {} s credited so far); thawed",
-                credit.total
-            );
-            fx.named_event(run.job, now, "THAWED", Some(&detail));
-            tracing::info!(target: "ysched::pool", "job {} {detail}", run.job);
-        } else {
-            tracing::debug!(target: "ysched::pool", "job {}: {} s more of its freeze on {name} credited ({} s in all)", run.job, credit.added, credit.total);
-        }
+            super::node_loss::on_frozen(core, (name, frozen, &credits), now, fx);
+            Ok(())
+        })
     }
 
     /// The controller's clock less node `name`'s, with a reading of the
@@ -1068,27 +1022,6 @@ fn malformed_join(name: &str, token: &str) -> Option<String> {
         return Some(format!("a join for {name} with a token that is none"));
     }
     None
-}
-
-/// Run `run` of a job, if it is the job's current run and holds GPUs on
-/// node `name`.
-fn current_run<'a>(
-    jobs: &'a super::state::Jobs,
-    run: RunKey,
-    name: &str,
-) -> Option<&'a std::sync::Arc<crate::model::job::Job>> {
-    jobs.get(&run.job)
-        .filter(|j| j.state.holds_gpus() && j.runs_on(name) && j.restart_count == run.restart)
-}
-
-/// Run `run` that node `name` holds (`frozen` for its fence) is no job's
-/// current run there: what is left of it is killed and forgotten, after
-/// the commit.
-fn stop_stale(name: &str, run: RunKey, frozen: bool, fx: &mut Effects) {
-    let held = if frozen { "frozen on" } else { "on" };
-    tracing::info!(target: "ysched::pool", "{run} {held} {name} is not a current run: stopped and forgotten");
-    fx.frame(name, ToNode::Clear { run });
-    fx.frame(name, ToNode::Forget { run });
 }
 
 fn shifted(mut record: crate::exec::spec::ExitRecord, skew: i64) -> crate::exec::spec::ExitRecord {
