@@ -41,8 +41,13 @@ pub(super) struct RemoteNode {
     /// Whether its jobs were already ended for its silence.
     pub(super) lost: bool,
     /// Whether it has been heard since the controller itself was away
-    /// (`false` until then): its jobs' clocks wait for what it says.
+    /// (`false` until then), or since its lease ran out unanswered: its
+    /// jobs' clocks wait for what it says.
     pub(super) heard_since_away: bool,
+    /// When its lease ran out before the controller could answer it (the
+    /// controller's clock): it froze its runs then, and only a report it
+    /// sent since says for how long. `None` once one has come.
+    pub(super) lapsed_at: Option<i64>,
 }
 
 impl Node {

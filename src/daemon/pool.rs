@@ -117,6 +117,7 @@ impl Daemon {
             lease_from: self.now(),
             lost: false,
             heard_since_away: true,
+            lapsed_at: None,
         };
         if self.nodes.named(&name).is_some() {
             self.nodes.change(&name, |node| {
@@ -311,7 +312,7 @@ impl Daemon {
                 } else {
                     now
                 };
-                self.heartbeat(name, &link, (seq, sent), &running, fenced);
+                self.heartbeat(name, &link, (seq, sent, now), &running, fenced);
                 self.thaw_fenced(name, (fenced, &frozen), (sent, now))?;
             }
             FromNode::NotStarted { run, why } => self.not_started(name, run, &why, now)?,
@@ -839,7 +840,7 @@ impl Daemon {
         &mut self,
         name: &str,
         link: &Link,
-        (seq, sent): (u64, i64),
+        (seq, sent, now): (u64, i64, i64),
         running: &[RunKey],
         fenced: bool,
     ) {
@@ -858,12 +859,30 @@ impl Daemon {
         self.after_commit(fx);
         let was_down = self.nodes.named(name).and_then(|n| n.down.clone());
         let heard = self.core.clock.instant();
+        let lease = self
+            .pool
+            .as_ref()
+            .map_or(0, |p| p.lease.as_millis().div_ceil(1_000) as i64);
         self.nodes.change(name, |node| {
             if let Some(remote) = &mut node.remote {
+                // Its lease ran out before this answer can reach it: it
+                // froze its runs then. What it sent before that (frames
+                // held on the way, or unread while the controller was
+                // stopped) does not know of it; its jobs' clocks wait
+                // for a report sent since (found by the simulation of
+                // the pool, seed 35 over 2 hours: a time limit reached
+                // on a run its node held frozen, unreported).
+                let lapse = remote.lease_from.saturating_add(lease);
+                if lapse <= now && remote.lapsed_at.is_none() {
+                    remote.lapsed_at = Some(lapse);
+                }
+                if remote.lapsed_at.is_some_and(|at| sent >= at) {
+                    remote.lapsed_at = None;
+                }
                 remote.last_heard = heard;
                 remote.lease_from = remote.lease_from.max(sent);
                 remote.lost = false;
-                remote.heard_since_away = true;
+                remote.heard_since_away = remote.lapsed_at.is_none();
             }
             node.down = fenced.then(|| "its agent stopped its jobs: it had lost its lease".into());
         });

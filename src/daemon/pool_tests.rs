@@ -324,6 +324,7 @@ fn a_frame_to_a_node_leaves_only_once_its_turn_is_committed() {
             lease_from: 0,
             lost: false,
             heard_since_away: true,
+            lapsed_at: None,
         })
     });
     // The node reports a run of the job that is not its current one:
@@ -744,6 +745,7 @@ fn connect_remote(p: &mut Pool, name: &str) -> crate::net::server::Recorder {
             lease_from: 0,
             lost: false,
             heard_since_away: true,
+            lapsed_at: None,
         })
     });
     recorder
@@ -838,6 +840,55 @@ fn a_freeze_reported_in_a_turn_whose_commit_fails_is_credited_after_all() {
         job.suspended_secs, 40,
         "the freeze is credited once it is recorded"
     );
+}
+
+/// Found by the simulation of the pool (seed 35 over 2 hours): a node
+/// whose heartbeats were held on their way froze its runs when its lease
+/// ran out unanswered; the held heartbeats, all sent before that, made it
+/// heard when they came, and a run's time limit was reached while its
+/// node held it frozen, its freeze never told (and charged). Its jobs'
+/// clocks wait for a report sent since its lease ran out.
+#[test]
+fn a_time_limit_waits_for_what_a_node_sent_after_its_lease_ran_out_unanswered() {
+    let mut p = pool(&[16]);
+    let id = p.submit(request(1)).unwrap();
+    p.settle();
+    let _sent = connect_remote(&mut p, "gpu01");
+    p.daemon.core.jobs.job_mut(&id).unwrap().time_limit = Some(45);
+    let run = crate::net::message::RunKey {
+        job: id,
+        restart: 0,
+    };
+    let at =
+        |p: &mut Pool, t: i64| p.daemon.core.clock = Clock::Manual(Arc::new(AtomicI64::new(t)));
+    // Heard at once at 10: its clock is the controller's; its lease of
+    // 30 s runs out at 40.
+    at(&mut p, 10);
+    heartbeat(&mut p, "gpu01", vec![run], Vec::new(), 10);
+    turn(&mut p).unwrap();
+    // Nothing of it comes for a while (the controller finds it down, not
+    // yet lost); then what it sent at 20 is read, past the job's limit.
+    for t in [20, 30, 40, 50] {
+        at(&mut p, t);
+        turn(&mut p).unwrap();
+    }
+    heartbeat(&mut p, "gpu01", vec![run], Vec::new(), 20);
+    turn(&mut p).unwrap();
+    assert_eq!(
+        p.daemon.core.jobs[&id].state,
+        JobState::Running,
+        "stopped on a report older than its node's freeze"
+    );
+    // Sent at 48: frozen since 40.
+    frozen_report(&mut p, "gpu01", vec![(run, 8)], 48);
+    turn(&mut p).unwrap();
+    let job = &p.daemon.core.jobs[&id];
+    // 8 s by its count and the 1 s (a second short) its report waited.
+    assert_eq!((job.state, job.suspended_secs), (JobState::Running, 9));
+    at(&mut p, 55);
+    heartbeat(&mut p, "gpu01", vec![run], Vec::new(), 55);
+    turn(&mut p).unwrap();
+    assert_eq!(p.daemon.core.jobs[&id].state, JobState::Completing);
 }
 
 /// A join's certificate leaves once the node's joining is committed: a

@@ -1159,6 +1159,7 @@ mod tests {
             (9, 0.5),
             (96, 0.5),
             (85, 0.5),
+            (35, 2.0),
         ] {
             let options = Options {
                 first_seed: seed,
