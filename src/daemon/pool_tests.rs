@@ -891,6 +891,98 @@ fn a_time_limit_waits_for_what_a_node_sent_after_its_lease_ran_out_unanswered() 
     assert_eq!(p.daemon.core.jobs[&id].state, JobState::Completing);
 }
 
+/// Found by the simulation of the pool (seeds 26 and 27 over 2 hours): a
+/// node reconnected while the controller was stopped; its hello, sent
+/// before its lease ran out, was read after and taken as its good
+/// standing then, so the freeze it reported next was credited nothing.
+/// A hello is taken as of when it was sent, and, sent before the node's
+/// lease ran out unanswered, its jobs' clocks wait for a later report.
+#[test]
+fn a_hello_read_late_is_as_old_as_it_is_and_the_freeze_reported_after_it_is_credited() {
+    let mut p = pool(&[16]);
+    let id = p.submit(request(1)).unwrap();
+    p.settle();
+    let _sent = connect_remote(&mut p, "gpu01");
+    p.daemon.core.jobs.job_mut(&id).unwrap().time_limit = Some(45);
+    let run = crate::net::message::RunKey {
+        job: id,
+        restart: 0,
+    };
+    let at =
+        |p: &mut Pool, t: i64| p.daemon.core.clock = Clock::Manual(Arc::new(AtomicI64::new(t)));
+    at(&mut p, 10);
+    heartbeat(&mut p, "gpu01", vec![run], Vec::new(), 10);
+    turn(&mut p).unwrap();
+    // The controller stops from 10 to 60; the node reconnects at 12 (its
+    // lease runs out at 40 and it freezes its run).
+    at(&mut p, 60);
+    hello_with(&mut p, vec![run], 12);
+    turn(&mut p).unwrap();
+    assert_eq!(
+        p.daemon.core.jobs[&id].state,
+        JobState::Running,
+        "stopped on a hello older than its node's freeze"
+    );
+    frozen_report(&mut p, "gpu01", vec![(run, 20)], 60);
+    turn(&mut p).unwrap();
+    let job = &p.daemon.core.jobs[&id];
+    assert_eq!((job.state, job.suspended_secs), (JobState::Running, 20));
+}
+
+/// The same when the controller ran all along and the node's hello, sent
+/// before its lease ran out unanswered, was held on its way: its jobs'
+/// clocks wait for a report sent since.
+#[test]
+fn a_hello_sent_before_a_nodes_lease_ran_out_holds_its_jobs_clocks() {
+    let mut p = pool(&[16]);
+    let id = p.submit(request(1)).unwrap();
+    p.settle();
+    let _sent = connect_remote(&mut p, "gpu01");
+    p.daemon.core.jobs.job_mut(&id).unwrap().time_limit = Some(45);
+    let run = crate::net::message::RunKey {
+        job: id,
+        restart: 0,
+    };
+    let at =
+        |p: &mut Pool, t: i64| p.daemon.core.clock = Clock::Manual(Arc::new(AtomicI64::new(t)));
+    at(&mut p, 10);
+    heartbeat(&mut p, "gpu01", vec![run], Vec::new(), 10);
+    turn(&mut p).unwrap();
+    for t in [20, 30, 40, 50] {
+        at(&mut p, t);
+        turn(&mut p).unwrap();
+    }
+    hello_with(&mut p, vec![run], 35);
+    turn(&mut p).unwrap();
+    assert_eq!(p.daemon.core.jobs[&id].state, JobState::Running);
+    frozen_report(&mut p, "gpu01", vec![(run, 9)], 49);
+    turn(&mut p).unwrap();
+    let job = &p.daemon.core.jobs[&id];
+    assert_eq!((job.state, job.suspended_secs), (JobState::Running, 9));
+}
+
+/// Node gpu01's agent says hello on connection 1: it runs `running`,
+/// nothing of it frozen; its clock reads `clock`.
+fn hello_with(p: &mut Pool, running: Vec<crate::net::message::RunKey>, clock: i64) {
+    let facts = p.daemon.nodes.named("gpu01").unwrap().facts().clone();
+    let hello = crate::net::message::FromNode::Hello {
+        facts,
+        running: running.into_iter().map(|run| (run, 4242)).collect(),
+        ended: Vec::new(),
+        lost: Vec::new(),
+        version: "test".into(),
+        clock,
+        frozen: Vec::new(),
+    };
+    let peer = crate::net::pki::Subject {
+        name: "gpu01".into(),
+        serial: "gpu01".into(),
+        not_before: 0,
+        not_after: i64::MAX,
+    };
+    arrives(p, (1, Some(peer)), 7, hello);
+}
+
 /// A join's certificate leaves once the node's joining is committed: a
 /// turn whose commit fails sends none (the node would hold a certificate
 /// its controller has no record of), and the join, taken in again, is

@@ -1141,10 +1141,14 @@ mod tests {
     /// to the stop (the job charged less than its run worked); 9 and 96,
     /// a controller restarted while a node it could not hear had frozen
     /// its runs credited the freeze only from its own last record; 85,
-    /// a job suspended when its node was lost charged for its suspension.
-    /// (A
-    /// freeze credit lost with a failed commit, and a lost node's stale
-    /// run left running, are unit tests:
+    /// a job suspended when its node was lost charged for its suspension;
+    /// 35 (over 2 hours), a time limit reached on a run its node held
+    /// frozen, on heartbeats sent before its lease ran out unanswered
+    /// and read late; 26 and 27 (over 2 hours), a hello read late taken
+    /// as the node's good standing when it was read, so the freeze
+    /// reported next was credited nothing. (A freeze credit lost with a
+    /// failed commit, and a lost node's stale run left running, are unit
+    /// tests:
     /// `pool_tests::a_freeze_reported_in_a_turn_whose_commit_fails_is_credited_after_all`,
     /// `a_run_a_heartbeat_lists_that_is_no_jobs_current_run_is_cleared`.)
     #[test]
@@ -1160,6 +1164,8 @@ mod tests {
             (96, 0.5),
             (85, 0.5),
             (35, 2.0),
+            (26, 2.0),
+            (27, 2.0),
         ] {
             let options = Options {
                 first_seed: seed,
