@@ -189,6 +189,7 @@ impl Core {
         job.kill_reason = None;
         let job = job.clone();
         self.policy.stopping.remove(&id);
+        self.policy.resumed.remove(&id);
         fx.job(&job);
         fx.event(id, now, JobState::Pending, Some(detail));
         fx.forget(&ran);

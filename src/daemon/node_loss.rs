@@ -294,4 +294,25 @@ mod tests {
         assert_eq!(core.jobs[&1].suspended_secs, 43);
         assert!(!fx.rows().iter().any(|r| matches!(r, Row::Event { .. })));
     }
+
+    /// Found by the simulation of the pool (seed 167 over 2 hours): a job
+    /// suspended, then resumed after its node's lease had run out (the
+    /// node kept it frozen), was charged until the lease ran out less the
+    /// whole suspension, though only part of it stood in that time.
+    #[test]
+    fn a_job_resumed_after_its_node_froze_it_is_charged_what_it_ran_until_then() {
+        let mut job = running(1, "gpu02");
+        job.state = JobState::Suspended;
+        job.suspended_at = Some(200);
+        let (mut core, reads, mut fx) =
+            (core_with(vec![job]), Archive::default(), Effects::default());
+        core.thaw(1, "root", 1000, &mut fx);
+        assert_eq!(core.jobs[&1].suspended_secs, 800);
+        // Its lease ran out at 900, while it was suspended.
+        on_node_lost(&mut core, &reads, ("gpu02", 900), 1100, &mut fx).unwrap();
+        let job = &core.jobs[&1];
+        assert_eq!(job.state, JobState::Pending);
+        // It ran from 100 to 200 on two GPUs.
+        assert_eq!(job.gpu_seconds, 200);
+    }
 }

@@ -331,6 +331,7 @@ impl Core {
         let job = job.clone();
         self.policy.warned.remove(&id);
         self.policy.stopping.remove(&id);
+        self.policy.resumed.remove(&id);
         let mut detail = format!("{requeued} (restart {})", job.restart_count);
         if let Some(delay) = next.delay {
             detail.push_str(&format!(

@@ -296,6 +296,11 @@ pub(super) struct PolicyState {
     /// run: lost with a restart): a freeze its node reports later is
     /// credited no further than that.
     pub(super) stopping: HashMap<JobId, i64>,
+    /// Each running job's last suspension that ended in this controller's
+    /// run (lost with a restart): from, to. A run charged until before
+    /// its end (its node lost, frozen since its lease ran out while the
+    /// job was suspended) stood suspended only until then.
+    pub(super) resumed: HashMap<JobId, (i64, i64)>,
     /// Drained GPUs: (node, its GPU number).
     pub(super) drains: BTreeMap<crate::db::DrainKey, crate::report::node::Drain>,
     /// Each run's charge taken twice, on purpose (a test that the

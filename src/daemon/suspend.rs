@@ -130,6 +130,7 @@ impl Core {
         job.state = JobState::Running;
         if let Some(at) = job.suspended_at.take() {
             job.suspended_secs += (now - at).max(0) as u64;
+            self.policy.resumed.insert(id, (at, now));
         }
         let job = job.clone();
         let detail = format!("resumed by {by}");

@@ -431,6 +431,7 @@ impl Daemon {
         // no longer known (a freeze reported later is credited to its
         // read, as after a restart).
         self.core.policy.stopping.clear();
+        self.core.policy.resumed.clear();
         self.core.policy.pass_tree = None;
         self.snapshot = None;
         self.reschedule = true;

@@ -229,6 +229,17 @@ impl Runs {
                 } else {
                     self.suspended.remove(&run.job);
                 }
+                if !frozen && fenced && self.suspended_frozen(run.job) {
+                    // A node that lost its lease runs nothing: a run
+                    // resumed now stays frozen, the fence's from now on,
+                    // reported and thawed as the fence's runs are (found
+                    // by the simulation of the pool, seed 167: a resume
+                    // that reached a fenced node ran the job there while
+                    // its controller gave it up).
+                    self.frozen.insert(run.job, self.clock.monotonic());
+                    tracing::info!(target: "ysched::agent", "{run} resumed while this node has no lease: it stays frozen until the controller is heard");
+                    return Vec::new();
+                }
                 if let Err(e) = self.executor.set_frozen(run.job, frozen) {
                     tracing::warn!(target: "ysched::agent", "{run}: {e}");
                 }
@@ -404,6 +415,12 @@ impl Runs {
     /// controller thaws those still its own when it hears the node again.
     /// A run that cannot be frozen (no cgroup) is killed. How many were
     /// frozen, and killed.
+    /// Whether run `job` is held frozen (a controller's suspension, or
+    /// the fence's) and not already the fence's.
+    fn suspended_frozen(&self, job: JobId) -> bool {
+        self.runs.get(&job).is_some_and(Run::running) && !self.frozen.contains_key(&job)
+    }
+
     pub fn fence(&mut self) -> (usize, usize) {
         let (mut frozen, mut killed) = (0, 0);
         for run in self.running() {
@@ -506,6 +523,12 @@ mod tests {
 
     /// Runs over a fake node, with job 7 of this user running.
     fn one_run() -> (Runs, RunKey) {
+        let (runs, run, _node) = one_run_on_a_node();
+        (runs, run)
+    }
+
+    /// The same, with the fake node that runs it.
+    fn one_run_on_a_node() -> (Runs, RunKey, crate::exec::fake::FakeNode) {
         let facts = NodeFacts {
             name: "gpu02".into(),
             inventory: crate::gpu::Inventory::declared(
@@ -524,7 +547,7 @@ mod tests {
                 ..Default::default()
             },
         };
-        let (executor, _node) = crate::exec::fake::FakeExecutor::new(facts, |_| {});
+        let (executor, node) = crate::exec::fake::FakeExecutor::new(facts, |_| {});
         let mut runs = Runs::adopt(Box::new(executor), Vec::new());
         let uid = nix::unistd::getuid();
         let user = nix::unistd::User::from_uid(uid).unwrap().unwrap();
@@ -546,7 +569,7 @@ mod tests {
             matches!(started[..], [FromNode::Started { .. }]),
             "{started:?}"
         );
-        (runs, run)
+        (runs, run, node)
     }
 
     /// Found by the simulation of the pool (seed 8): a run the controller
@@ -565,5 +588,27 @@ mod tests {
         runs.order(freeze(false), false);
         assert_eq!(runs.fence(), (1, 0));
         assert_eq!(runs.frozen_runs().len(), 1);
+    }
+
+    /// Found by the simulation of the pool (seed 167 over 2 hours): a
+    /// resume that reached a node after its lease ran out thawed the run
+    /// there, and it ran while its controller, no longer hearing the
+    /// node, gave it up. The run stays frozen, the fence's, until the
+    /// controller is heard again and thaws it.
+    #[test]
+    fn a_run_resumed_while_its_node_has_no_lease_stays_frozen_the_fences() {
+        let (mut runs, run, node) = one_run_on_a_node();
+        let freeze = |frozen| ToNode::Freeze { run, frozen };
+        let frozen = |node: &crate::exec::fake::FakeNode| node.state().frozen.contains(&run.job);
+        runs.order(freeze(true), false);
+        assert_eq!(runs.fence(), (0, 0));
+        runs.order(freeze(false), true);
+        assert!(frozen(&node), "it ran with no lease");
+        assert_eq!(runs.frozen_runs().len(), 1, "the fence's to report");
+        assert_eq!(runs.fence(), (0, 0), "frozen already");
+        // Heard again: the controller's thaw runs it.
+        runs.order(freeze(false), false);
+        assert!(!frozen(&node));
+        assert!(runs.frozen_runs().is_empty());
     }
 }

@@ -1146,7 +1146,10 @@ mod tests {
     /// frozen, on heartbeats sent before its lease ran out unanswered
     /// and read late; 26 and 27 (over 2 hours), a hello read late taken
     /// as the node's good standing when it was read, so the freeze
-    /// reported next was credited nothing. (A freeze credit lost with a
+    /// reported next was credited nothing; 167 (over 2 hours), a resume
+    /// that reached a node with no lease ran the job there, and a job
+    /// resumed after its node froze it charged less the whole
+    /// suspension. (A freeze credit lost with a
     /// failed commit, and a lost node's stale run left running, are unit
     /// tests:
     /// `pool_tests::a_freeze_reported_in_a_turn_whose_commit_fails_is_credited_after_all`,
@@ -1166,6 +1169,7 @@ mod tests {
             (35, 2.0),
             (26, 2.0),
             (27, 2.0),
+            (167, 2.0),
         ] {
             let options = Options {
                 first_seed: seed,
