@@ -242,16 +242,7 @@ mod tests {
     }
 
     fn record(code: i32, end_time: i64) -> ExitRecord {
-        ExitRecord {
-            exit: ExitStatus { code, signal: 0 },
-            end_time,
-            launch_error: None,
-            terminated: false,
-            usage: Default::default(),
-            stuck: 0,
-            image: None,
-            fenced: None,
-        }
+        super::super::testing::exit_record(code, end_time)
     }
 
     /// Job `job`'s batch script ends as `end` at 500: the core after it,

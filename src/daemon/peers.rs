@@ -406,7 +406,6 @@ mod tests {
     use super::super::testing::{core_with, Archive};
     use super::*;
     use crate::exec::spec::ExitRecord;
-    use crate::model::job::ExitStatus;
 
     /// Job 1 over gpu01 (its batch script) and gpu02, running since 100.
     fn over_two_nodes() -> Job {
@@ -421,16 +420,7 @@ mod tests {
     }
 
     fn ended(code: i32) -> ExitRecord {
-        ExitRecord {
-            exit: ExitStatus { code, signal: 0 },
-            end_time: 400,
-            launch_error: None,
-            terminated: false,
-            usage: Default::default(),
-            stuck: 0,
-            image: None,
-            fenced: None,
-        }
+        super::super::testing::exit_record(code, 400)
     }
 
     fn events(fx: &Effects) -> Vec<String> {

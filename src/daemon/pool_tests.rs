@@ -850,22 +850,7 @@ fn a_freeze_reported_in_a_turn_whose_commit_fails_is_credited_after_all() {
 /// clocks wait for a report sent since its lease ran out.
 #[test]
 fn a_time_limit_waits_for_what_a_node_sent_after_its_lease_ran_out_unanswered() {
-    let mut p = pool(&[16]);
-    let id = p.submit(request(1)).unwrap();
-    p.settle();
-    let _sent = connect_remote(&mut p, "gpu01");
-    p.daemon.core.jobs.job_mut(&id).unwrap().time_limit = Some(45);
-    let run = crate::net::message::RunKey {
-        job: id,
-        restart: 0,
-    };
-    let at =
-        |p: &mut Pool, t: i64| p.daemon.core.clock = Clock::Manual(Arc::new(AtomicI64::new(t)));
-    // Heard at once at 10: its clock is the controller's; its lease of
-    // 30 s runs out at 40.
-    at(&mut p, 10);
-    heartbeat(&mut p, "gpu01", vec![run], Vec::new(), 10);
-    turn(&mut p).unwrap();
+    let (mut p, id, run) = a_job_heard_at_ten();
     // Nothing of it comes for a while (the controller finds it down, not
     // yet lost); then what it sent at 20 is read, past the job's limit.
     for t in [20, 30, 40, 50] {
@@ -899,20 +884,7 @@ fn a_time_limit_waits_for_what_a_node_sent_after_its_lease_ran_out_unanswered() 
 /// lease ran out unanswered, its jobs' clocks wait for a later report.
 #[test]
 fn a_hello_read_late_is_as_old_as_it_is_and_the_freeze_reported_after_it_is_credited() {
-    let mut p = pool(&[16]);
-    let id = p.submit(request(1)).unwrap();
-    p.settle();
-    let _sent = connect_remote(&mut p, "gpu01");
-    p.daemon.core.jobs.job_mut(&id).unwrap().time_limit = Some(45);
-    let run = crate::net::message::RunKey {
-        job: id,
-        restart: 0,
-    };
-    let at =
-        |p: &mut Pool, t: i64| p.daemon.core.clock = Clock::Manual(Arc::new(AtomicI64::new(t)));
-    at(&mut p, 10);
-    heartbeat(&mut p, "gpu01", vec![run], Vec::new(), 10);
-    turn(&mut p).unwrap();
+    let (mut p, id, run) = a_job_heard_at_ten();
     // The controller stops from 10 to 60; the node reconnects at 12 (its
     // lease runs out at 40 and it freezes its run).
     at(&mut p, 60);
@@ -934,20 +906,7 @@ fn a_hello_read_late_is_as_old_as_it_is_and_the_freeze_reported_after_it_is_cred
 /// clocks wait for a report sent since.
 #[test]
 fn a_hello_sent_before_a_nodes_lease_ran_out_holds_its_jobs_clocks() {
-    let mut p = pool(&[16]);
-    let id = p.submit(request(1)).unwrap();
-    p.settle();
-    let _sent = connect_remote(&mut p, "gpu01");
-    p.daemon.core.jobs.job_mut(&id).unwrap().time_limit = Some(45);
-    let run = crate::net::message::RunKey {
-        job: id,
-        restart: 0,
-    };
-    let at =
-        |p: &mut Pool, t: i64| p.daemon.core.clock = Clock::Manual(Arc::new(AtomicI64::new(t)));
-    at(&mut p, 10);
-    heartbeat(&mut p, "gpu01", vec![run], Vec::new(), 10);
-    turn(&mut p).unwrap();
+    let (mut p, id, run) = a_job_heard_at_ten();
     for t in [20, 30, 40, 50] {
         at(&mut p, t);
         turn(&mut p).unwrap();
@@ -959,6 +918,30 @@ fn a_hello_sent_before_a_nodes_lease_ran_out_holds_its_jobs_clocks() {
     turn(&mut p).unwrap();
     let job = &p.daemon.core.jobs[&id];
     assert_eq!((job.state, job.suspended_secs), (JobState::Running, 9));
+}
+
+/// A pool of gpu01 alone, connected, running a job with a limit of 45 s
+/// since 0, heard at once at 10 (its clock is the controller's; its lease
+/// of 30 s runs out at 40): the pool, the job and its run.
+fn a_job_heard_at_ten() -> (Pool, JobId, crate::net::message::RunKey) {
+    let mut p = pool(&[16]);
+    let id = p.submit(request(1)).unwrap();
+    p.settle();
+    let _sent = connect_remote(&mut p, "gpu01");
+    p.daemon.core.jobs.job_mut(&id).unwrap().time_limit = Some(45);
+    let run = crate::net::message::RunKey {
+        job: id,
+        restart: 0,
+    };
+    at(&mut p, 10);
+    heartbeat(&mut p, "gpu01", vec![run], Vec::new(), 10);
+    turn(&mut p).unwrap();
+    (p, id, run)
+}
+
+/// The controller's clock set to `t`.
+fn at(p: &mut Pool, t: i64) {
+    p.daemon.core.clock = Clock::Manual(Arc::new(AtomicI64::new(t)));
 }
 
 /// Node gpu01's agent says hello on connection 1: it runs `running`,

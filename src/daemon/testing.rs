@@ -334,3 +334,18 @@ impl Reads for Archive {
             .map_or(Ok(()), |why| Err(Refusal(why)))
     }
 }
+
+/// What a run's supervisor records when it ends at `end_time` with exit
+/// code `code` (no signal).
+pub(super) fn exit_record(code: i32, end_time: i64) -> ExitRecord {
+    ExitRecord {
+        exit: crate::model::job::ExitStatus { code, signal: 0 },
+        end_time,
+        launch_error: None,
+        terminated: false,
+        usage: Default::default(),
+        stuck: 0,
+        image: None,
+        fenced: None,
+    }
+}
