@@ -920,6 +920,41 @@ fn a_hello_sent_before_a_nodes_lease_ran_out_holds_its_jobs_clocks() {
     assert_eq!((job.state, job.suspended_secs), (JobState::Running, 9));
 }
 
+/// Found by the simulation of the pool (seed 80 over 2 hours): a job was
+/// cancelled while its node, out of reach, held it frozen; a later turn's
+/// commit failed, and the stop was forgotten with it (stops were kept in
+/// memory only), so the freeze report read after was credited up to its
+/// read, beyond the run's end. Stops are read back from the records.
+#[test]
+fn a_freeze_read_after_a_failed_turn_is_credited_no_further_than_its_jobs_stop() {
+    let (mut p, id, run) = a_job_heard_at_ten();
+    p.daemon.core.jobs.job_mut(&id).unwrap().time_limit = None;
+    at(&mut p, 30);
+    let cancel = Control::Cancel {
+        selector: crate::proto::JobSelector {
+            job_ids: vec![crate::array::JobRef::Id(id)],
+            ..Default::default()
+        },
+        signal: None,
+    };
+    let (uid, user) = me();
+    let proven = super::requester::Proven::Kernel;
+    p.daemon.control(cancel, (uid, &user), proven, 30).unwrap();
+    p.daemon.commit().unwrap();
+    assert_eq!(p.daemon.core.jobs[&id].state, JobState::Completing);
+    at(&mut p, 35);
+    poison_the_commit(&mut p);
+    let failure = turn(&mut p).unwrap_err();
+    p.daemon.after_failed_commit(&failure, Vec::new()).unwrap();
+    // Sent at 20, frozen 5 s then; read at 50.
+    at(&mut p, 50);
+    frozen_report(&mut p, "gpu01", vec![(run, 5)], 20);
+    turn(&mut p).unwrap();
+    // 5 s by its count, and its wait until the stop at 30 (a second
+    // short): 9 s.
+    assert_eq!(p.daemon.core.jobs[&id].suspended_secs, 14);
+}
+
 /// A pool of gpu01 alone, connected, running a job with a limit of 45 s
 /// since 0, heard at once at 10 (its clock is the controller's; its lease
 /// of 30 s runs out at 40): the pool, the job and its run.

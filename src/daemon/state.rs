@@ -292,9 +292,9 @@ pub(super) struct PolicyState {
     /// Parts of jobs over several nodes found gone without a record of
     /// their end (after a restart): job, its run, node.
     pub(super) lost_parts: HashSet<(JobId, u32, String)>,
-    /// When each job now COMPLETING was told to stop (this controller's
-    /// run: lost with a restart): a freeze its node reports later is
-    /// credited no further than that.
+    /// When each job now COMPLETING was told to stop (read back from the
+    /// records at a start and after a failed commit): a freeze its node
+    /// reports later is credited no further than that.
     pub(super) stopping: HashMap<JobId, i64>,
     /// Each running job's last suspension that ended in this controller's
     /// run (lost with a restart): from, to. A run charged until before

@@ -987,6 +987,15 @@ pub fn job_events(
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// When job `id` was last told to stop (its last COMPLETING or PREEMPTED
+/// event), if it ever was.
+pub fn stopped_at(conn: &Connection, id: JobId) -> Result<Option<i64>, DbError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT MAX(time) FROM job_events WHERE job_id = ?1 AND state IN ('COMPLETING', 'PREEMPTED')",
+    )?;
+    Ok(stmt.query_row([id as i64], |r| r.get(0))?)
+}
+
 pub fn payload(conn: &Connection, id: JobId) -> Result<Payload, DbError> {
     let row: Option<(String, String, String)> = conn
         .prepare_cached("SELECT script, args, environment FROM job_payloads WHERE job_id = ?1")?

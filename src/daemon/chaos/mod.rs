@@ -1149,7 +1149,9 @@ mod tests {
     /// reported next was credited nothing; 167 (over 2 hours), a resume
     /// that reached a node with no lease ran the job there, and a job
     /// resumed after its node froze it charged less the whole
-    /// suspension. (A freeze credit lost with a
+    /// suspension; 80 and 134 (over 2 hours), a stop forgotten with a
+    /// later turn's failed commit, so a freeze read after it was credited
+    /// beyond the run's end. (A freeze credit lost with a
     /// failed commit, and a lost node's stale run left running, are unit
     /// tests:
     /// `pool_tests::a_freeze_reported_in_a_turn_whose_commit_fails_is_credited_after_all`,
@@ -1170,6 +1172,8 @@ mod tests {
             (26, 2.0),
             (27, 2.0),
             (167, 2.0),
+            (80, 2.0),
+            (134, 2.0),
         ] {
             let options = Options {
                 first_seed: seed,
