@@ -232,13 +232,7 @@ mod tests {
 
     /// Alice's job 1, running on gpu01's GPUs 0 and 1 since 100.
     fn running() -> Job {
-        let mut job = crate::model::job::example_job(1);
-        job.account = "a".into();
-        job.state = JobState::Running;
-        job.start_time = Some(100);
-        job.gpus_alloc = vec![0, 1];
-        job.node = Some("gpu01".into());
-        job
+        super::super::testing::running_on(1, "gpu01")
     }
 
     fn record(code: i32, end_time: i64) -> ExitRecord {

@@ -169,18 +169,8 @@ mod tests {
     use super::super::effects::Row;
     use super::super::testing::{core_with, Archive};
     use super::*;
-    use crate::model::job::Job;
 
-    /// Alice's job `id` on `node`'s GPUs 0 and 1 since 100.
-    fn running(id: JobId, node: &str) -> Job {
-        let mut job = crate::model::job::example_job(id);
-        job.account = "a".into();
-        job.state = JobState::Running;
-        job.start_time = Some(100);
-        job.node = Some(node.into());
-        job.gpus_alloc = vec![0, 1];
-        job
-    }
+    use super::super::testing::running_on as running;
 
     fn ended(fx: &Effects, id: JobId) -> Option<JobState> {
         fx.rows().iter().rev().find_map(|r| match r {

@@ -409,12 +409,7 @@ mod tests {
 
     /// Job 1 over gpu01 (its batch script) and gpu02, running since 100.
     fn over_two_nodes() -> Job {
-        let mut job = crate::model::job::example_job(1);
-        job.account = "a".into();
-        job.state = JobState::Running;
-        job.start_time = Some(100);
-        job.gpus_alloc = vec![0, 1];
-        job.node = Some("gpu01".into());
+        let mut job = super::super::testing::running_on(1, "gpu01");
         job.peers = vec!["gpu02".into()];
         job
     }

@@ -955,6 +955,39 @@ fn a_freeze_read_after_a_failed_turn_is_credited_no_further_than_its_jobs_stop()
     assert_eq!(p.daemon.core.jobs[&id].suspended_secs, 14);
 }
 
+/// A job's last suspension, like its stop, is read back from the records
+/// after a failed commit: a run charged until before its resumption (its
+/// node lost, frozen since its lease ran out) has only the part of the
+/// suspension within it taken off (fix 15 of the pool's simulation).
+#[test]
+fn a_resumption_read_back_after_a_failed_commit_bounds_a_lost_runs_suspension() {
+    let mut p = pool(&[16]);
+    let id = p.submit(request(1)).unwrap();
+    p.settle();
+    let job_ids = || vec![crate::array::JobRef::Id(id)];
+    let (uid, user) = me();
+    let proven = super::requester::Proven::Kernel;
+    let suspend = Control::Suspend { job_ids: job_ids() };
+    p.daemon.control(suspend, (uid, &user), proven, 20).unwrap();
+    p.daemon.commit().unwrap();
+    let resume = Control::Resume { job_ids: job_ids() };
+    p.daemon.control(resume, (uid, &user), proven, 40).unwrap();
+    p.daemon.commit().unwrap();
+    at(&mut p, 41);
+    poison_the_commit(&mut p);
+    let failure = turn(&mut p).unwrap_err();
+    p.daemon.after_failed_commit(&failure, Vec::new()).unwrap();
+    // Its node froze it at 30, suspended; lost at 60.
+    p.daemon
+        .handle_with(|core, reads, fx| {
+            super::node_loss::on_node_lost(core, reads, ("gpu01", 30), 60, fx)
+        })
+        .unwrap();
+    p.daemon.commit().unwrap();
+    // It ran from 0 to 20 on one GPU.
+    assert_eq!(p.daemon.core.jobs[&id].gpu_seconds, 20);
+}
+
 /// A pool of gpu01 alone, connected, running a job with a limit of 45 s
 /// since 0, heard at once at 10 (its clock is the controller's; its lease
 /// of 30 s runs out at 40): the pool, the job and its run.

@@ -296,8 +296,8 @@ pub(super) struct PolicyState {
     /// records at a start and after a failed commit): a freeze its node
     /// reports later is credited no further than that.
     pub(super) stopping: HashMap<JobId, i64>,
-    /// Each running job's last suspension that ended in this controller's
-    /// run (lost with a restart): from, to. A run charged until before
+    /// Each running job's last suspension that ended (read back from the
+    /// records at a start and after a failed commit): from, to. A run charged until before
     /// its end (its node lost, frozen since its lease ran out while the
     /// job was suspended) stood suspended only until then.
     pub(super) resumed: HashMap<JobId, (i64, i64)>,

@@ -349,3 +349,15 @@ pub(super) fn exit_record(code: i32, end_time: i64) -> ExitRecord {
         fenced: None,
     }
 }
+
+/// Alice's job `id` (account a), running on `node`'s GPUs 0 and 1 since
+/// 100.
+pub(super) fn running_on(id: JobId, node: &str) -> Job {
+    let mut job = crate::model::job::example_job(id);
+    job.account = "a".into();
+    job.state = JobState::Running;
+    job.start_time = Some(100);
+    job.gpus_alloc = vec![0, 1];
+    job.node = Some(node.into());
+    job
+}

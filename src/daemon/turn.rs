@@ -431,7 +431,6 @@ impl Daemon {
         // Stops this turn made are undone with it; those made before are
         // read back from the records.
         self.load_stops()?;
-        self.core.policy.resumed.clear();
         self.core.policy.pass_tree = None;
         self.snapshot = None;
         self.reschedule = true;
@@ -443,8 +442,11 @@ impl Daemon {
     /// simulation of the pool, seed 80 over 2 hours: a stop forgotten
     /// with a later turn's failed commit let a freeze read after it be
     /// credited to its read, beyond the run's end).
+    /// So is each running job's last suspension that ended in its run
+    /// (`PolicyState::resumed`).
     fn load_stops(&mut self) -> Result<(), DaemonError> {
         self.core.policy.stopping.clear();
+        self.core.policy.resumed.clear();
         let stopping: Vec<JobId> = self
             .core
             .jobs
@@ -455,6 +457,18 @@ impl Daemon {
         for id in stopping {
             if let Some(at) = db::stopped_at(&self.store.db, id)? {
                 self.core.policy.stopping.insert(id, at);
+            }
+        }
+        let resumed: Vec<(JobId, i64)> = self
+            .core
+            .jobs
+            .running()
+            .filter(|j| j.suspended_secs > 0 && j.suspended_at.is_none())
+            .filter_map(|j| Some((j.id, j.start_time?)))
+            .collect();
+        for (id, start) in resumed {
+            if let Some(last) = db::last_resumption(&self.store.db, id, start)? {
+                self.core.policy.resumed.insert(id, last);
             }
         }
         Ok(())

@@ -996,6 +996,28 @@ pub fn stopped_at(conn: &Connection, id: JobId) -> Result<Option<i64>, DbError> 
     Ok(stmt.query_row([id as i64], |r| r.get(0))?)
 }
 
+/// Job `id`'s last suspension since `since` that has ended: when it was
+/// suspended, and when it ran again.
+pub fn last_resumption(
+    conn: &Connection,
+    id: JobId,
+    since: i64,
+) -> Result<Option<(i64, i64)>, DbError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT s.time, (SELECT MIN(r.time) FROM job_events r
+                          WHERE r.job_id = s.job_id AND r.id > s.id AND r.state = 'RUNNING')
+           FROM job_events s
+          WHERE s.job_id = ?1 AND s.state = 'SUSPENDED' AND s.time >= ?2
+          ORDER BY s.id DESC LIMIT 1",
+    )?;
+    let row: Option<(i64, Option<i64>)> = stmt
+        .query_row(rusqlite::params![id as i64, since], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .optional()?;
+    Ok(row.and_then(|(from, to)| Some((from, to?))))
+}
+
 pub fn payload(conn: &Connection, id: JobId) -> Result<Payload, DbError> {
     let row: Option<(String, String, String)> = conn
         .prepare_cached("SELECT script, args, environment FROM job_payloads WHERE job_id = ?1")?
