@@ -675,7 +675,8 @@ impl Daemon {
             state.lost = hello.lost.iter().map(|r| r.job).collect();
         }
         let before = self.nodes.named(name).and_then(|n| n.remote.as_ref());
-        let lapse = before.map(|r| r.lease_from.saturating_add(lease_secs(lease)));
+        let secs = lease_secs(lease);
+        let lapse = before.map(|r| r.lease_from.saturating_add(secs));
         self.attach_node(hello.facts.clone(), link.clone());
         self.nodes.change(name, |node| {
             node.down = None;
@@ -684,7 +685,8 @@ impl Daemon {
                 // A hello sent before its lease ran out unanswered, read
                 // late, does not know of the freeze since (see
                 // `heartbeat`).
-                remote.lapsed_at = lapse.filter(|&at| at <= now && hello.sent < at);
+                let unknowing = |at: i64| at <= now && hello.sent < at && now <= at + secs;
+                remote.lapsed_at = lapse.filter(|&at| unknowing(at));
                 remote.heard_since_away = remote.lapsed_at.is_none();
             }
         });
@@ -885,7 +887,13 @@ impl Daemon {
                 if lapse <= now && remote.lapsed_at.is_none() {
                     remote.lapsed_at = Some(lapse);
                 }
-                if remote.lapsed_at.is_some_and(|at| sent >= at) {
+                // No longer than a lease: an honest node's report comes
+                // within it (or the node is lost first), and a node whose
+                // clock stays behind holds its jobs' limits no further.
+                if remote
+                    .lapsed_at
+                    .is_some_and(|at| sent >= at || now > at + lease)
+                {
                     remote.lapsed_at = None;
                 }
                 remote.last_heard = heard;

@@ -876,6 +876,29 @@ fn a_time_limit_waits_for_what_a_node_sent_after_its_lease_ran_out_unanswered() 
     assert_eq!(p.daemon.core.jobs[&id].state, JobState::Completing);
 }
 
+/// A node whose clock stays behind (a liar, or a broken clock) holds its
+/// jobs' time limits a lease past its lapse at most.
+#[test]
+fn a_node_whose_reports_stay_older_than_its_lapse_holds_its_jobs_limits_a_lease_at_most() {
+    let (mut p, id, run) = a_job_heard_at_ten();
+    // Every report says it was sent at 20; its lease, from then, ran
+    // out at 50.
+    for t in [20, 30, 40, 50, 60, 70, 80] {
+        at(&mut p, t);
+        heartbeat(&mut p, "gpu01", vec![run], Vec::new(), 20);
+        turn(&mut p).unwrap();
+    }
+    assert_eq!(
+        p.daemon.core.jobs[&id].state,
+        JobState::Running,
+        "within a lease of the lapse"
+    );
+    at(&mut p, 90);
+    heartbeat(&mut p, "gpu01", vec![run], Vec::new(), 20);
+    turn(&mut p).unwrap();
+    assert_eq!(p.daemon.core.jobs[&id].state, JobState::Completing);
+}
+
 /// Found by the simulation of the pool (seeds 26 and 27 over 2 hours): a
 /// node reconnected while the controller was stopped; its hello, sent
 /// before its lease ran out, was read after and taken as its good
