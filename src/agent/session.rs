@@ -121,7 +121,12 @@ impl Session {
         // says what is left of it); a new one has none until the
         // controller answers. Its start counts as a fence: what a
         // supervisor froze before it is the controller's to thaw.
-        let left = crate::exec::lease::remaining(&lease_file).unwrap_or_default();
+        // One that ran out says since when: the runs its supervisors froze
+        // then stand frozen since, and the freeze is told from then.
+        let (left, overdue) = crate::exec::lease::read(&lease_file)
+            .map_or((Duration::ZERO, Duration::ZERO), |l| {
+                (l.remaining(), l.overdue())
+            });
         let fenced_at = crate::exec::lease::boot_now();
         let lease_file = crate::exec::lease::LeaseFile::open(
             &lease_file,
@@ -140,7 +145,10 @@ impl Session {
             incarnation: incarnation(),
             epoch: 0,
             lease,
-            lease_until: Instant::now() + left,
+            lease_until: Instant::now()
+                .checked_sub(overdue)
+                .unwrap_or_else(Instant::now)
+                + left,
             lease_file,
             fenced_at,
             lease_unwritten: false,
@@ -257,6 +265,8 @@ impl Session {
                     welcomed: false,
                     next_heartbeat: Instant::now(),
                 };
+                // What the hello says of its runs' freezes is the fence's.
+                self.fence_if_due(Instant::now());
                 let hello = self.runs.hello(env!("CARGO_PKG_VERSION"));
                 // The hello counts as a heartbeat: its welcome renews the lease.
                 self.seq += 1;
@@ -510,11 +520,12 @@ impl Session {
         }
     }
 
-    /// Heartbeats, and the lease's end.
-    fn tick(&mut self) {
-        let now = Instant::now();
+    /// The fence, once the lease has run out: the runs frozen since it
+    /// ran out, none started until the controller answers.
+    fn fence_if_due(&mut self, now: Instant) {
         if now >= self.lease_until() && !self.fenced {
-            let (frozen, killed) = self.runs.fence();
+            let lapsed = now.saturating_duration_since(self.lease_until());
+            let (frozen, killed) = self.runs.fence(lapsed);
             if frozen + killed > 0 {
                 tracing::error!(target: "ysched::agent", "no answer from the controller for a lease ({}): {frozen} job(s) frozen here until it says they are still this node's, {killed} that could not be frozen stopped; none starts until it answers", humantime::format_duration(self.lease));
             } else {
@@ -524,6 +535,12 @@ impl Session {
             self.fenced_at = crate::exec::lease::boot_now();
             self.publish_lease();
         }
+    }
+
+    /// Heartbeats, and the lease's end.
+    fn tick(&mut self) {
+        let now = Instant::now();
+        self.fence_if_due(now);
         let ended = self.runs.end_frozen_beyond(self.frozen_limit);
         if ended > 0 {
             tracing::error!(target: "ysched::agent", "{ended} job(s) frozen longer than frozen_limit ({}) with no controller to claim them: ended", humantime::format_duration(self.frozen_limit));

@@ -200,16 +200,27 @@ impl Daemon {
         let Some(job) = self.core.jobs.get(&id).map(|j| Job::clone(j)) else {
             return Ok(());
         };
-        let end = match self.reads().exit_record(id, job.node.as_deref()) {
-            Some(record) => BatchEnd::Recorded(Box::new(record)),
+        let (end, frozen) = match self.reads().exit_record(id, job.node.as_deref()) {
+            Some(record) => {
+                let frozen = self.freeze_at_end(&job, &record);
+                (BatchEnd::Recorded(Box::new(record)), frozen)
+            }
             // Cleared before its end is recorded: its GPUs are not free
             // while its processes live.
-            None => BatchEnd::Unrecorded {
-                left: self.clear_remains_of(&job),
-            },
+            None => (
+                BatchEnd::Unrecorded {
+                    left: self.clear_remains_of(&job),
+                },
+                None,
+            ),
         };
         let channel = self.turn.channel;
-        self.handle_with(|core, reads, fx| on_batch_end(core, reads, (id, end), (now, channel), fx))
+        self.handle_with(|core, reads, fx| {
+            if let Some((name, secs, credit)) = &frozen {
+                super::node_loss::on_frozen_end(core, (name, *secs, *credit), now, fx);
+            }
+            on_batch_end(core, reads, (id, end), (now, channel), fx)
+        })
     }
 }
 

@@ -104,7 +104,7 @@ pub(super) fn on_frozen(
                 // (each part of a job over several reports its own).
                 let batch = job.and_then(|j| j.node.as_deref()) == Some(name);
                 if let Some(credit) = credit.filter(|_| batch) {
-                    credit_frozen(core, (name, secs, *credit), now, fx);
+                    credit_frozen(core, (name, secs, *credit), Thawed::Now, now, fx);
                 }
                 // Thawed once the credit is recorded.
                 fx.frame(name, ToNode::Freeze { run, frozen: false });
@@ -122,6 +122,7 @@ pub(super) fn on_frozen(
 fn credit_frozen(
     core: &mut Core,
     (name, secs, credit): (&str, u64, Credited),
+    thawed: Thawed,
     now: i64,
     fx: &mut Effects,
 ) {
@@ -132,14 +133,47 @@ fn credit_frozen(
     job.suspended_secs += credit.added;
     fx.job(job);
     if credit.first {
+        let (event, until) = match thawed {
+            Thawed::Now => ("THAWED", " so far); thawed"),
+            Thawed::Never => ("FROZEN", "); it ended so"),
+        };
         let detail = format!(
-            "frozen on {name} while the controller could not be reached ({secs} s by its count, {} s credited so far); thawed",
+            "frozen on {name} while the controller could not be reached ({secs} s by its count, {} s credited{until}",
             credit.total
         );
-        fx.named_event(id, now, "THAWED", Some(&detail));
+        fx.named_event(id, now, event, Some(&detail));
         tracing::info!(target: "ysched::pool", "job {id} {detail}");
     } else {
         tracing::debug!(target: "ysched::pool", "job {id}: {} s more of its freeze on {name} credited ({} s in all)", credit.added, credit.total);
+    }
+}
+
+/// How a freeze the controller credits ended.
+#[derive(Clone, Copy)]
+enum Thawed {
+    /// It is thawed now, after the commit.
+    Now,
+    /// Its run ended frozen.
+    Never,
+}
+
+/// The current run of a job ended on node `name`, its batch node, while
+/// frozen there for its lost lease (`secs` by the node's count, which its
+/// end told): what the controller credits of that freeze (`credit`, by
+/// its own measure: `node_time::Freezes::ended`) is not charged. Taken in
+/// before the end itself, in the same turn.
+pub(super) fn on_frozen_end(
+    core: &mut Core,
+    (name, secs, credit): (&str, u64, Credited),
+    now: i64,
+    fx: &mut Effects,
+) {
+    let Some(job) = current_run(&core.jobs, credit.run, name) else {
+        return;
+    };
+    let batch = job.node.as_deref() == Some(name);
+    if batch && matches!(job.state, JobState::Running | JobState::Completing) {
+        credit_frozen(core, (name, secs, credit), Thawed::Never, now, fx);
     }
 }
 

@@ -24,6 +24,11 @@ use std::collections::{HashMap, VecDeque};
 
 use crate::net::message::RunKey;
 
+/// A lease in whole seconds, rounded up.
+pub(super) fn lease_secs(lease: std::time::Duration) -> i64 {
+    lease.as_millis().div_ceil(1_000) as i64
+}
+
 /// How many of a node's latest clock readings are kept.
 const CLOCK_SAMPLES: usize = 16;
 
@@ -68,7 +73,18 @@ pub(super) struct Freezes {
     /// Per node: the good standing last written to the records (what a
     /// restarted controller bounds the node's word by).
     recorded: HashMap<String, i64>,
+    /// The pool's lease (seconds): a node answered holds one from when
+    /// it sent what was answered.
+    lease: i64,
+    /// Per node: its latest good standings, oldest first (at most
+    /// `GOOD_KEPT`): a run's end read after the node was good again is
+    /// bounded by the last one before it.
+    good_before: HashMap<String, VecDeque<i64>>,
 }
+
+/// How many of a node's good standings are kept: a third of a lease
+/// apart, some twenty leases.
+const GOOD_KEPT: usize = 64;
 
 /// How far a node's good standing may move before it is written again:
 /// a bound that old only lets a freeze be claimed that much longer.
@@ -92,16 +108,24 @@ struct Credit {
     since_good: i64,
     /// Whether the freeze was told of (`Credited::first` given).
     told: bool,
+    /// The node's latest figure for it.
+    reported: u64,
+    /// When the controller thawed it (read its first report, and answered
+    /// with the thaw), and until when its answer renewed the node's
+    /// lease: no freeze of the run can have begun between, and none
+    /// reported after ends later than the thaw.
+    thawed: Option<(i64, i64)>,
 }
 
 impl Freezes {
     /// At a start: `alive_before` the last moment the records show the
     /// controller alive, `recorded` each node's good standing on record.
-    pub(super) fn new(alive_before: i64, recorded: HashMap<String, i64>) -> Freezes {
+    pub(super) fn new(alive_before: i64, recorded: HashMap<String, i64>, lease: i64) -> Freezes {
         Freezes {
             alive_before,
             good_at: recorded.clone(),
             recorded,
+            lease,
             ..Freezes::default()
         }
     }
@@ -136,7 +160,7 @@ impl Freezes {
         node: &str,
         (fenced, frozen): (bool, &[(RunKey, u64)]),
         (sent, now): (i64, i64),
-        elapsed: impl Fn(RunKey) -> Option<(i64, i64)>,
+        elapsed: impl Fn(RunKey) -> Option<(i64, i64, bool)>,
     ) -> Vec<Credited> {
         // The wait is the difference of two whole-second clocks, each
         // rounded down, and the node's figure is rounded down too: their
@@ -149,22 +173,47 @@ impl Freezes {
             .good_at
             .entry(node.to_string())
             .or_insert(self.alive_before);
-        // A freeze no longer reported is over: the next is another.
+        // A freeze no longer reported by an unfenced node is over (only
+        // the controller's answer unfences a node, and its thaw comes with
+        // it): the next is another. A fenced node that no longer reports
+        // one ended its run frozen, and its end tells the rest (`ended`).
         self.credited
-            .retain(|(n, run), _| n != node || frozen.iter().any(|(r, _)| r == run));
+            .retain(|(n, run), _| n != node || fenced || frozen.iter().any(|(r, _)| r == run));
         let mut credit = Vec::new();
         for &(run, reported) in frozen {
             let key = (node.to_string(), run);
-            let entry = self.credited.entry(key).or_insert(Credit {
+            let fresh = Credit {
                 secs: 0,
                 since_good: good_at,
                 told: false,
-            });
-            let Some((ran, until)) = elapsed(run) else {
+                reported,
+                thawed: None,
+            };
+            let entry = self.credited.entry(key).or_insert(fresh);
+            // Sent after the thaw's answer renewed the node's lease ran
+            // out, with a smaller figure: a freeze since, whose thaw this
+            // controller has not heard of (the node was not heard unfenced
+            // between). It began when that lease ran out at the earliest.
+            if let Some((_, renewed)) = entry.thawed {
+                if reported < entry.reported && sent >= renewed {
+                    *entry = Credit {
+                        since_good: renewed,
+                        ..fresh
+                    };
+                }
+            }
+            entry.reported = entry.reported.max(reported);
+            let Some((ran, until, thaws)) = elapsed(run) else {
                 continue;
             };
-            let bound = now.saturating_sub(entry.since_good).min(ran).max(0) as u64;
+            // Thawed already: a report that was on its way when the thaw
+            // left adds nothing past it.
+            let read = entry.thawed.map_or(now, |(at, _)| now.min(at));
+            let bound = read.saturating_sub(entry.since_good).min(ran).max(0) as u64;
             let total = reported.saturating_add(waited(until)).min(bound);
+            if thaws && entry.thawed.is_none() {
+                entry.thawed = Some((now, now.max(sent.saturating_add(self.lease))));
+            }
             // A freeze is told of the first time it is heard of, even with
             // nothing of it credited yet: the job's history says it was
             // frozen.
@@ -182,8 +231,74 @@ impl Freezes {
         if !fenced && frozen.is_empty() {
             let good = self.good_at.entry(node.to_string()).or_insert(sent);
             *good = (*good).max(sent);
+            let kept = self.good_before.entry(node.to_string()).or_default();
+            if kept.back().is_none_or(|&last| last < *good) {
+                if kept.len() == GOOD_KEPT {
+                    kept.pop_front();
+                }
+                kept.push_back(*good);
+            }
         }
         credit
+    }
+
+    /// Node `node` says run `run` ended at `end` (its clock moved onto
+    /// the controller's) frozen for its lost lease, `reported` seconds by
+    /// its count, having run `ran` seconds: no report will tell this
+    /// freeze again. What to credit of it beyond what its reports
+    /// credited, bounded as theirs are (by the run, and by the last
+    /// moment the node was in good standing before it), once: the freeze
+    /// is forgotten here.
+    pub(super) fn ended(
+        &mut self,
+        node: &str,
+        run: RunKey,
+        reported: u64,
+        (end, ran): (i64, i64),
+    ) -> Credited {
+        let before = self.credited.remove(&(node.to_string(), run));
+        // Thawed before it ended, by an answer that renewed the node's
+        // lease: the freeze it ended in began when that lease ran out, at
+        // the earliest.
+        let renewed = before.and_then(|c| c.thawed).map(|(_, renewed)| renewed);
+        if let Some(renewed) = renewed.filter(|&renewed| renewed < end) {
+            let bound = end.saturating_sub(renewed).min(ran).max(0) as u64;
+            let total = reported.min(bound);
+            return Credited {
+                run,
+                added: total,
+                total,
+                first: true,
+            };
+        }
+        // The node's last good standing before the end (a hello after it,
+        // with nothing frozen left, is good standing too); with none
+        // known, as a report's: the controller's last moment alive; none
+        // before the end: the run's start.
+        let last_good = || {
+            let kept = self.good_before.get(node).into_iter().flatten();
+            let mut known = kept.chain(self.recorded.get(node)).copied().peekable();
+            let alive = known.peek().is_none().then_some(self.alive_before);
+            known
+                .chain(alive)
+                .filter(|&good| good < end)
+                .max()
+                .unwrap_or(end - ran)
+        };
+        let since_good = before.map_or_else(last_good, |c| c.since_good);
+        let credited = before.map_or(0, |c| c.secs);
+        // Thawed before its end (the thaw reached the node): the freeze
+        // was over then.
+        let thawed_at = before.and_then(|c| c.thawed).map_or(end, |(at, _)| at);
+        let until = end.min(thawed_at);
+        let bound = until.saturating_sub(since_good).min(ran).max(0) as u64;
+        let total = reported.min(bound).max(credited);
+        Credited {
+            run,
+            added: total - credited,
+            total,
+            first: before.is_none_or(|c| !c.told),
+        }
     }
 }
 
@@ -214,8 +329,8 @@ mod tests {
 
     #[test]
     fn a_freeze_is_credited_once_however_often_it_is_reported() {
-        let mut freezes = Freezes::new(0, HashMap::new());
-        let ran = |_| Some((1_000, i64::MAX));
+        let mut freezes = Freezes::new(0, HashMap::new(), 60);
+        let ran = |_| Some((1_000, i64::MAX, true));
         assert!(freezes
             .report("n", (false, &[]), (100, 100), ran)
             .is_empty());
@@ -242,8 +357,8 @@ mod tests {
     /// charged.
     #[test]
     fn a_report_read_late_credits_the_freeze_until_the_thaw() {
-        let mut freezes = Freezes::new(0, HashMap::new());
-        let ran = |_| Some((10_000, i64::MAX));
+        let mut freezes = Freezes::new(0, HashMap::new(), 60);
+        let ran = |_| Some((10_000, i64::MAX, true));
         assert!(freezes
             .report("n", (false, &[]), (1_127, 1_127), ran)
             .is_empty());
@@ -261,8 +376,8 @@ mod tests {
     /// and left no trace in the job's history.
     #[test]
     fn a_freeze_first_heard_of_is_told_of_even_with_nothing_to_credit() {
-        let mut freezes = Freezes::new(0, HashMap::new());
-        let ran = |_| Some((10_000, i64::MAX));
+        let mut freezes = Freezes::new(0, HashMap::new(), 60);
+        let ran = |_| Some((10_000, i64::MAX, true));
         let first = freezes.report("n", (true, &[(run(3), 0)]), (500, 501), ran);
         assert_eq!(
             (first[0].added, first[0].total, first[0].first),
@@ -281,22 +396,22 @@ mod tests {
     /// job was charged 58 s less than its run worked.
     #[test]
     fn a_freeze_read_after_its_run_was_stopped_is_credited_until_the_stop() {
-        let mut freezes = Freezes::new(0, HashMap::new());
-        let stopped_at = |_| Some((10_000, 1_480));
+        let mut freezes = Freezes::new(0, HashMap::new(), 60);
+        let stopped_at = |_| Some((10_000, 1_480, true));
         let late = freezes.report("n", (true, &[(run(6), 0)]), (1_401, 1_539), stopped_at);
         assert_eq!(late[0].total, 78);
         // Stopped before the report was sent: its own count stands.
-        let mut freezes = Freezes::new(0, HashMap::new());
+        let mut freezes = Freezes::new(0, HashMap::new(), 60);
         let before = freezes.report("n", (true, &[(run(6), 30)]), (1_401, 1_539), |_| {
-            Some((10_000, 1_380))
+            Some((10_000, 1_380, true))
         });
         assert_eq!(before[0].total, 30);
     }
 
     #[test]
     fn a_nodes_figure_is_bounded_by_the_controllers_measure_and_the_run() {
-        let mut freezes = Freezes::new(0, HashMap::new());
-        let ran = |_| Some((200, i64::MAX));
+        let mut freezes = Freezes::new(0, HashMap::new(), 60);
+        let ran = |_| Some((200, i64::MAX, true));
         assert!(freezes
             .report("n", (false, &[]), (1_000, 1_000), ran)
             .is_empty());
@@ -304,15 +419,15 @@ mod tests {
         let claimed = freezes.report("n", (true, &[(run(1), 100_000_000)]), (1_030, 1_030), ran);
         assert_eq!(claimed[0].added, 30);
         // Never more than the run has run.
-        let mut fresh = Freezes::new(0, HashMap::new());
+        let mut fresh = Freezes::new(0, HashMap::new(), 60);
         let short = fresh.report("m", (true, &[(run(2), 5_000)]), (5_000, 5_000), |_| {
-            Some((60, i64::MAX))
+            Some((60, i64::MAX, true))
         });
         assert_eq!(short[0].added, 60);
         // Before a node is heard: the controller's last moment alive.
-        let mut restarted = Freezes::new(4_900, HashMap::new());
+        let mut restarted = Freezes::new(4_900, HashMap::new(), 60);
         let after = restarted.report("m", (true, &[(run(2), 5_000)]), (5_000, 5_000), |_| {
-            Some((9_999, i64::MAX))
+            Some((9_999, i64::MAX, true))
         });
         assert_eq!(after[0].added, 100);
     }
@@ -324,8 +439,8 @@ mod tests {
     /// and a restarted controller bounds the node's word by it.
     #[test]
     fn after_a_restart_a_freeze_is_bounded_by_the_nodes_good_standing_on_record() {
-        let mut before = Freezes::new(0, HashMap::new());
-        let ran = |_| Some((10_000, i64::MAX));
+        let mut before = Freezes::new(0, HashMap::new(), 60);
+        let ran = |_| Some((10_000, i64::MAX, true));
         assert!(before
             .report("n", (false, &[]), (1_000, 1_000), ran)
             .is_empty());
@@ -337,14 +452,88 @@ mod tests {
         // Frozen since 1_060; the controller, down meanwhile, last wrote
         // at 1_100 and hears the node at 1_300.
         let recorded = HashMap::from([("n".to_string(), 1_040)]);
-        let mut restarted = Freezes::new(1_100, recorded);
+        let mut restarted = Freezes::new(1_100, recorded, 60);
         let credit = restarted.report("n", (true, &[(run(4), 240)]), (1_300, 1_300), ran);
         assert_eq!(credit[0].total, 240);
         // A node that lies gets no more than the time since its good
         // standing on record.
         let recorded = HashMap::from([("n".to_string(), 1_040)]);
-        let mut lied_to = Freezes::new(1_100, recorded);
+        let mut lied_to = Freezes::new(1_100, recorded, 60);
         let claimed = lied_to.report("n", (true, &[(run(4), 100_000_000)]), (1_300, 1_300), ran);
         assert_eq!(claimed[0].total, 260);
+    }
+
+    /// Found by the simulation (seed 68 over 2 hours): a run its node
+    /// ended while frozen for its lost lease is no longer in the node's
+    /// reports, and its freeze was charged. Its end tells it; what the
+    /// reports credited is not credited again, and the node's word is
+    /// bounded as a report's.
+    #[test]
+    fn a_freeze_a_run_ended_in_is_credited_once_from_its_end() {
+        let mut freezes = Freezes::new(0, HashMap::new(), 60);
+        let ran = |_| Some((10_000, i64::MAX, true));
+        freezes.report("n", (false, &[]), (1_000, 1_000), ran);
+        // Frozen since 1_010: one report sent at 1_040 (30 s), read at
+        // 1_120 after the run ended at 1_100 (90 s by the node's count).
+        let reported = freezes.report("n", (true, &[(run(5), 30)]), (1_040, 1_120), ran);
+        assert_eq!(reported[0].total, 109, "its wait, a second short");
+        let end = freezes.ended("n", run(5), 90, (1_100, 5_000));
+        assert_eq!((end.added, end.total, end.first), (0, 109, false));
+        // Read before the end, and thawed then: the end claims no more
+        // than the freeze the thaw ended.
+        let mut freezes = Freezes::new(0, HashMap::new(), 60);
+        freezes.report("n", (false, &[]), (1_000, 1_000), ran);
+        freezes.report("n", (true, &[(run(5), 30)]), (1_040, 1_040), ran);
+        let lie = freezes.ended("n", run(5), 90, (1_050, 5_000));
+        assert_eq!((lie.added, lie.total), (10, 40));
+        freezes.report("n", (true, &[(run(5), 30)]), (1_040, 1_040), ran);
+        // Ended after the lease the thaw renewed ran out (1_100): a
+        // freeze since then, at the earliest.
+        let again = freezes.ended("n", run(5), 90, (1_130, 5_000));
+        assert_eq!((again.added, again.first), (30, true));
+        // Never heard of before its end: told, and bounded by the last
+        // good standing (1_000) and the run.
+        let lie = freezes.ended("n", run(6), 100_000_000, (1_100, 5_000));
+        assert_eq!((lie.added, lie.first), (100, true));
+        let short = freezes.ended("n", run(7), 100_000_000, (1_100, 40));
+        assert_eq!(short.added, 40);
+        // The end read after the node was good again (its restarted
+        // agent's hello, at 1_200): the last good standing before the end
+        // bounds it.
+        freezes.report("n", (false, &[]), (1_200, 1_200), ran);
+        let late = freezes.ended("n", run(8), 60, (1_150, 5_000));
+        assert_eq!(late.added, 60);
+        let lie = freezes.ended("n", run(9), 100_000_000, (1_150, 5_000));
+        assert_eq!(lie.added, 150);
+    }
+
+    /// Found with the fix above (seed 61): reports read in one turn after
+    /// a stalled link, the last of a fenced node that no longer listed a
+    /// run (it had ended, frozen), dropped what its freeze was credited,
+    /// and its end credited it all again.
+    #[test]
+    fn a_fenced_nodes_report_keeps_the_freeze_of_a_run_it_ended() {
+        let mut freezes = Freezes::new(0, HashMap::new(), 60);
+        let ran = |_| Some((10_000, i64::MAX, true));
+        freezes.report("n", (false, &[]), (1_000, 1_000), ran);
+        // Stopped at 1_055, which ended it; both reports read at 1_070.
+        let stopped = |_| Some((10_000, 1_055, true));
+        let first = freezes.report("n", (true, &[(run(6), 20)]), (1_030, 1_070), stopped);
+        assert_eq!(first[0].total, 44);
+        assert!(freezes
+            .report("n", (true, &[]), (1_050, 1_070), stopped)
+            .is_empty());
+        let end = freezes.ended("n", run(6), 45, (1_055, 5_000));
+        assert_eq!((end.added, end.total, end.first), (1, 45, false));
+        // Thawed (an unfenced report), then frozen again and ended: a
+        // freeze of its own.
+        freezes.report("n", (true, &[(run(7), 20)]), (1_060, 1_060), ran);
+        freezes.report("n", (false, &[]), (1_070, 1_070), ran);
+        let again = freezes.ended("n", run(7), 10, (1_090, 5_000));
+        assert_eq!((again.added, again.first), (10, true));
+        // A figure below the last reported is another freeze too.
+        freezes.report("n", (true, &[(run(8), 30)]), (1_100, 1_100), ran);
+        let other = freezes.ended("n", run(8), 5, (1_200, 5_000));
+        assert_eq!((other.added, other.first), (5, true));
     }
 }

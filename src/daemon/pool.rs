@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 use crate::config::Config;
 use crate::db;
 use crate::exec::executor::NodeFacts;
-use crate::model::job::JobId;
+use crate::exec::spec::ExitRecord;
+use crate::model::job::{Job, JobId, JobState};
 use crate::net::frame::{decode, encode};
 use crate::net::message::{Envelope, FromNode, RunKey, ToNode, PROTOCOL};
 use crate::net::pki::{hash_token, Authority, Subject};
@@ -31,6 +32,7 @@ use crate::spool::Spool;
 use super::effects::{Effects, Out, PoolRow, Row};
 use super::error::DaemonError;
 use super::node_loss::{current_run, stop_stale};
+use super::node_time::{lease_secs, Credited};
 use super::nodes::{Node, RemoteNode};
 use super::pool_state::PoolState;
 use super::state::{Daemon, Event};
@@ -762,7 +764,12 @@ impl Daemon {
                 self.readopt(id)?;
             }
         }
-        let fenced = !hello.frozen.is_empty();
+        // Fenced, if it holds runs frozen for its lease, or ended one so.
+        let ended_frozen = hello
+            .ended
+            .iter()
+            .any(|(_, r)| r.fence_frozen_secs.is_some());
+        let fenced = !hello.frozen.is_empty() || ended_frozen;
         // As of when the node sent it: a hello read late, after the
         // controller was stopped, is as old as it is (found by the
         // simulation of the pool, seed 26 over 2 hours: a hello sent
@@ -794,7 +801,9 @@ impl Daemon {
                     .report(name, (fenced, frozen), (sent, now), |run| {
                         let job = current_run(&self.core.jobs, run, name)?;
                         let until = self.core.policy.stopping.get(&run.job).copied();
-                        Some((now - job.start_time?, until.unwrap_or(now)))
+                        // `node_loss::on_frozen` thaws these.
+                        let thaws = matches!(job.state, JobState::Running | JobState::Completing);
+                        Some((now - job.start_time?, until.unwrap_or(now), thaws))
                     });
                 // Its good standing on record bounds what it may say it
                 // froze while a restarted controller was away.
@@ -810,6 +819,26 @@ impl Daemon {
             super::node_loss::on_frozen(core, (name, frozen, &credits), now, fx);
             Ok(())
         })
+    }
+
+    /// The freeze for its node's lost lease that `job`'s run ended in, as
+    /// its end (`record`) tells it: the node, its count, and what the
+    /// controller credits of it.
+    pub(super) fn freeze_at_end(
+        &mut self,
+        job: &Job,
+        record: &ExitRecord,
+    ) -> Option<(String, u64, Credited)> {
+        let secs = record.fence_frozen_secs?;
+        let name = job.node.clone()?;
+        let ran = record.end_time.saturating_sub(job.start_time?);
+        let run = RunKey {
+            job: job.id,
+            restart: job.restart_count,
+        };
+        let freezes = &mut self.pool.as_mut()?.freezes;
+        let credit = freezes.ended(&name, run, secs, (record.end_time, ran));
+        Some((name, secs, credit))
     }
 
     /// The controller's clock less node `name`'s, with a reading of the
@@ -1063,10 +1092,6 @@ fn shifted(mut record: crate::exec::spec::ExitRecord, skew: i64) -> crate::exec:
 }
 
 /// A lease in whole seconds, rounded up.
-fn lease_secs(lease: Duration) -> i64 {
-    lease.as_millis().div_ceil(1_000) as i64
-}
-
 fn round(d: Duration) -> Duration {
     Duration::from_secs(d.as_secs())
 }

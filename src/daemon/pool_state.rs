@@ -8,6 +8,8 @@ use std::time::Duration;
 use crate::net::pki::Authority;
 use crate::net::server::{ConnId, ServerEvent, ServerHandle};
 
+use super::node_time::lease_secs;
+
 /// The controller's end of the pool.
 pub(super) struct PoolState {
     pub(super) server: ServerHandle,
@@ -72,8 +74,12 @@ impl PoolState {
             join_refusals: Default::default(),
             leases_checked: instant,
             clocks: HashMap::new(),
-            freezes: super::node_time::Freezes::new(alive_before, good.clone()),
-            freezes_committed: super::node_time::Freezes::new(alive_before, good),
+            freezes: super::node_time::Freezes::new(alive_before, good.clone(), lease_secs(lease)),
+            freezes_committed: super::node_time::Freezes::new(
+                alive_before,
+                good,
+                lease_secs(lease),
+            ),
         }
     }
 }

@@ -347,6 +347,7 @@ pub(super) fn exit_record(code: i32, end_time: i64) -> ExitRecord {
         stuck: 0,
         image: None,
         fenced: None,
+        fence_frozen_secs: None,
     }
 }
 

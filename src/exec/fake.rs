@@ -87,6 +87,7 @@ fn end_job(state: &mut FakeState, job: JobId, exit: ExitStatus, terminated: bool
         stuck: 0,
         image: None,
         fenced: None,
+        fence_frozen_secs: None,
     };
     state.exits.insert(job, record);
     true

@@ -66,6 +66,11 @@ impl Lease {
         Duration::from_nanos(self.until.saturating_sub(boot_now()))
     }
 
+    /// How long ago it ran out (zero while it holds).
+    pub fn overdue(&self) -> Duration {
+        Duration::from_nanos(boot_now().saturating_sub(self.until))
+    }
+
     /// The record: each field twice, fixed width.
     fn record(&self) -> [u8; RECORD] {
         let text = format!(
@@ -154,12 +159,6 @@ pub fn read(path: &Path) -> Option<Lease> {
     None
 }
 
-/// How long the lease in `path` has left (zero once it ran out; `None`
-/// without a readable file).
-pub fn remaining(path: &Path) -> Option<Duration> {
-    read(path).map(|l| l.remaining())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,12 +172,16 @@ mod tests {
         let lease = read(&path).unwrap();
         assert!(!lease.expired());
         assert_eq!(lease.fenced_at, 7);
-        let left = remaining(&path).unwrap();
+        let left = lease.remaining();
         assert!(left > Duration::from_secs(59) && left <= Duration::from_secs(60));
+        assert_eq!(lease.overdue(), Duration::ZERO);
         file.write(Lease::for_(Duration::ZERO, 9)).unwrap();
         std::thread::sleep(Duration::from_millis(5));
         let lease = read(&path).unwrap();
         assert!(lease.expired() && lease.fenced_at == 9);
+        // A restarted agent reads since when its node's runs stand frozen.
+        assert!(lease.overdue() >= Duration::from_millis(5));
+        assert_eq!(lease.remaining(), Duration::ZERO);
         assert_eq!(std::fs::metadata(&path).unwrap().len(), RECORD as u64);
         // Opened again by a restarted agent: the same length.
         drop(file);

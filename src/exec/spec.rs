@@ -117,6 +117,12 @@ pub struct ExitRecord {
     /// ends NODE_FAIL, requeued unless it asked not to be.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fenced: Option<String>,
+    /// How long (seconds, by its node's count) it stood frozen for its
+    /// node's lost lease when it ended, if it ended so frozen: a freeze
+    /// no heartbeat can report any more, told with the end. Its agent
+    /// adds it; the controller credits it, bounded by its own measure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence_frozen_secs: Option<u64>,
 }
 
 fn is_zero(n: &usize) -> bool {

@@ -286,6 +286,7 @@ fn watch_job(
         stuck,
         image: None,
         fenced: None,
+        fence_frozen_secs: None,
     }
 }
 
@@ -300,6 +301,7 @@ fn launch_failed(message: String) -> ExitRecord {
         stuck: 0,
         image: None,
         fenced: None,
+        fence_frozen_secs: None,
     }
 }
 

@@ -40,6 +40,9 @@ pub struct Runs {
     frozen: BTreeMap<JobId, std::time::Duration>,
     /// Runs this node ended for its fence, and why: their ends say so.
     ended_for_fence: BTreeMap<JobId, String>,
+    /// Runs ended while frozen for the fence (past `frozen_limit`), and
+    /// how long they had stood frozen: their ends say so.
+    ended_frozen: BTreeMap<JobId, u64>,
     /// Runs the controller froze (suspended), until it thaws them: not
     /// the fence's to freeze, nor to report frozen (their time frozen is
     /// the suspension's, which the controller does not charge already).
@@ -48,7 +51,8 @@ pub struct Runs {
 }
 
 /// The clocks a node's runs are told by: the wall clock its reports carry
-/// and a monotonic one its fence's freezes are timed on. The host's, or a
+/// and a monotonic one its fence's freezes are timed on. The host's (its
+/// boot clock the monotonic one, as the lease file's), or a
 /// simulation's (`daemon::chaos`), whose seconds are both.
 #[derive(Clone, Debug, Default)]
 pub enum AgentClock {
@@ -68,9 +72,10 @@ impl AgentClock {
 
     /// Now on the monotonic clock: time since a fixed point.
     fn monotonic(&self) -> std::time::Duration {
-        static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
         match self {
-            AgentClock::System => ORIGIN.get_or_init(std::time::Instant::now).elapsed(),
+            // The boot clock, which the lease file is written on: a
+            // restarted agent times a freeze from the lease's end.
+            AgentClock::System => std::time::Duration::from_nanos(crate::exec::lease::boot_now()),
             AgentClock::Simulated(_) => std::time::Duration::from_secs(self.wall().max(0) as u64),
         }
     }
@@ -109,6 +114,7 @@ impl Runs {
             images: BTreeSet::new(),
             frozen: BTreeMap::new(),
             ended_for_fence: BTreeMap::new(),
+            ended_frozen: BTreeMap::new(),
             suspended: BTreeSet::new(),
             clock: AgentClock::System,
         }
@@ -342,6 +348,7 @@ impl Runs {
             stuck: 0,
             image: None,
             fenced: None,
+            fence_frozen_secs: None,
         };
         self.runs.insert(
             run.job,
@@ -378,13 +385,30 @@ impl Runs {
         }
     }
 
-    /// A supervisor exited: how its run ended, to tell the controller.
+    /// How long run `id` has stood frozen for the fence (seconds), if it
+    /// is the fence's.
+    fn fence_frozen_secs(&self, id: JobId) -> Option<u64> {
+        let since = self
+            .frozen
+            .get(&id)
+            .filter(|_| !self.suspended.contains(&id))?;
+        Some(self.clock.monotonic().saturating_sub(*since).as_secs())
+    }
+
+    /// A supervisor exited: how its run ended, to tell the controller,
+    /// with the fence's freeze it ended in (no heartbeat reports a run
+    /// that no longer runs).
     pub fn exited(&mut self, id: JobId) -> Option<FromNode> {
+        let fence_frozen = self
+            .fence_frozen_secs(id)
+            .or_else(|| self.ended_frozen.get(&id).copied());
         self.frozen.remove(&id);
+        self.ended_frozen.remove(&id);
         self.suspended.remove(&id);
         let fenced = self.ended_for_fence.remove(&id);
         let record = self.executor.exit_of(id).map(|mut r| {
             r.fenced = fenced;
+            r.fence_frozen_secs = fence_frozen;
             r
         });
         let run = self.runs.get_mut(&id)?;
@@ -409,19 +433,35 @@ impl Runs {
         }
     }
 
-    /// The lease ran out: every run is frozen where it is (its cgroup's
-    /// freezer), so that none makes progress while the controller, which
-    /// stopped hearing this node, may run the job elsewhere; the
-    /// controller thaws those still its own when it hears the node again.
-    /// A run that cannot be frozen (no cgroup) is killed. How many were
-    /// frozen, and killed.
     /// Whether run `job` is held frozen (a controller's suspension, or
     /// the fence's) and not already the fence's.
     fn suspended_frozen(&self, job: JobId) -> bool {
         self.runs.get(&job).is_some_and(Run::running) && !self.frozen.contains_key(&job)
     }
 
-    pub fn fence(&mut self) -> (usize, usize) {
+    /// The lease ran out, `lapsed` ago: every run is frozen where it is
+    /// (its cgroup's freezer), so that none makes progress while the
+    /// controller, which stopped hearing this node, may run the job
+    /// elsewhere; the controller thaws those still its own when it hears
+    /// the node again. Each stands frozen since the lease ran out: its
+    /// supervisor froze it then, if this agent was late (or restarted).
+    /// A run that cannot be frozen (no cgroup) is killed. How many were
+    /// frozen, and killed.
+    pub fn fence(&mut self, lapsed: std::time::Duration) -> (usize, usize) {
+        let since = self.clock.monotonic().saturating_sub(lapsed);
+        // A run that ended after the lease ran out, before this agent
+        // fenced (it restarted, and found the end), ended frozen since
+        // then: its supervisor froze it when the lease ran out.
+        let lapsed_at = self.clock.wall() - lapsed.as_secs() as i64;
+        for run in self.runs.values_mut() {
+            if let Some(record) = run
+                .ended
+                .as_mut()
+                .filter(|r| r.fence_frozen_secs.is_none() && r.end_time > lapsed_at)
+            {
+                record.fence_frozen_secs = Some((record.end_time - lapsed_at) as u64);
+            }
+        }
         let (mut frozen, mut killed) = (0, 0);
         for run in self.running() {
             if self.frozen.contains_key(&run.job) || self.suspended.contains(&run.job) {
@@ -429,7 +469,7 @@ impl Runs {
             }
             match self.executor.set_frozen(run.job, true) {
                 Ok(()) => {
-                    self.frozen.insert(run.job, self.clock.monotonic());
+                    self.frozen.insert(run.job, since);
                     frozen += 1;
                 }
                 Err(e) => {
@@ -457,6 +497,9 @@ impl Runs {
         for id in &over {
             let _ = self.executor.command(*id, &kill_now());
             let _ = self.executor.set_frozen(*id, false);
+            if let Some(secs) = self.fence_frozen_secs(*id) {
+                self.ended_frozen.insert(*id, secs);
+            }
             self.frozen.remove(id);
             let why = format!(
                 "it stayed frozen longer than frozen_limit ({}) with no controller to claim it",
@@ -527,9 +570,9 @@ mod tests {
         (runs, run)
     }
 
-    /// The same, with the fake node that runs it.
-    fn one_run_on_a_node() -> (Runs, RunKey, crate::exec::fake::FakeNode) {
-        let facts = NodeFacts {
+    /// The fake node's facts: one GPU, its runs confined and frozen.
+    fn gpu02() -> NodeFacts {
+        NodeFacts {
             name: "gpu02".into(),
             inventory: crate::gpu::Inventory::declared(
                 &crate::config::Config::parse(
@@ -546,8 +589,12 @@ mod tests {
                 can_suspend: true,
                 ..Default::default()
             },
-        };
-        let (executor, node) = crate::exec::fake::FakeExecutor::new(facts, |_| {});
+        }
+    }
+
+    /// The same, with the fake node that runs it.
+    fn one_run_on_a_node() -> (Runs, RunKey, crate::exec::fake::FakeNode) {
+        let (executor, node) = crate::exec::fake::FakeExecutor::new(gpu02(), |_| {});
         let mut runs = Runs::adopt(Box::new(executor), Vec::new());
         let uid = nix::unistd::getuid();
         let user = nix::unistd::User::from_uid(uid).unwrap().unwrap();
@@ -582,11 +629,11 @@ mod tests {
         let (mut runs, run) = one_run();
         let freeze = |frozen| ToNode::Freeze { run, frozen };
         runs.order(freeze(true), false);
-        assert_eq!(runs.fence(), (0, 0));
+        assert_eq!(runs.fence(std::time::Duration::ZERO), (0, 0));
         assert!(runs.frozen_runs().is_empty());
         // Resumed: the next fence is the fence's.
         runs.order(freeze(false), false);
-        assert_eq!(runs.fence(), (1, 0));
+        assert_eq!(runs.fence(std::time::Duration::ZERO), (1, 0));
         assert_eq!(runs.frozen_runs().len(), 1);
     }
 
@@ -601,14 +648,54 @@ mod tests {
         let freeze = |frozen| ToNode::Freeze { run, frozen };
         let frozen = |node: &crate::exec::fake::FakeNode| node.state().frozen.contains(&run.job);
         runs.order(freeze(true), false);
-        assert_eq!(runs.fence(), (0, 0));
+        assert_eq!(runs.fence(std::time::Duration::ZERO), (0, 0));
         runs.order(freeze(false), true);
         assert!(frozen(&node), "it ran with no lease");
         assert_eq!(runs.frozen_runs().len(), 1, "the fence's to report");
-        assert_eq!(runs.fence(), (0, 0), "frozen already");
+        assert_eq!(
+            runs.fence(std::time::Duration::ZERO),
+            (0, 0),
+            "frozen already"
+        );
         // Heard again: the controller's thaw runs it.
         runs.order(freeze(false), false);
         assert!(!frozen(&node));
         assert!(runs.frozen_runs().is_empty());
+    }
+
+    /// Found by the simulation of the pool (seeds 68, 48 and 145 over 2
+    /// hours): a run its node ended while frozen for its lost lease (a
+    /// cancel reached it; or its agent restarted and found the end) was
+    /// no longer in any report of frozen runs, and its freeze was
+    /// charged. Its end says how long it stood frozen, from when the
+    /// lease ran out (its supervisor froze it then, if the agent was late
+    /// or away).
+    #[test]
+    fn a_run_that_ended_frozen_for_the_fence_says_so_with_its_end() {
+        use std::sync::atomic::{AtomicI64, Ordering::SeqCst};
+        use std::time::Duration;
+        let (runs, run, node) = one_run_on_a_node();
+        let t = std::sync::Arc::new(AtomicI64::new(10_000));
+        let mut runs = runs.on_clock(AgentClock::Simulated(t.clone()));
+        // The lease ran out 30 s before this agent fenced.
+        assert_eq!(runs.fence(Duration::from_secs(30)), (1, 0));
+        t.store(10_060, SeqCst);
+        node.state().now = 10_060;
+        node.end(run.job, 0, 15);
+        let Some(FromNode::Exited { record, .. }) = runs.exited(run.job) else {
+            panic!("no end told");
+        };
+        assert_eq!(record.fence_frozen_secs, Some(90));
+        // A restarted agent finds the end; its node's lease ran out at
+        // 9_990, 100 s before it starts.
+        let executor = crate::exec::fake::FakeExecutor::rejoin(gpu02(), &node);
+        let t = std::sync::Arc::new(AtomicI64::new(10_090));
+        let mut again = Runs::adopt(Box::new(executor), vec![(run.job, run.restart)])
+            .on_clock(AgentClock::Simulated(t));
+        assert_eq!(again.fence(Duration::from_secs(100)), (0, 0));
+        let FromNode::Hello { ended, .. } = again.hello("test") else {
+            unreachable!()
+        };
+        assert_eq!(ended[0].1.fence_frozen_secs, Some(70));
     }
 }

@@ -1760,7 +1760,17 @@ fn a_connection_flood_from_many_addresses_takes_no_node_down() {
             "{}",
             p.controller.log()
         );
-        assert_eq!(p.controller.field(id, "Restarts"), "0");
+        assert_eq!(
+            p.controller.field(id, "Restarts"),
+            "0",
+            "job {id} was restarted under the flood\ncontroller: {}\nnodes: {}",
+            p.controller.log(),
+            p.agents
+                .iter()
+                .map(|a| std::fs::read_to_string(a.log()).unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join("\n----\n")
+        );
     }
     let log = p.controller.log();
     assert!(!log.contains("is down"), "{log}");

@@ -428,6 +428,8 @@ fn a_node_that_claims_its_run_was_frozen_for_years_gains_nothing() {
         stuck: 0,
         image: None,
         fenced: None,
+        // And its end says it stood frozen for years more.
+        fence_frozen_secs: Some(100_000_000),
     };
     node.tell(FromNode::Exited {
         run,

@@ -606,7 +606,7 @@ impl World {
                 // A freeze is credited a second short of the wait its last
                 // report had (whole-second clocks): up to a second more
                 // charged per freeze.
-                let slack = count("NODE_FAIL") * lease + count("THAWED");
+                let slack = count("NODE_FAIL") * lease + count("THAWED") + count("FROZEN");
                 if slack > 0 {
                     lost_slack.insert(job.id, slack * i64::from(job.gpus.count));
                 }
@@ -793,6 +793,9 @@ impl World {
                 let until = now + self.rng.i64(120..=360);
                 self.trace
                     .push(format!("t={now} the controller stalls until t={until}"));
+                // What is due now at the nodes (a fence, whose runs'
+                // supervisors freeze them on time) happens now.
+                self.pump();
                 self.advance_to(until, None)?;
                 self.pump();
             }
@@ -1151,7 +1154,13 @@ mod tests {
     /// resumed after its node froze it charged less the whole
     /// suspension; 80 and 134 (over 2 hours), a stop forgotten with a
     /// later turn's failed commit, so a freeze read after it was credited
-    /// beyond the run's end. (A freeze credit lost with a
+    /// beyond the run's end; 68, 48 and 145 (over 2 hours), a run its
+    /// node ended while frozen for its lost lease (cancelled; or its agent
+    /// restarted, found the end, and forgot the freeze) was charged its
+    /// freeze; 178 (over 2 hours), the simulation's own: a fence due the
+    /// moment the controller stalled came late, so its run was frozen
+    /// later than its lease ran out, as a node's supervisors never let
+    /// it. (A freeze credit lost with a
     /// failed commit, and a lost node's stale run left running, are unit
     /// tests:
     /// `pool_tests::a_freeze_reported_in_a_turn_whose_commit_fails_is_credited_after_all`,
@@ -1174,6 +1183,10 @@ mod tests {
             (167, 2.0),
             (80, 2.0),
             (134, 2.0),
+            (68, 2.0),
+            (48, 2.0),
+            (145, 2.0),
+            (178, 2.0),
         ] {
             let options = Options {
                 first_seed: seed,

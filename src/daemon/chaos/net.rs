@@ -167,8 +167,19 @@ impl SimAgent {
         self.seq += 1;
         self.sent.clear();
         self.sent.insert(self.seq, now);
+        // What the hello says of its runs' freezes is the fence's.
+        self.fence_if_due(now);
         let hello = self.runs.hello(env!("CARGO_PKG_VERSION"));
         self.envelope(hello)
+    }
+
+    /// The fence, once the lease has run out.
+    fn fence_if_due(&mut self, now: i64) {
+        if now >= self.lease_until && !self.fenced {
+            let lapsed = (now - self.lease_until).max(0) as u64;
+            self.runs.fence(Duration::from_secs(lapsed));
+            self.fenced = true;
+        }
     }
 
     /// What is due at `now`: the ends of runs, the fence when the lease
@@ -182,10 +193,7 @@ impl SimAgent {
                 out.push(report);
             }
         }
-        if now >= self.lease_until && !self.fenced {
-            self.runs.fence();
-            self.fenced = true;
-        }
+        self.fence_if_due(now);
         self.runs.end_frozen_beyond(self.frozen_limit);
         if self.welcomed && now >= self.next_heartbeat {
             self.seq += 1;

@@ -93,6 +93,7 @@ impl NodeState {
             stuck: 0,
             image: None,
             fenced: None,
+            fence_frozen_secs: None,
         };
         self.exits.insert(job, record);
         true
