@@ -267,7 +267,7 @@ impl Session {
                 };
                 // What the hello says of its runs' freezes is the fence's.
                 self.fence_if_due(Instant::now());
-                let hello = self.runs.hello(env!("CARGO_PKG_VERSION"));
+                let hello = self.runs.hello(env!("CARGO_PKG_VERSION"), self.seq);
                 // The hello counts as a heartbeat: its welcome renews the lease.
                 self.seq += 1;
                 self.sent.clear();
@@ -509,6 +509,7 @@ impl Session {
     /// The controller answered heartbeat `seq`: the lease runs from when
     /// it was sent.
     fn renewed(&mut self, seq: u64) {
+        self.runs.heard(seq);
         if let Some(sent) = self.sent.remove(&seq) {
             self.lease_until = self.lease_until.max(sent + self.lease);
             self.sent.retain(|s, _| *s > seq);
@@ -558,6 +559,7 @@ impl Session {
                 fenced: self.fenced,
                 frozen: self.runs.frozen_runs(),
                 clock: crate::model::units::now(),
+                taken_over: self.runs.taken_over(self.seq),
             };
             if let Some(link) = &mut self.link {
                 link.next_heartbeat = now + self.lease / 3;

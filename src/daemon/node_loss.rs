@@ -136,6 +136,7 @@ fn credit_frozen(
         let (event, until) = match thawed {
             Thawed::Now => ("THAWED", " so far); thawed"),
             Thawed::Never => ("FROZEN", "); it ended so"),
+            Thawed::Suspended => ("FROZEN", "); then suspended"),
         };
         let detail = format!(
             "frozen on {name} while the controller could not be reached ({secs} s by its count, {} s credited{until}",
@@ -148,6 +149,33 @@ fn credit_frozen(
     }
 }
 
+/// Freezes of node `name`'s fence that a suspension took over before
+/// the controller heard of them (`taken`, with how long by its count),
+/// and what of each the controller credits (`credits`: by its own
+/// measure, until the suspension began). The run stays as it is: the
+/// suspension's, or resumed since.
+pub(super) fn on_taken_over(
+    core: &mut Core,
+    (name, taken, credits): (&str, &[(RunKey, u64)], &[Credited]),
+    now: i64,
+    fx: &mut Effects,
+) {
+    for credit in credits {
+        let Some(job) = current_run(&core.jobs, credit.run, name) else {
+            continue;
+        };
+        let batch = job.node.as_deref() == Some(name);
+        let held = matches!(
+            job.state,
+            JobState::Running | JobState::Completing | JobState::Suspended
+        );
+        let secs = taken.iter().find(|(r, _)| *r == credit.run).map(|t| t.1);
+        if let Some(secs) = secs.filter(|_| batch && held) {
+            credit_frozen(core, (name, secs, *credit), Thawed::Suspended, now, fx);
+        }
+    }
+}
+
 /// How a freeze the controller credits ended.
 #[derive(Clone, Copy)]
 enum Thawed {
@@ -155,6 +183,8 @@ enum Thawed {
     Now,
     /// Its run ended frozen.
     Never,
+    /// A suspension took it over.
+    Suspended,
 }
 
 /// The current run of a job ended on node `name`, its batch node, while

@@ -24,6 +24,10 @@ use std::collections::{HashMap, VecDeque};
 
 use crate::net::message::RunKey;
 
+/// A run, and seconds of it by its node's count (frozen, as reports
+/// say).
+pub(super) type RunSecs = (RunKey, u64);
+
 /// A lease in whole seconds, rounded up.
 pub(super) fn lease_secs(lease: std::time::Duration) -> i64 {
     lease.as_millis().div_ceil(1_000) as i64
@@ -76,6 +80,9 @@ pub(super) struct Freezes {
     /// The pool's lease (seconds): a node answered holds one from when
     /// it sent what was answered.
     lease: i64,
+    /// Per node and run: the freeze a suspension took over, as last told
+    /// (seconds), while the node tells it.
+    taken_told: HashMap<(String, RunKey), u64>,
     /// Per node: its latest good standings, oldest first (at most
     /// `GOOD_KEPT`): a run's end read after the node was good again is
     /// bounded by the last one before it.
@@ -238,6 +245,47 @@ impl Freezes {
                 }
                 kept.push_back(*good);
             }
+        }
+        credit
+    }
+
+    /// Node `node` tells freezes of its fence that a suspension took over
+    /// (`taken`: run, seconds by its count), as it does until it is
+    /// answered. `elapsed` says how long each run had run, and when its
+    /// suspension began (no later than now). What to credit of each, once,
+    /// beyond what reports of that freeze credited, bounded as theirs are;
+    /// the freeze is over.
+    pub(super) fn taken_over(
+        &mut self,
+        node: &str,
+        taken: &[(RunKey, u64)],
+        elapsed: impl Fn(RunKey) -> Option<(i64, i64)>,
+    ) -> Vec<Credited> {
+        // One no longer told is known to the node to be heard.
+        self.taken_told
+            .retain(|(n, run), _| n != node || taken.iter().any(|(r, _)| r == run));
+        let good_at = self.good_at.get(node).copied().unwrap_or(self.alive_before);
+        let mut credit = Vec::new();
+        for &(run, secs) in taken {
+            let key = (node.to_string(), run);
+            if self.taken_told.get(&key) == Some(&secs) {
+                continue;
+            }
+            self.taken_told.insert(key.clone(), secs);
+            let before = self.credited.remove(&key);
+            let Some((ran, until)) = elapsed(run) else {
+                continue;
+            };
+            let since_good = before.map_or(good_at, |c| c.since_good);
+            let credited = before.map_or(0, |c| c.secs);
+            let bound = until.saturating_sub(since_good).min(ran).max(0) as u64;
+            let total = secs.min(bound).max(credited);
+            credit.push(Credited {
+                run,
+                added: total - credited,
+                total,
+                first: before.is_none_or(|c| !c.told),
+            });
         }
         credit
     }
@@ -535,5 +583,30 @@ mod tests {
         freezes.report("n", (true, &[(run(8), 30)]), (1_100, 1_100), ran);
         let other = freezes.ended("n", run(8), 5, (1_200, 5_000));
         assert_eq!((other.added, other.first), (5, true));
+    }
+
+    /// Found by the simulation of the pool (seed 28): the fence's part of
+    /// a freeze a suspension took over is credited once, up to the
+    /// suspension, beyond what reports of the freeze credited.
+    #[test]
+    fn a_freeze_a_suspension_took_over_is_credited_once_until_the_suspension() {
+        let mut freezes = Freezes::new(0, HashMap::new(), 60);
+        let ran = |_| Some((10_000, i64::MAX, false));
+        freezes.report("n", (false, &[]), (1_000, 1_000), ran);
+        // Frozen since 1_010, reported at 1_030 (20 s), suspended at 1_050.
+        let suspended = |_| Some((10_000, 1_050));
+        freezes.report("n", (true, &[(run(1), 20)]), (1_030, 1_030), ran);
+        let taken = freezes.taken_over("n", &[(run(1), 40)], suspended);
+        assert_eq!(
+            (taken[0].added, taken[0].total, taken[0].first),
+            (20, 40, false)
+        );
+        // Told again until heard: nothing more.
+        assert!(freezes
+            .taken_over("n", &[(run(1), 40)], suspended)
+            .is_empty());
+        // A node's word past the suspension, or past its good standing.
+        let lie = freezes.taken_over("n", &[(run(2), 100_000_000)], suspended);
+        assert_eq!((lie[0].added, lie[0].first), (50, true));
     }
 }

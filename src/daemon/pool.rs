@@ -32,7 +32,7 @@ use crate::spool::Spool;
 use super::effects::{Effects, Out, PoolRow, Row};
 use super::error::DaemonError;
 use super::node_loss::{current_run, stop_stale};
-use super::node_time::{lease_secs, Credited};
+use super::node_time::{lease_secs, Credited, RunSecs};
 use super::nodes::{Node, RemoteNode};
 use super::pool_state::PoolState;
 use super::state::{Daemon, Event};
@@ -263,6 +263,7 @@ impl Daemon {
             version,
             clock,
             frozen,
+            taken_over,
         } = envelope.body
         {
             let skew = self.node_skew(name, clock);
@@ -281,6 +282,7 @@ impl Daemon {
                 lost,
                 version,
                 frozen,
+                taken_over,
             };
             return self.hello(conn, name, envelope.incarnation, hello, now, ended);
         }
@@ -307,6 +309,7 @@ impl Daemon {
                 fenced,
                 frozen,
                 clock,
+                taken_over,
             } => {
                 let skew = self.node_skew(name, clock);
                 let sent = if clock > 0 {
@@ -315,7 +318,8 @@ impl Daemon {
                     now
                 };
                 self.heartbeat(name, &link, (seq, sent, now), &running, fenced);
-                self.thaw_fenced(name, (fenced, &frozen), (sent, now))?;
+                let reported = (fenced, &frozen[..], &taken_over[..]);
+                self.thaw_fenced(name, reported, (sent, now))?;
             }
             FromNode::NotStarted { run, why } => self.not_started(name, run, &why, now)?,
             FromNode::Started {
@@ -462,6 +466,8 @@ pub(super) struct Hello {
     pub(super) version: String,
     /// The runs it froze when its lease ran out, and for how long.
     pub(super) frozen: Vec<(RunKey, u64)>,
+    /// Those of its freezes a suspension took over, and how long.
+    pub(super) taken_over: Vec<(RunKey, u64)>,
 }
 
 impl Daemon {
@@ -775,7 +781,8 @@ impl Daemon {
         // simulation of the pool, seed 26 over 2 hours: a hello sent
         // before a node's lease ran out, read after, was taken as good
         // standing then, and the freeze reported next credited nothing).
-        self.thaw_fenced(name, (fenced, &hello.frozen), (hello.sent, now))?;
+        let reported = (fenced, &hello.frozen[..], &hello.taken_over[..]);
+        self.thaw_fenced(name, reported, (hello.sent, now))?;
         self.refreeze_on(name);
         self.reschedule = true;
         self.snapshot = None;
@@ -791,11 +798,20 @@ impl Daemon {
     pub(super) fn thaw_fenced(
         &mut self,
         name: &str,
-        (fenced, frozen): (bool, &[(RunKey, u64)]),
+        (fenced, frozen, taken_over): (bool, &[RunSecs], &[RunSecs]),
         (sent, now): (i64, i64),
     ) -> Result<(), DaemonError> {
-        let (credits, good) = match &mut self.pool {
+        let (taken, credits, good) = match &mut self.pool {
             Some(pool) => {
+                // Before the freezes reported: a run taken over, resumed,
+                // and frozen again is in both, the freeze reported anew.
+                let taken = pool.freezes.taken_over(name, taken_over, |run| {
+                    let job = current_run(&self.core.jobs, run, name)?;
+                    // The suspension's start (its last, if it ended).
+                    let resumed = self.core.policy.resumed.get(&run.job);
+                    let until = job.suspended_at.or(resumed.map(|&(from, _)| from));
+                    Some((now - job.start_time?, until.unwrap_or(now).min(now)))
+                });
                 let credits = pool
                     .freezes
                     .report(name, (fenced, frozen), (sent, now), |run| {
@@ -807,15 +823,16 @@ impl Daemon {
                     });
                 // Its good standing on record bounds what it may say it
                 // froze while a restarted controller was away.
-                (credits, pool.freezes.good_to_record(name))
+                (taken, credits, pool.freezes.good_to_record(name))
             }
-            None => (Vec::new(), None),
+            None => (Vec::new(), Vec::new(), None),
         };
         self.handle_with(|core, _, fx| {
             if let Some(time) = good {
                 let name = name.to_string();
                 fx.row(Row::Pool(PoolRow::Good { name, time }));
             }
+            super::node_loss::on_taken_over(core, (name, taken_over, &taken), now, fx);
             super::node_loss::on_frozen(core, (name, frozen, &credits), now, fx);
             Ok(())
         })

@@ -778,6 +778,7 @@ fn heartbeat(
         fenced: false,
         frozen,
         clock,
+        taken_over: Vec::new(),
     };
     let peer = crate::net::pki::Subject {
         name: name.to_string(),
@@ -1047,6 +1048,7 @@ fn hello_with(p: &mut Pool, running: Vec<crate::net::message::RunKey>, clock: i6
         version: "test".into(),
         clock,
         frozen: Vec::new(),
+        taken_over: Vec::new(),
     };
     let peer = crate::net::pki::Subject {
         name: "gpu01".into(),

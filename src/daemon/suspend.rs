@@ -276,6 +276,35 @@ mod tests {
         assert!(matches!(fx.outs(), [Out::Freeze { frozen: false, .. }]));
     }
 
+    /// Found by the simulation of the pool (seed 105 over 2 hours): a
+    /// preemptor's end read after the controller stalled resumed its
+    /// victim as of that end, and the time the victim stood frozen since,
+    /// until the thaw left, was charged.
+    #[test]
+    fn a_victim_is_resumed_when_its_preemptors_end_is_read_not_as_of_it() {
+        let mut victim = running(1);
+        victim.state = JobState::Suspended;
+        victim.suspended_at = Some(100);
+        victim.preempted_by = Some(2);
+        let mut preemptor = running(2);
+        preemptor.preemptions_caused = 1;
+        let mut core = core_with(vec![victim, preemptor]);
+        if let super::super::state::Clock::Manual(t) = &core.clock {
+            t.store(700, std::sync::atomic::Ordering::SeqCst);
+        }
+        let mut fx = Effects::default();
+        let ended = (2, JobState::Completed, 400);
+        core.finish(&Archive::default(), ended, None, None, &mut fx)
+            .unwrap();
+        let victim = &core.jobs[&1];
+        assert_eq!(victim.state, JobState::Running);
+        assert_eq!(victim.suspended_secs, 600, "suspended until the thaw left");
+        assert!(fx
+            .outs()
+            .iter()
+            .any(|o| matches!(o, Out::Freeze { frozen: false, .. })));
+    }
+
     #[test]
     fn only_an_administrator_suspends_and_only_what_can_be_frozen() {
         let mut pending = running(2);

@@ -88,6 +88,12 @@ pub enum FromNode {
         /// its own, and stops the others.
         #[serde(default)]
         frozen: Vec<(RunKey, u64)>,
+        /// Freezes for its lost lease that a suspension took over before
+        /// the controller heard of them, and how long the fence had held
+        /// each then (seconds): told in every hello and heartbeat until
+        /// one is answered.
+        #[serde(default)]
+        taken_over: Vec<(RunKey, u64)>,
     },
     /// Every third of the lease: the runs it holds, whether it has fenced
     /// itself (its lease ran out: its jobs were frozen), the runs still
@@ -104,6 +110,9 @@ pub enum FromNode {
         /// from the least delay it sees.
         #[serde(default)]
         clock: i64,
+        /// As in `Hello`.
+        #[serde(default)]
+        taken_over: Vec<(RunKey, u64)>,
     },
     /// A run's processes started.
     Started { run: RunKey, supervisor_pid: i32 },

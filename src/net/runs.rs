@@ -47,6 +47,10 @@ pub struct Runs {
     /// the fence's to freeze, nor to report frozen (their time frozen is
     /// the suspension's, which the controller does not charge already).
     suspended: BTreeSet<JobId>,
+    /// Freezes of the fence a suspension took over: how long the fence
+    /// had held each run then (seconds), and the report that first told
+    /// it (`seq`), until one that told it is answered.
+    taken_over: BTreeMap<RunKey, (u64, Option<u64>)>,
     clock: AgentClock,
 }
 
@@ -116,6 +120,7 @@ impl Runs {
             ended_for_fence: BTreeMap::new(),
             ended_frozen: BTreeMap::new(),
             suspended: BTreeSet::new(),
+            taken_over: BTreeMap::new(),
             clock: AgentClock::System,
         }
     }
@@ -161,7 +166,9 @@ impl Runs {
     }
 
     /// What a `Hello` says of the runs.
-    pub fn hello(&self, version: &str) -> FromNode {
+    /// What this node says at a connection, as report `seq` (a hello
+    /// counts as a heartbeat).
+    pub fn hello(&mut self, version: &str, seq: u64) -> FromNode {
         let key = |id: &JobId, run: &Run| RunKey {
             job: *id,
             restart: run.restart,
@@ -188,7 +195,25 @@ impl Runs {
             version: version.to_string(),
             clock: self.clock.wall(),
             frozen: self.frozen_runs(),
+            taken_over: self.taken_over(seq),
         }
+    }
+
+    /// The fence's freezes a suspension took over, told in report `seq`.
+    pub fn taken_over(&mut self, seq: u64) -> Vec<(RunKey, u64)> {
+        self.taken_over
+            .iter_mut()
+            .map(|(run, (secs, told_in))| {
+                told_in.get_or_insert(seq);
+                (*run, *secs)
+            })
+            .collect()
+    }
+
+    /// The controller answered report `seq`: what it told is known.
+    pub fn heard(&mut self, seq: u64) {
+        self.taken_over
+            .retain(|_, (_, told_in)| told_in.is_none_or(|told| told > seq));
     }
 
     /// The runs frozen for the fence, and for how long (seconds).
@@ -231,6 +256,14 @@ impl Runs {
             }
             ToNode::Freeze { run, frozen } if self.is_current(run) => {
                 if frozen {
+                    // Frozen for the fence: the suspension holds it from
+                    // now, and the fence's part is told as it stands
+                    // (found by the simulation of the pool, seeds 28 and
+                    // 105: it was told no more, and charged).
+                    if let Some(secs) = self.fence_frozen_secs(run.job) {
+                        self.frozen.remove(&run.job);
+                        self.taken_over.insert(run, (secs, None));
+                    }
                     self.suspended.insert(run.job);
                 } else {
                     self.suspended.remove(&run.job);
@@ -693,9 +726,34 @@ mod tests {
         let mut again = Runs::adopt(Box::new(executor), vec![(run.job, run.restart)])
             .on_clock(AgentClock::Simulated(t));
         assert_eq!(again.fence(Duration::from_secs(100)), (0, 0));
-        let FromNode::Hello { ended, .. } = again.hello("test") else {
+        let FromNode::Hello { ended, .. } = again.hello("test", 1) else {
             unreachable!()
         };
         assert_eq!(ended[0].1.fence_frozen_secs, Some(70));
+    }
+
+    /// Found by the simulation of the pool (seed 28): a run its node's
+    /// fence froze, then suspended by the controller before it heard of
+    /// the freeze, was reported frozen no more, and the fence's part was
+    /// charged. It is told as it stood when the suspension took over,
+    /// until a report that told it is answered.
+    #[test]
+    fn a_suspension_that_takes_over_a_fences_freeze_tells_its_part_until_heard() {
+        use std::sync::atomic::{AtomicI64, Ordering::SeqCst};
+        let (runs, run) = one_run();
+        let t = std::sync::Arc::new(AtomicI64::new(1_000));
+        let mut runs = runs.on_clock(AgentClock::Simulated(t.clone()));
+        assert_eq!(runs.fence(std::time::Duration::ZERO), (1, 0));
+        t.store(1_065, SeqCst);
+        runs.order(ToNode::Freeze { run, frozen: true }, false);
+        assert!(runs.frozen_runs().is_empty(), "the suspension's now");
+        assert_eq!(runs.taken_over(7), [(run, 65)]);
+        // Resumed: the fence's part is still to be told.
+        runs.order(ToNode::Freeze { run, frozen: false }, false);
+        assert_eq!(runs.taken_over(8), [(run, 65)]);
+        runs.heard(6);
+        assert_eq!(runs.taken_over(9).len(), 1, "an earlier answer");
+        runs.heard(7);
+        assert!(runs.taken_over(10).is_empty());
     }
 }

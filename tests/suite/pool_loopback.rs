@@ -362,6 +362,7 @@ impl RawNode {
             fenced: !frozen.is_empty(),
             frozen,
             clock: ysched::model::units::now(),
+            taken_over: Vec::new(),
         })
     }
 }
@@ -399,6 +400,7 @@ fn a_node_that_claims_its_run_was_frozen_for_years_gains_nothing() {
         version: env!("CARGO_PKG_VERSION").to_string(),
         clock: now(),
         frozen: Vec::new(),
+        taken_over: Vec::new(),
     });
     assert!(matches!(hello, Some(ToNode::Welcome { .. })), "{hello:?}");
     let id = c.submit(&["-G", "1", "-t", "2:00", "--wrap", "sleep 60"]);

@@ -1160,7 +1160,10 @@ mod tests {
     /// freeze; 178 (over 2 hours), the simulation's own: a fence due the
     /// moment the controller stalled came late, so its run was frozen
     /// later than its lease ran out, as a node's supervisors never let
-    /// it. (A freeze credit lost with a
+    /// it; 28, a fence's freeze a suspension took over before the
+    /// controller heard of it charged; 105 (over 2 hours), a victim
+    /// resumed as of its preemptor's end, read after a stall, charged the
+    /// time it stood frozen since. (A freeze credit lost with a
     /// failed commit, and a lost node's stale run left running, are unit
     /// tests:
     /// `pool_tests::a_freeze_reported_in_a_turn_whose_commit_fails_is_credited_after_all`,
@@ -1187,6 +1190,8 @@ mod tests {
             (48, 2.0),
             (145, 2.0),
             (178, 2.0),
+            (28, 0.5),
+            (105, 2.0),
         ] {
             let options = Options {
                 first_seed: seed,

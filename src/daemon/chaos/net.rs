@@ -169,7 +169,7 @@ impl SimAgent {
         self.sent.insert(self.seq, now);
         // What the hello says of its runs' freezes is the fence's.
         self.fence_if_due(now);
-        let hello = self.runs.hello(env!("CARGO_PKG_VERSION"));
+        let hello = self.runs.hello(env!("CARGO_PKG_VERSION"), self.seq);
         self.envelope(hello)
     }
 
@@ -205,6 +205,7 @@ impl SimAgent {
                 fenced: self.fenced,
                 frozen: self.runs.frozen_runs(),
                 clock: now,
+                taken_over: self.runs.taken_over(self.seq),
             });
         }
         if self.conn.is_none() {
@@ -252,6 +253,7 @@ impl SimAgent {
     /// The controller answered heartbeat `seq`: the lease runs from when
     /// it was sent.
     fn renewed(&mut self, seq: u64, now: i64) {
+        self.runs.heard(seq);
         if let Some(sent) = self.sent.remove(&seq) {
             self.lease_until = self.lease_until.max(sent + self.lease);
             self.sent.retain(|s, _| *s > seq);
