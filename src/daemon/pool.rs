@@ -264,6 +264,7 @@ impl Daemon {
             clock,
             frozen,
             taken_over,
+            suspended,
         } = envelope.body
         {
             let skew = self.node_skew(name, clock);
@@ -283,6 +284,7 @@ impl Daemon {
                 version,
                 frozen,
                 taken_over,
+                suspended,
             };
             return self.hello(conn, name, envelope.incarnation, hello, now, ended);
         }
@@ -468,6 +470,8 @@ pub(super) struct Hello {
     pub(super) frozen: Vec<(RunKey, u64)>,
     /// Those of its freezes a suspension took over, and how long.
     pub(super) taken_over: Vec<(RunKey, u64)>,
+    /// The runs it holds frozen for a suspension.
+    pub(super) suspended: Vec<RunKey>,
 }
 
 impl Daemon {
@@ -783,6 +787,10 @@ impl Daemon {
         // standing then, and the freeze reported next credited nothing).
         let reported = (fenced, &hello.frozen[..], &hello.taken_over[..]);
         self.thaw_fenced(name, reported, (hello.sent, now))?;
+        self.handle_with(|core, _, fx| {
+            super::suspend::on_resume_missed(core, (name, &hello.suspended), now, fx);
+            Ok(())
+        })?;
         self.refreeze_on(name);
         self.reschedule = true;
         self.snapshot = None;

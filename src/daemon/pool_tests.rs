@@ -1049,6 +1049,7 @@ fn hello_with(p: &mut Pool, running: Vec<crate::net::message::RunKey>, clock: i6
         clock,
         frozen: Vec::new(),
         taken_over: Vec::new(),
+        suspended: Vec::new(),
     };
     let peer = crate::net::pki::Subject {
         name: "gpu01".into(),

@@ -94,6 +94,9 @@ pub enum FromNode {
         /// one is answered.
         #[serde(default)]
         taken_over: Vec<(RunKey, u64)>,
+        /// The runs it holds frozen for the controller's suspension.
+        #[serde(default)]
+        suspended: Vec<RunKey>,
     },
     /// Every third of the lease: the runs it holds, whether it has fenced
     /// itself (its lease ran out: its jobs were frozen), the runs still

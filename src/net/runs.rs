@@ -196,6 +196,12 @@ impl Runs {
             clock: self.clock.wall(),
             frozen: self.frozen_runs(),
             taken_over: self.taken_over(seq),
+            suspended: self
+                .runs
+                .iter()
+                .filter(|(id, r)| r.running() && self.suspended.contains(id))
+                .map(|(id, r)| key(id, r))
+                .collect(),
         }
     }
 

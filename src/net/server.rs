@@ -10,8 +10,9 @@
 //! handshake, or without a certificate (joining), at a time, each for at
 //! most `HANDSHAKE_TIME` and with frames of at most `UNPROVEN_FRAME`;
 //! beyond the per-address share a new one is closed at once, and when
-//! all are taken the oldest unproven one makes room (a node's own
-//! handshake takes milliseconds, a flood's idle connections for ever).
+//! all are taken the oldest unproven one of the address that holds the
+//! most makes room (a node's own handshake takes milliseconds and one
+//! place, a flood's idle connections many, for ever).
 //! Each wake-up serves the connections that are ready before it accepts,
 //! and accepts at most `ACCEPTS_PER_WAKE`; the unproven are counted in
 //! maps kept as they come and go, so an accept costs no scan. A refused
@@ -348,12 +349,16 @@ impl Server {
         Some(entry)
     }
 
-    /// The oldest connection not yet proven, closed to make room.
-    fn evict_oldest_unproven(&mut self) -> bool {
+    /// The oldest connection not yet proven of the address that holds
+    /// the most, closed to make room: a crowd from many addresses gives
+    /// way before a node's one handshake does, however fast it comes
+    /// back (as the step links' handshakes do: `steps::to_let_go`).
+    fn evict_unproven(&mut self) -> bool {
+        let most = self.unproven.by_address.values().copied().max();
         let oldest = self
             .conns
             .iter()
-            .filter(|(_, e)| e.counted)
+            .filter(|(_, e)| e.counted && Some(self.unproven.from(e.address)) == most)
             .min_by_key(|(_, e)| e.since)
             .map(|(id, _)| *id);
         let Some(mut entry) = oldest.and_then(|id| self.remove(id)) else {
@@ -377,7 +382,7 @@ impl Server {
                     .note(format!("{address}: too many connections not yet proven"));
                 continue;
             }
-            if self.unproven.total >= MAX_UNPROVEN && !self.evict_oldest_unproven() {
+            if self.unproven.total >= MAX_UNPROVEN && !self.evict_unproven() {
                 continue;
             }
             if self.conns.len() >= MAX_CONNECTIONS {

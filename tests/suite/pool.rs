@@ -1743,14 +1743,23 @@ fn a_connection_flood_from_many_addresses_takes_no_node_down() {
     // 8 idle connections from each of 40 addresses (the per-address
     // limit, and more than all the unproven places), for three leases.
     let (ns, addresses) = p.net.add_crowd(40);
-    let out = Command::new("ip")
+    let crowd = Command::new("ip")
         .args(["netns", "exec", &ns, "python3", "-c", CROWD])
         .arg(p.net.controller_ip())
         .arg("6820")
         .arg(addresses.join(","))
         .args(["8", &(3 * lease).to_string()])
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    // In the thick of it, node 0's agent restarts: its new connection's
+    // handshake must get through the crowd, which takes every place it
+    // is given back at once.
+    std::thread::sleep(Duration::from_secs(lease));
+    p.agents[0].kill();
+    p.agents[0].restart();
+    let out = crowd.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     eprintln!("the crowd opened {} connections again", stdout(&out).trim());
     for &id in &jobs {

@@ -401,6 +401,7 @@ fn a_node_that_claims_its_run_was_frozen_for_years_gains_nothing() {
         clock: now(),
         frozen: Vec::new(),
         taken_over: Vec::new(),
+        suspended: Vec::new(),
     });
     assert!(matches!(hello, Some(ToNode::Welcome { .. })), "{hello:?}");
     let id = c.submit(&["-G", "1", "-t", "2:00", "--wrap", "sleep 60"]);

@@ -1163,7 +1163,11 @@ mod tests {
     /// it; 28, a fence's freeze a suspension took over before the
     /// controller heard of it charged; 105 (over 2 hours), a victim
     /// resumed as of its preemptor's end, read after a stall, charged the
-    /// time it stood frozen since. (A freeze credit lost with a
+    /// time it stood frozen since; 297 (over 2 hours), a resume lost
+    /// with a broken connection, the job frozen and charged until its
+    /// time limit; 303 (over 2 hours), a freeze report of a suspended
+    /// job counted as credited though it was not, and taken off what the
+    /// suspension took over. (A freeze credit lost with a
     /// failed commit, and a lost node's stale run left running, are unit
     /// tests:
     /// `pool_tests::a_freeze_reported_in_a_turn_whose_commit_fails_is_credited_after_all`,
@@ -1192,6 +1196,8 @@ mod tests {
             (178, 2.0),
             (28, 0.5),
             (105, 2.0),
+            (297, 2.0),
+            (303, 2.0),
         ] {
             let options = Options {
                 first_seed: seed,
