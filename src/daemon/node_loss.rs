@@ -271,6 +271,67 @@ mod tests {
         assert_eq!(core.jobs[&4].state, JobState::Running);
     }
 
+    fn events(fx: &Effects) -> Vec<(String, String)> {
+        fx.rows()
+            .iter()
+            .filter_map(|r| match r {
+                Row::Event { name, detail, .. } => {
+                    Some((name.clone(), detail.clone().unwrap_or_default()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn credit(job: JobId, added: u64, first: bool) -> Credited {
+        Credited {
+            run: RunKey { job, restart: 0 },
+            added,
+            total: added,
+            first,
+        }
+    }
+
+    /// A run that ended frozen on its batch node is credited the freeze,
+    /// told once (FROZEN); on another node of its job, or when it is no
+    /// longer the job's current run, nothing.
+    #[test]
+    fn a_freeze_a_run_ended_in_is_credited_on_its_batch_node_only() {
+        let jobs = vec![running(1, "gpu02"), running(2, "gpu02")];
+        let (mut core, mut fx) = (core_with(jobs), Effects::default());
+        on_frozen_end(&mut core, ("gpu02", 90, credit(1, 90, true)), 500, &mut fx);
+        assert_eq!(core.jobs[&1].suspended_secs, 90);
+        let told = events(&fx);
+        assert_eq!(told.len(), 1);
+        assert_eq!(told[0].0, "FROZEN");
+        assert!(told[0].1.ends_with("it ended so"), "{told:?}");
+        let mut fx = Effects::default();
+        on_frozen_end(&mut core, ("gpu01", 90, credit(2, 90, true)), 500, &mut fx);
+        let old = Credited {
+            run: RunKey { job: 2, restart: 3 },
+            ..credit(2, 90, true)
+        };
+        on_frozen_end(&mut core, ("gpu02", 90, old), 500, &mut fx);
+        assert_eq!(core.jobs[&2].suspended_secs, 0);
+        assert!(fx.rows().is_empty());
+    }
+
+    /// The fence's part of a freeze a suspension took over is credited to
+    /// the job, suspended or resumed since, and never thawed here (the
+    /// suspension holds the run).
+    #[test]
+    fn a_freeze_a_suspension_took_over_is_credited_and_nothing_thawed() {
+        let mut suspended = running(1, "gpu02");
+        suspended.state = JobState::Suspended;
+        let (mut core, mut fx) = (core_with(vec![suspended]), Effects::default());
+        let run = RunKey { job: 1, restart: 0 };
+        let taken = [(run, 40)];
+        on_taken_over(&mut core, ("gpu02", &taken, &[credit(1, 40, true)]), 500, &mut fx);
+        assert_eq!(core.jobs[&1].suspended_secs, 40);
+        assert!(events(&fx)[0].1.ends_with("then suspended"));
+        assert!(fx.outs().is_empty(), "no thaw: {:?}", fx.outs());
+    }
+
     #[test]
     fn a_run_its_node_did_not_start_goes_back_to_the_queue_unless_it_is_no_longer_current() {
         let mut over_two = running(2, "gpu01");
