@@ -1044,19 +1044,59 @@ const SINFO: &[SlurmOption] = &[
 
 /// `scontrol`.
 const SCONTROL: &[SlurmOption] = &[
-    opt(&["-a", "--all"], Value::None, Decision::Honoured),
-    opt(&["-M", "--clusters"], Value::Required, Decision::Honoured),
+    opt(
+        &["-a", "--all"],
+        Value::None,
+        Decision::Quiet("no partition is hidden: all are shown"),
+    ),
+    opt(
+        &["-M", "--clusters"],
+        Value::Required,
+        Decision::Quiet("ysched is one cluster, not a federation"),
+    ),
     opt(&["-d", "--details"], Value::None, Decision::Honoured),
-    opt(&["--federation"], Value::None, Decision::Honoured),
-    opt(&["-F", "--future"], Value::None, Decision::Honoured),
+    opt(
+        &["--federation"],
+        Value::None,
+        Decision::Quiet("ysched is one cluster, not a federation"),
+    ),
+    opt(
+        &["-F", "--future"],
+        Value::None,
+        Decision::Quiet("no node is in the FUTURE state"),
+    ),
     opt(&["-h", "--help"], Value::None, Decision::Honoured),
-    opt(&["--hide"], Value::None, Decision::Honoured),
-    opt(&["--local"], Value::None, Decision::Honoured),
+    opt(
+        &["--hide"],
+        Value::None,
+        Decision::Quiet("no partition is hidden"),
+    ),
+    opt(
+        &["--local"],
+        Value::None,
+        Decision::Quiet("ysched is one cluster, not a federation"),
+    ),
     opt(&["-o", "--oneliner"], Value::None, Decision::Honoured),
-    opt(&["-Q", "--quiet"], Value::None, Decision::Honoured),
-    opt(&["--sibling"], Value::None, Decision::Honoured),
-    opt(&["-u", "--uid"], Value::Required, Decision::Honoured),
-    opt(&["-v", "--verbose"], Value::None, Decision::Honoured),
+    opt(
+        &["-Q", "--quiet"],
+        Value::None,
+        Decision::Quiet("messages are few already"),
+    ),
+    opt(
+        &["--sibling"],
+        Value::None,
+        Decision::Quiet("ysched is one cluster, not a federation"),
+    ),
+    opt(
+        &["-u", "--uid"],
+        Value::Required,
+        Decision::Refused("requests are made as the user who runs scontrol"),
+    ),
+    opt(
+        &["-v", "--verbose"],
+        Value::None,
+        Decision::Quiet("no more is said"),
+    ),
     opt(&["-V", "--version"], Value::None, Decision::Honoured),
 ];
 

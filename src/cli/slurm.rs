@@ -417,9 +417,12 @@ fn render_format(format: &str, value: impl Fn(char) -> Option<String>) -> Result
 #[derive(Parser, Debug)]
 #[command(name = "scontrol", version, about = "Slurm's scontrol over ysched")]
 pub struct ScontrolArgs {
-    /// Accepted: one line per record either way
+    /// Each record on one line
     #[arg(short = 'o', long)]
     pub oneliner: bool,
+    /// More detail: where a job's GPUs are on its nodes
+    #[arg(short = 'd', long)]
+    pub details: bool,
     /// show job ID | show node | show config | show partition | show hostnames [LIST] | show hostlist NAMES | requeue ID... | hold ID... | release ID... | suspend ID... | resume ID... | update JobId=ID KEY=VALUE... | ping | reconfigure
     #[arg(value_name = "COMMAND", num_args = 1.., required = true, allow_hyphen_values = true)]
     pub words: Vec<String>,
@@ -438,12 +441,15 @@ fn scontrol(args: ScontrolArgs) -> CliResult {
     {
         ["ping"] => return ping(),
         ["show", "job", ..] | ["show", "jobs", ..] | ["show", "jobid", ..] => {
-            let Some(job) = words.get(2) else {
-                return super::yscontrol::show_all_jobs(&load_config()?);
+            let layout = super::yscontrol::JobLayout {
+                one_line: args.oneliner,
+                details: args.details,
             };
-            C::Show {
-                what: S::Job { job: job.clone() },
-            }
+            let config = load_config()?;
+            return match words.get(2) {
+                Some(job) => super::yscontrol::show_one_job(&config, job, layout),
+                None => super::yscontrol::show_all_jobs(&config, layout),
+            };
         }
         ["show", "node" | "nodes"] => C::Show {
             what: S::Node { name: None },

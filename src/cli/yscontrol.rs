@@ -266,7 +266,7 @@ fn show(config: &crate::config::Config, what: Show) -> CliResult {
             print(&show_config(config, nodes.as_ref().and_then(|n| n.first())))
         }
         Show::Audit { lines } => show_audit(config, lines),
-        Show::Job { job } => show_one_job(config, &job),
+        Show::Job { job } => show_one_job(config, &job, JobLayout::default()),
     }
 }
 
@@ -342,16 +342,30 @@ fn show_audit(config: &crate::config::Config, lines: u32) -> CliResult {
 
 /// `scontrol show job` with no id: every job in the queue, as Slurm
 /// shows those slurmctld holds, a blank line between them.
-pub fn show_all_jobs(config: &crate::config::Config) -> CliResult {
+/// How `show job` lays a record out: Slurm's `scontrol -o` puts each on
+/// one line, and `-d` adds where it runs in detail.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct JobLayout {
+    pub one_line: bool,
+    pub details: bool,
+}
+
+/// `scontrol show jobs`: every job the controller holds, as slurmctld
+/// does: the active ones and those that ended within `min_job_age_secs`
+/// (Slurm's MinJobAge), each record followed by one blank line.
+pub fn show_all_jobs(config: &crate::config::Config, layout: JobLayout) -> CliResult {
     let all = Query::Queue {
-        filter: crate::proto::JobFilter::default(),
+        filter: crate::proto::JobFilter {
+            states: crate::model::job::JobState::ALL.to_vec(),
+            ..Default::default()
+        },
         fields: None,
     };
     match query("scontrol", config, all)? {
         Reply::Jobs { jobs, .. } if jobs.is_empty() => print("No jobs in the system\n"),
         Reply::Jobs { jobs, now } => {
-            let text: Vec<String> = jobs.iter().map(|j| show_job(j, now)).collect();
-            print(&text.join("\n"))
+            let text: String = jobs.iter().map(|j| show_job(j, now, layout)).collect();
+            print(&text)
         }
         Reply::Rejected { error } => Err(CliError::failed(error)),
         other => Err(CliError::failed(format!(
@@ -361,14 +375,14 @@ pub fn show_all_jobs(config: &crate::config::Config) -> CliResult {
 }
 
 /// `yscontrol show job ID`.
-fn show_one_job(config: &crate::config::Config, job: &String) -> CliResult {
+pub fn show_one_job(config: &crate::config::Config, job: &String, layout: JobLayout) -> CliResult {
     let ids = parse_job_ids(std::slice::from_ref(job))?;
     let [id] = ids.as_slice() else {
         return Err(CliError::usage("give one job id"));
     };
     match query("yscontrol", config, Query::Job(*id))? {
         Reply::Jobs { jobs, now } if !jobs.is_empty() => {
-            let text: String = jobs.iter().map(|j| show_job(j, now)).collect();
+            let text: String = jobs.iter().map(|j| show_job(j, now, layout)).collect();
             print(&text)
         }
         Reply::Rejected { error } => Err(CliError::failed(error)),
@@ -467,7 +481,7 @@ fn pull_image(config: &crate::config::Config, pull: Control, wait: bool) -> CliR
 }
 
 /// scontrol's layout: KEY=VALUE pairs, a few to a line.
-fn show_job(view: &JobView, now: i64) -> String {
+fn show_job(view: &JobView, now: i64, layout: JobLayout) -> String {
     let job = &view.job;
     let time = |t: Option<i64>| {
         t.map(units::format_timestamp)
@@ -550,7 +564,33 @@ fn show_job(view: &JobView, now: i64) -> String {
         );
     }
     out.extend(optional_job_lines(view));
+    if layout.details {
+        out.extend(detail_lines(view));
+    }
+    if layout.one_line {
+        let words: Vec<&str> = out.iter().map(|l| l.trim()).collect();
+        return words.join(" ") + "\n";
+    }
     out.join("\n") + "\n\n"
+}
+
+/// What `scontrol -d show job` adds: for a job that holds GPUs, where
+/// they are on each of its nodes (Slurm's `Nodes=... GRES=gpu:N(IDX:...)`).
+fn detail_lines(view: &JobView) -> Vec<String> {
+    let job = &view.job;
+    if !job.state.holds_gpus() || job.node.is_none() {
+        return Vec::new();
+    }
+    let mem = job
+        .mem_mb
+        .map_or_else(|| "(none)".to_string(), units::format_memory_mb);
+    vec![format!(
+        "     Nodes={} CPUs={} Mem={mem} GRES=gpu:{}(IDX:{})",
+        job.nodelist(),
+        job.cpus,
+        job.gpus_alloc.len(),
+        crate::db::format_index_list(&job.gpus_alloc)
+    )]
 }
 
 /// The lines `show job` prints only when they have something to say, and

@@ -326,7 +326,12 @@ mod tests {
         let (mut core, mut fx) = (core_with(vec![suspended]), Effects::default());
         let run = RunKey { job: 1, restart: 0 };
         let taken = [(run, 40)];
-        on_taken_over(&mut core, ("gpu02", &taken, &[credit(1, 40, true)]), 500, &mut fx);
+        on_taken_over(
+            &mut core,
+            ("gpu02", &taken, &[credit(1, 40, true)]),
+            500,
+            &mut fx,
+        );
         assert_eq!(core.jobs[&1].suspended_secs, 40);
         assert!(events(&fx)[0].1.ends_with("then suspended"));
         assert!(fx.outs().is_empty(), "no thaw: {:?}", fx.outs());

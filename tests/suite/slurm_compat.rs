@@ -195,10 +195,19 @@ fn every_documented_slurm_option_does_what_the_compat_table_says() {
                 &running
             };
             let (mut code, mut err) = table_row(c, command, &[&with[..], operands].concat());
-            if err.contains("unexpected argument '1'") || err.contains("unknown option 1") {
+            // scontrol reads a word after a flag as its command.
+            let as_command = command == "scontrol" && err.contains("'1 ping' is not supported");
+            if err.contains("unexpected argument '1'")
+                || err.contains("unknown option 1")
+                || as_command
+            {
                 (code, err) = table_row(c, command, &[&[name][..], operands].concat());
             }
-            let unknown = err.contains("unexpected argument") || err.contains("unknown option");
+            // An option scontrol's parser does not know is read as its
+            // command, refused as one: it must not come to that.
+            let unknown = err.contains("unexpected argument")
+                || err.contains("unknown option")
+                || (command == "scontrol" && err.contains("is not supported by ysched's scontrol"));
             let warned = err.contains(&format!("warning: {name} is accepted"));
             let refused = err.contains(&format!("error: {name} is not supported here: "));
             let right = match decision {
@@ -328,4 +337,39 @@ fn the_lines_real_tools_stopped_on_now_work() {
         err.contains("freq.sh: line 2: --acctg-freq is accepted and changes nothing here"),
         "{err}"
     );
+}
+
+/// Slurm's own test suite reads every job with `scontrol -d -o show
+/// jobs`: one line a job, among them a job that ended moments ago
+/// (slurmctld keeps it MinJobAge), and with `-d` where a running job's
+/// GPUs are. Without `-o`, each record is followed by one blank line.
+#[test]
+fn scontrol_shows_every_job_one_a_line_with_details_and_those_just_ended() {
+    let c = Cluster::started("");
+    let long = std::time::Duration::from_secs(30);
+    let done = c.submit(&["--wrap", "true"]);
+    assert_eq!(c.wait_done(done, long), "COMPLETED");
+    let running = c.submit(&["-G", "1", "--wrap", "sleep 60"]);
+    c.wait_state(running, "RUNNING", long);
+    let (code, out, err) = slurm_out(&c, "scontrol", &["-d", "-o", "show", "jobs"]);
+    assert_eq!(code, Some(0), "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    let line_of = |id: u64| {
+        let start = format!("JobId={id} ");
+        *lines.iter().find(|l| l.starts_with(&start)).unwrap()
+    };
+    assert!(line_of(done).contains(" JobState=COMPLETED "), "{out}");
+    let live = line_of(running);
+    assert!(live.contains(" JobState=RUNNING "), "{live}");
+    assert!(live.contains(" GRES=gpu:1(IDX:"), "-d's details: {live}");
+    // One job, one line, as atf asks for it.
+    let (code, one, err) = slurm_out(&c, "scontrol", &["-o", "show", "job", &done.to_string()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(one.lines().count(), 1, "{one}");
+    // Records apart by one blank line.
+    let (_, all, _) = slurm_out(&c, "scontrol", &["show", "jobs"]);
+    assert_eq!(all.matches("\n\nJobId=").count(), 1, "{all}");
+    assert!(!all.contains("\n\n\n"), "{all}");
+    assert!(!all.contains(" GRES=gpu:"), "details only with -d: {all}");
 }
