@@ -185,16 +185,22 @@ fn with_slurm_exit<A>(
                 ExitCode::from(1)
             }
         },
+        // As Slurm's commands answer it: tools parse `slurm 22.05.x`.
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayVersion => {
+            let _ = super::print(SLURM_VERSION);
+            ExitCode::SUCCESS
+        }
         Err(e) => {
-            let informational = matches!(
-                e.kind(),
-                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
-            );
+            let informational = e.kind() == clap::error::ErrorKind::DisplayHelp;
             let _ = e.print();
             ExitCode::from(if informational { 0 } else { 1 })
         }
     }
 }
+
+/// What the Slurm names answer to `-V`: the Slurm release whose commands
+/// they stand in for (ysched's own names give ysched's version).
+pub const SLURM_VERSION: &str = "slurm 22.05.8\n";
 
 /// `sinfo`: the one partition, as Slurm prints it.
 #[derive(Parser, Debug)]

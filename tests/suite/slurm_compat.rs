@@ -373,3 +373,25 @@ fn scontrol_shows_every_job_one_a_line_with_details_and_those_just_ended() {
     assert!(!all.contains("\n\n\n"), "{all}");
     assert!(!all.contains(" GRES=gpu:"), "details only with -d: {all}");
 }
+
+/// Tools read the Slurm release from `-V` (`slurm 22.05.8`): each Slurm
+/// name answers as Slurm's commands do; ysched's own names keep theirs.
+#[test]
+fn each_slurm_name_answers_its_version_as_slurm_does() {
+    let c = Cluster::new("");
+    for command in [
+        "sbatch", "salloc", "srun", "squeue", "sacct", "scancel", "sinfo", "scontrol", "sshare",
+        "sacctmgr",
+    ] {
+        for flag in ["-V", "--version"] {
+            let (code, out, err) = slurm_out(&c, command, &[flag]);
+            assert_eq!(code, Some(0), "{command} {flag}: {err}");
+            assert_eq!(out, "slurm 22.05.8\n", "{command} {flag}");
+        }
+    }
+    let own = std::process::Command::new(bin_dir().join("ysqueue"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(stdout(&own).starts_with("ysqueue "), "{}", stdout(&own));
+}
