@@ -64,7 +64,7 @@ pub fn main(name: &str, args: Vec<OsString>) -> ExitCode {
         "sbatch" => with_slurm_exit(
             name,
             super::ysbatch::Args::try_parse_from(argv(args)),
-            super::ysbatch::run,
+            |a| super::ysbatch::run_as("sbatch", a),
         ),
         "salloc" => with_slurm_exit(
             name,

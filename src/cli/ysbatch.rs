@@ -84,6 +84,13 @@ fn script_source(args: &Args) -> Result<(String, String, String), CliError> {
 }
 
 pub fn run(args: Args) -> CliResult {
+    run_as("ysbatch", args)
+}
+
+/// `ysbatch`, or Slurm's `sbatch` (`command`): a job whose script and
+/// options name no output file writes it where the command's own jobs
+/// do, `ys-%j.out` or Slurm's `slurm-%j.out` (`%A_%a` for an array).
+pub fn run_as(command: &str, args: Args) -> CliResult {
     let (script_text, source_name, default_name) = script_source(&args)?;
     let cli = Partial::from_options(args.options).map_err(|e| CliError::usage(e.to_string()))?;
     let cwd = std::env::current_dir()
@@ -106,6 +113,14 @@ pub fn run(args: Args) -> CliResult {
     };
     let mut request = script::resolve(partial, script_text, args.args, context)?;
     request.test_only = args.test_only;
+    if command == "sbatch" && request.output.is_none() {
+        let pattern = if request.array.is_some() {
+            "slurm-%A_%a.out"
+        } else {
+            "slurm-%j.out"
+        };
+        request.output = Some(pattern.to_string());
+    }
     crate::validate::job_request(&request).map_err(|e| CliError::usage(e.to_string()))?;
     if !request.work_dir.is_dir() {
         return Err(CliError::failed(format!(

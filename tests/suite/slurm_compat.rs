@@ -395,3 +395,31 @@ fn each_slurm_name_answers_its_version_as_slurm_does() {
         .unwrap();
     assert!(stdout(&own).starts_with("ysqueue "), "{}", stdout(&own));
 }
+
+/// A job sbatch submits with no `-o` writes `slurm-%j.out` in its
+/// working directory, as Slurm's does (ysbatch's own is `ys-%j.out`);
+/// an `#SBATCH -o` in the script still wins.
+#[test]
+fn sbatch_writes_slurm_out_files_where_no_output_is_named() {
+    let c = Cluster::started("");
+    let long = std::time::Duration::from_secs(30);
+    let (code, out, err) = slurm_out(&c, "sbatch", &["--parsable", "--wrap", "echo plain"]);
+    assert_eq!(code, Some(0), "{err}");
+    let id: u64 = out.trim().parse().unwrap();
+    assert_eq!(c.wait_done(id, long), "COMPLETED");
+    let file = c.work.join(format!("slurm-{id}.out"));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "plain\n");
+    assert!(!c.work.join(format!("ys-{id}.out")).exists());
+    std::fs::write(
+        c.work.join("named.sh"),
+        "#!/bin/sh\n#SBATCH -o named-%j.txt\necho named\n",
+    )
+    .unwrap();
+    let (code, out, err) = slurm_out(&c, "sbatch", &["--parsable", "named.sh"]);
+    assert_eq!(code, Some(0), "{err}");
+    let id: u64 = out.trim().parse().unwrap();
+    assert_eq!(c.wait_done(id, long), "COMPLETED");
+    let named = c.work.join(format!("named-{id}.txt"));
+    assert_eq!(std::fs::read_to_string(named).unwrap(), "named\n");
+    assert!(!c.work.join(format!("slurm-{id}.out")).exists());
+}
