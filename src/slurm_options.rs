@@ -13,6 +13,11 @@
 
 use std::ffi::OsString;
 
+/// What the Slurm names answer to `-V`: the Slurm release whose commands
+/// and options they stand in for (ysched's own names give ysched's
+/// version).
+pub const VERSION: &str = "slurm 22.05.8\n";
+
 /// A refused option, and why.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{option} is not supported here: {why}")]

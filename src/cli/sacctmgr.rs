@@ -139,7 +139,7 @@ fn take_word(r: &mut Request, word: &str) -> Result<(), CliError> {
 
 pub fn run(args: Vec<String>) -> CliResult {
     if args.iter().any(|a| a == "-V" || a == "--version") {
-        return super::print(super::slurm::SLURM_VERSION);
+        return super::print(crate::slurm_options::VERSION);
     }
     let request = parse(&args)?;
     let config = load_config()?;

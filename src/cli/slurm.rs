@@ -187,7 +187,7 @@ fn with_slurm_exit<A>(
         },
         // As Slurm's commands answer it: tools parse `slurm 22.05.x`.
         Err(e) if e.kind() == clap::error::ErrorKind::DisplayVersion => {
-            let _ = super::print(SLURM_VERSION);
+            let _ = super::print(crate::slurm_options::VERSION);
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -197,10 +197,6 @@ fn with_slurm_exit<A>(
         }
     }
 }
-
-/// What the Slurm names answer to `-V`: the Slurm release whose commands
-/// they stand in for (ysched's own names give ysched's version).
-pub const SLURM_VERSION: &str = "slurm 22.05.8\n";
 
 /// `sinfo`: the one partition, as Slurm prints it.
 #[derive(Parser, Debug)]
