@@ -147,6 +147,7 @@ impl Core {
             job.gpu_seconds += gpu_seconds;
         }
         self.policy.resumed.remove(&id);
+        self.policy.resumed_again.remove(&id);
         fx.job(&job);
         fx.event(id, end, state, job.reason.as_deref());
         self.notify_job(&job, super::notifications::JobEvent::Ended, end, fx);

@@ -190,6 +190,7 @@ impl Core {
         let job = job.clone();
         self.policy.stopping.remove(&id);
         self.policy.resumed.remove(&id);
+        self.policy.resumed_again.remove(&id);
         fx.job(&job);
         fx.event(id, now, JobState::Pending, Some(detail));
         fx.forget(&ran);

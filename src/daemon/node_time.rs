@@ -283,15 +283,7 @@ impl Freezes {
                 continue;
             };
             let since_good = before.map_or(good_at, |c| c.since_good);
-            let credited = before.map_or(0, |c| c.secs);
-            let bound = until.saturating_sub(since_good).min(ran).max(0) as u64;
-            let total = secs.min(bound).max(credited);
-            credit.push(Credited {
-                run,
-                added: total - credited,
-                total,
-                first: before.is_none_or(|c| !c.told),
-            });
+            credit.push(rest_of(run, secs, before, (since_good, until, ran)));
         }
         credit
     }
@@ -316,14 +308,7 @@ impl Freezes {
         // the earliest.
         let renewed = before.and_then(|c| c.thawed).map(|(_, renewed)| renewed);
         if let Some(renewed) = renewed.filter(|&renewed| renewed < end) {
-            let bound = end.saturating_sub(renewed).min(ran).max(0) as u64;
-            let total = reported.min(bound);
-            return Credited {
-                run,
-                added: total,
-                total,
-                first: true,
-            };
+            return rest_of(run, reported, None, (renewed, end, ran));
         }
         // The node's last good standing before the end (a hello after it,
         // with nothing frozen left, is good standing too); with none
@@ -340,19 +325,30 @@ impl Freezes {
                 .unwrap_or(end - ran)
         };
         let since_good = before.map_or_else(last_good, |c| c.since_good);
-        let credited = before.map_or(0, |c| c.secs);
         // Thawed before its end (the thaw reached the node): the freeze
         // was over then.
         let thawed_at = before.and_then(|c| c.thawed).map_or(end, |(at, _)| at);
-        let until = end.min(thawed_at);
-        let bound = until.saturating_sub(since_good).min(ran).max(0) as u64;
-        let total = reported.min(bound).max(credited);
-        Credited {
-            run,
-            added: total - credited,
-            total,
-            first: before.is_none_or(|c| !c.told),
-        }
+        rest_of(run, reported, before, (since_good, end.min(thawed_at), ran))
+    }
+}
+
+/// What to credit of a freeze of run `run` that is over: the node's
+/// `figure`, bounded by the time from `since_good` to `until` and by the
+/// run's `ran` seconds, less what reports of it credited (`before`).
+fn rest_of(
+    run: RunKey,
+    figure: u64,
+    before: Option<Credit>,
+    (since_good, until, ran): (i64, i64, i64),
+) -> Credited {
+    let credited = before.map_or(0, |c| c.secs);
+    let bound = until.saturating_sub(since_good).min(ran).max(0) as u64;
+    let total = figure.min(bound).max(credited);
+    Credited {
+        run,
+        added: total - credited,
+        total,
+        first: before.is_none_or(|c| !c.told),
     }
 }
 

@@ -332,6 +332,7 @@ impl Core {
         self.policy.warned.remove(&id);
         self.policy.stopping.remove(&id);
         self.policy.resumed.remove(&id);
+        self.policy.resumed_again.remove(&id);
         let mut detail = format!("{requeued} (restart {})", job.restart_count);
         if let Some(delay) = next.delay {
             detail.push_str(&format!(

@@ -301,6 +301,10 @@ pub(super) struct PolicyState {
     /// its end (its node lost, frozen since its lease ran out while the
     /// job was suspended) stood suspended only until then.
     pub(super) resumed: HashMap<JobId, (i64, i64)>,
+    /// Jobs whose last resume a node missed and that was made again at
+    /// its hello (`suspend::on_resume_missed`), by when that suspension
+    /// began: made again once, however often a node says it missed it.
+    pub(super) resumed_again: HashMap<JobId, i64>,
     /// Drained GPUs: (node, its GPU number).
     pub(super) drains: BTreeMap<crate::db::DrainKey, crate::report::node::Drain>,
     /// Each run's charge taken twice, on purpose (a test that the

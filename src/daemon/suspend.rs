@@ -185,17 +185,22 @@ pub(super) fn on_resume_missed(
             continue;
         }
         let batch = job.node.as_deref() == Some(name);
+        // Made again once: a node that says so again (its thaw lost
+        // too, or a node that lies) is thawed, and gains nothing more.
         let resumed = core.policy.resumed.get(&run.job).copied();
-        if let Some((from, to)) = resumed.filter(|&(_, to)| batch && to < now) {
+        let again = |from: i64| core.policy.resumed_again.get(&run.job) == Some(&from);
+        if let Some((from, to)) = resumed.filter(|&(from, to)| batch && to < now && !again(from)) {
             let job = core.jobs.job_mut(&run.job).expect("current above");
             job.suspended_secs += (now - to) as u64;
             let job = job.clone();
             core.policy.resumed.insert(run.job, (from, now));
+            core.policy.resumed_again.insert(run.job, from);
             fx.job(&job);
             let detail = format!(
                 "its resume did not reach {name} (lost with its link): resumed there only now, and suspended until then"
             );
-            fx.named_event(run.job, now, "THAWED", Some(&detail));
+            // A resumption: read back as this suspension's end.
+            fx.event(run.job, now, JobState::Running, Some(&detail));
             tracing::warn!(target: "ysched::pool", "job {}: {detail}", run.job);
         }
         fx.frame(
@@ -367,10 +372,12 @@ mod tests {
                 if matches!(**frame, crate::net::message::ToNode::Freeze { frozen: false, .. }))
         };
         assert!(fx.outs().iter().any(thaw));
-        // Told again (its thaw not yet arrived): nothing more.
+        // Told again (its thaw lost too, or a node that lies): thawed,
+        // and nothing more.
         let mut fx = Effects::default();
-        on_resume_missed(&mut core, ("gpu01", &[run]), 340, &mut fx);
+        on_resume_missed(&mut core, ("gpu01", &[run]), 900, &mut fx);
         assert_eq!(core.jobs[&1].suspended_secs, 140);
+        assert!(fx.outs().iter().any(thaw));
     }
 
     #[test]

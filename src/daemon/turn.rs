@@ -447,6 +447,7 @@ impl Daemon {
     fn load_stops(&mut self) -> Result<(), DaemonError> {
         self.core.policy.stopping.clear();
         self.core.policy.resumed.clear();
+        self.core.policy.resumed_again.clear();
         let stopping: Vec<JobId> = self
             .core
             .jobs

@@ -997,14 +997,15 @@ pub fn stopped_at(conn: &Connection, id: JobId) -> Result<Option<i64>, DbError> 
 }
 
 /// Job `id`'s last suspension since `since` that has ended: when it was
-/// suspended, and when it ran again.
+/// suspended, and when it ran again (the last resumption recorded: one
+/// made again when its node missed the first counts).
 pub fn last_resumption(
     conn: &Connection,
     id: JobId,
     since: i64,
 ) -> Result<Option<(i64, i64)>, DbError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT s.time, (SELECT MIN(r.time) FROM job_events r
+        "SELECT s.time, (SELECT MAX(r.time) FROM job_events r
                           WHERE r.job_id = s.job_id AND r.id > s.id AND r.state = 'RUNNING')
            FROM job_events s
           WHERE s.job_id = ?1 AND s.state = 'SUSPENDED' AND s.time >= ?2
