@@ -16,6 +16,10 @@ use std::ffi::OsString;
 /// What the Slurm names answer to `-V`: the Slurm release whose commands
 /// and options they stand in for (ysched's own names give ysched's
 /// version).
+/// The one partition ysched shows Slurm's tools and writes into the
+/// `slurm.conf` of `ysctld export-slurm`: every job and node is in it.
+pub const PARTITION: &str = "ysched";
+
 pub const VERSION: &str = "slurm 22.05.8\n";
 
 /// A refused option, and why.

@@ -227,8 +227,7 @@ pub struct SinfoArgs {
     pub help: Option<bool>,
 }
 
-/// The partition name ysched shows to Slurm tools.
-const PARTITION: &str = "ysched";
+use crate::slurm_options::PARTITION;
 
 fn sinfo(args: SinfoArgs) -> CliResult {
     let config = load_config()?;
@@ -426,7 +425,7 @@ pub struct ScontrolArgs {
     #[arg(short = 'd', long)]
     pub details: bool,
     /// show job ID | show node | show config | show partition | show hostnames [LIST] | show hostlist NAMES | requeue ID... | hold ID... | release ID... | suspend ID... | resume ID... | update JobId=ID KEY=VALUE... | ping | reconfigure
-    #[arg(value_name = "COMMAND", num_args = 1.., required = true, allow_hyphen_values = true)]
+    #[arg(value_name = "COMMAND", num_args = 1.., required = true)]
     pub words: Vec<String>,
 }
 
@@ -453,14 +452,10 @@ fn scontrol(args: ScontrolArgs) -> CliResult {
                 None => super::yscontrol::show_all_jobs(&config, layout),
             };
         }
-        ["show", "node" | "nodes"] => C::Show {
-            what: S::Node { name: None },
-        },
-        ["show", "node" | "nodes", name, ..] => C::Show {
-            what: S::Node {
-                name: Some(name.to_string()),
-            },
-        },
+        ["show", "node" | "nodes", ..] => {
+            let config = load_config()?;
+            return super::yscontrol::show_nodes(&config, words.get(2).map(String::as_str), args.oneliner);
+        }
         ["show", "config"] => C::Show { what: S::Config },
         ["show", "partition", ..] | ["show", "partitions", ..] => return show_partition(),
         ["show", "hostnames", ..] => return show_hostnames(words.get(2).map(String::as_str)),

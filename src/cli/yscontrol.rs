@@ -247,20 +247,7 @@ pub fn run(args: Args) -> CliResult {
 /// `yscontrol show WHAT`.
 fn show(config: &crate::config::Config, what: Show) -> CliResult {
     match what {
-        Show::Node { name } => {
-            let nodes = super::ysinfo::nodes_info(config)?;
-            let shown: Vec<_> = nodes
-                .iter()
-                .filter(|n| name.as_ref().is_none_or(|x| *x == n.name))
-                .collect();
-            if shown.is_empty() {
-                return Err(CliError::failed(format!(
-                    "node {} not found",
-                    name.unwrap_or_default()
-                )));
-            }
-            print(&shown.iter().map(|n| show_node(n)).collect::<String>())
-        }
+        Show::Node { name } => show_nodes(config, name.as_deref(), false),
         Show::Config => {
             let nodes = super::ysinfo::nodes_info(config).ok();
             print(&show_config(config, nodes.as_ref().and_then(|n| n.first())))
@@ -340,8 +327,28 @@ fn show_audit(config: &crate::config::Config, lines: u32) -> CliResult {
     }
 }
 
-/// `scontrol show job` with no id: every job in the queue, as Slurm
-/// shows those slurmctld holds, a blank line between them.
+/// `show node [NAME]`: every node, or the one named; `one_line` puts each
+/// node's record on one line (scontrol's `-o`).
+pub fn show_nodes(config: &crate::config::Config, name: Option<&str>, one_line: bool) -> CliResult {
+    let nodes = super::ysinfo::nodes_info(config)?;
+    let shown: Vec<_> = nodes
+        .iter()
+        .filter(|n| name.is_none_or(|x| x == n.name))
+        .collect();
+    if shown.is_empty() {
+        return Err(CliError::failed(format!(
+            "node {} not found",
+            name.unwrap_or_default()
+        )));
+    }
+    print(
+        &shown
+            .iter()
+            .map(|n| show_node(n, one_line))
+            .collect::<String>(),
+    )
+}
+
 /// How `show job` lays a record out: Slurm's `scontrol -o` puts each on
 /// one line, and `-d` adds where it runs in detail.
 #[derive(Clone, Copy, Debug, Default)]
@@ -666,9 +673,9 @@ fn parse_gpus(words: &[String]) -> Result<(Option<String>, Vec<u32>), CliError> 
     Ok((node, gpus))
 }
 
-/// `scontrol show node`'s shape: the node, then a line per GPU.
-fn show_node(node: &crate::report::node::NodeInfo) -> String {
-    let mem = crate::model::units::format_memory_mb;
+/// `scontrol show node`'s shape: the node, then a line per GPU; with
+/// `one_line` (scontrol's `-o`), the node's fields on one line.
+fn show_node(node: &crate::report::node::NodeInfo, one_line: bool) -> String {
     let mut types: Vec<(String, u32)> = Vec::new();
     for g in &node.gpus {
         match types.iter_mut().find(|(t, _)| *t == g.gpu_type) {
@@ -687,53 +694,102 @@ fn show_node(node: &crate::report::node::NodeInfo) -> String {
         "mix" => "MIXED",
         _ => "IDLE",
     };
-    let mut out = format!(
-        "NodeName={} State={state}{}{} CPUTot={} CPUAlloc={} RealMemory={} AllocMem={}\n   \
-         Gres={} GresUsed=gpu:{allocated} GresDrained=gpu:{drained}\n   Isolation={}\n   GpuSource={}\n",
-        node.name,
-        if drained > 0 && !state.contains("DRAIN") { "+DRAIN" } else { "" },
-        node.reason
-            .as_ref()
-            .map(|r| format!(" Reason=\"{r}\""))
-            .unwrap_or_default(),
-        node.cpus,
-        node.cpus_allocated,
-        node.memory_mb,
-        node.memory_allocated_mb,
-        if gres.is_empty() { "(null)".into() } else { gres.join(",") },
-        node.isolation,
-        node.gpu_source,
-    );
-    for g in &node.gpus {
-        out.push_str(&format!(
-            "   GPU={} Type={} Memory={} Group={} State={} Jobs={} Users={}{}\n",
-            g.index,
-            g.gpu_type,
-            mem(g.memory_mb),
-            g.group,
-            g.state.to_ascii_uppercase(),
-            if g.jobs.is_empty() {
+    // Slurm's fields first, in slurmctld's order, with the topology that
+    // `ysctld export-slurm` writes (CPUs only: one core per socket), then
+    // what ysched adds: how jobs are confined, where the GPU list comes
+    // from, and (not one-line) a line per GPU.
+    let lines = [
+        format!(
+            "NodeName={} Arch={} CoresPerSocket=1",
+            node.name,
+            std::env::consts::ARCH
+        ),
+        format!(
+            "CPUAlloc={} CPUEfctv={cpus} CPUTot={cpus}",
+            node.cpus_allocated,
+            cpus = node.cpus
+        ),
+        "AvailableFeatures=(null)".to_string(),
+        "ActiveFeatures=(null)".to_string(),
+        format!(
+            "Gres={} GresUsed=gpu:{allocated} GresDrained=gpu:{drained}",
+            if gres.is_empty() {
                 "(null)".into()
             } else {
-                g.jobs.join(",")
+                gres.join(",")
             },
-            if g.users.is_empty() {
-                "(null)".into()
+        ),
+        format!("NodeAddr={name} NodeHostName={name}", name = node.name),
+        format!(
+            "RealMemory={} AllocMem={} Sockets={} Boards=1",
+            node.memory_mb, node.memory_allocated_mb, node.cpus
+        ),
+        format!(
+            "State={state}{}{} ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A",
+            if drained > 0 && !state.contains("DRAIN") {
+                "+DRAIN"
             } else {
-                g.users.join(",")
+                ""
             },
-            g.drain
+            node.reason
                 .as_ref()
-                .map(|d| format!(
-                    " Reason=\"{}\" DrainedBy={} DrainedSince={}",
-                    d.reason,
-                    d.by,
-                    crate::model::units::format_timestamp(d.since)
-                ))
-                .unwrap_or_default()
-        ));
+                .map(|r| format!(" Reason=\"{r}\""))
+                .unwrap_or_default(),
+        ),
+        format!("Partitions={}", crate::slurm_options::PARTITION),
+        format!(
+            "CfgTRES=cpu={},mem={}M,gres/gpu={}",
+            node.cpus,
+            node.memory_mb,
+            node.gpus.len()
+        ),
+        format!(
+            "AllocTRES=cpu={},mem={}M,gres/gpu={allocated}",
+            node.cpus_allocated, node.memory_allocated_mb
+        ),
+        format!("Isolation={}", node.isolation),
+        format!("GpuSource={}", node.gpu_source),
+    ];
+    if one_line {
+        return lines.join(" ") + "\n";
+    }
+    let mut out = lines.join("\n   ") + "\n";
+    for g in &node.gpus {
+        out.push_str(&gpu_line(g));
     }
     out
+}
+
+/// One GPU of `scontrol show node`: its state, who holds it, why drained.
+fn gpu_line(g: &crate::report::node::GpuInfo) -> String {
+    let mem = crate::model::units::format_memory_mb;
+    format!(
+        "   GPU={} Type={} Memory={} Group={} State={} Jobs={} Users={}{}\n",
+        g.index,
+        g.gpu_type,
+        mem(g.memory_mb),
+        g.group,
+        g.state.to_ascii_uppercase(),
+        if g.jobs.is_empty() {
+            "(null)".into()
+        } else {
+            g.jobs.join(",")
+        },
+        if g.users.is_empty() {
+            "(null)".into()
+        } else {
+            g.users.join(",")
+        },
+        g.drain
+            .as_ref()
+            .map(|d| format!(
+                " Reason=\"{}\" DrainedBy={} DrainedSince={}",
+                d.reason,
+                d.by,
+                crate::model::units::format_timestamp(d.since)
+            ))
+            .unwrap_or_default()
+    )
 }
 
 /// `scontrol show config`'s shape: `Key = value`, the config in effect and

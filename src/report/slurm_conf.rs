@@ -116,7 +116,8 @@ fn slurm_conf(config: &Config, nodes: &[ExportNode], cluster: &str) -> String {
     }
     let _ = writeln!(
         out,
-        "PartitionName=gpu Nodes=ALL Default=YES DefaultTime={} MaxTime={} State=UP",
+        "PartitionName={} Nodes=ALL Default=YES DefaultTime={} MaxTime={} State=UP",
+        crate::slurm_options::PARTITION,
         minutes(config.default_time),
         minutes(config.max_time)
     );
@@ -449,7 +450,7 @@ users = ["dan"]
             "{conf}"
         );
         assert!(
-            conf.contains("PartitionName=gpu Nodes=ALL Default=YES DefaultTime=60"),
+            conf.contains("PartitionName=ysched Nodes=ALL Default=YES DefaultTime=60"),
             "{conf}"
         );
         assert!(conf.contains("PreemptType=preempt/qos"));

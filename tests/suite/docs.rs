@@ -310,3 +310,58 @@ fn the_config_man_page_names_every_key_the_config_takes() {
         );
     }
 }
+
+/// The scope table of Slurm's own test suite in
+/// contrib/slurm-compat/README.md is conformance/scope.tsv, row for row,
+/// and every test in expected-pass.txt is in a file in scope.
+#[test]
+fn the_conformance_scope_table_is_the_one_the_runner_reads() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("contrib/slurm-compat");
+    let tsv = std::fs::read_to_string(root.join("conformance/scope.tsv")).unwrap();
+    let rows: Vec<(String, String, String)> = tsv
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let mut cells = l.split('\t');
+            let mut next = || cells.next().unwrap_or("").to_string();
+            (next(), next(), next())
+        })
+        .collect();
+    assert!(rows.len() > 100, "{} rows", rows.len());
+    for (path, scope, reason) in &rows {
+        assert!(scope == "in" || scope == "out", "{path}: scope '{scope}'");
+        assert_eq!(
+            scope == "out",
+            !reason.is_empty(),
+            "{path}: out needs a reason, in none"
+        );
+    }
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let table: Vec<(String, String, String)> = readme
+        .lines()
+        .filter(|l| l.starts_with("| `tests/"))
+        .map(|l| {
+            let cells: Vec<&str> = l.trim_matches('|').split(" | ").map(str::trim).collect();
+            (
+                cells[0].trim_matches('`').to_string(),
+                cells[1].to_string(),
+                cells.get(2).copied().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        table, rows,
+        "README's scope table and conformance/scope.tsv differ"
+    );
+    let expected = std::fs::read_to_string(root.join("conformance/expected-pass.txt")).unwrap();
+    for test in expected
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        let file = test.split("::").next().unwrap();
+        assert!(
+            rows.iter().any(|(p, s, _)| p == file && s == "in"),
+            "{test} is expected to pass but its file is not in scope"
+        );
+    }
+}

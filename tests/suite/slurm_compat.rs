@@ -374,6 +374,46 @@ fn scontrol_shows_every_job_one_a_line_with_details_and_those_just_ended() {
     assert!(!all.contains(" GRES=gpu:"), "details only with -d: {all}");
 }
 
+/// atf (Slurm's test library) reads the nodes as `scontrol show nodes -o`,
+/// the option after the command: one line per node, with Slurm's fields;
+/// the partition it names is the one `sinfo` and `export-slurm` name.
+#[test]
+fn scontrol_shows_each_node_on_one_line_with_options_after_the_command() {
+    let c = Cluster::started("");
+    let (code, out, err) = slurm_out(&c, "scontrol", &["show", "nodes", "-o"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.lines().count(), 1, "{out}");
+    for field in [
+        "NodeName=gpu01 ",
+        " CPUTot=16 ",
+        " RealMemory=65536 ",
+        " Gres=gpu:a100:4 ",
+        " State=IDLE ",
+        " Partitions=ysched ",
+        " CfgTRES=cpu=16,mem=65536M,gres/gpu=4 ",
+    ] {
+        assert!(out.contains(field), "{field} in {out}");
+    }
+    assert!(
+        !out.contains("GPU=0"),
+        "one line leaves out the GPU lines: {out}"
+    );
+    // Without -o: one record over several lines, the GPUs below.
+    let (_, full, _) = slurm_out(&c, "scontrol", &["show", "node", "gpu01"]);
+    assert!(
+        full.lines().count() > 4 && full.contains("\n   GPU=0 Type=a100"),
+        "{full}"
+    );
+    // One partition name in sinfo, scontrol and the export to Slurm.
+    let (_, sinfo, _) = slurm_out(&c, "sinfo", &["-h", "-o", "%R"]);
+    assert_eq!(sinfo, "ysched\n");
+    let export = c.dir.path().join("export");
+    let out = c.run("ysctld", &["export-slurm", export.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let conf = std::fs::read_to_string(export.join("slurm.conf")).unwrap();
+    assert!(conf.contains("\nPartitionName=ysched "), "{conf}");
+}
+
 /// Tools read the Slurm release from `-V` (`slurm 22.05.8`): each Slurm
 /// name answers as Slurm's commands do; ysched's own names keep theirs.
 #[test]
