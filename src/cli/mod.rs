@@ -6,6 +6,7 @@ pub mod pty_session;
 pub mod sacctmgr;
 pub mod session;
 pub mod slurm;
+pub mod slurm_help;
 pub mod srun;
 pub mod token_file;
 pub mod ysacct;

@@ -26,6 +26,13 @@ pub const COMMANDS: [&str; 10] = [
 pub fn main(name: &str, args: Vec<OsString>) -> ExitCode {
     // Every documented option of Slurm's: honoured, accepted (with why),
     // or refused (with why), never a bare "unexpected argument".
+    if let Some(asked) = super::slurm_help::asked(name, &args) {
+        let parser = parser_of(name);
+        return match print(&super::slurm_help::text(name, asked, parser.as_ref())) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(_) => ExitCode::from(1),
+        };
+    }
     let mut warnings = Vec::new();
     let outside_a_job = name == "srun" && std::env::var_os("SLURM_JOB_ID").is_none();
     let allocation_words =
@@ -169,6 +176,23 @@ fn slurm_squeue_format(mut args: super::ysqueue::Args) -> super::ysqueue::Args {
 
 /// Slurm's commands exit 1 for any error, bad options included; help and
 /// version exit 0.
+/// The parser that reads `name`'s options here, for their help text.
+fn parser_of(name: &str) -> Option<clap::Command> {
+    use clap::CommandFactory;
+    Some(match name {
+        "sbatch" => super::ysbatch::Args::command(),
+        "salloc" => super::ysalloc::Args::command(),
+        "squeue" => super::ysqueue::Args::command(),
+        "scancel" => super::yscancel::Args::command(),
+        "sacct" => super::ysacct::Args::command(),
+        "sshare" => super::ysshare::Args::command(),
+        "sinfo" => SinfoArgs::command(),
+        "scontrol" => ScontrolArgs::command(),
+        "srun" => SrunArgs::command(),
+        _ => return None,
+    })
+}
+
 fn with_slurm_exit<A>(
     name: &str,
     parsed: Result<A, clap::Error>,
@@ -441,6 +465,7 @@ fn scontrol(args: ScontrolArgs) -> CliResult {
         .as_slice()
     {
         ["ping"] => return ping(),
+        ["version"] => return print(crate::slurm_options::VERSION),
         ["show", "job", ..] | ["show", "jobs", ..] | ["show", "jobid", ..] => {
             let layout = super::yscontrol::JobLayout {
                 one_line: args.oneliner,

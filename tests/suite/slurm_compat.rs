@@ -414,6 +414,79 @@ fn scontrol_shows_each_node_on_one_line_with_options_after_the_command() {
     assert!(conf.contains("\nPartitionName=ysched "), "{conf}");
 }
 
+/// `--help` and `--usage` in Slurm's layout, as tools and Slurm's own
+/// test suite read them: the usage a run of bracketed options ending with
+/// what the command takes; sacct's and scontrol's help their own shape;
+/// ysched's own options in a section of their own; a `--help` after
+/// srun's command is the command's.
+#[test]
+fn slurm_names_answer_help_and_usage_in_slurms_layout() {
+    let c = Cluster::new("");
+    let usage = |command: &str| {
+        let (code, out, err) = slurm_out(&c, command, &["--usage"]);
+        assert_eq!(code, Some(0), "{command}: {err}");
+        out
+    };
+    for (command, tail) in [
+        ("squeue", ""),
+        ("sinfo", ""),
+        ("sbatch", " executable [args...]"),
+        ("srun", " executable [args...]"),
+        ("salloc", " [command [args...]]"),
+        ("scancel", " [job_id[_array_id][.step_id]]"),
+    ] {
+        let text = usage(command);
+        let lead = format!("Usage: {command} [");
+        assert!(text.starts_with(&lead), "{text}");
+        let options = text[lead.len() - 1..]
+            .trim_end()
+            .strip_suffix(tail)
+            .unwrap();
+        // Each item a bracketed option: `[-t STATE]`, `[--me]`.
+        for item in options.split(']').map(str::trim).filter(|i| !i.is_empty()) {
+            assert!(item.starts_with("[-"), "{command}: '{item}' in {text}");
+        }
+        assert!(
+            text.contains("[-V]") || text.contains("[--version]"),
+            "{text}"
+        );
+    }
+    assert!(
+        !usage("sbatch").contains("--bb"),
+        "refused options are not offered"
+    );
+    let help = |command: &str| slurm_out(&c, command, &["--help"]).1;
+    let squeue = help("squeue");
+    assert!(squeue.starts_with("Usage: squeue [OPTIONS]\n"), "{squeue}");
+    assert!(squeue.contains("\nHelp options:\n"), "{squeue}");
+    let srun = help("srun");
+    for line in [
+        "-N, --nodes=N",
+        "-G, --gpus=n",
+        "-q, --qos=qos",
+        "--mincpus=n",
+    ] {
+        assert!(srun.contains(line), "{line} in {srun}");
+    }
+    let sacct = help("sacct");
+    assert!(
+        sacct.starts_with("sacct [<OPTION>]\n    Valid <OPTION> values are:\n"),
+        "{sacct}"
+    );
+    assert!(sacct.contains("     -S, --starttime:\n"), "{sacct}");
+    let scontrol = help("scontrol");
+    assert!(scontrol.contains("show <ENTITY> [<ID>]"), "{scontrol}");
+    assert_eq!(slurm_out(&c, "scontrol", &["version"]).1, "slurm 22.05.8\n");
+    assert!(
+        help("sbatch").contains("\nOptions of ysched's own:\n")
+            && help("sbatch").contains("--container-image=IMAGE"),
+        "{}",
+        help("sbatch")
+    );
+    let (_, manager, _) = slurm_out(&c, "sacctmgr", &["--usage"]);
+    assert!(manager.contains("Valid <COMMAND> values are:"), "{manager}");
+}
+
 /// Tools read the Slurm release from `-V` (`slurm 22.05.8`): each Slurm
 /// name answers as Slurm's commands do; ysched's own names keep theirs.
 #[test]
