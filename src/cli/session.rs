@@ -16,6 +16,9 @@ use crate::proto::{AllocationView, Control, Reply, Request};
 
 /// How often a pending allocation is looked at.
 const PENDING_LOOK: Duration = Duration::from_millis(300);
+/// How long a job may stay pending before it is said to wait: the
+/// scheduler starts one that fits within it.
+const QUEUED_AFTER: Duration = Duration::from_secs(1);
 /// How often a running one is (the controller ends one not looked at
 /// for `[interactive] unwatched_after`).
 pub const RUNNING_LOOK: Duration = Duration::from_secs(2);
@@ -36,7 +39,19 @@ pub struct Allocation {
 
 /// Submits `request` as an interactive allocation and waits until it
 /// runs. Ctrl-C (or SIGTERM, SIGHUP) while it waits withdraws it.
-pub fn allocate(command: &'static str, mut request: JobRequest) -> Result<Allocation, CliError> {
+///
+/// It speaks as Slurm's command of that name does: salloc says `Pending
+/// job allocation N` and `Granted job allocation N`; srun says nothing
+/// when the allocation comes at once (with `verbose`, the job's id, nodes
+/// and CPUs), and, for both, `job N queued and waiting for resources`
+/// when it waits, then `job N has been allocated resources`.
+pub fn allocate(
+    command: &'static str,
+    mut request: JobRequest,
+    verbose: bool,
+) -> Result<Allocation, CliError> {
+    let salloc = command != "srun";
+    let submitted = Instant::now();
     request.interactive = true;
     let config = super::load_config()?;
     let job = match ask(&config, Request::Submit(Box::new(request)))? {
@@ -49,7 +64,9 @@ pub fn allocate(command: &'static str, mut request: JobRequest) -> Result<Alloca
         Reply::Rejected { error } => return Err(CliError::failed(error)),
         other => return Err(CliError::failed(format!("unexpected reply: {other:?}"))),
     };
-    super::say(&format!("{command}: Pending job allocation {job}"));
+    if salloc {
+        super::say(&format!("{command}: Pending job allocation {job}"));
+    }
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         let _ = signal_hook::flag::register(signal, stop.clone());
@@ -67,6 +84,12 @@ pub fn allocate(command: &'static str, mut request: JobRequest) -> Result<Alloca
         }
         let view = look(&config, job)?;
         match view.state {
+            // A job the scheduler has not looked at yet (no reason) may
+            // start at once: it is not said to wait until it has a reason
+            // or has waited QUEUED_AFTER.
+            JobState::Pending
+                if view.reason.as_deref().is_none_or(|r| r == "None")
+                    && submitted.elapsed() < QUEUED_AFTER => {}
             JobState::Pending => {
                 let why = view.reason.unwrap_or_else(|| "None".into());
                 if shown.as_deref() != Some(why.as_str()) {
@@ -77,7 +100,16 @@ pub fn allocate(command: &'static str, mut request: JobRequest) -> Result<Alloca
                 }
             }
             JobState::Running if !view.environment.is_empty() => {
-                super::say(&format!("{command}: Granted job allocation {job}"));
+                if shown.is_some() {
+                    super::say(&format!(
+                        "{command}: job {job} has been allocated resources"
+                    ));
+                }
+                if salloc {
+                    super::say(&format!("{command}: Granted job allocation {job}"));
+                } else if verbose {
+                    super::say(&format!("{command}: {}", job_line(job, &view.environment)));
+                }
                 return Ok(Allocation {
                     config,
                     job,
@@ -143,7 +175,8 @@ impl Allocation {
         });
     }
 
-    /// Ends the allocation with the session's status (0: COMPLETED).
+    /// Ends the allocation with the session's status (0: COMPLETED); salloc
+    /// says so (`Relinquishing job allocation N`), srun says nothing.
     pub fn end(&self, exit_code: i32, signal: i32) {
         let control = Control::EndAllocation {
             job_id: self.job,
@@ -151,6 +184,7 @@ impl Allocation {
             signal,
         };
         match ask(&self.config, Request::Control(control)) {
+            Ok(Reply::Control { .. }) if self.command == "srun" => {}
             Ok(Reply::Control { .. }) => super::say(&format!(
                 "{}: Relinquishing job allocation {}",
                 self.command, self.job
@@ -196,4 +230,21 @@ fn sleep_unless(flag: &AtomicBool, span: Duration) {
         }
         std::thread::sleep(left.min(Duration::from_millis(50)));
     }
+}
+
+/// `jobid N: nodes(2):`gpu[01-02]', cpu counts: 4(x2)`, as srun -v says
+/// where its job runs, from the job's own variables.
+pub fn job_line(job: u64, environment: &[(String, String)]) -> String {
+    let get = |key: &str| {
+        environment
+            .iter()
+            .find(|(k, _)| k == key)
+            .map_or("", |(_, v)| v.as_str())
+    };
+    format!(
+        "jobid {job}: nodes({}):`{}', cpu counts: {}",
+        get("SLURM_NNODES"),
+        get("SLURM_JOB_NODELIST"),
+        get("SLURM_JOB_CPUS_PER_NODE")
+    )
 }

@@ -26,12 +26,8 @@ pub const COMMANDS: [&str; 10] = [
 pub fn main(name: &str, args: Vec<OsString>) -> ExitCode {
     // Every documented option of Slurm's: honoured, accepted (with why),
     // or refused (with why), never a bare "unexpected argument".
-    if let Some(asked) = super::slurm_help::asked(name, &args) {
-        let parser = parser_of(name);
-        return match print(&super::slurm_help::text(name, asked, parser.as_ref())) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(_) => ExitCode::from(1),
-        };
+    if let Some(answered) = before_parsing(name, &args) {
+        return answered;
     }
     let mut warnings = Vec::new();
     let outside_a_job = name == "srun" && std::env::var_os("SLURM_JOB_ID").is_none();
@@ -176,6 +172,107 @@ fn slurm_squeue_format(mut args: super::ysqueue::Args) -> super::ysqueue::Args {
 
 /// Slurm's commands exit 1 for any error, bad options included; help and
 /// version exit 0.
+/// What is done before the options are read: `--help` and `--usage`
+/// answered (the exit status), srun -v's account of its options printed.
+fn before_parsing(name: &str, args: &[OsString]) -> Option<ExitCode> {
+    if let Some(asked) = super::slurm_help::asked(name, args) {
+        let parser = parser_of(name);
+        return Some(
+            match print(&super::slurm_help::text(name, asked, parser.as_ref())) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::from(1),
+            },
+        );
+    }
+    if name == "srun" {
+        if let Some(dump) = srun_defined_options(args) {
+            eprint!("{dump}");
+        }
+    }
+    None
+}
+
+/// `srun -v`'s account of the options it was given, as Slurm's srun
+/// prints it (`srun: verbose             : 1`), up to its command; None
+/// without `-v`.
+fn srun_defined_options(args: &[OsString]) -> Option<String> {
+    use crate::slurm_options::Value;
+    let table = crate::slurm_options::options("srun");
+    let long_of = |short: &str| {
+        let option = table.iter().find(|o| o.names.contains(&short))?;
+        let long = option.names.iter().find(|n| n.starts_with("--"))?;
+        Some((long[2..].to_string(), option.value))
+    };
+    let value_of = |name: &str| {
+        table
+            .iter()
+            .find(|o| o.names.contains(&format!("--{name}").as_str()))
+            .map(|o| o.value)
+    };
+    let mut given: Vec<(String, String)> = Vec::new();
+    let mut verbose = 0;
+    let mut words = args.iter().map(|w| w.to_string_lossy().into_owned());
+    while let Some(word) = words.next() {
+        if word == "--" || word == "-" || !word.starts_with('-') {
+            break;
+        }
+        if let Some(long) = word.strip_prefix("--") {
+            let (name, attached) = match long.split_once('=') {
+                Some((n, v)) => (n.to_string(), Some(v.to_string())),
+                None => (long.to_string(), None),
+            };
+            if name == "verbose" {
+                verbose += 1;
+                continue;
+            }
+            let value = match (attached, value_of(&name)) {
+                (Some(v), _) => v,
+                (None, Some(Value::Required)) => words.next().unwrap_or_default(),
+                _ => "set".into(),
+            };
+            given.push((name, value));
+            continue;
+        }
+        // Short options, perhaps clustered (-vvv) or with the value
+        // attached (-n2).
+        let letters: Vec<char> = word[1..].chars().collect();
+        for (i, letter) in letters.iter().enumerate() {
+            if *letter == 'v' {
+                verbose += 1;
+                continue;
+            }
+            let (name, value) =
+                long_of(&format!("-{letter}")).unwrap_or((letter.to_string(), Value::None));
+            let rest: String = letters[i + 1..].iter().collect();
+            match value {
+                Value::Required if rest.is_empty() => {
+                    given.push((name, words.next().unwrap_or_default()));
+                }
+                Value::Required | Value::Optional if !rest.is_empty() => {
+                    given.push((name, rest));
+                }
+                _ => {
+                    given.push((name, "set".into()));
+                    continue;
+                }
+            }
+            break;
+        }
+    }
+    if verbose == 0 {
+        return None;
+    }
+    given.push(("verbose".into(), verbose.to_string()));
+    let rule = "srun: -------------------- --------------------\n";
+    let mut out = format!("srun: defined options\n{rule}");
+    for (name, value) in given {
+        out.push_str(&format!("srun: {name:<20}: {value}\n"));
+    }
+    out.push_str(rule);
+    out.push_str("srun: end of defined options\n");
+    Some(out)
+}
+
 /// The parser that reads `name`'s options here, for their help text.
 fn parser_of(name: &str) -> Option<clap::Command> {
     use clap::CommandFactory;
@@ -627,7 +724,7 @@ pub struct SrunArgs {
     /// GPUs of each task: its CUDA_VISIBLE_DEVICES is its own share of its node's
     #[arg(long = "gpus-per-task", value_name = "N")]
     pub gpus_per_task: Option<u32>,
-    /// Stop the other tasks when one exits non-zero: 1 (the default) or 0
+    /// Stop the other tasks when one exits non-zero: 1, or 0 (the default, as Slurm's KillOnBadExit; or $SLURM_KILL_BAD_EXIT)
     #[arg(short = 'K', long = "kill-on-bad-exit", value_name = "0|1", num_args = 0..=1, require_equals = true, default_missing_value = "1")]
     pub kill_on_bad_exit: Option<String>,
     /// Standard output to this file (%j job id, %t task, %n node, %N node name, %u user, %x name, %A %a arrays)
@@ -954,9 +1051,15 @@ fn step_request(args: SrunArgs, names: &StepNames) -> Result<super::srun::StepRe
                 .ok_or_else(|| CliError::usage(format!("--nodes={text}: expected N or MIN-MAX")))?,
         ),
     };
-    let kill_on_bad_exit = match args.kill_on_bad_exit.as_deref().map(str::trim) {
-        None | Some("1") => true,
-        Some("0") => false,
+    // As Slurm's srun: off unless asked for, on the command line or in
+    // its input variable.
+    let asked = args
+        .kill_on_bad_exit
+        .clone()
+        .or_else(|| std::env::var("SLURM_KILL_BAD_EXIT").ok());
+    let kill_on_bad_exit = match asked.as_deref().map(str::trim) {
+        Some("1") => true,
+        None | Some("0") => false,
         Some(other) => {
             return Err(CliError::usage(format!(
                 "--kill-on-bad-exit={other}: expected 0 or 1"
@@ -1096,7 +1199,8 @@ fn srun_allocating(mut args: SrunArgs, words: Vec<OsString>) -> CliResult {
         .file_name()
         .map_or_else(|| "srun".into(), |n| n.to_string_lossy().into_owned());
     let request = super::ysalloc::allocation_request(options, &name)?;
-    let allocation = super::session::allocate("srun", request)?;
+    let verbose = args.placement.verbose > 0;
+    let allocation = super::session::allocate("srun", request, verbose)?;
     for (key, value) in &allocation.environment {
         std::env::set_var(key, value);
     }
@@ -1155,6 +1259,9 @@ fn srun_step(mut args: SrunArgs) -> Result<i32, CliError> {
         node: node.clone(),
     };
     let step = names.step;
+    if args.placement.verbose > 0 {
+        say_launching(&args, job_id, step, wide, node.as_deref());
+    }
     let path_of = |pattern: &str| names.path(pattern, (0, 0));
     if wide {
         return wide_step(args, &names, recorded);
@@ -1225,23 +1332,41 @@ fn record_step(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let env = |k: &str| std::env::var(k).ok();
-    let (nodes, tasks) = if wide {
-        let nodes = args
-            .nodes
-            .as_deref()
-            .and_then(crate::model::tasks::parse_nodes);
-        super::srun::planned(args.ntasks, nodes, args.ntasks_per_node).unwrap_or_else(|| {
-            let tasks = args
-                .ntasks
-                .or_else(|| env("SLURM_NTASKS").and_then(|n| n.parse().ok()))
-                .unwrap_or(1);
-            (env("SLURM_JOB_NODELIST").unwrap_or_default(), tasks)
-        })
-    } else {
-        (node.unwrap_or_default().to_string(), 1)
-    };
+    let (nodes, tasks) = step_shape(args, wide, node);
     super::srun::RecordedStep::begin(job, &name, &nodes, tasks)
+}
+
+/// srun -v's word on the step it starts: `launching StepId=12.0 on host
+/// gpu01, 2 tasks: [0-1]`.
+fn say_launching(args: &SrunArgs, job: u64, step: u32, wide: bool, node: Option<&str>) {
+    let (nodes, tasks) = step_shape(args, wide, node);
+    let ranks = if tasks > 1 {
+        format!("[0-{}]", tasks - 1)
+    } else {
+        "0".into()
+    };
+    super::say(&format!(
+        "srun: launching StepId={job}.{step} on host {nodes}, {tasks} tasks: {ranks}"
+    ));
+}
+
+/// The nodes (a hostlist) and the number of tasks of srun's step.
+fn step_shape(args: &SrunArgs, wide: bool, node: Option<&str>) -> (String, u32) {
+    let env = |k: &str| std::env::var(k).ok();
+    if !wide {
+        return (node.unwrap_or_default().to_string(), 1);
+    }
+    let nodes = args
+        .nodes
+        .as_deref()
+        .and_then(crate::model::tasks::parse_nodes);
+    super::srun::planned(args.ntasks, nodes, args.ntasks_per_node).unwrap_or_else(|| {
+        let tasks = args
+            .ntasks
+            .or_else(|| env("SLURM_NTASKS").and_then(|n| n.parse().ok()))
+            .unwrap_or(1);
+        (env("SLURM_JOB_NODELIST").unwrap_or_default(), tasks)
+    })
 }
 
 /// Runs a one-task step: srun waits for its task, passes on the signals

@@ -133,7 +133,7 @@ pub fn run_as(command: &'static str, args: Args) -> CliResult {
         |n| n.to_string_lossy().into_owned(),
     );
     let request = allocation_request(args.options, &name)?;
-    let allocation = session::allocate(command, request)?;
+    let allocation = session::allocate(command, request, false)?;
     let status = run_command(&allocation, &argv);
     let (code, signal) = match &status {
         Ok(s) => (s.code().unwrap_or(0), s.signal().unwrap_or(0)),

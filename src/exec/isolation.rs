@@ -92,13 +92,18 @@ impl Isolation {
                 .filter_map(|&g| self.gpu_devices.get(g as usize).copied().flatten()),
         );
         Limits {
-            memory_bytes: job.mem_mb.map(|mb| mb << 20),
+            memory_bytes: job.mem_mb.map(|mb| mb.max(MIN_MEMORY_MB) << 20),
             cpus: Some(job.cpus),
             pids_max: self.pids_max,
             devices,
         }
     }
 }
+
+/// The least memory a job's cgroup is given, whatever it asked for (as
+/// Slurm's MinRAMSpace, 30 MB by default): below it the job's own step
+/// daemon and shell are killed before the job starts (`srun --mem=1`).
+pub const MIN_MEMORY_MB: u64 = 30;
 
 impl Isolation {
     /// The device files a container of `job` gets: its GPUs' and NVIDIA's

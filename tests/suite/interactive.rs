@@ -64,9 +64,13 @@ pub(crate) fn records(c: &Cluster, user: &str, id: u64, fields: &str) -> Vec<Str
     stdout(&out).lines().map(String::from).collect()
 }
 
-/// The allocation id salloc or srun printed (`Granted job allocation N`).
+/// The allocation id salloc printed (`Granted job allocation N`), or srun
+/// with `-v` (`jobid N: nodes(1):...`), as Slurm's say it.
 pub(crate) fn granted(text: &str) -> u64 {
-    let at = text.find("Granted job allocation ").expect(text) + 23;
+    let at = match text.find("Granted job allocation ") {
+        Some(at) => at + 23,
+        None => text.find("srun: jobid ").expect(text) + 12,
+    };
     text[at..]
         .split(|ch: char| !ch.is_ascii_digit())
         .next()
@@ -100,7 +104,7 @@ fn srun_pty_gives_the_user_a_shell_on_its_gpu_that_follows_the_terminal() {
             "send=exit 7\\r",
             "wait",
         ],
-        &["srun", "-G", "1", "-t", "5", "--pty", "/bin/sh", "-i"],
+        &["srun", "-v", "-G", "1", "-t", "5", "--pty", "/bin/sh", "-i"],
     );
     assert!(shown.ends_with("EXIT 7\n"), "{shown}");
     assert!(
@@ -331,7 +335,7 @@ fn a_dropped_terminal_ends_the_session_and_leaves_no_process_behind() {
     let user = TestUser::create("drp");
     let c = Cluster::started("");
     // The shell on the allocation's node, through srun.
-    let pty = ["srun", "-G", "1", "-t", "5", "--pty", "/bin/sh", "-i"];
+    let pty = ["srun", "-v", "-G", "1", "-t", "5", "--pty", "/bin/sh", "-i"];
     dropped_leaves_nothing(&c, &user, "sleep 4242", &pty);
     // salloc's shell runs here: the terminal dropped under it ends it,
     // and the allocation with it, at once (not after unwatched_after).

@@ -77,7 +77,7 @@ fn a_three_node_job_runs_srun_tasks_on_every_node_with_their_own_place_and_gpus(
              echo srun=$?\n\
              srun --kill-on-bad-exit=0 -n 3 sh -c 'exit $SLURM_PROCID'\n\
              echo worst=$?\n\
-             srun -n 2 sh -c '[ $SLURM_PROCID = 0 ] && exit 3; exec sleep 60'\n\
+             srun -K -n 2 sh -c '[ $SLURM_PROCID = 0 ] && exit 3; exec sleep 60'\n\
              echo bad=$?\n\
              srun -N 2 -n 2 sh -c 'if [ $SLURM_NODEID = 1 ]; then srun -N 2 -n 2 --label sh -c \"echo inner on=\\$SLURMD_NODENAME\"; fi'\n\
              echo nested=$?\n"
@@ -351,7 +351,7 @@ fn an_interactive_shell_runs_on_the_node_chosen_and_a_sessions_steps_span_the_po
             &p,
             &user.name,
             &[
-                "srun", "-w", "gpu11", "-G", "1", "-t", "5", "--pty", "/bin/sh", "-i",
+                "srun", "-v", "-w", "gpu11", "-G", "1", "-t", "5", "--pty", "/bin/sh", "-i",
             ],
         ),
         &[

@@ -487,6 +487,47 @@ fn slurm_names_answer_help_and_usage_in_slurms_layout() {
     assert!(manager.contains("Valid <COMMAND> values are:"), "{manager}");
 }
 
+/// srun outside a job speaks as Slurm's srun: nothing when its allocation
+/// comes at once, `-v` the options it was given, its job and its step;
+/// the other tasks run on when one fails (kill-on-bad-exit is off unless
+/// asked for) and srun exits with the worst status; a memory request too
+/// small for the step's own processes (`--mem=1`) still runs.
+#[test]
+fn srun_outside_a_job_speaks_as_slurms_srun() {
+    let c = Cluster::started("");
+    let (code, out, err) = slurm_out(&c, "srun", &["echo", "hello"]);
+    assert_eq!((code, out.as_str(), err.as_str()), (Some(0), "hello\n", ""));
+    let (code, _, err) = slurm_out(&c, "srun", &["-v", "--job-name=named", "-n1", "true"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("srun: job-name            : named\n"), "{err}");
+    assert!(err.contains("srun: ntasks              : 1\n"), "{err}");
+    assert!(err.contains("srun: verbose             : 1\n"), "{err}");
+    let id: u64 = err
+        .split("srun: jobid ")
+        .nth(1)
+        .and_then(|rest| rest.split(':').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no jobid line: {err}"));
+    assert!(
+        err.contains(&format!("srun: launching StepId={id}.0 on host gpu01")),
+        "{err}"
+    );
+    assert_eq!(c.field(id, "JobName"), "named");
+    let (_, _, err) = slurm_out(&c, "srun", &["-vvv", "true"]);
+    assert!(err.contains("srun: verbose             : 3\n"), "{err}");
+    // Task 1 fails at once; task 0 runs on and writes its mark.
+    let mark = c.work.join("task0-ran");
+    let script = format!(
+        "if [ $SLURM_PROCID = 1 ]; then exit 66; fi; sleep 1; touch {}",
+        mark.display()
+    );
+    let (code, _, err) = slurm_out(&c, "srun", &["-n", "2", "sh", "-c", &script]);
+    assert_eq!(code, Some(66), "{err}");
+    assert!(mark.exists(), "task 0 was stopped: {err}");
+    let (code, _, err) = slurm_out(&c, "srun", &["--mem=1", "true"]);
+    assert_eq!(code, Some(0), "{err}");
+}
+
 /// Tools read the Slurm release from `-V` (`slurm 22.05.8`): each Slurm
 /// name answers as Slurm's commands do; ysched's own names keep theirs.
 #[test]
