@@ -113,6 +113,9 @@ pub struct SubmitOptions {
     /// When preempted, be killed this long after SIGTERM, if shorter than the QoS's grace_time (M:S, or seconds with a unit: 30s)
     #[arg(long, value_name = "TIME")]
     pub grace: Option<String>,
+    /// The tasks share the CPUs: each node gets --cpus-per-task CPUs, not one set per task
+    #[arg(short = 'O', long)]
+    pub overcommit: bool,
     /// When preempted, end the job (PREEMPTED) rather than requeue it
     #[arg(long = "no-requeue", conflicts_with = "requeue")]
     pub no_requeue: bool,
@@ -122,7 +125,7 @@ pub struct SubmitOptions {
     /// Print only the job id
     #[arg(long)]
     pub parsable: bool,
-    /// Accepted for Slurm scripts; ysched has one partition (ignored)
+    /// The partition: ysched has one, ysched (or a list naming it); another is refused
     #[arg(short = 'p', long, value_name = "NAME", hide_short_help = true)]
     pub partition: Option<String>,
     /// Servers the job runs on at once: N, or MIN-MAX (GPUs, CPUs and memory are then per server); the script runs on the first, srun starts tasks on all
@@ -330,6 +333,8 @@ pub struct Partial {
     pub chdir: Option<String>,
     pub export: Option<String>,
     pub hold: bool,
+    /// `--overcommit`: CPUs per node as for one task.
+    pub overcommit: bool,
     pub begin: Option<String>,
     pub comment: Option<String>,
     pub nice: Option<i64>,
@@ -396,6 +401,8 @@ impl TaskOptions {
 /// refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum OptionError {
+    #[error("invalid partition specified: {0} (the one partition here is {part})", part = crate::slurm_options::PARTITION)]
+    Partition(String),
     #[error("{flag}: {value} is out of range ({min} to {max})")]
     OutOfRange {
         flag: String,
@@ -520,6 +527,7 @@ impl Partial {
             chdir: o.chdir,
             export: o.export,
             hold: o.hold,
+            overcommit: o.overcommit,
             begin: o.begin,
             comment: o.comment,
             nice,
@@ -590,6 +598,7 @@ impl Partial {
             chdir: later.chdir.or(self.chdir),
             export: later.export.or(self.export),
             hold: later.hold || self.hold,
+            overcommit: later.overcommit || self.overcommit,
             begin: later.begin.or(self.begin),
             comment: later.comment.or(self.comment),
             nice: later.nice.or(self.nice),
@@ -726,12 +735,17 @@ fn count_of(text: &Option<String>, flag: &str, max: u32) -> Result<Option<u32>, 
         .transpose()
 }
 
-/// Slurm options ysched takes and ignores (with a warning).
+/// Slurm options ysched takes and ignores (with a warning); a partition
+/// other than its one is refused, as Slurm refuses an unknown one (a
+/// list is good when it names it).
 fn ignored(o: &SubmitOptions, warnings: &mut Vec<String>) -> Result<(), OptionError> {
     if let Some(p) = &o.partition {
-        warnings.push(format!(
-            "--partition={p} ignored: ysched has a single partition"
-        ));
+        if !p
+            .split(',')
+            .any(|name| name.trim() == crate::slurm_options::PARTITION)
+        {
+            return Err(OptionError::Partition(p.clone()));
+        }
     }
     if let Some(k) = &o.wckey {
         warnings.push(format!(
@@ -1037,7 +1051,13 @@ pub fn resolve(
         account: partial.account,
         qos: partial.qos,
         gpus,
-        cpus: partial.cpus.unwrap_or(1) * tasks.max_tasks_per_node(tasks.nodes_min),
+        // Overcommitted, the tasks of a node share one task's CPUs.
+        cpus: partial.cpus.unwrap_or(1)
+            * if partial.overcommit {
+                1
+            } else {
+                tasks.max_tasks_per_node(tasks.nodes_min)
+            },
         mem_mb,
         time_limit: partial.time_limit,
         output: partial.output,
@@ -1376,13 +1396,23 @@ mod tests {
 
     #[test]
     fn slurm_only_options_warn_instead_of_failing() {
-        let p = directives("#!/bin/sh\n#SBATCH -p gpu -N 1 -n 1 --mail-type=END\n").unwrap();
-        assert_eq!(p.warnings.len(), 1, "{:?}", p.warnings);
+        let p = directives("#!/bin/sh\n#SBATCH -p ysched -N 1 -n 1 --mail-type=END\n").unwrap();
+        assert!(p.warnings.is_empty(), "{:?}", p.warnings);
         assert_eq!(
             p.mail_type,
             Some(crate::model::job::MailTypes::END),
             "mail is supported"
         );
+    }
+
+    #[test]
+    fn a_partition_ysched_has_not_is_refused_as_slurm_refuses_it() {
+        let e = directives("#!/bin/sh\n#SBATCH -p gpu\n").unwrap_err();
+        assert!(
+            e.to_string().contains("invalid partition specified: gpu"),
+            "{e}"
+        );
+        assert!(directives("#!/bin/sh\n#SBATCH -p gpu,ysched\n").is_ok());
     }
 
     #[test]

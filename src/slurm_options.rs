@@ -166,7 +166,9 @@ pub fn screen(
 /// job, srun asks for an allocation with them, as Slurm's does. Those
 /// for the step alone (its files, its environment) stay srun's.
 pub fn allocation_words(args: Vec<OsString>) -> Vec<OsString> {
-    const STEP_ONLY: [&str; 8] = [
+    // srun's own, whatever sbatch's of the same name mean (`--wait`:
+    // srun's kills the rest after the first task ends).
+    const STEP_ONLY: [&str; 9] = [
         "--output",
         "--error",
         "--input",
@@ -175,6 +177,7 @@ pub fn allocation_words(args: Vec<OsString>) -> Vec<OsString> {
         "--label",
         "--unbuffered",
         "--kill-on-bad-exit",
+        "--wait",
     ];
     let mut out = Vec::new();
     let mut rest = unclustered(SRUN, args, true).into_iter();
@@ -201,6 +204,29 @@ pub fn allocation_words(args: Vec<OsString>) -> Vec<OsString> {
         }
     }
     out
+}
+
+/// Whether `command`'s options in `args` (up to its operand) include the
+/// one named `name` (any of its names).
+pub fn is_given(command: &str, args: &[OsString], name: &str) -> bool {
+    let table = options(command);
+    let options_end = matches!(command, "sbatch" | "salloc" | "srun");
+    let mut rest = unclustered(table, args.to_vec(), options_end).into_iter();
+    while let Some(arg) = rest.next() {
+        let text = arg.to_string_lossy().into_owned();
+        if text == "--" || (options_end && !text.starts_with('-')) {
+            return false;
+        }
+        if let Some((option, attached)) = find(table, &text) {
+            if option.names.contains(&name) {
+                return true;
+            }
+            if option.value == Value::Required && attached.is_none() {
+                rest.next();
+            }
+        }
+    }
+    false
 }
 
 /// Why srun takes an option that only its job's own options decide
@@ -385,6 +411,7 @@ const SBATCH: &[SlurmOption] = &[
     opt(&["--hint"], Value::Required, Decision::Accepted("a placement or tuning hint: ysched places jobs by GPUs, CPUs and memory, and runs the job as if it were not given")),
     opt(&["--ignore-pbs"], Value::None, Decision::Accepted("#PBS lines are never read")),
     opt(&["-i", "--input"], Value::Required, Decision::Refused("a batch script reads /dev/null here")),
+    opt(&["-H", "--hold"], Value::None, Decision::Honoured),
     opt(&["-J", "--job-name"], Value::Required, Decision::Honoured),
     opt(&["--kill-on-invalid-dep"], Value::Required, Decision::Accepted("whether a job whose dependency can never be met is cancelled is the site's (kill_invalid_dependency)")),
     opt(&["-L", "--licenses"], Value::Required, Decision::Refused("there are no licenses to count here")),
@@ -410,7 +437,7 @@ const SBATCH: &[SlurmOption] = &[
     opt(&["--ntasks-per-socket"], Value::Required, Decision::Accepted("a placement or tuning hint: ysched places jobs by GPUs, CPUs and memory, and runs the job as if it were not given")),
     opt(&["--open-mode"], Value::None, Decision::Honoured),
     opt(&["-o", "--output"], Value::Required, Decision::Honoured),
-    opt(&["-O", "--overcommit"], Value::None, Decision::Accepted("CPUs are shared by the job's tasks as they come")),
+    opt(&["-O", "--overcommit"], Value::None, Decision::Honoured),
     opt(&["-s", "--oversubscribe"], Value::None, Decision::Accepted("GPUs are never shared with other jobs unless the site declares them shareable")),
     opt(&["--parsable"], Value::None, Decision::Honoured),
     opt(&["-p", "--partition"], Value::Required, Decision::Honoured),
@@ -494,6 +521,7 @@ const SRUN: &[SlurmOption] = &[
     opt(&["--het-group"], Value::Required, Decision::Refused("heterogeneous jobs are not supported")),
     opt(&["--hint"], Value::Required, Decision::Honoured),
     opt(&["-I", "--immediate"], Value::Optional, Decision::Accepted(WITHIN_JOB)),
+    opt(&["-H", "--hold"], Value::None, Decision::Accepted(WITHIN_JOB)),
     opt(&["-i", "--input"], Value::Required, Decision::Honoured),
     opt(&["-J", "--job-name"], Value::Required, Decision::Honoured),
     opt(&["--jobid"], Value::Required, Decision::Honoured),
@@ -1150,6 +1178,175 @@ const SACCTMGR: &[SlurmOption] = &[
     opt(&["-V", "--version"], Value::None, Decision::Honoured),
 ];
 
+/// The input variables of a command: each read as an option where the
+/// command line does not give that option (`SBATCH_OUTPUT=x.out` as
+/// `--output=x.out`), as Slurm 22.05's commands read them: the command
+/// line wins over them, and they over `#SBATCH` lines.
+pub fn input_variables(command: &str) -> &'static [(&'static str, &'static str)] {
+    match command {
+        "sbatch" => SBATCH_VARIABLES,
+        "salloc" => SALLOC_VARIABLES,
+        "srun" => SRUN_VARIABLES,
+        _ => &[],
+    }
+}
+
+/// `args` with the options `command`'s input variables give (read with
+/// `get`) put first, those the command line has left out; a variable of
+/// a refused option is refused, naming the variable.
+pub fn with_input_variables(
+    command: &str,
+    args: Vec<OsString>,
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<Vec<OsString>, Refused> {
+    let table = options(command);
+    let options_end = matches!(command, "sbatch" | "salloc" | "srun");
+    // The options the command line gives, by their table entry.
+    let mut given: Vec<&'static SlurmOption> = Vec::new();
+    for arg in unclustered(table, args.clone(), options_end) {
+        let text = arg.to_string_lossy();
+        if text == "--" || (options_end && !text.starts_with('-')) {
+            break;
+        }
+        if let Some((option, _)) = find(table, &text) {
+            given.push(option);
+        }
+    }
+    let mut front: Vec<OsString> = Vec::new();
+    for (variable, name) in input_variables(command) {
+        let Some(value) = get(variable).filter(|v| !v.is_empty()) else {
+            continue;
+        };
+        let Some(option) = table.iter().find(|o| o.names.contains(name)) else {
+            continue;
+        };
+        if given.iter().any(|g| std::ptr::eq(*g, option)) {
+            continue;
+        }
+        if let Decision::Refused(why) = option.decision {
+            return Err(Refused {
+                option: format!("{variable} (as {name})"),
+                why,
+            });
+        }
+        given.push(option);
+        match (option.value, *name) {
+            // SLURM_DEBUG=2: two -v.
+            (Value::None, "--verbose") => {
+                let times = value.parse::<usize>().unwrap_or(1).min(9);
+                front.extend(std::iter::repeat_n(OsString::from("--verbose"), times));
+            }
+            (Value::None, _) => {
+                if !matches!(value.to_ascii_lowercase().as_str(), "0" | "no" | "false") {
+                    front.push(OsString::from(*name));
+                }
+            }
+            _ => front.push(OsString::from(format!("{name}={value}"))),
+        }
+    }
+    front.extend(args);
+    Ok(front)
+}
+
+/// sbatch's input variables (sbatch(1), INPUT ENVIRONMENT VARIABLES).
+#[rustfmt::skip]
+const SBATCH_VARIABLES: &[(&str, &str)] = &[
+    ("SBATCH_ACCOUNT", "--account"), ("SBATCH_ACCTG_FREQ", "--acctg-freq"),
+    ("SBATCH_ARRAY_INX", "--array"), ("SBATCH_BATCH", "--batch"),
+    ("SBATCH_CLUSTERS", "--clusters"), ("SLURM_CLUSTERS", "--clusters"),
+    ("SBATCH_CONSTRAINT", "--constraint"), ("SBATCH_CONTAINER", "--container"),
+    ("SBATCH_CORE_SPEC", "--core-spec"), ("SBATCH_CPUS_PER_GPU", "--cpus-per-gpu"),
+    ("SBATCH_DEBUG", "--verbose"), ("SBATCH_DELAY_BOOT", "--delay-boot"),
+    ("SBATCH_DISTRIBUTION", "--distribution"), ("SBATCH_ERROR", "--error"),
+    ("SBATCH_EXCLUSIVE", "--exclusive"), ("SBATCH_EXPORT", "--export"),
+    ("SBATCH_GET_USER_ENV", "--get-user-env"), ("SBATCH_GPU_BIND", "--gpu-bind"),
+    ("SBATCH_GPU_FREQ", "--gpu-freq"), ("SBATCH_GPUS", "--gpus"),
+    ("SBATCH_GPUS_PER_NODE", "--gpus-per-node"), ("SBATCH_GPUS_PER_TASK", "--gpus-per-task"),
+    ("SBATCH_GRES", "--gres"), ("SBATCH_GRES_FLAGS", "--gres-flags"),
+    ("SBATCH_HINT", "--hint"), ("SBATCH_IGNORE_PBS", "--ignore-pbs"),
+    ("SBATCH_INPUT", "--input"), ("SBATCH_JOB_NAME", "--job-name"),
+    ("SBATCH_MEM_BIND", "--mem-bind"), ("SBATCH_MEM_PER_CPU", "--mem-per-cpu"),
+    ("SBATCH_MEM_PER_GPU", "--mem-per-gpu"), ("SBATCH_MEM_PER_NODE", "--mem"),
+    ("SBATCH_NETWORK", "--network"), ("SBATCH_NO_KILL", "--no-kill"),
+    ("SBATCH_NO_REQUEUE", "--no-requeue"), ("SBATCH_OPEN_MODE", "--open-mode"),
+    ("SBATCH_OUTPUT", "--output"), ("SBATCH_OVERCOMMIT", "--overcommit"),
+    ("SBATCH_PARTITION", "--partition"), ("SBATCH_POWER", "--power"),
+    ("SBATCH_PROFILE", "--profile"), ("SBATCH_QOS", "--qos"),
+    ("SBATCH_REQ_SWITCH", "--switches"), ("SBATCH_REQUEUE", "--requeue"),
+    ("SBATCH_RESERVATION", "--reservation"), ("SBATCH_SIGNAL", "--signal"),
+    ("SBATCH_SPREAD_JOB", "--spread-job"), ("SBATCH_THREAD_SPEC", "--thread-spec"),
+    ("SBATCH_THREADS_PER_CORE", "--threads-per-core"), ("SBATCH_TIMELIMIT", "--time"),
+    ("SBATCH_USE_MIN_NODES", "--use-min-nodes"), ("SBATCH_WAIT", "--wait"),
+    ("SBATCH_WAIT_ALL_NODES", "--wait-all-nodes"), ("SBATCH_WCKEY", "--wckey"),
+];
+
+/// salloc's input variables (salloc(1), INPUT ENVIRONMENT VARIABLES).
+#[rustfmt::skip]
+const SALLOC_VARIABLES: &[(&str, &str)] = &[
+    ("SALLOC_ACCOUNT", "--account"), ("SALLOC_ACCTG_FREQ", "--acctg-freq"),
+    ("SALLOC_BELL", "--bell"), ("SALLOC_CLUSTERS", "--clusters"),
+    ("SLURM_CLUSTERS", "--clusters"), ("SALLOC_CONSTRAINT", "--constraint"),
+    ("SALLOC_CONTAINER", "--container"), ("SALLOC_CORE_SPEC", "--core-spec"),
+    ("SALLOC_CPUS_PER_GPU", "--cpus-per-gpu"), ("SALLOC_DEBUG", "--verbose"),
+    ("SALLOC_DELAY_BOOT", "--delay-boot"), ("SALLOC_EXCLUSIVE", "--exclusive"),
+    ("SALLOC_GPU_BIND", "--gpu-bind"), ("SALLOC_GPU_FREQ", "--gpu-freq"),
+    ("SALLOC_GPUS", "--gpus"), ("SALLOC_GPUS_PER_NODE", "--gpus-per-node"),
+    ("SALLOC_GPUS_PER_TASK", "--gpus-per-task"), ("SALLOC_GRES", "--gres"),
+    ("SALLOC_GRES_FLAGS", "--gres-flags"), ("SALLOC_HINT", "--hint"),
+    ("SALLOC_IMMEDIATE", "--immediate"), ("SALLOC_KILL_CMD", "--kill-command"),
+    ("SALLOC_MEM_BIND", "--mem-bind"), ("SALLOC_MEM_PER_CPU", "--mem-per-cpu"),
+    ("SALLOC_MEM_PER_GPU", "--mem-per-gpu"), ("SALLOC_MEM_PER_NODE", "--mem"),
+    ("SALLOC_NETWORK", "--network"), ("SALLOC_NO_BELL", "--no-bell"),
+    ("SALLOC_NO_KILL", "--no-kill"), ("SALLOC_OVERCOMMIT", "--overcommit"),
+    ("SALLOC_PARTITION", "--partition"), ("SALLOC_POWER", "--power"),
+    ("SALLOC_PROFILE", "--profile"), ("SALLOC_QOS", "--qos"),
+    ("SALLOC_REQ_SWITCH", "--switches"), ("SALLOC_RESERVATION", "--reservation"),
+    ("SALLOC_SIGNAL", "--signal"), ("SALLOC_SPREAD_JOB", "--spread-job"),
+    ("SALLOC_THREAD_SPEC", "--thread-spec"), ("SALLOC_THREADS_PER_CORE", "--threads-per-core"),
+    ("SALLOC_TIMELIMIT", "--time"), ("SALLOC_USE_MIN_NODES", "--use-min-nodes"),
+    ("SALLOC_WAIT_ALL_NODES", "--wait-all-nodes"), ("SALLOC_WCKEY", "--wckey"),
+];
+
+/// srun's input variables (srun(1), INPUT ENVIRONMENT VARIABLES), read
+/// outside a job: inside one, the job's own `SLURM_*` variables are its
+/// defaults already.
+#[rustfmt::skip]
+const SRUN_VARIABLES: &[(&str, &str)] = &[
+    ("SLURM_ACCOUNT", "--account"), ("SLURM_ACCTG_FREQ", "--acctg-freq"),
+    ("SLURM_CLUSTERS", "--clusters"), ("SLURM_CONSTRAINT", "--constraint"),
+    ("SLURM_CORE_SPEC", "--core-spec"), ("SLURM_CPU_BIND", "--cpu-bind"),
+    ("SLURM_CPU_FREQ_REQ", "--cpu-freq"), ("SLURM_CPUS_PER_GPU", "--cpus-per-gpu"),
+    ("SLURM_CPUS_PER_TASK", "--cpus-per-task"), ("SLURM_DEBUG", "--verbose"),
+    ("SLURM_DEPENDENCY", "--dependency"), ("SLURM_DISTRIBUTION", "--distribution"),
+    ("SLURM_EXACT", "--exact"), ("SLURM_EXCLUSIVE", "--exclusive"),
+    ("SLURM_EXPORT_ENV", "--export"), ("SLURM_GPU_BIND", "--gpu-bind"),
+    ("SLURM_GPU_FREQ", "--gpu-freq"), ("SLURM_GPUS", "--gpus"),
+    ("SLURM_GPUS_PER_NODE", "--gpus-per-node"), ("SLURM_GPUS_PER_TASK", "--gpus-per-task"),
+    ("SLURM_GRES", "--gres"), ("SLURM_GRES_FLAGS", "--gres-flags"),
+    ("SLURM_HINT", "--hint"), ("SLURM_IMMEDIATE", "--immediate"),
+    ("SLURM_JOB_NAME", "--job-name"), ("SLURM_LABELIO", "--label"),
+    ("SLURM_MEM_BIND", "--mem-bind"), ("SLURM_MEM_PER_CPU", "--mem-per-cpu"),
+    ("SLURM_MEM_PER_GPU", "--mem-per-gpu"), ("SLURM_MEM_PER_NODE", "--mem"),
+    ("SLURM_MPI_TYPE", "--mpi"), ("SLURM_NETWORK", "--network"),
+    ("SLURM_NNODES", "--nodes"), ("SLURM_NO_KILL", "--no-kill"),
+    ("SLURM_NPROCS", "--ntasks"), ("SLURM_NTASKS", "--ntasks"),
+    ("SLURM_NTASKS_PER_CORE", "--ntasks-per-core"), ("SLURM_NTASKS_PER_GPU", "--ntasks-per-gpu"),
+    ("SLURM_NTASKS_PER_NODE", "--ntasks-per-node"), ("SLURM_NTASKS_PER_SOCKET", "--ntasks-per-socket"),
+    ("SLURM_OPEN_MODE", "--open-mode"), ("SLURM_OVERCOMMIT", "--overcommit"),
+    ("SLURM_OVERLAP", "--overlap"), ("SLURM_PARTITION", "--partition"),
+    ("SLURM_POWER", "--power"), ("SLURM_PROFILE", "--profile"),
+    ("SLURM_QOS", "--qos"), ("SLURM_REMOTE_CWD", "--chdir"),
+    ("SLURM_REQ_SWITCH", "--switches"), ("SLURM_RESERVATION", "--reservation"),
+    ("SLURM_SIGNAL", "--signal"), ("SLURM_SPREAD_JOB", "--spread-job"),
+    ("SLURM_STDERRMODE", "--error"), ("SLURM_STDINMODE", "--input"),
+    ("SLURM_STDOUTMODE", "--output"), ("SLURM_TASK_EPILOG", "--task-epilog"),
+    ("SLURM_TASK_PROLOG", "--task-prolog"), ("SLURM_THREAD_SPEC", "--thread-spec"),
+    ("SLURM_THREADS_PER_CORE", "--threads-per-core"), ("SLURM_TIMELIMIT", "--time"),
+    ("SLURM_UNBUFFEREDIO", "--unbuffered"), ("SLURM_USE_MIN_NODES", "--use-min-nodes"),
+    ("SLURM_WAIT", "--wait"), ("SLURM_WCKEY", "--wckey"),
+    ("SLURM_WORKING_DIR", "--chdir"),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1212,5 +1409,50 @@ mod tests {
             names.dedup();
             assert_eq!(names.len(), all, "{command}");
         }
+    }
+
+    #[test]
+    fn input_variables_give_the_options_the_command_line_leaves_out() {
+        let words = |w: &[&str]| w.iter().map(OsString::from).collect::<Vec<_>>();
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let got = with_input_variables(
+            "srun",
+            words(&["-n2", "hostname", "--ntasks=9"]),
+            env(&[
+                ("SLURM_NPROCS", "5"),
+                ("SLURM_DEBUG", "2"),
+                ("SLURM_OVERCOMMIT", "1"),
+                ("SLURM_LABELIO", "0"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            words(&[
+                "--verbose",
+                "--verbose",
+                "--overcommit",
+                "-n2",
+                "hostname",
+                "--ntasks=9"
+            ])
+        );
+        let got = with_input_variables(
+            "sbatch",
+            words(&["x.sh"]),
+            env(&[("SBATCH_TIMELIMIT", "10")]),
+        )
+        .unwrap();
+        assert_eq!(got, words(&["--time=10", "x.sh"]));
+        let refused =
+            with_input_variables("sbatch", words(&[]), env(&[("SBATCH_BATCH", "x")])).unwrap_err();
+        assert_eq!(refused.option, "SBATCH_BATCH (as --batch)");
     }
 }

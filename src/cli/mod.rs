@@ -90,6 +90,26 @@ pub fn main(command: &str, body: impl FnOnce() -> CliResult) -> ExitCode {
     }
 }
 
+/// The environment a submission carries: this process's, with the
+/// submitter's umask as `SLURM_UMASK` (`0022`), which the job and its
+/// steps' tasks run with, as Slurm's do.
+pub fn submission_environment() -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| k != "SLURM_UMASK")
+        .collect();
+    env.push(("SLURM_UMASK".into(), current_umask()));
+    env
+}
+
+/// This process's umask, as four octal digits.
+pub fn current_umask() -> String {
+    use nix::sys::stat::{umask, Mode};
+    // Reading it means setting it: put straight back.
+    let mask = umask(Mode::from_bits_truncate(0o022));
+    umask(mask);
+    format!("{:04o}", mask.bits())
+}
+
 pub fn warn(command: &str, message: &str) {
     say(&format!("{command}: warning: {message}"));
 }

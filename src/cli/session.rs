@@ -44,11 +44,14 @@ pub struct Allocation {
 /// job allocation N` and `Granted job allocation N`; srun says nothing
 /// when the allocation comes at once (with `verbose`, the job's id, nodes
 /// and CPUs), and, for both, `job N queued and waiting for resources`
-/// when it waits, then `job N has been allocated resources`.
+/// when it waits, then `job N has been allocated resources`. With
+/// `immediate` (srun's `--immediate`) it waits for nothing: a job that
+/// does not start at once is withdrawn, `Unable to allocate resources`.
 pub fn allocate(
     command: &'static str,
     mut request: JobRequest,
     verbose: bool,
+    immediate: bool,
 ) -> Result<Allocation, CliError> {
     let salloc = command != "srun";
     let submitted = Instant::now();
@@ -90,6 +93,13 @@ pub fn allocate(
             JobState::Pending
                 if view.reason.as_deref().is_none_or(|r| r == "None")
                     && submitted.elapsed() < QUEUED_AFTER => {}
+            JobState::Pending if immediate => {
+                withdraw(&config, job);
+                let why = view.reason.unwrap_or_else(|| "Resources".into());
+                return Err(CliError::failed(format!(
+                    "Unable to allocate resources: job {job} would wait ({why}), and --immediate waits for nothing"
+                )));
+            }
             JobState::Pending => {
                 let why = view.reason.unwrap_or_else(|| "None".into());
                 if shown.as_deref() != Some(why.as_str()) {

@@ -24,15 +24,17 @@ pub const COMMANDS: [&str; 10] = [
 /// Runs as `name` (the file name it was called by, or the first argument
 /// after `ysched-slurm`).
 pub fn main(name: &str, args: Vec<OsString>) -> ExitCode {
+    let args = match before_parsing(name, args) {
+        Ok(args) => args,
+        Err(answered) => return answered,
+    };
     // Every documented option of Slurm's: honoured, accepted (with why),
     // or refused (with why), never a bare "unexpected argument".
-    if let Some(answered) = before_parsing(name, &args) {
-        return answered;
-    }
     let mut warnings = Vec::new();
     let outside_a_job = name == "srun" && std::env::var_os("SLURM_JOB_ID").is_none();
     let allocation_words =
         outside_a_job.then(|| crate::slurm_options::allocation_words(args.clone()));
+    let immediate = crate::slurm_options::is_given("srun", &args, "--immediate");
     let args = match crate::slurm_options::screen(name, args, &mut warnings) {
         Ok(args) => args,
         Err(refusal) => {
@@ -60,7 +62,7 @@ pub fn main(name: &str, args: Vec<OsString>) -> ExitCode {
         return with_slurm_exit(
             name,
             SrunArgs::try_parse_from(attached_kill_on_bad_exit(argv(args))),
-            |a| srun_allocating(a, words),
+            |a| srun_allocating(a, words, immediate),
         );
     }
     match name {
@@ -172,12 +174,30 @@ fn slurm_squeue_format(mut args: super::ysqueue::Args) -> super::ysqueue::Args {
 
 /// Slurm's commands exit 1 for any error, bad options included; help and
 /// version exit 0.
-/// What is done before the options are read: `--help` and `--usage`
-/// answered (the exit status), srun -v's account of its options printed.
-fn before_parsing(name: &str, args: &[OsString]) -> Option<ExitCode> {
-    if let Some(asked) = super::slurm_help::asked(name, args) {
+/// Slurm's input variables (SBATCH_OUTPUT, SLURM_NPROCS, ...) as the
+/// options they stand for; srun's only outside a job, whose own SLURM_*
+/// variables are a step's defaults already.
+fn with_input_variables(
+    name: &str,
+    args: Vec<OsString>,
+) -> Result<Vec<OsString>, crate::slurm_options::Refused> {
+    if name == "srun" && std::env::var_os("SLURM_JOB_ID").is_some() {
+        return Ok(args);
+    }
+    crate::slurm_options::with_input_variables(name, args, |k| std::env::var(k).ok())
+}
+
+/// What is done before the options are read: input variables added as
+/// options, `--help` and `--usage` answered (`Err`: the exit status),
+/// srun -v's account of its options printed.
+fn before_parsing(name: &str, args: Vec<OsString>) -> Result<Vec<OsString>, ExitCode> {
+    let args = with_input_variables(name, args).map_err(|refusal| {
+        eprintln!("{name}: error: {refusal}");
+        ExitCode::from(1)
+    })?;
+    if let Some(asked) = super::slurm_help::asked(name, &args) {
         let parser = parser_of(name);
-        return Some(
+        return Err(
             match print(&super::slurm_help::text(name, asked, parser.as_ref())) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(_) => ExitCode::from(1),
@@ -185,11 +205,11 @@ fn before_parsing(name: &str, args: &[OsString]) -> Option<ExitCode> {
         );
     }
     if name == "srun" {
-        if let Some(dump) = srun_defined_options(args) {
+        if let Some(dump) = srun_defined_options(&args) {
             eprint!("{dump}");
         }
     }
-    None
+    Ok(args)
 }
 
 /// `srun -v`'s account of the options it was given, as Slurm's srun
@@ -1066,6 +1086,20 @@ fn step_request(args: SrunArgs, names: &StepNames) -> Result<super::srun::StepRe
             )))
         }
     };
+    // srun's -W/--wait=SECONDS: the rest killed that long after the first
+    // task ends (0, the default: never).
+    let wait_after_first = match args.placement.wait.as_deref().map(str::trim) {
+        None => None,
+        Some(text) => match text.parse::<u64>() {
+            Ok(0) => None,
+            Ok(secs) => Some(std::time::Duration::from_secs(secs)),
+            Err(_) => {
+                return Err(CliError::usage(format!(
+                    "--wait={text}: expected a number of seconds"
+                )))
+            }
+        },
+    };
     let mut env = step_environment(args.export.as_deref(), std::env::vars().collect())?;
     env.retain(|(k, _)| k != "YS_STEP_KEY");
     let cwd = match &args.chdir {
@@ -1088,6 +1122,7 @@ fn step_request(args: SrunArgs, names: &StepNames) -> Result<super::srun::StepRe
         label: args.label,
         unbuffered: args.unbuffered,
         kill_on_bad_exit,
+        wait_after_first,
         argv: args
             .command
             .iter()
@@ -1164,7 +1199,32 @@ fn step_environment(
             chosen.push((k, v));
         }
     }
+    // srun's umask, which its tasks run with (Slurm's SLURM_UMASK).
+    chosen.retain(|(name, _)| name != "SLURM_UMASK");
+    chosen.push(("SLURM_UMASK".into(), super::current_umask()));
+    // Where srun runs, as Slurm's tasks are told it.
+    let here = launch_address();
+    for key in ["SLURM_LAUNCH_NODE_IPADDR", "SLURM_SRUN_COMM_HOST"] {
+        chosen.retain(|(name, _)| name != key);
+        chosen.push((key.to_string(), here.clone()));
+    }
     Ok(chosen)
+}
+
+/// The address of the host srun runs on: its name's first address, else
+/// loopback's.
+fn launch_address() -> String {
+    use std::net::ToSocketAddrs;
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|name| {
+            (name.to_string_lossy().as_ref(), 0)
+                .to_socket_addrs()
+                .ok()?
+                .map(|a| a.ip())
+                .find(|ip| ip.is_ipv4())
+        })
+        .map_or_else(|| "127.0.0.1".to_string(), |ip| ip.to_string())
 }
 
 fn srun(args: SrunArgs) -> CliResult {
@@ -1188,7 +1248,7 @@ struct AllocationOptions {
 /// srun outside a job: an interactive allocation with the job's options
 /// among srun's (`words`), its step run in it, and the allocation ended
 /// with the step's status (Slurm's srun does the same).
-fn srun_allocating(mut args: SrunArgs, words: Vec<OsString>) -> CliResult {
+fn srun_allocating(mut args: SrunArgs, words: Vec<OsString>, immediate: bool) -> CliResult {
     if args.pty {
         terminal_step(&mut args)?;
     }
@@ -1200,7 +1260,7 @@ fn srun_allocating(mut args: SrunArgs, words: Vec<OsString>) -> CliResult {
         .map_or_else(|| "srun".into(), |n| n.to_string_lossy().into_owned());
     let request = super::ysalloc::allocation_request(options, &name)?;
     let verbose = args.placement.verbose > 0;
-    let allocation = super::session::allocate("srun", request, verbose)?;
+    let allocation = super::session::allocate("srun", request, verbose, immediate)?;
     for (key, value) in &allocation.environment {
         std::env::set_var(key, value);
     }
@@ -1220,7 +1280,6 @@ fn srun_allocating(mut args: SrunArgs, words: Vec<OsString>) -> CliResult {
 /// Runs srun's step in the job or allocation it is in: the status srun
 /// exits with (a one-task step exits here itself).
 fn srun_step(mut args: SrunArgs) -> Result<i32, CliError> {
-    use std::os::unix::process::CommandExt;
     let Some(job_id) = std::env::var("SLURM_JOB_ID")
         .ok()
         .and_then(|j| j.parse::<u64>().ok())
@@ -1274,24 +1333,7 @@ fn srun_step(mut args: SrunArgs) -> Result<i32, CliError> {
             .open(&path)
             .map_err(|e| CliError::failed(format!("cannot open {path}: {e}")))
     };
-    let environment = step_environment(args.export.as_deref(), std::env::vars().collect())?;
-    let mut command = std::process::Command::new(&args.command[0]);
-    command
-        .args(&args.command[1..])
-        .env_clear()
-        .envs(environment)
-        .env("SLURM_PROCID", "0")
-        .env("SLURM_LOCALID", "0")
-        .env("SLURM_NODEID", "0")
-        .env("SLURM_NTASKS", "1")
-        .env("SLURM_NPROCS", "1")
-        .env("SLURM_STEP_ID", step.to_string())
-        .env("SLURM_STEPID", step.to_string())
-        .env("SLURM_STEP_NUM_TASKS", "1")
-        // A step's task leads a process group of its own, as those of
-        // wide steps do: what the batch shell runs beside it (`tee`) is
-        // no step, and a signal meant for the steps passes it by.
-        .process_group(0);
+    let mut command = one_task(&args, step, node.as_deref())?;
     if let Some(dir) = &args.chdir {
         command.current_dir(dir);
     }
@@ -1318,6 +1360,36 @@ fn srun_step(mut args: SrunArgs) -> Result<i32, CliError> {
     }
     let output = (stdout_file, stderr_file);
     run_task(command, args.label, output, recorded.as_ref()).map(|()| 0)
+}
+
+/// The one task of a step srun runs itself, with the step's variables.
+fn one_task(
+    args: &SrunArgs,
+    step: u32,
+    node: Option<&str>,
+) -> Result<std::process::Command, CliError> {
+    use std::os::unix::process::CommandExt;
+    let environment = step_environment(args.export.as_deref(), std::env::vars().collect())?;
+    let mut command = std::process::Command::new(&args.command[0]);
+    command
+        .args(&args.command[1..])
+        .env_clear()
+        .envs(environment)
+        .env("SLURM_PROCID", "0")
+        .env("SLURM_LOCALID", "0")
+        .env("SLURM_NODEID", "0")
+        .env("SLURM_NTASKS", "1")
+        .env("SLURM_NPROCS", "1")
+        .env("SLURM_STEP_ID", step.to_string())
+        .env("SLURM_STEPID", step.to_string())
+        .env("SLURM_STEP_NUM_TASKS", "1")
+        .env("SLURM_TOPOLOGY_ADDR", node.unwrap_or_default())
+        .env("SLURM_TOPOLOGY_ADDR_PATTERN", "node")
+        // A step's task leads a process group of its own, as those of
+        // wide steps do: what the batch shell runs beside it (`tee`) is
+        // no step, and a signal meant for the steps passes it by.
+        .process_group(0);
+    Ok(command)
 }
 
 /// Asks the controller to number and record the step srun runs: its

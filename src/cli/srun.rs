@@ -8,7 +8,7 @@
 //! (`--kill-on-bad-exit`, on by default as in Slurm); srun exits with the
 //! worst task's status.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
@@ -38,6 +38,9 @@ pub struct StepRequest {
     /// `--unbuffered`: output as it comes, not line by line.
     pub unbuffered: bool,
     pub kill_on_bad_exit: bool,
+    /// `--wait=SECONDS`: the other tasks are killed this long after the
+    /// first one ends.
+    pub wait_after_first: Option<Duration>,
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub cwd: std::path::PathBuf,
@@ -205,7 +208,12 @@ fn start_and_collect(mut request: StepRequest, step: u32) -> Result<i32, CliErro
         stderr: Writer::of(std::mem::replace(&mut request.stderr, Sink::Srun), true),
         node_of,
     };
-    Ok(tasks.collect(rx, total, &request, &mut output))
+    let step = Identity {
+        job: job.job,
+        step,
+        names: job.names.clone(),
+    };
+    Ok(tasks.collect(rx, total, &request, &mut output, &step))
 }
 
 /// Where a step of this shape runs in the job or allocation srun is in:
@@ -450,26 +458,35 @@ impl Step {
         });
     }
 
-    /// Writes every task's output until all `total` tasks have ended;
-    /// the worst exit status (128 + the signal for a task killed by one).
+    /// Writes every task's output until all `total` tasks have ended,
+    /// then says how those that failed ended; the worst exit status (128
+    /// + the signal for a task killed by one).
     fn collect(
         &self,
         rx: Receiver<(usize, Relayed)>,
         total: u32,
         request: &StepRequest,
         output: &mut Output,
+        step: &Identity,
     ) -> i32 {
         let mut ended: HashMap<u32, i32> = HashMap::new();
+        let mut endings: Endings = BTreeMap::new();
         let mut lost_nodes: Vec<usize> = Vec::new();
         let mut kill_at: Option<Instant> = None;
+        // `--wait`: when the others are killed, once the first has ended.
+        let mut wait_at: Option<Instant> = None;
         let mut stopping = false;
         while (ended.len() as u32) < total {
-            let wait = kill_at.map_or(Duration::from_secs(3600), |t| {
+            let next = [kill_at, wait_at].into_iter().flatten().min();
+            let wait = next.map_or(Duration::from_secs(3600), |t| {
                 t.saturating_duration_since(Instant::now())
             });
             let (node, event) = match rx.recv_timeout(wait) {
                 Ok(e) => e,
                 Err(RecvTimeoutError::Timeout) => {
+                    if let Some(after) = wait_at.take().and(request.wait_after_first) {
+                        step.say_waited_out(after, total, &ended);
+                    }
                     self.signal(libc::SIGKILL);
                     kill_at = None;
                     continue;
@@ -485,6 +502,10 @@ impl Step {
                     output.flush_task(task);
                     let status = if signal != 0 { 128 + signal } else { code };
                     ended.insert(task, status);
+                    endings.insert(task, (node, code, signal));
+                    if ended.len() == 1 && !stopping {
+                        wait_at = request.wait_after_first.map(|d| Instant::now() + d);
+                    }
                     status
                 }
                 Relayed::Task(TaskEvent::Failed { task, why }) => {
@@ -509,6 +530,7 @@ impl Step {
             }
         }
         output.flush_all();
+        step.say_endings(&endings);
         let unfinished = (ended.len() as u32) < total;
         let worst = ended.values().copied().max().unwrap_or(0);
         if unfinished {
@@ -517,6 +539,73 @@ impl Step {
             worst
         }
     }
+}
+
+/// How each task that ended did: its node's index, exit code, signal.
+type Endings = BTreeMap<u32, (usize, i32, i32)>;
+
+/// Which step srun runs, on which nodes, for what it says of its tasks.
+struct Identity {
+    job: u64,
+    step: u32,
+    names: Vec<String>,
+}
+
+impl Identity {
+    /// As Slurm's srun says how its failed tasks ended, a line per node
+    /// and outcome: `srun: error: gpu01: tasks 0,2-9: Killed`,
+    /// `srun: error: gpu01: task 1: Exited with exit code 66`.
+    fn say_endings(&self, endings: &Endings) {
+        let mut groups: BTreeMap<(usize, String), Vec<u32>> = BTreeMap::new();
+        for (&task, &(node, code, signal)) in endings {
+            let outcome = if signal != 0 {
+                signal_text(signal)
+            } else if code != 0 {
+                format!("Exited with exit code {code}")
+            } else {
+                continue;
+            };
+            groups.entry((node, outcome)).or_default().push(task);
+        }
+        for ((node, outcome), tasks) in groups {
+            let name = self.names.get(node).map_or("?", String::as_str);
+            super::say(&format!(
+                "srun: error: {name}: {}: {outcome}",
+                tasks_text(&tasks)
+            ));
+        }
+    }
+
+    /// `--wait`'s word when it kills the tasks still running.
+    fn say_waited_out(&self, after: Duration, total: u32, ended: &HashMap<u32, i32>) {
+        let running: Vec<u32> = (0..total).filter(|t| !ended.contains_key(t)).collect();
+        let id = format!("StepId={}.{}", self.job, self.step);
+        super::say(&format!("srun: First task exited {}s ago", after.as_secs()));
+        super::say(&format!("srun: {id} {}: running", tasks_text(&running)));
+        super::say(&format!("srun: Terminating {id}"));
+    }
+}
+
+/// `task 3` or `tasks 0,2-9`.
+fn tasks_text(tasks: &[u32]) -> String {
+    let list = crate::array::format_ranges(tasks);
+    if tasks.len() == 1 {
+        format!("task {list}")
+    } else {
+        format!("tasks {list}")
+    }
+}
+
+/// The C library's name for a signal (`Segmentation fault`, `Killed`).
+fn signal_text(signal: i32) -> String {
+    // SAFETY: strsignal returns a string the C library owns, copied at once.
+    let text = unsafe { libc::strsignal(signal) };
+    if text.is_null() {
+        return format!("signal {signal}");
+    }
+    unsafe { std::ffi::CStr::from_ptr(text) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// srun's output: each task's streams line by line, so that tasks'

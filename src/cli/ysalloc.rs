@@ -104,7 +104,7 @@ pub fn allocation_request(
         .map_err(|e| CliError::failed(format!("cannot read the current directory: {e}")))?;
     let context = SubmitContext {
         cwd: &cwd,
-        environment: std::env::vars().collect(),
+        environment: super::submission_environment(),
         now: &jiff::Zoned::now,
         default_name: name.to_string(),
     };
@@ -133,7 +133,7 @@ pub fn run_as(command: &'static str, args: Args) -> CliResult {
         |n| n.to_string_lossy().into_owned(),
     );
     let request = allocation_request(args.options, &name)?;
-    let allocation = session::allocate(command, request, false)?;
+    let allocation = session::allocate(command, request, false, false)?;
     let status = run_command(&allocation, &argv);
     let (code, signal) = match &status {
         Ok(s) => (s.code().unwrap_or(0), s.signal().unwrap_or(0)),

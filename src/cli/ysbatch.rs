@@ -107,7 +107,7 @@ pub fn run_as(command: &str, args: Args) -> CliResult {
     let parsable = partial.parsable;
     let context = SubmitContext {
         cwd: &cwd,
-        environment: std::env::vars().collect(),
+        environment: super::submission_environment(),
         now: &jiff::Zoned::now,
         default_name,
     };

@@ -506,7 +506,8 @@ fn show_job(view: &JobView, now: i64, layout: JobLayout) -> String {
             job.state,
             reason,
             job.hold.map(|h| h.name()).unwrap_or("no"),
-            view.priority
+            // A held job is out of the running: Slurm shows it at 0.
+            if job.hold.is_some() { 0 } else { view.priority }
         ),
         format!(
             "RunTime={} TimeLimit={} Restarts={} ExitCode={}",

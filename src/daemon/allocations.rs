@@ -249,7 +249,10 @@ fn allocation_environment(reads: &dyn Reads, job: &Job, link: &RunLink) -> Vec<(
         ("SLURM_JOB_USER", job.user.clone()),
         ("SLURM_JOB_ACCOUNT", job.account.clone()),
         ("SLURM_JOB_QOS", job.qos.clone()),
-        ("SLURM_JOB_PARTITION", "ysched".to_string()),
+        (
+            "SLURM_JOB_PARTITION",
+            crate::slurm_options::PARTITION.to_string(),
+        ),
         ("SLURM_CLUSTER_NAME", "ysched".to_string()),
         ("SLURM_JOB_NODELIST", nodelist.clone()),
         ("SLURM_NODELIST", nodelist),
@@ -263,6 +266,20 @@ fn allocation_environment(reads: &dyn Reads, job: &Job, link: &RunLink) -> Vec<(
             crate::model::tasks::tasks_per_node_text(&vec![job.cpus; part.nodes.len()]),
         ),
         ("SLURM_GPUS_ON_NODE", job.gpus.count.to_string()),
+        ("SLURM_CPUS_ON_NODE", job.cpus.to_string()),
+        (
+            "SLURM_CPUS_PER_TASK",
+            (job.cpus
+                / part
+                    .tasks_per_node
+                    .iter()
+                    .copied()
+                    .max()
+                    .unwrap_or(1)
+                    .max(1))
+            .max(1)
+            .to_string(),
+        ),
         ("YS_JOB_ID", job.id.to_string()),
         ("YS_ALLOCATION", "1".to_string()),
         ("YS_NODE_ADDRS", part.addresses.join(",")),

@@ -80,7 +80,10 @@ pub fn job_environment(spec: &LaunchSpec) -> Vec<(String, String)> {
         ("SLURMD_NODENAME", spec.node_name.clone()),
         ("SLURM_CPUS_ON_NODE", spec.cpus.to_string()),
         ("SLURM_CLUSTER_NAME", "ysched".to_string()),
-        ("SLURM_JOB_PARTITION", "ysched".to_string()),
+        (
+            "SLURM_JOB_PARTITION",
+            crate::slurm_options::PARTITION.to_string(),
+        ),
     ] {
         set(key, value);
     }

@@ -460,6 +460,7 @@ fn launch(
         .filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok())
         .collect();
     let user = cstring("user name", spec.user.as_bytes())?;
+    let mask = super::tasks::umask_of(&env);
 
     let forked = fork_and_exec(|| {
         // Into the cgroup first, as root: everything it starts follows.
@@ -471,7 +472,14 @@ fn launch(
         };
         match (joined, container) {
             (Err(e), _) => e,
-            (Ok(()), None) => exec_job(spec, &user, &path, &argv, &envp),
+            (Ok(()), None) => {
+                // The submitter's umask (SLURM_UMASK), as Slurm's jobs.
+                if let Some(mask) = mask {
+                    // SAFETY: umask(2) is async-signal-safe.
+                    unsafe { libc::umask(mask) };
+                }
+                exec_job(spec, &user, &path, &argv, &envp)
+            }
             (Ok(()), Some(c)) => enter_container(spec, c, script),
         }
     })
@@ -517,11 +525,21 @@ fn exec_job(
             return e.to_string();
         }
     }
-    if let Err(e) = std::env::set_current_dir(&spec.work_dir) {
-        return format!(
-            "cannot change to the working directory {}: {e}",
+    // A working directory the job's user may not enter is left for /tmp,
+    // said on the job's standard error, as Slurm's step daemon does.
+    let moved = std::env::set_current_dir(&spec.work_dir).err().map(|e| {
+        format!(
+            "ysched: error: couldn't chdir to `{}': {e}: going to /tmp instead\n",
             spec.work_dir.display()
-        );
+        )
+    });
+    if moved.is_some() {
+        if let Err(e) = std::env::set_current_dir("/tmp") {
+            return format!(
+                "cannot change to the working directory {} nor to /tmp: {e}",
+                spec.work_dir.display()
+            );
+        }
     }
     let (stdin, stdout, stderr) = match open_outputs(spec) {
         Ok(files) => files,
@@ -529,6 +547,9 @@ fn exec_job(
     };
     if let Err(e) = dup_standard(&stdin, &stdout, &stderr) {
         return e.to_string();
+    }
+    if let Some(said) = moved {
+        let _ = nix::unistd::write(std::io::stderr(), said.as_bytes());
     }
     match nix::unistd::execve(path, argv, envp) {
         Err(Errno::ENOEXEC) => {

@@ -286,6 +286,12 @@ fn task_environment(
     set("SLURM_STEP_NUM_TASKS", order.ntasks.to_string());
     set("SLURM_STEP_NUM_NODES", order.nodes.len().to_string());
     set("SLURM_STEP_NODELIST", nodelist);
+    // Where the task is in the network's topology: its node, in Slurm's
+    // flat one (no switches are declared).
+    if let Some(node) = order.nodes.get(order.node_index as usize) {
+        set("SLURM_TOPOLOGY_ADDR", node.clone());
+        set("SLURM_TOPOLOGY_ADDR_PATTERN", "node".to_string());
+    }
     if let Some(g) = order.gpus_per_task {
         let from = (localid * g) as usize;
         let mine: Vec<&str> = visible
@@ -299,6 +305,15 @@ fn task_environment(
     env
 }
 
+/// The umask a task runs with: srun's, which it sends as `SLURM_UMASK`
+/// (octal), as Slurm's tasks do.
+pub fn umask_of(env: &[(String, String)]) -> Option<libc::mode_t> {
+    let (_, value) = env.iter().find(|(k, _)| k == "SLURM_UMASK")?;
+    libc::mode_t::from_str_radix(value.trim(), 8)
+        .ok()
+        .filter(|m| *m <= 0o777)
+}
+
 /// Starts one task in a process group of its own; its output is read,
 /// and its end reported, by a thread of its own.
 fn spawn(
@@ -310,16 +325,46 @@ fn spawn(
     let Some(program) = order.argv.first() else {
         return Err(std::io::Error::other("no command to run"));
     };
-    let mut child = Command::new(program)
+    let mask = umask_of(&env);
+    // A working directory the task may not enter is left for /tmp, said on
+    // its standard error, as Slurm's step daemon does.
+    let cwd = match nix::unistd::access(&order.cwd, nix::unistd::AccessFlags::X_OK) {
+        Ok(()) => order.cwd.clone(),
+        Err(e) => {
+            let _ = events.send(TaskEvent::Output {
+                task,
+                stderr: true,
+                data: format!(
+                    "ysched: error: couldn't chdir to `{}': {}: going to /tmp instead\n",
+                    order.cwd.display(),
+                    e.desc()
+                )
+                .into_bytes(),
+            });
+            std::path::PathBuf::from("/tmp")
+        }
+    };
+    let mut command = Command::new(program);
+    command
         .args(&order.argv[1..])
         .env_clear()
         .envs(env)
-        .current_dir(&order.cwd)
+        .current_dir(&cwd)
         .stdin(stdin.map_or_else(Stdio::piped, Stdio::from))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()?;
+        .process_group(0);
+    if let Some(mask) = mask {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: umask(2) is async-signal-safe and touches nothing else.
+        unsafe {
+            command.pre_exec(move || {
+                libc::umask(mask);
+                Ok(())
+            });
+        }
+    }
+    let mut child = command.spawn()?;
     let group = child.id() as i32;
     let stdin = child.stdin.take();
     let stdout = child.stdout.take();

@@ -452,9 +452,11 @@ pub const CLIENT_SETTINGS: [&str; 3] = ["YS_CONF", "YS_TIMEOUT", "YS_LOG"];
 /// run it was submitted from (`SLURM_*`, `YS_*` such as that run's step
 /// key, step ports and node addresses, `CUDA_VISIBLE_DEVICES`), which a
 /// job gets anew from its own run, nor the submitter's token
-/// (`SLURM_JWT`); ysched's client settings pass.
+/// (`SLURM_JWT`); ysched's client settings pass, and the submitter's
+/// umask (`SLURM_UMASK`), which the job runs with.
 pub fn passes_to_job(key: &str) -> bool {
     CLIENT_SETTINGS.contains(&key)
+        || key == "SLURM_UMASK"
         || (!key.starts_with("SLURM_") && !key.starts_with("YS_") && key != "CUDA_VISIBLE_DEVICES")
 }
 

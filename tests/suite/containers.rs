@@ -1457,7 +1457,10 @@ fn srun_runs_a_steps_tasks_in_containers_of_their_image_and_only_the_jobs_user_m
         );
     }
     assert!(out.contains("srun=0"), "{out}");
-    assert!(out.contains("one\nsingle=7"), "the task's exit code: {out}");
+    assert!(
+        out.contains("one\nsrun: error: gpu01: task 0: Exited with exit code 7\nsingle=7"),
+        "the task's exit code, said as Slurm's srun says it: {out}"
+    );
     assert!(
         out.contains("/no/such/program") && out.contains("missing=1"),
         "{out}"

@@ -65,12 +65,16 @@ def main():
             "#SBATCH -o %x-%j.out\n"
             "#SBATCH -t 0:05:00\n"
             "#SBATCH --gres=gpu:1\n"
-            "#SBATCH -p gpu\n"
+            "#SBATCH -p ysched\n"
             "#SBATCH --nodes=1 --ntasks=1 --cpus-per-task=1\n"
             "#SBATCH --wckey=project-x\n"
             "echo hello $SLURM_JOB_ID\n"
             "srun -o step-%j-%t.out --unbuffered bash -c 'echo task $SLURM_PROCID of $SLURM_NTASKS'\n"
         )
+    # A partition ysched has not is refused, as Slurm refuses it.
+    refused = run("sbatch", "-p", "gpu", "--wrap", "true", check=False)
+    if refused.returncode != 1 or "invalid partition specified: gpu" not in refused.stderr:
+        sys.exit(f"sbatch -p gpu: {refused.returncode} {refused.stderr!r}")
     job = submit("job.sh")
     rows = wait_final(job)
     if rows[job] != ("COMPLETED", "0:0"):
@@ -91,7 +95,15 @@ def main():
         )
     wait_final(submit("tasks.sh"))
     lines = sorted(open("tasks.out").read().splitlines())
-    if lines != ["0: 0/0 of 3", "1: 1/1 of 3", "2: 2/2 of 3", "worst=2"]:
+    # srun says how each failed task ended, as Slurm's does.
+    if lines != [
+        "0: 0/0 of 3",
+        "1: 1/1 of 3",
+        "2: 2/2 of 3",
+        "srun: error: gpu01: task 1: Exited with exit code 1",
+        "srun: error: gpu01: task 2: Exited with exit code 2",
+        "worst=2",
+    ]:
         sys.exit(f"tasks.out: {lines!r}")
 
     # The same script on stdin, and --parsable.

@@ -526,6 +526,155 @@ fn srun_outside_a_job_speaks_as_slurms_srun() {
     assert!(mark.exists(), "task 0 was stopped: {err}");
     let (code, _, err) = slurm_out(&c, "srun", &["--mem=1", "true"]);
     assert_eq!(code, Some(0), "{err}");
+    // --immediate waits for nothing: a held allocation is given up.
+    let (code, _, err) = slurm_out(&c, "srun", &["--immediate", "--hold", "true"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("srun: error: Unable to allocate resources"),
+        "{err}"
+    );
+    let (_, listed, _) = slurm_out(&c, "squeue", &["-h", "-t", "PD"]);
+    assert_eq!(listed, "", "the held allocation was withdrawn");
+    let (code, _, err) = slurm_out(&c, "srun", &["-I", "true"]);
+    assert_eq!(code, Some(0), "{err}");
+}
+
+/// srun says how its failed tasks ended, grouped as Slurm's srun groups
+/// them; `-W/--wait=SECONDS` kills the rest that long after the first
+/// task ends, saying so; `-O` lets more tasks than CPUs share them.
+#[test]
+fn srun_says_how_tasks_ended_and_waits_out_the_rest() {
+    let c = Cluster::started("");
+    let (code, _, err) = slurm_out(&c, "srun", &["sh", "-c", "kill -11 $$"]);
+    assert_eq!(code, Some(139), "{err}");
+    assert!(
+        err.contains("srun: error: gpu01: task 0: Segmentation fault"),
+        "{err}"
+    );
+    // 18 tasks on 16 CPUs: task 1 ends at once, the others are killed
+    // a second later.
+    let started = std::time::Instant::now();
+    let (code, _, err) = slurm_out(
+        &c,
+        "srun",
+        &[
+            "-n18",
+            "-O",
+            "-W1",
+            "sh",
+            "-c",
+            "[ $SLURM_PROCID = 1 ] && exit 0; exec sleep 30",
+        ],
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "{err}"
+    );
+    assert_eq!(code, Some(137), "{err}");
+    assert!(err.contains("srun: First task exited 1s ago"), "{err}");
+    assert!(err.contains(" tasks 0,2-17: running"), "{err}");
+    assert!(
+        err.contains("srun: error: gpu01: tasks 0,2-17: Killed"),
+        "{err}"
+    );
+    // Without -O the 18 tasks need 18 CPUs.
+    let (code, _, err) = slurm_out(&c, "srun", &["-n18", "true"]);
+    assert_eq!(code, Some(1), "{err}");
+}
+
+/// `command` of the Slurm names run by a shell with umask 023 and the
+/// variables `env` set: its status, output and errors.
+fn slurm_with(
+    c: &Cluster,
+    env: &[(&str, &str)],
+    command: &str,
+    args: &[&str],
+) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("umask 023; exec \"$0\" \"$@\"")
+        .arg(bin_dir().join("ysched-slurm"))
+        .arg(command)
+        .args(args)
+        .env("YS_CONF", &c.config)
+        .env_remove("SLURM_JOB_ID")
+        .envs(env.iter().copied())
+        .current_dir(&c.work)
+        .output()
+        .unwrap();
+    (out.status.code(), stdout(&out), stderr(&out))
+}
+
+/// Slurm's input variables stand for their options (the command line
+/// wins), a refused option's variable is refused by name, jobs and steps
+/// run with their submitter's umask, a step's tasks are told where srun
+/// runs and where they are, and a held job shows priority 0.
+#[test]
+fn input_variables_umask_and_step_variables_as_slurm_sets_them() {
+    let c = Cluster::started("");
+    let long = std::time::Duration::from_secs(30);
+    let (code, out, err) = slurm_with(
+        &c,
+        &[
+            ("SBATCH_JOB_NAME", "from-env"),
+            ("SBATCH_OUTPUT", "env-%j.out"),
+        ],
+        "sbatch",
+        &["--parsable", "--wrap", "umask"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let id: u64 = out.trim().parse().unwrap();
+    assert_eq!(c.wait_done(id, long), "COMPLETED");
+    assert_eq!(c.field(id, "JobName"), "from-env");
+    let written = std::fs::read_to_string(c.work.join(format!("env-{id}.out"))).unwrap();
+    assert_eq!(written, "0023\n", "the job runs with its submitter's umask");
+    // The command line wins over the variable.
+    let (_, out, _) = slurm_with(
+        &c,
+        &[("SBATCH_JOB_NAME", "from-env")],
+        "sbatch",
+        &["--parsable", "-J", "from-line", "--wrap", "true"],
+    );
+    assert_eq!(c.field(out.trim().parse().unwrap(), "JobName"), "from-line");
+    let (code, _, err) = slurm_with(
+        &c,
+        &[("SBATCH_CONSTRAINT", "x"), ("SBATCH_BATCH", "y")],
+        "sbatch",
+        &["--wrap", "true"],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("SBATCH_BATCH (as --batch) is not supported here"),
+        "{err}"
+    );
+    // srun outside a job: SLURM_NPROCS tasks, each with srun's umask and
+    // the step's variables.
+    let (code, out, err) = slurm_with(
+        &c,
+        &[("SLURM_NPROCS", "3")],
+        "srun",
+        &["sh", "-c", "echo $SLURM_PROCID $(umask) $SLURM_TOPOLOGY_ADDR $SLURM_TOPOLOGY_ADDR_PATTERN $SLURM_SRUN_COMM_HOST $SLURM_CPUS_ON_NODE"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort();
+    assert_eq!(lines.len(), 3, "{out}");
+    for (rank, line) in lines.iter().enumerate() {
+        let words: Vec<&str> = line.split(' ').collect();
+        assert_eq!(
+            words[..4],
+            [rank.to_string().as_str(), "0023", "gpu01", "node"],
+            "{line}"
+        );
+        assert!(words[4].parse::<std::net::IpAddr>().is_ok(), "{line}");
+        assert!(words[5].parse::<u32>().is_ok_and(|n| n > 0), "{line}");
+    }
+    let held = c.submit(&["-H", "--wrap", "true"]);
+    let (_, shown, _) = slurm_out(&c, "scontrol", &["show", "job", &held.to_string()]);
+    assert!(
+        shown.contains(" Priority=0\n") || shown.contains(" Priority=0 "),
+        "{shown}"
+    );
 }
 
 /// Tools read the Slurm release from `-V` (`slurm 22.05.8`): each Slurm
