@@ -134,6 +134,20 @@ impl JobSelector {
     }
 }
 
+/// Which of a job's processes a signal (`scancel --signal`) goes to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SignalTo {
+    /// Every process of the job (ysched's `yscancel --signal`).
+    #[default]
+    Job,
+    /// What the batch shell started, not the shell: Slurm's steps
+    /// (`scancel --signal`).
+    Steps,
+    /// The batch shell alone (`scancel --batch`).
+    BatchShell,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Control {
@@ -141,6 +155,9 @@ pub enum Control {
     Cancel {
         selector: JobSelector,
         signal: Option<i32>,
+        /// Which of a job's processes the signal goes to (not a cancel).
+        #[serde(default)]
+        to: SignalTo,
     },
     Hold {
         job_ids: Vec<JobRef>,

@@ -896,13 +896,7 @@ const SACCT: &[SlurmOption] = &[
 /// `scancel`.
 const SCANCEL: &[SlurmOption] = &[
     opt(&["-A", "--account"], Value::Required, Decision::Honoured),
-    opt(
-        &["-b", "--batch"],
-        Value::None,
-        Decision::Refused(
-            "signals go to every process of the job here: the batch shell alone is not told apart",
-        ),
-    ),
+    opt(&["-b", "--batch"], Value::None, Decision::Honoured),
     opt(
         &["-M", "--clusters"],
         Value::Required,
@@ -913,13 +907,7 @@ const SCANCEL: &[SlurmOption] = &[
         Value::None,
         Decision::Quiet("requests always go to the controller"),
     ),
-    opt(
-        &["-f", "--full"],
-        Value::None,
-        Decision::Refused(
-            "a signal goes to the job's processes (--signal); its steps are not told apart yet",
-        ),
-    ),
+    opt(&["-f", "--full"], Value::None, Decision::Honoured),
     opt(&["--help"], Value::None, Decision::Honoured),
     opt(
         &["-H", "--hurry"],

@@ -226,6 +226,7 @@ fn withdraw(config: &Config, job: u64) {
     let control = Control::Cancel {
         selector,
         signal: None,
+        to: crate::proto::SignalTo::Job,
     };
     let _ = ask(config, Request::Control(control));
 }

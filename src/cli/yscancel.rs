@@ -3,7 +3,7 @@
 use clap::Parser;
 
 use super::{ask, load_config, parse_job_ids, parse_states, CliError, CliResult};
-use crate::proto::{Control, JobSelector, Reply, Request};
+use crate::proto::{Control, JobSelector, Reply, Request, SignalTo};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -31,9 +31,15 @@ pub struct Args {
     /// Only jobs in these states (PENDING, RUNNING)
     #[arg(short = 't', long = "state", value_name = "STATE[,STATE]")]
     pub states: Vec<String>,
-    /// Send this signal instead of cancelling (a name like USR1 or a number)
+    /// Send this signal instead of cancelling (a name like USR1 or a number): to every process of the job (as scancel: to what its batch shell started, its steps)
     #[arg(short = 's', long, value_name = "SIGNAL")]
     pub signal: Option<String>,
+    /// With --signal: to the batch shell alone
+    #[arg(short = 'b', long, conflicts_with = "full")]
+    pub batch: bool,
+    /// With --signal: to every process of the job, the batch shell too
+    #[arg(short = 'f', long)]
+    pub full: bool,
     /// Report each job acted on
     #[arg(short = 'v', long)]
     pub verbose: bool,
@@ -55,6 +61,14 @@ fn cancel(mut args: Args, command: &str, ended_is_done: bool) -> CliResult {
     let (steps, jobs) = step_ids(&args.jobs)?;
     args.jobs = jobs;
     let signal = args.signal.as_deref().map(parse_signal).transpose()?;
+    // Slurm's scancel signals the steps, the batch shell only when asked.
+    let to = if args.batch {
+        SignalTo::BatchShell
+    } else if args.full || !ended_is_done {
+        SignalTo::Job
+    } else {
+        SignalTo::Steps
+    };
     let mut failed = false;
     if !steps.is_empty() {
         failed = !cancel_steps(&steps, signal, command)?;
@@ -85,7 +99,11 @@ fn cancel(mut args: Args, command: &str, ended_is_done: bool) -> CliResult {
     let config = load_config()?;
     let reply = ask(
         &config,
-        Request::Control(Control::Cancel { selector, signal }),
+        Request::Control(Control::Cancel {
+            selector,
+            signal,
+            to,
+        }),
     )?;
     let outcomes = match reply {
         Reply::Control { outcomes, .. } => outcomes,

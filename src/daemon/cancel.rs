@@ -22,6 +22,8 @@ use super::state::Core;
 pub(super) struct CancelAsk {
     pub(super) selector: JobSelector,
     pub(super) signal: Option<i32>,
+    /// Which of the job's processes the signal goes to.
+    pub(super) to: crate::proto::SignalTo,
 }
 
 /// Cancels (or signals) the jobs `ask` selects, for `who`: an outcome per
@@ -34,7 +36,11 @@ pub(super) fn on_cancel(
     now: i64,
     fx: &mut Effects,
 ) -> Result<Reply, DaemonError> {
-    let CancelAsk { selector, signal } = ask;
+    let CancelAsk {
+        selector,
+        signal,
+        to,
+    } = ask;
     if selector.is_empty() {
         return Ok(Reply::Rejected {
             error: "no jobs selected: give job ids or a filter".into(),
@@ -54,7 +60,7 @@ pub(super) fn on_cancel(
     let (targets, mut outcomes) = targets(core, reads, &selector, who)?;
     for id in targets {
         let error = match signal {
-            Some(sig) => signal_job(core, id, sig, fx),
+            Some(sig) => signal_job(core, id, (sig, to), fx),
             None => {
                 cancel_job(core, reads, id, who, now, fx)?;
                 None
@@ -154,7 +160,12 @@ fn cancel_job(
 
 /// Sends `signal` to active job `id`'s processes (once the turn is
 /// committed), or says why not.
-fn signal_job(core: &Core, id: JobId, signal: i32, fx: &mut Effects) -> Option<String> {
+fn signal_job(
+    core: &Core,
+    id: JobId,
+    (signal, to): (i32, crate::proto::SignalTo),
+    fx: &mut Effects,
+) -> Option<String> {
     let job = &core.jobs[&id];
     if job.state != JobState::Running && job.state != JobState::Completing {
         return Some(format!(
@@ -162,10 +173,13 @@ fn signal_job(core: &Core, id: JobId, signal: i32, fx: &mut Effects) -> Option<S
             job.state
         ));
     }
-    let command = StepCommand::Signal {
-        signal,
-        target: Default::default(),
+    use crate::exec::spec::SignalTarget;
+    let target = match to {
+        crate::proto::SignalTo::Job => SignalTarget::Job,
+        crate::proto::SignalTo::Steps => SignalTarget::Steps,
+        crate::proto::SignalTo::BatchShell => SignalTarget::BatchShell,
     };
+    let command = StepCommand::Signal { signal, target };
     fx.command(job, command);
     tracing::info!(target: "ysched::daemon", "job {id} sent signal {signal}");
     None
@@ -200,6 +214,7 @@ mod tests {
                 ..Default::default()
             },
             signal: None,
+            to: crate::proto::SignalTo::Job,
         }
     }
 
@@ -352,6 +367,7 @@ mod tests {
                 ..Default::default()
             },
             signal: None,
+            to: crate::proto::SignalTo::Job,
         };
         let bob = requester(1001, "u1001", false);
         let refused = on_cancel(&mut core, &Archive::default(), mine, &bob, 200, &mut fx).unwrap();

@@ -40,8 +40,16 @@ impl Daemon {
         now: i64,
     ) -> Result<Reply, DaemonError> {
         match control {
-            Control::Cancel { selector, signal } => {
-                let ask = super::cancel::CancelAsk { selector, signal };
+            Control::Cancel {
+                selector,
+                signal,
+                to,
+            } => {
+                let ask = super::cancel::CancelAsk {
+                    selector,
+                    signal,
+                    to,
+                };
                 self.handle_with(|core, reads, fx| {
                     super::cancel::on_cancel(core, reads, ask, who, now, fx)
                 })

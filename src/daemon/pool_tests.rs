@@ -194,6 +194,7 @@ fn jobs_spread_over_the_nodes_each_on_its_own_node_numbers() {
             ..Default::default()
         },
         signal: None,
+        to: crate::proto::SignalTo::Job,
     };
     p.daemon
         .control(cancel, (uid, &user), super::requester::Proven::Kernel, 0)
@@ -220,6 +221,7 @@ fn a_cancel_whose_commit_fails_sends_nothing_and_changes_nothing() {
             ..Default::default()
         },
         signal: None,
+        to: crate::proto::SignalTo::Job,
     };
     p.daemon
         .control(cancel, (uid, &user), super::requester::Proven::Kernel, 0)
@@ -960,6 +962,7 @@ fn a_freeze_read_after_a_failed_turn_is_credited_no_further_than_its_jobs_stop()
             ..Default::default()
         },
         signal: None,
+        to: crate::proto::SignalTo::Job,
     };
     let (uid, user) = me();
     let proven = super::requester::Proven::Kernel;

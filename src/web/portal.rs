@@ -308,6 +308,7 @@ fn job_action(page: &Page) -> Result<Response, Response> {
                 ..JobSelector::default()
             },
             signal: None,
+            to: crate::proto::SignalTo::Job,
         },
         Some("hold") => Control::Hold { job_ids: ids },
         Some("release") => Control::Release { job_ids: ids },

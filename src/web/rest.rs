@@ -206,6 +206,7 @@ fn cancel(
             ..JobSelector::default()
         },
         signal,
+        to: crate::proto::SignalTo::Job,
     };
     let outcomes = match ctx.ask(Request::Control(control), caller)? {
         Reply::Control { outcomes, .. } => outcomes,

@@ -582,6 +582,46 @@ fn srun_says_how_tasks_ended_and_waits_out_the_rest() {
     assert_eq!(code, Some(1), "{err}");
 }
 
+/// `scancel --signal` signals a job's steps, not its batch shell, as
+/// Slurm's does; `-b` the batch shell alone; yscancel every process.
+#[test]
+fn scancel_signals_the_steps_and_with_batch_the_shell() {
+    let c = Cluster::started("");
+    let long = std::time::Duration::from_secs(30);
+    let mark = c.work.join("got-usr1");
+    let stop = c.work.join("stop");
+    let body = format!(
+        "#!/bin/sh\n{slurm} srun sh -c 'trap \"echo usr1 >> {mark}\" USR1; while [ ! -e {stop} ]; do sleep 0.1; done'\n",
+        slurm = bin_dir().join("ysched-slurm").display(),
+        mark = mark.display(),
+        stop = stop.display()
+    );
+    let script = c.script("trapper.sh", &body);
+    let id = c.submit(&[script.to_str().unwrap()]);
+    c.wait_state(id, "RUNNING", long);
+    // The step's shell is up once its srun is recorded.
+    crate::common::wait_for("the step", long, || {
+        let (_, out, _) = slurm_out(&c, "squeue", &["-s", "-h", "-j", &id.to_string()]);
+        !out.trim().is_empty()
+    });
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (code, _, err) = slurm_out(&c, "scancel", &["--signal=USR1", &id.to_string()]);
+    assert_eq!(code, Some(0), "{err}");
+    crate::common::wait_for("the step to get USR1", long, || mark.exists());
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(
+        c.state(id),
+        "RUNNING",
+        "the batch shell survives a USR1 sent to its steps"
+    );
+    // -b: the batch shell alone, which USR1 ends.
+    let (code, _, err) = slurm_out(&c, "scancel", &["-b", "--signal=USR1", &id.to_string()]);
+    assert_eq!(code, Some(0), "{err}");
+    std::fs::write(&stop, "").unwrap();
+    assert_ne!(c.wait_done(id, long), "COMPLETED");
+    assert_eq!(std::fs::read_to_string(&mark).unwrap(), "usr1\n");
+}
+
 /// `command` of the Slurm names run by a shell with umask 023 and the
 /// variables `env` set: its status, output and errors.
 fn slurm_with(

@@ -820,6 +820,7 @@ impl World {
                     ..Default::default()
                 },
                 signal: None,
+                to: crate::proto::SignalTo::Job,
             }),
             45..=49 => self.control(|job_ids| Control::Hold { job_ids }),
             50..=54 => self.control(|job_ids| Control::Release { job_ids }),
