@@ -377,6 +377,10 @@ pub enum Query {
     Queue {
         filter: JobFilter,
         fields: Option<Vec<Field>>,
+        /// A row for each pending task of an array (`squeue -r`), not one
+        /// row for a run of them (`12_[3-9]`).
+        #[serde(default)]
+        unfolded: bool,
     },
     /// One page of the queue (the portal): the jobs the viewer sees, from
     /// the `offset`-th, at most `limit`, and how many there are.

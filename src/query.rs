@@ -640,6 +640,7 @@ pub(crate) fn start(spool: Spool, database: &Path) -> std::io::Result<Sender<Wor
                     Query::Queue {
                         filter,
                         fields: Some(fields),
+                        ..
                     } => {
                         stream_queue(&spool, &work, &conn, filter, fields);
                         continue;
@@ -755,6 +756,8 @@ fn queue_views(
 /// folded into one row (`12_[3-9%2]`), as Slurm shows them.
 struct RowMaker<'a, V> {
     folder: report::ArrayFolder<V>,
+    /// Every array task a row of its own (`squeue -r`).
+    unfolded: bool,
     fields: &'a [Field],
     viewer: &'a Viewer,
     now: i64,
@@ -766,6 +769,7 @@ impl<'a, V: std::borrow::Borrow<JobView>> RowMaker<'a, V> {
     fn new(fields: &'a [Field], viewer: &'a Viewer, now: i64) -> Self {
         RowMaker {
             folder: report::ArrayFolder::default(),
+            unfolded: false,
             fields,
             viewer,
             now,
@@ -781,6 +785,9 @@ impl<'a, V: std::borrow::Borrow<JobView>> RowMaker<'a, V> {
     ) -> Result<(), E> {
         if !self.viewer.sees(&view.borrow().job) {
             return Ok(());
+        }
+        if self.unfolded {
+            return emit(self.cells(&view, None));
         }
         for (v, tasks) in self.folder.push(view) {
             emit(self.cells(&v, tasks))?;
@@ -830,6 +837,7 @@ fn answer_node(work: &Work, conn: &Connection, send: &mut NodeAnswer) {
         Query::Queue {
             filter,
             fields: Some(fields),
+            ..
         } => queue_rows(work, conn, filter, fields, now, &mut emit),
         Query::Accounting {
             filter,
@@ -909,6 +917,7 @@ fn queue_rows(
 ) -> Result<(), StreamError> {
     let recent = recently_finished(work, conn, filter, now).map_err(StreamError::Db)?;
     let mut rows = RowMaker::new(fields, &work.viewer, now);
+    rows.unfolded = matches!(work.query, Query::Queue { unfolded: true, .. });
     let rated = fields.iter().any(|f| f.shows_priority());
     for_each_queued(work.snapshot.as_deref(), filter, rated, recent, |view| {
         rows.push(view, &mut emit)
@@ -1045,10 +1054,12 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
     let snapshot = work.snapshot.as_deref();
     let now = crate::model::units::now();
     let viewer = &work.viewer;
-    let reply =
-        |views: Vec<JobView>, fields: &Option<Vec<Field>>| rows_or_jobs(views, fields, viewer, now);
+    let reply = |views: Vec<JobView>, fields: &Option<Vec<Field>>| {
+        let unfolded = matches!(work.query, Query::Queue { unfolded: true, .. });
+        rows_or_jobs(views, fields, viewer, (now, unfolded))
+    };
     match &work.query {
-        Query::Queue { filter, fields } => {
+        Query::Queue { filter, fields, .. } => {
             let recent = recently_finished(work, conn, filter, now)?;
             let views = queue_views(snapshot, filter, recent);
             Ok(reply(views, fields))
@@ -1134,11 +1145,12 @@ fn rows_or_jobs(
     views: Vec<JobView>,
     fields: &Option<Vec<Field>>,
     viewer: &Viewer,
-    now: i64,
+    (now, unfolded): (i64, bool),
 ) -> Reply {
     match fields {
         Some(fields) => {
             let mut maker = RowMaker::new(fields, viewer, now);
+            maker.unfolded = unfolded;
             let mut rows = Vec::new();
             let mut add = |cells: &[String]| -> Result<(), std::convert::Infallible> {
                 rows.push(cells.to_vec());
@@ -1345,7 +1357,7 @@ pub fn answer_offline(
         });
     }
     // Without the daemon, active jobs come from the database as last written.
-    if let Query::Queue { filter, fields } = &work.query {
+    if let Query::Queue { filter, fields, .. } = &work.query {
         let mut active = filter.clone();
         if active.states.is_empty() {
             active.states = vec![JobState::Pending, JobState::Running, JobState::Completing];

@@ -602,11 +602,7 @@ const SRUN: &[SlurmOption] = &[
 const SQUEUE: &[SlurmOption] = &[
     opt(&["-A", "--account"], Value::Required, Decision::Honoured),
     opt(&["-a", "--all"], Value::None, Decision::Honoured),
-    opt(
-        &["-r", "--array"],
-        Value::None,
-        Decision::Accepted("an array's pending tasks are shown folded (123_[5-9])"),
-    ),
+    opt(&["-r", "--array"], Value::None, Decision::Honoured),
     opt(
         &["--array-unique"],
         Value::None,

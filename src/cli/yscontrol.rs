@@ -367,6 +367,7 @@ pub fn show_all_jobs(config: &crate::config::Config, layout: JobLayout) -> CliRe
             ..Default::default()
         },
         fields: None,
+        unfolded: false,
     };
     match query("scontrol", config, all)? {
         Reply::Jobs { jobs, .. } if jobs.is_empty() => print("No jobs in the system\n"),

@@ -64,6 +64,9 @@ pub struct Args {
     /// Accepted for Slurm tools: every job is shown to whoever may see it
     #[arg(short = 'a', long = "all", hide_short_help = true)]
     pub all: bool,
+    /// A line for each pending task of an array, not one for a run of them (12_[3-9])
+    #[arg(short = 'r', long)]
+    pub array: bool,
     /// Print help
     #[arg(long, action = clap::ArgAction::Help)]
     pub help: Option<bool>,
@@ -92,7 +95,15 @@ pub fn run(args: Args) -> CliResult {
     };
     let format = format.unwrap_or_else(|| default_format(args.priority, args.start));
     let fields = (!args.json).then(|| format.fields());
-    let mut rows = match query_rows("ysqueue", &config, Query::Queue { filter, fields })? {
+    let mut rows = match query_rows(
+        "ysqueue",
+        &config,
+        Query::Queue {
+            filter,
+            fields,
+            unfolded: args.array,
+        },
+    )? {
         Ok(rows) => rows,
         Err(reply) => return print_listing(reply, |_| String::new()),
     };

@@ -53,6 +53,7 @@ impl Page<'_> {
         match self.ask(Request::Query(Query::Queue {
             filter,
             fields: None,
+            unfolded: false,
         }))? {
             Reply::Jobs { jobs, now } => Ok((jobs, now)),
             other => Err(problem_page(self, "Jobs", &other)),

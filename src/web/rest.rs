@@ -93,6 +93,7 @@ fn list_jobs(ctx: &Context, caller: &Caller, command: &str) -> Result<Response, 
             ..JobFilter::default()
         },
         fields: None,
+        unfolded: false,
     };
     let jobs = jobs_of(ctx.ask(Request::Query(query), caller)?)?;
     Ok(job_info_answer(&jobs, command))

@@ -622,6 +622,21 @@ fn scancel_signals_the_steps_and_with_batch_the_shell() {
     assert_eq!(std::fs::read_to_string(&mark).unwrap(), "usr1\n");
 }
 
+/// `squeue -r` lists each pending task of an array on a line of its own,
+/// as Slurm's does; without it a run of them is one line.
+#[test]
+fn squeue_r_lists_each_array_task_on_its_own_line() {
+    let c = Cluster::started("");
+    let id = c.submit(&["-H", "--array=0-4", "--wrap", "true"]);
+    let (code, folded, err) = slurm_out(&c, "squeue", &["-h", "-o", "%i %t"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(folded, format!("{id}_[0-4] PD\n"));
+    let (code, each, err) = slurm_out(&c, "squeue", &["-r", "-h", "-o", "%i %t"]);
+    assert_eq!(code, Some(0), "{err}");
+    let expected: String = (0..5).map(|t| format!("{id}_{t} PD\n")).collect();
+    assert_eq!(each, expected);
+}
+
 /// `command` of the Slurm names run by a shell with umask 023 and the
 /// variables `env` set: its status, output and errors.
 fn slurm_with(
