@@ -206,27 +206,35 @@ pub fn allocation_words(args: Vec<OsString>) -> Vec<OsString> {
     out
 }
 
-/// Whether `command`'s options in `args` (up to its operand) include the
-/// one named `name` (any of its names).
-pub fn is_given(command: &str, args: &[OsString], name: &str) -> bool {
+/// The options of `command` that `args` give, up to its operand, each
+/// with its value (attached, or the next word); words the table does
+/// not know are passed over.
+pub fn given(command: &str, args: &[OsString]) -> Vec<(&'static SlurmOption, Option<String>)> {
     let table = options(command);
     let options_end = matches!(command, "sbatch" | "salloc" | "srun");
+    let mut out = Vec::new();
     let mut rest = unclustered(table, args.to_vec(), options_end).into_iter();
     while let Some(arg) = rest.next() {
         let text = arg.to_string_lossy().into_owned();
         if text == "--" || (options_end && !text.starts_with('-')) {
-            return false;
+            break;
         }
         if let Some((option, attached)) = find(table, &text) {
-            if option.names.contains(&name) {
-                return true;
-            }
-            if option.value == Value::Required && attached.is_none() {
-                rest.next();
-            }
+            let value = match (option.value, attached) {
+                (Value::Required, None) => rest.next().map(|v| v.to_string_lossy().into_owned()),
+                (_, attached) => attached,
+            };
+            out.push((option, value));
         }
     }
-    false
+    out
+}
+
+/// Whether `command`'s options in `args` include the one named `name`.
+pub fn is_given(command: &str, args: &[OsString], name: &str) -> bool {
+    given(command, args)
+        .iter()
+        .any(|(option, _)| option.names.contains(&name))
 }
 
 /// Why srun takes an option that only its job's own options decide
@@ -1184,18 +1192,9 @@ pub fn with_input_variables(
     get: impl Fn(&str) -> Option<String>,
 ) -> Result<Vec<OsString>, Refused> {
     let table = options(command);
-    let options_end = matches!(command, "sbatch" | "salloc" | "srun");
     // The options the command line gives, by their table entry.
-    let mut given: Vec<&'static SlurmOption> = Vec::new();
-    for arg in unclustered(table, args.clone(), options_end) {
-        let text = arg.to_string_lossy();
-        if text == "--" || (options_end && !text.starts_with('-')) {
-            break;
-        }
-        if let Some((option, _)) = find(table, &text) {
-            given.push(option);
-        }
-    }
+    let mut given: Vec<&'static SlurmOption> =
+        given(command, &args).into_iter().map(|(o, _)| o).collect();
     let mut front: Vec<OsString> = Vec::new();
     for (variable, name) in input_variables(command) {
         let Some(value) = get(variable).filter(|v| !v.is_empty()) else {
@@ -1428,6 +1427,14 @@ mod tests {
                 "--ntasks=9"
             ])
         );
+        // A value after its option does not end the options.
+        let got = with_input_variables(
+            "srun",
+            words(&["-J", "name", "--ntasks=2", "true"]),
+            env(&[("SLURM_NTASKS", "5")]),
+        )
+        .unwrap();
+        assert_eq!(got, words(&["-J", "name", "--ntasks=2", "true"]));
         let got = with_input_variables(
             "sbatch",
             words(&["x.sh"]),

@@ -216,68 +216,20 @@ fn before_parsing(name: &str, args: Vec<OsString>) -> Result<Vec<OsString>, Exit
 /// prints it (`srun: verbose             : 1`), up to its command; None
 /// without `-v`.
 fn srun_defined_options(args: &[OsString]) -> Option<String> {
-    use crate::slurm_options::Value;
-    let table = crate::slurm_options::options("srun");
-    let long_of = |short: &str| {
-        let option = table.iter().find(|o| o.names.contains(&short))?;
-        let long = option.names.iter().find(|n| n.starts_with("--"))?;
-        Some((long[2..].to_string(), option.value))
-    };
-    let value_of = |name: &str| {
-        table
-            .iter()
-            .find(|o| o.names.contains(&format!("--{name}").as_str()))
-            .map(|o| o.value)
-    };
     let mut given: Vec<(String, String)> = Vec::new();
     let mut verbose = 0;
-    let mut words = args.iter().map(|w| w.to_string_lossy().into_owned());
-    while let Some(word) = words.next() {
-        if word == "--" || word == "-" || !word.starts_with('-') {
-            break;
-        }
-        if let Some(long) = word.strip_prefix("--") {
-            let (name, attached) = match long.split_once('=') {
-                Some((n, v)) => (n.to_string(), Some(v.to_string())),
-                None => (long.to_string(), None),
-            };
-            if name == "verbose" {
-                verbose += 1;
-                continue;
-            }
-            let value = match (attached, value_of(&name)) {
-                (Some(v), _) => v,
-                (None, Some(Value::Required)) => words.next().unwrap_or_default(),
-                _ => "set".into(),
-            };
-            given.push((name, value));
+    for (option, value) in crate::slurm_options::given("srun", args) {
+        let name = option
+            .names
+            .iter()
+            .find(|n| n.starts_with("--"))
+            .unwrap_or(&option.names[0])
+            .trim_start_matches('-');
+        if name == "verbose" {
+            verbose += 1;
             continue;
         }
-        // Short options, perhaps clustered (-vvv) or with the value
-        // attached (-n2).
-        let letters: Vec<char> = word[1..].chars().collect();
-        for (i, letter) in letters.iter().enumerate() {
-            if *letter == 'v' {
-                verbose += 1;
-                continue;
-            }
-            let (name, value) =
-                long_of(&format!("-{letter}")).unwrap_or((letter.to_string(), Value::None));
-            let rest: String = letters[i + 1..].iter().collect();
-            match value {
-                Value::Required if rest.is_empty() => {
-                    given.push((name, words.next().unwrap_or_default()));
-                }
-                Value::Required | Value::Optional if !rest.is_empty() => {
-                    given.push((name, rest));
-                }
-                _ => {
-                    given.push((name, "set".into()));
-                    continue;
-                }
-            }
-            break;
-        }
+        given.push((name.to_string(), value.unwrap_or_else(|| "set".into())));
     }
     if verbose == 0 {
         return None;
