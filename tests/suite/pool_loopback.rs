@@ -107,7 +107,7 @@ fn a_nodes_gpu_readings_reach_the_controllers_views_and_its_jobs() {
     wait_for("a reading charged to the job", LONG, || {
         c.field(id, "GPUUtil") != "n/a"
     });
-    assert!(node.end(id, 0, 0));
+    end_once_launched(&node, id);
     assert_eq!(c.wait_done(id, LONG), "COMPLETED");
     assert_eq!(c.field(id, "NodeList"), "gpu02");
     assert_eq!(c.field(id, "GPUUtil"), "75.0%", "GPU 0, the job's");
@@ -135,7 +135,7 @@ fn a_node_renews_its_certificate_and_connects_with_the_new_one_after_the_old_exp
     // Its connection goes on with the certificate it opened with.
     let id = c.submit(&["-G", "1", "--wrap", "true"]);
     c.wait_state(id, "RUNNING", LONG);
-    assert!(node.end(id, 0, 0));
+    end_once_launched(&node, id);
     assert_eq!(c.wait_done(id, LONG), "COMPLETED");
     // Once the first certificate has expired, a new connection is made
     // with the renewed one.
@@ -145,9 +145,19 @@ fn a_node_renews_its_certificate_and_connects_with_the_new_one_after_the_old_exp
     c.start();
     let id = c.submit(&["-G", "1", "--wrap", "true"]);
     c.wait_state(id, "RUNNING", LONG);
-    assert!(node.end(id, 0, 0));
+    end_once_launched(&node, id);
     assert_eq!(c.wait_done(id, LONG), "COMPLETED");
     assert_eq!(c.field(id, "NodeList"), "gpu03");
+}
+
+/// Ends job `id` on the fake `node` once the node has it: the controller
+/// shows a job RUNNING when it commits the start, a moment before the
+/// node's launch arrives.
+fn end_once_launched(node: &FakeNode, id: u64) {
+    wait_for("the node to launch the job", LONG, || {
+        node.state().running.contains_key(&id)
+    });
+    assert!(node.end(id, 0, 0), "job {id} ended on the node");
 }
 
 /// Sends a join for `node` with `token` to the pool at `address` (the
@@ -252,7 +262,7 @@ fn a_strangers_joins_cannot_grow_the_database_or_forge_audit_rows_and_log_lines(
     });
     let id = c.submit(&["-G", "1", "--wrap", "true"]);
     c.wait_state(id, "RUNNING", LONG);
-    assert!(node.end(id, 0, 0));
+    end_once_launched(&node, id);
     assert_eq!(c.wait_done(id, LONG), "COMPLETED");
 }
 
