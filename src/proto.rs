@@ -259,6 +259,10 @@ pub enum Control {
         exit_code: i32,
         #[serde(default)]
         signal: i32,
+        /// What its tasks used, as srun measured them (shown, never
+        /// charged: charges are the controller's).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<crate::model::step::StepUsage>,
     },
     /// How interactive allocation `job_id` stands; once it runs, the
     /// environment its user's commands and steps need (its step key
@@ -398,6 +402,11 @@ pub enum Query {
         /// view each, with `step` set.
         #[serde(default)]
         steps: bool,
+        /// With `steps`, each started job's batch and extern steps too
+        /// (`N.batch`, `N.extern`), as Slurm's sacct and slurmdbd list
+        /// them; ysacct lists the srun steps alone.
+        #[serde(default)]
+        batch_steps: bool,
     },
     /// One job in full (yscontrol show job).
     Job(JobRef),

@@ -956,8 +956,18 @@ fn accounting_rows(
     mut emit: &mut dyn FnMut(&[String]) -> Result<(), StreamError>,
 ) -> Result<(), StreamError> {
     let snapshot = work.snapshot.as_deref();
-    let with_steps = matches!(work.query, Query::Accounting { steps: true, .. });
-    let stepped = with_steps.then(|| db::jobs_with_steps(conn)).transpose()?;
+    let batch_steps = match work.query {
+        Query::Accounting {
+            steps: true,
+            batch_steps,
+            ..
+        } => Some(batch_steps),
+        _ => None,
+    };
+    let stepped = match batch_steps {
+        Some(batch) => Some((db::jobs_with_steps(conn)?, batch)),
+        None => None,
+    };
     let mut rows = RowMaker::new(fields, &work.viewer, now);
     db::for_each_job(conn, filter, |job| -> Result<(), StreamError> {
         // The snapshot may be newer than the last commit seen here.
@@ -965,7 +975,7 @@ fn accounting_rows(
             Some(view) => view.clone(),
             None => JobView::stored(job),
         };
-        let steps = step_views(conn, stepped.as_ref(), &view)?;
+        let steps = step_views(conn, stepped.as_ref().map(|(s, b)| (s, *b)), &view)?;
         rows.push(view, &mut emit)?;
         steps
             .into_iter()
@@ -976,68 +986,167 @@ fn accounting_rows(
 
 /// The jobs `filter` matches in the accounting database (at most
 /// `MAX_ROWS`), as the snapshot has them where it is newer, each followed
-/// by its steps' views with `steps`.
+/// by its steps' views with `steps` (`Some(true)`: its batch and extern
+/// steps too).
 fn accounting_views(
     conn: &Connection,
     snapshot: Option<&QueueSnapshot>,
     filter: &JobFilter,
-    steps: bool,
+    steps: Option<bool>,
 ) -> Result<Vec<JobView>, DbError> {
     let stored = db::find_jobs(conn, filter, MAX_ROWS)?;
-    let stepped = steps.then(|| db::jobs_with_steps(conn)).transpose()?;
+    let stepped = match steps {
+        Some(batch) => Some((db::jobs_with_steps(conn)?, batch)),
+        None => None,
+    };
     let mut views = Vec::with_capacity(stored.len());
     for job in stored {
         // The snapshot may be newer than the last commit seen here.
         let view = snapshot
             .and_then(|s| s.get(job.id))
             .unwrap_or_else(|| JobView::stored(job));
-        let steps = step_views(conn, stepped.as_ref(), &view)?;
+        let steps = step_views(conn, stepped.as_ref().map(|(s, b)| (s, *b)), &view)?;
         views.push(view);
         views.extend(steps);
     }
     Ok(views)
 }
 
-/// A row's view for each step of `job`'s, if `stepped` (the jobs with
-/// steps; `None`: steps not asked for) has it: the job, with the step's
-/// name, nodes, tasks' times, state and end.
+/// A row's view for each step of `job`'s, as sacct lists them when
+/// steps are asked for (`stepped`: the jobs with srun steps, and whether
+/// batch and extern steps are shown; `None`: no steps): its batch
+/// script (`N.batch`) and the allocation on its nodes (`N.extern`) once
+/// it started, then each srun (`N.0`...). Each is the job, with the
+/// step's name, nodes, tasks, times, state, end and use.
 fn step_views(
     conn: &Connection,
-    stepped: Option<&std::collections::HashSet<JobId>>,
+    stepped: Option<(&std::collections::HashSet<JobId>, bool)>,
     job: &JobView,
 ) -> Result<Vec<JobView>, DbError> {
-    if !stepped.is_some_and(|s| s.contains(&job.job.id)) {
+    let Some((stepped, batch_steps)) = stepped else {
         return Ok(Vec::new());
+    };
+    let steps = if stepped.contains(&job.job.id) {
+        db::steps_of(conn, job.job.id)?
+    } else {
+        Vec::new()
+    };
+    let run = job.job.restart_count;
+    let mut views = if batch_steps {
+        job_steps(job, &steps)
+    } else {
+        Vec::new()
+    };
+    views.extend(steps.into_iter().map(|step| {
+        let step = step.as_of(job.job.state, job.job.end_time, run);
+        let mut as_job = as_step(job, step.name, &step.nodes);
+        as_job.state = step.state;
+        as_job.start_time = Some(step.start);
+        as_job.end_time = step.end;
+        as_job.exit = step.exit;
+        as_job.max_rss_bytes = step.usage.map(|u| u.max_rss_bytes);
+        as_job.cpu_usec = step.usage.map(|u| u.total_cpu_usec());
+        // Its share of the job's readings: while it runs, those since it
+        // began; the peaks are the job's, not kept per step.
+        let gpu = step.gpu.or_else(|| {
+            let begin = step.gpu_begin.filter(|_| step.end.is_none())?;
+            Some(crate::model::step::StepGpu::of(&job.job.gpu_usage).since(begin))
+        });
+        as_job.gpu_usage = crate::model::gpu::JobGpuUsage {
+            samples: gpu.map_or(0, |g| g.samples),
+            utilization_sum: gpu.map_or(0, |g| g.utilization_sum),
+            ..Default::default()
+        };
+        JobView {
+            step: Some(report::view::StepOf {
+                id: crate::model::step::StepId::Numbered(step.step),
+                tasks: step.tasks,
+                usage: step.usage,
+            }),
+            ..JobView::stored(as_job)
+        }
+    }));
+    Ok(views)
+}
+
+/// The batch step (not in an interactive allocation) and the extern step
+/// of a job that started, for its current run: the batch step has its
+/// job cgroup's peak memory and the CPU time its srun steps did not use;
+/// the extern step ran nothing of the job's.
+fn job_steps(job: &JobView, steps: &[crate::model::step::Step]) -> Vec<JobView> {
+    use crate::model::step::{StepId, StepUsage};
+    let Some(start) = job.job.start_time else {
+        return Vec::new();
+    };
+    let ended = |state: JobState| match state {
+        s if s.is_active() => s,
+        JobState::Timeout | JobState::Cancelled | JobState::Preempted => JobState::Cancelled,
+        s => s,
+    };
+    let mut views = Vec::new();
+    if !job.job.interactive {
+        let first = job.job.node.clone().unwrap_or_default();
+        let mut batch = as_step(job, "batch".into(), &first);
+        batch.state = ended(job.job.state);
+        batch.start_time = Some(start);
+        let by_steps: u64 = steps
+            .iter()
+            .filter(|s| s.restart == job.job.restart_count)
+            .filter_map(|s| s.usage)
+            .map(|u| u.total_cpu_usec())
+            .sum();
+        batch.cpu_usec = job.job.cpu_usec.map(|c| c.saturating_sub(by_steps));
+        views.push(JobView {
+            step: Some(report::view::StepOf {
+                id: StepId::Batch,
+                tasks: 1,
+                usage: None,
+            }),
+            ..JobView::stored(batch)
+        });
     }
-    let steps = db::steps_of(conn, job.job.id)?;
-    Ok(steps
-        .into_iter()
-        .map(|step| {
-            let step = step.as_of(job.job.state, job.job.end_time, job.job.restart_count);
-            let mut as_job = (*job.job).clone();
-            let mut nodes = crate::model::hostlist::expand(&step.nodes)
-                .unwrap_or_default()
-                .into_iter();
-            as_job.node = nodes.next();
-            as_job.peers = nodes.collect();
-            as_job.name = step.name;
-            as_job.state = step.state;
-            as_job.start_time = Some(step.start);
-            as_job.end_time = step.end;
-            as_job.exit = step.exit;
-            as_job.suspended_secs = 0;
-            as_job.suspended_at = None;
-            // Who cancelled the job is said on the job's row.
-            as_job.reason = None;
-            JobView {
-                step: Some(report::view::StepOf {
-                    id: step.step,
-                    tasks: step.tasks,
-                }),
-                ..JobView::stored(as_job)
-            }
-        })
-        .collect())
+    let nodes = job.job.nodelist();
+    let mut external = as_step(job, "extern".into(), &nodes);
+    external.state = match job.job.state {
+        s if s.is_active() => s,
+        JobState::Cancelled | JobState::Timeout | JobState::Preempted => JobState::Cancelled,
+        _ => JobState::Completed,
+    };
+    external.start_time = Some(start);
+    external.exit = (!job.job.state.is_active()).then(Default::default);
+    external.max_rss_bytes = Some(0);
+    external.cpu_usec = Some(0);
+    external.gpu_usage = Default::default();
+    let count = job.job.node_count();
+    views.push(JobView {
+        step: Some(report::view::StepOf {
+            id: StepId::Extern,
+            tasks: count,
+            usage: Some(StepUsage {
+                tasks: count,
+                ..StepUsage::default()
+            }),
+        }),
+        ..JobView::stored(external)
+    });
+    views
+}
+
+/// `job` as one of its steps: named `name`, on `nodes` (a hostlist), at
+/// the job's times and state until the caller says otherwise.
+fn as_step(job: &JobView, name: String, nodes: &str) -> crate::model::job::Job {
+    let mut as_job = (*job.job).clone();
+    let mut names = crate::model::hostlist::expand(nodes)
+        .unwrap_or_default()
+        .into_iter();
+    as_job.node = names.next();
+    as_job.peers = names.collect();
+    as_job.name = name;
+    as_job.suspended_secs = 0;
+    as_job.suspended_at = None;
+    // Who cancelled the job is said on the job's row.
+    as_job.reason = None;
+    as_job
 }
 
 /// Why a streamed listing stopped.
@@ -1085,8 +1194,10 @@ fn answer(work: &Work, conn: &Connection) -> Result<Reply, DbError> {
             filter,
             fields,
             steps,
+            batch_steps,
         } => {
-            let views = accounting_views(conn, snapshot, filter, *steps)?;
+            let shown = (*steps).then_some(*batch_steps);
+            let views = accounting_views(conn, snapshot, filter, shown)?;
             Ok(reply(views, fields))
         }
         Query::Usage {
@@ -1366,6 +1477,7 @@ pub fn answer_offline(
             filter: active,
             fields: fields.clone(),
             steps: false,
+            batch_steps: false,
         };
         return answer(&Work { query, ..work }, &conn);
     }

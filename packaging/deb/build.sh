@@ -40,7 +40,7 @@ for f in "$pkg"/usr/bin/* "$pkg"/usr/sbin/*; do
     fi
     strip --strip-unneeded "$f" 2>/dev/null || true
 done
-for name in sbatch squeue scancel sacct sshare sinfo scontrol srun salloc sacctmgr; do
+for name in sbatch squeue scancel sacct sshare sinfo scontrol srun salloc sacctmgr seff; do
     ln -s ../../../bin/ysched-slurm "$pkg/usr/lib/ysched/slurm-compat/$name"
 done
 install -m 755 contrib/notify/notify-mail contrib/notify/notify-webhook "$pkg/usr/lib/ysched/"

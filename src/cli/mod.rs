@@ -4,6 +4,7 @@
 
 pub mod pty_session;
 pub mod sacctmgr;
+pub mod seff;
 pub mod session;
 pub mod slurm;
 pub mod slurm_help;

@@ -16,14 +16,18 @@ use super::{load_config, print, CliError, CliResult};
 use crate::report::node::NodeInfo;
 
 /// The commands this binary can be.
-pub const COMMANDS: [&str; 10] = [
+pub const COMMANDS: [&str; 11] = [
     "sbatch", "squeue", "scancel", "sacct", "sshare", "sinfo", "scontrol", "srun", "salloc",
-    "sacctmgr",
+    "sacctmgr", "seff",
 ];
 
 /// Runs as `name` (the file name it was called by, or the first argument
 /// after `ysched-slurm`).
 pub fn main(name: &str, args: Vec<OsString>) -> ExitCode {
+    // Slurm's contrib seff: its own three flags, none of the rest.
+    if name == "seff" {
+        return super::seff::main(args);
+    }
     let args = match before_parsing(name, args) {
         Ok(args) => args,
         Err(answered) => return answered,
@@ -53,18 +57,24 @@ pub fn main(name: &str, args: Vec<OsString>) -> ExitCode {
         args
     };
 
-    let argv = |args: Vec<OsString>| -> Vec<OsString> {
-        std::iter::once(OsString::from(name)).chain(args).collect()
-    };
     // Outside a job srun asks for an allocation first: the options that
     // inside one only the job decides are the allocation's.
     if let Some(words) = allocation_words {
+        let argv = std::iter::once(OsString::from(name)).chain(args).collect();
         return with_slurm_exit(
             name,
-            SrunArgs::try_parse_from(attached_kill_on_bad_exit(argv(args))),
+            SrunArgs::try_parse_from(attached_kill_on_bad_exit(argv)),
             |a| srun_allocating(a, words, immediate),
         );
     }
+    run_screened(name, args)
+}
+
+/// Runs as `name` with `args` its options screened.
+fn run_screened(name: &str, args: Vec<OsString>) -> ExitCode {
+    let argv = |args: Vec<OsString>| -> Vec<OsString> {
+        std::iter::once(OsString::from(name)).chain(args).collect()
+    };
     match name {
         "sbatch" => with_slurm_exit(
             name,
@@ -86,9 +96,13 @@ pub fn main(name: &str, args: Vec<OsString>) -> ExitCode {
             super::yscancel::Args::try_parse_from(argv(args)),
             super::yscancel::run_as_scancel,
         ),
+        // Slurm's sacct lists each job's batch and extern steps.
         "sacct" => with_slurm_exit(
             name,
-            super::ysacct::Args::try_parse_from(argv(args)),
+            super::ysacct::Args::try_parse_from(argv(args)).map(|a| super::ysacct::Args {
+                batch_steps: true,
+                ..a
+            }),
             super::ysacct::run,
         ),
         "sshare" => with_slurm_exit(
@@ -1005,7 +1019,7 @@ fn wide_step(
         Err(e) => {
             // Refused before any task started: the step ends failed.
             if let Some(recorded) = &recorded {
-                recorded.end(1, 0);
+                recorded.end(1, 0, None);
             }
             Err(e)
         }
@@ -1430,7 +1444,7 @@ fn wait_for_task(
 ) -> CliResult {
     let mut child = command.spawn().map_err(|e| {
         if let Some(r) = recorded {
-            r.end(127, 0);
+            r.end(127, 0, None);
         }
         CliError::failed(format!("cannot run the task: {e}"))
     })?;
@@ -1451,15 +1465,20 @@ fn wait_for_task(
         });
     }
     let relays = relay(&mut child)?;
-    let status = child
-        .wait()
+    let (status, used) = crate::exec::process::wait_measured(&child)
         .map_err(|e| CliError::failed(format!("cannot wait for the task: {e}")))?;
     for r in relays {
         let _ = r.join();
     }
     use std::os::unix::process::ExitStatusExt;
     if let Some(r) = recorded {
-        r.end(status.code().unwrap_or(0), status.signal().unwrap_or(0));
+        let mut usage = crate::model::step::StepUsage::default();
+        usage.add(0, used);
+        r.end(
+            status.code().unwrap_or(0),
+            status.signal().unwrap_or(0),
+            Some(usage),
+        );
     }
     let code = status
         .code()

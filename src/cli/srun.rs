@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::exec::tasks::{self, RunningTasks, StepOrder, TaskEvent};
+use crate::model::step::StepUsage;
 use crate::model::tasks::{LayoutError, TaskLayout};
 use crate::net::steps::{self, Relayed, StepLink, START_WAIT};
 
@@ -137,21 +138,41 @@ pub fn run_step(mut request: StepRequest) -> Result<i32, CliError> {
     let recorded = request.recorded.take();
     let step = recorded.as_ref().map_or(0, |r| r.step);
     let result = start_and_collect(request, step);
-    let code = match &result {
-        Ok(worst) => (*worst).min(255),
-        Err(_) => 1,
+    let ended = match &result {
+        Ok(ended) => *ended,
+        Err(_) => StepEnded {
+            worst: 1,
+            signal: 0,
+            usage: StepUsage::default(),
+        },
     };
+    let code = ended.worst.min(255);
     if let Some(recorded) = &recorded {
-        recorded.end(code, 0);
+        // A step whose worst task a signal ended was cancelled (0:SIG),
+        // as Slurm records it.
+        match ended.signal {
+            0 => recorded.end(code, 0, Some(ended.usage)),
+            signal => recorded.end(0, signal, Some(ended.usage)),
+        }
     }
     result?;
     // The worst task's status is srun's (its output is written already).
     Ok(code)
 }
 
+/// How a step's tasks ended: the worst status (128 + the signal for a
+/// task killed by one), the signal when that worst was one, and what
+/// the tasks used.
+#[derive(Clone, Copy, Debug)]
+struct StepEnded {
+    worst: i32,
+    signal: i32,
+    usage: StepUsage,
+}
+
 /// Starts the step's tasks, here and on the job's other nodes, and waits
-/// for them; the worst task's status.
-fn start_and_collect(mut request: StepRequest, step: u32) -> Result<i32, CliError> {
+/// for them; how they ended.
+fn start_and_collect(mut request: StepRequest, step: u32) -> Result<StepEnded, CliError> {
     let job = JobNodes::from_environment()?;
     let counts = layout(&Shape::of(&request), &job)?;
     let orders = orders(&request, &job, &counts, step);
@@ -431,12 +452,15 @@ impl Step {
     }
 
     /// A signal srun gets from its user (Ctrl-C, `kill`) goes on to every
-    /// task. One from the job's supervisor (a cancel, a time limit, a
-    /// preemption's warning) does not: each node's supervisor gives it to
-    /// every task there itself, and a task must get it once.
+    /// task. One the job's supervisor sends to every process of the job
+    /// (a cancel, a time limit, a preemption's warning) does not: each
+    /// node's supervisor gives it to every task there itself, and a task
+    /// must get it once. One the supervisor queues to this srun alone
+    /// (`scancel N.S`, `sigqueue`) is for its tasks, on every node.
     fn forward_signals(&self) {
         use signal_hook::consts::*;
         use signal_hook::iterator::exfiltrator::WithOrigin;
+        use signal_hook::low_level::siginfo::{Cause, Sent};
         let Ok(mut signals) = signal_hook::iterator::SignalsInfo::<WithOrigin>::new([
             SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP,
         ]) else {
@@ -446,7 +470,8 @@ impl Step {
         let groups = self.local.clone();
         std::thread::spawn(move || {
             for origin in signals.forever() {
-                if origin.process.is_some_and(|p| is_supervisor(p.pid)) {
+                let for_me = matches!(origin.cause, Cause::Sent(Sent::Queue));
+                if !for_me && origin.process.is_some_and(|p| is_supervisor(p.pid)) {
                     continue;
                 }
                 let sig = origin.signal;
@@ -468,8 +493,9 @@ impl Step {
         request: &StepRequest,
         output: &mut Output,
         step: &Identity,
-    ) -> i32 {
+    ) -> StepEnded {
         let mut ended: HashMap<u32, i32> = HashMap::new();
+        let mut usage = StepUsage::default();
         let mut endings: Endings = BTreeMap::new();
         let mut lost_nodes: Vec<usize> = Vec::new();
         let mut kill_at: Option<Instant> = None;
@@ -498,8 +524,14 @@ impl Step {
                     output.write(task, stderr, &data);
                     continue;
                 }
-                Relayed::Task(TaskEvent::Exited { task, code, signal }) => {
+                Relayed::Task(TaskEvent::Exited {
+                    task,
+                    code,
+                    signal,
+                    usage: used,
+                }) => {
                     output.flush_task(task);
+                    usage.add(task, used);
                     let status = if signal != 0 { 128 + signal } else { code };
                     ended.insert(task, status);
                     endings.insert(task, (node, code, signal));
@@ -533,10 +565,16 @@ impl Step {
         step.say_endings(&endings);
         let unfinished = (ended.len() as u32) < total;
         let worst = ended.values().copied().max().unwrap_or(0);
-        if unfinished {
-            worst.max(1)
-        } else {
-            worst
+        let signal = endings
+            .values()
+            .filter(|&&(_, code, signal)| signal != 0 && 128 + signal == worst && code == 0)
+            .map(|&(_, _, signal)| signal)
+            .next()
+            .unwrap_or(0);
+        StepEnded {
+            worst: if unfinished { worst.max(1) } else { worst },
+            signal,
+            usage,
         }
     }
 }
@@ -788,14 +826,16 @@ impl RecordedStep {
         }
     }
 
-    /// Reports the step's end: its exit code, or the signal that ended it.
-    pub fn end(&self, code: i32, signal: i32) {
+    /// Reports the step's end: its exit code, or the signal that ended
+    /// it, and what its tasks used where that was measured.
+    pub fn end(&self, code: i32, signal: i32, usage: Option<StepUsage>) {
         let control = Control::StepEnd {
             job_id: self.job,
             restart: self.restart,
             step: self.step,
             exit_code: code,
             signal,
+            usage,
         };
         let asked = super::load_config()
             .and_then(|config| super::ask_within(&config, Request::Control(control), RECORD_WAIT));

@@ -20,7 +20,8 @@ const DEFAULT_FORMAT: &str = "JobID,JobName,User,Account,State,ExitCode,Elapsed,
                   without -u, -a or -j, only your own.",
     after_help = "Fields (-o): JobID JobIDRaw JobName User UID Account QOS State ExitCode Submit Eligible \
                   Start End Elapsed ElapsedRaw Timelimit AllocTRES ReqTRES AllocCPUS ReqCPUS ReqMem \
-                  AllocGPUS NodeList NNodes Reason Restarts Preemptions GPUUtil GPUUtilMax GPUMemMax GPULowTime MaxRSS TRESUsageInTot Billing TotalCPU MailType Cgroup WorkDir StdOut StdErr \
+                  AllocGPUS NodeList NNodes Reason Restarts Preemptions GPUUtil GPUUtilMax GPUMemMax GPULowTime GPUIdleHours GPUEach GPUVerdict MaxRSS AveRSS MaxRSSTask \
+                  TRESUsageInTot Billing TotalCPU UserCPU SystemCPU AveCPU CPUTime CPUTimeRAW MailType Cgroup WorkDir StdOut StdErr \
                   Comment Priority \
                   Partition. Add %N to a field for a fixed width: JobName%30."
 )]
@@ -52,6 +53,9 @@ pub struct Args {
     /// Allocations only: leave out the jobs' steps (each srun in a job, listed as JOBID.STEP)
     #[arg(short = 'X', long = "allocations")]
     pub allocations: bool,
+    /// With the steps, each job's batch step (N.batch) and extern step (N.extern) too, as Slurm's sacct lists them
+    #[arg(long)]
+    pub batch_steps: bool,
     /// Leave out the header
     #[arg(short = 'n', long)]
     pub noheader: bool,
@@ -107,6 +111,7 @@ pub fn run(args: Args) -> CliResult {
         filter,
         fields,
         steps: !args.allocations && !args.json,
+        batch_steps: args.batch_steps,
     };
     let mut rows = match query_rows("ysacct", &config, query)? {
         Ok(rows) => rows,

@@ -188,6 +188,7 @@ fn running_steps(
         filter,
         fields: Some(fields),
         steps: true,
+        batch_steps: false,
     };
     let mut rows = match query_rows("ysqueue", config, query)? {
         Ok(rows) => rows,

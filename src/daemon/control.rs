@@ -223,6 +223,7 @@ impl Daemon {
                 step,
                 exit_code,
                 signal,
+                usage,
             } => {
                 let exit = crate::model::job::ExitStatus {
                     code: exit_code,
@@ -230,7 +231,7 @@ impl Daemon {
                 };
                 let key = (job_id, restart, step);
                 self.handle_with(|core, reads, fx| {
-                    super::steps::on_end_step(core, reads, (key, exit), (who, now), fx)
+                    super::steps::on_end_step(core, reads, (key, exit, usage), (who, now), fx)
                 })
             }
             Control::CancelStep {

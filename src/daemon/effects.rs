@@ -65,6 +65,8 @@ pub(super) enum Row {
         step: (JobId, u32, u32),
         exit: crate::model::job::ExitStatus,
         time: i64,
+        usage: Option<crate::model::step::StepUsage>,
+        gpu: Option<crate::model::step::StepGpu>,
     },
     /// A run stopped to make room, and how its stop went once it ended.
     Stopped(Box<crate::db::preemptions::Stopped>),

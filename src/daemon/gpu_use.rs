@@ -90,7 +90,8 @@ impl Daemon {
                 Some(share) => share.gpus_alloc.clone(),
                 None => job.gpus_alloc.clone(),
             };
-            job.gpu_usage.add(&reading.samples, &gpus, interval, low);
+            job.gpu_usage
+                .add(&reading.samples, (name, &gpus), interval, low);
             let mut fx = Effects::default();
             fx.job(job);
             self.apply(fx)?;

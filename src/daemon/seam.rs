@@ -390,8 +390,14 @@ fn write(tx: &Connection, row: Row) -> Result<(), DaemonError> {
         Row::GpuSamples { hour, samples } => db::add_gpu_samples(tx, hour, &samples)?,
         Row::IdleWaiting(owed) => db::add_idle_waiting(tx, &owed)?,
         Row::StepBegun(step) => db::begin_step(tx, &step)?,
-        Row::StepEnded { step, exit, time } => {
-            db::end_step(tx, step, exit, time)?;
+        Row::StepEnded {
+            step,
+            exit,
+            time,
+            usage,
+            gpu,
+        } => {
+            db::end_step(tx, step, (exit, usage, gpu), time)?;
         }
         Row::Stopped(stopped) => db::preemptions::record(tx, &stopped)?,
         Row::StopSettled { job, restart, exit } => {

@@ -6,7 +6,7 @@
 
 use crate::exec::spec::{SignalTarget, StepCommand};
 use crate::model::job::{ExitStatus, JobId, JobState};
-use crate::model::step::Step;
+use crate::model::step::{Step, StepGpu, StepUsage};
 use crate::proto::Reply;
 
 use super::effects::{Effects, Row};
@@ -59,6 +59,9 @@ pub(super) fn on_begin_step(
         state: JobState::Running,
         exit: None,
         srun_pid: ask.pid,
+        usage: None,
+        gpu_begin: Some(StepGpu::of(&job.gpu_usage)),
+        gpu: None,
     })));
     Ok(Reply::StepBegun {
         step: number,
@@ -66,11 +69,12 @@ pub(super) fn on_begin_step(
     })
 }
 
-/// Records the end of a step.
+/// Records the end of a step, with what srun measured its tasks used
+/// and its share of the job's GPU readings, which the controller counts.
 pub(super) fn on_end_step(
     core: &mut Core,
     reads: &dyn Reads,
-    ((job, restart, step), exit): ((JobId, u32, u32), ExitStatus),
+    ((job, restart, step), exit, usage): ((JobId, u32, u32), ExitStatus, Option<StepUsage>),
     (who, now): (&Requester, i64),
     fx: &mut Effects,
 ) -> Result<Reply, DaemonError> {
@@ -79,10 +83,22 @@ pub(super) fn on_end_step(
     }
     let ended = reads.step_running((job, restart, step))?;
     if ended {
+        let begin = reads
+            .steps_of(job)?
+            .into_iter()
+            .find(|s| (s.restart, s.step) == (restart, step))
+            .and_then(|s| s.gpu_begin);
+        let current = &core.jobs[&job];
+        // Readings of this run only: a requeued run's sums start again.
+        let gpu = begin
+            .filter(|_| current.restart_count == restart)
+            .map(|b| StepGpu::of(&current.gpu_usage).since(b));
         fx.row(Row::StepEnded {
             step: (job, restart, step),
             exit,
             time: now,
+            usage,
+            gpu,
         });
     }
     Ok(Reply::Control {
@@ -234,6 +250,9 @@ mod tests {
             state: JobState::Completed,
             exit: None,
             srun_pid: 40,
+            usage: None,
+            gpu_begin: None,
+            gpu: None,
         };
         reads.steps.push(earlier.clone());
         earlier.restart = 0;
@@ -324,21 +343,52 @@ mod tests {
         assert!(
             matches!(missing, Reply::Control { outcomes, .. } if outcomes[0].error.as_deref() == Some("step 1.5 is not running"))
         );
+        // Two readings of the job's GPUs while the step ran: its share.
+        let job = core.jobs.job_mut(&1).unwrap();
+        job.gpu_usage.samples += 2;
+        job.gpu_usage.utilization_sum += 150;
         let exit = ExitStatus { code: 0, signal: 0 };
-        let ended =
-            on_end_step(&mut core, &reads, ((1, 1, 0), exit), (&alice, 200), &mut fx).unwrap();
+        let usage = Some(StepUsage {
+            tasks: 2,
+            max_rss_bytes: 1 << 20,
+            ..StepUsage::default()
+        });
+        let ended = on_end_step(
+            &mut core,
+            &reads,
+            ((1, 1, 0), exit, usage),
+            (&alice, 200),
+            &mut fx,
+        )
+        .unwrap();
         assert!(matches!(ended, Reply::Control { message: None, .. }));
-        assert!(fx.rows().iter().any(|r| matches!(
-            r,
-            Row::StepEnded {
-                step: (1, 1, 0),
-                time: 200,
-                ..
-            }
-        )));
+        let share = StepGpu {
+            samples: 2,
+            utilization_sum: 150,
+        };
+        assert!(
+            fx.rows().iter().any(|r| matches!(
+                r,
+                Row::StepEnded {
+                    step: (1, 1, 0),
+                    time: 200,
+                    usage: u,
+                    gpu: Some(g),
+                    ..
+                } if *u == usage && *g == share
+            )),
+            "{:?}",
+            fx.rows()
+        );
         reads.steps[0].end = Some(200);
-        let again =
-            on_end_step(&mut core, &reads, ((1, 1, 0), exit), (&alice, 300), &mut fx).unwrap();
+        let again = on_end_step(
+            &mut core,
+            &reads,
+            ((1, 1, 0), exit, None),
+            (&alice, 300),
+            &mut fx,
+        )
+        .unwrap();
         assert!(
             matches!(again, Reply::Control { message: Some(m), .. } if m == "step 1.0 had already ended")
         );

@@ -338,6 +338,25 @@ ALTER TABLE jobs ADD COLUMN quick_requeues INTEGER NOT NULL DEFAULT 0;
     r#"
 ALTER TABLE nodes ADD COLUMN good_at INTEGER;
 "#,
+    // 27: what a step's tasks used (as srun measured them: the largest
+    // task's peak memory and which task, the sum of the tasks' peaks,
+    // their CPU time), and its share of its job's GPU readings (the
+    // job's sums when it began; its share once it ended).
+    r#"
+ALTER TABLE steps ADD COLUMN usage_tasks INTEGER;
+ALTER TABLE steps ADD COLUMN max_rss INTEGER;
+ALTER TABLE steps ADD COLUMN max_rss_task INTEGER;
+ALTER TABLE steps ADD COLUMN rss_sum INTEGER;
+ALTER TABLE steps ADD COLUMN user_usec INTEGER;
+ALTER TABLE steps ADD COLUMN system_usec INTEGER;
+ALTER TABLE steps ADD COLUMN gpu_begin_samples INTEGER;
+ALTER TABLE steps ADD COLUMN gpu_begin_util INTEGER;
+ALTER TABLE steps ADD COLUMN gpu_samples INTEGER;
+ALTER TABLE steps ADD COLUMN gpu_util INTEGER;
+-- Each of a job's GPUs on its own (JSON: node, index, readings,
+-- utilisation sum, peak memory, idle readings and seconds).
+ALTER TABLE jobs ADD COLUMN gpu_devices TEXT;
+"#,
 ];
 
 /// For the tests of the database's modules: a database in `dir` with

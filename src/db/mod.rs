@@ -185,7 +185,7 @@ const JOB_COLUMNS: &str = "id, uid, gid, user, account, qos, name, state, hold, 
      preempt_count, no_requeue, checkpoint_at, priority_override, warn_signal, \
      checkpoint_file, grace, gpu_seconds, gpu_samples, gpu_util_sum, gpu_util_max, gpu_mem_max_mb, \
      gpu_low_secs, preemptions_caused, mail_type, mail_user, nodelist, exclude_nodes, borrowed, task_layout, peers, \
-     container, image_reference, image_digest, interactive, quick_requeues";
+     container, image_reference, image_digest, interactive, quick_requeues, gpu_devices";
 
 fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     let state = required(row, 7, |s| {
@@ -426,6 +426,12 @@ fn gpu_usage(row: &Row) -> rusqlite::Result<crate::model::gpu::JobGpuUsage> {
         utilization_max: row.get(57)?,
         memory_max_mb: row.get::<_, i64>(58)? as u64,
         low_secs: row.get::<_, i64>(59)? as u64,
+        // Written by this module only; unreadable JSON shows no devices
+        // rather than hiding the job.
+        devices: row
+            .get::<_, Option<String>>(73)?
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or_default(),
     })
 }
 
@@ -532,7 +538,8 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
              priority_override = ?25, qos = ?26, time_limit = ?27, gpu_seconds = ?28, \
              gpu_samples = ?29, gpu_util_sum = ?30, gpu_util_max = ?31, gpu_mem_max_mb = ?32, \
              gpu_low_secs = ?33, preemptions_caused = ?34, borrowed = ?35, peers = ?36, \
-             image_reference = ?37, image_digest = ?38, quick_requeues = ?39 WHERE id = ?1",
+             image_reference = ?37, image_digest = ?38, quick_requeues = ?39, gpu_devices = ?40 \
+             WHERE id = ?1",
         )?
         .execute(params![
             job.id as i64,
@@ -574,6 +581,9 @@ pub fn update_job(conn: &Connection, job: &Job) -> Result<(), DbError> {
             job.image.as_ref().map(|i| i.reference.as_str()),
             job.image.as_ref().map(|i| i.digest.as_str()),
             job.quick_requeues,
+            (!job.gpu_usage.devices.is_empty())
+                .then(|| serde_json::to_string(&job.gpu_usage.devices).ok())
+                .flatten(),
         ])?;
     if changed == 0 {
         return Err(DbError::NotFound(job.id));
@@ -632,7 +642,7 @@ pub fn for_each_ended(
         "SELECT account, user, state, submit_time, begin_time, start_time, gpu_seconds, \
          COALESCE(billing, 0), preempt_count, id, name, gpus_alloc, gpu_samples, gpu_util_sum, \
          gpu_util_max, gpu_mem_max_mb, gpu_low_secs, end_time, preemptions_caused, node, gpu_type, \
-         image_reference, image_digest, interactive \
+         image_reference, image_digest, interactive, gpu_devices \
          FROM jobs WHERE end_time >= ?1 AND end_time < ?2 ORDER BY end_time",
     )?;
     let mut rows = stmt.query(params![from, to])?;
@@ -674,6 +684,14 @@ pub fn for_each_ended(
                 utilization_max: row.get(14)?,
                 memory_max_mb: row.get::<_, i64>(15)? as u64,
                 low_secs,
+                // Read for the waste ranking's jobs alone.
+                devices: if low_secs > 0 {
+                    row.get::<_, Option<String>>(24)?
+                        .and_then(|text| serde_json::from_str(&text).ok())
+                        .unwrap_or_default()
+                } else {
+                    Vec::new()
+                },
             },
             end_time: row.get(17)?,
             preemptions_caused: row.get(18)?,

@@ -251,3 +251,38 @@ pub(crate) fn fork_and_exec(in_child: impl FnOnce() -> String) -> nix::Result<Fo
         }
     }
 }
+
+/// Waits for `child` and measures what it used (`wait4`): how it ended,
+/// and the peak resident memory and CPU time of it and of the processes
+/// it reaped, as Slurm accounts a task.
+pub fn wait_measured(
+    child: &std::process::Child,
+) -> io::Result<(std::process::ExitStatus, crate::model::step::TaskUsage)> {
+    use std::os::unix::process::ExitStatusExt;
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: rusage is plain data, written by wait4.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: wait4 on our own child, into the locals above.
+        if unsafe { libc::wait4(pid, &mut status, 0, &mut usage) } == pid {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    let usec = |t: libc::timeval| {
+        (t.tv_sec.max(0) as u64).saturating_mul(1_000_000) + t.tv_usec.max(0) as u64
+    };
+    Ok((
+        std::process::ExitStatus::from_raw(status),
+        crate::model::step::TaskUsage {
+            // Linux gives kilobytes.
+            max_rss_bytes: (usage.ru_maxrss.max(0) as u64).saturating_mul(1024),
+            user_usec: usec(usage.ru_utime),
+            system_usec: usec(usage.ru_stime),
+        },
+    ))
+}

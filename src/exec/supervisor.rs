@@ -1009,7 +1009,15 @@ fn signal_target(job: Pid, watch: &Watch<'_>, sig: Signal, target: SignalTarget)
                 None => descendants(job).contains(&pid),
             };
             if of_the_job {
-                let _ = signal::kill(pid, sig);
+                // Queued, not killed: srun passes on what is queued to it
+                // alone, and leaves what the supervisor sends every
+                // process of the job to the supervisors.
+                let value = libc::sigval {
+                    sival_ptr: std::ptr::null_mut(),
+                };
+                // SAFETY: sigqueue(3) with a plain value to a process of
+                // the job.
+                unsafe { libc::sigqueue(pid.as_raw(), sig as i32, value) };
             }
         }
         SignalTarget::Step(step) => {

@@ -67,8 +67,16 @@ pub enum TaskEvent {
         stderr: bool,
         data: Vec<u8>,
     },
-    /// Its process ended: its exit code, or the signal that killed it.
-    Exited { task: u32, code: i32, signal: i32 },
+    /// Its process ended: its exit code, or the signal that killed it,
+    /// and what it used (nothing measured on a terminal or in a
+    /// container).
+    Exited {
+        task: u32,
+        code: i32,
+        signal: i32,
+        #[serde(default)]
+        usage: crate::model::step::TaskUsage,
+    },
     /// It could not start.
     Failed { task: u32, why: String },
 }
@@ -379,7 +387,10 @@ fn spawn(
         if let Some(r) = err_reader {
             let _ = r.join();
         }
-        let _ = events.send(ended(task, child.wait()));
+        let measured = super::process::wait_measured(&child);
+        let _ = events.send(ended(task, measured));
+        // Reaped above: dropping the handle waits for nothing.
+        drop(child);
     });
     Ok(Started::Group(group, stdin))
 }
@@ -412,19 +423,23 @@ fn spawn_on_terminal(
                 .is_ok()
         },
         move |status| {
-            let _ = events.send(ended(task, status));
+            let _ = events.send(ended(task, status.map(|s| (s, Default::default()))));
         },
     )?;
     Ok(Started::Terminal(group, terminal))
 }
 
 /// How task `task` ended, as an event.
-fn ended(task: u32, status: std::io::Result<std::process::ExitStatus>) -> TaskEvent {
+fn ended(
+    task: u32,
+    status: std::io::Result<(std::process::ExitStatus, crate::model::step::TaskUsage)>,
+) -> TaskEvent {
     match status {
-        Ok(status) => TaskEvent::Exited {
+        Ok((status, usage)) => TaskEvent::Exited {
             task,
             code: status.code().unwrap_or(0),
             signal: status.signal().unwrap_or(0),
+            usage,
         },
         Err(e) => TaskEvent::Failed {
             task,
@@ -464,7 +479,12 @@ fn spawn_in_container(
         pump(out_read, task, false, &events);
         let _ = err_reader.join();
         let event = match step.wait() {
-            Ok((code, signal)) => TaskEvent::Exited { task, code, signal },
+            Ok((code, signal)) => TaskEvent::Exited {
+                task,
+                code,
+                signal,
+                usage: Default::default(),
+            },
             Err(e) => TaskEvent::Failed {
                 task,
                 why: e.to_string(),

@@ -275,13 +275,30 @@ mod tests {
         ]);
         let mut usage = JobGpuUsage::default();
         while let Some(samples) = source.sample() {
-            usage.add(&samples, &[0, 1], 30, 20);
+            usage.add(&samples, ("gpu01", &[0, 1]), 30, 20);
         }
         // Means 80 and 5: 42.5 on average; the second sample was idle.
         assert_eq!(usage.mean(), Some(42.5));
         assert_eq!(usage.utilization_max, 90);
         assert_eq!(usage.memory_max_mb, 3_000);
         assert_eq!(usage.low_secs, 30);
+        // GPU 0 was read busy then idle, GPU 1 busy then idle too.
+        let each: Vec<_> = usage
+            .devices
+            .iter()
+            .map(|d| (d.gpu, d.mean(), d.memory_max_mb, d.idle_secs))
+            .collect();
+        assert_eq!(
+            each,
+            [(0, Some(50.0), 1_000, 30), (1, Some(35.0), 3_000, 30)]
+        );
+        assert_eq!(usage.idle_gpu_hours(), 60.0 / 3600.0);
+        assert_eq!(usage.verdict(2), "2 of 2 GPUs idle 50 % of the time");
+        usage.add(&[s(0, 95, 1), s(1, 1, 1)], ("gpu01", &[0, 1]), 30, 20);
+        assert_eq!(usage.verdict(2), "1 of 2 GPUs idle 67 % of the time");
+        assert!(JobGpuUsage::default()
+            .verdict(4)
+            .starts_with("no GPU readings"));
     }
 
     #[test]
@@ -291,7 +308,7 @@ mod tests {
         let usage = JobGpuUsage::default();
         assert_eq!(usage.mean(), None);
         let mut other = JobGpuUsage::default();
-        other.add(&[s(5, 50, 1)], &[0], 30, 20);
+        other.add(&[s(5, 50, 1)], ("gpu01", &[0]), 30, 20);
         assert_eq!(other.samples, 0, "samples of other GPUs are not the job's");
     }
 }

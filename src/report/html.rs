@@ -410,13 +410,13 @@ fn waste_table(report: &UsageReport) -> String {
     }
     let mut out = String::from(
         "<table id=\"waste\"><tr><th>Job</th><th class=\"name\">Name</th><th class=\"name\">Account</th>\
-         <th class=\"name\">User</th><th>GPUs</th><th>Idle</th><th>Mean util</th><th>GPU-hours wasted</th></tr>\n",
+         <th class=\"name\">User</th><th>GPUs</th><th>Idle</th><th>Mean util</th><th>GPU-hours wasted</th><th class=\"name\">Verdict</th></tr>\n",
     );
     for w in &report.waste {
         let _ = writeln!(
             out,
             "<tr><td>{}</td><td class=\"name\" title=\"{}\">{}</td><td class=\"name\">{}</td><td class=\"name\">{}</td>\
-             <td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td></tr>",
+             <td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td class=\"name\">{}</td></tr>",
             w.job_id,
             escape(&w.name),
             escape(&shorten(&w.name, 60)),
@@ -425,7 +425,8 @@ fn waste_table(report: &UsageReport) -> String {
             w.gpus,
             crate::model::units::format_duration(w.low_secs),
             w.gpu_util_mean.map_or("n/a".into(), |u| format!("{u:.1}%")),
-            w.wasted_gpu_hours
+            w.wasted_gpu_hours,
+            escape(&w.verdict)
         );
     }
     out.push_str("</table>\n");

@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
+pub mod efficiency;
 pub mod history;
 pub mod html;
 pub mod metrics;
@@ -72,6 +73,12 @@ pub enum Field {
     GpuUtilMax,
     GpuMemMax,
     GpuLowTime,
+    /// Hours its GPUs sat idle, each GPU counted on its own.
+    GpuIdleHours,
+    /// Each GPU: `NODE:INDEX=MEAN%/PEAK/idleIDLE%`.
+    GpuEach,
+    /// One line on how it used its GPUs (`2 of 4 GPUs idle 93 % of the time`).
+    GpuVerdict,
     MaxRss,
     /// sacct's TRESUsageInTot: CPU time, peak memory, GPU memory and utilisation.
     TresUsage,
@@ -80,6 +87,17 @@ pub enum Field {
     /// sacct's State: `CANCELLED by UID` for a cancelled job.
     AcctState,
     TotalCpu,
+    /// sacct's step figures: the mean of the tasks' peak memory, the
+    /// task with the largest, CPU time in user and system mode, the mean
+    /// CPU time of a task.
+    AveRss,
+    MaxRssTask,
+    UserCpu,
+    SystemCpu,
+    AveCpu,
+    /// Elapsed time times the CPUs allocated (`CPUTime`), and in seconds.
+    CpuTime,
+    CpuTimeRaw,
     /// Billing-seconds charged (GPU-seconds x billing weight x QoS factor).
     Billing,
     Cgroup,
@@ -120,16 +138,12 @@ pub const SACCT_NOT_KEPT: &[&str] = &[
     "AdminComment",
     "AllocNodes",
     "AssocID",
-    "AveCPU",
     "AveCPUFreq",
     "AveDiskRead",
     "AveDiskWrite",
     "AvePages",
-    "AveRSS",
     "AveVMSize",
     "BlockID",
-    "CPUTime",
-    "CPUTimeRAW",
     "Cluster",
     "Constraints",
     "ConsumedEnergy",
@@ -151,7 +165,6 @@ pub const SACCT_NOT_KEPT: &[&str] = &[
     "MaxPagesNode",
     "MaxPagesTask",
     "MaxRSSNode",
-    "MaxRSSTask",
     "MaxVMSize",
     "MaxVMSizeNode",
     "MaxVMSizeTask",
@@ -173,7 +186,6 @@ pub const SACCT_NOT_KEPT: &[&str] = &[
     "ResvCPURAW",
     "SubmitLine",
     "Suspended",
-    "SystemCPU",
     "SystemComment",
     "TRESUsageInAve",
     "TRESUsageInMax",
@@ -191,7 +203,6 @@ pub const SACCT_NOT_KEPT: &[&str] = &[
     "TRESUsageOutMinTask",
     "TRESUsageOutTot",
     "TimelimitRaw",
-    "UserCPU",
     "WCKey",
     "WCKeyID",
 ];
@@ -254,12 +265,22 @@ impl Field {
             Field::GpuUtilMax => "GPU_UTIL_MAX",
             Field::GpuMemMax => "GPU_MEM_MAX",
             Field::GpuLowTime => "GPU_LOW_TIME",
+            Field::GpuIdleHours => "GPU_IDLE_HOURS",
+            Field::GpuEach => "GPU_EACH",
+            Field::GpuVerdict => "GPU_VERDICT",
             Field::MaxRss => "MAXRSS",
             Field::TresUsage => "TRESUSAGEINTOT",
             Field::MailType => "MAILTYPE",
             Field::AcctState => "STATE",
             Field::Billing => "BILLING",
             Field::TotalCpu => "TOTALCPU",
+            Field::AveRss => "AVERSS",
+            Field::MaxRssTask => "MAXRSSTASK",
+            Field::UserCpu => "USERCPU",
+            Field::SystemCpu => "SYSTEMCPU",
+            Field::AveCpu => "AVECPU",
+            Field::CpuTime => "CPUTIME",
+            Field::CpuTimeRaw => "CPUTIMERAW",
             Field::Cgroup => "CGROUP",
             Field::WorkDir => "WORK_DIR",
             Field::StdOut => "STDOUT",
@@ -352,11 +373,21 @@ impl Field {
         ("GPUUtilMax", Field::GpuUtilMax),
         ("GPUMemMax", Field::GpuMemMax),
         ("GPULowTime", Field::GpuLowTime),
+        ("GPUIdleHours", Field::GpuIdleHours),
+        ("GPUEach", Field::GpuEach),
+        ("GPUVerdict", Field::GpuVerdict),
         ("MaxRSS", Field::MaxRss),
         ("TRESUsageInTot", Field::TresUsage),
         ("MailType", Field::MailType),
         ("Billing", Field::Billing),
         ("TotalCPU", Field::TotalCpu),
+        ("AveRSS", Field::AveRss),
+        ("MaxRSSTask", Field::MaxRssTask),
+        ("UserCPU", Field::UserCpu),
+        ("SystemCPU", Field::SystemCpu),
+        ("AveCPU", Field::AveCpu),
+        ("CPUTime", Field::CpuTime),
+        ("CPUTimeRAW", Field::CpuTimeRaw),
         ("Cgroup", Field::Cgroup),
         ("WorkDir", Field::WorkDir),
         ("StdOut", Field::StdOut),
@@ -440,6 +471,13 @@ impl Field {
             | Field::NodeList
             | Field::NodeListReason
             | Field::Reason => self.identity_text(view, now),
+            Field::AveRss
+            | Field::MaxRssTask
+            | Field::UserCpu
+            | Field::SystemCpu
+            | Field::AveCpu
+            | Field::CpuTime
+            | Field::CpuTimeRaw => self.step_text(view, now),
             Field::Gpus
             | Field::TresPerNode
             | Field::AllocTres
@@ -456,14 +494,17 @@ impl Field {
             | Field::Eligible
             | Field::Start
             | Field::End => self.resource_text(view, now),
+            Field::GpuUtil
+            | Field::GpuUtilMax
+            | Field::GpuMemMax
+            | Field::GpuLowTime
+            | Field::GpuIdleHours
+            | Field::GpuEach
+            | Field::GpuVerdict => self.gpu_text(view),
             Field::ExitCode
             | Field::Restarts
             | Field::Preemptions
             | Field::Borrowed
-            | Field::GpuUtil
-            | Field::GpuUtilMax
-            | Field::GpuMemMax
-            | Field::GpuLowTime
             | Field::MaxRss
             | Field::TresUsage
             | Field::MailType
@@ -559,6 +600,95 @@ impl Field {
         })
     }
 
+    /// What its GPUs did: utilisation, peak memory, idle time, each GPU.
+    fn gpu_text(self, view: &JobView) -> Option<Cow<'_, str>> {
+        let job = &view.job;
+        let numbered = view
+            .step
+            .is_some_and(|s| matches!(s.id, crate::model::step::StepId::Numbered(_)));
+        Some(match self {
+            // No samples (no driver, or too short a run): not known.
+            Field::GpuUtil => match job.gpu_usage.mean() {
+                Some(m) => format!("{m:.1}%").into(),
+                None => "n/a".into(),
+            },
+            // A srun step's share of the readings has no peaks of its own.
+            Field::GpuUtilMax | Field::GpuMemMax | Field::GpuLowTime
+                if job.gpu_usage.samples == 0 || numbered =>
+            {
+                "n/a".into()
+            }
+            Field::GpuUtilMax => format!("{}%", job.gpu_usage.utilization_max).into(),
+            Field::GpuMemMax => units::format_memory_mb(job.gpu_usage.memory_max_mb).into(),
+            Field::GpuLowTime => units::format_duration(job.gpu_usage.low_secs).into(),
+            // Per GPU: the job's row, not its steps'.
+            Field::GpuIdleHours | Field::GpuEach | Field::GpuVerdict
+                if view.step.is_some() || job.gpus.count == 0 =>
+            {
+                Cow::Borrowed("")
+            }
+            Field::GpuIdleHours => format!("{:.2}", job.gpu_usage.idle_gpu_hours()).into(),
+            Field::GpuEach => job
+                .gpu_usage
+                .devices
+                .iter()
+                .map(|d| {
+                    format!(
+                        "{}:{}={:.0}%/{}/idle{:.0}%",
+                        d.node,
+                        d.gpu,
+                        d.mean().unwrap_or(0.0),
+                        units::format_memory_mb(d.memory_max_mb),
+                        d.idle_pct()
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(",")
+                .into(),
+            Field::GpuVerdict => job.gpu_usage.verdict(job.gpus.gpus_held()).into(),
+            _ => return None,
+        })
+    }
+
+    /// What a step's tasks used, as sacct shows it on a step's row (a
+    /// job's own row leaves the per-task figures empty); CPU time
+    /// allocated on every row.
+    fn step_text(self, view: &JobView, now: i64) -> Option<Cow<'_, str>> {
+        use crate::model::step::StepId;
+        let job = &view.job;
+        let measured = view.step.and_then(|s| s.usage);
+        let batch = view.step.is_some_and(|s| s.id == StepId::Batch);
+        let rss = |b: Option<u64>| b.map_or(Cow::Borrowed(""), |b| units::format_rss(b).into());
+        let cpu =
+            |u: Option<u64>| u.map_or(Cow::Borrowed(""), |u| units::format_cpu_time(u).into());
+        // The batch step is one task: its figures are its cgroup's.
+        let one_task = |v: Option<u64>| v.filter(|_| batch);
+        Some(match self {
+            Field::AveRss => rss(measured
+                .map(|u| u.ave_rss_bytes())
+                .or(one_task(job.max_rss_bytes))),
+            Field::MaxRssTask => match (measured, batch) {
+                (Some(u), _) => u.max_rss_task.to_string().into(),
+                (None, true) => "0".into(),
+                (None, false) => Cow::Borrowed(""),
+            },
+            Field::UserCpu => cpu(measured.map(|u| u.user_usec)),
+            Field::SystemCpu => cpu(measured.map(|u| u.system_usec)),
+            Field::AveCpu => cpu(measured
+                .map(|u| u.ave_cpu_usec())
+                .or(one_task(job.cpu_usec))),
+            Field::CpuTime => {
+                units::format_elapsed(job.elapsed(now).saturating_mul(u64::from(job.cpus))).into()
+            }
+            Field::CpuTimeRaw => job
+                .elapsed(now)
+                .saturating_mul(u64::from(job.cpus))
+                .to_string()
+                .into(),
+            _ => return None,
+        })
+    }
+
     /// What it asked for and was given, its priority, its times.
     fn resource_text(self, view: &JobView, now: i64) -> Option<Cow<'_, str>> {
         let job = &view.job;
@@ -639,6 +769,9 @@ impl Field {
     /// How it ended and what it used; its paths and notes.
     fn usage_text(self, view: &JobView) -> Option<Cow<'_, str>> {
         let job = &view.job;
+        let numbered = view
+            .step
+            .is_some_and(|s| matches!(s.id, crate::model::step::StepId::Numbered(_)));
         Some(match self {
             Field::ExitCode => job.exit.unwrap_or_default().to_string().into(),
             Field::Restarts => job.restart_count.to_string().into(),
@@ -649,19 +782,6 @@ impl Field {
                 "no"
             }
             .into(),
-            // No samples (no driver, or too short a run): not known.
-            Field::GpuUtil => match job.gpu_usage.mean() {
-                Some(m) => format!("{m:.1}%").into(),
-                None => "n/a".into(),
-            },
-            Field::GpuUtilMax | Field::GpuMemMax | Field::GpuLowTime
-                if job.gpu_usage.samples == 0 =>
-            {
-                "n/a".into()
-            }
-            Field::GpuUtilMax => format!("{}%", job.gpu_usage.utilization_max).into(),
-            Field::GpuMemMax => units::format_memory_mb(job.gpu_usage.memory_max_mb).into(),
-            Field::GpuLowTime => units::format_duration(job.gpu_usage.low_secs).into(),
             Field::MaxRss => job
                 .max_rss_bytes
                 .map_or(Cow::Borrowed(""), |b| units::format_rss(b).into()),
@@ -674,11 +794,13 @@ impl Field {
                 if let Some(rss) = job.max_rss_bytes {
                     parts.push(format!("mem={}", units::format_rss(rss)));
                 }
-                if let Some(util) = job.gpu_usage.mean() {
-                    parts.push(format!(
+                match job.gpu_usage.mean() {
+                    Some(util) if numbered => parts.push(format!("gres/gpuutil={util:.0}")),
+                    Some(util) => parts.push(format!(
                         "gres/gpumem={}M,gres/gpuutil={util:.0}",
                         job.gpu_usage.memory_max_mb
-                    ));
+                    )),
+                    None => {}
                 }
                 parts.join(",").into()
             }

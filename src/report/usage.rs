@@ -194,6 +194,10 @@ pub struct Waste {
     pub gpu_util_mean: Option<f64>,
     /// `low_secs` × its GPUs, in hours.
     pub wasted_gpu_hours: f64,
+    /// How its GPUs each did, in a line (`1 of 4 GPUs idle 93 % of the
+    /// time`); empty for a job read before GPUs were kept one by one.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub verdict: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -578,6 +582,11 @@ impl Builder {
                 low_secs: job.gpu_usage.low_secs,
                 gpu_util_mean: job.gpu_usage.mean(),
                 wasted_gpu_hours: job.gpu_usage.low_secs as f64 * f64::from(job.gpus) / 3600.0,
+                verdict: if job.gpu_usage.devices.is_empty() {
+                    String::new()
+                } else {
+                    job.gpu_usage.verdict(job.gpus)
+                },
             });
             // Keep the worst only, however many jobs there are.
             if self.waste.len() > 4 * WASTE_ROWS {
@@ -1058,6 +1067,9 @@ pub fn render_text(report: &UsageReport) -> String {
                 w.gpu_util_mean.map_or("n/a".into(), |u| format!("{u:.1}%")),
                 w.wasted_gpu_hours
             );
+            if !w.verdict.is_empty() {
+                let _ = writeln!(out, "            {}", w.verdict);
+            }
         }
     }
     out
@@ -1272,10 +1284,25 @@ mod tests {
             label: "x".into(),
             days: Vec::new(),
         };
+        // Job 2's GPUs one by one: one busy, three idle every reading.
+        let mut each = idle(2, 4, 5_400);
+        for _ in 0..10 {
+            let read = |gpu, utilization_pct| crate::model::gpu::Sample {
+                gpu,
+                utilization_pct,
+                memory_used_mb: 1,
+            };
+            let samples = [read(0, 80), read(1, 0), read(2, 0), read(3, 0)];
+            each.gpu_usage
+                .add(&samples, ("gpu01", &[0, 1, 2, 3]), 540, 10);
+        }
+        each.gpu_usage.samples = 10;
+        each.gpu_usage.utilization_sum = 50;
+        each.gpu_usage.low_secs = 5_400;
         let r = build(
             period,
             3_600,
-            vec![idle(1, 1, 7_200), idle(2, 4, 5_400), idle(3, 8, 1_800)],
+            vec![idle(1, 1, 7_200), each, idle(3, 8, 1_800)],
         );
         let ids: Vec<u64> = r.waste.iter().map(|w| w.job_id).collect();
         assert_eq!(ids, vec![2, 1], "job 3 was idle less than the hour");
@@ -1284,5 +1311,8 @@ mod tests {
         assert!(r.gpu_sampled);
         assert!((r.total.idle_gpu_hours - (2.0 + 6.0 + 4.0)).abs() < 1e-9);
         assert!(render_text(&r).contains("wasted 6.00 GPU-hours"));
+        assert_eq!(r.waste[0].verdict, "3 of 4 GPUs idle 100 % of the time");
+        assert_eq!(r.waste[1].verdict, "", "no GPU read one by one");
+        assert!(render_text(&r).contains("\n            3 of 4 GPUs idle 100 % of the time\n"));
     }
 }

@@ -28,11 +28,17 @@ pub struct JobView {
     pub step: Option<StepOf>,
 }
 
-/// Which step of its job a view shows, and its tasks.
+/// Which step of its job a view shows, its tasks, and what they used
+/// (the view's job carries the step's peak memory and CPU time as the
+/// job's own fields).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StepOf {
-    pub id: u32,
+    pub id: crate::model::step::StepId,
     pub tasks: u32,
+    /// As srun measured its tasks (none for the batch step, whose
+    /// figures are its job cgroup's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::model::step::StepUsage>,
 }
 
 impl JobView {

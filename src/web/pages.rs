@@ -292,6 +292,13 @@ pub fn job_page(
     row("Comment", escape(job.comment.as_deref().unwrap_or("")));
     out.push_str("</table></div>");
     let _ = write!(out, "<p>{}</p>", actions(view, viewer));
+    if job.gpus.count > 0 && job.start_time.is_some() {
+        out.push_str("<h2>GPU use</h2><ul id=\"gpu-use\">");
+        for line in crate::report::efficiency::gpu_lines(view) {
+            let _ = write!(out, "<li>{}</li>", escape(&line));
+        }
+        out.push_str("</ul>");
+    }
     out.push_str(&step_table(steps, now));
     out.push_str("<h2>Output</h2>");
     match output {

@@ -289,6 +289,7 @@ fn job_steps(page: &Page, r: JobRef) -> Result<Vec<crate::report::view::JobView>
         },
         fields: None,
         steps: true,
+        batch_steps: true,
     };
     Ok(match page.ask(Request::Query(query))? {
         Reply::Jobs { jobs, .. } => jobs.into_iter().filter(|v| v.step.is_some()).collect(),

@@ -267,6 +267,7 @@ fn accounting(
         filter,
         fields: None,
         steps: true,
+        batch_steps: true,
     };
     let reply = ctx.ask(Request::Query(query), caller)?;
     let views = jobs_of(reply)?;

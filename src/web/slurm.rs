@@ -306,7 +306,9 @@ pub fn accounting_job(view: &JobView) -> Value {
 /// job with the step's name, nodes, times, state and end.
 pub fn accounting_step(view: &JobView) -> Value {
     let job = &view.job;
-    let (id, tasks) = view.step.map_or((0, 0), |s| (s.id, s.tasks));
+    let (id, tasks) = view
+        .step
+        .map_or(("0".to_string(), 0), |s| (s.id.to_string(), s.tasks));
     let start = job.start_time.unwrap_or(0);
     let end = job.end_time.unwrap_or(0);
     let elapsed = match job.end_time {

@@ -114,6 +114,65 @@ fn a_nodes_gpu_readings_reach_the_controllers_views_and_its_jobs() {
     assert_eq!(c.field(id, "GPUMemMax"), "2G");
 }
 
+/// Each GPU of a job is read on its own: `seff` and `sacct` say which
+/// of its GPUs sat idle, with a verdict in a line.
+#[test]
+fn seff_and_sacct_say_how_each_gpu_of_a_job_was_used() {
+    let c = controller_on_loopback();
+    let node = start_node(&c, "gpu02", Box::new(Steady));
+    wait_for("gpu02 to be heard", LONG, || {
+        let nodes = c.run("ysched-slurm", &["sinfo", "-N", "-h", "-o", "%N %t"]);
+        stdout(&nodes).lines().any(|l| l.trim() == "gpu02 idle")
+    });
+    let id = c.submit(&["-G", "a100:2", "--wrap", "true"]);
+    c.wait_state(id, "RUNNING", LONG);
+    wait_for("two readings charged to the job", LONG, || {
+        let out = c.run("ysched-slurm", &["seff", &id.to_string()]);
+        stdout(&out).contains("GPU 1 on gpu02") && c.field(id, "GPUUtil") == "40.0%"
+    });
+    end_once_launched(&node, id);
+    assert_eq!(c.wait_done(id, LONG), "COMPLETED");
+    let out = c.run("ysched-slurm", &["seff", &id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let gpu_lines: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("GPUs:"))
+        .collect();
+    assert_eq!(gpu_lines.len(), 6, "{text}");
+    assert_eq!(gpu_lines[0], "GPUs: 2 (a100)");
+    assert_eq!(gpu_lines[1], "GPU Utilization: 40.00% mean");
+    assert_eq!(
+        gpu_lines[2],
+        "GPU 0 on gpu02: 75.00% mean, 2.00 GB peak memory, idle 0% of the time"
+    );
+    assert_eq!(
+        gpu_lines[3],
+        "GPU 1 on gpu02: 5.00% mean, 2.00 GB peak memory, idle 100% of the time"
+    );
+    assert!(gpu_lines[4].starts_with("Idle GPU-hours: "), "{text}");
+    assert_eq!(
+        gpu_lines[5],
+        "GPU Verdict: 1 of 2 GPUs idle 100 % of the time"
+    );
+    let out = c.run(
+        "ysacct",
+        &[
+            "-j",
+            &id.to_string(),
+            "-X",
+            "-n",
+            "-P",
+            "-o",
+            "GPUEach,GPUVerdict",
+        ],
+    );
+    assert_eq!(
+        stdout(&out),
+        "gpu02:0=75%/2G/idle0%,gpu02:1=5%/2G/idle100%|1 of 2 GPUs idle 100 % of the time\n"
+    );
+}
+
 #[test]
 fn a_node_renews_its_certificate_and_connects_with_the_new_one_after_the_old_expired() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")

@@ -149,8 +149,12 @@ def main():
 
     # sacct with repeated -j and --parsable (trailing |).
     out = run("sacct", "-p", "-n", "-j", job, "-j", long, "-o", "JobID,JobName").stdout
-    # The job's srun is its step 0, listed under it.
-    if out.splitlines() != [f"{job}|compat|", f"{job}.0|bash|", f"{long}|sleeper|"]:
+    # Under each job its batch and extern steps, then its srun, step 0.
+    expected = [
+        f"{job}|compat|", f"{job}.batch|batch|", f"{job}.extern|extern|", f"{job}.0|bash|",
+        f"{long}|sleeper|", f"{long}.batch|batch|", f"{long}.extern|extern|",
+    ]
+    if out.splitlines() != expected:
         sys.exit(f"sacct -p: {out!r}")
 
     # The partition, the controller, a job in full.

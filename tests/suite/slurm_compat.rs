@@ -294,12 +294,16 @@ fn the_lines_real_tools_stopped_on_now_work() {
     assert_eq!(c.state(waited), "FAILED");
     let (code, _, err) = slurm_out(&c, "sbatch", &["--wait", "--wrap", "true"]);
     assert_eq!(code, Some(0), "{err}");
-    // Step ids as their job's.
+    // Step ids as their job's: the job and its steps.
     for ids in [format!("{waited}.batch"), format!("{waited}.0,{waited}.1")] {
         let (code, out, err) =
             slurm_out(&c, "sacct", &["-n", "-P", "-j", &ids, "-o", "JobID,State"]);
         assert_eq!(code, Some(0), "{err}");
-        assert_eq!(out.trim(), format!("{waited}|FAILED"), "{ids}");
+        assert_eq!(
+            out.trim(),
+            format!("{waited}|FAILED\n{waited}.batch|FAILED\n{waited}.extern|COMPLETED"),
+            "{ids}"
+        );
     }
     // scontrol show job with no id: every job.
     let held: Vec<u64> = (0..2)
@@ -780,4 +784,126 @@ fn sbatch_writes_slurm_out_files_where_no_output_is_named() {
     let named = c.work.join(format!("named-{id}.txt"));
     assert_eq!(std::fs::read_to_string(named).unwrap(), "named\n");
     assert!(!c.work.join(format!("slurm-{id}.out")).exists());
+}
+
+/// sacct lists a job's batch and extern steps beside each srun, each
+/// step with what its tasks used (peak memory, CPU time), a step
+/// stopped by `scancel N.S` CANCELLED; `seff` reports the job in Slurm's
+/// seff layout.
+#[test]
+fn sacct_lists_every_step_with_its_usage_and_seff_reports_the_job() {
+    let c = Cluster::started("");
+    let long = std::time::Duration::from_secs(40);
+    let slurm = bin_dir().join("ysched-slurm");
+    // Two tasks that each hold 64 MiB and spin a CPU for 1.5 s; then a
+    // step cancelled on its own.
+    let body = format!(
+        "#!/bin/sh\n\
+         {slurm} srun python3 -c 'import time; x = bytearray(64 << 20); s = time.time()\n\
+while time.time() - s < 1.5: pass'\n\
+         {slurm} srun sleep 60 &\n\
+         while ! {slurm} squeue -s -h -j $SLURM_JOB_ID | grep -q sleep; do sleep 0.2; done\n\
+         {slurm} scancel $SLURM_JOB_ID.1\n\
+         wait\n\
+         exit 0\n",
+        slurm = slurm.display()
+    );
+    let script = c.script("used.sh", &body);
+    let id = c.submit(&["-n", "2", "--mem=1G", script.to_str().unwrap()]);
+    assert_eq!(c.wait_done(id, long), "COMPLETED", "{}", c.output_of(id));
+    let (code, rows, err) = slurm_out(
+        &c,
+        "sacct",
+        &[
+            "-j",
+            &id.to_string(),
+            "-n",
+            "-P",
+            "-o",
+            "JobID,JobName,State,ExitCode,NTasks",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        rows.lines().collect::<Vec<_>>(),
+        [
+            format!("{id}|used.sh|COMPLETED|0:0|"),
+            format!("{id}.batch|batch|COMPLETED|0:0|1"),
+            format!("{id}.extern|extern|COMPLETED|0:0|1"),
+            format!("{id}.0|python3|COMPLETED|0:0|2"),
+            format!("{id}.1|sleep|CANCELLED|0:15|2"),
+        ]
+    );
+    let (_, used, _) = slurm_out(
+        &c,
+        "sacct",
+        &[
+            "-j",
+            &format!("{id}.0"),
+            "-n",
+            "-P",
+            "-o",
+            "JobID,MaxRSS,AveRSS,MaxRSSTask,TotalCPU,UserCPU,AveCPU,TRESUsageInTot",
+        ],
+    );
+    let step = used
+        .lines()
+        .find(|l| l.starts_with(&format!("{id}.0|")))
+        .unwrap_or_else(|| panic!("no step 0 in {used}"));
+    let cells: Vec<&str> = step.split('|').collect();
+    let kib = |cell: &str| -> u64 { cell.trim_end_matches('K').parse().unwrap() };
+    assert!(kib(cells[1]) >= 64 << 10, "MaxRSS holds 64 MiB: {step}");
+    assert!(kib(cells[2]) >= 64 << 10, "AveRSS too: {step}");
+    assert!(["0", "1"].contains(&cells[3]), "{step}");
+    let seconds = |cell: &str| -> f64 {
+        let (m, s) = cell.split_once(':').unwrap();
+        m.parse::<f64>().unwrap() * 60.0 + s.parse::<f64>().unwrap()
+    };
+    assert!(seconds(cells[4]) >= 2.5, "two tasks of 1.5 s: {step}");
+    assert!(seconds(cells[5]) >= 2.0, "mostly in user mode: {step}");
+    assert!(seconds(cells[6]) >= 1.2, "each task's: {step}");
+    assert!(
+        cells[7].starts_with("cpu=") && cells[7].contains(",mem="),
+        "{step}"
+    );
+    let (code, seff, err) = slurm_out(&c, "seff", &[&id.to_string()]);
+    assert_eq!(code, Some(0), "{err}");
+    let lines: Vec<&str> = seff.lines().collect();
+    let expected = [
+        format!("Job ID: {id}"),
+        "Cluster: gpu01".to_string(),
+        format!("User/Group: {}/{}", whoami(), group_name()),
+        "State: COMPLETED (exit code 0)".to_string(),
+        "Nodes: 1".to_string(),
+        "Cores per node: 2".to_string(),
+    ];
+    assert_eq!(lines[..6], expected, "{seff}");
+    let utilized = lines[6].strip_prefix("CPU Utilized: ").unwrap();
+    assert!(utilized >= "00:00:03", "{seff}");
+    assert!(lines[7].starts_with("CPU Efficiency: ") && lines[7].ends_with(" core-walltime"));
+    assert!(lines[8].starts_with("Job Wall-clock time: "), "{seff}");
+    assert!(lines[9].starts_with("Memory Utilized: "), "{seff}");
+    assert!(lines[10].starts_with("Memory Efficiency: ") && lines[10].contains("% of 1.00 GB"));
+    let (code, _, err) = slurm_out(&c, "seff", &["999999"]);
+    assert_eq!((code, err.as_str()), (Some(2), "Job not found.\n"));
+    let (code, usage, _) = slurm_out(&c, "seff", &[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        usage.starts_with("Usage: seff [Options] <Jobid>\n"),
+        "{usage}"
+    );
+}
+
+fn whoami() -> String {
+    nix::unistd::User::from_uid(nix::unistd::getuid())
+        .unwrap()
+        .unwrap()
+        .name
+}
+
+fn group_name() -> String {
+    nix::unistd::Group::from_gid(nix::unistd::getgid())
+        .unwrap()
+        .unwrap()
+        .name
 }

@@ -89,12 +89,18 @@ fn each_srun_is_a_step_with_its_own_record() {
         listed(&["-j", &id_text, "-n", "-X", "-o", "JobID"]).trim(),
         id_text
     );
+    // Slurm's sacct lists the batch and extern steps too.
     let sacct = c.run_as(
         &user.name,
         "ysched-slurm",
         &["sacct", "-j", &id_text, "-n", "-P", "-o", "JobID"],
     );
-    assert_eq!(stdout(&sacct).lines().count(), 5, "{}", stderr(&sacct));
+    let ids: Vec<String> = stdout(&sacct).lines().map(str::to_string).collect();
+    let expected: Vec<String> = ["", ".batch", ".extern", ".0", ".1", ".2", ".3"]
+        .iter()
+        .map(|s| format!("{id}{s}"))
+        .collect();
+    assert_eq!(ids, expected, "{}", stderr(&sacct));
 }
 
 #[test]

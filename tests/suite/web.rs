@@ -847,19 +847,21 @@ fn a_jobs_steps_are_in_its_accounting_answer_as_slurmdbd_nests_them() {
             )
         })
         .collect();
-    let (first, second) = (format!("{id}.0"), format!("{id}.1"));
+    let ids = [".batch", ".extern", ".0", ".1"].map(|s| format!("{id}{s}"));
     assert_eq!(
         seen,
         [
-            (first.as_str(), "true", "COMPLETED"),
-            (second.as_str(), "sh", "FAILED")
+            (ids[0].as_str(), "batch", "COMPLETED"),
+            (ids[1].as_str(), "extern", "COMPLETED"),
+            (ids[2].as_str(), "true", "COMPLETED"),
+            (ids[3].as_str(), "sh", "FAILED")
         ]
     );
     assert_eq!(
-        steps[1]["exit_code"]["return_code"]["number"], 2,
+        steps[3]["exit_code"]["return_code"]["number"], 2,
         "{answer}"
     );
-    assert_eq!(steps[0]["tasks"]["count"], 1);
+    assert_eq!(steps[2]["tasks"]["count"], 1);
     // The portal's page of the job lists them too.
     let session = format!("ysched_session={token}");
     let (status, page) = web.call("GET", &format!("/job/{id}"), &[("Cookie", &session)], b"");
