@@ -623,12 +623,9 @@ const SQUEUE: &[SlurmOption] = &[
         Decision::Quiet("ysched is one cluster, not a federation"),
     ),
     opt(&["-o", "--format"], Value::Required, Decision::Honoured),
-    opt(
-        &["-O", "--Format"],
-        Value::Required,
-        Decision::Refused("use -o/--format with its % codes"),
-    ),
+    opt(&["-O", "--Format"], Value::Required, Decision::Honoured),
     opt(&["--help"], Value::None, Decision::Honoured),
+    opt(&["--helpformat"], Value::None, Decision::Honoured),
     opt(
         &["--hide"],
         Value::None,
@@ -788,11 +785,7 @@ const SACCT: &[SlurmOption] = &[
         Decision::Refused("jobs are not listed by group yet"),
     ),
     opt(&["-h", "--help"], Value::None, Decision::Honoured),
-    opt(
-        &["-e", "--helpformat"],
-        Value::None,
-        Decision::Refused("the fields are listed in ysacct(1)"),
-    ),
+    opt(&["-e", "--helpformat"], Value::None, Decision::Honoured),
     opt(&["-j", "--jobs"], Value::Required, Decision::Honoured),
     opt(&["--json"], Value::None, Decision::Honoured),
     opt(

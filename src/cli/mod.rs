@@ -7,6 +7,7 @@ pub mod sacctmgr;
 pub mod seff;
 pub mod session;
 pub mod slurm;
+pub mod slurm_formats;
 pub mod slurm_help;
 pub mod srun;
 pub mod token_file;

@@ -101,6 +101,7 @@ fn run_screened(name: &str, args: Vec<OsString>) -> ExitCode {
             name,
             super::ysacct::Args::try_parse_from(argv(args)).map(|a| super::ysacct::Args {
                 batch_steps: true,
+                reason_codes: true,
                 ..a
             }),
             super::ysacct::run,
@@ -183,6 +184,7 @@ fn slurm_squeue_format(mut args: super::ysqueue::Args) -> super::ysqueue::Args {
             .filter(|f| !f.is_empty());
         args.format = Some(from_env.unwrap_or_else(|| SQUEUE_DEFAULT.to_string()));
     }
+    args.reason_codes = true;
     args
 }
 
@@ -209,6 +211,26 @@ fn before_parsing(name: &str, args: Vec<OsString>) -> Result<Vec<OsString>, Exit
         eprintln!("{name}: error: {refusal}");
         ExitCode::from(1)
     })?;
+    let helpformat = args
+        .iter()
+        .any(|a| a == "--helpformat" || (name == "sacct" && a == "-e"));
+    if let Some(fields) = helpformat
+        .then(|| super::slurm_formats::helpformat(name))
+        .flatten()
+    {
+        return Err(match print(&fields) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(_) => ExitCode::from(1),
+        });
+    }
+    let args = if name == "squeue" {
+        super::slurm_formats::with_long_format(args).map_err(|e| {
+            eprintln!("squeue: error: {e}");
+            ExitCode::from(1)
+        })?
+    } else {
+        args
+    };
     if let Some(asked) = super::slurm_help::asked(name, &args) {
         let parser = parser_of(name);
         return Err(

@@ -73,12 +73,18 @@ pub struct Args {
     pub json: bool,
     #[command(flatten)]
     pub clusters: super::Clusters,
+    /// Called as Slurm's sacct: `Reason` is Slurm's one-word code.
+    #[arg(skip)]
+    pub reason_codes: bool,
 }
 
 pub fn run(args: Args) -> CliResult {
     let config = load_config()?;
-    let columns = report::parse_sacct_format(args.format.as_deref().unwrap_or(DEFAULT_FORMAT))
+    let mut columns = report::parse_sacct_format(args.format.as_deref().unwrap_or(DEFAULT_FORMAT))
         .map_err(|e| CliError::usage(e.to_string()))?;
+    if args.reason_codes {
+        report::with_reason_codes(&mut columns);
+    }
     // As sacct: your own jobs unless -a, -u or job ids say otherwise.
     let mut users = args.users.clone();
     if users.is_empty() && !args.all_users && args.jobs.is_empty() {

@@ -489,13 +489,25 @@ fn pull_image(config: &crate::config::Config, pull: Control, wait: bool) -> CliR
 }
 
 /// scontrol's layout: KEY=VALUE pairs, a few to a line.
+/// `Reason=`'s value: Slurm's one-word code, which parsers that split on
+/// spaces read; then the words, quoted, where they say more.
+fn reason_of(view: &JobView, now: i64) -> String {
+    let code = crate::report::Field::ReasonCode.value(view, now);
+    let words = crate::report::Field::Reason.value(view, now);
+    if words == code || words == "None" {
+        code
+    } else {
+        format!("{code} ReasonText=\"{}\"", words.replace('"', "'"))
+    }
+}
+
 fn show_job(view: &JobView, now: i64, layout: JobLayout) -> String {
     let job = &view.job;
     let time = |t: Option<i64>| {
         t.map(units::format_timestamp)
             .unwrap_or_else(|| "Unknown".into())
     };
-    let reason = crate::report::Field::Reason.value(view, now);
+    let reason = reason_of(view, now);
     let lines = [
         format!("JobId={} JobName={}", job.id, job.name),
         format!(

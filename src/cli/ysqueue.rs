@@ -61,6 +61,9 @@ pub struct Args {
     pub steps: bool,
     #[command(flatten)]
     pub clusters: super::Clusters,
+    /// Called as Slurm's squeue: `%r` is Slurm's one-word code.
+    #[arg(skip)]
+    pub reason_codes: bool,
     /// Accepted for Slurm tools: every job is shown to whoever may see it
     #[arg(short = 'a', long = "all", hide_short_help = true)]
     pub all: bool,
@@ -93,7 +96,12 @@ pub fn run(args: Args) -> CliResult {
         }
         None => None,
     };
-    let format = format.unwrap_or_else(|| default_format(args.priority, args.start));
+    let mut format = format.unwrap_or_else(|| default_format(args.priority, args.start));
+    if args.reason_codes {
+        for (_, column) in &mut format.parts {
+            report::with_reason_codes(std::slice::from_mut(column));
+        }
+    }
     let fields = (!args.json).then(|| format.fields());
     let mut rows = match query_rows(
         "ysqueue",

@@ -45,7 +45,15 @@ pub enum Field {
     NodeList,
     /// squeue's NODELIST(REASON): the node if running, `(Reason)` if pending.
     NodeListReason,
+    /// squeue's `%B`: the node its batch script runs on (`n/a` before).
+    BatchHost,
+    /// Why it waits, or how its end came, in words (`cancelled by uid
+    /// 1000 (alice)`); a pending job's reason code.
     Reason,
+    /// The same as Slurm's one-word codes (`Priority`, `TimeLimit`,
+    /// `NonZeroExitCode`, `None`): what Slurm's squeue `%r` and sacct's
+    /// `Reason` print, for parsers that split on spaces.
+    ReasonCode,
     /// The GPU request as a count, with the type when one was asked for.
     Gpus,
     TresPerNode,
@@ -130,7 +138,7 @@ pub enum Field {
 /// squeue's letters for what ysched does not keep per job: sockets,
 /// cores and threads, features, licenses, temporary disk, the command,
 /// the group, requested and excluded node lists, the reservation...
-pub const SQUEUE_NOT_KEPT: &str = "BGHIJOWXYcdfghnopsvwxz";
+pub const SQUEUE_NOT_KEPT: &str = "GHIJOWXYcdfghnopsvwxz";
 
 /// sacct 22.05's fields ysched does not keep: accepted in `--format` and
 /// shown empty, so that a tool asking for them reads its other fields.
@@ -240,7 +248,9 @@ impl Field {
             Field::NTasks => "NTASKS",
             Field::NodeList => "NODELIST",
             Field::NodeListReason => "NODELIST(REASON)",
+            Field::BatchHost => "EXEC_HOST",
             Field::Reason => "REASON",
+            Field::ReasonCode => "REASON",
             Field::Gpus => "GPUS",
             Field::TresPerNode => "TRES_PER_NODE",
             Field::AllocTres => "ALLOCTRES",
@@ -287,7 +297,8 @@ impl Field {
             Field::StdErr => "STDERR",
             Field::Comment => "COMMENT",
             Field::Dependency => "DEPENDENCY",
-            Field::JobIdRaw => "JOBID_RAW",
+            // squeue's %A, as Slurm heads it.
+            Field::JobIdRaw => "JOBID",
             Field::ArrayJobId => "ARRAY_JOB_ID",
             Field::ArrayTaskId => "ARRAY_TASK_ID",
             Field::Partition => "PARTITION",
@@ -317,6 +328,7 @@ impl Field {
             'D' => Field::Nodes,
             'N' => Field::NodeList,
             'R' => Field::NodeListReason,
+            'B' => Field::BatchHost,
             'r' => Field::Reason,
             'b' => Field::TresPerNode,
             'C' => Field::Cpus,
@@ -365,6 +377,8 @@ impl Field {
         ("NNodes", Field::Nodes),
         ("NTasks", Field::NTasks),
         ("Reason", Field::Reason),
+        ("ReasonCode", Field::ReasonCode),
+        ("ReasonText", Field::Reason),
         ("Restarts", Field::Restarts),
         ("Preemptions", Field::Preemptions),
         ("Preempted", Field::Preemptions),
@@ -470,7 +484,9 @@ impl Field {
             | Field::NTasks
             | Field::NodeList
             | Field::NodeListReason
-            | Field::Reason => self.identity_text(view, now),
+            | Field::BatchHost
+            | Field::Reason
+            | Field::ReasonCode => self.identity_text(view, now),
             Field::AveRss
             | Field::MaxRssTask
             | Field::UserCpu
@@ -596,6 +612,11 @@ impl Field {
                 };
                 Cow::Borrowed(reason.unwrap_or("None"))
             }
+            Field::ReasonCode => Cow::Borrowed(reason_code(view)),
+            Field::BatchHost => match &job.node {
+                Some(node) if !pending => Cow::Borrowed(node.as_str()),
+                _ => Cow::Borrowed("n/a"),
+            },
             _ => return None,
         })
     }
@@ -845,6 +866,30 @@ impl Field {
             },
             _ => return None,
         })
+    }
+}
+
+/// Slurm's one-word code for why `view`'s job waits or how it ended.
+fn reason_code(view: &JobView) -> &str {
+    let job = &view.job;
+    match job.state {
+        JobState::Pending => view.pending_reason.as_deref().unwrap_or("None"),
+        JobState::Failed if job.exit.is_some_and(|e| e.signal != 0) => "RaisedSignal",
+        JobState::Failed => "NonZeroExitCode",
+        JobState::Timeout => "TimeLimit",
+        JobState::NodeFail => "NodeDown",
+        JobState::OutOfMemory => "OutOfMemory",
+        _ => "None",
+    }
+}
+
+/// Each column of `columns` headed `Reason` shows Slurm's code instead of
+/// the words, as Slurm's own commands do (`ReasonText` keeps the words).
+pub fn with_reason_codes(columns: &mut [Column]) {
+    for column in columns {
+        if column.field == Field::Reason && column.header.eq_ignore_ascii_case("reason") {
+            column.field = Field::ReasonCode;
+        }
     }
 }
 
