@@ -22,12 +22,39 @@ pub const PARTITION: &str = "ysched";
 
 pub const VERSION: &str = "slurm 22.05.8\n";
 
-/// A refused option, and why.
+/// A refused option, and why: one ysched does not support, or a value
+/// that does not read (an accepted option's value is checked all the
+/// same, as Slurm checks it).
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{option} is not supported here: {why}")]
-pub struct Refused {
-    pub option: String,
-    pub why: &'static str,
+pub enum Refused {
+    #[error("{option} is not supported here: {why}")]
+    Unsupported { option: String, why: &'static str },
+    #[error("invalid {option} argument '{value}': {why}")]
+    BadValue {
+        option: String,
+        value: String,
+        why: &'static str,
+    },
+}
+
+/// Why `value` does not read as the value of accepted option `name`, if
+/// it does not: counts are whole numbers, sizes numbers with a unit.
+fn bad_value(name: &str, value: &str) -> Option<&'static str> {
+    let whole = |v: &str| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit());
+    match name {
+        "--mincpus"
+        | "--cores-per-socket"
+        | "--sockets-per-node"
+        | "--threads-per-core"
+        | "--ntasks-per-core"
+        | "--ntasks-per-socket" => (!whole(value)).then_some("a whole number of CPUs, 0 or more"),
+        "--tmp" => {
+            let digits = value.trim_end_matches(|c: char| "KMGTkmgt".contains(c));
+            (!whole(digits) || value.len() > digits.len() + 1)
+                .then_some("a size: a whole number of MB, or with K, M, G or T")
+        }
+        _ => None,
+    }
 }
 
 /// Whether an option takes a value.
@@ -131,16 +158,24 @@ pub fn screen(
                 }
             }
             Decision::Quiet(_) | Decision::Accepted(_) => {
+                let next = takes_next.then(|| rest.next()).flatten();
+                let value = attached.or_else(|| next.map(|v| v.to_string_lossy().into_owned()));
+                if let Some((value, why)) =
+                    value.and_then(|v| Some((v.clone(), bad_value(&name, &v)?)))
+                {
+                    return Err(Refused::BadValue {
+                        option: name,
+                        value,
+                        why,
+                    });
+                }
                 if let Decision::Accepted(why) = option.decision {
                     warnings.push(format!(
                         "{name} is accepted and changes nothing here: {why}"
                     ));
                 }
-                if takes_next {
-                    rest.next();
-                }
             }
-            Decision::Refused(why) => return Err(Refused { option: name, why }),
+            Decision::Refused(why) => return Err(Refused::Unsupported { option: name, why }),
             Decision::Alias(to) => {
                 let to = to.replace("$USER", &user_name());
                 let next = takes_next.then(|| rest.next()).flatten();
@@ -1200,7 +1235,7 @@ pub fn with_input_variables(
             continue;
         }
         if let Decision::Refused(why) = option.decision {
-            return Err(Refused {
+            return Err(Refused::Unsupported {
                 option: format!("{variable} (as {name})"),
                 why,
             });
@@ -1437,6 +1472,23 @@ mod tests {
         assert_eq!(got, words(&["--time=10", "x.sh"]));
         let refused =
             with_input_variables("sbatch", words(&[]), env(&[("SBATCH_BATCH", "x")])).unwrap_err();
-        assert_eq!(refused.option, "SBATCH_BATCH (as --batch)");
+        assert!(
+            matches!(&refused, Refused::Unsupported { option, .. } if option == "SBATCH_BATCH (as --batch)"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn an_accepted_options_value_is_checked_all_the_same() {
+        let (out, _) = screened("srun", &["--mincpus=-1", "true"]);
+        assert_eq!(
+            out.unwrap_err().to_string(),
+            "invalid --mincpus argument '-1': a whole number of CPUs, 0 or more"
+        );
+        let (out, _) = screened("sbatch", &["--tmp", "-1", "x.sh"]);
+        assert!(matches!(out, Err(Refused::BadValue { .. })), "{out:?}");
+        let (out, warnings) = screened("sbatch", &["--tmp=10G", "--mincpus", "4", "x.sh"]);
+        assert_eq!(out.unwrap(), ["x.sh"]);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
     }
 }

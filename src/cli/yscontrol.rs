@@ -371,10 +371,7 @@ pub fn show_all_jobs(config: &crate::config::Config, layout: JobLayout) -> CliRe
     };
     match query("scontrol", config, all)? {
         Reply::Jobs { jobs, .. } if jobs.is_empty() => print("No jobs in the system\n"),
-        Reply::Jobs { jobs, now } => {
-            let text: String = jobs.iter().map(|j| show_job(j, now, layout)).collect();
-            print(&text)
-        }
+        Reply::Jobs { jobs, now } => print(&show_records(&jobs, now, layout)),
         Reply::Rejected { error } => Err(CliError::failed(error)),
         other => Err(CliError::failed(format!(
             "unexpected reply from ysctld: {other:?}"
@@ -388,14 +385,120 @@ pub fn show_one_job(config: &crate::config::Config, job: &String, layout: JobLay
     let [id] = ids.as_slice() else {
         return Err(CliError::usage("give one job id"));
     };
-    match query("yscontrol", config, Query::Job(*id))? {
-        Reply::Jobs { jobs, now } if !jobs.is_empty() => {
-            let text: String = jobs.iter().map(|j| show_job(j, now, layout)).collect();
+    // A task is read with its array: whether it is still a record of
+    // its own depends on its siblings.
+    let asked = match *id {
+        crate::array::JobRef::Task(array, _) => crate::array::JobRef::Id(array),
+        other => other,
+    };
+    let task = match *id {
+        crate::array::JobRef::Task(_, task) => Some(task),
+        crate::array::JobRef::Id(_) => None,
+    };
+    match query("yscontrol", config, Query::Job(asked))? {
+        Reply::Jobs { jobs, now } => {
+            let mut shown = records(&jobs);
+            if let Some(task) = task {
+                shown.retain(|r| r.holds(task));
+            }
+            if shown.is_empty() {
+                return Err(CliError::failed(format!(
+                    "job {id} does not exist (Invalid job id specified)"
+                )));
+            }
+            let text: String = shown
+                .iter()
+                .map(|r| show_job(r.view, now, layout, r.folded.as_deref()))
+                .collect();
             print(&text)
         }
         Reply::Rejected { error } => Err(CliError::failed(error)),
-        _ => Err(CliError::failed(format!("job {id} does not exist"))),
+        // A pending array task cancelled is gone from its array's record.
+        _ => Err(CliError::failed(format!(
+            "job {id} does not exist (Invalid job id specified)"
+        ))),
     }
+}
+
+/// A record `scontrol show job` prints: a job, or the pending tasks of an
+/// array folded into one, as slurmctld keeps them (`JobId=N
+/// ArrayTaskId=0-7`), with the tasks' range.
+struct Record<'a> {
+    view: &'a JobView,
+    folded: Option<String>,
+    /// The array tasks it shows (none outside arrays).
+    tasks: Vec<u32>,
+}
+
+impl Record<'_> {
+    fn holds(&self, task: u32) -> bool {
+        self.tasks.contains(&task)
+    }
+}
+
+/// The records of `jobs`: each job on its own, but an array's tasks that
+/// never started folded into one record per state, as slurmctld keeps
+/// them; a task cancelled before it started leaves its array's pending
+/// record and is no record of its own (unless none of its array is left
+/// pending: the array then shows cancelled, whole).
+fn records(jobs: &[JobView]) -> Vec<Record<'_>> {
+    use crate::model::job::JobState;
+    let unstarted = |v: &JobView| v.job.array.is_some() && v.job.start_time.is_none();
+    let mut out: Vec<Record<'_>> = Vec::new();
+    for view in jobs {
+        let Some(array) = view.job.array.as_ref().filter(|_| unstarted(view)) else {
+            let tasks = view.job.array.iter().map(|a| a.task_id).collect();
+            out.push(Record {
+                view,
+                folded: None,
+                tasks,
+            });
+            continue;
+        };
+        let state = view.job.state;
+        let pending_left = jobs.iter().any(|v| {
+            unstarted(v)
+                && v.job.state == JobState::Pending
+                && v.job
+                    .array
+                    .as_ref()
+                    .is_some_and(|a| a.job_id == array.job_id)
+        });
+        if state == JobState::Cancelled && pending_left {
+            continue;
+        }
+        let same = |v: &&JobView| {
+            unstarted(v)
+                && v.job.state == state
+                && v.job
+                    .array
+                    .as_ref()
+                    .is_some_and(|a| a.job_id == array.job_id)
+        };
+        if out.iter().any(|r| r.folded.is_some() && same(&r.view)) {
+            continue;
+        }
+        let mut tasks: Vec<u32> = jobs
+            .iter()
+            .filter(same)
+            .filter_map(|v| v.job.array.as_ref().map(|a| a.task_id))
+            .collect();
+        tasks.sort_unstable();
+        out.push(Record {
+            view,
+            folded: Some(crate::array::format_ranges(&tasks)),
+            tasks,
+        });
+    }
+    out
+}
+
+/// `jobs` as `scontrol show job` prints them, record after record.
+fn show_records(jobs: &[JobView], now: i64, layout: JobLayout) -> String {
+    records(jobs)
+        .iter()
+        .map(|r| show_job(r.view, now, layout, r.folded.as_deref()))
+        .collect()
 }
 
 /// `yscontrol update` words: job ids (or JobId=ID) and KEY=VALUE changes.
@@ -501,15 +604,18 @@ fn reason_of(view: &JobView, now: i64) -> String {
     }
 }
 
-fn show_job(view: &JobView, now: i64, layout: JobLayout) -> String {
+/// One record: `view`'s job, or (`folded`: the tasks' range) the pending
+/// tasks of its array, under the array's id.
+fn show_job(view: &JobView, now: i64, layout: JobLayout, folded: Option<&str>) -> String {
     let job = &view.job;
+    let id = folded.and(job.array.as_ref()).map_or(job.id, |a| a.job_id);
     let time = |t: Option<i64>| {
         t.map(units::format_timestamp)
             .unwrap_or_else(|| "Unknown".into())
     };
     let reason = reason_of(view, now);
     let lines = [
-        format!("JobId={} JobName={}", job.id, job.name),
+        format!("JobId={id} JobName={}", job.name),
         format!(
             "UserId={}({}) GroupId={} Account={} QOS={}",
             job.user, job.uid, job.gid, job.account, job.qos
@@ -581,7 +687,11 @@ fn show_job(view: &JobView, now: i64, layout: JobLayout) -> String {
     if let Some(task) = &job.array {
         out.insert(
             1,
-            format!("   ArrayJobId={} ArrayTaskId={}", task.job_id, task.task_id),
+            format!(
+                "   ArrayJobId={} ArrayTaskId={}",
+                task.job_id,
+                folded.map_or_else(|| task.task_id.to_string(), str::to_string)
+            ),
         );
     }
     out.extend(optional_job_lines(view));

@@ -1024,3 +1024,34 @@ fn squeue_long_format_batch_host_and_helpformat_as_slurms() {
         assert!(fields.split_whitespace().any(|f| f == field), "{fields}");
     }
 }
+
+/// scontrol keeps an array's pending tasks as one record (`JobId=N
+/// ArrayTaskId=0-7`), as slurmctld does; a pending task cancelled leaves
+/// it, and the array cancelled whole shows cancelled.
+#[test]
+fn scontrol_folds_an_arrays_pending_tasks_into_one_record() {
+    let c = Cluster::started("");
+    let id = c.submit(&["--array=0-7", "--begin=now+1hour", "--wrap", "true"]);
+    let show = |what: &str| slurm_out(&c, "scontrol", &["-o", "show", "job", what]);
+    let (code, out, err) = show(&id.to_string());
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(out.starts_with(&format!("JobId={id} ")), "{out}");
+    assert!(out.contains(" ArrayTaskId=0-7 "), "{out}");
+    let (code, err) = slurm(&c, "scancel", &[&format!("{id}_7")]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, _, _) = show(&format!("{id}_7"));
+    assert_ne!(code, Some(0), "a pending task cancelled is no record");
+    let (_, out, _) = show(&id.to_string());
+    assert!(out.contains(" ArrayTaskId=0-6 "), "{out}");
+    let (code, err) = slurm(&c, "scancel", &[&id.to_string()]);
+    assert_eq!(code, Some(0), "{err}");
+    let (_, out, _) = show(&id.to_string());
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(
+        out.contains(" JobState=CANCELLED ") && out.contains(" ArrayTaskId=0-7 "),
+        "{out}"
+    );
+    let (_, all, _) = slurm_out(&c, "scontrol", &["-o", "show", "jobs"]);
+    assert_eq!(all.lines().count(), 1, "{all}");
+}
