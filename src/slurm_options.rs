@@ -743,6 +743,8 @@ const SQUEUE: &[SlurmOption] = &[
         Decision::Quiet("no more is said"),
     ),
     opt(&["-V", "--version"], Value::None, Decision::Honoured),
+    opt(&["--json"], Value::None, Decision::Honoured),
+    opt(&["--yaml"], Value::None, Decision::Refused("use --json")),
 ];
 
 /// `sacct`.
@@ -1097,6 +1099,8 @@ const SINFO: &[SlurmOption] = &[
         Decision::Quiet("no more is said"),
     ),
     opt(&["-V", "--version"], Value::None, Decision::Honoured),
+    opt(&["--json"], Value::None, Decision::Honoured),
+    opt(&["--yaml"], Value::None, Decision::Refused("use --json")),
 ];
 
 /// `scontrol`.
@@ -1155,6 +1159,8 @@ const SCONTROL: &[SlurmOption] = &[
         Decision::Quiet("no more is said"),
     ),
     opt(&["-V", "--version"], Value::None, Decision::Honoured),
+    opt(&["--json"], Value::None, Decision::Honoured),
+    opt(&["--yaml"], Value::None, Decision::Refused("use --json")),
 ];
 
 /// `sshare`.

@@ -101,7 +101,7 @@ fn run_screened(name: &str, args: Vec<OsString>) -> ExitCode {
             name,
             super::ysacct::Args::try_parse_from(argv(args)).map(|a| super::ysacct::Args {
                 batch_steps: true,
-                reason_codes: true,
+                as_slurm: true,
                 ..a
             }),
             super::ysacct::run,
@@ -184,7 +184,7 @@ fn slurm_squeue_format(mut args: super::ysqueue::Args) -> super::ysqueue::Args {
             .filter(|f| !f.is_empty());
         args.format = Some(from_env.unwrap_or_else(|| SQUEUE_DEFAULT.to_string()));
     }
-    args.reason_codes = true;
+    args.as_slurm = true;
     args
 }
 
@@ -351,6 +351,9 @@ pub struct SinfoArgs {
     /// Accepted (ysched has one summary)
     #[arg(short = 's', long)]
     pub summarize: bool,
+    /// The nodes in Slurm's JSON
+    #[arg(long)]
+    pub json: bool,
     /// Print help
     #[arg(long, action = clap::ArgAction::Help)]
     pub help: Option<bool>,
@@ -360,6 +363,9 @@ use crate::slurm_options::PARTITION;
 
 fn sinfo(args: SinfoArgs) -> CliResult {
     let config = load_config()?;
+    if args.json {
+        return nodes_json(&config, None, "sinfo");
+    }
     let pool = super::ysinfo::nodes_info(&config)?;
     let default = if args.node {
         "%N %.6D %P %.11T"
@@ -553,6 +559,9 @@ pub struct ScontrolArgs {
     /// More detail: where a job's GPUs are on its nodes
     #[arg(short = 'd', long)]
     pub details: bool,
+    /// Jobs and nodes in Slurm's JSON (as squeue --json and sinfo --json)
+    #[arg(long)]
+    pub json: bool,
     /// show job ID | show node | show config | show partition | show hostnames [LIST] | show hostlist NAMES | requeue ID... | hold ID... | release ID... | suspend ID... | resume ID... | update JobId=ID KEY=VALUE... | ping | reconfigure
     #[arg(value_name = "COMMAND", num_args = 1.., required = true)]
     pub words: Vec<String>,
@@ -575,6 +584,7 @@ fn scontrol(args: ScontrolArgs) -> CliResult {
             let layout = super::yscontrol::JobLayout {
                 one_line: args.oneliner,
                 details: args.details,
+                json: args.json,
             };
             let config = load_config()?;
             return match words.get(2) {
@@ -584,7 +594,11 @@ fn scontrol(args: ScontrolArgs) -> CliResult {
         }
         ["show", "node" | "nodes", ..] => {
             let config = load_config()?;
-            return super::yscontrol::show_nodes(&config, words.get(2).map(String::as_str), args.oneliner);
+            let name = words.get(2).map(String::as_str);
+            if args.json {
+                return nodes_json(&config, name, "scontrol");
+            }
+            return super::yscontrol::show_nodes(&config, name, args.oneliner);
         }
         ["show", "config"] => C::Show { what: S::Config },
         ["show", "partition", ..] | ["show", "partitions", ..] => return show_partition(),
@@ -607,6 +621,20 @@ fn scontrol(args: ScontrolArgs) -> CliResult {
         }
     };
     super::yscontrol::run(Y { command })
+}
+
+/// Nodes (all, or the one `name`d) in Slurm's JSON, as `command` prints
+/// them.
+fn nodes_json(config: &crate::config::Config, name: Option<&str>, command: &str) -> CliResult {
+    let nodes: Vec<NodeInfo> = super::ysinfo::nodes_info(config)?
+        .into_iter()
+        .filter(|n| name.is_none_or(|want| n.name == want))
+        .collect();
+    if let (Some(want), true) = (name, nodes.is_empty()) {
+        return Err(CliError::failed(format!("Node {want} not found")));
+    }
+    let answer = crate::report::slurm_json::nodes_answer(&nodes, command);
+    print(&format!("{}\n", serde_json::to_string_pretty(&answer)?))
 }
 
 /// `scontrol show hostnames [HOSTLIST]`: each node a hostlist names, a

@@ -73,16 +73,17 @@ pub struct Args {
     pub json: bool,
     #[command(flatten)]
     pub clusters: super::Clusters,
-    /// Called as Slurm's sacct: `Reason` is Slurm's one-word code.
+    /// Called as Slurm's sacct: `Reason` is Slurm's one-word code, and
+    /// `--json` Slurm's layout, each job's steps in it.
     #[arg(skip)]
-    pub reason_codes: bool,
+    pub as_slurm: bool,
 }
 
 pub fn run(args: Args) -> CliResult {
     let config = load_config()?;
     let mut columns = report::parse_sacct_format(args.format.as_deref().unwrap_or(DEFAULT_FORMAT))
         .map_err(|e| CliError::usage(e.to_string()))?;
-    if args.reason_codes {
+    if args.as_slurm {
         report::with_reason_codes(&mut columns);
     }
     // As sacct: your own jobs unless -a, -u or job ids say otherwise.
@@ -116,11 +117,20 @@ pub fn run(args: Args) -> CliResult {
     let query = Query::Accounting {
         filter,
         fields,
-        steps: !args.allocations && !args.json,
+        steps: !args.allocations && (!args.json || args.as_slurm),
         batch_steps: args.batch_steps,
     };
     let mut rows = match query_rows("ysacct", &config, query)? {
         Ok(rows) => rows,
+        Err(crate::proto::Reply::Jobs { jobs, .. }) if args.as_slurm => {
+            let list = crate::report::slurm_json::accounting_jobs(&jobs);
+            let answer = crate::report::slurm_json::answer(
+                serde_json::json!({ "jobs": list }),
+                "sacct",
+                &[],
+            );
+            return print(&format!("{}\n", serde_json::to_string_pretty(&answer)?));
+        }
         Err(reply) => return print_listing(reply, |_| String::new()),
     };
     // Printed a part at a time: a month of a million jobs streams through.

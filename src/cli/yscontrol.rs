@@ -355,6 +355,9 @@ pub fn show_nodes(config: &crate::config::Config, name: Option<&str>, one_line: 
 pub struct JobLayout {
     pub one_line: bool,
     pub details: bool,
+    /// Slurm's JSON (`scontrol --json`): the records as squeue --json
+    /// gives them.
+    pub json: bool,
 }
 
 /// `scontrol show jobs`: every job the controller holds, as slurmctld
@@ -406,11 +409,7 @@ pub fn show_one_job(config: &crate::config::Config, job: &String, layout: JobLay
                     "job {id} does not exist (Invalid job id specified)"
                 )));
             }
-            let text: String = shown
-                .iter()
-                .map(|r| show_job(r.view, now, layout, r.folded.as_deref()))
-                .collect();
-            print(&text)
+            print(&text_of(&shown, now, layout))
         }
         Reply::Rejected { error } => Err(CliError::failed(error)),
         // A pending array task cancelled is gone from its array's record.
@@ -495,7 +494,20 @@ fn records(jobs: &[JobView]) -> Vec<Record<'_>> {
 
 /// `jobs` as `scontrol show job` prints them, record after record.
 fn show_records(jobs: &[JobView], now: i64, layout: JobLayout) -> String {
-    records(jobs)
+    text_of(&records(jobs), now, layout)
+}
+
+/// `shown`'s text, or with `layout.json` Slurm's JSON of their jobs.
+fn text_of(shown: &[Record<'_>], now: i64, layout: JobLayout) -> String {
+    if layout.json {
+        let jobs: Vec<JobView> = shown.iter().map(|r| r.view.clone()).collect();
+        let mut text =
+            String::from_utf8_lossy(&crate::report::slurm_json::jobs_answer(&jobs, "scontrol"))
+                .into_owned();
+        text.push('\n');
+        return text;
+    }
+    shown
         .iter()
         .map(|r| show_job(r.view, now, layout, r.folded.as_deref()))
         .collect()

@@ -61,9 +61,10 @@ pub struct Args {
     pub steps: bool,
     #[command(flatten)]
     pub clusters: super::Clusters,
-    /// Called as Slurm's squeue: `%r` is Slurm's one-word code.
+    /// Called as Slurm's squeue: `%r` is Slurm's one-word code, and
+    /// `--json` Slurm's layout.
     #[arg(skip)]
-    pub reason_codes: bool,
+    pub as_slurm: bool,
     /// Accepted for Slurm tools: every job is shown to whoever may see it
     #[arg(short = 'a', long = "all", hide_short_help = true)]
     pub all: bool,
@@ -97,7 +98,7 @@ pub fn run(args: Args) -> CliResult {
         None => None,
     };
     let mut format = format.unwrap_or_else(|| default_format(args.priority, args.start));
-    if args.reason_codes {
+    if args.as_slurm {
         for (_, column) in &mut format.parts {
             report::with_reason_codes(std::slice::from_mut(column));
         }
@@ -113,6 +114,13 @@ pub fn run(args: Args) -> CliResult {
         },
     )? {
         Ok(rows) => rows,
+        Err(crate::proto::Reply::Jobs { jobs, .. }) if args.as_slurm => {
+            let mut text =
+                String::from_utf8_lossy(&crate::report::slurm_json::jobs_answer(&jobs, "squeue"))
+                    .into_owned();
+            text.push('\n');
+            return print(&text);
+        }
         Err(reply) => return print_listing(reply, |_| String::new()),
     };
     // Columns fit all rows, so all are read first (as squeue does).

@@ -11,6 +11,7 @@ pub mod html;
 pub mod metrics;
 pub mod node;
 pub mod slurm_conf;
+pub mod slurm_json;
 pub mod table;
 pub mod usage;
 pub mod view;

@@ -19,7 +19,6 @@ mod rest;
 mod routes;
 mod server;
 mod session;
-mod slurm;
 mod submit;
 
 pub use context::Context;

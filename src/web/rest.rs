@@ -9,7 +9,7 @@ use crate::proto::{Control, JobFilter, JobSelector, Query, Reply, Request};
 
 use super::context::{refusal, Caller, Context};
 use super::http::{Request as HttpRequest, Response};
-use super::slurm;
+use crate::report::slurm_json as slurm;
 
 /// `/slurm/VERSION/…` (after the version), for `caller`.
 pub fn slurm(
@@ -100,16 +100,7 @@ fn list_jobs(ctx: &Context, caller: &Caller, command: &str) -> Result<Response, 
 }
 
 fn job_info_answer(jobs: &[crate::report::view::JobView], command: &str) -> Response {
-    let now = crate::model::units::now();
-    let rest = json!({
-        "last_backfill": slurm::number(Some(now)),
-        "last_update": slurm::number(Some(now)),
-    });
-    let rest = slurm::answer(rest, command, &[]);
-    Response::json_bytes(
-        200,
-        slurm::list_answer("jobs", jobs.iter().map(slurm::job_info), &rest),
-    )
+    Response::json_bytes(200, slurm::jobs_answer(jobs, command))
 }
 
 fn one_job(ctx: &Context, caller: &Caller, id: &str, command: &str) -> Result<Response, Response> {
@@ -128,17 +119,14 @@ fn nodes(
     let Reply::Nodes { nodes } = reply else {
         return Err(refusal(&reply));
     };
-    let list: Vec<Value> = nodes
-        .iter()
+    let named: Vec<_> = nodes
+        .into_iter()
         .filter(|n| name.is_none_or(|want| n.name == want))
-        .map(slurm::node)
         .collect();
-    if let (Some(want), true) = (name, list.is_empty()) {
+    if let (Some(want), true) = (name, named.is_empty()) {
         return Err(Response::error(404, &format!("node {want} does not exist")));
     }
-    let body =
-        json!({ "nodes": list, "last_update": slurm::number(Some(crate::model::units::now())) });
-    Ok(Response::json(200, &slurm::answer(body, command, &[])))
+    Ok(Response::json(200, &slurm::nodes_answer(&named, command)))
 }
 
 fn ping(ctx: &Context, caller: &Caller, command: &str) -> Result<Response, Response> {
@@ -278,17 +266,7 @@ fn accounting(
         ));
     }
     // Each job's steps follow it, as slurmdbd nests them in the job.
-    let mut list: Vec<Value> = Vec::new();
-    for view in &views {
-        match (view.step.is_some(), list.last_mut()) {
-            (true, Some(job)) => {
-                if let Some(steps) = job["steps"].as_array_mut() {
-                    steps.push(slurm::accounting_step(view));
-                }
-            }
-            _ => list.push(slurm::accounting_job(view)),
-        }
-    }
+    let list = slurm::accounting_jobs(&views);
     Ok(Response::json(
         200,
         &slurm::answer(json!({ "jobs": list }), command, &[]),

@@ -30,14 +30,14 @@ fn api(ctx: &Context, request: &Request) -> Result<Response, Response> {
     let versioned = |prefix: &str| -> Option<Result<&str, Response>> {
         let rest = path.strip_prefix(prefix)?;
         let (version, rest) = rest.split_once('/').unwrap_or((rest, ""));
-        Some(if super::slurm::VERSIONS.contains(&version) {
+        Some(if crate::report::slurm_json::VERSIONS.contains(&version) {
             Ok(rest)
         } else {
             Err(Response::error(
                 404,
                 &format!(
                     "version {version} is not served: {}",
-                    super::slurm::VERSIONS.join(", ")
+                    crate::report::slurm_json::VERSIONS.join(", ")
                 ),
             ))
         })
@@ -62,7 +62,7 @@ fn index() -> serde_json::Value {
         "service": "yswebd",
         "version": env!("CARGO_PKG_VERSION"),
         "openapi": "/openapi.json",
-        "slurm": format!("/slurm/{}/", super::slurm::VERSIONS[super::slurm::VERSIONS.len() - 1]),
+        "slurm": format!("/slurm/{}/", crate::report::slurm_json::VERSIONS[crate::report::slurm_json::VERSIONS.len() - 1]),
         "ysched": "/ysched/v1/",
     })
 }

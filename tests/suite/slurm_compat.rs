@@ -1055,3 +1055,55 @@ fn scontrol_folds_an_arrays_pending_tasks_into_one_record() {
     let (_, all, _) = slurm_out(&c, "scontrol", &["-o", "show", "jobs"]);
     assert_eq!(all.lines().count(), 1, "{all}");
 }
+
+/// squeue, scontrol, sinfo and sacct `--json` answer in Slurm 22.05's
+/// data_parser layout: `meta`, `errors`, and `jobs` or `nodes` (sacct's
+/// jobs with their steps in them).
+#[test]
+fn the_json_of_slurms_commands_is_slurms_layout() {
+    let c = Cluster::started("");
+    let id = c.submit(&["-J", "json-job", "--wrap", "true"]);
+    c.wait_done(id, std::time::Duration::from_secs(20));
+    let held = c.submit(&["-H", "-J", "held-job", "--wrap", "true"]);
+    let json = |command: &str, args: &[&str]| -> serde_json::Value {
+        let (code, out, err) = slurm_out(&c, command, args);
+        assert_eq!(code, Some(0), "{command} {args:?}: {err}");
+        let value: serde_json::Value =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{command} {args:?}: {e}: {out}"));
+        assert!(value["meta"]["plugin"].is_object(), "{value}");
+        assert_eq!(value["errors"], serde_json::json!([]), "{value}");
+        value
+    };
+    let queue = json("squeue", &["--json"]);
+    let names: Vec<&str> = queue["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["held-job"], "{queue}");
+    assert_eq!(queue["jobs"][0]["job_id"], held);
+    let shown = json("scontrol", &["--json", "show", "job", &id.to_string()]);
+    assert_eq!(shown["jobs"][0]["job_id"], id);
+    assert_eq!(shown["jobs"][0]["job_state"][0], "COMPLETED", "{shown}");
+    let nodes = json("sinfo", &["--json"]);
+    assert_eq!(nodes["nodes"][0]["name"], "gpu01", "{nodes}");
+    let node = json("scontrol", &["show", "node", "gpu01", "--json"]);
+    assert_eq!(node["nodes"].as_array().unwrap().len(), 1);
+    let accounted = json("sacct", &["--json", "-j", &id.to_string()]);
+    let job = &accounted["jobs"][0];
+    assert_eq!(job["name"], "json-job", "{accounted}");
+    let steps: Vec<&str> = job["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(steps, ["batch", "extern"], "{accounted}");
+    let (code, _, err) = slurm_out(&c, "sinfo", &["--yaml"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("--yaml is not supported here: use --json"),
+        "{err}"
+    );
+}

@@ -1,6 +1,7 @@
 //! ysched's jobs and nodes in slurmrestd's shapes (OpenAPI v0.0.45, the
 //! newest whose spec could be read; the fields below have the same names
-//! and types in v0.0.40 to v0.0.44, so those paths answer the same). Only
+//! and types in v0.0.40 to v0.0.44, so those paths answer the same), for
+//! yswebd's API and the `--json` of the Slurm names. Only
 //! what ysched knows is filled in; a client reading a field ysched has no
 //! value for finds it absent, as slurmrestd leaves out unset fields.
 
@@ -300,6 +301,42 @@ pub fn accounting_job(view: &JobView) -> Value {
         "priority": number(Some(view.priority)),
         "steps": [],
     })
+}
+
+/// Jobs as squeue and scontrol `--json` and slurmrestd's job list give
+/// them: `jobs`, with `meta`, `errors` and `warnings`.
+pub fn jobs_answer(jobs: &[JobView], command: &str) -> Vec<u8> {
+    let now = crate::model::units::now();
+    let rest = json!({
+        "last_backfill": number(Some(now)),
+        "last_update": number(Some(now)),
+    });
+    let rest = answer(rest, command, &[]);
+    list_answer("jobs", jobs.iter().map(job_info), &rest)
+}
+
+/// Accounting views (each job followed by its steps) as sacct `--json`
+/// and slurmdbd give them: each job with its steps nested in it.
+pub fn accounting_jobs(views: &[JobView]) -> Vec<Value> {
+    let mut list: Vec<Value> = Vec::new();
+    for view in views {
+        match (view.step.is_some(), list.last_mut()) {
+            (true, Some(job)) => {
+                if let Some(steps) = job["steps"].as_array_mut() {
+                    steps.push(accounting_step(view));
+                }
+            }
+            _ => list.push(accounting_job(view)),
+        }
+    }
+    list
+}
+
+/// Nodes as sinfo and scontrol `--json` and slurmrestd give them.
+pub fn nodes_answer(nodes: &[NodeInfo], command: &str) -> Value {
+    let list: Vec<Value> = nodes.iter().map(node).collect();
+    let body = json!({ "nodes": list, "last_update": number(Some(crate::model::units::now())) });
+    answer(body, command, &[])
 }
 
 /// A job's step as slurmdbd gives it in its job's `steps`: `view` is the
