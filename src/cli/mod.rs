@@ -4,6 +4,7 @@
 
 pub mod pty_session;
 pub mod sacctmgr;
+pub mod scontrol_steps;
 pub mod seff;
 pub mod session;
 pub mod slurm;
@@ -382,6 +383,33 @@ pub fn query_rows(
     match self::query(command, config, query)? {
         Reply::Rows { rows, .. } => Ok(Ok(Rows::All(rows.into_iter()))),
         reply => Ok(Err(reply)),
+    }
+}
+
+/// The jobs `filter` matches in the accounting records, each followed by
+/// its steps (its batch and extern steps among them), and the time of
+/// the answer.
+pub fn accounting_views(
+    command: &str,
+    config: &Config,
+    filter: crate::proto::JobFilter,
+) -> Result<(Vec<crate::report::view::JobView>, i64), CliError> {
+    let reply = self::query(
+        command,
+        config,
+        Query::Accounting {
+            filter,
+            fields: None,
+            steps: true,
+            batch_steps: true,
+        },
+    )?;
+    match reply {
+        Reply::Jobs { jobs, now } => Ok((jobs, now)),
+        Reply::Rejected { error } => Err(CliError::failed(error)),
+        other => Err(CliError::failed(format!(
+            "unexpected reply from ysctld: {other:?}"
+        ))),
     }
 }
 

@@ -6,8 +6,7 @@
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use super::{job_filter, load_config, query, CliError};
-use crate::proto::{Query, Reply};
+use super::{accounting_views, job_filter, load_config, CliError};
 use crate::report::efficiency;
 use crate::report::view::JobView;
 
@@ -68,21 +67,7 @@ fn report(id: &str, debug: bool) -> Result<Option<String>, CliError> {
     let config = load_config()?;
     let job_id = id.split('.').next().unwrap_or(id).to_string();
     let filter = job_filter(&[job_id], &[], &[], &[], &[])?;
-    let reply = query(
-        "seff",
-        &config,
-        Query::Accounting {
-            filter,
-            fields: None,
-            steps: true,
-            batch_steps: true,
-        },
-    )?;
-    let (views, now) = match reply {
-        Reply::Jobs { jobs, now } => (jobs, now),
-        Reply::Rejected { error } => return Err(CliError::failed(error)),
-        other => return Err(CliError::failed(format!("unexpected reply {other:?}"))),
-    };
+    let (views, now) = accounting_views("seff", &config, filter)?;
     let Some(job) = views.iter().find(|v| v.step.is_none()) else {
         return Ok(None);
     };

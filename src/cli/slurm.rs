@@ -562,7 +562,7 @@ pub struct ScontrolArgs {
     /// Jobs and nodes in Slurm's JSON (as squeue --json and sinfo --json)
     #[arg(long)]
     pub json: bool,
-    /// show job ID | show node | show config | show partition | show hostnames [LIST] | show hostlist NAMES | requeue ID... | hold ID... | release ID... | suspend ID... | resume ID... | update JobId=ID KEY=VALUE... | ping | reconfigure
+    /// show job ID | show step(s) [ID[.STEP]] | show node | show config | show partition | show hostnames [LIST] | show hostlist NAMES | requeue ID... | hold ID... | release ID... | suspend ID... | resume ID... | update JobId=ID KEY=VALUE... | ping | reconfigure
     #[arg(value_name = "COMMAND", num_args = 1.., required = true)]
     pub words: Vec<String>,
 }
@@ -600,6 +600,11 @@ fn scontrol(args: ScontrolArgs) -> CliResult {
             }
             return super::yscontrol::show_nodes(&config, name, args.oneliner);
         }
+        ["show", "step" | "steps", ..] => {
+            let config = load_config()?;
+            let which = words.get(2).map(String::as_str);
+            return super::scontrol_steps::show_steps(&config, which, args.oneliner);
+        }
         ["show", "config"] => C::Show { what: S::Config },
         ["show", "partition", ..] | ["show", "partitions", ..] => return show_partition(),
         ["show", "hostnames", ..] => return show_hostnames(words.get(2).map(String::as_str)),
@@ -614,7 +619,7 @@ fn scontrol(args: ScontrolArgs) -> CliResult {
         ["token", ..] => return token(&words[1..]),
         _ => {
             return Err(CliError::failed(format!(
-            "'{}' is not supported by ysched's scontrol (it knows show job/node/config/partition/hostnames/hostlist, \
+            "'{}' is not supported by ysched's scontrol (it knows show job/step/node/config/partition/hostnames/hostlist, \
                  requeue, hold, release, suspend, resume, update, ping, reconfigure, token)",
             words.join(" ")
         )))

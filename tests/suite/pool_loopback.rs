@@ -120,10 +120,7 @@ fn a_nodes_gpu_readings_reach_the_controllers_views_and_its_jobs() {
 fn seff_and_sacct_say_how_each_gpu_of_a_job_was_used() {
     let c = controller_on_loopback();
     let node = start_node(&c, "gpu02", Box::new(Steady));
-    wait_for("gpu02 to be heard", LONG, || {
-        let nodes = c.run("ysched-slurm", &["sinfo", "-N", "-h", "-o", "%N %t"]);
-        stdout(&nodes).lines().any(|l| l.trim() == "gpu02 idle")
-    });
+    wait_idle(&c, "gpu02");
     let id = c.submit(&["-G", "a100:2", "--wrap", "true"]);
     c.wait_state(id, "RUNNING", LONG);
     wait_for("two readings charged to the job", LONG, || {
@@ -207,6 +204,16 @@ fn a_node_renews_its_certificate_and_connects_with_the_new_one_after_the_old_exp
     end_once_launched(&node, id);
     assert_eq!(c.wait_done(id, LONG), "COMPLETED");
     assert_eq!(c.field(id, "NodeList"), "gpu03");
+}
+
+/// Waits until node `name` is heard and idle.
+fn wait_idle(c: &Cluster, name: &str) {
+    wait_for(&format!("{name} to be heard"), LONG, || {
+        let nodes = c.run("ysched-slurm", &["sinfo", "-N", "-h", "-o", "%N %t"]);
+        stdout(&nodes)
+            .lines()
+            .any(|l| l.trim() == format!("{name} idle"))
+    });
 }
 
 /// Ends job `id` on the fake `node` once the node has it: the controller
@@ -315,10 +322,7 @@ fn a_strangers_joins_cannot_grow_the_database_or_forge_audit_rows_and_log_lines(
     );
     // The node that is expected still joins (its hello, then a job).
     let node = start_node(&c, "gpu02", Box::new(Steady));
-    wait_for("gpu02 to be heard", LONG, || {
-        let nodes = c.run("ysched-slurm", &["sinfo", "-N", "-h", "-o", "%N %t"]);
-        stdout(&nodes).lines().any(|l| l.trim() == "gpu02 idle")
-    });
+    wait_idle(&c, "gpu02");
     let id = c.submit(&["-G", "1", "--wrap", "true"]);
     c.wait_state(id, "RUNNING", LONG);
     end_once_launched(&node, id);

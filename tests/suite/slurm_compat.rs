@@ -1107,3 +1107,47 @@ fn the_json_of_slurms_commands_is_slurms_layout() {
         "{err}"
     );
 }
+
+/// `scontrol show steps` lists the steps running in the running jobs,
+/// the batch and extern steps beside each srun's, a record each.
+#[test]
+fn scontrol_shows_the_running_steps() {
+    let c = Cluster::started("");
+    let long = std::time::Duration::from_secs(20);
+    let body = format!(
+        "#!/bin/sh\n{} srun sleep 30\n",
+        bin_dir().join("ysched-slurm").display()
+    );
+    let script = c.script("stepper.sh", &body);
+    let id = c.submit(&[script.to_str().unwrap()]);
+    c.wait_state(id, "RUNNING", long);
+    crate::common::wait_for("the step", long, || {
+        let (_, out, _) = slurm_out(&c, "scontrol", &["-o", "show", "steps"]);
+        out.contains(&format!("StepId={id}.0 "))
+    });
+    let (code, out, err) = slurm_out(&c, "scontrol", &["-o", "show", "steps"]);
+    assert_eq!(code, Some(0), "{err}");
+    let ids: Vec<&str> = out
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    let expected = [".batch", ".extern", ".0"].map(|s| format!("StepId={id}{s}"));
+    assert_eq!(ids, expected, "{out}");
+    assert!(
+        out.contains(" State=RUNNING Partition=ysched NodeList=gpu01 "),
+        "{out}"
+    );
+    let (code, one, _) = slurm_out(&c, "scontrol", &["show", "step", &format!("{id}.0")]);
+    assert_eq!(code, Some(0));
+    assert!(one.starts_with(&format!("StepId={id}.0 UserId=")), "{one}");
+    assert!(
+        one.contains("\n   Nodes=1 CPUs=1 Tasks=1 Name=sleep "),
+        "{one}"
+    );
+    let (code, _, _) = slurm_out(&c, "scontrol", &["show", "step", &format!("{id}.5")]);
+    assert_eq!(code, Some(1));
+    let _ = slurm(&c, "scancel", &[&id.to_string()]);
+    c.wait_done(id, long);
+    let (_, none, _) = slurm_out(&c, "scontrol", &["show", "steps"]);
+    assert_eq!(none, "No job steps in the system\n");
+}
