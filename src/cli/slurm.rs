@@ -178,7 +178,7 @@ fn whole_jobs_of_steps(args: Vec<OsString>) -> Vec<OsString> {
 const SQUEUE_DEFAULT: &str = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R";
 
 fn slurm_squeue_format(mut args: super::ysqueue::Args) -> super::ysqueue::Args {
-    if args.format.is_none() && !args.json && !args.priority && !args.start {
+    if args.format.is_none() && !args.json && !args.priority && !args.start && !args.steps {
         let from_env = std::env::var("SQUEUE_FORMAT")
             .ok()
             .filter(|f| !f.is_empty());

@@ -56,8 +56,8 @@ pub struct Args {
     /// Print the jobs as JSON
     #[arg(long, conflicts_with_all = ["format", "noheader"])]
     pub json: bool,
-    /// List the running steps of the jobs (each srun in them) instead: STEPID NAME PARTITION USER TIME NODELIST
-    #[arg(short = 's', long, conflicts_with_all = ["format", "priority", "start", "json"])]
+    /// List the running steps of the jobs (each srun in them) instead: STEPID NAME PARTITION USER TIME NODELIST; -o takes squeue's step letters (%i step, %j name, %A tasks, %P, %u, %U, %M, %l, %S, %N)
+    #[arg(short = 's', long, conflicts_with_all = ["priority", "start", "json"])]
     pub steps: bool,
     #[command(flatten)]
     pub clusters: super::Clusters,
@@ -89,7 +89,11 @@ pub fn run(args: Args) -> CliResult {
     }
     let filter = job_filter(&args.jobs, &users, &args.accounts, &args.names, &states)?;
     if args.steps {
-        return running_steps(&config, filter, !args.noheader);
+        let format = match args.format.as_deref() {
+            Some(f) => Some(step_format(f)?),
+            None => None,
+        };
+        return running_steps(&config, filter, format, !args.noheader);
     }
     let format = match &args.format {
         Some(f) => {
@@ -182,15 +186,71 @@ fn default_format(priority: bool, start: bool) -> SqueueFormat {
     }
 }
 
+/// squeue's step format (`-s -o`): its job letters, but `%A` is the
+/// step's number of tasks, as squeue reads it for steps.
+fn step_format(format: &str) -> Result<SqueueFormat, CliError> {
+    let mut format =
+        report::parse_squeue_format(format).map_err(|e| CliError::usage(e.to_string()))?;
+    for (_, column) in &mut format.parts {
+        match column.field {
+            Field::JobIdRaw => {
+                column.field = Field::NTasks;
+                column.header = "TASKS".into();
+            }
+            Field::JobId => column.header = "STEPID".into(),
+            _ => {}
+        }
+    }
+    Ok(format)
+}
+
+/// `-s -o`: the running steps of `views` in `format`.
+fn steps_in_format(
+    views: &[crate::report::view::JobView],
+    format: &SqueueFormat,
+    (now, header): (i64, bool),
+) -> String {
+    use crate::model::job::JobState;
+    let rows: Vec<Vec<String>> = views
+        .iter()
+        .filter(|v| v.step.is_some() && v.job.state == JobState::Running)
+        .map(|v| {
+            format
+                .fields()
+                .into_iter()
+                .map(|f| f.value(v, now))
+                .collect()
+        })
+        .collect();
+    report::render_squeue(format, rows, header)
+}
+
 /// `-s`: the steps running in the running jobs `filter` matches, as
-/// squeue lists them.
+/// squeue lists them (in `format`, when given).
 fn running_steps(
     config: &crate::config::Config,
     mut filter: crate::proto::JobFilter,
+    format: Option<SqueueFormat>,
     header: bool,
 ) -> CliResult {
     use crate::model::job::JobState;
     filter.states = vec![JobState::Running];
+    if let Some(format) = format {
+        let reply = crate::cli::query(
+            "ysqueue",
+            config,
+            Query::Accounting {
+                filter,
+                fields: None,
+                steps: true,
+                batch_steps: false,
+            },
+        )?;
+        let crate::proto::Reply::Jobs { jobs, now } = reply else {
+            return print_listing(reply, |_| String::new());
+        };
+        return print(&steps_in_format(&jobs, &format, (now, header)));
+    }
     let fields = vec![
         Field::JobId,
         Field::Name,

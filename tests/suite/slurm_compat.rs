@@ -1146,6 +1146,18 @@ fn scontrol_shows_the_running_steps() {
     );
     let (code, _, _) = slurm_out(&c, "scontrol", &["show", "step", &format!("{id}.5")]);
     assert_eq!(code, Some(1));
+    // squeue -s with squeue's step letters: %A is the step's tasks.
+    let (code, steps, err) = slurm_out(&c, "squeue", &["-s", "-o", "%i %j %A %P"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        steps,
+        format!("STEPID NAME TASKS PARTITION\n{id}.0 sleep 1 ysched\n")
+    );
+    let (_, plain, _) = slurm_out(&c, "squeue", &["-s", "-h"]);
+    assert!(
+        plain.trim_start().starts_with(&format!("{id}.0 ")),
+        "{plain}"
+    );
     let _ = slurm(&c, "scancel", &[&id.to_string()]);
     c.wait_done(id, long);
     let (_, none, _) = slurm_out(&c, "scontrol", &["show", "steps"]);
