@@ -178,7 +178,8 @@ fn whole_jobs_of_steps(args: Vec<OsString>) -> Vec<OsString> {
 const SQUEUE_DEFAULT: &str = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R";
 
 fn slurm_squeue_format(mut args: super::ysqueue::Args) -> super::ysqueue::Args {
-    if args.format.is_none() && !args.json && !args.priority && !args.start && !args.steps {
+    let chosen = args.format.is_some() || args.long_format.is_some();
+    if !chosen && !args.json && !args.priority && !args.start && !args.steps {
         let from_env = std::env::var("SQUEUE_FORMAT")
             .ok()
             .filter(|f| !f.is_empty());
@@ -223,14 +224,6 @@ fn before_parsing(name: &str, args: Vec<OsString>) -> Result<Vec<OsString>, Exit
             Err(_) => ExitCode::from(1),
         });
     }
-    let args = if name == "squeue" {
-        super::slurm_formats::with_long_format(args).map_err(|e| {
-            eprintln!("squeue: error: {e}");
-            ExitCode::from(1)
-        })?
-    } else {
-        args
-    };
     if let Some(asked) = super::slurm_help::asked(name, &args) {
         let parser = parser_of(name);
         return Err(

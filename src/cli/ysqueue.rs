@@ -46,6 +46,14 @@ pub struct Args {
     /// Output format with squeue's % codes (see below)
     #[arg(short = 'o', long, value_name = "FORMAT")]
     pub format: Option<String>,
+    /// Output format with squeue's field names: FIELD[:[.][SIZE][SUFFIX]],... (squeue --helpformat lists them)
+    #[arg(
+        short = 'O',
+        long = "Format",
+        value_name = "FIELDS",
+        conflicts_with = "format"
+    )]
+    pub long_format: Option<String>,
     /// Show each job's priority and, for pending jobs, its weighted factors (as sprio)
     #[arg(long)]
     pub priority: bool,
@@ -95,11 +103,14 @@ pub fn run(args: Args) -> CliResult {
         };
         return running_steps(&config, filter, format, !args.noheader);
     }
-    let format = match &args.format {
-        Some(f) => {
+    let format = match (&args.format, &args.long_format) {
+        (Some(f), _) => {
             Some(report::parse_squeue_format(f).map_err(|e| CliError::usage(e.to_string()))?)
         }
-        None => None,
+        (None, Some(f)) => {
+            Some(report::squeue_long::parse(f).map_err(|e| CliError::usage(e.to_string()))?)
+        }
+        (None, None) => None,
     };
     let mut format = format.unwrap_or_else(|| default_format(args.priority, args.start));
     if args.as_slurm {

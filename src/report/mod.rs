@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod node;
 pub mod slurm_conf;
 pub mod slurm_json;
+pub mod squeue_long;
 pub mod table;
 pub mod usage;
 pub mod view;
@@ -1134,6 +1135,9 @@ pub enum FormatError {
     UnknownField { name: String, known: String },
     #[error("empty --format")]
     Empty,
+    /// squeue's own words, which tools match.
+    #[error("Invalid job format specification: {0}")]
+    UnknownLongField(String),
 }
 
 pub fn parse_squeue_format(format: &str) -> Result<SqueueFormat, FormatError> {
