@@ -1027,11 +1027,8 @@ const SINFO: &[SlurmOption] = &[
         Decision::Quiet("ysched is one cluster, not a federation"),
     ),
     opt(&["-o", "--format"], Value::Required, Decision::Honoured),
-    opt(
-        &["-O", "--Format"],
-        Value::Required,
-        Decision::Refused("use -o/--format with its % codes"),
-    ),
+    opt(&["-O", "--Format"], Value::Required, Decision::Honoured),
+    opt(&["--helpformat"], Value::None, Decision::Honoured),
     opt(&["--help"], Value::None, Decision::Honoured),
     opt(
         &["--hide"],

@@ -347,6 +347,14 @@ pub struct SinfoArgs {
     /// The nodes in Slurm's JSON
     #[arg(long)]
     pub json: bool,
+    /// Output format with sinfo's field names: FIELD[:[.][SIZE][SUFFIX]],... (--helpformat lists them)
+    #[arg(
+        short = 'O',
+        long = "Format",
+        value_name = "FIELDS",
+        conflicts_with = "format"
+    )]
+    pub long_format: Option<String>,
     /// Print help
     #[arg(long, action = clap::ArgAction::Help)]
     pub help: Option<bool>,
@@ -365,7 +373,12 @@ fn sinfo(args: SinfoArgs) -> CliResult {
     } else {
         "%9P %.5a %.10l %.6D %.6t %N"
     };
-    let format = args.format.unwrap_or_else(|| default.to_string());
+    let format = match (args.format, args.long_format) {
+        (Some(format), _) => format,
+        (None, Some(long)) => super::slurm_formats::sinfo_long_format(&long)
+            .map_err(|e| CliError::usage(e.to_string()))?,
+        (None, None) => default.to_string(),
+    };
     // Node-oriented: a line per node; else a line per state, as Slurm
     // groups the nodes of a partition.
     let groups: Vec<Vec<&NodeInfo>> = if args.node {

@@ -1,7 +1,93 @@
-//! `--helpformat` of sacct and squeue: their field names, four to a
-//! line, as Slurm's commands print them.
+//! `--helpformat` of sacct, squeue and sinfo: their field names, four to
+//! a line, as Slurm's commands print them; and sinfo's `-O/--Format` read
+//! as the `-o` format it stands for.
 
 use std::fmt::Write as _;
+
+/// sinfo 22.05's `-O` fields, each with the `%` letter that shows it (a
+/// letter of what ysched does not keep shows `N/A`).
+const SINFO_FIELDS: &[(&str, char)] = &[
+    ("All", 'V'),
+    ("AllocMem", 'V'),
+    ("AllocNodes", 'S'),
+    ("Available", 'a'),
+    ("Cluster", 'V'),
+    ("Comment", 'V'),
+    ("Cores", 'Y'),
+    ("CPUs", 'c'),
+    ("CPUsLoad", 'O'),
+    ("CPUsState", 'C'),
+    ("DefaultTime", 'L'),
+    ("Disk", 'd'),
+    ("Extra", 'V'),
+    ("Features", 'f'),
+    ("features_act", 'b'),
+    ("FreeMem", 'e'),
+    ("Gres", 'G'),
+    ("GresUsed", 'V'),
+    ("Groups", 'g'),
+    ("MaxCPUsPerNode", 'B'),
+    ("Memory", 'm'),
+    ("NodeAddr", 'o'),
+    ("NodeAI", 'A'),
+    ("NodeAIOT", 'F'),
+    ("NodeHost", 'n'),
+    ("NodeList", 'N'),
+    ("Nodes", 'D'),
+    ("OverSubscribe", 'h'),
+    ("Partition", 'P'),
+    ("PartitionName", 'R'),
+    ("Port", 'V'),
+    ("PreemptMode", 'M'),
+    ("PriorityJobFactor", 'I'),
+    ("PriorityTier", 'p'),
+    ("Reason", 'E'),
+    ("Root", 'r'),
+    ("Size", 's'),
+    ("SocketCoreThread", 'z'),
+    ("Sockets", 'X'),
+    ("StateCompact", 't'),
+    ("StateComplete", 'T'),
+    ("StateLong", 'T'),
+    ("Threads", 'Z'),
+    ("Time", 'l'),
+    ("TimeStamp", 'H'),
+    ("User", 'u'),
+    ("UserLong", 'U'),
+    ("Version", 'v'),
+    ("Weight", 'w'),
+];
+
+/// Why sinfo's long format does not read, in sinfo's words.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("Invalid node format specification: {0}")]
+pub struct UnknownNodeField(pub String);
+
+/// The `-o` format sinfo's `-O` format `spec`
+/// (`FIELD[:[.][SIZE][SUFFIX]],...`) stands for.
+pub fn sinfo_long_format(spec: &str) -> Result<String, UnknownNodeField> {
+    let mut format = String::new();
+    for item in spec.split(',').filter(|s| !s.is_empty()) {
+        let (name, size) = item.split_once(':').unwrap_or((item, ""));
+        let Some(&(_, letter)) = SINFO_FIELDS
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name.trim()))
+        else {
+            return Err(UnknownNodeField(name.to_string()));
+        };
+        let (right, size) = match size.strip_prefix('.') {
+            Some(rest) => (".", rest),
+            None => ("", size),
+        };
+        let digits: String = size.chars().take_while(char::is_ascii_digit).collect();
+        let width = if digits.is_empty() { "20" } else { &digits };
+        let _ = write!(format, "%{right}{width}{letter}{}", &size[digits.len()..]);
+    }
+    if format.is_empty() {
+        return Err(UnknownNodeField(spec.to_string()));
+    }
+    Ok(format)
+}
 
 /// What `name --helpformat` prints; `None` for a command without one.
 pub fn helpformat(name: &str) -> Option<String> {
@@ -15,6 +101,7 @@ pub fn helpformat(name: &str) -> Option<String> {
             .iter()
             .map(|(n, _)| *n)
             .collect(),
+        "sinfo" => SINFO_FIELDS.iter().map(|(n, _)| *n).collect(),
         _ => return None,
     };
     names.sort_by_key(|n| n.to_ascii_lowercase());
@@ -44,6 +131,19 @@ mod tests {
             squeue.starts_with("Account             AccrueTime"),
             "{squeue}"
         );
-        assert_eq!(helpformat("sinfo"), None);
+        assert!(helpformat("sinfo").unwrap().starts_with("All "));
+        assert_eq!(helpformat("srun"), None);
+    }
+
+    #[test]
+    fn sinfo_long_fields_read_as_their_letters() {
+        assert_eq!(
+            sinfo_long_format("NodeList:10,StateLong:.9 ,Gres").unwrap(),
+            "%10N%.9T %20G"
+        );
+        assert_eq!(
+            sinfo_long_format("Bogus").unwrap_err().to_string(),
+            "Invalid node format specification: Bogus"
+        );
     }
 }

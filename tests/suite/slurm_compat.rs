@@ -1163,3 +1163,29 @@ fn scontrol_shows_the_running_steps() {
     let (_, none, _) = slurm_out(&c, "scontrol", &["show", "steps"]);
     assert_eq!(none, "No job steps in the system\n");
 }
+
+/// sinfo's long format (`-O FIELD:[.]SIZE`) and `--helpformat`, as
+/// Slurm's.
+#[test]
+fn sinfo_long_format_and_helpformat_as_slurms() {
+    let c = Cluster::started("");
+    let (code, out, err) = slurm_out(
+        &c,
+        "sinfo",
+        &["-N", "-O", "NodeList:8,StateLong:.6 ,CPUs:5,Features"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "NODELIST  STATE CPUS N/A\ngpu01       idle 16   N/A\n");
+    let (code, _, err) = slurm_out(&c, "sinfo", &["-O", "NodeList,Bogus"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("Invalid node format specification: Bogus"),
+        "{err}"
+    );
+    let (code, fields, _) = slurm_out(&c, "sinfo", &["--helpformat"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        fields.split_whitespace().any(|f| f == "StateLong"),
+        "{fields}"
+    );
+}
