@@ -1175,7 +1175,7 @@ fn sinfo_long_format_and_helpformat_as_slurms() {
         &["-N", "-O", "NodeList:8,StateLong:.6 ,CPUs:5,Features"],
     );
     assert_eq!(code, Some(0), "{err}");
-    assert_eq!(out, "NODELIST  STATE CPUS N/A\ngpu01       idle 16   N/A\n");
+    assert_eq!(out, "NODELIST STATE CPUS N/A\ngpu01     idle 16   N/A\n");
     let (code, _, err) = slurm_out(&c, "sinfo", &["-O", "NodeList,Bogus"]);
     assert_eq!(code, Some(1));
     assert!(
