@@ -134,12 +134,16 @@ fn salloc_runs_its_command_with_steps_each_recorded_and_one_cancelled_alone() {
     require_root!();
     let user = TestUser::create("sal");
     let c = Cluster::started("");
+    // The step is recorded a moment before its task starts on the node;
+    // a signal sent in that moment finds no task (a known gap), so the
+    // cancel waits a second after the step is listed.
     let script = c.script(
         "session.sh",
         "#!/bin/sh\n\
          srun -n 2 --label sh -c 'echo step=$SLURM_STEP_ID gpu=$CUDA_VISIBLE_DEVICES'\n\
          srun sleep 60 &\n\
          for i in $(seq 100); do squeue -s -h -o %i | grep -q \"^$SLURM_JOB_ID.1\" && break; sleep 0.2; done\n\
+         sleep 1\n\
          scancel $SLURM_JOB_ID.1\n\
          wait\n\
          srun sh -c 'echo last=$SLURM_STEP_ID'\n\
