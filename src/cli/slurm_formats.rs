@@ -4,6 +4,8 @@
 
 use std::fmt::Write as _;
 
+use crate::report::squeue_long::LongItem;
+
 /// sinfo 22.05's `-O` fields, each with the `%` letter that shows it (a
 /// letter of what ysched does not keep shows `N/A`).
 const SINFO_FIELDS: &[(&str, char)] = &[
@@ -68,20 +70,15 @@ pub struct UnknownNodeField(pub String);
 pub fn sinfo_long_format(spec: &str) -> Result<String, UnknownNodeField> {
     let mut format = String::new();
     for item in spec.split(',').filter(|s| !s.is_empty()) {
-        let (name, size) = item.split_once(':').unwrap_or((item, ""));
+        let read = LongItem::read(item).map_err(|_| UnknownNodeField(item.to_string()))?;
         let Some(&(_, letter)) = SINFO_FIELDS
             .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name.trim()))
+            .find(|(n, _)| n.eq_ignore_ascii_case(read.name))
         else {
-            return Err(UnknownNodeField(name.to_string()));
+            return Err(UnknownNodeField(read.name.to_string()));
         };
-        let (right, size) = match size.strip_prefix('.') {
-            Some(rest) => (".", rest),
-            None => ("", size),
-        };
-        let digits: String = size.chars().take_while(char::is_ascii_digit).collect();
-        let width = if digits.is_empty() { "20" } else { &digits };
-        let _ = write!(format, "%{right}{width}{letter}{}", &size[digits.len()..]);
+        let right = if read.right { "." } else { "" };
+        let _ = write!(format, "%{right}{}{letter}{}", read.width, read.suffix);
     }
     if format.is_empty() {
         return Err(UnknownNodeField(spec.to_string()));

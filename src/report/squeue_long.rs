@@ -128,32 +128,57 @@ pub const FIELDS: &[(&str, Option<Field>)] = &[
     ("WorkDir", Some(Field::WorkDir)),
 ];
 
-/// squeue's width of a `-O` field without a size.
-const DEFAULT_WIDTH: usize = 20;
+/// The width of a `-O` field without a size, in squeue and sinfo.
+pub const DEFAULT_WIDTH: usize = 20;
+
+/// One item of a `-O` format (squeue's or sinfo's),
+/// `FIELD[:[.][SIZE][SUFFIX]]`, read.
+pub struct LongItem<'a> {
+    pub name: &'a str,
+    /// `.`: aligned right.
+    pub right: bool,
+    pub width: usize,
+    /// Printed after the field.
+    pub suffix: &'a str,
+}
+
+impl LongItem<'_> {
+    pub fn read(item: &str) -> Result<LongItem<'_>, FormatError> {
+        let (name, size) = item.split_once(':').unwrap_or((item, ""));
+        let (right, size) = match size.strip_prefix('.') {
+            Some(rest) => (true, rest),
+            None => (false, size),
+        };
+        let digits = size.len() - size.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        let width = match &size[..digits] {
+            "" => DEFAULT_WIDTH,
+            d => d
+                .parse()
+                .map_err(|_| FormatError::Width(item.to_string()))?,
+        };
+        Ok(LongItem {
+            name: name.trim(),
+            right,
+            width,
+            suffix: &size[digits..],
+        })
+    }
+}
 
 /// Reads squeue's `-O` format `spec`.
 pub fn parse(spec: &str) -> Result<SqueueFormat, FormatError> {
     let mut parts = Vec::new();
     let mut suffix = String::new();
     for item in spec.split(',').filter(|s| !s.is_empty()) {
-        let (name, size) = item.split_once(':').unwrap_or((item, ""));
-        let Some(&(canonical, field)) = FIELDS
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name.trim()))
+        let LongItem {
+            name,
+            right,
+            width,
+            suffix: after,
+        } = LongItem::read(item)?;
+        let Some(&(canonical, field)) = FIELDS.iter().find(|(n, _)| n.eq_ignore_ascii_case(name))
         else {
             return Err(FormatError::UnknownLongField(name.to_string()));
-        };
-        let (right, size) = match size.strip_prefix('.') {
-            Some(rest) => (true, rest),
-            None => (false, size),
-        };
-        let digits: String = size.chars().take_while(char::is_ascii_digit).collect();
-        let width = if digits.is_empty() {
-            DEFAULT_WIDTH
-        } else {
-            digits
-                .parse()
-                .map_err(|_| FormatError::Width(item.to_string()))?
         };
         let header = match field {
             Some(f) => f.header().to_string(),
@@ -166,7 +191,7 @@ pub fn parse(spec: &str) -> Result<SqueueFormat, FormatError> {
             right,
         };
         parts.push((std::mem::take(&mut suffix), column));
-        suffix = size[digits.len()..].to_string();
+        suffix = after.to_string();
     }
     if parts.is_empty() {
         return Err(FormatError::UnknownLongField(spec.to_string()));
