@@ -610,7 +610,7 @@ const SRUN: &[SlurmOption] = &[
     opt(&["--pty"], Value::None, Decision::Honoured),
     opt(&["-q", "--qos"], Value::Required, Decision::Accepted(WITHIN_JOB)),
     opt(&["-Q", "--quiet"], Value::None, Decision::Honoured),
-    opt(&["--quit-on-interrupt"], Value::None, Decision::Accepted("Ctrl-C goes to the tasks as it is")),
+    opt(&["--quit-on-interrupt"], Value::None, Decision::Honoured),
     opt(&["--reboot"], Value::None, Decision::Accepted("a placement or tuning hint: ysched places jobs by GPUs, CPUs and memory, and runs the job as if it were not given")),
     opt(&["-r", "--relative"], Value::Required, Decision::Refused("a step starts on the job's first nodes")),
     opt(&["--reservation"], Value::Required, Decision::Refused("there are no reservations here: the job would not run in one")),

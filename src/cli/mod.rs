@@ -4,6 +4,7 @@
 
 pub mod pty_session;
 pub mod sacctmgr;
+pub mod scontrol_pids;
 pub mod scontrol_steps;
 pub mod seff;
 pub mod session;
@@ -11,6 +12,7 @@ pub mod slurm;
 pub mod slurm_formats;
 pub mod slurm_help;
 pub mod srun;
+pub mod srun_signals;
 pub mod token_file;
 pub mod ysacct;
 pub mod ysalloc;

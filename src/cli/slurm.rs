@@ -568,7 +568,7 @@ pub struct ScontrolArgs {
     /// Jobs and nodes in Slurm's JSON (as squeue --json and sinfo --json)
     #[arg(long)]
     pub json: bool,
-    /// show job ID | show step(s) [ID[.STEP]] | show node | show config | show partition | show hostnames [LIST] | show hostlist NAMES | requeue ID... | hold ID... | release ID... | suspend ID... | resume ID... | update JobId=ID KEY=VALUE... | ping | reconfigure
+    /// show job ID | show step(s) [ID[.STEP]] | listpids [ID[.STEP]] | show node | show config | show partition | show hostnames [LIST] | show hostlist NAMES | requeue ID... | hold ID... | release ID... | suspend ID... | resume ID... | update JobId=ID KEY=VALUE... | ping | reconfigure
     #[arg(value_name = "COMMAND", num_args = 1.., required = true)]
     pub words: Vec<String>,
 }
@@ -611,6 +611,12 @@ fn scontrol(args: ScontrolArgs) -> CliResult {
             let which = words.get(2).map(String::as_str);
             return super::scontrol_steps::show_steps(&config, which, args.oneliner);
         }
+        ["listpids", ..] => {
+            let config = load_config()?;
+            let which = words.get(1).map(String::as_str);
+            let node = words.get(2).map(String::as_str);
+            return super::scontrol_pids::list_pids(&config, which, node);
+        }
         ["show", "config"] => C::Show { what: S::Config },
         ["show", "partition", ..] | ["show", "partitions", ..] => return show_partition(),
         ["show", "hostnames", ..] => return show_hostnames(words.get(2).map(String::as_str)),
@@ -626,7 +632,7 @@ fn scontrol(args: ScontrolArgs) -> CliResult {
         _ => {
             return Err(CliError::failed(format!(
             "'{}' is not supported by ysched's scontrol (it knows show job/step/node/config/partition/hostnames/hostlist, \
-                 requeue, hold, release, suspend, resume, update, ping, reconfigure, token)",
+                 listpids, requeue, hold, release, suspend, resume, update, ping, reconfigure, token)",
             words.join(" ")
         )))
         }
@@ -795,6 +801,9 @@ pub struct SrunArgs {
     /// Pass each task's output on as it comes, not line by line
     #[arg(short = 'u', long)]
     pub unbuffered: bool,
+    /// The first Ctrl-C kills the tasks (without it, the first says how they stand and a second within a second ends the step)
+    #[arg(long = "quit-on-interrupt")]
+    pub quit_on_interrupt: bool,
     /// A name for the step (shown nowhere)
     #[arg(short = 'J', long = "job-name", value_name = "NAME")]
     pub job_name: Option<String>,
@@ -1150,6 +1159,7 @@ fn step_request(args: SrunArgs, names: &StepNames) -> Result<super::srun::StepRe
         unbuffered: args.unbuffered,
         kill_on_bad_exit,
         wait_after_first,
+        quit_on_interrupt: args.quit_on_interrupt,
         argv: args
             .command
             .iter()
@@ -1386,7 +1396,12 @@ fn srun_step(mut args: SrunArgs) -> Result<i32, CliError> {
         }
     }
     let output = (stdout_file, stderr_file);
-    run_task(command, args.label, output, recorded.as_ref()).map(|()| 0)
+    let task = OneTask {
+        recorded: recorded.as_ref(),
+        step: format!("StepId={job_id}.{step}"),
+        quit_on_interrupt: args.quit_on_interrupt,
+    };
+    run_task(command, args.label, output, task).map(|()| 0)
 }
 
 /// The one task of a step srun runs itself, with the step's variables.
@@ -1476,7 +1491,7 @@ fn run_task(
     mut command: std::process::Command,
     label: bool,
     (stdout_file, stderr_file): (Option<std::fs::File>, Option<std::fs::File>),
-    recorded: Option<&super::srun::RecordedStep>,
+    task: OneTask<'_>,
 ) -> CliResult {
     use std::process::Stdio;
     if label {
@@ -1488,11 +1503,19 @@ fn run_task(
         if let Some(f) = stderr_file {
             command.stderr(f);
         }
-        return wait_for_task(command, recorded, |_| Ok(Vec::new()));
+        return wait_for_task(command, task, |_| Ok(Vec::new()));
     }
-    wait_for_task(command, recorded, |child| {
+    wait_for_task(command, task, |child| {
         Ok(label_output(child, stdout_file, stderr_file))
     })
+}
+
+/// The one task's step, for srun's signals and its record.
+struct OneTask<'a> {
+    recorded: Option<&'a super::srun::RecordedStep>,
+    /// `StepId=J.S`.
+    step: String,
+    quit_on_interrupt: bool,
 }
 
 /// Starts `command`, passes on the signals srun gets, and exits as it
@@ -1500,9 +1523,10 @@ fn run_task(
 /// end is recorded.
 fn wait_for_task(
     mut command: std::process::Command,
-    recorded: Option<&super::srun::RecordedStep>,
+    task: OneTask<'_>,
     relay: impl FnOnce(&mut std::process::Child) -> Result<Vec<std::thread::JoinHandle<()>>, CliError>,
 ) -> CliResult {
+    let recorded = task.recorded;
     let mut child = command.spawn().map_err(|e| {
         if let Some(r) = recorded {
             r.end(127, 0, None);
@@ -1510,24 +1534,25 @@ fn wait_for_task(
         CliError::failed(format!("cannot run the task: {e}"))
     })?;
     let pid = child.id() as i32;
-    let forward = [
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGUSR1,
-        signal_hook::consts::SIGUSR2,
-        signal_hook::consts::SIGHUP,
-    ];
-    if let Ok(mut signals) = signal_hook::iterator::Signals::new(forward) {
-        std::thread::spawn(move || {
-            for sig in signals.forever() {
-                // SAFETY: kill(2) on the task's pid with a caught signal.
-                unsafe { libc::kill(pid, sig) };
+    // Once the task is reaped its pid is no longer its own.
+    let reaped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let alive = reaped.clone();
+    super::srun_signals::pass_on(super::srun_signals::Forwarding {
+        send: std::sync::Arc::new(move |signal| {
+            if !alive.load(std::sync::atomic::Ordering::SeqCst) {
+                // SAFETY: kill(2) on the task's pid, not yet reaped.
+                unsafe { libc::kill(pid, signal) };
             }
-        });
-    }
+        }),
+        step: task.step,
+        states: Box::new(|| vec!["task 0: running".to_string()]),
+        quit_on_interrupt: task.quit_on_interrupt,
+    });
     let relays = relay(&mut child)?;
-    let (status, used) = crate::exec::process::wait_measured(&child)
-        .map_err(|e| CliError::failed(format!("cannot wait for the task: {e}")))?;
+    let waited = crate::exec::process::wait_measured(&child);
+    reaped.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (status, used) =
+        waited.map_err(|e| CliError::failed(format!("cannot wait for the task: {e}")))?;
     for r in relays {
         let _ = r.join();
     }

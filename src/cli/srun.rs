@@ -4,9 +4,10 @@
 //! included (its part runs one beside the batch script), and in an
 //! interactive allocation every node's. Every task's output comes back here, to srun's own
 //! output (`--label` prefixes each line with the task id); a signal srun
-//! gets goes to every task; a task that fails stops the others
-//! (`--kill-on-bad-exit`, on by default as in Slurm); srun exits with the
-//! worst task's status.
+//! gets goes to every task (a Ctrl-C as Slurm's srun takes it, see
+//! `srun_signals`); a task that fails stops the others when asked
+//! (`--kill-on-bad-exit`, off by default as in Slurm); srun exits with
+//! the worst task's status.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -42,6 +43,8 @@ pub struct StepRequest {
     /// `--wait=SECONDS`: the other tasks are killed this long after the
     /// first one ends.
     pub wait_after_first: Option<Duration>,
+    /// `--quit-on-interrupt`: the first Ctrl-C kills the tasks.
+    pub quit_on_interrupt: bool,
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub cwd: std::path::PathBuf,
@@ -204,8 +207,14 @@ fn start_and_collect(mut request: StepRequest, step: u32) -> Result<StepEnded, C
     let tasks = Step {
         local,
         links: Arc::new(Mutex::new(links)),
+        finished: Arc::default(),
     };
-    tasks.forward_signals();
+    let total: u32 = counts.iter().sum();
+    tasks.pass_on_signals(
+        format!("StepId={}.{step}", job.job),
+        total,
+        request.quit_on_interrupt,
+    );
     // The terminal goes raw while the task on one runs (put back when
     // this returns).
     let _raw = request.pty.then(|| {
@@ -215,7 +224,6 @@ fn start_and_collect(mut request: StepRequest, step: u32) -> Result<StepEnded, C
     if !request.pty && request.stdin != StdinFor::Nobody {
         tasks.pass_input();
     }
-    let total: u32 = counts.iter().sum();
     let node_of = counts
         .iter()
         .enumerate()
@@ -401,15 +409,12 @@ fn connect(
     Ok(link)
 }
 
-/// Whether process `pid` is a job's supervisor (`ysstepd`).
-fn is_supervisor(pid: libc::pid_t) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "ysstepd")
-}
-
 /// A started step: its tasks here and its links to the other nodes.
 struct Step {
     local: RunningTasks,
     links: Arc<Mutex<Vec<StepLink>>>,
+    /// The tasks that have ended, and their statuses.
+    finished: Arc<Mutex<BTreeMap<u32, i32>>>,
 }
 
 impl Step {
@@ -423,6 +428,28 @@ impl Step {
         {
             let _ = link.signal(signal);
         }
+    }
+
+    /// Passes the signals srun gets on to the tasks (`srun_signals`).
+    fn pass_on_signals(&self, step: String, total: u32, quit_on_interrupt: bool) {
+        let (local, links) = (self.local.clone(), self.links.clone());
+        let finished = self.finished.clone();
+        let send = move |signal| {
+            local.signal(signal);
+            for link in links.lock().unwrap_or_else(|p| p.into_inner()).iter_mut() {
+                let _ = link.signal(signal);
+            }
+        };
+        let states = move || {
+            let finished = finished.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            task_states(total, &finished)
+        };
+        super::srun_signals::pass_on(super::srun_signals::Forwarding {
+            send: Arc::new(send),
+            step,
+            states: Box::new(states),
+            quit_on_interrupt,
+        });
     }
 
     /// Passes srun's standard input on to the tasks that read it, here
@@ -451,36 +478,9 @@ impl Step {
         });
     }
 
-    /// A signal srun gets from its user (Ctrl-C, `kill`) goes on to every
-    /// task. One the job's supervisor sends to every process of the job
-    /// (a cancel, a time limit, a preemption's warning) does not: each
-    /// node's supervisor gives it to every task there itself, and a task
-    /// must get it once. One the supervisor queues to this srun alone
-    /// (`scancel N.S`, `sigqueue`) is for its tasks, on every node.
-    fn forward_signals(&self) {
-        use signal_hook::consts::*;
-        use signal_hook::iterator::exfiltrator::WithOrigin;
-        use signal_hook::low_level::siginfo::{Cause, Sent};
-        let Ok(mut signals) = signal_hook::iterator::SignalsInfo::<WithOrigin>::new([
-            SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP,
-        ]) else {
-            return;
-        };
-        let links = self.links.clone();
-        let groups = self.local.clone();
-        std::thread::spawn(move || {
-            for origin in signals.forever() {
-                let for_me = matches!(origin.cause, Cause::Sent(Sent::Queue));
-                if !for_me && origin.process.is_some_and(|p| is_supervisor(p.pid)) {
-                    continue;
-                }
-                let sig = origin.signal;
-                groups.signal(sig);
-                for link in links.lock().unwrap_or_else(|p| p.into_inner()).iter_mut() {
-                    let _ = link.signal(sig);
-                }
-            }
-        });
+    fn finished_with(&self, task: u32, status: i32) {
+        let mut finished = self.finished.lock().unwrap_or_else(|p| p.into_inner());
+        finished.insert(task, status);
     }
 
     /// Writes every task's output until all `total` tasks have ended,
@@ -534,6 +534,7 @@ impl Step {
                     usage.add(task, used);
                     let status = if signal != 0 { 128 + signal } else { code };
                     ended.insert(task, status);
+                    self.finished_with(task, status);
                     endings.insert(task, (node, code, signal));
                     if ended.len() == 1 && !stopping {
                         wait_at = request.wait_after_first.map(|d| Instant::now() + d);
@@ -543,6 +544,7 @@ impl Step {
                 Relayed::Task(TaskEvent::Failed { task, why }) => {
                     super::say(&format!("srun: error: task {task}: {why}"));
                     ended.insert(task, 1);
+                    self.finished_with(task, 1);
                     1
                 }
                 Relayed::Lost(why) => {
@@ -622,6 +624,25 @@ impl Identity {
         super::say(&format!("srun: {id} {}: running", tasks_text(&running)));
         super::say(&format!("srun: Terminating {id}"));
     }
+}
+
+/// How the step's tasks stand, as Slurm's srun says it at a Ctrl-C: a
+/// line for each state (`tasks 0-2: running`, `task 3: exited
+/// abnormally`).
+fn task_states(total: u32, finished: &BTreeMap<u32, i32>) -> Vec<String> {
+    let of = |state: &dyn Fn(Option<&i32>) -> bool| -> Vec<u32> {
+        (0..total).filter(|t| state(finished.get(t))).collect()
+    };
+    let states: [(&str, Vec<u32>); 3] = [
+        ("running", of(&|s| s.is_none())),
+        ("exited", of(&|s| s == Some(&0))),
+        ("exited abnormally", of(&|s| s.is_some_and(|&s| s != 0))),
+    ];
+    states
+        .into_iter()
+        .filter(|(_, tasks)| !tasks.is_empty())
+        .map(|(state, tasks)| format!("{}: {state}", tasks_text(&tasks)))
+        .collect()
 }
 
 /// `task 3` or `tasks 0,2-9`.

@@ -235,6 +235,8 @@ pub fn parse_nodes(text: &str) -> Option<(u32, u32)> {
     let t = text.trim();
     let number = |s: &str| s.trim().parse::<u32>().ok();
     match t.split_once('-') {
+        // `-3`, as Slurm reads it: no minimum given, so one node.
+        Some((a, b)) if a.trim().is_empty() => Some((1, number(b)?)),
         Some((a, b)) => Some((number(a)?, number(b)?)),
         None => number(t).map(|n| (n, n)),
     }
@@ -252,6 +254,15 @@ mod tests {
             ntasks_per_node: per_node,
             gpus_per_task: None,
         }
+    }
+
+    #[test]
+    fn a_node_range_without_a_minimum_starts_at_one() {
+        assert_eq!(parse_nodes("-3"), Some((1, 3)));
+        assert_eq!(parse_nodes("2-3"), Some((2, 3)));
+        assert_eq!(parse_nodes("4"), Some((4, 4)));
+        assert_eq!(parse_nodes("-"), None);
+        assert_eq!(parse_nodes("3-"), None);
     }
 
     #[test]

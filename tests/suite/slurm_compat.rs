@@ -1189,3 +1189,131 @@ fn sinfo_long_format_and_helpformat_as_slurms() {
         "{fields}"
     );
 }
+
+/// A Ctrl-C reaches srun's tasks as Slurm's srun passes it: the first
+/// says how the tasks stand, a second within a second sends them SIGINT
+/// and ends the step (tasks that ignore it are killed); with
+/// `--quit-on-interrupt` the first kills them. Both for a step srun
+/// starts through a task server (outside a job) and for the one task it
+/// runs itself (in a batch job).
+#[test]
+fn ctrl_c_reports_then_aborts_and_quit_on_interrupt_kills_at_once() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::Duration;
+    let c = Cluster::started("");
+    let script = c.work.join("deaf.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/bash\ntrap '' INT\ntouch \"$1\"\nsleep 1000\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    fn interrupt_with(signal: &str, pid: u32) {
+        let _ = std::process::Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status();
+    }
+    let interrupt = |pid: u32| interrupt_with("-INT", pid);
+    let started = |mark: &std::path::Path| {
+        crate::common::wait_for("the task to start", Duration::from_secs(30), || {
+            mark.exists()
+        })
+    };
+    // Outside a job: twice within a second.
+    let mark = c.work.join("outside.started");
+    let srun = std::process::Command::new(bin_dir().join("ysched-slurm"))
+        .arg("srun")
+        .arg(&script)
+        .arg(&mark)
+        .env("YS_CONF", &c.config)
+        .env_remove("SLURM_JOB_ID")
+        .current_dir(&c.work)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    started(&mark);
+    interrupt(srun.id());
+    std::thread::sleep(Duration::from_millis(300));
+    interrupt(srun.id());
+    // Bounded: a srun that does not end is killed, and the test fails.
+    let pid = srun.id();
+    let ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let waited = ended.clone();
+    let guard = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(30));
+        if !waited.load(std::sync::atomic::Ordering::SeqCst) {
+            interrupt_with("-KILL", pid);
+        }
+    });
+    let out = srun.wait_with_output().unwrap();
+    ended.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(!guard.is_finished(), "srun did not end within 30 s");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(137), "{err}");
+    for line in [
+        "srun: interrupt (one more within 1 sec to abort)\n",
+        ".0 task 0: running\n",
+        "srun: sending Ctrl-C to StepId=",
+        "srun: Job step aborted: Waiting up to 5 seconds for job step to finish.\n",
+        "srun: error: gpu01: task 0: Killed\n",
+    ] {
+        assert!(err.contains(line), "no {line:?} in: {err}");
+    }
+    // In a batch job, the one task srun runs itself: the first Ctrl-C
+    // kills it.
+    let mark = c.work.join("inside.started");
+    let pid_file = c.work.join("srun.pid");
+    let srun_name = c.work.join("srun");
+    let _ = std::os::unix::fs::symlink(bin_dir().join("ysched-slurm"), &srun_name);
+    let wrap = format!(
+        "{} --quit-on-interrupt {} {} & echo $! > {}; wait",
+        srun_name.display(),
+        script.display(),
+        mark.display(),
+        pid_file.display()
+    );
+    let id = c.submit(&["--wrap", &wrap]);
+    started(&mark);
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    interrupt(pid);
+    c.wait_state(id, "COMPLETED", Duration::from_secs(30));
+    let log = c.output_of(id);
+    assert!(log.contains("srun: forcing job termination\n"), "{log}");
+}
+
+/// `scontrol listpids` lists the running jobs' processes on this machine:
+/// the batch script's as `batch`, each task of a step with its local and
+/// global id; `N.S` one step's; a job that is not running is refused.
+#[test]
+fn scontrol_listpids_lists_a_jobs_processes_by_step_and_task() {
+    use std::time::Duration;
+    let c = Cluster::started("");
+    let srun_name = c.work.join("srun");
+    let _ = std::os::unix::fs::symlink(bin_dir().join("ysched-slurm"), &srun_name);
+    let id = c.submit(&["--wrap", &format!("{} -n2 sleep 60", srun_name.display())]);
+    let mut listed = String::new();
+    crate::common::wait_for("both tasks listed", Duration::from_secs(30), || {
+        listed = slurm_out(&c, "scontrol", &["listpids", &format!("{id}.0")]).1;
+        let task = |n: &str| format!(" {id:<8} 0        {n:<7} {n:<8}");
+        listed.contains(&task("0")) && listed.contains(&task("1"))
+    });
+    assert!(
+        listed.starts_with("PID      JOBID    STEPID   LOCALID GLOBALID\n"),
+        "{listed}"
+    );
+    let (code, all, err) = slurm_out(&c, "scontrol", &["listpids", &id.to_string()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        all.contains(&format!(" {id:<8} batch    -       -")),
+        "{all}"
+    );
+    assert!(all.lines().count() > 3, "{all}");
+    let (_, _, _) = slurm_out(&c, "scancel", &[&id.to_string()]);
+    let (code, _, err) = slurm_out(&c, "scontrol", &["listpids", "99999"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("job 99999 is not running"), "{err}");
+}
