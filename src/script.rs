@@ -62,6 +62,9 @@ pub struct SubmitOptions {
     /// CPUs for the job
     #[arg(short = 'c', long = "cpus-per-task", value_name = "N")]
     pub cpus_per_task: Option<String>,
+    /// At least N CPUs on each node of the job (its CPUs per node are raised to N)
+    #[arg(long = "mincpus", value_name = "N")]
+    pub mincpus: Option<String>,
     /// Memory for the job: a size with unit K, M, G, T (default unit M)
     #[arg(long, value_name = "SIZE")]
     pub mem: Option<String>,
@@ -326,6 +329,8 @@ pub struct Partial {
     pub constraint: Option<crate::model::job::GpuConstraint>,
     pub time_limit: Option<Option<u64>>,
     pub cpus: Option<u32>,
+    /// `--mincpus`: the fewest CPUs the job takes on each node.
+    pub min_cpus: Option<u32>,
     pub mem: Option<Memory>,
     pub output: Option<String>,
     pub error: Option<String>,
@@ -484,11 +489,7 @@ impl Partial {
                 flag: "--time",
                 source,
             })?;
-        let cpus = o
-            .cpus_per_task
-            .as_deref()
-            .map(|c| parse_count(c, "--cpus-per-task", 1, MAX_CPUS_PER_JOB))
-            .transpose()?;
+        let (cpus, min_cpus) = cpus(&o)?;
         let mem = memory(&o)?;
         check_texts(&o)?;
         let nice = nice(&o)?;
@@ -520,6 +521,7 @@ impl Partial {
                 .map_err(OptionError::Constraint)?,
             time_limit,
             cpus,
+            min_cpus,
             mem,
             output: o.output,
             error: o.error,
@@ -591,6 +593,7 @@ impl Partial {
             constraint: later.constraint.or(self.constraint),
             time_limit: later.time_limit.or(self.time_limit),
             cpus: later.cpus.or(self.cpus),
+            min_cpus: later.min_cpus.or(self.min_cpus),
             mem: later.mem.or(self.mem),
             output: later.output.or(self.output),
             error: later.error.or(self.error),
@@ -719,6 +722,19 @@ fn array(o: &SubmitOptions) -> Result<Option<String>, OptionError> {
             Err(e) => return Err(OptionError::Array(e)),
         },
     })
+}
+
+/// `--cpus-per-task` and `--mincpus`, when given.
+fn cpus(o: &SubmitOptions) -> Result<(Option<u32>, Option<u32>), OptionError> {
+    let count = |text: &Option<String>, flag: &str, min: u32| {
+        text.as_deref()
+            .map(|c| parse_count(c, flag, min, MAX_CPUS_PER_JOB))
+            .transpose()
+    };
+    Ok((
+        count(&o.cpus_per_task, "--cpus-per-task", 1)?,
+        count(&o.mincpus, "--mincpus", 0)?,
+    ))
 }
 
 /// `--nodes`: N or MIN-MAX, within bounds.
@@ -1051,13 +1067,15 @@ pub fn resolve(
         account: partial.account,
         qos: partial.qos,
         gpus,
-        // Overcommitted, the tasks of a node share one task's CPUs.
-        cpus: partial.cpus.unwrap_or(1)
+        // Overcommitted, the tasks of a node share one task's CPUs; as
+        // Slurm's cons_tres, `--mincpus` raises what each node gives.
+        cpus: (partial.cpus.unwrap_or(1)
             * if partial.overcommit {
                 1
             } else {
                 tasks.max_tasks_per_node(tasks.nodes_min)
-            },
+            })
+        .max(partial.min_cpus.unwrap_or(0)),
         mem_mb,
         time_limit: partial.time_limit,
         output: partial.output,

@@ -465,7 +465,7 @@ const SBATCH: &[SlurmOption] = &[
     opt(&["--mem-bind"], Value::Required, Decision::Accepted("a placement or tuning hint: ysched places jobs by GPUs, CPUs and memory, and runs the job as if it were not given")),
     opt(&["--mem-per-cpu"], Value::Required, Decision::Refused("memory is asked for per job (--mem) or per GPU (--mem-per-gpu) here")),
     opt(&["--mem-per-gpu"], Value::Required, Decision::Honoured),
-    opt(&["--mincpus"], Value::Required, Decision::Accepted("a placement or tuning hint: ysched places jobs by GPUs, CPUs and memory, and runs the job as if it were not given")),
+    opt(&["--mincpus"], Value::Required, Decision::Honoured),
     opt(&["--network"], Value::Required, Decision::Accepted("a placement or tuning hint: ysched places jobs by GPUs, CPUs and memory, and runs the job as if it were not given")),
     opt(&["--nice"], Value::Optional, Decision::Honoured),
     opt(&["-k", "--no-kill"], Value::Optional, Decision::Accepted("a job whose node fails is stopped on all its nodes and requeued (unless --no-requeue)")),

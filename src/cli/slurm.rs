@@ -1398,6 +1398,7 @@ fn srun_step(mut args: SrunArgs) -> Result<i32, CliError> {
     let output = (stdout_file, stderr_file);
     let task = OneTask {
         recorded: recorded.as_ref(),
+        job: job_id,
         step: format!("StepId={job_id}.{step}"),
         quit_on_interrupt: args.quit_on_interrupt,
     };
@@ -1513,6 +1514,7 @@ fn run_task(
 /// The one task's step, for srun's signals and its record.
 struct OneTask<'a> {
     recorded: Option<&'a super::srun::RecordedStep>,
+    job: u64,
     /// `StepId=J.S`.
     step: String,
     quit_on_interrupt: bool,
@@ -1553,10 +1555,13 @@ fn wait_for_task(
     reaped.store(true, std::sync::atomic::Ordering::SeqCst);
     let (status, used) =
         waited.map_err(|e| CliError::failed(format!("cannot wait for the task: {e}")))?;
+    use std::os::unix::process::ExitStatusExt;
+    if status.signal().is_some() {
+        super::srun::say_if_job_ending(task.job);
+    }
     for r in relays {
         let _ = r.join();
     }
-    use std::os::unix::process::ExitStatusExt;
     if let Some(r) = recorded {
         let mut usage = crate::model::step::StepUsage::default();
         usage.add(0, used);

@@ -502,6 +502,7 @@ impl Step {
         // `--wait`: when the others are killed, once the first has ended.
         let mut wait_at: Option<Instant> = None;
         let mut stopping = false;
+        let mut asked_why = false;
         while (ended.len() as u32) < total {
             let next = [kill_at, wait_at].into_iter().flatten().min();
             let wait = next.map_or(Duration::from_secs(3600), |t| {
@@ -533,6 +534,10 @@ impl Step {
                     output.flush_task(task);
                     usage.add(task, used);
                     let status = if signal != 0 { 128 + signal } else { code };
+                    if signal != 0 && !stopping && !asked_why {
+                        asked_why = true;
+                        say_if_job_ending(step.job);
+                    }
                     ended.insert(task, status);
                     self.finished_with(task, status);
                     endings.insert(task, (node, code, signal));
@@ -623,6 +628,32 @@ impl Identity {
         super::say(&format!("srun: First task exited {}s ago", after.as_secs()));
         super::say(&format!("srun: {id} {}: running", tasks_text(&running)));
         super::say(&format!("srun: Terminating {id}"));
+    }
+}
+
+/// Says, as Slurm's srun does, that the step is being aborted when
+/// its job is ending (cancelled, out of time) as a signal kills a
+/// task; the controller is asked once.
+pub(super) fn say_if_job_ending(job: u64) {
+    use crate::model::job::JobState;
+    let Ok(config) = super::load_config() else {
+        return;
+    };
+    let Ok(filter) = super::job_filter(&[job.to_string()], &[], &[], &[], &[]) else {
+        return;
+    };
+    let Ok((views, _)) = super::accounting_views("srun", &config, filter) else {
+        return;
+    };
+    let ending = views
+        .iter()
+        .find(|v| v.job.id == job && v.step.is_none())
+        .is_some_and(|v| !matches!(v.job.state, JobState::Running | JobState::Suspended));
+    if ending {
+        super::say(&format!(
+            "srun: Job step aborted: Waiting up to {} seconds for job step to finish.",
+            config.kill_wait + 2
+        ));
     }
 }
 

@@ -1190,6 +1190,24 @@ fn sinfo_long_format_and_helpformat_as_slurms() {
     );
 }
 
+/// `srun SCRIPT MARK` outside a job, its standard error piped.
+fn srun_outside_a_job(
+    c: &Cluster,
+    script: &std::path::Path,
+    mark: &std::path::Path,
+) -> std::process::Child {
+    std::process::Command::new(bin_dir().join("ysched-slurm"))
+        .arg("srun")
+        .arg(script)
+        .arg(mark)
+        .env("YS_CONF", &c.config)
+        .env_remove("SLURM_JOB_ID")
+        .current_dir(&c.work)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// A Ctrl-C reaches srun's tasks as Slurm's srun passes it: the first
 /// says how the tasks stand, a second within a second sends them SIGINT
 /// and ends the step (tasks that ignore it are killed); with
@@ -1221,16 +1239,7 @@ fn ctrl_c_reports_then_aborts_and_quit_on_interrupt_kills_at_once() {
     };
     // Outside a job: twice within a second.
     let mark = c.work.join("outside.started");
-    let srun = std::process::Command::new(bin_dir().join("ysched-slurm"))
-        .arg("srun")
-        .arg(&script)
-        .arg(&mark)
-        .env("YS_CONF", &c.config)
-        .env_remove("SLURM_JOB_ID")
-        .current_dir(&c.work)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let srun = srun_outside_a_job(&c, &script, &mark);
     started(&mark);
     interrupt(srun.id());
     std::thread::sleep(Duration::from_millis(300));
@@ -1283,6 +1292,23 @@ fn ctrl_c_reports_then_aborts_and_quit_on_interrupt_kills_at_once() {
     c.wait_state(id, "COMPLETED", Duration::from_secs(30));
     let log = c.output_of(id);
     assert!(log.contains("srun: forcing job termination\n"), "{log}");
+    // Its job cancelled, srun says its step is aborted, as Slurm's does.
+    let mark = c.work.join("cancelled.started");
+    let srun = srun_outside_a_job(&c, &script, &mark);
+    started(&mark);
+    let (_, running, _) = slurm_out(&c, "squeue", &["-h", "-t", "R", "-o", "%i"]);
+    let (code, _, err) = slurm_out(&c, "scancel", &[running.trim()]);
+    assert_eq!(code, Some(0), "{err}");
+    let out = srun.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert!(
+        err.contains("srun: Job step aborted: Waiting up to "),
+        "{err}"
+    );
+    assert!(
+        err.contains("srun: error: gpu01: task 0: Terminated"),
+        "{err}"
+    );
 }
 
 /// `scontrol listpids` lists the running jobs' processes on this machine:
@@ -1316,4 +1342,35 @@ fn scontrol_listpids_lists_a_jobs_processes_by_step_and_task() {
     let (code, _, err) = slurm_out(&c, "scontrol", &["listpids", "99999"]);
     assert_eq!(code, Some(1));
     assert!(err.contains("job 99999 is not running"), "{err}");
+}
+
+/// `--mincpus` raises the CPUs a job takes on each node, as Slurm's
+/// cons_tres does; more than the node has is refused at submit.
+#[test]
+fn mincpus_raises_the_cpus_per_node_and_more_than_a_node_has_is_refused() {
+    let c = Cluster::started("");
+    let (code, _, err) = slurm_out(&c, "srun", &["--mincpus=17", "true"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("17 CPUs requested but this server offers 16"),
+        "{err}"
+    );
+    let (code, _, err) = slurm_out(&c, "srun", &["--mincpus=1", "true"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, out, err) = slurm_out(
+        &c,
+        "sbatch",
+        &[
+            "--parsable",
+            "--hold",
+            "--mincpus=4",
+            "-c",
+            "2",
+            "--wrap",
+            "true",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let (_, cpus, _) = slurm_out(&c, "squeue", &["-h", "-j", out.trim(), "-o", "%C"]);
+    assert_eq!(cpus.trim(), "4");
 }
