@@ -37,6 +37,9 @@ pub struct Args {
     /// Check a configuration file (default: the one ysctld would read) and print what would be detected, without starting
     #[arg(long = "check-config", value_name = "FILE", num_args = 0..=1)]
     pub check_config: Option<Option<PathBuf>>,
+    /// Check the whole accounting database (SQLite's integrity_check, read-only; a start checks it only after an unclean stop) and exit: 0 sound, 1 not
+    #[arg(long = "check-db")]
+    pub check_db: bool,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -139,6 +142,9 @@ pub fn run(args: Args) -> CliResult {
         super::print(&checked.report())?;
         return checked.outcome();
     }
+    if args.check_db {
+        return check_db(&config);
+    }
     match args.command {
         Some(Command::Simulate(sim)) => {
             // The controller's own log, for a seed being looked into.
@@ -231,6 +237,39 @@ fn background(config: Config, log: &std::path::Path, verbosity: u8, notify: &Own
 /// touching nothing: no spool, no cgroup, no database; and what would
 /// keep it from starting or running jobs (errors) or is worth a look
 /// (warnings).
+/// `--check-db`: the whole database checked, as SQLite's
+/// `integrity_check` finds it.
+fn check_db(config: &Config) -> CliResult {
+    let path = crate::spool::Spool::new(&config.spool_dir).database();
+    if !path.exists() {
+        return Err(CliError::failed(format!(
+            "no database at {} (the config's spool_dir): nothing to check",
+            path.display()
+        )));
+    }
+    let started = std::time::Instant::now();
+    const RESTORE: &str = "Stop ysctld and restore the database from a backup (see ysctld(8), FILES, and the admin guide's Backup)";
+    let problems = crate::db::clean_stop::integrity_check(&path).map_err(|e| {
+        CliError::failed(format!(
+            "{}: integrity_check cannot read it: {e}\n{RESTORE}",
+            path.display()
+        ))
+    })?;
+    if problems.is_empty() {
+        return super::print(&format!(
+            "{}: sound (integrity_check, {} ms)\n",
+            path.display(),
+            started.elapsed().as_millis()
+        ));
+    }
+    Err(CliError::failed(format!(
+        "{}: integrity_check found {} problem(s):\n{}\n{RESTORE}",
+        path.display(),
+        problems.len(),
+        problems.join("\n")
+    )))
+}
+
 fn check_config(config: &Config) -> Checked {
     let mut lines = vec![format!("{}: valid", config.path.display())];
     let mut problems = Vec::new();

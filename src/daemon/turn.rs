@@ -184,6 +184,11 @@ impl Daemon {
                     "ysctld stopping; {} running jobs keep running and will be re-adopted",
                     self.core.jobs.all().filter(|j| j.state.holds_gpus()).count()
                 );
+                // The next start may trust the file without reading it all.
+                if let Err(e) = crate::db::clean_stop::mark(&self.store.db, &self.spool.database())
+                {
+                    tracing::warn!(target: "ysched::db", "cannot mark the clean stop: {e}");
+                }
                 return Ok(());
             }
         }

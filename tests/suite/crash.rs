@@ -392,3 +392,55 @@ fn a_hung_daemon_is_a_down_daemon_to_the_commands() {
         "CANCELLED"
     );
 }
+
+/// A clean stop lets the next start trust the database without reading
+/// every page; after a crash, or a file changed while ysctld was stopped,
+/// the start checks it first. `ysctld --check-db` checks it all on demand.
+#[test]
+fn the_database_is_checked_at_start_only_after_an_unclean_stop_or_a_change() {
+    let mut c = Cluster::started("");
+    let checks = |c: &Cluster| c.log().matches("quick_check found it sound").count();
+    assert_eq!(checks(&c), 1, "a new database has no clean stop behind it");
+    c.stop();
+    c.start();
+    assert_eq!(checks(&c), 1, "checked after a clean stop:\n{}", c.log());
+    c.crash();
+    c.start();
+    assert_eq!(checks(&c), 2, "not checked after a crash:\n{}", c.log());
+    c.stop();
+    let database = c.spool.join("ysched.db");
+    let file = std::fs::File::options()
+        .write(true)
+        .open(&database)
+        .unwrap();
+    file.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(5))
+        .unwrap();
+    drop(file);
+    c.start();
+    assert_eq!(checks(&c), 3, "not checked after a change:\n{}", c.log());
+    let out = c.run("ysctld", &["--check-db"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(": sound (integrity_check, "),
+        "{}",
+        stdout(&out)
+    );
+    // Damaged after a clean stop: the start finds it, and so does
+    // --check-db.
+    c.stop();
+    let mut bytes = std::fs::read(&database).unwrap();
+    for b in &mut bytes[4096..8192] {
+        *b = 0xab;
+    }
+    std::fs::write(&database, bytes).unwrap();
+    let config = c.config.to_str().unwrap().to_string();
+    let out = c.run("ysctld", &["--foreground", "--config", &config]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let out = c.run("ysctld", &["--check-db"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("restore the database from a backup"),
+        "{}",
+        stderr(&out)
+    );
+}
