@@ -360,6 +360,13 @@ pub struct JobFilter {
     /// Accounting window (Unix seconds): jobs active at some point in it.
     pub start: Option<i64>,
     pub end: Option<i64>,
+    /// A page's cursor: only jobs with a greater id (the last job of the
+    /// page before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<JobId>,
+    /// A page's size: at most this many jobs (steps aside).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
 }
 
 impl JobFilter {
@@ -369,6 +376,7 @@ impl JobFilter {
             && (self.accounts.is_empty() || self.accounts.contains(&job.account))
             && (self.names.is_empty() || self.names.contains(&job.name))
             && (self.states.is_empty() || self.states.contains(&job.state))
+            && self.after.is_none_or(|after| job.id > after)
     }
 }
 

@@ -518,6 +518,7 @@ pub fn job_filter(
         states: parse_states(states)?,
         start: None,
         end: None,
+        ..JobFilter::default()
     })
 }
 

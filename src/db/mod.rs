@@ -1210,6 +1210,7 @@ pub fn quarantine_job(conn: &Connection, bad: &Unreadable, now: i64) -> Result<(
 /// point in [start, end] (submitted before `end`, not ended before `start`).
 pub fn find_jobs(conn: &Connection, filter: &JobFilter, limit: usize) -> Result<Vec<Job>, DbError> {
     let (mut sql, values) = job_query(filter);
+    let limit = filter.limit.map_or(limit, |l| limit.min(l as usize));
     sql.push_str(&format!(" LIMIT {limit}"));
     let mut stmt = conn.prepare(&sql)?;
     let rows = stmt.query_map(rusqlite::params_from_iter(values), job_from_row)?;
@@ -1224,7 +1225,10 @@ pub fn for_each_job<E: From<DbError>>(
     filter: &JobFilter,
     mut each: impl FnMut(Job) -> Result<(), E>,
 ) -> Result<(), E> {
-    let (sql, values) = job_query(filter);
+    let (mut sql, values) = job_query(filter);
+    if let Some(limit) = filter.limit {
+        sql.push_str(&format!(" LIMIT {limit}"));
+    }
     let mut stmt = conn.prepare(&sql).map_err(DbError::from)?;
     let mut rows = stmt
         .query(rusqlite::params_from_iter(values))
@@ -1297,6 +1301,10 @@ fn job_query(filter: &JobFilter) -> (String, Vec<rusqlite::types::Value>) {
     if let Some(end) = filter.end {
         sql.push_str(" AND submit_time <= ?");
         values.push(end.into());
+    }
+    if let Some(after) = filter.after {
+        sql.push_str(" AND id > ?");
+        values.push((after as i64).into());
     }
     sql.push_str(" ORDER BY id");
     (sql, values)

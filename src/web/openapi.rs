@@ -157,6 +157,16 @@ fn slurmdb_paths(paths: &mut Paths) {
                     "Unix seconds or a time ysacct -S takes"
                 ),
                 parameter("end_time", "query", "as start_time"),
+                parameter(
+                    "limit",
+                    "query",
+                    "jobs in a page: 1 to 10000 (default 1000); a full page gives next_page"
+                ),
+                parameter(
+                    "after",
+                    "query",
+                    "a job id: the page begins after it (next_page gives it)"
+                ),
             ]),
             None,
         ),

@@ -250,7 +250,10 @@ fn accounting(
     id: Option<JobRef>,
     command: &str,
 ) -> Result<Response, Response> {
-    let filter = accounting_filter(ctx, http, id)?;
+    let mut filter = accounting_filter(ctx, http, id)?;
+    let page = Page::of(http)?;
+    filter.after = page.after;
+    filter.limit = Some(page.limit);
     let query = Query::Accounting {
         filter,
         fields: None,
@@ -267,10 +270,86 @@ fn accounting(
     }
     // Each job's steps follow it, as slurmdbd nests them in the job.
     let list = slurm::accounting_jobs(&views);
+    let jobs: Vec<u64> = views
+        .iter()
+        .filter(|v| v.step.is_none())
+        .map(|v| v.job.id)
+        .collect();
+    let mut body = json!({ "jobs": list });
+    let mut warnings = Vec::new();
+    if let (true, Some(&last)) = (jobs.len() >= page.limit as usize, jobs.last()) {
+        let next = page.next(http, last);
+        warnings.push(format!("a page of {} jobs; the next: {next}", page.limit));
+        body["next_page"] = json!(next);
+    }
     Ok(Response::json(
         200,
-        &slurm::answer(json!({ "jobs": list }), command, &[]),
+        &slurm::answer(body, command, &warnings),
     ))
+}
+
+/// A page of the accounting records: at most `limit` jobs, those after
+/// job `after` (the last of the page before), in id order. However long
+/// the history, a request reads one page of it.
+struct Page {
+    limit: u32,
+    after: Option<u64>,
+}
+
+impl Page {
+    /// Jobs a page holds unless `limit` says otherwise.
+    const DEFAULT: u32 = 1_000;
+    const MAX: u32 = 10_000;
+
+    fn of(http: &HttpRequest) -> Result<Page, Response> {
+        let number = |name: &str, min: u64, max: u64| -> Result<Option<u64>, Response> {
+            match http.query(name) {
+                None => Ok(None),
+                Some(text) => match text.trim().parse::<u64>() {
+                    Ok(n) if (min..=max).contains(&n) => Ok(Some(n)),
+                    _ => Err(Response::error(
+                        400,
+                        &format!("{name}: '{text}' is not a whole number from {min} to {max}"),
+                    )),
+                },
+            }
+        };
+        Ok(Page {
+            limit: number("limit", 1, u64::from(Self::MAX))?.map_or(Self::DEFAULT, |n| n as u32),
+            after: number("after", 0, i64::MAX as u64)?,
+        })
+    }
+
+    /// The path and query of the page after the one that ended at job
+    /// `last`: the same query, from `last` on.
+    fn next(&self, http: &HttpRequest, last: u64) -> String {
+        let mut pairs: Vec<(String, String)> = http
+            .query
+            .iter()
+            .filter(|(name, _)| name != "after" && name != "limit")
+            .cloned()
+            .collect();
+        pairs.push(("limit".into(), self.limit.to_string()));
+        pairs.push(("after".into(), last.to_string()));
+        let query: Vec<String> = pairs
+            .iter()
+            .map(|(n, v)| format!("{}={}", encode(n), encode(v)))
+            .collect();
+        format!("{}?{}", http.path, query.join("&"))
+    }
+}
+
+/// A query parameter's text, percent-encoded where it must be.
+fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~,:".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 fn accounting_filter(
@@ -295,5 +374,6 @@ fn accounting_filter(
         states,
         start: time("start_time")?,
         end: time("end_time")?,
+        ..JobFilter::default()
     })
 }

@@ -1058,3 +1058,51 @@ fn a_hundred_requests_leave_yswebd_no_zombie() {
         web.log()
     );
 }
+
+/// The accounting records come a page at a time: `limit` jobs (1,000
+/// unless asked), from the job after `after`; a full page says where the
+/// next begins, and following it walks the whole history once.
+#[test]
+fn accounting_records_come_in_pages_that_walk_the_history_once() {
+    require_root!();
+    let (alice, www) = (TestUser::create("wpa"), TestUser::create("wpw"));
+    let c = cluster_with_web(&www.name, "");
+    let web = WebServer::start(&c, &www.name);
+    let token = token_of(&c, &alice.name, &[]);
+    std::fs::set_permissions(&c.work, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let mut submitted = Vec::new();
+    for _ in 0..5 {
+        let out = c.run_as(
+            &alice.name,
+            "ysbatch",
+            &["--parsable", "--hold", "--wrap", "true"],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        submitted.push(stdout(&out).trim().parse::<u64>().unwrap());
+    }
+    let mut path = format!("/slurmdb/v0.0.45/jobs?users={}&limit=2", alice.name);
+    let mut walked = Vec::new();
+    let mut pages = 0;
+    loop {
+        let (status, answer) = web.get(&path, &token);
+        assert_eq!(status, 200, "{answer}");
+        pages += 1;
+        let jobs = answer["jobs"].as_array().unwrap();
+        assert!(jobs.len() <= 2, "{answer}");
+        walked.extend(jobs.iter().map(|j| j["job_id"].as_u64().unwrap()));
+        match answer["next_page"].as_str() {
+            Some(next) => {
+                assert!(next.contains("after="), "{next}");
+                path = next.to_string();
+            }
+            None => break,
+        }
+        assert!(pages < 10, "the pages do not end: {walked:?}");
+    }
+    assert_eq!(walked, submitted, "each job once, in order");
+    assert_eq!(pages, 3);
+    for bad in ["limit=0", "limit=10001", "after=x"] {
+        let (status, answer) = web.get(&format!("/slurmdb/v0.0.45/jobs?{bad}"), &token);
+        assert_eq!(status, 400, "{bad}: {answer}");
+    }
+}
