@@ -113,7 +113,7 @@ mod tests {
                 ..
             } => {
                 assert_eq!(u, uid);
-                assert_eq!(e, envelope);
+                assert_eq!(*e, envelope);
             }
             other => panic!("{other:?}"),
         }

@@ -18,7 +18,7 @@ pub enum Inbound {
     Request {
         name: String,
         uid: u32,
-        envelope: Envelope,
+        envelope: Box<Envelope>,
     },
     /// A file that cannot be a request; it is removed and, where its owner
     /// made a reply file, answered with the reason.
@@ -74,7 +74,7 @@ pub fn parse_request(name: &str, sender: u32, body: &[u8], max_size: u64) -> Inb
         Ok(envelope) => Inbound::Request {
             name: name.to_string(),
             uid: sender,
-            envelope,
+            envelope: Box::new(envelope),
         },
         Err(e) if e.is_eof() => bad(format!("request is truncated ({} bytes)", body.len()), uid),
         Err(e) => bad(format!("request is not a valid ysched request: {e}"), uid),
