@@ -19,8 +19,8 @@ now() { date +%s.%N; }
 first_answer() {
     local started
     started=$(now)
-    "$bin/ysctld" -D 2>>"$dir/ysctld.log" &
-    daemon=$!
+    "$bin/ysctld" -D >/dev/null 2>>"$dir/ysctld.log" &
+    echo $! >"$dir/pid"
     for _ in $(seq 2000); do
         "$bin/ysqueue" >/dev/null 2>&1 && break
         sleep 0.005
@@ -43,12 +43,20 @@ memory = "80G"
 CONF
     export YS_CONF=$dir/ysched.toml
     mb=$(( $(stat -c %s "$dir/spool/ysched.db") / 1048576 ))
+    # The daemon is the subshell's child: stop it and wait for its pid
+    # file's process to be gone.
+    stop() {
+        local pid
+        pid=$(cat "$dir/pid")
+        kill "-$1" "$pid"
+        while kill -0 "$pid" 2>/dev/null; do sleep 0.01; done
+    }
     first=$(first_answer)
-    kill -TERM "$daemon"; wait "$daemon" || true
+    stop TERM
     clean=$(first_answer)
-    kill -KILL "$daemon"; wait "$daemon" || true
+    stop KILL
     crashed=$(first_answer)
-    kill -TERM "$daemon"; wait "$daemon" || true
+    stop TERM
     started=$(now)
     sqlite3 "$dir/spool/ysched.db" "PRAGMA quick_check" >/dev/null
     baseline=$(echo "$(now) - $started" | bc)
