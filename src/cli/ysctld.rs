@@ -606,6 +606,13 @@ fn describe_policy(config: &Config, lines: &mut Vec<String>) {
             None => "every job kept".into(),
         },
     );
+    if let Some(days) = config.keep_payloads_days {
+        add(
+            lines,
+            "scripts",
+            format!("a finished job's script and environment kept {days} days after it ended"),
+        );
+    }
 }
 
 /// `ysctld simulate --chaos`: the whole controller under faults, seed by

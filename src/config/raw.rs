@@ -30,6 +30,7 @@ pub(super) struct RawConfig {
     pub(super) notify_command: Option<Spanned<String>>,
     pub(super) notify_timeout_secs: Option<u64>,
     pub(super) purge_after_months: Option<Spanned<u32>>,
+    pub(super) keep_payloads_days: Option<u32>,
     #[serde(default)]
     pub(super) private_data: PrivateData,
     pub(super) min_job_age_secs: Option<u64>,

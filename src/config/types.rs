@@ -265,6 +265,9 @@ pub struct Config {
     /// Months a finished job's row is kept after the month it ended in
     /// (then summarised and purged); `None`: forever.
     pub purge_after_months: Option<u32>,
+    /// Days a finished job's script and environment are kept after it
+    /// ended (its accounting row stays); `None`: as long as its row.
+    pub keep_payloads_days: Option<u32>,
     /// Mean utilisation (percent) below which a job's GPUs count as idle.
     pub low_utilization_pct: u32,
     /// A job that may preempt does not when it would start within this

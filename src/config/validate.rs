@@ -74,6 +74,7 @@ impl RawConfig {
             private_data: self.private_data,
             min_job_age_secs: self.min_job_age_secs.unwrap_or(300),
             purge_after_months: purge_after_months(self.purge_after_months, &src)?,
+            keep_payloads_days: self.keep_payloads_days,
             metrics_listen,
             low_utilization_pct: low_utilization_pct(self.low_utilization_pct, &src)?,
             preempt_wait: self.preempt_wait.flatten().unwrap_or(60),

@@ -184,6 +184,9 @@ pub(super) enum PoolRow {
 pub(super) enum Purge {
     /// At most `limit` job rows that ended in [start, end) deleted.
     Batch { start: i64, end: i64, limit: u32 },
+    /// The scripts and environments of at most `limit` finished jobs
+    /// that ended before `before` let go (`keep_payloads_days`).
+    Payloads { before: i64, limit: u32 },
     /// A month's jobs summarised; requests received before `cutoff`
     /// forgotten.
     Month {

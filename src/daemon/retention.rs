@@ -27,6 +27,16 @@ const STORED_WASTE_AFTER_SECS: u64 = 3_600;
 impl Daemon {
     /// One step of retention; `true` when more work waits.
     pub(super) fn retention_step(&mut self, now: i64) -> Result<bool, DaemonError> {
+        if let Some(days) = self.core.config.keep_payloads_days {
+            let before = now - i64::from(days) * 86_400;
+            if db::payloads_ended_before(self.tx()?, before)? {
+                self.write(Row::Purge(Purge::Payloads {
+                    before,
+                    limit: PURGE_BATCH,
+                }))?;
+                return Ok(true);
+            }
+        }
         let Some(months) = self.core.config.purge_after_months else {
             return Ok(false);
         };

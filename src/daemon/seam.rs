@@ -406,6 +406,9 @@ fn write(tx: &Connection, row: Row) -> Result<(), DaemonError> {
         Row::Purge(Purge::Batch { start, end, limit }) => {
             db::purge_jobs(tx, start, end, limit)?;
         }
+        Row::Purge(Purge::Payloads { before, limit }) => {
+            db::let_go_payloads(tx, before, limit)?;
+        }
         Row::Purge(Purge::Month {
             month,
             summaries,

@@ -237,9 +237,9 @@ impl Daemon {
         if self.stats.next_metrics.is_some_and(|t| Instant::now() >= t) {
             self.write_metrics(now);
         }
-        if self.core.config.purge_after_months.is_some()
-            && Instant::now() >= self.timers.next_retention
-        {
+        let retains = self.core.config.purge_after_months.is_some()
+            || self.core.config.keep_payloads_days.is_some();
+        if retains && Instant::now() >= self.timers.next_retention {
             let more = self.retention_step(now)?;
             self.timers.next_retention = if more {
                 Instant::now()
@@ -485,11 +485,10 @@ impl Daemon {
     pub(super) fn next_timeout(&mut self, next_maintenance: Instant) -> Duration {
         let now_s = self.now();
         let mut next = next_maintenance.saturating_duration_since(Instant::now());
-        let retention = self
-            .core
-            .config
-            .purge_after_months
-            .map(|_| self.timers.next_retention);
+        let config = &self.core.config;
+        let retention = (config.purge_after_months.is_some()
+            || config.keep_payloads_days.is_some())
+        .then_some(self.timers.next_retention);
         let police = Some(self.timers.next_police);
         for t in [
             self.gpu_watch.next_sample,

@@ -357,6 +357,31 @@ ALTER TABLE steps ADD COLUMN gpu_util INTEGER;
 -- utilisation sum, peak memory, idle readings and seconds).
 ALTER TABLE jobs ADD COLUMN gpu_devices TEXT;
 "#,
+    // 28: what jobs run stored once by content: an array's tasks, and a
+    // script submitted again as it was, share one payload; each job
+    // points at its own (see db::payloads). `payload_digest` is the
+    // daemon's (db::digest), registered on the connection.
+    r#"
+CREATE TABLE payloads (
+    id              INTEGER PRIMARY KEY,
+    digest          BLOB    NOT NULL UNIQUE,
+    script          TEXT    NOT NULL,
+    args            TEXT    NOT NULL,
+    environment     TEXT    NOT NULL
+);
+INSERT OR IGNORE INTO payloads (digest, script, args, environment)
+    SELECT payload_digest(script, args, environment), script, args, environment
+    FROM job_payloads ORDER BY job_id;
+CREATE TABLE job_payload_refs (
+    job_id          INTEGER PRIMARY KEY REFERENCES jobs(id) ON DELETE CASCADE,
+    payload_id      INTEGER NOT NULL REFERENCES payloads(id)
+);
+INSERT INTO job_payload_refs (job_id, payload_id)
+    SELECT j.job_id, p.id FROM job_payloads j
+    JOIN payloads p ON p.digest = payload_digest(j.script, j.args, j.environment);
+DROP TABLE job_payloads;
+CREATE INDEX job_payload_refs_by_payload ON job_payload_refs(payload_id);
+"#,
 ];
 
 /// For the tests of the database's modules: a database in `dir` with
@@ -365,6 +390,7 @@ ALTER TABLE jobs ADD COLUMN gpu_devices TEXT;
 #[cfg(test)]
 pub(super) fn migrated(dir: &std::path::Path) -> rusqlite::Connection {
     let conn = rusqlite::Connection::open(dir.join("db")).unwrap();
+    super::digest::register(&conn).unwrap();
     for migration in MIGRATIONS {
         conn.execute_batch(migration).unwrap();
     }

@@ -2,9 +2,11 @@
 //! Policy never lives here; this module stores and finds.
 
 pub mod clean_stop;
+mod digest;
 mod error;
 mod migrations;
 mod nodes;
+mod payloads;
 pub mod preemptions;
 mod steps;
 mod tokens;
@@ -64,6 +66,7 @@ pub fn open(path: &Path) -> Result<Connection, DbError> {
         });
     }
     conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")?;
+    digest::register(&conn)?;
     if !trusted {
         let started = std::time::Instant::now();
         let check: String = conn
@@ -525,10 +528,7 @@ pub fn insert_job(conn: &Connection, job: &Job, payload: &Payload) -> Result<Job
     let args = serde_json::to_string(&payload.args).map_err(|e| DbError::Invalid(e.to_string()))?;
     let env =
         serde_json::to_string(&payload.environment).map_err(|e| DbError::Invalid(e.to_string()))?;
-    conn.prepare_cached(
-        "INSERT INTO job_payloads (job_id, script, args, environment) VALUES (?1, ?2, ?3, ?4)",
-    )?
-    .execute(params![id as i64, payload.script, args, env])?;
+    payloads::store(conn, id, (&payload.script, &args, &env))?;
     add_event(conn, id, job.submit_time, job.state, None)?;
     Ok(id)
 }
@@ -922,12 +922,28 @@ pub fn purged_month_with_rows(conn: &Connection) -> Result<Option<(i64, i64)>, D
 /// Deletes up to `limit` finished jobs (with their scripts and events)
 /// that ended in [start, end); how many went.
 pub fn purge_jobs(conn: &Connection, start: i64, end: i64, limit: u32) -> Result<usize, DbError> {
-    Ok(conn
+    let pointed_at = payloads::of_jobs_ended(conn, (start, end), limit)?;
+    let purged = conn
         .prepare_cached(
             "DELETE FROM jobs WHERE id IN \
-             (SELECT id FROM jobs WHERE end_time >= ?1 AND end_time < ?2 LIMIT ?3)",
+             (SELECT id FROM jobs WHERE end_time >= ?1 AND end_time < ?2 ORDER BY id LIMIT ?3)",
         )?
-        .execute(params![start, end, limit])?)
+        .execute(params![start, end, limit])?;
+    payloads::delete_unused(conn, &pointed_at)?;
+    Ok(purged)
+}
+
+/// Lets go of the scripts and environments of at most `limit` finished
+/// jobs that ended by `before` (`keep_payloads_days`); their
+/// accounting rows stay. How many jobs let go.
+pub fn let_go_payloads(conn: &Connection, before: i64, limit: u32) -> Result<usize, DbError> {
+    payloads::let_go_ended_before(conn, before, limit)
+}
+
+/// Whether a finished job that ended by `before` still has its
+/// script and environment.
+pub fn payloads_ended_before(conn: &Connection, before: i64) -> Result<bool, DbError> {
+    payloads::any_ended_before(conn, before)
 }
 
 /// Forgets request records older than `before` (their spool files are long gone).
@@ -1045,11 +1061,7 @@ pub fn last_resumption(
 }
 
 pub fn payload(conn: &Connection, id: JobId) -> Result<Payload, DbError> {
-    let row: Option<(String, String, String)> = conn
-        .prepare_cached("SELECT script, args, environment FROM job_payloads WHERE job_id = ?1")?
-        .query_row([id as i64], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .optional()?;
-    let (script, args, env) = row.ok_or(DbError::NotFound(id))?;
+    let (script, args, env) = payloads::load(conn, id)?.ok_or(DbError::NotFound(id))?;
     Ok(Payload {
         script,
         args: serde_json::from_str(&args)

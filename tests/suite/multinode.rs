@@ -824,7 +824,8 @@ fn a_job_submitted_from_inside_a_job_stores_nothing_of_that_run() {
     let db = rusqlite::Connection::open(p.controller.spool.join("ysched.db")).unwrap();
     let environment: String = db
         .query_row(
-            "SELECT environment FROM job_payloads WHERE job_id = ?1",
+            "SELECT p.environment FROM job_payload_refs r JOIN payloads p \
+             ON p.id = r.payload_id WHERE r.job_id = ?1",
             [inner as i64],
             |r| r.get(0),
         )

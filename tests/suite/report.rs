@@ -501,3 +501,33 @@ fn check_shortcuts_and_bad_input(c: &Cluster) {
         assert!(stderr(&out).contains(why), "{args:?}: {}", stderr(&out));
     }
 }
+
+/// What jobs run is stored once: an array's tasks and a script submitted
+/// again as it was share one copy. With `keep_payloads_days`, a finished
+/// job's copy goes once it is that old, its accounting row stays, and a
+/// job that may still run keeps its own.
+#[test]
+fn scripts_are_stored_once_and_let_go_after_keep_payloads_days() {
+    let mut c = Cluster::started("keep_payloads_days = 0\n");
+    let array = c.submit(&["--hold", "-a", "1-5", "--wrap", "true"]);
+    let again = c.submit(&["--hold", "--wrap", "true"]);
+    let db = rusqlite::Connection::open(c.spool.join("ysched.db")).unwrap();
+    let count = |sql: &str| db.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap();
+    assert_eq!(count("SELECT count(*) FROM payloads"), 1);
+    assert_eq!(count("SELECT count(*) FROM job_payload_refs"), 6);
+    let done = c.submit(&["--wrap", "echo other"]);
+    assert_eq!(c.wait_done(done, LONG), "COMPLETED");
+    assert_eq!(count("SELECT count(*) FROM payloads"), 2);
+    c.stop();
+    c.start();
+    common::wait_for("the finished job's script let go", LONG, || {
+        count("SELECT count(*) FROM payloads") == 1
+    });
+    assert_eq!(count("SELECT count(*) FROM job_payload_refs"), 6);
+    assert_eq!(c.field(done, "State"), "COMPLETED", "its row stays");
+    // The held ones still run as they were submitted.
+    let out = c.run("yscontrol", &["release", &again.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(c.wait_done(again, LONG), "COMPLETED");
+    assert_eq!(c.state(array), "PENDING");
+}
