@@ -12,7 +12,7 @@
 
 use std::collections::BTreeSet;
 
-use super::{accounting_views, job_filter, print, CliError, CliResult};
+use super::{print, CliError, CliResult};
 use crate::model::job::JobState;
 
 /// A process of a job: its pid, job, step (`batch` or the step's number)
@@ -43,22 +43,14 @@ pub fn list_pids(
             )));
         }
     }
-    let (job, step) = match which.filter(|w| *w != "*" && *w != "-1") {
-        Some(id) => match id.split_once('.') {
-            Some((job, step)) => (Some(job.to_string()), Some(step.to_string())),
-            None => (Some(id.to_string()), None),
-        },
-        None => (None, None),
-    };
-    let mut filter = job_filter(&job.iter().cloned().collect::<Vec<_>>(), &[], &[], &[], &[])?;
-    filter.states = vec![JobState::Running];
-    let (views, _) = accounting_views("scontrol", config, filter)?;
+    let which = which.filter(|w| *w != "*" && *w != "-1");
+    let (step, views, _) = super::scontrol_steps::running_views(config, which)?;
     let running: BTreeSet<u64> = views
         .iter()
         .filter(|v| v.job.state == JobState::Running)
         .map(|v| v.job.id)
         .collect();
-    if let (Some(id), true) = (which, running.is_empty() && job.is_some()) {
+    if let (Some(id), true) = (which, running.is_empty()) {
         return Err(CliError::failed(format!(
             "job {id} is not running (Invalid job id specified)"
         )));

@@ -7,13 +7,12 @@ use crate::model::job::JobState;
 use crate::report::view::JobView;
 use crate::report::Field;
 
-/// Prints the running steps `which` names (`N`: job N's; `N.S`: that
-/// one; none: all), each record on one line with `one_line`.
-pub fn show_steps(
+/// The step `which` names (`N.S`: S), and the running jobs' views it
+/// selects (`N`: job N's, with their steps; none: all).
+pub(super) fn running_views(
     config: &crate::config::Config,
     which: Option<&str>,
-    one_line: bool,
-) -> CliResult {
+) -> Result<(Option<String>, Vec<JobView>, i64), CliError> {
     let (job, step) = match which {
         Some(id) => match id.split_once('.') {
             Some((job, step)) => (Some(job.to_string()), Some(step.to_string())),
@@ -24,6 +23,17 @@ pub fn show_steps(
     let mut filter = job_filter(&job.iter().cloned().collect::<Vec<_>>(), &[], &[], &[], &[])?;
     filter.states = vec![JobState::Running];
     let (views, now) = accounting_views("scontrol", config, filter)?;
+    Ok((step, views, now))
+}
+
+/// Prints the running steps `which` names (`N`: job N's; `N.S`: that
+/// one; none: all), each record on one line with `one_line`.
+pub fn show_steps(
+    config: &crate::config::Config,
+    which: Option<&str>,
+    one_line: bool,
+) -> CliResult {
+    let (step, views, now) = running_views(config, which)?;
     let running: Vec<&JobView> = views
         .iter()
         .filter(|v| v.job.state == JobState::Running)
