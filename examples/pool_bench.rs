@@ -140,6 +140,7 @@ fn start_node(dir: &Path, name: &str, run_for: Duration) -> FakeNode {
         inventory: Inventory::declared(&config),
         cpus: 64,
         mem_mb: 512 << 10,
+        tmp_mb: 100 << 10,
         containers: false,
         isolation: IsolationFacts {
             confined: true,

@@ -65,6 +65,9 @@ pub struct SubmitOptions {
     /// At least N CPUs on each node of the job (its CPUs per node are raised to N)
     #[arg(long = "mincpus", value_name = "N")]
     pub mincpus: Option<String>,
+    /// Temporary disk each node of the job must have (its /tmp), with a unit K, M, G, T (default M)
+    #[arg(long = "tmp", value_name = "SIZE")]
+    pub tmp: Option<String>,
     /// Memory for the job: a size with unit K, M, G, T (default unit M)
     #[arg(long, value_name = "SIZE")]
     pub mem: Option<String>,
@@ -331,6 +334,8 @@ pub struct Partial {
     pub cpus: Option<u32>,
     /// `--mincpus`: the fewest CPUs the job takes on each node.
     pub min_cpus: Option<u32>,
+    /// `--tmp`: MiB of temporary disk each node must have.
+    pub tmp_mb: Option<u64>,
     pub mem: Option<Memory>,
     pub output: Option<String>,
     pub error: Option<String>,
@@ -490,6 +495,7 @@ impl Partial {
                 source,
             })?;
         let (cpus, min_cpus) = cpus(&o)?;
+        let tmp_mb = tmp_disk(&o)?;
         let mem = memory(&o)?;
         check_texts(&o)?;
         let nice = nice(&o)?;
@@ -522,6 +528,7 @@ impl Partial {
             time_limit,
             cpus,
             min_cpus,
+            tmp_mb,
             mem,
             output: o.output,
             error: o.error,
@@ -594,6 +601,7 @@ impl Partial {
             time_limit: later.time_limit.or(self.time_limit),
             cpus: later.cpus.or(self.cpus),
             min_cpus: later.min_cpus.or(self.min_cpus),
+            tmp_mb: later.tmp_mb.or(self.tmp_mb),
             mem: later.mem.or(self.mem),
             output: later.output.or(self.output),
             error: later.error.or(self.error),
@@ -722,6 +730,19 @@ fn array(o: &SubmitOptions) -> Result<Option<String>, OptionError> {
             Err(e) => return Err(OptionError::Array(e)),
         },
     })
+}
+
+/// `--tmp`, in MiB, when given.
+fn tmp_disk(o: &SubmitOptions) -> Result<Option<u64>, OptionError> {
+    o.tmp
+        .as_deref()
+        .map(|t| {
+            units::parse_memory_mb(t).map_err(|source| OptionError::Unit {
+                flag: "--tmp",
+                source,
+            })
+        })
+        .transpose()
 }
 
 /// `--cpus-per-task` and `--mincpus`, when given.
@@ -1103,6 +1124,7 @@ pub fn resolve(
         exclusive: partial.exclusive,
         nodelist: partial.nodelist.unwrap_or_default(),
         exclude: partial.exclude.unwrap_or_default(),
+        tmp_mb: partial.tmp_mb,
         tasks,
         container,
     })

@@ -503,7 +503,7 @@ const SBATCH: &[SlurmOption] = &[
     opt(&["--threads-per-core"], Value::Required, Decision::Accepted("a placement or tuning hint: ysched places jobs by GPUs, CPUs and memory, and runs the job as if it were not given")),
     opt(&["-t", "--time"], Value::Required, Decision::Honoured),
     opt(&["--time-min"], Value::Required, Decision::Accepted("the job gets its -t whole; the scheduler never shortens it")),
-    opt(&["--tmp"], Value::Required, Decision::Accepted("no local disk is reserved: the job sees the node's temporary directory")),
+    opt(&["--tmp"], Value::Required, Decision::Honoured),
     opt(&["--uid"], Value::Required, Decision::Refused("a job runs as the user who submits it")),
     opt(&["--usage"], Value::None, Decision::Alias("--help")),
     opt(&["--use-min-nodes"], Value::None, Decision::Accepted("a placement or tuning hint: ysched places jobs by GPUs, CPUs and memory, and runs the job as if it were not given")),
@@ -1382,7 +1382,7 @@ mod tests {
                 "30",
                 "-J",
                 "x",
-                "--tmp=1G",
+                "--power=level",
                 "run.sh",
                 "--bb",
             ],
@@ -1488,10 +1488,10 @@ mod tests {
             out.unwrap_err().to_string(),
             "invalid --mincpus argument '-1': a whole number of CPUs, 0 or more"
         );
-        let (out, _) = screened("sbatch", &["--tmp", "-1", "x.sh"]);
+        let (out, _) = screened("srun", &["--tmp", "-1", "true"]);
         assert!(matches!(out, Err(Refused::BadValue { .. })), "{out:?}");
         let (out, warnings) = screened("sbatch", &["--tmp=10G", "--mincpus", "4", "x.sh"]);
-        assert_eq!(out.unwrap(), ["--mincpus", "4", "x.sh"]);
-        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert_eq!(out.unwrap(), ["--tmp=10G", "--mincpus", "4", "x.sh"]);
+        assert!(warnings.is_empty(), "{warnings:?}");
     }
 }

@@ -417,6 +417,7 @@ fn sinfo_header(code: char) -> Option<String> {
             'G' => "GRES",
             'c' => "CPUS",
             'm' => "MEMORY",
+            'd' => "TMP_DISK",
             'E' => "REASON",
             'p' => "PRIO_TIER",
             'I' => "PRIO_JOB_FACTOR",
@@ -441,7 +442,7 @@ fn sinfo_header(code: char) -> Option<String> {
 /// sinfo's letters for what ysched does not keep (features, sockets,
 /// CPU load, reasons' times and users, versions...): shown `N/A`, as
 /// Slurm shows a value it does not have.
-const SINFO_NOT_KEPT: &str = "bBCdefHOSuUvVXYZz";
+const SINFO_NOT_KEPT: &str = "bBCefHOSuUvVXYZz";
 
 /// One cell of sinfo's line for `nodes` (of one state).
 fn sinfo_cell(code: char, nodes: &[&NodeInfo]) -> Option<String> {
@@ -468,6 +469,7 @@ fn sinfo_cell(code: char, nodes: &[&NodeInfo]) -> Option<String> {
         'G' => gres_of(first),
         'c' => first.cpus.to_string(),
         'm' => first.memory_mb.to_string(),
+        'd' => first.tmp_mb.to_string(),
         'E' => first.reason.clone().unwrap_or_else(|| "none".into()),
         // One partition, open to all, with no limits of its own.
         'p' | 'I' | 'w' => "1".into(),

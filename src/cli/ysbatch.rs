@@ -445,6 +445,8 @@ fn check_locally(
         inventory: &inventory,
         cpus,
         mem_mb,
+        // The nodes' disks are the controller's to know.
+        tmp_mb: u64::MAX,
     };
     admission::admit(&checked, uid, &user, config, &[capacity])
         .map(|_| ())

@@ -861,7 +861,7 @@ fn show_node(node: &crate::report::node::NodeInfo, one_line: bool) -> String {
             node.memory_mb, node.memory_allocated_mb, node.cpus
         ),
         format!(
-            "State={state}{}{} ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A",
+            "State={state}{}{} ThreadsPerCore=1 TmpDisk={} Weight=1 Owner=N/A",
             if drained > 0 && !state.contains("DRAIN") {
                 "+DRAIN"
             } else {
@@ -871,6 +871,7 @@ fn show_node(node: &crate::report::node::NodeInfo, one_line: bool) -> String {
                 .as_ref()
                 .map(|r| format!(" Reason=\"{r}\""))
                 .unwrap_or_default(),
+            node.tmp_mb,
         ),
         format!("Partitions={}", crate::slurm_options::PARTITION),
         format!(

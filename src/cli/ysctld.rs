@@ -690,7 +690,11 @@ fn export_slurm(config: &Config, args: &ExportArgs) -> CliResult {
                 .as_deref()
                 .and_then(|f| serde_json::from_str::<crate::exec::executor::NodeFacts>(f).ok());
             match facts {
-                Some(f) => nodes.push(export_node(&record.name, &f.inventory, f.cpus, f.mem_mb)),
+                Some(f) => nodes.push(export_node(
+                    &record.name,
+                    &f.inventory,
+                    (f.cpus, f.mem_mb, f.tmp_mb),
+                )),
                 None => super::warn(
                     "ysctld",
                     &format!(
@@ -737,14 +741,14 @@ fn this_node(config: &Config) -> crate::report::slurm_conf::ExportNode {
     let memory = config
         .memory_mb
         .unwrap_or_else(crate::exec::local::host_memory_mb);
-    export_node(&config.node_name, &inventory, cpus, memory)
+    let tmp = crate::exec::local::tmp_disk_mb();
+    export_node(&config.node_name, &inventory, (cpus, memory, tmp))
 }
 
 fn export_node(
     name: &str,
     inventory: &crate::gpu::Inventory,
-    cpus: u32,
-    memory_mb: u64,
+    (cpus, memory_mb, tmp_mb): (u32, u64, u64),
 ) -> crate::report::slurm_conf::ExportNode {
     let mut gpus: Vec<(String, u32, Vec<PathBuf>)> = Vec::new();
     for gpu in &inventory.gpus {
@@ -763,6 +767,7 @@ fn export_node(
         name: name.to_string(),
         cpus,
         memory_mb,
+        tmp_mb,
         gpus,
     }
 }

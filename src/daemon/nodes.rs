@@ -84,6 +84,7 @@ impl Node {
             inventory: &self.facts().inventory,
             cpus: self.cpus,
             mem_mb: self.mem_mb,
+            tmp_mb: self.facts().tmp_mb,
         }
     }
 }

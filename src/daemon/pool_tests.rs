@@ -58,6 +58,7 @@ fn pool_with(text: &str, cpus: &[u32]) -> Pool {
             inventory: Inventory::declared(&config),
             cpus: n,
             mem_mb: 1 << 20,
+            tmp_mb: 100 << 10,
             containers: false,
             isolation: IsolationFacts {
                 confined: true,

@@ -64,6 +64,7 @@ fn harness_in(
         inventory: Inventory::declared(config),
         cpus: 1_000,
         mem_mb: 1 << 30,
+        tmp_mb: 100 << 10,
         containers: false,
         isolation: IsolationFacts {
             confined: true,

@@ -470,6 +470,16 @@ struct Screened {
     warnings: Vec<String>,
 }
 
+/// `--exclude`'s nodes and those more, once each.
+fn merged(mut names: Vec<String>, more: Vec<String>) -> Vec<String> {
+    for name in more {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+}
+
 /// The job record of an admitted request, pending.
 fn job_of(
     request: JobRequest,
@@ -535,7 +545,8 @@ fn job_of(
         mail_type: request.mail_type,
         mail_user: request.mail_user,
         nodelist: request.nodelist,
-        exclude: request.exclude,
+        // A node short of `--tmp`'s disk is excluded, as if named.
+        exclude: merged(request.exclude, admitted.short_of_disk),
         tasks: request.tasks,
         peers: Vec::new(),
         container: request.container,

@@ -160,6 +160,7 @@ impl Reads for Archive {
             inventory: &self.inventory,
             cpus: 64,
             mem_mb: 512 << 10,
+            tmp_mb: 100 << 10,
         }]
     }
 

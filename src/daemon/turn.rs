@@ -811,6 +811,7 @@ impl Daemon {
                     down: node.down.clone(),
                     cpus: node.cpus,
                     memory_mb: node.mem_mb,
+                    tmp_mb: facts.tmp_mb,
                     isolation: facts.isolation.description.clone(),
                     gpu_source: facts.inventory.source.to_string(),
                     gpus: facts.inventory.gpus.clone(),

@@ -26,6 +26,10 @@ pub struct NodeFacts {
     pub inventory: Inventory,
     pub cpus: u32,
     pub mem_mb: u64,
+    /// The size of its temporary filesystem (`/tmp`), MiB: Slurm's
+    /// TmpDisk, what `--tmp` is held against.
+    #[serde(default)]
+    pub tmp_mb: u64,
     pub isolation: IsolationFacts,
     /// Whether jobs can run in container images here (crun and podman
     /// are installed).

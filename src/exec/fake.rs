@@ -239,6 +239,7 @@ mod tests {
             },
             cpus: 4,
             mem_mb: 4096,
+            tmp_mb: 100 << 10,
             containers: false,
             isolation: Default::default(),
         }

@@ -66,6 +66,7 @@ impl LocalExecutor {
             inventory,
             cpus: config.cpus.unwrap_or_else(host_cpus),
             mem_mb: config.memory_mb.unwrap_or_else(host_memory_mb),
+            tmp_mb: tmp_disk_mb(),
             isolation: facts_of(&isolation),
             containers: config.containers.missing().is_none(),
         };
@@ -270,6 +271,11 @@ pub fn host_cpus() -> u32 {
 }
 
 /// This host's memory in MiB, from /proc/meminfo.
+/// The size of the host's `/tmp` filesystem in MiB (0 when unreadable).
+pub fn tmp_disk_mb() -> u64 {
+    nix::sys::statvfs::statvfs("/tmp").map_or(0, |s| s.blocks() * s.fragment_size() / (1 << 20))
+}
+
 pub fn host_memory_mb() -> u64 {
     host_memory_mb_in(Path::new("/proc/meminfo")).unwrap_or(1024)
 }

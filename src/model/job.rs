@@ -524,6 +524,9 @@ pub struct JobRequest {
     /// `-x/--exclude`: nodes it must not run on.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exclude: Vec<String>,
+    /// `--tmp`: MiB of temporary disk each node must have (its TmpDisk).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tmp_mb: Option<u64>,
     /// `-N`, `--ntasks` and the like; GPUs, CPUs and memory are per node.
     #[serde(default)]
     pub tasks: super::tasks::TaskLayout,
@@ -1058,6 +1061,7 @@ pub(crate) fn example_request() -> JobRequest {
         mail_user: None,
         nodelist: Vec::new(),
         exclude: Vec::new(),
+        tmp_mb: None,
         exclusive: false,
         tasks: super::tasks::TaskLayout::default(),
         container: None,

@@ -622,6 +622,7 @@ mod tests {
             ),
             cpus: 8,
             mem_mb: 1 << 14,
+            tmp_mb: 100 << 10,
             containers: false,
             isolation: IsolationFacts {
                 confined: true,

@@ -25,6 +25,9 @@ pub struct NodeInfo {
     pub cpus_allocated: u32,
     pub memory_mb: u64,
     pub memory_allocated_mb: u64,
+    /// Its temporary filesystem (`/tmp`), MiB: Slurm's TmpDisk.
+    #[serde(default)]
+    pub tmp_mb: u64,
     /// How jobs are confined here (cgroup layout, or off).
     pub isolation: String,
     /// Where the GPU list comes from (NVML, the config).
@@ -64,6 +67,7 @@ pub struct Facts<'a> {
     pub down: Option<&'a str>,
     pub cpus: u32,
     pub memory_mb: u64,
+    pub tmp_mb: u64,
     pub isolation: &'a str,
     pub gpu_source: String,
     pub gpus: &'a [Gpu],
@@ -130,6 +134,7 @@ pub fn build(f: &Facts) -> NodeInfo {
         cpus: f.cpus,
         cpus_allocated,
         memory_mb: f.memory_mb,
+        tmp_mb: f.tmp_mb,
         memory_allocated_mb: holding.iter().filter_map(|j| j.mem_mb).sum(),
         isolation: f.isolation.to_string(),
         gpu_source: f.gpu_source.clone(),
@@ -241,6 +246,7 @@ mod tests {
             down: None,
             cpus: 16,
             memory_mb: 1024,
+            tmp_mb: 0,
             isolation: "cgroup v2",
             gpu_source: "declared".into(),
             gpus: &gpus,

@@ -20,6 +20,8 @@ pub struct ExportNode {
     pub name: String,
     pub cpus: u32,
     pub memory_mb: u64,
+    /// Its temporary filesystem, MiB (TmpDisk, what `--tmp` asks of it).
+    pub tmp_mb: u64,
     /// Per GPU type: how many, and their device files where known.
     pub gpus: Vec<(String, u32, Vec<PathBuf>)>,
 }
@@ -110,8 +112,8 @@ fn slurm_conf(config: &Config, nodes: &[ExportNode], cluster: &str) -> String {
         };
         let _ = writeln!(
             out,
-            "NodeName={} CPUs={} RealMemory={}{gres} State=UNKNOWN",
-            node.name, node.cpus, node.memory_mb
+            "NodeName={} CPUs={} RealMemory={} TmpDisk={}{gres} State=UNKNOWN",
+            node.name, node.cpus, node.memory_mb, node.tmp_mb
         );
     }
     let _ = writeln!(
@@ -427,6 +429,7 @@ users = ["dan"]
             name: "gpu01".into(),
             cpus: 64,
             memory_mb: 515_000,
+            tmp_mb: 100_000,
             gpus: vec![(
                 "a100".into(),
                 4,
@@ -446,7 +449,9 @@ users = ["dan"]
         let e = export(&config(), &[node()], "ysched");
         let conf = file(&e, "slurm.conf");
         assert!(
-            conf.contains("NodeName=gpu01 CPUs=64 RealMemory=515000 Gres=gpu:a100:4 State=UNKNOWN"),
+            conf.contains(
+                "NodeName=gpu01 CPUs=64 RealMemory=515000 TmpDisk=100000 Gres=gpu:a100:4 State=UNKNOWN"
+            ),
             "{conf}"
         );
         assert!(

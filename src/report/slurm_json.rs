@@ -249,9 +249,10 @@ pub fn node(info: &NodeInfo) -> Value {
         "alloc_cpus": info.cpus_allocated,
         "real_memory": info.memory_mb,
         "alloc_memory": info.memory_allocated_mb,
+        "tmp_disk": info.tmp_mb,
         "gres": gres.join(","),
         "gres_used": used.join(","),
-        "partitions": ["gpu"],
+        "partitions": [crate::slurm_options::PARTITION],
         "tres": format!("cpu={},mem={}M,gres/gpu={}", info.cpus, info.memory_mb, info.gpus.len()),
     })
 }

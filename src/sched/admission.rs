@@ -58,6 +58,13 @@ pub enum AdmissionError {
         requested: String,
         available: String,
     },
+    #[error(
+        "--tmp={requested}: this server's temporary disk (/tmp, its TmpDisk) holds {available}"
+    )]
+    TmpDisk {
+        requested: String,
+        available: String,
+    },
     #[error("{0}")]
     AccountLimit(String),
     #[error("unknown node '{name}' (nodes: {known})")]
@@ -103,6 +110,8 @@ pub struct Capacity<'a> {
     pub inventory: &'a Inventory,
     pub cpus: u32,
     pub mem_mb: u64,
+    /// Its temporary filesystem, MiB (TmpDisk).
+    pub tmp_mb: u64,
 }
 
 /// The choices the daemon fills in for an accepted job.
@@ -113,6 +122,9 @@ pub struct Admitted {
     pub time_limit: Option<u64>,
     /// The memory limit: as asked, or the config's default per GPU.
     pub mem_mb: Option<u64>,
+    /// The nodes whose temporary disk is smaller than `--tmp` asks: the
+    /// job never runs there.
+    pub short_of_disk: Vec<String>,
 }
 
 /// Admits a request: the account and QoS it may use, limits, and a node
@@ -150,11 +162,17 @@ pub fn admit(
     if let Some(why) = super::limits::refuse_at_submit(&policy, &account, total_gpus, time_limit) {
         return Err(AdmissionError::AccountLimit(why));
     }
+    let short_of_disk = nodes
+        .iter()
+        .filter(|n| request.tmp_mb.is_some_and(|t| n.tmp_mb < t))
+        .map(|n| n.name.to_string())
+        .collect();
     Ok(Admitted {
         account,
         qos,
         time_limit,
         mem_mb,
+        short_of_disk,
     })
 }
 
@@ -335,6 +353,12 @@ fn check_node(
         return Err(AdmissionError::Memory {
             requested: units::format_memory_mb(mem),
             available: units::format_memory_mb(node.mem_mb),
+        });
+    }
+    if let Some(tmp) = request.tmp_mb.filter(|&t| t > node.tmp_mb) {
+        return Err(AdmissionError::TmpDisk {
+            requested: units::format_memory_mb(tmp),
+            available: units::format_memory_mb(node.tmp_mb),
         });
     }
     Ok(())
@@ -550,6 +574,7 @@ mod tests {
                 inventory: &inv,
                 cpus: 8,
                 mem_mb: 64 * 1024,
+                tmp_mb: 100 << 10,
             }],
         )
     }
@@ -564,6 +589,7 @@ mod tests {
                 qos: "medium".into(),
                 time_limit: Some(3_600),
                 mem_mb: None,
+                short_of_disk: Vec::new(),
             }
         );
     }
@@ -651,6 +677,7 @@ mod tests {
             inventory: &inv,
             cpus: 8,
             mem_mb: 1024,
+            tmp_mb: 100 << 10,
         }];
         assert!(matches!(
             admit(&request(), 0, "root", &cfg, &cap),
@@ -681,6 +708,7 @@ mod tests {
             inventory: &inv,
             cpus: 8,
             mem_mb: 1 << 20,
+            tmp_mb: 100 << 10,
         }];
         assert_eq!(
             admit(&r, 1001, "carol", &cfg, &cap).unwrap_err().to_string(),
@@ -715,6 +743,37 @@ mod tests {
     }
 
     #[test]
+    fn tmp_is_held_against_each_nodes_disk_and_the_nodes_short_of_it_are_left_out() {
+        let cfg = config("");
+        let inventory = Inventory::declared(&cfg);
+        let node = |name, tmp_mb| Capacity {
+            name,
+            inventory: &inventory,
+            cpus: 64,
+            mem_mb: 1 << 20,
+            tmp_mb,
+        };
+        let nodes = [node("gpu01", 10 << 10), node("gpu02", 100 << 10)];
+        let mut r = request();
+        r.tmp_mb = Some(50 << 10);
+        let admitted = admit(&r, 1000, "alice", &cfg, &nodes).unwrap();
+        assert_eq!(admitted.short_of_disk, ["gpu01"]);
+        r.tmp_mb = Some(0);
+        assert!(admit(&r, 1000, "alice", &cfg, &nodes)
+            .unwrap()
+            .short_of_disk
+            .is_empty());
+        r.tmp_mb = Some(200 << 10);
+        r.nodelist = vec!["gpu02".into()];
+        assert_eq!(
+            admit(&r, 1000, "alice", &cfg, &nodes)
+                .unwrap_err()
+                .to_string(),
+            "--tmp=200G: this server's temporary disk (/tmp, its TmpDisk) holds 100G"
+        );
+    }
+
+    #[test]
     fn a_pool_admits_what_one_node_it_may_use_can_run() {
         let cfg = config("");
         let big = Inventory::declared(&cfg);
@@ -728,12 +787,14 @@ mod tests {
                 inventory: &small,
                 cpus: 4,
                 mem_mb: 1024,
+                tmp_mb: 100 << 10,
             },
             Capacity {
                 name: "gpu02",
                 inventory: &big,
                 cpus: 64,
                 mem_mb: 1 << 20,
+                tmp_mb: 100 << 10,
             },
         ];
         let mut r = request();

@@ -52,6 +52,7 @@ fn start_node(c: &Cluster, name: &str, source: Box<dyn Source>) -> FakeNode {
         inventory: Inventory::declared(&config),
         cpus: 8,
         mem_mb: 16 << 10,
+        tmp_mb: 100 << 10,
         containers: false,
         isolation: IsolationFacts {
             confined: true,
@@ -458,6 +459,7 @@ fn a_node_that_claims_its_run_was_frozen_for_years_gains_nothing() {
         inventory: Inventory::declared(&config),
         cpus: 8,
         mem_mb: 16 << 10,
+        tmp_mb: 100 << 10,
         containers: false,
         isolation: IsolationFacts {
             confined: true,

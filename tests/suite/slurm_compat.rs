@@ -1374,3 +1374,29 @@ fn mincpus_raises_the_cpus_per_node_and_more_than_a_node_has_is_refused() {
     let (_, cpus, _) = slurm_out(&c, "squeue", &["-h", "-j", out.trim(), "-o", "%C"]);
     assert_eq!(cpus.trim(), "4");
 }
+
+/// `--tmp` is held against each node's temporary disk (its /tmp, shown
+/// as TmpDisk): more than the node has is refused at submit, as Slurm
+/// refuses a node configuration it has not.
+#[test]
+fn tmp_is_held_against_the_nodes_temporary_disk() {
+    let c = Cluster::started("");
+    let (code, shown, err) = slurm_out(&c, "scontrol", &["show", "node", "-o"]);
+    assert_eq!(code, Some(0), "{err}");
+    let tmp_disk: u64 = shown
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("TmpDisk="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no TmpDisk in {shown}"));
+    assert!(tmp_disk > 0, "{shown}");
+    let (_, listed, _) = slurm_out(&c, "sinfo", &["-h", "-o", "%d"]);
+    assert_eq!(listed.trim(), tmp_disk.to_string());
+    let too_much = format!("--tmp={}", tmp_disk + 1);
+    let (code, _, err) = slurm_out(&c, "srun", &[&too_much, "true"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("its TmpDisk) holds"), "{err}");
+    let (code, _, err) = slurm_out(&c, "srun", &["--tmp=0", "true"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, _, err) = slurm_out(&c, "srun", &[&format!("--tmp={tmp_disk}"), "true"]);
+    assert_eq!(code, Some(0), "{err}");
+}

@@ -352,6 +352,7 @@ impl World {
                     inventory: Inventory::declared(&config),
                     cpus: 32,
                     mem_mb: 256 << 10,
+                    tmp_mb: 100 << 10,
                     containers: false,
                     isolation: IsolationFacts {
                         confined: true,
