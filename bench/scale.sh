@@ -33,7 +33,8 @@ db=$dir/spool/ysched.db
 # stopped before the directory goes.
 cleanup() {
     if [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
-        yscancel -t RUNNING -u "$(id -un)" >/dev/null 2>&1 || true
+        # Every job, the pending too: none may start once the GPUs free.
+        yscancel -u "$(id -un)" >/dev/null 2>&1 || true
         for _ in $(seq 200); do
             [ -z "$(ysqueue -h -t RUNNING,COMPLETING -o %i)" ] && break
             sleep 0.05
