@@ -14,7 +14,7 @@ SIZES=${*:-1000000}
 cd "$ROOT"
 cargo build --release --quiet --bins --example report_month
 bin=$ROOT/target/release
-now() { date +%s.%N; }
+. "$ROOT/bench/lib.sh"
 # Seconds from starting ysctld to its first answered ysqueue.
 first_answer() {
     local started
@@ -31,16 +31,7 @@ printf '%-9s %-10s %-34s %9s\n' jobs "db MB" what seconds
 for n in $SIZES; do
     dir=$(mktemp -d /tmp/ysched-restart.XXXXXX)
     "$bin/examples/report_month" "$n" --keep "$dir/spool" >/dev/null 2>&1
-    cat > "$dir/ysched.toml" <<CONF
-spool_dir = "$dir/spool"
-cpus = 16
-memory = "64G"
-gpu_sample_secs = 0
-[[gpus]]
-type = "a100"
-count = 4
-memory = "80G"
-CONF
+    bench_config "$dir"
     export YS_CONF=$dir/ysched.toml
     mb=$(( $(stat -c %s "$dir/spool/ysched.db") / 1048576 ))
     # The daemon is the subshell's child: stop it and wait for its pid
