@@ -1724,8 +1724,9 @@ print(again)
 fn a_connection_flood_from_many_addresses_takes_no_node_down() {
     require_root_for_pool!();
     // A lease of some seconds: the flooder takes a core of its own, and on
-    // a loaded machine a 3 s lease is lost to the load alone.
-    let lease = 6;
+    // a loaded machine a 3 s lease is lost to the load alone (and a 6 s
+    // one was, once, in CI with another test on the other core).
+    let lease = 10;
     let mut p = Pool::with(2, "", &format!("lease = \"{lease}s\"\n"));
     p.controller.script(
         "through.sh",

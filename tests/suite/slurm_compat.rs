@@ -110,7 +110,8 @@ fn export_slurm_writes_slurms_files_and_keeps_what_is_there() {
     assert!(out.status.success(), "{}", stderr(&out));
     let conf = std::fs::read_to_string(dir.join("slurm.conf")).unwrap();
     assert!(
-        conf.contains("NodeName=gpu01 CPUs=16 RealMemory=65536 Gres=gpu:a100:4"),
+        conf.contains("NodeName=gpu01 CPUs=16 RealMemory=65536 TmpDisk=")
+            && conf.contains(" Gres=gpu:a100:4 State=UNKNOWN"),
         "{conf}"
     );
     let load = std::fs::read_to_string(dir.join("sacctmgr.cfg")).unwrap();
