@@ -478,9 +478,10 @@ impl Step {
         });
     }
 
-    fn finished_with(&self, task: u32, status: i32) {
-        let mut finished = self.finished.lock().unwrap_or_else(|p| p.into_inner());
-        finished.insert(task, status);
+    /// The tasks that have ended, and their statuses (shared with the
+    /// Ctrl-C report).
+    fn ended(&self) -> std::sync::MutexGuard<'_, BTreeMap<u32, i32>> {
+        self.finished.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Writes every task's output until all `total` tasks have ended,
@@ -494,7 +495,6 @@ impl Step {
         output: &mut Output,
         step: &Identity,
     ) -> StepEnded {
-        let mut ended: HashMap<u32, i32> = HashMap::new();
         let mut usage = StepUsage::default();
         let mut endings: Endings = BTreeMap::new();
         let mut lost_nodes: Vec<usize> = Vec::new();
@@ -503,7 +503,7 @@ impl Step {
         let mut wait_at: Option<Instant> = None;
         let mut stopping = false;
         let mut asked_why = false;
-        while (ended.len() as u32) < total {
+        while (self.ended().len() as u32) < total {
             let next = [kill_at, wait_at].into_iter().flatten().min();
             let wait = next.map_or(Duration::from_secs(3600), |t| {
                 t.saturating_duration_since(Instant::now())
@@ -512,7 +512,7 @@ impl Step {
                 Ok(e) => e,
                 Err(RecvTimeoutError::Timeout) => {
                     if let Some(after) = wait_at.take().and(request.wait_after_first) {
-                        step.say_waited_out(after, total, &ended);
+                        step.say_waited_out(after, total, &self.ended());
                     }
                     self.signal(libc::SIGKILL);
                     kill_at = None;
@@ -538,18 +538,20 @@ impl Step {
                         asked_why = true;
                         say_if_job_ending(step.job);
                     }
-                    ended.insert(task, status);
-                    self.finished_with(task, status);
+                    let first = {
+                        let mut ended = self.ended();
+                        ended.insert(task, status);
+                        ended.len() == 1
+                    };
                     endings.insert(task, (node, code, signal));
-                    if ended.len() == 1 && !stopping {
+                    if first && !stopping {
                         wait_at = request.wait_after_first.map(|d| Instant::now() + d);
                     }
                     status
                 }
                 Relayed::Task(TaskEvent::Failed { task, why }) => {
                     super::say(&format!("srun: error: task {task}: {why}"));
-                    ended.insert(task, 1);
-                    self.finished_with(task, 1);
+                    self.ended().insert(task, 1);
                     1
                 }
                 Relayed::Lost(why) => {
@@ -570,6 +572,7 @@ impl Step {
         }
         output.flush_all();
         step.say_endings(&endings);
+        let ended = self.ended().clone();
         let unfinished = (ended.len() as u32) < total;
         let worst = ended.values().copied().max().unwrap_or(0);
         let signal = endings
@@ -622,7 +625,7 @@ impl Identity {
     }
 
     /// `--wait`'s word when it kills the tasks still running.
-    fn say_waited_out(&self, after: Duration, total: u32, ended: &HashMap<u32, i32>) {
+    fn say_waited_out(&self, after: Duration, total: u32, ended: &BTreeMap<u32, i32>) {
         let running: Vec<u32> = (0..total).filter(|t| !ended.contains_key(t)).collect();
         let id = format!("StepId={}.{}", self.job, self.step);
         super::say(&format!("srun: First task exited {}s ago", after.as_secs()));
@@ -639,13 +642,11 @@ pub(super) fn say_if_job_ending(job: u64) {
     let Ok(config) = super::load_config() else {
         return;
     };
-    let Ok(filter) = super::job_filter(&[job.to_string()], &[], &[], &[], &[]) else {
+    let asked = crate::proto::Query::Job(crate::array::JobRef::Id(job));
+    let Ok(crate::proto::Reply::Jobs { jobs, .. }) = super::query("srun", &config, asked) else {
         return;
     };
-    let Ok((views, _)) = super::accounting_views("srun", &config, filter) else {
-        return;
-    };
-    let ending = views
+    let ending = jobs
         .iter()
         .find(|v| v.job.id == job && v.step.is_none())
         .is_some_and(|v| !matches!(v.job.state, JobState::Running | JobState::Suspended));

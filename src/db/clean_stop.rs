@@ -26,16 +26,6 @@ pub(super) fn sidecar(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Why an open checks the database, or why it need not.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Trust {
-    /// The last controller stopped cleanly and nothing touched the file
-    /// since.
-    CleanStop,
-    /// No mark, or one the file no longer matches: checked.
-    Checked,
-}
-
 /// The file's identity and state, as the mark records it.
 fn stamp(path: &Path) -> Option<String> {
     let meta = std::fs::metadata(path).ok()?;

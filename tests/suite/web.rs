@@ -1101,8 +1101,19 @@ fn accounting_records_come_in_pages_that_walk_the_history_once() {
     }
     assert_eq!(walked, submitted, "each job once, in order");
     assert_eq!(pages, 3);
-    for bad in ["limit=0", "limit=10001", "after=x"] {
+    for (bad, why) in [
+        (
+            "limit=0",
+            "limit: '0' is not a whole number from 1 to 10000",
+        ),
+        (
+            "limit=10001",
+            "limit: '10001' is not a whole number from 1 to 10000",
+        ),
+        ("after=x", "after: 'x' is not a whole number from 0 to"),
+    ] {
         let (status, answer) = web.get(&format!("/slurmdb/v0.0.45/jobs?{bad}"), &token);
         assert_eq!(status, 400, "{bad}: {answer}");
+        assert!(answer.to_string().contains(why), "{bad}: {answer}");
     }
 }
