@@ -25,6 +25,13 @@ pub(super) struct Effects {
     pub(super) reschedule: bool,
     /// What the views show changed: their snapshot is stale.
     pub(super) changed: bool,
+    /// Jobs queued, which may start before the next pass
+    /// (`Daemon::quick_starts`).
+    pub(super) queued: Vec<JobId>,
+    /// The change is one the last pass's spare does not account for: no
+    /// job starts before the next pass. New jobs and ended ones leave it
+    /// as it is: it only ever holds less than is idle.
+    pub(super) spare_stale: bool,
 }
 
 /// A change to the records, written in the turn's transaction.
@@ -240,6 +247,22 @@ impl Effects {
 
     /// The queue changed (a pass is due), and so did what the views show.
     pub(super) fn queue_changed(&mut self) {
+        self.reschedule = true;
+        self.changed = true;
+        self.spare_stale = true;
+    }
+
+    /// Job `id` was queued: a pass is due, and the job may start before
+    /// it on what the last one left idle.
+    pub(super) fn queue_grew(&mut self, id: JobId) {
+        self.reschedule = true;
+        self.changed = true;
+        self.queued.push(id);
+    }
+
+    /// A job left the queue or ended: a pass is due, to hand out what it
+    /// held; what the last pass left idle is still idle.
+    pub(super) fn queue_shrank(&mut self) {
         self.reschedule = true;
         self.changed = true;
     }

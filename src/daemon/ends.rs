@@ -162,7 +162,7 @@ impl Core {
         // in between must find it again, not requeue a job that ran.
         fx.forget(&job);
         self.policy.reasons.remove(&id);
-        fx.queue_changed();
+        fx.queue_shrank();
         Ok(())
     }
 

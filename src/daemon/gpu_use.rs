@@ -212,6 +212,7 @@ impl Daemon {
             samples: &self.gpu_samples(),
             last_pass_seconds: self.stats.last_pass_seconds,
             preemptions_total: self.stats.preemptions_total,
+            quick_starts_total: self.stats.quick_starts_total,
             budget_left: &budget_left,
             drained: &self.drained_pool_gpus(),
             requests_total: self.stats.requests_total,

@@ -39,6 +39,7 @@ mod peers;
 mod pool;
 mod pool_state;
 mod preempt;
+mod quick;
 mod reads;
 mod refusals;
 mod reload;

@@ -47,6 +47,7 @@ pub(super) fn on_pass(
         tree,
         shares,
         factors,
+        spare: _,
     } = decisions;
     core.mark_borrowing(&borrowing, fx);
     if core.config.kill_invalid_dependency {
@@ -110,6 +111,28 @@ pub(super) fn on_pass(
     core.policy.wake_at = wake_at;
     fx.views_changed();
     Ok(passed)
+}
+
+/// Marks running the jobs started between passes
+/// (`Daemon::quick_starts`), and says which to launch.
+pub(super) fn on_quick_starts(
+    core: &mut Core,
+    reads: &dyn Reads,
+    starts: Vec<sched::pass::Placement>,
+    now: i64,
+    fx: &mut Effects,
+) -> Vec<JobId> {
+    let mut launch = Vec::new();
+    for start in starts {
+        let id = start.job;
+        if core.mark_running(reads, start, now, fx) {
+            core.policy.reasons.remove(&id);
+            core.policy.expected_starts.remove(&id);
+            launch.push(id);
+        }
+    }
+    fx.views_changed();
+    launch
 }
 
 #[cfg(test)]

@@ -379,7 +379,7 @@ impl Daemon {
                 state
                     .images
                     .settle(&reference, error, std::time::Instant::now());
-                self.reschedule = true;
+                self.replan();
             }
             FromNode::Join { .. } | FromNode::Hello { .. } => {}
         }
@@ -792,7 +792,7 @@ impl Daemon {
             Ok(())
         })?;
         self.refreeze_on(name);
-        self.reschedule = true;
+        self.replan();
         self.snapshot = None;
         Ok(())
     }
@@ -959,7 +959,7 @@ impl Daemon {
         });
         if was_down.is_some() && !fenced {
             tracing::info!(target: "ysched::pool", "node {name} is up again");
-            self.reschedule = true;
+            self.replan();
             self.snapshot = None;
         }
     }
@@ -1035,7 +1035,7 @@ impl Daemon {
             return Ok(());
         }
         self.nodes.relayout();
-        self.reschedule = true;
+        self.replan();
         self.snapshot = None;
         for name in lost {
             self.lose_jobs_of(&name, now)?;

@@ -363,3 +363,66 @@ fn a_restarted_daemon_readopts_what_runs_accounts_what_ended_and_times_out_the_r
     assert_eq!(stored_state(&h, long), Some(JobState::Timeout));
     assert!(h.daemon.core.jobs.all().next().is_none());
 }
+
+/// Passes spaced as over a long queue: a job queued between them that
+/// fits what the last pass left idle starts in the turn that queues it;
+/// one that does not fit, or waits on a dependency, waits for the pass.
+#[test]
+fn between_passes_a_job_that_fits_starts_at_once_and_the_rest_wait_for_the_pass() {
+    use super::quick::Pace;
+    let config = Config::parse(CONFIG, Path::new("replay.toml")).unwrap();
+    let mut h = harness(&config);
+    let (mut started, mut runs) = (Vec::new(), HashMap::new());
+    let first = submit(&mut h, 2, 100);
+    settle(&mut h, &mut started, &mut runs);
+    assert_eq!(started, vec![(0, first)]);
+
+    h.daemon.between.pace = Pace::Told(false);
+    h.clock.store(10, Ordering::SeqCst);
+    let fits = submit(&mut h, 1, 50);
+    let after = {
+        let (uid, user) = me();
+        let mut request = crate::model::job::example_request();
+        request.gpus.count = 1;
+        request.account = Some("a".into());
+        request.dependency = Some(format!("afterok:{first}"));
+        match h.daemon.submit(request, uid, &user, 10).unwrap() {
+            Reply::Submitted { job_id, .. } => job_id,
+            other => panic!("{other:?}"),
+        }
+    };
+    let too_big = submit(&mut h, 2, 50);
+    let (mut maintenance, mut queries, mut processed) = (Instant::now(), Vec::new(), Vec::new());
+    h.daemon
+        .apply_turn(Vec::new(), &mut maintenance, &mut queries, &mut processed)
+        .unwrap();
+    h.daemon.launch_started().unwrap();
+    assert_eq!(h.fake.state().launched, vec![first, fits]);
+    assert_eq!(stored_state(&h, fits), Some(JobState::Running));
+    assert_eq!(h.daemon.stats.quick_starts_total, 1);
+    assert!(h.daemon.reschedule, "the pass is still due");
+    for waiting in [after, too_big] {
+        assert_eq!(stored_state(&h, waiting), Some(JobState::Pending));
+    }
+
+    // The first job ends; its GPUs go to the next pass, not to a job
+    // queued before it.
+    h.fake.end(first, 0, 0);
+    h.clock.store(20, Ordering::SeqCst);
+    let (mut maintenance, mut queries, mut processed) = (Instant::now(), Vec::new(), Vec::new());
+    let exited = std::mem::take(&mut *h.exits.lock().unwrap());
+    h.daemon
+        .apply_turn(exited, &mut maintenance, &mut queries, &mut processed)
+        .unwrap();
+    let late = submit(&mut h, 2, 50);
+    h.daemon
+        .apply_turn(Vec::new(), &mut maintenance, &mut queries, &mut processed)
+        .unwrap();
+    assert_eq!(stored_state(&h, late), Some(JobState::Pending));
+    h.daemon.between.pace = Pace::Told(true);
+    settle(&mut h, &mut started, &mut runs);
+    for ran in [after, too_big] {
+        assert_eq!(stored_state(&h, ran), Some(JobState::Running), "job {ran}");
+    }
+    assert_eq!(stored_state(&h, late), Some(JobState::Pending));
+}

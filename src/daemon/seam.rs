@@ -56,6 +56,10 @@ impl Daemon {
         if fx.reschedule {
             self.reschedule = true;
         }
+        if fx.spare_stale {
+            self.between.spare = None;
+        }
+        self.between.queued.extend(fx.queued);
         if fx.changed {
             self.snapshot = None;
         }

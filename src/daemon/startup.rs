@@ -143,6 +143,7 @@ pub(super) fn start_stats(config: &Config) -> Result<Stats, DaemonError> {
     Ok(Stats {
         last_pass_seconds: 0.0,
         preemptions_total: 0,
+        quick_starts_total: 0,
         next_metrics: metrics_on.then(Instant::now),
         metrics_latest,
         requests_total: 0,

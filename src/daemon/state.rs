@@ -204,6 +204,7 @@ impl Daemon {
             snapshot: None,
             queries: parts.queries,
             reschedule: true,
+            between: Default::default(),
             shutdown: false,
             gpu_watch: parts.gpu_watch,
             stats: parts.stats,
@@ -254,6 +255,8 @@ pub(super) struct Daemon {
     pub(super) snapshot: Option<Arc<query::LazySnapshot>>,
     pub(super) queries: Sender<query::Work>,
     pub(super) reschedule: bool,
+    /// What the last pass left, and when the next may run.
+    pub(super) between: super::quick::BetweenPasses,
     pub(super) shutdown: bool,
     pub(super) gpu_watch: GpuWatch,
     pub(super) stats: Stats,
@@ -364,6 +367,8 @@ pub(super) struct GpuWatch {
 pub(super) struct Stats {
     pub(super) last_pass_seconds: f64,
     pub(super) preemptions_total: u64,
+    /// Jobs started between passes (see `quick`), since the start.
+    pub(super) quick_starts_total: u64,
     pub(super) next_metrics: Option<Instant>,
     /// The text the metrics endpoint serves (`None`: no endpoint).
     pub(super) metrics_latest: Option<metrics_http::Latest>,

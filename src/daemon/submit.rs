@@ -395,7 +395,7 @@ fn enqueue_submitted(core: &mut Core, job: Job, now: i64, fx: &mut Effects) {
         Some(reason) => {
             core.policy.reasons.insert(job.id, reason);
         }
-        None => fx.queue_changed(),
+        None => fx.queue_grew(job.id),
     }
     core.jobs.insert(job);
 }

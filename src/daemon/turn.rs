@@ -113,7 +113,8 @@ impl Daemon {
         let mut next_maintenance = Instant::now() + MAINTENANCE_EVERY;
         loop {
             let timeout = self.next_timeout(next_maintenance);
-            let first = if self.inbox.backlog.is_empty() && !self.reschedule {
+            let pass_now = self.reschedule && self.between.pass_due();
+            let first = if self.inbox.backlog.is_empty() && !pass_now {
                 match inbox.recv_timeout(timeout) {
                     Ok(e) => Some(e),
                     Err(RecvTimeoutError::Timeout) => None,
@@ -258,8 +259,12 @@ impl Daemon {
             *next_maintenance = Instant::now() + MAINTENANCE_EVERY;
         }
         let mut changed = exited_any;
-        if self.reschedule || self.core.policy.wake_at.is_some_and(|w| w <= now) {
+        let woken = self.core.policy.wake_at.is_some_and(|w| w <= now);
+        if (self.reschedule || woken) && self.between.pass_due() {
             self.schedule(now)?;
+            changed = true;
+        } else if !self.between.queued.is_empty() {
+            self.quick_starts(now)?;
             changed = true;
         }
         let flush = self.shutdown || Instant::now() >= self.stats.next_idle_flush;
@@ -438,7 +443,7 @@ impl Daemon {
         self.load_stops()?;
         self.core.policy.pass_tree = None;
         self.snapshot = None;
-        self.reschedule = true;
+        self.replan();
         Ok(())
     }
 
@@ -496,6 +501,10 @@ impl Daemon {
             retention,
             police,
             self.next_lease_deadline(),
+            self.reschedule
+                .then(|| self.between.until_pass())
+                .flatten()
+                .map(|wait| Instant::now() + wait),
         ]
         .into_iter()
         .flatten()
@@ -687,8 +696,15 @@ impl Daemon {
             now,
         };
         let started = Instant::now();
-        let decisions = sched::pass(&state, &self.core.config);
-        self.stats.last_pass_seconds = started.elapsed().as_secs_f64();
+        let mut decisions = sched::pass(&state, &self.core.config);
+        let took = started.elapsed();
+        self.stats.last_pass_seconds = took.as_secs_f64();
+        let kept = decisions.spare.take().map(|spare| super::quick::Kept {
+            spare,
+            layout: self.nodes.layout().clone(),
+            drained: drained.clone(),
+        });
+        self.between.passed(took, kept);
         // The images the starts need, their pulls begun where they are
         // not present (an urgent job's too, so that it comes while its
         // victims stop).

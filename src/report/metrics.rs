@@ -18,6 +18,8 @@ pub struct Inputs<'a> {
     pub samples: &'a [GpuSample<'a>],
     pub last_pass_seconds: f64,
     pub preemptions_total: u64,
+    /// Jobs started between passes, the moment they were queued.
+    pub quick_starts_total: u64,
     /// GPUs out of service.
     pub drained: &'a [u32],
     /// Spool requests handled, and the seconds from their sending to their
@@ -323,6 +325,18 @@ fn render_daemon(out: &mut String, inputs: &Inputs) {
     );
     let _ = writeln!(out, "ysched_preemptions_total {}", inputs.preemptions_total);
 
+    family(
+        out,
+        "ysched_quick_starts_total",
+        "counter",
+        "Jobs started the moment they were queued, between scheduling passes, on what the last pass left idle.",
+    );
+    let _ = writeln!(
+        out,
+        "ysched_quick_starts_total {}",
+        inputs.quick_starts_total
+    );
+
     if !inputs.budget_left.is_empty() {
         family(
             out,
@@ -369,6 +383,7 @@ mod tests {
             requests_total: 4,
             ingest_seconds_sum: 0.002,
             preemptions_total: 3,
+            quick_starts_total: 2,
             budget_left: &[],
             idle_while_waiting: 2,
             nodes: &[NodeLoad {
@@ -400,6 +415,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("ysched_preemptions_total 3\n"), "{text}");
+        assert!(text.contains("ysched_quick_starts_total 2\n"), "{text}");
         for line in [
             "ysched_stopped_runs_total{account=\"vision\",kind=\"preempt\"} 2\n",
             "ysched_stopped_runs_total{account=\"vision\",kind=\"reclaim\"} 1\n",
@@ -440,6 +456,7 @@ mod tests {
             requests_total: 0,
             ingest_seconds_sum: 0.0,
             preemptions_total: 0,
+            quick_starts_total: 0,
             budget_left: &[],
             idle_while_waiting: 0,
             nodes: &[],

@@ -187,7 +187,7 @@ struct Held {
 
 /// What the running jobs (and those started in this pass) hold, by account
 /// and by (account, user).
-#[derive(Default)]
+#[derive(Clone, Debug, Default)]
 pub struct State {
     accounts: HashMap<String, Held>,
     users: HashMap<(String, String), Held>,

@@ -16,6 +16,7 @@ pub mod pool;
 pub mod preempt;
 pub mod priority;
 pub mod profile;
+pub mod quick;
 pub mod reason;
 pub mod requeue;
 pub mod window;

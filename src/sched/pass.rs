@@ -14,7 +14,7 @@ use crate::model::policy::{Association, OverBudget};
 
 use super::dependency::{Dependency, Status};
 use super::fairshare::{self, FactorMap, NodeShare, Tree, Usage};
-use super::plan::{plan, Plan, Pool};
+use super::plan::{plan_keeping_spare, Plan, Pool, Spare, Start};
 use super::pool::Layout;
 use super::preempt::{self, Candidate, Choice};
 use super::profile::{Free, Types};
@@ -68,6 +68,9 @@ pub struct Decisions {
     pub tree: Tree,
     pub shares: Vec<NodeShare>,
     pub factors: FactorMap,
+    /// What the pass leaves idle, for jobs queued before the next one
+    /// ([`super::quick`]); the caller that keeps it takes it.
+    pub spare: Option<Spare>,
 }
 
 /// A job to start: its node and GPUs, in that node's own numbers; for a
@@ -157,7 +160,7 @@ fn pass_in_pool_numbers(state: &State<'_>, config: &Config) -> Decisions {
     let policy = limits::Policy::at(config, now);
     let borrowing = elastic::borrowing_now(&policy, &running);
     let excess = elastic::excess(&policy, &running);
-    let mut plan = plan(&pending, &running, &pool, &policy, now);
+    let (mut plan, spare) = plan_keeping_spare(&pending, &running, &pool, &policy, now);
     let preemptions = preemptions(state, config, &plan, &policy, (&borrowing, excess))
         .into_iter()
         .map(|(job, choice, reclaimed)| {
@@ -173,23 +176,7 @@ fn pass_in_pool_numbers(state: &State<'_>, config: &Config) -> Decisions {
         .collect();
     let starts = std::mem::take(&mut plan.starts)
         .into_iter()
-        .map(|s| {
-            let mut shares =
-                in_hostlist_order(state.layout.to_nodes(&s.nodes, &s.gpus)).into_iter();
-            let (node, mut gpus) = shares.next().unwrap_or_default();
-            let mut peers = Vec::new();
-            for (peer, more) in shares {
-                peers.push(peer);
-                gpus.extend(more);
-            }
-            Placement {
-                job: s.job,
-                node,
-                gpus,
-                peers,
-                borrowing: s.borrowing,
-            }
-        })
+        .map(|s| placement(s, state.layout))
         .collect();
     Decisions {
         plan,
@@ -201,6 +188,26 @@ fn pass_in_pool_numbers(state: &State<'_>, config: &Config) -> Decisions {
         tree,
         shares,
         factors,
+        spare: Some(spare),
+    }
+}
+
+/// Where a start the plan made (in pool numbers) runs: its nodes, the
+/// batch node first, and its GPUs in each node's own numbers.
+pub(super) fn placement(start: Start, layout: &Layout) -> Placement {
+    let mut shares = in_hostlist_order(layout.to_nodes(&start.nodes, &start.gpus)).into_iter();
+    let (node, mut gpus) = shares.next().unwrap_or_default();
+    let mut peers = Vec::new();
+    for (peer, more) in shares {
+        peers.push(peer);
+        gpus.extend(more);
+    }
+    Placement {
+        job: start.job,
+        node,
+        gpus,
+        peers,
+        borrowing: start.borrowing,
     }
 }
 

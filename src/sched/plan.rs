@@ -77,6 +77,17 @@ pub fn plan<'a>(
     policy: &'a limits::Policy,
     now: i64,
 ) -> Plan {
+    plan_keeping_spare(pending, running, node, policy, now).0
+}
+
+/// [`plan`], and what it leaves for the jobs queued before the next.
+pub fn plan_keeping_spare<'a>(
+    pending: &[(&'a Job, i64)],
+    running: &'a [&'a Job],
+    node: &'a Pool<'a>,
+    policy: &'a limits::Policy,
+    now: i64,
+) -> (Plan, Spare) {
     let mut ordered: Vec<(&'a Job, i64)> = pending.to_vec();
     ordered.sort_by(|a, b| priority::order(*a, *b));
     let mut pass = Planner::new(pending, running, node, policy, now);
@@ -84,7 +95,54 @@ pub fn plan<'a>(
     for (job, _) in ordered {
         pass.consider(job);
     }
-    pass.plan
+    (pass.plan, pass.left)
+}
+
+/// Starts `job`, queued after the pass that left `spare`, at `now` where
+/// it fits on what that pass left idle from now to its time limit, as
+/// that pass would have started it: within its limits and its QoS's, and
+/// delaying none of the pass's reservations. `None`: it waits for the
+/// next pass (which says why). A job that would borrow beyond its
+/// account's guarantee, is held, or preempted others is for the pass.
+/// The spare comes back with the start taken from it.
+pub fn start_on_spare(
+    spare: Spare,
+    job: &Job,
+    node: &Pool<'_>,
+    policy: &limits::Policy,
+    now: i64,
+) -> (Spare, Option<Start>) {
+    let stale = now < spare.at || spare.until.is_some_and(|t| t <= now);
+    let waits =
+        job.hold.is_some() || job.begin_time.is_some_and(|b| b > now) || !job.claim.is_empty();
+    if stale || waits {
+        return (spare, None);
+    }
+    let mut planner = Planner::resume(spare, node, policy);
+    let start = planner.start_now(job, now);
+    (planner.left, start)
+}
+
+/// What a pass leaves for the jobs that come before the next one: the
+/// timeline after its starts and reservations, and the limits its starts
+/// use. A job queued since can start on what it leaves idle now where it
+/// delays none of the reservations ([`start_on_spare`]), as the pass
+/// itself would have started it had it been there. What ends after the
+/// pass is not in it: that goes to the next pass, in priority order.
+#[derive(Clone, Debug)]
+pub struct Spare {
+    /// The time of the pass: the timeline's first point.
+    at: i64,
+    profile: Profile,
+    held: limits::State,
+    reserve_used: Vec<u32>,
+    /// GPUs held by running jobs: a claimant starts once none is.
+    held_now: placement::GpuSet,
+    /// A higher-priority job waits for resources: what starts now backfills.
+    blocked_above: bool,
+    /// When a limit window opens or closes: what may start changes, so
+    /// what the pass left says nothing after.
+    until: Option<i64>,
 }
 
 /// One pass in progress: the timeline as the jobs placed so far leave
@@ -94,19 +152,14 @@ struct Planner<'a, 'p> {
     policy: &'a limits::Policy<'p>,
     now: i64,
     types: Types<'a>,
-    profile: Profile,
-    held: limits::State,
+    /// What the jobs placed so far leave, which the pass hands on.
+    left: Spare,
     /// GPUs kept for a QoS, and how many of them its jobs use now.
     reserves: Vec<(&'p str, u32)>,
-    reserve_used: Vec<u32>,
-    /// GPUs held by running jobs: a claimant starts once none is.
-    held_now: placement::GpuSet,
     /// Accounts with a job waiting within its guarantee, whose idle
     /// guarantee is not lent.
     wanting: std::collections::HashSet<&'p str>,
     reservations: usize,
-    /// A higher-priority job waits for resources: what starts now backfills.
-    blocked_above: bool,
     /// The shortest run, per shape of request, found not to fit from now:
     /// the timeline only fills up during a pass, so a job of that shape
     /// that runs as long or longer does not fit either. This keeps a pass
@@ -161,17 +214,21 @@ impl<'a, 'p> Planner<'a, 'p> {
             policy,
             now,
             types,
-            profile,
-            held,
+            left: Spare {
+                at: now,
+                profile,
+                held,
+                reserve_used,
+                held_now: running
+                    .iter()
+                    .flat_map(|j| j.gpus_alloc.iter().copied())
+                    .collect(),
+                blocked_above: false,
+                until: policy.next_change(),
+            },
             reserves,
-            reserve_used,
-            held_now: running
-                .iter()
-                .flat_map(|j| j.gpus_alloc.iter().copied())
-                .collect(),
             wanting,
             reservations: 0,
-            blocked_above: false,
             no_room: HashMap::new(),
             // A limit window that opens or closes changes what may start.
             plan: Plan {
@@ -181,13 +238,61 @@ impl<'a, 'p> Planner<'a, 'p> {
         }
     }
 
+    /// A planner over what a pass left, for one more job.
+    fn resume(left: Spare, node: &'a Pool<'a>, policy: &'a limits::Policy<'p>) -> Self {
+        let reserves = policy.reserves(node.gpus.len() as u32);
+        Planner {
+            node,
+            policy,
+            now: left.at,
+            types: Types::new(node.gpus, node.nodes),
+            left,
+            reserves,
+            wanting: Default::default(),
+            reservations: 0,
+            no_room: HashMap::new(),
+            plan: Plan::default(),
+        }
+    }
+
+    /// Starts `job` at `now` (after the timeline's first point) where it
+    /// fits from there to its time limit, within its limits; no
+    /// reservation, no borrowing.
+    fn start_now(&mut self, job: &Job, now: i64) -> Option<Start> {
+        if self.borrows(job)
+            || self
+                .left
+                .held
+                .check(self.policy, job, None, self.node.gpus)
+                .is_some()
+        {
+            return None;
+        }
+        // The timeline begins at the pass: the job holds what it takes
+        // from there, so it spans everything up to its own end.
+        let since = u64::try_from(now - self.now).unwrap_or(0);
+        let duration = job.time_limit.map(|d| d.saturating_add(since));
+        let slot = self.left.profile.earliest(job, duration, 1, &self.types)?;
+        if self
+            .left
+            .held
+            .check(self.policy, job, Some(&slot.gpus), self.node.gpus)
+            .is_some()
+            || self.kept_for_other_qos(job)
+        {
+            return None;
+        }
+        self.take(job, slot, duration, false);
+        self.plan.starts.pop()
+    }
+
     /// The next job in priority order: started, reserved, or waiting.
     fn consider(&mut self, job: &'a Job) {
         if let Some(reason) = self.waits_anyway(job) {
             self.plan.reasons.insert(job.id, reason);
         } else if !job.claim.is_empty() {
             self.start_claimant(job);
-        } else if let Some(reason) = self.held.check(self.policy, job, None, self.node.gpus) {
+        } else if let Some(reason) = self.left.held.check(self.policy, job, None, self.node.gpus) {
             // Over an account limit: it waits for its own jobs to end, and
             // neither reserves anything nor holds up the jobs behind it.
             self.plan.reasons.insert(job.id, reason);
@@ -205,14 +310,14 @@ impl<'a, 'p> Planner<'a, 'p> {
     /// Whether starting `job` now would take its account beyond its
     /// guarantee.
     fn borrows(&self, job: &Job) -> bool {
-        elastic::borrows(self.policy, &self.held, job, job.gpus_wanted())
+        elastic::borrows(self.policy, &self.left.held, job, job.gpus_wanted())
     }
 
     /// Whether a borrowing job would take GPUs that lenders keep: their
     /// idle guarantees that are wanted now or not lent.
     fn kept_for_lenders(&self, job: &Job) -> bool {
-        let kept = elastic::kept_for_lenders(self.policy, &self.held, job, &self.wanting);
-        let free = self.profile.now().gpus.len() as u32;
+        let kept = elastic::kept_for_lenders(self.policy, &self.left.held, job, &self.wanting);
+        let free = self.left.profile.now().gpus.len() as u32;
         kept > 0 && free.saturating_sub(job.gpus_wanted()) < kept
     }
 
@@ -232,10 +337,10 @@ impl<'a, 'p> Planner<'a, 'p> {
     /// A job that preempted others starts on its claimed GPUs once their
     /// holders are gone.
     fn start_claimant(&mut self, job: &Job) {
-        let ready = job.claim.iter().all(|g| !self.held_now.contains(*g));
+        let ready = job.claim.iter().all(|g| !self.left.held_now.contains(*g));
         let node = self.types.slot_of(job);
         let slot = Slot::now(node, job.claim.clone(), self.now);
-        let now = self.profile.now();
+        let now = self.left.profile.now();
         if ready && now.cpus[node] >= job.cpus && now.mem_mb[node] >= job.mem_mb.unwrap_or(0) {
             let borrowing = self.borrows(job);
             self.take(job, slot, job.time_limit, borrowing);
@@ -252,13 +357,13 @@ impl<'a, 'p> Planner<'a, 'p> {
         let duration = job.time_limit;
         let run = duration.unwrap_or(u64::MAX);
         let shape = (&job.gpus, job.cpus, job.mem_mb.unwrap_or(0));
-        let fits_now = self.profile.now().fits(job, &self.types);
+        let fits_now = self.left.profile.now().fits(job, &self.types);
         let worth_looking = self
             .no_room
             .get(&shape)
             .is_none_or(|&shortest| run < shortest);
         let slot = if fits_now && worth_looking {
-            self.profile.earliest(job, duration, 1, &self.types)
+            self.left.profile.earliest(job, duration, 1, &self.types)
         } else {
             None
         };
@@ -275,9 +380,10 @@ impl<'a, 'p> Planner<'a, 'p> {
             }
             return self.reserve(job, fits_now);
         };
-        if let Some(reason) = self
-            .held
-            .check(self.policy, job, Some(&slot.gpus), self.node.gpus)
+        if let Some(reason) =
+            self.left
+                .held
+                .check(self.policy, job, Some(&slot.gpus), self.node.gpus)
         {
             self.plan.reasons.insert(job.id, reason);
         } else if self.kept_for_other_qos(job) {
@@ -285,7 +391,7 @@ impl<'a, 'p> Planner<'a, 'p> {
         } else if borrowing && self.kept_for_lenders(job) {
             self.plan.reasons.insert(job.id, Reason::AssocGrpGRES);
         } else {
-            if self.blocked_above {
+            if self.left.blocked_above {
                 self.plan.backfilled.push(job.id);
             }
             self.take(job, slot, duration, borrowing);
@@ -297,22 +403,23 @@ impl<'a, 'p> Planner<'a, 'p> {
     fn reserve(&mut self, job: &Job, fits_now: bool) {
         let duration = job.time_limit;
         // Free now, but taken by a reservation before it would end.
-        let reason = if fits_now && self.profile.now().place(job, &self.types).is_some() {
+        let reason = if fits_now && self.left.profile.now().place(job, &self.types).is_some() {
             Reason::Priority
         } else {
             Reason::Resources
         };
         if self.reservations < self.policy.backfill_depth {
             if let Some(later) = self
+                .left
                 .profile
                 .earliest(job, duration, usize::MAX, &self.types)
             {
-                self.profile.take(job, &later, duration, &self.types);
+                self.left.profile.take(job, &later, duration, &self.types);
                 self.plan.expected_starts.insert(job.id, later.at);
                 self.reservations += 1;
             }
         }
-        self.blocked_above = true;
+        self.left.blocked_above = true;
         self.plan.reasons.insert(job.id, reason);
     }
 
@@ -322,19 +429,23 @@ impl<'a, 'p> Planner<'a, 'p> {
         let kept: u32 = self
             .reserves
             .iter()
-            .zip(&self.reserve_used)
+            .zip(&self.left.reserve_used)
             .filter(|((qos, _), _)| job.qos != *qos && !self.policy.may_borrow(qos, &job.qos))
             .map(|((_, n), used)| n.saturating_sub(*used))
             .sum();
         let wants = job.gpus_wanted();
-        kept > 0 && wants > 0 && (self.profile.now().gpus.len() as u32).saturating_sub(wants) < kept
+        kept > 0
+            && wants > 0
+            && (self.left.profile.now().gpus.len() as u32).saturating_sub(wants) < kept
     }
 
     /// Starts the job on `slot`.
     fn take(&mut self, job: &Job, slot: Slot, duration: Option<u64>, borrowing: bool) {
-        self.profile.take(job, &slot, duration, &self.types);
-        use_reserve(&self.reserves, job, &mut self.reserve_used);
-        self.held.add(self.policy, job, &slot.gpus, self.node.gpus);
+        self.left.profile.take(job, &slot, duration, &self.types);
+        use_reserve(&self.reserves, job, &mut self.left.reserve_used);
+        self.left
+            .held
+            .add(self.policy, job, &slot.gpus, self.node.gpus);
         self.plan.starts.push(Start {
             job: job.id,
             nodes: slot.nodes,

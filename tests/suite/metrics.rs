@@ -158,6 +158,7 @@ fn the_dashboard_and_alerts_name_metrics_that_exist() {
         samples: &samples,
         last_pass_seconds: 0.0,
         preemptions_total: 0,
+        quick_starts_total: 0,
         drained: &[],
         requests_total: 0,
         ingest_seconds_sum: 0.0,

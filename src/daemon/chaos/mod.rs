@@ -101,6 +101,8 @@ pub struct Report {
     pub jobs: u64,
     pub crashes: u64,
     pub failed_commits: u64,
+    /// Jobs started between passes, the moment they were queued.
+    pub quick_starts: u64,
     pub failures: Vec<Failure>,
     /// What a rerun of one seed adds to `--first-seed N --seeds 1`: the
     /// mode and the hours.
@@ -150,10 +152,11 @@ impl Report {
         }
         let hours = self.simulated_secs as f64 / 3_600.0;
         out.push_str(&format!(
-            "{} seed(s), {} steps, {} jobs, {} controller crashes, {} failed commits; {hours:.1} simulated controller-hours in {:.1} s ({:.1} simulated hours per wall second)\n",
+            "{} seed(s), {} steps, {} jobs ({} started between passes), {} controller crashes, {} failed commits; {hours:.1} simulated controller-hours in {:.1} s ({:.1} simulated hours per wall second)\n",
             self.seeds,
             self.steps,
             self.jobs,
+            self.quick_starts,
             self.crashes,
             self.failed_commits,
             self.wall_secs,
@@ -213,6 +216,7 @@ pub fn run(options: &Options) -> Result<Report, DaemonError> {
         report.jobs += world.submitted.len() as u64;
         report.crashes += world.crashes;
         report.failed_commits += world.failed_commits;
+        report.quick_starts += world.quick_starts;
         for (invariant, n) in &world.checked {
             *report.checked.entry(*invariant).or_default() += n;
         }
@@ -333,6 +337,7 @@ struct World {
     checked: BTreeMap<Invariant, u64>,
     crashes: u64,
     failed_commits: u64,
+    quick_starts: u64,
 }
 
 impl World {
@@ -403,6 +408,7 @@ impl World {
             checked: BTreeMap::new(),
             crashes: 0,
             failed_commits: 0,
+            quick_starts: 0,
         };
         world.daemon = Some(world.start_controller(queries)?);
         Ok(world)
@@ -997,7 +1003,12 @@ impl World {
                     .push(format!("  exits of jobs {exited:?} taken in"));
             }
             let fail = faults && self.rng.u32(0..40) == 0;
+            // Passes spaced as over a long queue: a job queued in between
+            // starts on what the last pass left idle, or waits for the next.
+            let pass_due = self.rng.u32(0..3) > 0;
             let daemon = self.daemon.as_mut().expect("running");
+            daemon.between.pace = super::quick::Pace::Told(pass_due);
+            let quick_before = daemon.stats.quick_starts_total;
             let (mut maintenance, mut queries, mut processed) =
                 (Instant::now(), Vec::new(), Vec::new());
             if fail {
@@ -1015,6 +1026,7 @@ impl World {
                 &mut processed,
             ) {
                 Ok(()) => {
+                    self.quick_starts += daemon.stats.quick_starts_total - quick_before;
                     for id in &daemon.turn.to_launch {
                         if let Some(job) = daemon.core.jobs.get(id) {
                             self.allocated.insert((*id, job.restart_count), now);
@@ -1112,6 +1124,7 @@ mod tests {
             report.render()
         );
         assert!(report.jobs > 1_000, "{}", report.render());
+        assert!(report.quick_starts > 100, "{}", report.render());
     }
 
     /// Seeds that found the bugs (with the fixes undone), each as long
