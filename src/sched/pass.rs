@@ -14,7 +14,7 @@ use crate::model::policy::{Association, OverBudget};
 
 use super::dependency::{Dependency, Status};
 use super::fairshare::{self, FactorMap, NodeShare, Tree, Usage};
-use super::plan::{plan_keeping_spare, Plan, Pool, Spare, Start};
+use super::plan::{plan_keeping_spare, Plan, Planned, Pool, Spare, Start};
 use super::pool::Layout;
 use super::preempt::{self, Candidate, Choice};
 use super::profile::{Free, Types};
@@ -128,6 +128,10 @@ pub fn pass(state: &State<'_>, config: &Config) -> Decisions {
 }
 
 fn pass_in_pool_numbers(state: &State<'_>, config: &Config) -> Decisions {
+    debug_assert!(
+        state.jobs.windows(2).all(|w| w[0].id < w[1].id),
+        "the jobs come in id order"
+    );
     let now = state.now;
     let pool = Pool::of(state.layout, state.drained);
     let (mut held, never) = dependency_waits(state.jobs, state.named);
@@ -160,8 +164,13 @@ fn pass_in_pool_numbers(state: &State<'_>, config: &Config) -> Decisions {
     let policy = limits::Policy::at(config, now);
     let borrowing = elastic::borrowing_now(&policy, &running);
     let excess = elastic::excess(&policy, &running);
-    let (mut plan, spare) = plan_keeping_spare(&pending, &running, &pool, &policy, now);
-    let preemptions = preemptions(state, config, &plan, &policy, (&borrowing, excess))
+    let Planned {
+        mut plan,
+        spare,
+        ordered,
+    } = plan_keeping_spare(&pending, &running, &pool, &policy, now);
+    let taken = (&plan, ordered.as_slice());
+    let preemptions = preemptions(state, config, taken, &policy, (&borrowing, excess))
         .into_iter()
         .map(|(job, choice, reclaimed)| {
             let (node, gpus) = state.layout.to_node(choice.node, &choice.gpus);
@@ -236,10 +245,22 @@ pub fn dependency_waits(
 ) -> (HashMap<JobId, Reason>, Vec<JobId>) {
     let mut held = HashMap::new();
     let mut never = Vec::new();
+    let waiting: Vec<&Job> = jobs
+        .iter()
+        .copied()
+        .filter(|j| j.dependency.is_some() && j.state == JobState::Pending)
+        .collect();
     // For singleton: per (user, name), the lowest pending id and whether
-    // one is already running.
+    // one is already running; only where one is asked for (a walk of
+    // every job).
+    let singletons = waiting.iter().any(|j| {
+        j.dependency
+            .as_deref()
+            .and_then(|d| Dependency::parse(d).ok())
+            .is_some_and(|d| d.has_singleton())
+    });
     let mut namesakes: HashMap<(u32, &str), (JobId, bool)> = HashMap::new();
-    for j in jobs.iter().filter(|j| j.state.is_active()) {
+    for j in jobs.iter().filter(|j| singletons && j.state.is_active()) {
         let entry = namesakes
             .entry((j.uid, j.name.as_str()))
             .or_insert((JobId::MAX, false));
@@ -249,7 +270,7 @@ pub fn dependency_waits(
             entry.1 = true;
         }
     }
-    for job in jobs.iter().filter(|j| j.state == JobState::Pending) {
+    for job in waiting {
         let Some(text) = &job.dependency else {
             continue;
         };
@@ -352,11 +373,12 @@ fn budget_waits(state: &State<'_>, config: &Config) -> HashMap<JobId, Reason> {
 /// than it holds beyond its guarantee. Victims and GPUs chosen for one
 /// are not chosen again for the next. What is free and who may be a
 /// victim are found once per pass: a long queue of jobs that may preempt
-/// costs a choice each, not a walk of every job.
+/// costs a choice each, not a walk of every job. `ordered` is the
+/// pending jobs in the plan's order.
 fn preemptions(
     state: &State<'_>,
     config: &Config,
-    plan: &Plan,
+    (plan, ordered): (&Plan, &[&Job]),
     policy: &limits::Policy,
     (borrowing, mut excess): (&HashSet<JobId>, HashMap<String, u32>),
 ) -> Vec<(JobId, Choice, Vec<JobId>)> {
@@ -364,15 +386,27 @@ fn preemptions(
         return Vec::new();
     }
     let types = Types::new(&state.layout.gpus, &state.layout.nodes);
-    let by_id: HashMap<JobId, &Job> = state.jobs.iter().map(|j| (j.id, *j)).collect();
+    let by_id = |id: JobId| {
+        let at = state.jobs.binary_search_by_key(&id, |j| j.id).ok()?;
+        Some(state.jobs[at])
+    };
     let mut free = free_before_preemption(state, &types);
     // What this pass starts is no more free for a preemptor than what
     // runs: a claim on it would start two jobs on one GPU.
     for start in &plan.starts {
-        if let Some(job) = by_id.get(&start.job) {
+        if let Some(job) = by_id(start.job) {
             free.take(job, &start.nodes, &start.gpus, &types);
         }
     }
+    // The QoS that may stop others; with no account over its guarantee,
+    // a job of another QoS stops no one, and is passed by at once (most
+    // of a long queue).
+    let preempting: Vec<&str> = config
+        .qos
+        .iter()
+        .filter(|q| !q.preempt.is_empty())
+        .map(|q| q.name.as_str())
+        .collect();
     // A job whose GPUs are kept for a preemptor already is no victim for
     // another: stopping it frees them for the first.
     let claimed: HashSet<u32> = state
@@ -394,13 +428,13 @@ fn preemptions(
     // what is free: the same request fails again, so it is not tried.
     let mut no_room: HashSet<(&str, &str, &crate::model::job::GpuRequest, u32, Option<u64>)> =
         HashSet::new();
-    for &id in &plan.order {
+    for &job in ordered {
         if victims.is_empty() {
             break;
         }
-        let Some(job) = by_id
-            .get(&id)
-            .copied()
+        let id = job.id;
+        let Some(job) = Some(job)
+            .filter(|j| !excess.is_empty() || preempting.contains(&j.qos.as_str()))
             // A job over several nodes waits for them; it stops no one.
             .filter(|j| !j.tasks.is_multi_node())
             .filter(|j| waits_for_room(j, plan, state.now, config.preempt_wait))

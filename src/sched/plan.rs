@@ -77,7 +77,15 @@ pub fn plan<'a>(
     policy: &'a limits::Policy,
     now: i64,
 ) -> Plan {
-    plan_keeping_spare(pending, running, node, policy, now).0
+    plan_keeping_spare(pending, running, node, policy, now).plan
+}
+
+/// A plan, what it leaves for the jobs queued before the next pass, and
+/// the pending jobs in the order it took them.
+pub struct Planned<'a> {
+    pub plan: Plan,
+    pub spare: Spare,
+    pub ordered: Vec<&'a Job>,
 }
 
 /// [`plan`], and what it leaves for the jobs queued before the next.
@@ -87,15 +95,21 @@ pub fn plan_keeping_spare<'a>(
     node: &'a Pool<'a>,
     policy: &'a limits::Policy,
     now: i64,
-) -> (Plan, Spare) {
+) -> Planned<'a> {
     let mut ordered: Vec<(&'a Job, i64)> = pending.to_vec();
     ordered.sort_by(|a, b| priority::order(*a, *b));
+    let ordered: Vec<&'a Job> = ordered.into_iter().map(|(j, _)| j).collect();
     let mut pass = Planner::new(pending, running, node, policy, now);
-    pass.plan.order = ordered.iter().map(|(j, _)| j.id).collect();
-    for (job, _) in ordered {
+    pass.plan.order = ordered.iter().map(|j| j.id).collect();
+    pass.plan.reasons.reserve(ordered.len());
+    for job in &ordered {
         pass.consider(job);
     }
-    (pass.plan, pass.left)
+    Planned {
+        plan: pass.plan,
+        spare: pass.left,
+        ordered,
+    }
 }
 
 /// Starts `job`, queued after the pass that left `spare`, at `now` where
