@@ -33,6 +33,9 @@ pub(super) struct BetweenPasses {
     /// Jobs queued since the last pass: each starts at once where it can.
     pub(super) queued: Vec<JobId>,
     pub(super) pace: Pace,
+    /// The last turn made quick starts and no pass: the next turn passes
+    /// if one is due, so that a stream of submissions never starves it.
+    pub(super) quick_last: bool,
 }
 
 impl Default for BetweenPasses {
@@ -43,6 +46,7 @@ impl Default for BetweenPasses {
             pace: Pace::Measured {
                 next: Instant::now(),
             },
+            quick_last: false,
         }
     }
 }
@@ -67,12 +71,43 @@ pub(super) enum Pace {
     Told(bool),
 }
 
+/// What a turn does about the queue.
+#[derive(Debug, PartialEq)]
+pub(super) enum Next {
+    /// A full pass.
+    Pass,
+    /// The quick starts of the jobs just queued; a pass, if one is
+    /// wanted, in a turn of its own right after.
+    Quick,
+    Nothing,
+}
+
 impl BetweenPasses {
     /// Whether a pass may run now.
     pub(super) fn pass_due(&self) -> bool {
         match self.pace {
             Pace::Measured { next } => Instant::now() >= next,
             Pace::Told(due) => due,
+        }
+    }
+
+    /// What this turn does, a pass being `wanted` (the queue changed, or
+    /// a job's begin time came). Jobs just queued onto a kept spare start
+    /// first when the last pass was long: the turn that queues them
+    /// commits, and they launch, without waiting for the pass (which
+    /// comes next turn, whatever is queued by then).
+    pub(super) fn next(&self, wanted: bool, last_pass: Duration) -> Next {
+        let quick = !self.queued.is_empty() && self.spare.is_some();
+        let pass = wanted && self.pass_due();
+        let long = matches!(self.pace, Pace::Measured { .. }) && last_pass > CHEAP_PASS;
+        if quick && long && !(pass && self.quick_last) {
+            Next::Quick
+        } else if pass {
+            Next::Pass
+        } else if quick {
+            Next::Quick
+        } else {
+            Next::Nothing
         }
     }
 
@@ -88,6 +123,7 @@ impl BetweenPasses {
     pub(super) fn passed(&mut self, took: Duration, spare: Option<Kept>) {
         self.spare = spare;
         self.queued.clear();
+        self.quick_last = false;
         if let Pace::Measured { next } = &mut self.pace {
             *next = if took <= CHEAP_PASS {
                 Instant::now()
@@ -112,6 +148,13 @@ impl Daemon {
     /// pass.
     pub(super) fn quick_starts(&mut self, now: i64) -> Result<(), DaemonError> {
         let queued = std::mem::take(&mut self.between.queued);
+        self.between.quick_last = true;
+        // What a submitter asks next (is my job running?) is answered
+        // before the pass, which would hold the loop as long as it takes.
+        let last = Duration::from_secs_f64(self.stats.last_pass_seconds);
+        if let Pace::Measured { next } = &mut self.between.pace {
+            *next = (*next).max(Instant::now() + last);
+        }
         let Some(Kept {
             mut spare,
             layout,
@@ -153,5 +196,55 @@ impl Daemon {
         self.stats.quick_starts_total += launch.len() as u64;
         self.turn.to_launch.extend(launch);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a pass over nothing leaves on one node of four GPUs.
+    fn kept() -> Kept {
+        let layout = sched::pool::Layout::single("gpu01", 8, 1 << 20, &crate::gpu::test_a100s(4));
+        let config = crate::config::Config::builtin(std::path::Path::new("t.toml"));
+        let policy = sched::limits::Policy::new(&config);
+        let pool = sched::Pool::of(&layout, &[]);
+        let spare = sched::plan::plan_keeping_spare(&[], &[], &pool, &policy, 0).spare;
+        Kept {
+            spare,
+            layout: layout.clone(),
+            drained: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn after_a_long_pass_jobs_just_queued_start_before_the_next_one() {
+        let long = Duration::from_millis(60);
+        let mut between = BetweenPasses::default();
+        between.passed(Duration::ZERO, Some(kept()));
+        between.queued.push(7);
+        assert_eq!(between.next(true, long), Next::Quick);
+        // A stream of submissions does not starve the pass.
+        between.quick_last = true;
+        assert_eq!(between.next(true, long), Next::Pass);
+        // After a cheap pass the next pass takes the queued jobs itself.
+        between.quick_last = false;
+        assert_eq!(between.next(true, Duration::from_millis(1)), Next::Pass);
+    }
+
+    #[test]
+    fn without_a_spare_or_before_it_is_due_nothing_starts_early() {
+        let long = Duration::from_millis(60);
+        let mut between = BetweenPasses::default();
+        between.queued.push(7);
+        assert_eq!(between.next(true, long), Next::Pass, "no spare: the pass");
+        between.passed(Duration::from_secs(3600), Some(kept()));
+        assert_eq!(between.next(true, long), Next::Nothing, "not due yet");
+        between.queued.push(8);
+        assert_eq!(between.next(true, long), Next::Quick);
+        between.pace = Pace::Told(false);
+        assert_eq!(between.next(true, long), Next::Quick, "as told: not due");
+        between.pace = Pace::Told(true);
+        assert_eq!(between.next(true, long), Next::Pass, "as told: due");
     }
 }

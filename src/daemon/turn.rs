@@ -260,12 +260,17 @@ impl Daemon {
         }
         let mut changed = exited_any;
         let woken = self.core.policy.wake_at.is_some_and(|w| w <= now);
-        if (self.reschedule || woken) && self.between.pass_due() {
-            self.schedule(now)?;
-            changed = true;
-        } else if !self.between.queued.is_empty() {
-            self.quick_starts(now)?;
-            changed = true;
+        let last_pass = Duration::from_secs_f64(self.stats.last_pass_seconds);
+        match self.between.next(self.reschedule || woken, last_pass) {
+            super::quick::Next::Pass => {
+                self.schedule(now)?;
+                changed = true;
+            }
+            super::quick::Next::Quick => {
+                self.quick_starts(now)?;
+                changed = true;
+            }
+            super::quick::Next::Nothing => {}
         }
         let flush = self.shutdown || Instant::now() >= self.stats.next_idle_flush;
         if changed || flush {
