@@ -34,6 +34,7 @@ mod node_loss;
 mod node_time;
 mod nodes;
 mod notifications;
+mod pace;
 mod pass;
 mod peers;
 mod pool;

@@ -369,7 +369,7 @@ fn a_restarted_daemon_readopts_what_runs_accounts_what_ended_and_times_out_the_r
 /// one that does not fit, or waits on a dependency, waits for the pass.
 #[test]
 fn between_passes_a_job_that_fits_starts_at_once_and_the_rest_wait_for_the_pass() {
-    use super::quick::Pace;
+    use super::pace::Pace;
     let config = Config::parse(CONFIG, Path::new("replay.toml")).unwrap();
     let mut h = harness(&config);
     let (mut started, mut runs) = (Vec::new(), HashMap::new());

@@ -256,7 +256,7 @@ pub(super) struct Daemon {
     pub(super) queries: Sender<query::Work>,
     pub(super) reschedule: bool,
     /// What the last pass left, and when the next may run.
-    pub(super) between: super::quick::BetweenPasses,
+    pub(super) between: super::pace::BetweenPasses,
     pub(super) shutdown: bool,
     pub(super) gpu_watch: GpuWatch,
     pub(super) stats: Stats,

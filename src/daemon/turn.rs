@@ -262,15 +262,15 @@ impl Daemon {
         let woken = self.core.policy.wake_at.is_some_and(|w| w <= now);
         let last_pass = Duration::from_secs_f64(self.stats.last_pass_seconds);
         match self.between.next(self.reschedule || woken, last_pass) {
-            super::quick::Next::Pass => {
+            super::pace::Next::Pass => {
                 self.schedule(now)?;
                 changed = true;
             }
-            super::quick::Next::Quick => {
+            super::pace::Next::Quick => {
                 self.quick_starts(now)?;
                 changed = true;
             }
-            super::quick::Next::Nothing => {}
+            super::pace::Next::Nothing => {}
         }
         let flush = self.shutdown || Instant::now() >= self.stats.next_idle_flush;
         if changed || flush {
@@ -704,7 +704,7 @@ impl Daemon {
         let mut decisions = sched::pass(&state, &self.core.config);
         let took = started.elapsed();
         self.stats.last_pass_seconds = took.as_secs_f64();
-        let kept = decisions.spare.take().map(|spare| super::quick::Kept {
+        let kept = decisions.spare.take().map(|spare| super::pace::Kept {
             spare,
             layout: self.nodes.layout().clone(),
             drained: drained.clone(),

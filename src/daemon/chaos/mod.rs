@@ -214,9 +214,9 @@ pub fn run(options: &Options) -> Result<Report, DaemonError> {
         report.steps += world.step;
         report.simulated_secs += world.now() - STARTED;
         report.jobs += world.submitted.len() as u64;
-        report.crashes += world.crashes;
-        report.failed_commits += world.failed_commits;
-        report.quick_starts += world.quick_starts;
+        report.crashes += world.counts.crashes;
+        report.failed_commits += world.counts.failed_commits;
+        report.quick_starts += world.counts.quick_starts;
         for (invariant, n) in &world.checked {
             *report.checked.entry(*invariant).or_default() += n;
         }
@@ -335,8 +335,15 @@ struct World {
     step: u64,
     trace: Vec<String>,
     checked: BTreeMap<Invariant, u64>,
+    counts: Counts,
+}
+
+/// What happened in a run, for the report.
+#[derive(Default)]
+struct Counts {
     crashes: u64,
     failed_commits: u64,
+    /// Jobs started between passes, the moment they were queued.
     quick_starts: u64,
 }
 
@@ -406,9 +413,7 @@ impl World {
             step: 0,
             trace: Vec::new(),
             checked: BTreeMap::new(),
-            crashes: 0,
-            failed_commits: 0,
-            quick_starts: 0,
+            counts: Counts::default(),
         };
         world.daemon = Some(world.start_controller(queries)?);
         Ok(world)
@@ -493,10 +498,10 @@ impl World {
     fn run(&mut self, secs: i64) -> Result<(), Failure> {
         let until = self.now() + secs;
         while self.now() < until && self.variant.faults_until_step.is_none_or(|s| self.step < s) {
-            let crashes = self.crashes;
+            let crashes = self.counts.crashes;
             self.step(true)
                 .map_err(|e| self.failure(Invariant::Runs, e.to_string()))?;
-            self.check(self.crashes > crashes || self.step.is_multiple_of(RECORDS_EVERY))?;
+            self.check(self.counts.crashes > crashes || self.step.is_multiple_of(RECORDS_EVERY))?;
         }
         self.trace
             .push("faults stop; held jobs released, suspended ones resumed".into());
@@ -952,7 +957,7 @@ impl World {
     /// fail as a full disk would; whether it committed.
     fn commit_or_fail(&mut self) -> Result<bool, DaemonError> {
         if self.rng.u32(0..20) == 0 {
-            self.failed_commits += 1;
+            self.counts.failed_commits += 1;
             self.trace.push("  its commit fails".into());
             let daemon = self.daemon();
             daemon.tx()?.execute_batch(
@@ -972,7 +977,7 @@ impl World {
     /// The controller dies (kill -9: what is in memory is gone) and
     /// starts again on the same database and nodes.
     fn crash(&mut self) -> Result<(), DaemonError> {
-        self.crashes += 1;
+        self.counts.crashes += 1;
         self.trace
             .push(format!("t={} the controller crashes", self.now()));
         // An open transaction is lost with the process, and so are its
@@ -1007,12 +1012,12 @@ impl World {
             // starts on what the last pass left idle, or waits for the next.
             let pass_due = self.rng.u32(0..3) > 0;
             let daemon = self.daemon.as_mut().expect("running");
-            daemon.between.pace = super::quick::Pace::Told(pass_due);
+            daemon.between.pace = super::pace::Pace::Told(pass_due);
             let quick_before = daemon.stats.quick_starts_total;
             let (mut maintenance, mut queries, mut processed) =
                 (Instant::now(), Vec::new(), Vec::new());
             if fail {
-                self.failed_commits += 1;
+                self.counts.failed_commits += 1;
                 self.trace.push("  a turn's commit fails".into());
                 daemon.tx()?.execute_batch(
                     "PRAGMA defer_foreign_keys = ON;
@@ -1026,7 +1031,7 @@ impl World {
                 &mut processed,
             ) {
                 Ok(()) => {
-                    self.quick_starts += daemon.stats.quick_starts_total - quick_before;
+                    self.counts.quick_starts += daemon.stats.quick_starts_total - quick_before;
                     for id in &daemon.turn.to_launch {
                         if let Some(job) = daemon.core.jobs.get(id) {
                             self.allocated.insert((*id, job.restart_count), now);
