@@ -1434,6 +1434,8 @@ fn one_task(
         // wide steps do: what the batch shell runs beside it (`tee`) is
         // no step, and a signal meant for the steps passes it by.
         .process_group(0);
+    crate::exec::task_pid::set_on(&mut command, None)
+        .map_err(|e| CliError::failed(format!("{}: {e}", args.command[0].to_string_lossy())))?;
     Ok(command)
 }
 

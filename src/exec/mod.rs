@@ -25,6 +25,7 @@ pub mod spec;
 pub mod step_server;
 pub mod supervisor;
 pub mod tail;
+pub mod task_pid;
 pub mod tasks;
 pub mod terminal;
 

@@ -362,16 +362,7 @@ fn spawn(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    if let Some(mask) = mask {
-        use std::os::unix::process::CommandExt;
-        // SAFETY: umask(2) is async-signal-safe and touches nothing else.
-        unsafe {
-            command.pre_exec(move || {
-                libc::umask(mask);
-                Ok(())
-            });
-        }
-    }
+    super::task_pid::set_on(&mut command, mask)?;
     let mut child = command.spawn()?;
     let group = child.id() as i32;
     let stdin = child.stdin.take();

@@ -708,12 +708,12 @@ fn input_variables_umask_and_step_variables_as_slurm_sets_them() {
         "{err}"
     );
     // srun outside a job: SLURM_NPROCS tasks, each with srun's umask and
-    // the step's variables.
+    // the step's variables, its own pid among them.
     let (code, out, err) = slurm_with(
         &c,
         &[("SLURM_NPROCS", "3")],
         "srun",
-        &["sh", "-c", "echo $SLURM_PROCID $(umask) $SLURM_TOPOLOGY_ADDR $SLURM_TOPOLOGY_ADDR_PATTERN $SLURM_SRUN_COMM_HOST $SLURM_CPUS_ON_NODE"],
+        &["sh", "-c", "echo $SLURM_PROCID $(umask) $SLURM_TOPOLOGY_ADDR $SLURM_TOPOLOGY_ADDR_PATTERN $SLURM_SRUN_COMM_HOST $SLURM_CPUS_ON_NODE $SLURM_TASK_PID $$"],
     );
     assert_eq!(code, Some(0), "{err}");
     let mut lines: Vec<&str> = out.lines().collect();
@@ -728,6 +728,11 @@ fn input_variables_umask_and_step_variables_as_slurm_sets_them() {
         );
         assert!(words[4].parse::<std::net::IpAddr>().is_ok(), "{line}");
         assert!(words[5].parse::<u32>().is_ok_and(|n| n > 0), "{line}");
+        assert!(words[6].parse::<u32>().is_ok_and(|n| n > 1), "{line}");
+        assert_eq!(
+            words[6], words[7],
+            "SLURM_TASK_PID is the task's pid: {line}"
+        );
     }
     let held = c.submit(&["-H", "--wrap", "true"]);
     let (_, shown, _) = slurm_out(&c, "scontrol", &["show", "job", &held.to_string()]);
