@@ -116,6 +116,8 @@ pub fn spawn(
             Ok(())
         });
     }
+    // After the terminal is taken: this one execs.
+    super::task_pid::set_on(&mut command, None)?;
     let mut child = command.spawn()?;
     // The slave's copies here go, so that the master reads its end once
     // the task's side is closed.
