@@ -40,10 +40,8 @@ impl Daemon {
         for ((node, gpu), d) in &self.core.policy.drains {
             tracing::warn!(target: "ysched::daemon", "GPU {gpu} of {node} is drained since {} by {}: {}", crate::model::units::format_timestamp(d.since), d.by, d.reason);
         }
-        let (jobs, unreadable) = db::active_jobs(&self.store.db)?;
-        for job in jobs {
-            self.core.jobs.insert(job);
-        }
+        let jobs = &mut self.core.jobs;
+        let unreadable = db::for_each_active_job(&self.store.db, |job| jobs.insert(job))?;
         self.load_stops()?;
         for bad in unreadable {
             tracing::error!(
@@ -434,10 +432,8 @@ impl Daemon {
     /// The jobs, usage, budgets and drains as the database has them.
     pub(super) fn reload_state(&mut self, now: i64) -> Result<(), DaemonError> {
         self.core.jobs = Jobs::default();
-        let (jobs, _unreadable) = db::active_jobs(&self.store.db)?;
-        for job in jobs {
-            self.core.jobs.insert(job);
-        }
+        let jobs = &mut self.core.jobs;
+        db::for_each_active_job(&self.store.db, |job| jobs.insert(job))?;
         self.core.policy.usage = db::load_usage(&self.store.db)?.into_iter().collect();
         self.handle_with(|core, reads, _| core.load_budgets(reads, now))?;
         self.load_gpu_drains()?;
