@@ -110,6 +110,23 @@ impl BetweenPasses {
         }
     }
 
+    /// Whether what a pass that took `took` leaves is worth keeping: after
+    /// a cheap pass the next one comes at once and takes the jobs queued
+    /// in between itself.
+    pub(super) fn keeps_spare(&self, took: Duration) -> bool {
+        matches!(self.pace, Pace::Told(_)) || took > CHEAP_PASS
+    }
+
+    /// A turn made quick starts: the next pass waits at least as long as
+    /// the last took, so that what a submitter asks next (is my job
+    /// running?) is answered before it holds the loop.
+    pub(super) fn quick_turn(&mut self, last_pass: Duration) {
+        self.quick_last = true;
+        if let Pace::Measured { next } = &mut self.pace {
+            *next = (*next).max(Instant::now() + last_pass);
+        }
+    }
+
     /// A pass that took `took` ran and left `spare`.
     pub(super) fn passed(&mut self, took: Duration, spare: Option<Kept>) {
         self.spare = spare;

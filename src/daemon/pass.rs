@@ -213,6 +213,45 @@ mod tests {
     }
 
     #[test]
+    fn a_job_started_between_passes_runs_where_the_spare_put_it_and_loses_its_reason() {
+        // GPUs 2 and 3 busy until 1000, a 4-GPU job reserved from then.
+        let mut busy = pending(3, "medium", 2);
+        busy.state = JobState::Running;
+        busy.gpus_alloc = vec![2, 3];
+        busy.node = Some("gpu01".into());
+        busy.start_time = Some(0);
+        busy.time_limit = Some(1_000);
+        let mut core = core_with(vec![pending(2, "medium", 4), busy]);
+        let (reads, mut fx) = (Archive::default(), Effects::default());
+        let layout = Layout::single("gpu01", 64, 512 * 1024, &crate::gpu::test_a100s(4));
+        let spare = decide(&core, 50).spare.expect("a pass leaves a spare");
+        // Job 1 comes after the pass, for 5 minutes: done before 1000.
+        let mut short = pending(1, "medium", 2);
+        short.time_limit = Some(300);
+        core.jobs.insert(short);
+        core.policy.reasons.insert(1, Reason::Priority);
+        core.policy.expected_starts.insert(1, 900);
+        let around = sched::quick::Around {
+            layout: &layout,
+            drained: &[],
+            now: 60,
+        };
+        let (_, start) = sched::quick::start(spare, &core.jobs[&1], &around, &core.config);
+        let start = start.expect("two of four GPUs idle");
+        let launch = on_quick_starts(&mut core, &reads, vec![start], 60, &mut fx);
+        assert_eq!(launch, [1]);
+        let job = &core.jobs[&1];
+        assert_eq!((job.state, job.start_time), (JobState::Running, Some(60)));
+        assert!(!core.policy.reasons.contains_key(&1));
+        assert!(!core.policy.expected_starts.contains_key(&1));
+        assert_eq!(core.jobs[&2].state, JobState::Pending);
+        assert_eq!(events(&fx), ["1 RUNNING: GPUs [0,1]"]);
+        // Nothing leaves before the commit: no command to a process.
+        assert!(fx.out.iter().all(|o| !matches!(o, Out::Command { .. })));
+        assert!(fx.changed);
+    }
+
+    #[test]
     fn a_start_whose_image_is_pulling_waits_and_one_whose_pull_failed_ends_failed() {
         let mut core = core_with(vec![pending(1, "medium", 2), pending(2, "medium", 2)]);
         let (reads, mut fx) = (Archive::default(), Effects::default());

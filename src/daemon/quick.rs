@@ -6,13 +6,13 @@
 //! (`sched::quick`), as that pass would have started it; what ends in
 //! between goes to the next pass, in priority order.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::exec::executor::ImageStatus;
 use crate::sched;
 
 use super::error::DaemonError;
-use super::pace::{Kept, Pace};
+use super::pace::Kept;
 use super::state::Daemon;
 
 impl Daemon {
@@ -29,13 +29,8 @@ impl Daemon {
     /// pass.
     pub(super) fn quick_starts(&mut self, now: i64) -> Result<(), DaemonError> {
         let queued = std::mem::take(&mut self.between.queued);
-        self.between.quick_last = true;
-        // What a submitter asks next (is my job running?) is answered
-        // before the pass, which would hold the loop as long as it takes.
-        let last = Duration::from_secs_f64(self.stats.last_pass_seconds);
-        if let Pace::Measured { next } = &mut self.between.pace {
-            *next = (*next).max(Instant::now() + last);
-        }
+        let last_pass = Duration::from_secs_f64(self.stats.last_pass_seconds);
+        self.between.quick_turn(last_pass);
         let Some(Kept {
             mut spare,
             layout,

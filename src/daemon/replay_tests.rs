@@ -372,6 +372,8 @@ fn between_passes_a_job_that_fits_starts_at_once_and_the_rest_wait_for_the_pass(
     use super::pace::Pace;
     let config = Config::parse(CONFIG, Path::new("replay.toml")).unwrap();
     let mut h = harness(&config);
+    // Passes as told: what each leaves is kept for the jobs queued after.
+    h.daemon.between.pace = Pace::Told(true);
     let (mut started, mut runs) = (Vec::new(), HashMap::new());
     let first = submit(&mut h, 2, 100);
     settle(&mut h, &mut started, &mut runs);

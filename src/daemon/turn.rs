@@ -700,11 +700,15 @@ impl Daemon {
         let mut decisions = sched::pass(&state, &self.core.config);
         let took = started.elapsed();
         self.stats.last_pass_seconds = took.as_secs_f64();
-        let kept = decisions.spare.take().map(|spare| super::pace::Kept {
-            spare,
-            layout: self.nodes.layout().clone(),
-            drained: drained.clone(),
-        });
+        let kept = decisions
+            .spare
+            .take()
+            .filter(|_| self.between.keeps_spare(took))
+            .map(|spare| super::pace::Kept {
+                spare,
+                layout: self.nodes.layout().clone(),
+                drained: drained.clone(),
+            });
         self.between.passed(took, kept);
         // The images the starts need, their pulls begun where they are
         // not present (an urgent job's too, so that it comes while its

@@ -1123,21 +1123,13 @@ pub struct Unreadable {
     pub problem: String,
 }
 
-/// Pending, running and completing jobs: what the daemon loads at start,
-/// and the rows among them that do not read as jobs (one bad row must not
-/// keep the daemon from starting; see [`quarantine_job`]). In the
-/// active-state index's order (by state, then id), not by id: sorting
-/// whole rows in SQLite's temporary tree cost most of a start over
-/// 100,000 pending jobs, and the daemon keeps them by id anyway.
-pub fn active_jobs(conn: &Connection) -> Result<(Vec<Job>, Vec<Unreadable>), DbError> {
-    let mut jobs = Vec::new();
-    let bad = for_each_active_job(conn, |job| jobs.push(job))?;
-    Ok((jobs, bad))
-}
-
-/// [`active_jobs`] handed to `each` as they are read (a start keeps them
-/// in its own map: a list of 100,000 jobs first would be copied as it
-/// grows), and the rows that do not read.
+/// Pending, running and completing jobs, handed to `each` as they are
+/// read: what the daemon loads at start (into its map by id: a list of
+/// 100,000 jobs first would be copied as it grows), and the rows among
+/// them that do not read as jobs (one bad row must not keep the daemon
+/// from starting; see [`quarantine_job`]). In the active-state index's
+/// order (by state, then id), not by id: sorting whole rows in SQLite's
+/// temporary tree cost most of a start over 100,000 pending jobs.
 pub fn for_each_active_job(
     conn: &Connection,
     mut each: impl FnMut(Job),
@@ -1426,6 +1418,13 @@ pub fn find_request(conn: &Connection, name: &str) -> Result<Option<(u32, Reply)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The active jobs as a list, and the rows that do not read.
+    fn active_jobs(conn: &Connection) -> Result<(Vec<Job>, Vec<Unreadable>), DbError> {
+        let mut jobs = Vec::new();
+        let bad = for_each_active_job(conn, |job| jobs.push(job))?;
+        Ok((jobs, bad))
+    }
 
     fn sample_job() -> Job {
         crate::model::job::example_job(0)

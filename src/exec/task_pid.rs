@@ -243,6 +243,15 @@ mod tests {
     }
 
     #[test]
+    fn a_nul_byte_in_an_argument_fails_the_spawn() {
+        let mut command = Command::new("echo");
+        command.arg("a\0b").env_clear();
+        set_on(&mut command, None).unwrap();
+        let e = command.spawn().unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+    }
+
+    #[test]
     fn digits_are_written_in_place() {
         let mut slot = [7u8; DIGITS];
         write_digits(&mut slot, 4_194_304);

@@ -270,10 +270,10 @@ pub fn dependency_waits(
             entry.1 = true;
         }
     }
-    for job in waiting {
-        let Some(text) = &job.dependency else {
-            continue;
-        };
+    for (job, text) in waiting
+        .iter()
+        .filter_map(|j| Some((j, j.dependency.as_ref()?)))
+    {
         let status = match Dependency::parse(text) {
             Ok(dependency) => {
                 let earlier_namesake = dependency.has_singleton()
@@ -433,14 +433,14 @@ fn preemptions(
             break;
         }
         let id = job.id;
-        let Some(job) = Some(job)
-            .filter(|j| !excess.is_empty() || preempting.contains(&j.qos.as_str()))
-            // A job over several nodes waits for them; it stops no one.
-            .filter(|j| !j.tasks.is_multi_node())
-            .filter(|j| waits_for_room(j, plan, state.now, config.preempt_wait))
-        else {
+        let may_stop = !excess.is_empty() || preempting.contains(&job.qos.as_str());
+        // A job over several nodes waits for them; it stops no one.
+        if !may_stop
+            || job.tasks.is_multi_node()
+            || !waits_for_room(job, plan, state.now, config.preempt_wait)
+        {
             continue;
-        };
+        }
         let shape = (
             job.qos.as_str(),
             job.account.as_str(),

@@ -126,10 +126,7 @@ pub fn start_on_spare(
     policy: &limits::Policy,
     now: i64,
 ) -> (Spare, Option<Start>) {
-    let stale = now < spare.at || spare.until.is_some_and(|t| t <= now);
-    let waits =
-        job.hold.is_some() || job.begin_time.is_some_and(|b| b > now) || !job.claim.is_empty();
-    if stale || waits {
+    if now < spare.at || spare.until.is_some_and(|t| t <= now) {
         return (spare, None);
     }
     let mut planner = Planner::resume(spare, node, policy);
@@ -152,8 +149,6 @@ pub struct Spare {
     reserve_used: Vec<u32>,
     /// GPUs held by running jobs: a claimant starts once none is.
     held_now: placement::GpuSet,
-    /// A higher-priority job waits for resources: what starts now backfills.
-    blocked_above: bool,
     /// When a limit window opens or closes: what may start changes, so
     /// what the pass left says nothing after.
     until: Option<i64>,
@@ -174,6 +169,8 @@ struct Planner<'a, 'p> {
     /// guarantee is not lent.
     wanting: std::collections::HashSet<&'p str>,
     reservations: usize,
+    /// A higher-priority job waits for resources: what starts now backfills.
+    blocked_above: bool,
     /// The shortest run, per shape of request, found not to fit from now:
     /// the timeline only fills up during a pass, so a job of that shape
     /// that runs as long or longer does not fit either. This keeps a pass
@@ -237,12 +234,12 @@ impl<'a, 'p> Planner<'a, 'p> {
                     .iter()
                     .flat_map(|j| j.gpus_alloc.iter().copied())
                     .collect(),
-                blocked_above: false,
                 until: policy.next_change(),
             },
             reserves,
             wanting,
             reservations: 0,
+            blocked_above: false,
             no_room: HashMap::new(),
             // A limit window that opens or closes changes what may start.
             plan: Plan {
@@ -264,6 +261,7 @@ impl<'a, 'p> Planner<'a, 'p> {
             reserves,
             wanting: Default::default(),
             reservations: 0,
+            blocked_above: false,
             no_room: HashMap::new(),
             plan: Plan::default(),
         }
@@ -273,7 +271,11 @@ impl<'a, 'p> Planner<'a, 'p> {
     /// fits from there to its time limit, within its limits; no
     /// reservation, no borrowing.
     fn start_now(&mut self, job: &Job, now: i64) -> Option<Start> {
-        if self.borrows(job)
+        // Held, or to begin after the pass (a conservative test: the time
+        // may have come since), or a claimant: the pass's.
+        if self.waits_anyway(job).is_some()
+            || !job.claim.is_empty()
+            || self.borrows(job)
             || self
                 .left
                 .held
@@ -296,8 +298,7 @@ impl<'a, 'p> Planner<'a, 'p> {
         {
             return None;
         }
-        self.take(job, slot, duration, false);
-        self.plan.starts.pop()
+        Some(self.take(job, slot, duration, false))
     }
 
     /// The next job in priority order: started, reserved, or waiting.
@@ -357,7 +358,8 @@ impl<'a, 'p> Planner<'a, 'p> {
         let now = self.left.profile.now();
         if ready && now.cpus[node] >= job.cpus && now.mem_mb[node] >= job.mem_mb.unwrap_or(0) {
             let borrowing = self.borrows(job);
-            self.take(job, slot, job.time_limit, borrowing);
+            let start = self.take(job, slot, job.time_limit, borrowing);
+            self.plan.starts.push(start);
         } else {
             self.plan.reasons.insert(job.id, Reason::Preempting);
         }
@@ -405,10 +407,11 @@ impl<'a, 'p> Planner<'a, 'p> {
         } else if borrowing && self.kept_for_lenders(job) {
             self.plan.reasons.insert(job.id, Reason::AssocGrpGRES);
         } else {
-            if self.left.blocked_above {
+            if self.blocked_above {
                 self.plan.backfilled.push(job.id);
             }
-            self.take(job, slot, duration, borrowing);
+            let start = self.take(job, slot, duration, borrowing);
+            self.plan.starts.push(start);
         }
     }
 
@@ -433,7 +436,7 @@ impl<'a, 'p> Planner<'a, 'p> {
                 self.reservations += 1;
             }
         }
-        self.left.blocked_above = true;
+        self.blocked_above = true;
         self.plan.reasons.insert(job.id, reason);
     }
 
@@ -453,19 +456,19 @@ impl<'a, 'p> Planner<'a, 'p> {
             && (self.left.profile.now().gpus.len() as u32).saturating_sub(wants) < kept
     }
 
-    /// Starts the job on `slot`.
-    fn take(&mut self, job: &Job, slot: Slot, duration: Option<u64>, borrowing: bool) {
+    /// Starts the job on `slot`: its resources taken, its start.
+    fn take(&mut self, job: &Job, slot: Slot, duration: Option<u64>, borrowing: bool) -> Start {
         self.left.profile.take(job, &slot, duration, &self.types);
         use_reserve(&self.reserves, job, &mut self.left.reserve_used);
         self.left
             .held
             .add(self.policy, job, &slot.gpus, self.node.gpus);
-        self.plan.starts.push(Start {
+        Start {
             job: job.id,
             nodes: slot.nodes,
             gpus: slot.gpus,
             borrowing,
-        });
+        }
     }
 }
 

@@ -992,15 +992,19 @@ impl World {
     }
 
     /// Turns until nothing is left to do: exits taken in, time limits,
-    /// the scheduling pass, launches (after each commit).
+    /// the scheduling pass, launches (after each commit). Passes are
+    /// spaced as over a long queue, by the seed: a pass may still be owed
+    /// when the turns end, so that the jobs of the next steps start on
+    /// what the last pass left idle, several on one spare.
     fn turns(&mut self, faults: bool) -> Result<(), DaemonError> {
         // A turn at least: the loop wakes for time limits and the like,
         // and time passed.
         let now = self.now();
         for turn in 0..32 {
             let exited = std::mem::take(&mut *self.exits.lock().unwrap_or_else(|p| p.into_inner()));
+            let pass_due = self.rng.u32(0..3) > 0;
             let daemon = self.daemon.as_mut().expect("running");
-            if turn > 0 && exited.is_empty() && !daemon.reschedule {
+            if turn > 0 && exited.is_empty() && !(daemon.reschedule && pass_due) {
                 return Ok(());
             }
             if !exited.is_empty() {
@@ -1008,9 +1012,6 @@ impl World {
                     .push(format!("  exits of jobs {exited:?} taken in"));
             }
             let fail = faults && self.rng.u32(0..40) == 0;
-            // Passes spaced as over a long queue: a job queued in between
-            // starts on what the last pass left idle, or waits for the next.
-            let pass_due = self.rng.u32(0..3) > 0;
             let daemon = self.daemon.as_mut().expect("running");
             daemon.between.pace = super::pace::Pace::Told(pass_due);
             let quick_before = daemon.stats.quick_starts_total;
