@@ -51,17 +51,25 @@ chmod 755 "$work"
 sudoers=/etc/sudoers.d/ysched-conformance
 profile=/etc/profile.d/ysched-conformance.sh
 daemon=""
+# Keeps the run's own exit status: a step of the clean-up that fails must
+# not turn a passing run into a failing one (under set -e, a failing last
+# command of an && list in a trap ends the script with its status).
 cleanup() {
+    local status=$?
     if [ -n "$daemon" ]; then
         kill -TERM "$daemon" 2>/dev/null || true
         wait "$daemon" 2>/dev/null || true
     fi
     pkill -u "$user" 2>/dev/null || true
     rm -f "$sudoers" "$profile"
+    # The jobs' supervisors may still be removing their own cgroups while
+    # find walks the tree: a directory gone under it is not an error here.
     for h in /sys/fs/cgroup /sys/fs/cgroup/*; do
-        [ -d "$h/ysched-conformance" ] && find "$h/ysched-conformance" -depth -type d -exec rmdir {} \; 2>/dev/null
+        [ -d "$h/ysched-conformance" ] || continue
+        find "$h/ysched-conformance" -depth -type d -exec rmdir {} \; 2>/dev/null || true
     done
-    rm -rf "$work"
+    rm -rf "$work" || true
+    exit "$status"
 }
 trap cleanup EXIT
 
