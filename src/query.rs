@@ -4,6 +4,8 @@
 //! never open the database, so none can stall the loop's writes or pin the
 //! WAL; and another user's job comes without its private fields.
 
+mod lean;
+
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
@@ -226,6 +228,10 @@ impl LazySnapshot {
 pub struct QueueSnapshot {
     /// In id order.
     jobs: Vec<Arc<Job>>,
+    /// Their ids, side by side: a lookup by id reads this array, not a
+    /// job behind a pointer at each step of its search (a month's
+    /// listing looks up each of its 180,000 jobs).
+    ids: Vec<JobId>,
     /// Positions in `jobs`, in queue order.
     order: Vec<u32>,
     /// Each job's place in `order`, by position in `jobs`.
@@ -301,6 +307,7 @@ impl QueueSnapshot {
             })
             .collect();
         QueueSnapshot {
+            ids: jobs.iter().map(|j| j.id).collect(),
             jobs,
             order,
             place,
@@ -318,14 +325,19 @@ impl QueueSnapshot {
 
     /// Where the job `id` is in `jobs`.
     fn position(&self, id: JobId) -> Option<usize> {
-        self.jobs.binary_search_by_key(&id, |j| j.id).ok()
+        self.ids.binary_search(&id).ok()
     }
 
     /// The job `id`'s view, if it is in the queue.
     pub fn get(&self, id: JobId) -> Option<JobView> {
+        self.get_rated(id, true)
+    }
+
+    /// As `get`; `rated`, with its priority (worked out for a pending job).
+    fn get_rated(&self, id: JobId, rated: bool) -> Option<JobView> {
         let p = self.position(id)?;
         let ctx = self.facts.context();
-        Some(self.view(&mut priority::Rater::new(&ctx), p, true))
+        Some(self.view(&mut priority::Rater::new(&ctx), p, rated))
     }
 
     /// The positions of the jobs `refs` name, in queue order, when their
@@ -971,11 +983,20 @@ fn accounting_rows(
         None => None,
     };
     let mut rows = RowMaker::new(fields, &work.viewer, now);
-    db::for_each_job(conn, filter, |job| -> Result<(), StreamError> {
+    let rated = fields.iter().any(|f| f.shows_priority());
+    // Only the columns the fields show, unless a step's row is made from
+    // its job's (the batch and extern steps of every job).
+    let columns = lean::columns_for(fields).filter(|_| batch_steps != Some(true));
+    db::for_each_job_reading(conn, filter, columns.as_ref(), |row| {
+        let id = row.id()?;
         // The snapshot may be newer than the last commit seen here.
-        let view = match snapshot.and_then(|s| s.get(job.id)) {
-            Some(view) => view.clone(),
-            None => JobView::stored(job),
+        let view = match snapshot.and_then(|s| s.get_rated(id, rated)) {
+            Some(view) => view,
+            // Its srun steps' rows are made from the whole job.
+            None if columns.is_some() && stepped.as_ref().is_some_and(|(s, _)| s.contains(&id)) => {
+                JobView::stored(db::job(conn, id)?)
+            }
+            None => JobView::stored(row.job()?),
         };
         let steps = step_views(conn, stepped.as_ref().map(|(s, b)| (s, *b)), &view)?;
         rows.push(view, &mut emit)?;

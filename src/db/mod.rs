@@ -197,25 +197,83 @@ const JOB_COLUMNS: &str = "id, uid, gid, user, account, qos, name, state, hold, 
      gpu_low_secs, preemptions_caused, mail_type, mail_user, nodelist, exclude_nodes, borrowed, task_layout, peers, \
      container, image_reference, image_digest, interactive, quick_requeues, gpu_devices";
 
+/// A job's row and which of its columns were selected, in their order:
+/// each other one reads as its empty value (see [`JobColumns`]), neither
+/// copied by SQLite nor decoded (74 columns a row were most of a month's
+/// listing).
+struct JobRow<'a, 'r> {
+    row: &'a Row<'r>,
+    /// Bit `i`: column `i` was selected.
+    read: u128,
+}
+
+impl JobRow<'_, '_> {
+    fn is_read(&self, i: usize) -> bool {
+        self.read & (1 << i) != 0
+    }
+
+    /// Where column `i` is in the row: after the columns read before it.
+    fn at(&self, i: usize) -> usize {
+        (self.read & ((1 << i) - 1)).count_ones() as usize
+    }
+
+    fn get<T: rusqlite::types::FromSql + Default>(&self, i: usize) -> rusqlite::Result<T> {
+        match self.is_read(i) {
+            true => self.row.get(self.at(i)),
+            false => Ok(T::default()),
+        }
+    }
+
+    fn required<T>(
+        &self,
+        i: usize,
+        parse: impl FnOnce(&str) -> Result<T, ColumnError>,
+    ) -> rusqlite::Result<T> {
+        match self.is_read(i) {
+            true => required(self.row, self.at(i), parse),
+            false => parse("").map_err(|what| invalid_column(i, what)),
+        }
+    }
+
+    fn optional<T>(
+        &self,
+        i: usize,
+        parse: impl FnOnce(&str) -> Result<T, ColumnError>,
+    ) -> rusqlite::Result<Option<T>> {
+        match self.is_read(i) {
+            true => optional(self.row, self.at(i), parse),
+            false => Ok(None),
+        }
+    }
+}
+
 fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
-    let state = required(row, 7, |s| {
+    job_from(&JobRow {
+        row,
+        read: u128::MAX,
+    })
+}
+
+/// A job from `row`, reading only the columns it says.
+fn job_from(row: &JobRow) -> rusqlite::Result<Job> {
+    let state = row.required(7, |s| {
         JobState::parse(s).ok_or_else(|| ColumnError::unknown("job state", s))
     })?;
-    let hold = optional(row, 8, |h| {
+    let hold = row.optional(8, |h| {
         Hold::parse(h).ok_or_else(|| ColumnError::unknown("hold", h))
     })?;
-    let gpus_alloc = required(row, 18, parse_index_list)?;
-    let constraint = optional(row, 44, |c| {
+    let gpus_alloc = row.required(18, parse_index_list)?;
+    let constraint = row.optional(44, |c| {
         crate::model::job::GpuConstraint::parse(c).map_err(ColumnError::invalid("GPU constraint"))
     })?;
-    let kill_reason = optional(row, 24, |k| {
+    let kill_reason = row.optional(24, |k| {
         JobState::parse(k).ok_or_else(|| ColumnError::unknown("kill reason", k))
     })?;
-    let warn_signal = optional(row, 51, |w| {
+    let warn_signal = row.optional(51, |w| {
         crate::model::job::WarnSignal::parse(w).map_err(ColumnError::invalid("--signal"))
     })?;
     Ok(Job {
-        id: row.get::<_, i64>(0)? as JobId,
+        id: row.get::<i64>(0)? as JobId,
         uid: row.get(1)?,
         gid: row.get(2)?,
         user: row.get(3)?,
@@ -231,8 +289,8 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
             constraint,
         },
         cpus: row.get(11)?,
-        mem_mb: row.get::<_, Option<i64>>(12)?.map(|m| m as u64),
-        time_limit: row.get::<_, Option<i64>>(13)?.map(|t| t as u64),
+        mem_mb: row.get::<Option<i64>>(12)?.map(|m| m as u64),
+        time_limit: row.get::<Option<i64>>(13)?.map(|t| t as u64),
         submit_time: row.get(14)?,
         begin_time: row.get(15)?,
         start_time: row.get(16)?,
@@ -243,41 +301,41 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         restart_count: row.get(22)?,
         reason: row.get(23)?,
         kill_reason,
-        work_dir: PathBuf::from(row.get::<_, String>(25)?),
-        submit_dir: PathBuf::from(row.get::<_, String>(26)?),
+        work_dir: PathBuf::from(row.get::<String>(25)?),
+        submit_dir: PathBuf::from(row.get::<String>(26)?),
         std_out: row.get(27)?,
         std_err: row.get(28)?,
         open_append: row.get(29)?,
         comment: row.get(30)?,
-        max_rss_bytes: row.get::<_, Option<i64>>(31)?.map(|b| b as u64),
-        cpu_usec: row.get::<_, Option<i64>>(32)?.map(|u| u as u64),
+        max_rss_bytes: row.get::<Option<i64>>(31)?.map(|b| b as u64),
+        cpu_usec: row.get::<Option<i64>>(32)?.map(|u| u as u64),
         cgroup: row.get(33)?,
-        suspended_secs: row.get::<_, i64>(34)? as u64,
+        suspended_secs: row.get::<i64>(34)? as u64,
         suspended_at: row.get(35)?,
         nice: row.get(36)?,
         billing: row.get(37)?,
         dependency: row.get(38)?,
         array: array_task_of(row)?,
         approved_by: row.get(42)?,
-        preempted_by: row.get::<_, Option<i64>>(45)?.map(|j| j as JobId),
-        claim: required(row, 46, parse_index_list)?,
+        preempted_by: row.get::<Option<i64>>(45)?.map(|j| j as JobId),
+        claim: row.required(46, parse_index_list)?,
         preempt_count: row.get(47)?,
         no_requeue: row.get(48)?,
         checkpoint_at: row.get(49)?,
         priority_override: row.get(50)?,
         checkpoint_file: row.get(52)?,
-        grace: row.get::<_, Option<i64>>(53)?.map(|g| g as u64),
+        grace: row.get::<Option<i64>>(53)?.map(|g| g as u64),
         gpu_seconds: row.get(54)?,
         gpu_usage: gpu_usage(row)?,
         preemptions_caused: row.get(60)?,
         mail_type: row.get(61)?,
         mail_user: row.get(62)?,
         warn_signal,
-        nodelist: names(&row.get::<_, String>(63)?),
-        exclude: names(&row.get::<_, String>(64)?),
+        nodelist: names(&row.get::<String>(63)?),
+        exclude: names(&row.get::<String>(64)?),
         borrowed: row.get(65)?,
         tasks: tasks_of(row)?,
-        peers: names(&row.get::<_, String>(67)?),
+        peers: names(&row.get::<String>(67)?),
         container: container_of(row)?,
         image: image_of(row)?,
         interactive: row.get(71)?,
@@ -287,9 +345,9 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
 
 /// How its last run ended: a code (and the signal that killed it), or
 /// nothing yet.
-fn exit_of(row: &Row) -> rusqlite::Result<Option<ExitStatus>> {
-    let code = row.get::<_, Option<i32>>(20)?;
-    let signal = row.get::<_, Option<i32>>(21)?;
+fn exit_of(row: &JobRow) -> rusqlite::Result<Option<ExitStatus>> {
+    let code = row.get::<Option<i32>>(20)?;
+    let signal = row.get::<Option<i32>>(21)?;
     Ok(code.map(|code| ExitStatus {
         code,
         signal: signal.unwrap_or(0),
@@ -297,8 +355,8 @@ fn exit_of(row: &Row) -> rusqlite::Result<Option<ExitStatus>> {
 }
 
 /// Its tasks and nodes, stored as JSON ('' for the default: one task).
-fn tasks_of(row: &Row) -> rusqlite::Result<crate::model::tasks::TaskLayout> {
-    required(row, 66, |t| {
+fn tasks_of(row: &JobRow) -> rusqlite::Result<crate::model::tasks::TaskLayout> {
+    row.required(66, |t| {
         if t.is_empty() {
             return Ok(Default::default());
         }
@@ -307,8 +365,10 @@ fn tasks_of(row: &Row) -> rusqlite::Result<crate::model::tasks::TaskLayout> {
 }
 
 /// Its `--container-*` request, stored as JSON ('' for none).
-fn container_of(row: &Row) -> rusqlite::Result<Option<crate::model::container::ContainerRequest>> {
-    required(row, 68, |c| {
+fn container_of(
+    row: &JobRow,
+) -> rusqlite::Result<Option<crate::model::container::ContainerRequest>> {
+    row.required(68, |c| {
         if c.is_empty() {
             return Ok(None);
         }
@@ -319,8 +379,8 @@ fn container_of(row: &Row) -> rusqlite::Result<Option<crate::model::container::C
 }
 
 /// The image its last run resolved its request to.
-fn image_of(row: &Row) -> rusqlite::Result<Option<crate::model::container::ImageRecord>> {
-    Ok(match (row.get::<_, Option<String>>(69)?, row.get(70)?) {
+fn image_of(row: &JobRow) -> rusqlite::Result<Option<crate::model::container::ImageRecord>> {
+    Ok(match (row.get::<Option<String>>(69)?, row.get(70)?) {
         (Some(reference), Some(digest)) => {
             Some(crate::model::container::ImageRecord { reference, digest })
         }
@@ -417,29 +477,29 @@ fn invalid_column(i: usize, what: ColumnError) -> rusqlite::Error {
 }
 
 /// The array task a row is, if it is one.
-fn array_task_of(row: &Row) -> rusqlite::Result<Option<ArrayTask>> {
-    Ok(match row.get::<_, Option<i64>>(39)? {
+fn array_task_of(row: &JobRow) -> rusqlite::Result<Option<ArrayTask>> {
+    Ok(match row.get::<Option<i64>>(39)? {
         Some(array_id) => Some(ArrayTask {
             job_id: array_id as JobId,
             task_id: row.get(40)?,
-            spec: row.get::<_, Option<String>>(41)?.unwrap_or_default(),
+            spec: row.get::<Option<String>>(41)?.unwrap_or_default(),
         }),
         None => None,
     })
 }
 
 /// The job's GPU use, summed over its samples.
-fn gpu_usage(row: &Row) -> rusqlite::Result<crate::model::gpu::JobGpuUsage> {
+fn gpu_usage(row: &JobRow) -> rusqlite::Result<crate::model::gpu::JobGpuUsage> {
     Ok(crate::model::gpu::JobGpuUsage {
         samples: row.get(55)?,
-        utilization_sum: row.get::<_, i64>(56)? as u64,
+        utilization_sum: row.get::<i64>(56)? as u64,
         utilization_max: row.get(57)?,
-        memory_max_mb: row.get::<_, i64>(58)? as u64,
-        low_secs: row.get::<_, i64>(59)? as u64,
+        memory_max_mb: row.get::<i64>(58)? as u64,
+        low_secs: row.get::<i64>(59)? as u64,
         // Written by this module only; unreadable JSON shows no devices
         // rather than hiding the job.
         devices: row
-            .get::<_, Option<String>>(73)?
+            .get::<Option<String>>(73)?
             .and_then(|text| serde_json::from_str(&text).ok())
             .unwrap_or_default(),
     })
@@ -1182,12 +1242,14 @@ fn error_column(e: &rusqlite::Error) -> Option<usize> {
 /// value where the schema wants one, else NULL.
 fn column_default(column: &str) -> &'static str {
     match column {
-        "user" | "account" | "qos" | "name" | "gpus_alloc" | "claimed_gpus" | "std_out" => "''",
+        "user" | "account" | "qos" | "name" | "gpus_alloc" | "claimed_gpus" | "std_out"
+        | "nodelist" | "exclude_nodes" | "task_layout" | "peers" | "container" => "''",
         "work_dir" | "submit_dir" => "'/'",
         "uid" | "gid" | "gpu_count" | "cpus" | "submit_time" | "restart_count" | "open_append"
         | "suspended_secs" | "nice" | "gpu_shard" | "preempt_count" | "no_requeue"
         | "gpu_seconds" | "gpu_samples" | "gpu_util_sum" | "gpu_util_max" | "gpu_mem_max_mb"
-        | "gpu_low_secs" | "preemptions_caused" | "mail_type" => "0",
+        | "gpu_low_secs" | "preemptions_caused" | "mail_type" | "borrowed" | "interactive"
+        | "quick_requeues" => "0",
         _ => "NULL",
     }
 }
@@ -1228,7 +1290,7 @@ pub fn quarantine_job(conn: &Connection, bad: &Unreadable, now: i64) -> Result<(
 /// Jobs for `ysacct`: those matching the filter that were active at some
 /// point in [start, end] (submitted before `end`, not ended before `start`).
 pub fn find_jobs(conn: &Connection, filter: &JobFilter, limit: usize) -> Result<Vec<Job>, DbError> {
-    let (mut sql, values) = job_query(filter);
+    let (mut sql, values) = job_query(filter, JOB_COLUMNS);
     let limit = filter.limit.map_or(limit, |l| limit.min(l as usize));
     sql.push_str(&format!(" LIMIT {limit}"));
     let mut stmt = conn.prepare(&sql)?;
@@ -1244,7 +1306,57 @@ pub fn for_each_job<E: From<DbError>>(
     filter: &JobFilter,
     mut each: impl FnMut(Job) -> Result<(), E>,
 ) -> Result<(), E> {
-    let (mut sql, values) = job_query(filter);
+    for_each_job_reading(conn, filter, None, |row| each(row.job()?))
+}
+
+/// The columns a listing reads of each job (see [`for_each_job_reading`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobColumns {
+    /// The select list: the columns read, in [`JOB_COLUMNS`]' order.
+    select: String,
+    /// Bit `i`: column `i` is read.
+    read: u128,
+}
+
+impl JobColumns {
+    /// Only the columns `names`, and the id and state that make a row a
+    /// job; a name that is not a column of jobs is ignored.
+    pub fn only(names: &[&str]) -> JobColumns {
+        let mut read = 0u128;
+        let mut select = Vec::new();
+        for (i, column) in JOB_COLUMNS.split(", ").map(str::trim).enumerate() {
+            if ["id", "state"].contains(&column) || names.contains(&column) {
+                read |= 1 << i;
+                select.push(column);
+            }
+        }
+        JobColumns {
+            select: select.join(", "),
+            read,
+        }
+    }
+}
+
+/// Whether `name` is a column a job is read from.
+pub fn is_job_column(name: &str) -> bool {
+    JOB_COLUMNS.split(", ").any(|c| c.trim() == name)
+}
+
+/// As [`for_each_job`], reading only `columns` (all when `None`), and
+/// each row only when asked: `each` gets its id at once and its job from
+/// [`StoredJob::job`], the other fields empty, unread. A month's listing
+/// shows a few fields of 180,000 jobs, most of them pending and shown as
+/// the queue has them; decoding all 74 columns of each was most of its
+/// cost.
+pub fn for_each_job_reading<E: From<DbError>>(
+    conn: &Connection,
+    filter: &JobFilter,
+    columns: Option<&JobColumns>,
+    mut each: impl FnMut(&StoredJob) -> Result<(), E>,
+) -> Result<(), E> {
+    let select = columns.map_or(JOB_COLUMNS, |c| c.select.as_str());
+    let read = columns.map_or(u128::MAX, |c| c.read);
+    let (mut sql, values) = job_query(filter, select);
     if let Some(limit) = filter.limit {
         sql.push_str(&format!(" LIMIT {limit}"));
     }
@@ -1253,14 +1365,28 @@ pub fn for_each_job<E: From<DbError>>(
         .query(rusqlite::params_from_iter(values))
         .map_err(DbError::from)?;
     while let Some(row) = rows.next().map_err(DbError::from)? {
-        each(job_from_row(row).map_err(DbError::from)?)?;
+        each(&StoredJob(JobRow { row, read }))?;
     }
     Ok(())
 }
 
-/// The SELECT for a filter, ordered by id.
-fn job_query(filter: &JobFilter) -> (String, Vec<rusqlite::types::Value>) {
-    let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE 1 = 1");
+/// A job's row, as [`for_each_job_reading`] walks them.
+pub struct StoredJob<'a, 'r>(JobRow<'a, 'r>);
+
+impl StoredJob<'_, '_> {
+    pub fn id(&self) -> Result<JobId, DbError> {
+        Ok(self.0.row.get::<_, i64>(0)? as JobId)
+    }
+
+    /// The job, its columns that were not read empty.
+    pub fn job(&self) -> Result<Job, DbError> {
+        Ok(job_from(&self.0)?)
+    }
+}
+
+/// The SELECT of `select` for a filter, ordered by id.
+fn job_query(filter: &JobFilter, select: &str) -> (String, Vec<rusqlite::types::Value>) {
+    let mut sql = format!("SELECT {select} FROM jobs WHERE 1 = 1");
     let mut values: Vec<rusqlite::types::Value> = Vec::new();
     if !filter.job_ids.is_empty() {
         // An array's id names all its tasks; `12_3` one task.
@@ -1468,6 +1594,33 @@ mod tests {
             .reason
             .as_deref()
             .is_some_and(|r| r.starts_with("quarantined at start: column")));
+    }
+
+    #[test]
+    fn each_column_has_an_empty_value_its_schema_takes_and_that_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open(&dir.path().join("t.db")).unwrap();
+        let mut stmt = conn.prepare("PRAGMA table_info(jobs)").unwrap();
+        let not_null: Vec<(String, bool)> = stmt
+            .query_map([], |r| Ok((r.get(1)?, r.get::<_, i64>(3)? == 1)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        for (column, required) in &not_null {
+            if !["id", "state"].contains(&column.as_str()) && is_job_column(column) {
+                assert_eq!(column_default(column) != "NULL", *required, "{column}");
+            }
+        }
+        // A row of nothing but empty values is a job.
+        let id = insert_job(&conn, &sample_job(), &payload()).unwrap();
+        let mut jobs = Vec::new();
+        let none = JobColumns::only(&[]);
+        for_each_job_reading(&conn, &JobFilter::default(), Some(&none), |j| {
+            jobs.push(j.job()?);
+            Ok::<(), DbError>(())
+        })
+        .unwrap();
+        assert_eq!((jobs[0].id, jobs[0].user.as_str()), (id, ""));
     }
 
     #[test]
