@@ -13,6 +13,7 @@ pub mod daemon;
 pub mod db;
 pub mod exec;
 pub mod gpu;
+pub mod leader;
 pub mod model;
 pub mod net;
 pub mod proto;

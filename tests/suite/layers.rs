@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 /// Each top-level module's layer, lowest first; a module may use only
 /// modules of a lower layer (and its own files).
-const LAYERS: [(&str, u32); 17] = [
+const LAYERS: [(&str, u32); 18] = [
     ("model", 0),
     ("config", 1),
     ("array", 2),
@@ -27,6 +27,7 @@ const LAYERS: [(&str, u32); 17] = [
     ("sim", 9),
     ("query", 9),
     ("net", 9),
+    ("leader", 9),
 ];
 
 /// Above every library layer: the daemon and the node agent, the
