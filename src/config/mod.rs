@@ -15,6 +15,7 @@ mod interactive;
 mod pool;
 mod qos;
 mod raw;
+mod standby;
 mod types;
 mod validate;
 mod values;

@@ -81,6 +81,16 @@ pub(super) struct RawConfig {
     pub(super) containers: RawContainers,
     #[serde(default)]
     pub(super) interactive: RawInteractive,
+    pub(super) standby: Option<RawStandby>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStandby {
+    pub(super) etcd: Spanned<String>,
+    pub(super) name: Option<String>,
+    pub(super) key: Option<Spanned<String>>,
+    pub(super) lease: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Default)]

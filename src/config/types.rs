@@ -232,6 +232,8 @@ pub struct Config {
     pub containers: Containers,
     /// `[interactive]`.
     pub interactive: Interactive,
+    /// `[standby]`: another controller may lead; etcd decides which.
+    pub standby: Option<Standby>,
     pub spool_dir: PathBuf,
     pub node_name: String,
     pub admins: Vec<String>,
@@ -491,6 +493,21 @@ pub struct Pool {
 
 /// A day: a controller down over a night still finds its jobs.
 pub const DEFAULT_FROZEN_LIMIT: std::time::Duration = std::time::Duration::from_secs(86_400);
+
+/// The `[standby]` table: this controller is one of two (or more) that
+/// share a pool, and leads only while etcd says so (`leader`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Standby {
+    /// etcd's client URL (`http://10.0.0.1:2379`).
+    pub etcd: String,
+    /// This controller's name in the election (the host's by default).
+    pub name: String,
+    /// The leader key.
+    pub key: String,
+    /// How long a leader leads without proving its lease; a standby
+    /// takes over at most about this long after the leader stopped.
+    pub lease: std::time::Duration,
+}
 
 /// The `[interactive]` table: limits and QoS of interactive sessions.
 #[derive(Clone, Debug, PartialEq)]

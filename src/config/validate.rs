@@ -57,6 +57,10 @@ impl RawConfig {
             web: super::web::web(self.web, &src)?,
             containers: super::containers::containers(self.containers, &src)?,
             interactive: super::interactive::interactive(self.interactive, &qos, &src)?,
+            standby: self
+                .standby
+                .map(|raw| super::standby::standby(raw, &node_name, &src))
+                .transpose()?,
             path: path.to_path_buf(),
             spool_dir,
             timezone,

@@ -28,6 +28,7 @@ mod holds;
 mod identity;
 mod images;
 mod jobs;
+pub mod leading;
 mod metrics_http;
 mod node_admin;
 mod node_loss;

@@ -28,6 +28,7 @@ use super::state::{Core, Daemon};
 impl Daemon {
     /// The open transaction, begun on first use in a loop turn.
     pub(super) fn tx(&mut self) -> Result<&Connection, DaemonError> {
+        self.fence();
         if !self.store.in_transaction {
             self.store.db.execute_batch("BEGIN IMMEDIATE")?;
             self.store.in_transaction = true;
@@ -38,6 +39,7 @@ impl Daemon {
     /// Commits the turn's transaction, then sends what it left to send:
     /// nothing leaves before its record is durable (`effects`).
     pub(super) fn commit(&mut self) -> Result<(), DaemonError> {
+        self.fence();
         if self.store.in_transaction {
             self.store.db.execute_batch("COMMIT")?;
             self.store.in_transaction = false;
@@ -48,6 +50,17 @@ impl Daemon {
         }
         self.send_out();
         Ok(())
+    }
+
+    /// With `[standby]`, stops the process before anything is written
+    /// or sent once this controller's lease is no longer proven: another
+    /// may lead by now (`leading`).
+    fn fence(&self) {
+        if let Some(leadership) = &self.store.leadership {
+            if !leadership.may_act() {
+                leadership.step_down("its lease was not proven in time");
+            }
+        }
     }
 
     /// Applies `fx`: its rows now, in the turn's transaction; what leaves

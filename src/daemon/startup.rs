@@ -67,6 +67,9 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
     let ownership = Ownership::of_this_process();
     let spool = Spool::new(&config.spool_dir);
     spool.prepare(ownership)?;
+    // A controller of two leads before it touches the spool or the
+    // database: the other may still be using them until it stops.
+    let leadership = config.standby.as_ref().map(super::leading::lead);
     let _lock = spool.lock_daemon()?;
     let stepd = match options.stepd {
         Some(p) => p,
@@ -101,6 +104,7 @@ pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(),
         notifier,
         clock: Clock::System,
     });
+    daemon.store.leadership = leadership;
     daemon.load_pool_nodes()?;
     daemon.recover()?;
     tracing::info!(target: "ysched::daemon", "ysctld ready");

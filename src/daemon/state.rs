@@ -198,6 +198,7 @@ impl Daemon {
             store: Store {
                 db: parts.db,
                 in_transaction: false,
+                leadership: None,
             },
             turn: TurnWork::default(),
             inbox: Backlog::default(),
@@ -427,6 +428,9 @@ pub(super) struct Timers {
 pub(super) struct Store {
     pub(super) db: Connection,
     pub(super) in_transaction: bool,
+    /// With `[standby]`: the term this controller leads in; nothing is
+    /// written once its lease is no longer proven.
+    pub(super) leadership: Option<super::leading::Leadership>,
 }
 
 #[cfg(test)]

@@ -39,6 +39,7 @@ mod simulate;
 mod slurm_compat;
 mod slurm_export;
 mod socket;
+mod standby;
 mod steps;
 mod submit;
 mod update;

@@ -1,0 +1,137 @@
+//! A controller of two (`[standby]`): it waits as the standby until etcd
+//! says it leads, then proves its lease a third of a lease apart; the
+//! seam writes nothing unless the lease was proven within half a lease
+//! (`leader::may_act`, on this process's monotonic clock), and a
+//! controller that cannot prove it stops at once, as a crash would stop
+//! it: its jobs run on, and the controller that leads next adopts them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::Standby;
+use crate::leader::{Engine, LeaseId, Outcome, Term};
+
+/// The exit status of a controller that found it no longer leads.
+pub const EXIT_DEPOSED: i32 = 75;
+
+/// This controller leads: its term, and when it last proved its lease.
+pub(crate) struct Leadership {
+    pub(super) term: Term,
+    /// When the last keep-alive that etcd answered was sent, in
+    /// milliseconds after `origin`: etcd renewed the lease no earlier.
+    proven_ms: Arc<AtomicU64>,
+    origin: Instant,
+    deadline: Duration,
+}
+
+impl Leadership {
+    /// Whether it may still write and answer: its lease proven within
+    /// the deadline.
+    pub(super) fn may_act(&self) -> bool {
+        let proven = self.origin + Duration::from_millis(self.proven_ms.load(Ordering::Acquire));
+        crate::leader::may_act(proven, Instant::now(), self.deadline)
+    }
+
+    /// Stops this process: it may no longer act, and what it has not
+    /// committed is not acknowledged.
+    pub(super) fn step_down(&self, why: &str) -> ! {
+        tracing::error!(
+            target: "ysched::daemon",
+            "no longer leading (term {}): {why}; stopping, the jobs run on for the leader to adopt",
+            self.term.0
+        );
+        std::process::exit(EXIT_DEPOSED)
+    }
+}
+
+/// Waits until this controller leads (for as long as it takes: etcd
+/// unreachable is a wait too), then keeps its lease in a thread of its
+/// own.
+pub(super) fn lead(standby: &Standby) -> Leadership {
+    let engine = Engine::new(&standby.etcd, standby.lease / 6);
+    let ttl = standby.lease.as_secs() as u32;
+    let every = standby.lease / 3;
+    let mut lease = None;
+    let mut told = None;
+    loop {
+        let sent = Instant::now();
+        match campaign(&engine, standby, ttl, &mut lease) {
+            Ok((id, Outcome::Leads { term })) => {
+                tracing::info!(
+                    target: "ysched::daemon",
+                    "leading as {} in term {} (etcd {}, lease {:?})",
+                    standby.name, term.0, standby.etcd, standby.lease
+                );
+                return keep(engine, id, term, sent, standby.lease);
+            }
+            Ok((_, Outcome::Follows { leader, term })) => {
+                if told.as_ref() != Some(&(leader.clone(), term)) {
+                    tracing::info!(
+                        target: "ysched::daemon",
+                        "standby: {leader} leads in term {}; {} takes over when its lease ends",
+                        term.0, standby.name
+                    );
+                    told = Some((leader, term));
+                }
+            }
+            Err(e) => tracing::warn!(target: "ysched::daemon", "standby: {e}"),
+        }
+        std::thread::sleep(every.saturating_sub(sent.elapsed()));
+    }
+}
+
+/// One try: a lease (the one held, proven again, or a new one), then the
+/// campaign with it.
+fn campaign(
+    engine: &Engine,
+    standby: &Standby,
+    ttl: u32,
+    lease: &mut Option<LeaseId>,
+) -> Result<(LeaseId, Outcome), crate::leader::EngineError> {
+    let id = match *lease {
+        Some(id) if engine.keep_alive(id)?.is_some() => id,
+        _ => engine.grant(ttl)?,
+    };
+    *lease = Some(id);
+    Ok((id, engine.campaign(&standby.key, &standby.name, id)?))
+}
+
+/// Proves `lease` a third of a lease apart in a thread; stops the process
+/// once etcd says the lease is gone.
+fn keep(engine: Engine, lease: LeaseId, term: Term, sent: Instant, ttl: Duration) -> Leadership {
+    let origin = sent;
+    let stamp = move |at: Instant| at.saturating_duration_since(origin).as_millis() as u64;
+    let proven_ms = Arc::new(AtomicU64::new(stamp(sent)));
+    let leadership = Leadership {
+        term,
+        proven_ms: proven_ms.clone(),
+        origin,
+        deadline: ttl / 2,
+    };
+    let every = ttl / 3;
+    let spawned = std::thread::Builder::new()
+        .name("lease".into())
+        .spawn(move || loop {
+            std::thread::sleep(every);
+            let sent = Instant::now();
+            match engine.keep_alive(lease) {
+                Ok(Some(_)) => proven_ms.store(stamp(sent), Ordering::Release),
+                Ok(None) => {
+                    tracing::error!(
+                        target: "ysched::daemon",
+                        "lease of term {} is gone: another controller may lead; stopping",
+                        term.0
+                    );
+                    std::process::exit(EXIT_DEPOSED)
+                }
+                // Not proven: the seam stops writing at the deadline.
+                Err(e) => tracing::warn!(target: "ysched::daemon", "lease of term {}: {e}", term.0),
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!(target: "ysched::daemon", "cannot keep the lease: {e}; stopping");
+        std::process::exit(EXIT_DEPOSED)
+    }
+    leadership
+}
