@@ -89,7 +89,9 @@ mod tests {
             ),
             ("etcd = \"http://e:2379\"\nterm = 3", "term"),
         ] {
-            let error = parse(&format!("[standby]\n{table}\n")).unwrap_err().to_string();
+            let error = parse(&format!("[standby]\n{table}\n"))
+                .unwrap_err()
+                .to_string();
             assert!(error.contains(field), "{table}: {error}");
         }
     }

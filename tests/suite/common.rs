@@ -233,10 +233,10 @@ impl Cluster {
     /// Stops the daemon with SIGTERM, as an administrator would.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.daemon.take() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(child.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            // A daemon a test froze (SIGSTOP) takes the signal once it runs.
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT);
             let _ = child.wait();
         }
     }

@@ -168,6 +168,60 @@ fn standby_table(etcd: &Etcd, name: &str) -> String {
     )
 }
 
+/// A standby `ysctld` on `c`'s spool and database, named `name`; its
+/// process, and a reader of its log.
+fn start_standby(c: &Cluster, name: &str) -> (Killed, impl Fn() -> String) {
+    let text = std::fs::read_to_string(&c.config).unwrap();
+    let config = c.dir.path().join(format!("ysched-{name}.toml"));
+    std::fs::write(
+        &config,
+        text.replace("name = \"ctl-a\"", &format!("name = \"{name}\"")),
+    )
+    .unwrap();
+    let log = c.dir.path().join(format!("ysctld-{name}.log"));
+    let log_file = std::fs::File::create(&log).unwrap();
+    let process = Killed(
+        Command::new(common::bin_dir().join("ysctld"))
+            .args(["--foreground", "--config"])
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().unwrap())
+            .stderr(log_file)
+            .spawn()
+            .unwrap(),
+    );
+    let read = move || std::fs::read_to_string(&log).unwrap_or_default();
+    wait_for(
+        "the standby to follow ctl-a",
+        Duration::from_secs(10),
+        || read().contains("standby: ctl-a leads in term"),
+    );
+    assert!(!read().contains("ysctld ready"), "{}", read());
+    (process, read)
+}
+
+/// A job that writes when it began and ended, four seconds apart.
+fn slow_job(c: &Cluster) -> u64 {
+    c.script(
+        "slow.sh",
+        "#!/bin/sh\necho \"began $(date +%s.%N)\"\nsleep 4\necho \"ended $(date +%s.%N)\"\n",
+    );
+    c.submit(&["-t", "2", "slow.sh"])
+}
+
+/// The job ran once to its end and is accounted once, COMPLETED.
+fn ran_once(c: &Cluster, id: u64) {
+    assert_eq!(c.wait_done(id, Duration::from_secs(20)), "COMPLETED");
+    let output = c.output_of(id);
+    assert_eq!(output.matches("began").count(), 1, "{output}");
+    assert_eq!(output.matches("ended").count(), 1, "{output}");
+    let rows = c.run(
+        "ysacct",
+        &["-j", &id.to_string(), "-X", "-n", "-P", "-o", "JobID,State"],
+    );
+    assert_eq!(common::stdout(&rows).trim(), format!("{id}|COMPLETED"));
+}
+
 #[test]
 fn a_standby_takes_over_from_a_leader_killed_while_a_job_runs_and_the_job_ends_once() {
     let Some(etcd) = etcd(module_path!()) else {
@@ -176,39 +230,8 @@ fn a_standby_takes_over_from_a_leader_killed_while_a_job_runs_and_the_job_ends_o
     let mut c = Cluster::new(&standby_table(&etcd, "ctl-a"));
     c.start();
     assert!(c.log().contains("leading as ctl-a in term"), "{}", c.log());
-    // The standby: the same spool and database, its own name.
-    let text = std::fs::read_to_string(&c.config).unwrap();
-    let config_b = c.dir.path().join("ysched-b.toml");
-    std::fs::write(
-        &config_b,
-        text.replace("name = \"ctl-a\"", "name = \"ctl-b\""),
-    )
-    .unwrap();
-    let log_b = c.dir.path().join("ysctld-b.log");
-    let log_file = std::fs::File::create(&log_b).unwrap();
-    let _b = Killed(
-        Command::new(common::bin_dir().join("ysctld"))
-            .args(["--foreground", "--config"])
-            .arg(&config_b)
-            .stdin(Stdio::null())
-            .stdout(log_file.try_clone().unwrap())
-            .stderr(log_file)
-            .spawn()
-            .unwrap(),
-    );
-    let b_log = || std::fs::read_to_string(&log_b).unwrap_or_default();
-    wait_for(
-        "the standby to follow ctl-a",
-        Duration::from_secs(10),
-        || b_log().contains("standby: ctl-a leads in term"),
-    );
-    assert!(!b_log().contains("ysctld ready"), "{}", b_log());
-
-    c.script(
-        "slow.sh",
-        "#!/bin/sh\necho \"began $(date +%s.%N)\"\nsleep 4\necho \"ended $(date +%s.%N)\"\n",
-    );
-    let id = c.submit(&["-t", "2", "slow.sh"]);
+    let (_b, b_log) = start_standby(&c, "ctl-b");
+    let id = slow_job(&c);
     c.wait_state(id, "RUNNING", Duration::from_secs(10));
     c.crash();
     let killed = Instant::now();
@@ -223,16 +246,8 @@ fn a_standby_takes_over_from_a_leader_killed_while_a_job_runs_and_the_job_ends_o
         takeover >= Duration::from_millis(1500) && takeover < Duration::from_secs(10),
         "took over {takeover:?} after the kill"
     );
-    // The job was adopted, not run again: it ends once, and is accounted once.
-    assert_eq!(c.wait_done(id, Duration::from_secs(20)), "COMPLETED");
-    let output = c.output_of(id);
-    assert_eq!(output.matches("began").count(), 1, "{output}");
-    assert_eq!(output.matches("ended").count(), 1, "{output}");
-    let rows = c.run(
-        "ysacct",
-        &["-j", &id.to_string(), "-X", "-n", "-P", "-o", "JobID,State"],
-    );
-    assert_eq!(common::stdout(&rows).trim(), format!("{id}|COMPLETED"));
+    // The job was adopted, not run again.
+    ran_once(&c, id);
     // The new leader takes new work.
     let next = c.submit(&["--wrap", "true"]);
     assert_eq!(c.wait_done(next, Duration::from_secs(20)), "COMPLETED");
