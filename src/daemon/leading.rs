@@ -26,23 +26,27 @@ pub(crate) struct Leadership {
 }
 
 impl Leadership {
-    /// Whether it may still write and answer: its lease proven within
-    /// the deadline.
+    /// Whether it may still write and send: its lease proven within the
+    /// deadline.
     pub(super) fn may_act(&self) -> bool {
         let proven = self.origin + Duration::from_millis(self.proven_ms.load(Ordering::Acquire));
         crate::leader::may_act(proven, Instant::now(), self.deadline)
     }
 
-    /// Stops this process: it may no longer act, and what it has not
-    /// committed is not acknowledged.
     pub(super) fn step_down(&self, why: &str) -> ! {
-        tracing::error!(
-            target: "ysched::daemon",
-            "no longer leading (term {}): {why}; stopping, the jobs run on for the leader to adopt",
-            self.term.0
-        );
-        std::process::exit(EXIT_DEPOSED)
+        step_down(self.term, why)
     }
+}
+
+/// Stops this process: it may no longer act, and what it has not
+/// committed is not acknowledged.
+fn step_down(term: Term, why: &str) -> ! {
+    tracing::error!(
+        target: "ysched::daemon",
+        "no longer leading (term {}): {why}; stopping, the jobs run on for the leader to adopt",
+        term.0
+    );
+    std::process::exit(EXIT_DEPOSED)
 }
 
 /// Waits until this controller leads (for as long as it takes: etcd
@@ -99,14 +103,15 @@ fn campaign(
 
 /// Proves `lease` a third of a lease apart in a thread; stops the process
 /// once etcd says the lease is gone.
-fn keep(engine: Engine, lease: LeaseId, term: Term, sent: Instant, ttl: Duration) -> Leadership {
-    let origin = sent;
-    let stamp = move |at: Instant| at.saturating_duration_since(origin).as_millis() as u64;
-    let proven_ms = Arc::new(AtomicU64::new(stamp(sent)));
+/// `proven`: when the campaign that won sent its first request (the
+/// lease was granted or renewed no earlier).
+fn keep(engine: Engine, lease: LeaseId, term: Term, proven: Instant, ttl: Duration) -> Leadership {
+    let stamp = move |at: Instant| at.saturating_duration_since(proven).as_millis() as u64;
+    let proven_ms = Arc::new(AtomicU64::new(0));
     let leadership = Leadership {
         term,
         proven_ms: proven_ms.clone(),
-        origin,
+        origin: proven,
         deadline: ttl / 2,
     };
     let every = ttl / 3;
@@ -117,21 +122,16 @@ fn keep(engine: Engine, lease: LeaseId, term: Term, sent: Instant, ttl: Duration
             let sent = Instant::now();
             match engine.keep_alive(lease) {
                 Ok(Some(_)) => proven_ms.store(stamp(sent), Ordering::Release),
-                Ok(None) => {
-                    tracing::error!(
-                        target: "ysched::daemon",
-                        "lease of term {} is gone: another controller may lead; stopping",
-                        term.0
-                    );
-                    std::process::exit(EXIT_DEPOSED)
-                }
+                Ok(None) => step_down(
+                    term,
+                    "etcd says its lease is gone: another controller may lead",
+                ),
                 // Not proven: the seam stops writing at the deadline.
                 Err(e) => tracing::warn!(target: "ysched::daemon", "lease of term {}: {e}", term.0),
             }
         });
     if let Err(e) = spawned {
-        tracing::error!(target: "ysched::daemon", "cannot keep the lease: {e}; stopping");
-        std::process::exit(EXIT_DEPOSED)
+        step_down(term, &format!("cannot keep the lease: {e}"));
     }
     leadership
 }

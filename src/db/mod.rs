@@ -138,10 +138,10 @@ fn create_private(path: &Path) -> Result<(), DbError> {
     }
 }
 
-/// A read-only connection for views: never writes, never migrates.
 /// How much of the database the read-only connections map.
 const READ_MAP_BYTES: i64 = 4 << 30;
 
+/// A read-only connection for views: never writes, never migrates.
 pub fn open_readonly(path: &Path) -> Result<Connection, DbError> {
     let conn = Connection::open_with_flags(
         path,
@@ -232,25 +232,28 @@ impl JobRow<'_, '_> {
         }
     }
 
+    /// Column `i`, text that `parse` makes a value of; what it cannot
+    /// parse is the row's error, naming the column.
     fn required<T>(
         &self,
         i: usize,
         parse: impl FnOnce(&str) -> Result<T, ColumnError>,
     ) -> rusqlite::Result<T> {
-        match self.is_read(i) {
-            true => required(self.row, self.at(i), parse),
-            false => parse("").map_err(|what| invalid_column(i, what)),
-        }
+        let text: String = self.get(i)?;
+        parse(&text).map_err(|what| invalid_column(i, what))
     }
 
+    /// The same for a column that may be NULL.
     fn optional<T>(
         &self,
         i: usize,
         parse: impl FnOnce(&str) -> Result<T, ColumnError>,
     ) -> rusqlite::Result<Option<T>> {
-        match self.is_read(i) {
-            true => optional(self.row, self.at(i), parse),
-            false => Ok(None),
+        match self.get::<Option<String>>(i)? {
+            Some(text) => parse(&text)
+                .map(Some)
+                .map_err(|what| invalid_column(i, what)),
+            None => Ok(None),
         }
     }
 }
@@ -448,31 +451,6 @@ impl ColumnError {
             what,
             why: Box::new(e),
         }
-    }
-}
-
-/// Column `i`, text that `parse` makes a value of; what it cannot parse
-/// is the row's error, naming the column.
-fn required<T>(
-    row: &Row,
-    i: usize,
-    parse: impl FnOnce(&str) -> Result<T, ColumnError>,
-) -> rusqlite::Result<T> {
-    let text: String = row.get(i)?;
-    parse(&text).map_err(|what| invalid_column(i, what))
-}
-
-/// The same for a column that may be NULL.
-fn optional<T>(
-    row: &Row,
-    i: usize,
-    parse: impl FnOnce(&str) -> Result<T, ColumnError>,
-) -> rusqlite::Result<Option<T>> {
-    match row.get::<_, Option<String>>(i)? {
-        Some(text) => parse(&text)
-            .map(Some)
-            .map_err(|what| invalid_column(i, what)),
-        None => Ok(None),
     }
 }
 
