@@ -59,6 +59,7 @@ pub enum Outcome {
 }
 
 /// etcd, as a client of its JSON gateway.
+#[derive(Clone)]
 pub struct Engine {
     endpoint: String,
     agent: ureq::Agent,

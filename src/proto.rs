@@ -194,6 +194,9 @@ pub enum Control {
     },
     /// Re-read the config file (admins only).
     Reload,
+    /// Hand the lead to the standby controller (admins; `[standby]`):
+    /// this controller stops after its last write and gives its lease up.
+    Takeover,
     /// Take GPUs out of service (admins): no job starts on them; a job
     /// running there finishes first.
     Drain {
@@ -330,6 +333,7 @@ impl Control {
             Control::Suspend { .. } => "suspend",
             Control::Resume { .. } => "resume",
             Control::Reload => "reload",
+            Control::Takeover => "takeover",
             Control::Drain { .. } => "drain",
             Control::Undrain { .. } => "undrain",
             Control::NodeDrain { .. } => "node drain",

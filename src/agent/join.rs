@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::error::AgentError;
 use super::identity::{self, Identity};
-use super::session::connect;
+use super::session::connect_any;
 use crate::config::Config;
 use crate::net::frame::{decode, encode};
 use crate::net::message::{Envelope, FromNode, ToNode, PROTOCOL};
@@ -34,7 +34,7 @@ pub fn join(
         return Err(AgentError::AlreadyJoined(dir));
     }
     let (key_pem, request_pem) = pki::new_request(&config.node_name)?;
-    let mut conn = connect(&line.controller, tls::join_config(&line.authority)?)?;
+    let (_, mut conn) = connect_any(&line.controller, 0, tls::join_config(&line.authority)?)?;
     let envelope = Envelope {
         protocol: PROTOCOL,
         epoch: 0,

@@ -29,6 +29,49 @@ use crate::net::message::{Envelope, FromNode, ToNode, PROTOCOL};
 use crate::net::runs::Runs;
 use crate::net::tls;
 
+/// The controllers' addresses in `list` (`HOST:PORT`, separated by
+/// commas: a pool with a standby names each controller).
+pub fn addresses(list: &str) -> Vec<&str> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .collect()
+}
+
+/// Connects to the first controller of `list` that takes the connection,
+/// trying them in turn from the `from`-th (only the one that leads
+/// listens); which one it is, and the connection.
+pub fn connect_any(
+    list: &str,
+    from: usize,
+    config: Arc<rustls::ClientConfig>,
+) -> Result<(usize, Conn), AgentError> {
+    let all = addresses(list);
+    let mut failed = Vec::new();
+    for k in 0..all.len() {
+        let i = (from + k) % all.len();
+        match connect(all[i], config.clone()) {
+            Ok(conn) => return Ok((i, conn)),
+            Err(e) => failed.push(e),
+        }
+    }
+    match failed.len() {
+        0 => Err(AgentError::Unreachable {
+            address: list.to_string(),
+            why: "no address".into(),
+        }),
+        1 => Err(failed.remove(0)),
+        _ => Err(AgentError::Unreachable {
+            address: list.to_string(),
+            why: failed
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; "),
+        }),
+    }
+}
+
 /// Connects to the controller at `address` (`HOST:PORT`), TLS as `config`.
 pub fn connect(address: &str, config: Arc<rustls::ClientConfig>) -> Result<Conn, AgentError> {
     let fail = |why: String| AgentError::Unreachable {
@@ -53,6 +96,8 @@ pub fn connect(address: &str, config: Arc<rustls::ClientConfig>) -> Result<Conn,
 /// One connection's state.
 struct Link {
     conn: Conn,
+    /// Which of the controllers' addresses it is to.
+    address: usize,
     welcomed: bool,
     next_heartbeat: Instant,
 }
@@ -96,11 +141,21 @@ pub struct Session {
     /// How long runs frozen for the fence wait for a controller to claim
     /// them before they are ended (`[pool] frozen_limit`).
     frozen_limit: Duration,
+    /// Which of the controllers' addresses to try first at the next
+    /// connection.
+    next_address: usize,
+    /// The highest leader's term a controller has welcomed this node in
+    /// (kept in the node's state): a controller of a lower term was
+    /// deposed, and none of its orders are taken.
+    term: u64,
 }
 
 /// Where a node keeps the last `frozen_limit` its controller said
 /// (milliseconds), in its identity directory.
 const FROZEN_LIMIT_FILE: &str = "frozen_limit";
+
+/// Where a node keeps the highest leader's term it was welcomed in.
+pub const TERM_FILE: &str = "term";
 
 impl Session {
     pub fn new(
@@ -163,8 +218,24 @@ impl Session {
             sampler: None,
             requests: None,
             frozen_limit: crate::config::DEFAULT_FROZEN_LIMIT,
+            next_address: 0,
+            term: 0,
         };
-        Ok(session)
+        let term_file = session.identity_dir.join(TERM_FILE);
+        let term = match std::fs::read_to_string(&term_file) {
+            Ok(text) => text.trim().parse::<u64>().map_err(|e| AgentError::Io {
+                what: format!("{} holds no term ({e:?})", term_file.display()),
+                source: std::io::Error::from(std::io::ErrorKind::InvalidData),
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => {
+                return Err(AgentError::io(format!(
+                    "cannot read {}",
+                    term_file.display()
+                ))(e))
+            }
+        };
+        Ok(Session { term, ..session })
     }
 
     /// The session, its runs frozen for the fence ended after `limit`
@@ -258,10 +329,16 @@ impl Session {
     }
 
     fn reconnect(&mut self) {
-        match connect(&self.identity.controller, self.tls.clone()) {
-            Ok(conn) => {
+        match connect_any(
+            &self.identity.controller,
+            self.next_address,
+            self.tls.clone(),
+        ) {
+            Ok((address, conn)) => {
+                self.next_address = address;
                 let mut link = Link {
                     conn,
+                    address,
                     welcomed: false,
                     next_heartbeat: Instant::now(),
                 };
@@ -378,6 +455,10 @@ impl Session {
         let closed = link.conn.is_closed();
         self.link = Some(link);
         for body in frames {
+            if self.link.is_none() {
+                // Left for another controller: the rest is not taken.
+                return Ok(());
+            }
             let envelope: Envelope<ToNode> = match decode(&body) {
                 Ok(e) => e,
                 Err(e) => {
@@ -399,7 +480,11 @@ impl Session {
             ToNode::Welcome {
                 lease_ms,
                 frozen_limit_ms,
+                term,
             } => {
+                if !self.take_term(term) {
+                    return Ok(());
+                }
                 self.epoch = envelope.epoch;
                 self.lease = Duration::from_millis(lease_ms.max(1_000));
                 if frozen_limit_ms > 0 {
@@ -440,6 +525,49 @@ impl Session {
             _ => {}
         }
         Ok(())
+    }
+
+    /// Whether a controller welcoming this node in leader's term `term`
+    /// may give it orders: not one of a term lower than the highest seen
+    /// (it was deposed, and may not know it yet), which is left for the
+    /// next address. A higher term is kept before it is taken, so that a
+    /// restart of this agent remembers it.
+    fn take_term(&mut self, term: u64) -> bool {
+        if term < self.term {
+            let address = self.link.as_ref().map_or(0, |l| l.address);
+            let name = addresses(&self.identity.controller)
+                .get(address)
+                .map_or_else(String::new, |a| a.to_string());
+            self.leave_for_the_next(&format!(
+                "the controller at {name} leads in term {term}, below term {} this node was welcomed in: it was deposed, its orders are refused (a pool gone back to one controller without [standby]: remove {} on this node)",
+                self.term,
+                self.identity_dir.join(TERM_FILE).display()
+            ));
+            return false;
+        }
+        if term > self.term {
+            let path = self.identity_dir.join(TERM_FILE);
+            if let Err(e) =
+                crate::exec::process::write_atomically(&path, term.to_string().as_bytes())
+            {
+                tracing::error!(target: "ysched::agent", "cannot keep the leader's term {term} in {}: {e}; this node remembers it until it restarts", path.display());
+            }
+            if self.term > 0 {
+                tracing::info!(target: "ysched::agent", "a new leader: term {term} (was {})", self.term);
+            }
+            self.term = term;
+        }
+        true
+    }
+
+    /// Drops the connection and tries the next controller's address
+    /// first: this one was deposed, or has stopped answering.
+    fn leave_for_the_next(&mut self, why: &str) {
+        let count = addresses(&self.identity.controller).len().max(1);
+        let address = self.link.as_ref().map_or(self.next_address, |l| l.address);
+        self.next_address = (address + 1) % count;
+        self.disconnected(why);
+        self.next_connect = Instant::now();
     }
 
     /// Asks for a certificate for a new key once less than a third of
@@ -541,6 +669,7 @@ impl Session {
     /// Heartbeats, and the lease's end.
     fn tick(&mut self) {
         let now = Instant::now();
+        self.leave_a_silent_controller(now);
         self.fence_if_due(now);
         let ended = self.runs.end_frozen_beyond(self.frozen_limit);
         if ended > 0 {
@@ -579,6 +708,26 @@ impl Session {
             .and_then(|s| s.due(now))
         {
             self.send(reading);
+        }
+    }
+}
+
+impl Session {
+    /// With several controllers, one that has not answered for half a
+    /// lease (killed, frozen, cut off, or not yet past its handshake) is
+    /// left for the next: the standby may lead by now, and the jobs here
+    /// are not frozen if it answers before the lease runs out. With one,
+    /// the connection waits for it, as its restart ends it anyway.
+    fn leave_a_silent_controller(&mut self, now: Instant) {
+        if addresses(&self.identity.controller).len() < 2 || self.link.is_none() {
+            return;
+        }
+        let oldest = self.sent.values().min().copied();
+        if oldest.is_some_and(|sent| now.saturating_duration_since(sent) >= self.lease / 2) {
+            self.leave_for_the_next(&format!(
+                "no answer for half a lease ({}): trying the other controllers",
+                humantime::format_duration(self.lease / 2)
+            ));
         }
     }
 }

@@ -630,11 +630,14 @@ fn scontrol(args: ScontrolArgs) -> CliResult {
         ["resume", _, ..] => C::Resume { jobs: rest(1) },
         ["update", _, ..] => C::Update { words: rest(1) },
         ["reconfigure"] => C::Reload,
+        // Slurm's takes the backup's index; ysched's standby is whichever
+        // controller etcd lets lead next.
+        ["takeover"] | ["takeover", _] => C::Takeover,
         ["token", ..] => return token(&words[1..]),
         _ => {
             return Err(CliError::failed(format!(
             "'{}' is not supported by ysched's scontrol (it knows show job/step/node/config/partition/hostnames/hostlist, \
-                 listpids, requeue, hold, release, suspend, resume, update, ping, reconfigure, token)",
+                 listpids, requeue, hold, release, suspend, resume, update, ping, reconfigure, takeover, token)",
             words.join(" ")
         )))
         }

@@ -88,6 +88,8 @@ pub enum Command {
     },
     /// Re-read the configuration file (admins; a file with errors is refused and nothing changes)
     Reload,
+    /// Hand the lead to the standby controller (admins; [standby] in ysched.toml): this controller stops, gives its etcd lease up and exits 75 (its service starts it again as the standby); the running jobs run on and are adopted
+    Takeover,
 }
 
 #[derive(Subcommand, Debug)]
@@ -240,6 +242,7 @@ pub fn run(args: Args) -> CliResult {
                 },
         } => pull_image(&config, Control::ImagePull { image, node }, !no_wait),
         Command::Reload => control(&config, Control::Reload),
+        Command::Takeover => control(&config, Control::Takeover),
         Command::Show { what } => show(&config, what),
     }
 }

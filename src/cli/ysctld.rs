@@ -158,7 +158,8 @@ pub fn run(args: Args) -> CliResult {
     }
     if args.foreground {
         init_logging(args.verbose);
-        return daemon::run(config, daemon::Options { stepd: None }, || {}).map_err(CliError::from);
+        let stopped = daemon::run(config, daemon::Options { stepd: None }, || {})?;
+        return stopped_status(stopped);
     }
     let log = config
         .log_file
@@ -227,10 +228,25 @@ fn background(config: Config, log: &std::path::Path, verbosity: u8, notify: &Own
     let ready = move || {
         let _ = std::fs::File::from(notify).write_all(b"ready");
     };
-    daemon::run(config, daemon::Options { stepd: None }, ready).map_err(|e| {
+    let stopped = daemon::run(config, daemon::Options { stepd: None }, ready).map_err(|e| {
         tracing::error!(target: "ysched::daemon", "{e}");
         CliError::from(e)
-    })
+    })?;
+    stopped_status(stopped)
+}
+
+/// A controller that handed the lead over exits with the status of one
+/// deposed (75): the service manager starts it again, as the standby.
+fn stopped_status(stopped: daemon::Stopped) -> CliResult {
+    match stopped {
+        daemon::Stopped::Stopped => Ok(()),
+        daemon::Stopped::HandedOver { term } => Err(CliError {
+            code: daemon::leading::EXIT_DEPOSED as u8,
+            message: format!(
+                "term {term} handed over (yscontrol takeover); started again, this controller is the standby"
+            ),
+        }),
+    }
 }
 
 /// What ysctld would find and do with `config`, read from the host but

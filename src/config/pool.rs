@@ -116,24 +116,34 @@ pub(super) fn duration(
 }
 
 /// `HOST:PORT`, with a port.
+/// `HOST:PORT`, or several separated by commas: the controllers of a
+/// pool with a standby (`ctl1:6820,ctl2:6820`), which a node tries in
+/// turn to find the one that leads.
 fn address(
     value: Option<Spanned<String>>,
     key: &str,
     src: &Source,
 ) -> Result<Option<String>, ConfigError> {
     let Some(v) = value else { return Ok(None) };
-    let text = v.get_ref().trim();
-    let port_ok = text
-        .rsplit_once(':')
-        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0));
-    if !port_ok || text.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(src.fail(
-            Some(v.span()),
-            key,
-            format!("'{text}' is not HOST:PORT, such as ctl.example.org:6820"),
-        ));
+    let mut addresses = Vec::new();
+    for part in v.get_ref().split(',') {
+        let text = part.trim();
+        let port_ok = text.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+        });
+        if !port_ok || text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(src.fail(
+                Some(v.span()),
+                key,
+                format!(
+                    "'{text}' is not HOST:PORT, such as ctl.example.org:6820 \
+                     (several, for two controllers: ctl1:6820,ctl2:6820)"
+                ),
+            ));
+        }
+        addresses.push(text);
     }
-    Ok(Some(text.to_string()))
+    Ok(Some(addresses.join(",")))
 }
 
 #[cfg(test)]
@@ -165,6 +175,24 @@ mod tests {
         assert!(e.contains("is not a duration"), "{e}");
         let e = pool("lease = \"0s\"\n").unwrap_err().to_string();
         assert!(e.contains("must be from 1s to 1h"), "{e}");
+    }
+
+    #[test]
+    fn controllers_are_one_address_or_several() {
+        let one = pool("controller = \"ctl:6820\"\n").unwrap();
+        assert_eq!(one.pool.controller.as_deref(), Some("ctl:6820"));
+        let two = pool("controller = \"ctl1:6820, 10.0.0.2:6820\"\n").unwrap();
+        assert_eq!(
+            two.pool.controller.as_deref(),
+            Some("ctl1:6820,10.0.0.2:6820")
+        );
+        let e = pool("advertise = \"ctl1:6820,ctl2\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("advertise") && e.contains("'ctl2' is not HOST:PORT"),
+            "{e}"
+        );
     }
 
     #[test]

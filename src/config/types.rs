@@ -464,8 +464,10 @@ pub const DEFAULT_TOKEN_LIFETIME_SECS: u64 = 3_600;
 pub struct Pool {
     /// Where the controller listens for nodes; `None`: no pool.
     pub listen: Option<std::net::SocketAddr>,
-    /// The address the join line names (`HOST:PORT`); by default the
-    /// listening address, or this host's name when that is a wildcard.
+    /// The address the join line names (`HOST:PORT`, or several
+    /// separated by commas: every controller of a pool with a standby);
+    /// by default the listening address, or this host's name when that
+    /// is a wildcard.
     pub advertise: Option<String>,
     /// A node unheard for this long is down; a node that has not heard
     /// back for this long stops its jobs.
@@ -474,8 +476,9 @@ pub struct Pool {
     /// How long the certificates the controller gives nodes last (they
     /// renew them when a third is left).
     pub certificate_lifetime: std::time::Duration,
-    /// On a node: the controller's `HOST:PORT`, over what it learnt at
-    /// its join.
+    /// On a node: the controller's `HOST:PORT` (or the controllers',
+    /// separated by commas, tried in turn), over what it learnt at its
+    /// join.
     pub controller: Option<String>,
     /// The ports, inclusive, the controller chooses from at random for a
     /// job over several nodes: each part's task server, and `MASTER_PORT`.

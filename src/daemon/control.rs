@@ -128,6 +128,7 @@ impl Daemon {
                 super::node_admin::on_drain_gpus(core, reads, (node, &gpus, None), (who, now), fx)
             }),
             Control::Reload => Ok(self.reload_for(who)),
+            Control::Takeover => Ok(self.takeover_for(who)),
         }
     }
 
@@ -271,6 +272,40 @@ impl Daemon {
             Err(e) => Reply::Rejected {
                 error: e.to_string(),
             },
+        }
+    }
+
+    /// `yscontrol takeover` (admins): with `[standby]`, this controller
+    /// stops once this turn is committed and answered, then gives its
+    /// lease up, so that the standby leads at its next campaign; the
+    /// jobs run on and are adopted, as after a restart.
+    fn takeover_for(&mut self, who: &Requester) -> Reply {
+        if let Some(refused) = admins_only(who, "hand the lead over") {
+            return refused;
+        }
+        let name = self
+            .core
+            .config
+            .standby
+            .as_ref()
+            .map_or_else(String::new, |s| s.name.clone());
+        let Some(leadership) = &mut self.store.leadership else {
+            return Reply::Rejected {
+                error: "this controller has no [standby] table: there is no other controller to take over".into(),
+            };
+        };
+        leadership.handing_over = true;
+        let term = leadership.term.0;
+        self.shutdown = true;
+        let (now, detail) = (self.now(), format!("term {term}, {name}"));
+        if let Err(e) = self.audit(now, who.user, "takeover", None, &detail) {
+            tracing::error!(target: "ysched::daemon", "takeover not audited: {e}");
+        }
+        Reply::Control {
+            outcomes: Vec::new(),
+            message: Some(format!(
+                "{name} hands the lead over (term {term}): it stops now and gives its lease up; the standby leads at its next campaign and adopts the running jobs"
+            )),
         }
     }
 

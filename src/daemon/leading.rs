@@ -23,6 +23,21 @@ pub(crate) struct Leadership {
     proven_ms: Arc<AtomicU64>,
     origin: Instant,
     deadline: Duration,
+    engine: Engine,
+    lease: LeaseId,
+    /// `yscontrol takeover`: the lead is handed over once this
+    /// controller has stopped writing.
+    pub(super) handing_over: bool,
+}
+
+/// How a controller's run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stopped {
+    /// Asked to stop (SIGTERM, SIGINT).
+    Stopped,
+    /// It handed the lead over (`yscontrol takeover`): its lease was
+    /// given up after its last write, so the standby leads at once.
+    HandedOver { term: i64 },
 }
 
 impl Leadership {
@@ -35,6 +50,55 @@ impl Leadership {
 
     pub(super) fn step_down(&self, why: &str) -> ! {
         step_down(self.term, why)
+    }
+
+    /// Gives the lease up, after the last write: the standby leads at
+    /// its next campaign, without waiting for the lease to end.
+    pub(super) fn resign(&self) -> Stopped {
+        match self.engine.resign(self.lease) {
+            Ok(()) => tracing::info!(
+                target: "ysched::daemon",
+                "term {} handed over: the lease is given up, the standby leads next",
+                self.term.0
+            ),
+            Err(e) => tracing::warn!(
+                target: "ysched::daemon",
+                "term {}: cannot give the lease up ({e}); the standby leads once it ends",
+                self.term.0
+            ),
+        }
+        Stopped::HandedOver { term: self.term.0 }
+    }
+
+    /// The spool's lock, waited for: the controller that led before may
+    /// hold it still, deposed but not yet stopped (frozen, or not yet
+    /// running again to find out). It stops at its first write, or is
+    /// killed; the lease is kept meanwhile, and this controller stops
+    /// waiting if it is deposed itself.
+    pub(super) fn lock_spool(
+        &self,
+        spool: &crate::spool::Spool,
+    ) -> Result<crate::spool::DaemonLock, crate::spool::SpoolError> {
+        let mut told = false;
+        loop {
+            match spool.lock_daemon() {
+                Err(crate::spool::SpoolError::AlreadyRunning { pid, .. }) => {
+                    if !told {
+                        tracing::warn!(
+                            target: "ysched::daemon",
+                            "term {}: waiting for the spool's lock, which ysctld {pid} holds (the leader before, deposed; it stops at its next write, or kill it)",
+                            self.term.0
+                        );
+                        told = true;
+                    }
+                    if !self.may_act() {
+                        self.step_down("its lease was not proven while it waited for the spool");
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                other => return other,
+            }
+        }
     }
 }
 
@@ -67,7 +131,7 @@ pub(super) fn lead(standby: &Standby) -> Leadership {
                     "leading as {} in term {} (etcd {}, lease {:?})",
                     standby.name, term.0, standby.etcd, standby.lease
                 );
-                return keep(engine, id, term, sent, standby.lease);
+                return keep((engine, id), term, sent, standby.lease);
             }
             Ok((_, Outcome::Follows { leader, term })) => {
                 if told.as_ref() != Some(&(leader.clone(), term)) {
@@ -105,7 +169,12 @@ fn campaign(
 /// once etcd says the lease is gone.
 /// `proven`: when the campaign that won sent its first request (the
 /// lease was granted or renewed no earlier).
-fn keep(engine: Engine, lease: LeaseId, term: Term, proven: Instant, ttl: Duration) -> Leadership {
+fn keep(
+    (engine, lease): (Engine, LeaseId),
+    term: Term,
+    proven: Instant,
+    ttl: Duration,
+) -> Leadership {
     let stamp = move |at: Instant| at.saturating_duration_since(proven).as_millis() as u64;
     let proven_ms = Arc::new(AtomicU64::new(0));
     let leadership = Leadership {
@@ -113,6 +182,9 @@ fn keep(engine: Engine, lease: LeaseId, term: Term, proven: Instant, ttl: Durati
         proven_ms: proven_ms.clone(),
         origin: proven,
         deadline: ttl / 2,
+        engine: engine.clone(),
+        lease,
+        handing_over: false,
     };
     let every = ttl / 3;
     let spawned = std::thread::Builder::new()
@@ -124,7 +196,7 @@ fn keep(engine: Engine, lease: LeaseId, term: Term, proven: Instant, ttl: Durati
                 Ok(Some(_)) => proven_ms.store(stamp(sent), Ordering::Release),
                 Ok(None) => step_down(
                     term,
-                    "etcd says its lease is gone: another controller may lead",
+                    "etcd says its lease is gone (ended, or given up): another controller may lead",
                 ),
                 // Not proven: the seam stops writing at the deadline.
                 Err(e) => tracing::warn!(target: "ysched::daemon", "lease of term {}: {e}", term.0),

@@ -72,5 +72,6 @@ mod pool_tests;
 mod replay_tests;
 
 pub use error::DaemonError;
+pub use leading::Stopped;
 pub use startup::{run, Options};
 pub use state::Event;

@@ -456,6 +456,23 @@ impl Daemon {
     }
 }
 
+impl Daemon {
+    /// A node's welcome: its lease, the pool's `frozen_limit`, and the
+    /// leader's term (0 without `[standby]`), below which the node takes
+    /// no controller's orders from now on.
+    fn welcome(&self, lease: Duration) -> ToNode {
+        ToNode::Welcome {
+            lease_ms: lease.as_millis() as u64,
+            frozen_limit_ms: self.core.config.pool.frozen_limit.as_millis() as u64,
+            term: self
+                .store
+                .leadership
+                .as_ref()
+                .map_or(0, |l| l.term.0.max(0) as u64),
+        }
+    }
+}
+
 /// What an agent says at each connection.
 pub(super) struct Hello {
     /// When the node sent it (the controller's clock): its welcome gives
@@ -702,11 +719,7 @@ impl Daemon {
                 remote.heard_since_away = remote.lapsed_at.is_none();
             }
         });
-        let welcome = ToNode::Welcome {
-            lease_ms: lease.as_millis() as u64,
-            frozen_limit_ms: self.core.config.pool.frozen_limit.as_millis() as u64,
-        };
-        self.answer_link(name, &link, welcome);
+        self.answer_link(name, &link, self.welcome(lease));
         tracing::info!(
             target: "ysched::pool",
             "node {name} connected (ysnoded {}): {} running, {} ended, {} lost",

@@ -221,12 +221,14 @@ impl Daemon {
     /// Answers the link protocol itself at once (`Welcome`,
     /// `HeartbeatAck`): such frames say the controller hears the node and
     /// record nothing, so they need not wait for a commit (and a node
-    /// must not wait a failed turn's pause for its lease).
+    /// must not wait a failed turn's pause for its lease). A deposed
+    /// leader sends none: its answer would renew a node's lease.
     pub(super) fn answer_link(&self, name: &str, link: &Link, frame: ToNode) {
         debug_assert!(matches!(
             frame,
             ToNode::Welcome { .. } | ToNode::HeartbeatAck { .. }
         ));
+        self.fence();
         let _ = link.send(name, frame);
     }
 

@@ -63,14 +63,21 @@ fn own_node(
 
 /// Runs the daemon until SIGTERM/SIGINT. `ready` is called once it accepts
 /// requests (the point where a daemonizing parent may exit).
-pub fn run(config: Config, options: Options, ready: impl FnOnce()) -> Result<(), DaemonError> {
+pub fn run(
+    config: Config,
+    options: Options,
+    ready: impl FnOnce(),
+) -> Result<super::leading::Stopped, DaemonError> {
     let ownership = Ownership::of_this_process();
     let spool = Spool::new(&config.spool_dir);
     spool.prepare(ownership)?;
     // A controller of two leads before it touches the spool or the
     // database: the other may still be using them until it stops.
     let leadership = config.standby.as_ref().map(super::leading::lead);
-    let _lock = spool.lock_daemon()?;
+    let _lock = match &leadership {
+        Some(leadership) => leadership.lock_spool(&spool)?,
+        None => spool.lock_daemon()?,
+    };
     let stepd = match options.stepd {
         Some(p) => p,
         None => std::env::current_exe()?.with_file_name("ysstepd"),

@@ -107,7 +107,10 @@ impl Daemon {
         }
     }
 
-    pub(super) fn event_loop(mut self, inbox: Receiver<Event>) -> Result<(), DaemonError> {
+    pub(super) fn event_loop(
+        mut self,
+        inbox: Receiver<Event>,
+    ) -> Result<super::leading::Stopped, DaemonError> {
         let mut next_maintenance = Instant::now() + MAINTENANCE_EVERY;
         loop {
             let timeout = self.next_timeout(next_maintenance);
@@ -116,7 +119,9 @@ impl Daemon {
                 match inbox.recv_timeout(timeout) {
                     Ok(e) => Some(e),
                     Err(RecvTimeoutError::Timeout) => None,
-                    Err(RecvTimeoutError::Disconnected) => return Ok(()),
+                    Err(RecvTimeoutError::Disconnected) => {
+                        return Ok(super::leading::Stopped::Stopped)
+                    }
                 }
             } else {
                 None
@@ -188,7 +193,11 @@ impl Daemon {
                 {
                     tracing::warn!(target: "ysched::db", "cannot mark the clean stop: {e}");
                 }
-                return Ok(());
+                // Nothing is written after this: the lead may go.
+                return Ok(match &self.store.leadership {
+                    Some(l) if l.handing_over => l.resign(),
+                    _ => super::leading::Stopped::Stopped,
+                });
             }
         }
     }

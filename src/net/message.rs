@@ -190,6 +190,12 @@ pub enum ToNode {
         /// with no controller to claim them.
         #[serde(default)]
         frozen_limit_ms: u64,
+        /// The leader's term (`[standby]`: its election's; 0 for a
+        /// controller alone and from an older one). A node takes no
+        /// orders from a controller of a term below the highest it has
+        /// been welcomed in.
+        #[serde(default)]
+        term: u64,
     },
     /// The answer to a heartbeat: the node's lease runs from when it sent it.
     HeartbeatAck {

@@ -249,6 +249,24 @@ impl Cluster {
         }
     }
 
+    /// Waits for the daemon to exit by itself; its status.
+    pub fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let child = self.daemon.as_mut().expect("daemon running");
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                self.daemon = None;
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "ysctld still runs {timeout:?} on:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn daemon_pid(&self) -> nix::unistd::Pid {
         nix::unistd::Pid::from_raw(self.daemon.as_ref().expect("daemon running").id() as i32)
     }

@@ -252,3 +252,76 @@ fn a_standby_takes_over_from_a_leader_killed_while_a_job_runs_and_the_job_ends_o
     let next = c.submit(&["--wrap", "true"]);
     assert_eq!(c.wait_done(next, Duration::from_secs(20)), "COMPLETED");
 }
+
+#[test]
+fn yscontrol_takeover_hands_the_lead_to_the_standby_at_once_and_the_job_ends_once() {
+    let Some(etcd) = etcd(module_path!()) else {
+        return;
+    };
+    let mut c = Cluster::new(&standby_table(&etcd, "ctl-a"));
+    c.start();
+    let (_b, b_log) = start_standby(&c, "ctl-b");
+    let id = slow_job(&c);
+    c.wait_state(id, "RUNNING", Duration::from_secs(10));
+    let asked = Instant::now();
+    let out = c.run("yscontrol", &["takeover"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert!(
+        common::stdout(&out).contains("ctl-a hands the lead over (term"),
+        "{}",
+        common::stdout(&out)
+    );
+    // The leader stops with the status that has its service start it
+    // again, as the standby.
+    let status = c.wait_exit(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(75), "{}", c.log());
+    assert!(
+        c.log().contains("handed over: the lease is given up"),
+        "{}",
+        c.log()
+    );
+    wait_for("the standby to take over", Duration::from_secs(10), || {
+        b_log().contains("ysctld ready")
+    });
+    // At the standby's next campaign, well inside the 3 s lease it would
+    // otherwise wait out.
+    let takeover = asked.elapsed();
+    eprintln!("takeover by hand: {takeover:?}");
+    assert!(
+        takeover < Duration::from_millis(2_500),
+        "took over after {takeover:?}"
+    );
+    ran_once(&c, id);
+    // The hand-over is in the audit log, by whom.
+    let audit = common::stdout(&c.run("yscontrol", &["show", "audit"]));
+    assert!(
+        audit
+            .lines()
+            .any(|l| l.contains("takeover") && l.contains("root")),
+        "{audit}"
+    );
+}
+
+#[test]
+fn takeover_is_refused_without_a_standby_and_to_users() {
+    let c = Cluster::started("");
+    let out = c.run("yscontrol", &["takeover"]);
+    assert!(!out.status.success());
+    assert!(
+        common::stderr(&out).contains("no [standby] table: there is no other controller"),
+        "{}",
+        common::stderr(&out)
+    );
+    if common::is_root() {
+        let user = common::TestUser::create("tk");
+        let out = c.run_as(&user.name, "yscontrol", &["takeover"]);
+        assert!(!out.status.success());
+        assert!(
+            common::stderr(&out).contains("hand the lead over"),
+            "{}",
+            common::stderr(&out)
+        );
+    }
+    // Still running, and answering.
+    assert!(c.run("ysqueue", &[]).status.success());
+}

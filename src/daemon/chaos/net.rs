@@ -226,6 +226,7 @@ impl SimAgent {
             ToNode::Welcome {
                 lease_ms,
                 frozen_limit_ms,
+                ..
             } => {
                 self.epoch = envelope.epoch;
                 self.lease = (lease_ms / 1_000).max(1) as i64;
