@@ -358,7 +358,13 @@ impl Session {
             Err(e) => tracing::warn!(target: "ysched::agent", "{e}"),
         }
         self.next_connect = Instant::now() + self.backoff;
-        self.backoff = (self.backoff * 2).min((self.lease / 3).max(Duration::from_millis(200)));
+        // With several controllers, the standby that takes over is found
+        // within a second of listening.
+        let mut most = (self.lease / 3).max(Duration::from_millis(200));
+        if addresses(&self.identity.controller).len() > 1 {
+            most = most.min(Duration::from_secs(1));
+        }
+        self.backoff = (self.backoff * 2).min(most);
     }
 
     fn send_on(&self, link: &mut Link, body: FromNode) -> Result<(), AgentError> {

@@ -198,8 +198,16 @@ fn keep(
                     term,
                     "etcd says its lease is gone (ended, or given up): another controller may lead",
                 ),
-                // Not proven: the seam stops writing at the deadline.
-                Err(e) => tracing::warn!(target: "ysched::daemon", "lease of term {}: {e}", term.0),
+                // Not proven: the seam stops writing at the deadline, and
+                // this thread stops the process there too, so that a
+                // leader with nothing to write stops answering as well.
+                Err(e) => {
+                    tracing::warn!(target: "ysched::daemon", "lease of term {}: {e}", term.0);
+                    let last = proven + Duration::from_millis(proven_ms.load(Ordering::Acquire));
+                    if !crate::leader::may_act(last, Instant::now(), ttl / 2) {
+                        step_down(term, "its lease could not be proven within half a lease");
+                    }
+                }
             }
         });
     if let Err(e) = spawned {

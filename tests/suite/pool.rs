@@ -79,7 +79,7 @@ impl Net {
     }
 
     /// A namespace for node `i`, linked to the bridge.
-    fn add_node(&mut self, i: usize) -> String {
+    pub(crate) fn add_node(&mut self, i: usize) -> String {
         let ns = format!("ysns{}n{i}", self.tag);
         let _ = Command::new("ip").args(["netns", "del", &ns]).output();
         ip(&["netns", "add", &ns]);
@@ -144,7 +144,7 @@ impl Net {
         (ns, addresses)
     }
 
-    fn address_of(&self, i: usize) -> String {
+    pub(crate) fn address_of(&self, i: usize) -> String {
         let base = self.controller_ip();
         let prefix = base.rsplit_once('.').unwrap().0;
         format!("{prefix}.{}", 10 + i)
@@ -173,7 +173,7 @@ pub(crate) struct Agent {
 }
 
 impl Agent {
-    fn new(name: &str, ns: &str, gpus: u32, extra: &str) -> Agent {
+    pub(crate) fn new(name: &str, ns: &str, gpus: u32, extra: &str) -> Agent {
         let dir = tempfile::Builder::new()
             .prefix("ysched-node-")
             .tempdir()
@@ -205,7 +205,7 @@ impl Agent {
         }
     }
 
-    fn log(&self) -> PathBuf {
+    pub(crate) fn log(&self) -> PathBuf {
         self.dir.path().join("ysnoded.log")
     }
 
@@ -232,7 +232,7 @@ impl Agent {
     }
 
     /// Starts the agent with `args` (the join line's words, or none).
-    fn start(&mut self, args: &[&str]) {
+    pub(crate) fn start(&mut self, args: &[&str]) {
         let command = self.command(args);
         self.spawn_logged(command);
     }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use ysched::leader::{Engine, Outcome};
 
 use crate::common::{self, wait_for, Cluster};
+use crate::pool::{self, Agent, Net};
 
 /// A process killed when dropped (a test that fails leaves none).
 struct Killed(Child);
@@ -37,8 +38,15 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A started etcd, or `None` where it is not installed (and not required).
+/// A started etcd on loopback, or `None` where it is not installed (and
+/// not required).
 fn etcd(test: &str) -> Option<Etcd> {
+    etcd_on(test, "127.0.0.1", None)
+}
+
+/// The same, its client port on `host`, in network namespace `ns` (the
+/// test's own when `None`).
+fn etcd_on(test: &str, host: &str, ns: Option<&str>) -> Option<Etcd> {
     if Command::new("etcd").arg("--version").output().is_err() {
         assert!(
             std::env::var_os("YSCHED_REQUIRE_ETCD").is_none(),
@@ -49,9 +57,17 @@ fn etcd(test: &str) -> Option<Etcd> {
     }
     let dir = tempfile::tempdir().unwrap();
     let (client, peer) = (free_port(), free_port());
-    let client_url = format!("http://127.0.0.1:{client}");
+    let client_url = format!("http://{host}:{client}");
     let peer_url = format!("http://127.0.0.1:{peer}");
-    let child = Command::new("etcd")
+    let mut command = match ns {
+        Some(ns) => {
+            let mut c = Command::new("nsenter");
+            c.arg(format!("--net=/run/netns/{ns}")).arg("etcd");
+            c
+        }
+        None => Command::new("etcd"),
+    };
+    let child = command
         .args(["--name", "t", "--data-dir"])
         .arg(dir.path().join("data"))
         .args(["--listen-client-urls", &client_url])
@@ -69,7 +85,7 @@ fn etcd(test: &str) -> Option<Etcd> {
         _dir: dir,
     };
     let engine = Engine::new(&etcd.endpoint, Duration::from_secs(1));
-    wait_for("etcd to grant a lease", Duration::from_secs(10), || {
+    wait_for("etcd to grant a lease", Duration::from_secs(20), || {
         engine.grant(5).is_ok()
     });
     Some(etcd)
@@ -324,4 +340,288 @@ fn takeover_is_refused_without_a_standby_and_to_users() {
     }
     // Still running, and answering.
     assert!(c.run("ysqueue", &[]).status.success());
+}
+
+/// Two pure controllers on two "servers" (the first on the pool's bridge,
+/// the second in a network namespace of its own on it), sharing the spool
+/// directory, etcd on the bridge, and a node in its namespace that knows
+/// both controllers' addresses from its join line.
+struct TwoControllers {
+    net: Net,
+    a: Cluster,
+    _b: Killed,
+    b_log: std::path::PathBuf,
+    node: Agent,
+    _etcd: Etcd,
+}
+
+/// The pool's lease: at least three takeovers (a 3 s standby lease and
+/// the campaign's second), so that no job freezes for one.
+const POOL_LEASE: &str = "12s";
+
+impl TwoControllers {
+    fn start(test: &str) -> Option<TwoControllers> {
+        let mut net = Net::new();
+        // etcd on a server of its own, so that a leader can be cut off
+        // from it alone.
+        let etcd_ns = net.add_node(8);
+        let etcd = etcd_on(test, &net.address_of(8), Some(&etcd_ns))?;
+        let b_ns = net.add_node(9);
+        let (a_ip, b_ip) = (net.controller_ip(), net.address_of(9));
+        let advertise = format!("{a_ip}:6820,{b_ip}:6820");
+        let pool = format!(
+            "[pool]\nlisten = \"{a_ip}:6820\"\nadvertise = \"{advertise}\"\nlease = \"{POOL_LEASE}\"\n"
+        );
+        let mut a = Cluster::with_gpus(&standby_table(&etcd, "ctl-a"), &pool);
+        a.start();
+        let text = std::fs::read_to_string(&a.config)
+            .unwrap()
+            .replace("name = \"ctl-a\"", "name = \"ctl-b\"")
+            .replace(
+                &format!("listen = \"{a_ip}:6820\""),
+                &format!("listen = \"{b_ip}:6820\""),
+            );
+        let b_config = a.dir.path().join("ysched-ctl-b.toml");
+        std::fs::write(&b_config, text).unwrap();
+        let b_log = a.dir.path().join("ysctld-ctl-b.log");
+        let log_file = std::fs::File::create(&b_log).unwrap();
+        let b = Killed(
+            Command::new("nsenter")
+                .arg(format!("--net=/run/netns/{b_ns}"))
+                .arg(common::bin_dir().join("ysctld"))
+                .args(["--foreground", "--config"])
+                .arg(&b_config)
+                .env("YS_LOG", "debug")
+                .stdin(Stdio::null())
+                .stdout(log_file.try_clone().unwrap())
+                .stderr(log_file)
+                .spawn()
+                .unwrap(),
+        );
+        let node_ns = net.add_node(0);
+        let mut node = Agent::new("gpu10", &node_ns, 2, "");
+        let out = a.run("yscontrol", &["node", "add", "gpu10"]);
+        let line = common::stdout(&out);
+        assert!(line.contains(&format!("--join {advertise} ")), "{line}");
+        let words: Vec<&str> = line.split_whitespace().skip(1).collect();
+        node.start(&words);
+        let two = TwoControllers {
+            net,
+            a,
+            _b: b,
+            b_log,
+            node,
+            _etcd: etcd,
+        };
+        wait_for(
+            "the standby to follow ctl-a",
+            Duration::from_secs(10),
+            || two.b_log().contains("standby: ctl-a leads in term"),
+        );
+        two.wait_idle();
+        Some(two)
+    }
+
+    /// Waits for the node to be idle, as the leader's sinfo says.
+    fn wait_idle(&self) {
+        let deadline = Instant::now() + pool::LONG;
+        loop {
+            let out = self
+                .a
+                .run("ysched-slurm", &["sinfo", "-N", "-h", "-o", "%N %t"]);
+            if common::stdout(&out)
+                .lines()
+                .any(|l| l.trim() == "gpu10 idle")
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the node is not idle: {}{}\nctl-a:\n{}\nctl-b:\n{}\nnode:\n{}",
+                common::stdout(&out),
+                common::stderr(&out),
+                self.a.log(),
+                self.b_log(),
+                self.node.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn b_log(&self) -> String {
+        std::fs::read_to_string(&self.b_log).unwrap_or_default()
+    }
+
+    /// The highest term the node was welcomed in, from its state.
+    fn node_term(&self) -> u64 {
+        std::fs::read_to_string(self.node.state_dir().join("pool/term"))
+            .map_or(0, |t| t.trim().parse().unwrap())
+    }
+
+    /// The term `log` says its controller leads in.
+    fn term_in(log: &str, name: &str) -> u64 {
+        let marker = format!("leading as {name} in term ");
+        let at = log
+            .find(&marker)
+            .unwrap_or_else(|| panic!("{name} never led:\n{log}"));
+        log[at + marker.len()..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+
+    /// Waits for ctl-b to lead and its node to come to it; how long that
+    /// took from `since`.
+    fn b_takes_over(&self, since: Instant) -> Duration {
+        wait_for("ctl-b to take over", Duration::from_secs(60), || {
+            self.b_log().contains("ysctld ready")
+        });
+        wait_for("the node to come to ctl-b", pool::LONG, || {
+            self.b_log().contains("node gpu10 connected")
+        });
+        let took = since.elapsed();
+        let (a_term, b_term) = (
+            Self::term_in(&self.a.log(), "ctl-a"),
+            Self::term_in(&self.b_log(), "ctl-b"),
+        );
+        assert!(
+            b_term > a_term,
+            "ctl-b's term {b_term} after ctl-a's {a_term}"
+        );
+        assert_eq!(self.node_term(), b_term, "{}", self.node.log_text());
+        took
+    }
+}
+
+/// A job on the node that writes when it began and ended, `secs` apart;
+/// its id once it runs.
+fn job_on_the_node(c: &Cluster, secs: u32) -> u64 {
+    c.script(
+        "slow.sh",
+        &format!("#!/bin/sh\necho \"began $(date +%s.%N)\"\nsleep {secs}\necho \"ended $(date +%s.%N)\"\n"),
+    );
+    let id = c.submit(&["-t", "3", "--gres", "gpu:1", "slow.sh"]);
+    c.wait_state(id, "RUNNING", Duration::from_secs(20));
+    id
+}
+
+#[test]
+fn a_standby_on_another_server_takes_over_from_a_killed_leader_and_the_node_follows_it() {
+    if !common::is_root() {
+        common::skip(
+            module_path!(),
+            "two servers need root (network namespaces, a bridge)",
+        );
+        return;
+    }
+    let Some(mut two) = TwoControllers::start(module_path!()) else {
+        return;
+    };
+    let id = job_on_the_node(&two.a, 6);
+    two.a.crash();
+    let takeover = two.b_takes_over(Instant::now());
+    eprintln!("takeover after kill -9, node included: {takeover:?}");
+    assert!(takeover < Duration::from_secs(12), "{takeover:?}");
+    ran_once(&two.a, id);
+    // The node's job was not frozen for it: its lease outlasts a takeover.
+    assert!(
+        !two.node.log_text().contains("frozen here"),
+        "{}",
+        two.node.log_text()
+    );
+    let next = two.a.submit(&["--gres", "gpu:1", "--wrap", "true"]);
+    assert_eq!(two.a.wait_done(next, Duration::from_secs(20)), "COMPLETED");
+    drop(two.net);
+}
+
+#[test]
+fn a_leader_frozen_for_three_takeovers_finds_itself_deposed_and_writes_nothing() {
+    if !common::is_root() {
+        common::skip(
+            module_path!(),
+            "two servers need root (network namespaces, a bridge)",
+        );
+        return;
+    }
+    let Some(mut two) = TwoControllers::start(module_path!()) else {
+        return;
+    };
+    let id = job_on_the_node(&two.a, 6);
+    let pid = two.a.daemon_pid();
+    let before = two.a.log().len();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let frozen = Instant::now();
+    // ctl-b wins the election while ctl-a is frozen, and waits for the
+    // spool, which the frozen process still holds.
+    wait_for("ctl-b to lead in etcd", Duration::from_secs(20), || {
+        two.b_log().contains("leading as ctl-b in term")
+    });
+    let led = frozen.elapsed();
+    std::thread::sleep(Duration::from_secs(14).saturating_sub(led));
+    assert!(!two.b_log().contains("ysctld ready"), "{}", two.b_log());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let continued = Instant::now();
+    let status = two.a.wait_exit(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(75), "{}", two.a.log());
+    // What ctl-a said once it ran again: that it no longer leads, and
+    // nothing it did.
+    let after = two.a.log()[before..].to_string();
+    assert!(after.contains("no longer leading (term"), "{after}");
+    for deed in [
+        "gpu10 connected",
+        "welcome",
+        "started",
+        "COMPLETED",
+        "requeued",
+        "thaw",
+    ] {
+        assert!(
+            !after.contains(deed),
+            "ctl-a, deposed, logged {deed:?}:\n{after}"
+        );
+    }
+    let takeover = two.b_takes_over(continued);
+    eprintln!(
+        "frozen leader: ctl-b led in etcd {led:?} after the freeze, and took over {takeover:?} after ctl-a ran again"
+    );
+    ran_once(&two.a, id);
+    drop(two.net);
+}
+
+#[test]
+fn a_leader_cut_off_from_etcd_stops_within_half_a_lease_and_the_standby_takes_over() {
+    if !common::is_root() {
+        common::skip(
+            module_path!(),
+            "two servers need root (network namespaces, a bridge)",
+        );
+        return;
+    }
+    let Some(mut two) = TwoControllers::start(module_path!()) else {
+        return;
+    };
+    let id = job_on_the_node(&two.a, 6);
+    // ctl-a's server loses its way to etcd; the nodes still reach it.
+    let etcd_ip = format!("{}/32", two.net.address_of(8));
+    pool::ip(&["route", "add", "blackhole", &etcd_ip]);
+    let cut = Instant::now();
+    let status = two.a.wait_exit(Duration::from_secs(10));
+    let stopped = cut.elapsed();
+    pool::ip(&["route", "del", "blackhole", &etcd_ip]);
+    assert_eq!(status.code(), Some(75), "{}", two.a.log());
+    assert!(
+        two.a
+            .log()
+            .contains("could not be proven within half a lease"),
+        "{}",
+        two.a.log()
+    );
+    let takeover = two.b_takes_over(cut);
+    eprintln!("leader cut off from etcd: it stopped {stopped:?} after the cut, the standby took over {takeover:?} after it");
+    // It stopped before its lease could end, and so before ctl-b led.
+    assert!(stopped < Duration::from_secs(3), "{stopped:?}");
+    ran_once(&two.a, id);
+    drop(two.net);
 }
