@@ -349,7 +349,7 @@ fn takeover_is_refused_without_a_standby_and_to_users() {
 struct TwoControllers {
     net: Net,
     a: Cluster,
-    _b: Killed,
+    b: Killed,
     b_log: std::path::PathBuf,
     node: Agent,
     _etcd: Etcd,
@@ -408,7 +408,7 @@ impl TwoControllers {
         let two = TwoControllers {
             net,
             a,
-            _b: b,
+            b,
             b_log,
             node,
             _etcd: etcd,
@@ -622,6 +622,224 @@ fn a_leader_cut_off_from_etcd_stops_within_half_a_lease_and_the_standby_takes_ov
     eprintln!("leader cut off from etcd: it stopped {stopped:?} after the cut, the standby took over {takeover:?} after it");
     // It stopped before its lease could end, and so before ctl-b led.
     assert!(stopped < Duration::from_secs(3), "{stopped:?}");
+    ran_once(&two.a, id);
+    drop(two.net);
+}
+
+/// What became of one submission of the client's loop.
+#[derive(Debug)]
+enum Submitted {
+    /// Acknowledged with this job id.
+    Acked(u64),
+    /// Spooled while no controller ran, for the next to take in.
+    Queued,
+    /// Refused or lost (the command failed): it may exist once, or not.
+    Failed(String),
+}
+
+#[test]
+fn submissions_acknowledged_across_a_takeover_each_exist_once_and_run_once() {
+    if !common::is_root() {
+        common::skip(
+            module_path!(),
+            "two servers need root (network namespaces, a bridge)",
+        );
+        return;
+    }
+    let Some(mut two) = TwoControllers::start(module_path!()) else {
+        return;
+    };
+    // A client that submits in a loop, each job named for its turn, and
+    // records what each submission was told.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (config, work) = (two.a.config.clone(), two.a.work.clone());
+    let client = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut told = Vec::new();
+            for n in 0.. {
+                if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                let name = format!("sub-{n}");
+                let out = Command::new(common::bin_dir().join("ysbatch"))
+                    .args([
+                        "--parsable",
+                        "--gres",
+                        "gpu:1",
+                        "-J",
+                        &name,
+                        "--wrap",
+                        &format!("echo {name}"),
+                    ])
+                    .env("YS_CONF", &config)
+                    .current_dir(&work)
+                    .output()
+                    .unwrap();
+                let text = common::stdout(&out);
+                let outcome = match text.trim().parse::<u64>() {
+                    Ok(id) if out.status.success() => Submitted::Acked(id),
+                    _ if text.starts_with("queued for the daemon") => Submitted::Queued,
+                    _ => Submitted::Failed(format!("{text}{}", common::stderr(&out))),
+                };
+                told.push((name, outcome));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            told
+        })
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    two.a.crash();
+    let takeover = two.b_takes_over(Instant::now());
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let told = client.join().unwrap();
+    let acked = told
+        .iter()
+        .filter(|(_, o)| matches!(o, Submitted::Acked(_)))
+        .count();
+    let queued = told
+        .iter()
+        .filter(|(_, o)| matches!(o, Submitted::Queued))
+        .count();
+    eprintln!(
+        "takeover under submissions: {takeover:?}; {} submissions, {acked} acknowledged, {queued} spooled",
+        told.len()
+    );
+    assert!(acked >= 10, "{told:?}");
+    // Every job ends; each name is one job at most, each acknowledged or
+    // spooled one exactly one, under the id it was given.
+    wait_for("every job to end", Duration::from_secs(60), || {
+        let q = common::stdout(&two.a.run("ysqueue", &["-h", "-o", "%i"]));
+        q.trim().is_empty()
+    });
+    let rows = common::stdout(&two.a.run(
+        "ysacct",
+        &[
+            "-a",
+            "-X",
+            "-n",
+            "-P",
+            "-S",
+            "now-1hours",
+            "-o",
+            "JobID,JobName,State",
+        ],
+    ));
+    let jobs: Vec<(u64, String, String)> = rows
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split('|').collect();
+            (f[0].parse().unwrap(), f[1].to_string(), f[2].to_string())
+        })
+        .collect();
+    for (name, outcome) in &told {
+        let mine: Vec<_> = jobs.iter().filter(|(_, n, _)| n == name).collect();
+        match outcome {
+            Submitted::Acked(id) => {
+                assert_eq!(mine.len(), 1, "{name} acknowledged as {id}: {mine:?}");
+                assert_eq!(mine[0].0, *id, "{name}: {mine:?}");
+            }
+            Submitted::Queued => assert_eq!(mine.len(), 1, "{name} spooled: {mine:?}"),
+            Submitted::Failed(why) => assert!(mine.len() <= 1, "{name} failed ({why}): {mine:?}"),
+        }
+        for (id, _, state) in mine {
+            assert_eq!(state, "COMPLETED", "{name} ({id})");
+            let output = two.a.output_of(*id);
+            assert_eq!(
+                output.matches(name.as_str()).count(),
+                1,
+                "{name} ({id}): {output:?}"
+            );
+        }
+    }
+    drop(two.net);
+}
+
+#[test]
+fn a_standby_killed_while_it_takes_over_leaves_the_lead_to_the_next_and_the_job_ends_once() {
+    if !common::is_root() {
+        common::skip(
+            module_path!(),
+            "two servers need root (network namespaces, a bridge)",
+        );
+        return;
+    }
+    let Some(mut two) = TwoControllers::start(module_path!()) else {
+        return;
+    };
+    let id = job_on_the_node(&two.a, 8);
+    two.a.crash();
+    wait_for("ctl-b to lead", Duration::from_secs(20), || {
+        two.b_log().contains("leading as ctl-b in term")
+    });
+    // Killed in the midst of its start: the spool, the database, the
+    // jobs' adoption.
+    let _ = two.b.0.kill();
+    let _ = two.b.0.wait();
+    let killed = Instant::now();
+    let b_term = TwoControllers::term_in(&two.b_log(), "ctl-b");
+    // ctl-a, started again, leads once ctl-b's lease is over, in a term
+    // above both, and the node comes back to it.
+    two.a.start();
+    let log = two.a.log();
+    let second = &log[log.rfind("leading as ctl-a in term").unwrap()..];
+    let a_term = TwoControllers::term_in(second, "ctl-a");
+    assert!(a_term > b_term, "{a_term} after {b_term}");
+    wait_for("the node to come back to ctl-a", pool::LONG, || {
+        two.node_term() == a_term
+    });
+    eprintln!(
+        "standby killed while taking over: ctl-a led again {:?} after",
+        killed.elapsed()
+    );
+    ran_once(&two.a, id);
+    drop(two.net);
+}
+
+#[test]
+fn a_leader_cut_off_from_its_nodes_but_not_from_etcd_stays_the_leader() {
+    if !common::is_root() {
+        common::skip(
+            module_path!(),
+            "two servers need root (network namespaces, a bridge)",
+        );
+        return;
+    }
+    let Some(two) = TwoControllers::start(module_path!()) else {
+        return;
+    };
+    let id = job_on_the_node(&two.a, 10);
+    let a_term = TwoControllers::term_in(&two.a.log(), "ctl-a");
+    // The node loses its way to ctl-a's server (ctl-b's it still has)
+    // for more than half a lease, less than a lease.
+    let route = |verb: &str| {
+        pool::ip(&[
+            "netns",
+            "exec",
+            two.node.ns(),
+            "ip",
+            "route",
+            verb,
+            "blackhole",
+            &format!("{}/32", two.net.controller_ip()),
+        ])
+    };
+    route("add");
+    wait_for(
+        "the node to leave the silent controller",
+        Duration::from_secs(20),
+        || two.node.log_text().contains("no answer for half a lease"),
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    route("del");
+    wait_for("the node to come back to ctl-a", pool::LONG, || {
+        two.a.log().matches("node gpu10 connected").count() >= 2
+    });
+    // etcd still heard ctl-a: ctl-b never led, and the node's term is
+    // ctl-a's.
+    assert!(!two.b_log().contains("leading as ctl-b"), "{}", two.b_log());
+    assert_eq!(two.node_term(), a_term);
     ran_once(&two.a, id);
     drop(two.net);
 }
