@@ -637,6 +637,48 @@ enum Submitted {
     Failed(String),
 }
 
+/// A client that submits in a loop until `stop`, each job named for its
+/// turn, and records what each submission was told.
+fn submit_in_a_loop(
+    c: &Cluster,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<Vec<(String, Submitted)>> {
+    let (config, work) = (c.config.clone(), c.work.clone());
+    std::thread::spawn(move || {
+        let mut told = Vec::new();
+        for n in 0.. {
+            if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                break;
+            }
+            let name = format!("sub-{n}");
+            let echo = format!("echo {name}");
+            let out = Command::new(common::bin_dir().join("ysbatch"))
+                .args([
+                    "--parsable",
+                    "--gres",
+                    "gpu:1",
+                    "-J",
+                    &name,
+                    "--wrap",
+                    &echo,
+                ])
+                .env("YS_CONF", &config)
+                .current_dir(&work)
+                .output()
+                .unwrap();
+            let text = common::stdout(&out);
+            let outcome = match text.trim().parse::<u64>() {
+                Ok(id) if out.status.success() => Submitted::Acked(id),
+                _ if text.starts_with("queued for the daemon") => Submitted::Queued,
+                _ => Submitted::Failed(format!("{text}{}", common::stderr(&out))),
+            };
+            told.push((name, outcome));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        told
+    })
+}
+
 #[test]
 fn submissions_acknowledged_across_a_takeover_each_exist_once_and_run_once() {
     if !common::is_root() {
@@ -649,45 +691,8 @@ fn submissions_acknowledged_across_a_takeover_each_exist_once_and_run_once() {
     let Some(mut two) = TwoControllers::start(module_path!()) else {
         return;
     };
-    // A client that submits in a loop, each job named for its turn, and
-    // records what each submission was told.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (config, work) = (two.a.config.clone(), two.a.work.clone());
-    let client = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let mut told = Vec::new();
-            for n in 0.. {
-                if stop.load(std::sync::atomic::Ordering::SeqCst) {
-                    break;
-                }
-                let name = format!("sub-{n}");
-                let out = Command::new(common::bin_dir().join("ysbatch"))
-                    .args([
-                        "--parsable",
-                        "--gres",
-                        "gpu:1",
-                        "-J",
-                        &name,
-                        "--wrap",
-                        &format!("echo {name}"),
-                    ])
-                    .env("YS_CONF", &config)
-                    .current_dir(&work)
-                    .output()
-                    .unwrap();
-                let text = common::stdout(&out);
-                let outcome = match text.trim().parse::<u64>() {
-                    Ok(id) if out.status.success() => Submitted::Acked(id),
-                    _ if text.starts_with("queued for the daemon") => Submitted::Queued,
-                    _ => Submitted::Failed(format!("{text}{}", common::stderr(&out))),
-                };
-                told.push((name, outcome));
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            told
-        })
-    };
+    let client = submit_in_a_loop(&two.a, stop.clone());
     std::thread::sleep(Duration::from_secs(2));
     two.a.crash();
     let takeover = two.b_takes_over(Instant::now());
