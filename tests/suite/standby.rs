@@ -848,3 +848,47 @@ fn a_leader_cut_off_from_its_nodes_but_not_from_etcd_stays_the_leader() {
     ran_once(&two.a, id);
     drop(two.net);
 }
+
+#[test]
+fn a_node_refuses_a_controller_of_a_lower_term_than_it_was_welcomed_in() {
+    if !common::is_root() {
+        common::skip(
+            module_path!(),
+            "two servers need root (network namespaces, a bridge)",
+        );
+        return;
+    }
+    let Some(mut two) = TwoControllers::start(module_path!()) else {
+        return;
+    };
+    two.a.crash();
+    two.b_takes_over(Instant::now());
+    let b_term = two.node_term();
+    let _ = two.b.0.kill();
+    let _ = two.b.0.wait();
+    // ctl-a comes back without its [standby] table (term 0): a leader
+    // no election made, beside whatever etcd says.
+    let text = std::fs::read_to_string(&two.a.config).unwrap();
+    let alone = &text[..text.find("[standby]").unwrap()];
+    let pool = &text[text.find("[pool]").unwrap()..];
+    std::fs::write(&two.a.config, format!("{alone}\n{pool}")).unwrap();
+    two.a.start();
+    wait_for("the node to refuse ctl-a", pool::LONG, || {
+        two.node.log_text().contains(&format!(
+            "leads in term 0, below term {b_term} this node was welcomed in"
+        ))
+    });
+    // It takes none of its orders: a job ctl-a places there never runs
+    // (ctl-a, which heard the node's hello, believes it up until the
+    // node's lease ends).
+    let id = two.a.submit(&["--gres", "gpu:1", "--wrap", "echo ran"]);
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(two.a.output_of(id), "", "{}", two.node.log_text());
+    assert!(
+        !two.node.log_text().contains(&format!("job {id} ")),
+        "{}",
+        two.node.log_text()
+    );
+    assert_eq!(two.node_term(), b_term);
+    drop(two.net);
+}
