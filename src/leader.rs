@@ -135,6 +135,22 @@ impl Engine {
         })
     }
 
+    /// Who leads now, as the leader key says: its value and its term;
+    /// `None` when no one does.
+    pub fn leader(&self, key: &str) -> Result<Option<(String, Term)>, EngineError> {
+        const PATH: &str = "/v3/kv/range";
+        let answer = self.call(PATH, json!({ "key": encode(key) }))?;
+        let Some(kv) = answer.pointer("/kvs/0") else {
+            return Ok(None);
+        };
+        let name =
+            decode(kv.get("value").and_then(Value::as_str).unwrap_or_default()).unwrap_or_default();
+        Ok(Some((
+            name,
+            Term(self.number(kv, PATH, &["create_revision"])?),
+        )))
+    }
+
     /// Gives `lease` up: the leader key goes with it at once.
     pub fn resign(&self, lease: LeaseId) -> Result<(), EngineError> {
         self.call("/v3/lease/revoke", json!({ "ID": lease.0.to_string() }))

@@ -131,7 +131,7 @@ pub(super) fn lead(standby: &Standby) -> Leadership {
                     "leading as {} in term {} (etcd {}, lease {:?})",
                     standby.name, term.0, standby.etcd, standby.lease
                 );
-                return keep((engine, id), term, sent, standby.lease);
+                return keep((engine, id, &standby.key), term, sent, standby.lease);
             }
             Ok((_, Outcome::Follows { leader, term })) => {
                 if told.as_ref() != Some(&(leader.clone(), term)) {
@@ -170,7 +170,7 @@ fn campaign(
 /// `proven`: when the campaign that won sent its first request (the
 /// lease was granted or renewed no earlier).
 fn keep(
-    (engine, lease): (Engine, LeaseId),
+    (engine, lease, key): (Engine, LeaseId, &str),
     term: Term,
     proven: Instant,
     ttl: Duration,
@@ -187,21 +187,19 @@ fn keep(
         handing_over: false,
     };
     let every = ttl / 3;
+    let key = key.to_string();
     let spawned = std::thread::Builder::new()
         .name("lease".into())
         .spawn(move || loop {
             std::thread::sleep(every);
             let sent = Instant::now();
-            match engine.keep_alive(lease) {
-                Ok(Some(_)) => proven_ms.store(stamp(sent), Ordering::Release),
-                Ok(None) => step_down(
-                    term,
-                    "etcd says its lease is gone (ended, or given up): another controller may lead",
-                ),
+            match prove(&engine, lease, &key, term) {
+                Ok(()) => proven_ms.store(stamp(sent), Ordering::Release),
+                Err(Proof::Lost(why)) => step_down(term, &why),
                 // Not proven: the seam stops writing at the deadline, and
                 // this thread stops the process there too, so that a
                 // leader with nothing to write stops answering as well.
-                Err(e) => {
+                Err(Proof::Unanswered(e)) => {
                     tracing::warn!(target: "ysched::daemon", "lease of term {}: {e}", term.0);
                     let last = proven + Duration::from_millis(proven_ms.load(Ordering::Acquire));
                     if !crate::leader::may_act(last, Instant::now(), ttl / 2) {
@@ -214,4 +212,35 @@ fn keep(
         step_down(term, &format!("cannot keep the lease: {e}"));
     }
     leadership
+}
+
+/// Why a lease was not proven.
+enum Proof {
+    /// etcd did not answer as it should: the deadline decides.
+    Unanswered(crate::leader::EngineError),
+    /// etcd says this controller no longer leads.
+    Lost(String),
+}
+
+/// Proves the lease alive, and that the leader key is still this
+/// term's: a key deleted or put by anyone else who reaches etcd ends the
+/// lead as the lease's end would.
+fn prove(engine: &Engine, lease: LeaseId, key: &str, term: Term) -> Result<(), Proof> {
+    match engine.keep_alive(lease).map_err(Proof::Unanswered)? {
+        Some(_) => {}
+        None => {
+            return Err(Proof::Lost(
+                "etcd says its lease is gone (ended, or given up): another controller may lead"
+                    .into(),
+            ))
+        }
+    }
+    match engine.leader(key).map_err(Proof::Unanswered)? {
+        Some((_, held)) if held == term => Ok(()),
+        Some((name, held)) => Err(Proof::Lost(format!(
+            "etcd's leader key {key} is {name}'s, of term {}",
+            held.0
+        ))),
+        None => Err(Proof::Lost(format!("etcd's leader key {key} is gone"))),
+    }
 }

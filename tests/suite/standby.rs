@@ -898,3 +898,35 @@ fn a_node_refuses_a_controller_of_a_lower_term_than_it_was_welcomed_in() {
     assert_eq!(two.node_term(), b_term);
     drop(two.net);
 }
+
+#[test]
+fn a_leader_whose_key_someone_deletes_in_etcd_stops_before_the_standby_acts() {
+    let Some(etcd) = etcd(module_path!()) else {
+        return;
+    };
+    let mut c = Cluster::new(&standby_table(&etcd, "ctl-a"));
+    c.start();
+    let (_b, b_log) = start_standby(&c, "ctl-b");
+    let id = slow_job(&c);
+    c.wait_state(id, "RUNNING", Duration::from_secs(10));
+    // Whoever reaches etcd's client port deletes the leader key: the
+    // standby may lead at its next campaign, while the leader's lease
+    // still lives.
+    use base64::Engine as _;
+    let key = base64::engine::general_purpose::STANDARD.encode("/ysched/5/leader");
+    ureq::post(&format!("{}/v3/kv/deleterange", etcd.endpoint))
+        .send_json(serde_json::json!({ "key": key }))
+        .unwrap();
+    // The leader finds out at its next proof and stops.
+    let status = c.wait_exit(Duration::from_secs(5));
+    assert_eq!(status.code(), Some(75), "{}", c.log());
+    assert!(
+        c.log().contains("leader key /ysched/5/leader is gone"),
+        "{}",
+        c.log()
+    );
+    wait_for("the standby to take over", Duration::from_secs(10), || {
+        b_log().contains("ysctld ready")
+    });
+    ran_once(&c, id);
+}
