@@ -33,6 +33,8 @@ pub enum EngineError {
         status: u16,
         body: String,
     },
+    #[error("TLS towards etcd: {0}")]
+    Tls(String),
     #[error("etcd at {endpoint} answered {path} with {what}")]
     Malformed {
         endpoint: String,
@@ -74,6 +76,26 @@ impl Engine {
             endpoint: endpoint.trim_end_matches('/').to_string(),
             agent: ureq::AgentBuilder::new().timeout(timeout).build(),
         }
+    }
+
+    /// The same over TLS (`https://`): etcd's certificate checked against
+    /// `authority_pem` alone, and this controller's certificate and key
+    /// (`client`, PEM) presented when given, for etcd's client
+    /// certificate authentication.
+    pub fn with_tls(
+        endpoint: &str,
+        timeout: Duration,
+        authority_pem: &[u8],
+        client: Option<(&[u8], &[u8])>,
+    ) -> Result<Engine, EngineError> {
+        let config = tls_config(authority_pem, client)?;
+        Ok(Engine {
+            endpoint: endpoint.trim_end_matches('/').to_string(),
+            agent: ureq::AgentBuilder::new()
+                .timeout(timeout)
+                .tls_config(config)
+                .build(),
+        })
     }
 
     /// A new lease of `ttl_secs` seconds.
@@ -211,6 +233,48 @@ impl Engine {
 /// clock: no clock of another machine decides.
 pub fn may_act(proven: Instant, now: Instant, deadline: Duration) -> bool {
     now.saturating_duration_since(proven) < deadline
+}
+
+/// rustls' client configuration for etcd: only `authority_pem`'s
+/// certificates are trusted.
+fn tls_config(
+    authority_pem: &[u8],
+    client: Option<(&[u8], &[u8])>,
+) -> Result<std::sync::Arc<rustls::ClientConfig>, EngineError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let bad = |what: &str, e: &dyn std::fmt::Display| EngineError::Tls(format!("{what}: {e}"));
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(authority_pem) {
+        let cert = cert.map_err(|e| bad("the authority (etcd_ca) does not read", &e))?;
+        roots
+            .add(cert)
+            .map_err(|e| bad("the authority (etcd_ca) is not a CA certificate", &e))?;
+    }
+    if roots.is_empty() {
+        return Err(EngineError::Tls(
+            "the authority (etcd_ca) holds no certificate".into(),
+        ));
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad("no TLS version", &e))?
+        .with_root_certificates(roots);
+    let config = match client {
+        None => builder.with_no_client_auth(),
+        Some((cert_pem, key_pem)) => {
+            let chain = CertificateDer::pem_slice_iter(cert_pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| bad("the certificate (etcd_cert) does not read", &e))?;
+            let key = PrivateKeyDer::from_pem_slice(key_pem)
+                .map_err(|e| bad("the key (etcd_key) does not read", &e))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| bad("the certificate and key (etcd_cert, etcd_key)", &e))?
+        }
+    };
+    Ok(std::sync::Arc::new(config))
 }
 
 fn encode(text: &str) -> String {

@@ -91,6 +91,9 @@ pub(super) struct RawStandby {
     pub(super) name: Option<String>,
     pub(super) key: Option<Spanned<String>>,
     pub(super) lease: Option<Spanned<String>>,
+    pub(super) etcd_ca: Option<Spanned<String>>,
+    pub(super) etcd_cert: Option<Spanned<String>>,
+    pub(super) etcd_key: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Default)]

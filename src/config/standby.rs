@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::error::{ConfigError, Source};
 use super::raw::RawStandby;
-use super::types::Standby;
+use super::types::{EtcdTls, Standby};
 
 /// A leader's lease unless the table says otherwise.
 const DEFAULT_LEASE: Duration = Duration::from_secs(10);
@@ -17,13 +17,19 @@ pub(super) fn standby(
     src: &Source,
 ) -> Result<Standby, ConfigError> {
     let etcd = raw.etcd.get_ref().trim().trim_end_matches('/').to_string();
-    if !etcd.starts_with("http://") || etcd.len() <= "http://".len() {
+    let scheme = ["http://", "https://"]
+        .into_iter()
+        .find(|s| etcd.starts_with(s) && etcd.len() > s.len());
+    let Some(scheme) = scheme else {
         return Err(src.fail(
             Some(raw.etcd.span()),
             "[standby] etcd",
-            format!("'{etcd}' is not etcd's client URL, such as http://10.0.0.1:2379"),
+            format!(
+                "'{etcd}' is not etcd's client URL, such as https://10.0.0.1:2379 (or http:// without TLS)"
+            ),
         ));
-    }
+    };
+    let tls = tls(&raw, scheme == "https://", src)?;
     let lease =
         super::pool::duration(raw.lease.as_ref(), "[standby] lease", src)?.unwrap_or(DEFAULT_LEASE);
     // etcd grants nothing under its own minimum (about 2 s at its
@@ -52,7 +58,58 @@ pub(super) fn standby(
         name: raw.name.unwrap_or_else(|| node_name.to_string()),
         key,
         lease,
+        tls,
     })
+}
+
+/// `etcd_ca`, `etcd_cert` and `etcd_key`: the authority with an https
+/// URL (required), the client's certificate and key together or not at
+/// all; none of them with plain HTTP, where they would be unused.
+fn tls(raw: &RawStandby, https: bool, src: &Source) -> Result<Option<EtcdTls>, ConfigError> {
+    let path = |v: &Option<toml::Spanned<String>>| {
+        v.as_ref().map(|p| std::path::PathBuf::from(p.get_ref()))
+    };
+    let given = [
+        ("etcd_ca", &raw.etcd_ca),
+        ("etcd_cert", &raw.etcd_cert),
+        ("etcd_key", &raw.etcd_key),
+    ];
+    if !https {
+        if let Some((name, Some(v))) = given.iter().find(|(_, v)| v.is_some()) {
+            return Err(src.fail(
+                Some(v.span()),
+                &format!("[standby] {name}"),
+                "is for TLS: give etcd an https:// URL".to_string(),
+            ));
+        }
+        return Ok(None);
+    }
+    let Some(ca) = path(&raw.etcd_ca) else {
+        return Err(src.fail(
+            Some(raw.etcd.span()),
+            "[standby] etcd_ca",
+            "an https:// etcd needs the authority its certificate is checked against (a PEM file)"
+                .to_string(),
+        ));
+    };
+    let client = match (path(&raw.etcd_cert), path(&raw.etcd_key)) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (None, None) => None,
+        (Some(_), None) | (None, Some(_)) => {
+            let span = raw
+                .etcd_cert
+                .as_ref()
+                .or(raw.etcd_key.as_ref())
+                .map(|v| v.span());
+            return Err(src.fail(
+                span,
+                "[standby] etcd_cert",
+                "etcd_cert and etcd_key go together: this controller's certificate and its key"
+                    .to_string(),
+            ));
+        }
+    };
+    Ok(Some(EtcdTls { ca, client }))
 }
 
 #[cfg(test)]
@@ -73,6 +130,18 @@ mod tests {
         assert_eq!(standby.key, "/ysched/leader");
         assert_eq!(standby.lease.as_secs(), 10);
         assert!(parse("").unwrap().standby.is_none());
+        assert_eq!(standby.tls, None);
+        let tls = parse(
+            "[standby]\netcd = \"https://e:2379\"\netcd_ca = \"/ca.pem\"\n\
+             etcd_cert = \"/c.pem\"\netcd_key = \"/k.pem\"\n",
+        )
+        .unwrap()
+        .standby
+        .unwrap()
+        .tls
+        .unwrap();
+        assert_eq!(tls.ca, std::path::PathBuf::from("/ca.pem"));
+        assert_eq!(tls.client, Some(("/c.pem".into(), "/k.pem".into())));
     }
 
     #[test]
@@ -88,6 +157,15 @@ mod tests {
                 "[standby] key",
             ),
             ("etcd = \"http://e:2379\"\nterm = 3", "term"),
+            ("etcd = \"https://e:2379\"", "[standby] etcd_ca"),
+            (
+                "etcd = \"http://e:2379\"\netcd_ca = \"/ca.pem\"",
+                "[standby] etcd_ca",
+            ),
+            (
+                "etcd = \"https://e:2379\"\netcd_ca = \"/ca.pem\"\netcd_key = \"/k.pem\"",
+                "[standby] etcd_cert",
+            ),
         ] {
             let error = parse(&format!("[standby]\n{table}\n"))
                 .unwrap_err()

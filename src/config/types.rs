@@ -510,6 +510,18 @@ pub struct Standby {
     /// How long a leader leads without proving its lease; a standby
     /// takes over at most about this long after the leader stopped.
     pub lease: std::time::Duration,
+    /// With an `https://` URL: how etcd is checked and this controller
+    /// known to it.
+    pub tls: Option<EtcdTls>,
+}
+
+/// TLS towards etcd: the authority its certificate must chain to, and
+/// this controller's client certificate and key (for etcd's
+/// `--client-cert-auth`), PEM files.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EtcdTls {
+    pub ca: std::path::PathBuf,
+    pub client: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 /// The `[interactive]` table: limits and QoS of interactive sessions.

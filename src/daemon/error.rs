@@ -27,6 +27,8 @@ pub enum DaemonError {
     PoolListen(std::net::SocketAddr, std::io::Error),
     #[error("the pool: {0}")]
     Pool(#[from] crate::net::NetError),
+    #[error("[standby]: {0}")]
+    Leader(#[from] crate::leader::EngineError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }

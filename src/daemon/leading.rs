@@ -116,8 +116,8 @@ fn step_down(term: Term, why: &str) -> ! {
 /// Waits until this controller leads (for as long as it takes: etcd
 /// unreachable is a wait too), then keeps its lease in a thread of its
 /// own.
-pub(super) fn lead(standby: &Standby) -> Leadership {
-    let engine = Engine::new(&standby.etcd, standby.lease / 6);
+pub(super) fn lead(standby: &Standby) -> Result<Leadership, crate::leader::EngineError> {
+    let engine = engine(standby)?;
     let ttl = standby.lease.as_secs() as u32;
     let every = standby.lease / 3;
     let mut lease = None;
@@ -131,7 +131,7 @@ pub(super) fn lead(standby: &Standby) -> Leadership {
                     "leading as {} in term {} (etcd {}, lease {:?})",
                     standby.name, term.0, standby.etcd, standby.lease
                 );
-                return keep((engine, id, &standby.key), term, sent, standby.lease);
+                return Ok(keep((engine, id, &standby.key), term, sent, standby.lease));
             }
             Ok((_, Outcome::Follows { leader, term })) => {
                 if told.as_ref() != Some(&(leader.clone(), term)) {
@@ -147,6 +147,30 @@ pub(super) fn lead(standby: &Standby) -> Leadership {
         }
         std::thread::sleep(every.saturating_sub(sent.elapsed()));
     }
+}
+
+/// etcd as `standby` says: each request given a sixth of a lease; over
+/// TLS with the files it names.
+fn engine(standby: &Standby) -> Result<Engine, crate::leader::EngineError> {
+    let timeout = standby.lease / 6;
+    let Some(tls) = &standby.tls else {
+        return Ok(Engine::new(&standby.etcd, timeout));
+    };
+    let read = |field: &str, path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| {
+            crate::leader::EngineError::Tls(format!(
+                "cannot read [standby] {field} {}: {e}",
+                path.display()
+            ))
+        })
+    };
+    let authority = read("etcd_ca", &tls.ca)?;
+    let client = match &tls.client {
+        Some((cert, key)) => Some((read("etcd_cert", cert)?, read("etcd_key", key)?)),
+        None => None,
+    };
+    let client = client.as_ref().map(|(c, k)| (c.as_slice(), k.as_slice()));
+    Engine::with_tls(&standby.etcd, timeout, &authority, client)
 }
 
 /// One try: a lease (the one held, proven again, or a new one), then the

@@ -73,7 +73,11 @@ pub fn run(
     spool.prepare(ownership)?;
     // A controller of two leads before it touches the spool or the
     // database: the other may still be using them until it stops.
-    let leadership = config.standby.as_ref().map(super::leading::lead);
+    let leadership = config
+        .standby
+        .as_ref()
+        .map(super::leading::lead)
+        .transpose()?;
     let _lock = match &leadership {
         Some(leadership) => leadership.lock_spool(&spool)?,
         None => spool.lock_daemon()?,

@@ -930,3 +930,199 @@ fn a_leader_whose_key_someone_deletes_in_etcd_stops_before_the_standby_acts() {
     });
     ran_once(&c, id);
 }
+
+/// A certificate authority of the test's own, PEM files in `dir`.
+struct TestCa {
+    pem: String,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+impl TestCa {
+    fn new(name: &str) -> TestCa {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let cert = params.self_signed(&key).unwrap();
+        TestCa {
+            pem: cert.pem(),
+            issuer: rcgen::Issuer::new(params, key),
+        }
+    }
+
+    /// A certificate for `name` (an IP address is one), for a server or a
+    /// client; its PEM and its key's.
+    fn certify(&self, name: &str, server: bool) -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec![name.to_string()]).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        // etcd's own gateway calls etcd with the server's certificate:
+        // it is a client's too, as etcd's guide has it.
+        params.extended_key_usages = if server {
+            vec![
+                rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+                rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+            ]
+        } else {
+            vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth]
+        };
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+}
+
+/// An etcd on loopback that speaks TLS only and takes only clients with
+/// a certificate of `ca`.
+fn etcd_with_tls(test: &str, ca: &TestCa) -> Option<Etcd> {
+    if Command::new("etcd").arg("--version").output().is_err() {
+        assert!(
+            std::env::var_os("YSCHED_REQUIRE_ETCD").is_none(),
+            "etcd is required here (YSCHED_REQUIRE_ETCD) but not installed"
+        );
+        common::skip(test, "etcd is not installed (Debian: etcd-server)");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = ca.certify("127.0.0.1", true);
+    for (file, text) in [
+        ("ca.pem", &ca.pem),
+        ("etcd.pem", &cert),
+        ("etcd-key.pem", &key),
+    ] {
+        std::fs::write(dir.path().join(file), text).unwrap();
+    }
+    let (client, peer) = (free_port(), free_port());
+    let client_url = format!("https://127.0.0.1:{client}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    let child = Command::new("etcd")
+        .args(["--name", "t", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .args(["--listen-client-urls", &client_url])
+        .args(["--advertise-client-urls", &client_url])
+        .args(["--listen-peer-urls", &peer_url])
+        .args(["--initial-advertise-peer-urls", &peer_url])
+        .args(["--initial-cluster", &format!("t={peer_url}")])
+        .arg("--cert-file")
+        .arg(dir.path().join("etcd.pem"))
+        .arg("--key-file")
+        .arg(dir.path().join("etcd-key.pem"))
+        .arg("--trusted-ca-file")
+        .arg(dir.path().join("ca.pem"))
+        .arg("--client-cert-auth")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (me, my_key) = ca.certify("ysctld", false);
+    let engine = Engine::with_tls(
+        &client_url,
+        Duration::from_secs(1),
+        ca.pem.as_bytes(),
+        Some((me.as_bytes(), my_key.as_bytes())),
+    )
+    .unwrap();
+    let etcd = Etcd {
+        _process: Killed(child),
+        endpoint: client_url,
+        _dir: dir,
+    };
+    let mut last = String::new();
+    for _ in 0..200 {
+        match engine.grant(5) {
+            Ok(_) => return Some(etcd),
+            Err(e) => last = e.to_string(),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("etcd did not grant a lease over TLS within 20 s: {last}");
+}
+
+#[test]
+fn over_tls_etcd_takes_only_the_controllers_certificates_and_a_controller_leads_through_it() {
+    let ca = TestCa::new("ysched test etcd authority");
+    let Some(etcd) = etcd_with_tls(module_path!(), &ca) else {
+        return;
+    };
+    let second = Duration::from_secs(2);
+    let (cert, key) = ca.certify("ysctld", false);
+    let good = Engine::with_tls(
+        &etcd.endpoint,
+        second,
+        ca.pem.as_bytes(),
+        Some((cert.as_bytes(), key.as_bytes())),
+    )
+    .unwrap();
+    assert!(good.grant(5).is_ok());
+    // Whoever has no certificate of the pool's etcd authority is refused:
+    // none, a stranger's, or plain HTTP on the TLS port.
+    let stranger = TestCa::new("a stranger");
+    let (s_cert, s_key) = stranger.certify("ysctld", false);
+    let refused = [
+        Engine::with_tls(&etcd.endpoint, second, ca.pem.as_bytes(), None).unwrap(),
+        Engine::with_tls(
+            &etcd.endpoint,
+            second,
+            ca.pem.as_bytes(),
+            Some((s_cert.as_bytes(), s_key.as_bytes())),
+        )
+        .unwrap(),
+        Engine::new(&etcd.endpoint.replace("https://", "http://"), second),
+    ];
+    for engine in &refused {
+        assert!(engine.grant(5).is_err());
+    }
+    // A controller that does not know etcd's authority does not talk to
+    // it (a server posing as etcd is not believed).
+    let fooled = Engine::with_tls(
+        &etcd.endpoint,
+        second,
+        stranger.pem.as_bytes(),
+        Some((cert.as_bytes(), key.as_bytes())),
+    )
+    .unwrap();
+    let error = fooled.grant(5).unwrap_err().to_string();
+    assert!(error.contains(&etcd.endpoint), "{error}");
+    // A controller with the files in [standby] leads and runs jobs.
+    let files = tempfile::tempdir().unwrap();
+    for (file, text) in [
+        ("ca.pem", &ca.pem),
+        ("ctl.pem", &cert),
+        ("ctl-key.pem", &key),
+    ] {
+        std::fs::write(files.path().join(file), text).unwrap();
+    }
+    let table = format!(
+        "{}etcd_ca = \"{}\"\netcd_cert = \"{}\"\netcd_key = \"{}\"\n",
+        standby_table(&etcd, "ctl-a"),
+        files.path().join("ca.pem").display(),
+        files.path().join("ctl.pem").display(),
+        files.path().join("ctl-key.pem").display()
+    );
+    let mut c = Cluster::new(&table);
+    c.start();
+    assert!(c.log().contains("leading as ctl-a in term"), "{}", c.log());
+    let id = c.submit(&["--wrap", "true"]);
+    assert_eq!(c.wait_done(id, Duration::from_secs(20)), "COMPLETED");
+}
+
+#[test]
+fn a_controller_whose_etcd_files_do_not_read_does_not_start_and_says_which() {
+    let c = Cluster::new(
+        "[standby]\netcd = \"https://127.0.0.1:1\"\netcd_ca = \"/nonexistent/ca.pem\"\n",
+    );
+    let out = Command::new(common::bin_dir().join("ysctld"))
+        .args(["--foreground", "--config"])
+        .arg(&c.config)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said = common::stderr(&out);
+    assert!(
+        said.contains("cannot read [standby] etcd_ca /nonexistent/ca.pem"),
+        "{said}"
+    );
+}
