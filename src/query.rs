@@ -628,13 +628,23 @@ impl Work {
     }
 }
 
-pub(crate) fn start(spool: Spool, database: &Path) -> std::io::Result<Sender<Work>> {
+/// The thread that answers queries; `fence`, when given, runs before
+/// each answer (a controller of two stops there once it may no longer
+/// act, rather than answer from what it knew).
+pub(crate) fn start(
+    spool: Spool,
+    database: &Path,
+    fence: Option<Box<dyn Fn() + Send>>,
+) -> std::io::Result<Sender<Work>> {
     let conn = db::open_readonly(database).map_err(std::io::Error::other)?;
     let (tx, rx) = mpsc::channel::<Work>();
     std::thread::Builder::new()
         .name("queries".into())
         .spawn(move || {
             for mut work in rx {
+                if let Some(fence) = &fence {
+                    fence();
+                }
                 if let Some(lazy) = work.lazy.take() {
                     work.snapshot = Some(lazy.get());
                 }

@@ -44,8 +44,24 @@ impl Leadership {
     /// Whether it may still write and send: its lease proven within the
     /// deadline.
     pub(super) fn may_act(&self) -> bool {
-        let proven = self.origin + Duration::from_millis(self.proven_ms.load(Ordering::Acquire));
-        crate::leader::may_act(proven, Instant::now(), self.deadline)
+        proven_within(&self.proven_ms, self.origin, self.deadline)
+    }
+
+    /// The same check for another thread (the queries'), which stops
+    /// the process rather than answer once this controller may no longer
+    /// act.
+    pub(super) fn fence(&self) -> Box<dyn Fn() + Send> {
+        let (proven_ms, origin, deadline, term) = (
+            self.proven_ms.clone(),
+            self.origin,
+            self.deadline,
+            self.term,
+        );
+        Box::new(move || {
+            if !proven_within(&proven_ms, origin, deadline) {
+                step_down(term, "its lease was not proven in time (a query waited)");
+            }
+        })
     }
 
     pub(super) fn step_down(&self, why: &str) -> ! {
@@ -100,6 +116,13 @@ impl Leadership {
             }
         }
     }
+}
+
+/// Whether the lease was proven within `deadline`: `proven_ms` after
+/// `origin` is when the last proof that etcd answered was sent.
+fn proven_within(proven_ms: &AtomicU64, origin: Instant, deadline: Duration) -> bool {
+    let proven = origin + Duration::from_millis(proven_ms.load(Ordering::Acquire));
+    crate::leader::may_act(proven, Instant::now(), deadline)
 }
 
 /// Stops this process: it may no longer act, and what it has not
@@ -225,8 +248,7 @@ fn keep(
                 // leader with nothing to write stops answering as well.
                 Err(Proof::Unanswered(e)) => {
                     tracing::warn!(target: "ysched::daemon", "lease of term {}: {e}", term.0);
-                    let last = proven + Duration::from_millis(proven_ms.load(Ordering::Acquire));
-                    if !crate::leader::may_act(last, Instant::now(), ttl / 2) {
+                    if !proven_within(&proven_ms, proven, ttl / 2) {
                         step_down(term, "its lease could not be proven within half a lease");
                     }
                 }

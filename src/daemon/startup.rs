@@ -100,7 +100,8 @@ pub fn run(
     let _watcher = watch_incoming(&spool, events.clone())?;
     listen_on_socket(&spool, ownership, config.max_spool_file, events.clone());
     spawn_signal_thread(events.clone())?;
-    let queries = query::start(spool.clone(), &spool.database())?;
+    let fence = leadership.as_ref().map(super::leading::Leadership::fence);
+    let queries = query::start(spool.clone(), &spool.database(), fence)?;
 
     let mut daemon = Daemon::assemble(Parts {
         config,
