@@ -62,6 +62,7 @@ mod tokens;
 mod turn;
 mod update;
 mod users;
+mod watchdog;
 
 #[cfg(test)]
 mod testing;

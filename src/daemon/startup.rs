@@ -120,6 +120,7 @@ pub fn run(
     daemon.load_pool_nodes()?;
     daemon.recover()?;
     tracing::info!(target: "ysched::daemon", "ysctld ready");
+    super::watchdog::ready();
     ready();
     let spool = daemon.spool.clone();
     let result = daemon.event_loop(inbox);

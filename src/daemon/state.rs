@@ -213,6 +213,7 @@ impl Daemon {
             timers: Timers {
                 next_retention: Instant::now(),
                 next_police: Instant::now(),
+                watchdog: super::watchdog::Watchdog::from_env(),
             },
             unauthenticated: Default::default(),
         }
@@ -422,6 +423,8 @@ pub(super) struct Timers {
     pub(super) next_retention: Instant,
     /// When to look at the drop boxes and the reserve next.
     pub(super) next_police: Instant,
+    /// systemd's watchdog, when it set one.
+    pub(super) watchdog: Option<super::watchdog::Watchdog>,
 }
 
 /// The database, and whether a turn's transaction is open.

@@ -113,6 +113,9 @@ impl Daemon {
     ) -> Result<super::leading::Stopped, DaemonError> {
         let mut next_maintenance = Instant::now() + MAINTENANCE_EVERY;
         loop {
+            if let Some(watchdog) = &mut self.timers.watchdog {
+                watchdog.pet();
+            }
             let timeout = self.next_timeout(next_maintenance);
             let pass_now = self.reschedule && self.between.pass_due();
             let first = if self.inbox.backlog.is_empty() && !pass_now {
@@ -510,6 +513,10 @@ impl Daemon {
             self.stats.next_metrics,
             retention,
             police,
+            self.timers
+                .watchdog
+                .as_ref()
+                .map(super::watchdog::Watchdog::next),
             self.next_lease_deadline(),
             self.reschedule
                 .then(|| self.between.until_pass())

@@ -1126,3 +1126,57 @@ fn a_controller_whose_etcd_files_do_not_read_does_not_start_and_says_which() {
         "{said}"
     );
 }
+
+#[test]
+fn systemd_is_told_the_controller_is_ready_and_alive_until_it_hangs() {
+    // systemd's side of the socket: a datagram socket of the test's own.
+    let dir = tempfile::tempdir().unwrap();
+    let socket_path = dir.path().join("notify");
+    let socket = std::os::unix::net::UnixDatagram::bind(&socket_path).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let c = Cluster::new("");
+    // WATCHDOG_PID must be ysctld's own: the shell's, which exec keeps.
+    let script = format!(
+        "WATCHDOG_PID=$$ exec {} --foreground --config {}",
+        common::bin_dir().join("ysctld").display(),
+        c.config.display()
+    );
+    let process = Killed(
+        Command::new("sh")
+            .args(["-c", &script])
+            .env("NOTIFY_SOCKET", &socket_path)
+            .env("WATCHDOG_USEC", "1000000")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = nix::unistd::Pid::from_raw(process.0.id() as i32);
+    // What systemd hears within `window`.
+    let heard = |window: Duration| {
+        let until = Instant::now() + window;
+        let mut said = Vec::new();
+        let mut buf = [0u8; 256];
+        while Instant::now() < until {
+            if let Ok(n) = socket.recv(&mut buf) {
+                said.push(String::from_utf8_lossy(&buf[..n]).trim().to_string());
+            }
+        }
+        said
+    };
+    let said = heard(Duration::from_secs(5));
+    assert!(said.iter().any(|m| m == "READY=1"), "{said:?}");
+    let alive = said.iter().filter(|m| *m == "WATCHDOG=1").count();
+    assert!(alive >= 3, "{said:?}");
+    // Frozen, it says nothing: systemd's watchdog would kill it.
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let _ = heard(Duration::from_millis(300));
+    assert_eq!(heard(Duration::from_secs(2)), Vec::<String>::new());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    assert!(heard(Duration::from_secs(2))
+        .iter()
+        .any(|m| m == "WATCHDOG=1"));
+}
