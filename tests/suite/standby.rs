@@ -236,6 +236,24 @@ fn ran_once(c: &Cluster, id: u64) {
         &["-j", &id.to_string(), "-X", "-n", "-P", "-o", "JobID,State"],
     );
     assert_eq!(common::stdout(&rows).trim(), format!("{id}|COMPLETED"));
+    // Its start and end, as accounted, are the job's own, across the
+    // takeover: one run, recorded once, with its real times.
+    let stamp = |word: &str| -> f64 {
+        let line = output.lines().find(|l| l.starts_with(word)).unwrap();
+        line[word.len()..].trim().parse().unwrap()
+    };
+    let json = common::stdout(&c.run("ysacct", &["-j", &id.to_string(), "--json"]));
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let job = &json["jobs"][0];
+    let (start, end) = (
+        job["start_time"].as_f64().unwrap(),
+        job["end_time"].as_f64().unwrap(),
+    );
+    assert!(
+        (start - stamp("began")).abs() <= 2.0,
+        "start {start}: {output}"
+    );
+    assert!((end - stamp("ended")).abs() <= 2.0, "end {end}: {output}");
 }
 
 #[test]
@@ -643,13 +661,14 @@ enum Submitted {
     Failed(String),
 }
 
-/// A client that submits in a loop until `stop`, each job named for its
-/// turn, and records what each submission was told.
+/// A client, `user`, that submits in a loop until `stop`, each job named
+/// for its turn, and records what each submission was told.
 fn submit_in_a_loop(
     c: &Cluster,
+    user: &str,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> std::thread::JoinHandle<Vec<(String, Submitted)>> {
-    let (config, work) = (c.config.clone(), c.work.clone());
+    let (config, work, user) = (c.config.clone(), c.work.clone(), user.to_string());
     std::thread::spawn(move || {
         let mut told = Vec::new();
         for n in 0.. {
@@ -658,7 +677,10 @@ fn submit_in_a_loop(
             }
             let name = format!("sub-{n}");
             let echo = format!("echo {name}");
-            let out = Command::new(common::bin_dir().join("ysbatch"))
+            let out = Command::new("runuser")
+                .args(["-u", &user, "--", "env"])
+                .arg(format!("YS_CONF={}", config.display()))
+                .arg(common::bin_dir().join("ysbatch"))
                 .args([
                     "--parsable",
                     "--gres",
@@ -668,7 +690,6 @@ fn submit_in_a_loop(
                     "--wrap",
                     &echo,
                 ])
-                .env("YS_CONF", &config)
                 .current_dir(&work)
                 .output()
                 .unwrap();
@@ -698,7 +719,8 @@ fn submissions_acknowledged_across_a_takeover_each_exist_once_and_run_once() {
         return;
     };
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let client = submit_in_a_loop(&two.a, stop.clone());
+    let user = common::TestUser::create("sb");
+    let client = submit_in_a_loop(&two.a, &user.name, stop.clone());
     std::thread::sleep(Duration::from_secs(2));
     two.a.crash();
     let takeover = two.b_takes_over(Instant::now());
@@ -734,13 +756,15 @@ fn submissions_acknowledged_across_a_takeover_each_exist_once_and_run_once() {
             "-S",
             "now-1hours",
             "-o",
-            "JobID,JobName,State",
+            "JobID,JobName,State,User",
         ],
     ));
     let jobs: Vec<(u64, String, String)> = rows
         .lines()
         .map(|l| {
             let f: Vec<&str> = l.split('|').collect();
+            // Each the submitter's, as it was before the takeover.
+            assert_eq!(f[3], user.name, "{l}");
             (f[0].parse().unwrap(), f[1].to_string(), f[2].to_string())
         })
         .collect();
