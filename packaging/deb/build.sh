@@ -55,6 +55,9 @@ install -m 755 contrib/gpu-check/nvml-check.sh "$pkg/usr/lib/ysched/nvml-check"
 chmod 644 "$pkg/etc/ysched/ysched.toml"
 install -m 644 packaging/systemd/ysctld.service packaging/systemd/ysnoded.service \
     packaging/systemd/yswebd.service "$pkg/lib/systemd/system/"
+# The drop-in for a controller of two (the admin guide's "Running two
+# controllers"): not active until copied under ysctld.service.d.
+install -m 644 packaging/systemd/ysctld-two-controllers.conf "$pkg/usr/share/doc/ysched/"
 # A pool node's config, for a server that runs ysnoded instead of ysctld.
 install -m 644 etc/ysnoded.toml "$pkg/usr/share/doc/ysched/ysnoded.toml.example"
 install -m 644 packaging/tmpfiles/ysched.conf "$pkg/usr/lib/tmpfiles.d/"
