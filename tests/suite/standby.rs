@@ -30,6 +30,20 @@ struct Etcd {
     _dir: tempfile::TempDir,
 }
 
+/// Whether etcd is installed; where it is not, the test is skipped,
+/// unless YSCHED_REQUIRE_ETCD says it must run.
+fn etcd_installed(test: &str) -> bool {
+    if Command::new("etcd").arg("--version").output().is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("YSCHED_REQUIRE_ETCD").is_none(),
+        "etcd is required here (YSCHED_REQUIRE_ETCD) but not installed"
+    );
+    common::skip(test, "etcd is not installed (Debian: etcd-server)");
+    false
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -47,12 +61,7 @@ fn etcd(test: &str) -> Option<Etcd> {
 /// The same, its client port on `host`, in network namespace `ns` (the
 /// test's own when `None`).
 fn etcd_on(test: &str, host: &str, ns: Option<&str>) -> Option<Etcd> {
-    if Command::new("etcd").arg("--version").output().is_err() {
-        assert!(
-            std::env::var_os("YSCHED_REQUIRE_ETCD").is_none(),
-            "etcd is required here (YSCHED_REQUIRE_ETCD) but not installed"
-        );
-        common::skip(test, "etcd is not installed (Debian: etcd-server)");
+    if !etcd_installed(test) {
         return None;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -256,17 +265,38 @@ fn ran_once(c: &Cluster, id: u64) {
     assert!((end - stamp("ended")).abs() <= 2.0, "end {end}: {output}");
 }
 
-#[test]
-fn a_standby_takes_over_from_a_leader_killed_while_a_job_runs_and_the_job_ends_once() {
-    let Some(etcd) = etcd(module_path!()) else {
-        return;
-    };
+/// etcd, a leader (ctl-a, `c`) and a standby (ctl-b) on one server's
+/// spool, and a job of `slow_job` running; `None` where etcd is missing.
+#[allow(clippy::type_complexity)]
+fn one_server_two_controllers(
+    test: &str,
+) -> Option<(Etcd, Cluster, (Killed, impl Fn() -> String), u64)> {
+    let etcd = etcd(test)?;
     let mut c = Cluster::new(&standby_table(&etcd, "ctl-a"));
     c.start();
     assert!(c.log().contains("leading as ctl-a in term"), "{}", c.log());
-    let (_b, b_log) = start_standby(&c, "ctl-b");
+    let standby = start_standby(&c, "ctl-b");
     let id = slow_job(&c);
     c.wait_state(id, "RUNNING", Duration::from_secs(10));
+    Some((etcd, c, standby, id))
+}
+
+/// The leader `c` stops by itself with status 75, its log saying `why`,
+/// and the standby whose log `b_log` reads leads.
+fn stops_and_the_standby_leads(c: &mut Cluster, b_log: &impl Fn() -> String, why: &str) {
+    let status = c.wait_exit(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(75), "{}", c.log());
+    assert!(c.log().contains(why), "{}", c.log());
+    wait_for("the standby to take over", Duration::from_secs(10), || {
+        b_log().contains("ysctld ready")
+    });
+}
+
+#[test]
+fn a_standby_takes_over_from_a_leader_killed_while_a_job_runs_and_the_job_ends_once() {
+    let Some((_etcd, mut c, (_b, b_log), id)) = one_server_two_controllers(module_path!()) else {
+        return;
+    };
     c.crash();
     let killed = Instant::now();
     wait_for("the standby to take over", Duration::from_secs(20), || {
@@ -289,14 +319,9 @@ fn a_standby_takes_over_from_a_leader_killed_while_a_job_runs_and_the_job_ends_o
 
 #[test]
 fn yscontrol_takeover_hands_the_lead_to_the_standby_at_once_and_the_job_ends_once() {
-    let Some(etcd) = etcd(module_path!()) else {
+    let Some((_etcd, mut c, (_b, b_log), id)) = one_server_two_controllers(module_path!()) else {
         return;
     };
-    let mut c = Cluster::new(&standby_table(&etcd, "ctl-a"));
-    c.start();
-    let (_b, b_log) = start_standby(&c, "ctl-b");
-    let id = slow_job(&c);
-    c.wait_state(id, "RUNNING", Duration::from_secs(10));
     let asked = Instant::now();
     let out = c.run("yscontrol", &["takeover"]);
     assert!(out.status.success(), "{}", common::stderr(&out));
@@ -307,16 +332,7 @@ fn yscontrol_takeover_hands_the_lead_to_the_standby_at_once_and_the_job_ends_onc
     );
     // The leader stops with the status that has its service start it
     // again, as the standby.
-    let status = c.wait_exit(Duration::from_secs(10));
-    assert_eq!(status.code(), Some(75), "{}", c.log());
-    assert!(
-        c.log().contains("handed over: the lease is given up"),
-        "{}",
-        c.log()
-    );
-    wait_for("the standby to take over", Duration::from_secs(10), || {
-        b_log().contains("ysctld ready")
-    });
+    stops_and_the_standby_leads(&mut c, &b_log, "handed over: the lease is given up");
     // At the standby's next campaign, well inside the 3 s lease it would
     // otherwise wait out.
     let takeover = asked.elapsed();
@@ -378,7 +394,13 @@ struct TwoControllers {
 const POOL_LEASE: &str = "12s";
 
 impl TwoControllers {
+    /// `None` where the test is skipped: not root (network namespaces, a
+    /// bridge), or no etcd.
     fn start(test: &str) -> Option<TwoControllers> {
+        if !common::is_root() {
+            common::skip(test, "two servers need root (network namespaces, a bridge)");
+            return None;
+        }
         let mut net = Net::new();
         // etcd on a server of its own, so that a leader can be cut off
         // from it alone.
@@ -533,13 +555,6 @@ fn job_on_the_node(c: &Cluster, secs: u32) -> u64 {
 
 #[test]
 fn a_standby_on_another_server_takes_over_from_a_killed_leader_and_the_node_follows_it() {
-    if !common::is_root() {
-        common::skip(
-            module_path!(),
-            "two servers need root (network namespaces, a bridge)",
-        );
-        return;
-    }
     let Some(mut two) = TwoControllers::start(module_path!()) else {
         return;
     };
@@ -562,13 +577,6 @@ fn a_standby_on_another_server_takes_over_from_a_killed_leader_and_the_node_foll
 
 #[test]
 fn a_leader_frozen_for_three_takeovers_finds_itself_deposed_and_writes_nothing() {
-    if !common::is_root() {
-        common::skip(
-            module_path!(),
-            "two servers need root (network namespaces, a bridge)",
-        );
-        return;
-    }
     let Some(mut two) = TwoControllers::start(module_path!()) else {
         return;
     };
@@ -616,13 +624,6 @@ fn a_leader_frozen_for_three_takeovers_finds_itself_deposed_and_writes_nothing()
 
 #[test]
 fn a_leader_cut_off_from_etcd_stops_within_half_a_lease_and_the_standby_takes_over() {
-    if !common::is_root() {
-        common::skip(
-            module_path!(),
-            "two servers need root (network namespaces, a bridge)",
-        );
-        return;
-    }
     let Some(mut two) = TwoControllers::start(module_path!()) else {
         return;
     };
@@ -708,13 +709,6 @@ fn submit_in_a_loop(
 
 #[test]
 fn submissions_acknowledged_across_a_takeover_each_exist_once_and_run_once() {
-    if !common::is_root() {
-        common::skip(
-            module_path!(),
-            "two servers need root (network namespaces, a bridge)",
-        );
-        return;
-    }
     let Some(mut two) = TwoControllers::start(module_path!()) else {
         return;
     };
@@ -793,13 +787,6 @@ fn submissions_acknowledged_across_a_takeover_each_exist_once_and_run_once() {
 
 #[test]
 fn a_standby_killed_while_it_takes_over_leaves_the_lead_to_the_next_and_the_job_ends_once() {
-    if !common::is_root() {
-        common::skip(
-            module_path!(),
-            "two servers need root (network namespaces, a bridge)",
-        );
-        return;
-    }
     let Some(mut two) = TwoControllers::start(module_path!()) else {
         return;
     };
@@ -834,13 +821,6 @@ fn a_standby_killed_while_it_takes_over_leaves_the_lead_to_the_next_and_the_job_
 
 #[test]
 fn a_leader_cut_off_from_its_nodes_but_not_from_etcd_stays_the_leader() {
-    if !common::is_root() {
-        common::skip(
-            module_path!(),
-            "two servers need root (network namespaces, a bridge)",
-        );
-        return;
-    }
     let Some(two) = TwoControllers::start(module_path!()) else {
         return;
     };
@@ -881,13 +861,6 @@ fn a_leader_cut_off_from_its_nodes_but_not_from_etcd_stays_the_leader() {
 
 #[test]
 fn a_node_refuses_a_controller_of_a_lower_term_than_it_was_welcomed_in() {
-    if !common::is_root() {
-        common::skip(
-            module_path!(),
-            "two servers need root (network namespaces, a bridge)",
-        );
-        return;
-    }
     let Some(mut two) = TwoControllers::start(module_path!()) else {
         return;
     };
@@ -925,14 +898,9 @@ fn a_node_refuses_a_controller_of_a_lower_term_than_it_was_welcomed_in() {
 
 #[test]
 fn a_leader_whose_key_someone_deletes_in_etcd_stops_before_the_standby_acts() {
-    let Some(etcd) = etcd(module_path!()) else {
+    let Some((etcd, mut c, (_b, b_log), id)) = one_server_two_controllers(module_path!()) else {
         return;
     };
-    let mut c = Cluster::new(&standby_table(&etcd, "ctl-a"));
-    c.start();
-    let (_b, b_log) = start_standby(&c, "ctl-b");
-    let id = slow_job(&c);
-    c.wait_state(id, "RUNNING", Duration::from_secs(10));
     // Whoever reaches etcd's client port deletes the leader key: the
     // standby may lead at its next campaign, while the leader's lease
     // still lives.
@@ -942,16 +910,7 @@ fn a_leader_whose_key_someone_deletes_in_etcd_stops_before_the_standby_acts() {
         .send_json(serde_json::json!({ "key": key }))
         .unwrap();
     // The leader finds out at its next proof and stops.
-    let status = c.wait_exit(Duration::from_secs(5));
-    assert_eq!(status.code(), Some(75), "{}", c.log());
-    assert!(
-        c.log().contains("leader key /ysched/5/leader is gone"),
-        "{}",
-        c.log()
-    );
-    wait_for("the standby to take over", Duration::from_secs(10), || {
-        b_log().contains("ysctld ready")
-    });
+    stops_and_the_standby_leads(&mut c, &b_log, "leader key /ysched/5/leader is gone");
     ran_once(&c, id);
 }
 
@@ -1002,12 +961,7 @@ impl TestCa {
 /// An etcd on loopback that speaks TLS only and takes only clients with
 /// a certificate of `ca`.
 fn etcd_with_tls(test: &str, ca: &TestCa) -> Option<Etcd> {
-    if Command::new("etcd").arg("--version").output().is_err() {
-        assert!(
-            std::env::var_os("YSCHED_REQUIRE_ETCD").is_none(),
-            "etcd is required here (YSCHED_REQUIRE_ETCD) but not installed"
-        );
-        common::skip(test, "etcd is not installed (Debian: etcd-server)");
+    if !etcd_installed(test) {
         return None;
     }
     let dir = tempfile::tempdir().unwrap();
