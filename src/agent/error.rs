@@ -24,6 +24,8 @@ pub enum AgentError {
     Refused(String),
     #[error("the controller answered what a join does not expect: {0}")]
     Unexpected(String),
+    #[error("{path} holds {found:?}, not a leader's term: the agent will not guess which controllers it may obey (the file is written by the agent alone; remove it to start from term 0)")]
+    BadTerm { path: PathBuf, found: String },
     #[error("{what}: {source}")]
     Io {
         what: String,

@@ -223,10 +223,13 @@ impl Session {
         };
         let term_file = session.identity_dir.join(TERM_FILE);
         let term = match std::fs::read_to_string(&term_file) {
-            Ok(text) => text.trim().parse::<u64>().map_err(|e| AgentError::Io {
-                what: format!("{} holds no term ({e:?})", term_file.display()),
-                source: std::io::Error::from(std::io::ErrorKind::InvalidData),
-            })?,
+            Ok(text) => text
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| AgentError::BadTerm {
+                    path: term_file.clone(),
+                    found: text.chars().take(40).collect(),
+                })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
             Err(e) => {
                 return Err(AgentError::io(format!(

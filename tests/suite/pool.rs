@@ -295,6 +295,24 @@ impl Agent {
         self.spawn_logged(command);
     }
 
+    /// Waits up to `timeout` for the agent to exit by itself; its status.
+    pub(crate) fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let child = self.child.as_mut().expect("agent started");
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                self.child = None;
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "ysnoded still runs:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Kills the agent with SIGKILL.
     pub(crate) fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -646,6 +664,28 @@ pub(crate) fn lines_of(p: &Pool, name: &str) -> Vec<String> {
         .lines()
         .map(str::to_string)
         .collect()
+}
+
+#[test]
+fn an_agent_whose_term_file_is_damaged_does_not_start_and_names_it() {
+    require_root_for_pool!();
+    let mut p = Pool::new(1, "");
+    p.agents[0].kill();
+    let term = p.agents[0].state_dir().join("pool/term");
+    std::fs::write(&term, "seven\n").unwrap();
+    p.agents[0].restart();
+    // It stops rather than guess which controllers it may obey.
+    let status = p.agents[0].wait_exit(LONG);
+    assert!(!status.success());
+    let said = format!("{} holds \"seven", term.display());
+    assert!(
+        p.agents[0].log_text().contains(&said),
+        "{}",
+        p.agents[0].log_text()
+    );
+    std::fs::remove_file(&term).unwrap();
+    p.agents[0].restart();
+    p.wait_states(&[(0, "idle")]);
 }
 
 #[test]
