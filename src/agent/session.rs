@@ -155,7 +155,7 @@ pub struct Session {
 const FROZEN_LIMIT_FILE: &str = "frozen_limit";
 
 /// Where a node keeps the highest leader's term it was welcomed in.
-pub const TERM_FILE: &str = "term";
+const TERM_FILE: &str = "term";
 
 impl Session {
     pub fn new(

@@ -138,6 +138,29 @@ pub fn started_state(spool: &Path, id: u64) -> serde_json::Value {
     read().expect("read just above")
 }
 
+/// Waits up to `timeout` for the process in `child` to exit by itself,
+/// takes it, and says its status; `log` is shown if it does not.
+pub fn wait_exit(
+    child: &mut Option<Child>,
+    timeout: Duration,
+    log: impl Fn() -> String,
+) -> std::process::ExitStatus {
+    let process = child.as_mut().expect("process started");
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = process.try_wait().unwrap() {
+            *child = None;
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running {timeout:?} on:\n{}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 pub fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !condition() {
@@ -251,20 +274,10 @@ impl Cluster {
 
     /// Waits for the daemon to exit by itself; its status.
     pub fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
-        let child = self.daemon.as_mut().expect("daemon running");
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                self.daemon = None;
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "ysctld still runs {timeout:?} on:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let log = self.log.clone();
+        wait_exit(&mut self.daemon, timeout, || {
+            std::fs::read_to_string(&log).unwrap_or_default()
+        })
     }
 
     pub fn daemon_pid(&self) -> nix::unistd::Pid {

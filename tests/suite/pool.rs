@@ -297,20 +297,10 @@ impl Agent {
 
     /// Waits up to `timeout` for the agent to exit by itself; its status.
     pub(crate) fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
-        let child = self.child.as_mut().expect("agent started");
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                self.child = None;
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "ysnoded still runs:\n{}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let log = self.log();
+        common::wait_exit(&mut self.child, timeout, || {
+            std::fs::read_to_string(&log).unwrap_or_default()
+        })
     }
 
     /// Kills the agent with SIGKILL.
