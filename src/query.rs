@@ -16,7 +16,7 @@ use rusqlite::Connection;
 
 use crate::array::JobRef;
 use crate::db::{self, DbError};
-use crate::model::job::{Job, JobId, JobState};
+use crate::model::job::{IdMap, Job, JobId, JobState};
 use crate::proto::{JobFilter, Query, Reply, ShareRow};
 use crate::report::view::JobView;
 use crate::report::{self, Field};
@@ -48,8 +48,8 @@ pub(crate) struct SnapshotInputs {
 /// job, made up front, was 15 MB at 100,000 jobs and most of a rebuild,
 /// and a listing right after a change waited for it.
 pub(crate) struct ViewFacts {
-    pub reasons: HashMap<JobId, Reason>,
-    pub expected_starts: HashMap<JobId, i64>,
+    pub reasons: IdMap<Reason>,
+    pub expected_starts: IdMap<i64>,
     pub weights: crate::config::PriorityWeights,
     pub qos: Vec<crate::config::Qos>,
     pub fairshare: crate::sched::fairshare::FactorMap,
@@ -61,8 +61,8 @@ pub(crate) struct ViewFacts {
 impl Default for ViewFacts {
     fn default() -> ViewFacts {
         ViewFacts {
-            reasons: HashMap::new(),
-            expected_starts: HashMap::new(),
+            reasons: IdMap::default(),
+            expected_starts: IdMap::default(),
             weights: crate::config::PriorityWeights {
                 age: 0,
                 fairshare: 0,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 
 use crate::config::Config;
-use crate::model::job::{Job, JobId, JobState};
+use crate::model::job::{IdMap, Job, JobId, JobState};
 use crate::proto::Reply;
 use crate::sched::{self, Reason};
 use crate::spool::socket::SocketRequest;
@@ -274,9 +274,9 @@ pub(super) struct Daemon {
 #[derive(Default)]
 pub(super) struct PolicyState {
     /// From the last scheduling pass.
-    pub(super) reasons: HashMap<JobId, Reason>,
+    pub(super) reasons: IdMap<Reason>,
     /// When jobs with a reservation are expected to start, from the last pass.
-    pub(super) expected_starts: HashMap<JobId, i64>,
+    pub(super) expected_starts: IdMap<i64>,
     /// Each association's usage, as charged and last decayed.
     pub(super) usage: HashMap<(String, String), sched::fairshare::Usage>,
     /// What each budgeted account spent in its current period.

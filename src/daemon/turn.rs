@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::db::{self};
 use crate::exec::executor::ImageStatus;
-use crate::model::job::{Job, JobId, JobState};
+use crate::model::job::{IdMap, Job, JobId, JobState};
 use crate::proto::{Channel, Control, Reply, Request};
 use crate::sched::{self, Reason};
 use crate::spool::socket::{self};
@@ -868,7 +868,7 @@ impl Daemon {
 
     /// What the views add to the jobs, as the last pass left it, with
     /// `reasons` (all of them, or those of the jobs a snapshot holds).
-    fn view_facts(&self, reasons: HashMap<JobId, Reason>, now: i64) -> query::ViewFacts {
+    fn view_facts(&self, reasons: IdMap<Reason>, now: i64) -> query::ViewFacts {
         query::ViewFacts {
             reasons,
             expected_starts: self.core.policy.expected_starts.clone(),

@@ -282,11 +282,15 @@ pub fn decay(usage: f64, elapsed: i64, half_life: Option<u64>) -> f64 {
 
 /// Fair-share factors by account, then user: looked up with borrowed
 /// names, since a pass looks up every pending job's.
-pub type FactorMap = HashMap<String, HashMap<String, f64>>;
+/// Keyed by account, then user: looked up for every pending job of a pass
+/// (when the job before was of another association), so hashed with
+/// rustc-hash's fast hash. The names are the config's accounts and the
+/// system's users, which no user picks to collide.
+pub type FactorMap = rustc_hash::FxHashMap<String, rustc_hash::FxHashMap<String, f64>>;
 
 /// The factor of each (account, user) association, from a computed tree.
 pub fn factors(tree: &Tree, shares: &[NodeShare]) -> FactorMap {
-    let mut map = FactorMap::new();
+    let mut map = FactorMap::default();
     for (n, s) in tree.nodes.iter().zip(shares) {
         if let Some(u) = &n.user {
             map.entry(n.account.clone())
@@ -575,8 +579,9 @@ pub fn build_tree<'a>(
                 .map(|u| (a.name.clone(), u.clone())),
         );
     }
-    // Dedup while borrowed: a long queue names few associations many times.
-    let unique: std::collections::HashSet<(&str, &str)> = associations.into_iter().collect();
+    // Dedup while borrowed: a long queue names few associations many times
+    // (the fast hash for the same reason as [`FactorMap`]'s).
+    let unique: rustc_hash::FxHashSet<(&str, &str)> = associations.into_iter().collect();
     users.extend(
         unique
             .into_iter()

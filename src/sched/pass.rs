@@ -9,7 +9,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::config::{Config, PreemptMode};
-use crate::model::job::{Job, JobId, JobState};
+use crate::model::job::{IdMap, Job, JobId, JobState};
 use crate::model::policy::{Association, OverBudget};
 
 use super::dependency::{Dependency, Status};
@@ -54,7 +54,7 @@ pub struct Decisions {
     /// Jobs to start now, in priority order, where.
     pub starts: Vec<Placement>,
     /// Pending jobs held back before placement, with why.
-    pub held: HashMap<JobId, Reason>,
+    pub held: IdMap<Reason>,
     /// Pending jobs whose dependency can never be satisfied (held with
     /// `DependencyNeverSatisfied`; the config may cancel them instead).
     pub never: Vec<JobId>,
@@ -149,12 +149,19 @@ fn pass_in_pool_numbers(state: &State<'_>, config: &Config) -> Decisions {
         total_gpus: state.layout.gpus.len() as u32,
     };
     let mut rater = priority::Rater::new(&ctx);
-    let pending: Vec<(&Job, i64)> = state
+    // Whether each job's QoS may stop others, found while the rater has
+    // just read its QoS: the preemption walk passes the others by without
+    // a trip to each job's memory (most of a long queue).
+    let preempting = preempting_qos(config);
+    let (pending, of_preempting_qos): (Vec<(&Job, i64)>, Vec<bool>) = state
         .jobs
         .iter()
         .filter(|j| j.state == JobState::Pending && !held.contains_key(&j.id))
-        .map(|j| (*j, rater.factors(j, now).priority()))
-        .collect();
+        .map(|j| {
+            let rated = (*j, rater.factors(j, now).priority());
+            (rated, preempting.contains(&j.qos.as_str()))
+        })
+        .unzip();
     let running: Vec<&Job> = state
         .jobs
         .iter()
@@ -169,7 +176,13 @@ fn pass_in_pool_numbers(state: &State<'_>, config: &Config) -> Decisions {
         spare,
         ordered,
     } = plan_keeping_spare(&pending, &running, &pool, &policy, now);
-    let taken = (&plan, ordered.as_slice());
+    // With no account over its guarantee, only a QoS's rights stop others.
+    let contenders: Vec<&Job> = ordered
+        .into_iter()
+        .filter(|&at| !excess.is_empty() || of_preempting_qos[at])
+        .map(|at| pending[at].0)
+        .collect();
+    let taken = (&plan, contenders.as_slice());
     let preemptions = preemptions(state, config, taken, &policy, (&borrowing, excess))
         .into_iter()
         .map(|(job, choice, reclaimed)| {
@@ -199,6 +212,16 @@ fn pass_in_pool_numbers(state: &State<'_>, config: &Config) -> Decisions {
         factors,
         spare: Some(spare),
     }
+}
+
+/// The QoS whose jobs may stop others.
+fn preempting_qos(config: &Config) -> Vec<&str> {
+    config
+        .qos
+        .iter()
+        .filter(|q| !q.preempt.is_empty())
+        .map(|q| q.name.as_str())
+        .collect()
 }
 
 /// Where a start the plan made (in pool numbers) runs: its nodes, the
@@ -242,8 +265,8 @@ fn fair_share(state: &State<'_>, config: &Config) -> (Tree, Vec<NodeShare>, Fact
 pub fn dependency_waits(
     jobs: &[&Job],
     named: &HashMap<JobId, Option<JobState>>,
-) -> (HashMap<JobId, Reason>, Vec<JobId>) {
-    let mut held = HashMap::new();
+) -> (IdMap<Reason>, Vec<JobId>) {
+    let mut held = IdMap::default();
     let mut never = Vec::new();
     let waiting: Vec<&Job> = jobs
         .iter()
@@ -317,9 +340,9 @@ pub fn worst_case(job: &Job, gpus: &[crate::model::gpu::Gpu], config: &Config) -
 /// Pending jobs of budgets that refuse when over: in submit order, each
 /// waits once what is spent, what runs (at its worst case) and the jobs
 /// before it would pass the budget.
-fn budget_waits(state: &State<'_>, config: &Config) -> HashMap<JobId, Reason> {
+fn budget_waits(state: &State<'_>, config: &Config) -> IdMap<Reason> {
     let policy = limits::Policy::new(config);
-    let mut waits = HashMap::new();
+    let mut waits = IdMap::default();
     for account in &config.accounts {
         let Some(b) = account
             .budget
@@ -373,12 +396,13 @@ fn budget_waits(state: &State<'_>, config: &Config) -> HashMap<JobId, Reason> {
 /// than it holds beyond its guarantee. Victims and GPUs chosen for one
 /// are not chosen again for the next. What is free and who may be a
 /// victim are found once per pass: a long queue of jobs that may preempt
-/// costs a choice each, not a walk of every job. `ordered` is the
-/// pending jobs in the plan's order.
+/// costs a choice each, not a walk of every job. `contenders` are the
+/// pending jobs that may stop others (by their QoS, or any while an
+/// account is over its guarantee), in the plan's order.
 fn preemptions(
     state: &State<'_>,
     config: &Config,
-    (plan, ordered): (&Plan, &[&Job]),
+    (plan, contenders): (&Plan, &[&Job]),
     policy: &limits::Policy,
     (borrowing, mut excess): (&HashSet<JobId>, HashMap<String, u32>),
 ) -> Vec<(JobId, Choice, Vec<JobId>)> {
@@ -398,15 +422,6 @@ fn preemptions(
             free.take(job, &start.nodes, &start.gpus, &types);
         }
     }
-    // The QoS that may stop others; with no account over its guarantee,
-    // a job of another QoS stops no one, and is passed by at once (most
-    // of a long queue).
-    let preempting: Vec<&str> = config
-        .qos
-        .iter()
-        .filter(|q| !q.preempt.is_empty())
-        .map(|q| q.name.as_str())
-        .collect();
     // A job whose GPUs are kept for a preemptor already is no victim for
     // another: stopping it frees them for the first.
     let claimed: HashSet<u32> = state
@@ -426,19 +441,20 @@ fn preemptions(
     let mut chosen = Vec::new();
     // Requests no victims could make room for, until a choice changes
     // what is free: the same request fails again, so it is not tried.
-    let mut no_room: HashSet<(&str, &str, &crate::model::job::GpuRequest, u32, Option<u64>)> =
-        HashSet::new();
-    for &job in ordered {
+    let mut no_room: rustc_hash::FxHashSet<(
+        &str,
+        &str,
+        &crate::model::job::GpuRequest,
+        u32,
+        Option<u64>,
+    )> = Default::default();
+    for &job in contenders {
         if victims.is_empty() {
             break;
         }
         let id = job.id;
-        let may_stop = !excess.is_empty() || preempting.contains(&job.qos.as_str());
         // A job over several nodes waits for them; it stops no one.
-        if !may_stop
-            || job.tasks.is_multi_node()
-            || !waits_for_room(job, plan, state.now, config.preempt_wait)
-        {
+        if job.tasks.is_multi_node() || !waits_for_room(job, plan, state.now, config.preempt_wait) {
             continue;
         }
         let shape = (

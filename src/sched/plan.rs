@@ -1,14 +1,12 @@
 //! The backfill planner: which pending jobs start now and where, which
 //! get a reservation, and why the others wait.
 
-use std::collections::HashMap;
-
 use super::pool::NodeRoom;
 use super::profile::{Free, Profile, Slot, Types};
 use super::reason::Reason;
 use super::{elastic, limits, placement, priority, profile};
 use crate::model::gpu::Gpu;
-use crate::model::job::{GpuRequest, Hold, Job, JobId};
+use crate::model::job::{GpuRequest, Hold, IdMap, Job, JobId};
 
 /// The consumable resources of the pool, in pool numbers (see
 /// [`super::pool::Layout`]).
@@ -47,7 +45,7 @@ pub struct Plan {
     /// Jobs to start now, where, in priority order.
     pub starts: Vec<Start>,
     /// Why each pending job that does not start waits.
-    pub reasons: HashMap<JobId, Reason>,
+    pub reasons: IdMap<Reason>,
     /// Pending job ids in scheduling order (for `ysqueue`).
     pub order: Vec<JobId>,
     /// The earliest future time at which a pass could start something that
@@ -57,7 +55,7 @@ pub struct Plan {
     pub backfilled: Vec<JobId>,
     /// When the jobs given a reservation are expected to start (`ysqueue
     /// --start`), should running jobs last their whole time limits.
-    pub expected_starts: HashMap<JobId, i64>,
+    pub expected_starts: IdMap<i64>,
 }
 
 /// One scheduling pass (backfill): jobs in priority order start where they
@@ -82,10 +80,13 @@ pub fn plan<'a>(
 
 /// A plan, what it leaves for the jobs queued before the next pass, and
 /// the pending jobs in the order it took them.
-pub struct Planned<'a> {
+pub struct Planned {
     pub plan: Plan,
     pub spare: Spare,
-    pub ordered: Vec<&'a Job>,
+    /// Where each pending job is in the `pending` the plan was given, in
+    /// the order the plan took them: what the caller knows of each job
+    /// (kept beside `pending`) it finds without a lookup.
+    pub ordered: Vec<usize>,
 }
 
 /// [`plan`], and what it leaves for the jobs queued before the next.
@@ -95,20 +96,23 @@ pub fn plan_keeping_spare<'a>(
     node: &'a Pool<'a>,
     policy: &'a limits::Policy,
     now: i64,
-) -> Planned<'a> {
-    let mut ordered: Vec<(&'a Job, i64)> = pending.to_vec();
-    ordered.sort_by(|a, b| priority::order(*a, *b));
-    let ordered: Vec<&'a Job> = ordered.into_iter().map(|(j, _)| j).collect();
+) -> Planned {
+    let mut ordered: Vec<(&'a Job, i64, usize)> = pending
+        .iter()
+        .enumerate()
+        .map(|(at, &(job, priority))| (job, priority, at))
+        .collect();
+    ordered.sort_by(|a, b| priority::order((a.0, a.1), (b.0, b.1)));
     let mut pass = Planner::new(pending, running, node, policy, now);
-    pass.plan.order = ordered.iter().map(|j| j.id).collect();
+    pass.plan.order = ordered.iter().map(|(job, ..)| job.id).collect();
     pass.plan.reasons.reserve(ordered.len());
-    for job in &ordered {
+    for &(job, ..) in &ordered {
         pass.consider(job);
     }
     Planned {
         plan: pass.plan,
         spare: pass.left,
-        ordered,
+        ordered: ordered.into_iter().map(|(.., at)| at).collect(),
     }
 }
 
@@ -175,7 +179,7 @@ struct Planner<'a, 'p> {
     /// the timeline only fills up during a pass, so a job of that shape
     /// that runs as long or longer does not fit either. This keeps a pass
     /// over a long queue that cannot start linear.
-    no_room: HashMap<(&'a GpuRequest, u32, u64), u64>,
+    no_room: rustc_hash::FxHashMap<(&'a GpuRequest, u32, u64), u64>,
     plan: Plan,
 }
 
@@ -240,7 +244,7 @@ impl<'a, 'p> Planner<'a, 'p> {
             wanting,
             reservations: 0,
             blocked_above: false,
-            no_room: HashMap::new(),
+            no_room: Default::default(),
             // A limit window that opens or closes changes what may start.
             plan: Plan {
                 wake_at: policy.next_change(),
@@ -262,7 +266,7 @@ impl<'a, 'p> Planner<'a, 'p> {
             wanting: Default::default(),
             reservations: 0,
             blocked_above: false,
-            no_room: HashMap::new(),
+            no_room: Default::default(),
             plan: Plan::default(),
         }
     }

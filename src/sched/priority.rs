@@ -183,7 +183,12 @@ mod tests {
     #[test]
     fn factors_and_their_weighted_sum_by_hand() {
         let qos = default_qos_levels();
-        let fs: FactorMap = [("vision".to_string(), [("alice".to_string(), 0.25)].into())].into();
+        let fs: FactorMap = [(
+            "vision".to_string(),
+            [("alice".to_string(), 0.25)].into_iter().collect(),
+        )]
+        .into_iter()
+        .collect();
         let w = weights();
         let ctx = Context {
             weights: &w,
@@ -224,11 +229,17 @@ mod tests {
         let fs: FactorMap = [
             (
                 "vision".to_string(),
-                [("alice".to_string(), 0.25), ("bob".to_string(), 0.75)].into(),
+                [("alice".to_string(), 0.25), ("bob".to_string(), 0.75)]
+                    .into_iter()
+                    .collect(),
             ),
-            ("nlp".to_string(), [("alice".to_string(), 0.5)].into()),
+            (
+                "nlp".to_string(),
+                [("alice".to_string(), 0.5)].into_iter().collect(),
+            ),
         ]
-        .into();
+        .into_iter()
+        .collect();
         let ctx = Context {
             weights: &w,
             qos: &qos,
@@ -271,9 +282,12 @@ mod tests {
         let w = weights();
         let fs: FactorMap = [(
             "vision".to_string(),
-            [("alice".to_string(), 0.0), ("bob".to_string(), 1.0)].into(),
+            [("alice".to_string(), 0.0), ("bob".to_string(), 1.0)]
+                .into_iter()
+                .collect(),
         )]
-        .into();
+        .into_iter()
+        .collect();
         let ctx = Context {
             weights: &w,
             qos: &qos,

@@ -179,7 +179,22 @@ impl Free {
     /// Enough GPUs of one type in the pool for `job`, and a node with its
     /// CPUs and memory: what every placement needs, checked cheaply.
     pub fn fits(&self, job: &Job, types: &Types) -> bool {
-        let count = job.gpus.count;
+        let count = job.gpus.count * job.tasks.nodes_min;
+        // The GPUs of its type first: behind a long queue the pool is
+        // full, and their count answers without a walk of the nodes.
+        let enough_gpus = count == 0
+            || job.gpus.shard
+            || match &job.gpus.gpu_type {
+                Some(t) => types
+                    .names
+                    .iter()
+                    .position(|n| n == t)
+                    .is_some_and(|i| self.per_type[i] >= count),
+                None => self.per_type.iter().any(|&n| n >= count),
+            };
+        if !enough_gpus {
+            return false;
+        }
         let mem = job.mem_mb.unwrap_or(0);
         let rooms = (0..types.nodes.len())
             .filter(|&i| {
@@ -193,19 +208,8 @@ impl Free {
         if rooms < job.tasks.nodes_min as usize {
             return false;
         }
-        let count = count * job.tasks.nodes_min;
-        if job.gpus.shard && count > 0 {
-            return !self.shareable(job, types).is_empty();
-        }
-        count == 0
-            || match &job.gpus.gpu_type {
-                Some(t) => types
-                    .names
-                    .iter()
-                    .position(|n| n == t)
-                    .is_some_and(|i| self.per_type[i] >= count),
-                None => self.per_type.iter().any(|&n| n >= count),
-            }
+        // A shard needs a GPU with room left to share.
+        !(job.gpus.shard && count > 0 && self.shareable(job, types).is_empty())
     }
 
     /// Takes GPUs only, whole.
