@@ -54,8 +54,11 @@ impl Daemon {
 
     /// With `[standby]`, stops the process before anything is written
     /// or sent once this controller's lease is no longer proven: another
-    /// may lead by now (`leading`).
-    fn fence(&self) {
+    /// may lead by now (`leading`). The event loop asks too before it
+    /// takes in what came: a controller that runs again after a stall
+    /// (frozen, its machine suspended) stops before it handles, or logs,
+    /// what came meanwhile, not only at its next write.
+    pub(super) fn fence(&self) {
         if let Some(leadership) = &self.store.leadership {
             if !leadership.may_act() {
                 leadership.step_down("its lease was not proven in time");

@@ -129,6 +129,8 @@ impl Daemon {
             } else {
                 None
             };
+            // Still leading? Before what came during a stall is taken in.
+            self.fence();
             let mut exited = Vec::new();
             for event in first.into_iter().chain(inbox.try_iter()) {
                 match event {
