@@ -406,7 +406,9 @@ fn preemptions(
     policy: &limits::Policy,
     (borrowing, mut excess): (&HashSet<JobId>, HashMap<String, u32>),
 ) -> Vec<(JobId, Choice, Vec<JobId>)> {
-    if excess.is_empty() && config.qos.iter().all(|q| q.preempt.is_empty()) {
+    // No job that may stop others waits (a sweep of a QoS that preempts
+    // no one): no walk of the running jobs for victims either.
+    if contenders.is_empty() {
         return Vec::new();
     }
     let types = Types::new(&state.layout.gpus, &state.layout.nodes);
