@@ -557,6 +557,12 @@ impl Step {
                 Relayed::Lost(why) => {
                     if !lost_nodes.contains(&node) {
                         lost_nodes.push(node);
+                        // A cancelled job's node may close the link
+                        // before its tasks' ends are relayed: say so first.
+                        if !stopping && !asked_why {
+                            asked_why = true;
+                            say_if_job_ending(step.job);
+                        }
                         super::say(&format!(
                             "srun: error: lost the tasks of node {node}: {why}"
                         ));
