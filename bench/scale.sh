@@ -150,13 +150,18 @@ to_s=$(date -d "$month_to" +%s)
 sql=$(median_of sqlite3 "$db" "SELECT id, name, user, account, state, exit_code, end_time - start_time \
     FROM jobs WHERE (end_time IS NULL OR end_time >= $from_s) AND submit_time <= $to_s ORDER BY id")
 
-# 5. A job that can run (no GPU, a minute), submitted behind the pending.
-started=$(now)
-runnable=$(ysbatch --parsable -c 1 -t 1 -o /dev/null --wrap "sleep 30")
-for _ in $(seq 2000); do
-    case "$(ysqueue -h -j "$runnable" -o %T)" in PENDING) sleep 0.002 ;; *) break ;; esac
-done
-to_start=$(seconds "$started")
+# 5. A job that can run (no GPU, a minute), submitted behind the pending:
+# from just before ysbatch starts to the job's first command, as the job
+# itself notes it (no poller's processes in the figure), median of 5.
+mark=$dir/started
+for _ in 1 2 3 4 5; do
+    rm -f "$mark"
+    started=$(now)
+    ysbatch --parsable -c 1 -t 1 -o /dev/null --wrap "date +%s.%N > $mark.t; mv $mark.t $mark; sleep 30" >/dev/null
+    for _ in $(seq 2000); do [ -s "$mark" ] && break; sleep 0.002; done
+    echo "$(cat "$mark") - $started" | bc
+done | median >"$dir/to_start"
+to_start=$(cat "$dir/to_start")
 
 printf 'finished %s, pending %s: database %s MB (%s bytes a job), filled in %.1f s\n' \
     "$FINISHED" "$PENDING" "$mb" "$(( $(stat -c %s "$db") / (FINISHED + PENDING) ))" "$fill"
@@ -165,4 +170,4 @@ printf '%-52s %9.3f %9s\n' "restart to first answer, the file changed (checked)"
 printf '%-52s %9.3f %9s\n' "restart to first answer, after a clean stop" "$clean" ""
 printf '%-52s %9.3f %9s\n' "ysqueue -t PD ($queued jobs), median of 5" "$queue" ""
 printf '%-52s %9.3f %9.3f\n' "ysacct, the last 30 days, all users (sqlite3)" "$acct" "$sql"
-printf '%-52s %9.3f %9s\n' "a job that can run: submit to started" "$to_start" ""
+printf '%-52s %9.3f %9s\n' "a job that can run: submit to its first command, median of 5" "$to_start" ""

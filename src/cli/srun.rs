@@ -497,7 +497,7 @@ impl Step {
     ) -> StepEnded {
         let mut usage = StepUsage::default();
         let mut endings: Endings = BTreeMap::new();
-        let mut lost_nodes: Vec<usize> = Vec::new();
+        let mut lost_nodes = std::collections::BTreeSet::new();
         let mut kill_at: Option<Instant> = None;
         // `--wait`: when the others are killed, once the first has ended.
         let mut wait_at: Option<Instant> = None;
@@ -534,9 +534,8 @@ impl Step {
                     output.flush_task(task);
                     usage.add(task, used);
                     let status = if signal != 0 { 128 + signal } else { code };
-                    if signal != 0 && !stopping && !asked_why {
-                        asked_why = true;
-                        say_if_job_ending(step.job);
+                    if signal != 0 {
+                        ask_once_if_ending(&mut asked_why, stopping, step.job);
                     }
                     let first = {
                         let mut ended = self.ended();
@@ -555,14 +554,9 @@ impl Step {
                     1
                 }
                 Relayed::Lost(why) => {
-                    if !lost_nodes.contains(&node) {
-                        lost_nodes.push(node);
-                        // A cancelled job's node may close the link
-                        // before its tasks' ends are relayed: say so first.
-                        if !stopping && !asked_why {
-                            asked_why = true;
-                            say_if_job_ending(step.job);
-                        }
+                    if lost_nodes.insert(node) {
+                        // A cancelled job's node may close it first.
+                        ask_once_if_ending(&mut asked_why, stopping, step.job);
                         super::say(&format!(
                             "srun: error: lost the tasks of node {node}: {why}"
                         ));
@@ -637,6 +631,14 @@ impl Identity {
         super::say(&format!("srun: First task exited {}s ago", after.as_secs()));
         super::say(&format!("srun: {id} {}: running", tasks_text(&running)));
         super::say(&format!("srun: Terminating {id}"));
+    }
+}
+
+/// [`say_if_job_ending`], once, unless srun is stopping the step itself.
+fn ask_once_if_ending(asked: &mut bool, stopping: bool, job: u64) {
+    if !stopping && !*asked {
+        *asked = true;
+        say_if_job_ending(job);
     }
 }
 

@@ -101,7 +101,7 @@ impl Daemon {
     pub(super) fn dependency_states(
         &mut self,
     ) -> Result<HashMap<JobId, Option<JobState>>, DaemonError> {
-        let named = crate::sched::pass::named_by_dependencies(self.core.jobs.all());
+        let named = crate::sched::pass::named_by_dependencies(self.core.jobs.depending());
         let mut states = HashMap::with_capacity(named.len());
         for &id in &named {
             states.insert(id, self.state_of(id)?);

@@ -140,24 +140,27 @@ impl Daemon {
     /// its GPUs' hours when the set changes or on `flush` (so a crash loses
     /// at most a flush interval).
     pub(super) fn track_idle(&mut self, now: i64, flush: bool) -> Result<(), DaemonError> {
-        // In pool numbers: one GPU of the pool, one number.
+        // In pool numbers: one GPU of the pool, one number. The holders
+        // and one waiting job, from the jobs' indexes: a walk of every
+        // job here cost each turn that changed something 7 ms behind
+        // 100,000 pending jobs.
         let layout = self.nodes.layout();
         let in_pool: Vec<crate::model::job::Job> = if layout.is_single() {
             Vec::new()
         } else {
             self.core
                 .jobs
-                .all()
-                .filter(|j| j.state.holds_gpus())
+                .holding()
                 .map(|j| layout.to_pool(j))
                 .collect()
         };
-        let jobs: Vec<&crate::model::job::Job> = if layout.is_single() {
-            self.core.jobs.all().collect()
+        let waiting = self.core.jobs.first_wanting_gpus();
+        let holders: Vec<&crate::model::job::Job> = if layout.is_single() {
+            self.core.jobs.holding().collect()
         } else {
-            let pending = self.core.jobs.all().filter(|j| !j.state.holds_gpus());
-            in_pool.iter().chain(pending).collect()
+            in_pool.iter().collect()
         };
+        let jobs = holders.into_iter().chain(waiting.as_deref());
         let mut idle =
             crate::report::history::idle_while_waiting(jobs, self.nodes.all_gpus().len());
         // Out of service is not idle: drained GPUs, nodes drained or down.

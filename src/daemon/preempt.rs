@@ -22,13 +22,7 @@ impl Daemon {
     /// work a preemption would lose); only while a pending job may
     /// preempt (or reclaim), so that a pass does not stat every running
     /// job's file.
-    pub(super) fn checkpoint_times(&self) -> HashMap<JobId, i64> {
-        let may_preempt = |qos: &str| {
-            self.core
-                .config
-                .qos_named(qos)
-                .is_some_and(|q| !q.preempt.is_empty())
-        };
+    pub(super) fn checkpoint_times(&mut self) -> HashMap<JobId, i64> {
         // With elastic quotas any job within its guarantee may reclaim.
         let may_reclaim = self
             .core
@@ -36,19 +30,18 @@ impl Daemon {
             .accounts
             .iter()
             .any(|a| a.limits.borrow_limit.is_some());
-        if !may_reclaim
-            && !self
-                .core
-                .jobs
-                .all()
-                .any(|j| j.state == JobState::Pending && may_preempt(&j.qos))
-        {
+        let jobs = &mut self.core.jobs;
+        let may_preempt = self
+            .core
+            .config
+            .qos
+            .iter()
+            .filter(|q| !q.preempt.is_empty())
+            .any(|q| jobs.any_pending_in(&q.name));
+        if !may_reclaim && !may_preempt {
             return HashMap::new();
         }
-        self.core
-            .jobs
-            .all()
-            .filter(|j| j.state == JobState::Running)
+        jobs.running()
             .filter_map(|j| Some((j.id, super::reads::checkpoint_file_time(j)?)))
             .collect()
     }

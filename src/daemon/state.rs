@@ -48,17 +48,26 @@ pub(super) const IDLE_FLUSH_EVERY: Duration = Duration::from_secs(60);
 pub(super) const POLICE_EVERY: Duration = Duration::from_secs(5);
 
 /// The active jobs, each shared with the queue snapshot that may hold it
-/// (so that a snapshot costs a pointer per job, not a copy), and the ids
-/// of the running ones: what every turn checks for time limits, without
-/// walking 100,000 pending jobs each time (which made filling a queue
-/// quadratic).
+/// (so that a snapshot costs a pointer per job, not a copy), and two
+/// indexes that spare every turn a walk of 100,000 pending jobs (which
+/// made filling a queue quadratic, and cost 7 ms a submission behind
+/// such a queue): the ids of the jobs holding GPUs (what each turn checks
+/// for time limits and counts as taken), of the pending jobs that want
+/// GPUs and are not held (whether GPUs idle while jobs wait), and of the
+/// pending jobs with dependencies (whose states each pass looks up) and
+/// of the pending jobs of each QoS (whether one that may preempt waits).
 #[derive(Default)]
 pub(super) struct Jobs {
     pub(super) all: BTreeMap<JobId, Arc<Job>>,
-    pub(super) running: BTreeSet<JobId>,
-    /// Jobs handed out by `job_mut` since the running set was last
-    /// brought up to date.
-    pub(super) touched: Vec<JobId>,
+    holding: BTreeSet<JobId>,
+    wanting_gpus: BTreeSet<JobId>,
+    depending: BTreeSet<JobId>,
+    /// By QoS name: a few (the config's), so a job whose QoS changed is
+    /// taken out of each.
+    pending_by_qos: HashMap<String, BTreeSet<JobId>>,
+    /// Jobs inserted or handed out by `job_mut` since the indexes were
+    /// last brought up to date.
+    touched: Vec<JobId>,
     /// What the active interactive allocations need besides their records.
     pub(super) sessions: Sessions,
 }
@@ -89,7 +98,12 @@ impl Jobs {
     }
 
     pub(super) fn remove(&mut self, id: &JobId) -> Option<Arc<Job>> {
-        self.running.remove(id);
+        self.holding.remove(id);
+        self.wanting_gpus.remove(id);
+        self.depending.remove(id);
+        for pending in self.pending_by_qos.values_mut() {
+            pending.remove(id);
+        }
         self.sessions.links.remove(id);
         self.all.remove(id)
     }
@@ -108,22 +122,71 @@ impl Jobs {
 
     /// The running jobs, in id order.
     pub(super) fn running(&mut self) -> impl Iterator<Item = &Job> + Clone {
-        for id in self.touched.drain(..) {
-            if self
-                .all
-                .get(&id)
-                .is_some_and(|j| j.state == JobState::Running)
-            {
-                self.running.insert(id);
-            } else {
-                self.running.remove(&id);
-            }
-        }
+        self.holding().filter(|j| j.state == JobState::Running)
+    }
+
+    /// The jobs holding GPUs (running, completing, suspended), in id order.
+    pub(super) fn holding(&mut self) -> impl Iterator<Item = &Job> + Clone {
+        self.bring_up_to_date();
         let all = &self.all;
-        self.running
+        self.holding
             .iter()
             .filter_map(move |id| all.get(id))
             .map(|job| &**job)
+    }
+
+    /// The first pending job that waits for GPUs (not held), if any.
+    pub(super) fn first_wanting_gpus(&mut self) -> Option<Arc<Job>> {
+        self.bring_up_to_date();
+        let id = self.wanting_gpus.first()?;
+        self.all.get(id).cloned()
+    }
+
+    /// The pending jobs with a dependency, in id order.
+    pub(super) fn depending(&mut self) -> impl Iterator<Item = &Job> + Clone {
+        self.bring_up_to_date();
+        let all = &self.all;
+        self.depending
+            .iter()
+            .filter_map(move |id| all.get(id))
+            .map(|job| &**job)
+    }
+
+    /// Whether a job of QoS `qos` is pending.
+    pub(super) fn any_pending_in(&mut self, qos: &str) -> bool {
+        self.bring_up_to_date();
+        self.pending_by_qos.get(qos).is_some_and(|p| !p.is_empty())
+    }
+
+    fn bring_up_to_date(&mut self) {
+        for id in self.touched.drain(..) {
+            let job = self.all.get(&id);
+            let holds = job.is_some_and(|j| j.state.holds_gpus());
+            let wants = job.is_some_and(|j| crate::report::history::waits_for_gpus(j));
+            let depends =
+                job.is_some_and(|j| j.state == JobState::Pending && j.dependency.is_some());
+            let sets = [
+                (&mut self.holding, holds),
+                (&mut self.wanting_gpus, wants),
+                (&mut self.depending, depends),
+            ];
+            for (set, member) in sets {
+                if member {
+                    set.insert(id);
+                } else {
+                    set.remove(&id);
+                }
+            }
+            for pending in self.pending_by_qos.values_mut() {
+                pending.remove(&id);
+            }
+            if let Some(job) = job.filter(|j| j.state == JobState::Pending) {
+                self.pending_by_qos
+                    .entry(job.qos.clone())
+                    .or_default()
+                    .insert(id);
+            }
+        }
     }
 }
 
@@ -474,6 +537,51 @@ mod tests {
         jobs.remove(&1);
         assert_eq!(running_ids(&mut jobs), Vec::<JobId>::new());
         assert_eq!(jobs.len(), 1, "job 2 is still active");
+    }
+
+    #[test]
+    fn the_holders_and_the_jobs_waiting_for_gpus_follow_every_change() {
+        let holding = |jobs: &mut Jobs| jobs.holding().map(|j| j.id).collect::<Vec<_>>();
+        let wanting = |jobs: &mut Jobs| jobs.first_wanting_gpus().map(|j| j.id);
+        let mut jobs = Jobs::default();
+        let mut cpu_only = job(1, JobState::Pending);
+        cpu_only.gpus.count = 0;
+        jobs.insert(cpu_only);
+        assert_eq!(
+            wanting(&mut jobs),
+            None,
+            "a job without GPUs waits for none"
+        );
+        let mut gpu_job = job(2, JobState::Pending);
+        gpu_job.gpus.count = 2;
+        jobs.insert(gpu_job);
+        assert_eq!(wanting(&mut jobs), Some(2));
+        jobs.job_mut(&2).unwrap().hold = Some(crate::model::job::Hold::User);
+        assert_eq!(wanting(&mut jobs), None, "a held job waits for nothing");
+        jobs.job_mut(&2).unwrap().hold = None;
+        jobs.job_mut(&2).unwrap().state = JobState::Running;
+        assert_eq!(wanting(&mut jobs), None);
+        assert_eq!(holding(&mut jobs), vec![2]);
+        // Stopping and frozen jobs still hold their GPUs; running() is
+        // the running ones alone.
+        jobs.job_mut(&2).unwrap().state = JobState::Completing;
+        jobs.insert(job(3, JobState::Suspended));
+        assert_eq!(holding(&mut jobs), vec![2, 3]);
+        assert_eq!(running_ids(&mut jobs), Vec::<JobId>::new());
+        jobs.remove(&2);
+        assert_eq!(holding(&mut jobs), vec![3]);
+        // Pending with a dependency, until it starts.
+        let depending = |jobs: &mut Jobs| jobs.depending().map(|j| j.id).collect::<Vec<_>>();
+        let mut after = job(4, JobState::Pending);
+        after.dependency = Some("afterok:3".into());
+        jobs.insert(after);
+        assert_eq!(depending(&mut jobs), vec![4]);
+        assert!(jobs.any_pending_in(&jobs.all[&4].qos.clone()));
+        jobs.job_mut(&4).unwrap().qos = "critical".into();
+        assert!(jobs.any_pending_in("critical"));
+        jobs.job_mut(&4).unwrap().state = JobState::Running;
+        assert_eq!(depending(&mut jobs), Vec::<JobId>::new());
+        assert!(!jobs.any_pending_in("critical"), "started: pending no more");
     }
 
     #[test]

@@ -59,7 +59,7 @@ pub fn idle_while_waiting<'a>(
     for job in jobs {
         if job.state.holds_gpus() {
             taken.extend(job.gpus_alloc.iter().copied());
-        } else if job.state == JobState::Pending && job.gpus.count > 0 && job.hold.is_none() {
+        } else if waits_for_gpus(job) {
             waiting = true;
         }
     }
@@ -69,6 +69,11 @@ pub fn idle_while_waiting<'a>(
     (0..gpu_count as u32)
         .filter(|g| !taken.contains(g))
         .collect()
+}
+
+/// Whether a job waits for GPUs now: pending, asking for some, not held.
+pub fn waits_for_gpus(job: &Job) -> bool {
+    job.state == JobState::Pending && job.gpus.count > 0 && job.hold.is_none()
 }
 
 /// Watches which GPUs sit idle while jobs wait, and turns each stretch
