@@ -983,9 +983,11 @@ pub fn folded_cells_into(
 /// by the terminal of whoever lists it. `keep_lines` lets line breaks and
 /// tabs through, for text laid out in lines.
 pub fn escape_controls(text: &str, keep_lines: bool) -> Cow<'_, str> {
-    // A byte scan first: listings check every cell. 0xC2 leads the
-    // encodings of U+0080..U+00BF, where the C1 controls are.
-    let suspect = |b: u8| b < 0x20 || b == 0x7f || b == 0xc2;
+    // A byte scan first: listings check every cell, and a whole listing
+    // (megabytes) on its way out, whose line breaks pass here too. 0xC2
+    // leads the encodings of U+0080..U+00BF, where the C1 controls are.
+    let kept_byte = |b: u8| keep_lines && (b == b'\n' || b == b'\t');
+    let suspect = |b: u8| (b < 0x20 && !kept_byte(b)) || b == 0x7f || b == 0xc2;
     if !text.bytes().any(suspect) {
         return Cow::Borrowed(text);
     }
@@ -1582,7 +1584,9 @@ mod tests {
         std::sync::Arc::make_mut(&mut v.job).name = "a\x1b[2J\nb\u{9b}c é".into();
         let cells = cells(&[Field::Name], &v, 0, false);
         assert_eq!(cells[0], "a\\u{1b}[2J\\nb\\u{9b}c é");
-        assert_eq!(escape_controls("x\ty\n", true), "x\ty\n");
+        assert_eq!(escape_controls("x\ty\n", true), Cow::Borrowed("x\ty\n"));
+        assert_eq!(escape_controls("a\n\x1bb\n", true), "a\n\\u{1b}b\n");
+        assert_eq!(escape_controls("a\nb", false), "a\\nb");
         assert_eq!(escape_controls("plain", false), Cow::Borrowed("plain"));
     }
 
