@@ -128,11 +128,7 @@ impl Jobs {
     /// The jobs holding GPUs (running, completing, suspended), in id order.
     pub(super) fn holding(&mut self) -> impl Iterator<Item = &Job> + Clone {
         self.bring_up_to_date();
-        let all = &self.all;
-        self.holding
-            .iter()
-            .filter_map(move |id| all.get(id))
-            .map(|job| &**job)
+        jobs_in(&self.all, &self.holding)
     }
 
     /// The first pending job that waits for GPUs (not held), if any.
@@ -145,11 +141,7 @@ impl Jobs {
     /// The pending jobs with a dependency, in id order.
     pub(super) fn depending(&mut self) -> impl Iterator<Item = &Job> + Clone {
         self.bring_up_to_date();
-        let all = &self.all;
-        self.depending
-            .iter()
-            .filter_map(move |id| all.get(id))
-            .map(|job| &**job)
+        jobs_in(&self.all, &self.depending)
     }
 
     /// Whether a job of QoS `qos` is pending.
@@ -188,6 +180,16 @@ impl Jobs {
             }
         }
     }
+}
+
+/// The jobs an index holds, in id order.
+fn jobs_in<'a>(
+    all: &'a BTreeMap<JobId, Arc<Job>>,
+    ids: &'a BTreeSet<JobId>,
+) -> impl Iterator<Item = &'a Job> + Clone {
+    ids.iter()
+        .filter_map(move |id| all.get(id))
+        .map(|job| &**job)
 }
 
 /// A request waiting in the backlog: a spool file, by name, or one read
