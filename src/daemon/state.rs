@@ -48,10 +48,10 @@ pub(super) const IDLE_FLUSH_EVERY: Duration = Duration::from_secs(60);
 pub(super) const POLICE_EVERY: Duration = Duration::from_secs(5);
 
 /// The active jobs, each shared with the queue snapshot that may hold it
-/// (so that a snapshot costs a pointer per job, not a copy), and two
-/// indexes that spare every turn a walk of 100,000 pending jobs (which
-/// made filling a queue quadratic, and cost 7 ms a submission behind
-/// such a queue): the ids of the jobs holding GPUs (what each turn checks
+/// (so that a snapshot costs a pointer per job, not a copy), and indexes
+/// that spare every turn a walk of 100,000 pending jobs (which made
+/// filling a queue quadratic, and cost 7 ms a submission behind such a
+/// queue): the ids of the jobs holding GPUs (what each turn checks
 /// for time limits and counts as taken), of the pending jobs that want
 /// GPUs and are not held (whether GPUs idle while jobs wait), and of the
 /// pending jobs with dependencies (whose states each pass looks up) and
@@ -65,8 +65,8 @@ pub(super) struct Jobs {
     /// By QoS name: a few (the config's), so a job whose QoS changed is
     /// taken out of each.
     pending_by_qos: HashMap<String, BTreeSet<JobId>>,
-    /// Jobs inserted or handed out by `job_mut` since the indexes were
-    /// last brought up to date.
+    /// Jobs inserted, removed or handed out by `job_mut` since the
+    /// indexes were last brought up to date.
     touched: Vec<JobId>,
     /// What the active interactive allocations need besides their records.
     pub(super) sessions: Sessions,
@@ -98,12 +98,8 @@ impl Jobs {
     }
 
     pub(super) fn remove(&mut self, id: &JobId) -> Option<Arc<Job>> {
-        self.holding.remove(id);
-        self.wanting_gpus.remove(id);
-        self.depending.remove(id);
-        for pending in self.pending_by_qos.values_mut() {
-            pending.remove(id);
-        }
+        // Gone from the indexes when they are next brought up to date.
+        self.touched.push(*id);
         self.sessions.links.remove(id);
         self.all.remove(id)
     }
