@@ -1084,11 +1084,15 @@ impl StepNames {
 fn wide_step(
     args: SrunArgs,
     names: &StepNames,
-    recorded: Option<super::srun::RecordedStep>,
+    (recorded, signals): (
+        Option<super::srun::RecordedStep>,
+        Option<super::srun_signals::Caught>,
+    ),
 ) -> Result<i32, CliError> {
     match step_request(args, names) {
         Ok(request) => super::srun::run_step(super::srun::StepRequest {
             recorded,
+            signals,
             ..request
         }),
         Err(e) => {
@@ -1176,6 +1180,7 @@ fn step_request(args: SrunArgs, names: &StepNames) -> Result<super::srun::StepRe
         stderr: names.sink(args.error.as_deref())?,
         container,
         recorded: None,
+        signals: None,
         input,
         stdin,
         pty: args.pty,
@@ -1350,6 +1355,9 @@ fn srun_step(mut args: SrunArgs) -> Result<i32, CliError> {
     if args.pty {
         terminal_step_in_allocation(&mut args)?;
     }
+    // Caught before the step is recorded: from then on `scancel N.S`
+    // may signal this process.
+    let signals = super::srun_signals::catch();
     let recorded = record_step(&args, job_id, wide, node.as_deref());
     let names = StepNames {
         job: job_id,
@@ -1365,7 +1373,7 @@ fn srun_step(mut args: SrunArgs) -> Result<i32, CliError> {
     }
     let path_of = |pattern: &str| names.path(pattern, (0, 0));
     if wide {
-        return wide_step(args, &names, recorded);
+        return wide_step(args, &names, (recorded, signals));
     }
     let open = |pattern: &str| -> Result<std::fs::File, CliError> {
         let path = path_of(pattern);
@@ -1406,6 +1414,7 @@ fn srun_step(mut args: SrunArgs) -> Result<i32, CliError> {
         job: job_id,
         step: format!("StepId={job_id}.{step}"),
         quit_on_interrupt: args.quit_on_interrupt,
+        signals,
     };
     run_task(command, args.label, output, task).map(|()| 0)
 }
@@ -1525,6 +1534,8 @@ struct OneTask<'a> {
     /// `StepId=J.S`.
     step: String,
     quit_on_interrupt: bool,
+    /// srun's signals, caught before the step was recorded.
+    signals: Option<super::srun_signals::Caught>,
 }
 
 /// Starts `command`, passes on the signals srun gets, and exits as it
@@ -1546,7 +1557,7 @@ fn wait_for_task(
     // Once the task is reaped its pid is no longer its own.
     let reaped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let alive = reaped.clone();
-    super::srun_signals::pass_on(super::srun_signals::Forwarding {
+    let forwarding = super::srun_signals::Forwarding {
         send: std::sync::Arc::new(move |signal| {
             if !alive.load(std::sync::atomic::Ordering::SeqCst) {
                 // SAFETY: kill(2) on the task's pid, not yet reaped.
@@ -1556,7 +1567,8 @@ fn wait_for_task(
         step: task.step,
         states: Box::new(|| vec!["task 0: running".to_string()]),
         quit_on_interrupt: task.quit_on_interrupt,
-    });
+    };
+    super::srun_signals::pass_on(task.signals, forwarding);
     let relays = relay(&mut child)?;
     let waited = crate::exec::process::wait_measured(&child);
     reaped.store(true, std::sync::atomic::Ordering::SeqCst);

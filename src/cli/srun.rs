@@ -56,6 +56,9 @@ pub struct StepRequest {
     /// The step as the controller numbered it (`None`: not recorded,
     /// step 0).
     pub recorded: Option<RecordedStep>,
+    /// The signals srun passes on to the tasks, caught before the step
+    /// was recorded.
+    pub signals: Option<super::srun_signals::Caught>,
     /// `--input`: the file for (task, node index); `None`: /dev/null.
     pub input: Option<TaskPath>,
     /// `--pty`: the one task runs on a terminal that srun's drives.
@@ -211,6 +214,7 @@ fn start_and_collect(mut request: StepRequest, step: u32) -> Result<StepEnded, C
     };
     let total: u32 = counts.iter().sum();
     tasks.pass_on_signals(
+        request.signals.take(),
         format!("StepId={}.{step}", job.job),
         total,
         request.quit_on_interrupt,
@@ -431,7 +435,13 @@ impl Step {
     }
 
     /// Passes the signals srun gets on to the tasks (`srun_signals`).
-    fn pass_on_signals(&self, step: String, total: u32, quit_on_interrupt: bool) {
+    fn pass_on_signals(
+        &self,
+        caught: Option<super::srun_signals::Caught>,
+        step: String,
+        total: u32,
+        quit_on_interrupt: bool,
+    ) {
         let (local, links) = (self.local.clone(), self.links.clone());
         let finished = self.finished.clone();
         let send = move |signal| {
@@ -444,12 +454,13 @@ impl Step {
             let finished = finished.lock().unwrap_or_else(|p| p.into_inner()).clone();
             task_states(total, &finished)
         };
-        super::srun_signals::pass_on(super::srun_signals::Forwarding {
+        let forwarding = super::srun_signals::Forwarding {
             send: Arc::new(send),
             step,
             states: Box::new(states),
             quit_on_interrupt,
-        });
+        };
+        super::srun_signals::pass_on(caught, forwarding);
     }
 
     /// Passes srun's standard input on to the tasks that read it, here

@@ -12,6 +12,9 @@
 //! (`scancel N.S`, `sigqueue`) is for its tasks, on every node.
 
 use std::sync::Arc;
+
+use signal_hook::iterator::exfiltrator::WithOrigin;
+use signal_hook::iterator::SignalsInfo;
 use std::time::{Duration, Instant};
 
 /// How close two Ctrl-Cs must come to count as one more.
@@ -76,15 +79,27 @@ pub(super) struct Forwarding {
     pub quit_on_interrupt: bool,
 }
 
-/// Passes the signals srun gets on to the step's tasks, from now until
-/// srun exits.
-pub(super) fn pass_on(step: Forwarding) {
+/// The signals srun passes on, caught from before its step is recorded:
+/// once recorded, `scancel N.S` may signal srun at any moment, and one
+/// that comes before the tasks have started waits for them instead of
+/// ending srun and leaving its step running.
+pub struct Caught(SignalsInfo<WithOrigin>);
+
+/// Catches the signals srun passes on; `None` where they cannot be
+/// caught (srun then keeps their default actions).
+pub(super) fn catch() -> Option<Caught> {
     use signal_hook::consts::*;
-    use signal_hook::iterator::exfiltrator::WithOrigin;
+    SignalsInfo::<WithOrigin>::new([SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP])
+        .ok()
+        .map(Caught)
+}
+
+/// Passes the signals srun gets on to the step's tasks, those caught
+/// before they started first, from now until srun exits.
+pub(super) fn pass_on(caught: Option<Caught>, step: Forwarding) {
+    use signal_hook::consts::*;
     use signal_hook::low_level::siginfo::{Cause, Sent};
-    let Ok(mut signals) = signal_hook::iterator::SignalsInfo::<WithOrigin>::new([
-        SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP,
-    ]) else {
+    let Some(Caught(mut signals)) = caught.or_else(catch) else {
         return;
     };
     std::thread::spawn(move || {
