@@ -27,6 +27,11 @@ if [ -z "${BIN:-}" ]; then
 fi
 dir=$(mktemp -d /tmp/ysched-scale.XXXXXX)
 bench_config "$dir"
+# The daemon's own timing of its last pass, written every second.
+{
+    printf 'metrics_file = "%s"\nmetrics_every_secs = 1\n' "$dir/metrics.prom"
+    cat "$dir/ysched.toml"
+} >"$dir/conf.toml" && mv "$dir/conf.toml" "$dir/ysched.toml"
 export YS_CONF=$dir/ysched.toml PATH=$BIN:$PATH
 db=$dir/spool/ysched.db
 # Whatever happens, the jobs still running are cancelled and the daemon
@@ -163,6 +168,15 @@ for _ in 1 2 3 4 5; do
 done | median >"$dir/to_start"
 to_start=$(cat "$dir/to_start")
 
+# 6. A full pass over the pending jobs, as the daemon times it: each
+# submission of a job that waits for the GPUs brings one (median of 5).
+for _ in 1 2 3 4 5; do
+    ysbatch --parsable -G 1 -t 1 -o /dev/null --wrap true >/dev/null
+    sleep 1.5
+    awk '$1 == "ysched_schedule_pass_seconds" { print $2 }' "$dir/metrics.prom"
+done | median >"$dir/pass"
+pass=$(cat "$dir/pass")
+
 printf 'finished %s, pending %s: database %s MB (%s bytes a job), filled in %.1f s\n' \
     "$FINISHED" "$PENDING" "$mb" "$(( $(stat -c %s "$db") / (FINISHED + PENDING) ))" "$fill"
 printf '%-52s %9s %9s\n' what seconds baseline
@@ -171,3 +185,4 @@ printf '%-52s %9.3f %9s\n' "restart to first answer, after a clean stop" "$clean
 printf '%-52s %9.3f %9s\n' "ysqueue -t PD ($queued jobs), median of 5" "$queue" ""
 printf '%-52s %9.3f %9.3f\n' "ysacct, the last 30 days, all users (sqlite3)" "$acct" "$sql"
 printf '%-52s %9.3f %9s\n' "a job that can run: submit to its first command, median of 5" "$to_start" ""
+printf '%-52s %9.3f %9s\n' "the daemon's full pass ($queued pending), median of 5" "$pass" ""

@@ -178,6 +178,9 @@ fn main() {
     // fair-share, priorities, the plan, preemption).
     let jobs: Vec<&Job> = pending.iter().chain(&running).collect();
     let (named, spent, checkpoints) = (HashMap::new(), HashMap::new(), HashMap::new());
+    // The daemon keeps each job's association and QoS numbered with its
+    // jobs, outside the pass.
+    let numbered = sched::pass::Numbered::of(&jobs);
     let state = sched::pass::State {
         jobs: &jobs,
         named: &named,
@@ -188,6 +191,7 @@ fn main() {
         checkpoints: &checkpoints,
         can_suspend: true,
         now,
+        numbered: Some(&numbered),
     };
     let mut whole: Vec<f64> = (0..5)
         .map(|_| {

@@ -167,6 +167,7 @@ mod tests {
             checkpoints: &checkpoints,
             can_suspend: true,
             now,
+            numbered: None,
         };
         sched::pass(&state, &core.config)
     }

@@ -55,7 +55,8 @@ pub(super) const POLICE_EVERY: Duration = Duration::from_secs(5);
 /// for time limits and counts as taken), of the pending jobs that want
 /// GPUs and are not held (whether GPUs idle while jobs wait), and of the
 /// pending jobs with dependencies (whose states each pass looks up) and
-/// of the pending jobs of each QoS (whether one that may preempt waits).
+/// of the pending jobs of each QoS (whether one that may preempt waits);
+/// and each job's association and QoS as numbers, for the pass.
 #[derive(Default)]
 pub(super) struct Jobs {
     pub(super) all: BTreeMap<JobId, Arc<Job>>,
@@ -65,11 +66,55 @@ pub(super) struct Jobs {
     /// By QoS name: a few (the config's), so a job whose QoS changed is
     /// taken out of each.
     pending_by_qos: HashMap<String, BTreeSet<JobId>>,
+    names: Names,
     /// Jobs inserted, removed or handed out by `job_mut` since the
     /// indexes were last brought up to date.
     touched: Vec<JobId>,
     /// What the active interactive allocations need besides their records.
     pub(super) sessions: Sessions,
+}
+
+/// Each job's association and QoS as numbers ([`sched::pass::Numbered`]):
+/// the names, numbered as they first come (a daemon's lifetime sees a
+/// few hundred associations and the config's QoS), and the numbers of
+/// every job, in id order as the jobs are.
+#[derive(Default)]
+struct Names {
+    associations: Vec<(String, String)>,
+    association_numbers: HashMap<String, HashMap<String, u32>>,
+    qos: Vec<String>,
+    qos_numbers: HashMap<String, u32>,
+    of_job: BTreeMap<JobId, (u32, u32)>,
+}
+
+impl Names {
+    /// `job`'s numbers, its names numbered if they are new.
+    fn number(&mut self, job: &Job) -> (u32, u32) {
+        let users = self
+            .association_numbers
+            .entry(job.account.clone())
+            .or_default();
+        let association = match users.get(&job.user) {
+            Some(&n) => n,
+            None => {
+                let n = self.associations.len() as u32;
+                self.associations
+                    .push((job.account.clone(), job.user.clone()));
+                users.insert(job.user.clone(), n);
+                n
+            }
+        };
+        let level = match self.qos_numbers.get(&job.qos) {
+            Some(&n) => n,
+            None => {
+                let n = self.qos.len() as u32;
+                self.qos.push(job.qos.clone());
+                self.qos_numbers.insert(job.qos.clone(), n);
+                n
+            }
+        };
+        (association, level)
+    }
 }
 
 /// The step links of running interactive allocations, for their users'
@@ -140,6 +185,23 @@ impl Jobs {
         jobs_in(&self.all, &self.depending)
     }
 
+    /// Every job, in id order, with its association and QoS numbered.
+    pub(super) fn numbered(&mut self) -> (Vec<&Job>, sched::pass::Numbered<'_>) {
+        self.bring_up_to_date();
+        let names = &self.names;
+        debug_assert!(self.all.keys().eq(names.of_job.keys()));
+        let numbered = sched::pass::Numbered {
+            associations: names
+                .associations
+                .iter()
+                .map(|(account, user)| (account.as_str(), user.as_str()))
+                .collect(),
+            qos: names.qos.iter().map(String::as_str).collect(),
+            jobs: names.of_job.values().copied().collect(),
+        };
+        (self.all().collect(), numbered)
+    }
+
     /// Whether a job of QoS `qos` is pending.
     pub(super) fn any_pending_in(&mut self, qos: &str) -> bool {
         self.bring_up_to_date();
@@ -173,6 +235,15 @@ impl Jobs {
                     .entry(job.qos.clone())
                     .or_default()
                     .insert(id);
+            }
+            match job {
+                Some(job) => {
+                    let numbers = self.names.number(job);
+                    self.names.of_job.insert(id, numbers);
+                }
+                None => {
+                    self.names.of_job.remove(&id);
+                }
             }
         }
     }
@@ -580,6 +651,49 @@ mod tests {
         jobs.job_mut(&4).unwrap().state = JobState::Running;
         assert_eq!(depending(&mut jobs), Vec::<JobId>::new());
         assert!(!jobs.any_pending_in("critical"), "started: pending no more");
+    }
+
+    /// Each job's numbers, read back as the names they stand for.
+    fn named_by_numbers(jobs: &mut Jobs) -> Vec<(JobId, String, String, String)> {
+        let (all, numbered) = jobs.numbered();
+        all.iter()
+            .zip(&numbered.jobs)
+            .map(|(job, &(association, level))| {
+                let (account, user) = numbered.associations[association as usize];
+                let qos = numbered.qos[level as usize];
+                (job.id, account.into(), user.into(), qos.into())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_jobs_numbers_stand_for_its_association_and_qos_through_every_change() {
+        let mut jobs = Jobs::default();
+        let names = |jobs: &Jobs| -> Vec<(JobId, String, String, String)> {
+            jobs.all()
+                .map(|j| (j.id, j.account.clone(), j.user.clone(), j.qos.clone()))
+                .collect()
+        };
+        for id in 1..=4 {
+            let mut job = job(id, JobState::Pending);
+            job.user = format!("user{}", id % 2);
+            jobs.insert(job);
+        }
+        assert_eq!(named_by_numbers(&mut jobs), names(&jobs));
+        let changed = jobs.job_mut(&2).unwrap();
+        changed.qos = "critical".into();
+        changed.account = "physics".into();
+        jobs.job_mut(&3).unwrap().state = JobState::Running;
+        jobs.remove(&1);
+        let mut late = job(9, JobState::Pending);
+        late.user = "user0".into();
+        jobs.insert(late);
+        assert_eq!(named_by_numbers(&mut jobs), names(&jobs));
+        assert_eq!(
+            jobs.numbered().1.associations.len(),
+            3,
+            "a pair seen before keeps its number"
+        );
     }
 
     #[test]

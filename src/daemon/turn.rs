@@ -702,7 +702,7 @@ impl Daemon {
         let usage = self.usage_with_running(now);
         let checkpoints = self.checkpoint_times();
         let drained = self.drained_pool_gpus();
-        let jobs: Vec<&Job> = self.core.jobs.all().collect();
+        let (jobs, numbered) = self.core.jobs.numbered();
         let state = sched::pass::State {
             jobs: &jobs,
             named: &named,
@@ -713,6 +713,7 @@ impl Daemon {
             checkpoints: &checkpoints,
             can_suspend: self.nodes.iter().all(|n| n.facts().isolation.can_suspend),
             now,
+            numbered: Some(&numbered),
         };
         let started = Instant::now();
         let mut decisions = sched::pass(&state, &self.core.config);

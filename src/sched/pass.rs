@@ -44,6 +44,48 @@ pub struct State<'a> {
     /// Whether the nodes can freeze a running job (suspend preemption).
     pub can_suspend: bool,
     pub now: i64,
+    /// The jobs' associations and QoS as numbers, where the caller keeps
+    /// them (`None`: the pass numbers them itself).
+    pub numbered: Option<&'a Numbered<'a>>,
+}
+
+/// The names a pass looks up job after job, as small numbers: each job's
+/// association (account, user) and its QoS. A pass over a long queue then
+/// reads each job's numbers instead of its strings, a trip to memory
+/// each; the daemon keeps them with its jobs, [`Numbered::of`] numbers a
+/// queue that comes without them.
+#[derive(Debug, Default)]
+pub struct Numbered<'a> {
+    /// (account, user) of each association number; some may have no job.
+    pub associations: Vec<(&'a str, &'a str)>,
+    /// The name of each QoS number.
+    pub qos: Vec<&'a str>,
+    /// Of each of [`State::jobs`], in its order: its association's number
+    /// and its QoS's.
+    pub jobs: Vec<(u32, u32)>,
+}
+
+impl<'a> Numbered<'a> {
+    /// Numbers the associations and QoS of `jobs`, in the order they
+    /// first come.
+    pub fn of(jobs: &[&'a Job]) -> Numbered<'a> {
+        let mut associations = rustc_hash::FxHashMap::default();
+        let mut qos = rustc_hash::FxHashMap::default();
+        let mut numbered = Numbered::default();
+        for job in jobs {
+            let pair = (job.account.as_str(), job.user.as_str());
+            let association = *associations.entry(pair).or_insert_with(|| {
+                numbered.associations.push(pair);
+                numbered.associations.len() as u32 - 1
+            });
+            let level = *qos.entry(job.qos.as_str()).or_insert_with(|| {
+                numbered.qos.push(job.qos.as_str());
+                numbered.qos.len() as u32 - 1
+            });
+            numbered.jobs.push((association, level));
+        }
+        numbered
+    }
 }
 
 /// What a pass decided.
@@ -134,40 +176,37 @@ fn pass_in_pool_numbers(state: &State<'_>, config: &Config) -> Decisions {
     );
     let now = state.now;
     let pool = Pool::of(state.layout, state.drained);
-    let (mut held, never) = dependency_waits(state.jobs, state.named);
-    for (id, reason) in budget_waits(state, config) {
-        held.entry(id).or_insert(reason);
-    }
-    for id in crate::array::throttled(state.jobs.iter().copied()) {
-        held.entry(id).or_insert(Reason::JobArrayTaskLimit);
-    }
-    let (tree, shares, factors) = fair_share(state, config);
+    let numbered_here;
+    let numbered = match state.numbered {
+        Some(numbered) => numbered,
+        None => {
+            numbered_here = Numbered::of(state.jobs);
+            &numbered_here
+        }
+    };
+    debug_assert_eq!(numbered.jobs.len(), state.jobs.len());
+    let (tree, shares, factors) = fair_share(numbered, state, config);
     let ctx = priority::Context {
         weights: &config.priority,
         qos: &config.qos,
         fairshare: &factors,
         total_gpus: state.layout.gpus.len() as u32,
     };
-    let mut rater = priority::Rater::new(&ctx);
-    // Whether each job's QoS may stop others, found while the rater has
-    // just read its QoS: the preemption walk passes the others by without
-    // a trip to each job's memory (most of a long queue).
-    let preempting = preempting_qos(config);
-    let (pending, of_preempting_qos): (Vec<(&Job, i64)>, Vec<bool>) = state
-        .jobs
-        .iter()
-        .filter(|j| j.state == JobState::Pending && !held.contains_key(&j.id))
-        .map(|j| {
-            let rated = (*j, rater.factors(j, now).priority());
-            (rated, preempting.contains(&j.qos.as_str()))
-        })
+    let walked = walk(state, numbered, &ctx);
+    let (mut held, never) = dependency_waits(state.jobs, &walked.depending, state.named);
+    for (id, reason) in budget_waits(state, config) {
+        held.entry(id).or_insert(reason);
+    }
+    for id in crate::array::throttled(walked.throttled_arrays.iter().copied()) {
+        held.entry(id).or_insert(Reason::JobArrayTaskLimit);
+    }
+    let (pending, of_preempting_qos): (Vec<(&Job, i64)>, Vec<bool>) = walked
+        .pending
+        .into_iter()
+        .filter(|rated| !held.contains_key(&rated.id))
+        .map(|rated| ((rated.job, rated.priority), rated.preempts))
         .unzip();
-    let running: Vec<&Job> = state
-        .jobs
-        .iter()
-        .copied()
-        .filter(|j| j.state.holds_gpus())
-        .collect();
+    let running = walked.running;
     let policy = limits::Policy::at(config, now);
     let borrowing = elastic::borrowing_now(&policy, &running);
     let excess = elastic::excess(&policy, &running);
@@ -214,14 +253,82 @@ fn pass_in_pool_numbers(state: &State<'_>, config: &Config) -> Decisions {
     }
 }
 
-/// The QoS whose jobs may stop others.
-fn preempting_qos(config: &Config) -> Vec<&str> {
-    config
+/// What one walk of the jobs sorts out for a pass: over a long queue each
+/// walk is a trip to memory for every job, whatever it reads of it.
+struct Walked<'j> {
+    /// Every pending job, rated.
+    pending: Vec<Rated<'j>>,
+    /// The jobs holding GPUs.
+    running: Vec<&'j Job>,
+    /// The pending jobs with a dependency.
+    depending: Vec<&'j Job>,
+    /// The tasks of the arrays that limit how many of them run (`%N`).
+    throttled_arrays: Vec<&'j Job>,
+}
+
+/// A pending job, its priority, and whether its QoS may stop others (the
+/// preemption walk passes the others by without a trip to each job's
+/// memory: most of a long queue).
+struct Rated<'j> {
+    id: JobId,
+    job: &'j Job,
+    priority: i64,
+    preempts: bool,
+}
+
+/// Walks the jobs once; each association's and QoS's factor is looked up
+/// once, by number.
+fn walk<'j>(state: &State<'j>, numbered: &Numbered<'_>, ctx: &priority::Context) -> Walked<'j> {
+    let fairshare_of: Vec<f64> = numbered
+        .associations
+        .iter()
+        .map(|&(account, user)| fairshare::factor_of(ctx.fairshare, account, user))
+        .collect();
+    let top = priority::top_qos(ctx.qos);
+    let preempting: Vec<&str> = ctx
         .qos
         .iter()
         .filter(|q| !q.preempt.is_empty())
         .map(|q| q.name.as_str())
-        .collect()
+        .collect();
+    let qos_of: Vec<(f64, bool)> = numbered
+        .qos
+        .iter()
+        .map(|&name| {
+            let factor = priority::qos_factor_of(ctx.qos, top, name);
+            (factor, preempting.contains(&name))
+        })
+        .collect();
+    let mut walked = Walked {
+        pending: Vec::new(),
+        running: Vec::new(),
+        depending: Vec::new(),
+        throttled_arrays: Vec::new(),
+    };
+    for (&job, &(association, level)) in state.jobs.iter().zip(&numbered.jobs) {
+        if job.state.holds_gpus() {
+            walked.running.push(job);
+        }
+        if job.array.as_ref().is_some_and(|t| t.spec.contains('%')) {
+            walked.throttled_arrays.push(job);
+        }
+        if job.state != JobState::Pending {
+            continue;
+        }
+        if job.dependency.is_some() {
+            walked.depending.push(job);
+        }
+        let (qos, preempts) = qos_of[level as usize];
+        let fairshare = fairshare_of[association as usize];
+        let factors = priority::factors_with(ctx, job, state.now, (fairshare, qos));
+        walked.pending.push(Rated {
+            id: job.id,
+            job,
+            priority: factors.priority(),
+            preempts,
+        });
+    }
+    walked
 }
 
 /// Where a start the plan made (in pool numbers) runs: its nodes, the
@@ -245,15 +352,20 @@ pub(super) fn placement(start: Start, layout: &Layout) -> Placement {
 
 /// The fair-share tree of the associations with active jobs, and each
 /// association's factor.
-fn fair_share(state: &State<'_>, config: &Config) -> (Tree, Vec<NodeShare>, FactorMap) {
-    // Runs of jobs of one association pass as one: comparing with the job
-    // before is cheaper than hashing every job's pair.
-    let mut previous = None;
-    let associations = state
-        .jobs
+fn fair_share(
+    numbered: &Numbered<'_>,
+    state: &State<'_>,
+    config: &Config,
+) -> (Tree, Vec<NodeShare>, FactorMap) {
+    let mut active = vec![false; numbered.associations.len()];
+    for &(association, _) in &numbered.jobs {
+        active[association as usize] = true;
+    }
+    let associations = numbered
+        .associations
         .iter()
-        .map(|j| (j.account.as_str(), j.user.as_str()))
-        .filter(move |pair| previous.replace(*pair) != Some(*pair));
+        .zip(active)
+        .filter_map(|(&pair, active)| active.then_some(pair));
     let tree = fairshare::build_tree(config, associations, state.usage, state.now);
     let shares = tree.compute(config.fairshare.algorithm);
     let factors = fairshare::factors(&tree, &shares);
@@ -262,17 +374,15 @@ fn fair_share(state: &State<'_>, config: &Config) -> (Tree, Vec<NodeShare>, Fact
 
 /// The pending jobs their dependencies hold back (waiting, or never to
 /// be satisfied), and the never-satisfiable ones.
+/// `waiting` are the pending jobs with a dependency, in id order, of the
+/// active `jobs`.
 pub fn dependency_waits(
     jobs: &[&Job],
+    waiting: &[&Job],
     named: &HashMap<JobId, Option<JobState>>,
 ) -> (IdMap<Reason>, Vec<JobId>) {
     let mut held = IdMap::default();
     let mut never = Vec::new();
-    let waiting: Vec<&Job> = jobs
-        .iter()
-        .copied()
-        .filter(|j| j.dependency.is_some() && j.state == JobState::Pending)
-        .collect();
     // For singleton: per (user, name), the lowest pending id and whether
     // one is already running; only where one is asked for (a walk of
     // every job).
@@ -691,7 +801,7 @@ fn in_hostlist_order(mut shares: Vec<(String, Vec<u32>)>) -> Vec<(String, Vec<u3
 mod tests {
     use std::collections::HashMap;
 
-    use super::{pass, Decisions, State};
+    use super::{fairshare, pass, Decisions, Numbered, State};
     use crate::config::Config;
     use crate::model::job::{GpuRequest, Job, JobState};
     use crate::sched::pool::Layout;
@@ -750,8 +860,94 @@ mod tests {
             checkpoints: &checkpoints,
             can_suspend: true,
             now: 600,
+            numbered: None,
         };
         pass(&state, config)
+    }
+
+    /// The daemon numbers names as it first meets them, over its life:
+    /// its numbers (here in another order, with an association no job
+    /// has) decide what the pass's own numbering decides.
+    #[test]
+    fn a_pass_decides_the_same_whoever_numbers_the_names() {
+        let config = config();
+        let mut jobs: Vec<Job> = (1..=12)
+            .map(|id| {
+                let qos = if id % 3 == 0 { "high" } else { "low" };
+                let mut job = job(id, qos, 1 + (id % 2) as u32, &[]);
+                job.user = format!("user{}", id % 4);
+                job.account = crate::config::DEFAULT_ACCOUNT.into();
+                job.submit_time = id as i64;
+                job
+            })
+            .collect();
+        jobs[0].gpus_alloc = vec![0];
+        jobs[0].state = JobState::Running;
+        jobs[0].start_time = Some(0);
+        jobs[0].node = Some("gpu01".into());
+        let jobs: Vec<&Job> = jobs.iter().collect();
+        // Each user a different usage: fair-share orders the queue.
+        let usage: HashMap<_, _> = (0..4)
+            .map(|u| {
+                let used = crate::sched::fairshare::Usage {
+                    raw: 3_600 * (u + 1),
+                    decayed: 3_600.0 * (u + 1) as f64,
+                    as_of: 0,
+                };
+                ((jobs[0].account.clone(), format!("user{u}")), used)
+            })
+            .collect();
+        let mut theirs = Numbered::of(&jobs);
+        theirs.associations.reverse();
+        theirs.associations.push(("elsewhere", "nobody"));
+        theirs.qos.reverse();
+        let last = (theirs.associations.len() - 2, theirs.qos.len() - 1);
+        for (association, level) in &mut theirs.jobs {
+            *association = (last.0 - *association as usize) as u32;
+            *level = (last.1 - *level as usize) as u32;
+        }
+        let layout = Layout::single("gpu01", 64, 1 << 20, &crate::gpu::test_a100s(4));
+        let (named, spent, checkpoints) = (HashMap::new(), HashMap::new(), HashMap::new());
+        let decide = |numbered| {
+            let state = State {
+                jobs: &jobs,
+                named: &named,
+                layout: &layout,
+                drained: &[],
+                usage: &usage,
+                spent: &spent,
+                checkpoints: &checkpoints,
+                can_suspend: true,
+                now: 600,
+                numbered,
+            };
+            pass(&state, &config)
+        };
+        let (own, given) = (decide(None), decide(Some(&theirs)));
+        assert_eq!(own.plan.order, given.plan.order);
+        assert_eq!(own.starts, given.starts);
+        assert_eq!(own.plan.reasons, given.plan.reasons);
+        assert_eq!(own.factors, given.factors);
+        assert_eq!(own.preemptions, given.preemptions);
+        let factor = |u: &str| fairshare::factor_of(&own.factors, &jobs[0].account, u);
+        assert!(
+            factor("user0") > factor("user3"),
+            "fair-share tells the users apart"
+        );
+        let users: Vec<&str> = own
+            .plan
+            .order
+            .iter()
+            .map(|id| jobs.iter().find(|j| j.id == *id).unwrap().user.as_str())
+            .collect();
+        assert_ne!(
+            users,
+            jobs[1..]
+                .iter()
+                .map(|j| j.user.as_str())
+                .collect::<Vec<_>>(),
+            "priorities, not submission, order the queue"
+        );
     }
 
     /// Found by the simulation (seed 33): a pass backfilled a low job on

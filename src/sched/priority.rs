@@ -85,46 +85,16 @@ impl<'c, 'a, 'j> Rater<'c, 'a, 'j> {
     pub fn new(ctx: &'c Context<'a>) -> Rater<'c, 'a, 'j> {
         Rater {
             ctx,
-            top_qos: ctx.qos.iter().map(|q| q.priority).max().unwrap_or(0),
+            top_qos: top_qos(ctx.qos),
             last_association: None,
             last_qos: None,
         }
     }
 
     pub fn factors(&mut self, job: &'j Job, now: i64) -> Factors {
-        let ctx = self.ctx;
-        let eligible = job
-            .begin_time
-            .unwrap_or(job.submit_time)
-            .max(job.submit_time);
-        let age = if ctx.weights.max_age == 0 {
-            0.0
-        } else {
-            ((now - eligible).max(0) as f64 / ctx.weights.max_age as f64).min(1.0)
-        };
         let qos = self.qos_factor(&job.qos);
-        let size = if ctx.total_gpus == 0 {
-            0.0
-        } else {
-            (job.gpus_wanted() as f64 / ctx.total_gpus as f64).min(1.0)
-        };
         let fairshare = self.fairshare_factor(&job.account, &job.user);
-        let w = ctx.weights;
-        let weigh = |factor: f64, weight: u64| (factor * weight as f64).round() as i64;
-        Factors {
-            age,
-            fairshare,
-            qos,
-            size,
-            nice: job.nice,
-            weighted: Weighted {
-                age: weigh(age, w.age),
-                fairshare: weigh(fairshare, w.fairshare),
-                qos: weigh(qos, w.qos),
-                size: weigh(size, w.size),
-            },
-            fixed: job.priority_override,
-        }
+        factors_with(self.ctx, job, now, (fairshare, qos))
     }
 
     fn qos_factor(&mut self, name: &'j str) -> f64 {
@@ -133,12 +103,7 @@ impl<'c, 'a, 'j> Rater<'c, 'a, 'j> {
                 return factor;
             }
         }
-        let factor = match self.ctx.qos.iter().find(|q| q.name == name) {
-            Some(q) if self.top_qos > 0 => {
-                (q.priority.max(0) as f64 / self.top_qos as f64).min(1.0)
-            }
-            _ => 0.0,
-        };
+        let factor = qos_factor_of(self.ctx.qos, self.top_qos, name);
         self.last_qos = Some((name, factor));
         factor
     }
@@ -152,6 +117,55 @@ impl<'c, 'a, 'j> Rater<'c, 'a, 'j> {
         let factor = crate::sched::fairshare::factor_of(self.ctx.fairshare, account, user);
         self.last_association = Some((account, user, factor));
         factor
+    }
+}
+
+/// The highest priority of the QoS in `qos`, what [`qos_factor_of`]
+/// divides by.
+pub fn top_qos(qos: &[Qos]) -> i64 {
+    qos.iter().map(|q| q.priority).max().unwrap_or(0)
+}
+
+/// The QoS factor of the QoS called `name` (0 for one not in `qos`).
+pub fn qos_factor_of(qos: &[Qos], top: i64, name: &str) -> f64 {
+    match qos.iter().find(|q| q.name == name) {
+        Some(q) if top > 0 => (q.priority.max(0) as f64 / top as f64).min(1.0),
+        _ => 0.0,
+    }
+}
+
+/// A job's factors at `now`, given its association's fair-share factor
+/// and its QoS's factor (looked up once for many jobs by the caller).
+pub fn factors_with(ctx: &Context, job: &Job, now: i64, (fairshare, qos): (f64, f64)) -> Factors {
+    let eligible = job
+        .begin_time
+        .unwrap_or(job.submit_time)
+        .max(job.submit_time);
+    let age = if ctx.weights.max_age == 0 {
+        0.0
+    } else {
+        ((now - eligible).max(0) as f64 / ctx.weights.max_age as f64).min(1.0)
+    };
+    let size = if ctx.total_gpus == 0 {
+        0.0
+    } else {
+        (job.gpus_wanted() as f64 / ctx.total_gpus as f64).min(1.0)
+    };
+    let w = ctx.weights;
+    let weigh = |factor: f64, weight: u64| (factor * weight as f64).round() as i64;
+    Factors {
+        age,
+        fairshare,
+        qos,
+        size,
+        nice: job.nice,
+        weighted: Weighted {
+            age: weigh(age, w.age),
+            fairshare: weigh(fairshare, w.fairshare),
+            qos: weigh(qos, w.qos),
+            size: weigh(size, w.size),
+        },
+        fixed: job.priority_override,
     }
 }
 

@@ -109,6 +109,7 @@ mod tests {
             checkpoints: &checkpoints,
             can_suspend: false,
             now,
+            numbered: None,
         };
         pass(&state, config).spare.expect("a pass leaves a spare")
     }

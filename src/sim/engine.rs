@@ -325,6 +325,7 @@ impl<'a> Sim<'a> {
                 checkpoints: &HashMap::new(),
                 can_suspend: false,
                 now,
+                numbered: None,
             };
             sched::pass(&state, self.config)
         };

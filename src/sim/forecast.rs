@@ -133,6 +133,7 @@ impl Queue {
             checkpoints: &HashMap::new(),
             can_suspend: ctx.can_suspend,
             now,
+            numbered: None,
         };
         sched::pass(&state, config)
     }
