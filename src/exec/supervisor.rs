@@ -628,12 +628,20 @@ struct Watch<'a> {
 
 /// How often a stopping holder looks whether its group is empty.
 const HOLDER_LOOK: Duration = Duration::from_millis(100);
+/// How long a stopping holder (a task server) that had tasks running is
+/// left alone in its group before it is killed: their ends (how each
+/// ended, which srun reports) are relayed to srun in that time.
+const HOLDER_RELAYS: Duration = Duration::from_secs(1);
 
 /// Where a job's stop stands: asked for, and when what is left is killed.
 #[derive(Default)]
 struct Stopping {
     terminated: bool,
     kill_at: Option<Instant>,
+    /// Since when a stopping holder has been all that is left.
+    alone_since: Option<Instant>,
+    /// The holder had tasks when the stop began, whose ends it relays.
+    relays: bool,
 }
 
 /// Waits for the job's main process, forwarding commands from the daemon.
@@ -663,7 +671,16 @@ fn wait_for_job(
             let soon = Instant::now() + HOLDER_LOOK;
             next = Some(next.map_or(soon, |t| t.min(soon)));
             if watch.holder && holds_alone(job, group) {
-                stop.kill_at = Some(Instant::now());
+                let alone = *stop.alone_since.get_or_insert_with(Instant::now);
+                let relayed = alone
+                    + if stop.relays {
+                        HOLDER_RELAYS
+                    } else {
+                        Duration::ZERO
+                    };
+                stop.kill_at = Some(stop.kill_at.map_or(relayed, |t| t.min(relayed)));
+            } else {
+                stop.alone_since = None;
             }
         }
         if let Some(lease) = lease {
@@ -812,6 +829,7 @@ fn take_commands(control: &UnixDatagram, job: Pid, watch: &Watch<'_>, stop: &mut
             }) => {
                 if !stop.terminated {
                     stop.terminated = true;
+                    stop.relays = watch.holder && !holds_alone(job, watch.group);
                     let (first, target) = match signal.and_then(|s| Signal::try_from(s).ok()) {
                         Some(s) => (s, target),
                         None => (Signal::SIGTERM, SignalTarget::Job),
