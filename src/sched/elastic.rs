@@ -36,7 +36,11 @@ pub fn within_guarantee(policy: &Policy, held: &State, job: &Job, wanted: u32) -
 
 /// The accounts with a job waiting within its guarantee: their idle
 /// guarantee is not lent, since they are about to use it.
-pub fn wanting<'a>(policy: &Policy<'a>, held: &State, pending: &[&Job]) -> HashSet<&'a str> {
+pub fn wanting<'a, 'j>(
+    policy: &Policy<'a>,
+    held: &State,
+    pending: impl IntoIterator<Item = &'j Job>,
+) -> HashSet<&'a str> {
     let mut out = HashSet::new();
     if !policy.is_elastic() {
         return out;
@@ -219,7 +223,7 @@ mod tests {
         let borrower = job(9, "a", &[]);
         assert_eq!(kept_for_lenders(&p, &s, &borrower, &HashSet::new()), 0);
         let waiting = job(10, "b", &[]);
-        let w = wanting(&p, &s, &[&waiting]);
+        let w = wanting(&p, &s, [&waiting]);
         assert_eq!(w, HashSet::from(["b"]));
         assert_eq!(kept_for_lenders(&p, &s, &borrower, &w), 2, "b wants it");
         let keeps = config("lend = false\n");

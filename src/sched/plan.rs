@@ -222,8 +222,8 @@ impl<'a, 'p> Planner<'a, 'p> {
             profile.withhold(&job.claim, &types);
         }
         profile.withhold(node.drained, &types);
-        let waiting: Vec<&Job> = pending.iter().map(|(j, _)| *j).collect();
-        let wanting = elastic::wanting(policy, &held, &waiting);
+        // Not collected: off an elastic policy, no walk of the queue.
+        let wanting = elastic::wanting(policy, &held, pending.iter().map(|&(j, _)| j));
         Planner {
             node,
             policy,
