@@ -843,24 +843,30 @@ mod tests {
     }
 
     fn decide(jobs: &[&Job], config: &Config) -> Decisions {
+        decide_with(jobs, config, &HashMap::new(), None)
+    }
+
+    /// A pass at 600 on gpu01's four A100s, with `usage` and the names
+    /// `numbered` (`None`: by the pass).
+    fn decide_with(
+        jobs: &[&Job],
+        config: &Config,
+        usage: &HashMap<crate::model::policy::Association, crate::sched::fairshare::Usage>,
+        numbered: Option<&Numbered<'_>>,
+    ) -> Decisions {
         let layout = Layout::single("gpu01", 64, 1 << 20, &crate::gpu::test_a100s(4));
-        let (named, usage, spent, checkpoints) = (
-            HashMap::new(),
-            HashMap::new(),
-            HashMap::new(),
-            HashMap::new(),
-        );
+        let (named, spent, checkpoints) = (HashMap::new(), HashMap::new(), HashMap::new());
         let state = State {
             jobs,
             named: &named,
             layout: &layout,
             drained: &[],
-            usage: &usage,
+            usage,
             spent: &spent,
             checkpoints: &checkpoints,
             can_suspend: true,
             now: 600,
-            numbered: None,
+            numbered,
         };
         pass(&state, config)
     }
@@ -906,24 +912,8 @@ mod tests {
             *association = (last.0 - *association as usize) as u32;
             *level = (last.1 - *level as usize) as u32;
         }
-        let layout = Layout::single("gpu01", 64, 1 << 20, &crate::gpu::test_a100s(4));
-        let (named, spent, checkpoints) = (HashMap::new(), HashMap::new(), HashMap::new());
-        let decide = |numbered| {
-            let state = State {
-                jobs: &jobs,
-                named: &named,
-                layout: &layout,
-                drained: &[],
-                usage: &usage,
-                spent: &spent,
-                checkpoints: &checkpoints,
-                can_suspend: true,
-                now: 600,
-                numbered,
-            };
-            pass(&state, &config)
-        };
-        let (own, given) = (decide(None), decide(Some(&theirs)));
+        let own = decide_with(&jobs, &config, &usage, None);
+        let given = decide_with(&jobs, &config, &usage, Some(&theirs));
         assert_eq!(own.plan.order, given.plan.order);
         assert_eq!(own.starts, given.starts);
         assert_eq!(own.plan.reasons, given.plan.reasons);
