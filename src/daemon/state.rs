@@ -90,17 +90,21 @@ struct Names {
 impl Names {
     /// `job`'s numbers, its names numbered if they are new.
     fn number(&mut self, job: &Job) -> (u32, u32) {
-        let users = self
+        // Looked up before anything is copied: most jobs' names are known.
+        let known = self
             .association_numbers
-            .entry(job.account.clone())
-            .or_default();
-        let association = match users.get(&job.user) {
+            .get(&job.account)
+            .and_then(|users| users.get(&job.user));
+        let association = match known {
             Some(&n) => n,
             None => {
                 let n = self.associations.len() as u32;
                 self.associations
                     .push((job.account.clone(), job.user.clone()));
-                users.insert(job.user.clone(), n);
+                self.association_numbers
+                    .entry(job.account.clone())
+                    .or_default()
+                    .insert(job.user.clone(), n);
                 n
             }
         };
