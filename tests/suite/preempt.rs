@@ -702,23 +702,27 @@ fn a_job_that_requeues_or_cancels_itself_gets_the_answer_before_the_signal() {
         &format!(
             "#!/bin/bash\nexport PATH={}:$PATH\nlog=$SLURM_SUBMIT_DIR/self-$SLURM_JOB_ID\n\
              trap 'echo \"term after rc=$?\" >> $log; exit 0' TERM\n\
-             if [ \"$SLURM_RESTART_COUNT\" = 0 ]; then $1 $SLURM_JOB_ID; sleep 30 & wait; fi\n\
+             if [ \"$SLURM_RESTART_COUNT\" = 0 ]; then $1 $SLURM_JOB_ID; echo \"rc=$?\" >> $log; sleep 30 & wait; fi\n\
              echo again >> $log\n",
             shims.display()
         ),
     );
+    // The stop's SIGTERM comes while the command still runs (bash runs
+    // its trap once the command is done: $? is the command's) or after
+    // it has exited with its answer (the trap then interrupts `wait`);
+    // either way the command succeeded. Killed by the signal, it would
+    // leave "term after rc=143" alone.
+    let succeeded = |log: &str| log.starts_with("term after rc=0\n") || log.starts_with("rc=0\n");
     let requeued = c.submit(&["self.sh", "scontrol requeue"]);
     assert_eq!(c.wait_done(requeued, LONG), "COMPLETED");
     let log = std::fs::read_to_string(c.work.join(format!("self-{requeued}"))).unwrap();
-    // bash runs its trap once the command is done: $? is the command's.
-    assert_eq!(
-        log, "term after rc=0\nagain\n",
-        "scontrol requeue from inside"
-    );
+    assert!(succeeded(&log), "scontrol requeue from inside: {log}");
+    assert!(log.ends_with("again\n"), "requeued and run again: {log}");
     let cancelled = c.submit(&["self.sh", "scancel"]);
     assert_eq!(c.wait_done(cancelled, LONG), "CANCELLED");
     let log = std::fs::read_to_string(c.work.join(format!("self-{cancelled}"))).unwrap();
-    assert_eq!(log, "term after rc=0\n", "scancel from inside");
+    assert!(succeeded(&log), "scancel from inside: {log}");
+    assert!(!log.contains("again"), "cancelled, not run again: {log}");
 }
 
 #[test]
